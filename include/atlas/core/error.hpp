@@ -1,0 +1,65 @@
+// SPDX-License-Identifier: MIT
+// atlas's two failure classes (STYLE.md §5): ConfigError (collective, every rank sees it the same
+// way; rank 0 prints) and Error (local; the rank that saw it prints, then the job is aborted).
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace atlas {
+
+/// Process exit codes; Slurm logs then say what class of failure happened.
+enum class ExitCode : int {
+  Ok = 0,
+  Usage = 1,     ///< bad command line (unknown subcommand, missing deck path)
+  Config = 2,    ///< deck / schema / layout / schedule errors (collective)
+  Comm = 3,      ///< MPI or WAN transport failure
+  Device = 4,    ///< CUDA / NCCL / backend failure
+  Io = 5,        ///< HDF5, checkpoint, file system
+  Internal = 6,  ///< a broken invariant: a bug in atlas
+};
+
+/// A local error: one rank saw it. Carries the exit code class and the call site.
+class Error : public std::runtime_error {
+ public:
+  Error(ExitCode code, const std::string& what) : std::runtime_error(what), m_code(code) {}
+  [[nodiscard]] ExitCode code() const noexcept { return m_code; }
+
+ private:
+  ExitCode m_code;
+};
+
+/// A collective configuration error: every rank detects it identically, rank 0 prints it.
+/// Holds every problem found (not just the first), each already formatted as one message.
+class ConfigError : public std::runtime_error {
+ public:
+  explicit ConfigError(std::vector<std::string> problems);
+  explicit ConfigError(const std::string& problem) : ConfigError(std::vector<std::string>{problem}) {}
+  [[nodiscard]] const std::vector<std::string>& problems() const noexcept { return m_problems; }
+
+ private:
+  std::vector<std::string> m_problems;
+};
+
+/// Collects problems during validation and throws them together.
+class ProblemList {
+ public:
+  void add(std::string problem) { m_problems.push_back(std::move(problem)); }
+  [[nodiscard]] bool empty() const noexcept { return m_problems.empty(); }
+  [[nodiscard]] const std::vector<std::string>& items() const noexcept { return m_problems; }
+  /// Throws ConfigError holding every problem, if there are any.
+  void throw_if_any() const;
+
+ private:
+  std::vector<std::string> m_problems;
+};
+
+namespace detail {
+/// "[rank 3 host dc1-n3] " once the process knows its rank; empty before.
+std::string rank_prefix();
+void set_rank_identity(int world_rank, const std::string& host);
+[[noreturn]] void throw_error(ExitCode code, const std::string& msg, const char* file, int line);
+}  // namespace detail
+
+}  // namespace atlas

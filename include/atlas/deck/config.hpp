@@ -1,0 +1,192 @@
+// SPDX-License-Identifier: MIT
+// The typed configuration every room reads. Filled only by deck::parse (from the schema); nothing
+// after parsing touches deck strings. Units are in the field names, as in the deck keys.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace atlas {
+
+struct RunCfg {
+  std::string name;              ///< run.name: runs/NAME/ holds everything the run writes
+  int steps = 0;                 ///< run.steps: optimizer steps to reach
+  std::int64_t seed = 0;         ///< run.seed: model init, data order, request generator
+  std::string out_dir;           ///< run.out_dir: parent of the run directory
+  std::string resume;            ///< run.resume: "" | "latest" | path to a checkpoint
+  int log_every_steps = 1;       ///< run.log_every_steps
+};
+
+struct ClusterCfg {
+  std::vector<std::string> dcs;          ///< cluster.dcs: DC names
+  std::vector<int> gpus_per_dc;          ///< cluster.gpus_per_dc: free GPUs (ranks) per DC
+  int gpus_per_node = 8;                 ///< cluster.gpus_per_node: TP stays inside a node
+  std::vector<double> latency_ms;        ///< cluster.latency_ms: n*n one-way latency, row-major
+  std::vector<double> bandwidth_gbps;    ///< cluster.bandwidth_gbps: n*n link capacity, row-major
+  double intra_bandwidth_gbps = 100.0;   ///< cluster.intra_bandwidth_gbps: inside a DC
+  double intra_latency_us = 5.0;         ///< cluster.intra_latency_us: inside a DC
+  std::vector<double> price_per_gpu_hour;  ///< cluster.price_per_gpu_hour: per DC (may be empty)
+  std::vector<std::string> bind_hosts;   ///< cluster.bind_hosts: WAN listen address per DC
+
+  [[nodiscard]] int dc_count() const { return static_cast<int>(dcs.size()); }
+  [[nodiscard]] double latency(int a, int b) const {
+    return latency_ms[static_cast<std::size_t>(a * dc_count() + b)];
+  }
+  [[nodiscard]] double bandwidth(int a, int b) const {
+    return bandwidth_gbps[static_cast<std::size_t>(a * dc_count() + b)];
+  }
+};
+
+struct ParallelCfg {
+  int tp_size = 1;                  ///< parallel.tp_size: tensor-parallel ranks per stage replica
+  int dp_size = 1;                  ///< parallel.dp_size: data-parallel pipelines
+  std::vector<int> stages_per_dc;   ///< parallel.stages_per_dc: contiguous stages held by each DC
+
+  [[nodiscard]] int pp_size() const {
+    int s = 0;
+    for (int v : stages_per_dc) s += v;
+    return s;
+  }
+  [[nodiscard]] int world_size() const { return pp_size() * dp_size * tp_size; }
+  /// "" when a job of `job_ranks` fits this layout, else the collective error message (with hint).
+  [[nodiscard]] std::string size_mismatch(int job_ranks) const;
+};
+
+struct ModelCfg {
+  int layers = 0;                       ///< model.layers: transformer blocks
+  int hidden = 0;                       ///< model.hidden: d_model
+  int heads = 0;                        ///< model.heads: attention heads
+  int seq_len = 0;                      ///< model.seq_len: tokens per sample
+  int vocab = 0;                        ///< model.vocab: tokenizer vocabulary size
+  std::vector<int> layers_per_stage;    ///< model.layers_per_stage: empty = even split
+  double init_std = 0.02;               ///< model.init_std
+
+  /// Blocks on pipeline stage `stage` of `pp` (the deck's split, or an even one).
+  [[nodiscard]] int stage_layers(int stage, int pp) const;
+  /// First block index held by `stage`.
+  [[nodiscard]] int stage_first_layer(int stage, int pp) const;
+  /// Parameters of the whole model (embeddings tied).
+  [[nodiscard]] std::int64_t parameter_count() const;
+};
+
+struct TrainCfg {
+  int micro_batch_size = 1;             ///< train.micro_batch_size: samples per micro-batch
+  int micro_batches = 1;                ///< train.micro_batches: per pipeline per step
+  double lr = 1e-3;                     ///< train.lr: peak learning rate
+  double min_lr = 1e-4;                 ///< train.min_lr: cosine floor
+  int warmup_steps = 0;                 ///< train.warmup_steps
+  double weight_decay = 0.1;            ///< train.weight_decay (AdamW, matrices only)
+  double beta1 = 0.9;                   ///< train.beta1
+  double beta2 = 0.95;                  ///< train.beta2
+  double eps = 1e-8;                    ///< train.eps
+  double grad_clip = 1.0;               ///< train.grad_clip: global norm; 0 disables
+  std::uint64_t dp_bucket_bytes = 0;    ///< train.dp_bucket_bytes: gradient all-reduce bucket
+  int eval_every_steps = 0;             ///< train.eval_every_steps: 0 = never
+  int eval_batches = 0;                 ///< train.eval_batches: micro-batches per evaluation
+};
+
+struct DataCfg {
+  std::string corpus_dir;               ///< data.corpus_dir: directory of Brown corpus files
+  double val_fraction = 0.05;           ///< data.val_fraction: tail of the token stream held out
+};
+
+enum class ScheduleKind { GPipe, OneFOneB, Atlas };
+
+struct ScheduleCfg {
+  ScheduleKind kind = ScheduleKind::OneFOneB;  ///< schedule.kind
+  double fwd_ms_per_layer = 0.0;  ///< schedule.fwd_ms_per_layer: 0 = estimate from FLOPs
+  double bwd_over_fwd = 2.0;      ///< schedule.bwd_over_fwd: backward / forward time
+  double device_tflops = 0.0;     ///< schedule.device_tflops: achieved FLOP/s for the estimate
+  int atlas_max_stagger = 0;      ///< schedule.atlas_max_stagger: search bound (0 = auto)
+};
+
+enum class WanTransport { Multirail, Mpi };
+enum class WanEmulation { None, Netns };
+
+struct WanCfg {
+  WanTransport transport = WanTransport::Multirail;  ///< wan.transport
+  int rails = 4;                        ///< wan.rails: TCP connections per DC-pair peer
+  std::uint64_t chunk_bytes = 0;        ///< wan.chunk_bytes: striping unit
+  std::uint64_t max_frame_bytes = 0;    ///< wan.max_frame_bytes: bigger frames are rejected
+  double recv_timeout_s = 60.0;         ///< wan.recv_timeout_s: a stalled receive fails
+  double connect_timeout_s = 20.0;      ///< wan.connect_timeout_s
+  WanEmulation emulate = WanEmulation::None;  ///< wan.emulate: kernel WAN emulation
+  std::uint64_t flow_window_bytes = 0;  ///< wan.flow_window_bytes: per-flow TCP window cap
+};
+
+struct CkptCfg {
+  std::string dir;            ///< ckpt.dir: "" = runs/NAME/ckpt
+  int every_steps = 0;        ///< ckpt.every_steps: 0 = only the final one
+  int keep_last = 3;          ///< ckpt.keep_last
+  bool final = true;          ///< ckpt.final: write one after the last step
+};
+
+struct ProfileCfg {
+  bool enabled = true;        ///< profile.enabled: record every slot to profile.h5
+  bool trace_json = true;     ///< profile.trace_json: also write trace.json (Perfetto)
+};
+
+enum class Backend { Host, Cuda };
+
+struct DeviceCfg {
+  Backend backend = Backend::Host;  ///< device.backend
+  int threads = 0;                  ///< device.threads: host threads per rank; 0 = auto
+};
+
+struct BubbleTeaCfg {
+  bool enabled = false;             ///< bubbletea.enabled
+  int layers = 2;                   ///< bubbletea.layers
+  int hidden = 64;                  ///< bubbletea.hidden
+  int heads = 4;                    ///< bubbletea.heads
+  int context = 128;                ///< bubbletea.context: longest prompt + generation
+  int vocab = 256;                  ///< bubbletea.vocab
+  std::string weights;              ///< bubbletea.weights: "random" or an atlas checkpoint
+  std::string trace;                ///< bubbletea.trace: CSV of requests ("" = generator)
+  double rate_per_s = 0.0;          ///< bubbletea.rate_per_s: Poisson arrival rate
+  int requests = 0;                 ///< bubbletea.requests: generator request count
+  int prompt_tokens_min = 8;        ///< bubbletea.prompt_tokens_min
+  int prompt_tokens_max = 64;       ///< bubbletea.prompt_tokens_max
+  int max_new_tokens = 8;           ///< bubbletea.max_new_tokens
+  double guard_ms = 0.5;            ///< bubbletea.guard_ms: safety margin per admission
+  std::uint64_t kv_cap_bytes = 0;   ///< bubbletea.kv_cap_bytes: KV-cache memory cap per rank
+  int chunk_tokens = 0;             ///< bubbletea.chunk_tokens: chunked prefill; 0 = whole
+};
+
+enum class GpuKind { Host, A100, H100, H200 };
+
+struct PlanCfg {
+  GpuKind gpu = GpuKind::Host;      ///< plan.gpu: cost profile for plan/simulate
+  double deadline_s = 0.0;          ///< plan.deadline_s: cheapest plan under this step time
+  int max_tp = 8;                   ///< plan.max_tp
+  int top = 10;                     ///< plan.top: rows in the what-if table
+};
+
+/// Everything a deck can say. Filled by deck::parse; validated by deck::validate.
+struct Config {
+  RunCfg run;
+  ClusterCfg cluster;
+  ParallelCfg parallel;
+  ModelCfg model;
+  TrainCfg train;
+  DataCfg data;
+  ScheduleCfg schedule;
+  WanCfg wan;
+  CkptCfg ckpt;
+  ProfileCfg profile;
+  DeviceCfg device;
+  BubbleTeaCfg bubbletea;
+  PlanCfg plan;
+
+  /// runs/NAME (run.out_dir / run.name).
+  [[nodiscard]] std::string run_dir() const;
+  /// ckpt.dir, or runs/NAME/ckpt.
+  [[nodiscard]] std::string ckpt_dir() const;
+};
+
+const char* to_string(ScheduleKind k);
+const char* to_string(WanTransport t);
+const char* to_string(Backend b);
+const char* to_string(GpuKind g);
+
+}  // namespace atlas

@@ -1,0 +1,76 @@
+// SPDX-License-Identifier: MIT
+// The one table that declares every deck key: type, default or required, range or allowed
+// values, one-line help, and how it binds to a Config field. It also generates inputs/README.md
+// and the --help-deck text. Adding a key = one entry in src/deck/schema.cpp.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "atlas/deck/config.hpp"
+
+namespace atlas::deck {
+
+enum class ValueType { Int, Float, Bool, String, Bytes, Enum, IntList, FloatList, StringList };
+
+/// A value converted from deck text according to its KeySpec.
+struct Value {
+  std::int64_t i = 0;
+  std::uint64_t bytes = 0;
+  double f = 0.0;
+  bool b = false;
+  std::string s;
+  std::vector<std::int64_t> il;
+  std::vector<double> fl;
+  std::vector<std::string> sl;
+};
+
+struct KeySpec {
+  std::string key;                    ///< "section.name"
+  ValueType type = ValueType::String;
+  bool required = false;
+  std::string default_text;           ///< deck text of the default (when not required)
+  std::optional<double> min;          ///< inclusive bound for numbers and list elements
+  std::optional<double> max;
+  std::vector<std::string> choices;   ///< Enum values
+  std::string help;
+  std::function<void(Config&, const Value&)> set;
+  std::function<std::string(const Config&)> get;  ///< deck text of the current value
+
+  [[nodiscard]] std::string section() const { return key.substr(0, key.find('.')); }
+  /// "an integer in [1, 64]", "one of: gpipe 1f1b atlas", ...
+  [[nodiscard]] std::string expectation() const;
+  /// Converts text; on failure returns nullopt and sets `why` to the expectation.
+  [[nodiscard]] std::optional<Value> convert(std::string_view text, std::string& why) const;
+};
+
+class Schema {
+ public:
+  /// The table of every key atlas knows (built once, immutable).
+  static const Schema& instance();
+
+  [[nodiscard]] const KeySpec* find(std::string_view key) const;
+  [[nodiscard]] const std::vector<KeySpec>& keys() const { return m_keys; }
+  /// Up to three known keys close to `key` (edit distance), best first.
+  [[nodiscard]] std::vector<std::string> suggestions(std::string_view key) const;
+  /// Markdown reference of every key (inputs/README.md).
+  [[nodiscard]] std::string markdown() const;
+  /// Plain-text reference (atlas <cmd> --help-deck).
+  [[nodiscard]] std::string help_text() const;
+
+  KeySpec& add(KeySpec spec);
+
+ private:
+  std::vector<KeySpec> m_keys;
+};
+
+/// Removes surrounding double quotes, if any.
+std::string unquote(std::string_view text);
+/// Splits on whitespace, keeping "quoted strings" whole.
+std::vector<std::string> split_list(std::string_view text);
+
+}  // namespace atlas::deck

@@ -1,0 +1,180 @@
+// SPDX-License-Identifier: MIT
+// RAII MPI: Environment (init/finalize), Comm (owned communicator with MPI_ERRORS_RETURN), typed
+// point-to-point and collectives. Every call is checked; failures throw atlas::Error (Comm class).
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "atlas/core/error.hpp"
+
+namespace atlas::detail {
+[[noreturn]] void throw_mpi_error(int rc, const char* call, const char* file, int line);
+}  // namespace atlas::detail
+
+#define ATLAS_MPI_CHECK(call)                                                 \
+  do {                                                                        \
+    if (const int atlas_rc_ = (call); atlas_rc_ != MPI_SUCCESS)               \
+      ::atlas::detail::throw_mpi_error(atlas_rc_, #call, __FILE__, __LINE__); \
+  } while (0)
+
+namespace atlas::mpi {
+
+enum class ThreadLevel { Single, Funneled, Serialized, Multiple };
+
+/// Owns MPI_Init_thread / MPI_Finalize. Construct first in main; must outlive every Comm.
+/// Throws if the MPI library provides less than the required thread level.
+class Environment {
+ public:
+  Environment(int& argc, char**& argv, ThreadLevel required);
+  ~Environment();
+  Environment(const Environment&) = delete;
+  Environment& operator=(const Environment&) = delete;
+
+  [[nodiscard]] int world_rank() const noexcept { return m_world_rank; }
+  [[nodiscard]] int world_size() const noexcept { return m_world_size; }
+  [[nodiscard]] const std::string& host() const noexcept { return m_host; }
+  /// "Open MPI v4.1.4, ..." (first line of MPI_Get_library_version).
+  [[nodiscard]] static std::string library_version();
+  /// Abort the whole job (never returns).
+  [[noreturn]] static void abort(int code);
+
+ private:
+  int m_world_rank = 0;
+  int m_world_size = 1;
+  std::string m_host;
+  bool m_owns = false;
+};
+
+/// MPI datatype for a C++ arithmetic type.
+template <class T>
+MPI_Datatype datatype_of() {
+  if constexpr (std::is_same_v<T, float>) return MPI_FLOAT;
+  else if constexpr (std::is_same_v<T, double>) return MPI_DOUBLE;
+  else if constexpr (std::is_same_v<T, int>) return MPI_INT;
+  else if constexpr (std::is_same_v<T, long>) return MPI_LONG;
+  else if constexpr (std::is_same_v<T, long long>) return MPI_LONG_LONG;
+  else if constexpr (std::is_same_v<T, unsigned>) return MPI_UNSIGNED;
+  else if constexpr (std::is_same_v<T, unsigned long>) return MPI_UNSIGNED_LONG;
+  else if constexpr (std::is_same_v<T, unsigned long long>) return MPI_UNSIGNED_LONG_LONG;
+  else if constexpr (std::is_same_v<T, char>) return MPI_CHAR;
+  else if constexpr (std::is_same_v<T, unsigned char> || std::is_same_v<T, std::byte>) return MPI_BYTE;
+  else static_assert(sizeof(T) == 0, "no MPI datatype for this type");
+}
+
+/// A non-blocking operation. Must be waited on; a destructor that meets a pending request is a
+/// bug (reported through log::error, never waited on silently).
+class Request {
+ public:
+  Request() = default;
+  explicit Request(MPI_Request r) : m_req(r) {}
+  Request(Request&& o) noexcept : m_req(o.m_req) { o.m_req = MPI_REQUEST_NULL; }
+  Request& operator=(Request&& o) noexcept;
+  Request(const Request&) = delete;
+  Request& operator=(const Request&) = delete;
+  ~Request();
+  void wait();
+  /// True once complete (then the request is null).
+  bool test();
+  [[nodiscard]] bool pending() const noexcept { return m_req != MPI_REQUEST_NULL; }
+
+ private:
+  MPI_Request m_req = MPI_REQUEST_NULL;
+};
+
+/// An owned communicator. Move-only; dup() for an explicit copy. Sets MPI_ERRORS_RETURN.
+class Comm {
+ public:
+  Comm() = default;
+  /// Wraps MPI_COMM_WORLD (not freed). Sets MPI_ERRORS_RETURN on it.
+  static Comm world();
+  Comm(Comm&& o) noexcept;
+  Comm& operator=(Comm&& o) noexcept;
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
+  ~Comm();
+
+  /// Split into groups of equal color, ordered by key. Collective over *this.
+  /// Returns a null Comm on ranks that pass MPI_UNDEFINED.
+  [[nodiscard]] Comm split(int color, int key) const;
+  /// Collective over *this.
+  [[nodiscard]] Comm dup() const;
+
+  [[nodiscard]] bool null() const noexcept { return m_comm == MPI_COMM_NULL; }
+  [[nodiscard]] MPI_Comm get() const noexcept { return m_comm; }
+  [[nodiscard]] int rank() const noexcept { return m_rank; }
+  [[nodiscard]] int size() const noexcept { return m_size; }
+
+  /// Collective over *this.
+  void barrier() const;
+
+  template <class T>
+  void send(std::span<const T> data, int dest, int tag) const {
+    ATLAS_MPI_CHECK(MPI_Send(data.data(), static_cast<int>(data.size()), datatype_of<T>(), dest,
+                             tag, m_comm));
+  }
+  template <class T>
+  void recv(std::span<T> data, int src, int tag) const {
+    ATLAS_MPI_CHECK(MPI_Recv(data.data(), static_cast<int>(data.size()), datatype_of<T>(), src,
+                             tag, m_comm, MPI_STATUS_IGNORE));
+  }
+  template <class T>
+  [[nodiscard]] Request isend(std::span<const T> data, int dest, int tag) const {
+    MPI_Request r = MPI_REQUEST_NULL;
+    ATLAS_MPI_CHECK(MPI_Isend(data.data(), static_cast<int>(data.size()), datatype_of<T>(), dest,
+                              tag, m_comm, &r));
+    return Request(r);
+  }
+  template <class T>
+  [[nodiscard]] Request irecv(std::span<T> data, int src, int tag) const {
+    MPI_Request r = MPI_REQUEST_NULL;
+    ATLAS_MPI_CHECK(MPI_Irecv(data.data(), static_cast<int>(data.size()), datatype_of<T>(), src,
+                              tag, m_comm, &r));
+    return Request(r);
+  }
+  /// In-place sum over *this. Collective.
+  template <class T>
+  void allreduce_sum(std::span<T> data) const {
+    ATLAS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data.data(), static_cast<int>(data.size()),
+                                  datatype_of<T>(), MPI_SUM, m_comm));
+  }
+  /// Collective. Returns the op-reduction of one value on every rank.
+  template <class T>
+  [[nodiscard]] T allreduce(T value, MPI_Op op) const {
+    ATLAS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &value, 1, datatype_of<T>(), op, m_comm));
+    return value;
+  }
+  /// Collective. Broadcast from `root`.
+  template <class T>
+  void bcast(std::span<T> data, int root) const {
+    ATLAS_MPI_CHECK(
+        MPI_Bcast(data.data(), static_cast<int>(data.size()), datatype_of<T>(), root, m_comm));
+  }
+  /// Collective. Broadcast a string of any length from `root`.
+  void bcast_string(std::string& s, int root) const;
+  /// Collective. Gather one string from every rank to all ranks (in rank order).
+  [[nodiscard]] std::vector<std::string> allgather_strings(const std::string& mine) const;
+  /// Collective. Gather one value from every rank to all ranks.
+  template <class T>
+  [[nodiscard]] std::vector<T> allgather(T mine) const {
+    std::vector<T> out(static_cast<std::size_t>(m_size));
+    ATLAS_MPI_CHECK(
+        MPI_Allgather(&mine, 1, datatype_of<T>(), out.data(), 1, datatype_of<T>(), m_comm));
+    return out;
+  }
+
+ private:
+  Comm(MPI_Comm c, bool owned);
+  void reset() noexcept;
+  MPI_Comm m_comm = MPI_COMM_NULL;
+  bool m_owned = false;
+  int m_rank = 0;
+  int m_size = 0;
+};
+
+}  // namespace atlas::mpi

@@ -1,0 +1,72 @@
+// SPDX-License-Identifier: MIT
+// Derived quantities of the typed Config (no parsing here).
+#include "atlas/deck/config.hpp"
+
+#include <filesystem>
+
+namespace atlas {
+
+int ModelCfg::stage_layers(int stage, int pp) const {
+  if (!layers_per_stage.empty()) return layers_per_stage[static_cast<std::size_t>(stage)];
+  return layers / pp;
+}
+
+int ModelCfg::stage_first_layer(int stage, int pp) const {
+  int first = 0;
+  for (int s = 0; s < stage; ++s) first += stage_layers(s, pp);
+  return first;
+}
+
+std::int64_t ModelCfg::parameter_count() const {
+  const std::int64_t h = hidden;
+  const std::int64_t per_block = 12 * h * h + 13 * h;  // qkv, proj, fc, fc-proj + biases + 2 LN
+  return static_cast<std::int64_t>(vocab) * h + static_cast<std::int64_t>(seq_len) * h +
+         per_block * layers + 2 * h;
+}
+
+std::string ParallelCfg::size_mismatch(int job_ranks) const {
+  const int need = world_size();
+  if (need == job_ranks) return {};
+  std::string stages;
+  for (int v : stages_per_dc) stages += (stages.empty() ? "" : "+") + std::to_string(v);
+  return "parallel layout needs stages(" + stages + " = " + std::to_string(pp_size()) +
+         ") * dp_size(" + std::to_string(dp_size) + ") * tp_size(" + std::to_string(tp_size) +
+         ") = " + std::to_string(need) + " ranks, but the job has " + std::to_string(job_ranks) +
+         "\n  hint: change parallel.* or launch with " + std::to_string(need) + " ranks (srun -n " +
+         std::to_string(need) + " / mpirun -np " + std::to_string(need) + ")";
+}
+
+std::string Config::run_dir() const {
+  return (std::filesystem::path(run.out_dir) / run.name).string();
+}
+
+std::string Config::ckpt_dir() const {
+  return ckpt.dir.empty() ? (std::filesystem::path(run_dir()) / "ckpt").string() : ckpt.dir;
+}
+
+const char* to_string(ScheduleKind k) {
+  switch (k) {
+    case ScheduleKind::GPipe: return "gpipe";
+    case ScheduleKind::OneFOneB: return "1f1b";
+    case ScheduleKind::Atlas: return "atlas";
+  }
+  return "?";
+}
+
+const char* to_string(WanTransport t) {
+  return t == WanTransport::Multirail ? "multirail" : "mpi";
+}
+
+const char* to_string(Backend b) { return b == Backend::Host ? "host" : "cuda"; }
+
+const char* to_string(GpuKind g) {
+  switch (g) {
+    case GpuKind::Host: return "host";
+    case GpuKind::A100: return "a100";
+    case GpuKind::H100: return "h100";
+    case GpuKind::H200: return "h200";
+  }
+  return "?";
+}
+
+}  // namespace atlas

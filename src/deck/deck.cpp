@@ -1,0 +1,252 @@
+// SPDX-License-Identifier: MIT
+// Deck parsing: a line scan (for file:line in every message, duplicates and syntax), Boost's
+// config-file parser (for sections and key recognition), then typed conversion by the schema.
+#include "atlas/deck/deck.hpp"
+
+#include <boost/program_options.hpp>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "atlas/deck/schema.hpp"
+
+namespace atlas::deck {
+
+namespace po = boost::program_options;
+
+namespace {
+
+struct DeckLine {
+  std::string key;
+  std::string value;
+  int line = 0;
+};
+
+std::string trim(std::string_view s) {
+  const auto b = s.find_first_not_of(" \t\r");
+  if (b == std::string_view::npos) return {};
+  const auto e = s.find_last_not_of(" \t\r");
+  return std::string(s.substr(b, e - b + 1));
+}
+
+/// Drops a '#' comment that is not inside a quoted string.
+std::string strip_comment(const std::string& line) {
+  bool quoted = false;
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    if (line[i] == '"') quoted = !quoted;
+    if (line[i] == '#' && !quoted) return line.substr(0, i);
+  }
+  return line;
+}
+
+bool valid_key(const std::string& k) {
+  if (k.empty() || k.front() == '.' || k.back() == '.') return false;
+  for (char c : k)
+    if (!(std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) ||
+          c == '_' || c == '.'))
+      return false;
+  return k.find("..") == std::string::npos;
+}
+
+std::string where(const std::string& file, int line) {
+  return line > 0 ? file + ":" + std::to_string(line) : "command line";
+}
+
+std::string unknown_key_message(const std::string& key) {
+  std::string msg = "unknown key '" + key + "'";
+  const auto sugg = Schema::instance().suggestions(key);
+  if (!sugg.empty()) {
+    msg += " (did you mean '" + sugg.front() + "'";
+    for (std::size_t i = 1; i < sugg.size(); ++i) msg += " or '" + sugg[i] + "'";
+    msg += "?)";
+  } else {
+    msg += "\n  hint: every key is listed in inputs/README.md and by `atlas schedule --help-deck`";
+  }
+  return msg;
+}
+
+/// Line scan: every `key = value` with its line, in order; syntax problems and duplicates.
+std::vector<DeckLine> scan(const std::string& file, const std::string& text, ProblemList& problems) {
+  std::vector<DeckLine> out;
+  std::map<std::string, int> seen;
+  std::istringstream in(text);
+  std::string raw, section;
+  int line_no = 0;
+  while (std::getline(in, raw)) {
+    ++line_no;
+    const std::string line = trim(strip_comment(raw));
+    if (line.empty()) continue;
+    if (line.front() == '[') {
+      if (line.back() != ']' || line.size() < 3 || !valid_key(trim(line.substr(1, line.size() - 2)))) {
+        problems.add(where(file, line_no) + ": bad section header '" + line +
+                     "': expected [name] with lower-case letters, digits and _");
+        continue;
+      }
+      section = trim(line.substr(1, line.size() - 2));
+      continue;
+    }
+    const auto eq = line.find('=');
+    if (eq == std::string::npos) {
+      problems.add(where(file, line_no) + ": cannot read '" + line +
+                   "': expected 'section.key = value' or '[section]'");
+      continue;
+    }
+    std::string key = trim(line.substr(0, eq));
+    const std::string value = trim(line.substr(eq + 1));
+    if (!section.empty()) key = section + "." + key;
+    if (!valid_key(key) || key.find('.') == std::string::npos) {
+      problems.add(where(file, line_no) + ": bad key '" + key +
+                   "': expected section.key in lower_snake case (e.g. wan.rails)");
+      continue;
+    }
+    if (std::count(value.begin(), value.end(), '"') % 2 != 0) {
+      problems.add(where(file, line_no) + ": " + key + " = " + value +
+                   ": unterminated quoted string");
+      continue;
+    }
+    if (auto it = seen.find(key); it != seen.end()) {
+      problems.add(where(file, line_no) + ": key '" + key + "' is set twice (first at line " +
+                   std::to_string(it->second) + ")\n  hint: keep one of the two lines");
+      continue;
+    }
+    seen[key] = line_no;
+    out.push_back({key, value, line_no});
+  }
+  return out;
+}
+
+/// Boost's config-file parser over the same text: it must agree that each key is known.
+void boost_recognise(const std::string& file, const std::string& text,
+                     std::vector<DeckLine>& lines, ProblemList& problems) {
+  po::options_description desc;
+  for (const auto& k : Schema::instance().keys())
+    desc.add_options()(k.key.c_str(), po::value<std::string>());
+  std::istringstream in(text);
+  std::map<std::string, bool> registered;
+  try {
+    const auto parsed = po::parse_config_file(in, desc, /*allow_unregistered=*/true);
+    for (const auto& o : parsed.options) registered[o.string_key] = !o.unregistered;
+  } catch (const po::error& e) {
+    // The line scan reports syntax with line numbers; only report what it did not catch.
+    if (problems.empty()) problems.add(file + ": " + e.what());
+    return;
+  }
+  for (auto& l : lines) {
+    const auto it = registered.find(l.key);
+    if (it != registered.end() && !it->second) {
+      problems.add(where(file, l.line) + ": " + unknown_key_message(l.key));
+      l.key.clear();  // reported; skip conversion
+    }
+  }
+}
+
+}  // namespace
+
+Config parse(const std::string& file_name, const std::string& text,
+             const std::vector<std::string>& overrides) {
+  ProblemList problems;
+  std::vector<DeckLine> lines = scan(file_name, text, problems);
+  boost_recognise(file_name, text, lines, problems);
+
+  std::map<std::string, DeckLine> given;
+  for (const auto& l : lines)
+    if (!l.key.empty()) given[l.key] = l;
+  for (const auto& o : overrides) {
+    const auto eq = o.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      problems.add("command line: cannot read override '" + o + "': expected key=value");
+      continue;
+    }
+    const std::string key = trim(o.substr(0, eq));
+    if (!Schema::instance().find(key)) {
+      problems.add("command line: " + unknown_key_message(key));
+      continue;
+    }
+    given[key] = DeckLine{key, trim(o.substr(eq + 1)), 0};
+  }
+
+  Config cfg;
+  for (const auto& spec : Schema::instance().keys()) {
+    std::string text_value;
+    int line = -1;
+    if (auto it = given.find(spec.key); it != given.end()) {
+      text_value = it->second.value;
+      line = it->second.line;
+    } else if (spec.required) {
+      problems.add(file_name + ": missing required key '" + spec.key + "' (" + spec.help +
+                   "; expects " + spec.expectation() + ")");
+      continue;
+    } else {
+      text_value = spec.default_text;
+    }
+    std::string why;
+    const auto v = spec.convert(text_value, why);
+    if (!v) {
+      std::string msg = (line < 0 ? std::string("schema default") : where(file_name, line)) + ": " +
+                        spec.key + " = \"" + unquote(text_value) + "\": expected " + why;
+      if (!spec.required) msg += "\n  hint: remove the line to use the default (" + spec.default_text + ")";
+      problems.add(msg);
+      continue;
+    }
+    spec.set(cfg, *v);
+  }
+  problems.throw_if_any();
+  return cfg;
+}
+
+Config parse_and_validate(const std::string& file_name, const std::string& text,
+                          const std::vector<std::string>& overrides, const JobShape& shape) {
+  Config cfg = parse(file_name, text, overrides);
+  auto problems = validate(cfg, shape);
+  if (!problems.empty()) throw ConfigError(std::move(problems));
+  return cfg;
+}
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError("cannot read deck '" + path + "': no such file or not readable");
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+Config load(const mpi::Comm& comm, const std::string& path,
+            const std::vector<std::string>& overrides, const JobShape& shape) {
+  // Rank 0 reads and broadcasts: one file-system read per job, and every rank sees the same
+  // bytes (a file edited during start-up cannot split the job's verdict).
+  std::string text;
+  int readable = 1;
+  if (comm.rank() == 0) {
+    std::ifstream in(path, std::ios::binary);
+    if (in) {
+      std::ostringstream os;
+      os << in.rdbuf();
+      text = os.str();
+    } else {
+      readable = 0;
+    }
+  }
+  comm.bcast(std::span<int>(&readable, 1), 0);
+  if (!readable) throw ConfigError("cannot read deck '" + path + "': no such file or not readable");
+  comm.bcast_string(text, 0);
+  return parse_and_validate(path, text, overrides, shape);
+}
+
+std::string resolved_deck(const Config& cfg) {
+  std::ostringstream os;
+  os << "# atlas resolved deck: every key with its effective value (defaults included).\n"
+     << "# This file is itself a valid deck.\n";
+  std::string section;
+  for (const auto& spec : Schema::instance().keys()) {
+    if (spec.section() != section) {
+      section = spec.section();
+      os << "\n";
+    }
+    std::string value = spec.get(cfg);
+    if (value.empty()) value = "\"\"";
+    os << spec.key << " = " << value << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace atlas::deck

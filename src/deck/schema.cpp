@@ -1,0 +1,560 @@
+// SPDX-License-Identifier: MIT
+// The schema table: every deck key atlas knows, with type, default, range and help, bound to its
+// Config field. Keep keys lower_snake with the unit in the name.
+#include "atlas/deck/schema.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <type_traits>
+#include <utility>
+
+#include "atlas/core/units.hpp"
+
+namespace atlas::deck {
+
+// ---- text helpers ----
+
+std::string unquote(std::string_view text) {
+  if (text.size() >= 2 && text.front() == '"' && text.back() == '"')
+    return std::string(text.substr(1, text.size() - 2));
+  return std::string(text);
+}
+
+std::vector<std::string> split_list(std::string_view text) {
+  std::vector<std::string> out;
+  std::size_t i = 0;
+  while (i < text.size()) {
+    while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
+    if (i >= text.size()) break;
+    if (text[i] == '"') {
+      const std::size_t close = text.find('"', i + 1);
+      const std::size_t end = close == std::string_view::npos ? text.size() : close + 1;
+      out.push_back(unquote(text.substr(i, end - i)));
+      i = end;
+    } else {
+      std::size_t j = i;
+      while (j < text.size() && !std::isspace(static_cast<unsigned char>(text[j]))) ++j;
+      out.emplace_back(text.substr(i, j - i));
+      i = j;
+    }
+  }
+  return out;
+}
+
+namespace {
+
+std::string fmt_num(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+std::string range_text(const KeySpec& k) {
+  if (k.min && k.max) return " in [" + fmt_num(*k.min) + ", " + fmt_num(*k.max) + "]";
+  if (k.min) return " >= " + fmt_num(*k.min);
+  if (k.max) return " <= " + fmt_num(*k.max);
+  return "";
+}
+
+bool in_range(const KeySpec& k, double v) {
+  return (!k.min || v >= *k.min) && (!k.max || v <= *k.max);
+}
+
+std::string join(const std::vector<std::string>& v, const char* sep = " ") {
+  std::string out;
+  for (const auto& s : v) {
+    if (!out.empty()) out += sep;
+    out += s;
+  }
+  return out;
+}
+
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+// ---- binding Config fields to keys ----
+
+template <class T>
+constexpr ValueType value_type_of() {
+  if constexpr (std::is_same_v<T, bool>) return ValueType::Bool;
+  else if constexpr (std::is_same_v<T, std::uint64_t>) return ValueType::Bytes;
+  else if constexpr (std::is_integral_v<T>) return ValueType::Int;
+  else if constexpr (std::is_floating_point_v<T>) return ValueType::Float;
+  else if constexpr (std::is_same_v<T, std::string>) return ValueType::String;
+  else if constexpr (std::is_same_v<T, std::vector<int>>) return ValueType::IntList;
+  else if constexpr (std::is_same_v<T, std::vector<double>>) return ValueType::FloatList;
+  else if constexpr (std::is_same_v<T, std::vector<std::string>>) return ValueType::StringList;
+  else static_assert(sizeof(T) == 0, "unsupported Config field type");
+}
+
+std::string quote_if_needed(const std::string& s) {
+  if (s.empty() || s.find_first_of(" \t#") != std::string::npos) return "\"" + s + "\"";
+  return s;
+}
+
+template <class T>
+std::string to_deck_text(const T& v) {
+  if constexpr (std::is_same_v<T, bool>) return v ? "true" : "false";
+  else if constexpr (std::is_same_v<T, std::uint64_t>) return units::format_bytes_exact(v);
+  else if constexpr (std::is_integral_v<T>) return std::to_string(v);
+  else if constexpr (std::is_floating_point_v<T>) {
+    std::ostringstream os;
+    os.precision(17);
+    os << v;
+    return os.str();
+  } else if constexpr (std::is_same_v<T, std::string>) return quote_if_needed(v);
+  else {
+    std::string out;
+    for (const auto& e : v) {
+      if (!out.empty()) out += ' ';
+      out += to_deck_text(e);
+    }
+    return out;
+  }
+}
+
+template <class T>
+void from_value(T& out, const Value& v) {
+  if constexpr (std::is_same_v<T, bool>) out = v.b;
+  else if constexpr (std::is_same_v<T, std::uint64_t>) out = v.bytes;
+  else if constexpr (std::is_integral_v<T>) out = static_cast<T>(v.i);
+  else if constexpr (std::is_floating_point_v<T>) out = v.f;
+  else if constexpr (std::is_same_v<T, std::string>) out = v.s;
+  else if constexpr (std::is_same_v<T, std::vector<int>>) {
+    out.clear();
+    for (auto x : v.il) out.push_back(static_cast<int>(x));
+  } else if constexpr (std::is_same_v<T, std::vector<double>>) out = v.fl;
+  else out = v.sl;
+}
+
+/// Fluent builder over one schema entry.
+class Entry {
+ public:
+  explicit Entry(KeySpec& k) : m_k(k) {}
+  Entry& def(std::string text) {
+    m_k.default_text = std::move(text);
+    m_k.required = false;
+    return *this;
+  }
+  Entry& required() {
+    m_k.required = true;
+    return *this;
+  }
+  Entry& min(double v) {
+    m_k.min = v;
+    return *this;
+  }
+  Entry& max(double v) {
+    m_k.max = v;
+    return *this;
+  }
+  Entry& help(std::string h) {
+    m_k.help = std::move(h);
+    return *this;
+  }
+
+ private:
+  KeySpec& m_k;
+};
+
+class Builder {
+ public:
+  explicit Builder(Schema& s) : m_s(s) {}
+
+  template <class S, class T>
+  Entry field(std::string key, S Config::*sec, T S::*member) {
+    KeySpec k;
+    k.key = std::move(key);
+    k.type = value_type_of<T>();
+    k.set = [sec, member](Config& c, const Value& v) { from_value((c.*sec).*member, v); };
+    k.get = [sec, member](const Config& c) { return to_deck_text((c.*sec).*member); };
+    return Entry(m_s.add(std::move(k)));
+  }
+
+  template <class S, class E>
+  Entry choice(std::string key, S Config::*sec, E S::*member,
+               std::vector<std::pair<std::string, E>> names) {
+    KeySpec k;
+    k.key = std::move(key);
+    k.type = ValueType::Enum;
+    for (const auto& [n, e] : names) k.choices.push_back(n);
+    k.set = [sec, member, names](Config& c, const Value& v) {
+      for (const auto& [n, e] : names)
+        if (n == v.s) (c.*sec).*member = e;
+    };
+    k.get = [sec, member, names](const Config& c) {
+      for (const auto& [n, e] : names)
+        if (e == (c.*sec).*member) return n;
+      return std::string("?");
+    };
+    return Entry(m_s.add(std::move(k)));
+  }
+
+ private:
+  Schema& m_s;
+};
+
+// ---- the table ----
+
+void build(Schema& schema) {
+  Builder b(schema);
+  using C = Config;
+
+  // [run]
+  b.field("run.name", &C::run, &RunCfg::name).def("atlas")
+      .help("run name; everything the run writes goes to run.out_dir/NAME/");
+  b.field("run.steps", &C::run, &RunCfg::steps).def("20").min(1)
+      .help("optimizer steps to train (a resumed run continues up to this step)");
+  b.field("run.seed", &C::run, &RunCfg::seed).def("1234").min(0)
+      .help("seed for model init, data order and the request generator");
+  b.field("run.out_dir", &C::run, &RunCfg::out_dir).def("runs")
+      .help("parent directory of run directories");
+  b.field("run.resume", &C::run, &RunCfg::resume).def("\"\"")
+      .help("\"\" = fresh start; latest = newest readable checkpoint in ckpt.dir; or a .h5 path");
+  b.field("run.log_every_steps", &C::run, &RunCfg::log_every_steps).def("1").min(1)
+      .help("print a progress row every N steps");
+
+  // [cluster]
+  b.field("cluster.dcs", &C::cluster, &ClusterCfg::dcs).required()
+      .help("names of the datacenters, e.g. east west south");
+  b.field("cluster.gpus_per_dc", &C::cluster, &ClusterCfg::gpus_per_dc).required().min(0)
+      .help("free GPUs (ranks) in each DC, one per cluster.dcs entry");
+  b.field("cluster.gpus_per_node", &C::cluster, &ClusterCfg::gpus_per_node).def("8").min(1)
+      .help("GPUs per node; tensor parallelism stays inside a node");
+  b.field("cluster.latency_ms", &C::cluster, &ClusterCfg::latency_ms).def("0").min(0)
+      .help("one-way WAN latency matrix, row-major dc_count x dc_count (0 on the diagonal)");
+  b.field("cluster.bandwidth_gbps", &C::cluster, &ClusterCfg::bandwidth_gbps).def("100").min(0)
+      .help("WAN link capacity matrix in Gbit/s, row-major dc_count x dc_count (diagonal ignored)");
+  b.field("cluster.intra_bandwidth_gbps", &C::cluster, &ClusterCfg::intra_bandwidth_gbps)
+      .def("100").min(1e-6).help("bandwidth between GPUs inside a DC, Gbit/s (cost model)");
+  b.field("cluster.intra_latency_us", &C::cluster, &ClusterCfg::intra_latency_us).def("5").min(0)
+      .help("latency inside a DC, microseconds (cost model)");
+  b.field("cluster.price_per_gpu_hour", &C::cluster, &ClusterCfg::price_per_gpu_hour).def("\"\"")
+      .min(0).help("price of one GPU-hour in each DC (for the planner's cost column)");
+  b.field("cluster.bind_hosts", &C::cluster, &ClusterCfg::bind_hosts).def("127.0.0.1")
+      .help("address the WAN transport listens on in each DC (one entry = all DCs)");
+
+  // [parallel]
+  b.field("parallel.tp_size", &C::parallel, &ParallelCfg::tp_size).def("1").min(1)
+      .help("tensor-parallel ranks per stage replica (inside a node)");
+  b.field("parallel.dp_size", &C::parallel, &ParallelCfg::dp_size).def("1").min(1)
+      .help("data-parallel pipelines (replicas of every stage, inside each DC)");
+  b.field("parallel.stages_per_dc", &C::parallel, &ParallelCfg::stages_per_dc).required().min(0)
+      .help("pipeline stages held by each DC, contiguous, e.g. 2 1 1 (0 = DC unused)");
+
+  // [model]
+  b.field("model.layers", &C::model, &ModelCfg::layers).def("4").min(1)
+      .help("transformer blocks");
+  b.field("model.hidden", &C::model, &ModelCfg::hidden).def("128").min(1)
+      .help("model width d_model");
+  b.field("model.heads", &C::model, &ModelCfg::heads).def("4").min(1)
+      .help("attention heads (divisible by parallel.tp_size)");
+  b.field("model.seq_len", &C::model, &ModelCfg::seq_len).def("64").min(2)
+      .help("tokens per training sample");
+  b.field("model.vocab", &C::model, &ModelCfg::vocab).def("256").min(2)
+      .help("vocabulary size (256 for the byte-level tokenizer)");
+  b.field("model.layers_per_stage", &C::model, &ModelCfg::layers_per_stage).def("\"\"").min(1)
+      .help("blocks on each pipeline stage; empty = an even split (model.layers % stages == 0)");
+  b.field("model.init_std", &C::model, &ModelCfg::init_std).def("0.02").min(0)
+      .help("standard deviation of the normal weight initialisation");
+
+  // [train]
+  b.field("train.micro_batch_size", &C::train, &TrainCfg::micro_batch_size).def("4").min(1)
+      .help("samples per micro-batch");
+  b.field("train.micro_batches", &C::train, &TrainCfg::micro_batches).def("8").min(1)
+      .help("micro-batches per pipeline per step (gradient accumulation)");
+  b.field("train.lr", &C::train, &TrainCfg::lr).def("0.001").min(0).help("peak learning rate");
+  b.field("train.min_lr", &C::train, &TrainCfg::min_lr).def("0.0001").min(0)
+      .help("learning rate at the end of the cosine decay");
+  b.field("train.warmup_steps", &C::train, &TrainCfg::warmup_steps).def("10").min(0)
+      .help("linear warm-up steps");
+  b.field("train.weight_decay", &C::train, &TrainCfg::weight_decay).def("0.1").min(0)
+      .help("AdamW decoupled weight decay (weight matrices only)");
+  b.field("train.beta1", &C::train, &TrainCfg::beta1).def("0.9").min(0).max(0.999999)
+      .help("AdamW beta1");
+  b.field("train.beta2", &C::train, &TrainCfg::beta2).def("0.95").min(0).max(0.999999)
+      .help("AdamW beta2");
+  b.field("train.eps", &C::train, &TrainCfg::eps).def("1e-08").min(0).help("AdamW epsilon");
+  b.field("train.grad_clip", &C::train, &TrainCfg::grad_clip).def("1").min(0)
+      .help("clip the global gradient norm to this; 0 disables");
+  b.field("train.dp_bucket_bytes", &C::train, &TrainCfg::dp_bucket_bytes).def("1M").min(1)
+      .help("gradient all-reduce bucket size (binary suffixes K/M/G)");
+  b.field("train.eval_every_steps", &C::train, &TrainCfg::eval_every_steps).def("0").min(0)
+      .help("validation loss every N steps (and at the end); 0 = only at the end");
+  b.field("train.eval_batches", &C::train, &TrainCfg::eval_batches).def("4").min(1)
+      .help("micro-batches per validation pass");
+
+  // [data]
+  b.field("data.corpus_dir", &C::data, &DataCfg::corpus_dir).def("data/brown")
+      .help("directory of the Brown corpus text files (make data installs it)");
+  b.field("data.val_fraction", &C::data, &DataCfg::val_fraction).def("0.05").min(0.001).max(0.5)
+      .help("fraction of the token stream held out for validation");
+
+  // [schedule]
+  b.choice("schedule.kind", &C::schedule, &ScheduleCfg::kind,
+           {{"gpipe", ScheduleKind::GPipe}, {"1f1b", ScheduleKind::OneFOneB},
+            {"atlas", ScheduleKind::Atlas}})
+      .def("1f1b").help("pipeline schedule: gpipe, 1f1b or atlas (temporal WAN sharing)");
+  b.field("schedule.fwd_ms_per_layer", &C::schedule, &ScheduleCfg::fwd_ms_per_layer).def("0")
+      .min(0).help("forward time of one block for one micro-batch, ms; 0 = estimate from FLOPs");
+  b.field("schedule.bwd_over_fwd", &C::schedule, &ScheduleCfg::bwd_over_fwd).def("2").min(0.1)
+      .help("backward time as a multiple of forward time");
+  b.field("schedule.device_tflops", &C::schedule, &ScheduleCfg::device_tflops).def("0").min(0)
+      .help("achieved TFLOP/s per rank for the FLOP estimate; 0 = the plan.gpu profile");
+  b.field("schedule.atlas_max_stagger", &C::schedule, &ScheduleCfg::atlas_max_stagger).def("0")
+      .min(0).help("largest pipeline stagger the atlas search tries (micro-batches); 0 = auto");
+
+  // [wan]
+  b.choice("wan.transport", &C::wan, &WanCfg::transport,
+           {{"multirail", WanTransport::Multirail}, {"mpi", WanTransport::Mpi}})
+      .def("multirail").help("cross-DC stage boundaries: multirail TCP or plain MPI (baseline)");
+  b.field("wan.rails", &C::wan, &WanCfg::rails).def("4").min(1).max(64)
+      .help("TCP connections per DC-pair peer");
+  b.field("wan.chunk_bytes", &C::wan, &WanCfg::chunk_bytes).def("256K").min(1)
+      .help("striping unit: messages are cut into chunks of this size (binary suffixes)");
+  b.field("wan.max_frame_bytes", &C::wan, &WanCfg::max_frame_bytes).def("64M").min(1)
+      .help("frames longer than this are rejected as corrupt");
+  b.field("wan.recv_timeout_s", &C::wan, &WanCfg::recv_timeout_s).def("60").min(0.001)
+      .help("a receive that makes no progress for this long fails, naming peer and rail");
+  b.field("wan.connect_timeout_s", &C::wan, &WanCfg::connect_timeout_s).def("20").min(0.001)
+      .help("time allowed to connect and handshake every rail");
+  b.choice("wan.emulate", &C::wan, &WanCfg::emulate,
+           {{"none", WanEmulation::None}, {"netns", WanEmulation::Netns}})
+      .def("none").help("none = plain loopback; netns = one network namespace per DC (root)");
+  b.field("wan.flow_window_bytes", &C::wan, &WanCfg::flow_window_bytes).def("0").min(0)
+      .help("emulated per-flow TCP window cap (namespace tcp_rmem/wmem); 0 = none");
+
+  // [ckpt]
+  b.field("ckpt.dir", &C::ckpt, &CkptCfg::dir).def("\"\"")
+      .help("checkpoint directory; empty = run.out_dir/run.name/ckpt");
+  b.field("ckpt.every_steps", &C::ckpt, &CkptCfg::every_steps).def("0").min(0)
+      .help("write a checkpoint every N steps; 0 = only the final one");
+  b.field("ckpt.keep_last", &C::ckpt, &CkptCfg::keep_last).def("3").min(1)
+      .help("how many checkpoints to keep");
+  b.field("ckpt.final", &C::ckpt, &CkptCfg::final).def("true")
+      .help("write a checkpoint after the last step");
+
+  // [profile]
+  b.field("profile.enabled", &C::profile, &ProfileCfg::enabled).def("true")
+      .help("record every slot every rank runs into profile.h5");
+  b.field("profile.trace_json", &C::profile, &ProfileCfg::trace_json).def("true")
+      .help("also write trace.json (Chrome trace format, opens in Perfetto)");
+
+  // [device]
+  b.choice("device.backend", &C::device, &DeviceCfg::backend,
+           {{"host", Backend::Host}, {"cuda", Backend::Cuda}})
+      .def("host").help("compute backend: host (OpenBLAS, the reference) or cuda");
+  b.field("device.threads", &C::device, &DeviceCfg::threads).def("0").min(0)
+      .help("host backend threads per rank; 0 = cores / ranks on this node");
+
+  // [bubbletea]
+  b.field("bubbletea.enabled", &C::bubbletea, &BubbleTeaCfg::enabled).def("false")
+      .help("serve inference prefill in the pipeline's bubbles");
+  b.field("bubbletea.layers", &C::bubbletea, &BubbleTeaCfg::layers).def("2").min(1)
+      .help("inference model blocks");
+  b.field("bubbletea.hidden", &C::bubbletea, &BubbleTeaCfg::hidden).def("64").min(1)
+      .help("inference model width");
+  b.field("bubbletea.heads", &C::bubbletea, &BubbleTeaCfg::heads).def("4").min(1)
+      .help("inference model attention heads");
+  b.field("bubbletea.context", &C::bubbletea, &BubbleTeaCfg::context).def("128").min(2)
+      .help("inference context: prompt plus generated tokens");
+  b.field("bubbletea.vocab", &C::bubbletea, &BubbleTeaCfg::vocab).def("256").min(2)
+      .help("inference vocabulary size");
+  b.field("bubbletea.weights", &C::bubbletea, &BubbleTeaCfg::weights).def("random")
+      .help("random (seeded) or the path of an atlas checkpoint to load");
+  b.field("bubbletea.trace", &C::bubbletea, &BubbleTeaCfg::trace).def("\"\"")
+      .help("CSV request trace (arrival_s,prompt,max_new_tokens); empty = Poisson generator");
+  b.field("bubbletea.rate_per_s", &C::bubbletea, &BubbleTeaCfg::rate_per_s).def("20").min(0)
+      .help("Poisson request arrival rate of the generator");
+  b.field("bubbletea.requests", &C::bubbletea, &BubbleTeaCfg::requests).def("64").min(0)
+      .help("requests the generator makes");
+  b.field("bubbletea.prompt_tokens_min", &C::bubbletea, &BubbleTeaCfg::prompt_tokens_min)
+      .def("8").min(1).help("shortest generated prompt, tokens");
+  b.field("bubbletea.prompt_tokens_max", &C::bubbletea, &BubbleTeaCfg::prompt_tokens_max)
+      .def("64").min(1).help("longest generated prompt, tokens");
+  b.field("bubbletea.max_new_tokens", &C::bubbletea, &BubbleTeaCfg::max_new_tokens).def("8")
+      .min(1).help("tokens the decode worker generates per request");
+  b.field("bubbletea.guard_ms", &C::bubbletea, &BubbleTeaCfg::guard_ms).def("0.5").min(0)
+      .help("safety margin added to a prefill's predicted time before admission");
+  b.field("bubbletea.kv_cap_bytes", &C::bubbletea, &BubbleTeaCfg::kv_cap_bytes).def("64M").min(1)
+      .help("KV-cache memory cap per rank (binary suffixes)");
+  b.field("bubbletea.chunk_tokens", &C::bubbletea, &BubbleTeaCfg::chunk_tokens).def("0").min(0)
+      .help("chunked prefill: tokens per chunk; 0 = whole prompts");
+
+  // [plan]
+  b.choice("plan.gpu", &C::plan, &PlanCfg::gpu,
+           {{"host", GpuKind::Host}, {"a100", GpuKind::A100}, {"h100", GpuKind::H100},
+            {"h200", GpuKind::H200}})
+      .def("host").help("device cost profile used by plan, simulate and the schedule estimate");
+  b.field("plan.deadline_s", &C::plan, &PlanCfg::deadline_s).def("0").min(0)
+      .help("if > 0, the planner picks the cheapest plan whose step time meets this");
+  b.field("plan.max_tp", &C::plan, &PlanCfg::max_tp).def("8").min(1)
+      .help("largest tensor-parallel size the planner tries");
+  b.field("plan.top", &C::plan, &PlanCfg::top).def("10").min(1)
+      .help("rows in the planner's what-if table");
+}
+
+}  // namespace
+
+// ---- KeySpec ----
+
+std::string KeySpec::expectation() const {
+  switch (type) {
+    case ValueType::Int: return "an integer" + range_text(*this);
+    case ValueType::Float: return "a number" + range_text(*this);
+    case ValueType::Bool: return "true or false";
+    case ValueType::String: return "a string";
+    case ValueType::Bytes:
+      return "a byte count (binary suffixes K, M, G)" + range_text(*this);
+    case ValueType::Enum: return "one of: " + join(choices, ", ");
+    case ValueType::IntList: return "a space-separated list of integers" + range_text(*this);
+    case ValueType::FloatList: return "a space-separated list of numbers" + range_text(*this);
+    case ValueType::StringList: return "a space-separated list of names";
+  }
+  return "?";
+}
+
+std::optional<Value> KeySpec::convert(std::string_view text, std::string& why) const {
+  Value v;
+  why = expectation();
+  const std::string plain = unquote(text);
+  const bool is_list = type == ValueType::IntList || type == ValueType::FloatList ||
+                       type == ValueType::StringList;
+  if (is_list && plain.find_first_not_of(" \t") == std::string::npos) return v;  // empty list
+  switch (type) {
+    case ValueType::Int: {
+      auto r = units::parse_int(plain);
+      if (!r || !in_range(*this, static_cast<double>(*r))) return std::nullopt;
+      v.i = *r;
+      break;
+    }
+    case ValueType::Float: {
+      auto r = units::parse_double(plain);
+      if (!r || !in_range(*this, *r)) return std::nullopt;
+      v.f = *r;
+      break;
+    }
+    case ValueType::Bool: {
+      auto r = units::parse_bool(plain);
+      if (!r) return std::nullopt;
+      v.b = *r;
+      break;
+    }
+    case ValueType::String: v.s = plain; break;
+    case ValueType::Bytes: {
+      auto r = units::parse_bytes(plain);
+      if (!r || !in_range(*this, static_cast<double>(*r))) return std::nullopt;
+      v.bytes = *r;
+      break;
+    }
+    case ValueType::Enum:
+      if (std::find(choices.begin(), choices.end(), plain) == choices.end()) return std::nullopt;
+      v.s = plain;
+      break;
+    case ValueType::IntList:
+      for (const auto& e : split_list(text)) {
+        auto r = units::parse_int(e);
+        if (!r || !in_range(*this, static_cast<double>(*r))) return std::nullopt;
+        v.il.push_back(*r);
+      }
+      break;
+    case ValueType::FloatList:
+      for (const auto& e : split_list(text)) {
+        auto r = units::parse_double(e);
+        if (!r || !in_range(*this, *r)) return std::nullopt;
+        v.fl.push_back(*r);
+      }
+      break;
+    case ValueType::StringList: v.sl = split_list(text); break;
+  }
+  return v;
+}
+
+// ---- Schema ----
+
+const Schema& Schema::instance() {
+  static const Schema s = [] {
+    Schema out;
+    build(out);
+    return out;
+  }();
+  return s;
+}
+
+KeySpec& Schema::add(KeySpec spec) {
+  m_keys.push_back(std::move(spec));
+  return m_keys.back();
+}
+
+const KeySpec* Schema::find(std::string_view key) const {
+  for (const auto& k : m_keys)
+    if (k.key == key) return &k;
+  return nullptr;
+}
+
+std::vector<std::string> Schema::suggestions(std::string_view key) const {
+  std::vector<std::pair<std::size_t, std::string>> scored;
+  const std::string_view tail = key.substr(key.find('.') == std::string_view::npos ? 0 : key.find('.') + 1);
+  for (const auto& k : m_keys) {
+    std::size_t d = edit_distance(key, k.key);
+    // A key in the wrong section, or a shortened name ("wan.rail" -> "wan.rails"), is close too.
+    const std::string ktail = k.key.substr(k.key.find('.') + 1);
+    d = std::min(d, edit_distance(tail, ktail) + 1);
+    if (!tail.empty() && ktail.find(tail) != std::string::npos) d = std::min<std::size_t>(d, 2);
+    if (d <= std::max<std::size_t>(2, key.size() / 4)) scored.emplace_back(d, k.key);
+  }
+  std::sort(scored.begin(), scored.end());
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < scored.size() && i < 3; ++i) out.push_back(scored[i].second);
+  return out;
+}
+
+std::string Schema::markdown() const {
+  std::ostringstream os;
+  os << "# Input deck reference\n\n"
+     << "Generated from the schema by `atlas schedule --help-deck-markdown`; do not edit by hand.\n\n"
+     << "A deck is `section.key = value` lines (or `key = value` lines under a `[section]` "
+        "header), `#` comments, space-separated lists and \"quoted strings\". `key=value` "
+        "arguments after the deck path override it. Byte sizes take binary suffixes "
+        "(`K` = 1024, `M`, `G`). Unknown keys, bad values and out-of-range values are errors; "
+        "nothing is clamped.\n";
+  std::string section;
+  for (const auto& k : m_keys) {
+    if (k.section() != section) {
+      section = k.section();
+      os << "\n## [" << section << "]\n\n| key | type | default | help |\n|---|---|---|---|\n";
+    }
+    os << "| `" << k.key << "` | " << k.expectation() << " | "
+       << (k.required ? std::string("**required**") : "`" + k.default_text + "`") << " | "
+       << k.help << " |\n";
+  }
+  return os.str();
+}
+
+std::string Schema::help_text() const {
+  std::ostringstream os;
+  std::string section;
+  for (const auto& k : m_keys) {
+    if (k.section() != section) {
+      section = k.section();
+      os << "\n[" << section << "]\n";
+    }
+    os << "  " << k.key << " = " << (k.required ? std::string("(required)") : k.default_text)
+       << "\n      " << k.help << "\n      expects " << k.expectation() << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace atlas::deck

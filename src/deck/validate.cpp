@@ -1,0 +1,166 @@
+// SPDX-License-Identifier: MIT
+// Cross-field validation: every problem is collected, none is clamped or silently fixed.
+#include <set>
+#include <string>
+#include <vector>
+
+#include "atlas/deck/deck.hpp"
+
+namespace atlas::deck {
+
+namespace {
+
+std::string str(double v) {
+  std::string s = std::to_string(v);
+  s.erase(s.find_last_not_of('0') + 1);
+  if (!s.empty() && s.back() == '.') s.pop_back();
+  return s;
+}
+
+void check_cluster(const Config& c, std::vector<std::string>& out) {
+  const auto& cl = c.cluster;
+  const int n = cl.dc_count();
+  const auto nn = static_cast<std::size_t>(n) * static_cast<std::size_t>(n);
+  if (n == 0) {
+    out.push_back("cluster.dcs is empty: name at least one datacenter");
+    return;
+  }
+  std::set<std::string> names(cl.dcs.begin(), cl.dcs.end());
+  if (names.size() != cl.dcs.size()) out.push_back("cluster.dcs has a repeated name: names must be unique");
+  if (cl.gpus_per_dc.size() != static_cast<std::size_t>(n))
+    out.push_back("cluster.gpus_per_dc has " + std::to_string(cl.gpus_per_dc.size()) +
+                  " entries but cluster.dcs names " + std::to_string(n) + " DCs\n  hint: give one GPU count per DC");
+  int total_gpus = 0;
+  for (int g : cl.gpus_per_dc) total_gpus += g;
+  if (!cl.gpus_per_dc.empty() && total_gpus == 0)
+    out.push_back("cluster.gpus_per_dc: every DC has zero GPUs; at least one DC needs GPUs");
+  auto check_matrix = [&](const std::vector<double>& m, const char* key, bool positive) {
+    if (n == 1 && m.size() == 1) return;  // a 1x1 matrix (or the scalar default) is fine
+    if (m.size() != nn) {
+      out.push_back(std::string(key) + " has " + std::to_string(m.size()) + " entries, but " +
+                    std::to_string(n) + " DCs need a square " + std::to_string(n) + "x" +
+                    std::to_string(n) + " matrix (" + std::to_string(nn) +
+                    " entries, row-major)\n  hint: row i lists DC i's values to every DC j");
+      return;
+    }
+    for (int a = 0; a < n; ++a)
+      for (int b = 0; b < n; ++b) {
+        const double v = m[static_cast<std::size_t>(a * n + b)];
+        if (a != b && positive && !(v > 0))
+          out.push_back(std::string(key) + " entry (" + cl.dcs[static_cast<std::size_t>(a)] + ", " +
+                        cl.dcs[static_cast<std::size_t>(b)] + ") is " + str(v) +
+                        ": links between DCs need a positive bandwidth");
+      }
+  };
+  check_matrix(cl.latency_ms, "cluster.latency_ms", false);
+  check_matrix(cl.bandwidth_gbps, "cluster.bandwidth_gbps", true);
+  if (!cl.price_per_gpu_hour.empty() && cl.price_per_gpu_hour.size() != static_cast<std::size_t>(n))
+    out.push_back("cluster.price_per_gpu_hour has " + std::to_string(cl.price_per_gpu_hour.size()) +
+                  " entries; give none or one per DC (" + std::to_string(n) + ")");
+  if (cl.bind_hosts.size() != 1 && cl.bind_hosts.size() != static_cast<std::size_t>(n))
+    out.push_back("cluster.bind_hosts has " + std::to_string(cl.bind_hosts.size()) +
+                  " entries; give one (for every DC) or one per DC (" + std::to_string(n) + ")");
+}
+
+void check_parallel(const Config& c, const JobShape& shape, std::vector<std::string>& out) {
+  const auto& p = c.parallel;
+  const int n = c.cluster.dc_count();
+  if (p.stages_per_dc.size() != static_cast<std::size_t>(n)) {
+    out.push_back("parallel.stages_per_dc has " + std::to_string(p.stages_per_dc.size()) +
+                  " entries but cluster.dcs names " + std::to_string(n) +
+                  " DCs\n  hint: one stage count per DC, 0 for a DC the job does not use");
+    return;
+  }
+  if (p.pp_size() == 0) {
+    out.push_back("parallel.stages_per_dc places no stage in any DC: the pipeline needs at least one");
+    return;
+  }
+  if (p.tp_size > c.cluster.gpus_per_node)
+    out.push_back("parallel.tp_size = " + std::to_string(p.tp_size) + " exceeds cluster.gpus_per_node = " +
+                  std::to_string(c.cluster.gpus_per_node) +
+                  ": tensor parallelism must stay inside a node");
+  if (c.cluster.gpus_per_dc.size() == static_cast<std::size_t>(n)) {
+    for (int dc = 0; dc < n; ++dc) {
+      const int need = p.stages_per_dc[static_cast<std::size_t>(dc)] * p.dp_size * p.tp_size;
+      const int have = c.cluster.gpus_per_dc[static_cast<std::size_t>(dc)];
+      if (need > have)
+        out.push_back("DC '" + c.cluster.dcs[static_cast<std::size_t>(dc)] + "' holds " +
+                      std::to_string(p.stages_per_dc[static_cast<std::size_t>(dc)]) +
+                      " stages x dp " + std::to_string(p.dp_size) + " x tp " +
+                      std::to_string(p.tp_size) + " = " + std::to_string(need) +
+                      " GPUs but cluster.gpus_per_dc gives it " + std::to_string(have) +
+                      "\n  hint: move stages to another DC or lower dp/tp (atlas plan suggests a layout)");
+    }
+  }
+  if (shape.world_size > 0) {
+    if (auto m = p.size_mismatch(shape.world_size); !m.empty()) out.push_back(m);
+  }
+}
+
+void check_model(const Config& c, std::vector<std::string>& out) {
+  const auto& m = c.model;
+  const int pp = c.parallel.pp_size();
+  const int tp = c.parallel.tp_size;
+  if (m.hidden % m.heads != 0)
+    out.push_back("model.hidden = " + std::to_string(m.hidden) + " is not divisible by model.heads = " +
+                  std::to_string(m.heads) + "\n  hint: pick hidden = heads * head_dim");
+  if (tp > 0 && m.heads % tp != 0)
+    out.push_back("model.heads = " + std::to_string(m.heads) + " is not divisible by parallel.tp_size = " +
+                  std::to_string(tp) + ": tensor parallelism splits whole heads across ranks\n"
+                  "  hint: choose heads as a multiple of tp_size");
+  if (pp <= 0) return;
+  if (m.layers_per_stage.empty()) {
+    if (m.layers % pp != 0)
+      out.push_back("model.layers = " + std::to_string(m.layers) + " does not divide into " +
+                    std::to_string(pp) + " pipeline stages\n  hint: set model.layers to a multiple of " +
+                    std::to_string(pp) + " or list model.layers_per_stage explicitly");
+  } else {
+    int sum = 0;
+    for (int v : m.layers_per_stage) sum += v;
+    if (m.layers_per_stage.size() != static_cast<std::size_t>(pp) || sum != m.layers)
+      out.push_back("model.layers_per_stage lists " + std::to_string(m.layers_per_stage.size()) +
+                    " stages summing to " + std::to_string(sum) + " blocks, but the layout has " +
+                    std::to_string(pp) + " stages and model.layers = " + std::to_string(m.layers) +
+                    "\n  hint: one entry per stage, summing to model.layers");
+  }
+}
+
+void check_misc(const Config& c, const JobShape& shape, std::vector<std::string>& out) {
+  if (c.train.min_lr > c.train.lr)
+    out.push_back("train.min_lr = " + str(c.train.min_lr) + " is above train.lr = " + str(c.train.lr));
+  if (c.ckpt.every_steps > c.run.steps)
+    out.push_back("ckpt.every_steps = " + std::to_string(c.ckpt.every_steps) + " exceeds run.steps = " +
+                  std::to_string(c.run.steps) + ": no periodic checkpoint would be written\n"
+                  "  hint: lower ckpt.every_steps or set it to 0 (final checkpoint only)");
+  if (c.wan.chunk_bytes > c.wan.max_frame_bytes)
+    out.push_back("wan.chunk_bytes exceeds wan.max_frame_bytes: every frame would be rejected");
+  if (c.device.backend == Backend::Cuda && !shape.cuda_built)
+    out.push_back("device.backend = cuda, but this binary was built without CUDA\n"
+                  "  hint: rebuild with the cuda-release preset (make cuda)");
+  const auto& bt = c.bubbletea;
+  if (bt.enabled) {
+    if (bt.hidden % bt.heads != 0)
+      out.push_back("bubbletea.hidden = " + std::to_string(bt.hidden) +
+                    " is not divisible by bubbletea.heads = " + std::to_string(bt.heads));
+    if (bt.prompt_tokens_min > bt.prompt_tokens_max)
+      out.push_back("bubbletea.prompt_tokens_min is above bubbletea.prompt_tokens_max");
+    if (bt.prompt_tokens_max + bt.max_new_tokens > bt.context)
+      out.push_back("bubbletea.prompt_tokens_max + bubbletea.max_new_tokens = " +
+                    std::to_string(bt.prompt_tokens_max + bt.max_new_tokens) +
+                    " exceeds bubbletea.context = " + std::to_string(bt.context) +
+                    "\n  hint: raise bubbletea.context or shorten the prompts");
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> validate(const Config& cfg, const JobShape& shape) {
+  std::vector<std::string> out;
+  check_cluster(cfg, out);
+  check_parallel(cfg, shape, out);
+  check_model(cfg, out);
+  check_misc(cfg, shape, out);
+  return out;
+}
+
+}  // namespace atlas::deck

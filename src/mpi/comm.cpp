@@ -1,0 +1,194 @@
+// SPDX-License-Identifier: MIT
+// RAII MPI wrappers. MPI_ERRORS_RETURN is set on every communicator so ATLAS_MPI_CHECK can report.
+#include "atlas/mpi/comm.hpp"
+
+#include <unistd.h>
+
+#include <sstream>
+
+#include "atlas/core/check.hpp"
+#include "atlas/core/log.hpp"
+
+namespace atlas::detail {
+void throw_mpi_error(int rc, const char* call, const char* file, int line) {
+  char msg[MPI_MAX_ERROR_STRING] = {};
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  std::ostringstream os;
+  os << "MPI call failed: " << call << ": " << std::string(msg, static_cast<std::size_t>(len));
+  throw_error(ExitCode::Comm, os.str(), file, line);
+}
+}  // namespace atlas::detail
+
+namespace atlas::mpi {
+
+namespace {
+int to_mpi(ThreadLevel l) {
+  switch (l) {
+    case ThreadLevel::Single: return MPI_THREAD_SINGLE;
+    case ThreadLevel::Funneled: return MPI_THREAD_FUNNELED;
+    case ThreadLevel::Serialized: return MPI_THREAD_SERIALIZED;
+    case ThreadLevel::Multiple: return MPI_THREAD_MULTIPLE;
+  }
+  return MPI_THREAD_SINGLE;
+}
+}  // namespace
+
+Environment::Environment(int& argc, char**& argv, ThreadLevel required) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    int provided = 0;
+    ATLAS_MPI_CHECK(MPI_Init_thread(&argc, &argv, to_mpi(required), &provided));
+    m_owns = true;
+    if (provided < to_mpi(required)) {
+      ATLAS_THROW(Comm, "the MPI library provides thread level " << provided << " but atlas needs "
+                                                                  << to_mpi(required)
+                                                                  << "; rebuild Open MPI with threads");
+    }
+  }
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  ATLAS_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &m_world_rank));
+  ATLAS_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &m_world_size));
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  m_host = host;
+  log::init(m_world_rank, m_host);
+}
+
+Environment::~Environment() {
+  if (!m_owns) return;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+std::string Environment::library_version() {
+  char buf[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int len = 0;
+  MPI_Get_library_version(buf, &len);
+  std::string s(buf, static_cast<std::size_t>(len));
+  if (auto nl = s.find_first_of(",\n"); nl != std::string::npos) s.resize(nl);
+  return s;
+}
+
+void Environment::abort(int code) {
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
+}
+
+// ---- Request ----
+
+Request& Request::operator=(Request&& o) noexcept {
+  if (this != &o) {
+    if (m_req != MPI_REQUEST_NULL) log::error("mpi::Request overwritten while still pending");
+    m_req = o.m_req;
+    o.m_req = MPI_REQUEST_NULL;
+  }
+  return *this;
+}
+
+Request::~Request() {
+  if (m_req != MPI_REQUEST_NULL) {
+    log::error("mpi::Request destroyed while still pending (a missing wait: a bug)");
+    MPI_Request_free(&m_req);
+  }
+}
+
+void Request::wait() {
+  if (m_req == MPI_REQUEST_NULL) return;
+  ATLAS_MPI_CHECK(MPI_Wait(&m_req, MPI_STATUS_IGNORE));
+}
+
+bool Request::test() {
+  if (m_req == MPI_REQUEST_NULL) return true;
+  int flag = 0;
+  ATLAS_MPI_CHECK(MPI_Test(&m_req, &flag, MPI_STATUS_IGNORE));
+  return flag != 0;
+}
+
+// ---- Comm ----
+
+Comm::Comm(MPI_Comm c, bool owned) : m_comm(c), m_owned(owned) {
+  if (m_comm != MPI_COMM_NULL) {
+    ATLAS_MPI_CHECK(MPI_Comm_set_errhandler(m_comm, MPI_ERRORS_RETURN));
+    ATLAS_MPI_CHECK(MPI_Comm_rank(m_comm, &m_rank));
+    ATLAS_MPI_CHECK(MPI_Comm_size(m_comm, &m_size));
+  }
+}
+
+Comm Comm::world() { return Comm(MPI_COMM_WORLD, false); }
+
+Comm::Comm(Comm&& o) noexcept
+    : m_comm(o.m_comm), m_owned(o.m_owned), m_rank(o.m_rank), m_size(o.m_size) {
+  o.m_comm = MPI_COMM_NULL;
+  o.m_owned = false;
+}
+
+Comm& Comm::operator=(Comm&& o) noexcept {
+  if (this != &o) {
+    reset();
+    m_comm = o.m_comm;
+    m_owned = o.m_owned;
+    m_rank = o.m_rank;
+    m_size = o.m_size;
+    o.m_comm = MPI_COMM_NULL;
+    o.m_owned = false;
+  }
+  return *this;
+}
+
+Comm::~Comm() { reset(); }
+
+void Comm::reset() noexcept {
+  if (m_owned && m_comm != MPI_COMM_NULL) {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized && MPI_Comm_free(&m_comm) != MPI_SUCCESS) log::warn("MPI_Comm_free failed");
+  }
+  m_comm = MPI_COMM_NULL;
+  m_owned = false;
+}
+
+Comm Comm::split(int color, int key) const {
+  MPI_Comm out = MPI_COMM_NULL;
+  ATLAS_MPI_CHECK(MPI_Comm_split(m_comm, color, key, &out));
+  return Comm(out, true);
+}
+
+Comm Comm::dup() const {
+  MPI_Comm out = MPI_COMM_NULL;
+  ATLAS_MPI_CHECK(MPI_Comm_dup(m_comm, &out));
+  return Comm(out, true);
+}
+
+void Comm::barrier() const { ATLAS_MPI_CHECK(MPI_Barrier(m_comm)); }
+
+void Comm::bcast_string(std::string& s, int root) const {
+  unsigned long long n = s.size();
+  ATLAS_MPI_CHECK(MPI_Bcast(&n, 1, MPI_UNSIGNED_LONG_LONG, root, m_comm));
+  s.resize(n);
+  if (n > 0) ATLAS_MPI_CHECK(MPI_Bcast(s.data(), static_cast<int>(n), MPI_CHAR, root, m_comm));
+}
+
+std::vector<std::string> Comm::allgather_strings(const std::string& mine) const {
+  const int n = static_cast<int>(mine.size());
+  std::vector<int> lens(static_cast<std::size_t>(m_size));
+  ATLAS_MPI_CHECK(MPI_Allgather(&n, 1, MPI_INT, lens.data(), 1, MPI_INT, m_comm));
+  std::vector<int> displs(lens.size(), 0);
+  int total = 0;
+  for (std::size_t i = 0; i < lens.size(); ++i) {
+    displs[i] = total;
+    total += lens[i];
+  }
+  std::string all(static_cast<std::size_t>(total), '\0');
+  ATLAS_MPI_CHECK(MPI_Allgatherv(mine.data(), n, MPI_CHAR, all.data(), lens.data(), displs.data(),
+                                 MPI_CHAR, m_comm));
+  std::vector<std::string> out;
+  out.reserve(lens.size());
+  for (std::size_t i = 0; i < lens.size(); ++i)
+    out.push_back(all.substr(static_cast<std::size_t>(displs[i]), static_cast<std::size_t>(lens[i])));
+  return out;
+}
+
+}  // namespace atlas::mpi
