@@ -1,19 +1,102 @@
 // SPDX-License-Identifier: MIT
-// Subcommand table and top-level error handling.
+// Subcommand table and top-level error handling. The only place that decides how the process
+// ends: ConfigError -> rank 0 prints every problem, all ranks exit 2; Error -> the rank that saw
+// it prints, the job is aborted with the error's class as exit code.
 #include "atlas/app/app.hpp"
 
 #include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "atlas/app/commands.hpp"
+#include "atlas/core/error.hpp"
+#include "atlas/core/log.hpp"
+#include "atlas/deck/schema.hpp"
 
 namespace atlas::app {
 
+namespace {
+
+struct CommandEntry {
+  const char* name;
+  const char* summary;
+  int (*run)(Context&);
+};
+
+// One line per subcommand (a new subcommand = one entry here + one file in src/app/).
+const CommandEntry kCommands[] = {
+    {"train", "train the deck's model (SPMD: mpirun -np N atlas train DECK)", cmd_train},
+    {"schedule", "print the static schedule tables (Gantt, step time, bubbles) for a deck", cmd_schedule},
+    {"plan", "pick DCs and GPU counts for a deck (what-if table)", cmd_plan},
+    {"simulate", "simulate the deck's job at scale (discrete events over the schedule table)", cmd_simulate},
+    {"report", "summarise a run directory (text + PNG Gantt chart)", cmd_report},
+    {"bench", "side-by-side benchmarks: wan, gemm, step, ckpt, schedules, profile, sim, bubbletea", cmd_bench},
+    {"profile", "measure per-block compute cost on this machine into profiles/", cmd_profile},
+};
+
+void usage(FILE* out) {
+  std::fprintf(out, "usage: atlas <command> [DECK] [key=value ...] [options]\n\ncommands:\n");
+  for (const auto& c : kCommands) std::fprintf(out, "  %-9s %s\n", c.name, c.summary);
+  std::fprintf(out,
+               "\ncommon options:\n  --help-deck   list every deck key with its default and help\n"
+               "  --help        this text\n");
+}
+
+}  // namespace
+
 int run_app(mpi::Environment& env, int argc, char** argv) {
-  (void)env;
-  (void)argv;
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: atlas <train|plan|simulate|schedule|report|bench|profile> ...\n");
-    return 1;
+  const bool root = env.world_rank() == 0;
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
+    if (root) usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? static_cast<int>(ExitCode::Usage) : 0;
   }
-  return 0;
+  const std::string name = argv[1];
+  Context ctx{env, {}};
+  for (int i = 2; i < argc; ++i) ctx.args.emplace_back(argv[i]);
+  for (const auto& a : ctx.args) {
+    if (a == "--help-deck") {
+      if (root) std::fputs(deck::Schema::instance().help_text().c_str(), stdout);
+      return 0;
+    }
+    if (a == "--help-deck-markdown") {
+      if (root) std::fputs(deck::Schema::instance().markdown().c_str(), stdout);
+      return 0;
+    }
+  }
+  const CommandEntry* cmd = nullptr;
+  for (const auto& c : kCommands)
+    if (name == c.name) cmd = &c;
+  if (!cmd) {
+    if (root) {
+      std::fprintf(stderr, "ERROR: unknown command '%s'\n", name.c_str());
+      usage(stderr);
+    }
+    return static_cast<int>(ExitCode::Usage);
+  }
+
+  try {
+    return cmd->run(ctx);
+  } catch (const ConfigError& e) {
+    // Collective: every rank reached the same verdict; rank 0 speaks for all.
+    if (root) {
+      for (const auto& p : e.problems()) std::fprintf(stderr, "ERROR: %s\n", p.c_str());
+      std::fflush(stderr);
+    }
+    return static_cast<int>(ExitCode::Config);
+  } catch (const UsageError& e) {
+    if (root) std::fprintf(stderr, "ERROR: %s\n  hint: atlas %s --help\n", e.what(), name.c_str());
+    return static_cast<int>(ExitCode::Usage);
+  } catch (const Error& e) {
+    log::error("{}", e.what());
+    if (env.world_size() > 1) mpi::Environment::abort(static_cast<int>(e.code()));
+    return static_cast<int>(e.code());
+  } catch (const std::exception& e) {
+    log::error("internal error: {}", e.what());
+    if (env.world_size() > 1) mpi::Environment::abort(static_cast<int>(ExitCode::Internal));
+    return static_cast<int>(ExitCode::Internal);
+  }
 }
 
 }  // namespace atlas::app

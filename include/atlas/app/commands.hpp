@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: MIT
+// The subcommands of the atlas binary and their shared argument handling. Each cmd_* lives in
+// its own src/app/<name>.cpp and holds wiring only (the algorithms live in their rooms).
+#pragma once
+
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "atlas/deck/config.hpp"
+#include "atlas/mpi/comm.hpp"
+
+namespace atlas::app {
+
+/// A bad command line (exit code 1).
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct Context {
+  mpi::Environment& env;
+  std::vector<std::string> args;  ///< argv after the subcommand name
+};
+
+/// Command-line words split into: positional words, key=value deck overrides, --options.
+struct Args {
+  std::vector<std::string> positional;
+  std::vector<std::string> overrides;
+  std::map<std::string, std::string> options;  ///< "--json FILE" -> {"json", "FILE"}; flags -> "1"
+
+  [[nodiscard]] bool flag(const std::string& name) const { return options.count(name) > 0; }
+  [[nodiscard]] std::string option(const std::string& name, const std::string& def = "") const;
+  [[nodiscard]] int int_option(const std::string& name, int def) const;
+};
+
+/// Splits `words`; `value_options` name the --options that take a value. Throws UsageError on an
+/// option not in `value_options` or `flags`.
+Args parse_args(const std::vector<std::string>& words, const std::vector<std::string>& value_options,
+                const std::vector<std::string>& flags);
+
+/// The deck path (first positional word) or a UsageError naming the command.
+std::string deck_path(const Args& args, const char* command);
+
+/// Parses and validates a deck for a one-process command (plan, schedule, simulate): the
+/// world-size check is skipped because the deck describes a job, not this process.
+Config load_offline_deck(const std::string& path, const std::vector<std::string>& overrides);
+
+/// True if this binary carries the CUDA backend.
+bool cuda_built();
+
+int cmd_train(Context& ctx);
+int cmd_schedule(Context& ctx);
+int cmd_plan(Context& ctx);
+int cmd_simulate(Context& ctx);
+int cmd_report(Context& ctx);
+int cmd_bench(Context& ctx);
+int cmd_profile(Context& ctx);
+
+}  // namespace atlas::app

@@ -1,0 +1,88 @@
+// SPDX-License-Identifier: MIT
+// A discrete-event engine that times a pipeline program: workers run ordered op lists (compute,
+// post a send, wait for a receive, join a sync group), messages cross intra-DC channels (fixed
+// cost) or WAN links (fluid max-min sharing with a per-flow cap, or a static service order).
+// The schedule table and the simulator both time programs with it; neither duplicates it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "atlas/sched/slot.hpp"
+
+namespace atlas::sched {
+
+enum class LinkMode : std::uint8_t {
+  Shared,      ///< every posted transfer is active at once; max-min fair share, capped per flow
+  Ordered,     ///< transfers start in `order`, at most `slots` at once (ATLAS temporal sharing)
+  OrderedFifo, ///< like Ordered, but the order is decided on the fly: earliest-posted first,
+               ///< ties by `tie_break`; the decided order is written to `served`
+};
+
+/// How OrderedFifo breaks ties between transfers posted at the same instant.
+enum class TieBreak : std::uint8_t { PipelineOrder, GradientsFirst, ActivationsFirst };
+
+struct EngineOp {
+  enum class Type : std::uint8_t { Compute, Send, Recv, Sync };
+  Type type = Type::Compute;
+  SlotKind kind = SlotKind::Forward;  ///< slot kind recorded for this op
+  int micro = -1;
+  double duration_ms = 0.0;  ///< Compute, and Sync once every member arrived
+  int message = -1;          ///< Send/Recv
+  int sync_group = -1;       ///< Sync
+};
+
+struct EngineMessage {
+  int channel = -1;         ///< -1 = intra-DC (fixed cost); else index into channels
+  std::int64_t bytes = 0;   ///< total bytes (all TP lanes)
+  int pipeline = 0;         ///< DP index of the sender (tie-breaking and display)
+  int micro = 0;
+  Flow flow = Flow::Activation;
+  // ---- results ----
+  double post_ms = -1.0;    ///< sender posted it
+  double start_ms = -1.0;   ///< first byte on the link
+  double end_ms = -1.0;     ///< last byte left (sender side complete)
+  double arrive_ms = -1.0;  ///< last byte at the receiver (end + latency)
+};
+
+struct EngineChannel {
+  LinkMode mode = LinkMode::Shared;
+  double latency_ms = 0.0;
+  double capacity_bytes_per_ms = 1.0;
+  double flow_cap_bytes_per_ms = 1.0;
+  int slots = 1;               ///< Ordered/OrderedFifo: concurrent transfers allowed
+  TieBreak tie_break = TieBreak::PipelineOrder;
+  std::vector<int> order;      ///< Ordered: message ids in service order
+  std::vector<int> served;     ///< result: message ids in the order they started
+};
+
+struct EngineProgram {
+  std::vector<std::vector<EngineOp>> workers;
+  std::vector<double> worker_start_ms;     ///< optional start delay per worker (stagger)
+  std::vector<EngineMessage> messages;
+  std::vector<EngineChannel> channels;
+  std::vector<std::vector<int>> sync_groups;  ///< worker ids that must all arrive
+  double intra_latency_ms = 0.0;
+  double intra_bytes_per_ms = 1.0;
+};
+
+/// Per op: when the worker reached it, when it started (after waiting), when it ended.
+struct OpTime {
+  double reach_ms = 0.0;
+  double start_ms = 0.0;
+  double end_ms = 0.0;
+};
+
+struct EngineResult {
+  std::vector<std::vector<OpTime>> ops;  ///< [worker][op]
+  double makespan_ms = 0.0;
+  bool deadlock = false;
+  std::string deadlock_reason;           ///< which workers wait on what
+};
+
+/// Times `program` (fills message results and channel `served`). Never hangs: a program that
+/// cannot finish returns deadlock = true with a reason.
+EngineResult run_engine(EngineProgram& program);
+
+}  // namespace atlas::sched

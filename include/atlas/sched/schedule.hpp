@@ -1,0 +1,99 @@
+// SPDX-License-Identifier: MIT
+// The static schedule table (DESIGN.md §5): for one training step, every (stage, dp) replica's
+// ordered slots with predicted start and duration (its TP ranks share the row), and for every
+// WAN link (ordered DC pair) the order in which the pipelines' transfers use it. Built for gpipe,
+// 1f1b and atlas from a cost model; consumed by the runtime, the simulator, BubbleTea and the
+// reports. Does no I/O and no communication.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "atlas/deck/config.hpp"
+#include "atlas/sched/cost_model.hpp"
+#include "atlas/sched/engine.hpp"
+#include "atlas/sched/slot.hpp"
+
+namespace atlas::sched {
+
+/// One transfer on a WAN link, in the link's order.
+struct LinkTransfer {
+  int src_stage = 0;
+  int dst_stage = 0;
+  int dp = 0;
+  int micro = 0;
+  Flow flow = Flow::Activation;
+  std::int64_t bytes = 0;  ///< all TP lanes together
+  double post_ms = 0, start_ms = 0, end_ms = 0, arrive_ms = 0;
+};
+
+/// One direction of a DC pair.
+struct WanLink {
+  int src_dc = 0;
+  int dst_dc = 0;
+  LinkMode mode = LinkMode::Shared;  ///< Shared (gpipe, 1f1b) or Ordered (atlas)
+  int slots = 1;                     ///< Ordered: transfers allowed at once
+  std::vector<LinkTransfer> order;   ///< service order (for Shared: the order they started)
+};
+
+/// What the atlas search chose.
+struct AtlasChoice {
+  double stagger_ms = 0.0;       ///< pipeline d's first stage starts d * stagger_ms later
+  TieBreak tie_break = TieBreak::PipelineOrder;
+  int slots = 1;
+  int candidates_tried = 0;
+  double baseline_1f1b_ms = 0.0; ///< 1F1B with concurrent sharing, same cost model
+};
+
+struct ScheduleTable {
+  ScheduleKind kind = ScheduleKind::OneFOneB;
+  int pp = 1, dp = 1, tp = 1, micro_batches = 1;
+  std::vector<int> stage_dc;
+  std::vector<std::vector<Slot>> rows;  ///< [stage * dp + dp_index]
+  std::vector<WanLink> links;
+  double step_ms = 0.0;                 ///< predicted step time (slowest row's end)
+  AtlasChoice atlas;                    ///< only for kind == Atlas
+
+  [[nodiscard]] const std::vector<Slot>& row(int stage, int dp_index) const {
+    return rows[static_cast<std::size_t>(stage * dp + dp_index)];
+  }
+  /// Idle time of a row divided by the step time.
+  [[nodiscard]] double bubble_fraction(int stage, int dp_index) const;
+  [[nodiscard]] double mean_bubble_fraction() const;
+  /// Busy (compute, all-reduce, optimizer, prefill) time of a row.
+  [[nodiscard]] double busy_ms(int stage, int dp_index) const;
+  /// Index of the link src_dc -> dst_dc, or -1.
+  [[nodiscard]] int link_index(int src_dc, int dst_dc) const;
+  /// Structure hash (slot kinds, micro ids, peers, link orders; not the times): ranks compare it
+  /// before training to prove they walk the same table.
+  [[nodiscard]] std::uint64_t structure_hash() const;
+};
+
+struct ScheduleOptions {
+  ScheduleKind kind = ScheduleKind::OneFOneB;
+  int micro_batches = 1;
+  double max_stagger_transfers = 2.0;  ///< atlas: largest stagger tried, in WAN transfer times
+  bool full_search = true;             ///< atlas: try every candidate (else one sensible default)
+};
+
+/// Builds the table for a cost model. Throws atlas::Error (Internal) if the program deadlocks,
+/// which would be a bug in the program generator.
+ScheduleTable build_schedule(const CostModel& cost, const ScheduleOptions& opt);
+
+/// The deck's table: cost_model(cfg, layout) with schedule.kind and train.micro_batches.
+ScheduleTable build_schedule(const Config& cfg, const topo::Layout& layout);
+
+/// The compute order (Forward/Backward, micro) of one stage: the schedule's core rule.
+std::vector<std::pair<SlotKind, int>> compute_order(ScheduleKind kind, int stage, int pp, int micro_batches);
+
+/// Machine-readable dump of the whole table.
+std::string to_json(const ScheduleTable& table, const std::vector<std::string>& dc_names);
+
+/// Text Gantt chart: one row per (stage, dp) replica and one per WAN link, time across.
+std::string gantt(const ScheduleTable& table, const std::vector<std::string>& dc_names, int width = 100);
+
+/// One line per row: busy, idle and bubble fraction; then the step time.
+std::string summary(const ScheduleTable& table, const std::vector<std::string>& dc_names);
+
+}  // namespace atlas::sched

@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: MIT
+// Command-line splitting shared by the subcommands.
+#include <algorithm>
+
+#include "atlas/app/commands.hpp"
+#include "atlas/core/units.hpp"
+#include "atlas/deck/deck.hpp"
+
+namespace atlas::app {
+
+std::string Args::option(const std::string& name, const std::string& def) const {
+  const auto it = options.find(name);
+  return it == options.end() ? def : it->second;
+}
+
+int Args::int_option(const std::string& name, int def) const {
+  const auto it = options.find(name);
+  if (it == options.end()) return def;
+  const auto v = units::parse_int(it->second);
+  if (!v) throw UsageError("--" + name + " expects an integer, got '" + it->second + "'");
+  return static_cast<int>(*v);
+}
+
+Args parse_args(const std::vector<std::string>& words, const std::vector<std::string>& value_options,
+                const std::vector<std::string>& flags) {
+  Args a;
+  for (std::size_t i = 0; i < words.size(); ++i) {
+    const std::string& w = words[i];
+    if (w.rfind("--", 0) == 0) {
+      const std::string name = w.substr(2);
+      if (std::find(value_options.begin(), value_options.end(), name) != value_options.end()) {
+        if (i + 1 >= words.size()) throw UsageError("option " + w + " needs a value");
+        a.options[name] = words[++i];
+      } else if (std::find(flags.begin(), flags.end(), name) != flags.end()) {
+        a.options[name] = "1";
+      } else {
+        throw UsageError("unknown option " + w);
+      }
+    } else if (w.find('=') != std::string::npos) {
+      a.overrides.push_back(w);
+    } else {
+      a.positional.push_back(w);
+    }
+  }
+  return a;
+}
+
+std::string deck_path(const Args& args, const char* command) {
+  if (args.positional.empty())
+    throw UsageError(std::string("atlas ") + command + " needs a deck: atlas " + command +
+                     " inputs/<name>.deck [key=value ...]");
+  return args.positional.front();
+}
+
+Config load_offline_deck(const std::string& path, const std::vector<std::string>& overrides) {
+  deck::JobShape shape;
+  shape.world_size = -1;
+  shape.cuda_built = cuda_built();
+  return deck::parse_and_validate(path, deck::read_text_file(path), overrides, shape);
+}
+
+}  // namespace atlas::app

@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: MIT
+// `atlas schedule DECK`: the static tables for gpipe, 1f1b and atlas side by side (Gantt charts
+// with WAN link rows, predicted step time and bubble fraction), optionally as JSON.
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "atlas/app/commands.hpp"
+#include "atlas/core/check.hpp"
+#include "atlas/sched/schedule.hpp"
+#include "atlas/topo/layout.hpp"
+
+namespace atlas::app {
+
+int cmd_schedule(Context& ctx) {
+  if (ctx.env.world_rank() != 0) return 0;
+  const Args args = parse_args(ctx.args, {"json", "width", "kind"}, {"quiet"});
+  const std::string path = deck_path(args, "schedule");
+  const Config cfg = load_offline_deck(path, args.overrides);
+  const topo::Layout layout(cfg.parallel.stages_per_dc, cfg.parallel.dp_size, cfg.parallel.tp_size);
+  const sched::CostModel cost = sched::cost_model(cfg, layout);
+  const int width = args.int_option("width", 100);
+  if (width < 10 || width > 1000) throw UsageError("--width must be in [10, 1000]");
+
+  std::vector<ScheduleKind> kinds{ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Atlas};
+  if (args.flag("kind")) {
+    const std::string k = args.option("kind");
+    if (k == "gpipe") kinds = {ScheduleKind::GPipe};
+    else if (k == "1f1b") kinds = {ScheduleKind::OneFOneB};
+    else if (k == "atlas") kinds = {ScheduleKind::Atlas};
+    else throw UsageError("--kind must be gpipe, 1f1b or atlas");
+  }
+
+  std::vector<sched::ScheduleTable> tables;
+  for (ScheduleKind k : kinds) {
+    sched::ScheduleOptions opt;
+    opt.kind = k;
+    opt.micro_batches = cfg.train.micro_batches;
+    if (cfg.schedule.atlas_max_stagger > 0) opt.max_stagger_transfers = cfg.schedule.atlas_max_stagger;
+    tables.push_back(sched::build_schedule(cost, opt));
+  }
+
+  fmt::print("# deck {}: {} DCs, {} stages x dp {} x tp {} = {} ranks, {} micro-batches of {} x {} tokens\n",
+             path, layout.dc_count(), layout.pp_size(), layout.dp_size(), layout.tp_size(),
+             layout.world_size(), cfg.train.micro_batches, cfg.train.micro_batch_size, cfg.model.seq_len);
+  fmt::print("# cost model: forward per stage (ms):");
+  for (double f : cost.fwd_ms) fmt::print(" {:.3f}", f);
+  fmt::print("; boundary tensor {} bytes per TP lane\n", cost.act_bytes);
+  for (const auto& t : tables) {
+    if (!args.flag("quiet")) fmt::print("\n{}", sched::gantt(t, cfg.cluster.dcs, width));
+  }
+  fmt::print("\n# {:<8} {:>12} {:>14} {:>10}\n", "schedule", "step_ms", "mean_bubble_%", "vs_1f1b");
+  double onefoneb = 0.0;
+  for (const auto& t : tables)
+    if (t.kind == ScheduleKind::OneFOneB) onefoneb = t.step_ms;
+  for (const auto& t : tables)
+    fmt::print("  {:<8} {:>12.3f} {:>14.1f} {:>10}\n", to_string(t.kind), t.step_ms,
+               100.0 * t.mean_bubble_fraction(),
+               onefoneb > 0 ? fmt::format("{:.3f}", t.step_ms / onefoneb) : std::string("-"));
+
+  if (args.flag("json")) {
+    const std::string out = args.option("json");
+    std::ofstream f(out);
+    if (!f) ATLAS_THROW(Io, "cannot write " << out);
+    f << "[";
+    for (std::size_t i = 0; i < tables.size(); ++i) f << (i ? "," : "") << sched::to_json(tables[i], cfg.cluster.dcs);
+    f << "]\n";
+    fmt::print("# wrote {}\n", out);
+  }
+  return 0;
+}
+
+}  // namespace atlas::app

@@ -1,0 +1,331 @@
+// SPDX-License-Identifier: MIT
+// Discrete-event timing of pipeline programs. Events are processed in (time, phase, sequence)
+// order; link dispatch decisions run in a later phase than everything else at the same instant,
+// so transfers posted at one instant compete fairly for an ordered link.
+#include "atlas/sched/engine.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <queue>
+#include <sstream>
+#include <tuple>
+
+#include "atlas/core/check.hpp"
+
+namespace atlas::sched {
+
+namespace {
+
+enum class Ev : std::uint8_t { Resume, Arrive, FlowDone, Dispatch };
+
+struct Event {
+  double t;
+  int phase;
+  std::uint64_t seq;
+  Ev type;
+  int a;
+  int b;
+  bool operator>(const Event& o) const {
+    return std::tie(t, phase, seq) > std::tie(o.t, o.phase, o.seq);
+  }
+};
+
+struct LinkState {
+  std::vector<int> active;
+  std::vector<int> waiting;   // OrderedFifo: posted, not started
+  std::size_t next_order = 0; // Ordered: next position in `order`
+  double last_update = 0.0;
+  int version = 0;
+  bool dispatch_pending = false;
+};
+
+class Engine {
+ public:
+  explicit Engine(EngineProgram& p) : m_p(p) {
+    const std::size_t nw = p.workers.size();
+    m_pc.assign(nw, 0);
+    m_blocked_msg.assign(nw, -1);
+    m_blocked_sync.assign(nw, -1);
+    m_result.ops.resize(nw);
+    for (std::size_t w = 0; w < nw; ++w) m_result.ops[w].resize(p.workers[w].size());
+    m_links.resize(p.channels.size());
+    m_remaining.assign(p.messages.size(), 0.0);
+    m_arrived.assign(p.messages.size(), false);
+    m_posted.assign(p.messages.size(), false);
+    m_sync_count.assign(p.sync_groups.size(), 0);
+    m_receiver.assign(p.messages.size(), -1);
+    for (std::size_t w = 0; w < nw; ++w)
+      for (const auto& op : p.workers[w])
+        if (op.type == EngineOp::Type::Recv) m_receiver[static_cast<std::size_t>(op.message)] = static_cast<int>(w);
+    for (auto& m : p.messages) m.post_ms = m.start_ms = m.end_ms = m.arrive_ms = -1.0;
+    for (auto& c : p.channels) c.served.clear();
+  }
+
+  EngineResult run() {
+    for (std::size_t w = 0; w < m_p.workers.size(); ++w) {
+      const double t0 = w < m_p.worker_start_ms.size() ? m_p.worker_start_ms[w] : 0.0;
+      push(t0, 0, Ev::Resume, static_cast<int>(w), 0);
+    }
+    while (!m_pq.empty()) {
+      const Event e = m_pq.top();
+      m_pq.pop();
+      m_now = e.t;
+      switch (e.type) {
+        case Ev::Resume: advance(e.a); break;
+        case Ev::Arrive: arrive(e.a); break;
+        case Ev::FlowDone: flow_done(e.a, e.b); break;
+        case Ev::Dispatch: dispatch(e.a); break;
+      }
+    }
+    finish();
+    return std::move(m_result);
+  }
+
+ private:
+  void push(double t, int phase, Ev type, int a, int b) {
+    m_pq.push(Event{t, phase, m_seq++, type, a, b});
+  }
+
+  // ---- workers ----
+
+  void advance(int w) {
+    auto& ops = m_p.workers[static_cast<std::size_t>(w)];
+    auto& pc = m_pc[static_cast<std::size_t>(w)];
+    auto& times = m_result.ops[static_cast<std::size_t>(w)];
+    while (pc < ops.size()) {
+      const EngineOp& op = ops[pc];
+      OpTime& ot = times[pc];
+      switch (op.type) {
+        case EngineOp::Type::Compute:
+          ot = {m_now, m_now, m_now + op.duration_ms};
+          ++pc;
+          if (op.duration_ms > 0.0) {
+            push(ot.end_ms, 0, Ev::Resume, w, 0);
+            return;
+          }
+          break;
+        case EngineOp::Type::Send:
+          ot = {m_now, m_now, m_now};
+          post(op.message);
+          ++pc;
+          break;
+        case EngineOp::Type::Recv:
+          if (m_arrived[static_cast<std::size_t>(op.message)]) {
+            ot = {m_now, m_now, m_now};
+            ++pc;
+            break;
+          }
+          ot.reach_ms = m_now;
+          m_blocked_msg[static_cast<std::size_t>(w)] = op.message;
+          return;
+        case EngineOp::Type::Sync: {
+          ot.reach_ms = m_now;
+          const auto g = static_cast<std::size_t>(op.sync_group);
+          auto& members = m_p.sync_groups[g];
+          if (++m_sync_count[g] < static_cast<int>(members.size())) {
+            m_blocked_sync[static_cast<std::size_t>(w)] = op.sync_group;
+            return;
+          }
+          // Last to arrive: everyone starts now (events run in time order, so now is the max).
+          for (int member : members) {
+            const auto mw = static_cast<std::size_t>(member);
+            auto& mop = m_result.ops[mw][m_pc[mw]];
+            mop.start_ms = m_now;
+            mop.end_ms = m_now + op.duration_ms;
+            m_blocked_sync[mw] = -1;
+            ++m_pc[mw];
+            if (member != w) push(mop.end_ms, 0, Ev::Resume, member, 0);
+          }
+          if (op.duration_ms > 0.0) {
+            push(m_now + op.duration_ms, 0, Ev::Resume, w, 0);
+            return;
+          }
+          break;
+        }
+      }
+    }
+  }
+
+  void arrive(int msg) {
+    m_arrived[static_cast<std::size_t>(msg)] = true;
+    const int r = m_receiver[static_cast<std::size_t>(msg)];
+    if (r < 0) return;
+    const auto w = static_cast<std::size_t>(r);
+    if (m_blocked_msg[w] != msg) return;  // not waiting yet: its Recv will find it arrived
+    m_blocked_msg[w] = -1;
+    auto& ot = m_result.ops[w][m_pc[w]];
+    ot.start_ms = ot.end_ms = m_now;
+    ++m_pc[w];
+    advance(r);
+  }
+
+  // ---- messages and links ----
+
+  void post(int msg) {
+    auto& m = m_p.messages[static_cast<std::size_t>(msg)];
+    m.post_ms = m_now;
+    m_posted[static_cast<std::size_t>(msg)] = true;
+    if (m.channel < 0) {
+      const double tx = static_cast<double>(m.bytes) / m_p.intra_bytes_per_ms;
+      m.start_ms = m_now;
+      m.end_ms = m_now + tx;
+      m.arrive_ms = m.end_ms + m_p.intra_latency_ms;
+      push(m.arrive_ms, 0, Ev::Arrive, msg, 0);
+      return;
+    }
+    const auto c = static_cast<std::size_t>(m.channel);
+    auto& ch = m_p.channels[c];
+    auto& ls = m_links[c];
+    update(static_cast<int>(c));
+    if (ch.mode == LinkMode::Shared) {
+      start_flow(static_cast<int>(c), msg);
+      reschedule(static_cast<int>(c));
+      return;
+    }
+    if (ch.mode == LinkMode::OrderedFifo) ls.waiting.push_back(msg);
+    if (!ls.dispatch_pending) {
+      ls.dispatch_pending = true;
+      push(m_now, 1, Ev::Dispatch, static_cast<int>(c), 0);
+    }
+  }
+
+  void start_flow(int c, int msg) {
+    auto& m = m_p.messages[static_cast<std::size_t>(msg)];
+    m.start_ms = m_now;
+    m_remaining[static_cast<std::size_t>(msg)] = static_cast<double>(m.bytes);
+    m_links[static_cast<std::size_t>(c)].active.push_back(msg);
+    m_p.channels[static_cast<std::size_t>(c)].served.push_back(msg);
+  }
+
+  double rate(int c) const {
+    const auto& ch = m_p.channels[static_cast<std::size_t>(c)];
+    const auto n = m_links[static_cast<std::size_t>(c)].active.size();
+    if (n == 0) return 0.0;
+    return std::min(ch.flow_cap_bytes_per_ms, ch.capacity_bytes_per_ms / static_cast<double>(n));
+  }
+
+  void update(int c) {
+    auto& ls = m_links[static_cast<std::size_t>(c)];
+    const double r = rate(c);
+    const double dt = m_now - ls.last_update;
+    if (dt > 0.0)
+      for (int msg : ls.active) m_remaining[static_cast<std::size_t>(msg)] -= r * dt;
+    ls.last_update = m_now;
+  }
+
+  void reschedule(int c) {
+    auto& ls = m_links[static_cast<std::size_t>(c)];
+    ++ls.version;
+    if (ls.active.empty()) return;
+    double least = std::numeric_limits<double>::infinity();
+    for (int msg : ls.active) least = std::min(least, m_remaining[static_cast<std::size_t>(msg)]);
+    const double r = rate(c);
+    push(m_now + std::max(0.0, least) / r, 0, Ev::FlowDone, c, ls.version);
+  }
+
+  void flow_done(int c, int version) {
+    auto& ls = m_links[static_cast<std::size_t>(c)];
+    if (version != ls.version) return;
+    update(c);
+    const auto& ch = m_p.channels[static_cast<std::size_t>(c)];
+    std::vector<int> still;
+    for (int msg : ls.active) {
+      auto& m = m_p.messages[static_cast<std::size_t>(msg)];
+      // Relative tolerance: a flow whose remainder is rounding noise is complete.
+      if (m_remaining[static_cast<std::size_t>(msg)] <= 1e-9 * static_cast<double>(m.bytes) + 1e-9) {
+        m.end_ms = m_now;
+        m.arrive_ms = m_now + ch.latency_ms;
+        push(m.arrive_ms, 0, Ev::Arrive, msg, 0);
+      } else {
+        still.push_back(msg);
+      }
+    }
+    ls.active.swap(still);
+    try_start(c);
+    reschedule(c);
+  }
+
+  void dispatch(int c) {
+    auto& ls = m_links[static_cast<std::size_t>(c)];
+    ls.dispatch_pending = false;
+    update(c);
+    try_start(c);
+    reschedule(c);
+  }
+
+  void try_start(int c) {
+    auto& ch = m_p.channels[static_cast<std::size_t>(c)];
+    auto& ls = m_links[static_cast<std::size_t>(c)];
+    if (ch.mode == LinkMode::Ordered) {
+      while (static_cast<int>(ls.active.size()) < ch.slots && ls.next_order < ch.order.size() &&
+             m_posted[static_cast<std::size_t>(ch.order[ls.next_order])]) {
+        start_flow(c, ch.order[ls.next_order++]);
+      }
+    } else if (ch.mode == LinkMode::OrderedFifo) {
+      while (static_cast<int>(ls.active.size()) < ch.slots && !ls.waiting.empty()) {
+        auto key = [&](int msg) {
+          const auto& m = m_p.messages[static_cast<std::size_t>(msg)];
+          int pri = 0;
+          if (ch.tie_break == TieBreak::GradientsFirst) pri = m.flow == Flow::Gradient ? 0 : 1;
+          if (ch.tie_break == TieBreak::ActivationsFirst) pri = m.flow == Flow::Activation ? 0 : 1;
+          return std::make_tuple(m.post_ms, pri, m.pipeline, m.micro, msg);
+        };
+        auto best = std::min_element(ls.waiting.begin(), ls.waiting.end(),
+                                     [&](int a, int b) { return key(a) < key(b); });
+        const int msg = *best;
+        ls.waiting.erase(best);
+        start_flow(c, msg);
+      }
+    }
+  }
+
+  void finish() {
+    std::ostringstream why;
+    int stuck = 0;
+    for (std::size_t w = 0; w < m_pc.size(); ++w) {
+      const auto& ops = m_p.workers[w];
+      for (const auto& t : m_result.ops[w]) m_result.makespan_ms = std::max(m_result.makespan_ms, t.end_ms);
+      if (m_pc[w] >= ops.size()) continue;
+      if (stuck++ < 8) {
+        why << "worker " << w << " stuck at op " << m_pc[w] << " (" << to_string(ops[m_pc[w]].kind);
+        if (m_blocked_msg[w] >= 0) why << ", waiting for message " << m_blocked_msg[w];
+        if (m_blocked_sync[w] >= 0) why << ", waiting in sync group " << m_blocked_sync[w];
+        why << "); ";
+      }
+    }
+    if (stuck > 0) {
+      m_result.deadlock = true;
+      why << stuck << " workers cannot finish";
+      m_result.deadlock_reason = why.str();
+    }
+  }
+
+  EngineProgram& m_p;
+  EngineResult m_result;
+  std::priority_queue<Event, std::vector<Event>, std::greater<>> m_pq;
+  std::uint64_t m_seq = 0;
+  double m_now = 0.0;
+  std::vector<std::size_t> m_pc;
+  std::vector<int> m_blocked_msg;
+  std::vector<int> m_blocked_sync;
+  std::vector<LinkState> m_links;
+  std::vector<double> m_remaining;
+  std::vector<bool> m_arrived;
+  std::vector<bool> m_posted;
+  std::vector<int> m_sync_count;
+  std::vector<int> m_receiver;  // message -> the worker that receives it
+};
+
+}  // namespace
+
+EngineResult run_engine(EngineProgram& program) {
+  for (const auto& ch : program.channels) {
+    ATLAS_ASSERT(ch.capacity_bytes_per_ms > 0 && ch.flow_cap_bytes_per_ms > 0,
+                 "link with non-positive capacity");
+    ATLAS_ASSERT(ch.slots >= 1, "ordered link with no slots");
+  }
+  return Engine(program).run();
+}
+
+}  // namespace atlas::sched
