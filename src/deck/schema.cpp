@@ -70,18 +70,28 @@ std::string join(const std::vector<std::string>& v, const char* sep = " ") {
   return out;
 }
 
+/// Optimal-string-alignment distance: insertions, deletions, substitutions and adjacent
+/// transpositions ("rials" -> "rails" is 1) each cost 1.
 std::size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
+  const std::size_t n = a.size();
+  const std::size_t m = b.size();
+  std::vector<std::vector<std::size_t>> d(n + 1, std::vector<std::size_t>(m + 1, 0));
+  for (std::size_t i = 0; i <= n; ++i) d[i][0] = i;
+  for (std::size_t j = 0; j <= m; ++j) d[0][j] = j;
+  for (std::size_t i = 1; i <= n; ++i)
+    for (std::size_t j = 1; j <= m; ++j) {
+      const std::size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
     }
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
+  return d[n][m];
+}
+
+std::size_t common_prefix(std::string_view a, std::string_view b) {
+  std::size_t i = 0;
+  while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
+  return i;
 }
 
 // ---- binding Config fields to keys ----
@@ -509,10 +519,12 @@ std::vector<std::string> Schema::suggestions(std::string_view key) const {
   const std::string_view tail = key.substr(key.find('.') == std::string_view::npos ? 0 : key.find('.') + 1);
   for (const auto& k : m_keys) {
     std::size_t d = edit_distance(key, k.key);
-    // A key in the wrong section, or a shortened name ("wan.rail" -> "wan.rails"), is close too.
+    // A key in the wrong section, a shortened name ("wan.rail" -> "wan.rails") or one with the
+    // same stem ("wan.rail_count" -> "wan.rails") is close too.
     const std::string ktail = k.key.substr(k.key.find('.') + 1);
     d = std::min(d, edit_distance(tail, ktail) + 1);
     if (!tail.empty() && ktail.find(tail) != std::string::npos) d = std::min<std::size_t>(d, 2);
+    if (common_prefix(tail, ktail) >= 4) d = std::min<std::size_t>(d, 2);
     if (d <= std::max<std::size_t>(2, key.size() / 4)) scored.emplace_back(d, k.key);
   }
   std::sort(scored.begin(), scored.end());

@@ -67,7 +67,14 @@ class Engine {
       const double t0 = w < m_p.worker_start_ms.size() ? m_p.worker_start_ms[w] : 0.0;
       push(t0, 0, Ev::Resume, static_cast<int>(w), 0);
     }
+    // Every op, message and flow change makes a bounded number of events; a runaway count is a
+    // bug (e.g. a flow that never progresses) and must fail loudly, not spin.
+    std::size_t ops = 0;
+    for (const auto& w : m_p.workers) ops += w.size();
+    const std::uint64_t limit = 64 * (ops + m_p.messages.size() * (m_p.channels.size() + 4)) + 1000000;
     while (!m_pq.empty()) {
+      ATLAS_ASSERT(m_seq < limit, "schedule engine made " << m_seq << " events for " << ops
+                                                          << " ops: timing does not converge");
       const Event e = m_pq.top();
       m_pq.pop();
       m_now = e.t;
@@ -230,10 +237,13 @@ class Engine {
     update(c);
     const auto& ch = m_p.channels[static_cast<std::size_t>(c)];
     std::vector<int> still;
+    const double r = rate(c);
     for (int msg : ls.active) {
       auto& m = m_p.messages[static_cast<std::size_t>(msg)];
-      // Relative tolerance: a flow whose remainder is rounding noise is complete.
-      if (m_remaining[static_cast<std::size_t>(msg)] <= 1e-9 * static_cast<double>(m.bytes) + 1e-9) {
+      // A flow whose remainder is rounding noise, or would finish within the clock's
+      // resolution, is complete (otherwise the event would repeat at the same instant forever).
+      const double rem = m_remaining[static_cast<std::size_t>(msg)];
+      if (rem <= 1e-9 * static_cast<double>(m.bytes) + 1e-9 || rem / r <= 1e-12 * std::max(1.0, m_now)) {
         m.end_ms = m_now;
         m.arrive_ms = m_now + ch.latency_ms;
         push(m.arrive_ms, 0, Ev::Arrive, msg, 0);

@@ -1,0 +1,54 @@
+// SPDX-License-Identifier: MIT
+// Communicators at np 1, 2, 4, 8: every communicator's members match Layout, and a sum over each
+// proves the members talk to each other.
+#include <gtest/gtest.h>
+
+#include "atlas/mpi/comm.hpp"
+#include "atlas/topo/communicators.hpp"
+
+namespace atlas::topo {
+namespace {
+
+/// Layouts that fit `np` ranks, uneven DCs included.
+std::vector<Layout> layouts_for(int np) {
+  std::vector<Layout> out;
+  for (int tp = 1; tp <= np; tp *= 2)
+    for (int dp = 1; dp * tp <= np; dp *= 2) {
+      if (np % (dp * tp) != 0) continue;
+      const int pp = np / (dp * tp);
+      out.emplace_back(std::vector<int>{pp}, dp, tp);
+      if (pp >= 2) out.emplace_back(std::vector<int>{pp - 1, 1}, dp, tp);
+      if (pp >= 3) out.emplace_back(std::vector<int>{1, 0, pp - 1}, dp, tp);
+    }
+  return out;
+}
+
+void expect_matches(const mpi::Comm& comm, const Layout& l, Group g, int world_rank) {
+  const auto members = l.members(g, l.coord(world_rank));
+  ASSERT_EQ(comm.size(), static_cast<int>(members.size()));
+  const auto gathered = comm.allgather(world_rank);
+  EXPECT_EQ(gathered, members);
+  EXPECT_EQ(members[static_cast<std::size_t>(comm.rank())], world_rank);
+  int sum = world_rank;
+  sum = comm.allreduce(sum, MPI_SUM);
+  int expect = 0;
+  for (int m : members) expect += m;
+  EXPECT_EQ(sum, expect);
+}
+
+TEST(Communicators, MembersMatchLayoutForEveryShape) {
+  const mpi::Comm world = mpi::Comm::world();
+  for (const auto& l : layouts_for(world.size())) {
+    const Communicators c = Communicators::create(world, l);
+    const int me = c.world.rank();
+    expect_matches(c.tp, l, Group::Tensor, me);
+    expect_matches(c.dp, l, Group::Data, me);
+    expect_matches(c.pp, l, Group::Pipeline, me);
+    expect_matches(c.dc, l, Group::Dc, me);
+    const std::string map = rank_map(c.world, l, {"east", "west", "south"});
+    EXPECT_NE(map.find("# rank map: " + std::to_string(l.world_size()) + " ranks"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace atlas::topo

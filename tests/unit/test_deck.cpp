@@ -1,0 +1,192 @@
+// SPDX-License-Identifier: MIT
+// Deck parser and validator: every error the parser can raise is triggered by a bad deck in
+// tests/decks/bad/ (table-driven against expected_errors.txt); every deck in inputs/ validates;
+// overrides, sections and the resolved deck round trip.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "atlas/core/error.hpp"
+#include "atlas/core/units.hpp"
+#include "atlas/deck/deck.hpp"
+#include "atlas/deck/schema.hpp"
+
+namespace atlas::deck {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path source_dir() {
+  const char* env = std::getenv("ATLAS_SOURCE_DIR");
+  return env ? fs::path(env) : fs::path(ATLAS_SOURCE_DIR);
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+std::string trim(std::string s) {
+  s.erase(0, s.find_first_not_of(" \t"));
+  s.erase(s.find_last_not_of(" \t") + 1);
+  return s;
+}
+
+/// Every problem the parser+validator reports for a deck, or {} if it is fine.
+std::vector<std::string> problems_of(const std::string& name, const std::string& text, int ranks,
+                                     const std::vector<std::string>& overrides = {}) {
+  JobShape shape;
+  shape.world_size = ranks;
+  try {
+    parse_and_validate(name, text, overrides, shape);
+  } catch (const ConfigError& e) {
+    return e.problems();
+  }
+  return {};
+}
+
+const char* kMinimal =
+    "cluster.dcs = east west\ncluster.gpus_per_dc = 4 4\ncluster.latency_ms = 0 10 10 0\n"
+    "cluster.bandwidth_gbps = 0 1 1 0\nparallel.stages_per_dc = 1 1\n";
+
+TEST(Units, ParsersAreStrict) {
+  EXPECT_EQ(units::parse_bytes("4M"), 4u * 1024 * 1024);
+  EXPECT_EQ(units::parse_bytes("256K"), 256u * 1024);
+  EXPECT_EQ(units::parse_bytes("1GiB"), 1024ull * 1024 * 1024);
+  EXPECT_EQ(units::parse_bytes("17"), 17u);
+  EXPECT_FALSE(units::parse_bytes("4Q"));
+  EXPECT_FALSE(units::parse_bytes("-4K"));
+  EXPECT_FALSE(units::parse_bytes("99999999999999999999"));
+  EXPECT_EQ(units::parse_int("42"), 42);
+  EXPECT_FALSE(units::parse_int("42x"));
+  EXPECT_FALSE(units::parse_int(" 42"));
+  EXPECT_EQ(units::parse_double("1e-3"), 1e-3);
+  EXPECT_FALSE(units::parse_double("inf"));
+  EXPECT_EQ(units::parse_bool("1"), true);
+  EXPECT_FALSE(units::parse_bool("yes"));
+  EXPECT_EQ(units::format_bytes_exact(4u * 1024 * 1024), "4M");
+  EXPECT_EQ(units::format_bytes_exact(1000), "1000");
+}
+
+TEST(Deck, MinimalDeckGetsEveryDefault) {
+  const Config c = parse("mem", kMinimal, {});
+  EXPECT_EQ(c.cluster.dcs, (std::vector<std::string>{"east", "west"}));
+  EXPECT_EQ(c.parallel.pp_size(), 2);
+  EXPECT_EQ(c.wan.rails, 4);
+  EXPECT_EQ(c.wan.chunk_bytes, 256u * 1024);
+  EXPECT_EQ(c.schedule.kind, ScheduleKind::OneFOneB);
+  EXPECT_TRUE(c.model.layers_per_stage.empty());
+  EXPECT_DOUBLE_EQ(c.cluster.latency(0, 1), 10.0);
+}
+
+TEST(Deck, SectionsCommentsQuotesAndOverrides) {
+  const std::string text = std::string(kMinimal) +
+                           "[wan]\nrails = 8   # inline comment\nchunk_bytes = 1M\n"
+                           "[run]\nname = \"my run # not a comment\"\n";
+  const Config c = parse("mem", text, {"wan.rails=16", "train.lr=0.5"});
+  EXPECT_EQ(c.wan.rails, 16);  // the override wins over the deck
+  EXPECT_EQ(c.wan.chunk_bytes, 1024u * 1024);
+  EXPECT_EQ(c.run.name, "my run # not a comment");
+  EXPECT_DOUBLE_EQ(c.train.lr, 0.5);
+}
+
+TEST(Deck, BadOverridesAreReportedWithTheDeckProblems) {
+  const auto p = problems_of("mem", std::string(kMinimal) + "wan.rails = 0\n", -1,
+                             {"wan.rialz=3", "nonsense", "train.lr=x"});
+  ASSERT_EQ(p.size(), 4u) << ::testing::PrintToString(p);
+  EXPECT_THAT(p, ::testing::Contains(::testing::HasSubstr("mem:6: wan.rails = \"0\": expected an integer in [1, 64]")));
+  EXPECT_THAT(p, ::testing::Contains(::testing::HasSubstr("command line: unknown key 'wan.rialz' (did you mean 'wan.rails'")));
+  EXPECT_THAT(p, ::testing::Contains(::testing::HasSubstr("command line: cannot read override 'nonsense': expected key=value")));
+  EXPECT_THAT(p, ::testing::Contains(::testing::HasSubstr("command line: train.lr = \"x\": expected a number >= 0")));
+}
+
+TEST(Deck, ResolvedDeckIsAValidDeckThatRoundTrips) {
+  const Config a = parse("mem", std::string(kMinimal) + "wan.chunk_bytes = 3000\nrun.name = \"a b\"\n", {});
+  const std::string resolved = resolved_deck(a);
+  const Config b = parse("resolved", resolved, {});
+  EXPECT_EQ(resolved_deck(b), resolved);
+  EXPECT_EQ(b.wan.chunk_bytes, 3000u);
+  EXPECT_EQ(b.run.name, "a b");
+  EXPECT_EQ(b.cluster.latency_ms, a.cluster.latency_ms);
+  // Every schema key appears exactly once.
+  for (const auto& k : Schema::instance().keys())
+    EXPECT_NE(resolved.find("\n" + k.key + " = "), std::string::npos) << k.key;
+}
+
+TEST(Deck, MissingFileIsAConfigErrorNamingIt) {
+  try {
+    read_text_file("/nonexistent/deck.deck");
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("cannot read deck '/nonexistent/deck.deck'"));
+  }
+}
+
+TEST(Deck, EveryBadDeckGivesItsDocumentedMessage) {
+  const fs::path dir = source_dir() / "tests/decks/bad";
+  std::istringstream table(slurp(dir / "expected_errors.txt"));
+  std::string line;
+  std::set<std::string> covered;
+  int cases = 0;
+  while (std::getline(table, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    const auto bar1 = line.find('|');
+    const auto bar2 = line.find('|', bar1 + 1);
+    ASSERT_NE(bar2, std::string::npos) << line;
+    const std::string file = trim(line.substr(0, bar1));
+    const int ranks = std::stoi(trim(line.substr(bar1 + 1, bar2 - bar1 - 1)));
+    std::string pattern = trim(line.substr(bar2 + 1));
+    // "\n" in the table stands for a newline inside one problem (the hint line).
+    for (auto pos = pattern.find("\\n"); pos != std::string::npos; pos = pattern.find("\\n"))
+      pattern.replace(pos, 2, "\n");
+    const auto problems = problems_of(file, slurp(dir / file), ranks);
+    ASSERT_FALSE(problems.empty()) << file << " was accepted";
+    const std::regex re(pattern);
+    bool found = false;
+    for (const auto& p : problems) found = found || std::regex_search(p, re);
+    EXPECT_TRUE(found) << file << ": no problem matches /" << pattern << "/; got:\n"
+                       << ::testing::PrintToString(problems);
+    covered.insert(file);
+    ++cases;
+  }
+  // Every bad deck in the folder is in the table.
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".deck") {
+      EXPECT_TRUE(covered.count(e.path().filename().string())) << e.path() << " has no expected message";
+    }
+  EXPECT_GE(cases, 40);
+}
+
+TEST(Deck, EveryExampleDeckInInputsValidates) {
+  int decks = 0;
+  for (const auto& e : fs::directory_iterator(source_dir() / "inputs")) {
+    if (e.path().extension() != ".deck") continue;
+    const auto p = problems_of(e.path().string(), slurp(e.path()), -1);
+    EXPECT_TRUE(p.empty()) << e.path() << ":\n" << ::testing::PrintToString(p);
+    ++decks;
+  }
+  EXPECT_GE(decks, 1);
+}
+
+TEST(Deck, InputsReadmeIsGeneratedFromTheSchema) {
+  const std::string readme = slurp(source_dir() / "inputs/README.md");
+  EXPECT_EQ(readme, Schema::instance().markdown())
+      << "inputs/README.md is stale: regenerate with `atlas schedule --help-deck-markdown > inputs/README.md`";
+}
+
+TEST(Deck, SuggestionsFindNearKeys) {
+  const auto s = Schema::instance().suggestions("wan.rail_count");
+  ASSERT_FALSE(s.empty());
+  EXPECT_EQ(s.front(), "wan.rails");
+  EXPECT_EQ(Schema::instance().suggestions("parallel.dp").front(), "parallel.dp_size");
+}
+
+}  // namespace
+}  // namespace atlas::deck

@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: MIT
+// Layout is pure arithmetic: checked exhaustively over many shapes, uneven DCs included.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "atlas/core/error.hpp"
+#include "atlas/topo/layout.hpp"
+
+namespace atlas::topo {
+namespace {
+
+std::vector<Layout> shapes() {
+  std::vector<Layout> out;
+  const std::vector<std::vector<int>> dcs = {{1}, {3}, {1, 1}, {2, 1, 1}, {0, 2, 3}, {1, 0, 1, 2}, {4, 4}};
+  for (const auto& spd : dcs)
+    for (int dp : {1, 2, 3})
+      for (int tp : {1, 2, 4}) out.emplace_back(spd, dp, tp);
+  return out;
+}
+
+TEST(Layout, EveryRankRoundTripsThroughItsCoordinate) {
+  for (const auto& l : shapes()) {
+    for (int r = 0; r < l.world_size(); ++r) {
+      const Coord c = l.coord(r);
+      EXPECT_EQ(l.world_rank(c), r);
+      EXPECT_EQ(c.dc, l.dc_of_stage(c.stage));
+      EXPECT_GE(c.dp, 0);
+      EXPECT_LT(c.tp, l.tp_size());
+    }
+  }
+}
+
+TEST(Layout, RanksAreOrderedDcStageDpTpWithTpFastest) {
+  const Layout l({2, 1, 1}, 2, 2);
+  ASSERT_EQ(l.world_size(), 16);
+  Coord prev = l.coord(0);
+  for (int r = 1; r < 16; ++r) {
+    const Coord c = l.coord(r);
+    const auto key = [](const Coord& x) { return std::tuple(x.dc, x.stage, x.dp, x.tp); };
+    EXPECT_LT(key(prev), key(c));
+    prev = c;
+  }
+  EXPECT_EQ(l.coord(5), (Coord{0, 1, 0, 1}));
+  EXPECT_EQ(l.coord(8), (Coord{1, 2, 0, 0}));
+  EXPECT_EQ(l.coord(15), (Coord{2, 3, 1, 1}));
+}
+
+TEST(Layout, GroupsPartitionTheJobAndRespectDcs) {
+  for (const auto& l : shapes()) {
+    for (Group g : {Group::Tensor, Group::Data, Group::Pipeline, Group::Dc}) {
+      std::set<int> seen;
+      std::set<int> colors;
+      for (int r = 0; r < l.world_size(); ++r) {
+        const Coord c = l.coord(r);
+        const auto m = l.members(g, c);
+        EXPECT_TRUE(std::find(m.begin(), m.end(), r) != m.end());
+        EXPECT_TRUE(std::is_sorted(m.begin(), m.end()));
+        for (int peer : m) {
+          const Coord pc = l.coord(peer);
+          EXPECT_EQ(l.color(g, pc), l.color(g, c));  // same group <=> same color
+          if (g == Group::Tensor) { EXPECT_TRUE(pc.stage == c.stage && pc.dp == c.dp); }
+          if (g == Group::Data) { EXPECT_TRUE(pc.stage == c.stage && pc.tp == c.tp && pc.dc == c.dc); }
+          if (g == Group::Pipeline) { EXPECT_TRUE(pc.dp == c.dp && pc.tp == c.tp); }
+          if (g == Group::Dc) { EXPECT_EQ(pc.dc, c.dc); }
+        }
+        const std::size_t expect = g == Group::Tensor ? static_cast<std::size_t>(l.tp_size())
+                                 : g == Group::Data   ? static_cast<std::size_t>(l.dp_size())
+                                 : g == Group::Pipeline ? static_cast<std::size_t>(l.pp_size())
+                                                        : static_cast<std::size_t>(l.ranks_in_dc(c.dc));
+        EXPECT_EQ(m.size(), expect);
+        if (m.front() == r) seen.insert(m.begin(), m.end());
+        colors.insert(l.color(g, c));
+      }
+      EXPECT_EQ(seen.size(), static_cast<std::size_t>(l.world_size()));
+    }
+  }
+}
+
+TEST(Layout, CrossingsAreExactlyTheDcBoundaries) {
+  const Layout l({0, 2, 1, 0, 3}, 1, 1);
+  std::vector<bool> crosses;
+  for (int s = 0; s < l.pp_size(); ++s) crosses.push_back(l.crosses_dc(s));
+  EXPECT_EQ(crosses, (std::vector<bool>{false, true, true, false, false, false}));
+  EXPECT_EQ(l.first_stage_of_dc(4), 3);
+  EXPECT_EQ(l.dc_of_stage(3), 4);
+}
+
+TEST(Layout, RejectsShapeThatDoesNotFillTheJob) {
+  ParallelCfg p;
+  p.stages_per_dc = {2, 2};
+  p.dp_size = 2;
+  p.tp_size = 2;
+  try {
+    Layout(12, p);
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("= 16 ranks, but the job has 12"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("mpirun -np 16"));
+  }
+  EXPECT_THROW(Layout({0, 0}, 1, 1), ConfigError);
+}
+
+}  // namespace
+}  // namespace atlas::topo

@@ -1,0 +1,280 @@
+// SPDX-License-Identifier: MIT
+// Schedule tables: the engine's link model, the closed-form bubble (p-1)/(m+p-1) for gpipe and
+// 1f1b, the atlas invariants over a sweep of layouts (one transfer per link at a time, every
+// dependency holds, never slower than 1f1b), and golden text tables.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "atlas/sched/schedule.hpp"
+
+namespace atlas::sched {
+namespace {
+
+namespace fs = std::filesystem;
+
+/// A cost model with `stages_per_dc`, equal stages, and WAN links of the given speed.
+CostModel model(const std::vector<int>& stages_per_dc, int dp, double fwd, double bwd,
+                std::int64_t bytes, double cap_bytes_per_ms, double flow_cap, double latency) {
+  CostModel c;
+  c.dc_count = static_cast<int>(stages_per_dc.size());
+  for (int dc = 0; dc < c.dc_count; ++dc)
+    for (int s = 0; s < stages_per_dc[static_cast<std::size_t>(dc)]; ++s) c.stage_dc.push_back(dc);
+  c.pp = static_cast<int>(c.stage_dc.size());
+  c.dp = dp;
+  c.tp = 1;
+  c.fwd_ms.assign(static_cast<std::size_t>(c.pp), fwd);
+  c.bwd_ms.assign(static_cast<std::size_t>(c.pp), bwd);
+  c.allreduce_ms.assign(static_cast<std::size_t>(c.pp), 0.0);
+  c.optimizer_ms.assign(static_cast<std::size_t>(c.pp), 0.0);
+  c.act_bytes = bytes;
+  c.intra_latency_ms = 0.0;
+  c.intra_bytes_per_ms = 1e18;
+  c.links.resize(static_cast<std::size_t>(c.dc_count * c.dc_count));
+  for (auto& l : c.links) {
+    l.latency_ms = latency;
+    l.capacity_bytes_per_ms = cap_bytes_per_ms;
+    l.flow_cap_bytes_per_ms = flow_cap;
+  }
+  return c;
+}
+
+ScheduleTable table(const CostModel& c, ScheduleKind k, int m) {
+  ScheduleOptions o;
+  o.kind = k;
+  o.micro_batches = m;
+  return build_schedule(c, o);
+}
+
+// ---- engine ----
+
+TEST(Engine, SharedLinkSplitsCapacityAndCapsEachFlow) {
+  EngineProgram p;
+  EngineChannel ch;
+  ch.capacity_bytes_per_ms = 100.0;
+  ch.flow_cap_bytes_per_ms = 80.0;
+  ch.latency_ms = 5.0;
+  p.channels.push_back(ch);
+  p.messages.resize(2);
+  for (auto& m : p.messages) {
+    m.channel = 0;
+    m.bytes = 100;
+  }
+  // Two senders post at t=0, two receivers wait.
+  p.workers = {{{EngineOp::Type::Send, SlotKind::WanSend, 0, 0.0, 0, -1}},
+               {{EngineOp::Type::Send, SlotKind::WanSend, 0, 0.0, 1, -1}},
+               {{EngineOp::Type::Recv, SlotKind::WanRecv, 0, 0.0, 0, -1}},
+               {{EngineOp::Type::Recv, SlotKind::WanRecv, 0, 0.0, 1, -1}}};
+  const auto r = run_engine(p);
+  ASSERT_FALSE(r.deadlock);
+  // Each flow gets min(80, 100/2) = 50 bytes/ms: done at 2 ms, arrives at 7 ms.
+  EXPECT_DOUBLE_EQ(p.messages[0].end_ms, 2.0);
+  EXPECT_DOUBLE_EQ(p.messages[1].arrive_ms, 7.0);
+  EXPECT_DOUBLE_EQ(r.ops[2][0].start_ms, 7.0);
+
+  // One flow alone is capped at 80 bytes/ms.
+  p.messages.resize(1);
+  p.workers = {{{EngineOp::Type::Send, SlotKind::WanSend, 0, 0.0, 0, -1}},
+               {{EngineOp::Type::Recv, SlotKind::WanRecv, 0, 0.0, 0, -1}}};
+  run_engine(p);
+  EXPECT_DOUBLE_EQ(p.messages[0].end_ms, 100.0 / 80.0);
+}
+
+TEST(Engine, OrderedLinkServesOneAtATimeInTheGivenOrder) {
+  EngineProgram p;
+  EngineChannel ch;
+  ch.mode = LinkMode::Ordered;
+  ch.capacity_bytes_per_ms = 100.0;
+  ch.flow_cap_bytes_per_ms = 100.0;
+  ch.order = {1, 0};
+  p.channels.push_back(ch);
+  p.messages.resize(2);
+  for (auto& m : p.messages) {
+    m.channel = 0;
+    m.bytes = 100;
+  }
+  p.workers = {{{EngineOp::Type::Send, SlotKind::WanSend, 0, 0.0, 0, -1}},
+               {{EngineOp::Type::Compute, SlotKind::Forward, 0, 3.0, -1, -1},
+                {EngineOp::Type::Send, SlotKind::WanSend, 0, 0.0, 1, -1}}};
+  run_engine(p);
+  // Message 0 is ready at 0 but must wait for message 1 (posted at 3).
+  EXPECT_DOUBLE_EQ(p.messages[1].start_ms, 3.0);
+  EXPECT_DOUBLE_EQ(p.messages[0].start_ms, 4.0);
+  EXPECT_DOUBLE_EQ(p.messages[0].end_ms, 5.0);
+}
+
+TEST(Engine, ReportsDeadlockInsteadOfHanging) {
+  EngineProgram p;
+  p.messages.resize(2);
+  p.workers = {{{EngineOp::Type::Recv, SlotKind::LocalRecv, 0, 0.0, 0, -1},
+                {EngineOp::Type::Send, SlotKind::LocalSend, 0, 0.0, 1, -1}},
+               {{EngineOp::Type::Recv, SlotKind::LocalRecv, 0, 0.0, 1, -1},
+                {EngineOp::Type::Send, SlotKind::LocalSend, 0, 0.0, 0, -1}}};
+  const auto r = run_engine(p);
+  EXPECT_TRUE(r.deadlock);
+  EXPECT_THAT(r.deadlock_reason, ::testing::HasSubstr("waiting for message"));
+}
+
+// ---- closed form ----
+
+TEST(Schedule, BubbleMatchesClosedFormWithFreeCommunication) {
+  for (ScheduleKind k : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Atlas}) {
+    for (int p = 1; p <= 6; ++p)
+      for (int m = 1; m <= 12; ++m) {
+        // Free WAN: infinite rate, zero latency. Stages split over two DCs when p > 1.
+        const std::vector<int> spd = p == 1 ? std::vector<int>{1} : std::vector<int>{p / 2, p - p / 2};
+        const CostModel c = model(spd, 1, 1.0, 2.0, 1024, 1e18, 1e18, 0.0);
+        const ScheduleTable t = table(c, k, m);
+        const double expect = static_cast<double>(p - 1) / (m + p - 1);
+        EXPECT_NEAR(t.step_ms, (m + p - 1) * 3.0, 1e-9) << to_string(k) << " p=" << p << " m=" << m;
+        for (int s = 0; s < p; ++s)
+          EXPECT_NEAR(t.bubble_fraction(s, 0), expect, 1e-9) << to_string(k) << " p=" << p << " m=" << m << " s=" << s;
+      }
+  }
+}
+
+// ---- invariants over a sweep ----
+
+void check_invariants(const ScheduleTable& t, const std::string& what) {
+  constexpr double kEps = 1e-6;
+  // Each row: every F(m) and B(m) exactly once, slots in time order, no overlap.
+  for (int s = 0; s < t.pp; ++s)
+    for (int d = 0; d < t.dp; ++d) {
+      const auto& row = t.row(s, d);
+      std::vector<int> fwd(static_cast<std::size_t>(t.micro_batches), 0), bwd = fwd;
+      std::vector<double> fwd_end(static_cast<std::size_t>(t.micro_batches), -1);
+      double cursor = 0.0;
+      for (const auto& sl : row) {
+        ASSERT_GE(sl.start_ms, cursor - kEps) << what << " row " << s << "," << d;
+        cursor = sl.end_ms();
+        if (sl.kind == SlotKind::Forward) {
+          ++fwd[static_cast<std::size_t>(sl.micro)];
+          fwd_end[static_cast<std::size_t>(sl.micro)] = sl.end_ms();
+        }
+        if (sl.kind == SlotKind::Backward) {
+          ++bwd[static_cast<std::size_t>(sl.micro)];
+          ASSERT_GE(fwd_end[static_cast<std::size_t>(sl.micro)], 0.0) << what << ": backward before forward";
+          ASSERT_GE(sl.start_ms, fwd_end[static_cast<std::size_t>(sl.micro)] - kEps);
+        }
+        if (is_recv(sl.kind) && sl.link >= 0) {
+          // The consumed tensor has arrived.
+          const auto& x = t.links[static_cast<std::size_t>(sl.link)].order[static_cast<std::size_t>(sl.link_pos)];
+          ASSERT_EQ(x.micro, sl.micro);
+          ASSERT_EQ(x.dst_stage, s);
+          ASSERT_GE(sl.start_ms, x.arrive_ms - kEps) << what;
+        }
+        if (is_send(sl.kind) && sl.link >= 0) {
+          const auto& x = t.links[static_cast<std::size_t>(sl.link)].order[static_cast<std::size_t>(sl.link_pos)];
+          ASSERT_EQ(x.src_stage, s);
+          ASSERT_EQ(x.dp, d);
+          ASSERT_LE(sl.start_ms, x.start_ms + kEps);  // posted before it starts on the link
+        }
+      }
+      for (int m = 0; m < t.micro_batches; ++m) {
+        ASSERT_EQ(fwd[static_cast<std::size_t>(m)], 1) << what;
+        ASSERT_EQ(bwd[static_cast<std::size_t>(m)], 1) << what;
+      }
+      ASSERT_NEAR(cursor, t.step_ms, kEps);
+    }
+  // Links: in atlas, at most `slots` transfers at once, served in table order.
+  for (const auto& l : t.links) {
+    ASSERT_EQ(l.order.size(), static_cast<std::size_t>(2 * t.dp * t.micro_batches) / 2)
+        << what << ": one transfer per (pipeline, micro-batch) per direction";
+    if (t.kind != ScheduleKind::Atlas) continue;
+    for (std::size_t k = 1; k < l.order.size(); ++k)
+      ASSERT_GE(l.order[k].start_ms, l.order[k - 1].start_ms - kEps) << what;
+    for (std::size_t k = static_cast<std::size_t>(l.slots); k < l.order.size(); ++k)
+      ASSERT_GE(l.order[k].start_ms, l.order[k - static_cast<std::size_t>(l.slots)].end_ms - kEps)
+          << what << ": more than " << l.slots << " transfers on a link at once";
+  }
+}
+
+TEST(Schedule, AtlasInvariantsAndNeverSlowerThan1F1BOverASweep) {
+  int cases = 0;
+  for (int dcs = 2; dcs <= 4; ++dcs)
+    for (int stages : {2, 3, 4, 6, 8}) {
+      if (stages < dcs) continue;
+      std::vector<int> spd(static_cast<std::size_t>(dcs), stages / dcs);
+      for (int i = 0; i < stages % dcs; ++i) ++spd[static_cast<std::size_t>(i)];
+      for (int dp : {1, 2, 4, 8})
+        for (int m : {1, 2, 4, 8, 16, 32}) {
+          // Transfer ~ compute (the regime atlas is for); one sweep point caps each flow.
+          const bool capped = (dp + m) % 3 == 0;
+          const CostModel c = model(spd, dp, 1.0, 2.0, 1000, 1000.0, capped ? 400.0 : 1000.0, 0.5);
+          const std::string what = "dcs=" + std::to_string(dcs) + " stages=" + std::to_string(stages) +
+                                   " dp=" + std::to_string(dp) + " m=" + std::to_string(m);
+          ScheduleOptions o;
+          o.micro_batches = m;
+          o.full_search = true;
+          o.kind = ScheduleKind::Atlas;
+          const ScheduleTable a = build_schedule(c, o);
+          o.kind = ScheduleKind::OneFOneB;
+          const ScheduleTable b = build_schedule(c, o);
+          check_invariants(a, what + " atlas");
+          check_invariants(b, what + " 1f1b");
+          EXPECT_LE(a.step_ms, b.step_ms * (1 + 1e-9)) << what;
+          EXPECT_NEAR(a.atlas.baseline_1f1b_ms, b.step_ms, 1e-9);
+          ++cases;
+        }
+    }
+  EXPECT_GT(cases, 200);
+}
+
+TEST(Schedule, AtlasBeatsConcurrentSharingWhenTheWanIsTheBottleneck) {
+  // 3 DCs, dp 4: four pipelines share each link; a transfer takes as long as a forward.
+  const CostModel c = model({1, 1, 1}, 4, 4.0, 8.0, 40000, 10000.0, 10000.0, 5.0);
+  const double atlas = table(c, ScheduleKind::Atlas, 6).step_ms;
+  const double onef = table(c, ScheduleKind::OneFOneB, 6).step_ms;
+  EXPECT_LT(atlas, 0.8 * onef) << "atlas " << atlas << " ms vs 1f1b " << onef << " ms";
+}
+
+TEST(Schedule, StructureHashIgnoresTimesButNotOrder) {
+  const CostModel c = model({2, 2}, 2, 1.0, 2.0, 1000, 1000.0, 1000.0, 0.5);
+  CostModel slower = c;
+  slower.fwd_ms.assign(slower.fwd_ms.size(), 1.5);
+  EXPECT_EQ(table(c, ScheduleKind::GPipe, 4).structure_hash(), table(slower, ScheduleKind::GPipe, 4).structure_hash());
+  EXPECT_NE(table(c, ScheduleKind::GPipe, 4).structure_hash(), table(c, ScheduleKind::OneFOneB, 4).structure_hash());
+}
+
+// ---- golden tables ----
+
+fs::path golden_dir() {
+  const char* env = std::getenv("ATLAS_SOURCE_DIR");
+  return (env ? fs::path(env) : fs::path(ATLAS_SOURCE_DIR)) / "tests/golden";
+}
+
+void check_golden(const std::string& name, const std::string& actual) {
+  const fs::path p = golden_dir() / (name + ".sched.expected");
+  if (std::getenv("ATLAS_REGENERATE_GOLDEN")) {
+    std::ofstream(p) << actual;
+    GTEST_SKIP() << "regenerated " << p;
+  }
+  std::ifstream in(p);
+  ASSERT_TRUE(in) << p << " missing: run with ATLAS_REGENERATE_GOLDEN=1 and review the diff";
+  std::ostringstream os;
+  os << in.rdbuf();
+  EXPECT_EQ(os.str(), actual) << "golden " << p << " differs; if intended, regenerate with "
+                                 "ATLAS_REGENERATE_GOLDEN=1 and review the diff";
+}
+
+std::string render(const ScheduleTable& t) {
+  return gantt(t, {"east", "west", "south"}, 72) + summary(t, {"east", "west", "south"});
+}
+
+TEST(Schedule, GoldenGPipeFourStagesTwoDcs) {
+  check_golden("gpipe_4stage_2dc_m4", render(table(model({2, 2}, 1, 1.0, 2.0, 1000, 1000.0, 1000.0, 0.5), ScheduleKind::GPipe, 4)));
+}
+TEST(Schedule, Golden1F1BFourStagesTwoDcs) {
+  check_golden("1f1b_4stage_2dc_m4", render(table(model({2, 2}, 1, 1.0, 2.0, 1000, 1000.0, 1000.0, 0.5), ScheduleKind::OneFOneB, 4)));
+}
+TEST(Schedule, GoldenAtlasThreeDcsDp2) {
+  check_golden("atlas_3dc_dp2_m4", render(table(model({1, 1, 1}, 2, 2.0, 4.0, 2000, 1000.0, 1000.0, 1.0), ScheduleKind::Atlas, 4)));
+}
+
+}  // namespace
+}  // namespace atlas::sched
