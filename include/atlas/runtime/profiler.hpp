@@ -1,0 +1,80 @@
+// SPDX-License-Identifier: MIT
+// Records every slot a rank runs (kind, micro-batch, start, end, bytes, peer) into a
+// preallocated buffer: two clock reads and one store per slot, no allocation, no I/O in the
+// loop. Gathered to world rank 0 at the end (and at checkpoints) for profile.h5 and trace.json.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "atlas/mpi/comm.hpp"
+#include "atlas/sched/slot.hpp"
+
+namespace atlas::runtime {
+
+/// One executed slot. Plain data (gathered as bytes).
+struct SlotEvent {
+  std::int32_t world_rank = 0;
+  std::int32_t step = 0;
+  std::int32_t slot_index = 0;   ///< position in the rank's table row
+  std::int32_t kind = 0;         ///< sched::SlotKind
+  std::int32_t micro = -1;
+  std::int32_t peer = -1;        ///< world rank at the other end (send/recv)
+  std::int32_t link = -1;        ///< WAN link index in the table
+  std::int32_t request = -1;     ///< prefill request id
+  std::int64_t bytes = 0;
+  double start_s = 0.0;          ///< seconds since the job's common t0
+  double end_s = 0.0;
+  double complete_s = 0.0;       ///< sends: when the transfer completed (after end_s)
+  double predicted_start_ms = 0.0;  ///< from the schedule table (step-relative)
+  double predicted_ms = 0.0;
+};
+
+class Profiler {
+ public:
+  /// `enabled` = profile.enabled; a disabled profiler records nothing and costs one branch.
+  Profiler(bool enabled, int world_rank, std::size_t reserve_events);
+
+  /// Collective over `world`: a barrier, then every rank takes now() as t0 (clocks on one host
+  /// are shared; across hosts this aligns ranks to within the barrier's skew).
+  void sync_epoch(const mpi::Comm& world);
+
+  [[nodiscard]] double now() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - m_t0).count();
+  }
+  [[nodiscard]] bool enabled() const noexcept { return m_enabled; }
+
+  /// Appends one event (no-op when disabled).
+  void record(const SlotEvent& e) {
+    if (m_enabled) m_events.push_back(e);
+  }
+  [[nodiscard]] const std::vector<SlotEvent>& events() const noexcept { return m_events; }
+  void clear() { m_events.clear(); }
+
+  /// Collective over `world`: every rank's events, concatenated in rank order, on `root`
+  /// (empty elsewhere).
+  [[nodiscard]] std::vector<SlotEvent> gather(const mpi::Comm& world, int root) const;
+
+ private:
+  bool m_enabled;
+  int m_world_rank;
+  std::chrono::steady_clock::time_point m_t0;
+  std::vector<SlotEvent> m_events;
+};
+
+/// Names for the tracks of a trace: one per rank and one per WAN link.
+struct TraceLabels {
+  std::vector<std::string> dc_names;
+  std::vector<std::string> rank_names;  ///< "rank 3: east s1 d0 t0"
+  std::vector<int> rank_dc;
+  std::vector<std::string> link_names;  ///< "WAN east>west"
+};
+
+/// Chrome trace event format (opens in Perfetto / chrome://tracing): one process per DC with a
+/// thread per rank, plus one process "WAN links" with a thread per link whose events are the
+/// WanSend transfers (post to completion).
+std::string chrome_trace_json(const std::vector<SlotEvent>& events, const TraceLabels& labels);
+
+}  // namespace atlas::runtime

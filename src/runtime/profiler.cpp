@@ -1,0 +1,95 @@
+// SPDX-License-Identifier: MIT
+// Slot recording, gathering and the Chrome trace writer.
+#include "atlas/runtime/profiler.hpp"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+namespace atlas::runtime {
+
+Profiler::Profiler(bool enabled, int world_rank, std::size_t reserve_events)
+    : m_enabled(enabled), m_world_rank(world_rank), m_t0(std::chrono::steady_clock::now()) {
+  if (m_enabled) m_events.reserve(reserve_events);
+}
+
+void Profiler::sync_epoch(const mpi::Comm& world) {
+  world.barrier();
+  m_t0 = std::chrono::steady_clock::now();
+}
+
+std::vector<SlotEvent> Profiler::gather(const mpi::Comm& world, int root) const {
+  static_assert(std::is_trivially_copyable_v<SlotEvent>);
+  const int mine = static_cast<int>(m_events.size() * sizeof(SlotEvent));
+  std::vector<int> sizes(static_cast<std::size_t>(world.size()));
+  ATLAS_MPI_CHECK(MPI_Gather(&mine, 1, MPI_INT, sizes.data(), 1, MPI_INT, root, world.get()));
+  std::vector<int> displs(sizes.size(), 0);
+  long long total = 0;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    displs[i] = static_cast<int>(total);
+    total += sizes[i];
+  }
+  std::vector<SlotEvent> all;
+  if (world.rank() == root) all.resize(static_cast<std::size_t>(total) / sizeof(SlotEvent));
+  ATLAS_MPI_CHECK(MPI_Gatherv(m_events.data(), mine, MPI_BYTE, all.data(), sizes.data(),
+                              displs.data(), MPI_BYTE, root, world.get()));
+  (void)m_world_rank;
+  return all;
+}
+
+namespace {
+std::string escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+}  // namespace
+
+std::string chrome_trace_json(const std::vector<SlotEvent>& events, const TraceLabels& labels) {
+  constexpr int kLinkPid = 1000;
+  std::string out = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
+  bool first = true;
+  auto add = [&](const std::string& e) {
+    if (!first) out += ",\n";
+    out += e;
+    first = false;
+  };
+  for (std::size_t dc = 0; dc < labels.dc_names.size(); ++dc)
+    add(fmt::format(R"({{"name":"process_name","ph":"M","pid":{},"tid":0,"args":{{"name":"DC {}"}}}})", dc,
+                    escape(labels.dc_names[dc])));
+  for (std::size_t r = 0; r < labels.rank_names.size(); ++r)
+    add(fmt::format(R"({{"name":"thread_name","ph":"M","pid":{},"tid":{},"args":{{"name":"{}"}}}})",
+                    labels.rank_dc[r], r, escape(labels.rank_names[r])));
+  if (!labels.link_names.empty())
+    add(fmt::format(R"({{"name":"process_name","ph":"M","pid":{},"tid":0,"args":{{"name":"WAN links"}}}})", kLinkPid));
+  for (std::size_t l = 0; l < labels.link_names.size(); ++l)
+    add(fmt::format(R"({{"name":"thread_name","ph":"M","pid":{},"tid":{},"args":{{"name":"{}"}}}})", kLinkPid, l,
+                    escape(labels.link_names[l])));
+  for (const auto& e : events) {
+    const auto kind = static_cast<sched::SlotKind>(e.kind);
+    const int pid = static_cast<std::size_t>(e.world_rank) < labels.rank_dc.size()
+                        ? labels.rank_dc[static_cast<std::size_t>(e.world_rank)]
+                        : 0;
+    std::string name = sched::to_string(kind);
+    if (e.micro >= 0) name += fmt::format(" m{}", e.micro);
+    const double ts = e.start_s * 1e6;
+    const double dur = std::max(0.0, (e.end_s - e.start_s) * 1e6);
+    add(fmt::format(R"({{"name":"{}","cat":"{}","ph":"X","ts":{:.3f},"dur":{:.3f},"pid":{},"tid":{},)"
+                    R"("args":{{"step":{},"slot":{},"micro":{},"bytes":{},"peer":{},"predicted_start_ms":{:.3f},"predicted_ms":{:.3f}}}}})",
+                    name, sched::to_string(kind), ts, dur, pid, e.world_rank, e.step, e.slot_index, e.micro,
+                    e.bytes, e.peer, e.predicted_start_ms, e.predicted_ms));
+    if (kind == sched::SlotKind::WanSend && e.link >= 0 &&
+        static_cast<std::size_t>(e.link) < labels.link_names.size())
+      add(fmt::format(R"({{"name":"m{} r{}->r{}","cat":"wan","ph":"X","ts":{:.3f},"dur":{:.3f},"pid":{},"tid":{},)"
+                      R"("args":{{"bytes":{},"step":{}}}}})",
+                      e.micro, e.world_rank, e.peer, ts, std::max(0.0, (e.complete_s - e.start_s) * 1e6),
+                      kLinkPid, e.link, e.bytes, e.step));
+  }
+  out += "\n]}\n";
+  return out;
+}
+
+}  // namespace atlas::runtime
