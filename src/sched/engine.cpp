@@ -135,17 +135,21 @@ class Engine {
             return;
           }
           // Last to arrive: everyone starts now (events run in time order, so now is the max).
+          // Each member then runs its own part of the collective (durations may differ, e.g.
+          // when two stages of different sizes meet in one group).
+          const double mine = op.duration_ms;
           for (int member : members) {
             const auto mw = static_cast<std::size_t>(member);
             auto& mop = m_result.ops[mw][m_pc[mw]];
+            const double d = m_p.workers[mw][m_pc[mw]].duration_ms;
             mop.start_ms = m_now;
-            mop.end_ms = m_now + op.duration_ms;
+            mop.end_ms = m_now + d;
             m_blocked_sync[mw] = -1;
             ++m_pc[mw];
             if (member != w) push(mop.end_ms, 0, Ev::Resume, member, 0);
           }
-          if (op.duration_ms > 0.0) {
-            push(m_now + op.duration_ms, 0, Ev::Resume, w, 0);
+          if (mine > 0.0) {
+            push(m_now + mine, 0, Ev::Resume, w, 0);
             return;
           }
           break;

@@ -114,13 +114,16 @@ EngineProgram make_program(const CostModel& c, ScheduleKind kind, int m, Program
           map.msg_dst_stage[static_cast<std::size_t>(id)] = dst;
         }
 
+  // All-reduce sync groups: the DP replicas of a stage. With pp > 1 the first and last stage
+  // also sum their tied embedding gradients there, so they meet in one group.
   p.sync_groups.resize(static_cast<std::size_t>(pp));
+  auto group_of = [pp](int s) { return (pp > 1 && s == pp - 1) ? 0 : s; };
   p.workers.resize(static_cast<std::size_t>(pp * dp));
   for (int s = 0; s < pp; ++s) {
     const auto order = compute_order(kind, s, pp, m);
     for (int d = 0; d < dp; ++d) {
       const int w = s * dp + d;
-      p.sync_groups[static_cast<std::size_t>(s)].push_back(w);
+      p.sync_groups[static_cast<std::size_t>(group_of(s))].push_back(w);
       auto& ops = p.workers[static_cast<std::size_t>(w)];
       auto comm_kind = [&](int peer, bool send) {
         const bool wan = c.stage_dc[static_cast<std::size_t>(s)] != c.stage_dc[static_cast<std::size_t>(peer)];
@@ -146,7 +149,7 @@ EngineProgram make_program(const CostModel& c, ScheduleKind kind, int m, Program
                            message_id(s - 1, d, i, Flow::Gradient, dp, m), -1});
         }
       }
-      ops.push_back({EngineOp::Type::Sync, SlotKind::AllReduce, -1, c.allreduce_ms[static_cast<std::size_t>(s)], -1, s});
+      ops.push_back({EngineOp::Type::Sync, SlotKind::AllReduce, -1, c.allreduce_ms[static_cast<std::size_t>(s)], -1, group_of(s)});
       ops.push_back({EngineOp::Type::Compute, SlotKind::Optimizer, -1, c.optimizer_ms[static_cast<std::size_t>(s)], -1, -1});
     }
   }

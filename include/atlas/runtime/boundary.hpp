@@ -1,0 +1,123 @@
+// SPDX-License-Identifier: MIT
+// Moves this rank's pipeline boundary tensors (activations forward, their gradients backward):
+// intra-DC neighbours over MPI (pp_comm), neighbours in another DC over the WAN transport. On an
+// ordered WAN link (the atlas schedule) a transfer starts only after the link's previous
+// transfer has finished: the ranks that share the link pass a token over intra-DC MPI in the
+// table's order. Does not decide any order itself: it follows the schedule table.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "atlas/mpi/comm.hpp"
+#include "atlas/runtime/profiler.hpp"
+#include "atlas/sched/schedule.hpp"
+#include "atlas/topo/communicators.hpp"
+#include "atlas/wan/transport.hpp"
+
+namespace atlas::runtime {
+
+/// Boundary traffic counters of one step (this rank).
+struct BoundaryStats {
+  std::int64_t wan_bytes_sent = 0;
+  std::int64_t local_bytes_sent = 0;
+  double wan_send_busy_s = 0.0;  ///< sum over WAN sends of post -> completion
+};
+
+class Boundary {
+ public:
+  /// `wan` carries the cross-DC boundaries (may be null when this rank has none). Starts the
+  /// WAN sender thread when this rank sends over a WAN link. Not collective.
+  /// Requires MPI_THREAD_MULTIPLE when the sender thread runs (token passing on `token_comm`).
+  Boundary(const topo::Layout& layout, const topo::Communicators& comms,
+           const sched::ScheduleTable& table, wan::PeerTransport* wan, Profiler& profiler,
+           std::size_t boundary_bytes, double recv_timeout_s);
+  ~Boundary();
+  Boundary(const Boundary&) = delete;
+  Boundary& operator=(const Boundary&) = delete;
+
+  /// Host staging buffer of one boundary tensor this rank receives / sends in a step.
+  [[nodiscard]] float* recv_buffer(sched::Flow flow, int micro);
+  [[nodiscard]] float* send_buffer(sched::Flow flow, int micro);
+
+  /// Posts every receive of the step (all micro-batches), so early senders never block.
+  void begin_step(int step);
+  /// Blocks until the tensor of `slot` (a LocalRecv/WanRecv) is in recv_buffer(). Throws
+  /// atlas::Error (Comm) naming the peer after the receive timeout.
+  void wait_recv(const sched::Slot& slot);
+  /// Posts the tensor in send_buffer() for `slot` (a LocalSend/WanSend). WAN sends go to the
+  /// sender thread, which honours the link order; local sends are MPI isends. Returns at once.
+  void post_send(const sched::Slot& slot, int slot_index);
+  /// Waits for every send of the step (the buffers are reused next step) and returns the stats.
+  BoundaryStats end_step();
+
+ private:
+  struct SendJob {
+    const sched::Slot* slot = nullptr;
+    int slot_index = 0;
+    int peer = 0;   ///< world rank
+    int tag = 0;
+    const void* data = nullptr;
+    std::size_t bytes = 0;
+    double post_s = 0.0;
+  };
+  struct RecvOp {
+    sched::Flow flow;
+    int micro;
+    int peer;     ///< world rank
+    bool wan;
+    mpi::Request mpi;
+    wan::Handle handle;
+    bool done = false;
+  };
+
+  [[nodiscard]] int neighbour(int stage) const;
+  [[nodiscard]] static int tag_of(sched::Flow flow, int micro) {
+    return (flow == sched::Flow::Activation ? 0 : 1) * 65536 + micro;
+  }
+  [[nodiscard]] int token_tag(int link, int pos) const { return 1 + link * m_link_stride + pos; }
+  void sender_loop();
+  void send_token(int link, int pos, int to_dp);
+  [[nodiscard]] std::size_t index(sched::Flow flow, int micro) const {
+    return static_cast<std::size_t>((flow == sched::Flow::Activation ? 0 : 1) * m_micro_batches + micro);
+  }
+
+  const topo::Layout& m_layout;
+  const topo::Communicators& m_comms;
+  const sched::ScheduleTable& m_table;
+  wan::PeerTransport* m_wan;
+  Profiler& m_profiler;
+  std::size_t m_bytes;
+  double m_timeout_s;
+  topo::Coord m_me;
+  int m_micro_batches;
+  int m_step = 0;
+  int m_link_stride = 1;
+  std::vector<std::vector<float>> m_recv_bufs;
+  std::vector<std::vector<float>> m_send_bufs;
+  std::vector<RecvOp> m_recvs;
+  std::vector<mpi::Request> m_local_sends;
+  BoundaryStats m_stats;
+
+  // ---- WAN sender thread ----
+  std::mutex m_wan_mutex;  ///< serialises calls into the transport (main + sender thread)
+  mpi::Comm m_token_comm;  ///< dup of dp_comm: link-order tokens between the link's senders
+  std::thread m_sender;
+  std::mutex m_jobs_mutex;
+  std::condition_variable m_jobs_cv;
+  std::deque<SendJob> m_jobs;
+  int m_jobs_posted = 0;              ///< this step
+  std::atomic<int> m_jobs_completed{0};
+  std::atomic<bool> m_stop{false};
+  std::exception_ptr m_sender_error;  ///< set by the sender thread, rethrown on the main thread
+  std::mutex m_error_mutex;
+  std::vector<SlotEvent> m_send_events;  ///< completed WAN sends (appended by the sender thread)
+};
+
+}  // namespace atlas::runtime
