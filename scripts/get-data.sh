@@ -22,7 +22,8 @@ fi
 
 for tool in npm tar awk; do
   if ! command -v "${tool}" >/dev/null 2>&1; then
-    echo "get-data: ERROR: '${tool}' not found; install it (Debian: apt-get install npm tar mawk)" >&2
+    echo "get-data: ERROR: '${tool}' not found" >&2
+    echo "  hint: apt-get install npm tar mawk" >&2
     exit 1
   fi
 done

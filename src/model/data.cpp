@@ -59,7 +59,8 @@ Corpus Corpus::load(const std::string& dir) {
   }
   std::vector<fs::path> files;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    if (entry.is_regular_file() && entry.path().extension() == ".txt") files.push_back(entry.path());
+    if (entry.is_regular_file() && entry.path().extension() == ".txt")
+      files.push_back(entry.path());
   }
   if (ec) throw ConfigError(fmt::format("data.corpus_dir = '{}': {}", dir, ec.message()));
   if (files.empty()) {
@@ -136,7 +137,8 @@ DataLoader::DataLoader(const Corpus& corpus, Split which, double val_fraction,
       m_seed(seed),
       m_shuffle(shuffle) {
   ProblemList problems;
-  if (shape.seq_len < 1) problems.add(fmt::format("model.seq_len = {} must be >= 1", shape.seq_len));
+  if (shape.seq_len < 1)
+    problems.add(fmt::format("model.seq_len = {} must be >= 1", shape.seq_len));
   if (shape.micro_batch_size < 1 || shape.micro_batches < 1 || shape.dp_size < 1) {
     problems.add(fmt::format("data loader shape B = {}, M = {}, dp = {} must all be >= 1",
                              shape.micro_batch_size, shape.micro_batches, shape.dp_size));

@@ -39,7 +39,8 @@ std::vector<float> init_values(std::uint64_t seed, const ParamTensor& p, double 
   std::vector<std::int64_t> idx(dims, 0);  // multi-index inside the shard
   for (std::size_t i = 0; i < n; ++i) {
     std::int64_t flat = 0;
-    for (std::size_t d = 0; d < dims; ++d) flat = flat * p.full_shape[d] + p.shard_offset[d] + idx[d];
+    for (std::size_t d = 0; d < dims; ++d)
+      flat = flat * p.full_shape[d] + p.shard_offset[d] + idx[d];
     out[i] = static_cast<float>(init_std * rng::normal(key, static_cast<std::uint64_t>(flat)));
     for (std::size_t d = dims; d-- > 0;) {  // odometer over the shard shape
       if (++idx[d] < p.shard_shape[d]) break;

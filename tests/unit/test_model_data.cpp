@@ -31,7 +31,8 @@ std::string synthetic_text(std::size_t n) {
 
 class TempDir {
  public:
-  TempDir() : m_path(fs::temp_directory_path() / ("atlas_test_data_" + std::to_string(::getpid()))) {
+  TempDir()
+      : m_path(fs::temp_directory_path() / ("atlas_test_data_" + std::to_string(::getpid()))) {
     fs::remove_all(m_path);
     fs::create_directories(m_path);
   }
@@ -84,7 +85,8 @@ TEST(Corpus, MissingOrEmptyDirectoryNamesTheFix) {
     (void)Corpus::load("/nonexistent/brown");
     FAIL() << "expected ConfigError";
   } catch (const ConfigError& e) {
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("data.corpus_dir = '/nonexistent/brown' does not exist"));
+    EXPECT_THAT(e.what(),
+                ::testing::HasSubstr("data.corpus_dir = '/nonexistent/brown' does not exist"));
     EXPECT_THAT(e.what(), ::testing::HasSubstr("scripts/get-data.sh"));
     EXPECT_THAT(e.what(), ::testing::HasSubstr("make data"));
   }
@@ -179,7 +181,8 @@ TEST(DataLoader, EachEpochVisitsEveryWindowOnceInASeededOrder) {
   ASSERT_EQ(e0.size(), 300U);
   std::vector<std::int64_t> sorted = e0;
   std::sort(sorted.begin(), sorted.end());
-  for (std::size_t i = 0; i < sorted.size(); ++i) ASSERT_EQ(sorted[i], static_cast<std::int64_t>(i));
+  for (std::size_t i = 0; i < sorted.size(); ++i)
+    ASSERT_EQ(sorted[i], static_cast<std::int64_t>(i));
   EXPECT_NE(e0, sorted) << "shuffled";
   EXPECT_NE(e0, epoch_order(7, 1, true)) << "a new order every epoch";
   EXPECT_NE(e0, epoch_order(8, 0, true)) << "the order depends on the seed";

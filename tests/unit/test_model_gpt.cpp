@@ -299,8 +299,10 @@ TEST_F(Gpt, BadShapesAreConfigErrorsListingEveryProblem) {
     StageModel bad(cfg, kBatch, StageSpec{0, 2, 0, 2}, *be, &group, kSeed);
     FAIL() << "expected ConfigError";
   } catch (const ConfigError& e) {
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("model.hidden = 10 is not divisible by model.heads = 3"));
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("model.heads = 3 is not divisible by parallel.tp_size = 2"));
+    EXPECT_THAT(e.what(),
+                ::testing::HasSubstr("model.hidden = 10 is not divisible by model.heads = 3"));
+    EXPECT_THAT(e.what(),
+                ::testing::HasSubstr("model.heads = 3 is not divisible by parallel.tp_size = 2"));
     EXPECT_THAT(e.what(), ::testing::HasSubstr("model.layers = 3 does not split evenly over 2"));
     EXPECT_EQ(e.problems().size(), 3U);
   }

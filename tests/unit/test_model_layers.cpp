@@ -227,8 +227,10 @@ TEST_F(Layers, CrossEntropyBackwardMatchesFiniteDifferences) {
   const auto l = download(*be, losses);
   for (int i = 0; i < rows; ++i) {
     double z_max = -1e30, sum = 0.0;
-    for (int v = 0; v < vocab; ++v) z_max = std::max<double>(z_max, logits[static_cast<std::size_t>(i * vocab + v)]);
-    for (int v = 0; v < vocab; ++v) sum += std::exp(logits[static_cast<std::size_t>(i * vocab + v)] - z_max);
+    for (int v = 0; v < vocab; ++v)
+      z_max = std::max<double>(z_max, logits[static_cast<std::size_t>(i * vocab + v)]);
+    for (int v = 0; v < vocab; ++v)
+      sum += std::exp(logits[static_cast<std::size_t>(i * vocab + v)] - z_max);
     const double want =
         -(logits[static_cast<std::size_t>(i * vocab + targets[static_cast<std::size_t>(i)])] -
           z_max - std::log(sum));

@@ -54,7 +54,8 @@ inline std::vector<float> hyperslab(const std::vector<float>& full, const model:
   const auto n = static_cast<std::size_t>(p.shard_numel());
   for (std::size_t i = 0; i < n; ++i) {
     std::int64_t flat = 0;
-    for (std::size_t d = 0; d < dims; ++d) flat = flat * p.full_shape[d] + p.shard_offset[d] + idx[d];
+    for (std::size_t d = 0; d < dims; ++d)
+      flat = flat * p.full_shape[d] + p.shard_offset[d] + idx[d];
     out.push_back(full[static_cast<std::size_t>(flat)]);
     for (std::size_t d = dims; d-- > 0;) {
       if (++idx[d] < p.shard_shape[d]) break;
