@@ -201,7 +201,7 @@ class HostBackend final : public Backend {
     for (std::ptrdiff_t i = 0; i < count; ++i) {
       const float x = in[i];
       const float cube = 0.044715F * x * x * x;
-      out[i] = 0.5F * x * (1.0F + std::tanh(kGeluScale * (x + cube)));
+      out[i] = 0.5F * x * (1.0F + fast_tanh(kGeluScale * (x + cube)));
     }
   }
   void gelu_backward(float* din, const float* in, const float* dout, std::size_t n) override {
@@ -210,7 +210,7 @@ class HostBackend final : public Backend {
     for (std::ptrdiff_t i = 0; i < count; ++i) {
       const float x = in[i];
       const float cube = 0.044715F * x * x * x;
-      const float t = std::tanh(kGeluScale * (x + cube));
+      const float t = fast_tanh(kGeluScale * (x + cube));
       const float sech2 = 1.0F - t * t;
       const float local = 0.5F * (1.0F + t) +
                           0.5F * x * sech2 * kGeluScale * (1.0F + 3.0F * 0.044715F * x * x);
@@ -423,6 +423,10 @@ class HostBackend final : public Backend {
   }
 
   static constexpr float kGeluScale = 0.7978845608028654F;  // sqrt(2/pi)
+
+  // tanh through one expf: 1 - 2 / (exp(2u) + 1). Several times cheaper than tanhf (which goes
+  // through expm1f) and within a few ulp of 1 in absolute terms; saturates correctly at +-inf.
+  static float fast_tanh(float u) noexcept { return 1.0F - 2.0F / (std::exp(2.0F * u) + 1.0F); }
 
   // Targets index rows of probs: an out-of-range id would read or write out of bounds.
   static void check_targets(const std::int32_t* targets, int rows, int vocab) {

@@ -55,7 +55,7 @@ TEST(Learning, TinyModelGoesClearlyBelowTheUnigramEntropyOfBrown) {
   train.warmup_steps = 20;
   train.weight_decay = 0.1;
   train.grad_clip = 1.0;
-  const int steps = 250;
+  const int steps = 500;
 
   // One thread: the suite runs tests in parallel on shared cores, where OpenMP fork/join
   // regions cost more than they gain for a model this small.
@@ -98,7 +98,7 @@ TEST(Learning, TinyModelGoesClearlyBelowTheUnigramEntropyOfBrown) {
               steps, n * train.micro_batches, seconds, h_val, h_train, initial, final_val,
               train_loss);
   EXPECT_NEAR(initial, std::log(256.0), 0.1) << "an untrained model is uniform over 256 bytes";
-  EXPECT_LT(final_val, h_val - 0.4) << "the model must use context to beat the unigram entropy";
+  EXPECT_LT(final_val, h_val - 0.5) << "the model must use context to beat the unigram entropy";
 }
 
 }  // namespace
