@@ -1,0 +1,176 @@
+// SPDX-License-Identifier: MIT
+// device::Backend: every operation the GPT model needs (allocation, copies, GEMM, fused layer
+// kernels, AdamW), over device addresses inside device::Buffer allocations. The host backend
+// (OpenBLAS + C++/OpenMP) is the reference; a CUDA backend implements the same interface from
+// src/device/cuda/ and registers itself through register_backend_factory(). No CUDA types here.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "atlas/deck/config.hpp"
+#include "atlas/device/buffer.hpp"
+
+namespace atlas::device {
+
+/// Transpose flag of a GEMM operand.
+enum class Trans { No, Yes };
+
+/// Scalars of one AdamW update (see Backend::adamw_update).
+struct AdamWArgs {
+  float lr = 0.0F;                 ///< learning rate of this step
+  float beta1 = 0.9F;
+  float beta2 = 0.95F;
+  float eps = 1e-8F;
+  float weight_decay = 0.0F;       ///< decoupled decay (0 for tensors that are not decayed)
+  float bias_correction1 = 1.0F;   ///< 1 - beta1^t (t = 1-based step count)
+  float bias_correction2 = 1.0F;   ///< 1 - beta2^t
+  float grad_scale = 1.0F;         ///< gradient multiplier (global-norm clipping)
+};
+
+/// The compute device of one rank. Not thread-safe: one thread issues all calls. All pointers are
+/// device addresses obtained from Buffers of *this backend* (plus element offsets); all tensors
+/// are fp32 (tokens/targets int32), row-major, densely packed unless a leading dimension is given.
+/// Calls may be asynchronous on a device backend: results are visible to later calls on this
+/// backend at once, and to the host after download() or synchronize(). No call is collective.
+/// Output pointers may alias inputs only where a call says so.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  Backend() = default;
+  Backend(const Backend&) = delete;
+  Backend& operator=(const Backend&) = delete;
+
+  // ---- identity ----
+  /// Which backend this is (host or cuda).
+  [[nodiscard]] virtual atlas::Backend kind() const noexcept = 0;
+  /// One line for the rank map / logs, e.g. "host (OpenBLAS, 4 threads)".
+  [[nodiscard]] virtual std::string describe() const = 0;
+  /// True if Buffer memory is ordinary host memory (MPI may read it directly).
+  [[nodiscard]] virtual bool host_accessible() const noexcept = 0;
+
+  // ---- memory ----
+  /// Allocates `bytes` (may be 0: an empty Buffer), zero-filled, 64-byte aligned.
+  /// Throws atlas::Error (Device) when the memory is not available.
+  [[nodiscard]] Buffer alloc(std::size_t bytes);
+  /// Allocates `count` fp32 elements (zero-filled).
+  [[nodiscard]] Buffer alloc_floats(std::size_t count) { return alloc(count * sizeof(float)); }
+  /// Copies `bytes` from host memory `src` to device address `dst`. Synchronous for `src`.
+  virtual void upload(void* dst, const void* src, std::size_t bytes) = 0;
+  /// Copies `bytes` from device address `src` to host memory `dst`; returns when `dst` is valid.
+  virtual void download(void* dst, const void* src, std::size_t bytes) = 0;
+  /// Device-to-device copy of `bytes` (ranges must not overlap).
+  virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;
+  /// x[i] = value for i < n.
+  virtual void fill(float* x, float value, std::size_t n) = 0;
+  /// x[i] *= alpha for i < n.
+  virtual void scale(float* x, float alpha, std::size_t n) = 0;
+  /// Waits until every issued call has finished (no-op on the host).
+  virtual void synchronize() = 0;
+
+  // ---- dense algebra ----
+  /// Row-major C[m,n] = alpha * op(A)[m,k] * op(B)[k,n] + beta * C, op = transpose if Yes.
+  /// lda/ldb/ldc are row strides (elements) of A, B, C as stored. beta = 1 accumulates.
+  virtual void gemm(Trans trans_a, Trans trans_b, int m, int n, int k, float alpha,
+                    const float* a, int lda, const float* b, int ldb, float beta, float* c,
+                    int ldc) = 0;
+  /// out[r, c] += bias[c] for r < rows, c < cols.
+  virtual void add_bias(float* out, const float* bias, int rows, int cols) = 0;
+  /// dbias[c] += sum_r dout[r, c] (the bias gradient; accumulates).
+  virtual void bias_grad(float* dbias, const float* dout, int rows, int cols) = 0;
+  /// out[i] = a[i] + b[i]; `out` may alias `a` or `b` (residual add, accumulation).
+  virtual void add(float* out, const float* a, const float* b, std::size_t n) = 0;
+  /// Sum of squares of x[0..n), accumulated in double. Synchronous (returns a host value).
+  [[nodiscard]] virtual double sq_norm(const float* x, std::size_t n) = 0;
+
+  // ---- layers ----
+  /// LayerNorm over the last dim (eps 1e-5): out[r,:] = (in[r,:] - mean) * rstd * weight + bias.
+  /// Saves mean[r] and rstd[r] (rows elements each) for the backward pass.
+  virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* in,
+                                 const float* weight, const float* bias, int rows, int cols) = 0;
+  /// LayerNorm backward. ACCUMULATES into din (+=), dweight (+=) and dbias (+=).
+  virtual void layernorm_backward(float* din, float* dweight, float* dbias, const float* dout,
+                                  const float* in, const float* weight, const float* mean,
+                                  const float* rstd, int rows, int cols) = 0;
+  /// GELU, tanh approximation (GPT-2): out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+  /// `out` may alias `in`.
+  virtual void gelu_forward(float* out, const float* in, std::size_t n) = 0;
+  /// din = gelu'(in) * dout (overwrites din; din may alias dout).
+  virtual void gelu_backward(float* din, const float* in, const float* dout, std::size_t n) = 0;
+
+  /// Floats the backend saves per attention call for the backward pass (e.g. softmax
+  /// probabilities [B,H,T,T] on the host) for `batch` samples of `seq` tokens, `heads` heads of
+  /// `head_dim` each.
+  [[nodiscard]] virtual std::size_t attention_saved_floats(int batch, int seq, int heads,
+                                                           int head_dim) const = 0;
+  /// Floats of scratch one attention call (forward or backward) needs; shared by all calls.
+  [[nodiscard]] virtual std::size_t attention_workspace_floats(int batch, int seq, int heads,
+                                                               int head_dim) const = 0;
+  /// Causal multi-head self-attention of a head group. qkv is [B, T, 3, H, D] (per token: all H
+  /// query heads, then all key heads, then all value heads, each head D contiguous floats);
+  /// out is [B, T, H, D]; scores scaled by 1/sqrt(D); token t attends to tokens <= t.
+  /// `saved` (attention_saved_floats) is written for attention_backward; `workspace`
+  /// (attention_workspace_floats, may be null when that is 0) is scratch.
+  virtual void attention_forward(float* out, float* saved, const float* qkv, int batch, int seq,
+                                 int heads, int head_dim, float* workspace) = 0;
+  /// Attention backward: dqkv [B,T,3,H,D] is OVERWRITTEN with dL/dqkv from dout [B,T,H,D].
+  /// qkv, out and saved are the forward's inputs/outputs of the same call.
+  virtual void attention_backward(float* dqkv, const float* dout, const float* qkv,
+                                  const float* out, const float* saved, int batch, int seq,
+                                  int heads, int head_dim, float* workspace) = 0;
+
+  /// out[b,t,:] = wte[tokens[b,t], :] + wpe[t, :]; out is [B,T,C], tokens int32 [B,T] on the
+  /// device, each in [0, V) (the caller checks the range).
+  virtual void embedding_forward(float* out, const std::int32_t* tokens, const float* wte,
+                                 const float* wpe, int batch, int seq, int channels) = 0;
+  /// dwte[tokens[b,t], :] += dout[b,t,:]; dwpe[t,:] += sum_b dout[b,t,:] (both accumulate).
+  virtual void embedding_backward(float* dwte, float* dwpe, const float* dout,
+                                  const std::int32_t* tokens, int batch, int seq,
+                                  int channels) = 0;
+  /// Row softmax of logits [rows, V] into probs (probs may alias logits) and per-row
+  /// cross-entropy losses[r] = -log probs[r, targets[r]].
+  virtual void softmax_xent_forward(float* losses, float* probs, const float* logits,
+                                    const std::int32_t* targets, int rows, int vocab) = 0;
+  /// dlogits = (probs - onehot(targets)) * scale (overwrites; dlogits may alias probs).
+  virtual void softmax_xent_backward(float* dlogits, const float* probs,
+                                     const std::int32_t* targets, int rows, int vocab,
+                                     float scale) = 0;
+
+  // ---- optimizer ----
+  /// One AdamW step over n elements with g = grad * grad_scale:
+  /// m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+  /// param -= lr * ((m / bc1) / (sqrt(v / bc2) + eps) + weight_decay * param).
+  virtual void adamw_update(float* param, const float* grad, float* m, float* v, std::size_t n,
+                            const AdamWArgs& args) = 0;
+
+ protected:
+  /// Backend-specific allocation: `bytes` > 0, zero-filled, 64-byte aligned; throws on failure.
+  virtual void* allocate(std::size_t bytes) = 0;
+  /// Frees memory from allocate(). Must not throw.
+  virtual void release(void* ptr, std::size_t bytes) noexcept = 0;
+
+ private:
+  friend class Buffer;
+};
+
+/// Builds a backend of `cfg.backend` kind. Host: always available; threads from cfg.threads
+/// (see resolve_host_threads). Cuda: available only when the CUDA object library is linked in
+/// (it registers a factory); otherwise throws atlas::ConfigError naming the rebuild option.
+/// Not collective, but every rank with the same deck reaches the same verdict.
+[[nodiscard]] std::unique_ptr<Backend> make_backend(const DeviceCfg& cfg);
+
+/// Signature of a backend factory (the CUDA build provides one).
+using BackendFactory = std::unique_ptr<Backend> (*)(const DeviceCfg&);
+
+/// Registration hook: the CUDA object library calls this from a static initialiser, e.g.
+///   static const bool kRegistered = (register_backend_factory(atlas::Backend::Cuda, &make), true);
+/// A null `factory` removes the registration (tests). Registering the host kind is an error (it
+/// is built in). Not thread-safe; call before main.
+void register_backend_factory(atlas::Backend kind, BackendFactory factory);
+
+/// True if make_backend() can build `kind` in this binary.
+[[nodiscard]] bool backend_available(atlas::Backend kind);
+
+}  // namespace atlas::device

@@ -1,0 +1,117 @@
+// SPDX-License-Identifier: MIT
+// Training data: the Brown corpus (plain text installed by scripts/get-data.sh), a byte-level
+// tokenizer, the train/validation split and a DataLoader that hands every DP replica its own
+// disjoint samples, deterministically from the seed and resumable from a few integers.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace atlas::model {
+
+/// Byte-level tokenizer: token id = byte value, vocabulary 256. Lossless for any bytes.
+class ByteTokenizer {
+ public:
+  static constexpr int kVocab = 256;
+  [[nodiscard]] static std::vector<std::int32_t> encode(std::string_view text);
+  /// Throws atlas::Error (Config) on an id outside [0, 256).
+  [[nodiscard]] static std::string decode(std::span<const std::int32_t> ids);
+};
+
+enum class Split { Train, Val };
+
+/// A corpus as one token stream: every *.txt file of a directory, in file-name order,
+/// concatenated. Cheap to copy (the tokens are shared, immutable).
+class Corpus {
+ public:
+  /// Loads every *.txt file under `dir` (not recursive). Throws atlas::ConfigError when the
+  /// directory is missing or holds no text (hint: scripts/get-data.sh / make data).
+  [[nodiscard]] static Corpus load(const std::string& dir);
+  /// A corpus from in-memory text (tests, tools).
+  [[nodiscard]] static Corpus from_text(std::string_view text, std::string origin = "<memory>");
+
+  [[nodiscard]] std::span<const std::int32_t> tokens() const noexcept { return *m_tokens; }
+  /// The train split = the first (1 - val_fraction) of the stream, val = the rest (the tail).
+  /// val_fraction in [0, 1).
+  [[nodiscard]] std::span<const std::int32_t> split(Split which, double val_fraction) const;
+  [[nodiscard]] const std::string& origin() const noexcept { return m_origin; }
+  [[nodiscard]] int file_count() const noexcept { return m_files; }
+
+ private:
+  friend class DataLoader;
+  std::shared_ptr<const std::vector<std::int32_t>> m_tokens;
+  std::string m_origin;
+  int m_files = 0;
+};
+
+/// Which samples one loader serves.
+struct LoaderShape {
+  int seq_len = 0;           ///< T: tokens per sample (targets are the next T tokens)
+  int micro_batch_size = 1;  ///< B: samples per micro-batch
+  int micro_batches = 1;     ///< M: micro-batches per pipeline per step
+  int dp_size = 1;           ///< DP replicas (pipelines)
+  int dp_rank = 0;           ///< this replica
+};
+
+/// Where a loader stands: enough to resume exactly (store it in checkpoints).
+struct DataPosition {
+  std::uint64_t seed = 0;             ///< seed the sample order was drawn from
+  std::int64_t samples_consumed = 0;  ///< global samples served before the current step
+  std::int64_t epoch_samples = 0;     ///< windows per epoch (guards against a changed corpus)
+};
+
+/// Serves micro-batches of one split.
+///
+/// Samples are the non-overlapping windows w = 0 .. W-1 of the split, W = (len - 1) / T:
+/// tokens = split[w*T, w*T + T), targets = split[w*T + 1, w*T + T + 1). Each epoch e visits
+/// them in the order perm_e (a seeded bijection of [0, W); identity when shuffle is false).
+/// A step consumes G = dp_size * M * B global sample slots. Sample b of micro-batch m on
+/// replica d, at the current step, takes global slot
+///     q = samples_consumed + (d * M + m) * B + b,  window = perm_{q / W}(q % W),
+/// so replica d's micro-batch m is exactly micro-batch d*M + m of a dp_size = 1 run with
+/// dp_size * M micro-batches, and the replicas' samples are disjoint.
+class DataLoader {
+ public:
+  /// Keeps the corpus tokens alive. Throws atlas::ConfigError if the split is shorter than
+  /// seq_len + 1 tokens, or on a bad shape.
+  DataLoader(const Corpus& corpus, Split which, double val_fraction, const LoaderShape& shape,
+             std::uint64_t seed, bool shuffle);
+
+  /// Fills `tokens` and `targets` (host arrays of B*T ids) with micro-batch `micro` of the
+  /// current step for this replica.
+  void fill(int micro, std::int32_t* tokens, std::int32_t* targets) const;
+  /// Window index of sample `b` of micro-batch `micro` of this replica at the current step.
+  [[nodiscard]] std::int64_t sample_window(int micro, int b) const;
+  /// Moves to the next step (samples_consumed += G).
+  void advance() noexcept { m_consumed += samples_per_step(); }
+  /// Back to the start (evaluation loaders).
+  void rewind() noexcept { m_consumed = 0; }
+
+  [[nodiscard]] std::int64_t samples_per_step() const noexcept;
+  [[nodiscard]] std::int64_t epoch_samples() const noexcept { return m_windows; }
+  [[nodiscard]] const LoaderShape& shape() const noexcept { return m_shape; }
+  [[nodiscard]] DataPosition position() const noexcept;
+  /// Resumes at `pos`. Throws atlas::ConfigError if it was taken with another seed or corpus.
+  void restore(const DataPosition& pos);
+
+ private:
+  [[nodiscard]] std::int64_t window_of(std::int64_t slot) const;
+
+  std::shared_ptr<const std::vector<std::int32_t>> m_keep;
+  std::span<const std::int32_t> m_stream;
+  LoaderShape m_shape;
+  std::uint64_t m_seed;
+  bool m_shuffle;
+  std::int64_t m_windows = 0;
+  std::int64_t m_consumed = 0;
+};
+
+/// Unigram (order-0) entropy of a token stream in nats per token: the loss floor of a model that
+/// ignores context.
+[[nodiscard]] double unigram_entropy(std::span<const std::int32_t> tokens, int vocab);
+
+}  // namespace atlas::model

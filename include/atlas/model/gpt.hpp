@@ -1,0 +1,226 @@
+// SPDX-License-Identifier: MIT
+// The GPT-2-style decoder, one pipeline stage and one tensor-parallel shard at a time: StageModel
+// holds blocks [first_layer, first_layer + n_layers) of a ModelCfg (plus the embeddings on the
+// first stage and the final LayerNorm, tied LM head and loss on the last), runs hand-written
+// forward and backward passes through a device::Backend, and keeps per-micro-batch activations
+// so several micro-batches can be in flight (1F1B). It knows nothing about the schedule or which
+// transport moves its boundary activations.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "atlas/deck/config.hpp"
+#include "atlas/device/backend.hpp"
+#include "atlas/model/collective.hpp"
+
+namespace atlas::model {
+
+/// Where one StageModel sits in the parallel layout.
+struct StageSpec {
+  int stage = 0;    ///< pipeline stage id, 0 <= stage < pp
+  int pp = 1;       ///< pipeline stages of the model
+  int tp_rank = 0;  ///< rank in the tensor-parallel group, 0 <= tp_rank < tp_size
+  int tp_size = 1;  ///< tensor-parallel group size (must divide model.heads)
+};
+
+/// One parameter tensor of this rank: its shard of a logical (full, unsharded) tensor, plus the
+/// gradient and AdamW moments of that shard (all device Buffers of shard_numel() floats).
+///
+/// Logical tensors (C = hidden, H = heads, V = vocab, T = seq_len, l = GLOBAL layer index), all
+/// row-major; "dim k / tp" means tp rank r holds rows [r*n/tp, (r+1)*n/tp) of dimension k:
+///   wte                    [V, C]     replicated (token embedding; also the tied LM head)
+///   wpe                    [T, C]     replicated (position embedding)
+///   h.l.ln_1.weight/.bias  [C]        replicated
+///   h.l.attn.qkv.weight    [3, C, C]  dim 1 / tp  ([q|k|v], output channel = head*D + d, input)
+///   h.l.attn.qkv.bias      [3, C]     dim 1 / tp
+///   h.l.attn.proj.weight   [C, C]     dim 1 / tp  ([output, input]; input = head*D + d)
+///   h.l.attn.proj.bias     [C]        replicated
+///   h.l.ln_2.weight/.bias  [C]        replicated
+///   h.l.mlp.fc.weight      [4C, C]    dim 0 / tp  ([output, input])
+///   h.l.mlp.fc.bias        [4C]       dim 0 / tp
+///   h.l.mlp.proj.weight    [C, 4C]    dim 1 / tp  ([output, input])
+///   h.l.mlp.proj.bias      [C]        replicated
+///   ln_f.weight/.bias      [C]        replicated
+/// A shard is one hyperslab: full_shape, shard_offset and shard_shape describe it exactly, and
+/// the shard's memory is that hyperslab, row-major and dense.
+struct ParamTensor {
+  std::string name;                        ///< stable name, e.g. "h.3.attn.qkv.weight"
+  std::vector<std::int64_t> full_shape;    ///< logical tensor shape
+  std::vector<std::int64_t> shard_offset;  ///< this shard's start in the logical tensor
+  std::vector<std::int64_t> shard_shape;   ///< this shard's shape
+  device::Buffer value;                    ///< parameter values
+  device::Buffer grad;                     ///< accumulated gradient (see StageModel::backward)
+  device::Buffer adam_m;                   ///< AdamW first moment
+  device::Buffer adam_v;                   ///< AdamW second moment
+  bool decay = false;               ///< AdamW weight decay applies (tensors of 2+ dimensions)
+  bool replicated_over_tp = true;   ///< every TP rank holds the whole tensor (identical values)
+  /// The last stage's copy of "wte" when pp > 1: same values as the first stage's, gradient to
+  /// be summed with it (see StageModel::tied_embedding). Checkpoints store the first stage's.
+  bool tied_copy = false;
+  /// This rank's copy counts towards the global gradient norm: false for replicated tensors on
+  /// tp_rank != 0 and for the tied copy, so each logical element is counted exactly once.
+  bool counts_in_norm = true;
+
+  [[nodiscard]] std::int64_t shard_numel() const;
+  [[nodiscard]] std::int64_t full_numel() const;
+  /// The sharded dimension, or -1 when shard == full tensor.
+  [[nodiscard]] int shard_dim() const;
+};
+
+/// One pipeline stage / TP shard of the GPT model. Not thread-safe. Buffers it is handed (act_in,
+/// act_out, grad_out, grad_in) are B*T*C fp32 boundary activations on the same backend.
+///
+/// Tied embedding rule: with pp == 1 the one "wte" receives both the embedding and the LM-head
+/// gradient. With pp > 1 the first and last stage each hold a copy of "wte" (initialised to the
+/// same values); after the backward passes of a step the runtime must sum tied_embedding()->grad
+/// over the embedding group (first and last stage of this pipeline, same dp and tp coordinate)
+/// before clipping and the optimizer step; the copies then stay identical.
+class StageModel {
+ public:
+  /// Builds this rank's stage and initialises its parameters: every element of every logical
+  /// tensor is drawn from a counter-based RNG keyed by (seed, name, flat index in the logical
+  /// tensor), so values do not depend on pp/tp. Weights ~ N(0, init_std), residual projections
+  /// (attn.proj.weight, mlp.proj.weight) ~ N(0, init_std / sqrt(2 * layers)), LayerNorm weights 1,
+  /// all biases 0. `tp` is the TP group (may be null when tp_size == 1); it must outlive *this.
+  /// Throws atlas::ConfigError listing every inconsistency (heads vs hidden vs tp_size, the
+  /// layer split, the TP group size). Not collective.
+  StageModel(const ModelCfg& cfg, int micro_batch_size, StageSpec spec, device::Backend& backend,
+             Collective* tp, std::uint64_t seed);
+  ~StageModel();
+  StageModel(const StageModel&) = delete;
+  StageModel& operator=(const StageModel&) = delete;
+
+  // ---- shape ----
+  [[nodiscard]] const StageSpec& spec() const noexcept { return m_spec; }
+  [[nodiscard]] bool is_first() const noexcept { return m_spec.stage == 0; }
+  [[nodiscard]] bool is_last() const noexcept { return m_spec.stage == m_spec.pp - 1; }
+  [[nodiscard]] int first_layer() const noexcept { return m_first_layer; }
+  [[nodiscard]] int n_layers() const noexcept { return m_n_layers; }
+  [[nodiscard]] int micro_batch_size() const noexcept { return m_batch; }
+  [[nodiscard]] int seq_len() const noexcept { return m_seq; }
+  [[nodiscard]] int hidden() const noexcept { return m_hidden; }
+  [[nodiscard]] int vocab() const noexcept { return m_vocab; }
+  /// Tokens per micro-batch (B*T): the length of the tokens/targets arrays.
+  [[nodiscard]] std::size_t tokens_per_micro() const noexcept;
+  /// Floats of one boundary activation (B*T*C); bytes = 4x.
+  [[nodiscard]] std::size_t boundary_floats() const noexcept;
+  [[nodiscard]] device::Backend& backend() const noexcept { return m_backend; }
+
+  // ---- training ----
+  /// Multiplier of the loss gradient (the runtime sets 1 / (micro_batches * dp_size) so the
+  /// accumulated gradient is that of the mean loss over the global batch). Default 1.
+  void set_loss_scale(float scale) noexcept { m_loss_scale = scale; }
+  [[nodiscard]] float loss_scale() const noexcept { return m_loss_scale; }
+
+  /// Forward pass of micro-batch `micro` (any int id; at most once until its backward/release).
+  /// First stage: `tokens` = host array of B*T token ids in [0, vocab). Other stages: `act_in` =
+  /// the previous stage's act_out. Last stage: `targets` = host array of B*T ids, the loss is
+  /// computed (micro_loss). Other stages: writes `act_out` (>= B*T*C floats). Unused arguments
+  /// may be null. Keeps the activations for backward(micro). Collective over the TP group.
+  void forward(int micro, const std::int32_t* tokens, const std::int32_t* targets,
+               const device::Buffer* act_in, device::Buffer* act_out);
+  /// Mean cross-entropy (nats/token, unscaled) of micro-batch `micro`; last stage only, valid
+  /// from its forward until the next zero_grad().
+  [[nodiscard]] double micro_loss(int micro) const;
+  /// Backward pass of micro-batch `micro` (after its forward). Non-last stages: `grad_out` =
+  /// dL/d act_out from the next stage. Non-first stages: writes `grad_in` = dL/d act_in (>= B*T*C
+  /// floats). Gradients ACCUMULATE into every ParamTensor::grad; the micro-batch's activations
+  /// are released. Collective over the TP group.
+  void backward(int micro, const device::Buffer* grad_out, device::Buffer* grad_in);
+  /// Drops the activations of a forward-only micro-batch (evaluation). No-op if none are held.
+  void release(int micro);
+  /// Zeroes every gradient and forgets the micro-batch losses.
+  void zero_grad();
+
+  // ---- memory ----
+  /// Bytes of activations currently held for micro-batches in flight.
+  [[nodiscard]] std::size_t activation_bytes() const noexcept;
+  /// Bytes of activations one micro-batch in flight holds.
+  [[nodiscard]] std::size_t activation_bytes_per_micro() const noexcept;
+  /// Micro-batch ids whose activations are held (forwarded, not yet backwarded/released).
+  [[nodiscard]] std::vector<int> micros_in_flight() const;
+
+  // ---- parameters ----
+  [[nodiscard]] std::vector<ParamTensor>& params() noexcept { return m_params; }
+  [[nodiscard]] const std::vector<ParamTensor>& params() const noexcept { return m_params; }
+  /// The parameter named `name`, or nullptr if this stage does not hold it.
+  [[nodiscard]] ParamTensor* find_param(std::string_view name);
+  /// The "wte" copy whose gradient must be summed over the embedding group (first and last
+  /// stage) when pp > 1; nullptr when pp == 1 or this stage is neither first nor last.
+  [[nodiscard]] ParamTensor* tied_embedding();
+  /// Floats of all parameter shards on this rank.
+  [[nodiscard]] std::int64_t local_parameter_count() const;
+  /// Sum of squared gradients over the tensors with counts_in_norm (double, host value). The
+  /// global norm is sqrt of its sum over the TP group and all pipeline stages (NOT over DP, whose
+  /// gradients are identical after the DP all-reduce), taken after the embedding-group sum.
+  [[nodiscard]] double local_grad_sq_norm() const;
+
+ private:
+  /// The twelve tensors of one transformer block on this rank.
+  struct Block {
+    ParamTensor *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b;
+    ParamTensor *ln2_w, *ln2_b, *fc_w, *fc_b, *mp_w, *mp_b;
+  };
+  /// Float offsets of one block's saved activations inside a micro-batch arena.
+  struct LayerSlots {
+    std::size_t ln1, mean1, rstd1, qkv, att, atty, x2, ln2, mean2, rstd2, fc, gelu;
+  };
+  /// Layout of a micro-batch arena: residual stream res[0..n_layers], per-block activations and
+  /// (last stage) the final LayerNorm, probabilities and per-token losses.
+  struct ArenaLayout {
+    std::vector<std::size_t> res;
+    std::vector<LayerSlots> layers;
+    std::size_t lnf = 0, lnf_mean = 0, lnf_rstd = 0, probs = 0, losses = 0;
+    std::size_t total = 0;
+  };
+  /// Everything one micro-batch in flight keeps between its forward and backward.
+  struct MicroState {
+    device::Buffer arena;    ///< ArenaLayout::total floats
+    device::Buffer tokens;   ///< int32 [B*T] (first stage)
+    device::Buffer targets;  ///< int32 [B*T] (last stage)
+  };
+
+  void build_params(std::uint64_t seed);
+  void add_param(const std::string& name, std::vector<std::int64_t> full_shape, int shard_dim,
+                 double init_std, float init_value, bool tied_copy, std::uint64_t seed);
+  void build_layout();
+  MicroState& start_micro(int micro);
+  void block_forward(int local_layer, MicroState& st);
+  void block_backward(int local_layer, MicroState& st);
+  void tp_allreduce(device::Buffer& buf);
+  [[nodiscard]] static float* at(MicroState& st, std::size_t offset) {
+    return st.arena.f32() + offset;
+  }
+
+  ModelCfg m_cfg;
+  StageSpec m_spec;
+  device::Backend& m_backend;
+  Collective* m_tp;
+  int m_batch, m_seq, m_hidden, m_vocab, m_heads, m_local_heads, m_head_dim;
+  int m_local_hidden, m_local_ff;  // C/tp and 4C/tp
+  int m_first_layer, m_n_layers, m_total_layers;
+  float m_loss_scale = 1.0F;
+
+  std::vector<ParamTensor> m_params;
+  std::vector<Block> m_blocks;
+  ParamTensor* m_wte = nullptr;
+  ParamTensor* m_wpe = nullptr;
+  ParamTensor* m_lnf_w = nullptr;
+  ParamTensor* m_lnf_b = nullptr;
+
+  // activation arena layout and the micro-batches in flight
+  ArenaLayout m_layout;
+  std::map<int, MicroState> m_inflight;
+  std::vector<MicroState> m_pool;
+  std::map<int, double> m_losses;
+
+  // scratch shared by all micro-batches (calls never overlap)
+  device::Buffer m_dres, m_tp_buf, m_dqkv, m_datty, m_dfc, m_att_ws;
+};
+
+}  // namespace atlas::model

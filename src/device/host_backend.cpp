@@ -1,0 +1,468 @@
+// SPDX-License-Identifier: MIT
+// The host backend: OpenBLAS for GEMM, plain C++ loops with OpenMP for every other kernel.
+// Reductions run over fixed blocks in a fixed order, so results do not depend on the thread
+// count. This is the reference the CUDA backend is checked against; keep it simple and exact.
+#include "atlas/device/host_backend.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "atlas/core/check.hpp"
+#include "atlas/core/units.hpp"
+
+namespace atlas::device {
+
+namespace {
+
+constexpr std::size_t kAlign = 64;
+constexpr float kLnEps = 1e-5F;
+// Column block for per-column reductions (bias and LayerNorm weight gradients, embeddings).
+constexpr int kColBlock = 64;
+// Element block for sq_norm partial sums.
+constexpr std::size_t kNormBlock = 1 << 14;
+// Below this much work (element operations) a kernel runs on the calling thread: a parallel
+// region costs a fork/join, which is expensive when ranks share cores with other processes.
+constexpr std::size_t kParallelWork = std::size_t{1} << 16;
+
+int col_blocks(int cols) { return (cols + kColBlock - 1) / kColBlock; }
+
+class HostBackend final : public Backend {
+ public:
+  explicit HostBackend(int threads) : m_threads(threads) { openblas_set_num_threads(threads); }
+
+  [[nodiscard]] atlas::Backend kind() const noexcept override { return atlas::Backend::Host; }
+  [[nodiscard]] std::string describe() const override {
+    return fmt::format("host (OpenBLAS, {} thread{})", m_threads, m_threads == 1 ? "" : "s");
+  }
+  [[nodiscard]] bool host_accessible() const noexcept override { return true; }
+
+  // ---- memory ----
+  void upload(void* dst, const void* src, std::size_t bytes) override {
+    if (bytes > 0) std::memcpy(dst, src, bytes);
+  }
+  void download(void* dst, const void* src, std::size_t bytes) override {
+    if (bytes > 0) std::memcpy(dst, src, bytes);
+  }
+  void copy(void* dst, const void* src, std::size_t bytes) override {
+    if (bytes > 0) std::memcpy(dst, src, bytes);
+  }
+  void fill(float* x, float value, std::size_t n) override {
+    const auto count = static_cast<std::ptrdiff_t>(n);
+#pragma omp parallel for num_threads(m_threads) schedule(static) if (parallel(n))
+    for (std::ptrdiff_t i = 0; i < count; ++i) x[i] = value;
+  }
+  void scale(float* x, float alpha, std::size_t n) override {
+    const auto count = static_cast<std::ptrdiff_t>(n);
+#pragma omp parallel for num_threads(m_threads) schedule(static) if (parallel(n))
+    for (std::ptrdiff_t i = 0; i < count; ++i) x[i] *= alpha;
+  }
+  void synchronize() override {}
+
+  // ---- dense algebra ----
+  void gemm(Trans trans_a, Trans trans_b, int m, int n, int k, float alpha, const float* a,
+            int lda, const float* b, int ldb, float beta, float* c, int ldc) override {
+    if (m == 0 || n == 0) return;
+    cblas_sgemm(CblasRowMajor, trans_a == Trans::Yes ? CblasTrans : CblasNoTrans,
+                trans_b == Trans::Yes ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb,
+                beta, c, ldc);
+  }
+  void add_bias(float* out, const float* bias, int rows, int cols) override {
+#pragma omp parallel for num_threads(m_threads) \
+    schedule(static) if (parallel(static_cast<std::size_t>(rows) * cols))
+    for (int r = 0; r < rows; ++r) {
+      float* o = out + static_cast<std::size_t>(r) * cols;
+      for (int c = 0; c < cols; ++c) o[c] += bias[c];
+    }
+  }
+  void bias_grad(float* dbias, const float* dout, int rows, int cols) override {
+#pragma omp parallel for num_threads(m_threads) \
+    schedule(static) if (parallel(static_cast<std::size_t>(rows) * cols))
+    for (int blk = 0; blk < col_blocks(cols); ++blk) {
+      const int c0 = blk * kColBlock;
+      const int c1 = std::min(cols, c0 + kColBlock);
+      double acc[kColBlock] = {};
+      for (int r = 0; r < rows; ++r) {
+        const float* d = dout + static_cast<std::size_t>(r) * cols;
+        for (int c = c0; c < c1; ++c) acc[c - c0] += d[c];
+      }
+      for (int c = c0; c < c1; ++c) dbias[c] += static_cast<float>(acc[c - c0]);
+    }
+  }
+  void add(float* out, const float* a, const float* b, std::size_t n) override {
+    const auto count = static_cast<std::ptrdiff_t>(n);
+#pragma omp parallel for num_threads(m_threads) schedule(static) if (parallel(n))
+    for (std::ptrdiff_t i = 0; i < count; ++i) out[i] = a[i] + b[i];
+  }
+  double sq_norm(const float* x, std::size_t n) override {
+    const std::size_t blocks = (n + kNormBlock - 1) / kNormBlock;
+    std::vector<double> partial(blocks, 0.0);
+    const auto nblocks = static_cast<std::ptrdiff_t>(blocks);
+#pragma omp parallel for num_threads(m_threads) schedule(static) if (parallel(n))
+    for (std::ptrdiff_t blk = 0; blk < nblocks; ++blk) {
+      const std::size_t i0 = static_cast<std::size_t>(blk) * kNormBlock;
+      const std::size_t i1 = std::min(n, i0 + kNormBlock);
+      double acc = 0.0;
+      for (std::size_t i = i0; i < i1; ++i) acc += static_cast<double>(x[i]) * x[i];
+      partial[static_cast<std::size_t>(blk)] = acc;
+    }
+    double total = 0.0;
+    for (double p : partial) total += p;
+    return total;
+  }
+
+  // ---- layers ----
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* in,
+                         const float* weight, const float* bias, int rows, int cols) override {
+#pragma omp parallel for num_threads(m_threads) \
+    schedule(static) if (parallel(3 * static_cast<std::size_t>(rows) * cols))
+    for (int r = 0; r < rows; ++r) {
+      const float* x = in + static_cast<std::size_t>(r) * cols;
+      float* o = out + static_cast<std::size_t>(r) * cols;
+      double sum = 0.0;
+      for (int c = 0; c < cols; ++c) sum += x[c];
+      const double mu = sum / cols;
+      double var = 0.0;
+      for (int c = 0; c < cols; ++c) {
+        const double d = x[c] - mu;
+        var += d * d;
+      }
+      const auto m = static_cast<float>(mu);
+      const auto s = static_cast<float>(1.0 / std::sqrt(var / cols + kLnEps));
+      for (int c = 0; c < cols; ++c) o[c] = (x[c] - m) * s * weight[c] + bias[c];
+      mean[r] = m;
+      rstd[r] = s;
+    }
+  }
+  void layernorm_backward(float* din, float* dweight, float* dbias, const float* dout,
+                          const float* in, const float* weight, const float* mean,
+                          const float* rstd, int rows, int cols) override {
+    // Input gradient: rows are independent.
+#pragma omp parallel for num_threads(m_threads) \
+    schedule(static) if (parallel(3 * static_cast<std::size_t>(rows) * cols))
+    for (int r = 0; r < rows; ++r) {
+      const std::size_t off = static_cast<std::size_t>(r) * cols;
+      const float* x = in + off;
+      const float* d = dout + off;
+      float* dx = din + off;
+      const float m = mean[r];
+      const float s = rstd[r];
+      double dnorm_mean = 0.0;
+      double dnorm_norm_mean = 0.0;
+      for (int c = 0; c < cols; ++c) {
+        const float norm = (x[c] - m) * s;
+        const float dnorm = weight[c] * d[c];
+        dnorm_mean += dnorm;
+        dnorm_norm_mean += static_cast<double>(dnorm) * norm;
+      }
+      const auto a = static_cast<float>(dnorm_mean / cols);
+      const auto b = static_cast<float>(dnorm_norm_mean / cols);
+      for (int c = 0; c < cols; ++c) {
+        const float norm = (x[c] - m) * s;
+        const float dnorm = weight[c] * d[c];
+        dx[c] += (dnorm - a - norm * b) * s;
+      }
+    }
+    // Weight and bias gradients: one thread per column block, rows summed in order.
+#pragma omp parallel for num_threads(m_threads) \
+    schedule(static) if (parallel(static_cast<std::size_t>(rows) * cols))
+    for (int blk = 0; blk < col_blocks(cols); ++blk) {
+      const int c0 = blk * kColBlock;
+      const int c1 = std::min(cols, c0 + kColBlock);
+      double dw[kColBlock] = {};
+      double db[kColBlock] = {};
+      for (int r = 0; r < rows; ++r) {
+        const std::size_t off = static_cast<std::size_t>(r) * cols;
+        const float m = mean[r];
+        const float s = rstd[r];
+        for (int c = c0; c < c1; ++c) {
+          const float norm = (in[off + c] - m) * s;
+          dw[c - c0] += static_cast<double>(norm) * dout[off + c];
+          db[c - c0] += dout[off + c];
+        }
+      }
+      for (int c = c0; c < c1; ++c) {
+        dweight[c] += static_cast<float>(dw[c - c0]);
+        dbias[c] += static_cast<float>(db[c - c0]);
+      }
+    }
+  }
+  void gelu_forward(float* out, const float* in, std::size_t n) override {
+    const auto count = static_cast<std::ptrdiff_t>(n);
+#pragma omp parallel for num_threads(m_threads) schedule(static) if (parallel(8 * n))
+    for (std::ptrdiff_t i = 0; i < count; ++i) {
+      const float x = in[i];
+      const float cube = 0.044715F * x * x * x;
+      out[i] = 0.5F * x * (1.0F + fast_tanh(kGeluScale * (x + cube)));
+    }
+  }
+  void gelu_backward(float* din, const float* in, const float* dout, std::size_t n) override {
+    const auto count = static_cast<std::ptrdiff_t>(n);
+#pragma omp parallel for num_threads(m_threads) schedule(static) if (parallel(8 * n))
+    for (std::ptrdiff_t i = 0; i < count; ++i) {
+      const float x = in[i];
+      const float cube = 0.044715F * x * x * x;
+      const float t = fast_tanh(kGeluScale * (x + cube));
+      const float sech2 = 1.0F - t * t;
+      const float local = 0.5F * (1.0F + t) +
+                          0.5F * x * sech2 * kGeluScale * (1.0F + 3.0F * 0.044715F * x * x);
+      din[i] = local * dout[i];
+    }
+  }
+
+  [[nodiscard]] std::size_t attention_saved_floats(int batch, int seq, int heads,
+                                                   int /*head_dim*/) const override {
+    return static_cast<std::size_t>(batch) * heads * seq * seq;
+  }
+  [[nodiscard]] std::size_t attention_workspace_floats(int, int, int, int) const override {
+    return 0;
+  }
+  void attention_forward(float* out, float* saved, const float* qkv, int batch, int seq,
+                         int heads, int head_dim, float* /*workspace*/) override {
+    const int hd = head_dim;
+    const std::size_t row = 3 * static_cast<std::size_t>(heads) * hd;  // qkv floats per token
+    const std::size_t orow = static_cast<std::size_t>(heads) * hd;
+    const float scale = 1.0F / std::sqrt(static_cast<float>(hd));
+    const std::ptrdiff_t total = static_cast<std::ptrdiff_t>(batch) * heads * seq;
+#pragma omp parallel for num_threads(m_threads) \
+    schedule(dynamic, 4) if (parallel(static_cast<std::size_t>(total) * seq * hd))
+    for (std::ptrdiff_t idx = 0; idx < total; ++idx) {
+      const int t = static_cast<int>(idx % seq);
+      const int h = static_cast<int>((idx / seq) % heads);
+      const int b = static_cast<int>(idx / (static_cast<std::ptrdiff_t>(seq) * heads));
+      const float* q = qkv + (static_cast<std::size_t>(b) * seq + t) * row + h * hd;
+      float* att = saved + ((static_cast<std::size_t>(b) * heads + h) * seq + t) * seq;
+      float maxv = -INFINITY;
+      for (int t2 = 0; t2 <= t; ++t2) {
+        const float* k = qkv + (static_cast<std::size_t>(b) * seq + t2) * row + orow + h * hd;
+        float dot = 0.0F;
+        for (int d = 0; d < hd; ++d) dot += q[d] * k[d];
+        dot *= scale;
+        att[t2] = dot;
+        maxv = std::max(maxv, dot);
+      }
+      float sum = 0.0F;
+      for (int t2 = 0; t2 <= t; ++t2) {
+        att[t2] = std::exp(att[t2] - maxv);
+        sum += att[t2];
+      }
+      const float inv = 1.0F / sum;
+      for (int t2 = 0; t2 <= t; ++t2) att[t2] *= inv;
+      for (int t2 = t + 1; t2 < seq; ++t2) att[t2] = 0.0F;
+      float* o = out + (static_cast<std::size_t>(b) * seq + t) * orow + h * hd;
+      for (int d = 0; d < hd; ++d) o[d] = 0.0F;
+      for (int t2 = 0; t2 <= t; ++t2) {
+        const float* v =
+            qkv + (static_cast<std::size_t>(b) * seq + t2) * row + 2 * orow + h * hd;
+        const float a = att[t2];
+        for (int d = 0; d < hd; ++d) o[d] += a * v[d];
+      }
+    }
+  }
+  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* /*out*/,
+                          const float* saved, int batch, int seq, int heads, int head_dim,
+                          float* /*workspace*/) override {
+    const int hd = head_dim;
+    const std::size_t row = 3 * static_cast<std::size_t>(heads) * hd;
+    const std::size_t orow = static_cast<std::size_t>(heads) * hd;
+    const float scale = 1.0F / std::sqrt(static_cast<float>(hd));
+    // One (b, h) per iteration: it owns the q/k/v slices of head h of sample b, so no races.
+#pragma omp parallel for num_threads(m_threads) \
+    schedule(static) if (parallel(2 * static_cast<std::size_t>(batch) * heads * seq * seq * hd))
+    for (int bh = 0; bh < batch * heads; ++bh) {
+      const int b = bh / heads;
+      const int h = bh % heads;
+      std::vector<float> datt(static_cast<std::size_t>(seq));
+      const std::size_t base = static_cast<std::size_t>(b) * seq * row + h * hd;
+      for (int t = 0; t < seq; ++t) {
+        float* dq = dqkv + base + t * row;
+        for (int d = 0; d < hd; ++d) dq[d] = dq[orow + d] = dq[2 * orow + d] = 0.0F;
+      }
+      for (int t = 0; t < seq; ++t) {
+        const float* att = saved + ((static_cast<std::size_t>(b) * heads + h) * seq + t) * seq;
+        const float* dy = dout + (static_cast<std::size_t>(b) * seq + t) * orow + h * hd;
+        const float* q = qkv + base + t * row;
+        float* dq = dqkv + base + t * row;
+        // dL/datt and dL/dv
+        float weighted = 0.0F;
+        for (int t2 = 0; t2 <= t; ++t2) {
+          const float* v = qkv + base + t2 * row + 2 * orow;
+          float* dv = dqkv + base + t2 * row + 2 * orow;
+          float dot = 0.0F;
+          for (int d = 0; d < hd; ++d) {
+            dot += dy[d] * v[d];
+            dv[d] += att[t2] * dy[d];
+          }
+          datt[static_cast<std::size_t>(t2)] = dot;
+          weighted += att[t2] * dot;
+        }
+        // softmax backward, then the scaled dot product
+        for (int t2 = 0; t2 <= t; ++t2) {
+          const float dpre = att[t2] * (datt[static_cast<std::size_t>(t2)] - weighted) * scale;
+          const float* k = qkv + base + t2 * row + orow;
+          float* dk = dqkv + base + t2 * row + orow;
+          for (int d = 0; d < hd; ++d) {
+            dq[d] += dpre * k[d];
+            dk[d] += dpre * q[d];
+          }
+        }
+      }
+    }
+  }
+
+  void embedding_forward(float* out, const std::int32_t* tokens, const float* wte,
+                         const float* wpe, int batch, int seq, int channels) override {
+    const int rows = batch * seq;
+#pragma omp parallel for num_threads(m_threads) \
+    schedule(static) if (parallel(static_cast<std::size_t>(rows) * channels))
+    for (int r = 0; r < rows; ++r) {
+      const float* e = wte + static_cast<std::size_t>(tokens[r]) * channels;
+      const float* p = wpe + static_cast<std::size_t>(r % seq) * channels;
+      float* o = out + static_cast<std::size_t>(r) * channels;
+      for (int c = 0; c < channels; ++c) o[c] = e[c] + p[c];
+    }
+  }
+  void embedding_backward(float* dwte, float* dwpe, const float* dout,
+                          const std::int32_t* tokens, int batch, int seq,
+                          int channels) override {
+    const int rows = batch * seq;
+    // Token table: one thread per column block, tokens in order (repeated tokens never race).
+#pragma omp parallel for num_threads(m_threads) \
+    schedule(static) if (parallel(static_cast<std::size_t>(rows) * channels))
+    for (int blk = 0; blk < col_blocks(channels); ++blk) {
+      const int c0 = blk * kColBlock;
+      const int c1 = std::min(channels, c0 + kColBlock);
+      for (int r = 0; r < rows; ++r) {
+        float* dw = dwte + static_cast<std::size_t>(tokens[r]) * channels;
+        const float* d = dout + static_cast<std::size_t>(r) * channels;
+        for (int c = c0; c < c1; ++c) dw[c] += d[c];
+      }
+    }
+#pragma omp parallel for num_threads(m_threads) \
+    schedule(static) if (parallel(static_cast<std::size_t>(rows) * channels))
+    for (int t = 0; t < seq; ++t) {
+      float* dp = dwpe + static_cast<std::size_t>(t) * channels;
+      for (int b = 0; b < batch; ++b) {
+        const float* d = dout + (static_cast<std::size_t>(b) * seq + t) * channels;
+        for (int c = 0; c < channels; ++c) dp[c] += d[c];
+      }
+    }
+  }
+  void softmax_xent_forward(float* losses, float* probs, const float* logits,
+                            const std::int32_t* targets, int rows, int vocab) override {
+    check_targets(targets, rows, vocab);
+#pragma omp parallel for num_threads(m_threads) \
+    schedule(static) if (parallel(2 * static_cast<std::size_t>(rows) * vocab))
+    for (int r = 0; r < rows; ++r) {
+      const float* z = logits + static_cast<std::size_t>(r) * vocab;
+      float* p = probs + static_cast<std::size_t>(r) * vocab;
+      float maxv = -INFINITY;
+      for (int v = 0; v < vocab; ++v) maxv = std::max(maxv, z[v]);
+      double sum = 0.0;
+      for (int v = 0; v < vocab; ++v) {
+        p[v] = std::exp(z[v] - maxv);
+        sum += p[v];
+      }
+      const auto inv = static_cast<float>(1.0 / sum);
+      for (int v = 0; v < vocab; ++v) p[v] *= inv;
+      losses[r] = -std::log(std::max(p[targets[r]], 1e-30F));
+    }
+  }
+  void softmax_xent_backward(float* dlogits, const float* probs, const std::int32_t* targets,
+                             int rows, int vocab, float scale) override {
+    check_targets(targets, rows, vocab);
+#pragma omp parallel for num_threads(m_threads) \
+    schedule(static) if (parallel(static_cast<std::size_t>(rows) * vocab))
+    for (int r = 0; r < rows; ++r) {
+      const float* p = probs + static_cast<std::size_t>(r) * vocab;
+      float* d = dlogits + static_cast<std::size_t>(r) * vocab;
+      for (int v = 0; v < vocab; ++v) d[v] = p[v] * scale;
+      d[targets[r]] -= scale;
+    }
+  }
+
+  void adamw_update(float* param, const float* grad, float* m, float* v, std::size_t n,
+                    const AdamWArgs& a) override {
+    const auto count = static_cast<std::ptrdiff_t>(n);
+#pragma omp parallel for num_threads(m_threads) schedule(static) if (parallel(4 * n))
+    for (std::ptrdiff_t i = 0; i < count; ++i) {
+      const float g = grad[i] * a.grad_scale;
+      m[i] = a.beta1 * m[i] + (1.0F - a.beta1) * g;
+      v[i] = a.beta2 * v[i] + (1.0F - a.beta2) * g * g;
+      const float mhat = m[i] / a.bias_correction1;
+      const float vhat = v[i] / a.bias_correction2;
+      param[i] -= a.lr * (mhat / (std::sqrt(vhat) + a.eps) + a.weight_decay * param[i]);
+    }
+  }
+
+ protected:
+  void* allocate(std::size_t bytes) override {
+    const std::size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
+    void* ptr = std::aligned_alloc(kAlign, rounded);
+    if (ptr == nullptr) {
+      ATLAS_THROW(Device, "host backend: cannot allocate "
+                              << units::format_bytes_human(static_cast<double>(bytes))
+                              << " (out of memory?)");
+    }
+    std::memset(ptr, 0, rounded);
+    return ptr;
+  }
+  void release(void* ptr, std::size_t /*bytes*/) noexcept override { std::free(ptr); }
+
+ private:
+  [[nodiscard]] bool parallel(std::size_t work) const noexcept {
+    return m_threads > 1 && work >= kParallelWork;
+  }
+
+  static constexpr float kGeluScale = 0.7978845608028654F;  // sqrt(2/pi)
+
+  // tanh through one expf: 1 - 2 / (exp(2u) + 1). Several times cheaper than tanhf (which goes
+  // through expm1f) and within a few ulp of 1 in absolute terms; saturates correctly at +-inf.
+  static float fast_tanh(float u) noexcept { return 1.0F - 2.0F / (std::exp(2.0F * u) + 1.0F); }
+
+  // Targets index rows of probs: an out-of-range id would read or write out of bounds.
+  static void check_targets(const std::int32_t* targets, int rows, int vocab) {
+    for (int r = 0; r < rows; ++r) {
+      if (targets[r] < 0 || targets[r] >= vocab) {
+        ATLAS_THROW(Internal, "cross-entropy target " << targets[r] << " at row " << r
+                                                      << " is outside the vocabulary [0, "
+                                                      << vocab << ")");
+      }
+    }
+  }
+
+  int m_threads;
+};
+
+int local_ranks_from_env() {
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
+    const char* value = std::getenv(var);
+    if (value == nullptr || *value == '\0') continue;
+    char* end = nullptr;
+    const long n = std::strtol(value, &end, 10);
+    if (end != nullptr && *end == '\0' && n > 0) return static_cast<int>(n);
+  }
+  return 1;
+}
+
+}  // namespace
+
+int resolve_host_threads(int requested) {
+  if (requested > 0) return requested;
+  const int hw = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  return std::max(1, hw / local_ranks_from_env());
+}
+
+std::unique_ptr<Backend> make_host_backend(int threads) {
+  return std::make_unique<HostBackend>(resolve_host_threads(threads));
+}
+
+}  // namespace atlas::device

