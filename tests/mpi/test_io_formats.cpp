@@ -121,12 +121,15 @@ TEST(Formats, H5dumpReadsTheHeader) {
   const CmdResult r = run("h5dump -H " + w.path);
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("ATTRIBUTE \"format\""));
-  EXPECT_THAT(r.out, HasSubstr("\"atlas-checkpoint\""));
   EXPECT_THAT(r.out, HasSubstr("DATASET \"h.1.attn.qkv.weight\""));
   EXPECT_THAT(r.out, HasSubstr("H5T_IEEE_F32LE"));
   EXPECT_THAT(r.out, HasSubstr("DATASPACE  SIMPLE { ( 8, 24 ) / ( 8, 24 ) }"));
   EXPECT_THAT(r.out, HasSubstr("GROUP \"adam_v\""));
   EXPECT_THAT(r.out, HasSubstr("DATASET \"loader\""));
+  const CmdResult attrs = run("h5dump -a /format -a /format_version " + w.path);
+  ASSERT_EQ(attrs.status, 0) << attrs.out;
+  EXPECT_THAT(attrs.out, HasSubstr("(0): \"atlas-checkpoint\""));
+  EXPECT_THAT(attrs.out, HasSubstr("(0): 1"));
 }
 
 }  // namespace

@@ -198,7 +198,7 @@ inline CheckpointMeta toy_meta(std::int64_t step, const VLayout& l) {
 /// A fresh directory shared by all ranks, removed by the destructor (rank 0). Collective.
 class SharedTempDir {
  public:
-  explicit SharedTempDir(const mpi::Comm& comm) : m_comm(comm) {
+  explicit SharedTempDir(const mpi::Comm& comm) : m_comm(comm.dup()) {
     std::string path;
     if (comm.rank() == 0) {
       std::string templ = (std::filesystem::temp_directory_path() / "atlas_io_XXXXXX").string();
@@ -219,7 +219,7 @@ class SharedTempDir {
   [[nodiscard]] const std::string& path() const { return m_path; }
 
  private:
-  const mpi::Comm& m_comm;
+  mpi::Comm m_comm;
   std::string m_path;
 };
 
