@@ -108,6 +108,16 @@ std::int64_t volume(const std::vector<std::int64_t>& dims) {
   return n;
 }
 
+bool contiguous_box(const std::vector<std::int64_t>& full, const std::vector<std::int64_t>& shape) {
+  std::size_t d = 0;
+  while (d < shape.size() && shape[d] == 1) ++d;  // leading unit extents
+  ++d;                                            // the one partial dimension
+  for (; d < shape.size(); ++d) {
+    if (shape[d] != full[d]) return false;
+  }
+  return true;
+}
+
 std::string dims_str(const std::vector<std::int64_t>& dims) {
   return fmt::format("[{}]", fmt::join(dims, ", "));
 }

@@ -74,9 +74,10 @@ CheckpointMeta read_checkpoint(const mpi::Comm& comm, const std::string& path,
   // ---- data ----
   h5::FileContext ctx(path);
   h5::File file = h5::open_file(path, h5::Access::ReadOnly, comm);
-  h5::PropList dxpl(ATLAS_H5_CHECK(H5Pcreate(H5P_DATASET_XFER)));
-  ATLAS_H5_CHECK(H5Pset_dxpl_mpio(dxpl.get(), options.collective ? H5FD_MPIO_COLLECTIVE
-                                                                 : H5FD_MPIO_INDEPENDENT));
+  h5::PropList coll_xfer(ATLAS_H5_CHECK(H5Pcreate(H5P_DATASET_XFER)));
+  ATLAS_H5_CHECK(H5Pset_dxpl_mpio(coll_xfer.get(), H5FD_MPIO_COLLECTIVE));
+  h5::PropList ind_xfer(ATLAS_H5_CHECK(H5Pcreate(H5P_DATASET_XFER)));
+  ATLAS_H5_CHECK(H5Pset_dxpl_mpio(ind_xfer.get(), H5FD_MPIO_INDEPENDENT));
   const int me = comm.rank();
   for (int kind = 0; kind < 3; ++kind) {
     h5::Group group = h5::open_group(file.get(), internal::kKindGroups[kind]);
@@ -88,9 +89,10 @@ CheckpointMeta read_checkpoint(const mpi::Comm& comm, const std::string& path,
       for (const auto& p : t.pieces) {
         if (p.rank == me && wanted(p) && internal::volume(p.shape) > 0) mine.push_back(&p);
       }
-      const int rounds = options.collective
-                             ? internal::max_pieces_per_rank(t, comm.size(), wanted)
-                             : static_cast<int>(mine.size());
+      const bool collective = options.transfer == Transfer::Collective;
+      const hid_t dxpl = collective ? coll_xfer.get() : ind_xfer.get();
+      const int rounds = collective ? internal::max_pieces_per_rank(t, comm.size(), wanted)
+                                    : static_cast<int>(mine.size());
       if (rounds == 0) continue;
       h5::Dataset d(ATLAS_H5_CHECK(H5Dopen2(group.get(), name.c_str(), H5P_DEFAULT)));
       for (int i = 0; i < rounds; ++i) {
@@ -98,10 +100,10 @@ CheckpointMeta read_checkpoint(const mpi::Comm& comm, const std::string& path,
           const internal::Piece& p = *mine[static_cast<std::size_t>(i)];
           const ReadShard& s = shards[static_cast<std::size_t>(p.local_index)];
           float* buf = kind == 0 ? s.value : kind == 1 ? s.adam_m : s.adam_v;
-          internal::transfer_box(d.get(), dxpl.get(), internal::Direction::Read, &s.offset,
+          internal::transfer_box(d.get(), dxpl, internal::Direction::Read, &s.offset,
                                  &s.shape, buf);
         } else {
-          internal::transfer_box(d.get(), dxpl.get(), internal::Direction::Read, nullptr, nullptr,
+          internal::transfer_box(d.get(), dxpl, internal::Direction::Read, nullptr, nullptr,
                                  nullptr);
         }
       }

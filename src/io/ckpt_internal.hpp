@@ -151,6 +151,20 @@ int max_pieces_per_rank(const TensorPlan& t, int ranks, Pred use) {
   return best;
 }
 
+/// True when the box [offset, offset + shape) is one contiguous run of a row-major tensor of
+/// `full` shape: leading dimensions of extent 1, then one partial dimension, then full ones.
+bool contiguous_box(const std::vector<std::int64_t>& full, const std::vector<std::int64_t>& shape);
+
+/// True when some non-empty piece selected by `use` is strided in the file. Every rank gets the
+/// same answer: it reads only the gathered plan.
+template <class Pred>
+bool has_strided_piece(const TensorPlan& t, Pred use) {
+  for (const auto& p : t.pieces) {
+    if (use(p) && volume(p.shape) > 0 && !contiguous_box(t.full_shape, p.shape)) return true;
+  }
+  return false;
+}
+
 // ---- collective agreement ----
 
 /// Every rank passes its own problems; every rank returns all of them, in rank order, each

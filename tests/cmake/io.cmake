@@ -7,3 +7,5 @@ set_tests_properties(test_io_hdf5 PROPERTIES TIMEOUT 30)
 atlas_mpi_test(test_io_checkpoint SOURCES mpi/test_io_checkpoint.cpp NP 1 2 4 TIMEOUT 90)
 
 atlas_mpi_test(test_io_formats SOURCES mpi/test_io_formats.cpp NP 1 TIMEOUT 60)
+
+atlas_mpi_test(test_io_bench SOURCES mpi/test_io_bench.cpp NP 1 2 TIMEOUT 60)

@@ -65,13 +65,13 @@ std::string config_error_of(F&& f) {
 
 // ---- round trips ----
 
-class RoundTrip : public ::testing::TestWithParam<bool> {};
+class RoundTrip : public ::testing::TestWithParam<Transfer> {};
 
 TEST_P(RoundTrip, EveryElementOfEveryShardComesBackBitForBit) {
   SharedTempDir tmp(world());
   const VLayout l{.pp = 2, .dp = 2, .tp = 2};
   WriteOptions wopt;
-  wopt.collective = GetParam();
+  wopt.transfer = GetParam();
   const WriteResult w = write_toy(tmp.path(), 7, l, 42, wopt);
   EXPECT_EQ(w.path, tmp.path() + "/step-000007.h5");
   EXPECT_TRUE(fs::exists(w.path));
@@ -86,7 +86,7 @@ TEST_P(RoundTrip, EveryElementOfEveryShardComesBackBitForBit) {
   EXPECT_GE(w.file_bytes, w.tensor_bytes);
 
   ReadOptions ropt;
-  ropt.collective = GetParam();
+  ropt.transfer = GetParam();
   ropt.expect_model = toy_shape();
   CheckpointMeta meta;
   EXPECT_EQ(read_toy_wrong(w.path, l, 42, ropt, &meta), 0);
@@ -102,8 +102,15 @@ TEST_P(RoundTrip, EveryElementOfEveryShardComesBackBitForBit) {
   EXPECT_EQ(meta.state.at("dp0/rng"), (std::vector<std::uint64_t>{42, 0xFFFFFFFFFFFFFFFFULL, 7}));
 }
 
-INSTANTIATE_TEST_SUITE_P(Transfers, RoundTrip, ::testing::Values(true, false),
-                         [](const auto& param_info) { return param_info.param ? "collective" : "independent"; });
+std::string transfer_name(const ::testing::TestParamInfo<Transfer>& p) {
+  const char* const names[] = {"auto", "collective", "independent"};
+  return names[static_cast<int>(p.param)];
+}
+
+INSTANTIATE_TEST_SUITE_P(Transfers, RoundTrip,
+                         ::testing::Values(Transfer::Auto, Transfer::Collective,
+                                           Transfer::Independent),
+                         transfer_name);
 
 TEST(Checkpoint, StoresFullLogicalTensorsThatASerialReaderSees) {
   SharedTempDir tmp(world());
@@ -149,9 +156,10 @@ TEST_P(Resharding, ALayoutReadsAnotherLayoutsCheckpoint) {
   const WriteResult w = write_toy(tmp.path(), 3, written, 99);
   ReadOptions opt;
   opt.expect_model = toy_shape();
-  EXPECT_EQ(read_toy_wrong(w.path, read, 99, opt), 0);
-  opt.collective = false;
-  EXPECT_EQ(read_toy_wrong(w.path, read, 99, opt), 0);
+  for (const Transfer t : {Transfer::Auto, Transfer::Collective, Transfer::Independent}) {
+    opt.transfer = t;
+    EXPECT_EQ(read_toy_wrong(w.path, read, 99, opt), 0) << static_cast<int>(t);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -85,6 +85,20 @@ struct CheckpointMeta {
   bool operator==(const CheckpointMeta&) const = default;
 };
 
+/// How tensor data moves through MPI-IO.
+enum class Transfer {
+  /// Writing: a tensor that some writer holds as a strided box (split along a dimension other
+  /// than the first, e.g. a column-parallel TP weight) is first redistributed with MPI
+  /// point-to-point among its writers into blocks of whole rows, each then written as one
+  /// contiguous run (atlas's own two-phase I/O); contiguous shards are written directly. All
+  /// transfers are independent. Reading: independent. Measured fastest on a local disk.
+  Auto,
+  /// Every rank joins every dataset's transfer (empty selection if it has none) and MPI-IO
+  /// aggregates; may pay off on parallel file systems, measured 2-4x slower on a local disk.
+  Collective,
+  Independent,  ///< only ranks holding a piece of a dataset touch it, strided or not
+};
+
 /// "DIR/step-000042.h5" (six digits, more when the step needs them).
 [[nodiscard]] std::string checkpoint_path(const std::string& dir, std::int64_t step);
 
@@ -92,9 +106,7 @@ struct WriteOptions {
   /// After a successful write, keep this many newest step-*.h5 in the directory and delete the
   /// older ones (and stale step-*.h5.tmp of earlier or equal steps). <= 0 keeps everything.
   int keep_last = 3;
-  /// Collective MPI-IO transfers for tensor data (every rank joins every dataset's write; lets
-  /// MPI-IO aggregate strided TP shards). false = independent transfers (only owners write).
-  bool collective = true;
+  Transfer transfer = Transfer::Auto;
   /// Test hook, called on every rank after the .tmp file is closed and synced and before the
   /// rename. Throwing from it simulates a crash at the worst moment (the .tmp stays behind).
   std::function<void(const std::string& tmp_path)> before_rename;
@@ -105,6 +117,9 @@ struct WriteResult {
   std::uint64_t file_bytes = 0;    ///< size of the file on disk
   std::uint64_t tensor_bytes = 0;  ///< bytes of tensor data (params + moments) in the file
   double seconds = 0.0;       ///< wall time of the whole call on this rank
+  double data_seconds = 0.0;  ///< this rank: create + metadata + tensor transfers
+  double close_seconds = 0.0; ///< this rank: H5Fclose (collective; flushes metadata)
+  double sync_seconds = 0.0;  ///< this rank: fsync of the .tmp
   std::vector<std::string> pruned;  ///< files deleted by keep_last
 };
 
@@ -154,8 +169,7 @@ struct ReadOptions {
   /// Compare the file's model shape with this one first (ConfigError naming every mismatching
   /// field). nullopt skips the check (e.g. inference loading a subset).
   std::optional<ModelShape> expect_model;
-  /// Collective MPI-IO transfers (every rank joins every requested dataset's read).
-  bool collective = true;
+  Transfer transfer = Transfer::Auto;
 };
 
 /// Reads the shards this rank asks for from checkpoint `path`, whatever layout wrote it (each
