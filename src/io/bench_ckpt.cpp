@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -126,10 +125,9 @@ CkptBenchReport bench_ckpt(const mpi::Comm& comm, const CkptBenchOptions& o) {
     const WriteResult w = write_checkpoint(comm, o.dir, meta, views, wopt);
     comm.barrier();
     r.ckpt_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (std::getenv("ATLAS_BENCH_PHASES") != nullptr) {
-      std::fprintf(stderr, "rank %d: data %.3f close %.3f sync %.3f total %.3f\n", comm.rank(),
-                   w.data_seconds, w.close_seconds, w.sync_seconds, w.seconds);
-    }
+    r.data_s = comm.allreduce(w.data_seconds, MPI_MAX);
+    r.close_s = comm.allreduce(w.close_seconds, MPI_MAX);
+    r.sync_s = comm.allreduce(w.sync_seconds, MPI_MAX);
     report.bytes = w.file_bytes;
     last_ckpt = w.path;
 
@@ -243,15 +241,17 @@ int run_ckpt_bench(mpi::Environment& env, const std::vector<std::string>& args) 
              o.dir, r.bytes);
   fmt::print("# both timings include fsync: checkpoint = whole write_checkpoint() (create, write, "
              "H5Fclose, fsync, rename, dir fsync); posix = rank 0 write() in 8 MiB blocks + "
-             "fsync + close\n");
-  fmt::print("# {:>5} {:>10} {:>12} {:>10} {:>12} {:>7}\n", "round", "ckpt_s", "ckpt_MB/s",
-             "posix_s", "posix_MB/s", "ratio");
+             "fsync + close\n# data_s/close_s/fsync_s: phases of the checkpoint, slowest rank\n");
+  fmt::print("# {:>5} {:>10} {:>12} {:>10} {:>12} {:>7}   {:>7} {:>7} {:>7}\n", "round",
+             "ckpt_s", "ckpt_MB/s", "posix_s", "posix_MB/s", "ratio", "data_s", "close_s",
+             "fsync_s");
   for (std::size_t i = 0; i < r.rounds.size(); ++i) {
     const auto& x = r.rounds[i];
     const double ck = static_cast<double>(r.bytes) / x.ckpt_s / 1e6;
     const double px = static_cast<double>(r.bytes) / x.posix_s / 1e6;
-    fmt::print("  {:>5} {:>10.3f} {:>12.1f} {:>10.3f} {:>12.1f} {:>7.2f}\n", i + 1, x.ckpt_s, ck,
-               x.posix_s, px, ck / px);
+    fmt::print("  {:>5} {:>10.3f} {:>12.1f} {:>10.3f} {:>12.1f} {:>7.2f}   {:>7.3f} {:>7.3f} "
+               "{:>7.3f}\n",
+               i + 1, x.ckpt_s, ck, x.posix_s, px, ck / px, x.data_s, x.close_s, x.sync_s);
   }
   fmt::print("# median: checkpoint {:.1f} MB/s, posix {:.1f} MB/s, ratio {:.2f} (goal >= 0.5): "
              "{}\n",

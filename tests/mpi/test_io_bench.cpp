@@ -30,6 +30,9 @@ TEST(CkptBench, MeasuresBothWritersAndCleansUp) {
   for (const auto& round : r.rounds) {
     EXPECT_GT(round.ckpt_s, 0.0);
     EXPECT_GT(round.posix_s, 0.0);
+    EXPECT_GT(round.data_s, 0.0);
+    EXPECT_GT(round.sync_s, 0.0);
+    EXPECT_LE(round.data_s + round.close_s + round.sync_s, round.ckpt_s);  // phases of the whole
   }
   EXPECT_GT(r.ckpt_mb_s, 0.0);
   EXPECT_GT(r.posix_mb_s, 0.0);

@@ -29,6 +29,9 @@ struct CkptBenchOptions {
 struct CkptBenchRound {
   double ckpt_s = 0.0;
   double posix_s = 0.0;
+  double data_s = 0.0;   ///< slowest rank's create + metadata + tensor transfers
+  double close_s = 0.0;  ///< slowest rank's H5Fclose
+  double sync_s = 0.0;   ///< slowest rank's fsync of the .tmp
 };
 
 struct CkptBenchReport {
