@@ -79,35 +79,41 @@ CheckpointMeta read_checkpoint(const mpi::Comm& comm, const std::string& path,
   h5::PropList ind_xfer(ATLAS_H5_CHECK(H5Pcreate(H5P_DATASET_XFER)));
   ATLAS_H5_CHECK(H5Pset_dxpl_mpio(ind_xfer.get(), H5FD_MPIO_INDEPENDENT));
   const int me = comm.rank();
-  for (int kind = 0; kind < 3; ++kind) {
-    h5::Group group = h5::open_group(file.get(), internal::kKindGroups[kind]);
-    auto wanted = [kind](const internal::Piece& p) {
-      return kind == 0 || (kind == 1 && p.want_m) || (kind == 2 && p.want_v);
-    };
-    for (const auto& [name, t] : plan) {
-      std::vector<const internal::Piece*> mine;
-      for (const auto& p : t.pieces) {
-        if (p.rank == me && wanted(p) && internal::volume(p.shape) > 0) mine.push_back(&p);
-      }
-      const bool collective = options.transfer == Transfer::Collective;
-      const hid_t dxpl = collective ? coll_xfer.get() : ind_xfer.get();
-      const int rounds = collective ? internal::max_pieces_per_rank(t, comm.size(), wanted)
-                                    : static_cast<int>(mine.size());
-      if (rounds == 0) continue;
-      h5::Dataset d(ATLAS_H5_CHECK(H5Dopen2(group.get(), name.c_str(), H5P_DEFAULT)));
-      for (int i = 0; i < rounds; ++i) {
-        if (i < static_cast<int>(mine.size())) {
-          const internal::Piece& p = *mine[static_cast<std::size_t>(i)];
-          const ReadShard& s = shards[static_cast<std::size_t>(p.local_index)];
-          float* buf = kind == 0 ? s.value : kind == 1 ? s.adam_m : s.adam_v;
-          internal::transfer_box(d.get(), dxpl, internal::Direction::Read, &s.offset,
-                                 &s.shape, buf);
-        } else {
-          internal::transfer_box(d.get(), dxpl, internal::Direction::Read, nullptr, nullptr,
-                                 nullptr);
+  try {
+    for (int kind = 0; kind < 3; ++kind) {
+      h5::Group group = h5::open_group(file.get(), internal::kKindGroups[kind]);
+      auto wanted = [kind](const internal::Piece& p) {
+        return kind == 0 || (kind == 1 && p.want_m) || (kind == 2 && p.want_v);
+      };
+      for (const auto& [name, t] : plan) {
+        std::vector<const internal::Piece*> mine;
+        for (const auto& p : t.pieces) {
+          if (p.rank == me && wanted(p) && internal::volume(p.shape) > 0) mine.push_back(&p);
+        }
+        const bool collective = options.transfer == Transfer::Collective;
+        const hid_t dxpl = collective ? coll_xfer.get() : ind_xfer.get();
+        const int rounds = collective ? internal::max_pieces_per_rank(t, comm.size(), wanted)
+                                      : static_cast<int>(mine.size());
+        if (rounds == 0) continue;
+        h5::Dataset d(ATLAS_H5_CHECK(H5Dopen2(group.get(), name.c_str(), H5P_DEFAULT)));
+        for (int i = 0; i < rounds; ++i) {
+          if (i < static_cast<int>(mine.size())) {
+            const internal::Piece& p = *mine[static_cast<std::size_t>(i)];
+            const ReadShard& s = shards[static_cast<std::size_t>(p.local_index)];
+            float* buf = kind == 0 ? s.value : kind == 1 ? s.adam_m : s.adam_v;
+            internal::transfer_box(d.get(), dxpl, internal::Direction::Read, &s.offset,
+                                   &s.shape, buf);
+          } else {
+            internal::transfer_box(d.get(), dxpl, internal::Direction::Read, nullptr, nullptr,
+                                   nullptr);
+          }
         }
       }
     }
+  } catch (...) {
+    // Local failure (the job aborts): closing is collective, so do not risk a hang unwinding.
+    (void)file.release();
+    throw;
   }
   file.close();
   return contents.meta;

@@ -500,8 +500,16 @@ WriteResult write_checkpoint(const mpi::Comm& comm, const std::string& dir,
     h5::FileContext ctx(tmp_path);
     (void)lap();
     h5::File file = h5::create_file(tmp_path, comm);
-    write_metadata(file.get(), m, created, comm.rank() == 0);
-    write_tensors(file.get(), comm, plan, shards, options.transfer);
+    try {
+      write_metadata(file.get(), m, created, comm.rank() == 0);
+      write_tensors(file.get(), comm, plan, shards, options.transfer);
+    } catch (...) {
+      // A failure here is local to this rank (STYLE.md §5: the job aborts). Closing the file is
+      // collective and the other ranks may never join it, so leave it open rather than hang
+      // during unwinding. The .tmp stays behind and find_latest skips it.
+      (void)file.release();
+      throw;
+    }
     result.data_seconds = lap();
     file.close();  // collective; flushes metadata and data
     result.close_seconds = lap();

@@ -99,6 +99,11 @@ class Handle {
     ATLAS_H5_CHECK(Close(id));
   }
 
+  /// Gives up ownership without releasing: the identifier stays open. For one case only: a
+  /// local failure inside collective work on an MPI-IO file, where closing it would be a
+  /// collective call that the other ranks may never join (a hang instead of an abort).
+  [[nodiscard]] hid_t release() noexcept { return std::exchange(m_id, H5I_INVALID_HID); }
+
  private:
   void reset() noexcept;
   hid_t m_id = H5I_INVALID_HID;
