@@ -32,7 +32,11 @@ TEST(CkptBench, MeasuresBothWritersAndCleansUp) {
     EXPECT_GT(round.posix_s, 0.0);
     EXPECT_GT(round.data_s, 0.0);
     EXPECT_GT(round.sync_s, 0.0);
-    EXPECT_LE(round.data_s + round.close_s + round.sync_s, round.ckpt_s);  // phases of the whole
+    // Each phase (slowest rank's) lies inside the barrier-to-barrier time of the whole call;
+    // the sum need not, as different ranks may be slowest in different phases.
+    for (const double phase : {round.data_s, round.close_s, round.sync_s}) {
+      EXPECT_LE(phase, round.ckpt_s + 1e-3);
+    }
   }
   EXPECT_GT(r.ckpt_mb_s, 0.0);
   EXPECT_GT(r.posix_mb_s, 0.0);
