@@ -166,7 +166,7 @@ CkptBenchReport bench_ckpt(const mpi::Comm& comm, const CkptBenchOptions& o) {
 
 const char* to_string(Transfer t) {
   switch (t) {
-    case Transfer::Auto: return "auto (collective only for strided shards)";
+    case Transfer::Auto: return "auto (strided shards regrouped into row blocks, independent)";
     case Transfer::Collective: return "collective";
     case Transfer::Independent: return "independent";
   }
