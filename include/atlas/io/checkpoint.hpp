@@ -91,10 +91,11 @@ enum class Transfer {
   /// than the first, e.g. a column-parallel TP weight) is first redistributed with MPI
   /// point-to-point among its writers into blocks of whole rows, each then written as one
   /// contiguous run (atlas's own two-phase I/O); contiguous shards are written directly. All
-  /// transfers are independent. Reading: independent. Measured fastest on a local disk.
+  /// transfers are independent. Reading: independent. Measured fastest on a local disk
+  /// (`atlas bench ckpt`, np 2, tp 2: 908 MB/s vs 654 independent, 641 collective).
   Auto,
   /// Every rank joins every dataset's transfer (empty selection if it has none) and MPI-IO
-  /// aggregates; may pay off on parallel file systems, measured 2-4x slower on a local disk.
+  /// aggregates. May pay off on a parallel file system; slower than Auto on a local disk.
   Collective,
   Independent,  ///< only ranks holding a piece of a dataset touch it, strided or not
 };
@@ -103,8 +104,9 @@ enum class Transfer {
 [[nodiscard]] std::string checkpoint_path(const std::string& dir, std::int64_t step);
 
 struct WriteOptions {
-  /// After a successful write, keep this many newest step-*.h5 in the directory and delete the
-  /// older ones (and stale step-*.h5.tmp of earlier or equal steps). <= 0 keeps everything.
+  /// After a successful write, keep the new file and the keep_last - 1 newest older step-*.h5
+  /// and delete the rest of the older ones, plus stale step-*.h5.tmp of earlier or equal steps.
+  /// Files of later steps are never deleted (a warning names them). <= 0 keeps everything.
   int keep_last = 3;
   Transfer transfer = Transfer::Auto;
   /// Test hook, called on every rank after the .tmp file is closed and synced and before the
@@ -159,7 +161,7 @@ struct CheckpointContents {
 /// every rank returns the same contents or throws the same ConfigError. **Collective over comm.**
 [[nodiscard]] CheckpointContents inspect_checkpoint(const mpi::Comm& comm, const std::string& path);
 
-/// "" when equal, else one problem per differing field, each like
+/// Empty when equal, else one problem per differing field, each like
 /// "checkpoint 'F': model.hidden is 128 in the checkpoint but 256 in the deck".
 [[nodiscard]] std::vector<std::string> model_mismatches(const std::string& path,
                                                         const ModelShape& in_file,
