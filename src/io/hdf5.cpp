@@ -45,6 +45,12 @@ void init() {
   (void)done;
 }
 
+namespace {
+// Silence HDF5's own stderr dumps as soon as this file is linked in, so even a raw C call made
+// before any helper reports its failure only through ATLAS_H5_CHECK.
+[[maybe_unused]] const bool g_silenced = (init(), true);
+}  // namespace
+
 std::string error_stack() {
   WalkState state;
   // Outermost call first, innermost cause last: reads like "X failed because Y because Z".

@@ -20,7 +20,8 @@
 namespace atlas::h5 {
 
 /// Turns HDF5's automatic error printing off for the process (H5Eset_auto2), so failures reach
-/// the caller only through ATLAS_H5_CHECK. Idempotent and cheap; every helper here calls it.
+/// the caller only through ATLAS_H5_CHECK. Runs at static initialisation of this library; also
+/// idempotent and cheap to call again (every helper here does).
 void init();
 
 /// The current HDF5 error stack of this thread as one line ("H5Fopen(): unable to open file;
