@@ -1,0 +1,234 @@
+// SPDX-License-Identifier: MIT
+// Private helpers shared by the checkpoint writer and reader: a tiny byte serializer for
+// gathering descriptors over MPI, shard validation, the gathered per-tensor plan, and helpers
+// that make one rank's verdict (or every rank's problems) the same on every rank.
+#pragma once
+
+#include <cstdint>
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <hdf5.h>
+
+#include "atlas/core/error.hpp"
+#include "atlas/io/checkpoint.hpp"
+#include "atlas/mpi/comm.hpp"
+
+namespace atlas::io::internal {
+
+// ---- byte serializer (same binary on every rank, so no endianness concerns) ----
+
+class BlobWriter {
+ public:
+  void i64(std::int64_t v) { append(&v, sizeof v); }
+  void u64(std::uint64_t v) { append(&v, sizeof v); }
+  void str(const std::string& s) {
+    i64(static_cast<std::int64_t>(s.size()));
+    m_data += s;
+  }
+  void i64s(const std::vector<std::int64_t>& v) {
+    i64(static_cast<std::int64_t>(v.size()));
+    for (auto x : v) i64(x);
+  }
+  void u64s(const std::vector<std::uint64_t>& v) {
+    i64(static_cast<std::int64_t>(v.size()));
+    for (auto x : v) u64(x);
+  }
+  [[nodiscard]] std::string& data() { return m_data; }
+
+ private:
+  void append(const void* p, std::size_t n) { m_data.append(static_cast<const char*>(p), n); }
+  std::string m_data;
+};
+
+class BlobReader {
+ public:
+  explicit BlobReader(const std::string& data) : m_data(data) {}
+  [[nodiscard]] bool done() const { return m_pos >= m_data.size(); }
+  std::int64_t i64() {
+    std::int64_t v = 0;
+    take(&v, sizeof v);
+    return v;
+  }
+  std::uint64_t u64() {
+    std::uint64_t v = 0;
+    take(&v, sizeof v);
+    return v;
+  }
+  std::string str() {
+    const auto n = static_cast<std::size_t>(i64());
+    need(n);
+    std::string s = m_data.substr(m_pos, n);
+    m_pos += n;
+    return s;
+  }
+  std::vector<std::int64_t> i64s() {
+    std::vector<std::int64_t> v(static_cast<std::size_t>(i64()));
+    for (auto& x : v) x = i64();
+    return v;
+  }
+  std::vector<std::uint64_t> u64s() {
+    std::vector<std::uint64_t> v(static_cast<std::size_t>(i64()));
+    for (auto& x : v) x = u64();
+    return v;
+  }
+
+ private:
+  void need(std::size_t n) const;
+  void take(void* p, std::size_t n) {
+    need(n);
+    std::memcpy(p, m_data.data() + m_pos, n);
+    m_pos += n;
+  }
+  const std::string& m_data;
+  std::size_t m_pos = 0;
+};
+
+void put_meta(BlobWriter& w, const CheckpointMeta& m);
+CheckpointMeta get_meta(BlobReader& r);
+void put_contents(BlobWriter& w, const CheckpointContents& c);
+CheckpointContents get_contents(BlobReader& r);
+
+// ---- shards ----
+
+/// Problems with one shard descriptor's own fields (name, ranks of the vectors, bounds).
+std::vector<std::string> shard_problems(const std::string& name,
+                                        const std::vector<std::int64_t>& full_shape,
+                                        const std::vector<std::int64_t>& offset,
+                                        const std::vector<std::int64_t>& shape);
+
+std::int64_t volume(const std::vector<std::int64_t>& dims);
+std::string dims_str(const std::vector<std::int64_t>& dims);
+
+/// One shard of one tensor as every rank sees it after the gather.
+struct Piece {
+  int rank = 0;
+  std::vector<std::int64_t> offset;
+  std::vector<std::int64_t> shape;
+  bool writer = false;
+  bool want_m = false;  ///< reader: this piece asks for adam_m
+  bool want_v = false;  ///< reader: this piece asks for adam_v
+  int local_index = 0;  ///< index into that rank's own shard list
+};
+
+/// Everything the job says about one tensor.
+struct TensorPlan {
+  std::vector<std::int64_t> full_shape;
+  std::vector<Piece> pieces;
+};
+
+/// Name -> plan, in name order (the order every rank creates/visits datasets in).
+using Plan = std::map<std::string, TensorPlan>;
+
+/// One rank's descriptor of one of its shards, as gathered.
+struct ShardDesc {
+  std::string name;
+  std::vector<std::int64_t> full_shape;
+  std::vector<std::int64_t> offset;
+  std::vector<std::int64_t> shape;
+  bool writer = false;
+  bool want_m = false;
+  bool want_v = false;
+};
+
+/// Allgathers every rank's descriptors into one Plan (identical on every rank) and appends to
+/// `problems` each tensor whose ranks disagree on its full shape. Collective over comm.
+Plan gather_plan(const mpi::Comm& comm, const std::vector<ShardDesc>& mine,
+                 std::vector<std::string>& problems);
+
+/// Largest number of non-empty pieces that one rank holds of `t` (pieces filtered by `use`):
+/// the number of transfers each rank joins for that tensor in collective mode.
+template <class Pred>
+int max_pieces_per_rank(const TensorPlan& t, int ranks, Pred use) {
+  std::vector<int> count(static_cast<std::size_t>(ranks), 0);
+  int best = 0;
+  for (const auto& p : t.pieces) {
+    if (use(p) && volume(p.shape) > 0) best = std::max(best, ++count[static_cast<std::size_t>(p.rank)]);
+  }
+  return best;
+}
+
+/// True when the box [offset, offset + shape) is one contiguous run of a row-major tensor of
+/// `full` shape: leading dimensions of extent 1, then one partial dimension, then full ones.
+bool contiguous_box(const std::vector<std::int64_t>& full, const std::vector<std::int64_t>& shape);
+
+/// True when some non-empty piece selected by `use` is strided in the file. Every rank gets the
+/// same answer: it reads only the gathered plan.
+template <class Pred>
+bool has_strided_piece(const TensorPlan& t, Pred use) {
+  for (const auto& p : t.pieces) {
+    if (use(p) && volume(p.shape) > 0 && !contiguous_box(t.full_shape, p.shape)) return true;
+  }
+  return false;
+}
+
+// ---- collective agreement ----
+
+/// Every rank passes its own problems; every rank returns all of them, in rank order, each
+/// prefixed "[rank N] " when the communicator has more than one rank. Collective over comm.
+std::vector<std::string> gather_problems(const mpi::Comm& comm,
+                                         const std::vector<std::string>& mine);
+
+/// Outcome of work done on one rank and broadcast to all, so all throw the same exception.
+struct Verdict {
+  enum Kind : std::int64_t { Ok = 0, Config = 1, Failure = 2 } kind = Ok;
+  std::int64_t exit_code = 0;          ///< for Failure: the atlas::ExitCode
+  std::vector<std::string> problems;   ///< for Config: ConfigError::problems(); Failure: what()
+  std::string payload;                 ///< for Ok: result bytes
+};
+
+/// Runs `work` on rank 0 (catching ConfigError and atlas::Error into the verdict), broadcasts the
+/// verdict, and on every rank returns the payload or throws the same exception. Collective.
+template <class F>
+std::string run_on_root(const mpi::Comm& comm, F&& work);
+
+std::string encode(const Verdict& v);
+Verdict decode(const std::string& bytes);
+[[noreturn]] void rethrow(const Verdict& v);
+
+template <class F>
+std::string run_on_root(const mpi::Comm& comm, F&& work) {
+  Verdict v;
+  if (comm.rank() == 0) {
+    try {
+      v.payload = work();
+    } catch (const ConfigError& e) {
+      v.kind = Verdict::Config;
+      v.problems = e.problems();
+    } catch (const Error& e) {
+      v.kind = Verdict::Failure;
+      v.exit_code = static_cast<std::int64_t>(e.code());
+      v.problems = {e.what()};
+    } catch (const std::exception& e) {
+      v.kind = Verdict::Failure;
+      v.exit_code = static_cast<std::int64_t>(ExitCode::Internal);
+      v.problems = {e.what()};
+    }
+  }
+  std::string bytes = comm.rank() == 0 ? encode(v) : std::string();
+  comm.bcast_string(bytes, 0);
+  v = decode(bytes);
+  if (v.kind != Verdict::Ok) rethrow(v);
+  return v.payload;
+}
+
+}  // namespace atlas::io::internal
+
+namespace atlas::io::internal {
+
+/// Group names of the three tensor kinds, in the order datasets are visited.
+inline constexpr const char* kKindGroups[3] = {"params", "adam_m", "adam_v"};
+
+enum class Direction { Write, Read };
+
+/// Moves one box [offset, offset + shape) of dataset `dset` from (Write) or into (Read) `buf`,
+/// which holds the box row-major and contiguous. offset == nullptr joins a collective
+/// transfer with an empty selection. float32 in memory and in the file: no conversion, so the
+/// bytes are copied exactly (NaN payloads included).
+void transfer_box(hid_t dset, hid_t dxpl, Direction dir, const std::vector<std::int64_t>* offset,
+                  const std::vector<std::int64_t>* shape, void* buf);
+
+}  // namespace atlas::io::internal

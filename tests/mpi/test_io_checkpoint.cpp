@@ -1,0 +1,366 @@
+// SPDX-License-Identifier: MIT
+// Checkpoint writer/reader under MPI: bit-exact round trips, resharding between layouts, the
+// error texts for truncated / wrong-version / wrong-model files, atomicity and keep_last.
+// Every test is valid at any np: ranks play the virtual ranks v with v % np == rank.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "atlas/io/checkpoint.hpp"
+#include "atlas/io/hdf5.hpp"
+#include "test_io_model.hpp"
+
+namespace atlas::io {
+namespace {
+
+using ::testing::HasSubstr;
+using namespace atlas::io::testing;
+namespace fs = std::filesystem;
+
+mpi::Comm& world() {
+  static mpi::Comm c = mpi::Comm::world();
+  return c;
+}
+
+WriteResult write_toy(const std::string& dir, std::int64_t step, const VLayout& l,
+                      std::uint64_t seed, WriteOptions opt = {}) {
+  const auto shards = my_shards(world(), l, seed, /*fill=*/true);
+  const auto views = write_views(shards);
+  CheckpointMeta meta = toy_meta(step, l);
+  // Each DP replica's loader position and RNG state, known by its first virtual rank.
+  for (int v = world().rank(); v < l.size(); v += world().size()) {
+    if (v % l.tp == 0 && v / (l.tp * l.dp) == 0) {
+      const int dp = v / l.tp;
+      meta.state["dp" + std::to_string(dp) + "/loader"] = {static_cast<std::uint64_t>(step),
+                                                            static_cast<std::uint64_t>(1000 + dp)};
+      meta.state["dp" + std::to_string(dp) + "/rng"] = {seed, 0xFFFFFFFFFFFFFFFFULL, 7};
+    }
+  }
+  return write_checkpoint(world(), dir, meta, views, opt);
+}
+
+/// Reads into layout `l` and returns the number of wrong elements over all ranks.
+std::int64_t read_toy_wrong(const std::string& path, const VLayout& l, std::uint64_t seed,
+                            ReadOptions opt = {}, CheckpointMeta* meta_out = nullptr) {
+  auto shards = my_shards(world(), l, seed, /*fill=*/false);
+  const auto views = read_views(shards);
+  CheckpointMeta meta = read_checkpoint(world(), path, views, opt);
+  if (meta_out) *meta_out = meta;
+  std::int64_t wrong = count_wrong(shards, seed);
+  return world().allreduce(wrong, MPI_SUM);
+}
+
+template <class F>
+std::string config_error_of(F&& f) {
+  try {
+    f();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "<no ConfigError>";
+}
+
+// ---- round trips ----
+
+class RoundTrip : public ::testing::TestWithParam<Transfer> {};
+
+TEST_P(RoundTrip, EveryElementOfEveryShardComesBackBitForBit) {
+  SharedTempDir tmp(world());
+  const VLayout l{.pp = 2, .dp = 2, .tp = 2};
+  WriteOptions wopt;
+  wopt.transfer = GetParam();
+  const WriteResult w = write_toy(tmp.path(), 7, l, 42, wopt);
+  EXPECT_EQ(w.path, tmp.path() + "/step-000007.h5");
+  EXPECT_TRUE(fs::exists(w.path));
+  EXPECT_FALSE(fs::exists(w.path + ".tmp"));
+  std::int64_t elements = 0;
+  for (const auto& t : toy_model()) {
+    std::int64_t n = 1;
+    for (auto d : t.shape) n *= d;
+    elements += n;
+  }
+  EXPECT_EQ(w.tensor_bytes, static_cast<std::uint64_t>(elements) * 3 * 4);
+  EXPECT_GE(w.file_bytes, w.tensor_bytes);
+
+  ReadOptions ropt;
+  ropt.transfer = GetParam();
+  ropt.expect_model = toy_shape();
+  CheckpointMeta meta;
+  EXPECT_EQ(read_toy_wrong(w.path, l, 42, ropt, &meta), 0);
+
+  CheckpointMeta expect = toy_meta(7, l);
+  EXPECT_EQ(meta.step, 7);
+  EXPECT_EQ(meta.git_sha, expect.git_sha);
+  EXPECT_EQ(meta.deck, expect.deck);
+  EXPECT_EQ(meta.layout, expect.layout);
+  EXPECT_EQ(meta.model, expect.model);
+  ASSERT_EQ(meta.state.size(), 4U);  // dp0/dp1 x loader/rng, gathered from whichever rank had them
+  EXPECT_EQ(meta.state.at("dp1/loader"), (std::vector<std::uint64_t>{7, 1001}));
+  EXPECT_EQ(meta.state.at("dp0/rng"), (std::vector<std::uint64_t>{42, 0xFFFFFFFFFFFFFFFFULL, 7}));
+}
+
+std::string transfer_name(const ::testing::TestParamInfo<Transfer>& p) {
+  const char* const names[] = {"auto", "collective", "independent"};
+  return names[static_cast<int>(p.param)];
+}
+
+INSTANTIATE_TEST_SUITE_P(Transfers, RoundTrip,
+                         ::testing::Values(Transfer::Auto, Transfer::Collective,
+                                           Transfer::Independent),
+                         transfer_name);
+
+TEST(Checkpoint, StoresFullLogicalTensorsThatASerialReaderSees) {
+  SharedTempDir tmp(world());
+  const VLayout l{.pp = 1, .dp = 1, .tp = 4};
+  const WriteResult w = write_toy(tmp.path(), 1, l, 5);
+  if (world().rank() == 0) {
+    // Read whole datasets with plain serial HDF5 and check each element at its logical index.
+    h5::File f = h5::open_file(w.path, h5::Access::ReadOnly);
+    const auto model = toy_model();
+    for (std::size_t i = 0; i < model.size(); ++i) {
+      for (int k = 0; k < 3; ++k) {
+        const std::string path = std::string(k == 0 ? "params/" : k == 1 ? "adam_m/" : "adam_v/") +
+                                 model[i].name;
+        h5::Dataset d(ATLAS_H5_CHECK(H5Dopen2(f.get(), path.c_str(), H5P_DEFAULT)));
+        const auto dims = h5::dataset_dims(d.get());
+        ASSERT_EQ(std::vector<std::int64_t>(dims.begin(), dims.end()), model[i].shape) << path;
+        std::size_t n = 1;
+        for (auto x : dims) n *= x;
+        std::vector<std::uint32_t> bits(n);  // float32 read raw (no conversion), compared as bits
+        ATLAS_H5_CHECK(
+            H5Dread(d.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, bits.data()));
+        std::size_t wrong = 0;
+        for (std::size_t e = 0; e < n; ++e)
+          wrong += bits[e] != element_bits(5, i, k, static_cast<std::int64_t>(e));
+        EXPECT_EQ(wrong, 0U) << path;
+      }
+    }
+  }
+}
+
+// ---- resharding ----
+
+struct Reshard {
+  VLayout written;
+  VLayout read;
+};
+
+class Resharding : public ::testing::TestWithParam<Reshard> {};
+
+TEST_P(Resharding, ALayoutReadsAnotherLayoutsCheckpoint) {
+  SharedTempDir tmp(world());
+  const auto [written, read] = GetParam();
+  const WriteResult w = write_toy(tmp.path(), 3, written, 99);
+  ReadOptions opt;
+  opt.expect_model = toy_shape();
+  for (const Transfer t : {Transfer::Auto, Transfer::Collective, Transfer::Independent}) {
+    opt.transfer = t;
+    EXPECT_EQ(read_toy_wrong(w.path, read, 99, opt), 0) << static_cast<int>(t);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, Resharding,
+    ::testing::Values(Reshard{{.pp = 2, .dp = 1, .tp = 2}, {.pp = 3, .dp = 2, .tp = 1}},
+                      Reshard{{.pp = 3, .dp = 2, .tp = 1}, {.pp = 1, .dp = 1, .tp = 4}},
+                      Reshard{{.pp = 1, .dp = 1, .tp = 1}, {.pp = 2, .dp = 1, .tp = 3}}));
+
+TEST(Checkpoint, ReadingOnlyParametersLeavesMomentsAlone) {
+  SharedTempDir tmp(world());
+  const WriteResult w = write_toy(tmp.path(), 2, {.pp = 1, .dp = 1, .tp = 2}, 8);
+  auto shards = my_shards(world(), {.pp = 2, .dp = 1, .tp = 1}, 8, false);
+  const auto views = read_views(shards, /*moments=*/false);
+  (void)read_checkpoint(world(), w.path, views);
+  EXPECT_EQ(world().allreduce(count_wrong(shards, 8, /*kinds=*/1), MPI_SUM), 0);
+}
+
+// ---- errors with documented text ----
+
+TEST(CheckpointErrors, TruncatedFileNamesTheFile) {
+  SharedTempDir tmp(world());
+  const VLayout l{.pp = 1, .dp = 1, .tp = 2};
+  const WriteResult w = write_toy(tmp.path(), 4, l, 1);
+  if (world().rank() == 0) fs::resize_file(w.path, w.file_bytes / 2);
+  world().barrier();
+  const std::string msg = config_error_of([&] { (void)read_toy_wrong(w.path, l, 1); });
+  EXPECT_THAT(msg, HasSubstr("checkpoint '" + w.path + "' is truncated"));
+  EXPECT_THAT(msg, HasSubstr("truncated file"));  // HDF5's own words follow ours
+  EXPECT_THAT(config_error_of([&] { (void)resolve_resume(world(), w.path, tmp.path()); }),
+              HasSubstr("checkpoint '" + w.path + "' is truncated"));
+}
+
+TEST(CheckpointErrors, WrongFormatVersionSaysFoundAndExpected) {
+  SharedTempDir tmp(world());
+  const VLayout l{.pp = 1, .dp = 1, .tp = 1};
+  const WriteResult w = write_toy(tmp.path(), 4, l, 1);
+  if (world().rank() == 0) {
+    h5::File f = h5::open_file(w.path, h5::Access::ReadWrite);
+    h5::Attr a(ATLAS_H5_CHECK(H5Aopen(f.get(), "format_version", H5P_DEFAULT)));
+    const std::int64_t v = 99;
+    ATLAS_H5_CHECK(H5Awrite(a.get(), H5T_NATIVE_INT64, &v));
+  }
+  world().barrier();
+  EXPECT_THAT(config_error_of([&] { (void)read_toy_wrong(w.path, l, 1); }),
+              HasSubstr("checkpoint '" + w.path +
+                        "' has format version 99, but this build of atlas reads version 1"));
+}
+
+TEST(CheckpointErrors, WrongModelShapeNamesTheField) {
+  SharedTempDir tmp(world());
+  const VLayout l{.pp = 1, .dp = 1, .tp = 1};
+  const WriteResult w = write_toy(tmp.path(), 4, l, 1);
+  ReadOptions opt;
+  opt.expect_model = toy_shape();
+  opt.expect_model->hidden = 256;
+  opt.expect_model->vocab = 50257;
+  const std::string msg = config_error_of([&] { (void)read_toy_wrong(w.path, l, 1, opt); });
+  EXPECT_THAT(msg, HasSubstr("checkpoint '" + w.path +
+                             "': model.hidden is 8 in the checkpoint but 256 in the deck"));
+  EXPECT_THAT(msg, HasSubstr("model.vocab is 13 in the checkpoint but 50257 in the deck"));
+}
+
+TEST(CheckpointErrors, MissingOrMisshapenTensorIsAConfigErrorOnEveryRank) {
+  SharedTempDir tmp(world());
+  const WriteResult w = write_toy(tmp.path(), 4, {.pp = 1, .dp = 1, .tp = 1}, 1);
+  std::vector<float> buf(64);
+  std::vector<ReadShard> views;
+  if (world().rank() == world().size() - 1) {
+    views.push_back({"h.9.nope", {4}, {0}, {4}, false, buf.data(), nullptr, nullptr});
+    views.push_back({"wte", {kVocab, 4}, {0, 0}, {1, 4}, false, buf.data(), nullptr, nullptr});
+  }
+  const std::string msg = config_error_of([&] { (void)read_checkpoint(world(), w.path, views); });
+  EXPECT_THAT(msg, HasSubstr("has no tensor 'h.9.nope'"));
+  EXPECT_THAT(msg, HasSubstr("tensor 'wte' has shape [13, 8] in checkpoint"));
+}
+
+TEST(CheckpointErrors, NotACheckpointAndMissingFile) {
+  SharedTempDir tmp(world());
+  const std::string junk = tmp.path() + "/step-000001.h5";
+  if (world().rank() == 0) std::ofstream(junk) << "not hdf5 at all";
+  world().barrier();
+  EXPECT_THAT(config_error_of([&] { (void)inspect_checkpoint(world(), junk); }),
+              HasSubstr("checkpoint '" + junk + "' is not an HDF5 file"));
+  EXPECT_THAT(config_error_of([&] { (void)inspect_checkpoint(world(), tmp.path() + "/nope.h5"); }),
+              HasSubstr("checkpoint '" + tmp.path() + "/nope.h5' does not exist"));
+}
+
+std::string internal_error_of(const std::string& dir, std::span<const WriteShard> views) {
+  try {
+    (void)write_checkpoint(world(), dir, toy_meta(1, {}), views);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::Internal);
+    return e.what();
+  }
+  return "<no atlas::Error>";
+}
+
+TEST(CheckpointErrors, WriterShardsMustTileEachTensor) {
+  SharedTempDir tmp(world());
+  std::vector<float> buf(16, 1.0F);
+  std::vector<WriteShard> gap;
+  if (world().rank() == 0) {  // rows [0, 2) of a [4, 4] tensor; nobody writes rows 2..3
+    gap.push_back({"w", {4, 4}, {0, 0}, {2, 4}, true, buf.data(), buf.data(), buf.data()});
+  }
+  EXPECT_THAT(internal_error_of(tmp.path(), gap),
+              HasSubstr("tensor 'w' (shape [4, 4]): writer shards cover 8 of 16 elements"));
+  if (world().size() > 1) {  // every rank claims the whole tensor
+    std::vector<WriteShard> overlap{
+        {"w", {4, 4}, {0, 0}, {4, 4}, true, buf.data(), buf.data(), buf.data()}};
+    EXPECT_THAT(internal_error_of(tmp.path(), overlap),
+                HasSubstr("tensor 'w': writer shards on rank 0 (offset [0, 0], shape [4, 4]) and "
+                          "rank 1 (offset [0, 0], shape [4, 4]) overlap"));
+  }
+  std::vector<WriteShard> null_buffer{
+      {"w", {4, 4}, {0, 0}, {4, 4}, world().rank() == 0, buf.data(), nullptr, buf.data()}};
+  EXPECT_THAT(internal_error_of(tmp.path(), null_buffer),
+              HasSubstr("tensor 'w': a writer shard needs value, adam_m and adam_v buffers"));
+  std::vector<WriteShard> bad_box{{"a/b", {4}, {2}, {4}, true, buf.data(), buf.data(), buf.data()}};
+  const std::string msg = internal_error_of(tmp.path(), bad_box);
+  EXPECT_THAT(msg, HasSubstr("tensor name 'a/b' is not usable"));
+  bad_box[0].name = "v";
+  EXPECT_THAT(internal_error_of(tmp.path(), bad_box),
+              HasSubstr("tensor 'v': shard offset [2] + shape [4] does not fit in the full shape "
+                        "[4]"));
+  EXPECT_FALSE(fs::exists(tmp.path() + "/step-000001.h5.tmp"));
+  EXPECT_FALSE(fs::exists(tmp.path() + "/step-000001.h5"));
+}
+
+// ---- atomicity, find_latest, keep_last ----
+
+TEST(CheckpointAtomicity, InterruptedWriteLeavesPreviousCheckpointLoadable) {
+  SharedTempDir tmp(world());
+  const VLayout l{.pp = 2, .dp = 1, .tp = 2};
+  const WriteResult good = write_toy(tmp.path(), 10, l, 3);
+  WriteOptions crash;
+  crash.before_rename = [](const std::string& tmp_path) {
+    throw std::runtime_error("simulated crash before renaming " + tmp_path);
+  };
+  EXPECT_THROW((void)write_toy(tmp.path(), 20, l, 4, crash), std::runtime_error);
+  const std::string tmp20 = tmp.path() + "/step-000020.h5.tmp";
+  EXPECT_TRUE(fs::exists(tmp20));
+  EXPECT_FALSE(fs::exists(tmp.path() + "/step-000020.h5"));
+
+  const LatestCheckpoint latest = find_latest(world(), tmp.path());
+  EXPECT_EQ(latest.path, good.path);
+  EXPECT_EQ(latest.step, 10);
+  ASSERT_EQ(latest.skipped.size(), 1U);
+  EXPECT_EQ(latest.skipped[0].path, tmp20);
+  EXPECT_THAT(latest.skipped[0].reason, HasSubstr("interrupted write"));
+  EXPECT_EQ(resolve_resume(world(), "latest", tmp.path()), good.path);
+  EXPECT_EQ(read_toy_wrong(latest.path, l, 3), 0);
+}
+
+TEST(CheckpointAtomicity, LatestFallsBackPastTruncatedAndCorruptFiles) {
+  SharedTempDir tmp(world());
+  const VLayout l{.pp = 1, .dp = 2, .tp = 1};
+  const WriteResult s1 = write_toy(tmp.path(), 1, l, 3);
+  const WriteResult s2 = write_toy(tmp.path(), 2, l, 3);
+  const WriteResult s3 = write_toy(tmp.path(), 3, l, 3);
+  if (world().rank() == 0) {
+    fs::resize_file(s3.path, s3.file_bytes - 100);  // lost its tail
+    std::ofstream(s2.path, std::ios::trunc) << "garbage";  // overwritten by something else
+    std::ofstream(tmp.path() + "/notes.txt") << "ignored";
+  }
+  world().barrier();
+  const LatestCheckpoint latest = find_latest(world(), tmp.path());
+  EXPECT_EQ(latest.path, s1.path);
+  ASSERT_EQ(latest.skipped.size(), 2U);
+  EXPECT_EQ(latest.skipped[0].path, s3.path);
+  EXPECT_THAT(latest.skipped[0].reason, HasSubstr("is truncated"));
+  EXPECT_EQ(latest.skipped[1].path, s2.path);
+  EXPECT_THAT(latest.skipped[1].reason, HasSubstr("is not an HDF5 file"));
+  EXPECT_EQ(read_toy_wrong(latest.path, l, 3), 0);
+  EXPECT_FALSE(find_latest(world(), tmp.path() + "/absent").found());
+  EXPECT_EQ(resolve_resume(world(), "", tmp.path()), "");
+}
+
+TEST(CheckpointAtomicity, KeepLastPrunesOlderCheckpointsAndStaleTemporaries) {
+  SharedTempDir tmp(world());
+  const VLayout l{.pp = 1, .dp = 1, .tp = 2};
+  WriteOptions opt;
+  opt.keep_last = 2;
+  if (world().rank() == 0) {
+    fs::create_directories(tmp.path());
+    std::ofstream(tmp.path() + "/step-000000.h5.tmp") << "left by a crash";
+  }
+  world().barrier();
+  std::vector<std::string> pruned;
+  for (int step = 1; step <= 5; ++step) {
+    const WriteResult w = write_toy(tmp.path(), step, l, 3, opt);
+    pruned.insert(pruned.end(), w.pruned.begin(), w.pruned.end());
+  }
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(tmp.path())) left.push_back(e.path().filename());
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"step-000004.h5", "step-000005.h5"}));
+  std::sort(pruned.begin(), pruned.end());
+  const std::string d = tmp.path() + "/";
+  EXPECT_EQ(pruned, (std::vector<std::string>{d + "step-000000.h5.tmp", d + "step-000001.h5",
+                                              d + "step-000002.h5", d + "step-000003.h5"}));
+}
+
+}  // namespace
+}  // namespace atlas::io
