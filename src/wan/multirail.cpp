@@ -179,6 +179,7 @@ struct RailSlot {
   Clock::time_point next_attempt{};
   int attempts = 0;
   std::string last_error;
+  int kill_after = 0;  // test hook: data frames until a forced shutdown (0 = not armed)
 };
 
 struct TagState {
@@ -254,6 +255,7 @@ struct Command {
   std::shared_ptr<RecvOp> recv;
   int peer = -1;
   int rail = -1;
+  int count = 0;
   std::vector<PeerAddress> addresses;
 };
 
@@ -318,6 +320,7 @@ class Engine {
   bool flush(Conn* c);
   void advance(Conn* c, std::size_t w);
   void on_ack(Conn* c, std::uint64_t count);
+  void count_frame(Conn* c);
 
   // input
   void on_readable(Conn* c);
@@ -427,7 +430,7 @@ Engine::Engine(const MultirailOptions& opts, const std::vector<int>& peers, cons
 }
 
 Engine::~Engine() {
-  post(Command{CmdKind::Stop, {}, {}, -1, -1, {}});
+  post(Command{CmdKind::Stop, {}, {}, -1, -1, 0, {}});
   if (m_thread.joinable()) m_thread.join();
 }
 
@@ -656,7 +659,8 @@ void Engine::handle(Command& cmd) {
       const int idx = peer_index(cmd.peer);
       if (idx < 0 || cmd.rail < 0 || cmd.rail >= m_opts.rails) break;
       RailSlot& s = m_peers[static_cast<std::size_t>(idx)]->rails[static_cast<std::size_t>(cmd.rail)];
-      if (s.conn) ::shutdown(s.conn->fd.get(), SHUT_RDWR);
+      if (cmd.count > 0) s.kill_after = cmd.count;
+      else if (s.conn) ::shutdown(s.conn->fd.get(), SHUT_RDWR);
       break;
     }
     case CmdKind::Corrupt: {
@@ -1515,6 +1519,7 @@ void Engine::advance(Conn* c, std::size_t w) {
         RailCounters& r = rc(c);
         r.frames_sent.fetch_add(1, std::memory_order_relaxed);
         r.bytes_sent.fetch_add(f.len, std::memory_order_relaxed);
+        count_frame(c);
       }
       ++c->unwritten;
     }
@@ -1523,6 +1528,11 @@ void Engine::advance(Conn* c, std::size_t w) {
     c->q.pop_front();
     --c->unwritten;
   }
+}
+
+void Engine::count_frame(Conn* c) {
+  RailSlot& s = peer_of(c).rails[static_cast<std::size_t>(c->rail)];
+  if (s.kill_after > 0 && --s.kill_after == 0) ::shutdown(c->fd.get(), SHUT_RDWR);
 }
 
 void Engine::on_ack(Conn* c, std::uint64_t count) {
@@ -1779,6 +1789,7 @@ void Engine::finish_payload(Conn* c) {
   RailCounters& r = rc(c);
   r.frames_received.fetch_add(1, std::memory_order_relaxed);
   r.bytes_received.fetch_add(c->cur.length, std::memory_order_relaxed);
+  count_frame(c);
   const Dest kind = c->dest_kind;
   c->dest_kind = Dest::None;
   if (kind == Dest::Discard) {
@@ -1910,7 +1921,7 @@ MultirailTransport::~MultirailTransport() = default;
 int MultirailTransport::listen_port() const { return m_engine->port(); }
 
 void MultirailTransport::connect(const std::vector<PeerAddress>& addresses) {
-  m_engine->post(Command{CmdKind::Connect, {}, {}, -1, -1, addresses});
+  m_engine->post(Command{CmdKind::Connect, {}, {}, -1, -1, 0, addresses});
 }
 
 void MultirailTransport::wait_connected() { m_engine->wait_connected(); }
@@ -1924,7 +1935,7 @@ Handle MultirailTransport::isend(int peer, int tag, const void* data, std::size_
   if (!data && bytes > 0) throw Error(ExitCode::Comm, "WAN isend: null buffer");
   auto op = std::make_shared<SendOp>(this, peer, tag, static_cast<const std::uint8_t*>(data), bytes);
   Handle h(op);
-  m_engine->post(Command{CmdKind::Send, std::move(op), {}, peer, -1, {}});
+  m_engine->post(Command{CmdKind::Send, std::move(op), {}, peer, -1, 0, {}});
   return h;
 }
 
@@ -1937,7 +1948,7 @@ Handle MultirailTransport::irecv(int peer, int tag, void* data, std::size_t byte
   if (!data && bytes > 0) throw Error(ExitCode::Comm, "WAN irecv: null buffer");
   auto op = std::make_shared<RecvOp>(this, peer, tag, static_cast<std::uint8_t*>(data), bytes);
   Handle h(op);
-  m_engine->post(Command{CmdKind::Recv, {}, std::move(op), peer, -1, {}});
+  m_engine->post(Command{CmdKind::Recv, {}, std::move(op), peer, -1, 0, {}});
   return h;
 }
 
@@ -1970,12 +1981,12 @@ void MultirailTransport::wait(Handle& h) {
 
 TransportStats MultirailTransport::stats() const { return m_engine->stats(); }
 
-void MultirailTransport::debug_kill_rail(int peer, int rail) {
-  m_engine->post(Command{CmdKind::KillRail, {}, {}, peer, rail, {}});
+void MultirailTransport::debug_kill_rail(int peer, int rail, int after_frames) {
+  m_engine->post(Command{CmdKind::KillRail, {}, {}, peer, rail, after_frames, {}});
 }
 
 void MultirailTransport::debug_corrupt_next_frame(int peer) {
-  m_engine->post(Command{CmdKind::Corrupt, {}, {}, peer, -1, {}});
+  m_engine->post(Command{CmdKind::Corrupt, {}, {}, peer, -1, 0, {}});
 }
 
 }  // namespace atlas::wan

@@ -71,9 +71,10 @@ class MultirailTransport final : public PeerTransport {
   [[nodiscard]] TransportStats stats() const override;
   [[nodiscard]] const char* name() const override { return "multirail"; }
 
-  /// Test hook: abruptly shuts down the current connection of `rail` to `peer` (as a network
-  /// fault would), from the progress thread. Returns at once.
-  void debug_kill_rail(int peer, int rail);
+  /// Test hook: abruptly shuts down the connection of `rail` to `peer` (as a network fault
+  /// would), from the progress thread. `after_frames` = 0: now; N > 0: right after that rail has
+  /// sent or received N more data frames (so chunks are certainly in flight). Returns at once.
+  void debug_kill_rail(int peer, int rail, int after_frames = 0);
   /// Test hook: the next data frame sent to `peer` carries a wrong payload CRC.
   void debug_corrupt_next_frame(int peer);
 
