@@ -1,0 +1,86 @@
+// SPDX-License-Identifier: MIT
+// The multirail TCP transport: per peer, `rails` TCP connections; each message is cut into chunks
+// striped over the least-loaded rails and reassembled in place; an epoll progress thread does
+// all socket work. make_transport() builds one from the deck; tests build one directly.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "atlas/wan/framing.hpp"
+#include "atlas/wan/transport.hpp"
+
+namespace atlas::wan {
+
+/// Everything a MultirailTransport needs (make_transport fills it from WanCfg/ClusterCfg).
+struct MultirailOptions {
+  int my_rank = 0;                            ///< this process's world rank
+  int rails = 4;                              ///< TCP connections per peer (wan.rails)
+  std::uint64_t chunk_bytes = 256 * 1024;     ///< striping unit (wan.chunk_bytes), < 4 GiB
+  std::uint64_t max_frame_bytes = 64u << 20;  ///< longer frames are rejected (wan.max_frame_bytes)
+  double recv_timeout_s = 60.0;               ///< stalled receive / unacknowledged rail limit
+  double connect_timeout_s = 20.0;            ///< all rails up (and each reconnect) within this
+  /// Eager credit per peer: bytes a peer may send before the matching irecv is posted. This is
+  /// the bound on memory buffered for early arrivals; larger messages wait for a clear-to-send.
+  std::uint64_t eager_credit_bytes = 64u << 20;
+  /// SO_SNDBUF/SO_RCVBUF per rail; 0 = kernel autotuning (the default; it honours the emulated
+  /// per-flow window of scripts/wan, which an explicit size would bypass).
+  int socket_buffer_bytes = 0;
+  std::string bind_host = "127.0.0.1";        ///< listen address (cluster.bind_hosts[my_dc])
+  int bind_port = 0;                          ///< 0 = kernel-chosen
+  Secret secret{};                            ///< per-job secret (same on every rank)
+};
+
+/// Where a peer listens.
+struct PeerAddress {
+  int rank = -1;  ///< world rank
+  std::string host;
+  int port = 0;
+};
+
+class Engine;  // the progress engine (src/wan/multirail.cpp)
+
+/// See file comment. Not collective by itself: make_transport wraps it with the MPI bootstrap.
+/// Lifecycle: construct (binds and listens, starts the progress thread) -> connect(addresses)
+/// -> wait_connected() -> isend/irecv/test/wait -> destroy (says goodbye on every rail, joins
+/// the thread; bounded, no hang when the peer is gone).
+class MultirailTransport final : public PeerTransport {
+ public:
+  /// `peers`: world ranks this rank exchanges with. Throws Error (Comm) when it cannot listen.
+  MultirailTransport(const MultirailOptions& opts, const std::vector<int>& peers);
+  ~MultirailTransport() override;
+  MultirailTransport(const MultirailTransport&) = delete;
+  MultirailTransport& operator=(const MultirailTransport&) = delete;
+
+  /// The port this rank listens on.
+  [[nodiscard]] int listen_port() const;
+  /// Starts connecting: this rank opens the rails to every peer with a higher world rank (it
+  /// needs only those peers' addresses) and accepts rails from lower ones. Starts the
+  /// wan.connect_timeout_s clock.
+  void connect(const std::vector<PeerAddress>& addresses);
+  /// Blocks until every rail of every peer completed its handshake. Throws Error (Comm) naming
+  /// each peer and rail that did not, with the last reason, after connect_timeout_s.
+  void wait_connected();
+
+  Handle isend(int peer, int tag, const void* data, std::size_t bytes) override;
+  Handle irecv(int peer, int tag, void* data, std::size_t bytes) override;
+  bool test(Handle& h) override;
+  void wait(Handle& h) override;
+  [[nodiscard]] TransportStats stats() const override;
+  [[nodiscard]] const char* name() const override { return "multirail"; }
+
+  /// Test hook: abruptly shuts down the connection of `rail` to `peer` (as a network fault
+  /// would), from the progress thread. `after_frames` = 0: now; N > 0: right after that rail has
+  /// sent or received N more data frames (so chunks are certainly in flight). Returns at once.
+  void debug_kill_rail(int peer, int rail, int after_frames = 0);
+  /// Test hook: the next data frame sent to `peer` carries a wrong payload CRC.
+  void debug_corrupt_next_frame(int peer);
+
+ private:
+  void finish(Handle& h);
+  std::unique_ptr<Engine> m_engine;
+};
+
+}  // namespace atlas::wan

@@ -1,0 +1,16 @@
+# SPDX-License-Identifier: MIT
+# WAN transport tests (room wan/): framing and multirail on loopback (unit), make_transport over
+# MPI with ranks split into two DCs (mpi), and the network-namespace emulation (netns, root only).
+atlas_unit_test(test_wan_framing unit/test_wan_framing.cpp)
+set_tests_properties(test_wan_framing PROPERTIES TIMEOUT 30)
+
+# One binary, two ctest entries so each stays a few seconds: payload integrity, then faults.
+atlas_unit_test(test_wan_multirail unit/test_wan_multirail.cpp)
+set_tests_properties(test_wan_multirail PROPERTIES TIMEOUT 60)
+set_property(TEST test_wan_multirail APPEND PROPERTY ENVIRONMENT
+  "GTEST_FILTER=RailsAndChunks/*:WanMultirail.*")
+add_test(NAME test_wan_multirail_faults COMMAND test_wan_multirail --gtest_filter=Quiet.*
+  WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(test_wan_multirail_faults PROPERTIES LABELS unit TIMEOUT 60)
+
+atlas_mpi_test(test_wan_transport SOURCES mpi/test_wan_transport.cpp NP 2 4 TIMEOUT 90)

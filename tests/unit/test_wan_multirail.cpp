@@ -1,0 +1,572 @@
+// SPDX-License-Identifier: MIT
+// Multirail transport on loopback, two transports in one process (ranks 0 and 1): payload
+// integrity over 1..16 rails and chunk sizes 1 B..64 MiB, eager and rendezvous paths, rail loss,
+// and every documented error (bad frames, wrong secret, silent peer, stalled receive).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include "atlas/core/error.hpp"
+#include "atlas/core/log.hpp"
+#include "atlas/wan/fd.hpp"
+#include "atlas/wan/multirail.hpp"
+#include "unit/test_wan_payload.hpp"
+
+namespace atlas::wan {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using testing::check_payload;
+using testing::fill_payload;
+using Clock = std::chrono::steady_clock;
+
+constexpr std::uint64_t kSeed = 20240917;
+
+MultirailOptions base_options(int rails, std::uint64_t chunk) {
+  MultirailOptions o;
+  o.rails = rails;
+  o.chunk_bytes = chunk;
+  o.max_frame_bytes = std::max<std::uint64_t>(chunk, 1u << 20);
+  o.recv_timeout_s = 10;
+  o.connect_timeout_s = 5;
+  random_bytes(o.secret);
+  return o;
+}
+
+/// Ranks 0 and 1 on 127.0.0.1, connected.
+struct Pair {
+  std::unique_ptr<MultirailTransport> t[2];
+  explicit Pair(const MultirailOptions& base, bool wait = true) {
+    for (int r = 0; r < 2; ++r) {
+      MultirailOptions o = base;
+      o.my_rank = r;
+      t[r] = std::make_unique<MultirailTransport>(o, std::vector<int>{1 - r});
+    }
+    t[0]->connect({{1, "127.0.0.1", t[1]->listen_port()}});
+    t[1]->connect({{0, "127.0.0.1", t[0]->listen_port()}});
+    if (wait) {
+      t[0]->wait_connected();
+      t[1]->wait_connected();
+    }
+  }
+};
+
+/// Both directions at once: message m has size sizes[m] and tag m % tags. Irecvs are posted
+/// before the sends, or (late_recv) after them, so early data waits in the bounded buffer.
+/// Every received byte is checked against the payload function.
+void exchange(Pair& pr, const std::vector<std::size_t>& sizes, int tags, bool late_recv,
+              std::uint64_t seed = kSeed) {
+  std::vector<std::vector<std::uint8_t>> out[2], in[2];
+  std::vector<Handle> sends[2], recvs[2];
+  for (int r = 0; r < 2; ++r) {
+    for (std::size_t m = 0; m < sizes.size(); ++m) {
+      out[r].emplace_back(sizes[m]);
+      fill_payload(out[r].back().data(), sizes[m], seed, r, 1 - r, m);
+      in[r].emplace_back(sizes[m], std::uint8_t{0xEE});
+    }
+  }
+  auto post_recvs = [&] {
+    for (int r = 0; r < 2; ++r)
+      for (std::size_t m = 0; m < sizes.size(); ++m)
+        recvs[r].push_back(
+            pr.t[r]->irecv(1 - r, static_cast<int>(m) % tags, in[r][m].data(), sizes[m]));
+  };
+  if (!late_recv) post_recvs();
+  for (std::size_t m = 0; m < sizes.size(); ++m)
+    for (int r = 0; r < 2; ++r)
+      sends[r].push_back(
+          pr.t[r]->isend(1 - r, static_cast<int>(m) % tags, out[r][m].data(), sizes[m]));
+  if (late_recv) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    post_recvs();
+  }
+  for (int r = 0; r < 2; ++r) {
+    wait_all(*pr.t[r], recvs[r]);
+    wait_all(*pr.t[r], sends[r]);
+  }
+  for (int r = 0; r < 2; ++r)
+    for (std::size_t m = 0; m < sizes.size(); ++m)
+      ASSERT_EQ(check_payload(in[r][m].data(), sizes[m], seed, 1 - r, r, m), SIZE_MAX)
+          << "rank " << r << " message " << m << " (" << sizes[m] << " bytes)";
+}
+
+std::uint64_t sum(const std::vector<std::size_t>& v) {
+  std::uint64_t s = 0;
+  for (auto x : v) s += x;
+  return s;
+}
+
+/// Client side of the handshake, done by hand: a test stands in for rank 0 on one rail.
+class FakePeer {
+ public:
+  FakePeer(int port, const Secret& secret, std::uint64_t chunk, int from = 0, int to = 1) {
+    const SockAddr sa = resolve("127.0.0.1", port);
+    m_fd = Fd(::socket(AF_INET, SOCK_STREAM, 0));
+    if (::connect(m_fd.get(), reinterpret_cast<const sockaddr*>(&sa.addr), sa.len) != 0)
+      throw std::runtime_error("fake peer: connect failed");
+    const int one = 1;
+    setsockopt(m_fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    Hello h;
+    h.from_rank = from;
+    h.to_rank = to;
+    h.rail = 0;
+    h.rails = 1;
+    h.chunk_bytes = chunk;
+    h.credit_bytes = 1 << 20;
+    random_bytes(h.nonce);
+    m_hello = encode_hello(h);
+    send_raw(m_hello.data(), m_hello.size());
+    std::array<std::uint8_t, kChallengeBytes> ch{};
+    read_exact(ch.data(), ch.size());
+    Challenge c;
+    if (!check_challenge(secret, m_hello, ch, c).empty())
+      throw std::runtime_error("fake peer: bad challenge");
+    const auto resp = encode_response(secret, m_hello, ch);
+    send_raw(resp.data(), resp.size());
+  }
+  void send_raw(const void* p, std::size_t n) {
+    if (::send(m_fd.get(), p, n, MSG_NOSIGNAL) != static_cast<ssize_t>(n))
+      throw std::runtime_error("fake peer: short send");
+  }
+  void send_frame(FrameHeader h, const std::vector<std::uint8_t>& payload) {
+    h.length = static_cast<std::uint32_t>(payload.size());
+    std::array<std::uint8_t, kHeaderBytes> hdr{};
+    encode_header(h, hdr);
+    send_raw(hdr.data(), hdr.size());
+    if (!payload.empty()) send_raw(payload.data(), payload.size());
+  }
+  void read_exact(std::uint8_t* p, std::size_t n) {
+    while (n > 0) {
+      pollfd pf{m_fd.get(), POLLIN, 0};
+      if (::poll(&pf, 1, 5000) != 1) throw std::runtime_error("fake peer: read timeout");
+      const ssize_t r = ::recv(m_fd.get(), p, n, 0);
+      if (r <= 0) throw std::runtime_error("fake peer: connection closed");
+      p += r;
+      n -= static_cast<std::size_t>(r);
+    }
+  }
+
+ private:
+  Fd m_fd;
+  std::array<std::uint8_t, kHelloBytes> m_hello{};
+};
+
+/// A transport as rank 1 with one rail to peer 0, which the test plays with a FakePeer.
+struct Victim {
+  std::unique_ptr<MultirailTransport> t;
+  std::unique_ptr<FakePeer> fake;
+  explicit Victim(MultirailOptions o, std::uint64_t fake_chunk = 4096) {
+    o.my_rank = 1;
+    o.rails = 1;
+    t = std::make_unique<MultirailTransport>(o, std::vector<int>{0});
+    t->connect({});
+    fake = std::make_unique<FakePeer>(t->listen_port(), o.secret, fake_chunk);
+    t->wait_connected();
+  }
+};
+
+std::string error_of(PeerTransport& t, Handle& h) {
+  try {
+    t.wait(h);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::Comm);
+    return e.what();
+  }
+  return "(no error)";
+}
+
+class Quiet : public ::testing::Test {
+ protected:
+  void SetUp() override { log::set_quiet(true); }
+};
+
+// ---- payload integrity ----
+
+struct Shape {
+  int rails;
+  std::uint64_t chunk;
+};
+
+class WanMultirailPayload : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(WanMultirailPayload, ArrivesIntactBothWaysEarlyAndLateReceives) {
+  const Shape s = GetParam();
+  Pair pr(base_options(s.rails, s.chunk));
+  // Sizes around the chunk boundaries; byte-sized chunks keep the totals small.
+  const std::size_t c = s.chunk;
+  std::vector<std::size_t> sizes;
+  if (c == 1) sizes = {0, 1, 2, 31, 300, 1500};
+  else if (c < 4096) sizes = {0, 1, c - 1, c, c + 1, 13 * c + 5, 3000};
+  else sizes = {0, 1, c - 1, c, c + 1, 3 * c + 17, std::min<std::size_t>(8 * c, 6u << 20) + 3};
+  exchange(pr, sizes, 3, /*late_recv=*/false);
+  exchange(pr, sizes, 2, /*late_recv=*/true, kSeed + 1);
+  for (int r = 0; r < 2; ++r) {
+    const TransportStats st = pr.t[r]->stats();
+    ASSERT_EQ(st.peers.size(), 1u);
+    EXPECT_EQ(st.peers[0].bytes_sent, 2 * sum(sizes));
+    EXPECT_EQ(st.peers[0].bytes_received, 2 * sum(sizes));
+    EXPECT_EQ(st.peers[0].messages_sent, 2 * sizes.size());
+    std::uint64_t rail_bytes = 0;
+    for (const auto& rs : st.peers[0].rails) rail_bytes += rs.bytes_sent;
+    EXPECT_EQ(rail_bytes, 2 * sum(sizes)) << "no resends on a healthy link";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    RailsAndChunks, WanMultirailPayload,
+    ::testing::Values(Shape{1, 1}, Shape{4, 1}, Shape{16, 1}, Shape{2, 7}, Shape{8, 7},
+                      Shape{1, 4096}, Shape{3, 4096}, Shape{16, 4096}, Shape{1, 65536},
+                      Shape{2, 65536}, Shape{4, 65536}, Shape{8, 65536}, Shape{16, 65536},
+                      Shape{4, 1u << 20}, Shape{16, 1u << 20}),
+    [](const ::testing::TestParamInfo<Shape>& i) {
+      return "rails" + std::to_string(i.param.rails) + "_chunk" + std::to_string(i.param.chunk);
+    });
+
+TEST(WanMultirail, SixtyFourMiBChunks) {
+  MultirailOptions o = base_options(2, 64u << 20);
+  o.max_frame_bytes = 64u << 20;
+  Pair pr(o);
+  exchange(pr, {100, (64u << 20) + 4096}, 1, false);
+}
+
+TEST(WanMultirail, StripesOneMessageOverEveryRail) {
+  Pair pr(base_options(8, 16384));
+  exchange(pr, {4u << 20}, 1, false);
+  const TransportStats st = pr.t[0]->stats();
+  int used = 0;
+  for (const auto& rs : st.peers[0].rails) used += rs.frames_sent > 0;
+  EXPECT_EQ(used, 8) << "a 4 MiB message in 16 KiB chunks should touch all 8 rails";
+}
+
+TEST(WanMultirail, RendezvousBeyondTheCreditEarlyAndLate) {
+  // A 64 KiB credit: bigger messages wait for the receiver's clear-to-send, so at most the credit
+  // is ever buffered for receives posted late.
+  MultirailOptions o = base_options(4, 8192);
+  o.eager_credit_bytes = 64 * 1024;
+  Pair pr(o);
+  const std::vector<std::size_t> sizes = {10, 64 * 1024, 64 * 1024 + 1, 1u << 20, 5000, 3u << 20};
+  exchange(pr, sizes, 2, false);
+  exchange(pr, sizes, 3, true, kSeed + 7);
+}
+
+TEST(WanMultirail, NonOvertakingPerTagWithInterleavedTags) {
+  Pair pr(base_options(4, 1024));
+  // 60 messages of varying size on 4 tags; the k-th irecv of a tag gets the k-th send of it.
+  std::vector<std::size_t> sizes;
+  for (int m = 0; m < 60; ++m) sizes.push_back(static_cast<std::size_t>(97 * m % 5000));
+  exchange(pr, sizes, 4, false);
+  exchange(pr, sizes, 4, true, kSeed + 3);
+}
+
+// ---- faults ----
+
+TEST_F(Quiet, WanMultirailKilledRailsStillDeliverEverythingExactlyOnce) {
+  Pair pr(base_options(4, 32768));
+  constexpr int kMessages = 24;
+  constexpr std::size_t kBytes = 1u << 20;  // 32 chunks each, 768 in all over 4 rails
+  // Faults mid-transfer, each right after a data frame moved (so chunks are unacknowledged):
+  // sender-side kills on rails 0 and 3, a receiver-side kill on rail 1.
+  pr.t[0]->debug_kill_rail(1, 0, 25);
+  pr.t[1]->debug_kill_rail(0, 1, 60);
+  pr.t[0]->debug_kill_rail(1, 3, 110);
+  constexpr int kKills = 3;
+  std::vector<std::vector<std::uint8_t>> out, in;
+  std::vector<Handle> sends, recvs;
+  for (int m = 0; m < kMessages; ++m) {
+    out.push_back(testing::make_payload(kBytes, kSeed, 0, 1, static_cast<std::uint64_t>(m)));
+    in.emplace_back(kBytes, std::uint8_t{0});
+    recvs.push_back(pr.t[1]->irecv(0, 7, in.back().data(), kBytes));
+  }
+  for (int m = 0; m < kMessages; ++m)
+    sends.push_back(pr.t[0]->isend(1, 7, out[static_cast<std::size_t>(m)].data(), kBytes));
+  wait_all(*pr.t[1], recvs);
+  wait_all(*pr.t[0], sends);
+  for (int m = 0; m < kMessages; ++m)
+    ASSERT_EQ(check_payload(in[static_cast<std::size_t>(m)].data(), kBytes, kSeed, 0, 1,
+                            static_cast<std::uint64_t>(m)),
+              SIZE_MAX)
+        << "message " << m;
+  // Every killed rail comes back (rank 0 connects, so it counts each reconnect once).
+  const auto deadline = Clock::now() + std::chrono::seconds(3);
+  while (pr.t[0]->stats().peers[0].reconnects < kKills && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  // Nothing extra was delivered: the next messages on the same tag are the next ones sent.
+  exchange(pr, {12345, 1u << 20}, 1, false, kSeed + 9);
+  const PeerStats s0 = pr.t[0]->stats().peers[0];
+  const PeerStats s1 = pr.t[1]->stats().peers[0];
+  EXPECT_EQ(s0.reconnects, static_cast<std::uint64_t>(kKills));
+  EXPECT_GT(s0.resent_chunks, 0u) << "each kill strands at least the frame just written";
+  EXPECT_EQ(s1.messages_received, static_cast<std::uint64_t>(kMessages) + 2);
+  EXPECT_EQ(s1.bytes_received, kMessages * kBytes + 12345 + (1u << 20));
+  std::uint64_t frames_received = 0;
+  for (const auto& r : s1.rails) frames_received += r.frames_received;
+  // Exactly once: every chunk was accepted once (24 x 32 + 1 + 32 of them); everything else
+  // that arrived was a resent copy and was dropped.
+  const std::uint64_t unique_chunks = kMessages * (kBytes / 32768) + 1 + (1u << 20) / 32768;
+  EXPECT_EQ(frames_received, unique_chunks + s1.duplicates_dropped);
+  EXPECT_LE(s1.duplicates_dropped, s0.resent_chunks);
+  std::printf("[ info ] %d kills: %llu chunks resent, %llu duplicates dropped, %llu reconnects, "
+              "%llu data frames received\n",
+              kKills, static_cast<unsigned long long>(s0.resent_chunks),
+              static_cast<unsigned long long>(s1.duplicates_dropped),
+              static_cast<unsigned long long>(s0.reconnects),
+              static_cast<unsigned long long>(frames_received));
+}
+
+TEST_F(Quiet, WanMultirailCorruptedFrameNamesPeerAndRail) {
+  MultirailOptions o = base_options(2, 4096);
+  o.connect_timeout_s = 1;  // the sender's reconnects are refused: it fails after this
+  Pair pr(o);
+  std::vector<std::uint8_t> out(10000, 7), in(10000);
+  Handle r = pr.t[1]->irecv(0, 1, in.data(), in.size());
+  pr.t[0]->debug_corrupt_next_frame(1);
+  Handle s = pr.t[0]->isend(1, 1, out.data(), out.size());
+  EXPECT_THAT(error_of(*pr.t[1], r),
+              AllOf(HasSubstr("frame from peer 0 rail "), HasSubstr("payload CRC32C mismatch"),
+                    HasSubstr("message id 0 at offset 0")));
+  // The sender learns its peer dropped it (its rails are closed and refused): it fails, bounded.
+  EXPECT_THAT(error_of(*pr.t[0], s), HasSubstr("WAN peer 1"));
+}
+
+TEST_F(Quiet, WanMultirailWrongSecretFailsTheHandshake) {
+  MultirailOptions o = base_options(2, 4096);
+  o.connect_timeout_s = 0.6;
+  MultirailOptions a = o, b = o;
+  a.my_rank = 0;
+  b.my_rank = 1;
+  b.secret[5] ^= 0x40;
+  MultirailTransport ta(a, {1}), tb(b, {0});
+  ta.connect({{1, "127.0.0.1", tb.listen_port()}});
+  tb.connect({});
+  try {
+    ta.wait_connected();
+    FAIL() << "expected a handshake failure";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), AllOf(HasSubstr("WAN peer 1 at 127.0.0.1:"), HasSubstr("rail(s) 0,1"),
+                                HasSubstr("not connected within 0.6 s"),
+                                HasSubstr("HMAC-SHA256 proof does not match this job's secret")));
+  }
+  try {
+    tb.wait_connected();
+    FAIL() << "expected the accepting side to time out";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), AllOf(HasSubstr("WAN peer 0"), HasSubstr("rail(s) 0,1"),
+                                HasSubstr("the peer never connected")));
+  }
+}
+
+TEST_F(Quiet, WanMultirailPeerThatNeverAnswers) {
+  MultirailOptions o = base_options(1, 4096);
+  o.connect_timeout_s = 0.4;
+  o.my_rank = 0;
+  // (a) nobody listens on the port: connection refused until the deadline.
+  {
+    int port = 0;
+    Fd reserved;
+    {
+      reserved = Fd(::socket(AF_INET, SOCK_STREAM, 0));
+      sockaddr_in sa{};
+      sa.sin_family = AF_INET;
+      sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      ASSERT_EQ(::bind(reserved.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+      socklen_t len = sizeof sa;
+      getsockname(reserved.get(), reinterpret_cast<sockaddr*>(&sa), &len);
+      port = ntohs(sa.sin_port);
+    }
+    MultirailTransport t(o, {1});
+    t.connect({{1, "127.0.0.1", port}});
+    const auto t0 = Clock::now();
+    try {
+      t.wait_connected();
+      FAIL() << "expected a connect timeout";
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), AllOf(HasSubstr("WAN peer 1 at 127.0.0.1:" + std::to_string(port)),
+                                  HasSubstr("rail(s) 0 not connected within 0.4 s"),
+                                  HasSubstr("Connection refused")));
+    }
+    EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 2.0);
+  }
+  // (b) a listener that accepts and never replies: the handshake times out.
+  {
+    int port = 0;
+    Fd hole = listen_tcp("127.0.0.1", 0, port);
+    MultirailTransport t(o, {1});
+    t.connect({{1, "127.0.0.1", port}});
+    try {
+      t.wait_connected();
+      FAIL() << "expected a handshake timeout";
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), AllOf(HasSubstr("WAN peer 1"), HasSubstr("rail(s) 0"),
+                                  HasSubstr("no handshake reply")));
+    }
+  }
+}
+
+TEST_F(Quiet, WanMultirailRejectsBadMagic) {
+  Victim v(base_options(1, 4096));
+  std::vector<std::uint8_t> in(100);
+  Handle r = v.t->irecv(0, 0, in.data(), in.size());
+  std::vector<std::uint8_t> junk(kHeaderBytes, 0x41);
+  v.fake->send_raw(junk.data(), junk.size());
+  EXPECT_THAT(error_of(*v.t, r), AllOf(HasSubstr("frame from peer 0 rail 0 rejected"),
+                                       HasSubstr("bad frame magic 0x41414141")));
+}
+
+TEST_F(Quiet, WanMultirailRejectsOversizedLength) {
+  MultirailOptions o = base_options(1, 4096);
+  o.max_frame_bytes = 1u << 16;
+  Victim v(o);
+  std::vector<std::uint8_t> in(100);
+  Handle r = v.t->irecv(0, 0, in.data(), in.size());
+  FrameHeader h;
+  h.type = FrameType::Data;
+  h.flags = kFlagEager;
+  h.length = (1u << 16) + 1;
+  h.total = 100;
+  std::array<std::uint8_t, kHeaderBytes> hdr{};
+  encode_header(h, hdr);
+  v.fake->send_raw(hdr.data(), hdr.size());
+  EXPECT_THAT(error_of(*v.t, r), AllOf(HasSubstr("frame from peer 0 rail 0 rejected"),
+                                       HasSubstr("frame length 65537 bytes exceeds "
+                                                 "wan.max_frame_bytes = 65536")));
+}
+
+TEST_F(Quiet, WanMultirailRejectsUnknownMessageId) {
+  Victim v(base_options(1, 4096));
+  std::vector<std::uint8_t> in(100);
+  Handle r = v.t->irecv(0, 0, in.data(), in.size());
+  FrameHeader h;
+  h.type = FrameType::Data;
+  h.flags = kFlagEager;
+  h.msg_id = 1ull << 40;
+  h.total = 100;
+  std::vector<std::uint8_t> payload(100, 1);
+  h.payload_crc = crc32c(payload.data(), payload.size());
+  v.fake->send_frame(h, payload);
+  EXPECT_THAT(error_of(*v.t, r), AllOf(HasSubstr("frame from peer 0 rail 0 rejected"),
+                                       HasSubstr("unknown message id 1099511627776")));
+}
+
+TEST_F(Quiet, WanMultirailRejectsDataOfAnUnannouncedLargeMessage) {
+  Victim v(base_options(1, 4096));
+  std::vector<std::uint8_t> in(100);
+  Handle r = v.t->irecv(0, 0, in.data(), in.size());
+  FrameHeader h;  // no eager flag and no RTS before it
+  h.type = FrameType::Data;
+  h.total = 100;
+  std::vector<std::uint8_t> payload(100, 1);
+  h.payload_crc = crc32c(payload.data(), payload.size());
+  v.fake->send_frame(h, payload);
+  EXPECT_THAT(error_of(*v.t, r), AllOf(HasSubstr("peer 0 rail 0"), HasSubstr("unknown message id 0"),
+                                       HasSubstr("never announced")));
+}
+
+TEST_F(Quiet, WanMultirailRejectsBadPayloadCrc) {
+  Victim v(base_options(1, 4096));
+  std::vector<std::uint8_t> in(100);
+  Handle r = v.t->irecv(0, 3, in.data(), in.size());
+  FrameHeader h;
+  h.type = FrameType::Data;
+  h.flags = kFlagEager;
+  h.total = 100;
+  h.tag = 3;
+  std::vector<std::uint8_t> payload(100, 9);
+  h.payload_crc = crc32c(payload.data(), payload.size()) ^ 1u;
+  v.fake->send_frame(h, payload);
+  EXPECT_THAT(error_of(*v.t, r), AllOf(HasSubstr("frame from peer 0 rail 0 rejected"),
+                                       HasSubstr("payload CRC32C mismatch")));
+}
+
+TEST_F(Quiet, WanMultirailStalledReceiveNamesPeerRailMessageAndBytes) {
+  MultirailOptions o = base_options(1, 4096);
+  o.recv_timeout_s = 0.3;
+  Victim v(o, /*fake_chunk=*/4096);
+  std::vector<std::uint8_t> in(8192);
+  Handle r = v.t->irecv(0, 5, in.data(), in.size());
+  FrameHeader h;  // the first of two chunks, then silence
+  h.type = FrameType::Data;
+  h.flags = kFlagEager;
+  h.total = 8192;
+  h.tag = 5;
+  std::vector<std::uint8_t> payload(4096, 3);
+  h.payload_crc = crc32c(payload.data(), payload.size());
+  v.fake->send_frame(h, payload);
+  const auto t0 = Clock::now();
+  EXPECT_THAT(error_of(*v.t, r),
+              AllOf(HasSubstr("WAN receive from peer 0 stalled"), HasSubstr("message id 0 (tag 5)"),
+                    HasSubstr("4096 of 8192 bytes received"), HasSubstr("last data on rail 0")));
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 2.0);
+}
+
+TEST_F(Quiet, WanMultirailStalledReceiveBeforeAnyData) {
+  MultirailOptions o = base_options(2, 4096);
+  o.recv_timeout_s = 0.3;
+  Pair pr(o);
+  std::vector<std::uint8_t> in(50);
+  Handle r = pr.t[1]->irecv(0, 9, in.data(), in.size());
+  EXPECT_THAT(error_of(*pr.t[1], r),
+              AllOf(HasSubstr("WAN receive from peer 0 stalled"), HasSubstr("tag 9"),
+                    HasSubstr("message id not yet known"), HasSubstr("0 of 50 bytes received"),
+                    HasSubstr("rails up: 0,1")));
+}
+
+TEST_F(Quiet, WanMultirailSizeMismatchNamesBothSizes) {
+  MultirailOptions o = base_options(2, 4096);
+  o.connect_timeout_s = 1;
+  Pair pr(o);
+  std::vector<std::uint8_t> out(100, 1), in(200);
+  Handle r = pr.t[1]->irecv(0, 0, in.data(), in.size());
+  Handle s = pr.t[0]->isend(1, 0, out.data(), out.size());
+  EXPECT_THAT(error_of(*pr.t[1], r),
+              AllOf(HasSubstr("size mismatch: peer 0 sent 100 bytes with tag 0"),
+                    HasSubstr("posted 200 bytes")));
+  EXPECT_THAT(error_of(*pr.t[0], s), HasSubstr("WAN peer 1"));
+}
+
+TEST_F(Quiet, WanMultirailPeerThatShutsDownFailsPendingWorkAndNothingHangs) {
+  MultirailOptions o = base_options(3, 4096);
+  o.connect_timeout_s = 1;
+  auto pr = std::make_unique<Pair>(o);
+  std::vector<std::uint8_t> in(64);
+  Handle r = pr->t[0]->irecv(1, 0, in.data(), in.size());
+  const auto t0 = Clock::now();
+  pr->t[1].reset();  // says goodbye on every rail
+  EXPECT_THAT(error_of(*pr->t[0], r),
+              AllOf(HasSubstr("WAN peer 1 shut its transport down"), HasSubstr("1 operation(s)")));
+  std::vector<std::uint8_t> out(10, 1);
+  Handle s = pr->t[0]->isend(1, 0, out.data(), out.size());
+  EXPECT_THAT(error_of(*pr->t[0], s), HasSubstr("WAN peer 1"));
+  pr.reset();
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 3.0);
+}
+
+TEST_F(Quiet, WanMultirailDestructorDoesNotHangOnASilentPeer) {
+  MultirailOptions o = base_options(1, 4096);
+  o.connect_timeout_s = 1;
+  const auto t0 = Clock::now();
+  {
+    Victim v(o);  // the fake peer never reads, never closes
+  }
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 2.5);
+}
+
+TEST(WanMultirail, RejectsUsageErrorsAtOnce) {
+  Pair pr(base_options(1, 4096));
+  std::uint8_t b[4] = {};
+  EXPECT_THROW(static_cast<void>(pr.t[0]->isend(5, 0, b, 4)), Error);
+  EXPECT_THROW(static_cast<void>(pr.t[0]->irecv(1, -1, b, 4)), Error);
+  MultirailOptions bad = base_options(1, 1u << 21);
+  bad.max_frame_bytes = 1u << 20;
+  EXPECT_THROW(MultirailTransport(bad, {1}), Error);
+}
+
+}  // namespace
+}  // namespace atlas::wan
