@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
 // Entry point of the one SPMD binary. No logic here: the environment, then run_app.
+// MPI_THREAD_MULTIPLE: the runtime's WAN sender thread passes link-order tokens over MPI.
 #include "atlas/app/app.hpp"
 #include "atlas/mpi/comm.hpp"
 
 int main(int argc, char** argv) {
-  atlas::mpi::Environment env(argc, argv, atlas::mpi::ThreadLevel::Funneled);
+  atlas::mpi::Environment env(argc, argv, atlas::mpi::ThreadLevel::Multiple);
   return atlas::app::run_app(env, argc, argv);
 }

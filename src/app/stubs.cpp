@@ -11,7 +11,6 @@ int not_yet(const char* name) {
 }  // namespace
 
 bool cuda_built() { return false; }
-int cmd_train(Context&) { return not_yet("train"); }
 int cmd_plan(Context&) { return not_yet("plan"); }
 int cmd_simulate(Context&) { return not_yet("simulate"); }
 int cmd_report(Context&) { return not_yet("report"); }

@@ -118,6 +118,7 @@ Comm::Comm(MPI_Comm c, bool owned) : m_comm(c), m_owned(owned) {
 }
 
 Comm Comm::world() { return Comm(MPI_COMM_WORLD, false); }
+Comm Comm::self() { return Comm(MPI_COMM_SELF, false); }
 
 Comm::Comm(Comm&& o) noexcept
     : m_comm(o.m_comm), m_owned(o.m_owned), m_rank(o.m_rank), m_size(o.m_size) {

@@ -93,6 +93,8 @@ class Comm {
   Comm() = default;
   /// Wraps MPI_COMM_WORLD (not freed). Sets MPI_ERRORS_RETURN on it.
   static Comm world();
+  /// Wraps MPI_COMM_SELF (not freed): a one-rank job inside a bigger one (reference runs).
+  static Comm self();
   Comm(Comm&& o) noexcept;
   Comm& operator=(Comm&& o) noexcept;
   Comm(const Comm&) = delete;

@@ -57,6 +57,11 @@ class Boundary {
   /// Waits for every send of the step (the buffers are reused next step) and returns the stats.
   BoundaryStats end_step();
 
+  /// Blocking exchange with the neighbour at `stage` outside the table (evaluation passes):
+  /// MPI inside the DC, the WAN transport across. Call only between steps.
+  void send_blocking(int stage, int tag, const void* data, std::size_t bytes);
+  void recv_blocking(int stage, int tag, void* data, std::size_t bytes);
+
  private:
   struct SendJob {
     const sched::Slot* slot = nullptr;

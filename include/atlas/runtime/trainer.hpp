@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: MIT
+// The executor: walks this rank's row of the static schedule table once per step and dispatches
+// each slot (forward, backward, boundary sends and receives, DP all-reduce, optimizer, idle) to
+// the model, the boundary transports and the optimizer. It does not decide the schedule.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "atlas/deck/config.hpp"
+#include "atlas/device/backend.hpp"
+#include "atlas/model/collective.hpp"
+#include "atlas/model/data.hpp"
+#include "atlas/model/gpt.hpp"
+#include "atlas/model/optimizer.hpp"
+#include "atlas/runtime/boundary.hpp"
+#include "atlas/runtime/profiler.hpp"
+#include "atlas/sched/schedule.hpp"
+#include "atlas/topo/communicators.hpp"
+
+namespace atlas::runtime {
+
+/// What one step did, as seen by this rank (loss: the global mean, valid on world rank 0).
+struct StepReport {
+  int step = 0;
+  double loss = 0.0;          ///< mean cross-entropy over the step's global batch (rank 0)
+  double lr = 0.0;
+  double grad_norm = 0.0;     ///< global norm before clipping
+  double step_s = 0.0;        ///< wall time of this rank's step
+  double compute_s = 0.0;     ///< forward + backward + optimizer
+  double intra_s = 0.0;       ///< waits on intra-DC boundaries + DP all-reduce
+  double wan_s = 0.0;         ///< waits on WAN boundaries
+  double idle_s = 0.0;        ///< planned bubbles as executed
+  double prefill_s = 0.0;     ///< BubbleTea work in bubbles
+  std::int64_t prefill_tokens = 0;
+  BoundaryStats boundary;
+};
+
+/// Hook for BubbleTea: called at each Idle slot with the slot's predicted length; may run work
+/// that fits and returns (seconds spent, tokens served). Must never run past the budget.
+class BubbleFiller {
+ public:
+  virtual ~BubbleFiller() = default;
+  virtual std::pair<double, std::int64_t> fill(int step, const sched::Slot& idle_slot, double budget_s) = 0;
+};
+
+class Trainer {
+ public:
+  /// Collective over comms.world (creates the embedding and replica communicators). Builds this
+  /// rank's model shard, data loaders, optimizer and boundary exchange. `wan` may be null when
+  /// no boundary of this rank crosses a DC.
+  Trainer(const Config& cfg, const topo::Layout& layout, const topo::Communicators& comms,
+          const sched::ScheduleTable& table, wan::PeerTransport* wan, device::Backend& backend,
+          Profiler& profiler);
+  ~Trainer();
+
+  /// One optimizer step following the table. Collective over comms.world.
+  StepReport train_step(int step);
+  /// Mean validation loss over train.eval_batches micro-batches per pipeline (forward only).
+  /// Collective over comms.world; the value is valid on world rank 0.
+  double evaluate();
+
+  void set_bubble_filler(BubbleFiller* f) { m_filler = f; }
+
+  [[nodiscard]] model::StageModel& model() { return *m_model; }
+  [[nodiscard]] model::AdamW& optimizer() { return m_adamw; }
+  [[nodiscard]] model::DataLoader& train_loader() { return *m_train; }
+  /// Only the first and last stage read data.
+  [[nodiscard]] bool has_train_loader() const { return m_train != nullptr; }
+  [[nodiscard]] const topo::Layout& layout() const { return m_layout; }
+  /// Tokens a step consumes over the whole job.
+  [[nodiscard]] std::int64_t tokens_per_step() const;
+  /// Collective over comms.world: the full gradient of every logical tensor gathered on world
+  /// rank 0 (name -> values, row-major full shape); empty elsewhere. For equivalence tests.
+  [[nodiscard]] std::vector<std::pair<std::string, std::vector<float>>> gather_full(bool gradients) const;
+
+ private:
+  void all_reduce_gradients();
+  double clip_and_step(int step);
+  double step_loss();
+
+  const Config& m_cfg;
+  const topo::Layout& m_layout;
+  const topo::Communicators& m_comms;
+  const sched::ScheduleTable& m_table;
+  device::Backend& m_backend;
+  Profiler& m_profiler;
+  topo::Coord m_me;
+  mpi::Comm m_embed;    ///< first + last stage of this pipeline lane (tied embedding), pp > 1
+  mpi::Comm m_replica;  ///< every rank with this dp index (the global gradient norm)
+  std::unique_ptr<model::MpiCollective> m_tp;
+  std::unique_ptr<model::StageModel> m_model;
+  model::AdamW m_adamw;
+  model::Corpus m_corpus;
+  std::unique_ptr<model::DataLoader> m_train;
+  std::unique_ptr<model::DataLoader> m_val;
+  std::unique_ptr<Boundary> m_boundary;
+  std::vector<device::Buffer> m_act_in, m_act_out, m_grad_in, m_grad_out;  // per micro-batch
+  std::vector<std::int32_t> m_tokens, m_targets;
+  std::vector<float> m_bucket;
+  BubbleFiller* m_filler = nullptr;
+};
+
+}  // namespace atlas::runtime

@@ -1,0 +1,350 @@
+// SPDX-License-Identifier: MIT
+// Boundary tensor exchange. Receives are posted at the start of a step; sends are posted when
+// the schedule reaches them. WAN sends run on a sender thread so that a transfer finishing while
+// this rank computes hands the link to the next pipeline at once (the token is not delayed by a
+// long forward pass). The thread only ever starts a transfer when the table says the link is
+// free for it: own previous transfer done, or the previous sender's token received.
+#include "atlas/runtime/boundary.hpp"
+
+#include <chrono>
+#include <map>
+#include <set>
+
+#include "atlas/core/check.hpp"
+#include "atlas/core/log.hpp"
+
+namespace atlas::runtime {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+void pause_briefly() { std::this_thread::sleep_for(std::chrono::microseconds(20)); }
+}  // namespace
+
+Boundary::Boundary(const topo::Layout& layout, const topo::Communicators& comms,
+                   const sched::ScheduleTable& table, wan::PeerTransport* wan, Profiler& profiler,
+                   std::size_t boundary_bytes, double recv_timeout_s)
+    : m_layout(layout),
+      m_comms(comms),
+      m_table(table),
+      m_wan(wan),
+      m_profiler(profiler),
+      m_bytes(boundary_bytes),
+      m_timeout_s(recv_timeout_s),
+      m_me(layout.coord(comms.world.rank())),
+      m_micro_batches(table.micro_batches) {
+  const std::size_t floats = boundary_bytes / sizeof(float);
+  m_recv_bufs.assign(static_cast<std::size_t>(2 * m_micro_batches), std::vector<float>(floats));
+  m_send_bufs.assign(static_cast<std::size_t>(2 * m_micro_batches), std::vector<float>(floats));
+  for (const auto& l : table.links)
+    m_link_stride = std::max(m_link_stride, static_cast<int>(l.order.size()) + 1);
+
+  bool sends_over_wan = false;
+  for (const auto& s : table.row(m_me.stage, m_me.dp)) {
+    if (s.kind == sched::SlotKind::WanSend) sends_over_wan = true;
+    if ((s.kind == sched::SlotKind::WanSend || s.kind == sched::SlotKind::WanRecv) && !m_wan)
+      ATLAS_THROW(Internal, "stage " << m_me.stage << " has a WAN boundary but no WAN transport");
+  }
+  if (sends_over_wan) {
+    m_token_comm = comms.dp.dup();
+    m_sender = std::thread([this] { sender_loop(); });
+  }
+}
+
+Boundary::~Boundary() {
+  m_stop = true;
+  m_jobs_cv.notify_all();
+  if (m_sender.joinable()) m_sender.join();
+  // Receives still pending here mean the step failed; their Request/Handle destructors report
+  // them. The job is being aborted in that case (run_app), so no buffer outlives the process.
+}
+
+float* Boundary::recv_buffer(sched::Flow flow, int micro) { return m_recv_bufs[index(flow, micro)].data(); }
+float* Boundary::send_buffer(sched::Flow flow, int micro) { return m_send_bufs[index(flow, micro)].data(); }
+
+int Boundary::neighbour(int stage) const { return m_layout.world_rank(stage, m_me.dp, m_me.tp); }
+
+void Boundary::begin_step(int step) {
+  m_step = step;
+  m_stats = {};
+  m_recvs.clear();
+  m_recvs.reserve(static_cast<std::size_t>(2 * m_micro_batches));
+  for (const auto& s : m_table.row(m_me.stage, m_me.dp)) {
+    if (!sched::is_recv(s.kind)) continue;
+    RecvOp op{s.flow, s.micro, neighbour(s.peer_stage), s.kind == sched::SlotKind::WanRecv, {}, {}, false};
+    void* buf = recv_buffer(s.flow, s.micro);
+    const int tag = tag_of(s.flow, s.micro);
+    if (op.wan) {
+      std::lock_guard lock(m_wan_mutex);
+      op.handle = m_wan->irecv(op.peer, tag, buf, m_bytes);
+    } else {
+      op.mpi = m_comms.pp.irecv(std::span<std::byte>(static_cast<std::byte*>(buf), m_bytes), s.peer_stage, tag);
+    }
+    m_recvs.push_back(std::move(op));
+  }
+  if (m_sender.joinable()) {
+    std::lock_guard lock(m_jobs_mutex);
+    m_jobs_posted = 0;
+    m_jobs_completed = 0;
+    m_jobs.push_back(SendJob{nullptr, -1, 0, step, nullptr, 0, 0.0});  // step marker
+    m_jobs_cv.notify_one();
+  }
+}
+
+void Boundary::wait_recv(const sched::Slot& slot) {
+  RecvOp* op = nullptr;
+  for (auto& r : m_recvs)
+    if (r.flow == slot.flow && r.micro == slot.micro) op = &r;
+  ATLAS_ASSERT(op, "no receive posted for micro-batch " << slot.micro);
+  const auto start = Clock::now();
+  auto last_progress = start;
+  while (!op->done) {
+    if (op->wan) {
+      std::lock_guard lock(m_wan_mutex);
+      op->done = m_wan->test(op->handle);
+    } else {
+      op->done = op->mpi.test();
+    }
+    if (op->done) break;
+    {
+      std::lock_guard lock(m_error_mutex);
+      if (m_sender_error) std::rethrow_exception(m_sender_error);
+    }
+    const double waited = std::chrono::duration<double>(Clock::now() - last_progress).count();
+    if (waited > m_timeout_s) {
+      const topo::Coord peer = m_layout.coord(op->peer);
+      ATLAS_THROW(Comm, "step " << m_step << ": no " << (slot.flow == sched::Flow::Activation ? "activation" : "gradient")
+                                << " of micro-batch " << slot.micro << " from rank " << op->peer << " (stage "
+                                << peer.stage << ", dc " << peer.dc << ") after " << m_timeout_s
+                                << " s over " << (op->wan ? "the WAN transport" : "MPI")
+                                << "\n  hint: the peer may have died; raise wan.recv_timeout_s if the link is slow");
+    }
+    pause_briefly();
+  }
+}
+
+void Boundary::post_send(const sched::Slot& slot, int slot_index) {
+  const int peer = neighbour(slot.peer_stage);
+  const void* data = send_buffer(slot.flow, slot.micro);
+  const int tag = tag_of(slot.flow, slot.micro);
+  if (slot.kind == sched::SlotKind::LocalSend) {
+    m_local_sends.push_back(m_comms.pp.isend(
+        std::span<const std::byte>(static_cast<const std::byte*>(data), m_bytes), slot.peer_stage, tag));
+    m_stats.local_bytes_sent += static_cast<std::int64_t>(m_bytes);
+    return;
+  }
+  std::lock_guard lock(m_jobs_mutex);
+  m_jobs.push_back(SendJob{&slot, slot_index, peer, tag, data, m_bytes, m_profiler.now()});
+  ++m_jobs_posted;
+  m_jobs_cv.notify_one();
+}
+
+BoundaryStats Boundary::end_step() {
+  for (auto& r : m_local_sends) r.wait();
+  m_local_sends.clear();
+  // Every receive of the step was consumed by a wait_recv; check, so a table bug fails loudly.
+  for (const auto& r : m_recvs) ATLAS_ASSERT(r.done, "receive of micro-batch " << r.micro << " never consumed");
+  if (m_sender.joinable()) {
+    const auto start = Clock::now();
+    int posted = 0;
+    {
+      std::lock_guard lock(m_jobs_mutex);
+      posted = m_jobs_posted;
+    }
+    while (m_jobs_completed.load() < posted) {
+      {
+        std::lock_guard lock(m_error_mutex);
+        if (m_sender_error) std::rethrow_exception(m_sender_error);
+      }
+      if (std::chrono::duration<double>(Clock::now() - start).count() > m_timeout_s)
+        ATLAS_THROW(Comm, "step " << m_step << ": " << posted - m_jobs_completed.load() << " of " << posted
+                                  << " WAN sends did not complete within " << m_timeout_s << " s");
+      pause_briefly();
+    }
+    std::lock_guard lock(m_jobs_mutex);
+    for (const auto& e : m_send_events) {
+      m_profiler.record(e);
+      m_stats.wan_bytes_sent += e.bytes;
+      m_stats.wan_send_busy_s += e.complete_s - e.start_s;
+    }
+    m_send_events.clear();
+  }
+  return m_stats;
+}
+
+void Boundary::send_blocking(int stage, int tag, const void* data, std::size_t bytes) {
+  if (m_layout.dc_of_stage(stage) == m_me.dc) {
+    m_comms.pp.send(std::span<const std::byte>(static_cast<const std::byte*>(data), bytes), stage, tag);
+    return;
+  }
+  wan::Handle h;
+  {
+    std::lock_guard lock(m_wan_mutex);
+    h = m_wan->isend(neighbour(stage), tag, data, bytes);
+  }
+  std::lock_guard lock(m_wan_mutex);
+  m_wan->wait(h);
+}
+
+void Boundary::recv_blocking(int stage, int tag, void* data, std::size_t bytes) {
+  if (m_layout.dc_of_stage(stage) == m_me.dc) {
+    m_comms.pp.recv(std::span<std::byte>(static_cast<std::byte*>(data), bytes), stage, tag);
+    return;
+  }
+  wan::Handle h;
+  {
+    std::lock_guard lock(m_wan_mutex);
+    h = m_wan->irecv(neighbour(stage), tag, data, bytes);
+  }
+  std::lock_guard lock(m_wan_mutex);
+  m_wan->wait(h);
+}
+
+void Boundary::send_token(int link, int pos, int to_dp) {
+  const int token = m_step;
+  ATLAS_MPI_CHECK(MPI_Send(&token, 1, MPI_INT, to_dp, token_tag(link, pos), m_token_comm.get()));
+}
+
+// ---- the sender thread ----
+
+void Boundary::sender_loop() {
+  struct InFlight {
+    SendJob job;
+    wan::Handle handle;
+  };
+  try {
+    std::vector<InFlight> inflight;
+    std::deque<SendJob> queue;                 // this step's jobs, in row order
+    std::set<std::pair<int, int>> own_done;    // (link, pos) of my completed sends this step
+    std::map<std::pair<int, int>, MPI_Request> tokens;  // (link, pos) of the predecessor -> recv
+    std::map<std::pair<int, int>, int> token_buf;
+    int step = 0;
+
+    auto post_token_receives = [&] {
+      for (const auto& s : m_table.row(m_me.stage, m_me.dp)) {
+        if (s.kind != sched::SlotKind::WanSend) continue;
+        const auto& link = m_table.links[static_cast<std::size_t>(s.link)];
+        if (link.mode != sched::LinkMode::Ordered) continue;
+        const int pred = s.link_pos - link.slots;
+        if (pred < 0) continue;
+        const int owner = link.order[static_cast<std::size_t>(pred)].dp;
+        if (owner == m_me.dp) continue;
+        const auto key = std::make_pair(s.link, pred);
+        MPI_Request r = MPI_REQUEST_NULL;
+        ATLAS_MPI_CHECK(MPI_Irecv(&token_buf[key], 1, MPI_INT, owner, token_tag(s.link, pred), m_token_comm.get(), &r));
+        tokens[key] = r;
+      }
+    };
+
+    auto may_start = [&](const SendJob& j) {
+      const auto& link = m_table.links[static_cast<std::size_t>(j.slot->link)];
+      if (link.mode != sched::LinkMode::Ordered) return true;
+      const int pred = j.slot->link_pos - link.slots;
+      if (pred < 0) return true;
+      const int owner = link.order[static_cast<std::size_t>(pred)].dp;
+      if (owner == m_me.dp) return own_done.count({j.slot->link, pred}) > 0;
+      auto it = tokens.find({j.slot->link, pred});
+      ATLAS_ASSERT(it != tokens.end(), "no token receive for link " << j.slot->link << " position " << pred);
+      if (it->second == MPI_REQUEST_NULL) return true;
+      int flag = 0;
+      ATLAS_MPI_CHECK(MPI_Test(&it->second, &flag, MPI_STATUS_IGNORE));
+      return flag != 0;
+    };
+
+    while (true) {
+      bool busy = false;
+      {
+        std::unique_lock lock(m_jobs_mutex);
+        if (queue.empty() && inflight.empty() && m_jobs.empty()) {
+          if (m_stop) break;
+          m_jobs_cv.wait_for(lock, std::chrono::milliseconds(5));
+        }
+        while (!m_jobs.empty()) {
+          SendJob j = m_jobs.front();
+          m_jobs.pop_front();
+          if (j.slot == nullptr) {  // a new step
+            ATLAS_ASSERT(queue.empty() && inflight.empty(), "WAN sends of the previous step still pending");
+            step = j.tag;
+            own_done.clear();
+            for (auto& [k, r] : tokens) ATLAS_ASSERT(r == MPI_REQUEST_NULL, "token of link " << k.first << " never used");
+            tokens.clear();
+            token_buf.clear();
+            post_token_receives();
+          } else {
+            queue.push_back(j);
+          }
+          busy = true;
+        }
+      }
+      if (m_stop && queue.empty() && inflight.empty()) break;
+
+      // Start what the link order allows: per link, the earliest queued job only.
+      std::set<int> blocked_links;
+      for (auto it = queue.begin(); it != queue.end();) {
+        const int link = it->slot->link;
+        if (blocked_links.count(link) || !may_start(*it)) {
+          blocked_links.insert(link);
+          ++it;
+          continue;
+        }
+        InFlight f{*it, {}};
+        {
+          std::lock_guard lock(m_wan_mutex);
+          f.handle = m_wan->isend(f.job.peer, f.job.tag, f.job.data, f.job.bytes);
+        }
+        f.job.post_s = std::max(f.job.post_s, m_profiler.now());  // when it really started
+        inflight.push_back(std::move(f));
+        it = queue.erase(it);
+        busy = true;
+      }
+
+      // Completions: record, pass the link on.
+      for (auto it = inflight.begin(); it != inflight.end();) {
+        bool done = false;
+        {
+          std::lock_guard lock(m_wan_mutex);
+          done = m_wan->test(it->handle);
+        }
+        if (!done) {
+          ++it;
+          continue;
+        }
+        const auto& s = *it->job.slot;
+        const auto& link = m_table.links[static_cast<std::size_t>(s.link)];
+        own_done.insert({s.link, s.link_pos});
+        if (link.mode == sched::LinkMode::Ordered) {
+          const auto succ = static_cast<std::size_t>(s.link_pos + link.slots);
+          if (succ < link.order.size() && link.order[succ].dp != m_me.dp)
+            send_token(s.link, s.link_pos, link.order[succ].dp);
+        }
+        SlotEvent e;
+        e.world_rank = m_comms.world.rank();
+        e.step = step;
+        e.slot_index = it->job.slot_index;
+        e.kind = static_cast<int>(s.kind);
+        e.micro = s.micro;
+        e.peer = it->job.peer;
+        e.link = s.link;
+        e.bytes = static_cast<std::int64_t>(it->job.bytes);
+        e.start_s = it->job.post_s;
+        e.end_s = it->job.post_s;
+        e.complete_s = m_profiler.now();
+        e.predicted_start_ms = s.start_ms;
+        e.predicted_ms = s.duration_ms;
+        {
+          std::lock_guard lock(m_jobs_mutex);
+          m_send_events.push_back(e);
+        }
+        ++m_jobs_completed;
+        it = inflight.erase(it);
+        busy = true;
+      }
+      // Tokens that arrived are consumed in may_start (MPI_Test sets the request to null).
+      if (!busy) pause_briefly();
+    }
+  } catch (...) {
+    std::lock_guard lock(m_error_mutex);
+    m_sender_error = std::current_exception();
+  }
+}
+
+}  // namespace atlas::runtime

@@ -1,0 +1,404 @@
+// SPDX-License-Identifier: MIT
+// The executor. One step = one walk of this rank's table row; the switch below is the whole
+// algorithm, in table order. Gradients are summed inside a DC (DP all-reduce over dp_comm); the
+// only gradient that crosses a WAN link is the tied embedding's (first + last stage), once a step.
+#include "atlas/runtime/trainer.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <cstring>
+
+#include "atlas/core/check.hpp"
+#include "atlas/core/log.hpp"
+
+namespace atlas::runtime {
+
+namespace {
+
+constexpr int kLossTag = 7001;
+constexpr int kEvalTagBase = 300000;
+
+/// Runs `f`; if it throws ConfigError on some ranks, every rank throws one (collective verdict).
+template <class F>
+void collective_config_step(const mpi::Comm& world, F&& f) {
+  int ok = 1;
+  std::vector<std::string> problems;
+  try {
+    f();
+  } catch (const ConfigError& e) {
+    ok = 0;
+    problems = e.problems();
+  }
+  if (world.allreduce(ok, MPI_MIN) == 1) return;
+  if (!problems.empty()) throw ConfigError(problems);
+  throw ConfigError("another rank could not set up its data (see its message)");
+}
+
+}  // namespace
+
+Trainer::Trainer(const Config& cfg, const topo::Layout& layout, const topo::Communicators& comms,
+                 const sched::ScheduleTable& table, wan::PeerTransport* wan, device::Backend& backend,
+                 Profiler& profiler)
+    : m_cfg(cfg),
+      m_layout(layout),
+      m_comms(comms),
+      m_table(table),
+      m_backend(backend),
+      m_profiler(profiler),
+      m_me(layout.coord(comms.world.rank())),
+      m_adamw(cfg.train) {
+  const int pp = layout.pp_size();
+  const bool first = m_me.stage == 0;
+  const bool last = m_me.stage == pp - 1;
+  // ---- communicators beyond the four of the layout (collective over world) ----
+  const bool in_embed = pp > 1 && (first || last);
+  m_embed = comms.world.split(in_embed ? m_me.dp * layout.tp_size() + m_me.tp : MPI_UNDEFINED,
+                              comms.world.rank());
+  m_replica = comms.world.split(m_me.dp, comms.world.rank());
+
+  // ---- data (first and last stage read the corpus; the verdict is collective) ----
+  collective_config_step(comms.world, [&] {
+    if (cfg.model.vocab < model::ByteTokenizer::kVocab)
+      throw ConfigError("model.vocab = " + std::to_string(cfg.model.vocab) +
+                        " is smaller than the byte tokenizer's 256 symbols\n  hint: set model.vocab = 256");
+    if (!first && !last) return;
+    m_corpus = model::Corpus::load(cfg.data.corpus_dir);
+    model::LoaderShape shape{cfg.model.seq_len, cfg.train.micro_batch_size, cfg.train.micro_batches,
+                             layout.dp_size(), m_me.dp};
+    m_train = std::make_unique<model::DataLoader>(m_corpus, model::Split::Train, cfg.data.val_fraction,
+                                                  shape, static_cast<std::uint64_t>(cfg.run.seed), true);
+    model::LoaderShape vshape = shape;
+    vshape.micro_batches = cfg.train.eval_batches;
+    m_val = std::make_unique<model::DataLoader>(m_corpus, model::Split::Val, cfg.data.val_fraction,
+                                                vshape, static_cast<std::uint64_t>(cfg.run.seed), false);
+  });
+
+  // ---- model shard ----
+  if (layout.tp_size() > 1) m_tp = std::make_unique<model::MpiCollective>(comms.tp);
+  model::StageSpec spec{m_me.stage, pp, m_me.tp, layout.tp_size()};
+  m_model = std::make_unique<model::StageModel>(cfg.model, cfg.train.micro_batch_size, spec, backend,
+                                                m_tp.get(), static_cast<std::uint64_t>(cfg.run.seed));
+  m_model->set_loss_scale(static_cast<float>(1.0 / (cfg.train.micro_batches * layout.dp_size())));
+
+  const std::size_t floats = m_model->boundary_floats();
+  const auto m = static_cast<std::size_t>(cfg.train.micro_batches);
+  for (std::size_t i = 0; i < m; ++i) {
+    if (!first) {
+      m_act_in.push_back(backend.alloc_floats(floats));
+      m_grad_in.push_back(backend.alloc_floats(floats));
+    }
+    if (!last) {
+      m_act_out.push_back(backend.alloc_floats(floats));
+      m_grad_out.push_back(backend.alloc_floats(floats));
+    }
+  }
+  m_tokens.resize(m_model->tokens_per_micro());
+  m_targets.resize(m_model->tokens_per_micro());
+  m_bucket.resize(std::max<std::size_t>(1, cfg.train.dp_bucket_bytes / sizeof(float)));
+  m_boundary = std::make_unique<Boundary>(layout, comms, table, wan, profiler, floats * sizeof(float),
+                                          cfg.wan.recv_timeout_s);
+}
+
+Trainer::~Trainer() = default;
+
+std::int64_t Trainer::tokens_per_step() const {
+  return static_cast<std::int64_t>(m_layout.dp_size()) * m_cfg.train.micro_batches *
+         m_cfg.train.micro_batch_size * m_cfg.model.seq_len;
+}
+
+// ---- one step ----
+
+StepReport Trainer::train_step(int step) {
+  using sched::SlotKind;
+  StepReport r;
+  r.step = step;
+  const bool first = m_model->is_first();
+  const bool last = m_model->is_last();
+  const double t_step = m_profiler.now();
+  m_model->zero_grad();
+  m_boundary->begin_step(step);
+
+  const auto& row = m_table.row(m_me.stage, m_me.dp);
+  for (std::size_t i = 0; i < row.size(); ++i) {
+    const sched::Slot& slot = row[i];
+    const auto micro = static_cast<std::size_t>(std::max(slot.micro, 0));
+    const double t0 = m_profiler.now();
+    double spent_prefill = 0.0;
+    switch (slot.kind) {
+      case SlotKind::Forward: {
+        if (first || last) m_train->fill(slot.micro, m_tokens.data(), m_targets.data());
+        m_model->forward(slot.micro, first ? m_tokens.data() : nullptr, last ? m_targets.data() : nullptr,
+                         first ? nullptr : &m_act_in[micro], last ? nullptr : &m_act_out[micro]);
+        break;
+      }
+      case SlotKind::Backward:
+        m_model->backward(slot.micro, last ? nullptr : &m_grad_out[micro], first ? nullptr : &m_grad_in[micro]);
+        break;
+      case SlotKind::WanRecv:
+      case SlotKind::LocalRecv: {
+        m_boundary->wait_recv(slot);
+        device::Buffer& dst = slot.flow == sched::Flow::Activation ? m_act_in[micro] : m_grad_out[micro];
+        m_backend.upload(dst.data(), m_boundary->recv_buffer(slot.flow, slot.micro), dst.bytes());
+        break;
+      }
+      case SlotKind::WanSend:
+      case SlotKind::LocalSend: {
+        const device::Buffer& src = slot.flow == sched::Flow::Activation ? m_act_out[micro] : m_grad_in[micro];
+        m_backend.download(m_boundary->send_buffer(slot.flow, slot.micro), src.data(), src.bytes());
+        m_boundary->post_send(slot, static_cast<int>(i));
+        break;
+      }
+      case SlotKind::AllReduce:
+        all_reduce_gradients();
+        break;
+      case SlotKind::Optimizer:
+        r.grad_norm = clip_and_step(step);
+        r.lr = model::lr_at(step, m_cfg.train, m_cfg.run.steps);
+        break;
+      case SlotKind::Prefill:
+      case SlotKind::Idle:
+        if (m_filler) {
+          const auto [s, tokens] = m_filler->fill(step, slot, slot.duration_ms * 1e-3);
+          spent_prefill = s;
+          r.prefill_tokens += tokens;
+        }
+        break;
+    }
+    const double t1 = m_profiler.now();
+    switch (slot.kind) {
+      case SlotKind::Forward:
+      case SlotKind::Backward:
+      case SlotKind::Optimizer: r.compute_s += t1 - t0; break;
+      case SlotKind::LocalRecv:
+      case SlotKind::AllReduce: r.intra_s += t1 - t0; break;
+      case SlotKind::WanRecv: r.wan_s += t1 - t0; break;
+      case SlotKind::Idle:
+      case SlotKind::Prefill:
+        r.prefill_s += spent_prefill;
+        r.idle_s += (t1 - t0) - spent_prefill;
+        break;
+      default: break;
+    }
+    if (slot.kind != SlotKind::WanSend) {  // the boundary records WAN sends with their completion
+      SlotEvent e;
+      e.world_rank = m_comms.world.rank();
+      e.step = step;
+      e.slot_index = static_cast<int>(i);
+      e.kind = static_cast<int>(slot.kind);
+      e.micro = slot.micro;
+      e.peer = slot.peer_stage >= 0 ? m_layout.world_rank(slot.peer_stage, m_me.dp, m_me.tp) : -1;
+      e.link = slot.link;
+      e.bytes = sched::is_send(slot.kind) || sched::is_recv(slot.kind) ? slot.bytes : 0;
+      e.start_s = t0;
+      e.end_s = t1;
+      e.complete_s = t1;
+      e.predicted_start_ms = slot.start_ms;
+      e.predicted_ms = slot.duration_ms;
+      m_profiler.record(e);
+    }
+  }
+  r.boundary = m_boundary->end_step();
+  r.loss = step_loss();
+  if (m_train) m_train->advance();
+  r.step_s = m_profiler.now() - t_step;
+  return r;
+}
+
+void Trainer::all_reduce_gradients() {
+  auto& params = m_model->params();
+  // DP: bucketed in-place sums over dp_comm (inside the DC).
+  if (m_layout.dp_size() > 1) {
+    // Pack tensors (split across buckets when larger than one) into a host bucket, sum it over
+    // dp_comm, unpack. Bucket = train.dp_bucket_bytes.
+    struct Piece {
+      model::ParamTensor* p;
+      std::size_t tensor_offset;  // floats into the tensor
+      std::size_t bucket_offset;  // floats into the bucket
+      std::size_t count;
+    };
+    std::vector<Piece> pieces;
+    std::size_t fill = 0;
+    auto flush = [&] {
+      if (fill == 0) return;
+      m_comms.dp.allreduce_sum(std::span<float>(m_bucket.data(), fill));
+      for (const Piece& pc : pieces)
+        m_backend.upload(pc.p->grad.f32() + pc.tensor_offset, m_bucket.data() + pc.bucket_offset, pc.count * sizeof(float));
+      fill = 0;
+      pieces.clear();
+    };
+    for (auto& p : params) {
+      const auto n = static_cast<std::size_t>(p.shard_numel());
+      std::size_t done = 0;
+      while (done < n) {
+        const std::size_t take = std::min(n - done, m_bucket.size() - fill);
+        m_backend.download(m_bucket.data() + fill, p.grad.f32() + done, take * sizeof(float));
+        pieces.push_back({&p, done, fill, take});
+        fill += take;
+        done += take;
+        if (fill == m_bucket.size()) flush();
+      }
+    }
+    flush();
+  }
+  // Tied embedding: the first and last stage of this lane sum their wte gradients (crosses the
+  // WAN once a step when those stages sit in different DCs).
+  if (!m_embed.null()) {
+    model::ParamTensor* wte = m_model->tied_embedding();
+    ATLAS_ASSERT(wte, "first/last stage without a tied embedding");
+    const auto n = static_cast<std::size_t>(wte->shard_numel());
+    std::vector<float> host(n);
+    m_backend.download(host.data(), wte->grad.data(), n * sizeof(float));
+    m_embed.allreduce_sum(std::span<float>(host));
+    m_backend.upload(wte->grad.data(), host.data(), n * sizeof(float));
+  }
+}
+
+double Trainer::clip_and_step(int step) {
+  const double local = m_model->local_grad_sq_norm();
+  const double norm = std::sqrt(m_replica.allreduce(local, MPI_SUM));
+  const double scale = model::clip_scale(norm, m_cfg.train.grad_clip);
+  const double lr = model::lr_at(step, m_cfg.train, m_cfg.run.steps);
+  m_adamw.step(m_model->params(), m_backend, lr, scale);
+  return norm;
+}
+
+double Trainer::step_loss() {
+  const bool last = m_model->is_last();
+  double loss = 0.0;
+  if (last) {
+    for (int m = 0; m < m_cfg.train.micro_batches; ++m) loss += m_model->micro_loss(m);
+    loss /= m_cfg.train.micro_batches;
+    loss = m_comms.dp.allreduce(loss, MPI_SUM) / m_layout.dp_size();
+  }
+  const int reporter = m_layout.world_rank(m_layout.pp_size() - 1, 0, 0);
+  const int me = m_comms.world.rank();
+  if (reporter == 0) return me == 0 ? loss : 0.0;
+  if (me == reporter) m_comms.world.send(std::span<const double>(&loss, 1), 0, kLossTag);
+  if (me == 0) m_comms.world.recv(std::span<double>(&loss, 1), reporter, kLossTag);
+  return loss;
+}
+
+// ---- evaluation ----
+
+double Trainer::evaluate() {
+  const bool first = m_model->is_first();
+  const bool last = m_model->is_last();
+  const int batches = m_cfg.train.eval_batches;
+  const std::size_t floats = m_model->boundary_floats();
+  std::vector<float> host(floats);
+  device::Buffer in = m_backend.alloc_floats(floats);
+  device::Buffer out = m_backend.alloc_floats(floats);
+  double loss = 0.0;
+  if (m_val) m_val->rewind();
+  for (int m = 0; m < batches; ++m) {
+    const int micro = 1000000 + m;  // never collides with a training micro-batch id
+    const int tag = kEvalTagBase + m;
+    if (first || last) m_val->fill(m, m_tokens.data(), m_targets.data());
+    if (!first) {
+      m_boundary->recv_blocking(m_me.stage - 1, tag, host.data(), floats * sizeof(float));
+      m_backend.upload(in.data(), host.data(), floats * sizeof(float));
+    }
+    m_model->forward(micro, first ? m_tokens.data() : nullptr, last ? m_targets.data() : nullptr,
+                     first ? nullptr : &in, last ? nullptr : &out);
+    if (last) loss += m_model->micro_loss(micro);
+    m_model->release(micro);
+    if (!last) {
+      m_backend.download(host.data(), out.data(), floats * sizeof(float));
+      m_boundary->send_blocking(m_me.stage + 1, tag, host.data(), floats * sizeof(float));
+    }
+  }
+  if (last) loss = m_comms.dp.allreduce(loss / batches, MPI_SUM) / m_layout.dp_size();
+  const int reporter = m_layout.world_rank(m_layout.pp_size() - 1, 0, 0);
+  const int me = m_comms.world.rank();
+  if (reporter == 0) return me == 0 ? loss : 0.0;
+  if (me == reporter) m_comms.world.send(std::span<const double>(&loss, 1), 0, kLossTag + 1);
+  if (me == 0) m_comms.world.recv(std::span<double>(&loss, 1), reporter, kLossTag + 1);
+  return loss;
+}
+
+// ---- full tensors (tests) ----
+
+std::vector<std::pair<std::string, std::vector<float>>> Trainer::gather_full(bool gradients) const {
+  // Every rank of pipeline replica 0 serialises its shards; rank 0 assembles full tensors.
+  std::vector<char> blob;
+  auto put = [&blob](const void* p, std::size_t n) {
+    const auto* c = static_cast<const char*>(p);
+    blob.insert(blob.end(), c, c + n);
+  };
+  if (m_me.dp == 0) {
+    for (const auto& p : m_model->params()) {
+      if (p.tied_copy) continue;
+      const auto numel = static_cast<std::size_t>(p.shard_numel());
+      std::vector<float> v(numel);
+      m_backend.download(v.data(), (gradients ? p.grad : p.value).data(), numel * sizeof(float));
+      const auto nlen = static_cast<std::uint32_t>(p.name.size());
+      const auto nd = static_cast<std::uint32_t>(p.full_shape.size());
+      put(&nlen, 4);
+      put(p.name.data(), nlen);
+      put(&nd, 4);
+      put(p.full_shape.data(), nd * 8);
+      put(p.shard_offset.data(), nd * 8);
+      put(p.shard_shape.data(), nd * 8);
+      put(v.data(), numel * sizeof(float));
+    }
+  }
+  const int mine = static_cast<int>(blob.size());
+  const int n = m_comms.world.size();
+  std::vector<int> sizes(static_cast<std::size_t>(n)), displs(static_cast<std::size_t>(n), 0);
+  ATLAS_MPI_CHECK(MPI_Gather(&mine, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, m_comms.world.get()));
+  int total = 0;
+  for (int i = 0; i < n; ++i) {
+    displs[static_cast<std::size_t>(i)] = total;
+    total += sizes[static_cast<std::size_t>(i)];
+  }
+  std::vector<char> all(m_comms.world.rank() == 0 ? static_cast<std::size_t>(total) : 0);
+  ATLAS_MPI_CHECK(MPI_Gatherv(blob.data(), mine, MPI_CHAR, all.data(), sizes.data(), displs.data(), MPI_CHAR, 0,
+                              m_comms.world.get()));
+  std::vector<std::pair<std::string, std::vector<float>>> out;
+  if (m_comms.world.rank() != 0) return out;
+  std::size_t at = 0;
+  auto get = [&](void* p, std::size_t k) {
+    std::memcpy(p, all.data() + at, k);
+    at += k;
+  };
+  std::map<std::string, std::size_t> index;
+  while (at < all.size()) {
+    std::uint32_t nlen = 0, nd = 0;
+    get(&nlen, 4);
+    std::string name(nlen, '\0');
+    get(name.data(), nlen);
+    get(&nd, 4);
+    std::vector<std::int64_t> full(nd), off(nd), shape(nd);
+    get(full.data(), nd * 8);
+    get(off.data(), nd * 8);
+    get(shape.data(), nd * 8);
+    std::size_t numel = 1, full_numel = 1;
+    for (std::uint32_t d = 0; d < nd; ++d) {
+      numel *= static_cast<std::size_t>(shape[d]);
+      full_numel *= static_cast<std::size_t>(full[d]);
+    }
+    std::vector<float> v(numel);
+    get(v.data(), numel * sizeof(float));
+    if (!index.count(name)) {
+      index[name] = out.size();
+      out.emplace_back(name, std::vector<float>(full_numel, 0.0F));
+    }
+    auto& dst = out[index[name]].second;
+    // Scatter the shard (a dense row-major hyperslab) into the full tensor.
+    std::vector<std::int64_t> idx(nd, 0);
+    for (std::size_t e = 0; e < numel; ++e) {
+      std::size_t flat = 0;
+      for (std::uint32_t d = 0; d < nd; ++d) flat = flat * static_cast<std::size_t>(full[d]) + static_cast<std::size_t>(off[d] + idx[d]);
+      dst[flat] = v[e];
+      for (int d = static_cast<int>(nd) - 1; d >= 0; --d) {
+        if (++idx[static_cast<std::size_t>(d)] < shape[static_cast<std::size_t>(d)]) break;
+        idx[static_cast<std::size_t>(d)] = 0;
+      }
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace atlas::runtime

@@ -1,0 +1,8 @@
+# SPDX-License-Identifier: MIT
+# Tests of runtime/ and the train command: parallel equivalence against a single-rank run, the
+# same loss curve under every schedule and both WAN transports.
+atlas_mpi_test(test_train_equivalence SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/mpi/test_train_equivalence.cpp
+  NP 1 2 3 4 8 TIMEOUT 180)
+foreach(np 1 2 3 4 8)
+  set_tests_properties(test_train_equivalence_np_${np} PROPERTIES FIXTURES_REQUIRED brown_corpus)
+endforeach()
