@@ -15,7 +15,7 @@
 #include "atlas/deck/deck.hpp"
 #include "atlas/mpi/comm.hpp"
 #include "atlas/core/units.hpp"
-#include "atlas/io/checkpoint.hpp"
+#include "atlas/runtime/checkpointing.hpp"
 
 namespace atlas::app {
 
@@ -88,81 +88,10 @@ void TrainOutput::schedule(const sched::ScheduleTable& table) {
   print(out);
 }
 
-namespace {
-
-/// Host views of every parameter shard for the checkpoint room (staged through host memory when
-/// the backend's memory is not host-accessible).
-struct HostShards {
-  std::vector<std::vector<float>> value, m, v;  // staging (device backends only)
-  std::vector<io::WriteShard> write;
-  std::vector<io::ReadShard> read;
-};
-
-HostShards host_shards(model::StageModel& model, const topo::Coord& me, bool for_read) {
-  HostShards h;
-  device::Backend& be = model.backend();
-  const bool direct = be.host_accessible();
-  for (auto& p : model.params()) {
-    // The first stage's "wte" is the one stored; the last stage's tied copy reads it back.
-    if (p.tied_copy && !for_read) continue;
-    const auto n = static_cast<std::size_t>(p.shard_numel());
-    float* val = p.value.f32();
-    float* am = p.adam_m.f32();
-    float* av = p.adam_v.f32();
-    if (!direct) {
-      h.value.emplace_back(n);
-      h.m.emplace_back(n);
-      h.v.emplace_back(n);
-      if (!for_read) {
-        be.download(h.value.back().data(), p.value.data(), n * 4);
-        be.download(h.m.back().data(), p.adam_m.data(), n * 4);
-        be.download(h.v.back().data(), p.adam_v.data(), n * 4);
-      }
-      val = h.value.back().data();
-      am = h.m.back().data();
-      av = h.v.back().data();
-    }
-    const bool writer = me.dp == 0 && (me.tp == 0 || !p.replicated_over_tp);
-    if (for_read)
-      h.read.push_back({p.name, p.full_shape, p.shard_offset, p.shard_shape, writer, val, am, av});
-    else
-      h.write.push_back({p.name, p.full_shape, p.shard_offset, p.shard_shape, writer, val, am, av});
-  }
-  return h;
-}
-
-io::ModelShape shape_of(const ModelCfg& m) { return {m.layers, m.hidden, m.heads, m.seq_len, m.vocab}; }
-
-}  // namespace
-
 int TrainOutput::resume(runtime::Trainer& trainer, const topo::Communicators& comms) {
-  const std::string path = io::resolve_resume(comms.world, m_cfg.run.resume, m_cfg.ckpt_dir());
-  if (path.empty()) return 0;
-  const topo::Coord me = trainer.layout().coord(comms.world.rank());
-  HostShards h = host_shards(trainer.model(), me, true);
-  io::ReadOptions opt;
-  opt.expect_model = shape_of(m_cfg.model);
-  const io::CheckpointMeta meta = io::read_checkpoint(comms.world, path, h.read, opt);
-  // Copy back staged shards (device backends).
-  device::Backend& be = trainer.model().backend();
-  if (!be.host_accessible()) {
-    std::size_t k = 0;
-    for (auto& p : trainer.model().params()) {
-      const auto n = static_cast<std::size_t>(p.shard_numel()) * 4;
-      be.upload(p.value.data(), h.value[k].data(), n);
-      be.upload(p.adam_m.data(), h.m[k].data(), n);
-      be.upload(p.adam_v.data(), h.v[k].data(), n);
-      ++k;
-    }
-  }
-  if (auto it = meta.state.find("adam_t"); it != meta.state.end() && !it->second.empty())
-    trainer.optimizer().set_step_count(static_cast<std::int64_t>(it->second[0]));
-  if (auto it = meta.state.find("loader"); it != meta.state.end() && it->second.size() == 3 && trainer.has_train_loader()) {
-    model::DataPosition pos{it->second[0], static_cast<std::int64_t>(it->second[1]), static_cast<std::int64_t>(it->second[2])};
-    trainer.train_loader().restore(pos);
-  }
-  print(fmt::format("# resumed from {} at step {}\n", path, meta.step));
-  return static_cast<int>(meta.step);
+  const runtime::Restored r = runtime::restore_checkpoint(trainer, m_cfg, comms);
+  if (!r.path.empty()) print(fmt::format("# resumed from {} at step {}\n", r.path, r.step));
+  return r.step;
 }
 
 void TrainOutput::columns() {
@@ -198,27 +127,7 @@ void TrainOutput::maybe_checkpoint(runtime::Trainer& trainer, const topo::Commun
                                    bool last) {
   const bool periodic = m_cfg.ckpt.every_steps > 0 && steps_done % m_cfg.ckpt.every_steps == 0;
   if (!periodic && !(last && m_cfg.ckpt.final)) return;
-  const topo::Coord me = trainer.layout().coord(comms.world.rank());
-  HostShards h = host_shards(trainer.model(), me, false);
-  io::CheckpointMeta meta;
-  meta.step = steps_done;
-  meta.git_sha = build::kGitSha;
-  meta.deck = deck::resolved_deck(m_cfg);
-  meta.layout.dc_count = trainer.layout().dc_count();
-  meta.layout.pp_size = trainer.layout().pp_size();
-  meta.layout.dp_size = trainer.layout().dp_size();
-  meta.layout.tp_size = trainer.layout().tp_size();
-  for (int s : trainer.layout().stages_per_dc()) meta.layout.stages_per_dc.push_back(s);
-  meta.model = shape_of(m_cfg.model);
-  meta.state["adam_t"] = {static_cast<std::uint64_t>(trainer.optimizer().step_count())};
-  if (trainer.has_train_loader()) {
-    const model::DataPosition pos = trainer.train_loader().position();
-    meta.state["loader"] = {pos.seed, static_cast<std::uint64_t>(pos.samples_consumed),
-                            static_cast<std::uint64_t>(pos.epoch_samples)};
-  }
-  io::WriteOptions opt;
-  opt.keep_last = m_cfg.ckpt.keep_last;
-  const io::WriteResult r = io::write_checkpoint(comms.world, m_cfg.ckpt_dir(), meta, h.write, opt);
+  const io::WriteResult r = runtime::save_checkpoint(trainer, m_cfg, comms, steps_done);
   print(fmt::format("# checkpoint {} ({}, {:.2f} s)\n", r.path, units::format_bytes_human(static_cast<double>(r.file_bytes)),
                     r.seconds));
 }

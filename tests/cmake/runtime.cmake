@@ -6,3 +6,8 @@ atlas_mpi_test(test_train_equivalence SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/mpi/te
 foreach(np 1 2 3 4 8)
   set_tests_properties(test_train_equivalence_np_${np} PROPERTIES FIXTURES_REQUIRED brown_corpus)
 endforeach()
+atlas_mpi_test(test_train_resume SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/mpi/test_train_resume.cpp
+  NP 1 2 4 TIMEOUT 180)
+foreach(np 1 2 4)
+  set_tests_properties(test_train_resume_np_${np} PROPERTIES FIXTURES_REQUIRED brown_corpus)
+endforeach()

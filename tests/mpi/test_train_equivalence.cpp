@@ -5,80 +5,14 @@
 // atlas, and over the multirail and the MPI WAN transport. (Parameters after an AdamW step are
 // not compared element-wise: Adam's first update is ~lr * sign(g), which turns rounding noise in
 // a gradient that is zero in exact arithmetic, e.g. the key bias's, into +-lr.)
-#include <gtest/gtest.h>
-
-#include <cmath>
-#include <filesystem>
-
-#include "atlas/deck/deck.hpp"
-#include "atlas/device/backend.hpp"
-#include "atlas/runtime/trainer.hpp"
-#include "atlas/sched/schedule.hpp"
-#include "atlas/topo/communicators.hpp"
-#include "atlas/wan/transport.hpp"
+#include "train_fixture.hpp"
 
 namespace atlas::runtime {
 namespace {
 
-std::string corpus_dir() {
-  const char* env = std::getenv("ATLAS_SOURCE_DIR");
-  return (std::filesystem::path(env ? env : ATLAS_SOURCE_DIR) / "data/brown").string();
-}
-
-Config make_cfg(int tp, int dp, const std::vector<int>& stages_per_dc, int micro_batches,
-                const std::vector<std::string>& extra = {}) {
-  std::string spd, dcs, gpus, lat, bw;
-  const auto n = stages_per_dc.size();
-  for (std::size_t i = 0; i < n; ++i) {
-    spd += std::to_string(stages_per_dc[i]) + " ";
-    dcs += "dc" + std::to_string(i) + " ";
-    gpus += "16 ";
-    for (std::size_t j = 0; j < n; ++j) {
-      lat += i == j ? "0 " : "1 ";
-      bw += i == j ? "0 " : "10 ";
-    }
-  }
-  std::string text = "cluster.dcs = " + dcs + "\ncluster.gpus_per_dc = " + gpus + "\ncluster.latency_ms = " + lat +
-                     "\ncluster.bandwidth_gbps = " + bw + "\nparallel.stages_per_dc = " + spd +
-                     "\nparallel.tp_size = " + std::to_string(tp) + "\nparallel.dp_size = " + std::to_string(dp) +
-                     "\nmodel.layers = 6\nmodel.hidden = 32\nmodel.heads = 4\nmodel.seq_len = 16\n"
-                     "train.micro_batch_size = 2\ntrain.micro_batches = " + std::to_string(micro_batches) +
-                     "\ntrain.warmup_steps = 1\ntrain.eval_batches = 1\nrun.steps = 4\nprofile.enabled = false\n"
-                     "wan.recv_timeout_s = 30\ndata.corpus_dir = " + corpus_dir() + "\n";
-  return deck::parse("equivalence", text, extra);
-}
-
-struct Outcome {
-  std::vector<double> losses;
-  std::vector<std::pair<std::string, std::vector<float>>> grads;
-  std::vector<std::pair<std::string, std::vector<float>>> params;
-};
-
-/// Trains `steps` steps of `cfg` on `world`; gradients and parameters after the first step.
-Outcome train(const Config& cfg, const mpi::Comm& world, int steps) {
-  const topo::Layout layout(world.size(), cfg.parallel);
-  const topo::Communicators comms = topo::Communicators::create(world, layout);
-  const topo::Coord me = layout.coord(comms.world.rank());
-  auto backend = device::make_backend(cfg.device);
-  const sched::ScheduleTable table = sched::build_schedule(cfg, layout);
-  std::vector<int> peers;
-  if (me.stage > 0 && layout.crosses_dc(me.stage - 1)) peers.push_back(layout.world_rank(me.stage - 1, me.dp, me.tp));
-  if (me.stage + 1 < layout.pp_size() && layout.crosses_dc(me.stage))
-    peers.push_back(layout.world_rank(me.stage + 1, me.dp, me.tp));
-  auto wan = wan::make_transport(cfg.wan, cfg.cluster, comms.world, me.dc, peers);
-  Profiler profiler(false, comms.world.rank(), 0);
-  Trainer trainer(cfg, layout, comms, table, wan.get(), *backend, profiler);
-  Outcome out;
-  for (int s = 0; s < steps; ++s) {
-    const StepReport r = trainer.train_step(s);
-    out.losses.push_back(r.loss);
-    if (s == 0) {
-      out.grads = trainer.gather_full(true);
-      out.params = trainer.gather_full(false);
-    }
-  }
-  return out;
-}
+using testing::make_cfg;
+using testing::Outcome;
+using testing::train;
 
 void expect_close(const std::vector<std::pair<std::string, std::vector<float>>>& got,
                   const std::vector<std::pair<std::string, std::vector<float>>>& ref, const std::string& what,

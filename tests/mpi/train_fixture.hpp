@@ -1,0 +1,101 @@
+// SPDX-License-Identifier: MIT
+// Shared set-up of the training tests: a tiny deck for any (tp, dp, stages per DC) and a helper
+// that trains a few steps on a communicator.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "atlas/deck/deck.hpp"
+#include "atlas/device/backend.hpp"
+#include "atlas/runtime/checkpointing.hpp"
+#include "atlas/runtime/trainer.hpp"
+#include "atlas/sched/schedule.hpp"
+#include "atlas/topo/communicators.hpp"
+#include "atlas/wan/transport.hpp"
+
+namespace atlas::runtime::testing {
+
+inline std::string corpus_dir() {
+  const char* env = std::getenv("ATLAS_SOURCE_DIR");
+  return (std::filesystem::path(env ? env : ATLAS_SOURCE_DIR) / "data/brown").string();
+}
+
+inline Config make_cfg(int tp, int dp, const std::vector<int>& stages_per_dc, int micro_batches,
+                const std::vector<std::string>& extra = {}) {
+  std::string spd, dcs, gpus, lat, bw;
+  const auto n = stages_per_dc.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    spd += std::to_string(stages_per_dc[i]) + " ";
+    dcs += "dc" + std::to_string(i) + " ";
+    gpus += "16 ";
+    for (std::size_t j = 0; j < n; ++j) {
+      lat += i == j ? "0 " : "1 ";
+      bw += i == j ? "0 " : "10 ";
+    }
+  }
+  std::string text = "cluster.dcs = " + dcs + "\ncluster.gpus_per_dc = " + gpus + "\ncluster.latency_ms = " + lat +
+                     "\ncluster.bandwidth_gbps = " + bw + "\nparallel.stages_per_dc = " + spd +
+                     "\nparallel.tp_size = " + std::to_string(tp) + "\nparallel.dp_size = " + std::to_string(dp) +
+                     "\nmodel.layers = 6\nmodel.hidden = 32\nmodel.heads = 4\nmodel.seq_len = 16\n"
+                     "train.micro_batch_size = 2\ntrain.micro_batches = " + std::to_string(micro_batches) +
+                     "\ntrain.warmup_steps = 1\ntrain.eval_batches = 1\nrun.steps = 4\nprofile.enabled = false\n"
+                     "wan.recv_timeout_s = 30\ndata.corpus_dir = " + corpus_dir() + "\n";
+  return deck::parse("equivalence", text, extra);
+}
+
+struct Outcome {
+  int first_step = 0;
+  std::vector<double> losses;
+  std::vector<std::pair<std::string, std::vector<float>>> grads;
+  std::vector<std::pair<std::string, std::vector<float>>> params;
+};
+
+/// Trains `steps` steps of `cfg` on `world`; gradients and parameters after the first step.
+/// Trains `cfg` on `world` from its run.resume point (fresh if empty) up to step `until`;
+/// writes a checkpoint after step `save_after` (if >= 0). Gradients and parameters are gathered
+/// after the first step run.
+inline Outcome train(const Config& cfg, const mpi::Comm& world, int until, int save_after = -1) {
+  const topo::Layout layout(world.size(), cfg.parallel);
+  const topo::Communicators comms = topo::Communicators::create(world, layout);
+  const topo::Coord me = layout.coord(comms.world.rank());
+  auto backend = device::make_backend(cfg.device);
+  const sched::ScheduleTable table = sched::build_schedule(cfg, layout);
+  std::vector<int> peers;
+  if (me.stage > 0 && layout.crosses_dc(me.stage - 1)) peers.push_back(layout.world_rank(me.stage - 1, me.dp, me.tp));
+  if (me.stage + 1 < layout.pp_size() && layout.crosses_dc(me.stage))
+    peers.push_back(layout.world_rank(me.stage + 1, me.dp, me.tp));
+  auto wan = wan::make_transport(cfg.wan, cfg.cluster, comms.world, me.dc, peers);
+  Profiler profiler(false, comms.world.rank(), 0);
+  Trainer trainer(cfg, layout, comms, table, wan.get(), *backend, profiler);
+  Outcome out;
+  out.first_step = restore_checkpoint(trainer, cfg, comms).step;
+  for (int s = out.first_step; s < until; ++s) {
+    const StepReport r = trainer.train_step(s);
+    out.losses.push_back(r.loss);
+    if (s == out.first_step) {
+      out.grads = trainer.gather_full(true);
+      out.params = trainer.gather_full(false);
+    }
+    if (s + 1 == save_after) save_checkpoint(trainer, cfg, comms, s + 1);
+  }
+  return out;
+}
+
+/// A fresh temporary directory name shared by all ranks of `world` (rank 0 makes it).
+inline std::string shared_temp_dir(const mpi::Comm& world, const std::string& stem) {
+  std::string dir;
+  if (world.rank() == 0) {
+    dir = (std::filesystem::temp_directory_path() / (stem + "-" + std::to_string(::getpid()))).string();
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+  }
+  world.bcast_string(dir, 0);
+  return dir;
+}
+
+}  // namespace atlas::runtime::testing
