@@ -3,12 +3,14 @@
 // pre-flight validation, train loop, teardown. Wiring only; the algorithms live in their rooms.
 #include <filesystem>
 #include <fstream>
+#include <cmath>
 #include <limits>
 
 #include <fmt/format.h>
 
 #include "atlas/app/commands.hpp"
 #include "atlas/app/train_output.hpp"
+#include "atlas/app/training_job.hpp"
 #include "atlas/core/build_info.hpp"
 #include "atlas/core/check.hpp"
 #include "atlas/core/log.hpp"
@@ -59,23 +61,15 @@ void preflight_wan(wan::PeerTransport& t, const std::vector<int>& peers, int me)
 
 }  // namespace
 
-int cmd_train(Context& ctx) {
-  const Args args = parse_args(ctx.args, {}, {});
-  const std::string path = deck_path(args, "train");
-  const mpi::Comm world = mpi::Comm::world();
+JobResult run_training_job(const Config& cfg, const mpi::Comm& world, const JobOptions& opt) {
   const bool root = world.rank() == 0;
-
-  // ---- setup: deck -> layout -> communicators -> backend -> schedule -> transport -> model ----
-  deck::JobShape shape;
-  shape.world_size = world.size();
-  shape.cuda_built = cuda_built();
-  const Config cfg = deck::load(world, path, args.overrides, shape);
+  // ---- setup: layout -> communicators -> backend -> schedule -> transport -> model ----
   const topo::Layout layout(world.size(), cfg.parallel);
   const topo::Communicators comms = topo::Communicators::create(world, layout);
   const topo::Coord me = layout.coord(comms.world.rank());
 
-  TrainOutput out(cfg, root);
-  out.header(path, layout);
+  TrainOutput out(cfg, root, opt.quiet);
+  out.header(opt.deck_path, layout);
   const std::string map = topo::rank_map(comms.world, layout, cfg.cluster.dcs);
   out.text(map);
 
@@ -98,27 +92,68 @@ int cmd_train(Context& ctx) {
                        hash, world.size(), transport->name(), cfg.wan.rails));
 
   const std::size_t reserve = cfg.profile.enabled
-                                  ? static_cast<std::size_t>(cfg.run.steps) * table.row(me.stage, me.dp).size() + 64
+                                  ? static_cast<std::size_t>(cfg.run.steps) * (table.row(me.stage, me.dp).size() + 8) + 64
                                   : 0;
   runtime::Profiler profiler(cfg.profile.enabled, comms.world.rank(), reserve);
   runtime::Trainer trainer(cfg, layout, comms, table, transport.get(), *backend, profiler);
-  int start_step = out.resume(trainer, comms);
+  std::unique_ptr<runtime::BubbleFiller> filler;
+  if (opt.filler) filler = opt.filler(cfg, layout, comms, table, *backend, profiler);
+  if (filler) trainer.set_bubble_filler(filler.get());
+  const int start_step = out.resume(trainer, comms);
 
   // ---- train loop ----
+  JobResult result;
+  result.predicted_step_ms = table.step_ms;
+  result.predicted_bubble = table.mean_bubble_fraction();
+  double busy = 0.0, wall = 0.0, step_sum = 0.0;
+  int timed = 0;
   profiler.sync_epoch(comms.world);
   out.columns();
   for (int step = start_step; step < cfg.run.steps; ++step) {
-    runtime::StepReport rep = trainer.train_step(step);
+    const runtime::StepReport rep = trainer.train_step(step);
     const bool last = step + 1 == cfg.run.steps;
     double val = std::numeric_limits<double>::quiet_NaN();
     if (last || (cfg.train.eval_every_steps > 0 && (step + 1) % cfg.train.eval_every_steps == 0))
       val = trainer.evaluate();
     out.step(rep, val, trainer.tokens_per_step());
     out.maybe_checkpoint(trainer, comms, step + 1, last);
+    result.losses.push_back(rep.loss);
+    if (!std::isnan(val)) result.final_val_loss = val;
+    result.prefill_tokens += rep.prefill_tokens;
+    // The first step pays one-time costs (allocation, first touch, TCP slow start): skip it in
+    // the timing when there is more than one.
+    if (step > start_step || cfg.run.steps - start_step == 1) {
+      busy += rep.compute_s + rep.prefill_s;
+      wall += rep.step_s;
+      step_sum += rep.step_s;
+      ++timed;
+    }
   }
+  result.steps_run = cfg.run.steps - start_step;
 
   // ---- teardown ----
   out.finish(trainer, comms, layout, table, profiler, *transport);
+  const double util = wall > 0 ? busy / wall : 0.0;
+  result.measured_utilization = comms.world.allreduce(util, MPI_SUM) / world.size();
+  result.measured_bubble = 1.0 - result.measured_utilization;
+  result.prefill_tokens = comms.world.allreduce(static_cast<long long>(result.prefill_tokens), MPI_SUM);
+  result.mean_step_s = timed > 0 ? step_sum / timed : 0.0;
+  comms.world.bcast(std::span<double>(&result.mean_step_s, 1), 0);
+  result.tokens_per_s = result.mean_step_s > 0 ? static_cast<double>(trainer.tokens_per_step()) / result.mean_step_s : 0.0;
+  return result;
+}
+
+int cmd_train(Context& ctx) {
+  const Args args = parse_args(ctx.args, {}, {});
+  const std::string path = deck_path(args, "train");
+  const mpi::Comm world = mpi::Comm::world();
+  deck::JobShape shape;
+  shape.world_size = world.size();
+  shape.cuda_built = cuda_built();
+  const Config cfg = deck::load(world, path, args.overrides, shape);
+  JobOptions opt;
+  opt.deck_path = path;
+  (void)run_training_job(cfg, world, opt);
   return 0;
 }
 

@@ -36,7 +36,8 @@ void write_whole(const fs::path& p, const std::string& text) {
 
 }  // namespace
 
-TrainOutput::TrainOutput(const Config& cfg, bool root) : m_cfg(cfg), m_root(root), m_dir(cfg.run_dir()) {
+TrainOutput::TrainOutput(const Config& cfg, bool root, bool quiet)
+    : m_cfg(cfg), m_root(root), m_quiet(quiet), m_dir(cfg.run_dir()) {
   if (!m_root) return;
   std::error_code ec;
   fs::create_directories(m_dir, ec);
@@ -52,8 +53,10 @@ TrainOutput::TrainOutput(const Config& cfg, bool root) : m_cfg(cfg), m_root(root
 
 void TrainOutput::print(const std::string& s) {
   if (!m_root) return;
-  std::fputs(s.c_str(), stdout);
-  std::fflush(stdout);
+  if (!m_quiet) {
+    std::fputs(s.c_str(), stdout);
+    std::fflush(stdout);
+  }
   if (m_log.is_open()) {
     m_log << s;
     m_log.flush();

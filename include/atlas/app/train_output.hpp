@@ -19,7 +19,7 @@ namespace atlas::app {
 class TrainOutput {
  public:
   /// Rank 0 creates runs/NAME/ and writes resolved.deck there.
-  TrainOutput(const Config& cfg, bool root);
+  TrainOutput(const Config& cfg, bool root, bool quiet = false);
 
   void header(const std::string& deck_path, const topo::Layout& layout);
   void text(const std::string& s);
@@ -39,6 +39,7 @@ class TrainOutput {
  private:
   const Config& m_cfg;
   bool m_root;
+  bool m_quiet;
   std::string m_dir;
   std::ofstream m_metrics;
   std::ofstream m_log;

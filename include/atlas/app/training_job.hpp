@@ -1,0 +1,46 @@
+// SPDX-License-Identifier: MIT
+// One training job from a parsed deck: set-up, pre-flight, train loop, teardown. `atlas train`
+// runs one; the side-by-side benchmarks (`atlas bench step|schedules|profile`) run several in one
+// MPI job so their figures share the same machine state.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "atlas/deck/config.hpp"
+#include "atlas/mpi/comm.hpp"
+#include "atlas/runtime/trainer.hpp"
+
+namespace atlas::app {
+
+/// Builds the BubbleTea filler for a job (null = none). Called collectively after the trainer
+/// exists; see bubbletea/.
+using FillerFactory = std::function<std::unique_ptr<runtime::BubbleFiller>(
+    const Config&, const topo::Layout&, const topo::Communicators&, const sched::ScheduleTable&,
+    device::Backend&, runtime::Profiler&)>;
+
+struct JobOptions {
+  std::string deck_path = "(deck)";  ///< for the header
+  bool quiet = false;                ///< no progress rows (files are still written)
+  FillerFactory filler;              ///< optional BubbleTea hook
+};
+
+struct JobResult {
+  std::vector<double> losses;       ///< per step run (valid on world rank 0)
+  double final_val_loss = 0.0;      ///< rank 0
+  double mean_step_s = 0.0;         ///< rank 0, excluding the first (warm-up) step when possible
+  double predicted_step_ms = 0.0;   ///< the table's
+  double predicted_bubble = 0.0;    ///< the table's mean bubble fraction
+  double measured_bubble = 0.0;     ///< 1 - mean over ranks of (compute + prefill) / wall
+  double measured_utilization = 0.0;
+  double tokens_per_s = 0.0;
+  std::int64_t prefill_tokens = 0;  ///< whole job
+  int steps_run = 0;
+};
+
+/// Collective over `world`: runs the job `cfg` describes (cfg must be validated for world.size()).
+JobResult run_training_job(const Config& cfg, const mpi::Comm& world, const JobOptions& opt);
+
+}  // namespace atlas::app

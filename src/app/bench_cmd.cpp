@@ -1,0 +1,179 @@
+// SPDX-License-Identifier: MIT
+// `atlas bench NAME ...`: side-by-side benchmarks. Each prints ratios of things measured in the
+// same run (this machine is shared and noisy), never a timed assertion. The training benchmarks
+// (step, schedules, profile) run several training jobs inside one MPI job.
+#include <cmath>
+#include <cstdio>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "atlas/app/commands.hpp"
+#include "atlas/app/training_job.hpp"
+#include "atlas/deck/deck.hpp"
+#include "atlas/io/bench.hpp"
+#include "atlas/model/bench.hpp"
+
+namespace atlas::app {
+
+namespace {
+
+/// Loads DECK (default inputs/default.deck) + overrides, validated for a job of `ranks` ranks.
+Config bench_deck(const mpi::Comm& world, const Args& args, const std::vector<std::string>& extra, int ranks) {
+  const std::string path = args.positional.empty() ? "inputs/default.deck" : args.positional.front();
+  std::vector<std::string> ov = extra;
+  ov.insert(ov.end(), args.overrides.begin(), args.overrides.end());
+  std::string text;
+  if (world.rank() == 0) text = deck::read_text_file(path);
+  world.bcast_string(text, 0);
+  deck::JobShape shape;
+  shape.world_size = ranks;
+  shape.cuda_built = cuda_built();
+  return deck::parse_and_validate(path, text, ov, shape);
+}
+
+const std::vector<std::string> kQuietRun = {"ckpt.every_steps=0", "ckpt.final=false", "train.eval_every_steps=0",
+                                            "profile.trace_json=false"};
+
+std::vector<std::string> with(std::vector<std::string> base, std::initializer_list<std::string> more) {
+  base.insert(base.end(), more.begin(), more.end());
+  return base;
+}
+
+// ---- atlas bench step: tokens/s of a deck at 1 rank and at the job's N ranks ----
+int bench_step(Context& ctx) {
+  const Args args = parse_args(ctx.args, {"steps"}, {});
+  const mpi::Comm world = mpi::Comm::world();
+  const std::string steps = "run.steps=" + std::to_string(args.int_option("steps", 8));
+  const Config full = bench_deck(world, args, with(kQuietRun, {steps, "run.name=bench_step_n"}), world.size());
+  // The same model and global batch on one rank: every stage in the first DC, dp 1, tp 1, and
+  // dp x micro-batches micro-batches.
+  std::string one_stage = "parallel.stages_per_dc=1";
+  for (std::size_t i = 1; i < full.cluster.dcs.size(); ++i) one_stage += " 0";
+  const Config one = bench_deck(
+      world, args,
+      with(kQuietRun, {steps, "run.name=bench_step_1", one_stage, "parallel.dp_size=1", "parallel.tp_size=1",
+                       "train.micro_batches=" + std::to_string(full.train.micro_batches * full.parallel.dp_size),
+                       "model.layers_per_stage=\"\""}),
+      1);
+  JobOptions quiet;
+  quiet.quiet = true;
+  JobResult r1;
+  if (world.rank() == 0) r1 = run_training_job(one, mpi::Comm::self(), quiet);
+  world.barrier();
+  const JobResult rn = run_training_job(full, world, quiet);
+  if (world.rank() == 0) {
+    fmt::print("# atlas bench step: the same model and global batch ({} tokens/step), {} timed steps\n",
+               static_cast<long long>(full.parallel.dp_size) * full.train.micro_batches * full.train.micro_batch_size *
+                   full.model.seq_len,
+               rn.steps_run - 1);
+    fmt::print("# {:>6} {:>12} {:>12} {:>10}\n", "ranks", "step_ms", "tokens/s", "loss");
+    fmt::print("  {:>6} {:>12.1f} {:>12.0f} {:>10.4f}\n", 1, r1.mean_step_s * 1e3, r1.tokens_per_s, r1.losses.back());
+    fmt::print("  {:>6} {:>12.1f} {:>12.0f} {:>10.4f}\n", world.size(), rn.mean_step_s * 1e3, rn.tokens_per_s,
+               rn.losses.back());
+    fmt::print("speedup: {:.2f} x with {} ranks (on {} hardware threads of this host)\n",
+               rn.tokens_per_s / std::max(r1.tokens_per_s, 1e-12), world.size(), std::thread::hardware_concurrency());
+  }
+  return 0;
+}
+
+// ---- atlas bench schedules: gpipe, 1f1b and atlas of one deck, measured vs predicted ----
+int bench_schedules(Context& ctx) {
+  const Args args = parse_args(ctx.args, {"steps"}, {});
+  const mpi::Comm world = mpi::Comm::world();
+  const std::string steps = "run.steps=" + std::to_string(args.int_option("steps", 8));
+  struct Row {
+    const char* kind;
+    JobResult r;
+  };
+  std::vector<Row> rows;
+  JobOptions quiet;
+  quiet.quiet = true;
+  for (const char* kind : {"gpipe", "1f1b", "atlas"}) {
+    const Config cfg = bench_deck(world, args,
+                                  with(kQuietRun, {steps, std::string("schedule.kind=") + kind,
+                                                   std::string("run.name=bench_schedules_") + kind}),
+                                  world.size());
+    rows.push_back({kind, run_training_job(cfg, world, quiet)});
+  }
+  if (world.rank() != 0) return 0;
+  fmt::print("# atlas bench schedules: {} ranks, {} timed steps each; measured = mean step of rank 0, bubble = 1 - "
+             "mean over ranks of compute/wall\n",
+             world.size(), rows[0].r.steps_run - 1);
+  fmt::print("# {:<6} {:>12} {:>12} {:>8} {:>11} {:>11} {:>10}\n", "kind", "measured_ms", "predicted_ms", "ratio",
+             "meas_bub%", "pred_bub%", "loss");
+  for (const auto& row : rows)
+    fmt::print("  {:<6} {:>12.1f} {:>12.1f} {:>8.3f} {:>11.1f} {:>11.1f} {:>10.4f}\n", row.kind,
+               row.r.mean_step_s * 1e3, row.r.predicted_step_ms, row.r.mean_step_s * 1e3 / row.r.predicted_step_ms,
+               100 * row.r.measured_bubble, 100 * row.r.predicted_bubble, row.r.losses.back());
+  const auto& g = rows[0].r;
+  const auto& o = rows[1].r;
+  const auto& a = rows[2].r;
+  fmt::print("atlas/1f1b: measured {:.3f} predicted {:.3f}; atlas/gpipe: measured {:.3f} predicted {:.3f}\n",
+             a.mean_step_s / o.mean_step_s, a.predicted_step_ms / o.predicted_step_ms, a.mean_step_s / g.mean_step_s,
+             a.predicted_step_ms / g.predicted_step_ms);
+  return 0;
+}
+
+// ---- atlas bench profile: recording overhead, profile off vs on, interleaved ----
+int bench_profile(Context& ctx) {
+  const Args args = parse_args(ctx.args, {"steps", "rounds"}, {});
+  const mpi::Comm world = mpi::Comm::world();
+  const std::string steps = "run.steps=" + std::to_string(args.int_option("steps", 8));
+  const int rounds = args.int_option("rounds", 3);
+  JobOptions quiet;
+  quiet.quiet = true;
+  double off = 0.0, on = 0.0;
+  for (int r = 0; r < rounds; ++r) {
+    for (bool enabled : {false, true}) {
+      const Config cfg = bench_deck(world, args,
+                                    with(kQuietRun, {steps, std::string("profile.enabled=") + (enabled ? "true" : "false"),
+                                                     "run.name=bench_profile"}),
+                                    world.size());
+      const double s = run_training_job(cfg, world, quiet).mean_step_s;
+      (enabled ? on : off) += s / rounds;
+    }
+  }
+  if (world.rank() == 0) {
+    fmt::print("# atlas bench profile: {} rounds of off/on, mean step of rank 0\n", rounds);
+    fmt::print("  profile off {:.2f} ms, on {:.2f} ms\n", off * 1e3, on * 1e3);
+    fmt::print("overhead: {:+.2f}% of step time (goal < 1%; noise on a shared host is of the same order)\n",
+               100.0 * (on - off) / off);
+  }
+  return 0;
+}
+
+struct BenchEntry {
+  const char* name;
+  const char* summary;
+  int (*run)(Context&);
+};
+
+int bench_gemm(Context& ctx) { return ctx.env.world_rank() == 0 ? model::run_gemm_bench(ctx.args) : 0; }
+int bench_ckpt(Context& ctx) { return io::run_ckpt_bench(ctx.env, ctx.args); }
+
+const BenchEntry kBenches[] = {
+    {"gemm", "host backend GEMM on the model's shapes vs bare OpenBLAS sgemm", bench_gemm},
+    {"step", "tokens/s of a deck at 1 rank and at N ranks (mpirun -np N)", bench_step},
+    {"schedules", "gpipe, 1f1b and atlas of one deck: measured vs predicted step and bubble", bench_schedules},
+    {"profile", "profile recording overhead (off vs on, interleaved)", bench_profile},
+    {"ckpt", "checkpoint write throughput vs a plain sequential write", bench_ckpt},
+};
+
+}  // namespace
+
+int cmd_bench(Context& ctx) {
+  if (ctx.args.empty()) {
+    if (ctx.env.world_rank() == 0) {
+      std::fprintf(stderr, "usage: atlas bench <name> [DECK] [key=value ...] [options]\n");
+      for (const auto& b : kBenches) std::fprintf(stderr, "  %-10s %s\n", b.name, b.summary);
+    }
+    return static_cast<int>(ExitCode::Usage);
+  }
+  Context sub{ctx.env, std::vector<std::string>(ctx.args.begin() + 1, ctx.args.end())};
+  for (const auto& b : kBenches)
+    if (ctx.args.front() == b.name) return b.run(sub);
+  throw UsageError("unknown benchmark '" + ctx.args.front() + "' (atlas bench lists them)");
+}
+
+}  // namespace atlas::app
