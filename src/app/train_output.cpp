@@ -3,6 +3,8 @@
 // temporary name first, then renamed, so a killed run never leaves half a file.
 #include "atlas/app/train_output.hpp"
 
+#include <unistd.h>
+
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -113,6 +115,7 @@ void TrainOutput::step(const runtime::StepReport& r, double val, std::int64_t to
   m_prefill_tokens += r.prefill_tokens;
   const double tok_s = static_cast<double>(tokens_per_step) / r.step_s;
   const double bubble = 100.0 * (1.0 - (r.compute_s + r.prefill_s) / r.step_s);
+  m_steps.push_back({r.step, r.loss, r.step_s, tok_s, bubble / 100.0, r.prefill_tokens});
   const double wan_mb_s = r.boundary.wan_send_busy_s > 0 ? r.boundary.wan_bytes_sent / r.boundary.wan_send_busy_s / 1e6 : 0.0;
   const std::string val_s = std::isnan(val) ? std::string("-") : fmt::format("{:.4f}", val);
   if ((r.step + 1) % m_cfg.run.log_every_steps == 0 || r.step + 1 == m_cfg.run.steps || !std::isnan(val))
@@ -135,10 +138,27 @@ void TrainOutput::maybe_checkpoint(runtime::Trainer& trainer, const topo::Commun
                     r.seconds));
 }
 
+void TrainOutput::write_profile(const topo::Communicators& comms, const topo::Layout& layout,
+                                const sched::ScheduleTable& table, const std::vector<runtime::SlotEvent>& events) {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  const auto hosts = comms.world.allgather_strings(host);
+  if (!m_root) return;
+  runtime::ProfileMeta meta;
+  meta.run_name = m_cfg.run.name;
+  meta.deck = deck::resolved_deck(m_cfg);
+  meta.dc_names = m_cfg.cluster.dcs;
+  meta.hosts = hosts;
+  meta.table = &table;
+  meta.layout = &layout;
+  runtime::write_profile((fs::path(m_dir) / "profile.h5").string(), meta, events, m_steps);
+}
+
 void TrainOutput::finish(runtime::Trainer& trainer, const topo::Communicators& comms, const topo::Layout& layout,
                          const sched::ScheduleTable& table, runtime::Profiler& profiler, wan::PeerTransport& wan) {
   (void)trainer;
   const auto events = profiler.gather(comms.world, 0);
+  if (m_cfg.profile.enabled) write_profile(comms, layout, table, events);
   const auto stats = wan.stats();
   const unsigned long long wan_bytes = comms.world.allreduce(static_cast<unsigned long long>(stats.total_bytes_sent()), MPI_SUM);
   if (!m_root) return;
@@ -189,7 +209,8 @@ void TrainOutput::finish(runtime::Trainer& trainer, const topo::Communicators& c
       labels.link_names.push_back(fmt::format("WAN {}>{}", m_cfg.cluster.dcs[static_cast<std::size_t>(l.src_dc)],
                                               m_cfg.cluster.dcs[static_cast<std::size_t>(l.dst_dc)]));
     write_whole(fs::path(m_dir) / "trace.json", runtime::chrome_trace_json(events, labels));
-    s += fmt::format("# wrote {}/trace.json ({} events)\n", m_dir, events.size());
+    s += fmt::format("# wrote {}/trace.json ({} events){}\n", m_dir, events.size(),
+                     m_cfg.profile.enabled ? " and profile.h5" : "");
   }
   write_whole(fs::path(m_dir) / "run.json",
               fmt::format("{{\"run\":\"{}\",\"status\":\"OK\",\"steps\":{},\"first_loss\":{:.6f},\"final_loss\":{:.6f},"

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "atlas/deck/config.hpp"
+#include "atlas/runtime/profile_writer.hpp"
 #include "atlas/runtime/trainer.hpp"
 #include "atlas/sched/schedule.hpp"
 #include "atlas/topo/communicators.hpp"
@@ -49,7 +50,11 @@ class TrainOutput {
   double m_sum_step_s = 0.0;
   int m_timed_steps = 0;
   std::int64_t m_prefill_tokens = 0;
+  std::vector<runtime::StepRow> m_steps;
   void print(const std::string& s);
+  /// Collective over comms.world: gathers every rank's events and writes profile.h5 on rank 0.
+  void write_profile(const topo::Communicators& comms, const topo::Layout& layout, const sched::ScheduleTable& table,
+                     const std::vector<runtime::SlotEvent>& events);
 };
 
 }  // namespace atlas::app
