@@ -11,3 +11,5 @@ atlas_mpi_test(test_train_resume SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/mpi/test_tr
 foreach(np 1 2 4)
   set_tests_properties(test_train_resume_np_${np} PROPERTIES FIXTURES_REQUIRED brown_corpus)
 endforeach()
+atlas_mpi_test(test_train_profile SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/mpi/test_train_profile.cpp NP 4 TIMEOUT 120)
+set_tests_properties(test_train_profile_np_4 PROPERTIES FIXTURES_REQUIRED brown_corpus)

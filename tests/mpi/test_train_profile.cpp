@@ -1,0 +1,97 @@
+// SPDX-License-Identifier: MIT
+// The profile of a small run: every slot of the table exactly once per rank and step, with sane
+// times (ordered within a rank, inside the run), sends carrying their bytes, and profile.h5 +
+// trace.json written by a real `run_training_job`.
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "atlas/app/training_job.hpp"
+#include "atlas/io/hdf5.hpp"
+#include "train_fixture.hpp"
+
+namespace atlas::runtime {
+namespace {
+
+TEST(TrainProfile, EverySlotOnceWithSaneTimesAndFilesWritten) {
+  const mpi::Comm world = mpi::Comm::world();
+  if (world.size() != 4) GTEST_SKIP() << "runs at np 4";
+  const std::string dir = testing::shared_temp_dir(world, "atlas-profile");
+  constexpr int kSteps = 3;
+  Config cfg = testing::make_cfg(1, 2, {1, 1}, 3,
+                                 {"profile.enabled=true", "profile.trace_json=true", "run.out_dir=" + dir,
+                                  "run.name=p", "run.steps=" + std::to_string(kSteps), "schedule.kind=atlas"});
+  app::JobOptions opt;
+  opt.quiet = true;
+  const app::JobResult result = app::run_training_job(cfg, world, opt);
+  EXPECT_EQ(result.steps_run, kSteps);
+
+  if (world.rank() == 0) {
+    const std::string path = dir + "/p/profile.h5";
+    ASSERT_TRUE(std::filesystem::exists(path));
+    h5::File f = h5::open_file(path, h5::Access::ReadOnly);
+    EXPECT_EQ(h5::read_attr_string(f.get(), "format"), "atlas-profile");
+    EXPECT_EQ(h5::read_attr_int(f.get(), "version"), 1);
+    auto read_i32 = [&](const char* name) {
+      h5::Dataset d(ATLAS_H5_CHECK(H5Dopen2(f.get(), name, H5P_DEFAULT)));
+      std::vector<std::int32_t> v(h5::dataset_dims(d.get())[0]);
+      ATLAS_H5_CHECK(H5Dread(d.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()));
+      return v;
+    };
+    auto read_f64 = [&](const char* name) {
+      h5::Dataset d(ATLAS_H5_CHECK(H5Dopen2(f.get(), name, H5P_DEFAULT)));
+      std::vector<double> v(h5::dataset_dims(d.get())[0]);
+      ATLAS_H5_CHECK(H5Dread(d.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()));
+      return v;
+    };
+    const auto rank = read_i32("events/world_rank");
+    const auto step = read_i32("events/step");
+    const auto slot = read_i32("events/slot_index");
+    const auto kind = read_i32("events/kind");
+    const auto start = read_f64("events/start_s");
+    const auto end = read_f64("events/end_s");
+    const auto complete = read_f64("events/complete_s");
+
+    // Rebuild the table the job ran, to know each row's length.
+    const topo::Layout layout(4, cfg.parallel);
+    const sched::ScheduleTable table = sched::build_schedule(cfg, layout);
+    std::map<std::pair<int, int>, std::multiset<int>> seen;
+    std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> spans;
+    double t_max = 0;
+    for (std::size_t i = 0; i < rank.size(); ++i) {
+      seen[{rank[i], step[i]}].insert(slot[i]);
+      ASSERT_GE(start[i], 0.0);
+      ASSERT_LE(start[i], end[i]);
+      ASSERT_LE(end[i], complete[i] + 1e-12);
+      t_max = std::max(t_max, complete[i]);
+      if (kind[i] != static_cast<int>(sched::SlotKind::WanSend)) spans[{rank[i], step[i]}].push_back({start[i], end[i]});
+    }
+    for (int r = 0; r < 4; ++r)
+      for (int s = 0; s < kSteps; ++s) {
+        const topo::Coord c = layout.coord(r);
+        const auto& row = table.row(c.stage, c.dp);
+        const auto& got = seen[{r, s}];
+        ASSERT_EQ(got.size(), row.size()) << "rank " << r << " step " << s;
+        for (int k = 0; k < static_cast<int>(row.size()); ++k)
+          EXPECT_EQ(got.count(k), 1u) << "rank " << r << " step " << s << " slot " << k;
+        // The main thread runs slots one after another.
+        auto v = spans[{r, s}];
+        std::sort(v.begin(), v.end());
+        for (std::size_t k = 1; k < v.size(); ++k) EXPECT_GE(v[k].first, v[k - 1].second - 1e-9);
+      }
+    EXPECT_LT(t_max, 600.0) << "times are seconds since the job's start";
+    const auto losses = read_f64("steps/loss");
+    ASSERT_EQ(losses.size(), static_cast<std::size_t>(kSteps));
+    EXPECT_EQ(losses[0], result.losses[0]);
+    // trace.json is there and is the Chrome trace format's outer object.
+    std::ifstream trace(dir + "/p/trace.json");
+    std::string head(64, '\0');
+    trace.read(head.data(), 64);
+    EXPECT_EQ(head.rfind("{\"displayTimeUnit\":\"ms\",\"traceEvents\"", 0), 0u);
+    std::filesystem::remove_all(dir);
+  }
+}
+
+}  // namespace
+}  // namespace atlas::runtime
