@@ -115,7 +115,7 @@ JobResult run_training_job(const Config& cfg, const mpi::Comm& world, const JobO
     double val = std::numeric_limits<double>::quiet_NaN();
     if (last || (cfg.train.eval_every_steps > 0 && (step + 1) % cfg.train.eval_every_steps == 0))
       val = trainer.evaluate();
-    out.step(rep, val, trainer.tokens_per_step());
+    out.step(rep, val, trainer.tokens_per_step(), comms);
     out.maybe_checkpoint(trainer, comms, step + 1, last);
     result.losses.push_back(rep.loss);
     if (!std::isnan(val)) result.final_val_loss = val;

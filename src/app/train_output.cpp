@@ -100,12 +100,22 @@ int TrainOutput::resume(runtime::Trainer& trainer, const topo::Communicators& co
 }
 
 void TrainOutput::columns() {
+  print("# columns: loss = training loss of the step, val = validation loss, tok/s and step_ms of rank 0, bubble% = job\n"
+        "#   mean of 1 - (compute + prefill) / step, comp/intra/wan_ms = rank 0's compute, intra-DC wait, WAN wait,\n"
+        "#   wan_MB/s = the whole job's WAN bytes over the step time, prefill = BubbleTea tokens\n");
   print(fmt::format("# {:>5} {:>8} {:>8} {:>9} {:>9} {:>8} {:>7} {:>8} {:>8} {:>8} {:>8} {:>8}\n", "step", "loss",
                     "val", "lr", "tok/s", "step_ms", "bubble%", "comp_ms", "intra_ms", "wan_ms", "wan_MB/s",
                     "prefill"));
 }
 
-void TrainOutput::step(const runtime::StepReport& r, double val, std::int64_t tokens_per_step) {
+void TrainOutput::step(const runtime::StepReport& r, double val, std::int64_t tokens_per_step,
+                       const topo::Communicators& comms) {
+  const bool logged = (r.step + 1) % m_cfg.run.log_every_steps == 0 || r.step + 1 == m_cfg.run.steps || !std::isnan(val);
+  // Job-wide figures on logged steps only: one small all-reduce every log_every_steps steps (it
+  // crosses the WAN, so not every step).
+  double job[3] = {(r.compute_s + r.prefill_s) / r.step_s, static_cast<double>(r.boundary.wan_bytes_sent),
+                   r.boundary.wan_send_busy_s};
+  if (logged) comms.world.allreduce_sum(std::span<double>(job, 3));
   if (!m_root) return;
   if (m_timed_steps == 0 && m_first_loss == 0.0) m_first_loss = r.loss;
   m_last_loss = r.loss;
@@ -114,17 +124,22 @@ void TrainOutput::step(const runtime::StepReport& r, double val, std::int64_t to
   ++m_timed_steps;
   m_prefill_tokens += r.prefill_tokens;
   const double tok_s = static_cast<double>(tokens_per_step) / r.step_s;
-  const double bubble = 100.0 * (1.0 - (r.compute_s + r.prefill_s) / r.step_s);
-  m_steps.push_back({r.step, r.loss, r.step_s, tok_s, bubble / 100.0, r.prefill_tokens});
-  const double wan_mb_s = r.boundary.wan_send_busy_s > 0 ? r.boundary.wan_bytes_sent / r.boundary.wan_send_busy_s / 1e6 : 0.0;
+  const double bubble_r0 = 100.0 * (1.0 - (r.compute_s + r.prefill_s) / r.step_s);
+  m_steps.push_back({r.step, r.loss, r.step_s, tok_s, bubble_r0 / 100.0, r.prefill_tokens});
+  const double wan_mb_s_r0 = r.boundary.wan_send_busy_s > 0 ? r.boundary.wan_bytes_sent / r.boundary.wan_send_busy_s / 1e6 : 0.0;
   const std::string val_s = std::isnan(val) ? std::string("-") : fmt::format("{:.4f}", val);
-  if ((r.step + 1) % m_cfg.run.log_every_steps == 0 || r.step + 1 == m_cfg.run.steps || !std::isnan(val))
+  if (logged) {
+    const int n = comms.world.size();
+    const double job_bubble = 100.0 * (1.0 - job[0] / n);
+    // WAN throughput: bytes of every WAN send of the step over the step's wall time.
+    const double job_wan_mb_s = job[1] / r.step_s / 1e6;
     print(fmt::format("  {:>5} {:>8.4f} {:>8} {:>9.2e} {:>9.0f} {:>8.1f} {:>7.1f} {:>8.1f} {:>8.1f} {:>8.1f} {:>8.1f} {:>8}\n",
-                      r.step, r.loss, val_s, r.lr, tok_s, r.step_s * 1e3, bubble, r.compute_s * 1e3, r.intra_s * 1e3,
-                      r.wan_s * 1e3, wan_mb_s, r.prefill_tokens));
+                      r.step, r.loss, val_s, r.lr, tok_s, r.step_s * 1e3, job_bubble, r.compute_s * 1e3, r.intra_s * 1e3,
+                      r.wan_s * 1e3, job_wan_mb_s, r.prefill_tokens));
+  }
   m_metrics << fmt::format("{},{:.6f},{},{:.6e},{:.6f},{:.1f},{:.3f},{:.2f},{:.3f},{:.3f},{:.3f},{:.3f},{}\n", r.step, r.loss,
                            std::isnan(val) ? std::string() : fmt::format("{:.6f}", val), r.lr, r.grad_norm, tok_s,
-                           r.step_s * 1e3, bubble, r.compute_s * 1e3, r.intra_s * 1e3, r.wan_s * 1e3, wan_mb_s,
+                           r.step_s * 1e3, bubble_r0, r.compute_s * 1e3, r.intra_s * 1e3, r.wan_s * 1e3, wan_mb_s_r0,
                            r.prefill_tokens);
   m_metrics.flush();
 }
@@ -156,7 +171,7 @@ void TrainOutput::write_profile(const topo::Communicators& comms, const topo::La
 
 void TrainOutput::finish(runtime::Trainer& trainer, const topo::Communicators& comms, const topo::Layout& layout,
                          const sched::ScheduleTable& table, runtime::Profiler& profiler, wan::PeerTransport& wan) {
-  (void)trainer;
+  const double entropy = trainer.validation_unigram_entropy();
   const auto events = profiler.gather(comms.world, 0);
   if (m_cfg.profile.enabled) write_profile(comms, layout, table, events);
   const auto stats = wan.stats();
@@ -219,8 +234,9 @@ void TrainOutput::finish(runtime::Trainer& trainer, const topo::Communicators& c
                           m_cfg.run.name, m_cfg.run.steps, m_first_loss, m_last_loss, m_last_val, mean_step * 1e3,
                           table.step_ms, to_string(m_cfg.schedule.kind), layout.world_size(), wan_bytes,
                           m_prefill_tokens));
-  s += fmt::format("# OK: {} steps, loss {:.4f} -> {:.4f}, val {:.4f}; results in {}/\n", m_timed_steps, m_first_loss,
-                   m_last_loss, m_last_val, m_dir);
+  s += fmt::format("# OK: {} steps, loss {:.4f} -> {:.4f}, val {:.4f} (unigram entropy of the validation text: {:.4f} "
+                   "nats/token); results in {}/\n",
+                   m_timed_steps, m_first_loss, m_last_loss, m_last_val, entropy, m_dir);
   print(s);
 }
 

@@ -102,6 +102,11 @@ Trainer::Trainer(const Config& cfg, const topo::Layout& layout, const topo::Comm
 
 Trainer::~Trainer() = default;
 
+double Trainer::validation_unigram_entropy() const {
+  if (!m_val) return 0.0;
+  return model::unigram_entropy(m_corpus.split(model::Split::Val, m_cfg.data.val_fraction), m_cfg.model.vocab);
+}
+
 std::int64_t Trainer::tokens_per_step() const {
   return static_cast<std::int64_t>(m_layout.dp_size()) * m_cfg.train.micro_batches *
          m_cfg.train.micro_batch_size * m_cfg.model.seq_len;

@@ -28,8 +28,10 @@ class TrainOutput {
   /// Collective over comms.world: restores run.resume (if set); returns the first step to run.
   int resume(runtime::Trainer& trainer, const topo::Communicators& comms);
   void columns();
-  /// Rank 0: one progress row and one metrics.csv line.
-  void step(const runtime::StepReport& rep, double val_loss, std::int64_t tokens_per_step);
+  /// Collective over comms.world on logged steps (job-wide bubble and WAN figures); rank 0
+  /// prints one progress row and writes one metrics.csv line (rank 0's timings).
+  void step(const runtime::StepReport& rep, double val_loss, std::int64_t tokens_per_step,
+            const topo::Communicators& comms);
   /// Collective over comms.world: a checkpoint after `steps_done` steps when the deck asks.
   void maybe_checkpoint(runtime::Trainer& trainer, const topo::Communicators& comms, int steps_done, bool last);
   /// Collective over comms.world: gathers the profile, writes profile.h5 / trace.json / run.json,

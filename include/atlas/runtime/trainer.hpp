@@ -70,6 +70,9 @@ class Trainer {
   /// Only the first and last stage read data.
   [[nodiscard]] bool has_train_loader() const { return m_train != nullptr; }
   [[nodiscard]] const topo::Layout& layout() const { return m_layout; }
+  /// Unigram entropy (nats/token) of the validation split: the loss of a model that ignores
+  /// context. Only on ranks that read data (first and last stage); 0 elsewhere.
+  [[nodiscard]] double validation_unigram_entropy() const;
   /// Tokens a step consumes over the whole job.
   [[nodiscard]] std::int64_t tokens_per_step() const;
   /// Collective over comms.world: the full gradient of every logical tensor gathered on world
