@@ -14,7 +14,6 @@ bool cuda_built() { return false; }
 int cmd_train(Context&) { return not_yet("train"); }
 int cmd_plan(Context&) { return not_yet("plan"); }
 int cmd_simulate(Context&) { return not_yet("simulate"); }
-int cmd_report(Context&) { return not_yet("report"); }
 int cmd_bench(Context&) { return not_yet("bench"); }
 int cmd_profile(Context&) { return not_yet("profile"); }
 
