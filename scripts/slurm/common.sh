@@ -133,7 +133,7 @@ atlas_record_provenance() {
     echo "slurm: $(sinfo --version 2>/dev/null)"
   } >"$d/build_info.txt"
   scontrol show job "$SLURM_JOB_ID" >"$d/scontrol_job.txt" 2>&1 || true
-  env | grep -E '^(SLURM|OMPI|NCCL|ATLAS|PMIX|UCX|CUDA_VISIBLE)[A-Z_]*=' | sort >"$d/env.txt"
+  env | grep -E '^(SLURM|OMPI|NCCL|ATLAS|PMIX|UCX|CUDA_VISIBLE)[A-Za-z0-9_]*=' | sort >"$d/env.txt"
 }
 
 # ---- the launch ----

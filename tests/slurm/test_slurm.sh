@@ -199,8 +199,8 @@ check "deck copied" cmp -s "$DECK" "$run_dir/three_dc_cpu.deck"
 check "overrides recorded" grep -qx "train.micro_batches=4" "$run_dir/overrides.txt"
 check "git commit recorded" grep -qE "^git_commit: ([0-9a-f]{40}|unknown)" "$run_dir/build_info.txt"
 check "scontrol show job recorded" grep -q "JobId=$job " "$run_dir/scontrol_job.txt"
-check "environment recorded (SLURM_JOB_ID, NCCL_SOCKET_IFNAME)" \
-  bash -c "grep -qx 'SLURM_JOB_ID=$job' '$run_dir/env.txt' && grep -q '^NCCL_SOCKET_IFNAME=' '$run_dir/env.txt'"
+check "environment recorded (SLURM_JOB_ID, NCCL_SOCKET_IFNAME, OMPI_MCA_btl_tcp_if_include)" \
+  bash -c "grep -qx 'SLURM_JOB_ID=$job' '$run_dir/env.txt' && grep -q '^NCCL_SOCKET_IFNAME=' '$run_dir/env.txt' && grep -qx 'OMPI_MCA_btl_tcp_if_include=lo' '$run_dir/env.txt'"
 check "launch command recorded with srun --mpi=pmix and $NTASKS tasks" \
   grep -qE "^srun --mpi=pmix --ntasks=$NTASKS .* $ATLAS_CMD $DECK train.micro_batches=4 run.out_dir=" "$run_dir/command.txt"
 check "restart log: one attempt, status 0" grep -q "attempt 1 exited with status 0 (ok)" "$run_dir/restarts.log"
@@ -227,6 +227,29 @@ check "sweep point 1: mpirun with the sequential mapper" \
   grep -qE "^env -u OMPI_MCA_rmaps_base_oversubscribe mpirun -np 6 --hostfile .*/hostfile --mca rmaps seq " "$T/runs/three_dc_cpu_${sjob}_p1/command.txt"
 check "sweep point 1: one MPI world printed the table once" \
   test "$(grep -cE "$EXPECT_RE" "$T/runs/three_dc_cpu_${sjob}_p1/log.txt")" -eq 1
+
+# ---- a killed rank is restarted with run.resume=latest ----
+# A wrapper that SIGKILLs world rank 0 on the first attempt (the restart appends run.resume=latest;
+# then it runs atlas), so the restart path is checked through a real srun.
+cat >"$T/flaky_atlas.sh" <<EOF
+#!/usr/bin/env bash
+for a in "\$@"; do [[ \$a == run.resume=latest ]] && exec "$ATLAS_BIN" "\$@"; done
+if [[ \${SLURM_PROCID:-0} == 0 ]]; then kill -KILL \$\$; fi
+exec "$ATLAS_BIN" "\$@"
+EOF
+chmod +x "$T/flaky_atlas.sh"
+kjob=$(ATLAS_BIN=$T/flaky_atlas.sh submit scripts/slurm/two_dc.sbatch "$DECK")
+JOBS+=("$kjob")
+state=$(wait_job "$kjob")
+kout=$T/atlas-multi-dc-$kjob.out
+echo "# two_dc.sbatch with rank 0 killed on the first attempt: job $kjob ended $state"
+grep -E 'atlas-run-restart|srun: error' "$kout"
+check "the job with a killed rank completed after a restart" test "$state" = COMPLETED
+check "attempt 1 failed with a signal or abort status" \
+  grep -qE 'attempt 1 exited with status [1-9][0-9]* [(](killed by signal|launcher or MPI abort)' "$kout"
+check "attempt 2 ran with run.resume=latest and succeeded" \
+  bash -c "grep -q 'attempt 2/4: .* run.resume=latest' '$kout' && grep -q 'attempt 2 exited with status 0 (ok)' '$kout'"
+check "the restarted job printed the table once" test "$(grep -cE "$EXPECT_RE" "$kout")" -eq 1
 
 # ---- a deck error fails the job once: exit 2 is not retried ----
 ejob=$(submit scripts/slurm/two_dc.sbatch "$DECK" model.heads=5)
