@@ -32,7 +32,7 @@ die() {
 # ---- prerequisites (each missing one is a skip with the exact reason) ----
 for tool in munged slurmctld slurmd sbatch scontrol scancel; do
   command -v "$tool" >/dev/null ||
-    skip "'$tool' not found; install Debian's slurmctld slurmd slurm-client munge (scripts/install-deps.sh)"
+    skip "'$tool' not found on PATH ($PATH); install Debian's slurmctld slurmd slurm-client munge (scripts/install-deps.sh)"
 done
 [[ $(id -u) -eq 0 ]] || skip "slurmd must run as root to launch jobs, and this test runs as $(id -un)"
 id munge >/dev/null 2>&1 || skip "user 'munge' does not exist (the munge package creates it)"
