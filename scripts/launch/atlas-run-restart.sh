@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Runs a launch command (srun/mpirun ... atlas train DECK ...) and restarts it from the newest
+# checkpoint (run.resume=latest) when it fails for a reason a restart can cure: a comm, device,
+# I/O or internal error, a killed rank or an MPI abort. Usage and config errors are not retried.
+# Not a scheduler: one command, a bounded number of attempts, a short backoff between them.
+#
+# usage: atlas-run-restart.sh [--log FILE] -- COMMAND [ARG ...]
+#   --log FILE   also append the attempt log to FILE (common.sh passes RUN_DIR/restarts.log)
+# environment:
+#   ATLAS_MAX_RESTARTS        restarts after the first attempt (default 3; 0 = never restart)
+#   ATLAS_RESTART_BACKOFF_S   seconds before restart k is k * this (default 5)
+#   ATLAS_NO_RESTART_CODES    exit codes never retried (default "1 2": usage, config)
+# exit status: the last attempt's (0 when an attempt succeeded).
+set -uo pipefail
+
+log_file=""
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --log) log_file=${2:?--log needs a file}; shift 2 ;;
+    --) shift; break ;;
+    *) break ;;
+  esac
+done
+if [[ $# -eq 0 ]]; then
+  echo "usage: atlas-run-restart.sh [--log FILE] -- COMMAND [ARG ...]" >&2
+  exit 1
+fi
+
+max_restarts=${ATLAS_MAX_RESTARTS:-3}
+backoff_s=${ATLAS_RESTART_BACKOFF_S:-5}
+no_restart_codes=${ATLAS_NO_RESTART_CODES:-"1 2"}
+if ! [[ $max_restarts =~ ^[0-9]+$ ]]; then
+  echo "atlas-run-restart: ATLAS_MAX_RESTARTS='$max_restarts': expected a non-negative integer" >&2
+  exit 1
+fi
+if ! [[ $backoff_s =~ ^[0-9]+([.][0-9]+)?$ ]]; then
+  echo "atlas-run-restart: ATLAS_RESTART_BACKOFF_S='$backoff_s': expected a number of seconds" >&2
+  exit 1
+fi
+
+# One line per event, to stderr and to the log file, with a UTC time stamp.
+say() {
+  local line
+  line="$(date -u +%Y-%m-%dT%H:%M:%SZ) atlas-run-restart: $*"
+  echo "$line" >&2
+  if [[ -n $log_file ]]; then echo "$line" >>"$log_file"; fi
+}
+
+# What an exit status means (atlas's ExitCode, a signal, or something the launcher chose).
+describe() {
+  case "$1" in
+    0) echo "ok" ;;
+    1) echo "usage error" ;;
+    2) echo "config error" ;;
+    3) echo "comm error" ;;
+    4) echo "device error" ;;
+    5) echo "io error" ;;
+    6) echo "internal error" ;;
+    *)
+      if (($1 > 128 && $1 < 160)); then
+        echo "killed by signal $(($1 - 128)) (SIG$(kill -l $(($1 - 128)) 2>/dev/null || echo '?'))"
+      else
+        echo "launcher or MPI abort code"
+      fi
+      ;;
+  esac
+}
+
+# A scancel or Ctrl-C stops the loop: terminate the attempt and do not restart. (SIGTERM, not
+# the signal received: a background job of a non-interactive shell ignores SIGINT.)
+child=""
+stopping=0
+on_signal() {
+  stopping=1
+  say "received SIG$1: stopping attempt (pid ${child:-none}) and not restarting"
+  if [[ -n $child ]]; then kill -TERM "$child" 2>/dev/null; fi
+}
+trap 'on_signal TERM' TERM
+trap 'on_signal INT' INT
+
+# run.resume=latest replaces any run.resume the caller gave (the newest checkpoint wins).
+cmd=("$@")
+resume_cmd=()
+for a in "${cmd[@]}"; do
+  [[ $a == run.resume=* ]] || resume_cmd+=("$a")
+done
+resume_cmd+=("run.resume=latest")
+
+attempt=0
+status=0
+while :; do
+  attempt=$((attempt + 1))
+  if ((attempt == 1)); then this=("${cmd[@]}"); else this=("${resume_cmd[@]}"); fi
+  say "attempt $attempt/$((max_restarts + 1)): ${this[*]}"
+  start=$(date +%s)
+  "${this[@]}" &
+  child=$!
+  # wait returns early (>128) when a trapped signal arrives; wait again for the real status.
+  wait "$child"
+  status=$?
+  while kill -0 "$child" 2>/dev/null; do
+    wait "$child"
+    status=$?
+  done
+  child=""
+  say "attempt $attempt exited with status $status ($(describe "$status")) after $(($(date +%s) - start)) s"
+
+  if ((status == 0)); then exit 0; fi
+  if ((stopping)); then exit "$status"; fi
+  for c in $no_restart_codes; do
+    if ((status == c)); then
+      say "not restarting: $(describe "$status") is not cured by a restart; fix the command or deck"
+      exit "$status"
+    fi
+  done
+  if ((attempt > max_restarts)); then
+    say "giving up after $attempt attempts (ATLAS_MAX_RESTARTS=$max_restarts); last status $status"
+    exit "$status"
+  fi
+  delay=$(awk -v b="$backoff_s" -v k="$attempt" 'BEGIN { print b * k }')
+  say "restarting in ${delay} s with run.resume=latest"
+  sleep "$delay" &
+  wait $! || true
+  if ((stopping)); then exit "$status"; fi
+done

@@ -1,0 +1,581 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: MIT
+# Reads a run's profile.h5 (format "atlas-profile" v1, docs/profile-format.md) and prints where
+# each rank's time went, what each WAN link achieved, and measured vs predicted; draws a Gantt
+# chart (one row per rank and per WAN link) of one step. Also draws a *predicted* Gantt chart
+# from `atlas schedule --json` output. Reads files only; never changes a run directory except
+# for the PNG/JSON it is asked to write. Runs under Debian's /usr/bin/python3 (h5py, matplotlib).
+"""atlas report: summary and Gantt chart of an atlas run's profile.
+
+usage:
+  atlas_report.py RUN_DIR [--step N] [--out PNG] [--json FILE] [--skip-steps K] [--no-png]
+  atlas_report.py --schedule-json FILE --out PNG [--kind gpipe|1f1b|atlas]
+
+exit status: 0 ok; 1 usage error or a missing Python package; 2 the file is not a readable
+atlas profile v1 (wrong format/version, missing or inconsistent datasets); 5 a missing input
+file or an output that cannot be written.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+EXIT_USAGE = 1
+EXIT_FORMAT = 2
+EXIT_IO = 5
+
+FORMAT_NAME = "atlas-profile"
+FORMAT_VERSION = 1
+
+# The slot kinds in sched::SlotKind order (also stored in the file as slot_kind_names).
+SLOT_KINDS = ["forward", "backward", "wan_send", "wan_recv", "local_send", "local_recv",
+              "all_reduce", "optimizer", "prefill", "idle"]
+# Where each kind's time goes in the per-rank summary.
+CATEGORY_OF_KIND = {
+    "forward": "compute", "backward": "compute", "optimizer": "compute",
+    "local_recv": "intra_dc", "all_reduce": "intra_dc",
+    "wan_recv": "wan_wait",
+    "idle": "idle",
+    "prefill": "prefill",
+    "wan_send": "send_post", "local_send": "send_post",
+}
+CATEGORIES = ["compute", "intra_dc", "wan_wait", "idle", "prefill", "send_post"]
+KIND_COLORS = {
+    "forward": "#4C72B0", "backward": "#DD8452", "wan_send": "#C44E52", "wan_recv": "#F2B8B8",
+    "local_send": "#55A868", "local_recv": "#B5DFC0", "all_reduce": "#8172B3",
+    "optimizer": "#937860", "prefill": "#DA8BC3", "idle": "#E5E5E5",
+}
+LINK_COLOR = "#C44E52"
+
+EVENT_COLUMNS = ["world_rank", "step", "slot_index", "kind", "micro", "peer", "link", "request",
+                 "bytes", "start_s", "end_s", "complete_s", "predicted_start_ms", "predicted_ms"]
+ROOT_ATTRS = ["format", "version", "run_name", "schedule_kind", "world_size", "predicted_step_ms",
+              "dc_names", "slot_kind_names", "deck"]
+RANK_COLUMNS = ["dc", "stage", "dp", "tp", "host"]
+STEP_COLUMNS = ["step", "loss", "step_time_s", "tokens_per_s", "bubble_fraction", "prefill_tokens"]
+
+
+class ReportError(Exception):
+    """A failure with a message for the user and the exit status it maps to."""
+
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code = code
+
+
+def import_or_explain(module, package):
+    try:
+        return __import__(module)
+    except ImportError as e:
+        raise ReportError(
+            EXIT_USAGE,
+            f"Python module '{module}' is missing ({e}): install the Debian package {package} "
+            f"(apt-get install {package}) and run with /usr/bin/python3 (a pyenv or venv python "
+            f"does not see Debian's packages); running: {sys.executable}") from None
+
+
+def pyplot():
+    matplotlib = import_or_explain("matplotlib", "python3-matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
+    return plt
+
+
+# ---- reading ----------------------------------------------------------------------------------
+
+def _text(value):
+    """An HDF5 string (bytes, numpy bytes, str, or a 0-d array of those) as str."""
+    if hasattr(value, "shape") and value.shape == () and hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, (bytes, bytearray)):
+        return value.decode("utf-8")
+    return str(value)
+
+
+def _texts(values):
+    return [_text(v) for v in list(values)]
+
+
+class Profile:
+    """Everything in one profile.h5, as numpy arrays and Python values."""
+
+    def __init__(self, path):
+        h5py = import_or_explain("h5py", "python3-h5py")  # first: it is the one users lack
+        np = import_or_explain("numpy", "python3-numpy")
+        self.path = path
+        if not os.path.exists(path):
+            raise ReportError(EXIT_IO, f"{path}: no such file (a run writes profile.h5 into its run "
+                                       f"directory when profile.enabled = true)")
+        try:
+            f = h5py.File(path, "r")
+        except OSError as e:
+            raise ReportError(EXIT_FORMAT, f"{path}: not a readable HDF5 file ({e})") from None
+        with f:
+            self._read(f, np)
+
+    def _fail(self, what):
+        raise ReportError(EXIT_FORMAT, f"{self.path}: {what}")
+
+    def _read(self, f, np):
+        if "format" not in f.attrs:
+            self._fail(f"no root attribute 'format': not an atlas profile (expected "
+                       f"format = '{FORMAT_NAME}')")
+        fmt = _text(f.attrs["format"])
+        if fmt != FORMAT_NAME:
+            self._fail(f"root attribute format = '{fmt}': not an atlas profile (expected "
+                       f"'{FORMAT_NAME}')")
+        version = int(np.asarray(f.attrs.get("version", -1)).reshape(-1)[0])
+        if version != FORMAT_VERSION:
+            self._fail(f"format version {version} is not supported: this report reads version "
+                       f"{FORMAT_VERSION} (docs/profile-format.md)")
+        missing = [a for a in ROOT_ATTRS if a not in f.attrs]
+        if missing:
+            self._fail(f"missing root attribute(s): {', '.join(missing)}")
+        a = f.attrs
+        self.run_name = _text(a["run_name"])
+        self.schedule_kind = _text(a["schedule_kind"])
+        self.world_size = int(np.asarray(a["world_size"]).reshape(-1)[0])
+        self.predicted_step_ms = float(np.asarray(a["predicted_step_ms"]).reshape(-1)[0])
+        self.dc_names = _texts(np.asarray(a["dc_names"]).reshape(-1))
+        self.kind_names = _texts(np.asarray(a["slot_kind_names"]).reshape(-1))
+        self.deck = _text(a["deck"])
+
+        self.events = self._columns(f, "events", EVENT_COLUMNS, np)
+        self.ranks = self._columns(f, "ranks", RANK_COLUMNS, np)
+        self.links = self._columns(f, "links", ["src_dc", "dst_dc"], np)
+        self.steps = self._columns(f, "steps", STEP_COLUMNS, np)
+        if "schedule_json" not in f:
+            self._fail("missing dataset /schedule_json")
+        try:
+            self.schedule = json.loads(_text(f["schedule_json"][()]))
+        except ValueError as e:
+            self._fail(f"/schedule_json is not valid JSON ({e})")
+        if isinstance(self.schedule, list):  # tolerate the CLI's list form
+            self.schedule = self.schedule[0] if self.schedule else {}
+
+        self.ranks["host"] = _texts(self.ranks["host"])
+        for col in ("dc", "stage", "dp", "tp"):
+            if len(self.ranks[col]) != self.world_size:
+                self._fail(f"/ranks/{col} has {len(self.ranks[col])} entries, expected "
+                           f"world_size = {self.world_size}")
+        n = len(self.events["kind"])
+        if n == 0:
+            self._fail("/events is empty: the run recorded no slots")
+        kinds = self.events["kind"]
+        if kinds.min() < 0 or kinds.max() >= len(self.kind_names):
+            self._fail(f"/events/kind holds {int(kinds.min())}..{int(kinds.max())}, outside the "
+                       f"{len(self.kind_names)} slot_kind_names")
+        ranks = self.events["world_rank"]
+        if ranks.min() < 0 or ranks.max() >= self.world_size:
+            self._fail(f"/events/world_rank holds {int(ranks.min())}..{int(ranks.max())}, outside "
+                       f"0..{self.world_size - 1}")
+        links = self.events["link"]
+        if links.max() >= len(self.links["src_dc"]):
+            self._fail(f"/events/link holds {int(links.max())} but /links has "
+                       f"{len(self.links['src_dc'])} links")
+
+    def _columns(self, f, group, names, np):
+        if group not in f:
+            self._fail(f"missing group /{group}")
+        g = f[group]
+        missing = [c for c in names if c not in g]
+        if missing:
+            self._fail(f"missing dataset(s) in /{group}: {', '.join(missing)}")
+        cols = {c: np.asarray(g[c][()]).reshape(-1) for c in names}
+        lengths = {len(v) for v in cols.values()}
+        if len(lengths) > 1:
+            sizes = ", ".join(f"{c}={len(v)}" for c, v in cols.items())
+            self._fail(f"the datasets of /{group} differ in length ({sizes})")
+        return cols
+
+    def kind_name(self, k):
+        return self.kind_names[int(k)]
+
+    def rank_label(self, r):
+        dc = int(self.ranks["dc"][r])
+        dc_name = self.dc_names[dc] if 0 <= dc < len(self.dc_names) else str(dc)
+        return (f"r{r} {dc_name} s{int(self.ranks['stage'][r])} d{int(self.ranks['dp'][r])} "
+                f"t{int(self.ranks['tp'][r])}")
+
+    def link_label(self, link):
+        s, d = int(self.links["src_dc"][link]), int(self.links["dst_dc"][link])
+        name = lambda i: self.dc_names[i] if 0 <= i < len(self.dc_names) else str(i)  # noqa: E731
+        return f"WAN {name(s)}>{name(d)}"
+
+
+# ---- the numbers ------------------------------------------------------------------------------
+
+def union_length(intervals):
+    """Total length covered by a list of (start, end) intervals (overlaps counted once)."""
+    total = 0.0
+    cur_start = cur_end = None
+    for s, e in sorted(intervals):
+        if e < s:
+            s, e = e, s
+        if cur_end is None or s > cur_end:
+            if cur_end is not None:
+                total += cur_end - cur_start
+            cur_start, cur_end = s, e
+        else:
+            cur_end = max(cur_end, e)
+    if cur_end is not None:
+        total += cur_end - cur_start
+    return total
+
+
+def summarize(p, skip_steps=0):
+    """The report's numbers as a dict (also what --json writes)."""
+    import numpy as np
+    ev = p.events
+    steps_all = sorted({int(s) for s in ev["step"]})
+    steps = steps_all[skip_steps:]
+    if not steps:
+        raise ReportError(EXIT_USAGE, f"--skip-steps {skip_steps} leaves no step (the profile has "
+                                      f"{len(steps_all)}: {steps_all[0]}..{steps_all[-1]})")
+    sel = np.isin(ev["step"], steps)
+    dur = ev["end_s"] - ev["start_s"]
+    kind_names = [p.kind_name(k) for k in range(len(p.kind_names))]
+    cat_of = np.array([CATEGORY_OF_KIND.get(n, "other") for n in kind_names])
+
+    row_of_rank = {}
+    for row in p.schedule.get("rows", []):
+        row_of_rank[(row["stage"], row["dp"])] = row
+
+    ranks = []
+    for r in range(p.world_size):
+        m = sel & (ev["world_rank"] == r)
+        out = {"rank": r, "label": p.rank_label(r), "host": p.ranks["host"][r],
+               "dc": int(p.ranks["dc"][r]), "stage": int(p.ranks["stage"][r]),
+               "dp": int(p.ranks["dp"][r]), "tp": int(p.ranks["tp"][r])}
+        for c in CATEGORIES:
+            out[c] = 0.0
+        cats = cat_of[ev["kind"][m]]
+        for c in CATEGORIES:
+            out[c] = float(dur[m][cats == c].sum())
+        wall = 0.0
+        for s in steps:
+            ms = m & (ev["step"] == s)
+            if ms.any():
+                wall += float(ev["end_s"][ms].max() - ev["start_s"][ms].min())
+        out["wall"] = wall
+        out["other"] = wall - sum(out[c] for c in CATEGORIES)
+        out["utilization"] = (out["compute"] + out["prefill"]) / wall if wall > 0 else 0.0
+        out["idle_fraction"] = out["idle"] / wall if wall > 0 else 0.0
+        row = row_of_rank.get((out["stage"], out["dp"]))
+        out["predicted_idle_fraction"] = float(row["bubble_fraction"]) if row else None
+        ranks.append(out)
+
+    wan_send = kind_names.index("wan_send") if "wan_send" in kind_names else -1
+    links = []
+    for link in range(len(p.links["src_dc"])):
+        m = sel & (ev["kind"] == wan_send) & (ev["link"] == link)
+        nbytes = int(ev["bytes"][m].sum())
+        busy = union_length(list(zip(ev["start_s"][m], ev["complete_s"][m])))
+        links.append({"link": link, "label": p.link_label(link),
+                      "src_dc": int(p.links["src_dc"][link]), "dst_dc": int(p.links["dst_dc"][link]),
+                      "transfers": int(m.sum()), "bytes": nbytes, "busy_s": busy,
+                      "bytes_per_s": nbytes / busy if busy > 0 else 0.0})
+
+    # Measured step time: rank 0's /steps rows when present, else the span of each step's events.
+    step_ms = []
+    if len(p.steps["step"]):
+        for s, t in zip(p.steps["step"], p.steps["step_time_s"]):
+            if int(s) in steps:
+                step_ms.append(1e3 * float(t))
+    source = "/steps/step_time_s"
+    if not step_ms:
+        source = "event span per step"
+        for s in steps:
+            ms = sel & (ev["step"] == s)
+            step_ms.append(1e3 * float(ev["end_s"][ms].max() - ev["start_s"][ms].min()))
+    mean_step = sum(step_ms) / len(step_ms)
+
+    kinds = []
+    for k, name in enumerate(kind_names):
+        m = sel & (ev["kind"] == k)
+        count = int(m.sum())
+        if count == 0:
+            continue
+        measured = 1e3 * float(dur[m].mean())
+        predicted = float(ev["predicted_ms"][m].mean())
+        kinds.append({"kind": name, "count": count, "measured_ms": measured,
+                      "predicted_ms": predicted,
+                      "ratio": measured / predicted if predicted > 0 else None})
+
+    return {
+        "run_name": p.run_name, "schedule_kind": p.schedule_kind, "world_size": p.world_size,
+        "dc_names": p.dc_names, "steps": steps, "skipped_steps": steps_all[:skip_steps],
+        "ranks": ranks, "links": links,
+        "step_time": {"measured_mean_ms": mean_step, "measured_min_ms": min(step_ms),
+                      "measured_max_ms": max(step_ms), "source": source, "count": len(step_ms),
+                      "predicted_ms": p.predicted_step_ms,
+                      "ratio": mean_step / p.predicted_step_ms if p.predicted_step_ms > 0 else None},
+        "kinds": kinds,
+    }
+
+
+def _z(x):
+    """x, with float noise around zero printed as 0 (not -0.0000)."""
+    return 0.0 if abs(x) < 5e-10 else x
+
+
+def print_summary(s, out=None):
+    w = (out or sys.stdout).write
+    steps = s["steps"]
+    w(f"# atlas report: run {s['run_name']}, schedule {s['schedule_kind']}, {s['world_size']} ranks, "
+      f"DCs {' '.join(s['dc_names'])}; steps {steps[0]}..{steps[-1]} ({len(steps)} analysed")
+    w(f", {len(s['skipped_steps'])} skipped)\n" if s["skipped_steps"] else ")\n")
+    w("# per rank, seconds summed over the analysed steps; wall = sum of each step's first start to "
+      "last end;\n# util = (compute + prefill) / wall; pred_idle = the schedule table's bubble "
+      "fraction for the rank's row\n")
+    w(f"{'rank':<22} {'compute':>9} {'intra_dc':>9} {'wan_wait':>9} {'idle':>9} {'prefill':>9} "
+      f"{'send':>9} {'other':>9} {'wall':>9} {'util_%':>7} {'idle_%':>7} {'pred_idle_%':>11}\n")
+    for r in s["ranks"]:
+        pred = r["predicted_idle_fraction"]
+        pred_txt = f"{100 * pred:.1f}" if pred is not None else "-"
+        w(f"{r['label']:<22} {r['compute']:>9.4f} {r['intra_dc']:>9.4f} {r['wan_wait']:>9.4f} "
+          f"{r['idle']:>9.4f} {r['prefill']:>9.4f} {r['send_post']:>9.4f} {_z(r['other']):>9.4f} "
+          f"{r['wall']:>9.4f} {100 * r['utilization']:>7.1f} {100 * r['idle_fraction']:>7.1f} "
+          f"{pred_txt:>11}\n")
+    w("\n# per WAN link: wan_send transfers, post to completion; busy = time with >= 1 transfer in "
+      "flight\n")
+    w(f"{'link':<20} {'transfers':>9} {'bytes':>14} {'busy_s':>10} {'MB/s':>10} {'Gbit/s':>8}\n")
+    for link in s["links"]:
+        w(f"{link['label']:<20} {link['transfers']:>9} {link['bytes']:>14} {link['busy_s']:>10.4f} "
+          f"{link['bytes_per_s'] / 1e6:>10.2f} {link['bytes_per_s'] * 8 / 1e9:>8.3f}\n")
+    st = s["step_time"]
+    ratio = f"{st['ratio']:.3f}" if st["ratio"] is not None else "-"
+    w(f"\n# measured vs predicted (schedule table)\nstep time: measured mean {st['measured_mean_ms']:.3f} "
+      f"ms (min {st['measured_min_ms']:.3f}, max {st['measured_max_ms']:.3f}, {st['count']} steps, "
+      f"from {st['source']}) vs predicted {st['predicted_ms']:.3f} ms: ratio {ratio}\n")
+    w(f"{'kind':<12} {'count':>7} {'measured_ms':>12} {'predicted_ms':>13} {'ratio':>7}\n")
+    for k in s["kinds"]:
+        ratio = f"{k['ratio']:.3f}" if k["ratio"] is not None else "-"
+        w(f"{k['kind']:<12} {k['count']:>7} {k['measured_ms']:>12.4f} {k['predicted_ms']:>13.4f} "
+          f"{ratio:>7}\n")
+
+
+# ---- drawing ----------------------------------------------------------------------------------
+
+def draw_gantt(ax, rows, link_rows, title, kind_order):
+    """rows: [(label, [(start_ms, dur_ms, kind_name)])]; link_rows: [(label, [(start_ms, dur_ms)])].
+    Zero-length slots (send posts, recv markers) are drawn as thin ticks."""
+    labels = [r[0] for r in rows] + [r[0] for r in link_rows]
+    n = len(labels)
+    ticks = []
+    xmax = 0.0
+    for i, (_, slots) in enumerate(rows):
+        y = n - 1 - i
+        ticks.append(y)
+        by_kind = {}
+        for start, dur, kind in slots:
+            by_kind.setdefault(kind, []).append((start, dur))
+            xmax = max(xmax, start + dur)
+        for kind, spans in by_kind.items():
+            color = KIND_COLORS.get(kind, "#999999")
+            bars = [(s, d) for s, d in spans if d > 0]
+            if bars:
+                ax.broken_barh(bars, (y - 0.4, 0.8), facecolors=color, edgecolor="white",
+                               linewidth=0.3)
+            marks = [s for s, d in spans if d <= 0]
+            if marks:
+                ax.vlines(marks, y - 0.4, y + 0.4, colors=color, linewidth=1.2)
+    for j, (_, spans) in enumerate(link_rows):
+        y = n - 1 - len(rows) - j
+        ticks.append(y)
+        bars = [(s, max(d, 0.0)) for s, d in spans]
+        for s, d in bars:
+            xmax = max(xmax, s + d)
+        if bars:
+            ax.broken_barh(bars, (y - 0.35, 0.7), facecolors=LINK_COLOR, alpha=0.55,
+                           edgecolor="black", linewidth=0.4)
+    ax.set_yticks(ticks)
+    ax.set_yticklabels(labels, fontsize=8)
+    ax.set_ylim(-0.6, n - 0.4)
+    ax.set_xlim(0, xmax * 1.01 if xmax > 0 else 1.0)
+    ax.set_title(title, fontsize=10)
+    ax.grid(axis="x", linestyle=":", linewidth=0.5)
+    if link_rows:
+        ax.axhline(len(link_rows) - 0.5, color="black", linewidth=0.6)
+    return [k for k in kind_order if any(k == s[2] for _, sl in rows for s in sl)]
+
+
+def add_legend(fig, kinds_used, with_links):
+    import matplotlib.patches as mpatches
+    handles = [mpatches.Patch(color=KIND_COLORS.get(k, "#999999"), label=k) for k in kinds_used]
+    if with_links:
+        handles.append(mpatches.Patch(color=LINK_COLOR, alpha=0.55, label="WAN transfer"))
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), fontsize=8,
+               frameon=False)
+
+
+def save(fig, path):
+    try:
+        fig.savefig(path, dpi=110)
+    except OSError as e:
+        raise ReportError(EXIT_IO, f"cannot write {path}: {e}") from None
+
+
+def measured_gantt(p, step, out_path):
+    import numpy as np
+    plt = pyplot()
+    ev = p.events
+    steps = sorted({int(s) for s in ev["step"]})
+    if step is None:
+        step = steps[-1]
+    if step not in steps:
+        raise ReportError(EXIT_USAGE, f"--step {step}: the profile holds steps "
+                                      f"{steps[0]}..{steps[-1]}")
+    m = ev["step"] == step
+    t0 = float(ev["start_s"][m].min())
+    rows = []
+    for r in range(p.world_size):
+        mr = m & (ev["world_rank"] == r)
+        slots = [(1e3 * (s - t0), 1e3 * (e - s), p.kind_name(k))
+                 for s, e, k in zip(ev["start_s"][mr], ev["end_s"][mr], ev["kind"][mr])]
+        rows.append((p.rank_label(r), slots))
+    wan_send = p.kind_names.index("wan_send") if "wan_send" in p.kind_names else -1
+    link_rows = []
+    for link in range(len(p.links["src_dc"])):
+        ml = m & (ev["kind"] == wan_send) & (ev["link"] == link)
+        spans = [(1e3 * (s - t0), 1e3 * (c - s)) for s, c in zip(ev["start_s"][ml], ev["complete_s"][ml])]
+        link_rows.append((p.link_label(link), spans))
+    span_ms = 1e3 * float(np.max(np.maximum(ev["end_s"][m], ev["complete_s"][m])) - t0)
+    fig, ax = plt.subplots(figsize=(13, 0.32 * (len(rows) + len(link_rows)) + 1.8))
+    used = draw_gantt(ax, rows, link_rows,
+                      f"{p.run_name}: step {step} as measured ({p.schedule_kind}; {span_ms:.1f} ms "
+                      f"vs predicted {p.predicted_step_ms:.1f} ms)", p.kind_names)
+    ax.set_xlabel("time since the step's first slot (ms)")
+    add_legend(fig, used, bool(link_rows))
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    save(fig, out_path)
+    plt.close(fig)
+    return step
+
+
+def load_schedule_tables(path):
+    if not os.path.exists(path):
+        raise ReportError(EXIT_IO, f"{path}: no such file (write one with atlas schedule DECK "
+                                   f"--json {path})")
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ReportError(EXIT_FORMAT, f"{path}: not a schedule JSON file ({e})") from None
+    tables = data if isinstance(data, list) else [data]
+    for i, t in enumerate(tables):
+        if not isinstance(t, dict) or "rows" not in t or "kind" not in t:
+            raise ReportError(EXIT_FORMAT, f"{path}: table {i} has no 'kind'/'rows': not the "
+                                           f"output of atlas schedule --json")
+    return tables
+
+
+def schedule_rows(t):
+    dcs = t.get("dcs", [])
+    name = lambda i: dcs[i] if 0 <= i < len(dcs) else str(i)  # noqa: E731
+    rows = []
+    for row in t["rows"]:
+        slots = [(s["start_ms"], s["duration_ms"], s["kind"]) for s in row["slots"]]
+        rows.append((f"{name(row['dc'])} s{row['stage']} d{row['dp']}", slots))
+    link_rows = []
+    for link in t.get("links", []):
+        spans = [(x["start_ms"], x["end_ms"] - x["start_ms"]) for x in link["transfers"]]
+        link_rows.append((f"WAN {name(link['src_dc'])}>{name(link['dst_dc'])}", spans))
+    return rows, link_rows
+
+
+def predicted_gantt(path, out_path, kind=None):
+    tables = load_schedule_tables(path)
+    if kind:
+        tables = [t for t in tables if t["kind"] == kind]
+        if not tables:
+            raise ReportError(EXIT_USAGE, f"{path} holds no '{kind}' table")
+    plt = pyplot()
+    heights = [0.32 * (len(t["rows"]) + len(t.get("links", []))) + 0.9 for t in tables]
+    fig, axes = plt.subplots(len(tables), 1, figsize=(13, sum(heights) + 1.0), squeeze=False,
+                             gridspec_kw={"height_ratios": heights})
+    used = []
+    xmax = 0.0
+    for ax, t in zip(axes[:, 0], tables):
+        rows, link_rows = schedule_rows(t)
+        title = (f"{t['kind']} (predicted): step {t['step_ms']:.1f} ms, mean bubble "
+                 f"{100 * t.get('mean_bubble_fraction', 0):.1f}%")
+        for k in draw_gantt(ax, rows, link_rows, title, SLOT_KINDS):
+            if k not in used:
+                used.append(k)
+        xmax = max(xmax, ax.get_xlim()[1])
+    for ax in axes[:, 0]:
+        ax.set_xlim(0, xmax)  # one time scale, so schedules compare by eye
+    axes[-1, 0].set_xlabel("time in step (ms)")
+    add_legend(fig, [k for k in SLOT_KINDS if k in used],
+               any(t.get("links") for t in tables))
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    save(fig, out_path)
+    plt.close(fig)
+    return [t["kind"] for t in tables]
+
+
+# ---- command line -----------------------------------------------------------------------------
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # atlas's usage errors exit 1 (argparse's default is 2)
+        self.print_usage(sys.stderr)
+        sys.stderr.write(f"ERROR: {message}\n")
+        sys.exit(EXIT_USAGE)
+
+
+def main(argv=None):
+    ap = Parser(prog="atlas report", description=__doc__.split("\n\n")[0])
+    ap.add_argument("run_dir", nargs="?", help="run directory (runs/NAME) or a profile.h5 path")
+    ap.add_argument("--step", type=int, help="step drawn in the Gantt chart (default: the last)")
+    ap.add_argument("--out", help="PNG to write (default: RUN_DIR/gantt.png)")
+    ap.add_argument("--json", help="also write the summary's numbers to this JSON file")
+    ap.add_argument("--skip-steps", type=int, default=0,
+                    help="leave the first K recorded steps (warm-up) out of the summary")
+    ap.add_argument("--no-png", action="store_true", help="print the summary only")
+    ap.add_argument("--schedule-json", help="draw the predicted table(s) of this atlas schedule "
+                                            "--json file instead of reading a run")
+    ap.add_argument("--kind", choices=["gpipe", "1f1b", "atlas"],
+                    help="with --schedule-json: only this schedule's table")
+    args = ap.parse_args(argv)
+    try:
+        if args.schedule_json:
+            if args.run_dir:
+                ap.error("give a run directory or --schedule-json, not both")
+            if not args.out:
+                ap.error("--schedule-json needs --out PNG")
+            kinds = predicted_gantt(args.schedule_json, args.out, args.kind)
+            print(f"# wrote {args.out} (predicted: {' '.join(kinds)})")
+            return 0
+        if not args.run_dir:
+            ap.error("give a run directory (runs/NAME) or --schedule-json FILE --out PNG")
+        if args.skip_steps < 0:
+            ap.error("--skip-steps must be >= 0")
+        if os.path.isdir(args.run_dir) or not args.run_dir.endswith(".h5"):
+            run_dir, profile_path = args.run_dir, os.path.join(args.run_dir, "profile.h5")
+        else:  # a profile file named directly
+            run_dir, profile_path = os.path.dirname(args.run_dir) or ".", args.run_dir
+        p = Profile(profile_path)
+        s = summarize(p, args.skip_steps)
+        print_summary(s)
+        if args.json:
+            try:
+                with open(args.json, "w", encoding="utf-8") as f:
+                    json.dump(s, f, indent=1)
+            except OSError as e:
+                raise ReportError(EXIT_IO, f"cannot write {args.json}: {e}") from None
+            print(f"# wrote {args.json}")
+        if not args.no_png:
+            out = args.out or os.path.join(run_dir, "gantt.png")
+            step = measured_gantt(p, args.step, out)
+            print(f"# wrote {out} (step {step})")
+        return 0
+    except ReportError as e:
+        sys.stdout.flush()
+        sys.stderr.write(f"ERROR: {e}\n")
+        return e.code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,230 @@
+# shellcheck shell=bash
+# SPDX-License-Identifier: MIT
+# Sourced by every scripts/slurm/*.sbatch after its #SBATCH block and site settings. Creates the
+# run directory runs/<run.name>_<jobid>/, records what is needed to reproduce the run (deck,
+# overrides, git commit, scontrol show job, SLURM_/OMPI_/NCCL_/ATLAS_ variables), places each DC's
+# ranks on that DC's nodes, and launches `atlas $ATLAS_CMD DECK key=value ...` with srun (or
+# mpirun) through the restart loop (scripts/launch/atlas-run-restart.sh). Not a scheduler: one
+# launch per call of atlas_run.
+#
+# Entry points: atlas_run [DECK] [key=value ...]   (one launch; exit status of the last attempt)
+#               atlas_deck_value KEY               (a deck key after overrides, for sweeps)
+# Needs bash, Slurm's client commands inside a job, and git (optional: the commit is recorded).
+
+# ---- site settings: every one may be set by the sbatch script or the environment ----
+# NOTE: change for your cluster (or set in the sbatch script / `sbatch --export=ALL,VAR=...`).
+: "${ATLAS_ROOT:=${SLURM_SUBMIT_DIR:-$PWD}}"     # repository checkout; decks are relative to it
+: "${ATLAS_BIN:=$ATLAS_ROOT/build/bin/atlas}"   # NOTE: the build to run (e.g. build-cuda/bin/atlas)
+: "${ATLAS_CMD:=train}"                         # subcommand the job runs
+: "${ATLAS_CMD_ARGS:=}"                         # extra options after the overrides (split on spaces)
+: "${ATLAS_DECK:=inputs/three_dc_cpu.deck}"     # deck when the job is given none
+: "${ATLAS_RUNS_DIR:=$ATLAS_ROOT/runs}"         # parent of run directories (run.out_dir)
+: "${ATLAS_LAUNCHER:=srun}"                     # srun | mpirun (both read the allocation)
+: "${ATLAS_SRUN_MPI:=pmix}"                     # NOTE: srun --mpi plugin your Open MPI was built with
+: "${ATLAS_MODULES:=}"                          # NOTE: modules to load, e.g. "openmpi/4.1 hdf5/1.10"
+# Per-DC placement, one word per deck DC (cluster.dcs order). Empty = block placement over the
+# whole allocation (on one host every DC is that host).
+: "${ATLAS_DC_NODES:=}"       # NOTE: Slurm hostlists, e.g. "dcA-n[01-02] dcB-n[01-02] dcC-n01"
+: "${ATLAS_DC_BIND_HOSTS:=}"  # NOTE: WAN listen address per DC (cluster.bind_hosts), e.g. "10.1.0.1 10.2.0.1 10.3.0.1"
+# Network interfaces inside a DC (intra-DC MPI / NCCL traffic and Open MPI's out-of-band wire-up).
+: "${ATLAS_NET_IFNAME:=lo}"   # NOTE: e.g. ib0 / eth0 / ens1f0 (lo works only when the job is on one host)
+
+export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-$ATLAS_NET_IFNAME}
+export OMPI_MCA_btl_tcp_if_include=${OMPI_MCA_btl_tcp_if_include:-$ATLAS_NET_IFNAME}
+export OMPI_MCA_oob_tcp_if_include=${OMPI_MCA_oob_tcp_if_include:-$ATLAS_NET_IFNAME}
+# Debug switches (uncomment when wire-up or NCCL misbehaves):
+# export NCCL_DEBUG=INFO
+# export NCCL_DEBUG_SUBSYS=INIT,NET
+# export OMPI_MCA_btl_base_verbose=100
+# export OMPI_MCA_pml_base_verbose=100
+# export PMIX_MCA_pmix_client_get_verbose=1
+
+# ---- helpers ----
+atlas_die() { # code message...
+  local code=$1
+  shift
+  echo "ERROR: $*" >&2
+  exit "$code"
+}
+
+atlas_note() { echo "# $*"; }
+
+# The value of deck key $1: the deck's last line for it, then the last key=value override in
+# ATLAS_OVERRIDES; quotes stripped; empty when absent.
+atlas_deck_value() {
+  local key=$1 value o
+  value=$(awk -v key="$key" '
+    { sub(/#.*/, "") }
+    index($0, "=") {
+      k = substr($0, 1, index($0, "=") - 1); v = substr($0, index($0, "=") + 1)
+      gsub(/^[ \t]+|[ \t]+$/, "", k); gsub(/^[ \t]+|[ \t]+$/, "", v)
+      if (k == key) val = v
+    }
+    END { print val }' "$ATLAS_DECK_PATH")
+  for o in "${ATLAS_OVERRIDES[@]}"; do
+    if [[ ${o%%=*} == "$key" ]]; then value=${o#*=}; fi
+  done
+  value=${value#\"}
+  value=${value%\"}
+  echo "$value"
+}
+
+# Ranks of each DC (parallel.stages_per_dc * dp_size * tp_size), space-separated.
+atlas_ranks_per_dc() {
+  local dp tp s out=()
+  dp=$(atlas_deck_value parallel.dp_size)
+  tp=$(atlas_deck_value parallel.tp_size)
+  dp=${dp:-1}
+  tp=${tp:-1}
+  for s in $(atlas_deck_value parallel.stages_per_dc); do
+    [[ $s =~ ^[0-9]+$ && $dp =~ ^[0-9]+$ && $tp =~ ^[0-9]+$ ]] ||
+      atlas_die 2 "$ATLAS_DECK_PATH: cannot read the layout (stages_per_dc '$s', dp '$dp', tp '$tp')"
+    out+=($((s * dp * tp)))
+  done
+  [[ ${#out[@]} -gt 0 ]] || atlas_die 2 "$ATLAS_DECK_PATH: parallel.stages_per_dc is missing"
+  echo "${out[*]}"
+}
+
+# Writes $1 (one host per world rank, rank order) from ATLAS_DC_NODES and ATLAS_RANKS_PER_DC: DC
+# i's ranks go to the nodes of its hostlist, in blocks (TP and DP peers share a node when they fit).
+atlas_write_hostfile() {
+  local file=$1 dc=0 n nodes count per r k
+  local -a dc_nodes ranks alloc
+  read -r -a dc_nodes <<<"$ATLAS_DC_NODES"
+  read -r -a ranks <<<"$ATLAS_RANKS_PER_DC"
+  ((${#dc_nodes[@]} == ${#ranks[@]})) ||
+    atlas_die 2 "ATLAS_DC_NODES has ${#dc_nodes[@]} entries but the deck has ${#ranks[@]} DCs" \
+      "(cluster.dcs: $(atlas_deck_value cluster.dcs)); give one Slurm hostlist per DC"
+  mapfile -t alloc < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
+  : >"$file"
+  for n in "${ranks[@]}"; do
+    mapfile -t nodes < <(scontrol show hostnames "${dc_nodes[dc]}")
+    count=${#nodes[@]}
+    ((count > 0)) || atlas_die 2 "ATLAS_DC_NODES entry $dc ('${dc_nodes[dc]}') names no node"
+    for k in "${nodes[@]}"; do
+      printf '%s\n' "${alloc[@]}" | grep -qx "$k" ||
+        atlas_die 2 "node $k of DC $dc is not in this job's allocation ($SLURM_JOB_NODELIST);" \
+          "request it (#SBATCH --nodelist) or fix ATLAS_DC_NODES"
+    done
+    per=$(((n + count - 1) / count))
+    for ((r = 0; r < n; ++r)); do echo "${nodes[r / per]}" >>"$file"; done
+    dc=$((dc + 1))
+  done
+}
+
+# Records what reproduces the run into $ATLAS_RUN_DIR.
+atlas_record_provenance() {
+  local d=$ATLAS_RUN_DIR
+  cp "$ATLAS_DECK_PATH" "$d/" || atlas_die 5 "cannot copy the deck into $d"
+  printf '%s\n' "${ATLAS_OVERRIDES[@]}" >"$d/overrides.txt"
+  {
+    echo "date_utc: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "host: $(hostname)"
+    echo "atlas_bin: $ATLAS_BIN"
+    echo "atlas_bin_sha256: $(sha256sum "$ATLAS_BIN" | cut -d' ' -f1)"
+    echo "atlas_bin_mtime: $(date -u -r "$ATLAS_BIN" +%Y-%m-%dT%H:%M:%SZ)"
+    if git -C "$ATLAS_ROOT" rev-parse HEAD >/dev/null 2>&1; then
+      echo "git_commit: $(git -C "$ATLAS_ROOT" rev-parse HEAD)"
+      echo "git_dirty_files: $(git -C "$ATLAS_ROOT" status --porcelain --untracked-files=no | wc -l)"
+    else
+      echo "git_commit: unknown ($ATLAS_ROOT is not a git checkout)"
+    fi
+    echo "mpirun: $(mpirun --version 2>/dev/null | head -n1)"
+    echo "slurm: $(sinfo --version 2>/dev/null)"
+  } >"$d/build_info.txt"
+  scontrol show job "$SLURM_JOB_ID" >"$d/scontrol_job.txt" 2>&1 || true
+  env | grep -E '^(SLURM|OMPI|NCCL|ATLAS|PMIX|UCX|CUDA_VISIBLE)[A-Za-z0-9_]*=' | sort >"$d/env.txt"
+}
+
+# ---- the launch ----
+# atlas_run [DECK] [key=value ...]: one launch through the restart loop. Sets ATLAS_RUN_DIR.
+# ATLAS_RUN_SUFFIX (optional) is appended to the run directory's name (sweeps).
+atlas_run() {
+  [[ -n ${SLURM_JOB_ID:-} ]] ||
+    atlas_die 1 "not inside a Slurm job: submit with sbatch (or run inside salloc)"
+  [[ -f $ATLAS_ROOT/scripts/launch/atlas-run-restart.sh ]] ||
+    atlas_die 1 "ATLAS_ROOT=$ATLAS_ROOT is not an atlas checkout; submit from the repository" \
+      "root or set ATLAS_ROOT (sbatch --export=ALL,ATLAS_ROOT=/path/to/atlas)"
+  cd "$ATLAS_ROOT" || atlas_die 5 "cannot cd to $ATLAS_ROOT"
+
+  if [[ $# -gt 0 && $1 != *=* ]]; then
+    ATLAS_DECK=$1
+    shift
+  fi
+  ATLAS_OVERRIDES=("$@")
+  local o
+  for o in "${ATLAS_OVERRIDES[@]}"; do
+    [[ $o == ?*=* ]] || atlas_die 1 "argument '$o' is not a key=value deck override"
+  done
+  ATLAS_DECK_PATH=$ATLAS_DECK
+  [[ -f $ATLAS_DECK_PATH ]] || atlas_die 2 "deck $ATLAS_DECK_PATH not found (relative to $ATLAS_ROOT)"
+  [[ -x $ATLAS_BIN ]] ||
+    atlas_die 1 "$ATLAS_BIN is not an executable: build first (cmake --preset cpu-release &&" \
+      "cmake --build --preset cpu-release) or set ATLAS_BIN"
+
+  if [[ -n $ATLAS_MODULES ]]; then
+    command -v module >/dev/null || atlas_die 1 "ATLAS_MODULES is set but 'module' is unavailable"
+    # shellcheck disable=SC2086
+    module load $ATLAS_MODULES || atlas_die 1 "module load $ATLAS_MODULES failed"
+  fi
+
+  # ---- job shape: the deck's world size must fit the allocation ----
+  local name world=0 n
+  name=$(atlas_deck_value run.name)
+  name=${name:-atlas}
+  ATLAS_RANKS_PER_DC=$(atlas_ranks_per_dc) || exit $?
+  for n in $ATLAS_RANKS_PER_DC; do world=$((world + n)); done
+  local tasks=${SLURM_NTASKS:-${SLURM_NPROCS:-0}}
+  ((world <= tasks)) ||
+    atlas_die 2 "the deck needs $world ranks but the job has $tasks tasks;" \
+      "submit with --ntasks=$world (or change parallel.* with key=value overrides)"
+
+  # ---- run directory and provenance ----
+  local run_name="${name}_${SLURM_JOB_ID}${ATLAS_RUN_SUFFIX:-}"
+  ATLAS_RUN_DIR="$ATLAS_RUNS_DIR/$run_name"
+  mkdir -p "$ATLAS_RUN_DIR" || atlas_die 5 "cannot create $ATLAS_RUN_DIR"
+  atlas_record_provenance
+
+  # ---- placement and the command ----
+  local -a launch extra
+  read -r -a extra <<<"$ATLAS_CMD_ARGS"
+  case "$ATLAS_LAUNCHER" in
+    srun)
+      launch=(srun "--mpi=$ATLAS_SRUN_MPI" --ntasks="$world" --kill-on-bad-exit=1)
+      if [[ -n $ATLAS_DC_NODES ]]; then
+        atlas_write_hostfile "$ATLAS_RUN_DIR/hostfile"
+        export SLURM_HOSTFILE=$ATLAS_RUN_DIR/hostfile
+        launch+=(--distribution=arbitrary)
+      fi
+      ;;
+    mpirun)
+      launch=(mpirun -np "$world")
+      if [[ -n $ATLAS_DC_NODES ]]; then
+        atlas_write_hostfile "$ATLAS_RUN_DIR/hostfile"
+        # The sequential mapper puts rank i on line i. Open MPI 4.1.4's mpirun segfaults at exit
+        # (hwloc topology free) when it is combined with oversubscription, which it never needs.
+        launch=(env -u OMPI_MCA_rmaps_base_oversubscribe "${launch[@]}"
+          --hostfile "$ATLAS_RUN_DIR/hostfile" --mca rmaps seq)
+      fi
+      ;;
+    *) atlas_die 1 "ATLAS_LAUNCHER='$ATLAS_LAUNCHER': expected srun or mpirun" ;;
+  esac
+  local -a placement_overrides=("run.out_dir=$ATLAS_RUNS_DIR" "run.name=$run_name")
+  if [[ -n $ATLAS_DC_BIND_HOSTS ]]; then placement_overrides+=("cluster.bind_hosts=$ATLAS_DC_BIND_HOSTS"); fi
+  launch+=("$ATLAS_BIN" "$ATLAS_CMD" "$ATLAS_DECK_PATH" "${ATLAS_OVERRIDES[@]}"
+    "${placement_overrides[@]}" "${extra[@]}")
+  printf '%q ' "${launch[@]}" >"$ATLAS_RUN_DIR/command.txt"
+  echo >>"$ATLAS_RUN_DIR/command.txt"
+
+  atlas_note "atlas job $SLURM_JOB_ID on $SLURM_JOB_NODELIST: $world ranks, DCs $(atlas_deck_value cluster.dcs)," \
+    "ranks per DC $ATLAS_RANKS_PER_DC"
+  atlas_note "run dir $ATLAS_RUN_DIR"
+  atlas_note "command ${launch[*]}"
+
+  local status
+  "$ATLAS_ROOT/scripts/launch/atlas-run-restart.sh" --log "$ATLAS_RUN_DIR/restarts.log" -- "${launch[@]}" \
+    2>&1 | tee -a "$ATLAS_RUN_DIR/log.txt"
+  status=${PIPESTATUS[0]}
+  atlas_note "atlas job $SLURM_JOB_ID: $ATLAS_CMD finished with status $status; run dir $ATLAS_RUN_DIR"
+  return "$status"
+}

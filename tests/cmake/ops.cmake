@@ -1,0 +1,33 @@
+# SPDX-License-Identifier: MIT
+# Tests of the operations tooling: the restart launcher, the Slurm scripts (a private single-node
+# Slurm), the report (atlas report / atlas_report.py) and the trace checker.
+
+# ---- launch / slurm ----
+add_test(NAME test_restart
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/slurm/test_restart.sh ${PROJECT_SOURCE_DIR})
+set_tests_properties(test_restart PROPERTIES LABELS unit TIMEOUT 30)
+
+add_test(NAME test_slurm
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/slurm/test_slurm.sh ${PROJECT_SOURCE_DIR} $<TARGET_FILE:atlas>
+  WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(test_slurm PROPERTIES LABELS slurm TIMEOUT 180 SKIP_RETURN_CODE 77
+  PROCESSORS 2 RESOURCE_LOCK slurm)
+
+# ---- report ----
+add_executable(write_trace ${CMAKE_CURRENT_SOURCE_DIR}/report/write_trace.cpp)
+target_link_libraries(write_trace PRIVATE atlas_core atlas_warnings)
+
+set(ATLAS_REPORT_TEST_ENV "ATLAS_BIN=$<TARGET_FILE:atlas>" "ATLAS_SOURCE_DIR=${PROJECT_SOURCE_DIR}"
+    "ATLAS_WRITE_TRACE=$<TARGET_FILE:write_trace>")
+foreach(t summary schedule cli)
+  add_test(NAME test_report_${t}
+    COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/report/test_report.py -k ${t}
+    WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(test_report_${t} PROPERTIES LABELS unit TIMEOUT 60 SKIP_RETURN_CODE 77
+    ENVIRONMENT "${ATLAS_REPORT_TEST_ENV}")
+endforeach()
+add_test(NAME test_check_trace
+  COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/report/test_check_trace.py
+  WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(test_check_trace PROPERTIES LABELS unit TIMEOUT 60 SKIP_RETURN_CODE 77
+  ENVIRONMENT "${ATLAS_REPORT_TEST_ENV}")

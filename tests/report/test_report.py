@@ -1,0 +1,292 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: MIT
+# Tests of the report (scripts/report/atlas_report.py and `atlas report`) on synthetic
+# profile.h5 files from make_profile.py: summary numbers against hand-computed values and
+# against values recomputed from the schedule table, the Gantt PNGs, and the error messages.
+# Environment: ATLAS_SOURCE_DIR (checkout), ATLAS_BIN (the atlas binary). Exit 77 = skipped.
+# usage: test_report.py [-k summary|schedule|cli]
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+SRC = os.environ.get("ATLAS_SOURCE_DIR") or os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+ATLAS_BIN = os.environ.get("ATLAS_BIN", os.path.join(SRC, "build", "bin", "atlas"))
+REPORT = os.path.join(SRC, "scripts", "report", "atlas_report.py")
+DECK = os.path.join(SRC, "inputs", "three_dc_cpu.deck")
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+for module, package in (("h5py", "python3-h5py"), ("matplotlib", "python3-matplotlib")):
+    if importlib.util.find_spec(module) is None:
+        print(f"SKIP: {sys.executable} has no module {module} (apt-get install {package})")
+        sys.exit(77)
+
+sys.path.insert(0, os.path.join(SRC, "tests", "report"))
+sys.path.insert(0, os.path.join(SRC, "scripts", "report"))
+import atlas_report  # noqa: E402
+import make_profile  # noqa: E402
+
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, **kw)
+
+
+def assert_png(test, path):
+    test.assertTrue(os.path.isfile(path), f"{path} was not written")
+    with open(path, "rb") as f:
+        head = f.read(24)
+    test.assertEqual(head[:8], PNG_MAGIC, f"{path} is not a PNG")
+    width = int.from_bytes(head[16:20], "big")
+    height = int.from_bytes(head[20:24], "big")
+    test.assertGreater(width, 200)
+    test.assertGreater(height, 100)
+    test.assertGreater(os.path.getsize(path), 5000)
+
+
+class Report(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory(prefix="atlas-report-test.")
+        self.dir = self.tmp.name
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def handmade_run(self, **kw):
+        run_dir = os.path.join(self.dir, "runs", "handmade")
+        os.makedirs(run_dir, exist_ok=True)
+        make_profile.handmade(os.path.join(run_dir, "profile.h5"), **kw)
+        return run_dir
+
+    def report(self, *args):
+        """atlas_report.main in this process; returns (status, stdout, stderr)."""
+        import contextlib
+        import io
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                status = atlas_report.main(list(args))
+            except SystemExit as e:  # argparse usage errors
+                status = e.code
+        return status, out.getvalue(), err.getvalue()
+
+    # ---- summary numbers against the hand computation in make_profile.handmade ----
+
+    def test_summary_handmade_numbers(self):
+        run_dir = self.handmade_run()
+        js = os.path.join(self.dir, "s.json")
+        status, out, err = self.report(run_dir, "--json", js, "--no-png")
+        self.assertEqual(status, 0, err)
+        with open(js, encoding="utf-8") as f:
+            s = json.load(f)
+        r0, r1 = s["ranks"]
+        self.assertAlmostEqual(r0["utilization"], 5.5 / 8)   # 0.6875
+        self.assertAlmostEqual(r1["utilization"], 3.0 / 8)   # 0.375
+        self.assertAlmostEqual(r0["compute"], 2 * 5.5)
+        self.assertAlmostEqual(r0["wan_wait"], 2 * 1.5)
+        self.assertAlmostEqual(r0["idle"], 2 * 1.0)
+        self.assertAlmostEqual(r0["wall"], 2 * 8.0)
+        self.assertAlmostEqual(r0["other"], 0.0)
+        self.assertAlmostEqual(r1["prefill"], 2 * 1.0)
+        self.assertAlmostEqual(r1["wan_wait"], 2 * 3.5)
+        self.assertAlmostEqual(r1["idle"], 2 * 1.5)
+        self.assertAlmostEqual(r1["predicted_idle_fraction"], 0.1875)
+        l0, l1 = s["links"]
+        self.assertEqual(l0["label"], "WAN east>west")
+        self.assertEqual(l0["bytes"], 2 * 1_500_000_000)
+        self.assertEqual(l0["transfers"], 4)
+        self.assertAlmostEqual(l0["busy_s"], 2 * 2.5)         # overlapping transfers count once
+        self.assertAlmostEqual(l0["bytes_per_s"], 6e8)
+        self.assertAlmostEqual(l1["bytes_per_s"], 4e8)
+        self.assertAlmostEqual(s["step_time"]["measured_mean_ms"], 8200.0)
+        self.assertAlmostEqual(s["step_time"]["ratio"], 1.025)
+        fwd = next(k for k in s["kinds"] if k["kind"] == "forward")
+        self.assertEqual(fwd["count"], 6)
+        self.assertAlmostEqual(fwd["measured_ms"], 4000.0 / 3)
+        self.assertAlmostEqual(fwd["predicted_ms"], 1000.0)
+        # The text carries the same numbers.
+        self.assertRegex(out, r"r0 east s0 d0 t0 .* 68\.8 +12\.5 +12\.5\n")
+        self.assertRegex(out, r"r1 west s1 d0 t0 .* 37\.5 +18\.8 +18\.8\n")
+        self.assertRegex(out, r"WAN east>west +4 +3000000000 +5\.0000 +600\.00 +4\.800\n")
+        self.assertIn("vs predicted 8000.000 ms: ratio 1.025", out)
+
+    def test_summary_skip_steps(self):
+        run_dir = self.handmade_run()
+        js = os.path.join(self.dir, "s.json")
+        status, _, err = self.report(run_dir, "--json", js, "--no-png", "--skip-steps", "1")
+        self.assertEqual(status, 0, err)
+        with open(js, encoding="utf-8") as f:
+            s = json.load(f)
+        self.assertEqual(s["steps"], [1])
+        self.assertAlmostEqual(s["ranks"][0]["wall"], 8.0)
+        self.assertAlmostEqual(s["ranks"][0]["utilization"], 0.6875)
+        self.assertEqual(s["links"][0]["bytes"], 1_500_000_000)
+        status, _, err = self.report(run_dir, "--no-png", "--skip-steps", "2")
+        self.assertEqual(status, 1)
+        self.assertIn("--skip-steps 2 leaves no step", err)
+
+    def test_summary_gantt_png(self):
+        run_dir = self.handmade_run()
+        status, out, err = self.report(run_dir, "--step", "0")
+        self.assertEqual(status, 0, err)
+        assert_png(self, os.path.join(run_dir, "gantt.png"))
+        self.assertIn("(step 0)", out)
+        status, _, err = self.report(run_dir, "--step", "7")
+        self.assertEqual(status, 1)
+        self.assertIn("--step 7: the profile holds steps 0..1", err)
+
+    # ---- errors ----
+
+    def test_summary_missing_file(self):
+        status, _, err = self.report(os.path.join(self.dir, "no_such_run"))
+        self.assertEqual(status, 5)
+        self.assertIn("profile.h5: no such file", err)
+
+    def test_summary_not_hdf5(self):
+        path = os.path.join(self.dir, "profile.h5")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("not hdf5\n")
+        status, _, err = self.report(path)
+        self.assertEqual(status, 2)
+        self.assertIn("not a readable HDF5 file", err)
+
+    def test_summary_wrong_format_attribute(self):
+        run_dir = self.handmade_run(attrs_override={"format": "atlas-ckpt"})
+        status, _, err = self.report(run_dir)
+        self.assertEqual(status, 2)
+        self.assertIn("root attribute format = 'atlas-ckpt': not an atlas profile "
+                      "(expected 'atlas-profile')", err)
+
+    def test_summary_wrong_version(self):
+        run_dir = self.handmade_run(attrs_override={"version": 2})
+        status, _, err = self.report(run_dir)
+        self.assertEqual(status, 2)
+        self.assertIn("format version 2 is not supported: this report reads version 1", err)
+
+    def test_summary_missing_dataset_and_attribute(self):
+        run_dir = self.handmade_run(drop=("events/complete_s",))
+        status, _, err = self.report(run_dir)
+        self.assertEqual(status, 2)
+        self.assertIn("missing dataset(s) in /events: complete_s", err)
+        run_dir = self.handmade_run(drop=("attr:deck",))
+        status, _, err = self.report(run_dir)
+        self.assertEqual(status, 2)
+        self.assertIn("missing root attribute(s): deck", err)
+
+    def test_summary_missing_python_package(self):
+        # `python3 -S` does not add Debian's dist-packages: exactly what a pyenv python sees.
+        r = run([sys.executable, "-S", REPORT, self.handmade_run()])
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("Python module 'h5py' is missing", r.stderr)
+        self.assertIn("install the Debian package python3-h5py", r.stderr)
+
+    # ---- realistic profile from a real schedule table ----
+
+    def schedule_json(self, kind="atlas"):
+        path = os.path.join(self.dir, f"schedule_{kind}.json")
+        r = run([ATLAS_BIN, "schedule", DECK, "--kind", kind, "--json", path, "--quiet"])
+        if r.returncode != 0:
+            self.fail(f"atlas schedule failed ({r.returncode}): {r.stderr}")
+        return path
+
+    def test_schedule_profile_matches_table(self):
+        sched = self.schedule_json("atlas")
+        run_dir = os.path.join(self.dir, "runs", "sched")
+        os.makedirs(run_dir)
+        scale = 1.25
+        table = make_profile.from_schedule(sched, os.path.join(run_dir, "profile.h5"), steps=3,
+                                           scale=scale)
+        js = os.path.join(self.dir, "s.json")
+        status, out, err = self.report(run_dir, "--json", js)
+        self.assertEqual(status, 0, err)
+        with open(js, encoding="utf-8") as f:
+            s = json.load(f)
+        # Every time was stretched by `scale`: measured / predicted = scale everywhere.
+        self.assertAlmostEqual(s["step_time"]["ratio"], scale, places=6)
+        for k in s["kinds"]:
+            if k["predicted_ms"] > 0:
+                self.assertAlmostEqual(k["ratio"], scale, places=6, msg=k["kind"])
+        # Utilization of each rank, recomputed from the table's row: busy / the row's span.
+        compute = {"forward", "backward", "optimizer", "prefill"}
+        self.assertEqual(len(s["ranks"]), table["pp"] * table["dp"] * table["tp"])
+        for r in s["ranks"]:
+            row = next(x for x in table["rows"] if x["stage"] == r["stage"] and x["dp"] == r["dp"])
+            busy = sum(x["duration_ms"] for x in row["slots"] if x["kind"] in compute)
+            span = (max(x["start_ms"] + x["duration_ms"] for x in row["slots"])
+                    - min(x["start_ms"] for x in row["slots"]))
+            self.assertAlmostEqual(r["utilization"], busy / span, places=9, msg=r["label"])
+            self.assertAlmostEqual(r["wall"], 3 * scale * span / 1e3, places=9)
+        # Each link carried its table's bytes three times, at the table's rate / scale.
+        for link, t in zip(s["links"], table["links"]):
+            self.assertEqual(link["bytes"], 3 * sum(x["bytes"] for x in t["transfers"]))
+            busy_ms = atlas_report.union_length([(x["start_ms"], x["end_ms"])
+                                                 for x in t["transfers"]])
+            self.assertAlmostEqual(link["busy_s"], 3 * scale * busy_ms / 1e3, places=9)
+        assert_png(self, os.path.join(run_dir, "gantt.png"))
+        self.assertIn("(step 2)", out)
+
+    def test_schedule_predicted_gantt(self):
+        path = os.path.join(self.dir, "all.json")
+        r = run([ATLAS_BIN, "schedule", DECK, "--json", path, "--quiet"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        png = os.path.join(self.dir, "predicted.png")
+        status, out, err = self.report("--schedule-json", path, "--out", png)
+        self.assertEqual(status, 0, err)
+        self.assertIn("predicted: gpipe 1f1b atlas", out)
+        assert_png(self, png)
+        png1 = os.path.join(self.dir, "atlas.png")
+        status, out, err = self.report("--schedule-json", path, "--out", png1, "--kind", "atlas")
+        self.assertEqual(status, 0, err)
+        assert_png(self, png1)
+        status, _, err = self.report("--schedule-json", path)
+        self.assertEqual(status, 1)
+        self.assertIn("--schedule-json needs --out PNG", err)
+        status, _, err = self.report("--schedule-json", os.path.join(self.dir, "none.json"),
+                                     "--out", png)
+        self.assertEqual(status, 5)
+        self.assertIn("none.json: no such file", err)
+
+    # ---- the atlas binary: `atlas report` finds and runs the script ----
+
+    def test_cli_atlas_report(self):
+        run_dir = self.handmade_run()
+        js = os.path.join(self.dir, "cli.json")
+        env = dict(os.environ, ATLAS_ROOT=SRC)
+        r = run([ATLAS_BIN, "report", run_dir, "--json", js, "--step", "1"], env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("# atlas report: run handmade", r.stdout)
+        assert_png(self, os.path.join(run_dir, "gantt.png"))
+        with open(js, encoding="utf-8") as f:
+            self.assertAlmostEqual(json.load(f)["ranks"][0]["utilization"], 0.6875)
+        # Without ATLAS_ROOT it finds the script next to the binary or in its source tree.
+        env.pop("ATLAS_ROOT")
+        r = run([ATLAS_BIN, "report", run_dir, "--no-png"], env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+    def test_cli_errors(self):
+        r = run([ATLAS_BIN, "report"])
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("atlas report needs one run directory", r.stderr)
+        r = run([ATLAS_BIN, "report", os.path.join(self.dir, "missing")])
+        self.assertEqual(r.returncode, 5)
+        self.assertIn("profile.h5: no such file", r.stderr)
+        r = run([ATLAS_BIN, "report", self.handmade_run(), "--step", "x"])
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("--step expects an integer", r.stderr)
+        env = dict(os.environ, ATLAS_PYTHON=os.path.join(self.dir, "no-python"))
+        r = run([ATLAS_BIN, "report", self.handmade_run()], env=env)
+        self.assertEqual(r.returncode, 5)
+        self.assertIn("no-python is not an executable", r.stderr)
+        self.assertIn("apt-get install python3 python3-h5py python3-matplotlib", r.stderr)
+        r = run([ATLAS_BIN, "report", self.handmade_run(), "--no-png"],
+                env=dict(os.environ, ATLAS_PYTHON=sys.executable, ATLAS_ROOT="/nonexistent"),
+                cwd="/")
+        # ATLAS_ROOT is wrong but the binary's own tree still has the script.
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

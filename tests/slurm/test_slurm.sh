@@ -1,0 +1,268 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# End-to-end test of scripts/slurm/: starts a private single-node Slurm (munged, slurmctld,
+# slurmd from Debian's packages) on 127.0.0.1 with its own ports, sockets, pid files and state in
+# a temp dir, submits two_dc.sbatch and scaling_sweep.sbatch, checks their output and run
+# directories, then stops exactly the daemons it started. Never touches a Slurm or munge the
+# machine already runs. Exits 77 (ctest SKIP_RETURN_CODE) with the reason when it cannot run.
+# usage: test_slurm.sh SOURCE_DIR ATLAS_BIN
+set -uo pipefail
+ROOT=${1:?usage: test_slurm.sh SOURCE_DIR ATLAS_BIN}
+ATLAS_BIN=${2:?usage: test_slurm.sh SOURCE_DIR ATLAS_BIN}
+ROOT=$(cd "$ROOT" && pwd)
+# The stand-in job until `atlas train` lands; then: ATLAS_CMD=train, ATLAS_CMD_ARGS="", and
+# EXPECT_RE matching a training loss line.
+ATLAS_CMD=${ATLAS_TEST_CMD:-schedule}
+ATLAS_CMD_ARGS=${ATLAS_TEST_CMD_ARGS:---kind atlas}
+EXPECT_RE=${ATLAS_TEST_EXPECT_RE:-'^  atlas +[0-9]+\.[0-9]+ +[0-9]+\.[0-9]+'}
+DECK=inputs/three_dc_cpu.deck
+NTASKS=6
+JOB_TIMEOUT_S=120
+SKIP=77
+
+skip() {
+  echo "SKIP: $*"
+  exit "$SKIP"
+}
+die() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+
+# ---- prerequisites (each missing one is a skip with the exact reason) ----
+for tool in munged slurmctld slurmd sbatch scontrol scancel; do
+  command -v "$tool" >/dev/null ||
+    skip "'$tool' not found on PATH ($PATH); install Debian's slurmctld slurmd slurm-client munge (scripts/install-deps.sh)"
+done
+[[ $(id -u) -eq 0 ]] || skip "slurmd must run as root to launch jobs, and this test runs as $(id -un)"
+id munge >/dev/null 2>&1 || skip "user 'munge' does not exist (the munge package creates it)"
+[[ -x $ATLAS_BIN ]] || die "atlas binary $ATLAS_BIN is not executable"
+PY=/usr/bin/python3
+[[ -x $PY ]] || skip "$PY not found (used to pick free TCP ports)"
+
+# ---- private Slurm in a temp dir ----
+T=$(mktemp -d /tmp/atlas-slurm-test.XXXXXX)
+chmod 755 "$T" # munged runs as user munge and must reach its own subdirectory
+JOBS=()
+cleanup() {
+  local rc=$? j f pid
+  for j in "${JOBS[@]}"; do scancel "$j" 2>/dev/null; done
+  # slurmd first (it answers slurmctld while stopping), then slurmctld, then munged.
+  for f in slurmd slurmctld munge/munged; do
+    [[ -f $T/$f.pid ]] || continue
+    pid=$(cat "$T/$f.pid")
+    kill -TERM "$pid" 2>/dev/null || continue
+    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+    kill -KILL "$pid" 2>/dev/null && echo "# $f (pid $pid) did not stop on SIGTERM: killed"
+  done
+  if ((rc != 0 && rc != SKIP)); then
+    for f in "$T"/log/*.log "$T"/munge/munged.log; do
+      [[ -f $f ]] && { echo "---- tail of $f"; tail -n 20 "$f"; }
+    done
+  fi
+  if [[ ${ATLAS_TEST_KEEP:-0} == 1 ]]; then echo "# kept $T"; else rm -rf "$T"; fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+# Free TCP ports for slurmctld and slurmd (never Slurm's default 6817/6818, which a system Slurm
+# may hold).
+read -r CTLD_PORT SLURMD_PORT < <($PY -c '
+import socket
+socks = [socket.socket() for _ in range(2)]
+for s in socks: s.bind(("127.0.0.1", 0))
+print(*(s.getsockname()[1] for s in socks))')
+HOST=$(hostname -s)
+
+mkdir -p "$T/munge" "$T/state" "$T/spool" "$T/log" "$T/runs" "$T/tmp"
+# Job ids name files outside the temp dir (pmix's /tmp/spmix_appdir_<uid>_<jobid>.<step>): start
+# at a random id so two runs of this test never share one.
+FIRST_JOB_ID=$((100000 + RANDOM * 16 + RANDOM % 16))
+chown munge:munge "$T/munge"
+chmod 755 "$T/munge" # clients need to reach the socket; munged checks it
+# A fresh key for this test only (the machine's /etc/munge/munge.key is never read).
+dd if=/dev/urandom of="$T/munge/munge.key" bs=1024 count=1 status=none
+chown munge:munge "$T/munge/munge.key"
+chmod 400 "$T/munge/munge.key"
+MUNGE_SOCKET=$T/munge/munge.socket
+runuser -u munge -- munged --socket="$MUNGE_SOCKET" --key-file="$T/munge/munge.key" \
+  --pid-file="$T/munge/munged.pid" --log-file="$T/munge/munged.log" \
+  --seed-file="$T/munge/munged.seed" >"$T/munge/start.txt" 2>&1 ||
+  skip "munged cannot start here: $(tr '\n' ' ' <"$T/munge/start.txt")"
+for _ in $(seq 50); do [[ -S $MUNGE_SOCKET ]] && break; sleep 0.1; done
+[[ -S $MUNGE_SOCKET ]] || skip "munged started but its socket $MUNGE_SOCKET never appeared"
+
+export SLURM_CONF=$T/slurm.conf
+cat >"$SLURM_CONF" <<EOF
+ClusterName=atlastest
+SlurmctldHost=$HOST(127.0.0.1)
+SlurmctldPort=$CTLD_PORT
+SlurmdPort=$SLURMD_PORT
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket=$MUNGE_SOCKET
+CredType=cred/munge
+StateSaveLocation=$T/state
+SlurmdSpoolDir=$T/spool
+SlurmctldPidFile=$T/slurmctld.pid
+SlurmdPidFile=$T/slurmd.pid
+SlurmctldLogFile=$T/log/slurmctld.log
+SlurmdLogFile=$T/log/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+SchedulerType=sched/builtin
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+SlurmdParameters=config_overrides
+MpiDefault=none
+ReturnToService=2
+MinJobAge=600
+FirstJobId=$FIRST_JOB_ID
+TmpFS=$T/tmp
+KillWait=5
+NodeName=$HOST NodeAddr=127.0.0.1 CPUs=2 State=UNKNOWN
+PartitionName=atlastest Nodes=$HOST Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
+EOF
+
+slurmctld -f "$SLURM_CONF" >"$T/log/slurmctld.start" 2>&1 ||
+  skip "slurmctld cannot start here: $(tr '\n' ' ' <"$T/log/slurmctld.start")"
+slurmd -f "$SLURM_CONF" >"$T/log/slurmd.start" 2>&1 ||
+  skip "slurmd cannot start here: $(tr '\n' ' ' <"$T/log/slurmd.start")"
+up=0
+for _ in $(seq 100); do
+  if sinfo -h -N -o '%t' 2>/dev/null | grep -qE '^(idle|mix|alloc)'; then up=1; break; fi
+  sleep 0.1
+done
+((up)) || skip "the node never became idle: $(sinfo -N 2>&1 | tr '\n' ' ') $(tail -n 3 "$T/log/slurmd.log" 2>/dev/null | tr '\n' ' ')"
+echo "# private Slurm up: controller 127.0.0.1:$CTLD_PORT, slurmd :$SLURMD_PORT, node $HOST, conf $SLURM_CONF"
+
+# ---- submit and wait (poll scontrol: sbatch --wait polls only every ~10 s) ----
+export ATLAS_BIN ATLAS_CMD ATLAS_CMD_ARGS ATLAS_RUNS_DIR=$T/runs ATLAS_RESTART_BACKOFF_S=1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+cd "$ROOT" || die "cannot cd to $ROOT"
+
+# submit SCRIPT ARGS...: prints the job id
+submit() {
+  local script=$1
+  shift
+  sbatch --parsable --overcommit --ntasks=$NTASKS --output="$T/%x-%j.out" "$script" "$@" ||
+    die "sbatch $script failed"
+}
+# wait_job ID: waits for the job to leave the queue; prints its final state
+wait_job() {
+  local id=$1 state=""
+  for _ in $(seq $((JOB_TIMEOUT_S * 5))); do
+    state=$(scontrol show job "$id" 2>/dev/null | grep -oP 'JobState=\K\S+')
+    case "$state" in
+      COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY | BOOT_FAIL | DEADLINE | PREEMPTED)
+        echo "$state"
+        return 0
+        ;;
+    esac
+    sleep 0.2
+  done
+  echo "STILL_${state:-UNKNOWN}_AFTER_${JOB_TIMEOUT_S}s"
+}
+
+t0=$(date +%s.%N)
+job=$(submit scripts/slurm/two_dc.sbatch "$DECK" train.micro_batches=4)
+JOBS+=("$job")
+state=$(wait_job "$job")
+t1=$(date +%s.%N)
+out=$T/atlas-multi-dc-$job.out
+echo "# two_dc.sbatch: job $job ended $state after $(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b-a}') s"
+echo "---- job output ($out) ----"
+cat "$out" 2>/dev/null
+echo "---- end of job output ----"
+[[ $state == COMPLETED ]] || die "job $job ended $state (output above)"
+
+# ---- checks ----
+failures=0
+check() { # description command...
+  local what=$1
+  shift
+  if "$@"; then echo "ok: $what"; else echo "FAIL: $what" >&2; failures=$((failures + 1)); fi
+}
+run_dir=$T/runs/three_dc_cpu_$job
+check "the stand-in job's output matches /$EXPECT_RE/" grep -qE "$EXPECT_RE" "$out"
+# One copy: 6 ranks ran, only world rank 0 printed, so srun --mpi=pmix wired up one MPI world.
+check "exactly one rank printed the table (one MPI world of $NTASKS)" \
+  test "$(grep -cE "$EXPECT_RE" "$out")" -eq 1
+check "the override reached the job (4 micro-batches)" grep -q "4 micro-batches" "$out"
+check "run dir $run_dir exists" test -d "$run_dir"
+check "deck copied" cmp -s "$DECK" "$run_dir/three_dc_cpu.deck"
+check "overrides recorded" grep -qx "train.micro_batches=4" "$run_dir/overrides.txt"
+check "git commit recorded" grep -qE "^git_commit: ([0-9a-f]{40}|unknown)" "$run_dir/build_info.txt"
+check "scontrol show job recorded" grep -q "JobId=$job " "$run_dir/scontrol_job.txt"
+check "environment recorded (SLURM_JOB_ID, NCCL_SOCKET_IFNAME, OMPI_MCA_btl_tcp_if_include)" \
+  bash -c "grep -qx 'SLURM_JOB_ID=$job' '$run_dir/env.txt' && grep -q '^NCCL_SOCKET_IFNAME=' '$run_dir/env.txt' && grep -qx 'OMPI_MCA_btl_tcp_if_include=lo' '$run_dir/env.txt'"
+check "launch command recorded with srun --mpi=pmix and $NTASKS tasks" \
+  grep -qE "^srun --mpi=pmix --ntasks=$NTASKS .* $ATLAS_CMD $DECK train.micro_batches=4 run.out_dir=" "$run_dir/command.txt"
+check "restart log: one attempt, status 0" grep -q "attempt 1 exited with status 0 (ok)" "$run_dir/restarts.log"
+check "log.txt holds the job's output" grep -qE "$EXPECT_RE" "$run_dir/log.txt"
+
+# ---- the sweep: two points as a loop in one allocation, launched by mpirun with per-DC
+# placement from a hostfile (every DC on this host) ----
+export ATLAS_SWEEP="parallel.dp_size=1;parallel.dp_size=2"
+sjob=$(ATLAS_LAUNCHER=mpirun ATLAS_DC_NODES="$HOST $HOST $HOST" \
+  submit scripts/slurm/scaling_sweep.sbatch "$DECK")
+JOBS+=("$sjob")
+state=$(wait_job "$sjob")
+sout=$T/atlas-sweep-$sjob.out
+echo "# scaling_sweep.sbatch: job $sjob ended $state"
+if [[ $state == COMPLETED ]]; then grep -E '^# (sweep|----)|ranks, DCs' "$sout"; else cat "$sout"; fi
+check "sweep job completed" test "$state" = COMPLETED
+check "sweep point 0 ran 3 ranks (dp 1)" grep -q "3 ranks, DCs east west south" "$sout"
+check "sweep point 1 ran 6 ranks (dp 2)" grep -q "6 ranks, DCs east west south" "$sout"
+check "sweep: both points succeeded" grep -q "^# sweep: 2 point(s), 0 failed" "$sout"
+check "sweep run dirs p0 and p1" test -d "$T/runs/three_dc_cpu_${sjob}_p0" -a -d "$T/runs/three_dc_cpu_${sjob}_p1"
+check "sweep point 1: hostfile places 6 ranks on $HOST" \
+  test "$(grep -cx "$HOST" "$T/runs/three_dc_cpu_${sjob}_p1/hostfile")" -eq 6
+check "sweep point 1: mpirun with the sequential mapper" \
+  grep -qE "^env -u OMPI_MCA_rmaps_base_oversubscribe mpirun -np 6 --hostfile .*/hostfile --mca rmaps seq " "$T/runs/three_dc_cpu_${sjob}_p1/command.txt"
+check "sweep point 1: one MPI world printed the table once" \
+  test "$(grep -cE "$EXPECT_RE" "$T/runs/three_dc_cpu_${sjob}_p1/log.txt")" -eq 1
+
+# ---- a killed rank is restarted with run.resume=latest ----
+# A wrapper that SIGKILLs world rank 0 on the first attempt (the restart appends run.resume=latest;
+# then it runs atlas), so the restart path is checked through a real srun.
+cat >"$T/flaky_atlas.sh" <<EOF
+#!/usr/bin/env bash
+for a in "\$@"; do [[ \$a == run.resume=latest ]] && exec "$ATLAS_BIN" "\$@"; done
+if [[ \${SLURM_PROCID:-0} == 0 ]]; then kill -KILL \$\$; fi
+exec "$ATLAS_BIN" "\$@"
+EOF
+chmod +x "$T/flaky_atlas.sh"
+kjob=$(ATLAS_BIN=$T/flaky_atlas.sh submit scripts/slurm/two_dc.sbatch "$DECK")
+JOBS+=("$kjob")
+state=$(wait_job "$kjob")
+kout=$T/atlas-multi-dc-$kjob.out
+echo "# two_dc.sbatch with rank 0 killed on the first attempt: job $kjob ended $state"
+grep -E 'atlas-run-restart|srun: error' "$kout"
+check "the job with a killed rank completed after a restart" test "$state" = COMPLETED
+check "attempt 1 failed with a signal or abort status" \
+  grep -qE 'attempt 1 exited with status [1-9][0-9]* [(](killed by signal|launcher or MPI abort)' "$kout"
+check "attempt 2 ran with run.resume=latest and succeeded" \
+  bash -c "grep -q 'attempt 2/4: .* run.resume=latest' '$kout' && grep -q 'attempt 2 exited with status 0 (ok)' '$kout'"
+check "the restarted job printed the table once" test "$(grep -cE "$EXPECT_RE" "$kout")" -eq 1
+
+# ---- a deck error fails the job once: exit 2 is not retried ----
+ejob=$(submit scripts/slurm/two_dc.sbatch "$DECK" model.heads=5)
+JOBS+=("$ejob")
+state=$(wait_job "$ejob")
+eout=$T/atlas-multi-dc-$ejob.out
+echo "# two_dc.sbatch with model.heads=5: job $ejob ended $state"
+grep -E 'ERROR|atlas-run-restart' "$eout"
+check "a bad override fails the job" test "$state" = FAILED
+check "the job output names the bad key" grep -q 'ERROR: .*heads' "$eout"
+check "attempt 1 exited with the config error's status 2" \
+  grep -q 'attempt 1 exited with status 2 (config error)' "$eout"
+check "a config error is not restarted" bash -c "! grep -q 'attempt 2/' '$eout'"
+
+if ((failures)); then die "$failures check(s) failed"; fi
+echo "all Slurm checks passed"
