@@ -223,7 +223,7 @@ atlas_run() {
 
   local status
   "$ATLAS_ROOT/scripts/launch/atlas-run-restart.sh" --log "$ATLAS_RUN_DIR/restarts.log" -- "${launch[@]}" \
-    2>&1 | tee -a "$ATLAS_RUN_DIR/log.txt"
+    2>&1 | tee -a "$ATLAS_RUN_DIR/job.log"
   status=${PIPESTATUS[0]}
   atlas_note "atlas job $SLURM_JOB_ID: $ATLAS_CMD finished with status $status; run dir $ATLAS_RUN_DIR"
   return "$status"

@@ -61,10 +61,18 @@ class CheckTrace(unittest.TestCase):
         r = self.check(self.trace, "--strict")
         self.assertEqual(r.returncode, 0, r.stderr)
         events = self.good["traceEvents"]
-        # 6 ranks x (33+32+48+47+33+32 slots) x 2 steps, plus one WAN-track event per wan_send.
+        # Every slot of every rank's table row, 2 steps, plus one WAN-track event per wan_send.
+        # The rows come from the schedule table itself (atlas schedule --json).
+        table_json = os.path.join(self.tmp.name, "table.json")
+        r2 = run([os.environ.get("ATLAS_BIN", os.path.join(SRC, "build", "bin", "atlas")), "schedule", DECK,
+                  "--kind", "atlas", "--quiet", "--json", table_json])
+        self.assertEqual(r2.returncode, 0, r2.stderr)
+        with open(table_json, encoding="utf-8") as f:
+            table = json.load(f)[0]
+        slots = sum(len(row["slots"]) for row in table["rows"])
         x_rank = [e for e in events if e["ph"] == "X" and e["pid"] != 1000]
         x_link = [e for e in events if e["ph"] == "X" and e["pid"] == 1000]
-        self.assertEqual(len(x_rank), 2 * (33 + 32 + 48 + 47 + 33 + 32))
+        self.assertEqual(len(x_rank), 2 * slots)
         self.assertEqual(len(x_link), 2 * 4 * 12)  # 4 links x 12 transfers per step
         self.assertIn(f"{len(events)} events", r.stdout)
         names = {e["args"]["name"] for e in events if e["ph"] == "M"}

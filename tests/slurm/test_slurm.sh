@@ -10,11 +10,10 @@ set -uo pipefail
 ROOT=${1:?usage: test_slurm.sh SOURCE_DIR ATLAS_BIN}
 ATLAS_BIN=${2:?usage: test_slurm.sh SOURCE_DIR ATLAS_BIN}
 ROOT=$(cd "$ROOT" && pwd)
-# The stand-in job until `atlas train` lands; then: ATLAS_CMD=train, ATLAS_CMD_ARGS="", and
-# EXPECT_RE matching a training loss line.
-ATLAS_CMD=${ATLAS_TEST_CMD:-schedule}
-ATLAS_CMD_ARGS=${ATLAS_TEST_CMD_ARGS:---kind atlas}
-EXPECT_RE=${ATLAS_TEST_EXPECT_RE:-'^  atlas +[0-9]+\.[0-9]+ +[0-9]+\.[0-9]+'}
+# The job: a short real training run of the 3-DC example deck; EXPECT_RE matches its OK footer.
+ATLAS_CMD=${ATLAS_TEST_CMD:-train}
+ATLAS_CMD_ARGS=${ATLAS_TEST_CMD_ARGS:-}
+EXPECT_RE=${ATLAS_TEST_EXPECT_RE:-'^# OK: [0-9]+ steps, loss'}
 DECK=inputs/three_dc_cpu.deck
 NTASKS=6
 JOB_TIMEOUT_S=120
@@ -204,7 +203,7 @@ check "environment recorded (SLURM_JOB_ID, NCCL_SOCKET_IFNAME, OMPI_MCA_btl_tcp_
 check "launch command recorded with srun --mpi=pmix and $NTASKS tasks" \
   grep -qE "^srun --mpi=pmix --ntasks=$NTASKS .* $ATLAS_CMD $DECK train.micro_batches=4 run.out_dir=" "$run_dir/command.txt"
 check "restart log: one attempt, status 0" grep -q "attempt 1 exited with status 0 (ok)" "$run_dir/restarts.log"
-check "log.txt holds the job's output" grep -qE "$EXPECT_RE" "$run_dir/log.txt"
+check "job.log holds the job's output (and atlas's own log.txt)" grep -qE "$EXPECT_RE" "$run_dir/job.log" "$run_dir/log.txt"
 
 # ---- the sweep: two points as a loop in one allocation, launched by mpirun with per-DC
 # placement from a hostfile (every DC on this host) ----
@@ -226,7 +225,7 @@ check "sweep point 1: hostfile places 6 ranks on $HOST" \
 check "sweep point 1: mpirun with the sequential mapper" \
   grep -qE "^env -u OMPI_MCA_rmaps_base_oversubscribe mpirun -np 6 --hostfile .*/hostfile --mca rmaps seq " "$T/runs/three_dc_cpu_${sjob}_p1/command.txt"
 check "sweep point 1: one MPI world printed the table once" \
-  test "$(grep -cE "$EXPECT_RE" "$T/runs/three_dc_cpu_${sjob}_p1/log.txt")" -eq 1
+  test "$(grep -cE "$EXPECT_RE" "$T/runs/three_dc_cpu_${sjob}_p1/job.log")" -eq 1
 
 # ---- a killed rank is restarted with run.resume=latest ----
 # A wrapper that SIGKILLs world rank 0 on the first attempt (the restart appends run.resume=latest;
