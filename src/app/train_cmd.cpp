@@ -16,6 +16,7 @@
 #include "atlas/core/log.hpp"
 #include "atlas/deck/deck.hpp"
 #include "atlas/device/backend.hpp"
+#include "atlas/runtime/fault.hpp"
 #include "atlas/runtime/trainer.hpp"
 #include "atlas/sched/schedule.hpp"
 #include "atlas/topo/communicators.hpp"
@@ -110,6 +111,7 @@ JobResult run_training_job(const Config& cfg, const mpi::Comm& world, const JobO
   profiler.sync_epoch(comms.world);
   out.columns();
   for (int step = start_step; step < cfg.run.steps; ++step) {
+    runtime::maybe_inject_kill("ATLAS_FAULT_KILL", comms.world.rank(), step, !cfg.run.resume.empty());
     const runtime::StepReport rep = trainer.train_step(step);
     const bool last = step + 1 == cfg.run.steps;
     double val = std::numeric_limits<double>::quiet_NaN();

@@ -4,6 +4,7 @@
 
 #include "atlas/core/build_info.hpp"
 #include "atlas/deck/deck.hpp"
+#include "atlas/runtime/fault.hpp"
 
 namespace atlas::runtime {
 
@@ -105,6 +106,11 @@ io::WriteResult save_checkpoint(Trainer& trainer, const Config& cfg, const topo:
   }
   io::WriteOptions opt;
   opt.keep_last = cfg.ckpt.keep_last;
+  const int rank = comms.world.rank();
+  const bool resumed = !cfg.run.resume.empty();
+  opt.before_rename = [rank, steps_done, resumed](const std::string&) {
+    maybe_inject_kill("ATLAS_FAULT_KILL_IN_CKPT", rank, steps_done, resumed);
+  };
   return io::write_checkpoint(comms.world, cfg.ckpt_dir(), meta, h.write, opt);
 }
 

@@ -13,3 +13,9 @@ foreach(np 1 2 4)
 endforeach()
 atlas_mpi_test(test_train_profile SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/mpi/test_train_profile.cpp NP 4 TIMEOUT 120)
 set_tests_properties(test_train_profile_np_4 PROPERTIES FIXTURES_REQUIRED brown_corpus)
+# A rank killed mid-run (and mid-checkpoint) is restarted by the launcher from the latest
+# checkpoint and ends with the uninterrupted run's loss curve.
+add_test(NAME test_kill_restart
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/launch/test_kill_restart.sh ${PROJECT_SOURCE_DIR} $<TARGET_FILE:atlas>)
+set_tests_properties(test_kill_restart PROPERTIES LABELS slow TIMEOUT 300 FIXTURES_REQUIRED brown_corpus
+  PROCESSORS 2)

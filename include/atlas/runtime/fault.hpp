@@ -1,0 +1,18 @@
+// SPDX-License-Identifier: MIT
+// Fault injection for the failure tests (documented in docs/testing.md): environment variables
+// make one rank die with SIGKILL at a chosen point of a *fresh* run (never in a resumed one, so a
+// restarted job runs through). Off unless the variables are set.
+//   ATLAS_FAULT_KILL=RANK:STEP        world rank RANK dies at the start of step STEP
+//   ATLAS_FAULT_KILL_IN_CKPT=RANK:STEP  world rank RANK dies while writing the checkpoint of
+//                                     step STEP: after the .tmp file is complete, before rename
+#pragma once
+
+#include <string>
+
+namespace atlas::runtime {
+
+/// Dies (SIGKILL, after a line on stderr) if `var` names this rank and `step` and the run is
+/// fresh (`resumed` false). A malformed value is a ConfigError naming the variable.
+void maybe_inject_kill(const char* var, int world_rank, int step, bool resumed);
+
+}  // namespace atlas::runtime

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# A rank of a running job dies; the restart launcher resumes it from the latest checkpoint; the
+# loss at every step equals an uninterrupted run's. Twice: a rank killed at the start of a step,
+# and a rank killed while a checkpoint is being written (after the .tmp, before the rename: the
+# previous checkpoint must be the one resumed). Uses the fault-injection variables of
+# include/atlas/runtime/fault.hpp. Cleans up its temp dir; no network beyond loopback.
+# usage: test_kill_restart.sh SOURCE_DIR ATLAS_BIN
+set -uo pipefail
+ROOT=$(cd "${1:?usage: test_kill_restart.sh SOURCE_DIR ATLAS_BIN}" && pwd)
+ATLAS_BIN=${2:?usage: test_kill_restart.sh SOURCE_DIR ATLAS_BIN}
+T=$(mktemp -d /tmp/atlas-kill-test.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+cd "$ROOT" || exit 1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMP_WAIT_POLICY=passive ATLAS_RESTART_BACKOFF_S=1 ATLAS_MAX_RESTARTS=2
+fail=0
+check() { # description, command...
+  local what=$1; shift
+  if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; fail=1; fi
+}
+# 4 ranks: 2 DCs x 2 stages, dp 1; a checkpoint every 2 steps.
+COMMON=(inputs/default.deck parallel.dp_size=1 run.steps=8 run.log_every_steps=1 ckpt.every_steps=2
+        ckpt.keep_last=5 train.eval_every_steps=0 run.out_dir="$T" wan.recv_timeout_s=20)
+MPI=(mpirun -np 4 --oversubscribe --mca btl self,vader,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo)
+
+# The loss column of metrics.csv, the last record of each step (a resumed run repeats steps).
+losses() { awk -F, 'NR > 1 { loss[$1] = $2 } END { for (s = 0; s < 8; s++) print s, loss[s] }' "$1"; }
+
+"${MPI[@]}" "$ATLAS_BIN" train "${COMMON[@]}" run.name=straight > "$T/straight.out" 2>&1
+check "the uninterrupted run finished" grep -q "^# OK: 8 steps" "$T/straight.out"
+
+# ---- a rank dies at the start of step 5 (the latest checkpoint holds 4 steps) ----
+ATLAS_FAULT_KILL=2:5 scripts/launch/atlas-run-restart.sh -- "${MPI[@]}" "$ATLAS_BIN" train "${COMMON[@]}" \
+  run.name=killed > "$T/killed.out" 2>&1
+check "rank 2 was killed by the fault injection" grep -q "fault injection (ATLAS_FAULT_KILL): killing this rank at step 5" "$T/killed.out"
+check "the launcher restarted it with run.resume=latest" grep -q "attempt 2/3: .*run.resume=latest" "$T/killed.out"
+check "it resumed from step-000004.h5" grep -q "# resumed from .*step-000004.h5 at step 4" "$T/killed.out"
+check "the restarted run finished" grep -q "^# OK:" "$T/killed.out"
+check "every step's loss equals the uninterrupted run's" diff <(losses "$T/straight/metrics.csv") <(losses "$T/killed/metrics.csv")
+
+# ---- a rank dies while the checkpoint of step 4 is being written ----
+ATLAS_FAULT_KILL_IN_CKPT=1:4 scripts/launch/atlas-run-restart.sh -- "${MPI[@]}" "$ATLAS_BIN" train "${COMMON[@]}" \
+  run.name=ckptkill > "$T/ckptkill.out" 2>&1
+check "rank 1 died inside the checkpoint write" grep -q "fault injection (ATLAS_FAULT_KILL_IN_CKPT): killing this rank at step 4" "$T/ckptkill.out"
+check "the half-written checkpoint was skipped and the previous one resumed" grep -q "# resumed from .*step-000002.h5 at step 2" "$T/ckptkill.out"
+check "the restarted run finished" grep -q "^# OK:" "$T/ckptkill.out"
+check "every step's loss equals the uninterrupted run's" diff <(losses "$T/straight/metrics.csv") <(losses "$T/ckptkill/metrics.csv")
+
+if ((fail)); then
+  for f in "$T"/*.out; do echo "---- $f"; tail -n 30 "$f"; done
+  exit 1
+fi
