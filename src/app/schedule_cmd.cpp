@@ -1,11 +1,15 @@
 // SPDX-License-Identifier: MIT
 // `atlas schedule DECK`: the static tables for gpipe, 1f1b and atlas side by side (Gantt charts
-// with WAN link rows, predicted step time and bubble fraction), optionally as JSON.
+// with WAN link rows, predicted step time and bubble fraction), optionally as JSON and as a PNG.
+#include <unistd.h>
+
+#include <filesystem>
 #include <fstream>
 
 #include <fmt/format.h>
 
 #include "atlas/app/commands.hpp"
+#include "atlas/app/report_script.hpp"
 #include "atlas/core/check.hpp"
 #include "atlas/sched/schedule.hpp"
 #include "atlas/topo/layout.hpp"
@@ -14,7 +18,7 @@ namespace atlas::app {
 
 int cmd_schedule(Context& ctx) {
   if (ctx.env.world_rank() != 0) return 0;
-  const Args args = parse_args(ctx.args, {"json", "width", "kind"}, {"quiet"});
+  const Args args = parse_args(ctx.args, {"json", "width", "kind", "png"}, {"quiet"});
   const std::string path = deck_path(args, "schedule");
   const Config cfg = load_offline_deck(path, args.overrides);
   const topo::Layout layout(cfg.parallel.stages_per_dc, cfg.parallel.dp_size, cfg.parallel.tp_size);
@@ -58,14 +62,24 @@ int cmd_schedule(Context& ctx) {
                100.0 * t.mean_bubble_fraction(),
                onefoneb > 0 ? fmt::format("{:.3f}", t.step_ms / onefoneb) : std::string("-"));
 
-  if (args.flag("json")) {
-    const std::string out = args.option("json");
-    std::ofstream f(out);
-    if (!f) ATLAS_THROW(Io, "cannot write " << out);
+  std::string json_path = args.option("json");
+  if (json_path.empty() && args.flag("png"))
+    json_path = (std::filesystem::temp_directory_path() / ("atlas-schedule-" + std::to_string(::getpid()) + ".json")).string();
+  if (!json_path.empty()) {
+    std::ofstream f(json_path);
+    if (!f) ATLAS_THROW(Io, "cannot write " << json_path);
     f << "[";
     for (std::size_t i = 0; i < tables.size(); ++i) f << (i ? "," : "") << sched::to_json(tables[i], cfg.cluster.dcs);
     f << "]\n";
-    fmt::print("# wrote {}\n", out);
+    if (args.flag("json")) fmt::print("# wrote {}\n", json_path);
+  }
+  if (args.flag("png")) {
+    // The same picture `atlas report` draws for a run, here for the predicted tables.
+    const int rc = run_report_script(find_report_script("atlas_report.py"),
+                                     {"--schedule-json", json_path, "--out", args.option("png")});
+    if (!args.flag("json")) std::filesystem::remove(json_path);
+    if (rc != 0) ATLAS_THROW(Io, "drawing " << args.option("png") << " failed (atlas_report.py exited with " << rc << ")");
+    fmt::print("# wrote {}\n", args.option("png"));
   }
   return 0;
 }
