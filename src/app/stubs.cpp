@@ -12,10 +12,7 @@ int not_yet(const char* name) {
 
 bool cuda_built() { return false; }
 int cmd_train(Context&) { return not_yet("train"); }
-int cmd_plan(Context&) { return not_yet("plan"); }
-int cmd_simulate(Context&) { return not_yet("simulate"); }
 int cmd_report(Context&) { return not_yet("report"); }
 int cmd_bench(Context&) { return not_yet("bench"); }
-int cmd_profile(Context&) { return not_yet("profile"); }
 
 }  // namespace atlas::app

@@ -1,0 +1,47 @@
+# atlas device profile (this machine's host backend, OpenBLAS sgemm fp32, 1 thread(s) per rank). Format: profiles/README.md
+format                    = atlas-profile 1
+kind                      = device
+name                      = host
+description               = "this machine's host backend, OpenBLAS sgemm fp32, 1 thread(s) per rank"
+peak_tflops               = 0.15391
+achievable_fraction       = 1
+memory_gib                = 23.5
+usable_memory_fraction    = 0.9
+mem_bandwidth_gbs         = 8
+nvlink_gbs                = 5
+nvlink_latency_us         = 1
+bwd_over_fwd              = 2
+activation_bytes          = 4
+grad_bytes                = 4
+state_bytes_per_param     = 16
+optimizer_bytes_per_param = 28
+pipeline_scatter_gather   = false
+sequence_parallel         = false
+selective_recompute       = false
+measured_threads          = 1
+source.table = "measured by `atlas profile` (sgemm over the block's GEMM shapes; elementwise ops not timed)"
+source.peak_tflops = "best measured forward rate in the table (achievable_fraction = 1)"
+source.memory_gib = "MemTotal of /proc/meminfo on the measuring machine"
+source.mem_bandwidth_gbs = "assumption (8 GB/s streaming per rank), not measured"
+# measured blocks: one micro-batch through one transformer block on one rank
+table = hidden heads seq_len micro_batch_size tp fwd_ms bwd_ms
+row   = 64 4 64 1 1 0.05401 0.126296
+row   = 64 4 64 4 1 0.219644 0.461463
+row   = 64 4 256 1 1 0.382981 0.838236
+row   = 64 4 256 4 1 1.59797 3.11323
+row   = 128 4 64 1 1 0.201514 0.44969
+row   = 128 4 64 4 1 0.740793 1.58708
+row   = 128 4 256 1 1 0.98033 2.13216
+row   = 128 4 256 4 1 4.09651 8.38834
+row   = 256 4 64 1 1 0.771513 1.68647
+row   = 256 4 64 4 1 2.83457 6.00561
+row   = 256 4 256 1 1 3.43503 7.05044
+row   = 256 4 256 4 1 13.7697 28.005
+row   = 512 8 64 1 1 3.60199 6.94424
+row   = 512 8 64 4 1 11.1519 21.9647
+row   = 512 8 256 1 1 12.0212 23.6768
+row   = 512 8 256 4 1 48.1518 95.7717
+row   = 1024 16 64 1 1 14.2024 27.9075
+row   = 1024 16 64 4 1 44.6386 86.7099
+row   = 1024 16 256 1 1 45.3892 90.402
+row   = 1024 16 256 4 1 174.41 352.483
