@@ -28,3 +28,4 @@ source.activation_bytes = "bf16 activations; memory per layer from Korthikanti e
 source.grad_bytes = "bf16 gradient all-reduce (generous to DP over the WAN; Megatron's fp32 default would double it)"
 source.pipeline_scatter_gather = "Megatron-LM sends 1/tp of a boundary tensor per TP rank (scatter-gather, Narayanan et al. SC'21)"
 source.usable_memory_fraction = "assumption: 10% for CUDA context, NCCL buffers, fragmentation"
+source.nvlink_latency_us = "assumption: ~3 us per ring step (small-message NCCL latency inside a node)"

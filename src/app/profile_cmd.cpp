@@ -4,6 +4,7 @@
 // --wan FILE [--dcs "a b c"] prints the deck lines of those regions.
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -22,7 +23,8 @@ namespace {
 int show(const std::string& path) {
   // A device or a WAN profile: try the kind the file names.
   const std::string text = deck::read_text_file(path);
-  if (text.find("kind") != std::string::npos && text.find("= wan") != std::string::npos) {
+  const bool wan = std::regex_search(text, std::regex("(^|\n)[ \t]*kind[ \t]*=[ \t]*\"?wan\"?[ \t]*(#|\n|$)"));
+  if (wan) {
     const sim::WanProfile w = sim::parse_wan_profile(path, text);
     fmt::print("# WAN profile {} ({} regions, measured {})\n", w.name, w.regions.size(), w.date);
     for (const auto& [k, v] : w.sources) fmt::print("#   source.{}: {}\n", k, v);

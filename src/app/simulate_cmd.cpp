@@ -69,6 +69,7 @@ int run_grid(const Config& base, const sim::DeviceProfile& prof, const Args& arg
   plan::CompareOptions opt;
   opt.prefill_tokens = args.int_option("prefill-tokens", opt.prefill_tokens);
   if (opt.prefill_tokens < 1) throw UsageError("--prefill-tokens must be >= 1");
+  opt.planner = args.flag("planner");
   const std::string dir = args.option("out", "runs/sim_grid");
   std::filesystem::create_directories(dir);
   const std::size_t points = spec.models.size() * spec.dc_counts.size() * spec.latencies_ms.size() * spec.dps.size();
@@ -78,10 +79,10 @@ int run_grid(const Config& base, const sim::DeviceProfile& prof, const Args& arg
              base.cluster.bandwidth_gbps.size() == 1 ? base.cluster.bandwidth_gbps[0] : base.cluster.bandwidth(0, 1),
              base.wan.rails, opt.prefill_tokens);
   const auto rows = plan::run_grid(base, prof, spec, opt, [](const plan::GridRow& r) {
-    fmt::print("  {:>5} {} DCs {:>5g} ms dp {:>2}: a {:9.2f} s  b {:8.2f} s  c {:8.2f} s  c/a {:7.1f}x  c/b {:5.2f}x  "
-               "util c {:3.0f}% d {:3.0f}%\n",
+    fmt::print("  {:>5} {} DCs {:>5g} ms dp {:>2}: a {:9.2f} s  b {:8.2f} s  c {:8.2f} s  c* {:8.2f} s  c/a {:7.1f}x  "
+               "c/b {:5.2f}x  util c {:3.0f}% d {:3.0f}%\n",
                r.model, r.dcs, r.latency_ms, r.dp, r.c.step_a_ms / 1e3, r.c.step_b_ms / 1e3, r.c.step_c_ms / 1e3,
-               r.speedup_c_over_a, r.speedup_c_over_b, 100 * r.c.util_c, 100 * r.c.util_d);
+               r.c.step_plan_ms / 1e3, r.speedup_c_over_a, r.speedup_c_over_b, 100 * r.c.util_c, 100 * r.c.util_d);
     std::fflush(stdout);
   });
   const std::string csv = dir + "/sim_grid.csv";
@@ -100,7 +101,7 @@ int cmd_simulate(Context& ctx) {
   const Args args = parse_args(ctx.args,
                                {"json", "width", "wan", "out", "models", "dcs", "latencies", "dps", "prefill-tokens",
                                 "rows"},
-                               {"search", "gantt", "compare", "grid", "quiet"});
+                               {"search", "gantt", "compare", "grid", "quiet", "planner"});
   const std::string path = deck_path(args, "simulate");
   std::vector<std::string> overrides;
   if (args.flag("wan")) overrides = sim::wan_profile_overrides(args.option("wan"), path, args.overrides);
@@ -113,6 +114,7 @@ int cmd_simulate(Context& ctx) {
   if (args.flag("compare")) {
     plan::CompareOptions opt;
     opt.prefill_tokens = args.int_option("prefill-tokens", opt.prefill_tokens);
+    opt.planner = true;
     const plan::Comparison c = plan::compare_designs(cfg, prof, opt);
     fmt::print("# deck {}: {} GPUs (tp {} x pp {} x dp {}), {} micro-batches of {}, profile {}\n", path, c.gpus, c.tp,
                c.pp, c.dp, c.micro_batches, c.micro_batch_size, prof.name);
@@ -129,6 +131,9 @@ int cmd_simulate(Context& ctx) {
     }
     row("(b) PP across DCs, 1F1B, 1 TCP flow per transfer, shared", c.step_b_ms, c.util_b);
     row(fmt::format("(c) ATLAS: {} rails, temporal sharing, heuristic placement", cfg.wan.rails), c.step_c_ms, c.util_c);
+    fmt::print("  {:<58} {:>12.3f} {:>10} {:>9.2f}x   (tp {} x pp {} x dp {} = {} GPUs in {} DCs)\n",
+               "(c*) ATLAS planner's fastest plan, same GPUs and batch", c.step_plan_ms / 1e3, "", c.step_plan_ms / c.step_c_ms,
+               c.plan_tp, c.plan_pp, c.plan_dp, c.plan_gpus, c.plan_dcs);
     fmt::print("  {:<58} {:>12} {:>9.1f}%   (Idle slots filled by {}-token prefills)\n", "(d) ATLAS + BubbleTea (modelled)",
                "-", 100 * c.util_d, opt.prefill_tokens);
     return 0;
@@ -137,8 +142,9 @@ int cmd_simulate(Context& ctx) {
   sim::SimOptions opt;
   opt.source = args.flag("search") ? sim::TableSource::Search : sim::TableSource::Deck;
   const sim::SimResult r = sim::simulate(cfg, prof, opt);
-  fmt::print("# deck {}: {} table re-timed by the simulator{}\n", path,
-             opt.source == sim::TableSource::Deck ? "the runtime's" : "a simulator-built",
+  fmt::print("# deck {}: {}{}\n", path,
+             opt.source == sim::TableSource::Deck ? "the runtime's schedule table, timed by the simulator"
+                                                  : "a schedule table built from the simulator's costs (--search)",
              prof.path.empty() ? " (built-in profile)" : fmt::format(" (profile {})", prof.path));
   fmt::print("{}", sim::report(r, cfg.cluster.dcs));
   if (args.flag("gantt")) {

@@ -111,6 +111,26 @@ Comparison compare_designs(const Config& cfg, const sim::DeviceProfile& prof, co
     out.util_d = sim::fill_bubbles(r.table, cost, tokens_per_micro, opt.prefill_tokens, cfg.bubbletea.guard_ms).utilization;
   }
 
+  // ---- (c*) the planner's fastest plan for the same DCs, model and global batch ----
+  if (opt.planner) {
+    PlanOptions po;
+    po.simulate_top = opt.planner_simulate_top;
+    po.final_full_search = false;
+    Config cp = cfg;
+    cp.cluster.gpus_per_dc.assign(cfg.cluster.gpus_per_dc.size(), 0);
+    for (std::size_t dc = 0; dc < cp.cluster.gpus_per_dc.size(); ++dc)  // the GPUs (b) uses
+      cp.cluster.gpus_per_dc[dc] = cfg.parallel.stages_per_dc[dc] * out.dp * out.tp;
+    cp.plan.deadline_s = 0;
+    const PlanResult pr = search(cp, prof, po);
+    const Plan& best = pr.plans[static_cast<std::size_t>(pr.best)];
+    out.step_plan_ms = best.step_ms;
+    out.plan_tp = best.tp;
+    out.plan_pp = best.pp;
+    out.plan_dp = best.dp;
+    out.plan_gpus = best.gpus;
+    out.plan_dcs = static_cast<int>(best.dc_order.size());
+  }
+
   // ---- (a) DP across DCs: whole pipelines inside each DC, gradients over the WAN ----
   {
     const int n = cfg.cluster.dc_count();
@@ -267,6 +287,10 @@ std::vector<GridRow> run_grid(const Config& base, const sim::DeviceProfile& prof
             row.speedup_c_over_a_cap = row.c.a_fits ? row.c.step_a_cap_ms / row.c.step_c_ms : 0.0;
             row.speedup_c_over_b = row.c.step_b_ms / row.c.step_c_ms;
           }
+          if (row.c.step_plan_ms > 0) {
+            row.speedup_plan_over_a_cap = row.c.a_fits ? row.c.step_a_cap_ms / row.c.step_plan_ms : 0.0;
+            row.speedup_plan_over_b = row.c.step_b_ms / row.c.step_plan_ms;
+          }
           rows.push_back(row);
           if (progress) progress(rows.back());
         }
@@ -277,29 +301,41 @@ std::string grid_csv(const std::vector<GridRow>& rows) {
   std::string out =
       "model,dcs,latency_ms,dp,tp,pp,stages_per_dc,gpus,micro_batches,global_batch_tokens,"
       "step_a_s,step_a_cap_s,step_b_s,step_c_s,util_a,util_b,util_c,util_d,"
-      "speedup_c_over_a,speedup_c_over_a_cap,speedup_c_over_b\n";
+      "speedup_c_over_a,speedup_c_over_a_cap,speedup_c_over_b,step_plan_s,plan_layout,speedup_plan_over_a_cap,"
+      "speedup_plan_over_b\n";
   for (const auto& r : rows)
     out += fmt::format("{},{},{:g},{},{},{},{},{},{},{:.0f},{:.6g},{:.6g},{:.6g},{:.6g},{:.4f},{:.4f},{:.4f},{:.4f},"
-                       "{:.4g},{:.4g},{:.4g}\n",
+                       "{:.4g},{:.4g},{:.4g},{:.6g},{},{:.4g},{:.4g}\n",
                        r.model, r.dcs, r.latency_ms, r.dp, r.tp, r.pp, r.stages_per_dc, r.gpus, r.micro_batches,
                        r.global_batch_tokens, r.c.step_a_ms / 1e3, r.c.step_a_cap_ms / 1e3, r.c.step_b_ms / 1e3,
                        r.c.step_c_ms / 1e3, r.c.util_a, r.c.util_b, r.c.util_c, r.c.util_d, r.speedup_c_over_a,
-                       r.speedup_c_over_a_cap, r.speedup_c_over_b);
+                       r.speedup_c_over_a_cap, r.speedup_c_over_b, r.c.step_plan_ms / 1e3,
+                       r.c.step_plan_ms > 0 ? fmt::format("tp{}xpp{}xdp{}/{}DC", r.c.plan_tp, r.c.plan_pp, r.c.plan_dp,
+                                                          r.c.plan_dcs)
+                                            : std::string("-"),
+                       r.speedup_plan_over_a_cap, r.speedup_plan_over_b);
   return out;
 }
 
 std::string grid_markdown(const std::vector<GridRow>& rows) {
   std::string out =
-      "| model | DCs | lat ms | dp | tp x pp | GPUs | (a) DP 1 flow s | (a) DP at cap s | (b) PP 1F1B s | (c) ATLAS s "
-      "| c/a | c/a_cap | c/b | util b | util c | util d |\n"
-      "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
-  for (const auto& r : rows)
-    out += fmt::format("| {} | {} | {:g} | {} | {} x {} | {} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.1f}x | {:.2f}x | "
-                       "{:.2f}x | {:.0f}% | {:.0f}% | {:.0f}% |\n",
+      "| model | DCs | lat ms | dp | tp x pp | GPUs | (a) DP 1 flow s | (a') DP at cap s | (b) PP 1F1B s | (c) ATLAS s "
+      "| (c*) planner s | c/a | c/a' | c/b | c*/a' | c*/b | util b | util c | util d |\n"
+      "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  for (const auto& r : rows) {
+    const bool planned = r.c.step_plan_ms > 0;
+    out += fmt::format("| {} | {} | {:g} | {} | {} x {} | {} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {} | {:.1f}x | {:.2f}x | "
+                       "{:.2f}x | {} | {} | {:.0f}% | {:.0f}% | {:.0f}% |\n",
                        r.model, r.dcs, r.latency_ms, r.dp, r.tp, r.pp, r.gpus, r.c.step_a_ms / 1e3,
-                       r.c.step_a_cap_ms / 1e3, r.c.step_b_ms / 1e3, r.c.step_c_ms / 1e3, r.speedup_c_over_a,
-                       r.speedup_c_over_a_cap, r.speedup_c_over_b, 100 * r.c.util_b, 100 * r.c.util_c,
-                       100 * r.c.util_d);
+                       r.c.step_a_cap_ms / 1e3, r.c.step_b_ms / 1e3, r.c.step_c_ms / 1e3,
+                       planned ? fmt::format("{:.2f} ({}x{}x{}, {} DC)", r.c.step_plan_ms / 1e3, r.c.plan_tp,
+                                             r.c.plan_pp, r.c.plan_dp, r.c.plan_dcs)
+                               : std::string("-"),
+                       r.speedup_c_over_a, r.speedup_c_over_a_cap, r.speedup_c_over_b,
+                       planned ? fmt::format("{:.2f}x", r.speedup_plan_over_a_cap) : std::string("-"),
+                       planned ? fmt::format("{:.2f}x", r.speedup_plan_over_b) : std::string("-"), 100 * r.c.util_b,
+                       100 * r.c.util_c, 100 * r.c.util_d);
+  }
   return out;
 }
 

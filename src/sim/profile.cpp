@@ -449,6 +449,7 @@ DeviceProfile builtin_device_profile(GpuKind gpu) {
   p.sources.emplace_back("pipeline_scatter_gather",
                          "Megatron-LM sends 1/tp of a boundary tensor per TP rank (scatter-gather, Narayanan et al. SC'21)");
   p.sources.emplace_back("usable_memory_fraction", "assumption: 10% for CUDA context, NCCL buffers, fragmentation");
+  p.sources.emplace_back("nvlink_latency_us", "assumption: ~3 us per ring step (small-message NCCL latency inside a node)");
   return p;
 }
 

@@ -24,6 +24,8 @@ ModelCfg model_preset(const std::string& name);
 struct CompareOptions {
   int prefill_tokens = 512;     ///< (d): prompt tokens of one prefill placed in a bubble
   bool atlas_full_search = true;
+  bool planner = false;         ///< also (c*): the planner's fastest plan on the same DCs and batch
+  int planner_simulate_top = 16;  ///< plans the planner simulates for (c*)
 };
 
 struct Comparison {
@@ -41,6 +43,8 @@ struct Comparison {
   double wan_allreduce_cap_ms = 0.0;  ///< the same at full link capacity
   // results
   double step_a_ms = 0.0, step_a_cap_ms = 0.0, step_b_ms = 0.0, step_c_ms = 0.0;
+  double step_plan_ms = 0.0;          ///< (c*) the planner's fastest plan (0 = not run)
+  int plan_tp = 0, plan_pp = 0, plan_dp = 0, plan_gpus = 0, plan_dcs = 0;
   double util_a = 0.0, util_b = 0.0, util_c = 0.0, util_d = 0.0;
   double tokens_per_step = 0.0;
   int gpus = 0;
@@ -67,6 +71,7 @@ struct GridRow {
   double global_batch_tokens = 0.0;
   Comparison c;
   double speedup_c_over_a = 0.0, speedup_c_over_a_cap = 0.0, speedup_c_over_b = 0.0;
+  double speedup_plan_over_a_cap = 0.0, speedup_plan_over_b = 0.0;  ///< (c*), when run
 };
 
 /// The deck of one grid point: `n` DCs of dp * tp * k GPUs each (k = the fewest stages per DC
