@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: MIT
 # Plots the paper-reproduction grid written by `atlas simulate DECK --grid`: the speedup of
-# ATLAS (c) over DP across DCs (a) and over PP with 1F1B (b), and the utilization of (b), (c) and
+# ATLAS (c) over DP across DCs (a) and over PP with 1F1B (b) (and of the planner's plan (c*) over
+# (b) when the grid ran with --planner), and the utilization of (c) and
 # (d), against the one-way WAN latency; one panel per model, one line per DC count (dp = the
 # largest in the grid). Usage: /usr/bin/python3 scripts/plot_sim_grid.py GRID.csv OUT.png
 import csv
@@ -36,7 +37,10 @@ def main() -> int:
             lat = [p[0] for p in pts]
             axes[0][col].plot(lat, [float(p[1]["speedup_c_over_a"]) for p in pts], marker="o", color=color, label=f"{n} DCs")
             axes[1][col].plot(lat, [float(p[1]["speedup_c_over_b"]) for p in pts], marker="o", color=color,
-                              label=f"{n} DCs")
+                              label=f"(c) {n} DCs")
+            planned = [float(p[1].get("speedup_plan_over_b") or 0) for p in pts]
+            if any(v > 0 for v in planned):
+                axes[1][col].plot(lat, planned, marker="^", linestyle="--", color=color, label=f"(c*) {n} DCs")
             axes[2][col].plot(lat, [100 * float(p[1]["util_c"]) for p in pts], marker="o", color=color,
                               label=f"(c) {n} DCs")
             axes[2][col].plot(lat, [100 * float(p[1]["util_d"]) for p in pts], marker="x", linestyle="--",
@@ -48,9 +52,10 @@ def main() -> int:
         axes[2][col].axhline(94, color="grey", linestyle=":", linewidth=1)
         axes[2][col].set_ylim(0, 100)
         axes[2][col].set_xlabel("one-way WAN latency (ms)")
-    axes[0][0].set_ylabel("speedup (c) ATLAS over (a) DP across DCs")
-    axes[1][0].set_ylabel("speedup (c) ATLAS over (b) PP 1F1B")
-    axes[2][0].set_ylabel("GPU utilization %  (c) ATLAS, (d) + bubble filling")
+    axes[0][0].set_ylabel("(c) over (a) DP across DCs")
+    axes[1][0].set_ylabel("(c), (c*) over (b) PP 1F1B")
+    axes[1][0].legend(fontsize=7, ncol=2)
+    axes[2][0].set_ylabel("utilization % (c), (d)")
     axes[0][0].legend(fontsize=8)
     axes[2][0].legend(fontsize=7, ncol=2)
     fig.suptitle("atlas simulate --grid (dotted: the paper's 17x and 94%)")

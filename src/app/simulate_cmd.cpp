@@ -131,9 +131,9 @@ int cmd_simulate(Context& ctx) {
     }
     row("(b) PP across DCs, 1F1B, 1 TCP flow per transfer, shared", c.step_b_ms, c.util_b);
     row(fmt::format("(c) ATLAS: {} rails, temporal sharing, heuristic placement", cfg.wan.rails), c.step_c_ms, c.util_c);
-    fmt::print("  {:<58} {:>12.3f} {:>10} {:>9.2f}x   (tp {} x pp {} x dp {} = {} GPUs in {} DCs)\n",
-               "(c*) ATLAS planner's fastest plan, same GPUs and batch", c.step_plan_ms / 1e3, "", c.step_plan_ms / c.step_c_ms,
-               c.plan_tp, c.plan_pp, c.plan_dp, c.plan_gpus, c.plan_dcs);
+    fmt::print("  {:<58} {:>12.3f} {:>9.1f}% {:>9.2f}x   (tp {} x pp {} x dp {} = {} GPUs in {} DC(s))\n",
+               "(c*) ATLAS planner's fastest plan, same GPUs and batch", c.step_plan_ms / 1e3, 100 * c.util_plan,
+               c.step_plan_ms / c.step_c_ms, c.plan_tp, c.plan_pp, c.plan_dp, c.plan_gpus, c.plan_dcs);
     fmt::print("  {:<58} {:>12} {:>9.1f}%   (Idle slots filled by {}-token prefills)\n", "(d) ATLAS + BubbleTea (modelled)",
                "-", 100 * c.util_d, opt.prefill_tokens);
     return 0;

@@ -124,6 +124,7 @@ Comparison compare_designs(const Config& cfg, const sim::DeviceProfile& prof, co
     const PlanResult pr = search(cp, prof, po);
     const Plan& best = pr.plans[static_cast<std::size_t>(pr.best)];
     out.step_plan_ms = best.step_ms;
+    out.util_plan = best.utilization;
     out.plan_tp = best.tp;
     out.plan_pp = best.pp;
     out.plan_dp = best.dp;

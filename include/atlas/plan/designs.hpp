@@ -44,6 +44,7 @@ struct Comparison {
   // results
   double step_a_ms = 0.0, step_a_cap_ms = 0.0, step_b_ms = 0.0, step_c_ms = 0.0;
   double step_plan_ms = 0.0;          ///< (c*) the planner's fastest plan (0 = not run)
+  double util_plan = 0.0;
   int plan_tp = 0, plan_pp = 0, plan_dp = 0, plan_gpus = 0, plan_dcs = 0;
   double util_a = 0.0, util_b = 0.0, util_c = 0.0, util_d = 0.0;
   double tokens_per_step = 0.0;
