@@ -20,7 +20,10 @@ int cmd_plan(Context& ctx) {
   std::vector<std::string> overrides;
   if (args.flag("wan")) overrides = sim::wan_profile_overrides(args.option("wan"), path, args.overrides);
   overrides.insert(overrides.end(), args.overrides.begin(), args.overrides.end());
-  const Config cfg = load_offline_deck(path, overrides);
+  // The deck's parallel layout is only the planner's starting point (its dp sets the global
+  // batch): check everything else, and not whether that layout fits the cluster.
+  const Config cfg = deck::parse(path, deck::read_text_file(path), overrides);
+  if (auto problems = plan::validate_for_planning(cfg, cuda_built()); !problems.empty()) throw ConfigError(problems);
   const sim::DeviceProfile prof = sim::resolve_device_profile(cfg);
 
   int total = 0;

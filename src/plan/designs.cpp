@@ -115,8 +115,8 @@ Comparison compare_designs(const Config& cfg, const sim::DeviceProfile& prof, co
   if (opt.planner) {
     PlanOptions po;
     po.simulate_top = opt.planner_simulate_top;
-    po.final_full_search = false;
     Config cp = cfg;
+    cp.plan.top = 3;  // the three fastest get the whole atlas search
     cp.cluster.gpus_per_dc.assign(cfg.cluster.gpus_per_dc.size(), 0);
     for (std::size_t dc = 0; dc < cp.cluster.gpus_per_dc.size(); ++dc)  // the GPUs (b) uses
       cp.cluster.gpus_per_dc[dc] = cfg.parallel.stages_per_dc[dc] * out.dp * out.tp;

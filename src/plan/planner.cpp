@@ -66,6 +66,34 @@ double price_of(const Config& cfg, int dc) {
 
 }  // namespace
 
+std::vector<std::string> validate_for_planning(const Config& cfg, bool cuda_built) {
+  Config probe = cfg;
+  const int n = cfg.cluster.dc_count();
+  probe.parallel.stages_per_dc.assign(static_cast<std::size_t>(n), 0);
+  if (n > 0) {
+    int big = 0;
+    for (int dc = 0; dc < n && dc < static_cast<int>(cfg.cluster.gpus_per_dc.size()); ++dc)
+      if (cfg.cluster.gpus_per_dc[static_cast<std::size_t>(dc)] > cfg.cluster.gpus_per_dc[static_cast<std::size_t>(big)]) big = dc;
+    probe.parallel.stages_per_dc[static_cast<std::size_t>(big)] = 1;
+  }
+  probe.parallel.dp_size = 1;
+  probe.parallel.tp_size = 1;
+  probe.model.layers_per_stage.clear();
+  // With no GPU anywhere the probe stage cannot fit either; say only what is wrong.
+  std::vector<std::string> extra;
+  const bool none = std::all_of(cfg.cluster.gpus_per_dc.begin(), cfg.cluster.gpus_per_dc.end(), [](int g) { return g <= 0; });
+  if (none && !probe.cluster.gpus_per_dc.empty()) {
+    probe.cluster.gpus_per_dc.assign(probe.cluster.gpus_per_dc.size(), 1);
+    extra.push_back("cluster.gpus_per_dc: every DC has zero GPUs; at least one DC needs GPUs");
+  }
+  deck::JobShape shape;
+  shape.world_size = -1;
+  shape.cuda_built = cuda_built;
+  auto problems = deck::validate(probe, shape);
+  problems.insert(problems.begin(), extra.begin(), extra.end());
+  return problems;
+}
+
 int global_batch(const Config& cfg) {
   return cfg.parallel.dp_size * cfg.train.micro_batches * cfg.train.micro_batch_size;
 }
@@ -307,6 +335,13 @@ PlanResult search(const Config& cfg, const sim::DeviceProfile& prof, const PlanO
   std::vector<bool> pick(cands.size(), false);
   std::stable_sort(idx.begin(), idx.end(), [&](std::size_t a, std::size_t b) { return cands[a].estimate_ms < cands[b].estimate_ms; });
   for (std::size_t i = 0; i < std::min(k, idx.size()); ++i) pick[idx[i]] = true;
+  // The deck's own shape is always simulated: the what-if table then shows where it stands.
+  for (std::size_t i = 0; i < cands.size(); ++i) {
+    const Plan& p = cands[i];
+    if (p.tp == cfg.parallel.tp_size && p.pp == cfg.parallel.pp_size() && p.dp == cfg.parallel.dp_size &&
+        p.micro_batch_size == cfg.train.micro_batch_size)
+      pick[i] = true;
+  }
   if (cfg.plan.deadline_s > 0) {
     // The cheapest plans whose estimate is near the deadline are candidates too.
     std::stable_sort(idx.begin(), idx.end(), [&](std::size_t a, std::size_t b) { return cands[a].cost_per_step < cands[b].cost_per_step; });
@@ -384,6 +419,9 @@ std::string what_if_table(const PlanResult& r, const Config& cfg, int rows) {
                          p.stages_per_dc[static_cast<std::size_t>(dc)]);
     std::string note;
     if (i == r.best) note += "fastest";
+    if (p.tp == cfg.parallel.tp_size && p.pp == cfg.parallel.pp_size() && p.dp == cfg.parallel.dp_size &&
+        p.micro_batch_size == cfg.train.micro_batch_size)
+      note += std::string(note.empty() ? "" : ", ") + "the deck's shape";
     if (cfg.plan.deadline_s > 0 && i == r.chosen && r.deadline_met)
       note += std::string(note.empty() ? "" : ", ") + "cheapest within deadline";
     out += fmt::format("  {:>3} {:<28} {:>6} {:>3} {:>4} {:>4} {:>3} {:>5} {:>8.1f} {:>10.3f} {:>12.0f} {:>6.1f} {:>11.4g}  {}\n",

@@ -209,6 +209,23 @@ TEST(PlanErrors, BadClustersAreCaughtWithClearMessages) {
   EXPECT_THAT(error_of([] { (void)model_preset("1t"); }), HasSubstr("unknown model preset '1t'"));
 }
 
+TEST(PlanErrors, TheDecksOwnLayoutNeedNotFitTheCluster) {
+  // The deck's layout (2 stages x dp 4 x tp 8 in 'big') does not fit 16 GPUs per DC, but the
+  // planner replaces it: only the cluster and model must be valid.
+  deck::JobShape shape;
+  shape.world_size = -1;
+  const Config cfg = deck::parse("plan.deck", kCluster, {"cluster.gpus_per_dc=16 16 16"});
+  EXPECT_FALSE(deck::validate(cfg, shape).empty());
+  EXPECT_TRUE(validate_for_planning(cfg, false).empty());
+  EXPECT_FALSE(search(cfg, sim::builtin_device_profile(GpuKind::H100)).plans.empty());
+  // Real problems still surface.
+  const Config bad = deck::parse("plan.deck", kCluster, {"cluster.gpus_per_dc=0 0 0", "model.heads=30"});
+  const auto problems = validate_for_planning(bad, false);
+  ASSERT_EQ(problems.size(), 2u);
+  EXPECT_THAT(problems[0], HasSubstr("every DC has zero GPUs"));
+  EXPECT_THAT(problems[1], HasSubstr("model.hidden = 4096 is not divisible by model.heads = 30"));
+}
+
 // ---- designs ----
 
 TEST(PlanDesigns, DpAcrossDcsPaysTheRingAllReduceOverOneFlow) {

@@ -55,6 +55,11 @@ struct PlanResult {
   double seconds = 0.0;         ///< wall time of the search
 };
 
+/// Deck problems that matter to the planner: deck::validate of the deck with its parallel layout
+/// replaced by one stage of one GPU in the DC with the most GPUs (the planner replaces the layout,
+/// so a layout that does not fit the cluster is no error here). Empty = plannable.
+std::vector<std::string> validate_for_planning(const Config& cfg, bool cuda_built);
+
 /// The target global batch: the deck's dp_size * micro_batches * micro_batch_size sequences.
 int global_batch(const Config& cfg);
 
@@ -69,7 +74,8 @@ std::vector<int> chain_order(const Config& cfg, const std::vector<int>& stages_p
 /// `layers` blocks over `pp` stages as evenly as possible (extra blocks to the middle stages).
 std::vector<int> split_layers(int layers, int pp);
 
-/// Searches every plan for the deck's cluster, model and global batch under `profile`.
+/// Searches every plan for the deck's cluster, model and global batch under `profile`. The
+/// best estimates, and the deck's own (tp, pp, dp, micro-batch size) if it fits, are simulated.
 /// ConfigError with numbers and a hint when nothing fits ("no plan fits: ...").
 PlanResult search(const Config& cfg, const sim::DeviceProfile& profile, const PlanOptions& opt = {});
 
