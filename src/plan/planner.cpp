@@ -403,20 +403,24 @@ PlanResult search(const Config& cfg, const sim::DeviceProfile& prof, const PlanO
 }
 
 std::string what_if_table(const PlanResult& r, const Config& cfg, int rows) {
-  std::string out;
-  const char* unit = r.priced ? "cost/step" : "GPU-h/step";
-  out += fmt::format("# {:>3} {:<28} {:>6} {:>3} {:>4} {:>4} {:>3} {:>5} {:>8} {:>10} {:>12} {:>6} {:>11}  {}\n", "#",
-                     "DCs used (stages)", "GPUs", "tp", "pp", "dp", "mbs", "mb", "GiB/GPU", "step_s", "tokens/s",
-                     "util%", unit, "note");
   std::vector<int> shown;
   for (int i = 0; i < std::min(rows, static_cast<int>(r.plans.size())); ++i) shown.push_back(i);
   if (r.chosen >= rows) shown.push_back(r.chosen);
-  for (int i : shown) {
-    const Plan& p = r.plans[static_cast<std::size_t>(i)];
+  auto dcs_of = [&](const Plan& p) {
     std::string dcs;
     for (int dc : p.dc_order)
       dcs += fmt::format("{}{}:{}", dcs.empty() ? "" : " ", cfg.cluster.dcs[static_cast<std::size_t>(dc)],
                          p.stages_per_dc[static_cast<std::size_t>(dc)]);
+    return dcs;
+  };
+  std::size_t width = 17;
+  for (int i : shown) width = std::max(width, dcs_of(r.plans[static_cast<std::size_t>(i)]).size());
+  const char* unit = r.priced ? "cost/step" : "GPU-h/step";
+  std::string out = fmt::format("# {:>3} {:<{}} {:>6} {:>3} {:>4} {:>4} {:>3} {:>5} {:>8} {:>10} {:>12} {:>6} {:>11}  {}\n",
+                                "#", "DCs used (stages)", width, "GPUs", "tp", "pp", "dp", "mbs", "mb", "GiB/GPU",
+                                "step_s", "tokens/s", "util%", unit, "note");
+  for (int i : shown) {
+    const Plan& p = r.plans[static_cast<std::size_t>(i)];
     std::string note;
     if (i == r.best) note += "fastest";
     if (p.tp == cfg.parallel.tp_size && p.pp == cfg.parallel.pp_size() && p.dp == cfg.parallel.dp_size &&
@@ -424,9 +428,9 @@ std::string what_if_table(const PlanResult& r, const Config& cfg, int rows) {
       note += std::string(note.empty() ? "" : ", ") + "the deck's shape";
     if (cfg.plan.deadline_s > 0 && i == r.chosen && r.deadline_met)
       note += std::string(note.empty() ? "" : ", ") + "cheapest within deadline";
-    out += fmt::format("  {:>3} {:<28} {:>6} {:>3} {:>4} {:>4} {:>3} {:>5} {:>8.1f} {:>10.3f} {:>12.0f} {:>6.1f} {:>11.4g}  {}\n",
-                       i + 1, dcs, p.gpus, p.tp, p.pp, p.dp, p.micro_batch_size, p.micro_batches, gib(p.mem_bytes),
-                       p.step_ms / 1e3, p.tokens_per_s, 100.0 * p.utilization, p.cost_per_step, note);
+    out += fmt::format("  {:>3} {:<{}} {:>6} {:>3} {:>4} {:>4} {:>3} {:>5} {:>8.1f} {:>10.3f} {:>12.0f} {:>6.1f} {:>11.4g}  {}\n",
+                       i + 1, dcs_of(p), width, p.gpus, p.tp, p.pp, p.dp, p.micro_batch_size, p.micro_batches,
+                       gib(p.mem_bytes), p.step_ms / 1e3, p.tokens_per_s, 100.0 * p.utilization, p.cost_per_step, note);
   }
   return out;
 }

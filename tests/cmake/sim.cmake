@@ -9,7 +9,8 @@ function(atlas_cli_test name regex)
   add_test(NAME ${name} COMMAND $<TARGET_FILE:atlas> ${ARGN} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(${name} PROPERTIES LABELS unit TIMEOUT 60 PASS_REGULAR_EXPRESSION "${regex}")
 endfunction()
-atlas_cli_test(cli_simulate_cpu "step_ms +[0-9.]+.*east -> west" simulate inputs/sim_two_dc_cpu.deck --gantt)
+atlas_cli_test(cli_simulate_cpu "step_ms +[0-9.]+.*east -> west.*wrote .*sim_two_dc_cpu.json"
+               simulate inputs/sim_two_dc_cpu.deck --gantt --json ${CMAKE_BINARY_DIR}/sim_two_dc_cpu.json)
 atlas_cli_test(cli_simulate_175b "4608 GPUs.*tokens_per_s" simulate inputs/sim_gpt175b_4dc.deck)
 atlas_cli_test(cli_simulate_compare "\\(a\\) DP across DCs.*\\(b\\) PP across DCs.*\\(c\\) ATLAS.*\\(c\\*\\).*\\(d\\)"
                simulate inputs/sim_two_dc_cpu.deck --compare)

@@ -32,7 +32,8 @@ using BlockTimer = std::function<BlockTiming(const BlockShape&)>;
 /// The default timer: the block's GEMMs with OpenBLAS sgemm (QKV, attention scores and values
 /// per head, output projection, MLP up and down; backward = two GEMMs per forward GEMM), the
 /// median of `repeats` runs after one warm-up. Elementwise work (softmax, norms, GELU) is not
-/// timed. `threads` > 0 sets OpenBLAS's thread count for the measurement.
+/// timed. `threads` > 0 sets OpenBLAS's thread count (process-wide: openblas_set_num_threads)
+/// before each measurement. Not thread-safe; one process, no MPI.
 BlockTimer sgemm_block_timer(int repeats = 3, int threads = 1);
 
 /// Shapes `atlas profile` measures (quick: a smaller, faster set for tests).
