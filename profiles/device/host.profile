@@ -23,6 +23,7 @@ source.table = "measured by `atlas profile` (sgemm over the block's GEMM shapes;
 source.peak_tflops = "best measured forward rate in the table (achievable_fraction = 1)"
 source.memory_gib = "MemTotal of /proc/meminfo on the measuring machine"
 source.mem_bandwidth_gbs = "assumption (8 GB/s streaming per rank), not measured"
+source.nvlink_gbs = "assumption (5 GB/s, 1 us between ranks of a node through shared memory), not measured"
 # measured blocks: one micro-batch through one transformer block on one rank
 table = hidden heads seq_len micro_batch_size tp fwd_ms bwd_ms
 row   = 64 4 64 1 1 0.05401 0.126296

@@ -77,6 +77,7 @@ int cmd_profile(Context& ctx) {
       {"peak_tflops", "best measured forward rate in the table (achievable_fraction = 1)"},
       {"memory_gib", "MemTotal of /proc/meminfo on the measuring machine"},
       {"mem_bandwidth_gbs", "assumption (8 GB/s streaming per rank), not measured"},
+      {"nvlink_gbs", "assumption (5 GB/s, 1 us between ranks of a node through shared memory), not measured"},
   };
   fmt::print("# measuring {} block shapes with {} OpenBLAS thread(s), median of {} ...\n", shapes.size(), threads, repeat);
   const sim::BlockTimer timer = sim::sgemm_block_timer(repeat, threads);
