@@ -414,6 +414,8 @@ void build(Schema& schema) {
       .help("largest tensor-parallel size the planner tries");
   b.field("plan.top", &C::plan, &PlanCfg::top).def("10").min(1)
       .help("rows in the planner's what-if table");
+  b.field("plan.profiles", &C::plan, &PlanCfg::profiles).def("\"\"")
+      .help("device profile files for plan/simulate; empty = profiles/device/<plan.gpu>.profile");
 }
 
 }  // namespace

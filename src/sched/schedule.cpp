@@ -316,6 +316,35 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt) {
   return t;
 }
 
+ScheduleTable retime(const ScheduleTable& table, const CostModel& c) {
+  ATLAS_ASSERT(c.pp == table.pp && c.dp == table.dp && c.stage_dc == table.stage_dc,
+               "retime: the cost model's shape (pp " << c.pp << ", dp " << c.dp
+                                                     << ") differs from the table's (pp " << table.pp
+                                                     << ", dp " << table.dp << ")");
+  const int m = table.micro_batches;
+  ProgramMap map;
+  EngineProgram p = make_program(c, table.kind, m, map);
+  if (table.kind == ScheduleKind::Atlas) {
+    // Freeze the table's link orders, exactly as build_schedule froze them.
+    for (std::size_t ch = 0; ch < p.channels.size(); ++ch) {
+      const int li = table.link_index(map.link_src_dc[ch], map.link_dst_dc[ch]);
+      ATLAS_ASSERT(li >= 0, "retime: the table has no link " << map.link_src_dc[ch] << "->" << map.link_dst_dc[ch]);
+      const WanLink& link = table.links[static_cast<std::size_t>(li)];
+      auto& chan = p.channels[ch];
+      chan.mode = LinkMode::Ordered;
+      chan.slots = link.slots;
+      chan.order.clear();
+      for (const auto& x : link.order)
+        chan.order.push_back(message_id(std::min(x.src_stage, x.dst_stage), x.dp, x.micro, x.flow, c.dp, m));
+    }
+    p.worker_start_ms.assign(p.workers.size(), 0.0);
+    for (int d = 0; d < c.dp; ++d) p.worker_start_ms[static_cast<std::size_t>(d)] = d * table.atlas.stagger_ms;
+  }
+  ScheduleTable t = time_program(c, table.kind, m, p, map);
+  t.atlas = table.atlas;
+  return t;
+}
+
 ScheduleTable build_schedule(const Config& cfg, const topo::Layout& layout) {
   ScheduleOptions opt;
   opt.kind = cfg.schedule.kind;

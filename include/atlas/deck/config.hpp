@@ -160,6 +160,7 @@ struct PlanCfg {
   double deadline_s = 0.0;          ///< plan.deadline_s: cheapest plan under this step time
   int max_tp = 8;                   ///< plan.max_tp
   int top = 10;                     ///< plan.top: rows in the what-if table
+  std::vector<std::string> profiles; ///< plan.profiles: device profile files (profiles/README.md)
 };
 
 /// Everything a deck can say. Filled by deck::parse; validated by deck::validate.

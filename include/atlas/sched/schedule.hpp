@@ -84,6 +84,12 @@ ScheduleTable build_schedule(const CostModel& cost, const ScheduleOptions& opt);
 /// The deck's table: cost_model(cfg, layout) with schedule.kind and train.micro_batches.
 ScheduleTable build_schedule(const Config& cfg, const topo::Layout& layout);
 
+/// Re-times an existing table under another cost model (the simulator's): the same programs as
+/// build_schedule (each stage's compute order; for atlas the table's WAN link orders frozen and
+/// the same stagger), timed by the engine. The table's shape (pp, dp, stage_dc) must match the
+/// cost model's, else atlas::Error (Internal). The result has the table's structure_hash().
+ScheduleTable retime(const ScheduleTable& table, const CostModel& cost);
+
 /// The compute order (Forward/Backward, micro) of one stage: the schedule's core rule.
 std::vector<std::pair<SlotKind, int>> compute_order(ScheduleKind kind, int stage, int pp, int micro_batches);
 

@@ -1,0 +1,90 @@
+// SPDX-License-Identifier: MIT
+// The ATLAS planner: which DCs, how many GPUs in each, and which tp/pp/dp/micro-batch size. For
+// every shape that fits each GPU's memory, the DC-selection heuristic places contiguous pipeline
+// stages (each stage's dp x tp GPUs in one DC) in the DCs with the most free GPUs first; plans
+// are pruned by a closed-form estimate and ranked by simulated step time (sim/, i.e. sched's
+// engine on the atlas table). One process, no MPI, no I/O.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "atlas/deck/config.hpp"
+#include "atlas/sim/profile.hpp"
+
+namespace atlas::plan {
+
+/// One candidate layout and what it is predicted to do.
+struct Plan {
+  int tp = 1;
+  int pp = 1;
+  int dp = 1;
+  int micro_batch_size = 1;
+  int micro_batches = 1;
+  std::vector<int> stages_per_dc;     ///< per deck DC (cfg.cluster.dcs order)
+  std::vector<int> dc_order;          ///< DCs holding stages, in pipeline order
+  std::vector<int> layers_per_stage;  ///< in pipeline order
+  int gpus = 0;                       ///< pp * dp * tp
+  double mem_bytes = 0.0;             ///< peak per-GPU memory (the fullest stage)
+  double estimate_ms = 0.0;           ///< closed-form step estimate (used to prune)
+  bool simulated = false;
+  double step_ms = 0.0;               ///< simulated step time (atlas schedule)
+  double tokens_per_s = 0.0;
+  double utilization = 0.0;           ///< mean (forward + backward) / step
+  double bubble_fraction = 0.0;
+  double cost_per_step = 0.0;         ///< sum over DCs of GPUs * price per GPU-hour * step hours
+};
+
+struct PlanOptions {
+  int simulate_top = 0;          ///< plans simulated per ranking (0 = max(3 * plan.top, 32))
+  bool final_full_search = true; ///< re-time the plan.top best with the whole atlas search
+};
+
+struct PlanResult {
+  std::vector<Plan> plans;      ///< simulated plans, fastest first
+  int best = -1;                ///< index of the fastest plan
+  int chosen = -1;              ///< plan.deadline_s > 0: cheapest plan meeting it, else best
+  bool deadline_met = true;     ///< false when no plan meets plan.deadline_s (chosen = best)
+  long long shapes = 0;         ///< (tp, pp, dp, micro-batch size) shapes considered
+  long long fit_memory = 0;     ///< of those, fitting every GPU's memory
+  long long placed = 0;         ///< of those, placeable in the free GPUs
+  int global_batch = 0;         ///< sequences per step, kept constant across plans
+  bool priced = false;          ///< cluster.price_per_gpu_hour given (else cost is GPU-hours)
+  std::string profile_name;
+  double seconds = 0.0;         ///< wall time of the search
+};
+
+/// Deck problems that matter to the planner: deck::validate of the deck with its parallel layout
+/// replaced by one stage of one GPU in the DC with the most GPUs (the planner replaces the layout,
+/// so a layout that does not fit the cluster is no error here). Empty = plannable.
+std::vector<std::string> validate_for_planning(const Config& cfg, bool cuda_built);
+
+/// The target global batch: the deck's dp_size * micro_batches * micro_batch_size sequences.
+int global_batch(const Config& cfg);
+
+/// ATLAS placement: `pp` stages of `gpus_per_stage` GPUs each, contiguous, filling the DCs with
+/// the most free GPUs first (ties: deck order). Stage counts per DC, or nullopt if they do not fit.
+std::optional<std::vector<int>> place_stages(const std::vector<int>& free_gpus, int pp, int gpus_per_stage);
+
+/// Pipeline order of the DCs holding stages: the order with the least total one-way latency
+/// along the chain (exhaustive up to 8 DCs, else the placement order).
+std::vector<int> chain_order(const Config& cfg, const std::vector<int>& stages_per_dc);
+
+/// `layers` blocks over `pp` stages as evenly as possible (extra blocks to the middle stages).
+std::vector<int> split_layers(int layers, int pp);
+
+/// Searches every plan for the deck's cluster, model and global batch under `profile`. The
+/// best estimates, and the deck's own (tp, pp, dp, micro-batch size) if it fits, are simulated.
+/// ConfigError with numbers and a hint when nothing fits ("no plan fits: ...").
+PlanResult search(const Config& cfg, const sim::DeviceProfile& profile, const PlanOptions& opt = {});
+
+/// The deck of a plan: the base deck with its DCs reordered to pipeline order (unused DCs last,
+/// with 0 stages), parallel.*, model.layers_per_stage, train.micro_*, schedule.kind = atlas.
+/// The result passes deck validation.
+Config plan_config(const Config& base, const Plan& plan);
+
+/// The what-if table (plan.top rows, the chosen plan marked).
+std::string what_if_table(const PlanResult& r, const Config& cfg, int rows);
+
+}  // namespace atlas::plan

@@ -1,0 +1,75 @@
+// SPDX-License-Identifier: MIT
+// `atlas plan DECK`: the ATLAS planner's what-if table and the chosen plan as a ready deck.
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "atlas/app/commands.hpp"
+#include "atlas/core/check.hpp"
+#include "atlas/core/units.hpp"
+#include "atlas/deck/deck.hpp"
+#include "atlas/plan/planner.hpp"
+#include "atlas/sim/profile.hpp"
+
+namespace atlas::app {
+
+int cmd_plan(Context& ctx) {
+  if (ctx.env.world_rank() != 0) return 0;
+  const Args args = parse_args(ctx.args, {"wan", "deck-out", "rows"}, {"quiet"});
+  const std::string path = deck_path(args, "plan");
+  std::vector<std::string> overrides;
+  if (args.flag("wan")) overrides = sim::wan_profile_overrides(args.option("wan"), path, args.overrides);
+  overrides.insert(overrides.end(), args.overrides.begin(), args.overrides.end());
+  // The deck's parallel layout is only the planner's starting point (its dp sets the global
+  // batch): check everything else, and not whether that layout fits the cluster.
+  const Config cfg = deck::parse(path, deck::read_text_file(path), overrides);
+  if (auto problems = plan::validate_for_planning(cfg, cuda_built()); !problems.empty()) throw ConfigError(problems);
+  const sim::DeviceProfile prof = sim::resolve_device_profile(cfg);
+
+  int total = 0;
+  for (int g : cfg.cluster.gpus_per_dc) total += g;
+  fmt::print("# deck {}: {} DCs, {} free GPUs ({}), model {:.2f}B parameters, global batch {} sequences of {} tokens\n",
+             path, cfg.cluster.dc_count(), total,
+             [&] {
+               std::string s;
+               for (std::size_t i = 0; i < cfg.cluster.dcs.size(); ++i)
+                 s += fmt::format("{}{} {}", i ? ", " : "", cfg.cluster.dcs[i], cfg.cluster.gpus_per_dc[i]);
+               return s;
+             }(),
+             static_cast<double>(cfg.model.parameter_count()) / 1e9, plan::global_batch(cfg), cfg.model.seq_len);
+  fmt::print("# profile {} ({}): {:.4g} TFLOP/s x {:.2f} achievable, {:g} GiB ({:.0f}% usable)\n", prof.name,
+             prof.path.empty() ? "built in" : prof.path, prof.peak_tflops, prof.achievable_fraction, prof.memory_gib,
+             100 * prof.usable_memory_fraction);
+
+  const plan::PlanResult r = plan::search(cfg, prof);
+  fmt::print("# searched {} shapes (tp <= {}, every pp, dp dividing the global batch, micro-batch sizes): {} fit "
+             "memory, {} placed, {} simulated, {:.2f} s\n",
+             r.shapes, cfg.plan.max_tp, r.fit_memory, r.placed, r.plans.size(), r.seconds);
+  if (!r.priced) fmt::print("# no cluster.price_per_gpu_hour: cost is in GPU-hours per step\n");
+  const int rows = args.int_option("rows", cfg.plan.top);
+  if (rows < 1) throw UsageError("--rows must be >= 1");
+  fmt::print("\n{}", plan::what_if_table(r, cfg, rows));
+  if (cfg.plan.deadline_s > 0 && !r.deadline_met)
+    fmt::print("\n# WARNING: no plan meets plan.deadline_s = {:g} s per step; the fastest takes {:.3f} s. "
+               "The deck below is the fastest plan.\n",
+               cfg.plan.deadline_s, r.plans[static_cast<std::size_t>(r.best)].step_ms / 1e3);
+
+  const plan::Plan& chosen = r.plans[static_cast<std::size_t>(r.chosen)];
+  const Config out = plan::plan_config(cfg, chosen);
+  std::string text = fmt::format("# atlas plan of {}: {} GPUs, predicted step {:.3f} s, {:.0f} tokens/s, "
+                                 "utilization {:.1f}%\n",
+                                 path, chosen.gpus, chosen.step_ms / 1e3, chosen.tokens_per_s, 100 * chosen.utilization);
+  text += deck::resolved_deck(out);
+  if (args.flag("deck-out")) {
+    const std::string file = args.option("deck-out");
+    std::ofstream f(file);
+    if (!f) ATLAS_THROW(Io, "cannot write " << file);
+    f << text;
+    fmt::print("\n# wrote the plan's deck to {}\n", file);
+  } else if (!args.flag("quiet")) {
+    fmt::print("\n# ---- the plan as a deck (--deck-out FILE writes it) ----\n{}", text);
+  }
+  return 0;
+}
+
+}  // namespace atlas::app

@@ -1,0 +1,103 @@
+// SPDX-License-Identifier: MIT
+// `atlas profile`: measure this machine's per-block compute cost into a device profile
+// (default profiles/device/host.profile); --show FILE checks and summarises a profile;
+// --wan FILE [--dcs "a b c"] prints the deck lines of those regions.
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "atlas/app/commands.hpp"
+#include "atlas/core/check.hpp"
+#include "atlas/deck/deck.hpp"
+#include "atlas/deck/schema.hpp"
+#include "atlas/sim/measure.hpp"
+#include "atlas/sim/profile.hpp"
+
+namespace atlas::app {
+
+namespace {
+
+int show(const std::string& path) {
+  // A device or a WAN profile: try the kind the file names.
+  const std::string text = deck::read_text_file(path);
+  const bool wan = std::regex_search(text, std::regex("(^|\n)[ \t]*kind[ \t]*=[ \t]*\"?wan\"?[ \t]*(#|\n|$)"));
+  if (wan) {
+    const sim::WanProfile w = sim::parse_wan_profile(path, text);
+    fmt::print("# WAN profile {} ({} regions, measured {})\n", w.name, w.regions.size(), w.date);
+    for (const auto& [k, v] : w.sources) fmt::print("#   source.{}: {}\n", k, v);
+    return 0;
+  }
+  const sim::DeviceProfile p = sim::parse_device_profile(path, text);
+  fmt::print("# device profile {}: {}\n", p.name, p.description);
+  fmt::print("  achieved forward rate {:.4g} TFLOP/s, memory {:g} GiB, {} measured blocks\n",
+             p.peak_tflops * p.achievable_fraction, p.memory_gib, p.table.size());
+  for (const auto& [k, v] : p.sources) fmt::print("#   source.{}: {}\n", k, v);
+  return 0;
+}
+
+int wan_lines(const std::string& path, const std::string& dcs_text) {
+  const sim::WanProfile w = sim::load_wan_profile(path);
+  const std::vector<std::string> dcs = dcs_text.empty() ? w.regions : deck::split_list(dcs_text);
+  const auto ov = w.deck_overrides(dcs);
+  fmt::print("# from WAN profile {} ({}, measured {}); one-way latency = RTT / 2\n", w.name, path, w.date);
+  std::string names;
+  for (const auto& d : dcs) names += (names.empty() ? "" : " ") + d;
+  fmt::print("cluster.dcs            = {}\n", names);
+  for (const auto& o : ov) {
+    const auto eq = o.find('=');
+    fmt::print("{:<22} = {}\n", o.substr(0, eq), o.substr(eq + 1));
+  }
+  return 0;
+}
+
+}  // namespace
+
+int cmd_profile(Context& ctx) {
+  if (ctx.env.world_rank() != 0) return 0;
+  const Args args = parse_args(ctx.args, {"out", "threads", "repeat", "show", "wan", "dcs"}, {"quick"});
+  if (args.flag("show")) return show(args.option("show"));
+  if (args.flag("wan")) return wan_lines(args.option("wan"), args.option("dcs"));
+  if (!args.positional.empty()) throw UsageError("atlas profile takes no deck (options: --out FILE --quick --threads N)");
+
+  const int threads = args.int_option("threads", 1);
+  const int repeat = args.int_option("repeat", 3);
+  if (threads < 1 || repeat < 1) throw UsageError("--threads and --repeat must be >= 1");
+  const std::string out = args.option("out", "profiles/device/host.profile");
+  const auto shapes = sim::default_host_shapes(args.flag("quick"));
+
+  sim::DeviceProfile base = sim::builtin_device_profile(GpuKind::Host);
+  base.description = fmt::format("this machine's host backend, OpenBLAS sgemm fp32, {} thread(s) per rank", threads);
+  base.measured_threads = threads;
+  if (const double mem = sim::host_memory_gib(); mem > 0) base.memory_gib = std::floor(mem * 10) / 10;
+  base.sources = {
+      {"table", "measured by `atlas profile` (sgemm over the block's GEMM shapes; elementwise ops not timed)"},
+      {"peak_tflops", "best measured forward rate in the table (achievable_fraction = 1)"},
+      {"memory_gib", "MemTotal of /proc/meminfo on the measuring machine"},
+      {"mem_bandwidth_gbs", "assumption (8 GB/s streaming per rank), not measured"},
+      {"nvlink_gbs", "assumption (5 GB/s, 1 us between ranks of a node through shared memory), not measured"},
+  };
+  fmt::print("# measuring {} block shapes with {} OpenBLAS thread(s), median of {} ...\n", shapes.size(), threads, repeat);
+  const sim::BlockTimer timer = sim::sgemm_block_timer(repeat, threads);
+  const sim::BlockTimer verbose = [&](const sim::BlockShape& s) {
+    const sim::BlockTiming t = timer(s);
+    fmt::print("  hidden {:>5} heads {:>3} seq {:>5} mbs {:>2} tp {}: fwd {:9.3f} ms  bwd {:9.3f} ms\n", s.hidden,
+               s.heads, s.seq_len, s.micro_batch_size, s.tp, t.fwd_ms, t.bwd_ms);
+    std::fflush(stdout);
+    return t;
+  };
+  const sim::DeviceProfile p = sim::measure_device_profile(verbose, shapes, base);
+  std::error_code ec;
+  const auto parent = std::filesystem::path(out).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  std::ofstream f(out);
+  if (!f) ATLAS_THROW(Io, "cannot write " << out);
+  f << sim::format_device_profile(p);
+  if (!f) ATLAS_THROW(Io, "write to " << out << " failed");
+  fmt::print("# best forward rate {:.3f} GFLOP/s; wrote {}\n", p.peak_tflops * 1e3, out);
+  return 0;
+}
+
+}  // namespace atlas::app

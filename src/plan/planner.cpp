@@ -1,0 +1,438 @@
+// SPDX-License-Identifier: MIT
+// The ATLAS planner (see planner.hpp): enumerate shapes, check memory, place stages with the
+// DC-selection heuristic, prune by a closed-form estimate, rank by simulated step time.
+#include "atlas/plan/planner.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "atlas/core/check.hpp"
+#include "atlas/core/error.hpp"
+#include "atlas/core/units.hpp"
+#include "atlas/deck/deck.hpp"
+#include "atlas/sim/cost.hpp"
+#include "atlas/sim/simulator.hpp"
+#include "atlas/topo/layout.hpp"
+
+namespace atlas::plan {
+
+namespace {
+
+double gib(double bytes) { return bytes / static_cast<double>(units::kGiB); }
+
+double latency_of(const Config& cfg, int a, int b) {
+  if (a == b) return 0.0;
+  return cfg.cluster.latency_ms.size() == 1 ? cfg.cluster.latency_ms[0] : cfg.cluster.latency(a, b);
+}
+
+double capacity_of(const Config& cfg, int a, int b) {
+  const double gbps = cfg.cluster.bandwidth_gbps.size() == 1 ? cfg.cluster.bandwidth_gbps[0] : cfg.cluster.bandwidth(a, b);
+  return std::max(gbps, 1e-9) * 1e9 / 8.0 / 1e3;  // bytes per ms
+}
+
+std::vector<int> divisors(int n) {
+  std::vector<int> out;
+  for (int d = 1; d <= n; ++d)
+    if (n % d == 0) out.push_back(d);
+  return out;
+}
+
+template <typename T>
+std::vector<T> permute(const std::vector<T>& v, const std::vector<int>& order) {
+  std::vector<T> out;
+  for (int i : order) out.push_back(v[static_cast<std::size_t>(i)]);
+  return out;
+}
+
+/// Row-major n x n matrix permuted to `order` (a scalar stays a scalar).
+std::vector<double> permute_matrix(const std::vector<double>& m, const std::vector<int>& order) {
+  const auto n = order.size();
+  if (m.size() != n * n) return m;
+  std::vector<double> out;
+  for (int a : order)
+    for (int b : order) out.push_back(m[static_cast<std::size_t>(a) * n + static_cast<std::size_t>(b)]);
+  return out;
+}
+
+double price_of(const Config& cfg, int dc) {
+  return cfg.cluster.price_per_gpu_hour.empty() ? 1.0 : cfg.cluster.price_per_gpu_hour[static_cast<std::size_t>(dc)];
+}
+
+}  // namespace
+
+std::vector<std::string> validate_for_planning(const Config& cfg, bool cuda_built) {
+  Config probe = cfg;
+  const int n = cfg.cluster.dc_count();
+  probe.parallel.stages_per_dc.assign(static_cast<std::size_t>(n), 0);
+  if (n > 0) {
+    int big = 0;
+    for (int dc = 0; dc < n && dc < static_cast<int>(cfg.cluster.gpus_per_dc.size()); ++dc)
+      if (cfg.cluster.gpus_per_dc[static_cast<std::size_t>(dc)] > cfg.cluster.gpus_per_dc[static_cast<std::size_t>(big)]) big = dc;
+    probe.parallel.stages_per_dc[static_cast<std::size_t>(big)] = 1;
+  }
+  probe.parallel.dp_size = 1;
+  probe.parallel.tp_size = 1;
+  probe.model.layers_per_stage.clear();
+  // With no GPU anywhere the probe stage cannot fit either; say only what is wrong.
+  std::vector<std::string> extra;
+  const bool none = std::all_of(cfg.cluster.gpus_per_dc.begin(), cfg.cluster.gpus_per_dc.end(), [](int g) { return g <= 0; });
+  if (none && !probe.cluster.gpus_per_dc.empty()) {
+    probe.cluster.gpus_per_dc.assign(probe.cluster.gpus_per_dc.size(), 1);
+    extra.push_back("cluster.gpus_per_dc: every DC has zero GPUs; at least one DC needs GPUs");
+  }
+  deck::JobShape shape;
+  shape.world_size = -1;
+  shape.cuda_built = cuda_built;
+  auto problems = deck::validate(probe, shape);
+  problems.insert(problems.begin(), extra.begin(), extra.end());
+  return problems;
+}
+
+int global_batch(const Config& cfg) {
+  return cfg.parallel.dp_size * cfg.train.micro_batches * cfg.train.micro_batch_size;
+}
+
+std::optional<std::vector<int>> place_stages(const std::vector<int>& free_gpus, int pp, int gpus_per_stage) {
+  std::vector<int> order(free_gpus.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return free_gpus[static_cast<std::size_t>(a)] > free_gpus[static_cast<std::size_t>(b)];
+  });
+  std::vector<int> stages(free_gpus.size(), 0);
+  int left = pp;
+  for (int dc : order) {
+    if (left == 0) break;
+    const int fit = free_gpus[static_cast<std::size_t>(dc)] / gpus_per_stage;
+    const int take = std::min(fit, left);
+    stages[static_cast<std::size_t>(dc)] = take;
+    left -= take;
+  }
+  if (left > 0) return std::nullopt;
+  return stages;
+}
+
+std::vector<int> chain_order(const Config& cfg, const std::vector<int>& stages_per_dc) {
+  // Placement order (most free GPUs first) is the starting point and the tie-break.
+  std::vector<int> used;
+  for (std::size_t dc = 0; dc < stages_per_dc.size(); ++dc)
+    if (stages_per_dc[dc] > 0) used.push_back(static_cast<int>(dc));
+  std::stable_sort(used.begin(), used.end(), [&](int a, int b) {
+    return cfg.cluster.gpus_per_dc[static_cast<std::size_t>(a)] > cfg.cluster.gpus_per_dc[static_cast<std::size_t>(b)];
+  });
+  if (used.size() <= 2 || used.size() > 8) return used;
+  std::vector<int> idx(used.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  auto path = [&](const std::vector<int>& p) {
+    double sum = 0.0;
+    for (std::size_t i = 1; i < p.size(); ++i)
+      sum += latency_of(cfg, used[static_cast<std::size_t>(p[i - 1])], used[static_cast<std::size_t>(p[i])]);
+    return sum;
+  };
+  std::vector<int> best = idx;
+  double best_sum = path(idx);
+  while (std::next_permutation(idx.begin(), idx.end())) {
+    const double s = path(idx);
+    if (s < best_sum - 1e-9) {
+      best_sum = s;
+      best = idx;
+    }
+  }
+  std::vector<int> out;
+  for (int i : best) out.push_back(used[static_cast<std::size_t>(i)]);
+  return out;
+}
+
+std::vector<int> split_layers(int layers, int pp) {
+  std::vector<int> out(static_cast<std::size_t>(pp), layers / pp);
+  int extra = layers % pp;
+  // Middle stages first: the first holds the embedding, the last the LM head.
+  for (int s = 1; s < pp - 1 && extra > 0; ++s, --extra) ++out[static_cast<std::size_t>(s)];
+  for (int s : {0, pp - 1})
+    if (extra > 0) {
+      ++out[static_cast<std::size_t>(s)];
+      --extra;
+    }
+  return out;
+}
+
+Config plan_config(const Config& base, const Plan& p) {
+  Config c = base;
+  const int n = base.cluster.dc_count();
+  std::vector<int> order = p.dc_order;
+  for (int dc = 0; dc < n; ++dc)
+    if (std::find(order.begin(), order.end(), dc) == order.end()) order.push_back(dc);
+  c.cluster.dcs = permute(base.cluster.dcs, order);
+  c.cluster.gpus_per_dc = permute(base.cluster.gpus_per_dc, order);
+  c.cluster.latency_ms = permute_matrix(base.cluster.latency_ms, order);
+  c.cluster.bandwidth_gbps = permute_matrix(base.cluster.bandwidth_gbps, order);
+  if (base.cluster.price_per_gpu_hour.size() == static_cast<std::size_t>(n))
+    c.cluster.price_per_gpu_hour = permute(base.cluster.price_per_gpu_hour, order);
+  if (base.cluster.bind_hosts.size() == static_cast<std::size_t>(n))
+    c.cluster.bind_hosts = permute(base.cluster.bind_hosts, order);
+  c.parallel.stages_per_dc = permute(p.stages_per_dc, order);
+  c.parallel.dp_size = p.dp;
+  c.parallel.tp_size = p.tp;
+  const bool even = base.model.layers % p.pp == 0;
+  c.model.layers_per_stage = even ? std::vector<int>{} : p.layers_per_stage;
+  c.train.micro_batch_size = p.micro_batch_size;
+  c.train.micro_batches = p.micro_batches;
+  c.schedule.kind = ScheduleKind::Atlas;
+  deck::JobShape shape;
+  shape.world_size = -1;
+  shape.cuda_built = true;  // the plan says nothing about this binary's backends
+  const auto problems = deck::validate(c, shape);
+  ATLAS_ASSERT(problems.empty(), "the planner made an invalid deck: " << problems.front());
+  return c;
+}
+
+PlanResult search(const Config& cfg, const sim::DeviceProfile& prof, const PlanOptions& opt) {
+  const auto t0 = std::chrono::steady_clock::now();
+  PlanResult res;
+  res.profile_name = prof.name;
+  res.global_batch = global_batch(cfg);
+  res.priced = !cfg.cluster.price_per_gpu_hour.empty();
+  const int G = res.global_batch;
+  const ModelCfg& model = cfg.model;
+  const int total = std::accumulate(cfg.cluster.gpus_per_dc.begin(), cfg.cluster.gpus_per_dc.end(), 0);
+  if (total <= 0)
+    throw ConfigError("no plan fits: every DC in cluster.gpus_per_dc has zero free GPUs\n"
+                      "  hint: give at least one DC its free GPU count");
+  const double usable = prof.usable_bytes();
+
+  std::vector<int> tps;
+  for (int t = 1; t <= std::min({cfg.plan.max_tp, cfg.cluster.gpus_per_node, total}); t *= 2)
+    if (model.heads % t == 0 && model.hidden % t == 0) tps.push_back(t);
+  if (tps.empty())
+    throw ConfigError(fmt::format("no plan fits: no tensor-parallel size divides model.heads = {}", model.heads));
+  std::vector<int> bs{1, 2, 4, 8, 16};
+  if (std::find(bs.begin(), bs.end(), cfg.train.micro_batch_size) == bs.end()) bs.push_back(cfg.train.micro_batch_size);
+
+  std::map<std::pair<int, int>, sim::BlockCost> block_cache;
+  auto block = [&](int tp, int b) -> const sim::BlockCost& {
+    auto it = block_cache.find({tp, b});
+    if (it != block_cache.end()) return it->second;
+    Config cb = cfg;
+    cb.train.micro_batch_size = b;
+    return block_cache.emplace(std::make_pair(tp, b), sim::block_cost(cb, tp, prof)).first->second;
+  };
+
+  const int flows = sim::flows_per_transfer(cfg);
+  const double window = sim::flow_window_bytes(cfg);
+  const double intra_bpms = cfg.cluster.intra_bandwidth_gbps * 1e9 / 8.0 / 1e3;
+  const double intra_lat = cfg.cluster.intra_latency_us / 1e3;
+
+  std::vector<Plan> cands;
+  double smallest_unplaced_gpus = std::numeric_limits<double>::infinity();
+  Plan smallest_unplaced;
+  for (int tp : tps) {
+    for (int pp = 1; pp <= std::min(model.layers, total / tp); ++pp) {
+      ModelCfg mm = model;
+      mm.layers_per_stage = split_layers(model.layers, pp);
+      for (int dp : divisors(G)) {
+        if (static_cast<long long>(dp) * tp * pp > total) break;
+        for (int b : bs) {
+          if ((G / dp) % b != 0) continue;
+          const int m = G / dp / b;
+          ++res.shapes;
+          const sim::MemoryEstimate mem = sim::peak_memory(mm, pp, tp, b, m, ScheduleKind::Atlas, prof);
+          if (mem.total() > usable) continue;
+          ++res.fit_memory;
+          Plan p;
+          p.tp = tp;
+          p.pp = pp;
+          p.dp = dp;
+          p.micro_batch_size = b;
+          p.micro_batches = m;
+          p.gpus = tp * pp * dp;
+          p.mem_bytes = mem.total();
+          p.layers_per_stage = mm.layers_per_stage;
+          auto placed = place_stages(cfg.cluster.gpus_per_dc, pp, dp * tp);
+          if (!placed) {
+            if (p.gpus < smallest_unplaced_gpus) {
+              smallest_unplaced_gpus = p.gpus;
+              smallest_unplaced = p;
+            }
+            continue;
+          }
+          ++res.placed;
+          p.stages_per_dc = *placed;
+          p.dc_order = chain_order(cfg, p.stages_per_dc);
+
+          // ---- closed-form estimate (pruning only) ----
+          const sim::BlockCost& bc = block(tp, b);
+          double t_max = 0.0;
+          double ar_max = 0.0;
+          for (int s = 0; s < pp; ++s) {
+            const int layers = mm.layers_per_stage[static_cast<std::size_t>(s)];
+            const bool last = s == pp - 1;
+            t_max = std::max(t_max, layers * (bc.fwd_ms + bc.bwd_ms) + (last ? bc.head_fwd_ms + bc.head_bwd_ms : 0.0));
+            const double params = sim::stage_params(mm, s, pp) / tp;
+            ar_max = std::max(ar_max, sim::ring_allreduce_ms(params * prof.grad_bytes, dp, intra_bpms, intra_lat) +
+                                          params * prof.optimizer_bytes_per_param / (prof.mem_bandwidth_gbs * 1e9) * 1e3);
+          }
+          const double xfer_bytes = static_cast<double>(b) * model.seq_len * model.hidden * prof.activation_bytes *
+                                    (prof.pipeline_scatter_gather ? 1.0 : tp);
+          double fill = 0.0;
+          double wan_bound = 0.0;
+          for (std::size_t i = 1; i < p.dc_order.size(); ++i) {
+            const int a = p.dc_order[i - 1];
+            const int c = p.dc_order[i];
+            const double lat = latency_of(cfg, a, c);
+            const double cap = capacity_of(cfg, a, c);
+            const double one = sim::transfer_cap_bytes_per_ms(cap, lat, flows, window);
+            fill += 2.0 * (lat + xfer_bytes / one);
+            wan_bound = std::max(wan_bound, dp * m * xfer_bytes / std::min(cap, dp * one));
+          }
+          p.estimate_ms = std::max((m + pp - 1) * t_max + fill, wan_bound + (pp - 1) * t_max + fill) + ar_max;
+          double price = 0.0;
+          for (std::size_t dc = 0; dc < p.stages_per_dc.size(); ++dc)
+            price += p.stages_per_dc[dc] * dp * tp * price_of(cfg, static_cast<int>(dc));
+          p.cost_per_step = price * p.estimate_ms / 3.6e6;  // replaced by the simulated value
+          cands.push_back(std::move(p));
+        }
+      }
+    }
+  }
+
+  if (res.fit_memory == 0) {
+    // Report the most favourable shape: the largest tp and pp the cluster allows.
+    const int tp = tps.back();
+    const int pp = std::max(1, std::min(model.layers, total / tp));
+    ModelCfg mm = model;
+    mm.layers_per_stage = split_layers(model.layers, pp);
+    const sim::MemoryEstimate e = sim::peak_memory(mm, pp, tp, 1, G, ScheduleKind::Atlas, prof);
+    throw ConfigError(fmt::format(
+        "no plan fits: the model ({:.1f}B parameters) needs {:.1f} GiB per GPU at the largest tp*pp "
+        "(tp {} x pp {}, micro-batch size 1: {:.1f} GiB weights/grads/Adam + {:.1f} GiB activations), "
+        "{} has {:g} GiB ({:.1f} GiB usable)\n  hint: add GPUs (pp is limited to the free GPUs / tp and to "
+        "model.layers), raise plan.max_tp, or use a larger-memory plan.gpu",
+        static_cast<double>(model.parameter_count()) / 1e9, gib(e.total()), tp, pp, gib(e.state_bytes),
+        gib(e.activation_bytes), prof.name, prof.memory_gib, gib(usable)));
+  }
+  if (cands.empty()) {
+    std::string free;
+    for (std::size_t dc = 0; dc < cfg.cluster.dcs.size(); ++dc)
+      free += fmt::format("{}{}={}", free.empty() ? "" : ", ", cfg.cluster.dcs[dc], cfg.cluster.gpus_per_dc[dc]);
+    const Plan& s = smallest_unplaced;
+    throw ConfigError(fmt::format(
+        "no plan fits the free GPUs: the smallest shape that fits memory (tp {} x pp {} x dp {} = {} GPUs) "
+        "needs {} stages of {} GPUs each, every stage inside one DC, but the DCs have {}\n"
+        "  hint: add GPUs, or lower the global batch (train.micro_batches) so fewer DP pipelines fit",
+        s.tp, s.pp, s.dp, s.gpus, s.pp, s.dp * s.tp, free));
+  }
+
+  // ---- simulate the promising plans ----
+  const int top = std::max(1, cfg.plan.top);
+  const std::size_t k = static_cast<std::size_t>(opt.simulate_top > 0 ? opt.simulate_top : std::max(3 * top, 32));
+  std::vector<std::size_t> idx(cands.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  std::vector<bool> pick(cands.size(), false);
+  std::stable_sort(idx.begin(), idx.end(), [&](std::size_t a, std::size_t b) { return cands[a].estimate_ms < cands[b].estimate_ms; });
+  for (std::size_t i = 0; i < std::min(k, idx.size()); ++i) pick[idx[i]] = true;
+  // The deck's own shape is always simulated: the what-if table then shows where it stands.
+  for (std::size_t i = 0; i < cands.size(); ++i) {
+    const Plan& p = cands[i];
+    if (p.tp == cfg.parallel.tp_size && p.pp == cfg.parallel.pp_size() && p.dp == cfg.parallel.dp_size &&
+        p.micro_batch_size == cfg.train.micro_batch_size)
+      pick[i] = true;
+  }
+  if (cfg.plan.deadline_s > 0) {
+    // The cheapest plans whose estimate is near the deadline are candidates too.
+    std::stable_sort(idx.begin(), idx.end(), [&](std::size_t a, std::size_t b) { return cands[a].cost_per_step < cands[b].cost_per_step; });
+    std::size_t added = 0;
+    for (std::size_t i : idx) {
+      if (added >= k) break;
+      if (cands[i].estimate_ms <= cfg.plan.deadline_s * 1e3 * 1.5) {
+        pick[i] = true;
+        ++added;
+      }
+    }
+  }
+
+  auto run = [&](Plan& p, bool full) {
+    const Config pc = plan_config(cfg, p);
+    const topo::Layout layout(pc.parallel.stages_per_dc, pc.parallel.dp_size, pc.parallel.tp_size);
+    const sched::CostModel cost = sim::cost_model(pc, layout, prof);
+    const double tokens = static_cast<double>(G) * model.seq_len;
+    const sim::SimResult r = sim::simulate(cost, ScheduleKind::Atlas, p.micro_batches, tokens, full);
+    p.simulated = true;
+    p.step_ms = r.step_ms;
+    p.tokens_per_s = r.tokens_per_s;
+    p.utilization = r.compute_utilization;
+    p.bubble_fraction = r.bubble_fraction;
+    double price = 0.0;
+    for (std::size_t dc = 0; dc < p.stages_per_dc.size(); ++dc)
+      price += p.stages_per_dc[dc] * p.dp * p.tp * price_of(cfg, static_cast<int>(dc));
+    p.cost_per_step = price * p.step_ms / 3.6e6;
+  };
+  for (std::size_t i = 0; i < cands.size(); ++i)
+    if (pick[i]) {
+      run(cands[i], false);
+      res.plans.push_back(cands[i]);
+    }
+  auto by_step = [](const Plan& a, const Plan& b) { return a.step_ms < b.step_ms; };
+  std::stable_sort(res.plans.begin(), res.plans.end(), by_step);
+  if (opt.final_full_search) {
+    for (std::size_t i = 0; i < std::min(res.plans.size(), static_cast<std::size_t>(top)); ++i) run(res.plans[i], true);
+    std::stable_sort(res.plans.begin(), res.plans.end(), by_step);
+  }
+  res.best = 0;
+  res.chosen = 0;
+  if (cfg.plan.deadline_s > 0) {
+    int cheapest = -1;
+    for (std::size_t i = 0; i < res.plans.size(); ++i) {
+      const Plan& p = res.plans[i];
+      if (p.step_ms > cfg.plan.deadline_s * 1e3) continue;
+      if (cheapest < 0 || p.cost_per_step < res.plans[static_cast<std::size_t>(cheapest)].cost_per_step - 1e-12)
+        cheapest = static_cast<int>(i);
+    }
+    res.deadline_met = cheapest >= 0;
+    if (cheapest >= 0) {
+      if (opt.final_full_search) run(res.plans[static_cast<std::size_t>(cheapest)], true);
+      res.chosen = cheapest;
+    }
+  }
+  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return res;
+}
+
+std::string what_if_table(const PlanResult& r, const Config& cfg, int rows) {
+  std::vector<int> shown;
+  for (int i = 0; i < std::min(rows, static_cast<int>(r.plans.size())); ++i) shown.push_back(i);
+  if (r.chosen >= rows) shown.push_back(r.chosen);
+  auto dcs_of = [&](const Plan& p) {
+    std::string dcs;
+    for (int dc : p.dc_order)
+      dcs += fmt::format("{}{}:{}", dcs.empty() ? "" : " ", cfg.cluster.dcs[static_cast<std::size_t>(dc)],
+                         p.stages_per_dc[static_cast<std::size_t>(dc)]);
+    return dcs;
+  };
+  std::size_t width = 17;
+  for (int i : shown) width = std::max(width, dcs_of(r.plans[static_cast<std::size_t>(i)]).size());
+  const char* unit = r.priced ? "cost/step" : "GPU-h/step";
+  std::string out = fmt::format("# {:>3} {:<{}} {:>6} {:>3} {:>4} {:>4} {:>3} {:>5} {:>8} {:>10} {:>12} {:>6} {:>11}  {}\n",
+                                "#", "DCs used (stages)", width, "GPUs", "tp", "pp", "dp", "mbs", "mb", "GiB/GPU",
+                                "step_s", "tokens/s", "util%", unit, "note");
+  for (int i : shown) {
+    const Plan& p = r.plans[static_cast<std::size_t>(i)];
+    std::string note;
+    if (i == r.best) note += "fastest";
+    if (p.tp == cfg.parallel.tp_size && p.pp == cfg.parallel.pp_size() && p.dp == cfg.parallel.dp_size &&
+        p.micro_batch_size == cfg.train.micro_batch_size)
+      note += std::string(note.empty() ? "" : ", ") + "the deck's shape";
+    if (cfg.plan.deadline_s > 0 && i == r.chosen && r.deadline_met)
+      note += std::string(note.empty() ? "" : ", ") + "cheapest within deadline";
+    out += fmt::format("  {:>3} {:<{}} {:>6} {:>3} {:>4} {:>4} {:>3} {:>5} {:>8.1f} {:>10.3f} {:>12.0f} {:>6.1f} {:>11.4g}  {}\n",
+                       i + 1, dcs_of(p), width, p.gpus, p.tp, p.pp, p.dp, p.micro_batch_size, p.micro_batches,
+                       gib(p.mem_bytes), p.step_ms / 1e3, p.tokens_per_s, 100.0 * p.utilization, p.cost_per_step, note);
+  }
+  return out;
+}
+
+}  // namespace atlas::plan

@@ -1,0 +1,155 @@
+// SPDX-License-Identifier: MIT
+// `atlas bench sim`: measured speed of one simulated step at 10,000 GPUs and of one planner
+// search over 1,024 GPUs in 4 DCs.
+#include "atlas/sim/bench.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+#include <fmt/format.h>
+
+#include "atlas/core/error.hpp"
+#include "atlas/core/units.hpp"
+#include "atlas/deck/deck.hpp"
+#include "atlas/plan/planner.hpp"
+#include "atlas/sim/cost.hpp"
+#include "atlas/sim/simulator.hpp"
+#include "atlas/topo/layout.hpp"
+
+namespace atlas::sim {
+
+namespace {
+
+Config parse_text(const char* name, const std::string& text) {
+  deck::JobShape shape;
+  shape.world_size = -1;
+  shape.cuda_built = true;
+  return deck::parse_and_validate(name, text, {}, shape);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+Config bench_step_config() {
+  return parse_text("bench_step", R"(
+run.name = bench_sim_step
+cluster.dcs = east central west south
+cluster.gpus_per_dc = 2496 2496 2496 2496
+cluster.latency_ms = 0 20 20 20  20 0 20 20  20 20 0 20  20 20 20 0
+cluster.bandwidth_gbps = 0 100 100 100  100 0 100 100  100 100 0 100  100 100 100 0
+cluster.intra_bandwidth_gbps = 400
+parallel.stages_per_dc = 4 4 4 4
+parallel.dp_size = 78
+parallel.tp_size = 8
+model.layers = 96
+model.hidden = 12288
+model.heads = 96
+model.seq_len = 2048
+model.vocab = 50304
+train.micro_batch_size = 1
+train.micro_batches = 64
+schedule.kind = atlas
+wan.rails = 16
+plan.gpu = h100
+)");
+}
+
+Config bench_plan_config() {
+  return parse_text("bench_plan", R"(
+run.name = bench_sim_plan
+cluster.dcs = east central west south
+cluster.gpus_per_dc = 384 256 256 128
+cluster.latency_ms = 0 10 30 40  10 0 20 30  30 20 0 15  40 30 15 0
+cluster.bandwidth_gbps = 0 100 100 100  100 0 100 100  100 100 0 100  100 100 100 0
+cluster.intra_bandwidth_gbps = 400
+cluster.price_per_gpu_hour = 2.5 2.2 2.0 1.8
+parallel.stages_per_dc = 4 0 0 0
+parallel.dp_size = 8
+parallel.tp_size = 8
+model.layers = 80
+model.hidden = 8192
+model.heads = 64
+model.seq_len = 2048
+model.vocab = 50304
+train.micro_batch_size = 1
+train.micro_batches = 64
+schedule.kind = atlas
+wan.rails = 16
+plan.gpu = h100
+)");
+}
+
+int run_sim_bench(const std::vector<std::string>& args) {
+  int repeat = 3;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--repeat" && i + 1 < args.size()) {
+      const auto v = units::parse_int(args[++i]);
+      if (!v || *v < 1) throw ConfigError("--repeat expects an integer >= 1, got '" + args[i] + "'");
+      repeat = static_cast<int>(*v);
+    } else {
+      throw ConfigError("atlas bench sim: unknown argument '" + args[i] + "' (accepted: --repeat N)");
+    }
+  }
+
+  // ---- one simulated step at 10,000 GPUs ----
+  const Config step_cfg = bench_step_config();
+  const DeviceProfile prof = resolve_device_profile(step_cfg);
+  const topo::Layout layout(step_cfg.parallel.stages_per_dc, step_cfg.parallel.dp_size, step_cfg.parallel.tp_size);
+  fmt::print("# bench sim: {} GPUs ({} DCs, tp {} x pp {} x dp {}), {:.0f}B parameters, {} micro-batches, "
+             "profile {}\n",
+             layout.world_size(), layout.dc_count(), layout.tp_size(), layout.pp_size(), layout.dp_size(),
+             static_cast<double>(step_cfg.model.parameter_count()) / 1e9, step_cfg.train.micro_batches, prof.name);
+  auto t0 = std::chrono::steady_clock::now();
+  const sched::ScheduleTable deck_table = sched::build_schedule(step_cfg, layout);
+  const double table_s = seconds_since(t0);
+  std::vector<double> step_s;
+  std::vector<double> onefoneb_s;
+  SimResult r;
+  for (int i = 0; i < repeat; ++i) {
+    t0 = std::chrono::steady_clock::now();
+    const sched::CostModel cost = cost_model(step_cfg, layout, prof);
+    r = measure(sched::retime(deck_table, cost), cost,
+                static_cast<double>(step_cfg.parallel.dp_size) * step_cfg.train.micro_batches * step_cfg.model.seq_len);
+    step_s.push_back(seconds_since(t0));
+    t0 = std::chrono::steady_clock::now();
+    (void)simulate(cost, ScheduleKind::OneFOneB, step_cfg.train.micro_batches, 1.0);
+    onefoneb_s.push_back(seconds_since(t0));
+  }
+  std::size_t ops = 0;
+  for (const auto& row : r.table.rows) ops += row.size();
+  fmt::print("{:<46} {:>10.3f} s   ({} replica rows, {} slots, {} WAN transfers)\n",
+             "atlas table build (deck cost model, search)", table_s, r.table.rows.size(), ops,
+             [&] { std::size_t n = 0; for (const auto& l : r.table.links) n += l.order.size(); return n; }());
+  fmt::print("{:<46} {:>10.3f} s   (median of {}; predicted step {:.3f} s, {:.0f} tokens/s)\n",
+             "one simulated step (atlas table re-timed)", median(step_s), repeat, r.step_ms / 1e3, r.tokens_per_s);
+  fmt::print("{:<46} {:>10.3f} s   (median of {})\n", "one simulated step (1f1b, build + time)", median(onefoneb_s), repeat);
+
+  // ---- one planner search: 1,024 GPUs over 4 DCs ----
+  const Config plan_cfg = bench_plan_config();
+  std::vector<double> plan_s;
+  plan::PlanResult pr;
+  for (int i = 0; i < repeat; ++i) {
+    t0 = std::chrono::steady_clock::now();
+    pr = plan::search(plan_cfg, resolve_device_profile(plan_cfg));
+    plan_s.push_back(seconds_since(t0));
+  }
+  const plan::Plan& best = pr.plans[static_cast<std::size_t>(pr.best)];
+  fmt::print("{:<46} {:>10.3f} s   (median of {}; {} shapes, {} fit memory, {} placed, {} simulated; best tp {} "
+             "pp {} dp {} mbs {}: {:.3f} s/step)\n",
+             "planner search, 1,024 GPUs over 4 DCs (70B)", median(plan_s), repeat, pr.shapes, pr.fit_memory,
+             pr.placed, pr.plans.size(), best.tp, best.pp, best.dp, best.micro_batch_size, best.step_ms / 1e3);
+
+  const bool ok = median(step_s) <= 1.0 && median(plan_s) <= 10.0;
+  fmt::print("# targets: one step <= 1 s, one planner search <= 10 s: {}\n", ok ? "OK" : "FAILED");
+  return ok ? 0 : 1;
+}
+
+}  // namespace atlas::sim

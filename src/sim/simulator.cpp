@@ -1,0 +1,191 @@
+// SPDX-License-Identifier: MIT
+// The simulator: the deck's schedule table re-timed under the simulator's cost model through
+// sched's engine, and the measurements taken from the timed table.
+#include "atlas/sim/simulator.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "atlas/sim/cost.hpp"
+#include "atlas/topo/layout.hpp"
+
+namespace atlas::sim {
+
+SimResult measure(const sched::ScheduleTable& t, const sched::CostModel& cost, double tokens_per_step) {
+  SimResult r;
+  r.table = t;
+  r.cost = cost;
+  r.step_ms = t.step_ms;
+  r.tokens_per_step = tokens_per_step;
+  r.tokens_per_s = t.step_ms > 0 ? tokens_per_step / (t.step_ms * 1e-3) : 0.0;
+  r.gpus = t.pp * t.dp * t.tp;
+  double idle_sum = 0.0;
+  double compute_sum = 0.0;
+  for (int s = 0; s < t.pp; ++s) {
+    StageUse u;
+    u.stage = s;
+    u.dc = t.stage_dc[static_cast<std::size_t>(s)];
+    u.idle_min_ms = t.step_ms;
+    for (int d = 0; d < t.dp; ++d) {
+      double compute = 0.0;
+      double other = 0.0;
+      double idle = 0.0;
+      for (const auto& sl : t.row(s, d)) {
+        if (sched::is_compute(sl.kind)) compute += sl.duration_ms;
+        else if (sl.kind == sched::SlotKind::Idle) idle += sl.duration_ms;
+        else other += sl.duration_ms;
+      }
+      u.compute_ms += compute / t.dp;
+      u.other_ms += other / t.dp;
+      u.idle_min_ms = std::min(u.idle_min_ms, idle);
+      u.idle_max_ms = std::max(u.idle_max_ms, idle);
+      u.bubble_fraction += t.step_ms > 0 ? idle / t.step_ms / t.dp : 0.0;
+      idle_sum += idle;
+      compute_sum += compute;
+    }
+    r.stages.push_back(u);
+  }
+  const double rows = static_cast<double>(t.pp) * t.dp;
+  if (t.step_ms > 0) {
+    r.bubble_fraction = idle_sum / rows / t.step_ms;
+    r.compute_utilization = compute_sum / rows / t.step_ms;
+  }
+  for (const auto& l : t.links) {
+    LinkUse u;
+    u.src_dc = l.src_dc;
+    u.dst_dc = l.dst_dc;
+    // Busy time: the union of the transfers' [start, end] intervals.
+    std::vector<std::pair<double, double>> iv;
+    for (const auto& x : l.order) {
+      u.bytes += static_cast<double>(x.bytes);
+      if (x.end_ms > x.start_ms) iv.emplace_back(x.start_ms, x.end_ms);
+    }
+    std::sort(iv.begin(), iv.end());
+    double lo = 0.0;
+    double hi = -1.0;
+    for (const auto& [a, b] : iv) {
+      if (a > hi) {
+        if (hi > lo) u.busy_ms += hi - lo;
+        lo = a;
+        hi = b;
+      } else {
+        hi = std::max(hi, b);
+      }
+    }
+    if (hi > lo) u.busy_ms += hi - lo;
+    const double cap = cost.link(l.src_dc, l.dst_dc).capacity_bytes_per_ms;
+    if (t.step_ms > 0) {
+      u.utilization = u.bytes / (cap * t.step_ms);
+      u.busy_fraction = u.busy_ms / t.step_ms;
+    }
+    r.max_link_utilization = std::max(r.max_link_utilization, u.utilization);
+    r.links.push_back(u);
+  }
+  return r;
+}
+
+namespace {
+double tokens_per_step(const Config& cfg) {
+  return static_cast<double>(cfg.parallel.dp_size) * cfg.train.micro_batches * cfg.train.micro_batch_size *
+         cfg.model.seq_len;
+}
+}  // namespace
+
+SimResult simulate(const sched::CostModel& cost, ScheduleKind kind, int micro_batches, double tokens,
+                   bool atlas_full_search) {
+  sched::ScheduleOptions o;
+  o.kind = kind;
+  o.micro_batches = micro_batches;
+  o.full_search = atlas_full_search;
+  return measure(sched::build_schedule(cost, o), cost, tokens);
+}
+
+SimResult simulate(const Config& cfg, const DeviceProfile& profile, const SimOptions& opt) {
+  const topo::Layout layout(cfg.parallel.stages_per_dc, cfg.parallel.dp_size, cfg.parallel.tp_size);
+  const sched::CostModel cost = cost_model(cfg, layout, profile);
+  SimResult r;
+  if (opt.source == TableSource::Deck) {
+    // The runtime's own table (its slot order and, for atlas, its frozen WAN link orders).
+    const sched::ScheduleTable deck_table = sched::build_schedule(cfg, layout);
+    r = measure(sched::retime(deck_table, cost), cost, tokens_per_step(cfg));
+  } else {
+    sched::ScheduleOptions o;
+    o.kind = cfg.schedule.kind;
+    o.micro_batches = cfg.train.micro_batches;
+    o.full_search = opt.atlas_full_search;
+    if (cfg.schedule.atlas_max_stagger > 0) o.max_stagger_transfers = cfg.schedule.atlas_max_stagger;
+    r = measure(sched::build_schedule(cost, o), cost, tokens_per_step(cfg));
+  }
+  r.profile_name = profile.name;
+  return r;
+}
+
+SimResult simulate(const Config& cfg, const SimOptions& opt) {
+  return simulate(cfg, resolve_device_profile(cfg), opt);
+}
+
+Prediction predict(const Config& cfg) {
+  const SimResult r = simulate(cfg);
+  Prediction p;
+  p.step_ms = r.step_ms;
+  p.bubble_fraction = r.bubble_fraction;
+  p.compute_utilization = r.compute_utilization;
+  p.tokens_per_s = r.tokens_per_s;
+  p.max_link_utilization = r.max_link_utilization;
+  for (const auto& l : r.links) p.wan_bytes_per_step += l.bytes;
+  p.structure_hash = r.table.structure_hash();
+  p.profile_name = r.profile_name;
+  return p;
+}
+
+FillResult fill_bubbles(const sched::ScheduleTable& t, const sched::CostModel& cost, double tokens_per_micro,
+                        int prefill_tokens, double guard_ms) {
+  FillResult f;
+  if (t.step_ms <= 0) return f;
+  double busy = 0.0;
+  for (int s = 0; s < t.pp; ++s) {
+    const double one = cost.fwd_ms[static_cast<std::size_t>(s)] * prefill_tokens / tokens_per_micro;
+    for (int d = 0; d < t.dp; ++d)
+      for (const auto& sl : t.row(s, d)) {
+        if (sched::is_compute(sl.kind)) busy += sl.duration_ms;
+        if (sl.kind != sched::SlotKind::Idle || one <= 0 || sl.duration_ms <= guard_ms) continue;
+        const auto n = static_cast<long long>(std::floor((sl.duration_ms - guard_ms) / one + 1e-9));
+        f.prefills += n;
+        f.prefill_ms += static_cast<double>(n) * one;
+      }
+  }
+  f.utilization = (busy + f.prefill_ms) / (static_cast<double>(t.pp) * t.dp * t.step_ms);
+  return f;
+}
+
+std::string report(const SimResult& r, const std::vector<std::string>& dc_names) {
+  auto dc = [&](int i) {
+    return static_cast<std::size_t>(i) < dc_names.size() ? dc_names[static_cast<std::size_t>(i)] : fmt::format("dc{}", i);
+  };
+  std::string out;
+  out += fmt::format("# {} schedule, {} stages x dp {} x tp {} = {} GPUs, {} micro-batches; profile {}\n",
+                     to_string(r.table.kind), r.table.pp, r.table.dp, r.table.tp, r.gpus,
+                     r.table.micro_batches, r.profile_name.empty() ? "-" : r.profile_name);
+  out += fmt::format("step_ms          {:.3f}\n", r.step_ms);
+  out += fmt::format("tokens_per_s     {:.1f}\n", r.tokens_per_s);
+  out += fmt::format("bubble           {:.1f}%\n", 100.0 * r.bubble_fraction);
+  out += fmt::format("compute_util     {:.1f}%  (forward + backward time / step, mean over ranks)\n",
+                     100.0 * r.compute_utilization);
+  out += fmt::format("\n# {:<12} {:>5} {:>12} {:>12} {:>12} {:>12} {:>8}\n", "dc", "stage", "compute_ms",
+                     "ar+opt_ms", "idle_min_ms", "idle_max_ms", "bubble%");
+  for (const auto& u : r.stages)
+    out += fmt::format("  {:<12} {:>5} {:>12.3f} {:>12.3f} {:>12.3f} {:>12.3f} {:>7.1f}%\n", dc(u.dc), u.stage,
+                       u.compute_ms, u.other_ms, u.idle_min_ms, u.idle_max_ms, 100.0 * u.bubble_fraction);
+  if (!r.links.empty()) {
+    out += fmt::format("\n# {:<24} {:>14} {:>10} {:>10} {:>9}\n", "wan link", "GB/step", "busy_ms", "busy%", "util%");
+    for (const auto& l : r.links)
+      out += fmt::format("  {:<24} {:>14.4f} {:>10.3f} {:>9.1f}% {:>8.1f}%\n",
+                         fmt::format("{} -> {}", dc(l.src_dc), dc(l.dst_dc)), l.bytes / 1e9, l.busy_ms,
+                         100.0 * l.busy_fraction, 100.0 * l.utilization);
+  }
+  return out;
+}
+
+}  // namespace atlas::sim

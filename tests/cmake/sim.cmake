@@ -1,0 +1,24 @@
+# SPDX-License-Identifier: MIT
+# Tests of sim/ (profiles, cost model, simulator) and plan/ (planner, designs).
+atlas_unit_test(test_sim_profile ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_sim_profile.cpp)
+atlas_unit_test(test_sim_simulator ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_sim_simulator.cpp)
+atlas_unit_test(test_plan_planner ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_plan_planner.cpp)
+
+# The commands end to end on the example decks (wiring, output, error exit): one process each.
+function(atlas_cli_test name regex)
+  add_test(NAME ${name} COMMAND $<TARGET_FILE:atlas> ${ARGN} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(${name} PROPERTIES LABELS unit TIMEOUT 60 PASS_REGULAR_EXPRESSION "${regex}")
+endfunction()
+atlas_cli_test(cli_simulate_cpu "step_ms +[0-9.]+.*east -> west.*wrote .*sim_two_dc_cpu.json"
+               simulate inputs/sim_two_dc_cpu.deck --gantt --json ${CMAKE_BINARY_DIR}/sim_two_dc_cpu.json)
+atlas_cli_test(cli_simulate_175b "4608 GPUs.*tokens_per_s" simulate inputs/sim_gpt175b_4dc.deck)
+atlas_cli_test(cli_simulate_compare "\\(a\\) DP across DCs.*\\(b\\) PP across DCs.*\\(c\\) ATLAS.*\\(c\\*\\).*\\(d\\)"
+               simulate inputs/sim_two_dc_cpu.deck --compare)
+atlas_cli_test(cli_simulate_wan "us-east-1 -> eu-west-1"
+               simulate inputs/sim_gpt175b_4dc.deck --wan profiles/wan/aws_2017.profile "parallel.stages_per_dc=8 0 8 0")
+atlas_cli_test(cli_plan_deadline "cheapest within deadline.*the plan as a deck.*parallel.stages_per_dc"
+               plan inputs/plan_13b_deadline.deck)
+atlas_cli_test(cli_plan_70b "fastest" plan inputs/plan_70b_4dc.deck --quiet)
+atlas_cli_test(cli_plan_no_fit "ERROR: no plan fits: the model .* needs .* GiB per GPU"
+               plan inputs/plan_70b_4dc.deck "cluster.gpus_per_dc=8 8 0 0" model.layers=96 model.hidden=12288 model.heads=96)
+atlas_cli_test(cli_profile_show "device profile h100.*datasheet" profile --show profiles/device/h100.profile)

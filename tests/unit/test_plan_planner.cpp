@@ -1,0 +1,279 @@
+// SPDX-License-Identifier: MIT
+// The planner: the memory model against hand-computed numbers, the ATLAS placement heuristic,
+// the chain order, the constant global batch, the ranking by simulated step time, the deadline
+// choice, the emitted deck, the four designs' WAN all-reduce, and every "no plan" error.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "atlas/core/error.hpp"
+#include "atlas/deck/deck.hpp"
+#include "atlas/plan/designs.hpp"
+#include "atlas/plan/planner.hpp"
+#include "atlas/sim/cost.hpp"
+
+namespace atlas::plan {
+namespace {
+
+using ::testing::ContainsRegex;
+using ::testing::HasSubstr;
+
+Config deck(const std::string& text, const std::vector<std::string>& overrides = {}) {
+  deck::JobShape shape;
+  shape.world_size = -1;
+  return deck::parse_and_validate("plan.deck", text, overrides, shape);
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "(no ConfigError)";
+}
+
+const char* kCluster = R"(
+cluster.dcs = big mid small
+cluster.gpus_per_dc = 64 32 16
+cluster.gpus_per_node = 8
+cluster.latency_ms = 0 10 30  10 0 15  30 15 0
+cluster.bandwidth_gbps = 0 100 100  100 0 100  100 100 0
+cluster.intra_bandwidth_gbps = 400
+cluster.price_per_gpu_hour = 3 2 1
+parallel.stages_per_dc = 2 0 0
+parallel.dp_size = 4
+parallel.tp_size = 8
+model.layers = 32
+model.hidden = 4096
+model.heads = 32
+model.seq_len = 2048
+model.vocab = 50304
+train.micro_batch_size = 1
+train.micro_batches = 16
+schedule.kind = atlas
+wan.rails = 16
+plan.gpu = h100
+plan.top = 4
+)";
+
+// ---- memory ----
+
+TEST(PlanMemory, StateAndActivationsFollowTheStatedFormulas) {
+  const sim::DeviceProfile h100 = sim::builtin_device_profile(GpuKind::H100);
+  ModelCfg m = model_preset("7b");
+  // Stage 1 of 4 (no embedding, no head): 8 blocks of 12 h^2 + 13 h parameters, over tp 8.
+  const sim::MemoryEstimate e = sim::stage_memory(m, 1, 4, 8, 2, 16, ScheduleKind::OneFOneB, h100);
+  const double params = 8 * (12.0 * 4096 * 4096 + 13.0 * 4096) / 8;
+  EXPECT_DOUBLE_EQ(e.params, params);
+  EXPECT_DOUBLE_EQ(e.state_bytes, params * 16);
+  // 1F1B keeps pp - stage = 3 micro-batches in flight; 34 s b h / t bytes per block (SP +
+  // selective recompute, bf16).
+  EXPECT_EQ(e.in_flight, 3);
+  EXPECT_DOUBLE_EQ(e.activation_bytes, 3 * 8 * 34.0 * 2048 * 2 * 4096 / 8);
+  // GPipe keeps all 16.
+  EXPECT_EQ(sim::stage_memory(m, 1, 4, 8, 2, 16, ScheduleKind::GPipe, h100).in_flight, 16);
+  // The host profile stores everything in fp32 without recomputation: s b h (34 + 5 a s / h) x 2.
+  const sim::DeviceProfile host = sim::builtin_device_profile(GpuKind::Host);
+  m = model_preset("7b");
+  EXPECT_DOUBLE_EQ(sim::block_activation_bytes(m, 1, 1, host),
+                   2048.0 * 4096 * (34.0 + 5.0 * 32 * 2048 / 4096) * 2);
+  // The last stage adds the fp32 logits of one micro-batch (vocab-parallel).
+  const auto last = sim::stage_memory(m, 3, 4, 8, 1, 16, ScheduleKind::OneFOneB, h100);
+  EXPECT_DOUBLE_EQ(last.activation_bytes, 1 * 8 * 34.0 * 2048 * 4096 / 8 + 4.0 * 2048 * 50304 / 8);
+}
+
+// ---- placement ----
+
+TEST(PlanPlacement, FillsTheDcsWithTheMostFreeGpusFirst) {
+  EXPECT_EQ(place_stages({8, 32, 16}, 3, 8), (std::vector<int>{0, 3, 0}));
+  EXPECT_EQ(place_stages({8, 32, 16}, 5, 8), (std::vector<int>{0, 4, 1}));
+  EXPECT_EQ(place_stages({8, 32, 16}, 7, 8), (std::vector<int>{1, 4, 2}));
+  EXPECT_FALSE(place_stages({8, 32, 16}, 8, 8).has_value());
+  EXPECT_EQ(place_stages({0, 20, 20}, 2, 16), (std::vector<int>{0, 1, 1}));  // a zero-GPU DC is skipped
+  EXPECT_FALSE(place_stages({0, 0}, 1, 1).has_value());
+  EXPECT_EQ(place_stages({16, 16}, 2, 8), (std::vector<int>{2, 0}));          // ties: deck order
+}
+
+TEST(PlanPlacement, ChainOrderMinimisesLatencyAlongThePipeline) {
+  Config cfg = deck(kCluster);
+  // All three DCs used: big(64) mid(32) small(16); big-mid 10, mid-small 15, big-small 30.
+  EXPECT_EQ(chain_order(cfg, {1, 1, 1}), (std::vector<int>{0, 1, 2}));
+  // Make big-small the short hop: small must sit between... mid-big-small costs 10 + 5 = 15.
+  cfg.cluster.latency_ms = {0, 10, 5, 10, 0, 15, 5, 15, 0};
+  EXPECT_EQ(chain_order(cfg, {1, 1, 1}), (std::vector<int>{1, 0, 2}));
+  EXPECT_EQ(chain_order(cfg, {0, 2, 1}), (std::vector<int>{1, 2}));  // two DCs: placement order
+}
+
+TEST(PlanPlacement, SplitLayersPutsTheExtraBlocksInTheMiddle) {
+  EXPECT_EQ(split_layers(10, 4), (std::vector<int>{2, 3, 3, 2}));
+  EXPECT_EQ(split_layers(96, 30).front(), 3);
+  const auto v = split_layers(96, 30);
+  EXPECT_EQ(std::accumulate(v.begin(), v.end(), 0), 96);
+  EXPECT_EQ(split_layers(5, 2), (std::vector<int>{3, 2}));
+  EXPECT_EQ(split_layers(7, 1), (std::vector<int>{7}));
+}
+
+// ---- search ----
+
+TEST(PlanSearch, KeepsTheGlobalBatchRanksBySimulatedTimeAndFitsMemory) {
+  const Config cfg = deck(kCluster);
+  const sim::DeviceProfile prof = sim::resolve_device_profile(cfg);
+  const PlanResult r = search(cfg, prof);
+  EXPECT_EQ(r.global_batch, 64);
+  ASSERT_FALSE(r.plans.empty());
+  EXPECT_EQ(r.best, 0);
+  EXPECT_GT(r.shapes, r.fit_memory);
+  EXPECT_GE(r.fit_memory, r.placed);
+  for (std::size_t i = 0; i < r.plans.size(); ++i) {
+    const Plan& p = r.plans[i];
+    EXPECT_TRUE(p.simulated);
+    EXPECT_EQ(p.dp * p.micro_batches * p.micro_batch_size, 64) << "plan " << i;
+    EXPECT_EQ(p.gpus, p.tp * p.pp * p.dp);
+    EXPECT_LE(p.mem_bytes, prof.usable_bytes());
+    EXPECT_EQ(std::accumulate(p.stages_per_dc.begin(), p.stages_per_dc.end(), 0), p.pp);
+    for (std::size_t dc = 0; dc < 3; ++dc)
+      EXPECT_LE(p.stages_per_dc[dc] * p.dp * p.tp, cfg.cluster.gpus_per_dc[dc]) << "plan " << i;
+    EXPECT_NEAR(p.tokens_per_s, 64.0 * 2048 / (p.step_ms / 1e3), 1e-6 * p.tokens_per_s);
+    if (i > 0) {
+      EXPECT_GE(p.step_ms, r.plans[i - 1].step_ms);
+    }
+  }
+  // The fastest plan's deck is valid, and re-simulating it gives its predicted step.
+  const Config out = plan_config(cfg, r.plans[0]);
+  EXPECT_EQ(out.parallel.world_size(), r.plans[0].gpus);
+  EXPECT_EQ(out.schedule.kind, ScheduleKind::Atlas);
+  EXPECT_EQ(out.cluster.dcs.front(), cfg.cluster.dcs[static_cast<std::size_t>(r.plans[0].dc_order.front())]);
+  const Config back = deck(deck::resolved_deck(out));
+  EXPECT_EQ(back.parallel.stages_per_dc, out.parallel.stages_per_dc);
+  EXPECT_EQ(back.cluster.dcs, out.cluster.dcs);
+  EXPECT_EQ(back.cluster.latency_ms, out.cluster.latency_ms);
+  const std::string table = what_if_table(r, cfg, 4);
+  EXPECT_THAT(table, HasSubstr("fastest"));
+  EXPECT_THAT(table, HasSubstr("cost/step"));
+}
+
+TEST(PlanSearch, DeadlinePicksTheCheapestPlanThatMeetsIt) {
+  Config cfg = deck(kCluster);
+  const sim::DeviceProfile prof = sim::resolve_device_profile(cfg);
+  const PlanResult fastest = search(cfg, prof);
+  // A deadline 1.5x the fastest step: several plans meet it, the cheapest is chosen.
+  cfg.plan.deadline_s = fastest.plans[0].step_ms * 1.5 / 1e3;
+  const PlanResult r = search(cfg, prof);
+  ASSERT_TRUE(r.deadline_met);
+  const Plan& chosen = r.plans[static_cast<std::size_t>(r.chosen)];
+  EXPECT_LE(chosen.step_ms, cfg.plan.deadline_s * 1e3);
+  for (const Plan& p : r.plans)
+    if (p.step_ms <= cfg.plan.deadline_s * 1e3) {
+      EXPECT_GE(p.cost_per_step, chosen.cost_per_step - 1e-12);
+    }
+  EXPECT_THAT(what_if_table(r, cfg, 100), HasSubstr("cheapest within deadline"));
+  // An impossible deadline: reported, and the fastest plan is kept.
+  cfg.plan.deadline_s = 1e-6;
+  const PlanResult none = search(cfg, prof);
+  EXPECT_FALSE(none.deadline_met);
+  EXPECT_EQ(none.chosen, none.best);
+}
+
+// ---- errors ----
+
+TEST(PlanErrors, AModelThatFitsNoPlanSaysHowMuchItNeeds) {
+  // 175B on 16 H100s: even tp 8 x pp 2 cannot hold the weights and Adam state.
+  const std::string msg = error_of([] {
+    Config cfg = deck(kCluster, {"cluster.gpus_per_dc=8 8 0", "parallel.stages_per_dc=1 0 0", "parallel.dp_size=1",
+                                 "model.layers=96", "model.hidden=12288", "model.heads=96"});
+    (void)search(cfg, sim::resolve_device_profile(cfg));
+  });
+  EXPECT_THAT(msg, ContainsRegex("no plan fits: the model \\(17[0-9]\\.[0-9]B parameters\\) needs [0-9.]+ GiB per GPU at "
+                                 "the largest tp\\*pp \\(tp 8 x pp 2"));
+  EXPECT_THAT(msg, HasSubstr("h100 has 80 GiB (72.0 GiB usable)"));
+  EXPECT_THAT(msg, HasSubstr("hint:"));
+}
+
+TEST(PlanErrors, BadClustersAreCaughtWithClearMessages) {
+  // Every DC with zero GPUs: the deck says so.
+  EXPECT_THAT(error_of([] { (void)deck(kCluster, {"cluster.gpus_per_dc=0 0 0"}); }),
+              HasSubstr("every DC has zero GPUs"));
+  // And the planner says so for a Config that skipped validation.
+  Config cfg = deck(kCluster);
+  cfg.cluster.gpus_per_dc = {0, 0, 0};
+  EXPECT_THAT(error_of([&] { (void)search(cfg, sim::builtin_device_profile(GpuKind::H100)); }),
+              HasSubstr("no plan fits: every DC in cluster.gpus_per_dc has zero free GPUs"));
+  // A latency matrix that is not square, or negative.
+  EXPECT_THAT(error_of([] { (void)deck(kCluster, {"cluster.latency_ms=0 10 30 10 0 15 30 15"}); }),
+              HasSubstr("cluster.latency_ms has 8 entries, but 3 DCs need a square 3x3 matrix"));
+  EXPECT_THAT(error_of([] { (void)deck(kCluster, {"cluster.latency_ms=0 -10 30 10 0 15 30 15 0"}); }),
+              HasSubstr("expected a space-separated list of numbers >= 0"));
+  // A model preset that does not exist.
+  EXPECT_THAT(error_of([] { (void)model_preset("1t"); }), HasSubstr("unknown model preset '1t'"));
+}
+
+TEST(PlanErrors, TheDecksOwnLayoutNeedNotFitTheCluster) {
+  // The deck's layout (2 stages x dp 4 x tp 8 in 'big') does not fit 16 GPUs per DC, but the
+  // planner replaces it: only the cluster and model must be valid.
+  deck::JobShape shape;
+  shape.world_size = -1;
+  const Config cfg = deck::parse("plan.deck", kCluster, {"cluster.gpus_per_dc=16 16 16"});
+  EXPECT_FALSE(deck::validate(cfg, shape).empty());
+  EXPECT_TRUE(validate_for_planning(cfg, false).empty());
+  EXPECT_FALSE(search(cfg, sim::builtin_device_profile(GpuKind::H100)).plans.empty());
+  // Real problems still surface.
+  const Config bad = deck::parse("plan.deck", kCluster, {"cluster.gpus_per_dc=0 0 0", "model.heads=30"});
+  const auto problems = validate_for_planning(bad, false);
+  ASSERT_EQ(problems.size(), 2u);
+  EXPECT_THAT(problems[0], HasSubstr("every DC has zero GPUs"));
+  EXPECT_THAT(problems[1], HasSubstr("model.hidden = 4096 is not divisible by model.heads = 30"));
+}
+
+// ---- designs ----
+
+TEST(PlanDesigns, DpAcrossDcsPaysTheRingAllReduceOverOneFlow) {
+  Config cfg = deck(kCluster, {"parallel.stages_per_dc=1 1 0", "cluster.gpus_per_dc=32 32 0",
+                               "cluster.latency_ms=0 20 20 20 0 20 20 20 0"});
+  const sim::DeviceProfile prof = sim::builtin_device_profile(GpuKind::H100);
+  const Comparison c = compare_designs(cfg, prof);
+  ASSERT_TRUE(c.a_fits);
+  EXPECT_EQ(c.stages_a, 1);        // 7B fits one stage of tp 8
+  EXPECT_EQ(c.pipelines_a, 8);     // 64 GPUs / 8
+  EXPECT_EQ(c.micro_batches_a, 8); // global batch 64 kept
+  // Ring over the two DCs, one TCP flow of 6 MiB window at 40 ms RTT, the whole model in bf16.
+  const double grad = static_cast<double>(cfg.model.parameter_count()) * 2;
+  const double one_flow = 6.0 * 1024 * 1024 / 40.0;
+  EXPECT_NEAR(c.wan_allreduce_ms, 2.0 * 1 / 2 * grad / one_flow + 2 * 20.0, 1e-6);
+  EXPECT_NEAR(c.wan_allreduce_cap_ms, 2.0 * 1 / 2 * grad / (100e9 / 8 / 1e3) + 2 * 20.0, 1e-6);
+  EXPECT_NEAR(c.step_a_ms - c.step_a_cap_ms, c.wan_allreduce_ms - c.wan_allreduce_cap_ms, 1e-6);
+  EXPECT_GT(c.step_b_ms, 0);
+  EXPECT_GT(c.step_c_ms, 0);
+  EXPECT_GE(c.util_d, c.util_c);
+  EXPECT_LE(c.util_d, 1.0 + 1e-12);
+}
+
+TEST(PlanDesigns, GridPointsKeepTheStatedShape) {
+  const Config base = deck(kCluster);
+  const sim::DeviceProfile prof = sim::builtin_device_profile(GpuKind::H100);
+  GridSpec spec;
+  const Config c = grid_config(base, prof, "175b", 3, 50.0, 4, spec);
+  const int k = c.parallel.stages_per_dc.front();
+  EXPECT_EQ(c.parallel.stages_per_dc, (std::vector<int>{k, k, k}));
+  EXPECT_EQ(c.cluster.gpus_per_dc, (std::vector<int>{4 * 8 * k, 4 * 8 * k, 4 * 8 * k}));
+  EXPECT_EQ(c.train.micro_batches, 4 * 3 * k);
+  EXPECT_DOUBLE_EQ(c.cluster.latency(0, 2), 50.0);
+  EXPECT_DOUBLE_EQ(c.cluster.latency(1, 1), 0.0);
+  // k is the fewest stages with which one whole-model pipeline fits (so design (a) can run).
+  ModelCfg m = model_preset("175b");
+  m.layers_per_stage = split_layers(96, k - 1);
+  EXPECT_GT(sim::peak_memory(m, k - 1, 8, 1, 4 * (k - 1), ScheduleKind::OneFOneB, prof).total(), prof.usable_bytes());
+  spec.models = {"7b"};
+  spec.dc_counts = {2};
+  spec.latencies_ms = {10};
+  spec.dps = {2};
+  const auto rows = run_grid(base, prof, spec, {});
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_GT(rows[0].speedup_c_over_b, 1.0);
+  EXPECT_THAT(grid_csv(rows), HasSubstr("7b,2,10,2,8,2,1,32,8,"));
+  EXPECT_THAT(grid_markdown(rows), HasSubstr("| 7b | 2 | 10 | 2 | 8 x 2 | 32 |"));
+}
+
+}  // namespace
+}  // namespace atlas::plan

@@ -1,0 +1,266 @@
+// SPDX-License-Identifier: MIT
+// The simulator against closed forms (one stage; a pure WAN-bound pipeline; the GPipe bubble
+// (p-1)/(m+p-1)), its cost model against hand-computed numbers (per-flow cap window/RTT x rails,
+// the DP ring all-reduce, the optimizer), re-timing the runtime's own table, the modelled
+// bubble filling, and the 10,000-GPU step's speed.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+
+#include "atlas/core/error.hpp"
+#include "atlas/deck/deck.hpp"
+#include "atlas/sim/bench.hpp"
+#include "atlas/sim/cost.hpp"
+#include "atlas/sim/simulator.hpp"
+#include "atlas/topo/layout.hpp"
+
+namespace atlas::sim {
+namespace {
+
+using ::testing::HasSubstr;
+
+/// Equal stages over `stages_per_dc`; every WAN link has capacity `cap`, per-transfer cap
+/// `flow_cap` and one-way latency `lat`; intra-DC transfers are free.
+sched::CostModel model(const std::vector<int>& stages_per_dc, int dp, double f, double b, std::int64_t bytes,
+                       double cap, double flow_cap, double lat) {
+  sched::CostModel c;
+  c.dc_count = static_cast<int>(stages_per_dc.size());
+  for (int dc = 0; dc < c.dc_count; ++dc)
+    for (int s = 0; s < stages_per_dc[static_cast<std::size_t>(dc)]; ++s) c.stage_dc.push_back(dc);
+  c.pp = static_cast<int>(c.stage_dc.size());
+  c.dp = dp;
+  c.fwd_ms.assign(static_cast<std::size_t>(c.pp), f);
+  c.bwd_ms.assign(static_cast<std::size_t>(c.pp), b);
+  c.allreduce_ms.assign(static_cast<std::size_t>(c.pp), 0.0);
+  c.optimizer_ms.assign(static_cast<std::size_t>(c.pp), 0.0);
+  c.act_bytes = bytes;
+  c.intra_latency_ms = 0.0;
+  c.intra_bytes_per_ms = 1e18;
+  c.links.resize(static_cast<std::size_t>(c.dc_count * c.dc_count));
+  for (auto& l : c.links) {
+    l.latency_ms = lat;
+    l.capacity_bytes_per_ms = cap;
+    l.flow_cap_bytes_per_ms = flow_cap;
+  }
+  return c;
+}
+
+Config deck(const std::string& text) {
+  deck::JobShape shape;
+  shape.world_size = -1;
+  return deck::parse_and_validate("test.deck", text, {}, shape);
+}
+
+// ---- closed forms ----
+
+TEST(SimClosedForm, OneStageIsMicroBatchesTimesComputePlusAllReduceAndOptimizer) {
+  for (ScheduleKind k : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Atlas})
+    for (int m : {1, 3, 8}) {
+      sched::CostModel c = model({1}, 1, 1.5, 3.25, 1000, 1.0, 1.0, 0.0);
+      c.allreduce_ms = {0.75};
+      c.optimizer_ms = {0.5};
+      const SimResult r = simulate(c, k, m, 1000.0);
+      const double want = m * (1.5 + 3.25) + 0.75 + 0.5;
+      EXPECT_DOUBLE_EQ(r.step_ms, want) << to_string(k) << " m=" << m;
+      EXPECT_DOUBLE_EQ(r.compute_utilization, m * 4.75 / want);
+      EXPECT_DOUBLE_EQ(r.bubble_fraction, 0.0);
+      EXPECT_DOUBLE_EQ(r.tokens_per_s, 1000.0 / (want * 1e-3));
+      EXPECT_TRUE(r.links.empty());
+    }
+}
+
+TEST(SimClosedForm, PureWanBoundPipeline) {
+  // GPipe over two DCs with free compute: stage 0 posts all m activations at t = 0; they share
+  // the link (max-min fair, each capped per flow) and all land at max(m X / C, X / c) + L; the
+  // gradients then do the same the other way. Step = 2 max(m X / C, X / c) + 2 L.
+  const double x = 6e6;  // bytes per transfer
+  const double lat = 25.0;
+  for (int m : {1, 2, 5, 16}) {
+    for (double flow_cap : {1e6, 1e5}) {  // capacity-bound, then per-flow-bound
+      const double cap = 1e6;
+      const sched::CostModel c = model({1, 1}, 1, 0.0, 0.0, static_cast<std::int64_t>(x), cap, flow_cap, lat);
+      const SimResult r = simulate(c, ScheduleKind::GPipe, m, 1.0);
+      const double one_way = std::max(m * x / cap, x / flow_cap);
+      EXPECT_NEAR(r.step_ms, 2 * one_way + 2 * lat, 1e-9) << "m=" << m << " flow_cap=" << flow_cap;
+      ASSERT_EQ(r.links.size(), 2u);
+      for (const auto& l : r.links) {
+        EXPECT_DOUBLE_EQ(l.bytes, m * x);
+        EXPECT_NEAR(l.busy_ms, one_way, 1e-9);
+        EXPECT_NEAR(l.utilization, m * x / (cap * r.step_ms), 1e-12);
+      }
+      EXPECT_NEAR(r.max_link_utilization, m * x / (cap * r.step_ms), 1e-12);
+    }
+  }
+}
+
+TEST(SimClosedForm, GPipeBubbleIsPMinusOneOverMPlusPMinusOne) {
+  for (int p = 1; p <= 6; ++p)
+    for (int m = 1; m <= 12; ++m) {
+      const std::vector<int> spd = p == 1 ? std::vector<int>{1} : std::vector<int>{p / 2, p - p / 2};
+      const sched::CostModel c = model(spd, 2, 1.0, 2.0, 1024, 1e18, 1e18, 0.0);
+      const SimResult r = simulate(c, ScheduleKind::GPipe, m, 1.0);
+      const double want = static_cast<double>(p - 1) / (m + p - 1);
+      EXPECT_NEAR(r.step_ms, (m + p - 1) * 3.0, 1e-9) << "p=" << p << " m=" << m;
+      EXPECT_NEAR(r.bubble_fraction, want, 1e-12) << "p=" << p << " m=" << m;
+      for (const auto& s : r.stages) {
+        EXPECT_NEAR(s.bubble_fraction, want, 1e-12) << "p=" << p << " m=" << m << " stage " << s.stage;
+        EXPECT_NEAR(s.compute_ms, m * 3.0, 1e-9);
+      }
+      EXPECT_NEAR(r.compute_utilization, 1.0 - want, 1e-12);
+    }
+}
+
+// ---- cost model ----
+
+const char* kTwoDc = R"(
+cluster.dcs = east west
+cluster.gpus_per_dc = 16 16
+cluster.latency_ms = 0 25  25 0
+cluster.bandwidth_gbps = 0 8  8 0
+cluster.intra_bandwidth_gbps = 80
+cluster.intra_latency_us = 10
+parallel.stages_per_dc = 1 1
+parallel.dp_size = 4
+parallel.tp_size = 1
+model.layers = 4
+model.hidden = 128
+model.heads = 4
+model.seq_len = 64
+model.vocab = 256
+train.micro_batch_size = 2
+train.micro_batches = 6
+schedule.fwd_ms_per_layer = 2
+schedule.bwd_over_fwd = 2
+wan.rails = 4
+wan.flow_window_bytes = 1M
+plan.gpu = host
+)";
+
+TEST(SimCost, WanFlowCapIsRailsTimesWindowOverRtt) {
+  const Config cfg = deck(kTwoDc);
+  const topo::Layout layout(cfg.parallel.stages_per_dc, cfg.parallel.dp_size, cfg.parallel.tp_size);
+  const DeviceProfile prof = builtin_device_profile(GpuKind::Host);
+  const sched::CostModel c = cost_model(cfg, layout, prof);
+  const auto& l = c.link(0, 1);
+  EXPECT_DOUBLE_EQ(l.latency_ms, 25.0);
+  EXPECT_DOUBLE_EQ(l.capacity_bytes_per_ms, 8e9 / 8 / 1e3);            // 1e6 bytes/ms
+  EXPECT_DOUBLE_EQ(l.flow_cap_bytes_per_ms, 4 * 1048576.0 / 50.0);     // 4 rails x 1 MiB / 50 ms
+  Config one = cfg;
+  one.wan.transport = WanTransport::Mpi;                               // one flow
+  EXPECT_DOUBLE_EQ(cost_model(one, layout, prof).link(0, 1).flow_cap_bytes_per_ms, 1048576.0 / 50.0);
+  one.wan.rails = 64;                                                  // capped by the link
+  one.wan.transport = WanTransport::Multirail;
+  EXPECT_DOUBLE_EQ(cost_model(one, layout, prof).link(0, 1).flow_cap_bytes_per_ms, 1e6);
+
+  // Compute from the measured block time; boundary tensor fp32, one per TP lane (host profile).
+  EXPECT_DOUBLE_EQ(c.fwd_ms[0], 2 * 2.0);
+  EXPECT_DOUBLE_EQ(c.bwd_ms[0], 2 * 4.0);
+  EXPECT_EQ(c.act_bytes, 2 * 64 * 128 * 4);
+  // DP ring all-reduce of the stage's fp32 gradients over 4 replicas, + the tied embedding sum.
+  const double params0 = stage_params(cfg.model, 0, 2);
+  const double intra = 80e9 / 8 / 1e3;
+  const double ring = 2.0 * 3 / 4 * params0 * 4 / intra + 2.0 * 3 * 0.01;
+  const double tied = 2 * 25.0 + 256.0 * 128 * 4 / std::min(1e6, 4 * 1048576.0 / 50.0);
+  EXPECT_NEAR(c.allreduce_ms[0], ring + tied, 1e-9);
+  EXPECT_NEAR(c.optimizer_ms[0], params0 * 28 / 8e9 * 1e3, 1e-12);
+}
+
+TEST(SimCost, RingAllReduceAndTransferCapFormulas) {
+  EXPECT_DOUBLE_EQ(ring_allreduce_ms(1000.0, 1, 10.0, 1.0), 0.0);
+  EXPECT_DOUBLE_EQ(ring_allreduce_ms(1000.0, 4, 10.0, 1.0), 2.0 * 3 / 4 * 100.0 + 6.0);
+  EXPECT_DOUBLE_EQ(transfer_cap_bytes_per_ms(100.0, 0.0, 1, 1e6), 100.0);    // no RTT: the link
+  EXPECT_DOUBLE_EQ(transfer_cap_bytes_per_ms(1e9, 50.0, 2, 1e6), 2e6 / 100);  // 2 x window / RTT
+}
+
+TEST(SimCost, GpuBlockTimeIsFlopsOverRatePlusTpAllReduces) {
+  Config cfg = deck(kTwoDc);
+  cfg.schedule.fwd_ms_per_layer = 0;  // use the profile
+  cfg.model.hidden = 4096;
+  cfg.model.heads = 32;
+  cfg.model.seq_len = 2048;
+  cfg.train.micro_batch_size = 1;
+  const DeviceProfile p = builtin_device_profile(GpuKind::H100);
+  const BlockCost b = block_cost(cfg, 8, p);
+  const double tokens = 2048;
+  const double flops = (24.0 * tokens * 4096 * 4096 + 4.0 * tokens * 2048 * 4096) / 8;
+  const double rate = 989e12 * 0.45;
+  const double tp_ar = 2.0 * 7 / 8 * tokens * 4096 * 2 / (450e9 / 1e3) + 2.0 * 7 * 3e-3;
+  EXPECT_NEAR(b.tp_comm_ms, tp_ar, 1e-12);
+  EXPECT_NEAR(b.fwd_ms, flops / rate * 1e3 + 2 * tp_ar, 1e-12);
+  const double recompute = 4.0 * tokens * 2048 * 4096 / 8 / rate * 1e3;  // selective recompute
+  EXPECT_NEAR(b.bwd_ms, 2 * flops / rate * 1e3 + recompute + 2 * tp_ar, 1e-12);
+}
+
+// ---- the deck path: the runtime's table re-timed ----
+
+TEST(SimDeck, RetimesTheRuntimesOwnTable) {
+  for (const char* kind : {"gpipe", "1f1b", "atlas"}) {
+    const Config cfg = deck(std::string(kTwoDc) + "schedule.kind = " + kind + "\n");
+    const topo::Layout layout(cfg.parallel.stages_per_dc, cfg.parallel.dp_size, cfg.parallel.tp_size);
+    const sched::ScheduleTable runtime = sched::build_schedule(cfg, layout);
+    const Prediction p = predict(cfg);
+    EXPECT_EQ(p.structure_hash, runtime.structure_hash()) << kind << ": not the runtime's table";
+    EXPECT_GT(p.step_ms, 0.0);
+    EXPECT_EQ(p.profile_name, "host");
+    // Same costs as the deck: re-timing changes nothing.
+    const sched::ScheduleTable again = sched::retime(runtime, sched::cost_model(cfg, layout));
+    EXPECT_DOUBLE_EQ(again.step_ms, runtime.step_ms) << kind;
+    EXPECT_EQ(again.structure_hash(), runtime.structure_hash()) << kind;
+    for (std::size_t r = 0; r < runtime.rows.size(); ++r) {
+      ASSERT_EQ(again.rows[r].size(), runtime.rows[r].size());
+      for (std::size_t i = 0; i < runtime.rows[r].size(); ++i)
+        EXPECT_DOUBLE_EQ(again.rows[r][i].start_ms, runtime.rows[r][i].start_ms) << kind << " row " << r;
+    }
+  }
+}
+
+TEST(SimDeck, WanBytesAndTokensMatchTheDeck) {
+  const Config cfg = deck(std::string(kTwoDc) + "schedule.kind = 1f1b\n");
+  const SimResult r = simulate(cfg);
+  // dp 4 pipelines x 6 micro-batches x one fp32 boundary tensor per direction.
+  ASSERT_EQ(r.links.size(), 2u);
+  for (const auto& l : r.links) EXPECT_DOUBLE_EQ(l.bytes, 4 * 6 * (2.0 * 64 * 128 * 4));
+  EXPECT_DOUBLE_EQ(r.tokens_per_step, 4 * 6 * 2 * 64);
+  EXPECT_NEAR(r.tokens_per_s, r.tokens_per_step / (r.step_ms / 1e3), 1e-6);
+  EXPECT_EQ(r.gpus, 8);
+}
+
+// ---- bubble filling (BubbleTea, modelled) ----
+
+TEST(SimFill, FillsIdleSlotsWithWholePrefills) {
+  // GPipe p = 2, m = 2, f = 1, b = 2, free communication: stage 0 idles [2, 5]; stage 1 idles
+  // [0, 1] and [7, 9]; step 9. A 50-token prefill of a 100-token micro-batch takes 0.5 ms.
+  const sched::CostModel c = model({1, 1}, 1, 1.0, 2.0, 1, 1e18, 1e18, 0.0);
+  const SimResult r = simulate(c, ScheduleKind::GPipe, 2, 1.0);
+  ASSERT_DOUBLE_EQ(r.step_ms, 9.0);
+  FillResult f = fill_bubbles(r.table, c, 100.0, 50, 0.0);
+  EXPECT_EQ(f.prefills, 6 + 2 + 4);
+  EXPECT_DOUBLE_EQ(f.prefill_ms, 6.0);
+  EXPECT_DOUBLE_EQ(f.utilization, 1.0);
+  f = fill_bubbles(r.table, c, 100.0, 50, 0.25);  // a guard per bubble
+  EXPECT_EQ(f.prefills, 5 + 1 + 3);
+  EXPECT_DOUBLE_EQ(f.utilization, (12.0 + 4.5) / 18.0);
+}
+
+// ---- speed ----
+
+TEST(SimSpeed, TenThousandGpuStepIsQuick) {
+  const Config cfg = bench_step_config();
+  const topo::Layout layout(cfg.parallel.stages_per_dc, cfg.parallel.dp_size, cfg.parallel.tp_size);
+  EXPECT_EQ(layout.world_size(), 9984);
+  EXPECT_GT(cfg.model.parameter_count(), 170'000'000'000LL);
+  const DeviceProfile prof = resolve_device_profile(cfg);
+  sched::CostModel cost = cost_model(cfg, layout, prof);
+  const auto t0 = std::chrono::steady_clock::now();
+  const SimResult r = simulate(cost, ScheduleKind::OneFOneB, cfg.train.micro_batches, 1.0);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GT(r.step_ms, 0.0);
+  EXPECT_EQ(r.table.rows.size(), 16u * 78u);
+  // The target is 1 s (atlas bench sim measures it); a loaded CI machine gets slack.
+  EXPECT_LT(s, 3.0) << "one simulated 10k-GPU step took " << s << " s";
+}
+
+}  // namespace
+}  // namespace atlas::sim
