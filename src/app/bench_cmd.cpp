@@ -2,7 +2,9 @@
 // `atlas bench NAME ...`: side-by-side benchmarks. Each prints ratios of things measured in the
 // same run (this machine is shared and noisy), never a timed assertion. The training benchmarks
 // (step, schedules, profile) run several training jobs inside one MPI job.
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <cstdio>
 #include <thread>
 
@@ -13,6 +15,8 @@
 #include "atlas/deck/deck.hpp"
 #include "atlas/io/bench.hpp"
 #include "atlas/model/bench.hpp"
+#include "atlas/sim/bench.hpp"
+#include "atlas/sim/simulator.hpp"
 
 namespace atlas::app {
 
@@ -143,6 +147,54 @@ int bench_profile(Context& ctx) {
   return 0;
 }
 
+// ---- atlas bench fidelity: each example deck run for real and in the simulator ----
+int bench_fidelity(Context& ctx) {
+  const Args args = parse_args(ctx.args, {"steps"}, {});
+  const mpi::Comm world = mpi::Comm::world();
+  const std::string steps = "run.steps=" + std::to_string(args.int_option("steps", 8));
+  std::vector<std::string> decks = args.positional;
+  if (decks.empty()) {
+    for (const auto& e : std::filesystem::directory_iterator("inputs"))
+      if (e.path().extension() == ".deck") decks.push_back(e.path().string());
+    std::sort(decks.begin(), decks.end());
+  }
+  JobOptions quiet;
+  quiet.quiet = true;
+  std::string table = fmt::format("# {:<34} {:>5} {:>12} {:>12} {:>7} {:>10} {:>10}\n", "deck", "ranks",
+                                  "measured_ms", "predicted_ms", "ratio", "meas_bub%", "pred_bub%");
+  int ran = 0;
+  for (const auto& path : decks) {
+    Args one = args;
+    one.positional = {path};
+    Config cfg;
+    try {
+      cfg = bench_deck(world, one, with(kQuietRun, {steps, "run.name=bench_fidelity"}), world.size());
+    } catch (const ConfigError& e) {
+      // Decks for another job size (or for plan/simulate only) are skipped, and said so.
+      table += fmt::format("  {:<34} skipped: {}\n", path, e.problems().front().substr(0, 90));
+      continue;
+    }
+    const sim::Prediction p = sim::predict(cfg);
+    const JobResult r = run_training_job(cfg, world, quiet);
+    table += fmt::format("  {:<34} {:>5} {:>12.1f} {:>12.1f} {:>7.3f} {:>10.1f} {:>10.1f}\n", path, world.size(),
+                         r.mean_step_s * 1e3, p.step_ms, r.mean_step_s * 1e3 / p.step_ms, 100 * r.measured_bubble,
+                         100 * p.bubble_fraction);
+    ++ran;
+  }
+  if (world.rank() == 0) {
+    fmt::print("# atlas bench fidelity: each deck that fits {} ranks, run for real ({} timed steps) and simulated "
+               "(sim::predict, profile of plan.gpu / plan.profiles)\n",
+               world.size(), args.int_option("steps", 8) - 1);
+    fmt::print("# this host has {} hardware threads for {} ranks: compute per rank is shared when ranks > threads\n",
+               std::thread::hardware_concurrency(), world.size());
+    fmt::print("{}", table);
+    fmt::print("decks run: {}\n", ran);
+  }
+  return 0;
+}
+
+int bench_sim(Context& ctx) { return ctx.env.world_rank() == 0 ? sim::run_sim_bench(ctx.args) : 0; }
+
 struct BenchEntry {
   const char* name;
   const char* summary;
@@ -158,6 +210,8 @@ const BenchEntry kBenches[] = {
     {"schedules", "gpipe, 1f1b and atlas of one deck: measured vs predicted step and bubble", bench_schedules},
     {"profile", "profile recording overhead (off vs on, interleaved)", bench_profile},
     {"ckpt", "checkpoint write throughput vs a plain sequential write", bench_ckpt},
+    {"sim", "simulator speed: one step of a 10,000-GPU job; a 1,024-GPU planner search", bench_sim},
+    {"fidelity", "example decks run for real and in the simulator: measured vs predicted", bench_fidelity},
 };
 
 }  // namespace
