@@ -151,6 +151,7 @@ struct Conn {
   std::deque<OutFrame> q;
   std::size_t unwritten = 0;  // frames [0, unwritten) are fully written, awaiting acks
   std::uint64_t unwritten_bytes = 0;
+  std::uint64_t queued_bytes = 0;  // every frame in q: unwritten + written and unacknowledged
   std::uint64_t sent_seq = 0;
   std::uint64_t unacked = 0;  // reliable frames written and not yet acknowledged
   Clock::time_point ack_clock{};
@@ -1320,7 +1321,9 @@ Conn* Engine::least_loaded(Peer& p) {
   for (auto& s : p.rails) {
     Conn* c = s.conn;
     if (!c || c->dead || c->st != ConnState::Ready) continue;
-    if (!best || c->unwritten_bytes < best->unwritten_bytes) best = c;
+    // Load = bytes not yet acknowledged on the rail (in user space, in the kernel, on the wire):
+    // a rail that drains slowly (small window, loss) gets fewer new chunks.
+    if (!best || c->queued_bytes < best->queued_bytes) best = c;
   }
   return best;
 }
@@ -1380,6 +1383,7 @@ void Engine::push_data(Peer& p, Conn* c, Chunk ch, bool resend) {
   }
   f.chunk = std::move(ch);
   c->unwritten_bytes += f.size();
+  c->queued_bytes += f.size();
   c->q.push_back(std::move(f));
 }
 
@@ -1396,6 +1400,7 @@ void Engine::push_ctrl(Conn* c, const Ctrl& ctrl) {
   h.tag_seq = ctrl.tag_seq;
   encode_header(h, f.hdr);
   c->unwritten_bytes += f.size();
+  c->queued_bytes += f.size();
   c->q.insert(c->q.begin() + static_cast<std::ptrdiff_t>(boundary(c)), std::move(f));
 }
 
@@ -1459,6 +1464,7 @@ bool Engine::flush(Conn* c) {
     h.offset = c->recv_seq;
     encode_header(h, f.hdr);
     c->unwritten_bytes += f.size();
+    c->queued_bytes += f.size();
     c->q.insert(c->q.begin() + static_cast<std::ptrdiff_t>(boundary(c)), std::move(f));
     c->ack_dirty = false;
   }
@@ -1525,6 +1531,7 @@ void Engine::advance(Conn* c, std::size_t w) {
     }
   }
   while (!c->q.empty() && c->unwritten > 0 && !c->q.front().reliable) {
+    c->queued_bytes -= c->q.front().size();
     c->q.pop_front();
     --c->unwritten;
   }
@@ -1562,6 +1569,7 @@ void Engine::on_ack(Conn* c, std::uint64_t count) {
         }
       }
     }
+    c->queued_bytes -= f.size();
     c->q.pop_front();
     --c->unwritten;
   }
