@@ -61,10 +61,17 @@ read -r -a PER_DC <<<"$WAN_RANKS_PER_DC"
 
 NAME="aw$$"
 NAME="${NAME:0:10}"
+JOB_PID=""
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
-  "$NETNS" down "$NAME" 2>/dev/null || true
+  if [[ -n $JOB_PID ]] && kill -0 "$JOB_PID" 2>/dev/null; then
+    kill -TERM "$JOB_PID" 2>/dev/null || true  # mpirun stops its ranks
+    for _ in $(seq 1 30); do kill -0 "$JOB_PID" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$JOB_PID" 2>/dev/null || true
+  fi
+  "$NETNS" down "$NAME" 2>/dev/null || true  # also stops anything left inside the namespaces
+  [[ $rc -ne 130 && $rc -ne 143 ]] || echo "run_emulated.sh: interrupted; emulation $NAME removed" >&2
   exit "$rc"
 }
 trap cleanup EXIT
@@ -112,14 +119,19 @@ first_dc=0
 while [[ ${PER_DC[$first_dc]} -eq 0 ]]; do first_dc=$((first_dc + 1)); done
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 echo "run_emulated.sh: $NP ranks, per DC: ${PER_DC[*]}; command: $*" >&2
-set +e
+# In the background with `wait`, so Ctrl-C or a TERM reaches our trap at once (bash runs traps
+# only between commands) and the trap stops mpirun before removing the namespaces.
 # shellcheck disable=SC2086
 "$NETNS" exec "$NAME" "$first_dc" mpirun --hostfile "$HOSTFILE" -np "$NP" --oversubscribe \
   --mca plm_rsh_agent "$AGENT" --mca plm_rsh_no_tree_spawn 1 \
   --mca btl "${ATLAS_WAN_BTL:-self,vader,tcp}" \
   --mca btl_tcp_if_include "10.77.0.0/24" --mca oob_tcp_if_include "10.77.0.0/24" \
   --mca btl_vader_single_copy_mechanism none \
-  ${ATLAS_WAN_MPIRUN_ARGS:-} "$@"
+  ${ATLAS_WAN_MPIRUN_ARGS:-} "$@" <&0 &
+JOB_PID=$!
+set +e
+wait "$JOB_PID"
 rc=$?
 set -e
+JOB_PID=""
 exit "$rc"

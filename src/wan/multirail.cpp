@@ -311,7 +311,7 @@ class Engine {
   void on_bye(Conn* c);
 
   // output
-  Conn* least_loaded(Peer& p);
+  Conn* least_loaded(Peer& p, bool for_data);
   bool next_chunk(Peer& p, Chunk& ch);
   void push_data(Peer& p, Conn* c, Chunk ch, bool resend);
   void push_ctrl(Conn* c, const Ctrl& ctrl);
@@ -1316,11 +1316,13 @@ void Engine::mark_done(Peer& p, std::uint64_t id) {
 
 // ---- output ----
 
-Conn* Engine::least_loaded(Peer& p) {
+Conn* Engine::least_loaded(Peer& p, bool for_data) {
   Conn* best = nullptr;
   for (auto& s : p.rails) {
     Conn* c = s.conn;
     if (!c || c->dead || c->st != ConnState::Ready) continue;
+    // A rail whose own queue is full enough to keep its socket busy takes no more chunks.
+    if (for_data && c->unwritten_bytes >= m_high_water) continue;
     // Load = bytes not yet acknowledged on the rail (in user space, in the kernel, on the wire):
     // a rail that drains slowly (small window, loss) gets fewer new chunks.
     if (!best || c->queued_bytes < best->queued_bytes) best = c;
@@ -1414,7 +1416,7 @@ void Engine::service(Peer& p) {
     if (!p.failed.empty()) return;
     // Control frames first, at the head of the least-loaded rail.
     while (!p.ctrl.empty() || p.credit_dirty) {
-      Conn* c = least_loaded(p);
+      Conn* c = least_loaded(p, false);
       if (!c) break;
       if (p.credit_dirty) {
         push_credit(p, c);
@@ -1425,8 +1427,8 @@ void Engine::service(Peer& p) {
     }
     // Chunks: each to the rail with the fewest bytes waiting to be written.
     for (;;) {
-      Conn* c = least_loaded(p);
-      if (!c || c->unwritten_bytes >= m_high_water) break;
+      Conn* c = least_loaded(p, true);
+      if (!c) break;
       const bool resend = !p.resend.empty();
       Chunk ch;
       if (!next_chunk(p, ch)) break;
@@ -1573,6 +1575,8 @@ void Engine::on_ack(Conn* c, std::uint64_t count) {
     c->q.pop_front();
     --c->unwritten;
   }
+  // Acknowledged bytes free capacity on this rail: hand it more if anything waits.
+  if (!p.ready.empty() || !p.resend.empty()) p.dirty = true;
 }
 
 // ---- input ----
@@ -1929,10 +1933,15 @@ MultirailTransport::~MultirailTransport() = default;
 int MultirailTransport::listen_port() const { return m_engine->port(); }
 
 void MultirailTransport::connect(const std::vector<PeerAddress>& addresses) {
+  m_connect_called = true;
   m_engine->post(Command{CmdKind::Connect, {}, {}, -1, -1, 0, addresses});
 }
 
-void MultirailTransport::wait_connected() { m_engine->wait_connected(); }
+void MultirailTransport::wait_connected() {
+  if (!m_connect_called)
+    throw Error(ExitCode::Internal, "MultirailTransport::wait_connected before connect(): nothing would ever connect");
+  m_engine->wait_connected();
+}
 
 Handle MultirailTransport::isend(int peer, int tag, const void* data, std::size_t bytes) {
   if (m_engine->peer_index(peer) < 0)
