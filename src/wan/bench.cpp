@@ -50,7 +50,7 @@ struct Opts {
   double loopback_seconds = 0.5;
   int loopback_rounds = 5;
   std::uint64_t msg_bytes = units::kMiB;
-  int window = 4;
+  int window = 8;
   bool iperf = true;
   bool mpi = true;
   bool loopback = true;
@@ -129,7 +129,7 @@ Opts parse_args(const std::vector<std::string>& args) {
 // (at least `seconds` after the warm-up and at least kMinWindows windows of messages, so bursty
 // completions cannot skew the rate) and tells the sender to stop through a StopChannel.
 
-constexpr int kMinWindows = 10;
+constexpr int kMinWindows = 5;
 
 /// The receiver's "enough" signal to the sender: sent exactly once per measurement.
 class StopChannel {
@@ -429,6 +429,18 @@ int run_wan_bench(mpi::Environment& env, const std::vector<std::string>& args) {
     out("# one DC only (or np = 1): no cross-DC pair to measure; loopback check only");
   }
 
+  auto loadavg = [] {
+    std::string s = "?";
+    if (FILE* f = std::fopen("/proc/loadavg", "r")) {
+      char buf[64] = {};
+      if (std::fgets(buf, sizeof buf, f)) s = std::string(buf).substr(0, std::string(buf).find(' '));
+      std::fclose(f);
+    }
+    return s;
+  };
+  out(fmt::format("# machine load (1-min average) at start: {} on {} CPUs", loadavg(),
+                  std::thread::hardware_concurrency()));
+
   std::vector<Row> rows;
   const double cap_s = std::max(60.0, 4 * (o.warmup + o.seconds));
   auto pair_run = [&](PeerTransport* t) -> double {
@@ -594,6 +606,7 @@ int run_wan_bench(mpi::Environment& env, const std::vector<std::string>& args) {
     world.barrier();
   }
 
+  out(fmt::format("# machine load (1-min average) at end: {}", loadavg()));
   // ---- the verdict line (last) ----
   if (receiver >= 0 && me == 0) {
     const Row* best = nullptr;
