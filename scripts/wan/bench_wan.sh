@@ -4,13 +4,18 @@
 # scripts/wan/bench_2dc.deck: 200 Mbit/s, 50 ms RTT, 256 KiB per-flow window), checks the RTT,
 # runs atlas-wan-bench (the same code as `atlas bench wan`) with one rank per DC, and removes
 # everything afterwards.
-# usage: scripts/wan/bench_wan.sh [DECK] [-- BENCH_ARGS ...]   e.g. -- --seconds 5 --rails 1,4,16
+# usage: scripts/wan/bench_wan.sh [DECK] [key=value ...] [-- BENCH_ARGS ...]
+#   e.g. scripts/wan/bench_wan.sh cluster.bandwidth_gbps="0 0.4 0.4 0" -- --seconds 5 --rails 1,4,16
+#   (key=value overrides change both the emulated link and what the bench reports)
 set -Eeuo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
 export ATLAS_BIN="${ATLAS_BIN:-$REPO/build/bin}"
 DECK="$HERE/bench_2dc.deck"
-if [[ $# -gt 0 && $1 != -- ]]; then DECK="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"; shift; fi
+if [[ $# -gt 0 && $1 != -- && $1 != *=* ]]; then DECK="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"; shift; fi
+OVERRIDES=()
+while [[ $# -gt 0 && $1 != -- ]]; do OVERRIDES+=("$1"); shift; done
 [[ ${1:-} == -- ]] && shift
 [[ -x $ATLAS_BIN/atlas-wan-bench ]] || { echo "bench_wan.sh: $ATLAS_BIN/atlas-wan-bench missing (build first)" >&2; exit 1; }
-exec "$HERE/run_emulated.sh" "$DECK" 2 -- "$ATLAS_BIN/atlas-wan-bench" "$DECK" "$@"
+exec "$HERE/run_emulated.sh" "$DECK" 2 ${OVERRIDES[@]+"${OVERRIDES[@]}"} -- \
+  "$ATLAS_BIN/atlas-wan-bench" "$DECK" ${OVERRIDES[@]+"${OVERRIDES[@]}"} "$@"
