@@ -11,7 +11,9 @@
 # Each rank sees ATLAS_WAN_DC (its DC index), ATLAS_WAN_BIND_HOST (its DC's emulated address,
 # used by the WAN transport instead of cluster.bind_hosts) and ATLAS_WAN_EMULATED=1.
 # Environment: ATLAS_BIN (tools dir, default build/bin), ATLAS_WAN_MPIRUN_ARGS (extra mpirun
-# arguments), ATLAS_WAN_BTL (default self,vader,tcp), ATLAS_WAN_RTT_TOLERANCE (fraction, 0.25).
+# arguments), ATLAS_WAN_BTL (default self,vader,tcp), ATLAS_WAN_BIND (mpirun --bind-to, default
+# none: the emulated DCs share one machine, and a rank's threads should not share one core),
+# ATLAS_WAN_RTT_TOLERANCE (fraction, 0.25).
 # Exit status: the job's; 77 when this machine cannot emulate (reason printed); 1 on setup errors.
 set -Eeuo pipefail
 
@@ -124,7 +126,7 @@ echo "run_emulated.sh: $NP ranks, per DC: ${PER_DC[*]}; command: $*" >&2
 # shellcheck disable=SC2086
 "$NETNS" exec "$NAME" "$first_dc" mpirun --hostfile "$HOSTFILE" -np "$NP" --oversubscribe \
   --mca plm_rsh_agent "$AGENT" --mca plm_rsh_no_tree_spawn 1 \
-  --mca btl "${ATLAS_WAN_BTL:-self,vader,tcp}" \
+  --bind-to "${ATLAS_WAN_BIND:-none}" --mca btl "${ATLAS_WAN_BTL:-self,vader,tcp}" \
   --mca btl_tcp_if_include "10.77.0.0/24" --mca oob_tcp_if_include "10.77.0.0/24" \
   --mca btl_vader_single_copy_mechanism none \
   ${ATLAS_WAN_MPIRUN_ARGS:-} "$@" <&0 &
