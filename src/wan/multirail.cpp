@@ -151,6 +151,7 @@ struct Conn {
   std::deque<OutFrame> q;
   std::size_t unwritten = 0;  // frames [0, unwritten) are fully written, awaiting acks
   std::uint64_t unwritten_bytes = 0;
+  std::uint64_t queued_bytes = 0;  // every frame in q: unwritten + written and unacknowledged
   std::uint64_t sent_seq = 0;
   std::uint64_t unacked = 0;  // reliable frames written and not yet acknowledged
   Clock::time_point ack_clock{};
@@ -310,7 +311,7 @@ class Engine {
   void on_bye(Conn* c);
 
   // output
-  Conn* least_loaded(Peer& p);
+  Conn* least_loaded(Peer& p, bool for_data);
   bool next_chunk(Peer& p, Chunk& ch);
   void push_data(Peer& p, Conn* c, Chunk ch, bool resend);
   void push_ctrl(Conn* c, const Ctrl& ctrl);
@@ -1315,12 +1316,16 @@ void Engine::mark_done(Peer& p, std::uint64_t id) {
 
 // ---- output ----
 
-Conn* Engine::least_loaded(Peer& p) {
+Conn* Engine::least_loaded(Peer& p, bool for_data) {
   Conn* best = nullptr;
   for (auto& s : p.rails) {
     Conn* c = s.conn;
     if (!c || c->dead || c->st != ConnState::Ready) continue;
-    if (!best || c->unwritten_bytes < best->unwritten_bytes) best = c;
+    // A rail whose own queue is full enough to keep its socket busy takes no more chunks.
+    if (for_data && c->unwritten_bytes >= m_high_water) continue;
+    // Load = bytes not yet acknowledged on the rail (in user space, in the kernel, on the wire):
+    // a rail that drains slowly (small window, loss) gets fewer new chunks.
+    if (!best || c->queued_bytes < best->queued_bytes) best = c;
   }
   return best;
 }
@@ -1380,6 +1385,7 @@ void Engine::push_data(Peer& p, Conn* c, Chunk ch, bool resend) {
   }
   f.chunk = std::move(ch);
   c->unwritten_bytes += f.size();
+  c->queued_bytes += f.size();
   c->q.push_back(std::move(f));
 }
 
@@ -1396,6 +1402,7 @@ void Engine::push_ctrl(Conn* c, const Ctrl& ctrl) {
   h.tag_seq = ctrl.tag_seq;
   encode_header(h, f.hdr);
   c->unwritten_bytes += f.size();
+  c->queued_bytes += f.size();
   c->q.insert(c->q.begin() + static_cast<std::ptrdiff_t>(boundary(c)), std::move(f));
 }
 
@@ -1409,7 +1416,7 @@ void Engine::service(Peer& p) {
     if (!p.failed.empty()) return;
     // Control frames first, at the head of the least-loaded rail.
     while (!p.ctrl.empty() || p.credit_dirty) {
-      Conn* c = least_loaded(p);
+      Conn* c = least_loaded(p, false);
       if (!c) break;
       if (p.credit_dirty) {
         push_credit(p, c);
@@ -1420,8 +1427,8 @@ void Engine::service(Peer& p) {
     }
     // Chunks: each to the rail with the fewest bytes waiting to be written.
     for (;;) {
-      Conn* c = least_loaded(p);
-      if (!c || c->unwritten_bytes >= m_high_water) break;
+      Conn* c = least_loaded(p, true);
+      if (!c) break;
       const bool resend = !p.resend.empty();
       Chunk ch;
       if (!next_chunk(p, ch)) break;
@@ -1459,6 +1466,7 @@ bool Engine::flush(Conn* c) {
     h.offset = c->recv_seq;
     encode_header(h, f.hdr);
     c->unwritten_bytes += f.size();
+    c->queued_bytes += f.size();
     c->q.insert(c->q.begin() + static_cast<std::ptrdiff_t>(boundary(c)), std::move(f));
     c->ack_dirty = false;
   }
@@ -1525,6 +1533,7 @@ void Engine::advance(Conn* c, std::size_t w) {
     }
   }
   while (!c->q.empty() && c->unwritten > 0 && !c->q.front().reliable) {
+    c->queued_bytes -= c->q.front().size();
     c->q.pop_front();
     --c->unwritten;
   }
@@ -1562,9 +1571,12 @@ void Engine::on_ack(Conn* c, std::uint64_t count) {
         }
       }
     }
+    c->queued_bytes -= f.size();
     c->q.pop_front();
     --c->unwritten;
   }
+  // Acknowledged bytes free capacity on this rail: hand it more if anything waits.
+  if (!p.ready.empty() || !p.resend.empty()) p.dirty = true;
 }
 
 // ---- input ----
@@ -1921,10 +1933,15 @@ MultirailTransport::~MultirailTransport() = default;
 int MultirailTransport::listen_port() const { return m_engine->port(); }
 
 void MultirailTransport::connect(const std::vector<PeerAddress>& addresses) {
+  m_connect_called = true;
   m_engine->post(Command{CmdKind::Connect, {}, {}, -1, -1, 0, addresses});
 }
 
-void MultirailTransport::wait_connected() { m_engine->wait_connected(); }
+void MultirailTransport::wait_connected() {
+  if (!m_connect_called)
+    throw Error(ExitCode::Internal, "MultirailTransport::wait_connected before connect(): nothing would ever connect");
+  m_engine->wait_connected();
+}
 
 Handle MultirailTransport::isend(int peer, int tag, const void* data, std::size_t bytes) {
   if (m_engine->peer_index(peer) < 0)

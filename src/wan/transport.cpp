@@ -3,6 +3,7 @@
 #include "atlas/wan/transport.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <set>
 
 #include <fmt/format.h>
@@ -118,6 +119,15 @@ std::unique_ptr<PeerTransport> make_transport(const WanCfg& wan, const ClusterCf
                                             "cluster.bind_hosts ({} entries)",
                                             my_dc, cluster.bind_hosts.size()));
   o.bind_host = cluster.bind_hosts[dc];
+  // The WAN emulation (scripts/wan/run_emulated.sh) runs each DC in a network namespace of its
+  // own and names the DC's address there; it replaces the deck's (loopback) listen address.
+  if (const char* env = std::getenv("ATLAS_WAN_BIND_HOST"); env && *env) {
+    static bool told = false;  // once per process
+    if (world.rank() == 0 && !told)
+      log::info("# WAN: listen addresses from ATLAS_WAN_BIND_HOST (emulated WAN), not cluster.bind_hosts");
+    told = true;
+    o.bind_host = env;
+  }
   if (o.bind_host == "0.0.0.0" || o.bind_host == "::")
     throw Error(ExitCode::Comm, fmt::format("cluster.bind_hosts entry '{}' is a wildcard: peers "
                                             "need a routable address of DC {}",

@@ -14,3 +14,11 @@ add_test(NAME test_wan_multirail_faults COMMAND test_wan_multirail --gtest_filte
 set_tests_properties(test_wan_multirail_faults PROPERTIES LABELS unit TIMEOUT 60)
 
 atlas_mpi_test(test_wan_transport SOURCES mpi/test_wan_transport.cpp NP 2 4 TIMEOUT 90)
+
+# The emulated WAN (root, network namespaces): skipped with the reason printed where not allowed.
+add_test(NAME test_wan_netns
+  COMMAND ${PROJECT_SOURCE_DIR}/scripts/wan/netns_selftest.sh $<TARGET_FILE:test_wan_transport>
+  WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(test_wan_netns PROPERTIES LABELS "netns" TIMEOUT 120 SKIP_RETURN_CODE 77
+  ENVIRONMENT "ATLAS_BIN=${CMAKE_BINARY_DIR}/bin;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
+  DEPENDS test_wan_transport)

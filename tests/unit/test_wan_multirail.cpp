@@ -338,7 +338,7 @@ TEST_F(Quiet, WanMultirailCorruptedFrameNamesPeerAndRail) {
 
 TEST_F(Quiet, WanMultirailWrongSecretFailsTheHandshake) {
   MultirailOptions o = base_options(2, 4096);
-  o.connect_timeout_s = 0.6;
+  o.connect_timeout_s = 1.5;
   MultirailOptions a = o, b = o;
   a.my_rank = 0;
   b.my_rank = 1;
@@ -351,7 +351,7 @@ TEST_F(Quiet, WanMultirailWrongSecretFailsTheHandshake) {
     FAIL() << "expected a handshake failure";
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), AllOf(HasSubstr("WAN peer 1 at 127.0.0.1:"), HasSubstr("rail(s) 0,1"),
-                                HasSubstr("not connected within 0.6 s"),
+                                HasSubstr("not connected within 1.5 s"),
                                 HasSubstr("HMAC-SHA256 proof does not match this job's secret")));
   }
   try {

@@ -81,6 +81,7 @@ class MultirailTransport final : public PeerTransport {
  private:
   void finish(Handle& h);
   std::unique_ptr<Engine> m_engine;
+  bool m_connect_called = false;
 };
 
 }  // namespace atlas::wan

@@ -106,7 +106,9 @@ void wait_all(PeerTransport& t, std::vector<Handle>& handles);
 /// DCs) this rank exchanges with; the relation must be symmetric (checked: every rank throws the
 /// same Error otherwise). Returns when every rail to every peer is up; throws Error (Comm) naming
 /// the peer and rail after wan.connect_timeout_s. `wan.transport = mpi` returns the MPI baseline
-/// (MPI_Isend/Irecv over a dup of `world`), made collectively too.
+/// (MPI_Isend/Irecv over a dup of `world`), made collectively too. Under the WAN emulation the
+/// environment variable ATLAS_WAN_BIND_HOST (set per DC by scripts/wan/run_emulated.sh) replaces
+/// cluster.bind_hosts[my_dc].
 std::unique_ptr<PeerTransport> make_transport(const WanCfg& wan, const ClusterCfg& cluster,
                                               const mpi::Comm& world, int my_dc,
                                               const std::vector<int>& peers);

@@ -1,0 +1,24 @@
+// SPDX-License-Identifier: MIT
+// `atlas bench wan`: throughput of the multirail transport at several rail counts, of the MPI
+// baseline and of iperf3 -P N between the same two ranks on the same (emulated) link, side by
+// side, plus an in-process loopback overhead check. scripts/wan/bench_wan.sh runs it on an
+// emulated 2-DC link.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "atlas/mpi/comm.hpp"
+
+namespace atlas::wan {
+
+/// Runs the WAN benchmark. `args`: [DECK] [key=value ...] [--rails 1,2,4,8,16] [--seconds S]
+/// [--warmup S] [--msg-bytes B] [--window N] [--loopback-seconds S] [--loopback-rounds N]
+/// [--no-iperf] [--no-mpi] [--no-loopback]. Collective over MPI_COMM_WORLD: rank 0 sends, the first rank of another DC
+/// receives (DC of a rank: ATLAS_WAN_DC from the emulation launcher, else the deck's layout);
+/// the others take part in the collectives only. Prints on rank 0, ending with
+/// "best: rails=N fraction=F vs rails=1: R x vs mpi: M x". Returns the process exit code
+/// (0 ok, 1 usage); transport failures throw atlas::Error.
+int run_wan_bench(mpi::Environment& env, const std::vector<std::string>& args);
+
+}  // namespace atlas::wan

@@ -1,0 +1,219 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Kernel WAN emulation between DCs on one machine (this kernel has no netem; see MACHINE.md):
+#   - one network namespace per DC (NAME-dcD, address 10.77.0.(D+1)/24 on its eth0), all joined
+#     by veth to a Linux bridge in a namespace of its own (NAME-br);
+#   - rate: an HTB class per destination DC on each DC's eth0 (u32 filter on the destination);
+#   - one-way delay: on the receiving DC's INPUT hook, iptables -j NFQUEUE (one queue per source
+#     DC, no --queue-bypass) read by atlas-wan-delay, which releases packets FIFO after the delay;
+#   - per-flow limit (optional, stated): TCP window cap through the namespaces'
+#     net.ipv4.tcp_rmem / tcp_wmem (wan.flow_window_bytes). Nothing is limited inside atlas.
+# Only addresses inside the namespaces created here are used. Deleting a namespace removes its
+# veth, qdiscs and iptables rules; `down` also stops the delayers it started (by pid).
+#
+# usage: netns.sh check
+#        netns.sh up NAME --dcs N --latency-ms "L00 L01 .." --bandwidth-gbps "B00 B01 .."
+#                         [--flow-window BYTES]
+#        netns.sh down NAME
+#        netns.sh rtt NAME FROM_DC TO_DC          (prints the median TCP-connect RTT in ms)
+#        netns.sh exec NAME DC COMMAND [ARGS..]   (inside DC's namespace, with its own hostname)
+#        netns.sh addr DC
+# Exit status 77 = this machine cannot emulate (the reason is printed).
+set -Eeuo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "$HERE/../.." && pwd)"
+BIN="${ATLAS_BIN:-$REPO/build/bin}"
+STATE_ROOT="${ATLAS_WAN_STATE:-${TMPDIR:-/tmp}/atlas-wan}"
+SUBNET_PREFIX=10.77.0
+
+die() { echo "netns.sh: $*" >&2; exit 1; }
+refuse() { echo "netns.sh: WAN emulation not possible here: $*" >&2; exit 77; }
+addr() { echo "$SUBNET_PREFIX.$(($1 + 1))"; }
+
+# ---- check: can this machine do it? ----
+cmd_check() {
+  [[ $(id -u) -eq 0 ]] || refuse "needs root (network namespaces, tc, iptables)"
+  for t in ip tc iptables unshare; do
+    command -v "$t" >/dev/null || refuse "'$t' is not installed (Debian: iproute2, iptables, util-linux)"
+  done
+  [[ -x "$BIN/atlas-wan-delay" && -x "$BIN/atlas-wan-probe" ]] ||
+    refuse "atlas-wan-delay/atlas-wan-probe not found in $BIN (build first, or set ATLAS_BIN)"
+  local probe="awchk$$"
+  ip netns add "$probe" 2>/dev/null || refuse "cannot create a network namespace ('ip netns add' failed: no CAP_SYS_ADMIN, or a container without netns)"
+  local ok=1 why=""
+  if ! ip -n "$probe" link add eth0 type veth peer name eth1 2>/dev/null; then ok=0; why="veth devices are not available"; fi
+  if [[ $ok -eq 1 ]] && ! tc -n "$probe" qdisc add dev eth0 root handle 1: htb default 1 2>/dev/null; then
+    ok=0; why="tc htb is not available"; fi
+  if [[ $ok -eq 1 ]] && ! ip netns exec "$probe" iptables -A INPUT -i eth0 -j NFQUEUE --queue-num 0 2>/dev/null; then
+    ok=0; why="iptables NFQUEUE target is not available"; fi
+  if [[ $ok -eq 1 ]]; then
+    set +e
+    local out
+    out=$(ip netns exec "$probe" timeout 2 "$BIN/atlas-wan-delay" --queue 0 --delay-ms 1 2>&1 </dev/null &
+          p=$!; sleep 0.3; kill "$p" 2>/dev/null; wait "$p")
+    set -e
+    [[ $out == *ready* ]] || { ok=0; why="atlas-wan-delay cannot read a netfilter queue: $out"; }
+  fi
+  ip netns del "$probe" 2>/dev/null || true
+  [[ $ok -eq 1 ]] || refuse "$why"
+  echo "ok"
+}
+
+# ---- up ----
+cmd_up() {
+  local name="$1"; shift
+  local dcs="" lat="" bw="" window=0
+  while [[ $# -gt 0 ]]; do
+    case "$1" in
+      --dcs) dcs="$2"; shift 2 ;;
+      --latency-ms) lat="$2"; shift 2 ;;
+      --bandwidth-gbps) bw="$2"; shift 2 ;;
+      --flow-window) window="$2"; shift 2 ;;
+      *) die "up: unknown option $1" ;;
+    esac
+  done
+  [[ ${#name} -le 10 && $name =~ ^[a-z][a-z0-9]*$ ]] || die "NAME must be 1-10 lowercase letters/digits"
+  [[ $dcs =~ ^[0-9]+$ && $dcs -ge 2 && $dcs -le 200 ]] || die "--dcs needs 2..200"
+  read -r -a L <<<"$lat"
+  read -r -a B <<<"$bw"
+  [[ ${#L[@]} -eq $((dcs * dcs)) && ${#B[@]} -eq $((dcs * dcs)) ]] ||
+    die "--latency-ms and --bandwidth-gbps need $((dcs * dcs)) entries (row-major) each"
+  local state="$STATE_ROOT/$name"
+  [[ ! -e $state ]] || die "emulation '$name' already exists ($state); run: $0 down $name"
+  mkdir -p "$state"
+  echo "$dcs" >"$state/dcs"
+  # Any failure below tears down what exists so far.
+  trap 'echo "netns.sh: setup of $name failed; removing it" >&2; cmd_down "$name"' ERR
+
+  local br="$name-br"
+  ip netns add "$br"
+  echo "$br" >>"$state/namespaces"
+  ip -n "$br" link set lo up
+  ip -n "$br" link add br0 type bridge
+  ip -n "$br" link set br0 up
+  for ((d = 0; d < dcs; d++)); do
+    local ns="$name-dc$d"
+    ip netns add "$ns"
+    echo "$ns" >>"$state/namespaces"
+    ip -n "$ns" link set lo up
+    ip -n "$ns" link add eth0 type veth peer name "p$d" netns "$br"
+    ip -n "$ns" addr add "$(addr "$d")/24" dev eth0
+    ip -n "$ns" link set eth0 up
+    ip -n "$br" link set "p$d" master br0
+    ip -n "$br" link set "p$d" up
+    if [[ $window -gt 0 ]]; then
+      # The stated per-flow limit: every TCP flow's window (receive and send buffer) is capped.
+      ip netns exec "$ns" sysctl -qw net.ipv4.tcp_rmem="4096 $window $window"
+      ip netns exec "$ns" sysctl -qw net.ipv4.tcp_wmem="4096 $window $window"
+    fi
+    # Rate: one HTB class per destination DC; everything else (ARP) unshaped.
+    tc -n "$ns" qdisc add dev eth0 root handle 1: htb default 999
+    tc -n "$ns" class add dev eth0 parent 1: classid 1:999 htb rate 10gbit quantum 65536
+    for ((e = 0; e < dcs; e++)); do
+      [[ $e -ne $d ]] || continue
+      local g="${B[$((d * dcs + e))]}"
+      local kbit burst
+      kbit=$(awk -v g="$g" 'BEGIN { printf "%d", g * 1000000 }')
+      [[ $kbit -gt 0 ]] || die "bandwidth from DC $d to DC $e is $g Gbit/s: must be > 0"
+      burst=$(awk -v k="$kbit" 'BEGIN { b = k * 1000 / 8 * 0.002; if (b < 65536) b = 65536; printf "%d", b }')
+      tc -n "$ns" class add dev eth0 parent 1: classid "1:$((e + 10))" htb rate "${kbit}kbit" \
+        ceil "${kbit}kbit" burst "$burst" cburst "$burst" quantum 65536
+      tc -n "$ns" filter add dev eth0 parent 1: protocol ip prio 1 u32 \
+        match ip dst "$(addr "$e")/32" flowid "1:$((e + 10))"
+    done
+  done
+  # Delay: packets arriving in DC d from DC e wait latency(e, d) ms in atlas-wan-delay.
+  for ((d = 0; d < dcs; d++)); do
+    local ns="$name-dc$d"
+    for ((e = 0; e < dcs; e++)); do
+      [[ $e -ne $d ]] || continue
+      local ms="${L[$((e * dcs + d))]}"
+      awk -v m="$ms" 'BEGIN { exit !(m > 0) }' || continue
+      local log="$state/delay_${e}_to_${d}.log"
+      # Real-time priority (else a high nice level): the delayer plays the wire, and a starved
+      # delayer would add its scheduling latency to the emulated RTT on a busy machine.
+      local prio=(nice -n -15)
+      chrt -f 20 true 2>/dev/null && prio=(chrt -f 20)
+      ip netns exec "$ns" "${prio[@]}" "$BIN/atlas-wan-delay" --queue "$e" --delay-ms "$ms" >"$log" 2>&1 &
+      echo $! >>"$state/pids"
+      local tries=0
+      until grep -q ready "$log" 2>/dev/null; do
+        sleep 0.05
+        tries=$((tries + 1))
+        if [[ $tries -gt 60 ]] || ! kill -0 "$!" 2>/dev/null; then
+          echo "netns.sh: atlas-wan-delay for DC $e -> $d did not start:" >&2
+          cat "$log" >&2
+          false
+        fi
+      done
+      ip netns exec "$ns" iptables -A INPUT -i eth0 -s "$(addr "$e")" -j NFQUEUE --queue-num "$e"
+    done
+  done
+  trap - ERR
+  echo "netns.sh: emulation '$name' up: $dcs DCs on $SUBNET_PREFIX.0/24 (state in $state)" >&2
+}
+
+# ---- down (idempotent; also after a partial up) ----
+cmd_down() {
+  local name="$1"
+  local state="$STATE_ROOT/$name"
+  if [[ -f $state/pids ]]; then
+    while read -r pid; do kill "$pid" 2>/dev/null || true; done <"$state/pids"
+  fi
+  local nss=()
+  if [[ -f $state/namespaces ]]; then mapfile -t nss <"$state/namespaces"; fi
+  for ns in "${nss[@]}"; do
+    # Processes still inside our namespaces were started by this emulation's users (ranks,
+    # probes): stop them by pid before the namespace goes.
+    for pid in $(ip netns pids "$ns" 2>/dev/null); do kill "$pid" 2>/dev/null || true; done
+  done
+  sleep 0.1
+  for ns in "${nss[@]}"; do
+    for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
+    ip netns del "$ns" 2>/dev/null || true
+  done
+  rm -rf "$state"
+}
+
+# ---- rtt ----
+cmd_rtt() {
+  local name="$1" from="$2" to="$3"
+  local state="$STATE_ROOT/$name"
+  [[ -d $state ]] || die "no emulation named '$name'"
+  local log="$state/probe_$$.log"
+  ip netns exec "$name-dc$to" "$BIN/atlas-wan-probe" --listen "$(addr "$to"):0" --count 1000 >"$log" 2>&1 &
+  local lpid=$!
+  local tries=0
+  until grep -q listening "$log" 2>/dev/null; do
+    sleep 0.02
+    tries=$((tries + 1))
+    [[ $tries -lt 100 ]] || { kill "$lpid" 2>/dev/null; die "probe listener did not start: $(cat "$log")"; }
+  done
+  local hp
+  hp=$(awk '/listening/ { print $2 }' "$log")
+  local out rc=0
+  out=$(ip netns exec "$name-dc$from" "$BIN/atlas-wan-probe" --connect "$hp" --count 5 2>&1) || rc=$?
+  kill "$lpid" 2>/dev/null || true
+  wait "$lpid" 2>/dev/null || true
+  rm -f "$log"
+  [[ $rc -eq 0 ]] || die "RTT probe DC $from -> DC $to failed: $out"
+  echo "$out" | sed -n 's/.*median=\([0-9.]*\).*/\1/p'
+}
+
+# ---- exec ----
+cmd_exec() {
+  local name="$1" d="$2"; shift 2
+  exec ip netns exec "$name-dc$d" unshare --uts /bin/sh -c 'hostname "$0" && exec "$@"' "$name-dc$d" \
+    env ATLAS_WAN_DC="$d" ATLAS_WAN_BIND_HOST="$(addr "$d")" ATLAS_WAN_EMULATED=1 "$@"
+}
+
+case "${1:-}" in
+  check) cmd_check ;;
+  up) shift; cmd_up "$@" ;;
+  down) shift; cmd_down "$@" ;;
+  rtt) shift; cmd_rtt "$@" ;;
+  exec) shift; cmd_exec "$@" ;;
+  addr) shift; addr "$1" ;;
+  *) sed -n '2,/^set -Eeuo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2; exit 1 ;;
+esac

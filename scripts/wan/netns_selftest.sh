@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# The `netns` ctest: builds the emulated 2-DC link (scripts/wan/selftest_2dc.deck), lets the
+# launcher check its RTT, runs the WAN transport MPI test across the two namespaces (multirail and
+# Open MPI over the emulated link), then interrupts a second emulated job and checks that
+# everything it created is gone. Exit 77 (skip) with the reason when namespaces are not allowed.
+# usage: netns_selftest.sh TEST_WAN_TRANSPORT_BINARY
+set -Eeuo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+BINARY="$1"
+DECK="$HERE/selftest_2dc.deck"
+
+set +e
+reason=$("$HERE/netns.sh" check 2>&1)
+rc=$?
+set -e
+if [[ $rc -ne 0 ]]; then
+  echo "SKIP: $reason"
+  exit 77
+fi
+
+echo "== 1. MPI transport test across two emulated DCs (RTT checked by the launcher)"
+"$HERE/run_emulated.sh" "$DECK" 2 -- "$BINARY" --gtest_filter='BothTransports/*'
+
+# A background job of a non-interactive shell starts with SIGINT ignored (and an ignored signal
+# cannot be trapped), so the job gets SIGINT back with env --default-signal, as a terminal's
+# foreground job has it.
+interrupt_case() {
+  local sig="$1" want="$2"
+  echo "== 2. SIG$sig to an emulated job: it stops and leaves nothing behind"
+  env --default-signal=INT "$HERE/run_emulated.sh" "$DECK" 2 -- sleep 60 &
+  local job=$!
+  local name="aw$job"
+  for _ in $(seq 1 100); do
+    ip netns list | grep -q "^$name-dc1" && break
+    sleep 0.1
+  done
+  ip netns list | grep -q "^$name-dc1" || { echo "FAIL: emulation $name never came up"; kill "$job"; exit 1; }
+  sleep 1.5  # mpirun starts the ranks inside the namespaces
+  kill "-$sig" "$job"
+  local rc=0
+  wait "$job" || rc=$?
+  [[ $rc -eq $want ]] || { echo "FAIL: after SIG$sig the launcher exited $rc (expected $want)"; exit 1; }
+  if ip netns list | grep -q "^$name-"; then
+    echo "FAIL: namespaces of $name left behind:"; ip netns list | grep "^$name-"; exit 1
+  fi
+  [[ ! -e ${ATLAS_WAN_STATE:-${TMPDIR:-/tmp}/atlas-wan}/$name ]] || { echo "FAIL: state of $name left behind"; exit 1; }
+}
+interrupt_case INT 130
+interrupt_case TERM 143
+echo "OK: the emulated link carried both transports and was removed after SIGINT and SIGTERM"
