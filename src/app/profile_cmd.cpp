@@ -2,6 +2,9 @@
 // `atlas profile`: measure this machine's per-block compute cost into a device profile
 // (default profiles/device/host.profile); --show FILE checks and summarises a profile;
 // --wan FILE [--dcs "a b c"] prints the deck lines of those regions.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -10,6 +13,8 @@
 #include <fmt/format.h>
 
 #include "atlas/app/commands.hpp"
+#include "atlas/device/backend.hpp"
+#include "atlas/model/gpt.hpp"
 #include "atlas/core/check.hpp"
 #include "atlas/deck/deck.hpp"
 #include "atlas/deck/schema.hpp"
@@ -53,11 +58,68 @@ int wan_lines(const std::string& path, const std::string& dcs_text) {
   return 0;
 }
 
+/// TP "group" of one: the rank computes its 1/tp share and the sums are skipped (profiles time a
+/// rank's compute; communication is modelled separately).
+class NoCollective final : public model::Collective {
+ public:
+  explicit NoCollective(int size) : m_size(size) {}
+  void allreduce_sum(device::Buffer&, std::size_t) override {}
+  [[nodiscard]] int size() const override { return m_size; }
+  [[nodiscard]] int rank() const override { return 0; }
+
+ private:
+  int m_size;
+};
+
+/// Times the real model: one transformer block (the middle stage of a 3-stage, 3-block model,
+/// so no embedding or head) forward and backward on the host backend, median of `repeats` after
+/// a warm-up.
+sim::BlockTimer model_block_timer(int repeats, int threads) {
+  return [repeats, threads](const sim::BlockShape& s) {
+    DeviceCfg dev;
+    dev.backend = Backend::Host;
+    dev.threads = threads;
+    auto backend = device::make_backend(dev);
+    ModelCfg m;
+    m.layers = 3;
+    m.hidden = s.hidden;
+    m.heads = s.heads;
+    m.seq_len = s.seq_len;
+    m.vocab = 256;
+    NoCollective tp(s.tp);
+    model::StageModel stage(m, s.micro_batch_size, model::StageSpec{1, 3, 0, s.tp}, *backend,
+                            s.tp > 1 ? &tp : nullptr, 1234);
+    const std::size_t n = stage.boundary_floats();
+    device::Buffer in = backend->alloc_floats(n), out = backend->alloc_floats(n);
+    device::Buffer gout = backend->alloc_floats(n), gin = backend->alloc_floats(n);
+    std::vector<float> host(n);
+    for (std::size_t i = 0; i < n; ++i) host[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i)));
+    backend->upload(in.data(), host.data(), n * 4);
+    backend->upload(gout.data(), host.data(), n * 4);
+    std::vector<double> f, b;
+    for (int r = 0; r <= repeats; ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      stage.forward(r, nullptr, nullptr, &in, &out);
+      backend->synchronize();
+      const auto t1 = std::chrono::steady_clock::now();
+      stage.backward(r, &gout, &gin);
+      backend->synchronize();
+      const auto t2 = std::chrono::steady_clock::now();
+      if (r == 0) continue;  // warm-up
+      f.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+      b.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count());
+    }
+    std::sort(f.begin(), f.end());
+    std::sort(b.begin(), b.end());
+    return sim::BlockTiming{f[f.size() / 2], b[b.size() / 2]};
+  };
+}
+
 }  // namespace
 
 int cmd_profile(Context& ctx) {
   if (ctx.env.world_rank() != 0) return 0;
-  const Args args = parse_args(ctx.args, {"out", "threads", "repeat", "show", "wan", "dcs"}, {"quick"});
+  const Args args = parse_args(ctx.args, {"out", "threads", "repeat", "show", "wan", "dcs", "timer"}, {"quick"});
   if (args.flag("show")) return show(args.option("show"));
   if (args.flag("wan")) return wan_lines(args.option("wan"), args.option("dcs"));
   if (!args.positional.empty()) throw UsageError("atlas profile takes no deck (options: --out FILE --quick --threads N)");
@@ -69,18 +131,25 @@ int cmd_profile(Context& ctx) {
   const auto shapes = sim::default_host_shapes(args.flag("quick"));
 
   sim::DeviceProfile base = sim::builtin_device_profile(GpuKind::Host);
-  base.description = fmt::format("this machine's host backend, OpenBLAS sgemm fp32, {} thread(s) per rank", threads);
+  const std::string timer_kind = args.option("timer", "model");
+  if (timer_kind != "model" && timer_kind != "sgemm") throw UsageError("--timer must be model or sgemm");
+  const bool real = timer_kind == "model";
+  base.description = fmt::format("this machine's host backend, {}, {} thread(s) per rank",
+                                 real ? "the real transformer block (fp32)" : "OpenBLAS sgemm fp32", threads);
   base.measured_threads = threads;
   if (const double mem = sim::host_memory_gib(); mem > 0) base.memory_gib = std::floor(mem * 10) / 10;
   base.sources = {
-      {"table", "measured by `atlas profile` (sgemm over the block's GEMM shapes; elementwise ops not timed)"},
+      {"table", real ? "measured by `atlas profile --timer model`: the model's own block forward/backward on the host "
+                       "backend (GEMMs, attention, norms, GELU; no communication)"
+                     : "measured by `atlas profile --timer sgemm` (sgemm over the block's GEMM shapes; elementwise ops not timed)"},
       {"peak_tflops", "best measured forward rate in the table (achievable_fraction = 1)"},
       {"memory_gib", "MemTotal of /proc/meminfo on the measuring machine"},
       {"mem_bandwidth_gbs", "assumption (8 GB/s streaming per rank), not measured"},
       {"nvlink_gbs", "assumption (5 GB/s, 1 us between ranks of a node through shared memory), not measured"},
   };
-  fmt::print("# measuring {} block shapes with {} OpenBLAS thread(s), median of {} ...\n", shapes.size(), threads, repeat);
-  const sim::BlockTimer timer = sim::sgemm_block_timer(repeat, threads);
+  fmt::print("# measuring {} block shapes ({} timer) with {} thread(s), median of {} ...\n", shapes.size(), timer_kind,
+             threads, repeat);
+  const sim::BlockTimer timer = real ? model_block_timer(repeat, threads) : sim::sgemm_block_timer(repeat, threads);
   const sim::BlockTimer verbose = [&](const sim::BlockShape& s) {
     const sim::BlockTiming t = timer(s);
     fmt::print("  hidden {:>5} heads {:>3} seq {:>5} mbs {:>2} tp {}: fwd {:9.3f} ms  bwd {:9.3f} ms\n", s.hidden,

@@ -255,6 +255,10 @@ void build(Schema& schema) {
       .min(0).help("price of one GPU-hour in each DC (for the planner's cost column)");
   b.field("cluster.bind_hosts", &C::cluster, &ClusterCfg::bind_hosts).def("127.0.0.1")
       .help("address the WAN transport listens on in each DC (one entry = all DCs)");
+  b.field("cluster.ranks_per_host", &C::cluster, &ClusterCfg::ranks_per_host).def("0").min(0)
+      .help("CPU runs: ranks that share one host's cores (cost model); 0 = a dedicated device per rank");
+  b.field("cluster.cores_per_host", &C::cluster, &ClusterCfg::cores_per_host).def("0").min(0)
+      .help("cores of each shared host (cost model); 0 = the hardware threads of this machine");
 
   // [parallel]
   b.field("parallel.tp_size", &C::parallel, &ParallelCfg::tp_size).def("1").min(1)

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <thread>
 
 namespace atlas::sched {
 
@@ -54,6 +55,12 @@ double device_flops(const Config& cfg) {
 double block_forward_flops(const ModelCfg& m, double tokens) {
   const double h = m.hidden;
   return 24.0 * tokens * h * h + 4.0 * tokens * m.seq_len * h;
+}
+
+void apply_host_sharing(CostModel& c, const Config& cfg) {
+  c.ranks_per_host = cfg.cluster.ranks_per_host;
+  c.cores_per_host = cfg.cluster.cores_per_host > 0 ? cfg.cluster.cores_per_host
+                                                    : std::max(1u, std::thread::hardware_concurrency());
 }
 
 CostModel cost_model(const Config& cfg, const topo::Layout& layout) {
@@ -127,6 +134,7 @@ CostModel cost_model(const Config& cfg, const topo::Layout& layout) {
     c.allreduce_ms.front() += sync;
     c.allreduce_ms.back() += sync;
   }
+  apply_host_sharing(c, cfg);
   return c;
 }
 

@@ -17,7 +17,7 @@ namespace atlas::sched {
 
 namespace {
 
-enum class Ev : std::uint8_t { Resume, Arrive, FlowDone, Dispatch };
+enum class Ev : std::uint8_t { Resume, Arrive, FlowDone, Dispatch, HostDone };
 
 struct Event {
   double t;
@@ -29,6 +29,13 @@ struct Event {
   bool operator>(const Event& o) const {
     return std::tie(t, phase, seq) > std::tie(o.t, o.phase, o.seq);
   }
+};
+
+/// One shared host: the compute ops running on it, as fluid flows of core-milliseconds.
+struct HostState {
+  std::vector<int> active;     // worker ids
+  double last_update = 0.0;
+  int version = 0;
 };
 
 struct LinkState {
@@ -55,6 +62,8 @@ class Engine {
     m_posted.assign(p.messages.size(), false);
     m_sync_count.assign(p.sync_groups.size(), 0);
     m_receiver.assign(p.messages.size(), -1);
+    m_hosts.resize(p.host_cores.size());
+    m_work_left.assign(nw, 0.0);
     for (std::size_t w = 0; w < nw; ++w)
       for (const auto& op : p.workers[w])
         if (op.type == EngineOp::Type::Recv) m_receiver[static_cast<std::size_t>(op.message)] = static_cast<int>(w);
@@ -83,6 +92,7 @@ class Engine {
         case Ev::Arrive: arrive(e.a); break;
         case Ev::FlowDone: flow_done(e.a, e.b); break;
         case Ev::Dispatch: dispatch(e.a); break;
+        case Ev::HostDone: host_done(e.a, e.b); break;
       }
     }
     finish();
@@ -104,7 +114,17 @@ class Engine {
       const EngineOp& op = ops[pc];
       OpTime& ot = times[pc];
       switch (op.type) {
-        case EngineOp::Type::Compute:
+        case EngineOp::Type::Compute: {
+          const int host = static_cast<std::size_t>(w) < m_p.worker_host.size() ? m_p.worker_host[static_cast<std::size_t>(w)] : -1;
+          if (host >= 0 && op.duration_ms > 0.0) {
+            // On a shared host the op is work (core-ms) drained at the share it gets.
+            ot.reach_ms = ot.start_ms = m_now;
+            host_update(host);
+            m_work_left[static_cast<std::size_t>(w)] = op.duration_ms * m_p.worker_cores[static_cast<std::size_t>(w)];
+            m_hosts[static_cast<std::size_t>(host)].active.push_back(w);
+            host_reschedule(host);
+            return;  // host_done resumes the worker
+          }
           ot = {m_now, m_now, m_now + op.duration_ms};
           ++pc;
           if (op.duration_ms > 0.0) {
@@ -112,6 +132,7 @@ class Engine {
             return;
           }
           break;
+        }
         case EngineOp::Type::Send:
           ot = {m_now, m_now, m_now};
           post(op.message);
@@ -169,6 +190,71 @@ class Engine {
     ot.start_ms = ot.end_ms = m_now;
     ++m_pc[w];
     advance(r);
+  }
+
+  // ---- shared hosts ----
+
+  /// Rate (cores) of each active op: max-min fair share of the host's cores, each op capped at
+  /// its own full speed (water-filling over the caps).
+  std::vector<double> host_rates(int h) const {
+    const auto& hs = m_hosts[static_cast<std::size_t>(h)];
+    std::vector<std::pair<double, std::size_t>> caps;
+    for (std::size_t i = 0; i < hs.active.size(); ++i)
+      caps.emplace_back(m_p.worker_cores[static_cast<std::size_t>(hs.active[i])], i);
+    std::sort(caps.begin(), caps.end());
+    std::vector<double> rate(hs.active.size(), 0.0);
+    double left = m_p.host_cores[static_cast<std::size_t>(h)];
+    for (std::size_t k = 0; k < caps.size(); ++k) {
+      const double share = left / static_cast<double>(caps.size() - k);
+      const double r = std::min(caps[k].first, share);
+      rate[caps[k].second] = r;
+      left -= r;
+    }
+    return rate;
+  }
+
+  void host_update(int h) {
+    auto& hs = m_hosts[static_cast<std::size_t>(h)];
+    const double dt = m_now - hs.last_update;
+    if (dt > 0.0) {
+      const auto rate = host_rates(h);
+      for (std::size_t i = 0; i < hs.active.size(); ++i)
+        m_work_left[static_cast<std::size_t>(hs.active[i])] -= rate[i] * dt;
+    }
+    hs.last_update = m_now;
+  }
+
+  void host_reschedule(int h) {
+    auto& hs = m_hosts[static_cast<std::size_t>(h)];
+    ++hs.version;
+    if (hs.active.empty()) return;
+    const auto rate = host_rates(h);
+    double next = std::numeric_limits<double>::infinity();
+    for (std::size_t i = 0; i < hs.active.size(); ++i)
+      next = std::min(next, std::max(0.0, m_work_left[static_cast<std::size_t>(hs.active[i])]) / rate[i]);
+    push(m_now + next, 0, Ev::HostDone, h, hs.version);
+  }
+
+  void host_done(int h, int version) {
+    auto& hs = m_hosts[static_cast<std::size_t>(h)];
+    if (version != hs.version) return;
+    host_update(h);
+    const auto rate = host_rates(h);
+    std::vector<int> still, done;
+    for (std::size_t i = 0; i < hs.active.size(); ++i) {
+      const int w = hs.active[i];
+      const double left = m_work_left[static_cast<std::size_t>(w)];
+      if (left <= 1e-9 || left / rate[i] <= 1e-12 * std::max(1.0, m_now)) done.push_back(w);
+      else still.push_back(w);
+    }
+    hs.active.swap(still);
+    host_reschedule(h);
+    for (int w : done) {
+      const auto ww = static_cast<std::size_t>(w);
+      m_result.ops[ww][m_pc[ww]].end_ms = m_now;
+      ++m_pc[ww];
+      push(m_now, 0, Ev::Resume, w, 0);
+    }
   }
 
   // ---- messages and links ----
@@ -329,6 +415,8 @@ class Engine {
   std::vector<bool> m_posted;
   std::vector<int> m_sync_count;
   std::vector<int> m_receiver;  // message -> the worker that receives it
+  std::vector<HostState> m_hosts;
+  std::vector<double> m_work_left;  // core-ms left of each worker's running compute op
 };
 
 }  // namespace
@@ -338,6 +426,14 @@ EngineResult run_engine(EngineProgram& program) {
     ATLAS_ASSERT(ch.capacity_bytes_per_ms > 0 && ch.flow_cap_bytes_per_ms > 0,
                  "link with non-positive capacity");
     ATLAS_ASSERT(ch.slots >= 1, "ordered link with no slots");
+  }
+  for (std::size_t w = 0; w < program.worker_host.size(); ++w) {
+    const int h = program.worker_host[w];
+    ATLAS_ASSERT(h < static_cast<int>(program.host_cores.size()), "worker on an unknown host");
+    if (h >= 0) {
+      ATLAS_ASSERT(program.host_cores[static_cast<std::size_t>(h)] > 0, "host with no cores");
+      ATLAS_ASSERT(w < program.worker_cores.size() && program.worker_cores[w] > 0, "worker without cores");
+    }
   }
   return Engine(program).run();
 }

@@ -156,6 +156,7 @@ sched::CostModel cost_model(const Config& cfg, const topo::Layout& layout, const
     c.allreduce_ms.front() += sync;
     c.allreduce_ms.back() += sync;
   }
+  sched::apply_host_sharing(c, cfg);
   return c;
 }
 

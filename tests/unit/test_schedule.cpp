@@ -108,6 +108,30 @@ TEST(Engine, OrderedLinkServesOneAtATimeInTheGivenOrder) {
   EXPECT_DOUBLE_EQ(p.messages[0].end_ms, 5.0);
 }
 
+TEST(Engine, ComputeOnASharedHostSharesItsCores) {
+  EngineProgram p;
+  // Three workers on one 2-core host, each op at full speed on one core: 10 ms of work each.
+  // While all three run, each gets 2/3 core; the third starts 5 ms later.
+  p.workers = {{{EngineOp::Type::Compute, SlotKind::Forward, 0, 10.0, -1, -1}},
+               {{EngineOp::Type::Compute, SlotKind::Forward, 0, 10.0, -1, -1}},
+               {{EngineOp::Type::Compute, SlotKind::Forward, 0, 10.0, -1, -1}}};
+  p.worker_start_ms = {0.0, 0.0, 5.0};
+  p.host_cores = {2.0};
+  p.worker_host = {0, 0, 0};
+  p.worker_cores = {1.0, 1.0, 1.0};
+  const auto r = run_engine(p);
+  ASSERT_FALSE(r.deadlock);
+  // 0-5 ms: two ops at 1 core each (5 ms of work left each). From 5 ms: three at 2/3 core; the
+  // first two finish after 7.5 ms more (12.5 ms), the third has 5 ms of work left then at 1 core.
+  EXPECT_NEAR(r.ops[0][0].end_ms, 12.5, 1e-9);
+  EXPECT_NEAR(r.ops[1][0].end_ms, 12.5, 1e-9);
+  EXPECT_NEAR(r.ops[2][0].end_ms, 17.5, 1e-9);
+  // Dedicated devices: every op takes its 10 ms.
+  p.worker_host = {-1, -1, -1};
+  const auto d = run_engine(p);
+  EXPECT_NEAR(d.ops[2][0].end_ms, 15.0, 1e-9);
+}
+
 TEST(Engine, ReportsDeadlockInsteadOfHanging) {
   EngineProgram p;
   p.messages.resize(2);

@@ -28,6 +28,8 @@ struct ClusterCfg {
   double intra_latency_us = 5.0;         ///< cluster.intra_latency_us: inside a DC
   std::vector<double> price_per_gpu_hour;  ///< cluster.price_per_gpu_hour: per DC (may be empty)
   std::vector<std::string> bind_hosts;   ///< cluster.bind_hosts: WAN listen address per DC
+  int ranks_per_host = 0;                ///< cluster.ranks_per_host: 0 = a device per rank
+  double cores_per_host = 0.0;           ///< cluster.cores_per_host: 0 = this machine's threads
 
   [[nodiscard]] int dc_count() const { return static_cast<int>(dcs.size()); }
   [[nodiscard]] double latency(int a, int b) const {

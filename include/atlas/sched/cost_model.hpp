@@ -29,6 +29,11 @@ struct CostModel {
   std::vector<LinkCost> links;        ///< dc_count x dc_count, row-major (src, dst)
   double intra_latency_ms = 0.005;
   double intra_bytes_per_ms = 12.5e6; ///< 100 Gbit/s
+  /// Shared hosts (CPU backend): world ranks [k*ranks_per_host, (k+1)*ranks_per_host) share the
+  /// `cores_per_host` cores of host k, and their compute slows down when more ranks compute at
+  /// once than there are cores. 0 = every rank has a dedicated device (GPUs).
+  int ranks_per_host = 0;
+  double cores_per_host = 0.0;
 
   [[nodiscard]] const LinkCost& link(int src_dc, int dst_dc) const {
     return links[static_cast<std::size_t>(src_dc * dc_count + dst_dc)];
@@ -50,5 +55,9 @@ double block_forward_flops(const ModelCfg& m, double tokens);
 
 /// Builds the cost model of the deck's job.
 CostModel cost_model(const Config& cfg, const topo::Layout& layout);
+
+/// Sets ranks_per_host / cores_per_host from cluster.ranks_per_host and cluster.cores_per_host
+/// (0 cores = the hardware threads of this machine). Every cost-model builder calls it.
+void apply_host_sharing(CostModel& cost, const Config& cfg);
 
 }  // namespace atlas::sched

@@ -65,6 +65,12 @@ struct EngineProgram {
   std::vector<std::vector<int>> sync_groups;  ///< worker ids that must all arrive
   double intra_latency_ms = 0.0;
   double intra_bytes_per_ms = 1.0;
+  /// Shared hosts (CPU backend, several ranks per machine): compute ops of workers on one host
+  /// share its cores as a fluid (max-min fair; one op runs at most `worker_cores` cores, its
+  /// dedicated speed). Empty = every worker has its own device (GPUs).
+  std::vector<double> host_cores;   ///< cores per host
+  std::vector<int> worker_host;     ///< host of each worker, -1 = dedicated device
+  std::vector<double> worker_cores; ///< cores one compute op of the worker uses at full speed
 };
 
 /// Per op: when the worker reached it, when it started (after waiting), when it ended.
