@@ -182,7 +182,7 @@ void InferenceModel::init_random(std::uint64_t seed, double init_std) {
     };
     std::vector<float> host(n, 0.0F);
     const bool ln_weight = ends_with("ln_1.weight") || ends_with("ln_2.weight") || nm == "ln_f.weight";
-    const bool matrix = p.shape.size() >= 2;
+    const bool matrix = !ends_with("bias") && !ln_weight;  // wte, wpe and the *.weight matrices
     if (ln_weight) {
       std::fill(host.begin(), host.end(), 1.0F);
     } else if (matrix) {
