@@ -9,6 +9,7 @@
 
 #include "atlas/app/commands.hpp"
 #include "atlas/app/train_output.hpp"
+#include "atlas/bubbletea/service.hpp"
 #include "atlas/core/build_info.hpp"
 #include "atlas/core/check.hpp"
 #include "atlas/core/log.hpp"
@@ -104,11 +105,20 @@ int cmd_train(Context& ctx) {
   runtime::Trainer trainer(cfg, layout, comms, table, transport.get(), *backend, profiler);
   int start_step = out.resume(trainer, comms);
 
+  // ---- BubbleTea: inference prefill in the bubbles (bubbletea.enabled; collective set-up) ----
+  std::unique_ptr<bubbletea::Service> bubbletea;
+  if (cfg.bubbletea.enabled) {
+    bubbletea = std::make_unique<bubbletea::Service>(cfg, layout, comms, table, *backend, profiler);
+    trainer.set_bubble_filler(bubbletea.get());
+  }
+
   // ---- train loop ----
   profiler.sync_epoch(comms.world);
+  if (bubbletea) bubbletea->start();
   out.columns();
   for (int step = start_step; step < cfg.run.steps; ++step) {
     runtime::StepReport rep = trainer.train_step(step);
+    if (bubbletea) bubbletea->after_step(rep);
     const bool last = step + 1 == cfg.run.steps;
     double val = std::numeric_limits<double>::quiet_NaN();
     if (last || (cfg.train.eval_every_steps > 0 && (step + 1) % cfg.train.eval_every_steps == 0))
@@ -118,6 +128,12 @@ int cmd_train(Context& ctx) {
   }
 
   // ---- teardown ----
+  if (bubbletea) {
+    trainer.set_bubble_filler(nullptr);
+    const bubbletea::Report report = bubbletea->finish();
+    out.text(bubbletea::format_report(report, cfg.cluster.dcs));
+    if (root) bubbletea::write_json(report, (fs::path(cfg.run_dir()) / "bubbletea.json").string());
+  }
   out.finish(trainer, comms, layout, table, profiler, *transport);
   return 0;
 }

@@ -180,4 +180,23 @@ sched::PrefillPlan prefill_plan(const Config& cfg, const topo::Layout& layout, c
   return plan;
 }
 
+double predicted_prefill_tokens_per_s(const sched::ScheduleTable& table, const topo::Layout& layout) {
+  if (table.step_ms <= 0) return 0.0;
+  double total = 0.0;
+  for (int dc = 0; dc < layout.dc_count(); ++dc) {
+    double fewest = -1.0;
+    for (int s = 0; s < layout.pp_size(); ++s) {
+      if (layout.dc_of_stage(s) != dc) continue;
+      for (int d = 0; d < layout.dp_size(); ++d) {
+        double tokens = 0;
+        for (const auto& slot : table.row(s, d))
+          if (slot.kind == sched::SlotKind::Prefill) tokens += slot.tokens;
+        fewest = fewest < 0 ? tokens : std::min(fewest, tokens);
+      }
+    }
+    if (fewest > 0) total += fewest;
+  }
+  return total / (table.step_ms / 1e3);
+}
+
 }  // namespace atlas::bubbletea

@@ -4,9 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 
 #include <fmt/format.h>
+
+#include "atlas/core/check.hpp"
 
 namespace atlas::bubbletea {
 
@@ -18,9 +22,13 @@ int Report::decoded() const {
     return r.prefilled() && static_cast<int>(r.tokens.size()) == r.max_new_tokens;
   }));
 }
+int Report::arrived() const {
+  return static_cast<int>(
+      std::count_if(requests.begin(), requests.end(), [this](const auto& r) { return r.arrival_s <= end_s; }));
+}
 int Report::queued() const {
   return static_cast<int>(std::count_if(requests.begin(), requests.end(), [this](const auto& r) {
-    return !r.started() && r.arrival_s <= wall_s;
+    return !r.started() && r.arrival_s <= end_s;
   }));
 }
 int Report::in_progress() const {
@@ -87,11 +95,9 @@ std::string format_report(const Report& r, const std::vector<std::string>& dc_na
                      100.0 * k.training_utilization(), k.chunks, k.overrun_s * 1e3, k.cost_per_token_ms);
   s += fmt::format("# utilization (training + prefill busy) / wall: {:.1f}% overall (training alone {:.1f}%)\n",
                    100.0 * r.utilization(), 100.0 * r.training_utilization());
-  const int arrived = static_cast<int>(std::count_if(r.requests.begin(), r.requests.end(),
-                                                     [&](const auto& q) { return q.arrival_s <= r.wall_s; }));
-  s += fmt::format("# requests: {} in total, {} arrived during training; prefilled {}, decoded {}, in progress {}, "
-                   "queued {}\n",
-                   r.requests.size(), arrived, r.served(), r.decoded(), r.in_progress(), r.queued());
+  s += fmt::format("# requests: {} in total, {} arrived before the end ({:.2f} s); prefilled {}, decoded {}, in "
+                   "progress {}, still queued {}\n",
+                   r.requests.size(), r.arrived(), r.end_s, r.served(), r.decoded(), r.in_progress(), r.queued());
   s += fmt::format("# prefill: {} prompt tokens, {:.0f} tokens/s of training wall time", r.prefill_tokens(),
                    r.prefill_tokens_per_s());
   if (r.served() > 0)
@@ -132,6 +138,7 @@ std::string format_report(const Report& r, const std::vector<std::string>& dc_na
 std::string to_json(const Report& r) {
   auto num = [](double v) { return std::isfinite(v) ? fmt::format("{:.6g}", v) : std::string("null"); };
   std::string s = "{";
+  s += fmt::format("\"end_s\":{},\"arrived\":{},", num(r.end_s), r.arrived());
   s += fmt::format("\"steps\":{},\"wall_s\":{},\"mean_step_ms\":{},\"utilization\":{},\"training_utilization\":{},",
                    r.steps, num(r.wall_s), num(r.mean_step_s * 1e3), num(r.utilization()), num(r.training_utilization()));
   s += fmt::format("\"requests_total\":{},\"prefilled\":{},\"decoded\":{},\"in_progress\":{},\"queued\":{},"
@@ -166,6 +173,19 @@ std::string to_json(const Report& r) {
   }
   s += "]}\n";
   return s;
+}
+
+void write_json(const Report& r, const std::string& path) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    if (!f) ATLAS_THROW(Io, "cannot write " << tmp << ": check that the run directory is writable");
+    f << to_json(r);
+    if (!f.flush()) ATLAS_THROW(Io, "writing " << tmp << " failed (disk full?)");
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) ATLAS_THROW(Io, "cannot rename " << tmp << " to " << path << ": " << ec.message());
 }
 
 }  // namespace atlas::bubbletea

@@ -6,7 +6,8 @@
 //    private communicator, the KV handoff by non-blocking socket writes;
 //  - memory is bounded by bubbletea.kv_cap_bytes on every rank: the DC's dispatcher (its first
 //    inference rank) admits a request only when its reservation (prompt tokens x the largest
-//    per-token KV + activation bytes of any rank) fits, and frees it when every rank released it.
+//    per-token bytes of any rank: KV cache, its handoff copy, activations in and out) fits, and
+//    frees it when every rank has written the request's KV to the decode worker's socket.
 #include "atlas/bubbletea/service.hpp"
 
 #include <poll.h>
@@ -230,7 +231,9 @@ Service::Service(const Config& cfg, const topo::Layout& layout, const topo::Comm
   // ---- memory cap: weights + scratch + one largest request must fit on every rank ----
   const auto c4 = static_cast<std::uint64_t>(bt.hidden) * sizeof(float);
   m_fixed_bytes = m_model->weight_bytes() + m_model->scratch_bytes();
-  const std::uint64_t per_token = m_model->kv_bytes_per_token() + 2 * c4;  // KV + activation in/out
+  // Per prompt token: KV cache + its handoff frame (both exist while the frame is built) +
+  // activations in and out.
+  const std::uint64_t per_token = 2 * m_model->kv_bytes_per_token() + 2 * c4;
   collective(world, [&] {
     const std::uint64_t cap = bt.kv_cap_bytes;
     const std::string where = fmt::format("rank {} ({}, inference blocks [{}, {}))", world.rank(),
@@ -245,8 +248,9 @@ Service::Service(const Config& cfg, const topo::Layout& layout, const topo::Comm
     const std::uint64_t need = m_fixed_bytes + per_token * static_cast<std::uint64_t>(longest);
     if (need > cap)
       throw ConfigError(fmt::format(
-          "bubbletea.kv_cap_bytes = {} cannot hold one request on {}: weights {} + scratch {} + KV and activations of "
-          "the longest prompt ({} tokens) {} = {}\n  hint: raise bubbletea.kv_cap_bytes or shorten the prompts",
+          "bubbletea.kv_cap_bytes = {} cannot hold one request on {}: weights {} + scratch {} + KV, handoff and "
+          "activations of the longest prompt ({} tokens) {} = {}\n  hint: raise bubbletea.kv_cap_bytes or shorten the "
+          "prompts",
           units::format_bytes_human(static_cast<double>(cap)), where,
           units::format_bytes_human(static_cast<double>(m_model->weight_bytes())),
           units::format_bytes_human(static_cast<double>(m_model->scratch_bytes())), longest,
@@ -352,6 +356,12 @@ void Service::start() {
 }
 
 double Service::job_now() const { return m_profiler.now() - m_t0; }
+
+int Service::prefilled_here() const {
+  if (!m_model->range().has_head) return 0;
+  return static_cast<int>(
+      std::count_if(m_records.begin(), m_records.end(), [](const auto& kv) { return kv.second.prefilled(); }));
+}
 
 // ---- the bubble hook ----
 
@@ -488,7 +498,7 @@ void Service::run_chunk(const ChunkHeader& h, const std::int32_t* tokens, const 
   if (last) {
     // KV handoff: this rank's layers of the request go to the decode worker; the cache is freed.
     const bool worker_ok = m_sock.valid() && m_worker_failure.empty();
-    if (worker_ok) m_out.push(wire::Type::Kv, wire::encode_kv(h.request, *m_model, a.cache));
+    if (worker_ok) m_out.push(wire::Type::Kv, wire::encode_kv(h.request, *m_model, a.cache), h.request);
     if (range.has_head) {
       wire::FirstToken f;
       f.request = h.request;
@@ -506,18 +516,9 @@ void Service::run_chunk(const ChunkHeader& h, const std::int32_t* tokens, const 
       rec.max_new_tokens = h.max_new_tokens;
       rec.tokens = {f.first_token};
     }
-    track_memory();
+    track_memory();  // the cache and its handoff frame, both held at this moment
     m_active.erase(it);
-    if (m_index == 0) {
-      release(h.request, 0);
-    } else {
-      PendingSend s;
-      s.bytes.resize(sizeof(std::int64_t));
-      std::memcpy(s.bytes.data(), &h.request, sizeof(std::int64_t));
-      ATLAS_MPI_CHECK(MPI_Isend(s.bytes.data(), 1, MPI_INT64_T, 0, kTagRelease, m_comm.get(), &s.req));
-      m_sends.push_back(std::move(s));
-      ++m_releases_sent;
-    }
+    if (!worker_ok) released_here(h.request);  // else once the frame is in the socket (poll)
   } else {
     track_memory();
   }
@@ -538,6 +539,19 @@ void Service::run_chunk(const ChunkHeader& h, const std::int32_t* tokens, const 
   e.complete_s = t1;
   e.predicted_ms = m_cost.predict_ms(h.n, h.pos);
   m_profiler.record(e);
+}
+
+void Service::released_here(std::int64_t request) {
+  if (m_index == 0) {
+    release(request, 0);
+    return;
+  }
+  PendingSend s;
+  s.bytes.resize(sizeof(std::int64_t));
+  std::memcpy(s.bytes.data(), &request, sizeof(std::int64_t));
+  ATLAS_MPI_CHECK(MPI_Isend(s.bytes.data(), 1, MPI_INT64_T, 0, kTagRelease, m_comm.get(), &s.req));
+  m_sends.push_back(std::move(s));
+  ++m_releases_sent;
 }
 
 void Service::release(std::int64_t request, int from) {
@@ -610,6 +624,7 @@ void Service::poll() {
   if (!m_sock.valid() || !m_worker_failure.empty()) return;
   try {
     m_out.flush_some();
+    for (std::int64_t id : m_out.take_written()) released_here(id);
     if (m_index == 0) {
       const bool open = m_in.read_some(m_sock.get());
       while (auto f = m_in.next()) {
@@ -630,6 +645,7 @@ void Service::poll() {
   } catch (const Error& e) {
     m_worker_failure = e.what();
     log::warn("BubbleTea: {}; prefills continue, their decoding is lost", m_worker_failure);
+    for (std::int64_t id : m_out.drop_all()) released_here(id);
   }
 }
 
@@ -649,15 +665,25 @@ Report Service::finish() {
   ATLAS_ASSERT(!m_finished, "Service::finish called twice");
   m_finished = true;
   const mpi::Comm& world = m_comms.world;
-  if (m_index == 0) admit_arrivals(job_now());
+  const double end_s = world.allreduce(job_now(), MPI_MAX);
   m_stats.queue_final = static_cast<int>(m_waiting.size());
   m_stats.queue_mean = m_queue_samples ? m_queue_sum / static_cast<double>(m_queue_samples) : 0.0;
   m_stats.cost_per_token_ms = m_cost.per_token_ms * m_cost.scale;
   m_stats.cost_fixed_ms = m_cost.fixed_ms * m_cost.scale;
   m_stats.cost_scale = m_cost.scale;
 
-  // ---- drain the DC pipeline's messages (every one sent is received; the work is dropped) ----
+  // ---- KV handoffs still queued go out now (their reservations are released with them) ----
   poll();
+  if (m_sock.valid() && m_worker_failure.empty()) {
+    try {
+      m_out.flush_all(m_opt.timeout_s);
+    } catch (const Error& e) {
+      m_worker_failure = e.what();
+    }
+  }
+  for (std::int64_t id : m_worker_failure.empty() ? m_out.take_written() : m_out.drop_all()) released_here(id);
+
+  // ---- drain the DC pipeline's messages (every one sent is received; the work is dropped) ----
   const auto chunks_sent = m_comm.allgather(static_cast<long long>(m_chunks_sent));
   const auto releases_sent = m_comm.allgather(static_cast<long long>(m_releases_sent));
   if (m_index > 0) {
@@ -745,6 +771,7 @@ Report Service::finish() {
   double sum = 0.0;
   for (double s : steps) sum += s;
   rep.wall_s = world.allreduce(m_stats.wall_s, MPI_MAX);
+  rep.end_s = end_s;
   rep.mean_step_s = steps.empty() ? 0.0 : sum / static_cast<double>(steps.size());
   return rep;
 }

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -47,15 +48,27 @@ const char* Reader::need(std::size_t n) {
 
 // ---- Outbox ----
 
-void Outbox::push(Type type, std::vector<char> payload) {
+void Outbox::push(Type type, std::vector<char> payload, std::int64_t tag) {
   std::vector<char> f = framed(type, payload);
   m_pending += f.size();
-  m_queue.push_back(std::move(f));
+  m_queue.push_back(Item{std::move(f), tag});
+}
+
+std::vector<std::int64_t> Outbox::take_written() { return std::exchange(m_written, {}); }
+
+std::vector<std::int64_t> Outbox::drop_all() {
+  std::vector<std::int64_t> tags = take_written();
+  for (const auto& it : m_queue)
+    if (it.tag >= 0) tags.push_back(it.tag);
+  m_queue.clear();
+  m_offset = 0;
+  m_pending = 0;
+  return tags;
 }
 
 bool Outbox::flush_some() {
   while (!m_queue.empty()) {
-    const std::vector<char>& f = m_queue.front();
+    const std::vector<char>& f = m_queue.front().bytes;
     const ssize_t n = ::send(m_fd, f.data() + m_offset, f.size() - m_offset, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) return false;
@@ -65,6 +78,7 @@ bool Outbox::flush_some() {
     m_offset += static_cast<std::size_t>(n);
     m_pending -= static_cast<std::size_t>(n);
     if (m_offset == f.size()) {
+      if (m_queue.front().tag >= 0) m_written.push_back(m_queue.front().tag);
       m_queue.pop_front();
       m_offset = 0;
     }

@@ -51,4 +51,9 @@ struct PrefillCost {
 [[nodiscard]] sched::PrefillPlan prefill_plan(const Config& cfg, const topo::Layout& layout,
                                               const sched::ScheduleTable& table);
 
+/// Predicted prompt tokens per second a table with Prefill slots (place_prefill) serves: per DC,
+/// the fewest prefill tokens any of its rows gets per step (every rank of a DC's inference
+/// pipeline sees every token of its DC), summed over the DCs, over the step time.
+[[nodiscard]] double predicted_prefill_tokens_per_s(const sched::ScheduleTable& table, const topo::Layout& layout);
+
 }  // namespace atlas::bubbletea

@@ -66,13 +66,15 @@ struct RankStats {
 struct Report {
   std::vector<RankStats> ranks;          ///< in world-rank order
   std::vector<RequestRecord> requests;   ///< in id order
-  double wall_s = 0.0;                   ///< train-loop wall time (slowest rank)
+  double wall_s = 0.0;                   ///< training wall time: sum of step times (slowest rank)
+  double end_s = 0.0;                    ///< job clock when BubbleTea stopped (evaluations included)
   int steps = 0;
   double mean_step_s = 0.0;              ///< mean training step time (slowest rank per step)
 
   [[nodiscard]] int served() const;      ///< prefilled (first token known)
   [[nodiscard]] int decoded() const;     ///< tokens came back from the decode worker
-  [[nodiscard]] int queued() const;      ///< arrived (by the end), never started
+  [[nodiscard]] int arrived() const;     ///< arrived by end_s
+  [[nodiscard]] int queued() const;      ///< arrived by end_s, never started
   [[nodiscard]] int in_progress() const; ///< started, not prefilled
   [[nodiscard]] double utilization() const;           ///< sum (compute + prefill) / sum wall
   [[nodiscard]] double training_utilization() const;  ///< sum compute / sum wall
@@ -86,5 +88,8 @@ struct Report {
 [[nodiscard]] std::string format_report(const Report& r, const std::vector<std::string>& dc_names);
 /// The whole report as one JSON object (runs/NAME/bubbletea.json).
 [[nodiscard]] std::string to_json(const Report& r);
+/// Writes to_json(r) to `path` whole (a temporary file renamed into place). Throws atlas::Error
+/// (Io) when it cannot.
+void write_json(const Report& r, const std::string& path);
 
 }  // namespace atlas::bubbletea

@@ -73,6 +73,8 @@ class Service final : public runtime::BubbleFiller {
   Report finish();
 
   [[nodiscard]] const InferenceModel& model() const { return *m_model; }
+  /// Requests whose prefill finished on this rank (the head of its DC's pipeline), so far.
+  [[nodiscard]] int prefilled_here() const;
   [[nodiscard]] const PrefillCost& cost() const { return m_cost; }
 
  private:
@@ -102,6 +104,9 @@ class Service final : public runtime::BubbleFiller {
   void admit_arrivals(double now_job);
   bool run_one(double remaining_ms);
   void run_chunk(const ChunkHeader& h, const std::int32_t* tokens, const float* act_in);
+  /// This rank is done with `request` (its KV is in the worker's socket, or dropped): tell the
+  /// dispatcher (or, on the dispatcher, count it).
+  void released_here(std::int64_t request);
   void release(std::int64_t request, int from);
   [[nodiscard]] double job_now() const;
   void track_memory();

@@ -105,20 +105,30 @@ class Outbox {
  public:
   explicit Outbox(int fd = -1) : m_fd(fd) {}
   void set_fd(int fd) { m_fd = fd; }
-  /// Queues one frame (copies nothing more than the payload it is given).
-  void push(Type type, std::vector<char> payload);
+  /// Queues one frame (copies nothing more than the payload it is given). `tag` (>= 0) is
+  /// reported by take_written() once the whole frame is in the socket.
+  void push(Type type, std::vector<char> payload, std::int64_t tag = -1);
   /// Writes whatever the socket takes right now. Returns true when nothing is left. Throws
   /// atlas::Error (Comm) when the peer closed or the socket failed.
   bool flush_some();
   /// Writes everything, waiting up to `timeout_s`; throws atlas::Error (Comm) on timeout.
   void flush_all(double timeout_s);
+  /// Tags of the frames written since the last call.
+  [[nodiscard]] std::vector<std::int64_t> take_written();
+  /// Drops every queued frame (a dead peer); returns the tags of the dropped frames.
+  [[nodiscard]] std::vector<std::int64_t> drop_all();
   [[nodiscard]] std::size_t pending_bytes() const { return m_pending; }
 
  private:
+  struct Item {
+    std::vector<char> bytes;  // header + payload
+    std::int64_t tag;
+  };
   int m_fd;
-  std::deque<std::vector<char>> m_queue;  // each entry: header + payload
-  std::size_t m_offset = 0;               // bytes of m_queue.front() already written
+  std::deque<Item> m_queue;
+  std::size_t m_offset = 0;  // bytes of m_queue.front() already written
   std::size_t m_pending = 0;
+  std::vector<std::int64_t> m_written;
 };
 
 /// Frames read from one socket.
