@@ -16,7 +16,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
+#include "atlas/bubbletea/bench.hpp"
 #include "atlas/bubbletea/service.hpp"
 #include "atlas/deck/deck.hpp"
 #include "atlas/device/backend.hpp"
@@ -44,7 +46,7 @@ std::vector<int> stages_for(int np) {
   }
 }
 
-Config make_cfg(const mpi::Comm& world, const std::vector<std::string>& extra = {}) {
+std::string deck_text(const mpi::Comm& world) {
   const std::vector<int> spd = stages_for(world.size());
   std::string s, dcs, gpus, lat, bw;
   for (std::size_t i = 0; i < spd.size(); ++i) {
@@ -68,6 +70,11 @@ Config make_cfg(const mpi::Comm& world, const std::vector<std::string>& extra = 
       "bubbletea.context = 48\nbubbletea.vocab = 61\nbubbletea.rate_per_s = 0\nbubbletea.requests = 9\n"
       "bubbletea.prompt_tokens_min = 3\nbubbletea.prompt_tokens_max = 21\nbubbletea.max_new_tokens = 7\n"
       "bubbletea.chunk_tokens = 5\nbubbletea.guard_ms = 0.1\nbubbletea.kv_cap_bytes = 8M\n";
+  return text;
+}
+
+Config make_cfg(const mpi::Comm& world, const std::vector<std::string>& extra = {}) {
+  const std::string text = deck_text(world);
   deck::JobShape shape;
   shape.world_size = world.size();
   return deck::parse_and_validate("bt_test", text, extra, shape);
@@ -274,6 +281,35 @@ TEST(BubbleTeaService, BadInputIsACollectiveConfigError) {
   ServiceOptions o = options();
   o.worker_program = "/nonexistent/atlas-decode-worker";
   EXPECT_THAT(setup_error(make_cfg(world), world, o), HasSubstr("cannot start the decode worker"));
+}
+
+// The bench runs the deck off and on in one invocation and finds the losses bitwise equal.
+TEST(BubbleTeaBench, OffAndOnInOneInvocation) {
+  const mpi::Comm world = mpi::Comm::world();
+  const fs::path dir = fs::temp_directory_path() / "atlas_bt_bench";
+  const fs::path deck = dir / "bench.deck";
+  if (world.rank() == 0) {
+    fs::create_directories(dir);
+    std::ofstream f(deck);
+    f << deck_text(world);
+  }
+  world.barrier();
+  ::setenv("ATLAS_DECODE_WORKER", ATLAS_DECODE_WORKER_EXE, 1);
+  int argc = 0;
+  char** argv = nullptr;
+  mpi::Environment env(argc, argv, mpi::ThreadLevel::Multiple);  // MPI is up: this only wraps it
+  const std::vector<std::string> args{deck.string(), "run.steps=4", "run.out_dir=" + dir.string(), "--repeats", "1",
+                                      "--warmup", "1"};
+  EXPECT_EQ(run_bubbletea_bench(env, args), 0);
+  if (world.rank() == 0) {
+    std::ifstream j(dir / "bt_test" / "bubbletea_bench.json");
+    std::stringstream text;
+    text << j.rdbuf();
+    EXPECT_THAT(text.str(), ::testing::HasSubstr("\"losses_equal\":true"));
+    EXPECT_THAT(text.str(), ::testing::HasSubstr("\"steps\":4"));
+  }
+  EXPECT_THROW((void)run_bubbletea_bench(env, {deck.string(), "--repeats", "0"}), ConfigError);
+  EXPECT_THROW((void)run_bubbletea_bench(env, {deck.string(), "--warmup", "9"}), ConfigError);
 }
 
 }  // namespace
