@@ -47,11 +47,13 @@ RunResult run_once(const Config& base, bool on, int warmup, const topo::Layout& 
                    const topo::Communicators& comms, device::Backend& backend, const sched::ScheduleTable& table) {
   Config cfg = base;
   cfg.bubbletea.enabled = on;
-  cfg.profile.enabled = false;
   const topo::Coord me = layout.coord(comms.world.rank());
   const std::vector<int> peers = wan_peers(layout, me);
   std::unique_ptr<wan::PeerTransport> transport = wan::make_transport(cfg.wan, cfg.cluster, comms.world, me.dc, peers);
-  runtime::Profiler profiler(false, comms.world.rank(), 0);
+  // Both runs record slots (as `atlas train` does by default): BubbleTea learns each bubble's
+  // real length from the waits the profile shows.
+  const std::size_t reserve = static_cast<std::size_t>(cfg.run.steps) * table.row(me.stage, me.dp).size() * 2 + 4096;
+  runtime::Profiler profiler(true, comms.world.rank(), reserve);
   runtime::Trainer trainer(cfg, layout, comms, table, transport.get(), backend, profiler);
   std::unique_ptr<Service> service;
   if (on) {

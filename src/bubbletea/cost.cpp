@@ -16,9 +16,15 @@ namespace atlas::bubbletea {
 void PrefillCost::observe(int n, int pos, double actual_ms) {
   const double raw = raw_ms(n, pos);
   if (!(raw > 0) || !(actual_ms >= 0)) return;
-  const double ratio = actual_ms / raw;
-  scale = ratio > scale ? 0.5 * scale + 0.5 * ratio : 0.95 * scale + 0.05 * ratio;
-  scale = std::clamp(scale, 0.25, 64.0);
+  m_ratios[m_seen % kWindow] = actual_ms / raw;
+  ++m_seen;
+  const int have = std::min(m_seen, kWindow);
+  if (have < 8) return;
+  double sorted[kWindow];
+  std::copy(m_ratios, m_ratios + have, sorted);
+  std::sort(sorted, sorted + have);
+  const auto k = static_cast<int>(std::ceil(kQuantile * have)) - 1;
+  scale = std::clamp(sorted[std::clamp(k, 0, have - 1)], 0.1, 100.0);
 }
 
 namespace {

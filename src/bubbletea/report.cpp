@@ -84,14 +84,14 @@ std::string format_report(const Report& r, const std::vector<std::string>& dc_na
   std::string s;
   s += fmt::format("# BubbleTea: prefill in the bubbles of {} steps ({:.2f} s of training, mean step {:.1f} ms)\n",
                    r.steps, r.wall_s, r.mean_step_s * 1e3);
-  s += fmt::format("# {:>5} {:<8} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7} {:>8} {:>9} {:>8}\n", "rank", "dc",
-                   "blocks", "train_s", "prefill_s", "idle_s", "offered_s", "wall_s", "util%", "train%", "chunks",
-                   "overrun_ms", "ms/token");
+  s += fmt::format("# {:>5} {:<8} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7} {:>8} {:>10} {:>8}\n", "rank",
+                   "dc", "blocks", "train_s", "prefill_s", "idle_s", "offered_s", "allowed_s", "wall_s", "util%",
+                   "train%", "chunks", "overrun_ms", "ms/token");
   for (const auto& k : r.ranks)
-    s += fmt::format("  {:>5} {:<8} {:>7} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>7.1f} {:>7.1f} {:>8} {:>9.2f} "
-                     "{:>8.4f}\n",
+    s += fmt::format("  {:>5} {:<8} {:>7} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>7.1f} {:>7.1f} {:>8} "
+                     "{:>10.2f} {:>8.4f}\n",
                      k.world_rank, dc_name(k.dc), fmt::format("{}-{}", k.first_layer, k.first_layer + k.layers - 1),
-                     k.compute_s, k.prefill_s, k.idle_s, k.offered_s, k.wall_s, 100.0 * k.utilization(),
+                     k.compute_s, k.prefill_s, k.idle_s, k.offered_s, k.allowed_s, k.wall_s, 100.0 * k.utilization(),
                      100.0 * k.training_utilization(), k.chunks, k.overrun_s * 1e3, k.cost_per_token_ms);
   s += fmt::format("# utilization (training + prefill busy) / wall: {:.1f}% overall (training alone {:.1f}%)\n",
                    100.0 * r.utilization(), 100.0 * r.training_utilization());
@@ -149,13 +149,13 @@ std::string to_json(const Report& r) {
   for (std::size_t i = 0; i < r.ranks.size(); ++i) {
     const auto& k = r.ranks[i];
     s += fmt::format("{}{{\"world_rank\":{},\"dc\":{},\"dc_rank\":{},\"first_layer\":{},\"layers\":{},\"wall_s\":{},"
-                     "\"compute_s\":{},\"comm_s\":{},\"idle_s\":{},\"prefill_s\":{},\"offered_s\":{},\"utilization\":{},"
+                     "\"compute_s\":{},\"comm_s\":{},\"idle_s\":{},\"prefill_s\":{},\"offered_s\":{},\"allowed_s\":{},\"utilization\":{},"
                      "\"overruns\":{},\"overrun_ms\":{},\"fill_calls\":{},\"chunks\":{},\"tokens\":{},\"weight_bytes\":{},"
                      "\"peak_bytes\":{},\"cost_ms_per_token\":{},\"cost_fixed_ms\":{},\"cost_scale\":{},"
                      "\"queue_mean\":{},\"queue_max\":{},\"queue_final\":{}}}",
                      i ? "," : "", k.world_rank, k.dc, k.dc_rank, k.first_layer, k.layers, num(k.wall_s),
                      num(k.compute_s), num(k.comm_s), num(k.idle_s), num(k.prefill_s), num(k.offered_s),
-                     num(k.utilization()), k.overruns, num(k.overrun_s * 1e3), k.fill_calls, k.chunks, k.tokens,
+                     num(k.allowed_s), num(k.utilization()), k.overruns, num(k.overrun_s * 1e3), k.fill_calls, k.chunks, k.tokens,
                      k.weight_bytes, k.peak_bytes, num(k.cost_per_token_ms), num(k.cost_fixed_ms), num(k.cost_scale),
                      num(k.queue_mean), k.queue_max, k.queue_final);
   }

@@ -8,6 +8,8 @@
 //    inference rank) admits a request only when its reservation (prompt tokens x the largest
 //    per-token bytes of any rank: KV cache, its handoff copy, activations in and out) fits, and
 //    frees it when every rank has written the request's KV to the decode worker's socket.
+//  - at most 2 x (ranks in the DC pipeline) requests are in flight at once, so the first rank
+//    cannot run far ahead of the others and requests wait in the (reported) dispatcher queue.
 #include "atlas/bubbletea/service.hpp"
 
 #include <poll.h>
@@ -123,9 +125,9 @@ void load_checkpoint(const mpi::Comm& world, const std::string& path, InferenceM
 // ---- report serialisation (gathered as text; doubles print round-trip exact) ----
 
 std::string serialize(const RankStats& s) {
-  return fmt::format("R {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}\n", s.world_rank,
+  return fmt::format("R {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}\n", s.world_rank,
                      s.dc, s.dc_rank, s.first_layer, s.layers, s.steps, s.wall_s, s.compute_s, s.comm_s, s.idle_s,
-                     s.prefill_s, s.offered_s, s.overrun_s, s.overruns, s.fill_calls, s.chunks, s.tokens,
+                     s.prefill_s, s.offered_s, s.allowed_s, s.overrun_s, s.overruns, s.fill_calls, s.chunks, s.tokens,
                      s.weight_bytes, s.peak_bytes, s.cost_per_token_ms, s.cost_fixed_ms, s.cost_scale, s.queue_mean,
                      s.queue_max, s.queue_final);
 }
@@ -145,7 +147,7 @@ void parse_into(const std::string& text, std::vector<RankStats>& ranks, std::map
     if (tag == "R") {
       RankStats s;
       in >> s.world_rank >> s.dc >> s.dc_rank >> s.first_layer >> s.layers >> s.steps >> s.wall_s >> s.compute_s >>
-          s.comm_s >> s.idle_s >> s.prefill_s >> s.offered_s >> s.overrun_s >> s.overruns >> s.fill_calls >> s.chunks >>
+          s.comm_s >> s.idle_s >> s.prefill_s >> s.offered_s >> s.allowed_s >> s.overrun_s >> s.overruns >> s.fill_calls >> s.chunks >>
           s.tokens >> s.weight_bytes >> s.peak_bytes >> s.cost_per_token_ms >> s.cost_fixed_ms >> s.cost_scale >>
           s.queue_mean >> s.queue_max >> s.queue_final;
       ranks.push_back(s);
@@ -188,6 +190,7 @@ Service::Service(const Config& cfg, const topo::Layout& layout, const topo::Comm
   const topo::Coord me = layout.coord(world.rank());
   const BubbleTeaCfg& bt = cfg.bubbletea;
   m_comm = comms.dc.dup();
+  m_row = &table.row(me.stage, me.dp);
   m_index = m_comm.rank();
   m_size = m_comm.size();
 
@@ -366,15 +369,25 @@ int Service::prefilled_here() const {
 // ---- the bubble hook ----
 
 std::pair<double, std::int64_t> Service::fill(int step, const sched::Slot& slot, double budget_s) {
-  (void)step;
-  (void)slot;
   if (m_finished) return {0.0, 0};
   if (!m_started_clock) start();
   const double t_enter = m_profiler.now();
-  const double deadline = t_enter + budget_s;
   const double guard_ms = m_cfg.bubbletea.guard_ms;
+  learn_from_last_bubble();
+  // This bubble's allowance: the table's budget, or less once learned.
+  double allowed_s = budget_s;
+  const int index = m_row && &slot >= m_row->data() && &slot < m_row->data() + m_row->size()
+                        ? static_cast<int>(&slot - m_row->data())
+                        : -1;
+  if (index >= 0 && m_profiler.enabled()) {
+    auto it = m_allowance.find(index);
+    if (it != m_allowance.end()) allowed_s = std::min(budget_s, it->second);
+    m_last = LastBubble{true, step, index, 0.0, budget_s};
+  }
+  const double deadline = t_enter + allowed_s;
   ++m_stats.fill_calls;
   m_stats.offered_s += budget_s;
+  m_stats.allowed_s += allowed_s;
   poll();
   if (m_index == 0) {
     admit_arrivals(job_now());
@@ -399,7 +412,50 @@ std::pair<double, std::int64_t> Service::fill(int step, const sched::Slot& slot,
     }
     poll();
   }
+  if (m_last.pending) m_last.spent_s = m_profiler.now() - t_enter;
   return {work, tokens};
+}
+
+void Service::learn_from_last_bubble() {
+  if (!m_last.pending) return;
+  m_last.pending = false;
+  const std::vector<sched::Slot>& row = *m_row;
+  int next_index = m_last.index + 1;
+  int next_step = m_last.step;
+  if (next_index >= static_cast<int>(row.size())) {
+    next_index = 0;
+    ++next_step;
+  }
+  // The runtime records the slot after the bubble once it ran; find it (newest first).
+  const auto& events = m_profiler.events();
+  const int me = m_comms.world.rank();
+  const runtime::SlotEvent* next = nullptr;
+  for (std::size_t k = events.size(), scanned = 0; k-- > 0 && scanned < 4096; ++scanned) {
+    const runtime::SlotEvent& e = events[k];
+    if (e.step < 0 || e.world_rank != me) continue;  // BubbleTea's own chunk events
+    if (e.step == next_step && e.slot_index == next_index) {
+      next = &e;
+      break;
+    }
+    if (e.step < m_last.step) break;
+  }
+  if (!next) return;
+  // How long the runtime waited right after the bubble: a receive's wait, an all-reduce's time
+  // beyond its prediction; anything else (compute, a send, the next step) did not wait at all.
+  const sched::Slot& ns = row[static_cast<std::size_t>(next_index)];
+  double wait_s = 0.0;
+  if (sched::is_recv(ns.kind)) wait_s = next->end_s - next->start_s;
+  else if (ns.kind == sched::SlotKind::AllReduce) wait_s = std::max(0.0, next->end_s - next->start_s - ns.duration_ms * 1e-3);
+  const double guard_s = m_cfg.bubbletea.guard_ms * 1e-3;
+  const double threshold_s = std::max(2e-5, 0.5 * guard_s);
+  double& allowance = m_allowance.try_emplace(m_last.index, m_last.budget_s).first->second;
+  if (wait_s > threshold_s) {
+    // The real bubble was (time in the bubble + the wait): aim a guard short of its end.
+    allowance = std::clamp(m_last.spent_s + wait_s - guard_s, 0.0, m_last.budget_s);
+  } else if (m_last.spent_s > 0.0) {
+    // No wait: the real bubble ended before the prefill did (or just with it). Back off.
+    allowance = 0.8 * std::min(allowance, m_last.spent_s);
+  }
 }
 
 void Service::admit_arrivals(double now_job) {
@@ -440,9 +496,11 @@ bool Service::run_one(double remaining_ms) {
       const Request& r = m_requests[static_cast<std::size_t>(*it)];
       const std::uint64_t need = m_reserve_per_token * r.prompt.size();
       if (m_reserved + need > m_reserve_budget) break;  // memory: first come, first served
+      if (m_in_flight >= 2 * m_size) break;  // keep the pipeline's inner queues short
       ChunkHeader h = header_for(r, 0);
       if (m_cost.predict_ms(h.n, h.pos) > remaining_ms) continue;
       m_reserved += need;
+      ++m_in_flight;
       m_waiting.erase(it);
       RequestRecord& rec = m_records[r.id];
       rec.start_s = job_now();
@@ -560,6 +618,7 @@ void Service::release(std::int64_t request, int from) {
   m_release_count.erase(request);
   const Request& r = m_requests[static_cast<std::size_t>(request)];
   m_reserved -= m_reserve_per_token * r.prompt.size();
+  --m_in_flight;
 }
 
 void Service::track_memory() {

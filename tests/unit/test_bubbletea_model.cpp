@@ -258,10 +258,19 @@ TEST_F(InferModel, CalibratedCostPredictsTheChunks) {
   EXPECT_GT(cost.per_token_ms + cost.fixed_ms, 0.0);
   EXPECT_GE(cost.scale, 1.0);
   EXPECT_GT(cost.predict_ms(32, 0), cost.predict_ms(1, 0));
-  // Online correction: an observed chunk twice as slow as predicted raises the scale at once.
+  // Online correction: the 90th percentile of the last 32 actual/raw ratios, once 8 were seen.
   const double before = cost.scale;
-  cost.observe(32, 0, 2.0 * cost.raw_ms(32, 0) * before);
-  EXPECT_NEAR(cost.scale, 0.5 * before + 0.5 * 2.0 * before, 1e-12);
+  for (int i = 0; i < 7; ++i) cost.observe(32, 0, 2.0 * cost.raw_ms(32, 0));
+  EXPECT_EQ(cost.scale, before);  // too few chunks yet
+  cost.observe(32, 0, 2.0 * cost.raw_ms(32, 0));
+  EXPECT_NEAR(cost.scale, 2.0, 1e-12);
+  // One preempted chunk (50x) among 32 does not move the 90th percentile.
+  for (int i = 0; i < 30; ++i) cost.observe(16, 0, 1.5 * cost.raw_ms(16, 0));
+  cost.observe(16, 0, 50.0 * cost.raw_ms(16, 0));
+  EXPECT_NEAR(cost.scale, 1.5, 1e-12);
+  // A machine that got slower for good is followed.
+  for (int i = 0; i < 32; ++i) cost.observe(8, 3, 3.0 * cost.raw_ms(8, 3));
+  EXPECT_NEAR(cost.scale, 3.0, 1e-12);
 }
 
 }  // namespace

@@ -14,8 +14,11 @@ namespace atlas::bubbletea {
 /// Predicted milliseconds of a chunk of `n` tokens at positions [pos, pos + n) on one rank:
 ///   t = (fixed_ms + per_token_ms * n + per_pair_ms * n * (pos + n)) * scale
 /// (the last term is attention over the cache). `scale` starts at the calibration's worst
-/// measured/fitted ratio (>= 1) and follows the chunks actually run (observe()).
+/// measured/fitted ratio (>= 1) and then follows the chunks actually run (observe()).
 struct PrefillCost {
+  static constexpr int kWindow = 32;  ///< recent chunks the scale is taken over
+  static constexpr double kQuantile = 0.9;
+
   double fixed_ms = 0.0;
   double per_token_ms = 0.0;
   double per_pair_ms = 0.0;
@@ -25,9 +28,14 @@ struct PrefillCost {
     return fixed_ms + per_token_ms * n + per_pair_ms * static_cast<double>(n) * (pos + n);
   }
   [[nodiscard]] double predict_ms(int n, int pos) const { return raw_ms(n, pos) * scale; }
-  /// Online correction after a chunk took `actual_ms`: the scale moves up fast (half-way to the
-  /// observed ratio) and down slowly (5% of the way), so an underestimate is corrected at once.
+  /// Online correction after a chunk took `actual_ms`: once 8 chunks were seen, `scale` is the
+  /// 90th percentile of actual / raw over the last kWindow chunks, so a chunk slowed once (the
+  /// OS, a noisy neighbour) does not stop prefill, and a machine that got slower is followed.
   void observe(int n, int pos, double actual_ms);
+
+ private:
+  double m_ratios[kWindow] = {};
+  int m_seen = 0;
 };
 
 /// Measures `model` (this rank's layers, on its backend): the median of `repeats` timed forward

@@ -44,7 +44,8 @@ struct RankStats {
   double comm_s = 0.0;            ///< training waits on intra-DC and WAN boundaries, all-reduce
   double idle_s = 0.0;            ///< bubbles left empty
   double prefill_s = 0.0;         ///< prefill work in bubbles (chunks + KV handoff)
-  double offered_s = 0.0;         ///< sum of the bubble budgets the runtime offered
+  double offered_s = 0.0;         ///< sum of the bubble budgets the runtime offered (the table's)
+  double allowed_s = 0.0;         ///< sum of the learned allowances (<= offered_s)
   double overrun_s = 0.0;         ///< time past a bubble's budget (0 = never delayed training)
   std::int64_t overruns = 0;      ///< chunks that ended past their bubble's budget
   std::int64_t fill_calls = 0;

@@ -59,9 +59,12 @@ class Service final : public runtime::BubbleFiller {
   void start();
 
   /// The runtime's hook at an Idle/Prefill slot: runs prefill chunks whose predicted time (plus
-  /// bubbletea.guard_ms) fits what is left of `budget_s`, and non-blocking bookkeeping (MPI
-  /// tests, socket writes). Returns (seconds of prefill work, prompt tokens through this rank's
-  /// layers). Never blocks on another process. Not collective.
+  /// bubbletea.guard_ms) fits what is left of the bubble, and non-blocking bookkeeping (MPI
+  /// tests, socket writes). The bubble is `budget_s` (the table's prediction) or less: when the
+  /// profiler records slots, each bubble's allowance is learned from the wait that followed it
+  /// the last time (a real bubble shorter than predicted shrinks it; a measured longer one lets
+  /// it grow back, never past `budget_s`). Returns (seconds of prefill work, prompt tokens
+  /// through this rank's layers). Never blocks on another process. Not collective.
   std::pair<double, std::int64_t> fill(int step, const sched::Slot& slot, double budget_s) override;
 
   /// Adds one training step's timings to this rank's account.
@@ -110,6 +113,8 @@ class Service final : public runtime::BubbleFiller {
   void release(std::int64_t request, int from);
   [[nodiscard]] double job_now() const;
   void track_memory();
+  /// Updates the allowance of the previous bubble from the wait of the slot after it.
+  void learn_from_last_bubble();
 
   const Config& m_cfg;
   const topo::Layout& m_layout;
@@ -142,6 +147,7 @@ class Service final : public runtime::BubbleFiller {
   std::uint64_t m_reserve_per_token = 0;  ///< max over the DC's ranks: KV + activation buffers
   std::uint64_t m_reserve_budget = 0;     ///< min over the DC's ranks: cap - weights - scratch
   std::uint64_t m_reserved = 0;
+  int m_in_flight = 0;  ///< dispatcher: requests started and not yet released by every rank
   std::map<std::int64_t, int> m_release_count;
   std::uint64_t m_fixed_bytes = 0;
 
@@ -153,6 +159,16 @@ class Service final : public runtime::BubbleFiller {
   bool m_worker_done = false;
   bool m_finished = false;
   std::string m_worker_failure;
+
+  // learned bubble allowances (slot index in this rank's row -> seconds)
+  const std::vector<sched::Slot>* m_row = nullptr;
+  std::map<int, double> m_allowance;
+  struct LastBubble {
+    bool pending = false;
+    int step = 0, index = 0;
+    double spent_s = 0.0;   ///< time inside fill()
+    double budget_s = 0.0;  ///< the table's
+  } m_last;
 
   // accounting
   double m_t0 = 0.0;  ///< profiler time of start()
