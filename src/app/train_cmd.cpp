@@ -110,6 +110,7 @@ int cmd_train(Context& ctx) {
   if (cfg.bubbletea.enabled) {
     bubbletea = std::make_unique<bubbletea::Service>(cfg, layout, comms, table, *backend, profiler);
     trainer.set_bubble_filler(bubbletea.get());
+    out.text(bubbletea->setup_summary());
   }
 
   // ---- train loop ----

@@ -265,6 +265,11 @@ Service::Service(const Config& cfg, const topo::Layout& layout, const topo::Comm
   m_reserve_per_token = *std::max_element(per_tokens.begin(), per_tokens.end());
   m_reserve_budget = *std::min_element(budgets.begin(), budgets.end());
 
+  if (!profiler.enabled() && world.rank() == 0)
+    log::warn("BubbleTea: profile.enabled = false, so the bubbles' real lengths cannot be learned; every bubble "
+              "is filled up to the schedule table's prediction (training slows down where the real bubble is "
+              "shorter)");
+
   // ---- cost model (measured here, on this rank's backend) ----
   m_cost = calibrate(*m_model, m_opt.calibration_repeats);
 
@@ -314,6 +319,22 @@ Service::Service(const Config& cfg, const topo::Layout& layout, const topo::Comm
       if (f.type != wire::Type::Ready) ATLAS_THROW(Comm, "the decode worker answered frame " << static_cast<int>(f.type));
     }
   });
+
+  // ---- the set-up, as the run's header shows it ----
+  const std::string line = fmt::format(
+      "#   rank {:>4} {:<10} blocks {:>2}-{:<2} weights {:>9}  prefill cost {:.4f} ms/token + {:.3f} ms/chunk "
+      "(x{:.2f})\n",
+      world.rank(), cfg.cluster.dcs.size() > static_cast<std::size_t>(me.dc) ? cfg.cluster.dcs[static_cast<std::size_t>(me.dc)] : "?",
+      range.first, range.first + range.count - 1, units::format_bytes_human(static_cast<double>(m_model->weight_bytes())),
+      m_cost.per_token_ms, m_cost.fixed_ms, m_cost.scale);
+  m_summary = fmt::format(
+      "# BubbleTea: inference GPT {} blocks x {} hidden, {} heads, context {}, vocab {}, weights {}; {} requests ({}); "
+      "chunks of {} tokens, guard {:.2f} ms, memory cap {} per rank; one decode worker per DC\n",
+      bt.layers, bt.hidden, bt.heads, bt.context, bt.vocab, bt.weights.empty() ? "random" : bt.weights,
+      m_requests.size(), bt.trace.empty() ? fmt::format("Poisson {:.1f}/s", bt.rate_per_s) : bt.trace,
+      bt.chunk_tokens > 0 ? std::to_string(bt.chunk_tokens) : std::string("whole prompt"), bt.guard_ms,
+      units::format_bytes_human(static_cast<double>(bt.kv_cap_bytes)));
+  for (const auto& l : world.allgather_strings(line)) m_summary += l;
 
   // ---- accounting ----
   m_stats.world_rank = world.rank();
@@ -450,11 +471,15 @@ void Service::learn_from_last_bubble() {
   const double threshold_s = std::max(2e-5, 0.5 * guard_s);
   double& allowance = m_allowance.try_emplace(m_last.index, m_last.budget_s).first->second;
   if (wait_s > threshold_s) {
-    // The real bubble was (time in the bubble + the wait): aim a guard short of its end.
-    allowance = std::clamp(m_last.spent_s + wait_s - guard_s, 0.0, m_last.budget_s);
+    // The real bubble was (time in the bubble + the wait): aim a guard short of its end; go
+    // down to it at once, up only half-way (training first: a noisy long wait must not make
+    // the next bubble overrun).
+    const double target = std::clamp(m_last.spent_s + wait_s - guard_s, 0.0, m_last.budget_s);
+    allowance = target < allowance ? target : allowance + 0.5 * (target - allowance);
   } else if (m_last.spent_s > 0.0) {
-    // No wait: the real bubble ended before the prefill did (or just with it). Back off.
-    allowance = 0.8 * std::min(allowance, m_last.spent_s);
+    // No wait: the real bubble ended before the prefill did (or just with it); halve (a
+    // bisection: the next wait, if any, measures the real length).
+    allowance = 0.5 * std::min(allowance, m_last.spent_s);
   }
 }
 

@@ -76,6 +76,9 @@ class Service final : public runtime::BubbleFiller {
   Report finish();
 
   [[nodiscard]] const InferenceModel& model() const { return *m_model; }
+  /// "#"-prefixed lines for the run's header: the inference model, each rank's blocks, memory
+  /// and calibrated cost, the requests and the decode workers (same text on every rank).
+  [[nodiscard]] const std::string& setup_summary() const noexcept { return m_summary; }
   /// Requests whose prefill finished on this rank (the head of its DC's pipeline), so far.
   [[nodiscard]] int prefilled_here() const;
   [[nodiscard]] const PrefillCost& cost() const { return m_cost; }
@@ -169,6 +172,8 @@ class Service final : public runtime::BubbleFiller {
     double spent_s = 0.0;   ///< time inside fill()
     double budget_s = 0.0;  ///< the table's
   } m_last;
+
+  std::string m_summary;
 
   // accounting
   double m_t0 = 0.0;  ///< profiler time of start()
