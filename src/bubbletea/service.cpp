@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <optional>
@@ -63,7 +64,11 @@ void collective(const mpi::Comm& world, F&& f) {
   if (!problems.empty()) throw ConfigError(problems);
 }
 
+/// Where a DC's decode worker listens: the DC's emulated address when the job runs inside the
+/// WAN emulation (ATLAS_WAN_BIND_HOST, set per DC namespace by scripts/wan/run_emulated.sh), else
+/// the DC's cluster.bind_hosts entry (a wildcard becomes loopback).
 std::string host_of_dc(const ClusterCfg& cl, int dc) {
+  if (const char* env = std::getenv("ATLAS_WAN_BIND_HOST"); env && *env) return env;
   if (cl.bind_hosts.empty()) return "127.0.0.1";
   const std::size_t i = cl.bind_hosts.size() == 1 ? 0 : static_cast<std::size_t>(dc);
   const std::string& h = cl.bind_hosts[std::min(i, cl.bind_hosts.size() - 1)];
