@@ -213,6 +213,12 @@ Service::Service(const Config& cfg, const topo::Layout& layout, const topo::Comm
   if (!read_error.empty()) throw ConfigError(read_error);
   world.bcast_string(trace_text, 0);
   collective(world, [&] { m_requests = load_requests(cfg, layout.dc_count(), trace_text); });
+  // DCs that hold no rank (parallel.stages_per_dc = 0) serve nothing: requests go round-robin
+  // over the DCs that have ranks.
+  std::vector<int> serving;
+  for (int d = 0; d < layout.dc_count(); ++d)
+    if (layout.ranks_in_dc(d) > 0) serving.push_back(d);
+  for (auto& r : m_requests) r.dc = serving[static_cast<std::size_t>(r.id) % serving.size()];
   int longest = 1;
   for (const auto& r : m_requests) {
     longest = std::max(longest, static_cast<int>(r.prompt.size()));

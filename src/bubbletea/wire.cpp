@@ -110,7 +110,7 @@ bool Inbox::read_some(int fd) {
     if (n == 0) return false;
     if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
     if (errno == EINTR) continue;
-    comm_fail(fmt::format("reading from {} failed: {}", wan::peer_name(fd), std::strerror(errno)));
+    comm_fail(fmt::format("reading from the decode-worker connection ({}) failed: {}", wan::peer_name(fd), std::strerror(errno)));
   }
 }
 

@@ -54,6 +54,10 @@ WorkerProcess WorkerProcess::spawn(const std::string& program, const std::string
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, pipefd[1], 3);  // dup2 clears FD_CLOEXEC on fd 3
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
+  // The worker must not keep the MPI library's sockets and pipes open (mpirun waits for them).
+  posix_spawn_file_actions_addclosefrom_np(&fa, 4);
+#endif
   std::vector<std::string> words{program,          "--host",  host, "--ready-fd", "3", "--threads",
                                  std::to_string(threads), "--nice", std::to_string(nice), "--timeout-s",
                                  fmt::format("{:.0f}", timeout_s)};
