@@ -10,6 +10,7 @@
 
 #include "atlas/app/commands.hpp"
 #include "atlas/app/report_script.hpp"
+#include "atlas/bubbletea/cost.hpp"
 #include "atlas/core/check.hpp"
 #include "atlas/sched/schedule.hpp"
 #include "atlas/topo/layout.hpp"
@@ -44,13 +45,18 @@ int cmd_schedule(Context& ctx) {
     tables.push_back(sched::build_schedule(cost, opt));
   }
 
+  // BubbleTea: the charts and JSON show the bubbles' predicted Prefill slots ('~'), FLOP-estimated.
+  std::vector<sched::ScheduleTable> shown = tables;
+  if (cfg.bubbletea.enabled)
+    for (auto& t : shown) t = sched::place_prefill(t, bubbletea::prefill_plan(cfg, layout, t));
+
   fmt::print("# deck {}: {} DCs, {} stages x dp {} x tp {} = {} ranks, {} micro-batches of {} x {} tokens\n",
              path, layout.dc_count(), layout.pp_size(), layout.dp_size(), layout.tp_size(),
              layout.world_size(), cfg.train.micro_batches, cfg.train.micro_batch_size, cfg.model.seq_len);
   fmt::print("# cost model: forward per stage (ms):");
   for (double f : cost.fwd_ms) fmt::print(" {:.3f}", f);
   fmt::print("; boundary tensor {} bytes per TP lane\n", cost.act_bytes);
-  for (const auto& t : tables) {
+  for (const auto& t : shown) {
     if (!args.flag("quiet")) fmt::print("\n{}", sched::gantt(t, cfg.cluster.dcs, width));
   }
   fmt::print("\n# {:<8} {:>12} {:>14} {:>10}\n", "schedule", "step_ms", "mean_bubble_%", "vs_1f1b");
@@ -62,6 +68,14 @@ int cmd_schedule(Context& ctx) {
                100.0 * t.mean_bubble_fraction(),
                onefoneb > 0 ? fmt::format("{:.3f}", t.step_ms / onefoneb) : std::string("-"));
 
+  if (cfg.bubbletea.enabled) {
+    fmt::print("\n# BubbleTea (predicted from FLOPs): chunks of {} prompt tokens, guard {:.2f} ms\n",
+               bubbletea::planned_chunk_tokens(cfg.bubbletea), cfg.bubbletea.guard_ms);
+    for (const auto& t : shown)
+      fmt::print("  {:<8} prefill {:>10.0f} tokens/s, bubbles left {:5.1f}%\n", to_string(t.kind),
+                 bubbletea::predicted_prefill_tokens_per_s(t, layout), 100.0 * t.mean_bubble_fraction());
+  }
+
   std::string json_path = args.option("json");
   if (json_path.empty() && args.flag("png"))
     json_path = (std::filesystem::temp_directory_path() / ("atlas-schedule-" + std::to_string(::getpid()) + ".json")).string();
@@ -69,7 +83,7 @@ int cmd_schedule(Context& ctx) {
     std::ofstream f(json_path);
     if (!f) ATLAS_THROW(Io, "cannot write " << json_path);
     f << "[";
-    for (std::size_t i = 0; i < tables.size(); ++i) f << (i ? "," : "") << sched::to_json(tables[i], cfg.cluster.dcs);
+    for (std::size_t i = 0; i < shown.size(); ++i) f << (i ? "," : "") << sched::to_json(shown[i], cfg.cluster.dcs);
     f << "]\n";
     if (args.flag("json")) fmt::print("# wrote {}\n", json_path);
   }

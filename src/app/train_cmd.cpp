@@ -11,6 +11,7 @@
 #include "atlas/app/commands.hpp"
 #include "atlas/app/train_output.hpp"
 #include "atlas/app/training_job.hpp"
+#include "atlas/bubbletea/service.hpp"
 #include "atlas/core/build_info.hpp"
 #include "atlas/core/check.hpp"
 #include "atlas/core/log.hpp"
@@ -97,10 +98,15 @@ JobResult run_training_job(const Config& cfg, const mpi::Comm& world, const JobO
                                   : 0;
   runtime::Profiler profiler(cfg.profile.enabled, comms.world.rank(), reserve);
   runtime::Trainer trainer(cfg, layout, comms, table, transport.get(), *backend, profiler);
-  std::unique_ptr<runtime::BubbleFiller> filler;
-  if (opt.filler) filler = opt.filler(cfg, layout, comms, table, *backend, profiler);
-  if (filler) trainer.set_bubble_filler(filler.get());
   const int start_step = out.resume(trainer, comms);
+
+  // ---- BubbleTea: inference prefill in the bubbles (bubbletea.enabled; collective set-up) ----
+  std::unique_ptr<bubbletea::Service> bubbletea;
+  if (cfg.bubbletea.enabled) {
+    bubbletea = std::make_unique<bubbletea::Service>(cfg, layout, comms, table, *backend, profiler);
+    trainer.set_bubble_filler(bubbletea.get());
+    out.text(bubbletea->setup_summary());
+  }
 
   // ---- train loop ----
   JobResult result;
@@ -109,10 +115,12 @@ JobResult run_training_job(const Config& cfg, const mpi::Comm& world, const JobO
   double busy = 0.0, wall = 0.0, step_sum = 0.0;
   int timed = 0;
   profiler.sync_epoch(comms.world);
+  if (bubbletea) bubbletea->start();
   out.columns();
   for (int step = start_step; step < cfg.run.steps; ++step) {
     runtime::maybe_inject_kill("ATLAS_FAULT_KILL", comms.world.rank(), step, !cfg.run.resume.empty());
     const runtime::StepReport rep = trainer.train_step(step);
+    if (bubbletea) bubbletea->after_step(rep);
     const bool last = step + 1 == cfg.run.steps;
     double val = std::numeric_limits<double>::quiet_NaN();
     if (last || (cfg.train.eval_every_steps > 0 && (step + 1) % cfg.train.eval_every_steps == 0))
@@ -134,6 +142,12 @@ JobResult run_training_job(const Config& cfg, const mpi::Comm& world, const JobO
   result.steps_run = cfg.run.steps - start_step;
 
   // ---- teardown ----
+  if (bubbletea) {
+    trainer.set_bubble_filler(nullptr);
+    const bubbletea::Report report = bubbletea->finish();
+    out.text(bubbletea::format_report(report, cfg.cluster.dcs));
+    if (root) bubbletea::write_json(report, (fs::path(cfg.run_dir()) / "bubbletea.json").string());
+  }
   out.finish(trainer, comms, layout, table, profiler, *transport);
   const double util = wall > 0 ? busy / wall : 0.0;
   result.measured_utilization = comms.world.allreduce(util, MPI_SUM) / world.size();

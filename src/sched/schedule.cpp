@@ -362,6 +362,40 @@ ScheduleTable build_schedule(const Config& cfg, const topo::Layout& layout) {
   return build_schedule(cost_model(cfg, layout), opt);
 }
 
+// ---- BubbleTea: predicted Prefill slots in the bubbles ----
+
+ScheduleTable place_prefill(const ScheduleTable& table, const PrefillPlan& plan) {
+  ATLAS_ASSERT(plan.chunk_ms.size() == table.rows.size(), "place_prefill: one chunk time per row expected");
+  ScheduleTable out = table;
+  if (plan.chunk_tokens <= 0) return out;
+  for (std::size_t r = 0; r < out.rows.size(); ++r) {
+    const double chunk = plan.chunk_ms[r];
+    if (!(chunk > 0)) continue;
+    std::vector<Slot> row;
+    double tokens = 0;
+    int chunk_id = 0;
+    for (const Slot& s : table.rows[r]) {
+      if (s.kind != SlotKind::Idle) {
+        row.push_back(s);
+        continue;
+      }
+      double at = s.start_ms;
+      while (at + chunk + plan.guard_ms <= s.end_ms() + 1e-12 &&
+             tokens + plan.chunk_tokens <= plan.max_tokens_per_row + 1e-9) {
+        Slot p{SlotKind::Prefill, -1, at, chunk};
+        p.request = chunk_id++;
+        p.tokens = plan.chunk_tokens;
+        row.push_back(p);
+        at += chunk;
+        tokens += plan.chunk_tokens;
+      }
+      if (s.end_ms() > at + 1e-12) row.push_back(Slot{SlotKind::Idle, -1, at, s.end_ms() - at});
+    }
+    out.rows[r] = std::move(row);
+  }
+  return out;
+}
+
 // ---- queries ----
 
 double ScheduleTable::busy_ms(int stage, int dp_index) const {

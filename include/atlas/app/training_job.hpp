@@ -15,16 +15,9 @@
 
 namespace atlas::app {
 
-/// Builds the BubbleTea filler for a job (null = none). Called collectively after the trainer
-/// exists; see bubbletea/.
-using FillerFactory = std::function<std::unique_ptr<runtime::BubbleFiller>(
-    const Config&, const topo::Layout&, const topo::Communicators&, const sched::ScheduleTable&,
-    device::Backend&, runtime::Profiler&)>;
-
 struct JobOptions {
   std::string deck_path = "(deck)";  ///< for the header
   bool quiet = false;                ///< no progress rows (files are still written)
-  FillerFactory filler;              ///< optional BubbleTea hook
 };
 
 struct JobResult {
@@ -40,7 +33,8 @@ struct JobResult {
   int steps_run = 0;
 };
 
-/// Collective over `world`: runs the job `cfg` describes (cfg must be validated for world.size()).
+/// Collective over `world`: runs the job `cfg` describes (cfg must be validated for world.size()),
+/// with BubbleTea serving prefills in the bubbles when bubbletea.enabled.
 JobResult run_training_job(const Config& cfg, const mpi::Comm& world, const JobOptions& opt);
 
 }  // namespace atlas::app

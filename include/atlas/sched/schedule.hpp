@@ -93,6 +93,20 @@ ScheduleTable retime(const ScheduleTable& table, const CostModel& cost);
 /// The compute order (Forward/Backward, micro) of one stage: the schedule's core rule.
 std::vector<std::pair<SlotKind, int>> compute_order(ScheduleKind kind, int stage, int pp, int micro_batches);
 
+/// BubbleTea's predicted use of the bubbles (input of place_prefill).
+struct PrefillPlan {
+  std::vector<double> chunk_ms;  ///< per row [stage * dp + dp_index]: predicted ms of one chunk
+  int chunk_tokens = 0;          ///< prompt tokens per Prefill slot
+  double guard_ms = 0.0;         ///< kept free before each bubble's end
+  double max_tokens_per_row = 1e300;  ///< demand: prompt tokens a row can be given per step
+};
+
+/// A copy of `table` in which every Idle slot starts with as many back-to-back Prefill slots
+/// (plan.chunk_tokens tokens, plan.chunk_ms[row] long, numbered by `request` in row order) as
+/// fit before the slot's end minus plan.guard_ms, within the row's demand; the rest of the
+/// bubble stays Idle. Training slots, links and step_ms are unchanged (training comes first).
+ScheduleTable place_prefill(const ScheduleTable& table, const PrefillPlan& plan);
+
 /// Machine-readable dump of the whole table.
 std::string to_json(const ScheduleTable& table, const std::vector<std::string>& dc_names);
 

@@ -1,0 +1,67 @@
+// SPDX-License-Identifier: MIT
+// BubbleTea's prefill cost model: the predicted time of one prefill chunk on one rank, measured
+// at start-up on this rank's backend (or estimated from FLOPs for `atlas schedule`), corrected
+// online by the chunks actually run; and the prediction of Prefill slots for a schedule table.
+#pragma once
+
+#include "atlas/bubbletea/model.hpp"
+#include "atlas/deck/config.hpp"
+#include "atlas/sched/schedule.hpp"
+#include "atlas/topo/layout.hpp"
+
+namespace atlas::bubbletea {
+
+/// Predicted milliseconds of a chunk of `n` tokens at positions [pos, pos + n) on one rank:
+///   t = (fixed_ms + per_token_ms * n + per_pair_ms * n * (pos + n)) * scale
+/// (the last term is attention over the cache). `scale` starts at the calibration's worst
+/// measured/fitted ratio (>= 1) and then follows the chunks actually run (observe()).
+struct PrefillCost {
+  static constexpr int kWindow = 32;  ///< recent chunks the scale is taken over
+  static constexpr double kQuantile = 0.9;
+
+  double fixed_ms = 0.0;
+  double per_token_ms = 0.0;
+  double per_pair_ms = 0.0;
+  double scale = 1.0;
+
+  [[nodiscard]] double raw_ms(int n, int pos) const {
+    return fixed_ms + per_token_ms * n + per_pair_ms * static_cast<double>(n) * (pos + n);
+  }
+  [[nodiscard]] double predict_ms(int n, int pos) const { return raw_ms(n, pos) * scale; }
+  /// Online correction after a chunk took `actual_ms`: once 8 chunks were seen, `scale` is the
+  /// 90th percentile of actual / raw over the last kWindow chunks, so a chunk slowed once (the
+  /// OS, a noisy neighbour) does not stop prefill, and a machine that got slower is followed.
+  void observe(int n, int pos, double actual_ms);
+
+ private:
+  double m_ratios[kWindow] = {};
+  int m_seen = 0;
+};
+
+/// Measures `model` (this rank's layers, on its backend): the median of `repeats` timed forward
+/// calls for a few chunk sizes up to model.max_chunk() at positions 0 and context / 2, then a
+/// least-squares fit with non-negative coefficients. Takes well under a second for the example
+/// decks. Not collective.
+[[nodiscard]] PrefillCost calibrate(InferenceModel& model, int repeats = 3);
+
+/// A FLOP estimate of the same cost for `layers` blocks (plus the LM head when `head`), at the
+/// rate the training cost model assumes (schedule.fwd_ms_per_layer when set, else
+/// schedule.device_tflops / plan.gpu). For `atlas schedule`, which measures nothing.
+[[nodiscard]] PrefillCost estimate_cost(const Config& cfg, int layers, bool head);
+
+/// The tokens of one predicted Prefill slot: bubbletea.chunk_tokens, or the mean generated
+/// prompt length when chunking is off.
+[[nodiscard]] int planned_chunk_tokens(const BubbleTeaCfg& cfg);
+
+/// The Prefill slots BubbleTea is predicted to place in `layout`'s schedule table: per row, the
+/// FLOP-estimated time of one chunk on the rank of that row holding the most inference blocks;
+/// demand limited to the generator's rate (prompt tokens per step per DC pipeline).
+[[nodiscard]] sched::PrefillPlan prefill_plan(const Config& cfg, const topo::Layout& layout,
+                                              const sched::ScheduleTable& table);
+
+/// Predicted prompt tokens per second a table with Prefill slots (place_prefill) serves: per DC,
+/// the fewest prefill tokens any of its rows gets per step (every rank of a DC's inference
+/// pipeline sees every token of its DC), summed over the DCs, over the step time.
+[[nodiscard]] double predicted_prefill_tokens_per_s(const sched::ScheduleTable& table, const topo::Layout& layout);
+
+}  // namespace atlas::bubbletea

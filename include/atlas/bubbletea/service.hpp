@@ -1,0 +1,188 @@
+// SPDX-License-Identifier: MIT
+// BubbleTea's prefill service inside `atlas train`: installed as the runtime's BubbleFiller, it
+// runs inference prefill chunks in this rank's bubbles (the schedule table's Idle slots) when
+// their predicted time fits what is left of the bubble, passes activations along the DC's
+// inference pipeline (ranks of one DC, never over the WAN), hands each finished request's KV
+// cache and first token to the DC's decode worker, and accounts for everything. It never waits
+// on another rank or on the worker inside a bubble, and never touches training state.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "atlas/bubbletea/cost.hpp"
+#include "atlas/bubbletea/decode.hpp"
+#include "atlas/bubbletea/model.hpp"
+#include "atlas/bubbletea/report.hpp"
+#include "atlas/bubbletea/requests.hpp"
+#include "atlas/bubbletea/wire.hpp"
+#include "atlas/deck/config.hpp"
+#include "atlas/device/backend.hpp"
+#include "atlas/mpi/comm.hpp"
+#include "atlas/runtime/profiler.hpp"
+#include "atlas/runtime/trainer.hpp"
+#include "atlas/sched/schedule.hpp"
+#include "atlas/topo/communicators.hpp"
+
+namespace atlas::bubbletea {
+
+struct ServiceOptions {
+  std::string worker_program;   ///< "" = default_worker_program()
+  int worker_nice = 19;         ///< the decode worker's CPU priority (shares a host with training)
+  int worker_threads = 1;
+  double timeout_s = 60.0;      ///< start-up and teardown waits on the worker and the pipeline
+  int calibration_repeats = 3;
+};
+
+class Service final : public runtime::BubbleFiller {
+ public:
+  /// Collective over comms.world. Builds this rank's inference layers (bubbletea.weights: random
+  /// from run.seed, or read from an atlas checkpoint), calibrates the prefill cost model on
+  /// `backend`, loads the requests (trace read by world rank 0 and broadcast), checks the memory
+  /// cap, starts the DC's decode worker (DC rank 0) and sends it this rank's weights.
+  /// Throws ConfigError on every rank for a bad trace, a model that does not fit
+  /// bubbletea.kv_cap_bytes, a layer split that leaves a rank without blocks, or a worker that
+  /// cannot start. `backend` and `profiler` must outlive *this.
+  Service(const Config& cfg, const topo::Layout& layout, const topo::Communicators& comms,
+          const sched::ScheduleTable& table, device::Backend& backend, runtime::Profiler& profiler,
+          ServiceOptions options = {});
+  ~Service() override;
+  Service(const Service&) = delete;
+  Service& operator=(const Service&) = delete;
+
+  /// Starts the request clock: arrival times count from now (profiler clock). Not collective;
+  /// call on every rank right after Profiler::sync_epoch, before the first step.
+  void start();
+
+  /// The runtime's hook at an Idle/Prefill slot: runs prefill chunks whose predicted time (plus
+  /// bubbletea.guard_ms) fits what is left of the bubble, and non-blocking bookkeeping (MPI
+  /// tests, socket writes). The bubble is `budget_s` (the table's prediction) or less: when the
+  /// profiler records slots, each bubble's allowance is learned from the wait that followed it
+  /// the last time (a real bubble shorter than predicted shrinks it; a measured longer one lets
+  /// it grow back, never past `budget_s`). Returns (seconds of prefill work, prompt tokens
+  /// through this rank's layers). Never blocks on another process. Not collective.
+  std::pair<double, std::int64_t> fill(int step, const sched::Slot& slot, double budget_s) override;
+
+  /// Adds one training step's timings to this rank's account.
+  void after_step(const runtime::StepReport& rep);
+
+  /// Collective over comms.world: stops prefilling, drains the DC pipelines' messages, flushes
+  /// the KV handoffs, waits for the decode workers' results, and gathers the report (complete on
+  /// every rank). Call once, after the last step.
+  Report finish();
+
+  [[nodiscard]] const InferenceModel& model() const { return *m_model; }
+  /// "#"-prefixed lines for the run's header: the inference model, each rank's blocks, memory
+  /// and calibrated cost, the requests and the decode workers (same text on every rank).
+  [[nodiscard]] const std::string& setup_summary() const noexcept { return m_summary; }
+  /// Requests whose prefill finished on this rank (the head of its DC's pipeline), so far.
+  [[nodiscard]] int prefilled_here() const;
+  [[nodiscard]] const PrefillCost& cost() const { return m_cost; }
+
+ private:
+  struct ChunkHeader {
+    std::int64_t request;
+    std::int32_t chunk, n_chunks, pos, n, prompt_tokens, max_new_tokens;
+    double arrival_s, start_s;
+  };
+  struct Incoming {
+    ChunkHeader h;
+    std::vector<char> bytes;  ///< header + n x hidden floats
+  };
+  struct PendingRecv {
+    MPI_Request req = MPI_REQUEST_NULL;
+    std::vector<char> bytes;
+  };
+  struct PendingSend {
+    MPI_Request req = MPI_REQUEST_NULL;
+    std::vector<char> bytes;
+  };
+  struct Active {  ///< a request with KV on this rank
+    KvCache cache;
+    int next_chunk = 0;
+  };
+
+  void poll();
+  void admit_arrivals(double now_job);
+  bool run_one(double remaining_ms);
+  void run_chunk(const ChunkHeader& h, const std::int32_t* tokens, const float* act_in);
+  /// This rank is done with `request` (its KV is in the worker's socket, or dropped): tell the
+  /// dispatcher (or, on the dispatcher, count it).
+  void released_here(std::int64_t request);
+  void release(std::int64_t request, int from);
+  [[nodiscard]] double job_now() const;
+  void track_memory();
+  /// Updates the allowance of the previous bubble from the wait of the slot after it.
+  void learn_from_last_bubble();
+
+  const Config& m_cfg;
+  const topo::Layout& m_layout;
+  const topo::Communicators& m_comms;
+  const sched::ScheduleTable& m_table;
+  device::Backend& m_backend;
+  runtime::Profiler& m_profiler;
+  ServiceOptions m_opt;
+
+  mpi::Comm m_comm;  ///< a dup of the DC communicator: inference activations and releases only
+  int m_index = 0;   ///< position in the DC's inference pipeline (= dc rank)
+  int m_size = 1;
+  std::unique_ptr<InferenceModel> m_model;
+  PrefillCost m_cost;
+
+  // requests (the dispatcher on index 0 owns the queue)
+  std::vector<Request> m_requests;    ///< every request of the job (id order)
+  std::vector<int> m_mine;            ///< ids of this DC's requests, in arrival order
+  std::size_t m_next_arrival = 0;     ///< next of m_mine not yet arrived
+  std::deque<int> m_waiting;          ///< arrived, not started (dispatcher)
+  std::vector<int> m_started;         ///< started, chunks left at index 0 (dispatcher)
+  std::map<std::int64_t, Active> m_active;
+  std::deque<Incoming> m_ready;       ///< received chunks waiting for a bubble (index > 0)
+  std::deque<PendingRecv> m_recvs;
+  std::vector<PendingSend> m_sends;
+  std::int64_t m_chunks_sent = 0, m_chunks_received = 0;
+  std::int64_t m_releases_sent = 0, m_releases_received = 0;
+
+  // memory cap (dispatcher's reservation over the whole DC pipeline)
+  std::uint64_t m_reserve_per_token = 0;  ///< max over the DC's ranks: KV + activation buffers
+  std::uint64_t m_reserve_budget = 0;     ///< min over the DC's ranks: cap - weights - scratch
+  std::uint64_t m_reserved = 0;
+  int m_in_flight = 0;  ///< dispatcher: requests started and not yet released by every rank
+  std::map<std::int64_t, int> m_release_count;
+  std::uint64_t m_fixed_bytes = 0;
+
+  // decode worker
+  WorkerProcess m_worker;                  ///< DC rank 0 only
+  wan::Fd m_sock;
+  wire::Outbox m_out;
+  wire::Inbox m_in;                        ///< DC rank 0: results
+  bool m_worker_done = false;
+  bool m_finished = false;
+  std::string m_worker_failure;
+
+  // learned bubble allowances (slot index in this rank's row -> seconds)
+  const std::vector<sched::Slot>* m_row = nullptr;
+  std::map<int, double> m_allowance;
+  struct LastBubble {
+    bool pending = false;
+    int step = 0, index = 0;
+    double spent_s = 0.0;   ///< time inside fill()
+    double budget_s = 0.0;  ///< the table's
+  } m_last;
+
+  std::string m_summary;
+
+  // accounting
+  double m_t0 = 0.0;  ///< profiler time of start()
+  bool m_started_clock = false;
+  RankStats m_stats;
+  double m_queue_sum = 0.0;
+  std::int64_t m_queue_samples = 0;
+  std::vector<double> m_step_s;
+  std::map<int, RequestRecord> m_records;  ///< what this rank knows about each request
+};
+
+}  // namespace atlas::bubbletea

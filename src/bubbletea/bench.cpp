@@ -1,0 +1,286 @@
+// SPDX-License-Identifier: MIT
+// `atlas bench bubbletea`: the same deck trained with BubbleTea off and on (see bench.hpp). Each
+// run builds a fresh trainer (same seed, so the same losses are expected) and its own WAN
+// transport; off and on alternate so slow drifts of the machine hit both.
+#include "atlas/bubbletea/bench.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "atlas/bubbletea/service.hpp"
+#include "atlas/core/check.hpp"
+#include "atlas/core/units.hpp"
+#include "atlas/deck/deck.hpp"
+#include "atlas/device/backend.hpp"
+#include "atlas/runtime/trainer.hpp"
+#include "atlas/sched/schedule.hpp"
+#include "atlas/topo/communicators.hpp"
+#include "atlas/wan/transport.hpp"
+
+namespace atlas::bubbletea {
+
+namespace {
+
+struct RunResult {
+  bool on = false;
+  std::vector<double> step_s;     ///< per step, slowest rank
+  std::vector<double> losses;     ///< rank 0
+  std::vector<RankStats> ranks;   ///< compute/prefill/wall per rank (timed steps only)
+  Report report;                  ///< BubbleTea's (on runs)
+};
+
+std::vector<int> wan_peers(const topo::Layout& layout, const topo::Coord& me) {
+  std::vector<int> peers;
+  if (me.stage > 0 && layout.crosses_dc(me.stage - 1)) peers.push_back(layout.world_rank(me.stage - 1, me.dp, me.tp));
+  if (me.stage + 1 < layout.pp_size() && layout.crosses_dc(me.stage))
+    peers.push_back(layout.world_rank(me.stage + 1, me.dp, me.tp));
+  return peers;
+}
+
+RunResult run_once(const Config& base, bool on, int warmup, const topo::Layout& layout,
+                   const topo::Communicators& comms, device::Backend& backend, const sched::ScheduleTable& table) {
+  Config cfg = base;
+  cfg.bubbletea.enabled = on;
+  const topo::Coord me = layout.coord(comms.world.rank());
+  const std::vector<int> peers = wan_peers(layout, me);
+  std::unique_ptr<wan::PeerTransport> transport = wan::make_transport(cfg.wan, cfg.cluster, comms.world, me.dc, peers);
+  // Both runs record slots (as `atlas train` does by default): BubbleTea learns each bubble's
+  // real length from the waits the profile shows.
+  const std::size_t reserve = static_cast<std::size_t>(cfg.run.steps) * table.row(me.stage, me.dp).size() * 2 + 4096;
+  runtime::Profiler profiler(true, comms.world.rank(), reserve);
+  runtime::Trainer trainer(cfg, layout, comms, table, transport.get(), backend, profiler);
+  std::unique_ptr<Service> service;
+  if (on) {
+    service = std::make_unique<Service>(cfg, layout, comms, table, backend, profiler);
+    trainer.set_bubble_filler(service.get());
+  }
+  RunResult r;
+  r.on = on;
+  RankStats mine;
+  mine.world_rank = comms.world.rank();
+  comms.world.barrier();
+  profiler.sync_epoch(comms.world);
+  if (service) service->start();
+  for (int step = 0; step < cfg.run.steps; ++step) {
+    const runtime::StepReport rep = trainer.train_step(step);
+    if (service) service->after_step(rep);
+    r.losses.push_back(rep.loss);
+    r.step_s.push_back(comms.world.allreduce(rep.step_s, MPI_MAX));
+    if (step < warmup) continue;
+    ++mine.steps;
+    mine.wall_s += rep.step_s;
+    mine.compute_s += rep.compute_s;
+    mine.prefill_s += rep.prefill_s;
+    mine.idle_s += rep.idle_s;
+    mine.comm_s += rep.intra_s + rep.wan_s;
+  }
+  if (service) {
+    trainer.set_bubble_filler(nullptr);
+    r.report = service->finish();
+  }
+  const std::string line = fmt::format("{} {} {} {} {} {}", mine.steps, mine.wall_s, mine.compute_s, mine.prefill_s,
+                                       mine.idle_s, mine.comm_s);
+  const auto all = comms.world.allgather_strings(line + "\n");
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    RankStats s;
+    s.world_rank = static_cast<int>(i);
+    s.dc = layout.coord(static_cast<int>(i)).dc;
+    std::istringstream in(all[i]);
+    in >> s.steps >> s.wall_s >> s.compute_s >> s.prefill_s >> s.idle_s >> s.comm_s;
+    r.ranks.push_back(s);
+  }
+  return r;
+}
+
+struct Summary {
+  double mean = 0, sd = 0, median = 0;
+  std::size_t n = 0;
+};
+
+Summary summarize(std::vector<double> v) {
+  Summary s;
+  s.n = v.size();
+  if (v.empty()) return s;
+  s.mean = std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+  for (double x : v) s.sd += (x - s.mean) * (x - s.mean);
+  s.sd = v.size() > 1 ? std::sqrt(s.sd / static_cast<double>(v.size() - 1)) : 0.0;
+  std::sort(v.begin(), v.end());
+  s.median = v[v.size() / 2];
+  return s;
+}
+
+}  // namespace
+
+int run_bubbletea_bench(mpi::Environment& env, const std::vector<std::string>& args) {
+  (void)env;
+  std::string path;
+  std::vector<std::string> overrides;
+  int repeats = 2;
+  int warmup = 2;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--repeats" || a == "--warmup") {
+      const auto v = i + 1 < args.size() ? units::parse_int(args[i + 1]) : std::nullopt;
+      if (!v || *v < (a == "--repeats" ? 1 : 0))
+        throw ConfigError(fmt::format("bench bubbletea: {} needs a {} integer", a, a == "--repeats" ? "positive" : "non-negative"));
+      (a == "--repeats" ? repeats : warmup) = static_cast<int>(*v);
+      ++i;
+    } else if (a.find('=') != std::string::npos) {
+      overrides.push_back(a);
+    } else if (a.rfind("--", 0) == 0) {
+      throw ConfigError("bench bubbletea: unknown option " + a + " (known: --repeats N, --warmup N)");
+    } else if (path.empty()) {
+      path = a;
+    } else {
+      throw ConfigError("bench bubbletea: more than one deck given ('" + path + "', '" + a + "')");
+    }
+  }
+  if (path.empty()) throw ConfigError("bench bubbletea needs a deck: atlas bench bubbletea DECK [key=value ...]");
+
+  const mpi::Comm world = mpi::Comm::world();
+  const bool root = world.rank() == 0;
+  deck::JobShape shape;
+  shape.world_size = world.size();
+  overrides.push_back("bubbletea.enabled=true");  // validate the [bubbletea] section too
+  const Config cfg = deck::load(world, path, overrides, shape);
+  if (warmup >= cfg.run.steps)
+    throw ConfigError(fmt::format("bench bubbletea: --warmup {} leaves none of run.steps = {} to time", warmup,
+                                  cfg.run.steps));
+  const topo::Layout layout(world.size(), cfg.parallel);
+  const topo::Communicators comms = topo::Communicators::create(world, layout);
+  std::unique_ptr<device::Backend> backend = device::make_backend(cfg.device);
+  const sched::ScheduleTable table = sched::build_schedule(cfg, layout);
+  if (root)
+    fmt::print("# bench bubbletea: deck {}, {} ranks ({} DCs, {} stages x dp {} x tp {}), schedule {}, {} steps per run "
+               "({} warm-up), {} off/on pairs\n# table: predicted step {:.1f} ms, mean bubble {:.1f}%\n",
+               path, layout.world_size(), layout.dc_count(), layout.pp_size(), layout.dp_size(), layout.tp_size(),
+               to_string(cfg.schedule.kind), cfg.run.steps, warmup, repeats, table.step_ms,
+               100.0 * table.mean_bubble_fraction());
+
+  std::vector<RunResult> runs;
+  for (int r = 0; r < repeats; ++r)
+    for (bool on : {false, true}) {
+      runs.push_back(run_once(cfg, on, warmup, layout, comms, *backend, table));
+      if (root) {
+        const auto& x = runs.back();
+        std::vector<double> timed(x.step_s.begin() + warmup, x.step_s.end());
+        fmt::print("#   run {} bubbletea {:<3}: mean step {:.2f} ms, final loss {:.6f}\n", runs.size(), on ? "on" : "off",
+                   summarize(timed).mean * 1e3, x.losses.back());
+      }
+    }
+
+  // ---- figures ----
+  std::vector<double> steps_off, steps_on;
+  bool losses_equal = true;
+  for (const auto& x : runs) {
+    (x.on ? steps_on : steps_off).insert((x.on ? steps_on : steps_off).end(), x.step_s.begin() + warmup, x.step_s.end());
+    if (x.losses != runs.front().losses) losses_equal = false;
+  }
+  const Summary off = summarize(steps_off), on = summarize(steps_on);
+  const double slowdown = off.mean > 0 ? on.mean / off.mean - 1.0 : 0.0;
+  const double slowdown_median = off.median > 0 ? on.median / off.median - 1.0 : 0.0;
+  const int n = layout.world_size();
+  std::vector<RankStats> sum_off(static_cast<std::size_t>(n)), sum_on(static_cast<std::size_t>(n));
+  for (const auto& x : runs)
+    for (const auto& s : x.ranks) {
+      RankStats& t = (x.on ? sum_on : sum_off)[static_cast<std::size_t>(s.world_rank)];
+      t.world_rank = s.world_rank;
+      t.dc = s.dc;
+      t.steps += s.steps;
+      t.wall_s += s.wall_s;
+      t.compute_s += s.compute_s;
+      t.prefill_s += s.prefill_s;
+      t.idle_s += s.idle_s;
+      t.comm_s += s.comm_s;
+    }
+  auto overall = [](const std::vector<RankStats>& v) {
+    double busy = 0, wall = 0;
+    for (const auto& s : v) {
+      busy += s.compute_s + s.prefill_s;
+      wall += s.wall_s;
+    }
+    return wall > 0 ? busy / wall : 0.0;
+  };
+  // BubbleTea figures over every "on" run.
+  std::int64_t tokens = 0;
+  double bt_wall = 0;
+  int served = 0, queued = 0, total = 0, decoded = 0;
+  std::int64_t overruns = 0;
+  double overrun_s = 0;
+  std::vector<double> ttft;
+  for (const auto& x : runs) {
+    if (!x.on) continue;
+    tokens += x.report.prefill_tokens();
+    bt_wall += x.report.wall_s;
+    served += x.report.served();
+    decoded += x.report.decoded();
+    queued += x.report.queued();
+    total += static_cast<int>(x.report.requests.size());
+    for (const auto& k : x.report.ranks) {
+      overruns += k.overruns;
+      overrun_s += k.overrun_s;
+    }
+    for (const auto& q : x.report.requests)
+      if (q.prefilled()) ttft.push_back(q.ttft_s());
+  }
+  std::sort(ttft.begin(), ttft.end());
+  auto quant = [&](double q) {
+    if (ttft.empty()) return std::nan("");
+    const auto k = static_cast<std::size_t>(std::max(1.0, std::ceil(q * static_cast<double>(ttft.size()))));
+    return ttft[std::min(k, ttft.size()) - 1];
+  };
+
+  if (root) {
+    std::string s;
+    s += fmt::format("# {:>5} {:<8} {:>12} {:>12} {:>12} {:>12}\n", "rank", "dc", "util_off%", "util_on%",
+                     "prefill_%", "idle_on%");
+    for (int i = 0; i < n; ++i) {
+      const auto& a = sum_off[static_cast<std::size_t>(i)];
+      const auto& b = sum_on[static_cast<std::size_t>(i)];
+      const std::string dc = static_cast<std::size_t>(a.dc) < cfg.cluster.dcs.size()
+                                 ? cfg.cluster.dcs[static_cast<std::size_t>(a.dc)]
+                                 : fmt::format("dc{}", a.dc);
+      s += fmt::format("  {:>5} {:<8} {:>12.1f} {:>12.1f} {:>12.1f} {:>12.1f}\n", i, dc,
+                       100.0 * a.compute_s / std::max(a.wall_s, 1e-12),
+                       100.0 * (b.compute_s + b.prefill_s) / std::max(b.wall_s, 1e-12),
+                       100.0 * b.prefill_s / std::max(b.wall_s, 1e-12), 100.0 * b.idle_s / std::max(b.wall_s, 1e-12));
+    }
+    s += fmt::format("# step time: off {:.2f} ms (sd {:.2f}, median {:.2f}, {} steps), on {:.2f} ms (sd {:.2f}, median "
+                     "{:.2f}, {} steps): slowdown {:+.2f}% of the mean, {:+.2f}% of the median (goal <= 2%)\n",
+                     off.mean * 1e3, off.sd * 1e3, off.median * 1e3, off.n, on.mean * 1e3, on.sd * 1e3, on.median * 1e3,
+                     on.n, 100.0 * slowdown, 100.0 * slowdown_median);
+    s += fmt::format("# utilization (training + prefill busy) / wall, all ranks: off {:.1f}%, on {:.1f}% (goal >= 94%)\n",
+                     100.0 * overall(sum_off), 100.0 * overall(sum_on));
+    s += fmt::format("# prefill: {} prompt tokens in {:.2f} s of training = {:.0f} tokens/s; requests {} prefilled ({} "
+                     "decoded) of {} ({} queued at the end); TTFT p50 {:.1f} ms, p99 {:.1f} ms; chunks past their "
+                     "bubble {} ({:.2f} ms)\n",
+                     tokens, bt_wall, bt_wall > 0 ? static_cast<double>(tokens) / bt_wall : 0.0, served, decoded, total,
+                     queued, quant(0.5) * 1e3, quant(0.99) * 1e3, overruns, overrun_s * 1e3);
+    s += fmt::format("# losses with BubbleTea on and off: {}\n",
+                     losses_equal ? "bitwise equal" : "DIFFERENT (BubbleTea changed training: a bug)");
+    std::fputs(s.c_str(), stdout);
+    std::fflush(stdout);
+    std::error_code ec;
+    std::filesystem::create_directories(cfg.run_dir(), ec);
+    std::ofstream f(std::filesystem::path(cfg.run_dir()) / "bubbletea_bench.json");
+    if (f)
+      f << fmt::format("{{\"deck\":\"{}\",\"ranks\":{},\"steps\":{},\"warmup\":{},\"repeats\":{},\"step_ms_off\":{:.4f},"
+                       "\"step_ms_on\":{:.4f},\"median_step_ms_off\":{:.4f},\"median_step_ms_on\":{:.4f},\"slowdown\":{:.5f},"
+                       "\"slowdown_median\":{:.5f},\"utilization_off\":{:.5f},\"utilization_on\":{:.5f},"
+                       "\"prefill_tokens_per_s\":{:.1f},\"ttft_p50_ms\":{:.3f},\"ttft_p99_ms\":{:.3f},\"served\":{},"
+                       "\"requests\":{},\"losses_equal\":{}}}\n",
+                       path, n, cfg.run.steps, warmup, repeats, off.mean * 1e3, on.mean * 1e3, off.median * 1e3,
+                       on.median * 1e3, slowdown, slowdown_median,
+                       overall(sum_off), overall(sum_on), bt_wall > 0 ? static_cast<double>(tokens) / bt_wall : 0.0,
+                       quant(0.5) * 1e3, quant(0.99) * 1e3, served, total, losses_equal ? "true" : "false");
+  }
+  return losses_equal ? 0 : static_cast<int>(ExitCode::Internal);
+}
+
+}  // namespace atlas::bubbletea

@@ -1,0 +1,208 @@
+// SPDX-License-Identifier: MIT
+// Prefill cost model: start-up calibration (timed forward calls + non-negative least squares),
+// online correction, the FLOP estimate and the predicted Prefill slots of a schedule table.
+#include "atlas/bubbletea/cost.hpp"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+
+#include "atlas/core/check.hpp"
+#include "atlas/sched/cost_model.hpp"
+
+namespace atlas::bubbletea {
+
+void PrefillCost::observe(int n, int pos, double actual_ms) {
+  const double raw = raw_ms(n, pos);
+  if (!(raw > 0) || !(actual_ms >= 0)) return;
+  m_ratios[m_seen % kWindow] = actual_ms / raw;
+  ++m_seen;
+  const int have = std::min(m_seen, kWindow);
+  if (have < 8) return;
+  double sorted[kWindow];
+  std::copy(m_ratios, m_ratios + have, sorted);
+  std::sort(sorted, sorted + have);
+  const auto k = static_cast<int>(std::ceil(kQuantile * have)) - 1;
+  scale = std::clamp(sorted[std::clamp(k, 0, have - 1)], 0.1, 100.0);
+}
+
+namespace {
+
+struct Sample {
+  int n;
+  int pos;
+  double ms;
+};
+
+/// Least squares of ms ~ x . features over the samples with the coefficients of `mask` free and
+/// the others zero; returns false when a free coefficient comes out negative or the system is
+/// singular.
+bool fit_subset(const std::vector<Sample>& s, unsigned mask, std::array<double, 3>& coef, double& residual) {
+  auto feat = [](const Sample& x, int j) {
+    return j == 0 ? 1.0 : j == 1 ? static_cast<double>(x.n) : static_cast<double>(x.n) * (x.pos + x.n);
+  };
+  std::vector<int> idx;
+  for (int j = 0; j < 3; ++j)
+    if (mask & (1U << j)) idx.push_back(j);
+  const std::size_t k = idx.size();
+  double a[3][4] = {};
+  for (const auto& x : s)
+    for (std::size_t r = 0; r < k; ++r) {
+      for (std::size_t c = 0; c < k; ++c) a[r][c] += feat(x, idx[r]) * feat(x, idx[c]);
+      a[r][k] += feat(x, idx[r]) * x.ms;
+    }
+  for (std::size_t c = 0; c < k; ++c) {  // Gauss-Jordan with partial pivoting
+    std::size_t piv = c;
+    for (std::size_t r = c + 1; r < k; ++r)
+      if (std::fabs(a[r][c]) > std::fabs(a[piv][c])) piv = r;
+    if (std::fabs(a[piv][c]) < 1e-300) return false;
+    for (std::size_t j = 0; j <= k; ++j) std::swap(a[c][j], a[piv][j]);
+    for (std::size_t r = 0; r < k; ++r) {
+      if (r == c) continue;
+      const double f = a[r][c] / a[c][c];
+      for (std::size_t j = c; j <= k; ++j) a[r][j] -= f * a[c][j];
+    }
+  }
+  coef = {0.0, 0.0, 0.0};
+  for (std::size_t r = 0; r < k; ++r) {
+    const double v = a[r][k] / a[r][r];
+    if (v < 0) return false;
+    coef[static_cast<std::size_t>(idx[r])] = v;
+  }
+  residual = 0;
+  for (const auto& x : s) {
+    const double e = coef[0] + coef[1] * feat(x, 1) + coef[2] * feat(x, 2) - x.ms;
+    residual += e * e;
+  }
+  return true;
+}
+
+}  // namespace
+
+PrefillCost calibrate(InferenceModel& model, int repeats) {
+  using clock = std::chrono::steady_clock;
+  const InferShape& sh = model.shape();
+  const int m = model.max_chunk();
+  std::vector<int> sizes{1, std::max(1, m / 4), std::max(1, m / 2), m};
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+
+  const auto c = static_cast<std::size_t>(sh.hidden);
+  std::vector<std::int32_t> tokens(static_cast<std::size_t>(m));
+  for (int i = 0; i < m; ++i) tokens[static_cast<std::size_t>(i)] = i % sh.vocab;
+  std::vector<float> act_in(static_cast<std::size_t>(m) * c), act_out(static_cast<std::size_t>(m) * c),
+      logits(static_cast<std::size_t>(sh.vocab));
+  for (std::size_t i = 0; i < act_in.size(); ++i) act_in[i] = 0.01F * static_cast<float>((i * 7919) % 201) - 1.0F;
+  KvCache cache = model.make_cache(sh.context);
+
+  std::vector<Sample> samples;
+  auto measure = [&](int n, int pos) {
+    std::vector<double> t;
+    for (int r = 0; r <= repeats; ++r) {  // the first run warms caches and is dropped
+      cache.len = pos;
+      const auto t0 = clock::now();
+      model.forward(cache, n, tokens.data(), act_in.data(), act_out.data(), logits.data());
+      model.backend().synchronize();
+      const double ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
+      if (r > 0) t.push_back(ms);
+    }
+    std::sort(t.begin(), t.end());
+    samples.push_back({n, pos, t[t.size() / 2]});
+  };
+  for (int n : sizes) measure(n, 0);
+  const int far = std::max(0, sh.context / 2 - 1);
+  for (int n : {1, sizes.back()})
+    if (far + n <= sh.context) measure(n, far);
+
+  PrefillCost best;
+  double best_res = INFINITY;
+  for (unsigned mask = 1; mask < 8; ++mask) {
+    std::array<double, 3> coef{};
+    double res = 0;
+    if (fit_subset(samples, mask, coef, res) && res < best_res) {
+      best_res = res;
+      best.fixed_ms = coef[0];
+      best.per_token_ms = coef[1];
+      best.per_pair_ms = coef[2];
+    }
+  }
+  ATLAS_ASSERT(std::isfinite(best_res), "prefill cost calibration found no fit");
+  // Start conservative: no measured point may be above the prediction.
+  double worst = 1.0;
+  for (const auto& s : samples) {
+    const double raw = best.raw_ms(s.n, s.pos);
+    if (raw > 0) worst = std::max(worst, s.ms / raw);
+  }
+  best.scale = worst;
+  return best;
+}
+
+PrefillCost estimate_cost(const Config& cfg, int layers, bool head) {
+  const auto& bt = cfg.bubbletea;
+  // FLOP rate: the training cost model's (a measured block time gives an effective rate).
+  double flops_per_ms = sched::device_flops(cfg) / 1e3;
+  if (cfg.schedule.fwd_ms_per_layer > 0) {
+    const double tokens = static_cast<double>(cfg.train.micro_batch_size) * cfg.model.seq_len;
+    flops_per_ms = sched::block_forward_flops(cfg.model, tokens) / cfg.schedule.fwd_ms_per_layer;
+  }
+  const double h = bt.hidden;
+  PrefillCost c;
+  c.per_token_ms = layers * 24.0 * h * h / flops_per_ms;
+  c.per_pair_ms = layers * 4.0 * h / flops_per_ms;
+  c.fixed_ms = head ? 2.0 * h * bt.vocab / flops_per_ms : 0.0;
+  return c;
+}
+
+int planned_chunk_tokens(const BubbleTeaCfg& cfg) {
+  return cfg.chunk_tokens > 0 ? cfg.chunk_tokens : std::max(1, (cfg.prompt_tokens_min + cfg.prompt_tokens_max) / 2);
+}
+
+sched::PrefillPlan prefill_plan(const Config& cfg, const topo::Layout& layout, const sched::ScheduleTable& table) {
+  const auto& bt = cfg.bubbletea;
+  sched::PrefillPlan plan;
+  plan.chunk_tokens = planned_chunk_tokens(bt);
+  plan.guard_ms = bt.guard_ms;
+  plan.chunk_ms.assign(table.rows.size(), 0.0);
+  for (int s = 0; s < layout.pp_size(); ++s)
+    for (int d = 0; d < layout.dp_size(); ++d) {
+      const int dc = layout.dc_of_stage(s);
+      const int ranks = layout.ranks_in_dc(dc);
+      const int dc_first = layout.world_rank(layout.first_stage_of_dc(dc), 0, 0);
+      double worst = 0.0;
+      for (int t = 0; t < layout.tp_size(); ++t) {
+        const int index = layout.world_rank(s, d, t) - dc_first;
+        const LayerRange r = split_layers(bt.layers, ranks, index);
+        const PrefillCost cost = estimate_cost(cfg, r.count, r.has_head);
+        worst = std::max(worst, cost.predict_ms(plan.chunk_tokens, 0));
+      }
+      plan.chunk_ms[static_cast<std::size_t>(s * layout.dp_size() + d)] = worst;
+    }
+  // Demand: every rank of a DC's pipeline sees all of its DC's prompt tokens.
+  if (bt.trace.empty() && bt.rate_per_s > 0 && layout.dc_count() > 0) {
+    const double mean_prompt = 0.5 * (bt.prompt_tokens_min + bt.prompt_tokens_max);
+    plan.max_tokens_per_row = bt.rate_per_s / layout.dc_count() * table.step_ms / 1e3 * mean_prompt;
+  }
+  return plan;
+}
+
+double predicted_prefill_tokens_per_s(const sched::ScheduleTable& table, const topo::Layout& layout) {
+  if (table.step_ms <= 0) return 0.0;
+  double total = 0.0;
+  for (int dc = 0; dc < layout.dc_count(); ++dc) {
+    double fewest = -1.0;
+    for (int s = 0; s < layout.pp_size(); ++s) {
+      if (layout.dc_of_stage(s) != dc) continue;
+      for (int d = 0; d < layout.dp_size(); ++d) {
+        double tokens = 0;
+        for (const auto& slot : table.row(s, d))
+          if (slot.kind == sched::SlotKind::Prefill) tokens += slot.tokens;
+        fewest = fewest < 0 ? tokens : std::min(fewest, tokens);
+      }
+    }
+    if (fewest > 0) total += fewest;
+  }
+  return total / (table.step_ms / 1e3);
+}
+
+}  // namespace atlas::bubbletea

@@ -1,0 +1,376 @@
+// SPDX-License-Identifier: MIT
+// The inference model (see model.hpp). Every tensor operation goes through device::Backend; this
+// file does pointer arithmetic on device addresses and host-side checks only. Attention over the
+// KV cache: per head, scores = Q K^T / sqrt(D) over all cached positions, future positions of the
+// chunk set to -inf, a row softmax (Backend::softmax_xent_forward with dummy targets: exp(-inf)
+// is exactly 0, so the probabilities equal a softmax over the causal prefix), then P V.
+#include "atlas/bubbletea/model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "atlas/core/check.hpp"
+#include "atlas/core/error.hpp"
+#include "atlas/model/rng.hpp"
+
+namespace atlas::bubbletea {
+
+using device::Trans;
+
+namespace {
+
+std::int64_t numel(const std::vector<std::int64_t>& shape) {
+  return std::accumulate(shape.begin(), shape.end(), std::int64_t{1}, std::multiplies<>());
+}
+
+}  // namespace
+
+InferShape InferShape::from(const BubbleTeaCfg& cfg) {
+  return InferShape{cfg.layers, cfg.hidden, cfg.heads, cfg.context, cfg.vocab};
+}
+
+LayerRange split_layers(int layers, int ranks, int index) {
+  if (ranks < 1 || index < 0 || index >= ranks)
+    ATLAS_THROW(Internal, "split_layers: index " << index << " outside [0, " << ranks << ")");
+  if (layers < ranks)
+    throw ConfigError(fmt::format(
+        "bubbletea.layers = {} is fewer than the {} ranks of a DC's inference pipeline (every rank of "
+        "the DC holds at least one inference block)\n  hint: set bubbletea.layers to {} or more",
+        layers, ranks, ranks));
+  const int base = layers / ranks;
+  const int extra = layers % ranks;
+  LayerRange r;
+  r.count = base + (index < extra ? 1 : 0);
+  r.first = index * base + std::min(index, extra);
+  r.has_embedding = index == 0;
+  r.has_head = index == ranks - 1;
+  return r;
+}
+
+std::size_t KvCache::bytes() const {
+  std::size_t b = 0;
+  for (const auto& x : k) b += x.bytes();
+  for (const auto& x : v) b += x.bytes();
+  return b;
+}
+
+std::vector<int> chunk_sizes(int prompt_tokens, int chunk_tokens) {
+  std::vector<int> out;
+  if (prompt_tokens <= 0) return out;
+  if (chunk_tokens <= 0 || chunk_tokens >= prompt_tokens) return {prompt_tokens};
+  for (int done = 0; done < prompt_tokens; done += chunk_tokens)
+    out.push_back(std::min(chunk_tokens, prompt_tokens - done));
+  return out;
+}
+
+// ---- construction ----
+
+InferenceModel::InferenceModel(const InferShape& shape, LayerRange range, device::Backend& backend,
+                               int max_chunk)
+    : m_shape(shape), m_range(range), m_backend(backend), m_max_chunk(max_chunk) {
+  ProblemList problems;
+  if (shape.layers < 1 || shape.hidden < 1 || shape.heads < 1 || shape.context < 1 || shape.vocab < 1)
+    problems.add(fmt::format("bubbletea model sizes must be positive (layers {}, hidden {}, heads {}, "
+                             "context {}, vocab {})",
+                             shape.layers, shape.hidden, shape.heads, shape.context, shape.vocab));
+  else if (shape.hidden % shape.heads != 0)
+    problems.add(fmt::format("bubbletea.hidden = {} is not divisible by bubbletea.heads = {}", shape.hidden,
+                             shape.heads));
+  if (range.first < 0 || range.count < 0 || range.first + range.count > shape.layers)
+    problems.add(fmt::format("inference layer range [{}, {}) is outside the model's {} blocks", range.first,
+                             range.first + range.count, shape.layers));
+  if (max_chunk < 1 || max_chunk > shape.context)
+    problems.add(fmt::format("inference chunk of {} tokens is outside [1, bubbletea.context = {}]", max_chunk,
+                             shape.context));
+  problems.throw_if_any();
+
+  const std::int64_t c = shape.hidden;
+  if (range.has_embedding) {
+    add("wte", {shape.vocab, c});
+    add("wpe", {shape.context, c});
+  }
+  for (int i = 0; i < range.count; ++i) {
+    const std::string h = fmt::format("h.{}.", range.first + i);
+    add(h + "ln_1.weight", {c});
+    add(h + "ln_1.bias", {c});
+    add(h + "attn.qkv.weight", {3, c, c});
+    add(h + "attn.qkv.bias", {3, c});
+    add(h + "attn.proj.weight", {c, c});
+    add(h + "attn.proj.bias", {c});
+    add(h + "ln_2.weight", {c});
+    add(h + "ln_2.bias", {c});
+    add(h + "mlp.fc.weight", {4 * c, c});
+    add(h + "mlp.fc.bias", {4 * c});
+    add(h + "mlp.proj.weight", {c, 4 * c});
+    add(h + "mlp.proj.bias", {c});
+  }
+  if (range.has_head) {
+    add("ln_f.weight", {c});
+    add("ln_f.bias", {c});
+    if (!range.has_embedding) add("wte", {shape.vocab, c});
+  }
+  // Pointers are taken once the list stopped growing.
+  auto ptr = [this](const std::string& name) -> const float* {
+    InferParam* p = find(name);
+    return p ? p->value.f32() : nullptr;
+  };
+  m_wte = ptr("wte");
+  m_wpe = ptr("wpe");
+  m_lnf_w = ptr("ln_f.weight");
+  m_lnf_b = ptr("ln_f.bias");
+  for (int i = 0; i < range.count; ++i) {
+    const std::string h = fmt::format("h.{}.", range.first + i);
+    m_blocks.push_back(BlockParams{ptr(h + "ln_1.weight"), ptr(h + "ln_1.bias"), ptr(h + "attn.qkv.weight"),
+                                   ptr(h + "attn.qkv.bias"), ptr(h + "attn.proj.weight"), ptr(h + "attn.proj.bias"),
+                                   ptr(h + "ln_2.weight"), ptr(h + "ln_2.bias"), ptr(h + "mlp.fc.weight"),
+                                   ptr(h + "mlp.fc.bias"), ptr(h + "mlp.proj.weight"), ptr(h + "mlp.proj.bias")});
+  }
+
+  const auto n = static_cast<std::size_t>(max_chunk);
+  const auto cs = static_cast<std::size_t>(c);
+  m_x = backend.alloc_floats(n * cs);
+  m_tokens = backend.alloc(n * sizeof(std::int32_t));
+  if (range.count > 0) {
+    m_ln = backend.alloc_floats(n * cs);
+    m_mean = backend.alloc_floats(n);
+    m_rstd = backend.alloc_floats(n);
+    m_qkv = backend.alloc_floats(n * 3 * cs);
+    m_scores = backend.alloc_floats(n * static_cast<std::size_t>(shape.context));
+    m_atty = backend.alloc_floats(n * cs);
+    m_tmp = backend.alloc_floats(n * cs);
+    m_fc = backend.alloc_floats(n * 4 * cs);
+    m_zeros = backend.alloc(n * sizeof(std::int32_t));  // zero-filled: the softmax's dummy targets
+    m_losses = backend.alloc_floats(n);
+  }
+  if (range.has_head) {
+    if (m_ln.empty()) {
+      m_ln = backend.alloc_floats(n * cs);
+      m_mean = backend.alloc_floats(n);
+      m_rstd = backend.alloc_floats(n);
+    }
+    m_logits = backend.alloc_floats(static_cast<std::size_t>(shape.vocab));
+  }
+}
+
+void InferenceModel::add(const std::string& name, std::vector<std::int64_t> shape) {
+  InferParam p;
+  p.name = name;
+  p.shape = shape;
+  p.file_shape = std::move(shape);
+  p.value = m_backend.alloc_floats(static_cast<std::size_t>(numel(p.shape)));
+  m_params.push_back(std::move(p));
+}
+
+InferParam* InferenceModel::find(const std::string& name) {
+  for (auto& p : m_params)
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+void InferenceModel::init_random(std::uint64_t seed, double init_std) {
+  const double std_resid = init_std / std::sqrt(2.0 * m_shape.layers);
+  for (auto& p : m_params) {
+    const auto n = static_cast<std::size_t>(numel(p.shape));
+    const std::string& nm = p.name;
+    auto ends_with = [&nm](const char* s) {
+      const std::string suffix(s);
+      return nm.size() >= suffix.size() && nm.compare(nm.size() - suffix.size(), suffix.size(), suffix) == 0;
+    };
+    std::vector<float> host(n, 0.0F);
+    const bool ln_weight = ends_with("ln_1.weight") || ends_with("ln_2.weight") || nm == "ln_f.weight";
+    const bool matrix = !ends_with("bias") && !ln_weight;  // wte, wpe and the *.weight matrices
+    if (ln_weight) {
+      std::fill(host.begin(), host.end(), 1.0F);
+    } else if (matrix) {
+      const double sd = ends_with("attn.proj.weight") || ends_with("mlp.proj.weight") ? std_resid : init_std;
+      // Same draw as the training model: element i of the full tensor is normal(key, i); wpe's
+      // first `context` rows are the first context * C elements of the training model's wpe.
+      const std::uint64_t key = model::rng::key(seed, nm);
+      for (std::size_t i = 0; i < n; ++i)
+        host[i] = static_cast<float>(sd * model::rng::normal(key, static_cast<std::uint64_t>(i)));
+    }
+    m_backend.upload(p.value.data(), host.data(), n * sizeof(float));
+  }
+}
+
+void InferenceModel::set_param(const std::string& name, std::span<const float> values) {
+  InferParam* p = find(name);
+  if (!p) ATLAS_THROW(Internal, "inference layers [" << m_range.first << ", " << m_range.first + m_range.count
+                                                     << ") hold no tensor named '" << name << "'");
+  if (static_cast<std::int64_t>(values.size()) != numel(p->shape))
+    ATLAS_THROW(Internal, "tensor '" << name << "' has " << numel(p->shape) << " elements, got " << values.size());
+  m_backend.upload(p->value.data(), values.data(), values.size() * sizeof(float));
+}
+
+std::size_t InferenceModel::weight_bytes() const {
+  std::size_t b = 0;
+  for (const auto& p : m_params) b += p.value.bytes();
+  return b;
+}
+
+std::size_t InferenceModel::scratch_bytes() const {
+  std::size_t b = 0;
+  for (const auto* x : {&m_x, &m_ln, &m_mean, &m_rstd, &m_qkv, &m_scores, &m_atty, &m_tmp, &m_fc, &m_tokens,
+                        &m_zeros, &m_losses, &m_logits})
+    b += x->bytes();
+  return b;
+}
+
+std::size_t InferenceModel::kv_bytes_per_token() const {
+  return 2 * static_cast<std::size_t>(m_range.count) * static_cast<std::size_t>(m_shape.hidden) * sizeof(float);
+}
+
+KvCache InferenceModel::make_cache(int capacity) const {
+  if (capacity < 1 || capacity > m_shape.context)
+    ATLAS_THROW(Config, "a KV cache of " << capacity << " positions is outside [1, bubbletea.context = "
+                                         << m_shape.context << "]");
+  KvCache c;
+  c.capacity = capacity;
+  const std::size_t floats = static_cast<std::size_t>(capacity) * static_cast<std::size_t>(m_shape.hidden);
+  for (int i = 0; i < m_range.count; ++i) {
+    c.k.push_back(m_backend.alloc_floats(floats));
+    c.v.push_back(m_backend.alloc_floats(floats));
+  }
+  return c;
+}
+
+// ---- forward ----
+
+void InferenceModel::forward(KvCache& cache, int n, const std::int32_t* tokens, const float* act_in,
+                             float* act_out, float* logits) {
+  const int c = m_shape.hidden;
+  const std::size_t nc = static_cast<std::size_t>(n) * static_cast<std::size_t>(c);
+  if (n < 1 || n > m_max_chunk)
+    ATLAS_THROW(Internal, "inference chunk of " << n << " tokens is outside [1, " << m_max_chunk << "]");
+  if (cache.len + n > cache.capacity || static_cast<int>(cache.k.size()) != m_range.count)
+    ATLAS_THROW(Config, "inference chunk at positions [" << cache.len << ", " << cache.len + n
+                                                         << ") does not fit its KV cache of " << cache.capacity
+                                                         << " positions (bubbletea.context = " << m_shape.context << ")");
+  const int pos = cache.len;
+  if (m_range.has_embedding) {
+    if (!tokens) ATLAS_THROW(Internal, "the embedding rank's forward needs token ids");
+    for (int i = 0; i < n; ++i)
+      if (tokens[i] < 0 || tokens[i] >= m_shape.vocab)
+        ATLAS_THROW(Config, "prompt token " << tokens[i] << " at position " << pos + i
+                                            << " is outside the inference vocabulary [0, " << m_shape.vocab << ")");
+    m_backend.upload(m_tokens.data(), tokens, static_cast<std::size_t>(n) * sizeof(std::int32_t));
+    m_backend.embedding_forward(m_x.f32(), m_tokens.i32(), m_wte, m_wpe + static_cast<std::size_t>(pos) * c, 1, n, c);
+  } else {
+    if (!act_in) ATLAS_THROW(Internal, "a non-embedding rank's forward needs the previous rank's activations");
+    m_backend.upload(m_x.data(), act_in, nc * sizeof(float));
+  }
+  for (int i = 0; i < m_range.count; ++i) block(i, cache, n, m_x.f32());
+  cache.len += n;
+
+  if (!m_range.has_head) {
+    if (!act_out) ATLAS_THROW(Internal, "a non-head rank's forward needs an output buffer");
+    m_backend.download(act_out, m_x.data(), nc * sizeof(float));
+    return;
+  }
+  if (!logits) return;
+  // Final LayerNorm and the tied LM head on the chunk's last token only.
+  m_backend.layernorm_forward(m_ln.f32(), m_mean.f32(), m_rstd.f32(), m_x.f32() + nc - c, m_lnf_w, m_lnf_b, 1, c);
+  m_backend.gemm(Trans::No, Trans::Yes, 1, m_shape.vocab, c, 1.0F, m_ln.f32(), c, m_wte, c, 0.0F, m_logits.f32(),
+                 m_shape.vocab);
+  m_backend.download(logits, m_logits.data(), static_cast<std::size_t>(m_shape.vocab) * sizeof(float));
+}
+
+void InferenceModel::block(int i, KvCache& cache, int n, float* x) {
+  const BlockParams& p = m_blocks[static_cast<std::size_t>(i)];
+  auto& be = m_backend;
+  const int c = m_shape.hidden;
+  const int heads = m_shape.heads;
+  const int d = m_shape.head_dim();
+  const int pos = cache.len;
+  const int total = pos + n;  // keys visible to the chunk's last token
+  const std::size_t nc = static_cast<std::size_t>(n) * static_cast<std::size_t>(c);
+  float* kc = cache.k[static_cast<std::size_t>(i)].f32();
+  float* vc = cache.v[static_cast<std::size_t>(i)].f32();
+  float* ln = m_ln.f32();
+  float* qkv = m_qkv.f32();
+  float* scores = m_scores.f32();
+  float* atty = m_atty.f32();
+  float* tmp = m_tmp.f32();
+
+  // attention: x += proj(attn(qkv(ln1(x)))) + bias
+  be.layernorm_forward(ln, m_mean.f32(), m_rstd.f32(), x, p.ln1_w, p.ln1_b, n, c);
+  be.gemm(Trans::No, Trans::Yes, n, 3 * c, c, 1.0F, ln, c, p.qkv_w, c, 0.0F, qkv, 3 * c);
+  be.add_bias(qkv, p.qkv_b, n, 3 * c);
+  const std::size_t row = static_cast<std::size_t>(c) * sizeof(float);
+  for (int t = 0; t < n; ++t) {  // append this chunk's keys and values to the cache
+    const std::size_t src = static_cast<std::size_t>(t) * 3 * static_cast<std::size_t>(c);
+    const std::size_t dst = static_cast<std::size_t>(pos + t) * static_cast<std::size_t>(c);
+    be.copy(kc + dst, qkv + src + c, row);
+    be.copy(vc + dst, qkv + src + 2 * static_cast<std::size_t>(c), row);
+  }
+  const float scale = 1.0F / std::sqrt(static_cast<float>(d));
+  for (int h = 0; h < heads; ++h) {
+    const std::size_t off = static_cast<std::size_t>(h) * static_cast<std::size_t>(d);
+    be.gemm(Trans::No, Trans::Yes, n, total, d, scale, qkv + off, 3 * c, kc + off, c, 0.0F, scores, total);
+    for (int t = 0; t + 1 < n; ++t)  // token pos + t sees keys [0, pos + t]
+      be.fill(scores + static_cast<std::size_t>(t) * total + pos + t + 1, -std::numeric_limits<float>::infinity(),
+              static_cast<std::size_t>(n - 1 - t));
+    be.softmax_xent_forward(m_losses.f32(), scores, scores, m_zeros.i32(), n, total);
+    be.gemm(Trans::No, Trans::No, n, d, total, 1.0F, scores, total, vc + off, c, 0.0F, atty + off, c);
+  }
+  be.gemm(Trans::No, Trans::Yes, n, c, c, 1.0F, atty, c, p.proj_w, c, 0.0F, tmp, c);
+  be.add(x, x, tmp, nc);
+  be.add_bias(x, p.proj_b, n, c);
+
+  // MLP: x += proj(gelu(fc(ln2(x)))) + bias
+  be.layernorm_forward(ln, m_mean.f32(), m_rstd.f32(), x, p.ln2_w, p.ln2_b, n, c);
+  be.gemm(Trans::No, Trans::Yes, n, 4 * c, c, 1.0F, ln, c, p.fc_w, c, 0.0F, m_fc.f32(), 4 * c);
+  be.add_bias(m_fc.f32(), p.fc_b, n, 4 * c);
+  be.gelu_forward(m_fc.f32(), m_fc.f32(), static_cast<std::size_t>(n) * 4 * static_cast<std::size_t>(c));
+  be.gemm(Trans::No, Trans::Yes, n, c, 4 * c, 1.0F, m_fc.f32(), 4 * c, p.mp_w, 4 * c, 0.0F, tmp, c);
+  be.add(x, x, tmp, nc);
+  be.add_bias(x, p.mp_b, n, c);
+}
+
+std::int32_t InferenceModel::argmax(std::span<const float> logits) {
+  ATLAS_ASSERT(!logits.empty(), "argmax of no logits");
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < logits.size(); ++i)
+    if (logits[i] > logits[best]) best = i;
+  return static_cast<std::int32_t>(best);
+}
+
+// ---- standalone generation ----
+
+std::vector<std::int32_t> decode_greedy(InferenceModel& model, KvCache& cache, std::int32_t first, int max_new) {
+  const LayerRange& r = model.range();
+  ATLAS_ASSERT(r.first == 0 && r.count == model.shape().layers && r.has_embedding && r.has_head,
+               "greedy decoding needs the whole inference model on one rank");
+  std::vector<std::int32_t> out{first};
+  std::vector<float> logits(static_cast<std::size_t>(model.shape().vocab));
+  while (static_cast<int>(out.size()) < max_new) {
+    const std::int32_t last = out.back();
+    model.forward(cache, 1, &last, nullptr, nullptr, logits.data());
+    out.push_back(InferenceModel::argmax(logits));
+  }
+  return out;
+}
+
+std::vector<std::int32_t> generate(InferenceModel& model, std::span<const std::int32_t> prompt, int chunk_tokens,
+                                   int max_new) {
+  const auto p = static_cast<int>(prompt.size());
+  if (p < 1 || max_new < 1 || p + max_new > model.shape().context)
+    ATLAS_THROW(Config, "a prompt of " << p << " tokens plus " << max_new << " new tokens does not fit bubbletea.context = "
+                                       << model.shape().context);
+  KvCache cache = model.make_cache(p + max_new);
+  std::vector<float> logits(static_cast<std::size_t>(model.shape().vocab));
+  int done = 0;
+  const std::vector<int> chunks = chunk_sizes(p, chunk_tokens);
+  for (std::size_t i = 0; i < chunks.size(); ++i) {
+    model.forward(cache, chunks[i], prompt.data() + done, nullptr, nullptr,
+                  i + 1 == chunks.size() ? logits.data() : nullptr);
+    done += chunks[i];
+  }
+  return decode_greedy(model, cache, InferenceModel::argmax(logits), max_new);
+}
+
+}  // namespace atlas::bubbletea

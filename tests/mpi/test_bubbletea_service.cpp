@@ -1,0 +1,422 @@
+// SPDX-License-Identifier: MIT
+// BubbleTea end to end under MPI, with the real decode worker processes:
+//  - requests prefilled chunk by chunk in "bubbles" across a DC's inference pipeline, handed off
+//    and decoded give exactly the tokens of a standalone run of the same model (host: bitwise);
+//  - a tight memory cap makes requests wait, never exceeds the cap, still serves them all;
+//  - training with BubbleTea on has bitwise the losses of training with it off (np 4: two DCs of
+//    two stages), while prefills are served in its bubbles;
+//  - bad input (unsorted trace, a model over the memory cap, a DC with more ranks than blocks,
+//    no worker program) is the same ConfigError on every rank.
+// Layouts by np: 1 -> one DC of 1 stage; 2 -> one DC of 2 stages (a 2-rank inference
+// pipeline); 3 -> DCs of 1 and 2 stages; 4 -> two DCs of 2 stages.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "atlas/bubbletea/bench.hpp"
+#include "atlas/bubbletea/service.hpp"
+#include "atlas/deck/deck.hpp"
+#include "atlas/device/backend.hpp"
+#include "atlas/io/checkpoint.hpp"
+#include "atlas/runtime/trainer.hpp"
+#include "atlas/sched/schedule.hpp"
+#include "atlas/topo/communicators.hpp"
+#include "atlas/wan/transport.hpp"
+
+namespace atlas::bubbletea {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string corpus_dir() {
+  const char* env = std::getenv("ATLAS_SOURCE_DIR");
+  return (fs::path(env ? env : ATLAS_SOURCE_DIR) / "data/brown").string();
+}
+
+std::vector<int> stages_for(int np) {
+  switch (np) {
+    case 1: return {1};
+    case 2: return {2};
+    case 3: return {1, 2};
+    default: return {2, 2};
+  }
+}
+
+std::string deck_text(const mpi::Comm& world) {
+  const std::vector<int> spd = stages_for(world.size());
+  std::string s, dcs, gpus, lat, bw;
+  for (std::size_t i = 0; i < spd.size(); ++i) {
+    s += std::to_string(spd[i]) + " ";
+    dcs += "dc" + std::to_string(i) + " ";
+    gpus += "4 ";
+    for (std::size_t j = 0; j < spd.size(); ++j) {
+      lat += i == j ? "0 " : "0.1 ";
+      bw += i == j ? "0 " : "10 ";
+    }
+  }
+  const std::string text =
+      "run.name = bt_test\nrun.out_dir = " + (fs::temp_directory_path() / "atlas_bt_test").string() +
+      "\ncluster.dcs = " + dcs + "\ncluster.gpus_per_dc = " + gpus + "\ncluster.latency_ms = " + lat +
+      "\ncluster.bandwidth_gbps = " + bw + "\nparallel.stages_per_dc = " + s +
+      "\nmodel.layers = 12\nmodel.hidden = 32\nmodel.heads = 4\nmodel.seq_len = 16\n"
+      "train.micro_batch_size = 2\ntrain.micro_batches = 2\ntrain.warmup_steps = 1\nrun.steps = 3\n"
+      "schedule.kind = gpipe\nschedule.fwd_ms_per_layer = 4\nprofile.enabled = false\ndevice.threads = 1\n"
+      "wan.recv_timeout_s = 30\ndata.corpus_dir = " + corpus_dir() + "\n"
+      "bubbletea.enabled = true\nbubbletea.layers = 4\nbubbletea.hidden = 32\nbubbletea.heads = 4\n"
+      "bubbletea.context = 48\nbubbletea.vocab = 61\nbubbletea.rate_per_s = 0\nbubbletea.requests = 9\n"
+      "bubbletea.prompt_tokens_min = 3\nbubbletea.prompt_tokens_max = 21\nbubbletea.max_new_tokens = 7\n"
+      "bubbletea.chunk_tokens = 5\nbubbletea.guard_ms = 0.1\nbubbletea.kv_cap_bytes = 8M\n";
+  return text;
+}
+
+Config make_cfg(const mpi::Comm& world, const std::vector<std::string>& extra = {}) {
+  const std::string text = deck_text(world);
+  deck::JobShape shape;
+  shape.world_size = world.size();
+  return deck::parse_and_validate("bt_test", text, extra, shape);
+}
+
+ServiceOptions options() {
+  ServiceOptions o;
+  o.worker_program = ATLAS_DECODE_WORKER_EXE;
+  o.worker_nice = 0;
+  o.timeout_s = 30;
+  return o;
+}
+
+/// The standalone reference: the whole model on one rank, same weights, same prompt.
+std::vector<std::int32_t> standalone(const Config& cfg, device::Backend& be, const Request& r) {
+  const InferShape sh = InferShape::from(cfg.bubbletea);
+  const int chunk = cfg.bubbletea.chunk_tokens > 0 ? cfg.bubbletea.chunk_tokens : sh.context;
+  InferenceModel m(sh, LayerRange{0, sh.layers, true, true}, be, chunk);
+  m.init_random(static_cast<std::uint64_t>(cfg.run.seed), cfg.model.init_std);
+  return generate(m, r.prompt, cfg.bubbletea.chunk_tokens, r.max_new_tokens);
+}
+
+/// Calls fill() with `budget_s` bubbles on every rank until every request is prefilled.
+Report serve_all(const Config& cfg, const mpi::Comm& world, double budget_s, int* rounds_out = nullptr) {
+  const topo::Layout layout(world.size(), cfg.parallel);
+  const topo::Communicators comms = topo::Communicators::create(world, layout);
+  auto backend = device::make_backend(cfg.device);
+  const sched::ScheduleTable table = sched::build_schedule(cfg, layout);
+  runtime::Profiler profiler(false, comms.world.rank(), 0);
+  Service svc(cfg, layout, comms, table, *backend, profiler, options());
+  svc.start();
+  const sched::Slot idle{sched::SlotKind::Idle, -1, 0.0, budget_s * 1e3};
+  int rounds = 0;
+  const int total = cfg.bubbletea.requests;
+  while (comms.world.allreduce(svc.prefilled_here(), MPI_SUM) < total && rounds < 5000) {
+    (void)svc.fill(0, idle, budget_s);
+    ++rounds;
+  }
+  if (rounds_out) *rounds_out = rounds;
+  return svc.finish();
+}
+
+TEST(BubbleTeaService, TokensEqualAStandaloneRun) {
+  const mpi::Comm world = mpi::Comm::world();
+  const Config cfg = make_cfg(world);
+  int rounds = 0;
+  const Report rep = serve_all(cfg, world, 0.02, &rounds);
+  ASSERT_EQ(rep.requests.size(), 9U);
+  EXPECT_EQ(rep.served(), 9);
+  EXPECT_EQ(rep.decoded(), 9);
+  EXPECT_LT(rounds, 5000);
+  const topo::Layout layout(world.size(), cfg.parallel);
+  const auto reqs = load_requests(cfg, layout.dc_count());
+  auto be = device::make_backend(cfg.device);
+  for (const auto& q : rep.requests) {
+    const Request& r = reqs[static_cast<std::size_t>(q.id)];
+    EXPECT_EQ(q.prompt_tokens, static_cast<int>(r.prompt.size()));
+    EXPECT_EQ(q.chunks, static_cast<int>(chunk_sizes(q.prompt_tokens, 5).size())) << "request " << q.id;
+    EXPECT_EQ(q.dc, q.id % layout.dc_count());
+    EXPECT_GE(q.ttft_s(), 0.0);
+    EXPECT_EQ(q.tokens, standalone(cfg, *be, r)) << "request " << q.id;
+  }
+  // Every rank of a DC ran every chunk of its DC's requests through its blocks.
+  for (const auto& k : rep.ranks) {
+    std::int64_t chunks = 0, tokens = 0;
+    for (const auto& q : rep.requests)
+      if (q.dc == k.dc) {
+        chunks += q.chunks;
+        tokens += q.prompt_tokens;
+      }
+    EXPECT_EQ(k.chunks, chunks) << "rank " << k.world_rank;
+    EXPECT_EQ(k.tokens, tokens) << "rank " << k.world_rank;
+    EXPECT_GT(k.cost_per_token_ms, 0.0);
+  }
+}
+
+TEST(BubbleTeaService, MemoryCapMakesRequestsWaitButNeverOverflows) {
+  const mpi::Comm world = mpi::Comm::world();
+  // A cap with room for the largest rank's weights and scratch plus 24 prompt tokens of KV and
+  // activations: about one request in flight at a time.
+  const Config probe = make_cfg(world);
+  const topo::Layout layout(world.size(), probe.parallel);
+  auto be = device::make_backend(probe.device);
+  // The largest rank: the one holding the embedding (+ head when alone).
+  const int ranks = layout.ranks_in_dc(0);
+  const InferShape sh = InferShape::from(probe.bubbletea);
+  InferenceModel first(sh, split_layers(sh.layers, ranks, 0), *be, 5);
+  const std::uint64_t per_token = 2 * first.kv_bytes_per_token() + 2 * 32 * 4;
+  const std::uint64_t cap = first.weight_bytes() + first.scratch_bytes() + per_token * 24 + 4096;
+  const Config cfg = make_cfg(world, {"bubbletea.kv_cap_bytes=" + std::to_string(cap)});
+  const Report rep = serve_all(cfg, world, 0.02);
+  EXPECT_EQ(rep.served(), 9);
+  for (const auto& k : rep.ranks) {
+    EXPECT_LE(k.peak_bytes, cap) << "rank " << k.world_rank;
+    EXPECT_GT(k.peak_bytes, k.weight_bytes) << "rank " << k.world_rank;
+  }
+}
+
+struct TrainRun {
+  std::vector<double> losses;
+  Report report;
+};
+
+TrainRun train(const Config& cfg, const mpi::Comm& world) {
+  const topo::Layout layout(world.size(), cfg.parallel);
+  const topo::Communicators comms = topo::Communicators::create(world, layout);
+  const topo::Coord me = layout.coord(comms.world.rank());
+  auto backend = device::make_backend(cfg.device);
+  const sched::ScheduleTable table = sched::build_schedule(cfg, layout);
+  std::vector<int> peers;
+  if (me.stage > 0 && layout.crosses_dc(me.stage - 1)) peers.push_back(layout.world_rank(me.stage - 1, me.dp, me.tp));
+  if (me.stage + 1 < layout.pp_size() && layout.crosses_dc(me.stage))
+    peers.push_back(layout.world_rank(me.stage + 1, me.dp, me.tp));
+  auto wan = wan::make_transport(cfg.wan, cfg.cluster, comms.world, me.dc, peers);
+  runtime::Profiler profiler(false, comms.world.rank(), 0);
+  runtime::Trainer trainer(cfg, layout, comms, table, wan.get(), *backend, profiler);
+  std::unique_ptr<Service> svc;
+  if (cfg.bubbletea.enabled) {
+    svc = std::make_unique<Service>(cfg, layout, comms, table, *backend, profiler, options());
+    trainer.set_bubble_filler(svc.get());
+    svc->start();
+  }
+  TrainRun out;
+  for (int s = 0; s < cfg.run.steps; ++s) {
+    const runtime::StepReport r = trainer.train_step(s);
+    if (svc) svc->after_step(r);
+    out.losses.push_back(comms.world.allreduce(r.loss, MPI_SUM));  // rank 0's value (others 0)
+  }
+  if (svc) out.report = svc->finish();
+  return out;
+}
+
+TEST(BubbleTeaService, TrainingLossesAreBitwiseUnchanged) {
+  const mpi::Comm world = mpi::Comm::world();
+  const Config on = make_cfg(world);
+  const Config off = make_cfg(world, {"bubbletea.enabled=false"});
+  const TrainRun a = train(off, world);
+  const TrainRun b = train(on, world);
+  ASSERT_EQ(a.losses.size(), 3U);
+  EXPECT_EQ(a.losses, b.losses);  // bitwise
+  for (double l : a.losses) EXPECT_TRUE(std::isfinite(l) && l > 0);
+  // BubbleTea did work in the bubbles (one stage has none), and what it served is right.
+  double prefill = 0;
+  for (const auto& k : b.report.ranks) prefill += k.prefill_s;
+  if (world.size() > 1) {
+    EXPECT_GT(b.report.served(), 0);
+    EXPECT_GT(prefill, 0.0);
+  }
+  const topo::Layout layout(world.size(), on.parallel);
+  const auto reqs = load_requests(on, layout.dc_count());
+  auto be = device::make_backend(on.device);
+  for (const auto& q : b.report.requests) {
+    if (q.prefilled() && static_cast<int>(q.tokens.size()) == q.max_new_tokens) {
+      EXPECT_EQ(q.tokens, standalone(on, *be, reqs[static_cast<std::size_t>(q.id)])) << "request " << q.id;
+    }
+  }
+}
+
+// An overload (a backlog far beyond what the bubbles hold) queues: the bubbles are used, each one
+// ends within its budget (chunks are admitted by predicted time), and the rest is reported queued.
+TEST(BubbleTeaService, OverloadQueuesAndStaysInsideTheBubbles) {
+  const mpi::Comm world = mpi::Comm::world();
+  const Config cfg = make_cfg(world, {"bubbletea.requests=3000", "bubbletea.guard_ms=0.3"});
+  const topo::Layout layout(world.size(), cfg.parallel);
+  const topo::Communicators comms = topo::Communicators::create(world, layout);
+  auto backend = device::make_backend(cfg.device);
+  const sched::ScheduleTable table = sched::build_schedule(cfg, layout);
+  runtime::Profiler profiler(false, comms.world.rank(), 0);
+  Service svc(cfg, layout, comms, table, *backend, profiler, options());
+  svc.start();
+  const double budget = 0.003;
+  const sched::Slot idle{sched::SlotKind::Idle, -1, 0.0, budget * 1e3};
+  std::vector<double> excess;
+  double work = 0;
+  for (int i = 0; i < 40; ++i) {
+    const double t0 = profiler.now();
+    work += svc.fill(0, idle, budget).first;
+    excess.push_back(profiler.now() - t0 - budget);
+    const double left = t0 + budget - profiler.now();  // the rest of the bubble passes
+    if (left > 0) std::this_thread::sleep_for(std::chrono::duration<double>(left));
+  }
+  const Report rep = svc.finish();
+  std::sort(excess.begin(), excess.end());
+  // Admission by predicted time: a bubble ends within its budget unless a chunk was slowed, so
+  // the median excess is ~0 where every rank has a core (more ranks than cores preempt chunks,
+  // and this test is not a benchmark); a filler that ignored the budget would run its whole
+  // backlog (seconds) in the first bubble.
+  if (world.size() <= static_cast<int>(std::thread::hardware_concurrency())) {
+    EXPECT_LE(excess[excess.size() / 2], 2e-3) << "the median bubble ran past its budget";
+  }
+  EXPECT_LE(excess.back(), 0.5) << "a bubble ran far past its budget";
+  EXPECT_GT(work, 0.0);
+  EXPECT_LT(rep.served(), 3000);
+  EXPECT_GT(rep.queued(), 0);
+  EXPECT_EQ(rep.arrived(), 3000);  // rate 0: all arrived at t = 0
+  int qfinal = 0;
+  for (const auto& k : rep.ranks)
+    if (k.dc_rank == 0) qfinal += k.queue_final;
+  EXPECT_GT(qfinal, 0);
+}
+
+// bubbletea.weights = an atlas checkpoint: the model read from it (a longer wpe than the context,
+// read as a hyperslab) serves the tokens of a standalone model with those weights, not the seed's.
+TEST(BubbleTeaService, LoadsWeightsFromAnAtlasCheckpoint) {
+  const mpi::Comm world = mpi::Comm::world();
+  const fs::path dir = fs::temp_directory_path() / "atlas_bt_ckpt";
+  const Config probe = make_cfg(world);
+  InferShape file_shape = InferShape::from(probe.bubbletea);
+  file_shape.context = 64;  // the checkpoint's model.seq_len
+  auto be = device::make_backend(probe.device);
+  InferenceModel src(file_shape, LayerRange{0, file_shape.layers, true, true}, *be, 4);
+  src.init_random(777, 0.05);
+  std::vector<std::vector<float>> values;
+  std::vector<io::WriteShard> shards;
+  for (const auto& p : src.params()) values.emplace_back(p.value.floats());
+  std::size_t i = 0;
+  std::vector<float> zeros(64 * 32 * 4 * 4, 0.0F);
+  for (const auto& p : src.params()) {
+    be->download(values[i].data(), p.value.data(), values[i].size() * 4);
+    if (world.rank() == 0)
+      shards.push_back({p.name, p.shape, std::vector<std::int64_t>(p.shape.size(), 0), p.shape, true, values[i].data(),
+                        zeros.data(), zeros.data()});
+    ++i;
+  }
+  io::CheckpointMeta meta;
+  meta.step = 1;
+  meta.model = {file_shape.layers, file_shape.hidden, file_shape.heads, 64, file_shape.vocab};
+  const io::WriteResult w = io::write_checkpoint(world, dir.string(), meta, shards);
+
+  const Config cfg = make_cfg(world, {"bubbletea.weights=" + w.path});
+  const Report rep = serve_all(cfg, world, 0.02);
+  ASSERT_EQ(rep.decoded(), 9);
+  const topo::Layout layout(world.size(), cfg.parallel);
+  const auto reqs = load_requests(cfg, layout.dc_count());
+  InferShape sh = InferShape::from(cfg.bubbletea);
+  InferenceModel ref(sh, LayerRange{0, sh.layers, true, true}, *be, 5);
+  ref.init_random(777, 0.05);  // same draw: the first 48 wpe rows of the 64-row tensor
+  for (const auto& q : rep.requests) {
+    const Request& r = reqs[static_cast<std::size_t>(q.id)];
+    EXPECT_EQ(q.tokens, generate(ref, r.prompt, 5, r.max_new_tokens)) << "request " << q.id;
+  }
+  // A context beyond the checkpoint's positions, and a shape mismatch, are ConfigErrors.
+  const auto err = [&](const std::vector<std::string>& extra) {
+    try {
+      const Config c = make_cfg(world, extra);
+      const topo::Communicators comms = topo::Communicators::create(world, layout);
+      const sched::ScheduleTable table = sched::build_schedule(c, layout);
+      runtime::Profiler profiler(false, comms.world.rank(), 0);
+      Service svc(c, layout, comms, table, *be, profiler, options());
+      (void)svc.finish();
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_THAT(err({"bubbletea.weights=" + w.path, "bubbletea.context=80"}),
+              ::testing::HasSubstr("bubbletea.context = 80 exceeds the checkpoint's model.seq_len = 64"));
+  EXPECT_THAT(err({"bubbletea.weights=" + w.path, "bubbletea.hidden=16"}),
+              ::testing::HasSubstr("model.hidden is 32 in the checkpoint but bubbletea.hidden = 16"));
+  EXPECT_THAT(err({"bubbletea.weights=" + (dir / "missing.h5").string()}), ::testing::HasSubstr("missing.h5"));
+}
+
+/// Runs the Service constructor with `cfg` and returns the ConfigError's text ("" if none).
+std::string setup_error(const Config& cfg, const mpi::Comm& world, ServiceOptions opt = options()) {
+  const topo::Layout layout(world.size(), cfg.parallel);
+  const topo::Communicators comms = topo::Communicators::create(world, layout);
+  auto backend = device::make_backend(cfg.device);
+  const sched::ScheduleTable table = sched::build_schedule(cfg, layout);
+  runtime::Profiler profiler(false, comms.world.rank(), 0);
+  try {
+    Service svc(cfg, layout, comms, table, *backend, profiler, std::move(opt));
+    (void)svc.finish();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(BubbleTeaService, BadInputIsACollectiveConfigError) {
+  using ::testing::HasSubstr;
+  const mpi::Comm world = mpi::Comm::world();
+  // Weights alone over the cap.
+  EXPECT_THAT(setup_error(make_cfg(world, {"bubbletea.kv_cap_bytes=10K"}), world),
+              HasSubstr("alone take"));
+  // An unsorted trace (written by rank 0, read by rank 0, parsed everywhere).
+  const fs::path trace = fs::temp_directory_path() / "atlas_bt_unsorted.csv";
+  if (world.rank() == 0) {
+    std::ofstream f(trace);
+    f << "arrival_s,prompt,max_new_tokens\n0.5,4,2\n0.25,4,2\n";
+  }
+  world.barrier();
+  EXPECT_THAT(setup_error(make_cfg(world, {"bubbletea.trace=" + trace.string()}), world),
+              HasSubstr(trace.string() + ":3: arrival time 0.25 is earlier"));
+  // A prompt longer than the context.
+  if (world.rank() == 0) {
+    std::ofstream f(trace);
+    f << "0,45,7\n";
+  }
+  world.barrier();
+  EXPECT_THAT(setup_error(make_cfg(world, {"bubbletea.trace=" + trace.string()}), world),
+              HasSubstr(trace.string() + ":1: prompt of 45 tokens plus max_new_tokens 7 = 52 exceeds bubbletea.context = 48"));
+  // A DC with more ranks than inference blocks (np >= 2 puts 2 ranks in a DC).
+  if (world.size() >= 2) {
+    EXPECT_THAT(setup_error(make_cfg(world, {"bubbletea.layers=1"}), world),
+                HasSubstr("bubbletea.layers = 1 is fewer than the 2 ranks"));
+  }
+  // No decode worker program.
+  ServiceOptions o = options();
+  o.worker_program = "/nonexistent/atlas-decode-worker";
+  EXPECT_THAT(setup_error(make_cfg(world), world, o), HasSubstr("cannot start the decode worker"));
+}
+
+// The bench runs the deck off and on in one invocation and finds the losses bitwise equal.
+TEST(BubbleTeaBench, OffAndOnInOneInvocation) {
+  const mpi::Comm world = mpi::Comm::world();
+  const fs::path dir = fs::temp_directory_path() / "atlas_bt_bench";
+  const fs::path deck = dir / "bench.deck";
+  if (world.rank() == 0) {
+    fs::create_directories(dir);
+    std::ofstream f(deck);
+    f << deck_text(world);
+  }
+  world.barrier();
+  ::setenv("ATLAS_DECODE_WORKER", ATLAS_DECODE_WORKER_EXE, 1);
+  int argc = 0;
+  char** argv = nullptr;
+  mpi::Environment env(argc, argv, mpi::ThreadLevel::Multiple);  // MPI is up: this only wraps it
+  const std::vector<std::string> args{deck.string(), "run.steps=4", "run.out_dir=" + dir.string(), "--repeats", "1",
+                                      "--warmup", "1"};
+  EXPECT_EQ(run_bubbletea_bench(env, args), 0);
+  if (world.rank() == 0) {
+    std::ifstream j(dir / "bt_test" / "bubbletea_bench.json");
+    std::stringstream text;
+    text << j.rdbuf();
+    EXPECT_THAT(text.str(), ::testing::HasSubstr("\"losses_equal\":true"));
+    EXPECT_THAT(text.str(), ::testing::HasSubstr("\"steps\":4"));
+  }
+  EXPECT_THROW((void)run_bubbletea_bench(env, {deck.string(), "--repeats", "0"}), ConfigError);
+  EXPECT_THROW((void)run_bubbletea_bench(env, {deck.string(), "--warmup", "9"}), ConfigError);
+}
+
+}  // namespace
+}  // namespace atlas::bubbletea

@@ -1,0 +1,277 @@
+// SPDX-License-Identifier: MIT
+// BubbleTea's inference model: the same initialisation as the training model (tensor by tensor),
+// attention over the KV cache against the training model's loss, pipeline-split prefill and the
+// KV handoff bitwise equal to the standalone model, chunked against whole-prompt prefill, the
+// cost model, and the error paths (prompt beyond the context, a layer split without blocks).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "atlas/bubbletea/cost.hpp"
+#include "atlas/bubbletea/model.hpp"
+#include "atlas/bubbletea/wire.hpp"
+#include "atlas/core/error.hpp"
+#include "atlas/device/host_backend.hpp"
+#include "atlas/model/gpt.hpp"
+#include "atlas/model/rng.hpp"
+
+namespace atlas::bubbletea {
+namespace {
+
+InferShape small_shape() { return InferShape{4, 16, 4, 48, 37}; }
+
+std::vector<std::int32_t> ids(int n, int vocab, std::uint64_t seed) {
+  std::vector<std::int32_t> out(static_cast<std::size_t>(n));
+  const std::uint64_t key = model::rng::key(seed, "prompt");
+  for (int i = 0; i < n; ++i)
+    out[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(model::rng::bits(key, static_cast<std::uint64_t>(i)) % vocab);
+  return out;
+}
+
+std::vector<float> host_of(device::Backend& be, const device::Buffer& b, std::size_t floats) {
+  std::vector<float> v(floats);
+  be.download(v.data(), b.data(), floats * sizeof(float));
+  return v;
+}
+
+class InferModel : public ::testing::Test {
+ protected:
+  std::unique_ptr<device::Backend> be = device::make_host_backend(1);
+  static constexpr std::uint64_t kSeed = 99;
+  std::unique_ptr<InferenceModel> whole(int max_chunk) {
+    const InferShape sh = small_shape();
+    auto m = std::make_unique<InferenceModel>(sh, LayerRange{0, sh.layers, true, true}, *be, max_chunk);
+    m->init_random(kSeed, 0.02);
+    return m;
+  }
+};
+
+TEST(InferSplit, LayersAreContiguousAndCoverTheModel) {
+  for (int ranks = 1; ranks <= 5; ++ranks) {
+    int next = 0;
+    for (int i = 0; i < ranks; ++i) {
+      const LayerRange r = split_layers(7, ranks, i);
+      EXPECT_EQ(r.first, next);
+      EXPECT_GE(r.count, 7 / ranks);
+      EXPECT_LE(r.count, 7 / ranks + 1);
+      EXPECT_EQ(r.has_embedding, i == 0);
+      EXPECT_EQ(r.has_head, i == ranks - 1);
+      next += r.count;
+    }
+    EXPECT_EQ(next, 7);
+  }
+  try {
+    (void)split_layers(2, 4, 0);
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("bubbletea.layers = 2 is fewer than the 4 ranks"));
+  }
+}
+
+TEST(InferSplit, ChunkSizesDependOnlyOnThePrompt) {
+  EXPECT_EQ(chunk_sizes(10, 0), std::vector<int>({10}));
+  EXPECT_EQ(chunk_sizes(10, 4), std::vector<int>({4, 4, 2}));
+  EXPECT_EQ(chunk_sizes(8, 4), std::vector<int>({4, 4}));
+  EXPECT_EQ(chunk_sizes(3, 4), std::vector<int>({3}));
+}
+
+// The inference model draws exactly the training model's initial tensors (same names, same
+// values), so a checkpoint of one loads into the other.
+TEST_F(InferModel, RandomInitMatchesTheTrainingModel) {
+  const InferShape sh = small_shape();
+  ModelCfg mc;
+  mc.layers = sh.layers;
+  mc.hidden = sh.hidden;
+  mc.heads = sh.heads;
+  mc.seq_len = sh.context;
+  mc.vocab = sh.vocab;
+  mc.init_std = 0.02;
+  model::StageModel train(mc, 1, model::StageSpec{}, *be, nullptr, kSeed);
+  auto inf = whole(8);
+  int compared = 0;
+  for (const auto& p : inf->params()) {
+    model::ParamTensor* t = train.find_param(p.name);
+    ASSERT_NE(t, nullptr) << p.name;
+    ASSERT_EQ(t->full_shape, p.shape) << p.name;
+    const auto n = static_cast<std::size_t>(t->shard_numel());
+    EXPECT_EQ(host_of(*be, t->value, n), host_of(*be, p.value, n)) << p.name;
+    ++compared;
+  }
+  EXPECT_EQ(compared, 2 + 12 * sh.layers + 2);
+}
+
+// Token-by-token decoding over the KV cache gives the logits whose cross-entropy is the training
+// model's loss on the same sequence (its attention is the backend's fused causal kernel).
+TEST_F(InferModel, CachedAttentionAgreesWithTheTrainingForward) {
+  const InferShape sh = small_shape();
+  ModelCfg mc;
+  mc.layers = sh.layers;
+  mc.hidden = sh.hidden;
+  mc.heads = sh.heads;
+  mc.seq_len = 12;
+  mc.vocab = sh.vocab;
+  mc.init_std = 0.2;  // large weights: attention patterns far from uniform
+  model::StageModel train(mc, 1, model::StageSpec{}, *be, nullptr, kSeed);
+  InferenceModel inf(sh, LayerRange{0, sh.layers, true, true}, *be, 8);
+  inf.init_random(kSeed, 0.2);
+  const auto seq = ids(13, sh.vocab, 5);
+  std::vector<std::int32_t> tokens(seq.begin(), seq.begin() + 12), targets(seq.begin() + 1, seq.end());
+  train.forward(0, tokens.data(), targets.data(), nullptr, nullptr);
+  const double expect = train.micro_loss(0);
+
+  // One token at a time over the cache: the logits of every position.
+  KvCache cache = inf.make_cache(12);
+  std::vector<float> logits(static_cast<std::size_t>(sh.vocab));
+  double loss = 0;
+  for (int t = 0; t < 12; ++t) {
+    inf.forward(cache, 1, &tokens[static_cast<std::size_t>(t)], nullptr, nullptr, logits.data());
+    double mx = -1e30, sum = 0;
+    for (float v : logits) mx = std::max(mx, static_cast<double>(v));
+    for (float v : logits) sum += std::exp(v - mx);
+    loss += -(logits[static_cast<std::size_t>(targets[static_cast<std::size_t>(t)])] - mx - std::log(sum));
+  }
+  loss /= 12;
+  EXPECT_NEAR(loss, expect, 1e-5 * std::fabs(expect));
+  EXPECT_EQ(cache.len, 12);
+}
+
+// Chunked prefill (positions [pos, pos + n) attending to the cache) equals one whole-prompt pass
+// to rounding, and gives the same tokens.
+TEST_F(InferModel, ChunkedPrefillMatchesWholePrompt) {
+  auto m = whole(30);
+  const auto prompt = ids(30, small_shape().vocab, 11);
+  KvCache a = m->make_cache(30), b = m->make_cache(30);
+  std::vector<float> la(37), lb(37);
+  m->forward(a, 30, prompt.data(), nullptr, nullptr, la.data());
+  for (int pos = 0; pos < 30; pos += 7) {
+    const int n = std::min(7, 30 - pos);
+    m->forward(b, n, prompt.data() + pos, nullptr, nullptr, pos + n == 30 ? lb.data() : nullptr);
+  }
+  double worst = 0;
+  for (std::size_t i = 0; i < la.size(); ++i) worst = std::max(worst, static_cast<double>(std::fabs(la[i] - lb[i])));
+  EXPECT_LT(worst, 1e-5);
+  for (std::size_t l = 0; l < a.k.size(); ++l) {
+    const auto ka = host_of(*be, a.k[l], 30 * 16), kb = host_of(*be, b.k[l], 30 * 16);
+    for (std::size_t i = 0; i < ka.size(); ++i) ASSERT_NEAR(ka[i], kb[i], 1e-5) << "layer " << l << " elem " << i;
+  }
+  EXPECT_EQ(generate(*m, prompt, 0, 10), generate(*m, prompt, 7, 10));
+}
+
+// The pipeline split (three ranks' layer ranges chained, activations through host buffers as
+// MPI would carry them) then the KV handoff through the wire format and a whole-model decode:
+// bitwise the standalone generation.
+TEST_F(InferModel, SplitPrefillAndKvHandoffAreBitwiseStandalone) {
+  const InferShape sh = small_shape();
+  const int chunk = 6;
+  const auto prompt = ids(17, sh.vocab, 3);
+  auto ref_model = whole(chunk);
+  const std::vector<std::int32_t> expect = generate(*ref_model, prompt, chunk, 9);
+
+  std::vector<std::unique_ptr<InferenceModel>> stages;
+  std::vector<KvCache> caches;
+  for (int i = 0; i < 3; ++i) {
+    stages.push_back(std::make_unique<InferenceModel>(sh, split_layers(sh.layers, 3, i), *be, chunk));
+    stages.back()->init_random(kSeed, 0.02);
+    caches.push_back(stages.back()->make_cache(17));
+  }
+  std::vector<float> a(chunk * 16), b(chunk * 16), logits(37);
+  int pos = 0;
+  for (int n : chunk_sizes(17, chunk)) {
+    const bool last = pos + n == 17;
+    stages[0]->forward(caches[0], n, prompt.data() + pos, nullptr, a.data(), nullptr);
+    stages[1]->forward(caches[1], n, nullptr, a.data(), b.data(), nullptr);
+    stages[2]->forward(caches[2], n, nullptr, b.data(), nullptr, last ? logits.data() : nullptr);
+    pos += n;
+  }
+  const std::int32_t first = InferenceModel::argmax(logits);
+
+  // Handoff: each stage's part through encode/decode, assembled into a whole-model cache.
+  auto decoder = whole(1);
+  KvCache full = decoder->make_cache(17 + 9);
+  for (int i = 0; i < 3; ++i) {
+    const std::vector<char> bytes = wire::encode_kv(42, *stages[static_cast<std::size_t>(i)], caches[static_cast<std::size_t>(i)]);
+    const wire::KvPart part = wire::decode_kv(bytes);
+    EXPECT_EQ(part.request, 42);
+    EXPECT_EQ(part.len, 17);
+    const float* src = part.data.data();
+    for (int l = 0; l < part.layers; ++l) {
+      be->upload(full.k[static_cast<std::size_t>(part.first_layer + l)].data(), src, 17 * 16 * 4);
+      src += 17 * 16;
+      be->upload(full.v[static_cast<std::size_t>(part.first_layer + l)].data(), src, 17 * 16 * 4);
+      src += 17 * 16;
+    }
+  }
+  full.len = 17;
+  // The standalone cache, for a bitwise comparison of the handed-off keys and values.
+  KvCache ref = ref_model->make_cache(17);
+  pos = 0;
+  for (int n : chunk_sizes(17, chunk)) {
+    ref_model->forward(ref, n, prompt.data() + pos, nullptr, nullptr, nullptr);
+    pos += n;
+  }
+  for (std::size_t l = 0; l < ref.k.size(); ++l) {
+    EXPECT_EQ(host_of(*be, ref.k[l], 17 * 16), host_of(*be, full.k[l], 17 * 16)) << "K of layer " << l;
+    EXPECT_EQ(host_of(*be, ref.v[l], 17 * 16), host_of(*be, full.v[l], 17 * 16)) << "V of layer " << l;
+  }
+  EXPECT_EQ(decode_greedy(*decoder, full, first, 9), expect);
+  EXPECT_EQ(expect.size(), 9U);
+}
+
+TEST_F(InferModel, ErrorsNameTheLimit) {
+  auto m = whole(8);
+  const auto prompt = ids(45, small_shape().vocab, 1);
+  try {
+    (void)generate(*m, prompt, 8, 8);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("does not fit bubbletea.context = 48"));
+  }
+  KvCache c = m->make_cache(4);
+  std::vector<std::int32_t> five(5, 1);
+  EXPECT_THROW(m->forward(c, 5, five.data(), nullptr, nullptr, nullptr), Error);
+  std::vector<std::int32_t> bad{1, 99};
+  try {
+    m->forward(c, 2, bad.data(), nullptr, nullptr, nullptr);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("outside the inference vocabulary [0, 37)"));
+  }
+  EXPECT_THROW((void)m->make_cache(49), Error);
+  EXPECT_THROW(InferenceModel(InferShape{2, 10, 4, 16, 8}, LayerRange{0, 2, true, true}, *be, 4), ConfigError);
+}
+
+TEST_F(InferModel, MemoryFiguresAreExact) {
+  const InferShape sh = small_shape();
+  auto m = whole(8);
+  const std::size_t c = 16, v = 37, t = 48;
+  const std::size_t block = 2 * c + 3 * c * c + 3 * c + c * c + c + 2 * c + 4 * c * c + 4 * c + 4 * c * c + c;
+  EXPECT_EQ(m->weight_bytes(), 4 * (v * c + t * c + sh.layers * block + 2 * c));
+  EXPECT_EQ(m->kv_bytes_per_token(), 2 * 4 * c * 4);
+  EXPECT_EQ(m->make_cache(10).bytes(), 10 * m->kv_bytes_per_token());
+}
+
+TEST_F(InferModel, CalibratedCostPredictsTheChunks) {
+  auto m = whole(32);
+  PrefillCost cost = calibrate(*m, 3);
+  EXPECT_GT(cost.per_token_ms + cost.fixed_ms, 0.0);
+  EXPECT_GE(cost.scale, 1.0);
+  EXPECT_GT(cost.predict_ms(32, 0), cost.predict_ms(1, 0));
+  // Online correction: the 90th percentile of the last 32 actual/raw ratios, once 8 were seen.
+  const double before = cost.scale;
+  for (int i = 0; i < 7; ++i) cost.observe(32, 0, 2.0 * cost.raw_ms(32, 0));
+  EXPECT_EQ(cost.scale, before);  // too few chunks yet
+  cost.observe(32, 0, 2.0 * cost.raw_ms(32, 0));
+  EXPECT_NEAR(cost.scale, 2.0, 1e-12);
+  // One preempted chunk (50x) among 32 does not move the 90th percentile.
+  for (int i = 0; i < 30; ++i) cost.observe(16, 0, 1.5 * cost.raw_ms(16, 0));
+  cost.observe(16, 0, 50.0 * cost.raw_ms(16, 0));
+  EXPECT_NEAR(cost.scale, 1.5, 1e-12);
+  // A machine that got slower for good is followed.
+  for (int i = 0; i < 32; ++i) cost.observe(8, 3, 3.0 * cost.raw_ms(8, 3));
+  EXPECT_NEAR(cost.scale, 3.0, 1e-12);
+}
+
+}  // namespace
+}  // namespace atlas::bubbletea
