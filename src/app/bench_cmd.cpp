@@ -13,10 +13,12 @@
 #include "atlas/app/commands.hpp"
 #include "atlas/app/training_job.hpp"
 #include "atlas/deck/deck.hpp"
+#include "atlas/bubbletea/bench.hpp"
 #include "atlas/io/bench.hpp"
 #include "atlas/model/bench.hpp"
 #include "atlas/sim/bench.hpp"
 #include "atlas/sim/simulator.hpp"
+#include "atlas/wan/bench.hpp"
 
 namespace atlas::app {
 
@@ -193,6 +195,9 @@ int bench_fidelity(Context& ctx) {
   return 0;
 }
 
+int bench_wan(Context& ctx) { return wan::run_wan_bench(ctx.env, ctx.args); }
+int bench_bubbletea(Context& ctx) { return bubbletea::run_bubbletea_bench(ctx.env, ctx.args); }
+
 int bench_sim(Context& ctx) { return ctx.env.world_rank() == 0 ? sim::run_sim_bench(ctx.args) : 0; }
 
 struct BenchEntry {
@@ -205,6 +210,7 @@ int bench_gemm(Context& ctx) { return ctx.env.world_rank() == 0 ? model::run_gem
 int bench_ckpt(Context& ctx) { return io::run_ckpt_bench(ctx.env, ctx.args); }
 
 const BenchEntry kBenches[] = {
+    {"wan", "multi-rail TCP vs one rail vs Open MPI vs iperf3 on the (emulated) WAN link", bench_wan},
     {"gemm", "host backend GEMM on the model's shapes vs bare OpenBLAS sgemm", bench_gemm},
     {"step", "tokens/s of a deck at 1 rank and at N ranks (mpirun -np N)", bench_step},
     {"schedules", "gpipe, 1f1b and atlas of one deck: measured vs predicted step and bubble", bench_schedules},
@@ -212,6 +218,8 @@ const BenchEntry kBenches[] = {
     {"ckpt", "checkpoint write throughput vs a plain sequential write", bench_ckpt},
     {"sim", "simulator speed: one step of a 10,000-GPU job; a 1,024-GPU planner search", bench_sim},
     {"fidelity", "example decks run for real and in the simulator: measured vs predicted", bench_fidelity},
+    {"bubbletea", "the same deck with BubbleTea off and on: step time, utilization, prefill tokens/s, TTFT",
+     bench_bubbletea},
 };
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "atlas/runtime/fault.hpp"
 #include "atlas/runtime/trainer.hpp"
 #include "atlas/sched/schedule.hpp"
+#include "atlas/sim/simulator.hpp"
 #include "atlas/topo/communicators.hpp"
 #include "atlas/wan/transport.hpp"
 
@@ -76,7 +77,7 @@ JobResult run_training_job(const Config& cfg, const mpi::Comm& world, const JobO
   out.text(map);
 
   std::unique_ptr<device::Backend> backend = device::make_backend(cfg.device);
-  const sched::ScheduleTable table = sched::build_schedule(cfg, layout);
+  const sched::ScheduleTable table = sim::runtime_table(cfg, layout);
 
   // ---- pre-flight validation ----
   const auto hash = static_cast<unsigned long long>(table.structure_hash());
@@ -94,7 +95,8 @@ JobResult run_training_job(const Config& cfg, const mpi::Comm& world, const JobO
                        hash, world.size(), transport->name(), cfg.wan.rails));
 
   const std::size_t reserve = cfg.profile.enabled
-                                  ? static_cast<std::size_t>(cfg.run.steps) * (table.row(me.stage, me.dp).size() + 8) + 64
+                                  ? static_cast<std::size_t>(cfg.run.steps) * (table.row(me.stage, me.dp).size() + 8) *
+                                            (cfg.bubbletea.enabled ? 3 : 1) + 64
                                   : 0;
   runtime::Profiler profiler(cfg.profile.enabled, comms.world.rank(), reserve);
   runtime::Trainer trainer(cfg, layout, comms, table, transport.get(), *backend, profiler);

@@ -115,7 +115,7 @@ void TrainOutput::step(const runtime::StepReport& r, double val, std::int64_t to
   // crosses the WAN, so not every step).
   double job[3] = {(r.compute_s + r.prefill_s) / r.step_s, static_cast<double>(r.boundary.wan_bytes_sent),
                    r.boundary.wan_send_busy_s};
-  if (logged) comms.world.allreduce_sum(std::span<double>(job, 3));
+  if (logged) comms.world.iallreduce_sum(std::span<double>(job, 3)).wait_polling();
   if (!m_root) return;
   if (m_timed_steps == 0 && m_first_loss == 0.0) m_first_loss = r.loss;
   m_last_loss = r.loss;
@@ -199,6 +199,8 @@ void TrainOutput::finish(runtime::Trainer& trainer, const topo::Communicators& c
       default: break;
     }
   }
+  // BubbleTea's prefill events sit inside the Idle slots they filled: idle is what is left.
+  for (auto& [rank, a] : acc) a.idle = std::max(0.0, a.idle - a.prefill);
   std::string s = fmt::format("# per-rank time over {} recorded steps (s): compute, intra-DC comm, WAN wait, "
                               "idle, prefill, utilization = (compute + prefill) / wall\n",
                               m_timed_steps);

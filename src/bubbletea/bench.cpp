@@ -20,6 +20,7 @@
 #include "atlas/device/backend.hpp"
 #include "atlas/runtime/trainer.hpp"
 #include "atlas/sched/schedule.hpp"
+#include "atlas/sim/simulator.hpp"
 #include "atlas/topo/communicators.hpp"
 #include "atlas/wan/transport.hpp"
 
@@ -155,7 +156,7 @@ int run_bubbletea_bench(mpi::Environment& env, const std::vector<std::string>& a
   const topo::Layout layout(world.size(), cfg.parallel);
   const topo::Communicators comms = topo::Communicators::create(world, layout);
   std::unique_ptr<device::Backend> backend = device::make_backend(cfg.device);
-  const sched::ScheduleTable table = sched::build_schedule(cfg, layout);
+  const sched::ScheduleTable table = sim::runtime_table(cfg, layout);
   if (root)
     fmt::print("# bench bubbletea: deck {}, {} ranks ({} DCs, {} stages x dp {} x tp {}), schedule {}, {} steps per run "
                "({} warm-up), {} off/on pairs\n# table: predicted step {:.1f} ms, mean bubble {:.1f}%\n",

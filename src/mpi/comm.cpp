@@ -4,7 +4,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <sstream>
+#include <thread>
 
 #include "atlas/core/check.hpp"
 #include "atlas/core/log.hpp"
@@ -98,6 +101,14 @@ Request::~Request() {
 void Request::wait() {
   if (m_req == MPI_REQUEST_NULL) return;
   ATLAS_MPI_CHECK(MPI_Wait(&m_req, MPI_STATUS_IGNORE));
+}
+
+void Request::wait_polling(int max_sleep_us) {
+  int sleep_us = 10;
+  while (!test()) {
+    std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
+    sleep_us = std::min(sleep_us * 2, max_sleep_us);
+  }
 }
 
 bool Request::test() {

@@ -17,7 +17,25 @@ namespace atlas::runtime {
 
 namespace {
 using Clock = std::chrono::steady_clock;
-void pause_briefly() { std::this_thread::sleep_for(std::chrono::microseconds(20)); }
+/// Polling with exponential back-off: quick to notice a completion that is about to happen, but a
+/// long wait (a WAN transfer, a slow peer) costs few wake-ups. Ranks share cores on CPU runs, and
+/// a tight poll loop in every rank would steal them from the ranks that compute.
+class Backoff {
+ public:
+  explicit Backoff(int max_us) : m_max_us(max_us) {}
+  void pause() {
+    std::this_thread::sleep_for(std::chrono::microseconds(m_us));
+    m_us = std::min(m_us * 2, m_max_us);
+  }
+  void reset() { m_us = kMinUs; }
+
+ private:
+  static constexpr int kMinUs = 10;
+  int m_us = kMinUs;
+  int m_max_us;
+};
+constexpr int kMainMaxPollUs = 200;    // the main thread: on the critical path
+constexpr int kSenderMaxPollUs = 500;  // the sender thread: token hand-over latency
 }  // namespace
 
 Boundary::Boundary(const topo::Layout& layout, const topo::Communicators& comms,
@@ -97,6 +115,7 @@ void Boundary::wait_recv(const sched::Slot& slot) {
   ATLAS_ASSERT(op, "no receive posted for micro-batch " << slot.micro);
   const auto start = Clock::now();
   auto last_progress = start;
+  Backoff backoff(kMainMaxPollUs);
   while (!op->done) {
     if (op->wan) {
       std::lock_guard lock(m_wan_mutex);
@@ -118,7 +137,7 @@ void Boundary::wait_recv(const sched::Slot& slot) {
                                 << " s over " << (op->wan ? "the WAN transport" : "MPI")
                                 << "\n  hint: the peer may have died; raise wan.recv_timeout_s if the link is slow");
     }
-    pause_briefly();
+    backoff.pause();
   }
 }
 
@@ -139,7 +158,7 @@ void Boundary::post_send(const sched::Slot& slot, int slot_index) {
 }
 
 BoundaryStats Boundary::end_step() {
-  for (auto& r : m_local_sends) r.wait();
+  for (auto& r : m_local_sends) r.wait_polling(kMainMaxPollUs);
   m_local_sends.clear();
   // Every receive of the step was consumed by a wait_recv; check, so a table bug fails loudly.
   for (const auto& r : m_recvs) ATLAS_ASSERT(r.done, "receive of micro-batch " << r.micro << " never consumed");
@@ -150,6 +169,7 @@ BoundaryStats Boundary::end_step() {
       std::lock_guard lock(m_jobs_mutex);
       posted = m_jobs_posted;
     }
+    Backoff backoff(kMainMaxPollUs);
     while (m_jobs_completed.load() < posted) {
       {
         std::lock_guard lock(m_error_mutex);
@@ -158,7 +178,7 @@ BoundaryStats Boundary::end_step() {
       if (std::chrono::duration<double>(Clock::now() - start).count() > m_timeout_s)
         ATLAS_THROW(Comm, "step " << m_step << ": " << posted - m_jobs_completed.load() << " of " << posted
                                   << " WAN sends did not complete within " << m_timeout_s << " s");
-      pause_briefly();
+      backoff.pause();
     }
     std::lock_guard lock(m_jobs_mutex);
     for (const auto& e : m_send_events) {
@@ -213,6 +233,7 @@ void Boundary::sender_loop() {
   };
   try {
     std::vector<InFlight> inflight;
+    Backoff backoff(kSenderMaxPollUs);
     std::deque<SendJob> queue;                 // this step's jobs, in row order
     std::set<std::pair<int, int>> own_done;    // (link, pos) of my completed sends this step
     std::map<std::pair<int, int>, MPI_Request> tokens;  // (link, pos) of the predecessor -> recv
@@ -339,7 +360,11 @@ void Boundary::sender_loop() {
         busy = true;
       }
       // Tokens that arrived are consumed in may_start (MPI_Test sets the request to null).
-      if (!busy) pause_briefly();
+      if (busy) {
+        backoff.reset();
+      } else {
+        backoff.pause();
+      }
     }
   } catch (...) {
     std::lock_guard lock(m_error_mutex);

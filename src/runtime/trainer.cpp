@@ -226,7 +226,7 @@ void Trainer::all_reduce_gradients() {
     std::size_t fill = 0;
     auto flush = [&] {
       if (fill == 0) return;
-      m_comms.dp.allreduce_sum(std::span<float>(m_bucket.data(), fill));
+      m_comms.dp.iallreduce_sum(std::span<float>(m_bucket.data(), fill)).wait_polling();
       for (const Piece& pc : pieces)
         m_backend.upload(pc.p->grad.f32() + pc.tensor_offset, m_bucket.data() + pc.bucket_offset, pc.count * sizeof(float));
       fill = 0;
@@ -254,14 +254,15 @@ void Trainer::all_reduce_gradients() {
     const auto n = static_cast<std::size_t>(wte->shard_numel());
     std::vector<float> host(n);
     m_backend.download(host.data(), wte->grad.data(), n * sizeof(float));
-    m_embed.allreduce_sum(std::span<float>(host));
+    m_embed.iallreduce_sum(std::span<float>(host)).wait_polling();
     m_backend.upload(wte->grad.data(), host.data(), n * sizeof(float));
   }
 }
 
 double Trainer::clip_and_step(int step) {
-  const double local = m_model->local_grad_sq_norm();
-  const double norm = std::sqrt(m_replica.allreduce(local, MPI_SUM));
+  double sq = m_model->local_grad_sq_norm();
+  m_replica.iallreduce_sum(std::span<double>(&sq, 1)).wait_polling();
+  const double norm = std::sqrt(sq);
   const double scale = model::clip_scale(norm, m_cfg.train.grad_clip);
   const double lr = model::lr_at(step, m_cfg.train, m_cfg.run.steps);
   m_adamw.step(m_model->params(), m_backend, lr, scale);
@@ -274,13 +275,14 @@ double Trainer::step_loss() {
   if (last) {
     for (int m = 0; m < m_cfg.train.micro_batches; ++m) loss += m_model->micro_loss(m);
     loss /= m_cfg.train.micro_batches;
-    loss = m_comms.dp.allreduce(loss, MPI_SUM) / m_layout.dp_size();
+    m_comms.dp.iallreduce_sum(std::span<double>(&loss, 1)).wait_polling();
+    loss /= m_layout.dp_size();
   }
   const int reporter = m_layout.world_rank(m_layout.pp_size() - 1, 0, 0);
   const int me = m_comms.world.rank();
   if (reporter == 0) return me == 0 ? loss : 0.0;
   if (me == reporter) m_comms.world.send(std::span<const double>(&loss, 1), 0, kLossTag);
-  if (me == 0) m_comms.world.recv(std::span<double>(&loss, 1), reporter, kLossTag);
+  if (me == 0) m_comms.world.irecv(std::span<double>(&loss, 1), reporter, kLossTag).wait_polling();
   return loss;
 }
 

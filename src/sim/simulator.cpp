@@ -102,13 +102,21 @@ SimResult simulate(const sched::CostModel& cost, ScheduleKind kind, int micro_ba
   return measure(sched::build_schedule(cost, o), cost, tokens);
 }
 
+sched::ScheduleTable runtime_table(const Config& cfg, const topo::Layout& layout) {
+  sched::ScheduleOptions o;
+  o.kind = cfg.schedule.kind;
+  o.micro_batches = cfg.train.micro_batches;
+  if (cfg.schedule.atlas_max_stagger > 0) o.max_stagger_transfers = cfg.schedule.atlas_max_stagger;
+  return sched::build_schedule(cost_model(cfg, layout, resolve_device_profile(cfg)), o);
+}
+
 SimResult simulate(const Config& cfg, const DeviceProfile& profile, const SimOptions& opt) {
   const topo::Layout layout(cfg.parallel.stages_per_dc, cfg.parallel.dp_size, cfg.parallel.tp_size);
   const sched::CostModel cost = cost_model(cfg, layout, profile);
   SimResult r;
   if (opt.source == TableSource::Deck) {
     // The runtime's own table (its slot order and, for atlas, its frozen WAN link orders).
-    const sched::ScheduleTable deck_table = sched::build_schedule(cfg, layout);
+    const sched::ScheduleTable deck_table = runtime_table(cfg, layout);
     r = measure(sched::retime(deck_table, cost), cost, tokens_per_step(cfg));
   } else {
     sched::ScheduleOptions o;

@@ -15,6 +15,7 @@
 #include "atlas/runtime/checkpointing.hpp"
 #include "atlas/runtime/trainer.hpp"
 #include "atlas/sched/schedule.hpp"
+#include "atlas/sim/simulator.hpp"
 #include "atlas/topo/communicators.hpp"
 #include "atlas/wan/transport.hpp"
 
@@ -64,7 +65,7 @@ inline Outcome train(const Config& cfg, const mpi::Comm& world, int until, int s
   const topo::Communicators comms = topo::Communicators::create(world, layout);
   const topo::Coord me = layout.coord(comms.world.rank());
   auto backend = device::make_backend(cfg.device);
-  const sched::ScheduleTable table = sched::build_schedule(cfg, layout);
+  const sched::ScheduleTable table = sim::runtime_table(cfg, layout);
   std::vector<int> peers;
   if (me.stage > 0 && layout.crosses_dc(me.stage - 1)) peers.push_back(layout.world_rank(me.stage - 1, me.dp, me.tp));
   if (me.stage + 1 < layout.pp_size() && layout.crosses_dc(me.stage))

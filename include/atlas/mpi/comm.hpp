@@ -79,6 +79,10 @@ class Request {
   Request& operator=(const Request&) = delete;
   ~Request();
   void wait();
+  /// Waits by polling MPI_Test with an exponential back-off (10 us up to `max_sleep_us`), so a
+  /// rank that waits long does not spin a core: on CPU runs several ranks share each core, and
+  /// Open MPI's own blocking waits busy-poll.
+  void wait_polling(int max_sleep_us = 200);
   /// True once complete (then the request is null).
   bool test();
   [[nodiscard]] bool pending() const noexcept { return m_req != MPI_REQUEST_NULL; }
@@ -144,6 +148,14 @@ class Comm {
   void allreduce_sum(std::span<T> data) const {
     ATLAS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data.data(), static_cast<int>(data.size()),
                                   datatype_of<T>(), MPI_SUM, m_comm));
+  }
+  /// Non-blocking in-place sum over *this. Collective (every rank posts it, same order).
+  template <class T>
+  [[nodiscard]] Request iallreduce_sum(std::span<T> data) const {
+    MPI_Request r = MPI_REQUEST_NULL;
+    ATLAS_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data.data(), static_cast<int>(data.size()), datatype_of<T>(),
+                                   MPI_SUM, m_comm, &r));
+    return Request(r);
   }
   /// Collective. Returns the op-reduction of one value on every rank.
   template <class T>

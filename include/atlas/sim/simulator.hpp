@@ -64,6 +64,11 @@ struct SimOptions {
   bool atlas_full_search = true;  ///< Search mode: the whole atlas candidate search
 };
 
+/// The table `atlas train` runs for a deck: built with the deck's device profile
+/// (resolve_device_profile: plan.gpu / plan.profiles, or the deck's schedule.fwd_ms_per_layer),
+/// so the runtime, `atlas schedule` and the simulator time the same table the same way.
+sched::ScheduleTable runtime_table(const Config& cfg, const topo::Layout& layout);
+
 /// Simulates one step of the deck's job under its device profile (resolve_device_profile).
 SimResult simulate(const Config& cfg, const SimOptions& opt = {});
 /// Same, with an explicit profile.
