@@ -102,6 +102,10 @@ cmd_up() {
     ip -n "$ns" link set eth0 up
     ip -n "$br" link set "p$d" master br0
     ip -n "$br" link set "p$d" up
+    # WAN-tuned hosts keep a connection's congestion window across idle gaps (Linux's default
+    # restarts slow start after an idle RTO, which turns every pipeline transfer that follows a
+    # compute slot into several round trips). Pipeline traffic is bursty by nature.
+    ip netns exec "$ns" sysctl -qw net.ipv4.tcp_slow_start_after_idle=0
     if [[ $window -gt 0 ]]; then
       # The stated per-flow limit: every TCP flow's window (receive and send buffer) is capped.
       ip netns exec "$ns" sysctl -qw net.ipv4.tcp_rmem="4096 $window $window"

@@ -17,7 +17,7 @@ namespace atlas::sched {
 
 namespace {
 
-enum class Ev : std::uint8_t { Resume, Arrive, FlowDone, Dispatch, HostDone };
+enum class Ev : std::uint8_t { Resume, Arrive, FlowDone, Dispatch, HostDone, Release };
 
 struct Event {
   double t;
@@ -42,6 +42,7 @@ struct LinkState {
   std::vector<int> active;
   std::vector<int> waiting;   // OrderedFifo: posted, not started
   std::size_t next_order = 0; // Ordered: next position in `order`
+  int holding = 0;            // ordered: finished transfers whose slot is not handed over yet
   double last_update = 0.0;
   int version = 0;
   bool dispatch_pending = false;
@@ -93,6 +94,10 @@ class Engine {
         case Ev::FlowDone: flow_done(e.a, e.b); break;
         case Ev::Dispatch: dispatch(e.a); break;
         case Ev::HostDone: host_done(e.a, e.b); break;
+        case Ev::Release:
+          --m_links[static_cast<std::size_t>(e.a)].holding;
+          dispatch(e.a);
+          break;
       }
     }
     finish();
@@ -337,6 +342,11 @@ class Engine {
         m.end_ms = m_now;
         m.arrive_ms = m_now + ch.latency_ms;
         push(m.arrive_ms, 0, Ev::Arrive, msg, 0);
+        if (ch.mode != LinkMode::Shared && ch.handover_ms > 0.0) {
+          // The next transfer may start once the sender has learnt this one completed.
+          ++ls.holding;
+          push(m_now + ch.handover_ms, 0, Ev::Release, c, 0);
+        }
       } else {
         still.push_back(msg);
       }
@@ -358,12 +368,12 @@ class Engine {
     auto& ch = m_p.channels[static_cast<std::size_t>(c)];
     auto& ls = m_links[static_cast<std::size_t>(c)];
     if (ch.mode == LinkMode::Ordered) {
-      while (static_cast<int>(ls.active.size()) < ch.slots && ls.next_order < ch.order.size() &&
+      while (static_cast<int>(ls.active.size()) + ls.holding < ch.slots && ls.next_order < ch.order.size() &&
              m_posted[static_cast<std::size_t>(ch.order[ls.next_order])]) {
         start_flow(c, ch.order[ls.next_order++]);
       }
     } else if (ch.mode == LinkMode::OrderedFifo) {
-      while (static_cast<int>(ls.active.size()) < ch.slots && !ls.waiting.empty()) {
+      while (static_cast<int>(ls.active.size()) + ls.holding < ch.slots && !ls.waiting.empty()) {
         auto key = [&](int msg) {
           const auto& m = m_p.messages[static_cast<std::size_t>(msg)];
           int pri = 0;

@@ -83,6 +83,7 @@ EngineProgram make_program(const CostModel& c, ScheduleKind kind, int m, Program
       ch.latency_ms = l.latency_ms;
       ch.capacity_bytes_per_ms = l.capacity_bytes_per_ms;
       ch.flow_cap_bytes_per_ms = l.flow_cap_bytes_per_ms;
+      ch.handover_ms = 2.0 * l.latency_ms;  // ordered links: hand-over after the sender's ack
       p.channels.push_back(ch);
       map.link_src_dc.push_back(x);
       map.link_dst_dc.push_back(y);
@@ -125,8 +126,17 @@ EngineProgram make_program(const CostModel& c, ScheduleKind kind, int m, Program
     p.worker_cores.assign(static_cast<std::size_t>(pp * dp), static_cast<double>(c.tp));
     for (int w = 0; w < pp * dp; ++w) p.worker_host[static_cast<std::size_t>(w)] = (w * c.tp) / c.ranks_per_host;
   }
-  p.sync_groups.resize(static_cast<std::size_t>(pp));
+  p.sync_groups.resize(static_cast<std::size_t>(pp + dp));
   auto group_of = [pp](int s) { return (pp > 1 && s == pp - 1) ? 0 : s; };
+  // The optimizer needs the global gradient norm: every stage of a pipeline (group pp + d) sums
+  // its part, which costs a round trip across the farthest pair of DCs the pipeline spans.
+  double norm_ms = 2.0 * c.intra_latency_ms;
+  for (int a = 0; a < pp; ++a)
+    for (int b = 0; b < pp; ++b) {
+      const int da = c.stage_dc[static_cast<std::size_t>(a)];
+      const int db = c.stage_dc[static_cast<std::size_t>(b)];
+      if (da != db) norm_ms = std::max(norm_ms, 2.0 * c.link(da, db).latency_ms);
+    }
   p.workers.resize(static_cast<std::size_t>(pp * dp));
   for (int s = 0; s < pp; ++s) {
     const auto order = compute_order(kind, s, pp, m);
@@ -159,7 +169,9 @@ EngineProgram make_program(const CostModel& c, ScheduleKind kind, int m, Program
         }
       }
       ops.push_back({EngineOp::Type::Sync, SlotKind::AllReduce, -1, c.allreduce_ms[static_cast<std::size_t>(s)], -1, group_of(s)});
-      ops.push_back({EngineOp::Type::Compute, SlotKind::Optimizer, -1, c.optimizer_ms[static_cast<std::size_t>(s)], -1, -1});
+      p.sync_groups[static_cast<std::size_t>(pp + d)].push_back(w);
+      ops.push_back({EngineOp::Type::Sync, SlotKind::Optimizer, -1,
+                     norm_ms + c.optimizer_ms[static_cast<std::size_t>(s)], -1, pp + d});
     }
   }
   return p;
@@ -266,14 +278,23 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt) {
     transfer_ms = std::max(transfer_ms, static_cast<double>(c.act_bytes * c.tp) / rate);
     max_slots = std::max(max_slots, static_cast<int>(std::ceil(l.capacity_bytes_per_ms / l.flow_cap_bytes_per_ms - 1e-9)));
   }
+  // Slots: 1 (pure temporal sharing), powers of two, enough to fill the link when one transfer's
+  // rails cannot, and "all" (every transfer of a step at once: the concurrent-sharing timing,
+  // which keeps the result no slower than 1F1B when hand-over round trips dominate).
+  const int all_slots = c.dp * m;
   std::vector<double> staggers{0.0};
   std::vector<TieBreak> ties{TieBreak::PipelineOrder};
   std::vector<int> slot_choices{max_slots};
   if (opt.full_search) {
     for (double k = 0.5; k <= opt.max_stagger_transfers + 1e-9; k += 0.5) staggers.push_back(k * transfer_ms);
     ties = {TieBreak::PipelineOrder, TieBreak::GradientsFirst, TieBreak::ActivationsFirst};
-    if (max_slots > 1) slot_choices = {1, max_slots};
+    slot_choices.clear();
+    for (int k = 1; k < all_slots; k *= 2) slot_choices.push_back(k);
+    slot_choices.push_back(max_slots);
   }
+  slot_choices.push_back(all_slots);
+  std::sort(slot_choices.begin(), slot_choices.end());
+  slot_choices.erase(std::unique(slot_choices.begin(), slot_choices.end()), slot_choices.end());
 
   AtlasChoice best;
   double best_ms = std::numeric_limits<double>::infinity();

@@ -52,6 +52,9 @@ struct EngineChannel {
   double capacity_bytes_per_ms = 1.0;
   double flow_cap_bytes_per_ms = 1.0;
   int slots = 1;               ///< Ordered/OrderedFifo: concurrent transfers allowed
+  /// Ordered/OrderedFifo: how long a finished transfer still holds its slot — the time until its
+  /// sender knows it completed (an acknowledgement: one round trip) and hands the link on.
+  double handover_ms = 0.0;
   TieBreak tie_break = TieBreak::PipelineOrder;
   std::vector<int> order;      ///< Ordered: message ids in service order
   std::vector<int> served;     ///< result: message ids in the order they started
