@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace atlas::runtime {
@@ -63,11 +64,37 @@ std::string chrome_trace_json(const std::vector<SlotEvent>& events, const TraceL
   for (std::size_t r = 0; r < labels.rank_names.size(); ++r)
     add(fmt::format(R"({{"name":"thread_name","ph":"M","pid":{},"tid":{},"args":{{"name":"{}"}}}})",
                     labels.rank_dc[r], r, escape(labels.rank_names[r])));
+  // WAN link tracks: each transfer from its start to its completion. Transfers that overlap on
+  // one link (shared links, or ordered links with several slots) go to extra lanes of that link,
+  // so events on one track never overlap (the trace format needs them nested or disjoint).
+  struct LinkEvent {
+    const SlotEvent* e;
+    int lane;
+  };
+  std::vector<LinkEvent> link_events;
+  for (const auto& e : events)
+    if (static_cast<sched::SlotKind>(e.kind) == sched::SlotKind::WanSend && e.link >= 0 &&
+        static_cast<std::size_t>(e.link) < labels.link_names.size())
+      link_events.push_back({&e, 0});
+  std::sort(link_events.begin(), link_events.end(),
+            [](const LinkEvent& a, const LinkEvent& b) { return a.e->start_s < b.e->start_s; });
+  std::vector<std::vector<double>> lane_end(labels.link_names.size());
+  for (auto& le : link_events) {
+    auto& lanes = lane_end[static_cast<std::size_t>(le.e->link)];
+    std::size_t lane = 0;
+    while (lane < lanes.size() && lanes[lane] > le.e->start_s) ++lane;
+    if (lane == lanes.size()) lanes.push_back(0.0);
+    lanes[lane] = std::max(le.e->complete_s, le.e->start_s);
+    le.lane = static_cast<int>(lane);
+  }
+  constexpr int kLanesPerLink = 1000;
   if (!labels.link_names.empty())
     add(fmt::format(R"({{"name":"process_name","ph":"M","pid":{},"tid":0,"args":{{"name":"WAN links"}}}})", kLinkPid));
   for (std::size_t l = 0; l < labels.link_names.size(); ++l)
-    add(fmt::format(R"({{"name":"thread_name","ph":"M","pid":{},"tid":{},"args":{{"name":"{}"}}}})", kLinkPid, l,
-                    escape(labels.link_names[l])));
+    for (std::size_t lane = 0; lane < std::max<std::size_t>(1, lane_end[l].size()); ++lane)
+      add(fmt::format(R"({{"name":"thread_name","ph":"M","pid":{},"tid":{},"args":{{"name":"{}{}"}}}})", kLinkPid,
+                      l * kLanesPerLink + lane, escape(labels.link_names[l]),
+                      lane == 0 ? std::string() : fmt::format(" ({})", lane + 1)));
   for (const auto& e : events) {
     const auto kind = static_cast<sched::SlotKind>(e.kind);
     const int pid = static_cast<std::size_t>(e.world_rank) < labels.rank_dc.size()
@@ -81,12 +108,13 @@ std::string chrome_trace_json(const std::vector<SlotEvent>& events, const TraceL
                     R"("args":{{"step":{},"slot":{},"micro":{},"bytes":{},"peer":{},"predicted_start_ms":{:.3f},"predicted_ms":{:.3f}}}}})",
                     name, sched::to_string(kind), ts, dur, pid, e.world_rank, e.step, e.slot_index, e.micro,
                     e.bytes, e.peer, e.predicted_start_ms, e.predicted_ms));
-    if (kind == sched::SlotKind::WanSend && e.link >= 0 &&
-        static_cast<std::size_t>(e.link) < labels.link_names.size())
-      add(fmt::format(R"({{"name":"m{} r{}->r{}","cat":"wan","ph":"X","ts":{:.3f},"dur":{:.3f},"pid":{},"tid":{},)"
-                      R"("args":{{"bytes":{},"step":{}}}}})",
-                      e.micro, e.world_rank, e.peer, ts, std::max(0.0, (e.complete_s - e.start_s) * 1e6),
-                      kLinkPid, e.link, e.bytes, e.step));
+  }
+  for (const auto& le : link_events) {
+    const SlotEvent& e = *le.e;
+    add(fmt::format(R"({{"name":"m{} r{}->r{}","cat":"wan","ph":"X","ts":{:.3f},"dur":{:.3f},"pid":{},"tid":{},)"
+                    R"("args":{{"bytes":{},"step":{}}}}})",
+                    e.micro, e.world_rank, e.peer, e.start_s * 1e6, std::max(0.0, (e.complete_s - e.start_s) * 1e6),
+                    kLinkPid, e.link * kLanesPerLink + le.lane, e.bytes, e.step));
   }
   out += "\n]}\n";
   return out;

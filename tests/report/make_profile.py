@@ -155,7 +155,10 @@ def from_schedule(schedule_path, path, steps=3, scale=1.0, gap_s=0.05):
                     end = start + scale * sl["duration_ms"] / 1e3
                     complete = end
                     if sl["kind"] == "wan_send":
+                        # As the runtime records it: the send starts when the link order lets it
+                        # (the table's transfer start), completes at the transfer's end.
                         x = t["links"][sl["link"]]["transfers"][sl["link_pos"]]
+                        start = end = t0 + scale * x["start_ms"] / 1e3
                         complete = t0 + scale * x["end_ms"] / 1e3
                     peer = sl.get("peer_stage", -1)
                     events.append(event(
