@@ -10,7 +10,6 @@ int not_yet(const char* name) {
 }
 }  // namespace
 
-bool cuda_built() { return false; }
 int cmd_plan(Context&) { return not_yet("plan"); }
 int cmd_simulate(Context&) { return not_yet("simulate"); }
 int cmd_profile(Context&) { return not_yet("profile"); }
