@@ -34,6 +34,11 @@ if(NOT NCCL_FOUND)
     "collectives, and none was found\n  hint: install NCCL next to the CUDA toolkit or set "
     "-DNCCL_ROOT=/path/to/nccl")
 endif()
+# Non-blocking communicators, ncclCommFinalize and ncclGetLastError: NCCL 2.14 or newer.
+if(NCCL_VERSION VERSION_LESS 2.14)
+  message(FATAL_ERROR "NCCL ${NCCL_VERSION} (${NCCL_INCLUDE_DIR}) is too old: atlas needs 2.14 or "
+    "newer (non-blocking communicators)\n  hint: point -DNCCL_ROOT at a newer NCCL")
+endif()
 message(STATUS "CUDA backend: nvcc ${CMAKE_CUDA_COMPILER_VERSION}, architectures "
   "${ATLAS_CUDA_ARCHITECTURES}, CUDA toolkit ${CUDAToolkit_VERSION}, NCCL ${NCCL_VERSION}")
 
