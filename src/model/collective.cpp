@@ -24,7 +24,9 @@ void MpiCollective::allreduce_sum(device::Buffer& buf, std::size_t count) {
   }
   ATLAS_ASSERT(count <= buf.floats(), "allreduce of " << count << " floats over a buffer of "
                                                       << buf.floats());
-  m_comm.allreduce_sum(std::span<float>(buf.f32(), count));
+  // Non-blocking with back-off polling: a rank waiting for its TP/DP peers leaves the core to
+  // ranks that compute (CPU runs share cores; Open MPI's blocking wait busy-polls).
+  m_comm.iallreduce_sum(std::span<float>(buf.f32(), count)).wait_polling();
 }
 
 int MpiCollective::size() const { return m_comm.size(); }

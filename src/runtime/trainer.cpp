@@ -11,6 +11,7 @@
 
 #include "atlas/core/check.hpp"
 #include "atlas/core/log.hpp"
+#include "atlas/device/collective.hpp"
 
 namespace atlas::runtime {
 
@@ -74,8 +75,12 @@ Trainer::Trainer(const Config& cfg, const topo::Layout& layout, const topo::Comm
                                                 vshape, static_cast<std::uint64_t>(cfg.run.seed), false);
   });
 
+  // ---- intra-DC collectives (collective over tp_comm, then dp_comm): MPI on host memory,
+  // NCCL on the CUDA backend, chosen by the device room ----
+  if (layout.tp_size() > 1) m_tp = device::make_collective(comms.tp, backend);
+  if (layout.dp_size() > 1) m_dp = device::make_collective(comms.dp, backend);
+
   // ---- model shard ----
-  if (layout.tp_size() > 1) m_tp = std::make_unique<model::MpiCollective>(comms.tp);
   model::StageSpec spec{m_me.stage, pp, m_me.tp, layout.tp_size()};
   m_model = std::make_unique<model::StageModel>(cfg.model, cfg.train.micro_batch_size, spec, backend,
                                                 m_tp.get(), static_cast<std::uint64_t>(cfg.run.seed));
@@ -95,7 +100,7 @@ Trainer::Trainer(const Config& cfg, const topo::Layout& layout, const topo::Comm
   }
   m_tokens.resize(m_model->tokens_per_micro());
   m_targets.resize(m_model->tokens_per_micro());
-  m_bucket.resize(std::max<std::size_t>(1, cfg.train.dp_bucket_bytes / sizeof(float)));
+  if (m_dp) m_bucket = backend.alloc_floats(std::max<std::size_t>(1, cfg.train.dp_bucket_bytes / sizeof(float)));
   m_boundary = std::make_unique<Boundary>(layout, comms, table, wan, profiler, floats * sizeof(float),
                                           cfg.wan.recv_timeout_s);
 }
@@ -213,9 +218,10 @@ StepReport Trainer::train_step(int step) {
 void Trainer::all_reduce_gradients() {
   auto& params = m_model->params();
   // DP: bucketed in-place sums over dp_comm (inside the DC).
-  if (m_layout.dp_size() > 1) {
-    // Pack tensors (split across buckets when larger than one) into a host bucket, sum it over
-    // dp_comm, unpack. Bucket = train.dp_bucket_bytes.
+  if (m_dp) {
+    // Pack tensors (split across buckets when larger than one) into a bucket in the backend's
+    // memory, sum it over dp_comm (on a device backend in place on the device), unpack.
+    // Bucket = train.dp_bucket_bytes.
     struct Piece {
       model::ParamTensor* p;
       std::size_t tensor_offset;  // floats into the tensor
@@ -226,9 +232,9 @@ void Trainer::all_reduce_gradients() {
     std::size_t fill = 0;
     auto flush = [&] {
       if (fill == 0) return;
-      m_comms.dp.iallreduce_sum(std::span<float>(m_bucket.data(), fill)).wait_polling();
+      m_dp->allreduce_sum(m_bucket, fill);
       for (const Piece& pc : pieces)
-        m_backend.upload(pc.p->grad.f32() + pc.tensor_offset, m_bucket.data() + pc.bucket_offset, pc.count * sizeof(float));
+        m_backend.copy(pc.p->grad.f32() + pc.tensor_offset, m_bucket.f32() + pc.bucket_offset, pc.count * sizeof(float));
       fill = 0;
       pieces.clear();
     };
@@ -236,12 +242,12 @@ void Trainer::all_reduce_gradients() {
       const auto n = static_cast<std::size_t>(p.shard_numel());
       std::size_t done = 0;
       while (done < n) {
-        const std::size_t take = std::min(n - done, m_bucket.size() - fill);
-        m_backend.download(m_bucket.data() + fill, p.grad.f32() + done, take * sizeof(float));
+        const std::size_t take = std::min(n - done, m_bucket.floats() - fill);
+        m_backend.copy(m_bucket.f32() + fill, p.grad.f32() + done, take * sizeof(float));
         pieces.push_back({&p, done, fill, take});
         fill += take;
         done += take;
-        if (fill == m_bucket.size()) flush();
+        if (fill == m_bucket.floats()) flush();
       }
     }
     flush();

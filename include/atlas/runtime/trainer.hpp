@@ -93,7 +93,8 @@ class Trainer {
   topo::Coord m_me;
   mpi::Comm m_embed;    ///< first + last stage of this pipeline lane (tied embedding), pp > 1
   mpi::Comm m_replica;  ///< every rank with this dp index (the global gradient norm)
-  std::unique_ptr<model::MpiCollective> m_tp;
+  std::unique_ptr<model::Collective> m_tp;  ///< sums over tp_comm (MPI on host, NCCL on CUDA)
+  std::unique_ptr<model::Collective> m_dp;  ///< sums over dp_comm (gradients), dp > 1 only
   std::unique_ptr<model::StageModel> m_model;
   model::AdamW m_adamw;
   model::Corpus m_corpus;
@@ -102,7 +103,7 @@ class Trainer {
   std::unique_ptr<Boundary> m_boundary;
   std::vector<device::Buffer> m_act_in, m_act_out, m_grad_in, m_grad_out;  // per micro-batch
   std::vector<std::int32_t> m_tokens, m_targets;
-  std::vector<float> m_bucket;
+  device::Buffer m_bucket;  ///< DP all-reduce bucket in the backend's memory (dp > 1 only)
   BubbleFiller* m_filler = nullptr;
 };
 

@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: MIT
+// CUDA-free entry points of the CUDA backend, for the factory registration and the GPU tests:
+// device discovery, device selection by node-local rank, and the backend constructor. The
+// backend class itself (with CUDA types) is in cuda_backend_impl.hpp.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "atlas/deck/config.hpp"
+#include "atlas/device/backend.hpp"
+
+namespace atlas::model {
+class Collective;
+}  // namespace atlas::model
+
+namespace atlas::device::cuda {
+
+/// What the CUDA runtime reports about this process's devices.
+struct DeviceProbe {
+  int count = 0;      ///< devices visible (0 when the call failed)
+  std::string error;  ///< empty if cudaGetDeviceCount succeeded, else "<name> (<text>)"
+};
+
+/// Asks cudaGetDeviceCount (checks its return code: without a driver it fails and leaves the
+/// count untouched). Never throws.
+[[nodiscard]] DeviceProbe probe_devices();
+
+/// Node-local rank from the launcher (OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID,
+/// MPI_LOCALRANKID, PMI_LOCAL_RANK, first one set wins); 0 when none is set.
+[[nodiscard]] int local_rank_from_env();
+
+/// A CUDA backend on device local_rank_from_env() % count, with its own stream and cuBLAS
+/// handle; sets that device current on the calling thread. Throws atlas::Error (Device) with
+/// "no CUDA device is visible" and the runtime's reason when there is none.
+[[nodiscard]] std::unique_ptr<Backend> make_cuda_backend(const DeviceCfg& cfg);
+
+/// The device ordinal `backend` runs on if it is a CUDA backend, else -1.
+[[nodiscard]] int device_of(const Backend& backend);
+
+/// "<pci bus id>" of the device `backend` runs on ("" if not a CUDA backend). Two ranks with the
+/// same host name and bus id share one GPU.
+[[nodiscard]] std::string pci_bus_id_of(const Backend& backend);
+
+/// True if `collective` (from device::make_collective) sums with NCCL; false for MPI (host
+/// memory) or MPI staged through host memory (several group members on one GPU).
+[[nodiscard]] bool uses_nccl(const model::Collective& collective);
+
+}  // namespace atlas::device::cuda

@@ -1,0 +1,108 @@
+// SPDX-License-Identifier: MIT
+// The CUDA backend class: cuBLAS for GEMMs (fp32, TF32 off), the kernels of kernels/*.cu for the
+// rest, one non-blocking stream per backend that every call (and NCCL) is issued on. Internal
+// to src/device/cuda/; everyone else sees device::Backend.
+#pragma once
+
+#include <string>
+
+#include "atlas/device/backend.hpp"
+#include "cuda_handles.hpp"
+
+namespace atlas::device::cuda {
+
+class CudaBackend final : public Backend {
+ public:
+  /// Runs on `device` (of `device_count` visible); `local_rank` is only reported by describe().
+  CudaBackend(int device, int device_count, int local_rank);
+  ~CudaBackend() override;
+
+  // ---- identity ----
+  [[nodiscard]] atlas::Backend kind() const noexcept override { return atlas::Backend::Cuda; }
+  [[nodiscard]] std::string describe() const override { return m_description; }
+  [[nodiscard]] bool host_accessible() const noexcept override { return false; }
+
+  // ---- memory ----
+  void upload(void* dst, const void* src, std::size_t bytes) override;
+  void download(void* dst, const void* src, std::size_t bytes) override;
+  void copy(void* dst, const void* src, std::size_t bytes) override;
+  void fill(float* x, float value, std::size_t n) override;
+  void scale(float* x, float alpha, std::size_t n) override;
+  void synchronize() override;
+
+  // ---- dense algebra ----
+  void gemm(Trans trans_a, Trans trans_b, int m, int n, int k, float alpha, const float* a,
+            int lda, const float* b, int ldb, float beta, float* c, int ldc) override;
+  void add_bias(float* out, const float* bias, int rows, int cols) override;
+  void bias_grad(float* dbias, const float* dout, int rows, int cols) override;
+  void add(float* out, const float* a, const float* b, std::size_t n) override;
+  [[nodiscard]] double sq_norm(const float* x, std::size_t n) override;
+
+  // ---- layers ----
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* in,
+                         const float* weight, const float* bias, int rows, int cols) override;
+  void layernorm_backward(float* din, float* dweight, float* dbias, const float* dout,
+                          const float* in, const float* weight, const float* mean,
+                          const float* rstd, int rows, int cols) override;
+  void gelu_forward(float* out, const float* in, std::size_t n) override;
+  void gelu_backward(float* din, const float* in, const float* dout, std::size_t n) override;
+  /// Probabilities [B,H,T,T] (as on the host).
+  [[nodiscard]] std::size_t attention_saved_floats(int batch, int seq, int heads,
+                                                   int head_dim) const override;
+  /// dL/d(probabilities) [B,H,T,T] during the backward pass.
+  [[nodiscard]] std::size_t attention_workspace_floats(int batch, int seq, int heads,
+                                                       int head_dim) const override;
+  void attention_forward(float* out, float* saved, const float* qkv, int batch, int seq,
+                         int heads, int head_dim, float* workspace) override;
+  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                          const float* saved, int batch, int seq, int heads, int head_dim,
+                          float* workspace) override;
+  void embedding_forward(float* out, const std::int32_t* tokens, const float* wte,
+                         const float* wpe, int batch, int seq, int channels) override;
+  void embedding_backward(float* dwte, float* dwpe, const float* dout,
+                          const std::int32_t* tokens, int batch, int seq,
+                          int channels) override;
+  void softmax_xent_forward(float* losses, float* probs, const float* logits,
+                            const std::int32_t* targets, int rows, int vocab) override;
+  void softmax_xent_backward(float* dlogits, const float* probs, const std::int32_t* targets,
+                             int rows, int vocab, float scale) override;
+
+  // ---- optimizer ----
+  void adamw_update(float* param, const float* grad, float* m, float* v, std::size_t n,
+                    const AdamWArgs& args) override;
+
+  // ---- CUDA specifics (src/device/cuda/ only) ----
+  [[nodiscard]] cudaStream_t stream() const noexcept { return m_stream.get(); }
+  [[nodiscard]] cublasHandle_t cublas() const noexcept { return m_cublas.get(); }
+  [[nodiscard]] int device() const noexcept { return m_device; }
+  [[nodiscard]] const std::string& pci_bus_id() const noexcept { return m_pci_bus_id; }
+  /// Makes this backend's device current on the calling thread.
+  void make_current() const;
+
+ protected:
+  void* allocate(std::size_t bytes) override;
+  void release(void* ptr, std::size_t bytes) noexcept override;
+
+ private:
+  /// Row-major strided-batched GEMM: for i < batch, C_i = alpha op(A_i) op(B_i) + beta C_i with
+  /// X_i = X + i * stride_x (elements).
+  void gemm_batched(Trans trans_a, Trans trans_b, int m, int n, int k, float alpha,
+                    const float* a, int lda, long long stride_a, const float* b, int ldb,
+                    long long stride_b, float beta, float* c, int ldc, long long stride_c,
+                    int batch);
+  /// Throws atlas::Error (Internal) naming the first row with an out-of-range target, if a
+  /// cross-entropy kernel flagged one (synchronises the stream).
+  void check_targets(const std::int32_t* targets, int vocab);
+
+  int m_device;
+  std::string m_pci_bus_id;
+  std::string m_description;
+  Stream m_stream;
+  CublasHandle m_cublas;
+  DeviceArray<double> m_norm_scratch;  // sq_norm partial sums, then the total
+  DeviceArray<int> m_bad_row;          // first row with an out-of-range target (INT_MAX: none)
+  PinnedArray<double> m_host_double;
+  PinnedArray<int> m_host_int;
+};
+
+}  // namespace atlas::device::cuda

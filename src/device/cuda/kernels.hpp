@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: MIT
+// Launchers of the CUDA backend's own kernels (src/device/cuda/kernels/*.cu). Each enqueues on
+// `stream`, checks the launch, and returns at once. Pointers are device addresses; shapes and
+// semantics are those of the matching device::Backend call. Internal to src/device/cuda/.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+namespace atlas::device::cuda::kernels {
+
+/// Scalars of one AdamW update (a plain copy of device::AdamWArgs for nvcc-compiled code).
+struct AdamW {
+  float lr, beta1, beta2, eps, weight_decay, bias_correction1, bias_correction2, grad_scale;
+};
+
+// ---- element-wise (elementwise.cu) ----
+void fill(float* x, float value, std::size_t n, cudaStream_t stream);
+void scale(float* x, float alpha, std::size_t n, cudaStream_t stream);
+void add(float* out, const float* a, const float* b, std::size_t n, cudaStream_t stream);
+void add_bias(float* out, const float* bias, int rows, int cols, cudaStream_t stream);
+void gelu_forward(float* out, const float* in, std::size_t n, cudaStream_t stream);
+void gelu_backward(float* din, const float* in, const float* dout, std::size_t n,
+                   cudaStream_t stream);
+void adamw(float* param, const float* grad, float* m, float* v, std::size_t n, const AdamW& args,
+           cudaStream_t stream);
+
+// ---- reductions (reduce.cu) ----
+/// Blocks sq_norm_partial uses for n elements (the length of its `partial` array).
+[[nodiscard]] int sq_norm_blocks(std::size_t n);
+/// partial[b] = sum of x[i]^2 over block b's share (double); then out[0] = sum of partial.
+void sq_norm(const float* x, std::size_t n, double* partial, double* out, cudaStream_t stream);
+/// dbias[c] += sum_r dout[r, c] (double accumulation, fixed order: deterministic).
+void bias_grad(float* dbias, const float* dout, int rows, int cols, cudaStream_t stream);
+
+// ---- LayerNorm (layernorm.cu) ----
+void layernorm_forward(float* out, float* mean, float* rstd, const float* in, const float* weight,
+                       const float* bias, int rows, int cols, cudaStream_t stream);
+/// din += ..., dweight += ..., dbias += ... (all accumulate; deterministic).
+void layernorm_backward(float* din, float* dweight, float* dbias, const float* dout,
+                        const float* in, const float* weight, const float* mean,
+                        const float* rstd, int rows, int cols, cudaStream_t stream);
+
+// ---- attention softmax (attention.cu); the matrix products are cuBLAS calls ----
+/// att is [rows = B*H*T, T] of scaled scores; row r is query t = r % T. In place: causal
+/// softmax over t2 <= t, zeros above the diagonal.
+void causal_softmax_forward(float* att, int rows, int seq, cudaStream_t stream);
+/// datt [rows, T] holds dL/d(probabilities); in place it becomes dL/d(unscaled scores):
+/// att * (datt - sum(att * datt)) * scale for t2 <= t, zero above the diagonal.
+void causal_softmax_backward(float* datt, const float* att, int rows, int seq, float scale,
+                             cudaStream_t stream);
+
+// ---- embedding (embedding.cu) ----
+void embedding_forward(float* out, const std::int32_t* tokens, const float* wte,
+                       const float* wpe, int batch, int seq, int channels, cudaStream_t stream);
+/// dwte via atomicAdd (order of repeated tokens is not fixed); dwpe deterministic.
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens,
+                        int batch, int seq, int channels, cudaStream_t stream);
+
+// ---- softmax cross-entropy (xent.cu) ----
+/// A target outside [0, vocab) stores min(row) into *bad_row (initialised to INT_MAX by the
+/// caller) and that row's loss is NaN; nothing is written out of bounds.
+void softmax_xent_forward(float* losses, float* probs, const float* logits,
+                          const std::int32_t* targets, int rows, int vocab, int* bad_row,
+                          cudaStream_t stream);
+void softmax_xent_backward(float* dlogits, const float* probs, const std::int32_t* targets,
+                           int rows, int vocab, float scale, int* bad_row, cudaStream_t stream);
+
+}  // namespace atlas::device::cuda::kernels

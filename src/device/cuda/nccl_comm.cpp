@@ -1,0 +1,267 @@
+// SPDX-License-Identifier: MIT
+// NCCL communicators built from MPI communicators, the NCCL model::Collective, and the factory
+// registered with device::make_collective() for the CUDA backend (NCCL when every member of the
+// group has its own GPU, MPI staged through host memory when some share one).
+#include "nccl_comm.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <exception>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "atlas/core/check.hpp"
+#include "atlas/core/log.hpp"
+#include "atlas/core/units.hpp"
+#include "atlas/device/collective.hpp"
+#include "atlas/mpi/comm.hpp"
+#include "cuda_backend.hpp"
+#include "cuda_backend_impl.hpp"
+
+namespace atlas::device::nccl {
+
+namespace {
+
+constexpr double kDefaultTimeoutS = 300.0;
+// Finalising at teardown gets a shorter leash: it runs while an error may be unwinding.
+constexpr double kFinalizeTimeoutS = 30.0;
+constexpr auto kPollInterval = std::chrono::microseconds(20);
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::string nccl_reason(ncclResult_t r, ncclComm_t comm) {
+  std::string out = ncclGetErrorString(r);
+  const char* last = ncclGetLastError(comm);
+  if (last != nullptr && *last != '\0') out += std::string(": ") + last;
+  return out;
+}
+
+}  // namespace
+
+double default_timeout_s() {
+  const char* text = std::getenv("ATLAS_NCCL_TIMEOUT_S");
+  if (text == nullptr || *text == '\0') return kDefaultTimeoutS;
+  const auto value = units::parse_double(text);
+  if (!value || *value <= 0.0) {
+    ATLAS_THROW(Device, "ATLAS_NCCL_TIMEOUT_S = \"" << text
+                                                    << "\" is not a positive number of seconds");
+  }
+  return *value;
+}
+
+// ---- Comm ----
+
+Comm::Comm(const mpi::Comm& comm, double timeout_s)
+    : m_size(comm.size()), m_rank(comm.rank()), m_timeout_s(timeout_s) {
+  // Phase 1: rank 0 makes the unique id; the broadcast carries whether that worked, so a failure
+  // there is every rank's error, not a hang.
+  struct {
+    int ok = 0;
+    ncclUniqueId id{};
+  } root;
+  std::string root_problem;
+  if (m_rank == 0) {
+    const ncclResult_t r = ncclGetUniqueId(&root.id);
+    root.ok = r == ncclSuccess ? 1 : 0;
+    if (r != ncclSuccess) root_problem = nccl_reason(r, nullptr);
+  }
+  ATLAS_MPI_CHECK(MPI_Bcast(&root, static_cast<int>(sizeof root), MPI_BYTE, 0, comm.get()));
+  if (root.ok == 0) {
+    ATLAS_THROW(Device, "ncclGetUniqueId on rank 0 of a group of "
+                            << m_size << " failed"
+                            << (root_problem.empty() ? std::string(" (see rank 0's message)")
+                                                     : ": " + root_problem)
+                            << "\n  hint: NCCL_DEBUG=WARN shows why (often no usable network "
+                               "interface: set NCCL_SOCKET_IFNAME)");
+  }
+  // Phase 2: every rank joins (non-blocking) and waits at most timeout_s.
+  std::exception_ptr failure;
+  try {
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;  // set-up and operations return at once; we poll with a timeout
+    const ncclResult_t r = ncclCommInitRankConfig(&m_comm, m_size, root.id, m_rank, &config);
+    if (r != ncclSuccess && r != ncclInProgress) {
+      const std::string reason = nccl_reason(r, m_comm);
+      fail(fmt::format("ncclCommInitRankConfig (rank {} of {}) failed: {}", m_rank, m_size,
+                       reason));
+    }
+    wait_ready("ncclCommInitRankConfig");
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  // Phase 3: every rank learns whether every other rank has its communicator, so no rank goes
+  // on to an all-reduce that a failed peer will never join.
+  const int ok = comm.allreduce(failure ? 0 : 1, MPI_MIN);
+  if (ok == 1) return;
+  abort_quietly();
+  if (failure) std::rethrow_exception(failure);
+  ATLAS_THROW(Device, "NCCL communicator set-up over " << m_size
+                                                       << " ranks failed on another rank (see its "
+                                                          "message); this rank's part succeeded");
+}
+
+Comm::~Comm() {
+  if (m_comm == nullptr) return;
+  // Graceful: finalise (flushes outstanding work), wait a bounded time, destroy. Anything else
+  // (an error, a peer that never finalises) ends in ncclCommAbort, which never blocks on peers.
+  ncclResult_t r = ncclCommFinalize(m_comm);
+  const auto t0 = std::chrono::steady_clock::now();
+  while (r == ncclInProgress || r == ncclSuccess) {
+    ncclResult_t state = ncclSuccess;
+    if (ncclCommGetAsyncError(m_comm, &state) != ncclSuccess) break;
+    if (state == ncclSuccess) {
+      (void)ncclCommDestroy(m_comm);
+      m_comm = nullptr;
+      return;
+    }
+    if (state != ncclInProgress || seconds_since(t0) > std::min(m_timeout_s, kFinalizeTimeoutS)) {
+      break;
+    }
+    std::this_thread::sleep_for(kPollInterval);
+  }
+  abort_quietly();
+}
+
+void Comm::abort_quietly() noexcept {
+  if (m_comm != nullptr) (void)ncclCommAbort(m_comm);
+  m_comm = nullptr;
+}
+
+void Comm::fail(const std::string& msg) {
+  abort_quietly();
+  ::atlas::detail::throw_error(ExitCode::Device, msg, __FILE__, __LINE__);
+}
+
+void Comm::wait_ready(const char* what) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t q = ncclCommGetAsyncError(m_comm, &state);
+    if (q != ncclSuccess) fail(fmt::format("ncclCommGetAsyncError after {} failed: {}", what, nccl_reason(q, m_comm)));
+    if (state == ncclSuccess) return;
+    if (state != ncclInProgress) {
+      fail(fmt::format("{} (NCCL rank {} of {}) failed: {}", what, m_rank, m_size,
+                       nccl_reason(state, m_comm)));
+    }
+    if (seconds_since(t0) > m_timeout_s) {
+      fail(fmt::format("{} (NCCL rank {} of {}) did not finish within {} s; aborted the "
+                       "communicator\n  hint: a peer rank may have died or be stuck; "
+                       "NCCL_DEBUG=INFO shows the set-up, ATLAS_NCCL_TIMEOUT_S sets the limit",
+                       what, m_rank, m_size, m_timeout_s));
+    }
+    std::this_thread::sleep_for(kPollInterval);
+  }
+}
+
+void Comm::wait_stream(cudaStream_t stream, const char* what) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    const cudaError_t e = cudaStreamQuery(stream);
+    if (e == cudaSuccess) return;
+    if (e != cudaErrorNotReady) {
+      abort_quietly();
+      ATLAS_CUDA_CHECK(e);
+    }
+    ncclResult_t state = ncclSuccess;
+    (void)ncclCommGetAsyncError(m_comm, &state);
+    if (state != ncclSuccess && state != ncclInProgress) {
+      fail(fmt::format("{} (NCCL rank {} of {}) failed while running: {}", what, m_rank, m_size,
+                       nccl_reason(state, m_comm)));
+    }
+    if (seconds_since(t0) > m_timeout_s) {
+      fail(fmt::format("{} (NCCL rank {} of {}) did not complete within {} s; aborted the "
+                       "communicator\n  hint: a peer rank may have died or skipped the call; "
+                       "ATLAS_NCCL_TIMEOUT_S sets the limit",
+                       what, m_rank, m_size, m_timeout_s));
+    }
+    std::this_thread::sleep_for(kPollInterval);
+  }
+}
+
+void Comm::allreduce_sum(float* data, std::size_t count, cudaStream_t stream) {
+  if (count == 0) return;
+  ATLAS_ASSERT(m_comm != nullptr, "NCCL all-reduce on a communicator that was aborted");
+  const ncclResult_t r =
+      ncclAllReduce(data, data, count, ncclFloat32, ncclSum, m_comm, stream);
+  if (r != ncclSuccess && r != ncclInProgress) {
+    fail(fmt::format("ncclAllReduce of {} floats (NCCL rank {} of {}) failed: {}", count, m_rank,
+                     m_size, nccl_reason(r, m_comm)));
+  }
+  wait_ready("ncclAllReduce");
+  wait_stream(stream, "ncclAllReduce");
+}
+
+// ---- Collective ----
+
+namespace {
+cuda::CudaBackend& current(cuda::CudaBackend& backend) {
+  backend.make_current();
+  return backend;
+}
+}  // namespace
+
+Collective::Collective(const mpi::Comm& comm, cuda::CudaBackend& backend, double timeout_s)
+    : m_backend(current(backend)), m_comm(comm, timeout_s) {}
+
+void Collective::allreduce_sum(Buffer& buf, std::size_t count) {
+  if (count == 0) return;
+  if (buf.backend() != &m_backend) {
+    ATLAS_THROW(Internal, "NCCL allreduce_sum: the buffer belongs to "
+                              << (buf.backend() ? buf.backend()->describe() : std::string("no backend"))
+                              << ", not to " << m_backend.describe());
+  }
+  ATLAS_ASSERT(count <= buf.floats(),
+               "allreduce of " << count << " floats over a buffer of " << buf.floats());
+  m_comm.allreduce_sum(buf.f32(), count, m_backend.stream());
+}
+
+// ---- the factory device::make_collective() uses for the CUDA backend ----
+
+namespace {
+
+std::string host_name() {
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0) return "unknown-host";
+  return host;
+}
+
+std::unique_ptr<model::Collective> make_cuda_collective(const mpi::Comm& comm, Backend& backend) {
+  auto* cuda = dynamic_cast<cuda::CudaBackend*>(&backend);
+  ATLAS_ASSERT(cuda != nullptr, "the CUDA collective factory got backend " << backend.describe());
+  // NCCL needs one GPU per member. Several ranks on one GPU (a test node with fewer GPUs than
+  // ranks) still work, summing through host memory over MPI. Every member sees the same list,
+  // so every member makes the same choice.
+  const std::vector<std::string> where = comm.allgather_strings(host_name() + " " + cuda->pci_bus_id());
+  const std::set<std::string> distinct(where.begin(), where.end());
+  if (distinct.size() != where.size()) {
+    if (comm.rank() == 0) {
+      log::warn("{} ranks of an intra-DC group share {} GPU(s): NCCL needs one GPU per rank, so "
+                "this group sums through host memory over MPI instead",
+                where.size(), distinct.size());
+    }
+    return make_staged_collective(comm, backend);
+  }
+  return std::make_unique<Collective>(comm, *cuda, default_timeout_s());
+}
+
+[[maybe_unused]] const bool kRegistered =
+    (register_collective_factory(atlas::Backend::Cuda, &make_cuda_collective), true);
+
+}  // namespace
+
+}  // namespace atlas::device::nccl
+
+namespace atlas::device::cuda {
+bool uses_nccl(const model::Collective& collective) {
+  return dynamic_cast<const nccl::Collective*>(&collective) != nullptr;
+}
+}  // namespace atlas::device::cuda
