@@ -289,7 +289,7 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt) {
     for (double k = 0.5; k <= opt.max_stagger_transfers + 1e-9; k += 0.5) staggers.push_back(k * transfer_ms);
     ties = {TieBreak::PipelineOrder, TieBreak::GradientsFirst, TieBreak::ActivationsFirst};
     slot_choices.clear();
-    for (int k = 1; k < all_slots; k *= 2) slot_choices.push_back(k);
+    for (int k = 1; k < all_slots && k <= 8; k *= 2) slot_choices.push_back(k);
     slot_choices.push_back(max_slots);
   }
   slot_choices.push_back(all_slots);
