@@ -142,9 +142,13 @@ void boost_recognise(const std::string& file, const std::string& text,
 
 }  // namespace
 
-Config parse(const std::string& file_name, const std::string& text,
-             const std::vector<std::string>& overrides) {
-  ProblemList problems;
+namespace {
+
+/// Parses without throwing: every problem goes to `problems`; `unusable` is set when a required
+/// key is missing or a line could not be read at all (then cross-field checks are pointless).
+Config parse_collect(const std::string& file_name, const std::string& text,
+                     const std::vector<std::string>& overrides, ProblemList& problems,
+                     std::vector<std::string>& bad_keys, bool& unusable) {
   std::vector<DeckLine> lines = scan(file_name, text, problems);
   boost_recognise(file_name, text, lines, problems);
 
@@ -175,6 +179,7 @@ Config parse(const std::string& file_name, const std::string& text,
     } else if (spec.required) {
       problems.add(file_name + ": missing required key '" + spec.key + "' (" + spec.help +
                    "; expects " + spec.expectation() + ")");
+      unusable = true;
       continue;
     } else {
       text_value = spec.default_text;
@@ -184,21 +189,48 @@ Config parse(const std::string& file_name, const std::string& text,
     if (!v) {
       std::string msg = (line < 0 ? std::string("schema default") : where(file_name, line)) + ": " +
                         spec.key + " = \"" + unquote(text_value) + "\": expected " + why;
-      if (!spec.required) msg += "\n  hint: remove the line to use the default (" + spec.default_text + ")";
+      if (!spec.required)
+        msg += std::string("\n  hint: ") + (line == 0 ? "drop the override" : "remove the line") +
+               " to use the default (" + spec.default_text + ")";
       problems.add(msg);
+      bad_keys.push_back(spec.key);
+      if (spec.required) unusable = true;
       continue;
     }
     spec.set(cfg, *v);
   }
+  return cfg;
+}
+
+}  // namespace
+
+Config parse(const std::string& file_name, const std::string& text,
+             const std::vector<std::string>& overrides) {
+  ProblemList problems;
+  std::vector<std::string> bad_keys;
+  bool unusable = false;
+  Config cfg = parse_collect(file_name, text, overrides, problems, bad_keys, unusable);
   problems.throw_if_any();
   return cfg;
 }
 
 Config parse_and_validate(const std::string& file_name, const std::string& text,
                           const std::vector<std::string>& overrides, const JobShape& shape) {
-  Config cfg = parse(file_name, text, overrides);
-  auto problems = validate(cfg, shape);
-  if (!problems.empty()) throw ConfigError(std::move(problems));
+  ProblemList problems;
+  std::vector<std::string> bad_keys;
+  bool unusable = false;
+  Config cfg = parse_collect(file_name, text, overrides, problems, bad_keys, unusable);
+  // Report everything at once: cross-field problems too, unless a required key is missing.
+  // A key whose value was rejected keeps its default here, so cross-field messages that name
+  // it would be about a value the user did not write: those are left out.
+  if (!unusable) {
+    for (auto& v : validate(cfg, shape)) {
+      bool about_bad_key = false;
+      for (const auto& k : bad_keys) about_bad_key = about_bad_key || v.find(k) != std::string::npos;
+      if (!about_bad_key) problems.add(std::move(v));
+    }
+  }
+  problems.throw_if_any();
   return cfg;
 }
 
