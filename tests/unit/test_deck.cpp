@@ -107,6 +107,19 @@ TEST(Deck, BadOverridesAreReportedWithTheDeckProblems) {
   EXPECT_THAT(p, ::testing::Contains(::testing::HasSubstr("command line: train.lr = \"x\": expected a number >= 0")));
 }
 
+TEST(Deck, TypeErrorsAndCrossFieldProblemsAreReportedTogether) {
+  const auto p = problems_of("mem", std::string(kMinimal) + "model.heads = 3\ntrain.lr = fast\n", 8,
+                             {"parallel.dp_size=2"});
+  EXPECT_THAT(p, ::testing::Contains(::testing::HasSubstr("train.lr = \"fast\": expected a number >= 0")));
+  EXPECT_THAT(p, ::testing::Contains(::testing::HasSubstr("model.hidden = 128 is not divisible by model.heads = 3")));
+  EXPECT_THAT(p, ::testing::Contains(::testing::HasSubstr("= 4 ranks, but the job has 8")));
+  EXPECT_THAT(p, ::testing::Contains(::testing::HasSubstr("drop the override")).Times(0));
+  // A missing required key makes cross-field checks pointless: only it is reported.
+  const auto q = problems_of("mem", "cluster.dcs = a b\nmodel.heads = 3\n", 8);
+  EXPECT_THAT(q, ::testing::Contains(::testing::HasSubstr("missing required key 'cluster.gpus_per_dc'")));
+  EXPECT_THAT(q, ::testing::Not(::testing::Contains(::testing::HasSubstr("not divisible"))));
+}
+
 TEST(Deck, ResolvedDeckIsAValidDeckThatRoundTrips) {
   const Config a = parse("mem", std::string(kMinimal) + "wan.chunk_bytes = 3000\nrun.name = \"a b\"\n", {});
   const std::string resolved = resolved_deck(a);
