@@ -30,15 +30,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-/// World ranks in other DCs this rank exchanges boundary tensors with.
-std::vector<int> wan_peers(const topo::Layout& layout, const topo::Coord& me) {
-  std::vector<int> peers;
-  if (me.stage > 0 && layout.crosses_dc(me.stage - 1)) peers.push_back(layout.world_rank(me.stage - 1, me.dp, me.tp));
-  if (me.stage + 1 < layout.pp_size() && layout.crosses_dc(me.stage))
-    peers.push_back(layout.world_rank(me.stage + 1, me.dp, me.tp));
-  return peers;
-}
-
 /// Pre-flight: a verifiable payload round-trips with every WAN peer before training starts, so a
 /// broken link fails now with a clear message instead of mid-step.
 void preflight_wan(wan::PeerTransport& t, const std::vector<int>& peers, int me) {
@@ -86,7 +77,7 @@ JobResult run_training_job(const Config& cfg, const mpi::Comm& world, const JobO
                                                                          << "); every rank must run the same binary and deck");
   out.schedule(table);
 
-  const std::vector<int> peers = wan_peers(layout, me);
+  const std::vector<int> peers = layout.wan_peers(me);
   std::unique_ptr<wan::PeerTransport> transport =
       wan::make_transport(cfg.wan, cfg.cluster, comms.world, me.dc, peers);
   if (!peers.empty()) preflight_wan(*transport, peers, comms.world.rank());

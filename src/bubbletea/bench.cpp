@@ -36,20 +36,12 @@ struct RunResult {
   Report report;                  ///< BubbleTea's (on runs)
 };
 
-std::vector<int> wan_peers(const topo::Layout& layout, const topo::Coord& me) {
-  std::vector<int> peers;
-  if (me.stage > 0 && layout.crosses_dc(me.stage - 1)) peers.push_back(layout.world_rank(me.stage - 1, me.dp, me.tp));
-  if (me.stage + 1 < layout.pp_size() && layout.crosses_dc(me.stage))
-    peers.push_back(layout.world_rank(me.stage + 1, me.dp, me.tp));
-  return peers;
-}
-
 RunResult run_once(const Config& base, bool on, int warmup, const topo::Layout& layout,
                    const topo::Communicators& comms, device::Backend& backend, const sched::ScheduleTable& table) {
   Config cfg = base;
   cfg.bubbletea.enabled = on;
   const topo::Coord me = layout.coord(comms.world.rank());
-  const std::vector<int> peers = wan_peers(layout, me);
+  const std::vector<int> peers = layout.wan_peers(me);
   std::unique_ptr<wan::PeerTransport> transport = wan::make_transport(cfg.wan, cfg.cluster, comms.world, me.dc, peers);
   // Both runs record slots (as `atlas train` does by default): BubbleTea learns each bubble's
   // real length from the waits the profile shows.

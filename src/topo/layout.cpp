@@ -65,6 +65,13 @@ bool Layout::crosses_dc(int stage) const {
   return stage + 1 < m_pp && dc_of_stage(stage) != dc_of_stage(stage + 1);
 }
 
+std::vector<int> Layout::wan_peers(const Coord& c) const {
+  std::vector<int> peers;
+  if (c.stage > 0 && crosses_dc(c.stage - 1)) peers.push_back(world_rank(c.stage - 1, c.dp, c.tp));
+  if (c.stage + 1 < m_pp && crosses_dc(c.stage)) peers.push_back(world_rank(c.stage + 1, c.dp, c.tp));
+  return peers;
+}
+
 int Layout::ranks_in_dc(int dc) const {
   return m_stages_per_dc[static_cast<std::size_t>(dc)] * m_dp * m_tp;
 }

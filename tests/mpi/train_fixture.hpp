@@ -66,10 +66,7 @@ inline Outcome train(const Config& cfg, const mpi::Comm& world, int until, int s
   const topo::Coord me = layout.coord(comms.world.rank());
   auto backend = device::make_backend(cfg.device);
   const sched::ScheduleTable table = sim::runtime_table(cfg, layout);
-  std::vector<int> peers;
-  if (me.stage > 0 && layout.crosses_dc(me.stage - 1)) peers.push_back(layout.world_rank(me.stage - 1, me.dp, me.tp));
-  if (me.stage + 1 < layout.pp_size() && layout.crosses_dc(me.stage))
-    peers.push_back(layout.world_rank(me.stage + 1, me.dp, me.tp));
+  const std::vector<int> peers = layout.wan_peers(me);
   auto wan = wan::make_transport(cfg.wan, cfg.cluster, comms.world, me.dc, peers);
   Profiler profiler(false, comms.world.rank(), 0);
   Trainer trainer(cfg, layout, comms, table, wan.get(), *backend, profiler);

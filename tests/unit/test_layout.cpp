@@ -87,6 +87,24 @@ TEST(Layout, CrossingsAreExactlyTheDcBoundaries) {
   EXPECT_EQ(l.dc_of_stage(3), 4);
 }
 
+TEST(Layout, WanPeersAreTheCrossDcPipelineNeighboursAndSymmetric) {
+  for (const auto& l : shapes()) {
+    for (int r = 0; r < l.world_size(); ++r) {
+      const Coord c = l.coord(r);
+      for (int p : l.wan_peers(c)) {
+        const Coord pc = l.coord(p);
+        EXPECT_NE(pc.dc, c.dc);
+        EXPECT_EQ(std::abs(pc.stage - c.stage), 1);
+        EXPECT_TRUE(pc.dp == c.dp && pc.tp == c.tp);
+        const auto back = l.wan_peers(pc);
+        EXPECT_TRUE(std::find(back.begin(), back.end(), r) != back.end());
+      }
+    }
+  }
+  const Layout l({1, 1, 1}, 1, 1);
+  EXPECT_EQ(l.wan_peers(l.coord(1)), (std::vector<int>{0, 2}));
+}
+
 TEST(Layout, RejectsShapeThatDoesNotFillTheJob) {
   ParallelCfg p;
   p.stages_per_dc = {2, 2};
