@@ -106,6 +106,7 @@ cmd_up() {
     # restarts slow start after an idle RTO, which turns every pipeline transfer that follows a
     # compute slot into several round trips). Pipeline traffic is bursty by nature.
     ip netns exec "$ns" sysctl -qw net.ipv4.tcp_slow_start_after_idle=0
+    if [[ -n ${ATLAS_WAN_TCP_CC:-} ]]; then ip netns exec "$ns" sysctl -qw net.ipv4.tcp_congestion_control="$ATLAS_WAN_TCP_CC"; fi
     if [[ $window -gt 0 ]]; then
       # The stated per-flow limit: every TCP flow's window (receive and send buffer) is capped.
       ip netns exec "$ns" sysctl -qw net.ipv4.tcp_rmem="4096 $window $window"

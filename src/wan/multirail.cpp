@@ -278,6 +278,7 @@ class Engine {
     return it == m_peer_index.end() ? -1 : it->second;
   }
   [[nodiscard]] const MultirailOptions& opts() const { return m_opts; }
+  [[nodiscard]] const std::string& cc_note() const { return m_cc.note; }
 
   void post(Command cmd);
   void wait_connected();
@@ -354,7 +355,10 @@ class Engine {
     return peer_of(c).rail_counters[static_cast<std::size_t>(c->rail)];
   }
 
+  void tune(int fd);
+
   MultirailOptions m_opts;
+  CongestionChoice m_cc;
   const PeerTransport* m_owner;
   std::vector<std::unique_ptr<Peer>> m_peers;
   std::unordered_map<int, int> m_peer_index;  // world rank -> index (immutable)
@@ -400,6 +404,7 @@ Engine::Engine(const MultirailOptions& opts, const std::vector<int>& peers, cons
                 fmt::format("multirail: wan.chunk_bytes = {} exceeds wan.max_frame_bytes = {}",
                             m_opts.chunk_bytes, m_opts.max_frame_bytes));
   m_high_water = std::max<std::uint64_t>(m_opts.chunk_bytes + kHeaderBytes, 1u << 20);
+  m_cc = choose_congestion_control(m_opts.tcp_congestion);
   for (int rank : peers) {
     if (rank == m_opts.my_rank)
       throw Error(ExitCode::Comm, fmt::format("multirail: rank {} lists itself as a WAN peer", rank));
@@ -423,6 +428,10 @@ Engine::Engine(const MultirailOptions& opts, const std::vector<int>& peers, cons
   epoll_ctl(m_epoll.get(), EPOLL_CTL_ADD, m_wake.get(), &ev);
   if (!m_peers.empty()) {
     m_listen = listen_tcp(m_opts.bind_host, m_opts.bind_port, m_port);
+    // Accepted rails inherit the listener's congestion control from their first packet on.
+    if (!m_cc.name.empty())
+      if (const std::string why = set_congestion_control(m_listen.get(), m_cc.name); !why.empty())
+        log::warn("WAN listener: {}", why);
     ev.events = EPOLLIN;
     ev.data.u64 = kListenKey;
     epoll_ctl(m_epoll.get(), EPOLL_CTL_ADD, m_listen.get(), &ev);
@@ -852,25 +861,34 @@ void Engine::accept_all() {
       return;
     }
     if (m_stopping) continue;
-    tune_socket(fd.get(), m_opts.socket_buffer_bytes);
+    tune_socket(fd.get(), m_opts.socket_buffer_bytes);  // congestion control: the listener's
     Conn* c = add_conn(std::move(fd), false, -1, -1, ConnState::AwaitHello);
     c->hs_need = kHelloBytes;
     c->hs_deadline = m_now + to_duration(m_opts.connect_timeout_s);
   }
 }
 
+void Engine::tune(int fd) {
+  tune_socket(fd, m_opts.socket_buffer_bytes);
+  if (m_cc.name.empty()) return;
+  // Checked once on a probe socket (choose_congestion_control); a failure here is unexpected
+  // but harmless: the rail keeps the system's algorithm.
+  if (const std::string why = set_congestion_control(fd, m_cc.name); !why.empty())
+    log::warn("WAN: {}", why);
+}
+
 void Engine::start_attempt(Peer& p, int rail) {
   RailSlot& s = p.rails[static_cast<std::size_t>(rail)];
   bool in_progress = false;
   std::string err;
-  Fd fd = connect_tcp(p.addr, in_progress, err);
+  // Socket options go on before the SYN (the congestion control must, see fd.hpp).
+  Fd fd = connect_tcp(p.addr, in_progress, err, [this](int f) { tune(f); });
   s.attempts++;
   if (!fd.valid()) {
     s.last_error = err;
     s.next_attempt = m_now + std::min<Clock::duration>(20ms * (1 << std::min(s.attempts, 5)), 500ms);
     return;
   }
-  tune_socket(fd.get(), m_opts.socket_buffer_bytes);
   Conn* c = add_conn(std::move(fd), true, m_peer_index.at(p.rank), rail,
                      in_progress ? ConnState::Connecting : ConnState::AwaitChallenge);
   c->remote = p.addr.text;
@@ -1931,6 +1949,8 @@ MultirailTransport::MultirailTransport(const MultirailOptions& opts, const std::
 MultirailTransport::~MultirailTransport() = default;
 
 int MultirailTransport::listen_port() const { return m_engine->port(); }
+
+std::string MultirailTransport::congestion_control_note() const { return m_engine->cc_note(); }
 
 void MultirailTransport::connect(const std::vector<PeerAddress>& addresses) {
   m_connect_called = true;

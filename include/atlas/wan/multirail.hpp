@@ -28,6 +28,11 @@ struct MultirailOptions {
   /// SO_SNDBUF/SO_RCVBUF per rail; 0 = kernel autotuning (the default; it honours the emulated
   /// per-flow window of scripts/wan, which an explicit size would bypass).
   int socket_buffer_bytes = 0;
+  /// TCP congestion control of every rail: "auto" (the system's unless it is bbr, which paces
+  /// bursty rails at about burst/RTT; then cubic or reno), "system", or an algorithm's name
+  /// (see choose_congestion_control in fd.hpp). make_transport takes it from the environment
+  /// variable ATLAS_WAN_TCP_CONGESTION when set.
+  std::string tcp_congestion = "auto";
   std::string bind_host = "127.0.0.1";        ///< listen address (cluster.bind_hosts[my_dc])
   int bind_port = 0;                          ///< 0 = kernel-chosen
   Secret secret{};                            ///< per-job secret (same on every rank)
@@ -54,6 +59,8 @@ class MultirailTransport final : public PeerTransport {
   MultirailTransport(const MultirailTransport&) = delete;
   MultirailTransport& operator=(const MultirailTransport&) = delete;
 
+  /// One line saying which TCP congestion control the rails use and why.
+  [[nodiscard]] std::string congestion_control_note() const;
   /// The port this rank listens on.
   [[nodiscard]] int listen_port() const;
   /// Starts connecting: this rank opens the rails to every peer with a higher world rank (it
