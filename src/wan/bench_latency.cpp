@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <chrono>
 #include <cstdio>
@@ -70,13 +71,14 @@ struct LatOpts {
   int warmup = 2;
   double gap_ms = 30;
   bool both_ways = false;
+  int load = 0;  // spinning threads per measured rank (CPU contention, as in a training job)
 };
 
 [[noreturn]] void usage_error(const std::string& why) {
   throw ConfigError(
       "atlas bench wan --latency: " + why +
       "\n  usage: atlas bench wan --latency [DECK] [key=value ...] [--msg-bytes B] [--count N] "
-      "[--warmup N] [--gap-ms G] [--both-ways] [--variants multirail:RAILS:CHUNK[:CC],mpi,tcp[:CC],...]"
+      "[--warmup N] [--gap-ms G] [--both-ways] [--load N] [--variants multirail:RAILS:CHUNK[:CC],mpi,tcp[:CC],...]"
       "\n  CC: a TCP congestion control for that variant: auto (default), system, cubic, reno, bbr");
 }
 
@@ -152,6 +154,8 @@ LatOpts parse_args(const std::vector<std::string>& args) {
       o.gap_ms = *d;
     } else if (a == "--both-ways") {
       o.both_ways = true;
+    } else if (a == "--load") {
+      o.load = count(0, 64);
     } else if (a.find('=') != std::string::npos) {
       o.overrides.push_back(a);
     } else if (a.rfind("--", 0) != 0 && o.deck.empty()) {
@@ -370,6 +374,29 @@ void check(const std::vector<std::uint8_t>& b, std::uint64_t index, const std::s
       throw Error(ExitCode::Internal, fmt::format("bench {}: message #{} corrupt at byte {}", what, index, k));
 }
 
+/// `n` threads that spin on arithmetic until destroyed: the CPU contention of computing ranks.
+class Spinners {
+ public:
+  explicit Spinners(int n) {
+    for (int i = 0; i < n; ++i)
+      m_threads.emplace_back([this, i] {
+        volatile double x = 1.0 + i;
+        while (!m_stop.load(std::memory_order_relaxed))
+          for (int k = 0; k < 10000; ++k) x = x * 1.0000001 + 1e-9;
+      });
+  }
+  ~Spinners() {
+    m_stop = true;
+    for (auto& t : m_threads) t.join();
+  }
+  Spinners(const Spinners&) = delete;
+  Spinners& operator=(const Spinners&) = delete;
+
+ private:
+  std::atomic<bool> m_stop{false};
+  std::vector<std::thread> m_threads;
+};
+
 struct Series {
   std::vector<double> one_way_ms;  // per message, receiver side (index order)
   std::vector<double> send_ms;     // per message, sender side
@@ -514,6 +541,9 @@ int run_wan_latency_bench(mpi::Environment& env, const std::vector<std::string>&
                   "the first (fresh connections) is shown apart, then {} warm-up, then {} timed{}",
                   units::format_bytes_human(static_cast<double>(o.msg_bytes)), o.gap_ms, o.warmup,
                   o.count, o.both_ways ? "; both ranks send at once (both directions)" : ""));
+  if (o.load > 0)
+    out(fmt::format("# CPU contention: {} spinning thread(s) in each of the two measured ranks while they "
+                    "measure (as computing pipeline stages would)", o.load));
   out(fmt::format("# ideal: one-way = latency + bytes/rate = {:.2f} ms; acknowledged send = RTT + "
                   "bytes/rate = {:.2f} ms", ideal_one, ideal_ack));
   out(fmt::format("# clock: {}; tcp congestion control: {}; per-flow window: {}; load (1-min) {} on {} CPUs",
@@ -532,9 +562,12 @@ int run_wan_latency_bench(mpi::Environment& env, const std::vector<std::string>&
     auto ch = make_channel(world, link, v);
     world.barrier();
     Series mine;
+    std::unique_ptr<Spinners> spin;
+    if ((i_send || i_recv) && o.load > 0) spin = std::make_unique<Spinners>(o.load);
     if (i_send || i_recv)
       run_series(*ch, i_send || o.both_ways, i_recv || o.both_ways, o,
                  i_recv ? offset_ns : -offset_ns, v.name(), mine);
+    spin.reset();
     std::string note = ch && i_send ? ch->note() : std::string();
     world.barrier();
     ch.reset();

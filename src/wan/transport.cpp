@@ -139,6 +139,16 @@ std::unique_ptr<PeerTransport> make_transport(const WanCfg& wan, const ClusterCf
   std::unique_ptr<MultirailTransport> t;
   std::string error;
   try {
+    // Environment overrides (diagnostics and A/B runs; see docs/wan.md): checked here, so a bad
+    // value fails every rank together instead of leaving the others in the allgather.
+    if (const char* env = std::getenv("ATLAS_WAN_WARMUP_BYTES"); env && *env) {
+      const auto b = units::parse_bytes(env);
+      if (!b)
+        throw Error(ExitCode::Comm, fmt::format("ATLAS_WAN_WARMUP_BYTES='{}' is not a byte count (e.g. "
+                                                "0, 256K, 1M)",
+                                                env));
+      o.warmup_bytes = *b;
+    }
     t = std::make_unique<MultirailTransport>(o, peers);
   } catch (const Error& e) {
     error = e.what();

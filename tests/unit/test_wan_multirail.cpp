@@ -166,6 +166,7 @@ struct Victim {
   explicit Victim(MultirailOptions o, std::uint64_t fake_chunk = 4096) {
     o.my_rank = 1;
     o.rails = 1;
+    o.warmup_bytes = 0;  // the fake peer does not acknowledge warm-up frames
     t = std::make_unique<MultirailTransport>(o, std::vector<int>{0});
     t->connect({});
     fake = std::make_unique<FakePeer>(t->listen_port(), o.secret, fake_chunk);
