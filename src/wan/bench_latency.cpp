@@ -72,13 +72,14 @@ struct LatOpts {
   double gap_ms = 30;
   bool both_ways = false;
   int load = 0;  // spinning threads per measured rank (CPU contention, as in a training job)
+  double max_ratio = 0;  // > 0: fail (exit 1) beyond this many times the ideal (see --max-ratio)
 };
 
 [[noreturn]] void usage_error(const std::string& why) {
   throw ConfigError(
       "atlas bench wan --latency: " + why +
       "\n  usage: atlas bench wan --latency [DECK] [key=value ...] [--msg-bytes B] [--count N] "
-      "[--warmup N] [--gap-ms G] [--both-ways] [--load N] [--variants multirail:RAILS:CHUNK[:CC],mpi,tcp[:CC],...]"
+      "[--warmup N] [--gap-ms G] [--both-ways] [--load N] [--max-ratio R] [--variants multirail:RAILS:CHUNK[:CC],mpi,tcp[:CC],...]"
       "\n  CC: a TCP congestion control for that variant: auto (default), system, cubic, reno, bbr");
 }
 
@@ -156,6 +157,11 @@ LatOpts parse_args(const std::vector<std::string>& args) {
       o.both_ways = true;
     } else if (a == "--load") {
       o.load = count(0, 64);
+    } else if (a == "--max-ratio") {
+      const std::string v = value();
+      const auto d = units::parse_double(v);
+      if (!d || *d < 1) usage_error("--max-ratio needs a number >= 1, got '" + v + "'");
+      o.max_ratio = *d;
     } else if (a.find('=') != std::string::npos) {
       o.overrides.push_back(a);
     } else if (a.rfind("--", 0) != 0 && o.deck.empty()) {
@@ -554,6 +560,7 @@ int run_wan_latency_bench(mpi::Environment& env, const std::vector<std::string>&
                   "tcp cc", "first", "1w p50", "1w p90", "1w p99", "1w max", "ack p50", "ack p99", "1w/id", "ack/id", "notes"));
 
   int worst_ok = 1;
+  std::vector<std::string> over;  // --max-ratio violations
   for (const Variant& v : o.variants) {
     if (v.kind == Kind::Tcp && o.both_ways) {
       out(fmt::format("  {:<29} skipped with --both-ways (one blocking socket)", v.name()));
@@ -599,7 +606,17 @@ int run_wan_latency_bench(mpi::Environment& env, const std::vector<std::string>&
       std::vector<double> t1(one.begin() + static_cast<std::ptrdiff_t>(std::min(skip, one.size())), one.end());
       std::vector<double> ta(ack.begin() + static_cast<std::ptrdiff_t>(std::min(skip, ack.size())), ack.end());
       const double p50 = pct(t1, 0.5), a50 = pct(ta, 0.5);
-      if (v.kind == Kind::Multirail && v.cc.empty() && (p50 > 1.3 * ideal_one || a50 > 1.3 * ideal_ack)) worst_ok = 0;
+      if (v.kind == Kind::Multirail && v.cc.empty()) {
+        if (p50 > 1.3 * ideal_one || a50 > 1.3 * ideal_ack) worst_ok = 0;
+        const double r = o.max_ratio;
+        if (r > 0 && p50 > r * ideal_one)
+          over.push_back(fmt::format("{}: one-way p50 {:.2f} ms > {:.1f} x {:.2f}", v.name(), p50, r, ideal_one));
+        if (r > 0 && a50 > r * ideal_ack)
+          over.push_back(fmt::format("{}: acknowledged send p50 {:.2f} ms > {:.1f} x {:.2f}", v.name(), a50, r, ideal_ack));
+        if (r > 0 && first > 2 * r * ideal_one)
+          over.push_back(fmt::format("{}: first message (fresh rails) {:.2f} ms > {:.1f} x {:.2f}", v.name(), first,
+                                     2 * r, ideal_one));
+      }
       const CongestionChoice cc = choose_congestion_control(v.kind == Kind::Mpi ? "system" : v.request());
       out(fmt::format("  {:<22} {:<6} {:>7.2f} | {:>7.2f} {:>7.2f} {:>7.2f} {:>7.2f} | {:>7.2f} {:>7.2f} | {:>6.2f} {:>6.2f}  {}",
                       v.name(), cc.name.empty() ? cc.system : cc.name, first, p50, pct(t1, 0.9), pct(t1, 0.99), pct(t1, 1.0), a50, pct(ta, 0.99),
@@ -610,7 +627,16 @@ int run_wan_latency_bench(mpi::Environment& env, const std::vector<std::string>&
   if (me == 0)
     out(fmt::format("latency: multirail (default congestion control) p50 one-way and acknowledged send {} 1.3 x ideal ({:.2f} / {:.2f} ms)",
                     worst_ok ? "within" : "NOT within", ideal_one, ideal_ack));
-  return 0;
+  int failed = over.empty() ? 0 : 1;
+  if (o.max_ratio > 0) {
+    for (const std::string& line : over) out("FAIL: " + line);
+    if (over.empty())
+      out(fmt::format("OK: multirail p50 one-way and acknowledged send within {:.1f} x ideal, first "
+                      "message within {:.1f} x",
+                      o.max_ratio, 2 * o.max_ratio));
+  }
+  world.bcast(std::span<int>(&failed, 1), 0);
+  return failed;
 }
 
 }  // namespace atlas::wan

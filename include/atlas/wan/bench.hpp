@@ -26,10 +26,13 @@ int run_wan_bench(mpi::Environment& env, const std::vector<std::string>& args);
 /// The latency benchmark (`atlas bench wan --latency`): one message at a time after an idle gap,
 /// per variant (multirail at given rails and chunk sizes, Open MPI, one plain TCP socket), between
 /// rank 0 and the first rank of another DC. `args`: [DECK] [key=value ...] [--msg-bytes B]
-/// [--count N] [--warmup N] [--gap-ms G] [--both-ways] [--variants multirail:R:CHUNK,mpi,tcp].
-/// Prints on rank 0 the one-way (isend to the receiver's completion) and acknowledged-send times
-/// (p50/p90/p99/max, ms) against the ideal latency + bytes/rate, ending with a "latency:" verdict
-/// line. Collective over MPI_COMM_WORLD. Returns 0; usage errors throw ConfigError.
+/// [--count N] [--warmup N] [--gap-ms G] [--both-ways] [--load N] [--max-ratio R]
+/// [--variants multirail:R:CHUNK[:CC],mpi,tcp[:CC]]. Prints on rank 0 the one-way (isend to the
+/// receiver's completion) and acknowledged-send times (p50/p90/p99/max, ms) against the ideal
+/// latency + bytes/rate (and RTT + bytes/rate), ending with a "latency:" verdict line.
+/// Collective over MPI_COMM_WORLD. Returns 0, or 1 (on every rank) when --max-ratio R is given
+/// and a multirail variant's p50 exceeds R x ideal or its first message 2R x ideal; usage errors
+/// throw ConfigError.
 int run_wan_latency_bench(mpi::Environment& env, const std::vector<std::string>& args);
 
 }  // namespace atlas::wan
