@@ -27,6 +27,7 @@
 #include "atlas/wan/fd.hpp"
 #include "atlas/wan/multirail.hpp"
 #include "atlas/wan/transport.hpp"
+#include "bench_common.hpp"
 
 extern char** environ;
 
@@ -323,32 +324,6 @@ int free_port(const std::string& host) {
   return port;
 }
 
-// ---- waiting without spinning ----
-// Open MPI busy-polls inside blocking collectives. A rank that waits through someone else's long
-// phase (the loopback check, an iperf3 run) would burn a core the measured processes need, so
-// long waits use the non-blocking collective and sleep between tests.
-
-void idle_wait(MPI_Request& req) {
-  for (;;) {
-    int done = 0;
-    ATLAS_MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
-    if (done) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-}
-
-void idle_barrier(const mpi::Comm& world) {
-  MPI_Request req = MPI_REQUEST_NULL;
-  ATLAS_MPI_CHECK(MPI_Ibarrier(world.get(), &req));
-  idle_wait(req);
-}
-
-void idle_bcast(const mpi::Comm& world, double& value, int root) {
-  MPI_Request req = MPI_REQUEST_NULL;
-  ATLAS_MPI_CHECK(MPI_Ibcast(&value, 1, MPI_DOUBLE, root, world.get(), &req));
-  idle_wait(req);
-}
-
 // ---- printing ----
 
 struct Row {
@@ -361,63 +336,25 @@ struct Row {
 }  // namespace
 
 int run_wan_bench(mpi::Environment& env, const std::vector<std::string>& args) {
+  if (std::find(args.begin(), args.end(), "--latency") != args.end()) return run_wan_latency_bench(env, args);
   const Opts o = parse_args(args);
   const mpi::Comm world = mpi::Comm::world();
   const int me = world.rank();
-  const int np = world.size();
   (void)env;
+  using bench::idle_barrier;
+  using bench::idle_bcast;
 
-  // The deck is read on rank 0 and broadcast; only its cluster.* and wan.* keys matter here, so it
-  // is parsed (every rank alike) but not validated against a training layout.
-  std::string text = kDefaultDeck;
-  if (!o.deck.empty()) {
-    if (me == 0) {
-      try {
-        text = deck::read_text_file(o.deck);
-      } catch (const ConfigError& e) {
-        text = std::string("\x01") + e.what();
-      }
-    }
-    world.bcast_string(text, 0);
-    if (!text.empty() && text[0] == '\x01') throw ConfigError(text.substr(1));
-  }
-  const Config cfg = deck::parse(o.deck.empty() ? "(built-in bench deck)" : o.deck, text, o.overrides);
+  const bench::Link link = bench::setup_link(world, o.deck, o.overrides);
+  const Config& cfg = link.cfg;
   const ClusterCfg& cl = cfg.cluster;
-  const int ndc = cl.dc_count();
-
-  // ---- which DC each rank is in ----
-  int my_dc = 0;
-  if (const char* e = std::getenv("ATLAS_WAN_DC"); e && *e) {
-    const auto v = units::parse_int(e);
-    if (!v || *v < 0 || *v >= ndc)
-      throw Error(ExitCode::Usage, fmt::format("ATLAS_WAN_DC='{}' is not a DC index of the deck (0..{})", e, ndc - 1));
-    my_dc = static_cast<int>(*v);
-  } else if (cfg.parallel.world_size() == np &&
-             cfg.parallel.stages_per_dc.size() == static_cast<std::size_t>(ndc)) {
-    int first = 0;
-    for (int d = 0; d < ndc; ++d) {
-      const int n = cfg.parallel.stages_per_dc[static_cast<std::size_t>(d)] * cfg.parallel.dp_size *
-                    cfg.parallel.tp_size;
-      if (me >= first && me < first + n) my_dc = d;
-      first += n;
-    }
-  } else {
-    my_dc = me * ndc / np;
-  }
-  const std::vector<int> dcs = world.allgather(my_dc);
-  int receiver = -1;
-  for (int r = 1; r < np && receiver < 0; ++r)
-    if (dcs[static_cast<std::size_t>(r)] != dcs[0]) receiver = r;
-  const int dc_s = dcs[0];
-  const int dc_r = receiver >= 0 ? dcs[static_cast<std::size_t>(receiver)] : dc_s;
-  const bool emulated = (std::getenv("ATLAS_WAN_EMULATED") && std::string(std::getenv("ATLAS_WAN_EMULATED")) == "1") ||
-                        cfg.wan.emulate == WanEmulation::Netns;
-  const double link_bps = receiver >= 0 ? cl.bandwidth(dc_s, dc_r) * 1e9 : 0.0;
-  const double rtt_ms = receiver >= 0 ? cl.latency(dc_s, dc_r) + cl.latency(dc_r, dc_s) : 0.0;
-  std::string host_r = cl.bind_hosts.empty() ? "127.0.0.1"
-                       : cl.bind_hosts[cl.bind_hosts.size() == 1 ? 0 : static_cast<std::size_t>(dc_r)];
-  if (const char* e = std::getenv("ATLAS_WAN_BIND_HOST"); e && *e && me == receiver) host_r = e;
-  if (receiver >= 0) world.bcast_string(host_r, receiver);
+  const int my_dc = link.my_dc;
+  const int receiver = link.receiver;
+  const int dc_s = link.dc_s;
+  const int dc_r = link.dc_r;
+  const bool emulated = link.emulated;
+  const double link_bps = link.link_bps;
+  const double rtt_ms = link.rtt_ms;
+  const std::string& host_r = link.host_r;
 
   auto out = [&](const std::string& line) {
     if (me == 0) {
@@ -455,15 +392,7 @@ int run_wan_bench(mpi::Environment& env, const std::vector<std::string>& args) {
     out("# one DC only (or np = 1): no cross-DC pair to measure; loopback check only");
   }
 
-  auto loadavg = [] {
-    std::string s = "?";
-    if (FILE* f = std::fopen("/proc/loadavg", "r")) {
-      char buf[64] = {};
-      if (std::fgets(buf, sizeof buf, f)) s = std::string(buf).substr(0, std::string(buf).find(' '));
-      std::fclose(f);
-    }
-    return s;
-  };
+  using bench::loadavg;
   out(fmt::format("# machine load (1-min average) at start: {} on {} CPUs", loadavg(),
                   std::thread::hardware_concurrency()));
 
@@ -661,5 +590,123 @@ int run_wan_bench(mpi::Environment& env, const std::vector<std::string>& args) {
   }
   return 0;
 }
+
+// ---- shared by the WAN benchmarks (bench_common.hpp) ----
+
+namespace bench {
+
+Link setup_link(const mpi::Comm& world, const std::string& deck_path,
+                const std::vector<std::string>& overrides) {
+  const int me = world.rank();
+  const int np = world.size();
+  // The deck is read on rank 0 and broadcast; only its cluster.* and wan.* keys matter here, so it
+  // is parsed (every rank alike) but not validated against a training layout.
+  std::string text = kDefaultDeck;
+  if (!deck_path.empty()) {
+    if (me == 0) {
+      try {
+        text = deck::read_text_file(deck_path);
+      } catch (const ConfigError& e) {
+        text = std::string("\x01") + e.what();
+      }
+    }
+    world.bcast_string(text, 0);
+    if (!text.empty() && text[0] == '\x01') throw ConfigError(text.substr(1));
+  }
+  Link link;
+  link.cfg = deck::parse(deck_path.empty() ? "(built-in bench deck)" : deck_path, text, overrides);
+  const Config& cfg = link.cfg;
+  const ClusterCfg& cl = cfg.cluster;
+  const int ndc = cl.dc_count();
+
+  // ---- which DC each rank is in ----
+  int my_dc = 0;
+  if (const char* e = std::getenv("ATLAS_WAN_DC"); e && *e) {
+    const auto v = units::parse_int(e);
+    if (!v || *v < 0 || *v >= ndc)
+      throw Error(ExitCode::Usage, fmt::format("ATLAS_WAN_DC='{}' is not a DC index of the deck (0..{})", e, ndc - 1));
+    my_dc = static_cast<int>(*v);
+  } else if (cfg.parallel.world_size() == np &&
+             cfg.parallel.stages_per_dc.size() == static_cast<std::size_t>(ndc)) {
+    int first = 0;
+    for (int d = 0; d < ndc; ++d) {
+      const int n = cfg.parallel.stages_per_dc[static_cast<std::size_t>(d)] * cfg.parallel.dp_size *
+                    cfg.parallel.tp_size;
+      if (me >= first && me < first + n) my_dc = d;
+      first += n;
+    }
+  } else {
+    my_dc = me * ndc / np;
+  }
+  link.my_dc = my_dc;
+  const std::vector<int> dcs = world.allgather(my_dc);
+  for (int r = 1; r < np && link.receiver < 0; ++r)
+    if (dcs[static_cast<std::size_t>(r)] != dcs[0]) link.receiver = r;
+  const int receiver = link.receiver;
+  link.dc_s = dcs[0];
+  link.dc_r = receiver >= 0 ? dcs[static_cast<std::size_t>(receiver)] : link.dc_s;
+  link.emulated = (std::getenv("ATLAS_WAN_EMULATED") && std::string(std::getenv("ATLAS_WAN_EMULATED")) == "1") ||
+                  cfg.wan.emulate == WanEmulation::Netns;
+  if (receiver >= 0) {
+    link.link_bps = cl.bandwidth(link.dc_s, link.dc_r) * 1e9;
+    link.one_way_ms = cl.latency(link.dc_s, link.dc_r);
+    link.rtt_ms = link.one_way_ms + cl.latency(link.dc_r, link.dc_s);
+  }
+  link.host_r = cl.bind_hosts.empty() ? "127.0.0.1"
+                : cl.bind_hosts[cl.bind_hosts.size() == 1 ? 0 : static_cast<std::size_t>(link.dc_r)];
+  if (const char* e = std::getenv("ATLAS_WAN_BIND_HOST"); e && *e && me == receiver) link.host_r = e;
+  if (receiver >= 0) world.bcast_string(link.host_r, receiver);
+  return link;
+}
+
+// Open MPI busy-polls inside blocking collectives. A rank that waits through someone else's long
+// phase (the loopback check, an iperf3 run) would burn a core the measured processes need, so
+// long waits use the non-blocking collective and sleep between tests.
+
+void idle_wait(MPI_Request& req) {
+  for (;;) {
+    int done = 0;
+    ATLAS_MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+void idle_barrier(const mpi::Comm& world) {
+  MPI_Request req = MPI_REQUEST_NULL;
+  ATLAS_MPI_CHECK(MPI_Ibarrier(world.get(), &req));
+  idle_wait(req);
+}
+
+void idle_bcast(const mpi::Comm& world, double& value, int root) {
+  MPI_Request req = MPI_REQUEST_NULL;
+  ATLAS_MPI_CHECK(MPI_Ibcast(&value, 1, MPI_DOUBLE, root, world.get(), &req));
+  idle_wait(req);
+}
+
+std::string loadavg() {
+  std::string s = "?";
+  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
+    char buf[64] = {};
+    if (std::fgets(buf, sizeof buf, f)) s = std::string(buf).substr(0, std::string(buf).find(' '));
+    std::fclose(f);
+  }
+  return s;
+}
+
+std::string tcp_congestion_control() {
+  std::string s = "?";
+  if (FILE* f = std::fopen("/proc/sys/net/ipv4/tcp_congestion_control", "r")) {
+    char buf[64] = {};
+    if (std::fgets(buf, sizeof buf, f)) {
+      s = buf;
+      while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+    }
+    std::fclose(f);
+  }
+  return s;
+}
+
+}  // namespace bench
 
 }  // namespace atlas::wan

@@ -91,11 +91,13 @@ Fd listen_tcp(const std::string& host, int port, int& bound_port) {
   return fd;
 }
 
-Fd connect_tcp(const SockAddr& to, bool& in_progress, std::string& error) {
+Fd connect_tcp(const SockAddr& to, bool& in_progress, std::string& error,
+               const std::function<void(int)>& prepare) {
   in_progress = false;
   error.clear();
   Fd fd(::socket(to.addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!fd.valid()) sys_fail("socket() for a WAN rail", errno);
+  if (prepare) prepare(fd.get());
   if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&to.addr), to.len) == 0) return fd;
   if (errno == EINPROGRESS) {
     in_progress = true;
@@ -120,6 +122,64 @@ void tune_socket(int fd, int buffer_bytes) {
     setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buffer_bytes, sizeof buffer_bytes);
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buffer_bytes, sizeof buffer_bytes);
   }
+}
+
+std::string congestion_control(int fd) {
+  char name[64] = {};
+  socklen_t len = sizeof name - 1;
+  if (getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, &len) < 0) return "";
+  return std::string(name, strnlen(name, len));
+}
+
+std::string set_congestion_control(int fd, const std::string& name) {
+  if (setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name.data(), static_cast<socklen_t>(name.size())) == 0)
+    return "";
+  const int err = errno;
+  if (err == ENOENT) return fmt::format("TCP congestion control '{}' is not available in this kernel", name);
+  if (err == EPERM)
+    return fmt::format("TCP congestion control '{}' is restricted here (not in "
+                       "net.ipv4.tcp_allowed_congestion_control, and no CAP_NET_ADMIN)",
+                       name);
+  return fmt::format("setsockopt(TCP_CONGESTION, {}): {}", name, std::strerror(err));
+}
+
+CongestionChoice choose_congestion_control(const std::string& request) {
+  Fd probe(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!probe.valid()) sys_fail("socket (congestion control probe)", errno);
+  CongestionChoice c;
+  c.system = congestion_control(probe.get());
+  if (request == "system" || request.empty()) {
+    c.note = fmt::format("TCP congestion control: the system's ({})", c.system);
+    return c;
+  }
+  if (request != "auto") {
+    if (const std::string why = set_congestion_control(probe.get(), request); !why.empty())
+      throw Error(ExitCode::Comm, fmt::format("WAN rails: {} (asked for '{}'; 'auto' or 'system' "
+                                              "always work)",
+                                              why, request));
+    c.name = request;
+    c.note = fmt::format("TCP congestion control: {} (asked for; the system's is {})", request, c.system);
+    return c;
+  }
+  if (c.system.rfind("bbr", 0) != 0) {
+    c.note = fmt::format("TCP congestion control: the system's ({})", c.system);
+    return c;
+  }
+  std::string why;
+  for (const char* alt : {"cubic", "reno"}) {
+    const std::string e = set_congestion_control(probe.get(), alt);
+    if (e.empty()) {
+      c.name = alt;
+      c.note = fmt::format("TCP congestion control: {} instead of the system's {} (bbr paces bursty "
+                           "rails at about burst/RTT)",
+                           alt, c.system);
+      return c;
+    }
+    why += (why.empty() ? "" : "; ") + e;
+  }
+  c.note = fmt::format("TCP congestion control: the system's ({}); no alternative could be set: {}",
+                       c.system, why);
+  return c;
 }
 
 std::string peer_name(int fd) {

@@ -134,7 +134,7 @@ std::string decode_header(std::span<const std::uint8_t, kHeaderBytes> in,
                        get_u32(p + 52), want);
   const std::uint8_t type = p[5];
   if (type < static_cast<std::uint8_t>(FrameType::Data) ||
-      type > static_cast<std::uint8_t>(FrameType::Bye))
+      type > static_cast<std::uint8_t>(FrameType::Pad))
     return fmt::format("unknown frame type {}", type);
   h.type = static_cast<FrameType>(type);
   h.flags = get_u16(p + 6);
@@ -148,7 +148,7 @@ std::string decode_header(std::span<const std::uint8_t, kHeaderBytes> in,
   if (h.length > max_frame_bytes)
     return fmt::format("frame length {} bytes exceeds wan.max_frame_bytes = {}", h.length,
                        max_frame_bytes);
-  if (h.type != FrameType::Data && h.length != 0)
+  if (h.type != FrameType::Data && h.type != FrameType::Pad && h.length != 0)
     return fmt::format("control frame (type {}) carries a {}-byte payload", type, h.length);
   return {};
 }

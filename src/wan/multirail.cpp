@@ -46,6 +46,9 @@ constexpr std::size_t kStagingBytes = 256 * 1024;  // per-connection receive sta
 constexpr std::uint64_t kDirectRecvMin = 16 * 1024;  // payload reads this big skip the staging
 constexpr std::size_t kReadBudget = 8u << 20;      // bytes per readiness event per connection
 constexpr int kMaxIov = 64;
+constexpr std::uint64_t kPadMax = 64 * 1024;  // warm-up frame payload, at most
+constexpr std::uint64_t kPadFramesMax = 64;   // warm-up frames per rail, at most
+alignas(64) const std::uint8_t kZeros[kPadMax] = {};  // every warm-up payload
 constexpr std::size_t kWriteBatch = 4u << 20;      // bytes per sendmsg
 constexpr auto kTick = 20ms;                       // timer resolution of the progress loop
 constexpr auto kLinger = 2s;                       // longest goodbye at destruction
@@ -154,6 +157,7 @@ struct Conn {
   std::uint64_t queued_bytes = 0;  // every frame in q: unwritten + written and unacknowledged
   std::uint64_t sent_seq = 0;
   std::uint64_t unacked = 0;  // reliable frames written and not yet acknowledged
+  std::uint64_t pads_unacked = 0;  // warm-up frames not yet acknowledged
   Clock::time_point ack_clock{};
   bool ack_dirty = false;
   // input
@@ -174,6 +178,7 @@ struct RailSlot {
   Conn* conn = nullptr;     // the Ready connection
   Conn* pending = nullptr;  // active side: the attempt in progress
   bool ever_up = false;
+  bool warm = false;        // the first connection's warm-up is acknowledged (or given up)
   bool closed_by_peer = false;
   bool dead = false;
   Clock::time_point deadline = Clock::time_point::max();
@@ -278,6 +283,7 @@ class Engine {
     return it == m_peer_index.end() ? -1 : it->second;
   }
   [[nodiscard]] const MultirailOptions& opts() const { return m_opts; }
+  [[nodiscard]] const std::string& cc_note() const { return m_cc.note; }
 
   void post(Command cmd);
   void wait_connected();
@@ -306,6 +312,8 @@ class Engine {
   void read_hs(Conn* c);
   void hs_failed(Conn* c, const std::string& why);
   void make_ready(Conn* c, std::uint64_t chunk, std::uint64_t credit);
+  void start_warmup(Conn* c);
+  void warmed(Conn* c);
   void conn_failed(Conn* c, const std::string& why);
   void close_conn(Conn* c);
   void on_bye(Conn* c);
@@ -328,6 +336,7 @@ class Engine {
   bool fill(Conn* c, std::size_t& budget);
   void parse_header(Conn* c);
   void begin_data(Conn* c, const FrameHeader& h);
+  void begin_pad(Conn* c, const FrameHeader& h);
   void finish_payload(Conn* c);
   void on_rts(Peer& p, Conn* c, const FrameHeader& h);
   void on_cts(Peer& p, Conn* c, const FrameHeader& h);
@@ -354,7 +363,10 @@ class Engine {
     return peer_of(c).rail_counters[static_cast<std::size_t>(c->rail)];
   }
 
+  void tune(int fd);
+
   MultirailOptions m_opts;
+  CongestionChoice m_cc;
   const PeerTransport* m_owner;
   std::vector<std::unique_ptr<Peer>> m_peers;
   std::unordered_map<int, int> m_peer_index;  // world rank -> index (immutable)
@@ -400,6 +412,7 @@ Engine::Engine(const MultirailOptions& opts, const std::vector<int>& peers, cons
                 fmt::format("multirail: wan.chunk_bytes = {} exceeds wan.max_frame_bytes = {}",
                             m_opts.chunk_bytes, m_opts.max_frame_bytes));
   m_high_water = std::max<std::uint64_t>(m_opts.chunk_bytes + kHeaderBytes, 1u << 20);
+  m_cc = choose_congestion_control(m_opts.tcp_congestion);
   for (int rank : peers) {
     if (rank == m_opts.my_rank)
       throw Error(ExitCode::Comm, fmt::format("multirail: rank {} lists itself as a WAN peer", rank));
@@ -423,6 +436,10 @@ Engine::Engine(const MultirailOptions& opts, const std::vector<int>& peers, cons
   epoll_ctl(m_epoll.get(), EPOLL_CTL_ADD, m_wake.get(), &ev);
   if (!m_peers.empty()) {
     m_listen = listen_tcp(m_opts.bind_host, m_opts.bind_port, m_port);
+    // Accepted rails inherit the listener's congestion control from their first packet on.
+    if (!m_cc.name.empty())
+      if (const std::string why = set_congestion_control(m_listen.get(), m_cc.name); !why.empty())
+        log::warn("WAN listener: {}", why);
     ev.events = EPOLLIN;
     ev.data.u64 = kListenKey;
     epoll_ctl(m_epoll.get(), EPOLL_CTL_ADD, m_listen.get(), &ev);
@@ -796,7 +813,7 @@ void Engine::check_connected() {
   for (auto& p : m_peers) {
     if (!p->failed.empty()) errors.push_back(p->failed);
     for (auto& s : p->rails)
-      if (!s.ever_up) all_up = false;
+      if (!s.ever_up || !s.warm) all_up = false;
   }
   if (!errors.empty() || all_up) {
     m_connected_reported = true;
@@ -852,25 +869,34 @@ void Engine::accept_all() {
       return;
     }
     if (m_stopping) continue;
-    tune_socket(fd.get(), m_opts.socket_buffer_bytes);
+    tune_socket(fd.get(), m_opts.socket_buffer_bytes);  // congestion control: the listener's
     Conn* c = add_conn(std::move(fd), false, -1, -1, ConnState::AwaitHello);
     c->hs_need = kHelloBytes;
     c->hs_deadline = m_now + to_duration(m_opts.connect_timeout_s);
   }
 }
 
+void Engine::tune(int fd) {
+  tune_socket(fd, m_opts.socket_buffer_bytes);
+  if (m_cc.name.empty()) return;
+  // Checked once on a probe socket (choose_congestion_control); a failure here is unexpected
+  // but harmless: the rail keeps the system's algorithm.
+  if (const std::string why = set_congestion_control(fd, m_cc.name); !why.empty())
+    log::warn("WAN: {}", why);
+}
+
 void Engine::start_attempt(Peer& p, int rail) {
   RailSlot& s = p.rails[static_cast<std::size_t>(rail)];
   bool in_progress = false;
   std::string err;
-  Fd fd = connect_tcp(p.addr, in_progress, err);
+  // Socket options go on before the SYN (the congestion control must, see fd.hpp).
+  Fd fd = connect_tcp(p.addr, in_progress, err, [this](int f) { tune(f); });
   s.attempts++;
   if (!fd.valid()) {
     s.last_error = err;
     s.next_attempt = m_now + std::min<Clock::duration>(20ms * (1 << std::min(s.attempts, 5)), 500ms);
     return;
   }
-  tune_socket(fd.get(), m_opts.socket_buffer_bytes);
   Conn* c = add_conn(std::move(fd), true, m_peer_index.at(p.rank), rail,
                      in_progress ? ConnState::Connecting : ConnState::AwaitChallenge);
   c->remote = p.addr.text;
@@ -1055,6 +1081,7 @@ void Engine::make_ready(Conn* c, std::uint64_t chunk, std::uint64_t credit) {
   }
   if (s.pending == c) s.pending = nullptr;
   s.conn = c;
+  const bool first = !s.ever_up;
   if (s.ever_up) {
     p.c_reconnects.fetch_add(1, std::memory_order_relaxed);
     rc(c).reconnects.fetch_add(1, std::memory_order_relaxed);
@@ -1071,6 +1098,39 @@ void Engine::make_ready(Conn* c, std::uint64_t chunk, std::uint64_t credit) {
   p.peer_credit = credit;
   p.params_known = true;
   p.dirty = true;
+  if (first) start_warmup(c);
+  check_connected();
+}
+
+void Engine::start_warmup(Conn* c) {
+  RailSlot& s = peer_of(c).rails[static_cast<std::size_t>(c->rail)];
+  const std::uint64_t len = std::min(kPadMax, m_opts.chunk_bytes);  // the peer accepts our chunks
+  const std::uint64_t n = std::min(kPadFramesMax, (m_opts.warmup_bytes + len - 1) / len);
+  if (n == 0) {
+    s.warm = true;
+    return;
+  }
+  FrameHeader h;
+  h.type = FrameType::Pad;
+  h.length = static_cast<std::uint32_t>(len);
+  h.payload_crc = crc32c(kZeros, len);
+  for (std::uint64_t k = 0; k < n; ++k) {
+    OutFrame f;
+    f.type = FrameType::Pad;
+    f.reliable = true;
+    f.len = static_cast<std::uint32_t>(len);
+    f.payload = kZeros;
+    encode_header(h, f.hdr);
+    c->unwritten_bytes += f.size();
+    c->queued_bytes += f.size();
+    c->q.push_back(std::move(f));
+  }
+  c->pads_unacked = n;
+}
+
+void Engine::warmed(Conn* c) {
+  RailSlot& s = peer_of(c).rails[static_cast<std::size_t>(c->rail)];
+  if (s.conn == c) s.warm = true;
   check_connected();
 }
 
@@ -1100,9 +1160,11 @@ void Engine::conn_failed(Conn* c, const std::string& why) {
   Peer& p = peer_of(c);
   RailSlot& s = p.rails[static_cast<std::size_t>(c->rail)];
   const bool was_current = s.conn == c;
-  // Requeue everything not acknowledged: it is resent on the surviving rails.
+  if (was_current) s.warm = true;  // a rail lost while warming does not hold up the connect
+  // Requeue everything not acknowledged: it is resent on the surviving rails (warm-up frames
+  // are not).
   for (OutFrame& f : c->q) {
-    if (!f.reliable) continue;
+    if (!f.reliable || f.type == FrameType::Pad) continue;
     if (f.type == FrameType::Data) p.resend.push_back(std::move(f.chunk));
     else if (f.type == FrameType::Credit) p.credit_dirty = true;
     else p.ctrl.push_back(f.ctrl);
@@ -1132,9 +1194,12 @@ void Engine::conn_failed(Conn* c, const std::string& why) {
 void Engine::on_bye(Conn* c) {
   Peer& p = peer_of(c);
   RailSlot& s = p.rails[static_cast<std::size_t>(c->rail)];
-  if (s.conn == c) s.closed_by_peer = true;
+  if (s.conn == c) {
+    s.closed_by_peer = true;
+    s.warm = true;
+  }
   for (OutFrame& f : c->q) {
-    if (!f.reliable) continue;
+    if (!f.reliable || f.type == FrameType::Pad) continue;
     if (f.type == FrameType::Data) p.resend.push_back(std::move(f.chunk));
     else if (f.type == FrameType::Credit) p.credit_dirty = true;
     else p.ctrl.push_back(f.ctrl);
@@ -1558,6 +1623,7 @@ void Engine::on_ack(Conn* c, std::uint64_t count) {
     if (f.reliable && f.seq > count) break;
     if (f.reliable) {
       --c->unacked;
+      if (f.type == FrameType::Pad && c->pads_unacked > 0 && --c->pads_unacked == 0) warmed(c);
       if (f.type == FrameType::Data) {
         SendOp& op = *f.chunk.op;
         if (++op.m_acked == op.m_chunks) {
@@ -1686,6 +1752,7 @@ void Engine::parse_header(Conn* c) {
       on_cts(p, c, h);
       return;
     case FrameType::Data: begin_data(c, h); return;
+    case FrameType::Pad: begin_pad(c, h); return;
   }
 }
 
@@ -1791,12 +1858,30 @@ void Engine::begin_data(Conn* c, const FrameHeader& h) {
   if (h.length == 0) finish_payload(c);
 }
 
+void Engine::begin_pad(Conn* c, const FrameHeader& h) {
+  c->cur = h;
+  c->got = 0;
+  c->in_payload = true;
+  c->temp.resize(h.length);
+  c->dest = c->temp.data();
+  c->dest_kind = Dest::Temp;
+  if (h.length == 0) finish_payload(c);
+}
+
 void Engine::finish_payload(Conn* c) {
   Peer& p = peer_of(c);
   c->in_payload = false;
   ++c->recv_seq;
   c->ack_dirty = true;
   p.dirty = true;
+  if (c->cur.type == FrameType::Pad) {  // warm-up: checked, acknowledged, dropped
+    c->dest_kind = Dest::None;
+    if (const std::uint32_t crc = crc32c(c->dest, c->cur.length); crc != c->cur.payload_crc)
+      fail_peer(p, fmt::format("frame from {} rejected: payload CRC32C mismatch (computed 0x{:08x}, "
+                               "header says 0x{:08x}) in a warm-up frame ({} bytes)",
+                               where(c), crc, c->cur.payload_crc, c->cur.length));
+    return;
+  }
   p.last_data = m_now;
   RailCounters& r = rc(c);
   r.frames_received.fetch_add(1, std::memory_order_relaxed);
@@ -1931,6 +2016,8 @@ MultirailTransport::MultirailTransport(const MultirailOptions& opts, const std::
 MultirailTransport::~MultirailTransport() = default;
 
 int MultirailTransport::listen_port() const { return m_engine->port(); }
+
+std::string MultirailTransport::congestion_control_note() const { return m_engine->cc_note(); }
 
 void MultirailTransport::connect(const std::vector<PeerAddress>& addresses) {
   m_connect_called = true;

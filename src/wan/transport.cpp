@@ -111,6 +111,7 @@ std::unique_ptr<PeerTransport> make_transport(const WanCfg& wan, const ClusterCf
   o.recv_timeout_s = wan.recv_timeout_s;
   o.connect_timeout_s = wan.connect_timeout_s;
   o.eager_credit_bytes = std::max<std::uint64_t>(64 * units::kMiB, 4 * wan.chunk_bytes);
+  if (const char* env = std::getenv("ATLAS_WAN_TCP_CONGESTION"); env && *env) o.tcp_congestion = env;
   if (cluster.bind_hosts.empty())
     throw Error(ExitCode::Comm, "make_transport: cluster.bind_hosts is empty");
   const std::size_t dc = cluster.bind_hosts.size() == 1 ? 0 : static_cast<std::size_t>(my_dc);
@@ -138,6 +139,16 @@ std::unique_ptr<PeerTransport> make_transport(const WanCfg& wan, const ClusterCf
   std::unique_ptr<MultirailTransport> t;
   std::string error;
   try {
+    // Environment overrides (diagnostics and A/B runs; see docs/wan.md): checked here, so a bad
+    // value fails every rank together instead of leaving the others in the allgather.
+    if (const char* env = std::getenv("ATLAS_WAN_WARMUP_BYTES"); env && *env) {
+      const auto b = units::parse_bytes(env);
+      if (!b)
+        throw Error(ExitCode::Comm, fmt::format("ATLAS_WAN_WARMUP_BYTES='{}' is not a byte count (e.g. "
+                                                "0, 256K, 1M)",
+                                                env));
+      o.warmup_bytes = *b;
+    }
     t = std::make_unique<MultirailTransport>(o, peers);
   } catch (const Error& e) {
     error = e.what();
@@ -148,13 +159,18 @@ std::unique_ptr<PeerTransport> make_transport(const WanCfg& wan, const ClusterCf
   const auto all = world.allgather_strings(mine);
   for (std::size_t r = 0; r < all.size(); ++r)
     if (!all[r].empty() && all[r][0] == '!')
-      throw Error(ExitCode::Comm, fmt::format("make_transport: rank {} could not listen: {}", r,
+      throw Error(ExitCode::Comm, fmt::format("make_transport: rank {} could not start its transport: {}", r,
                                               all[r].substr(1)));
   std::vector<PeerAddress> addresses;
   for (int p : peers) {
     const std::string& s = all[static_cast<std::size_t>(p)];
     const std::size_t sp = s.rfind(' ');
     addresses.push_back({p, s.substr(0, sp), std::stoi(s.substr(sp + 1))});
+  }
+  if (world.rank() == 0 && !peers.empty()) {
+    static std::string told;  // once per process and choice
+    if (told != t->congestion_control_note()) log::info("# WAN: {}", t->congestion_control_note());
+    told = t->congestion_control_note();
   }
   t->connect(addresses);
   t->wait_connected();

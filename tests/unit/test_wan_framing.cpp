@@ -73,6 +73,31 @@ TEST(WanFrameHeader, RejectsBadMagicVersionCrcTypeAndLength) {
   EXPECT_THAT(decode_header(buf, 1u << 20, h), HasSubstr("carries a 3-byte payload"));
 }
 
+TEST(WanFrameHeader, WarmUpPadFramesCarryAPayloadOtherControlFramesDoNot) {
+  std::array<std::uint8_t, kHeaderBytes> buf{};
+  FrameHeader h;
+  FrameHeader pad;
+  pad.type = FrameType::Pad;
+  pad.length = 65536;
+  encode_header(pad, buf);
+  ASSERT_EQ(decode_header(buf, 1u << 20, h), "");
+  EXPECT_EQ(h.type, FrameType::Pad);
+  EXPECT_EQ(h.length, 65536u);
+  EXPECT_THAT(decode_header(buf, 65535, h), HasSubstr("exceeds wan.max_frame_bytes = 65535"));
+  for (FrameType t : {FrameType::Ack, FrameType::Rts, FrameType::Cts, FrameType::Credit, FrameType::Bye}) {
+    FrameHeader c;
+    c.type = t;
+    c.length = 1;
+    encode_header(c, buf);
+    EXPECT_THAT(decode_header(buf, 1u << 20, h), HasSubstr("carries a 1-byte payload"))
+        << "type " << static_cast<int>(t);
+  }
+  buf[5] = 8;  // one past the last type (the header CRC is checked first: recompute it)
+  const std::uint32_t crc = crc32c(buf.data(), 52);
+  std::memcpy(buf.data() + 52, &crc, 4);  // little-endian host
+  EXPECT_THAT(decode_header(buf, 1u << 20, h), HasSubstr("unknown frame type 8"));
+}
+
 TEST(WanHandshake, ProvesTheSecretBothWays) {
   Secret secret{};
   random_bytes(secret);

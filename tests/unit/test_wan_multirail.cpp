@@ -10,6 +10,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <thread>
 
@@ -166,6 +168,7 @@ struct Victim {
   explicit Victim(MultirailOptions o, std::uint64_t fake_chunk = 4096) {
     o.my_rank = 1;
     o.rails = 1;
+    o.warmup_bytes = 0;  // the fake peer does not acknowledge warm-up frames
     t = std::make_unique<MultirailTransport>(o, std::vector<int>{0});
     t->connect({});
     fake = std::make_unique<FakePeer>(t->listen_port(), o.secret, fake_chunk);
@@ -485,6 +488,84 @@ TEST_F(Quiet, WanMultirailRejectsBadPayloadCrc) {
                                        HasSubstr("payload CRC32C mismatch")));
 }
 
+TEST_F(Quiet, WanMultirailRejectsABadWarmUpPayload) {
+  Victim v(base_options(1, 4096));
+  std::vector<std::uint8_t> in(100);
+  Handle r = v.t->irecv(0, 3, in.data(), in.size());
+  FrameHeader h;
+  h.type = FrameType::Pad;
+  std::vector<std::uint8_t> payload(4096, 0);
+  h.payload_crc = crc32c(payload.data(), payload.size());
+  payload[17] = 1;  // a flipped bit on the wire
+  v.fake->send_frame(h, payload);
+  EXPECT_THAT(error_of(*v.t, r), AllOf(HasSubstr("frame from peer 0 rail 0 rejected"),
+                                       HasSubstr("payload CRC32C mismatch"),
+                                       HasSubstr("in a warm-up frame (4096 bytes)")));
+}
+
+// A new rail first carries warm-up frames (so its congestion window has grown before the first
+// message), and the transport counts as connected only once the peer acknowledged all of them.
+TEST_F(Quiet, WanMultirailWarmsANewRailBeforeItCountsAsConnected) {
+  MultirailOptions o = base_options(1, 32 * 1024);
+  o.my_rank = 1;
+  o.rails = 1;
+  o.warmup_bytes = 100 * 1024;  // 4 frames of one chunk (32 KiB) each
+  MultirailTransport t(o, {0});
+  t.connect({});
+  std::atomic<int> state{0};  // 0 waiting, 1 connected, 2 threw
+  std::thread waiter([&] {
+    try {
+      t.wait_connected();
+      state = 1;
+    } catch (const Error&) {
+      state = 2;
+    }
+  });
+  FakePeer fake(t.listen_port(), o.secret, 4096);
+  for (int k = 0; k < 4; ++k) {
+    std::array<std::uint8_t, kHeaderBytes> hb{};
+    fake.read_exact(hb.data(), hb.size());
+    FrameHeader h;
+    ASSERT_EQ(decode_header(hb, 1u << 20, h), "");
+    EXPECT_EQ(h.type, FrameType::Pad) << "frame " << k;
+    ASSERT_EQ(h.length, 32u * 1024) << "frame " << k;
+    std::vector<std::uint8_t> payload(h.length, 0xFF);
+    fake.read_exact(payload.data(), payload.size());
+    EXPECT_EQ(crc32c(payload.data(), payload.size()), h.payload_crc);
+    EXPECT_EQ(std::count(payload.begin(), payload.end(), 0), static_cast<long>(payload.size()));
+  }
+  auto ack = [&](std::uint64_t n) {
+    FrameHeader a;
+    a.type = FrameType::Ack;
+    a.offset = n;
+    fake.send_frame(a, {});
+  };
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  EXPECT_EQ(state.load(), 0) << "connected before the warm-up was acknowledged";
+  ack(3);
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  EXPECT_EQ(state.load(), 0) << "connected with one warm-up frame unacknowledged";
+  ack(4);
+  const auto t0 = Clock::now();
+  while (state.load() == 0 && Clock::now() - t0 < std::chrono::seconds(3))
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(state.load(), 1);
+  waiter.join();
+  // The rail carries messages as usual afterwards.
+  std::vector<std::uint8_t> in(100);
+  Handle r = t.irecv(0, 3, in.data(), in.size());
+  FrameHeader h;
+  h.type = FrameType::Data;
+  h.flags = kFlagEager;
+  h.total = 100;
+  h.tag = 3;
+  std::vector<std::uint8_t> payload(100, 9);
+  h.payload_crc = crc32c(payload.data(), payload.size());
+  fake.send_frame(h, payload);
+  t.wait(r);
+  EXPECT_EQ(in, payload);
+}
+
 TEST_F(Quiet, WanMultirailStalledReceiveNamesPeerRailMessageAndBytes) {
   MultirailOptions o = base_options(1, 4096);
   o.recv_timeout_s = 0.3;
@@ -556,6 +637,60 @@ TEST_F(Quiet, WanMultirailDestructorDoesNotHangOnASilentPeer) {
     Victim v(o);  // the fake peer never reads, never closes
   }
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 2.5);
+}
+
+TEST(WanMultirail, CongestionControlIsChosenAndSetBeforeTheHandshake) {
+  const CongestionChoice sys = choose_congestion_control("system");
+  EXPECT_EQ(sys.name, "");
+  EXPECT_FALSE(sys.system.empty());
+  const CongestionChoice a = choose_congestion_control("auto");
+  EXPECT_EQ(a.system, sys.system);
+  if (sys.system.rfind("bbr", 0) == 0) {
+    // bbr paces bursty rails; auto moves them to a window-based algorithm when it may
+    EXPECT_TRUE(a.name == "cubic" || a.name == "reno" || a.note.find("no alternative") != std::string::npos)
+        << a.note;
+  } else {
+    EXPECT_EQ(a.name, "") << a.note;
+  }
+  try {
+    static_cast<void>(choose_congestion_control("nosuchcc"));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), AllOf(HasSubstr("'nosuchcc' is not available in this kernel"),
+                                HasSubstr("'auto' or 'system' always work")));
+  }
+  // reno is built into every kernel and never restricted. Set on the connecting socket before
+  // connect() and on the listener, both ends of the connection have it from the first packet.
+  int port = 0;
+  Fd listener = listen_tcp("127.0.0.1", 0, port);
+  ASSERT_EQ(set_congestion_control(listener.get(), "reno"), "");
+  bool in_progress = false;
+  std::string err;
+  int seen_before_connect = 0;
+  Fd client = connect_tcp(resolve("127.0.0.1", port), in_progress, err, [&](int fd) {
+    ++seen_before_connect;
+    EXPECT_EQ(set_congestion_control(fd, "reno"), "");
+  });
+  ASSERT_TRUE(client.valid()) << err;
+  EXPECT_EQ(seen_before_connect, 1);
+  pollfd pf{listener.get(), POLLIN, 0};
+  ASSERT_EQ(::poll(&pf, 1, 2000), 1);
+  Fd server(::accept(listener.get(), nullptr, nullptr));
+  ASSERT_TRUE(server.valid());
+  EXPECT_EQ(congestion_control(client.get()), "reno");
+  EXPECT_EQ(congestion_control(server.get()), "reno");
+  // A transport asked for reno says so, and carries messages on it.
+  MultirailOptions o = base_options(2, 4096);
+  o.tcp_congestion = "reno";
+  Pair pr(o);
+  EXPECT_THAT(pr.t[0]->congestion_control_note(), HasSubstr("TCP congestion control: reno"));
+  const std::vector<std::uint8_t> out = testing::make_payload(10000, kSeed, 0, 1, 0);
+  std::vector<std::uint8_t> in(10000);
+  Handle r = pr.t[1]->irecv(0, 0, in.data(), in.size());
+  Handle sh = pr.t[0]->isend(1, 0, out.data(), out.size());
+  pr.t[0]->wait(sh);
+  pr.t[1]->wait(r);
+  EXPECT_EQ(in, out);
 }
 
 TEST(WanMultirail, RejectsUsageErrorsAtOnce) {

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // `atlas bench wan`: throughput of the multirail transport at several rail counts, of the MPI
 // baseline and of iperf3 -P N between the same two ranks on the same (emulated) link, side by
-// side, plus an in-process loopback overhead check. scripts/wan/bench_wan.sh runs it on an
+// side, plus an in-process loopback overhead check; and, with --latency, the time of single
+// messages after idle gaps. scripts/wan/bench_wan.sh runs it on an
 // emulated 2-DC link.
 #pragma once
 
@@ -19,6 +20,19 @@ namespace atlas::wan {
 /// the others take part in the collectives only. Prints on rank 0, ending with
 /// "best: rails=N fraction=F vs rails=1: R x vs mpi: M x". Returns the process exit code
 /// (0 ok, 1 usage); transport failures throw atlas::Error.
+/// With `--latency` among `args` it runs run_wan_latency_bench instead.
 int run_wan_bench(mpi::Environment& env, const std::vector<std::string>& args);
+
+/// The latency benchmark (`atlas bench wan --latency`): one message at a time after an idle gap,
+/// per variant (multirail at given rails and chunk sizes, Open MPI, one plain TCP socket), between
+/// rank 0 and the first rank of another DC. `args`: [DECK] [key=value ...] [--msg-bytes B]
+/// [--count N] [--warmup N] [--gap-ms G] [--both-ways] [--load N] [--max-ratio R]
+/// [--variants multirail:R:CHUNK[:CC],mpi,tcp[:CC]]. Prints on rank 0 the one-way (isend to the
+/// receiver's completion) and acknowledged-send times (p50/p90/p99/max, ms) against the ideal
+/// latency + bytes/rate (and RTT + bytes/rate), ending with a "latency:" verdict line.
+/// Collective over MPI_COMM_WORLD. Returns 0, or 1 (on every rank) when --max-ratio R is given
+/// and a multirail variant's p50 exceeds R x ideal or its first message 2R x ideal; usage errors
+/// throw ConfigError.
+int run_wan_latency_bench(mpi::Environment& env, const std::vector<std::string>& args);
 
 }  // namespace atlas::wan

@@ -38,6 +38,7 @@ enum class FrameType : std::uint8_t {
   Cts = 4,     ///< clear to send msg_id: its irecv is posted
   Credit = 5,  ///< cumulative eager bytes the receiver has delivered (in `total`)
   Bye = 6,     ///< the sender shuts its transport down; no more frames on this connection
+  Pad = 7,     ///< warm-up bytes on a new connection (zeros, checked and dropped); acknowledged
 };
 
 /// Data frame flag: the message is sent eagerly (within the receiver's credit), not after a CTS.

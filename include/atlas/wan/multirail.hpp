@@ -25,9 +25,22 @@ struct MultirailOptions {
   /// Eager credit per peer: bytes a peer may send before the matching irecv is posted. This is
   /// the bound on memory buffered for early arrivals; larger messages wait for a clear-to-send.
   std::uint64_t eager_credit_bytes = 64u << 20;
+  /// Warm-up per new rail and direction: right after its handshake each side sends this many
+  /// bytes of Pad frames (zeros, dropped by the peer), and wait_connected() returns only once the
+  /// peer acknowledged them. A fresh TCP connection may have only 10 segments (about 14 KiB) in
+  /// flight, so without it the first messages take 2-4 RTTs; slow start grows the window by about
+  /// the bytes acknowledged, and it stays grown (in the emulation net.ipv4.tcp_slow_start_after_idle
+  /// = 0; elsewhere for idle gaps shorter than the RTO). At most 64 frames of min(64 KiB,
+  /// chunk_bytes) each; 0 = none. Reconnected rails are not warmed (data is waiting on them).
+  std::uint64_t warmup_bytes = 1024 * 1024;
   /// SO_SNDBUF/SO_RCVBUF per rail; 0 = kernel autotuning (the default; it honours the emulated
   /// per-flow window of scripts/wan, which an explicit size would bypass).
   int socket_buffer_bytes = 0;
+  /// TCP congestion control of every rail: "auto" (the system's unless it is bbr, which paces
+  /// bursty rails at about burst/RTT; then cubic or reno), "system", or an algorithm's name
+  /// (see choose_congestion_control in fd.hpp). make_transport takes it from the environment
+  /// variable ATLAS_WAN_TCP_CONGESTION when set.
+  std::string tcp_congestion = "auto";
   std::string bind_host = "127.0.0.1";        ///< listen address (cluster.bind_hosts[my_dc])
   int bind_port = 0;                          ///< 0 = kernel-chosen
   Secret secret{};                            ///< per-job secret (same on every rank)
@@ -54,14 +67,17 @@ class MultirailTransport final : public PeerTransport {
   MultirailTransport(const MultirailTransport&) = delete;
   MultirailTransport& operator=(const MultirailTransport&) = delete;
 
+  /// One line saying which TCP congestion control the rails use and why.
+  [[nodiscard]] std::string congestion_control_note() const;
   /// The port this rank listens on.
   [[nodiscard]] int listen_port() const;
   /// Starts connecting: this rank opens the rails to every peer with a higher world rank (it
   /// needs only those peers' addresses) and accepts rails from lower ones. Starts the
   /// wan.connect_timeout_s clock.
   void connect(const std::vector<PeerAddress>& addresses);
-  /// Blocks until every rail of every peer completed its handshake. Throws Error (Comm) naming
-  /// each peer and rail that did not, with the last reason, after connect_timeout_s.
+  /// Blocks until every rail of every peer completed its handshake and its warm-up (see
+  /// MultirailOptions::warmup_bytes). Throws Error (Comm) naming each peer and rail that did not,
+  /// with the last reason, after connect_timeout_s.
   void wait_connected();
 
   Handle isend(int peer, int tag, const void* data, std::size_t bytes) override;
