@@ -124,6 +124,7 @@ void Boundary::wait_recv(const sched::Slot& slot) {
       op->done = op->mpi.test();
     }
     if (op->done) break;
+    progress_local_sends();
     {
       std::lock_guard lock(m_error_mutex);
       if (m_sender_error) std::rethrow_exception(m_sender_error);
@@ -217,6 +218,41 @@ void Boundary::recv_blocking(int stage, int tag, void* data, std::size_t bytes) 
   }
   std::lock_guard lock(m_wan_mutex);
   m_wan->wait(h);
+}
+
+void Boundary::progress_local_sends() {
+  // MPI moves a large (rendezvous) message only while its sender calls into MPI: a rank that waits
+  // on the WAN transport must keep its pending intra-DC sends going, or their receivers stall.
+  for (auto& r : m_local_sends) (void)r.test();
+}
+
+void Boundary::exchange_sum(int peer, int tag, float* data, std::size_t count, bool i_am_first) {
+  ATLAS_ASSERT(m_wan, "exchange_sum without a WAN transport");
+  std::vector<float> theirs(count);
+  wan::Handle r, s;
+  {
+    std::lock_guard lock(m_wan_mutex);
+    r = m_wan->irecv(peer, tag, theirs.data(), count * sizeof(float));
+    s = m_wan->isend(peer, tag, data, count * sizeof(float));
+  }
+  Backoff backoff(kMainMaxPollUs);
+  bool rd = false, sd = false;
+  const auto start = Clock::now();
+  while (!(rd && sd)) {
+    {
+      std::lock_guard lock(m_wan_mutex);
+      if (!rd) rd = m_wan->test(r);
+      if (!sd) sd = m_wan->test(s);
+    }
+    if (rd && sd) break;
+    progress_local_sends();
+    if (std::chrono::duration<double>(Clock::now() - start).count() > m_timeout_s)
+      ATLAS_THROW(Comm, "step " << m_step << ": the gradient exchange with rank " << peer << " did not finish within "
+                                << m_timeout_s << " s");
+    backoff.pause();
+  }
+  for (std::size_t i = 0; i < count; ++i)
+    data[i] = i_am_first ? data[i] + theirs[i] : theirs[i] + data[i];
 }
 
 void Boundary::send_token(int link, int pos, int to_dp) {

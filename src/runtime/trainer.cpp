@@ -260,7 +260,14 @@ void Trainer::all_reduce_gradients() {
     const auto n = static_cast<std::size_t>(wte->shard_numel());
     std::vector<float> host(n);
     m_backend.download(host.data(), wte->grad.data(), n * sizeof(float));
-    m_embed.iallreduce_sum(std::span<float>(host)).wait_polling();
+    const int partner = m_layout.embedding_partner(m_me);
+    if (m_boundary->has_wan() && m_layout.coord(partner).dc != m_me.dc) {
+      // Across DCs over the WAN transport (tuned for the WAN; MPI's TCP is not).
+      constexpr int kEmbeddingTag = 800000;
+      m_boundary->exchange_sum(partner, kEmbeddingTag, host.data(), n, m_me.stage == 0);
+    } else {
+      m_embed.iallreduce_sum(std::span<float>(host)).wait_polling();
+    }
     m_backend.upload(wte->grad.data(), host.data(), n * sizeof(float));
   }
 }

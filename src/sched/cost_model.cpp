@@ -124,13 +124,14 @@ CostModel cost_model(const Config& cfg, const topo::Layout& layout) {
     }
 
   // Tied embedding: when the first and last stage sit in different DCs, their embedding
-  // gradients are summed once per step over the WAN (the one gradient that crosses it).
+  // gradients are summed once per step over the WAN (the one gradient that crosses it): both
+  // send at once over the WAN transport, so one latency plus the bytes.
   if (c.pp > 1) {
     const int first_dc = c.stage_dc.front();
     const int last_dc = c.stage_dc.back();
     const double emb_bytes = static_cast<double>(m.vocab) * m.hidden * 4.0 / c.tp;
     const LinkCost& l = c.link(first_dc, last_dc);
-    const double sync = 2.0 * l.latency_ms + emb_bytes / std::min(l.capacity_bytes_per_ms, l.flow_cap_bytes_per_ms);
+    const double sync = l.latency_ms + emb_bytes / std::min(l.capacity_bytes_per_ms, l.flow_cap_bytes_per_ms);
     c.allreduce_ms.front() += sync;
     c.allreduce_ms.back() += sync;
   }

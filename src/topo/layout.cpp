@@ -3,6 +3,8 @@
 // stages, this is also (dc, stage, dp, tp) order.
 #include "atlas/topo/layout.hpp"
 
+#include <algorithm>
+
 #include "atlas/core/check.hpp"
 #include "atlas/core/error.hpp"
 
@@ -69,7 +71,17 @@ std::vector<int> Layout::wan_peers(const Coord& c) const {
   std::vector<int> peers;
   if (c.stage > 0 && crosses_dc(c.stage - 1)) peers.push_back(world_rank(c.stage - 1, c.dp, c.tp));
   if (c.stage + 1 < m_pp && crosses_dc(c.stage)) peers.push_back(world_rank(c.stage + 1, c.dp, c.tp));
+  if (const int e = embedding_partner(c); e >= 0 && coord(e).dc != c.dc) peers.push_back(e);
+  std::sort(peers.begin(), peers.end());
+  peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
   return peers;
+}
+
+int Layout::embedding_partner(const Coord& c) const {
+  if (m_pp < 2) return -1;
+  if (c.stage == 0) return world_rank(m_pp - 1, c.dp, c.tp);
+  if (c.stage == m_pp - 1) return world_rank(0, c.dp, c.tp);
+  return -1;
 }
 
 int Layout::ranks_in_dc(int dc) const {

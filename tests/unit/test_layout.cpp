@@ -94,7 +94,9 @@ TEST(Layout, WanPeersAreTheCrossDcPipelineNeighboursAndSymmetric) {
       for (int p : l.wan_peers(c)) {
         const Coord pc = l.coord(p);
         EXPECT_NE(pc.dc, c.dc);
-        EXPECT_EQ(std::abs(pc.stage - c.stage), 1);
+        const bool neighbour = std::abs(pc.stage - c.stage) == 1;
+        const bool partner = l.embedding_partner(c) == p;
+        EXPECT_TRUE(neighbour || partner);
         EXPECT_TRUE(pc.dp == c.dp && pc.tp == c.tp);
         const auto back = l.wan_peers(pc);
         EXPECT_TRUE(std::find(back.begin(), back.end(), r) != back.end());
@@ -103,6 +105,8 @@ TEST(Layout, WanPeersAreTheCrossDcPipelineNeighboursAndSymmetric) {
   }
   const Layout l({1, 1, 1}, 1, 1);
   EXPECT_EQ(l.wan_peers(l.coord(1)), (std::vector<int>{0, 2}));
+  EXPECT_EQ(l.wan_peers(l.coord(0)), (std::vector<int>{1, 2}));  // neighbour + embedding partner
+  EXPECT_EQ(Layout({2, 0}, 1, 1).wan_peers(Coord{0, 0, 0, 0}), std::vector<int>{});
 }
 
 TEST(Layout, RejectsShapeThatDoesNotFillTheJob) {

@@ -163,7 +163,7 @@ TEST(SimCost, WanFlowCapIsRailsTimesWindowOverRtt) {
   const double params0 = stage_params(cfg.model, 0, 2);
   const double intra = 80e9 / 8 / 1e3;
   const double ring = 2.0 * 3 / 4 * params0 * 4 / intra + 2.0 * 3 * 0.01;
-  const double tied = 2 * 25.0 + 256.0 * 128 * 4 / std::min(1e6, 4 * 1048576.0 / 50.0);
+  const double tied = 25.0 + 256.0 * 128 * 4 / std::min(1e6, 4 * 1048576.0 / 50.0);
   EXPECT_NEAR(c.allreduce_ms[0], ring + tied, 1e-9);
   EXPECT_NEAR(c.optimizer_ms[0], params0 * 28 / 8e9 * 1e3, 1e-12);
 }

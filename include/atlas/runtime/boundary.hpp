@@ -61,6 +61,12 @@ class Boundary {
   /// MPI inside the DC, the WAN transport across. Call only between steps.
   void send_blocking(int stage, int tag, const void* data, std::size_t bytes);
   void recv_blocking(int stage, int tag, void* data, std::size_t bytes);
+  /// Blocking sum of `count` floats with world rank `peer` (a WAN peer of the transport, e.g. the
+  /// tied-embedding partner): both send, both receive, and both add `first + second` in the
+  /// same order (`i_am_first` says which one this rank's data is), so the results are bitwise
+  /// equal. Call only between the step's sends (from the AllReduce slot).
+  void exchange_sum(int peer, int tag, float* data, std::size_t count, bool i_am_first);
+  [[nodiscard]] bool has_wan() const noexcept { return m_wan != nullptr; }
 
  private:
   struct SendJob {
@@ -88,6 +94,7 @@ class Boundary {
   }
   [[nodiscard]] int token_tag(int link, int pos) const { return 1 + link * m_link_stride + pos; }
   void sender_loop();
+  void progress_local_sends();
   void send_token(int link, int pos, int to_dp);
   [[nodiscard]] std::size_t index(sched::Flow flow, int micro) const {
     return static_cast<std::size_t>((flow == sched::Flow::Activation ? 0 : 1) * m_micro_batches + micro);

@@ -53,9 +53,14 @@ class Layout {
   [[nodiscard]] int first_stage_of_dc(int dc) const;
   /// True when the boundary between `stage` and `stage + 1` crosses a DC (a WAN link).
   [[nodiscard]] bool crosses_dc(int stage) const;
-  /// World ranks in other DCs that `c` exchanges boundary tensors with: its pipeline neighbours
-  /// across a DC boundary (0, 1 or 2 of them). Symmetric: a's list holds b iff b's holds a.
+  /// World ranks in other DCs that `c` exchanges tensors with over the WAN transport: its pipeline
+  /// neighbours across a DC boundary and, when pp > 1, its tied-embedding partner (the first
+  /// stage <-> the last stage of the same lane) if that sits in another DC. Ascending, no
+  /// duplicates; symmetric: a's list holds b iff b's holds a.
   [[nodiscard]] std::vector<int> wan_peers(const Coord& c) const;
+  /// The tied-embedding partner of `c` (first <-> last stage, same dp and tp), or -1 when `c` is
+  /// on neither end or pp == 1.
+  [[nodiscard]] int embedding_partner(const Coord& c) const;
   /// Ranks held by a DC (stages * dp * tp).
   [[nodiscard]] int ranks_in_dc(int dc) const;
 
