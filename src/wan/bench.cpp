@@ -520,6 +520,7 @@ int run_wan_bench(mpi::Environment& env, const std::vector<std::string>& args) {
         mo.max_frame_bytes = cfg.wan.max_frame_bytes;
         mo.recv_timeout_s = cfg.wan.recv_timeout_s;
         mo.connect_timeout_s = cfg.wan.connect_timeout_s;
+        if (const char* e = std::getenv("ATLAS_WAN_TCP_CONGESTION"); e && *e) mo.tcp_congestion = e;  // as make_transport
         random_bytes(mo.secret);
         MultirailOptions ma = mo, mb = mo;
         ma.my_rank = 0;

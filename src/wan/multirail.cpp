@@ -6,6 +6,7 @@
 // reliable frames); a lost connection's unacknowledged frames are resent on the other rails, and
 // the receiver drops duplicates (per-chunk bitmap, completed-message set). Messages within the
 // receiver's credit go eagerly; larger ones send an RTS and wait for the CTS of the posted irecv.
+// A new rail first carries warm-up (Pad) frames, so its TCP window has grown before any message.
 #include "atlas/wan/multirail.hpp"
 
 #include <sys/epoll.h>
@@ -46,12 +47,12 @@ constexpr std::size_t kStagingBytes = 256 * 1024;  // per-connection receive sta
 constexpr std::uint64_t kDirectRecvMin = 16 * 1024;  // payload reads this big skip the staging
 constexpr std::size_t kReadBudget = 8u << 20;      // bytes per readiness event per connection
 constexpr int kMaxIov = 64;
-constexpr std::uint64_t kPadMax = 64 * 1024;  // warm-up frame payload, at most
-constexpr std::uint64_t kPadFramesMax = 64;   // warm-up frames per rail, at most
-alignas(64) const std::uint8_t kZeros[kPadMax] = {};  // every warm-up payload
 constexpr std::size_t kWriteBatch = 4u << 20;      // bytes per sendmsg
 constexpr auto kTick = 20ms;                       // timer resolution of the progress loop
 constexpr auto kLinger = 2s;                       // longest goodbye at destruction
+constexpr std::uint64_t kPadMax = 64 * 1024;       // warm-up frame payload, at most
+constexpr std::uint64_t kPadFramesMax = 64;        // warm-up frames per rail, at most
+alignas(64) const std::uint8_t kZeros[kPadMax] = {};  // every warm-up payload
 
 constexpr std::uint64_t kWakeKey = 1;
 constexpr std::uint64_t kListenKey = 2;

@@ -167,7 +167,9 @@ std::unique_ptr<PeerTransport> make_transport(const WanCfg& wan, const ClusterCf
     const std::size_t sp = s.rfind(' ');
     addresses.push_back({p, s.substr(0, sp), std::stoi(s.substr(sp + 1))});
   }
-  if (world.rank() == 0 && !peers.empty()) {
+  // Every rank chose the same way (same host setup), so rank 0 reports, with or without peers.
+  const bool any_peers = std::any_of(all.begin(), all.end(), [](const std::string& a) { return !a.empty(); });
+  if (world.rank() == 0 && any_peers) {
     static std::string told;  // once per process and choice
     if (told != t->congestion_control_note()) log::info("# WAN: {}", t->congestion_control_note());
     told = t->congestion_control_note();
