@@ -46,6 +46,7 @@ int cmd_schedule(Context& ctx) {
     opt.kind = k;
     opt.micro_batches = cfg.train.micro_batches;
     if (cfg.schedule.atlas_max_stagger > 0) opt.max_stagger_transfers = cfg.schedule.atlas_max_stagger;
+    opt.fixed_slots = cfg.schedule.atlas_slots;
     tables.push_back(sched::build_schedule(cost, opt));
   }
 

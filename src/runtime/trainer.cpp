@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <thread>
 #include <cstring>
 
 #include "atlas/core/check.hpp"
@@ -172,6 +173,13 @@ StepReport Trainer::train_step(int step) {
           const auto [s, tokens] = m_filler->fill(step, slot, slot.duration_ms * 1e-3);
           spent_prefill = s;
           r.prefill_tokens += tokens;
+        }
+        if (i == 0 && m_me.stage == 0 && m_table.kind == ScheduleKind::Atlas) {
+          // The atlas stagger: pipeline d's first stage starts d * stagger after the step begins.
+          // Every other Idle slot is a wait the next receive performs; this one is a deliberate
+          // delay, kept so the pipelines' first transfers do not collide on the link.
+          const double left = slot.duration_ms * 1e-3 - (m_profiler.now() - t0);
+          if (left > 0) std::this_thread::sleep_for(std::chrono::duration<double>(left));
         }
         break;
     }

@@ -293,6 +293,7 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt) {
     slot_choices.push_back(max_slots);
   }
   slot_choices.push_back(all_slots);
+  if (opt.fixed_slots > 0) slot_choices = {opt.fixed_slots};
   std::sort(slot_choices.begin(), slot_choices.end());
   slot_choices.erase(std::unique(slot_choices.begin(), slot_choices.end()), slot_choices.end());
 
@@ -380,6 +381,7 @@ ScheduleTable build_schedule(const Config& cfg, const topo::Layout& layout) {
   opt.kind = cfg.schedule.kind;
   opt.micro_batches = cfg.train.micro_batches;
   if (cfg.schedule.atlas_max_stagger > 0) opt.max_stagger_transfers = cfg.schedule.atlas_max_stagger;
+  opt.fixed_slots = cfg.schedule.atlas_slots;
   return build_schedule(cost_model(cfg, layout), opt);
 }
 

@@ -107,6 +107,7 @@ sched::ScheduleTable runtime_table(const Config& cfg, const topo::Layout& layout
   o.kind = cfg.schedule.kind;
   o.micro_batches = cfg.train.micro_batches;
   if (cfg.schedule.atlas_max_stagger > 0) o.max_stagger_transfers = cfg.schedule.atlas_max_stagger;
+  o.fixed_slots = cfg.schedule.atlas_slots;
   return sched::build_schedule(cost_model(cfg, layout, resolve_device_profile(cfg)), o);
 }
 
@@ -124,6 +125,7 @@ SimResult simulate(const Config& cfg, const DeviceProfile& profile, const SimOpt
     o.micro_batches = cfg.train.micro_batches;
     o.full_search = opt.atlas_full_search;
     if (cfg.schedule.atlas_max_stagger > 0) o.max_stagger_transfers = cfg.schedule.atlas_max_stagger;
+  o.fixed_slots = cfg.schedule.atlas_slots;
     r = measure(sched::build_schedule(cost, o), cost, tokens_per_step(cfg));
   }
   r.profile_name = profile.name;

@@ -101,6 +101,7 @@ struct ScheduleCfg {
   double bwd_over_fwd = 2.0;      ///< schedule.bwd_over_fwd: backward / forward time
   double device_tflops = 0.0;     ///< schedule.device_tflops: achieved FLOP/s for the estimate
   int atlas_max_stagger = 0;      ///< schedule.atlas_max_stagger: search bound (0 = auto)
+  int atlas_slots = 0;            ///< schedule.atlas_slots: transfers per link at once (0 = search)
 };
 
 enum class WanTransport { Multirail, Mpi };

@@ -75,6 +75,7 @@ struct ScheduleOptions {
   int micro_batches = 1;
   double max_stagger_transfers = 2.0;  ///< atlas: largest stagger tried, in WAN transfer times
   bool full_search = true;             ///< atlas: try every candidate (else one sensible default)
+  int fixed_slots = 0;                 ///< atlas: > 0 = only this many transfers per link at once
 };
 
 /// Builds the table for a cost model. Throws atlas::Error (Internal) if the program deadlocks,
