@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "support/cost_models.hpp"
+
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -18,30 +20,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-/// A cost model with `stages_per_dc`, equal stages, and WAN links of the given speed.
-CostModel model(const std::vector<int>& stages_per_dc, int dp, double fwd, double bwd,
-                std::int64_t bytes, double cap_bytes_per_ms, double flow_cap, double latency) {
-  CostModel c;
-  c.dc_count = static_cast<int>(stages_per_dc.size());
-  for (int dc = 0; dc < c.dc_count; ++dc)
-    for (int s = 0; s < stages_per_dc[static_cast<std::size_t>(dc)]; ++s) c.stage_dc.push_back(dc);
-  c.pp = static_cast<int>(c.stage_dc.size());
-  c.dp = dp;
-  c.tp = 1;
-  c.fwd_ms.assign(static_cast<std::size_t>(c.pp), fwd);
-  c.bwd_ms.assign(static_cast<std::size_t>(c.pp), bwd);
-  c.allreduce_ms.assign(static_cast<std::size_t>(c.pp), 0.0);
-  c.optimizer_ms.assign(static_cast<std::size_t>(c.pp), 0.0);
-  c.act_bytes = bytes;
-  c.intra_latency_ms = 0.0;
-  c.intra_bytes_per_ms = 1e18;
-  c.links.resize(static_cast<std::size_t>(c.dc_count * c.dc_count));
-  for (auto& l : c.links) {
-    l.latency_ms = latency;
-    l.capacity_bytes_per_ms = cap_bytes_per_ms;
-    l.flow_cap_bytes_per_ms = flow_cap;
-  }
-  return c;
+CostModel model(const std::vector<int>& stages_per_dc, int dp, double f, double b, std::int64_t bytes,
+                double cap, double flow_cap, double lat) {
+  return testing::uniform_cost_model(stages_per_dc, dp, f, b, bytes, cap, flow_cap, lat);
 }
 
 ScheduleTable table(const CostModel& c, ScheduleKind k, int m) {

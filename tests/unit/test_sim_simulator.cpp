@@ -6,6 +6,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "support/cost_models.hpp"
+
 #include <chrono>
 #include <cmath>
 
@@ -21,30 +23,9 @@ namespace {
 
 using ::testing::HasSubstr;
 
-/// Equal stages over `stages_per_dc`; every WAN link has capacity `cap`, per-transfer cap
-/// `flow_cap` and one-way latency `lat`; intra-DC transfers are free.
 sched::CostModel model(const std::vector<int>& stages_per_dc, int dp, double f, double b, std::int64_t bytes,
                        double cap, double flow_cap, double lat) {
-  sched::CostModel c;
-  c.dc_count = static_cast<int>(stages_per_dc.size());
-  for (int dc = 0; dc < c.dc_count; ++dc)
-    for (int s = 0; s < stages_per_dc[static_cast<std::size_t>(dc)]; ++s) c.stage_dc.push_back(dc);
-  c.pp = static_cast<int>(c.stage_dc.size());
-  c.dp = dp;
-  c.fwd_ms.assign(static_cast<std::size_t>(c.pp), f);
-  c.bwd_ms.assign(static_cast<std::size_t>(c.pp), b);
-  c.allreduce_ms.assign(static_cast<std::size_t>(c.pp), 0.0);
-  c.optimizer_ms.assign(static_cast<std::size_t>(c.pp), 0.0);
-  c.act_bytes = bytes;
-  c.intra_latency_ms = 0.0;
-  c.intra_bytes_per_ms = 1e18;
-  c.links.resize(static_cast<std::size_t>(c.dc_count * c.dc_count));
-  for (auto& l : c.links) {
-    l.latency_ms = lat;
-    l.capacity_bytes_per_ms = cap;
-    l.flow_cap_bytes_per_ms = flow_cap;
-  }
-  return c;
+  return testing::uniform_cost_model(stages_per_dc, dp, f, b, bytes, cap, flow_cap, lat);
 }
 
 Config deck(const std::string& text) {
