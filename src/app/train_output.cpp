@@ -72,7 +72,7 @@ void TrainOutput::header(const std::string& deck_path, const topo::Layout& layou
                               build::kBuildType, mpi::Environment::library_version(), build::kHdf5Version,
                               build::kCompiler);
   h += fmt::format("# deck {} -> {}/resolved.deck\n", deck_path, m_dir);
-  for (const auto& line : {std::string("# resolved deck:")}) h += line + "\n";
+  h += "# resolved deck:\n";
   std::istringstream in(deck::resolved_deck(m_cfg));
   std::string line;
   while (std::getline(in, line))

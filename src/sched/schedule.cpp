@@ -211,7 +211,6 @@ ScheduleTable to_table(const CostModel& c, ScheduleKind kind, int m, const Engin
   t.rows.resize(p.workers.size());
   for (std::size_t w = 0; w < p.workers.size(); ++w) {
     auto& row = t.rows[w];
-    const int stage = static_cast<int>(w) / c.dp;
     double cursor = 0.0;
     auto idle_until = [&](double until) {
       if (until > cursor + kEps) row.push_back(Slot{SlotKind::Idle, -1, cursor, until - cursor});
@@ -238,7 +237,6 @@ ScheduleTable to_table(const CostModel& c, ScheduleKind kind, int m, const Engin
       cursor = std::max(cursor, ot.end_ms);
     }
     idle_until(t.step_ms);
-    (void)stage;
   }
   return t;
 }
