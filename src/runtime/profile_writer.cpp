@@ -16,7 +16,8 @@ template <class T>
 hid_t native() {
   if constexpr (std::is_same_v<T, std::int32_t>) return H5T_NATIVE_INT32;
   else if constexpr (std::is_same_v<T, std::int64_t>) return H5T_NATIVE_INT64;
-  else return H5T_NATIVE_DOUBLE;
+  else if constexpr (std::is_same_v<T, double>) return H5T_NATIVE_DOUBLE;
+  else static_assert(sizeof(T) == 0, "profile columns are int32, int64 or double");
 }
 
 template <class T>
@@ -25,6 +26,15 @@ void column(hid_t loc, const char* name, const std::vector<T>& v) {
   h5::Space space = h5::simple_space(std::span<const hsize_t>(&n, 1));
   h5::Dataset ds(ATLAS_H5_CHECK(H5Dcreate2(loc, name, native<T>(), space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
   if (n > 0) ATLAS_H5_CHECK(H5Dwrite(ds.get(), native<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()));
+}
+
+/// One column of `rows`: the member `field` of each row, stored with the member's own type.
+template <class Row, class T>
+void column_of(hid_t loc, const char* name, const std::vector<Row>& rows, T Row::*field) {
+  std::vector<T> v;
+  v.reserve(rows.size());
+  for (const auto& r : rows) v.push_back(r.*field);
+  column(loc, name, v);
 }
 
 h5::Type vlen_string() {
@@ -83,80 +93,45 @@ void write_profile(const std::string& path, const ProfileMeta& meta, const std::
 
     {
       h5::Group g = h5::create_group(root, "events");
-      auto col32 = [&](const char* name, auto get) {
-        std::vector<std::int32_t> v;
-        v.reserve(events.size());
-        for (const auto& e : events) v.push_back(get(e));
-        column(g.get(), name, v);
-      };
-      auto colf = [&](const char* name, auto get) {
-        std::vector<double> v;
-        v.reserve(events.size());
-        for (const auto& e : events) v.push_back(get(e));
-        column(g.get(), name, v);
-      };
-      col32("world_rank", [](const SlotEvent& e) { return e.world_rank; });
-      col32("step", [](const SlotEvent& e) { return e.step; });
-      col32("slot_index", [](const SlotEvent& e) { return e.slot_index; });
-      col32("kind", [](const SlotEvent& e) { return e.kind; });
-      col32("micro", [](const SlotEvent& e) { return e.micro; });
-      col32("peer", [](const SlotEvent& e) { return e.peer; });
-      col32("link", [](const SlotEvent& e) { return e.link; });
-      col32("request", [](const SlotEvent& e) { return e.request; });
-      std::vector<std::int64_t> bytes;
-      for (const auto& e : events) bytes.push_back(e.bytes);
-      column(g.get(), "bytes", bytes);
-      colf("start_s", [](const SlotEvent& e) { return e.start_s; });
-      colf("end_s", [](const SlotEvent& e) { return e.end_s; });
-      colf("complete_s", [](const SlotEvent& e) { return e.complete_s; });
-      colf("predicted_start_ms", [](const SlotEvent& e) { return e.predicted_start_ms; });
-      colf("predicted_ms", [](const SlotEvent& e) { return e.predicted_ms; });
+      const hid_t ev = g.get();
+      column_of(ev, "world_rank", events, &SlotEvent::world_rank);
+      column_of(ev, "step", events, &SlotEvent::step);
+      column_of(ev, "slot_index", events, &SlotEvent::slot_index);
+      column_of(ev, "kind", events, &SlotEvent::kind);
+      column_of(ev, "micro", events, &SlotEvent::micro);
+      column_of(ev, "peer", events, &SlotEvent::peer);
+      column_of(ev, "link", events, &SlotEvent::link);
+      column_of(ev, "request", events, &SlotEvent::request);
+      column_of(ev, "bytes", events, &SlotEvent::bytes);
+      column_of(ev, "start_s", events, &SlotEvent::start_s);
+      column_of(ev, "end_s", events, &SlotEvent::end_s);
+      column_of(ev, "complete_s", events, &SlotEvent::complete_s);
+      column_of(ev, "predicted_start_ms", events, &SlotEvent::predicted_start_ms);
+      column_of(ev, "predicted_ms", events, &SlotEvent::predicted_ms);
     }
     {
       h5::Group g = h5::create_group(root, "ranks");
-      std::vector<std::int32_t> dc, stage, dp, tp;
-      for (int r = 0; r < meta.layout->world_size(); ++r) {
-        const topo::Coord c = meta.layout->coord(r);
-        dc.push_back(c.dc);
-        stage.push_back(c.stage);
-        dp.push_back(c.dp);
-        tp.push_back(c.tp);
-      }
-      column(g.get(), "dc", dc);
-      column(g.get(), "stage", stage);
-      column(g.get(), "dp", dp);
-      column(g.get(), "tp", tp);
+      std::vector<topo::Coord> coords;
+      for (int r = 0; r < meta.layout->world_size(); ++r) coords.push_back(meta.layout->coord(r));
+      column_of(g.get(), "dc", coords, &topo::Coord::dc);
+      column_of(g.get(), "stage", coords, &topo::Coord::stage);
+      column_of(g.get(), "dp", coords, &topo::Coord::dp);
+      column_of(g.get(), "tp", coords, &topo::Coord::tp);
       string_array_dataset(g.get(), "host", meta.hosts);
     }
     {
       h5::Group g = h5::create_group(root, "links");
-      std::vector<std::int32_t> src, dst;
-      for (const auto& l : meta.table->links) {
-        src.push_back(l.src_dc);
-        dst.push_back(l.dst_dc);
-      }
-      column(g.get(), "src_dc", src);
-      column(g.get(), "dst_dc", dst);
+      column_of(g.get(), "src_dc", meta.table->links, &sched::WanLink::src_dc);
+      column_of(g.get(), "dst_dc", meta.table->links, &sched::WanLink::dst_dc);
     }
     {
       h5::Group g = h5::create_group(root, "steps");
-      std::vector<std::int32_t> step;
-      std::vector<double> loss, t, tok, bub;
-      std::vector<std::int64_t> pre;
-      for (const auto& s : steps) {
-        step.push_back(s.step);
-        loss.push_back(s.loss);
-        t.push_back(s.step_time_s);
-        tok.push_back(s.tokens_per_s);
-        bub.push_back(s.bubble_fraction);
-        pre.push_back(s.prefill_tokens);
-      }
-      column(g.get(), "step", step);
-      column(g.get(), "loss", loss);
-      column(g.get(), "step_time_s", t);
-      column(g.get(), "tokens_per_s", tok);
-      column(g.get(), "bubble_fraction", bub);
-      column(g.get(), "prefill_tokens", pre);
+      column_of(g.get(), "step", steps, &StepRow::step);
+      column_of(g.get(), "loss", steps, &StepRow::loss);
+      column_of(g.get(), "step_time_s", steps, &StepRow::step_time_s);
+      column_of(g.get(), "tokens_per_s", steps, &StepRow::tokens_per_s);
+      column_of(g.get(), "bubble_fraction", steps, &StepRow::bubble_fraction);
+      column_of(g.get(), "prefill_tokens", steps, &StepRow::prefill_tokens);
     }
     h5::write_string_dataset(root, "schedule_json", sched::to_json(*meta.table, meta.dc_names), true);
     f.close();
