@@ -31,13 +31,11 @@ Config bench_deck(const mpi::Comm& world, const Args& args, const std::vector<st
   const std::string path = args.positional.empty() ? "inputs/default.deck" : args.positional.front();
   std::vector<std::string> ov = extra;
   ov.insert(ov.end(), args.overrides.begin(), args.overrides.end());
-  std::string text;
-  if (world.rank() == 0) text = deck::read_text_file(path);
-  world.bcast_string(text, 0);
   deck::JobShape shape;
   shape.world_size = ranks;
   shape.cuda_built = cuda_built();
-  return deck::parse_and_validate(path, text, ov, shape);
+  // deck::load reads on rank 0 and broadcasts, so a missing deck is an error on every rank.
+  return deck::load(world, path, ov, shape);
 }
 
 const std::vector<std::string> kQuietRun = {"ckpt.every_steps=0", "ckpt.final=false", "train.eval_every_steps=0",

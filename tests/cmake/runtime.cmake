@@ -19,3 +19,8 @@ add_test(NAME test_kill_restart
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/launch/test_kill_restart.sh ${PROJECT_SOURCE_DIR} $<TARGET_FILE:atlas>)
 set_tests_properties(test_kill_restart PROPERTIES LABELS slow TIMEOUT 300 FIXTURES_REQUIRED brown_corpus
   PROCESSORS 2)
+# A benchmark given a missing deck fails on every rank with the config exit code (no rank waits
+# for a broadcast that never comes).
+add_test(NAME test_bench_missing_deck
+  COMMAND bash -c "out=$(${MPIEXEC_EXECUTABLE} -np 2 --oversubscribe $<TARGET_FILE:atlas> bench schedules /nonexistent.deck 2>&1); rc=$?; echo \"$out\"; [[ $rc -ne 0 ]] && grep -q \"cannot read deck '/nonexistent.deck'\" <<<\"$out\"")
+set_tests_properties(test_bench_missing_deck PROPERTIES LABELS mpi TIMEOUT 60 ENVIRONMENT "${ATLAS_MPIEXEC_ENV}")
