@@ -543,9 +543,17 @@ int run_wan_bench(mpi::Environment& env, const std::vector<std::string>& args) {
           rx.join();
           rates[i] = std::max(rates[i], rate);
         }
-      for (std::size_t i = 0; i < rates.size(); ++i)
-        out(fmt::format("  {:<28} {:>6} {:>10.1f}", fmt::format("loopback rails={}", o.rails[i]),
-                        o.rails[i], mbit(rates[i])));
+      for (std::size_t i = 0; i < rates.size(); ++i) {
+        // How the sender spread its bytes: rails that carried at least 1% of them.
+        const TransportStats st = pairs[i].a->stats();
+        std::uint64_t total = 0;
+        int busy = 0;
+        for (const auto& r : st.peers.at(0).rails) total += r.bytes_sent;
+        for (const auto& r : st.peers.at(0).rails) busy += total > 0 && r.bytes_sent * 100 >= total;
+        out(fmt::format("  {:<28} {:>6} {:>10.1f}   ({} of {} rails carried >= 1% of the bytes)",
+                        fmt::format("loopback rails={}", o.rails[i]), o.rails[i], mbit(rates[i]), busy,
+                        o.rails[i]));
+      }
       double worst = 1e300;
       int worst_rails = 0;
       for (std::size_t i = 0; i < rates.size(); ++i)

@@ -48,6 +48,8 @@ constexpr std::uint64_t kDirectRecvMin = 16 * 1024;  // payload reads this big s
 constexpr std::size_t kReadBudget = 8u << 20;      // bytes per readiness event per connection
 constexpr int kMaxIov = 64;
 constexpr std::size_t kWriteBatch = 4u << 20;      // bytes per sendmsg
+constexpr std::uint64_t kSpareSlack = 64u << 10;   // a spare early buffer may exceed the message by 2x + this
+constexpr std::size_t kEagerFlush = 64u << 10;     // user-space bytes a rail gathers before it is written through
 constexpr auto kTick = 20ms;                       // timer resolution of the progress loop
 constexpr auto kLinger = 2s;                       // longest goodbye at destruction
 constexpr std::uint64_t kPadMax = 64 * 1024;       // warm-up frame payload, at most
@@ -208,6 +210,7 @@ struct InMsg {
   std::uint64_t bytes_done = 0;
   std::shared_ptr<RecvOp> op;
   std::unique_ptr<std::uint8_t[]> unexpected;  // early eager data, until the irecv is posted
+  std::uint64_t unexpected_cap = 0;            // its size (a recycled buffer may be larger than total)
   std::unordered_map<std::uint64_t, Conn*> writers;  // chunk -> connection writing it in place
   int last_rail = -1;
 };
@@ -321,6 +324,9 @@ class Engine {
 
   // output
   Conn* least_loaded(Peer& p, bool for_data);
+  std::uint8_t* early_buffer(InMsg& m);
+  void recycle(InMsg& m);
+  Conn* first_open(Peer& p);
   bool next_chunk(Peer& p, Chunk& ch);
   void push_data(Peer& p, Conn* c, Chunk ch, bool resend);
   void push_ctrl(Conn* c, const Ctrl& ctrl);
@@ -388,6 +394,14 @@ class Engine {
   std::string m_dead_reason;                 // guarded by m_done_mu
 
   // progress thread only
+  // Buffers of delivered early messages, kept for the next ones: a fresh allocation of a large
+  // buffer is page-faulted in on every message (about as costly as the copy itself).
+  struct Spare {
+    std::unique_ptr<std::uint8_t[]> buf;
+    std::uint64_t cap = 0;
+  };
+  std::vector<Spare> m_spares;
+  std::uint64_t m_spare_bytes = 0;
   std::unordered_map<std::uint64_t, std::unique_ptr<Conn>> m_conns;
   std::vector<std::unique_ptr<Conn>> m_graveyard;
   std::uint64_t m_next_key = 16;
@@ -1364,6 +1378,7 @@ void Engine::complete_recv(Peer& p, InMsg& m) {
     p.dirty = true;
   }
   const std::uint64_t id = m.id;
+  recycle(m);
   p.in.erase(id);
   mark_done(p, id);
 }
@@ -1380,6 +1395,41 @@ void Engine::mark_done(Peer& p, std::uint64_t id) {
   }
 }
 
+std::uint8_t* Engine::early_buffer(InMsg& m) {
+  if (m.unexpected) return m.unexpected.get();
+  // The smallest spare that holds the message and is not wastefully larger.
+  std::size_t best = m_spares.size();
+  for (std::size_t i = 0; i < m_spares.size(); ++i) {
+    const std::uint64_t cap = m_spares[i].cap;
+    if (cap >= m.total && cap <= 2 * m.total + kSpareSlack && (best == m_spares.size() || cap < m_spares[best].cap))
+      best = i;
+  }
+  if (best < m_spares.size()) {
+    m.unexpected = std::move(m_spares[best].buf);
+    m.unexpected_cap = m_spares[best].cap;
+    m_spare_bytes -= m.unexpected_cap;
+    m_spares.erase(m_spares.begin() + static_cast<std::ptrdiff_t>(best));
+  } else {
+    m.unexpected.reset(new std::uint8_t[std::max<std::uint64_t>(m.total, 1)]);
+    m.unexpected_cap = std::max<std::uint64_t>(m.total, 1);
+  }
+  return m.unexpected.get();
+}
+
+void Engine::recycle(InMsg& m) {
+  if (!m.unexpected) return;
+  const std::uint64_t limit = std::max(m_opts.eager_credit_bytes, kSpareSlack);
+  if (m.unexpected_cap > limit) return;  // freed with the message
+  // Keep the newest buffers, within one eager credit's worth of memory.
+  while (!m_spares.empty() && m_spare_bytes + m.unexpected_cap > limit) {
+    m_spare_bytes -= m_spares.front().cap;
+    m_spares.erase(m_spares.begin());
+  }
+  m_spare_bytes += m.unexpected_cap;
+  m_spares.push_back({std::move(m.unexpected), m.unexpected_cap});
+  m.unexpected_cap = 0;
+}
+
 // ---- output ----
 
 Conn* Engine::least_loaded(Peer& p, bool for_data) {
@@ -1394,6 +1444,21 @@ Conn* Engine::least_loaded(Peer& p, bool for_data) {
     if (!best || c->queued_bytes < best->queued_bytes) best = c;
   }
   return best;
+}
+
+// The lowest-numbered rail whose socket still takes bytes at once: nothing blocked in its kernel
+// send buffer and less than one eager batch waiting in user space. Filling low rails first keeps
+// the set of busy sockets as small as the path allows: on a path without a per-flow limit (loopback,
+// a LAN) one socket's buffer absorbs a whole message and the others stay idle (no extra syscalls,
+// wake-ups or cache traffic); on a WAN each socket's buffer (its window) fills within one message,
+// so the next rail opens and a transfer still spreads over as many rails as its size needs.
+Conn* Engine::first_open(Peer& p) {
+  for (auto& s : p.rails) {
+    Conn* c = s.conn;
+    if (!c || c->dead || c->st != ConnState::Ready || c->want_out) continue;
+    if (c->unwritten_bytes < kEagerFlush) return c;
+  }
+  return nullptr;
 }
 
 bool Engine::next_chunk(Peer& p, Chunk& ch) {
@@ -1491,14 +1556,20 @@ void Engine::service(Peer& p) {
       push_ctrl(c, p.ctrl.front());
       p.ctrl.pop_front();
     }
-    // Chunks: each to the rail with the fewest bytes waiting to be written.
+    // Chunks: to the first rail whose socket still takes bytes (written through at once, one
+    // eager batch at a time), and once every socket is full, to the rail with the fewest bytes
+    // not yet acknowledged.
     for (;;) {
-      Conn* c = least_loaded(p, true);
+      Conn* c = first_open(p);
+      const bool eager = c != nullptr;
+      if (!eager) c = least_loaded(p, true);
       if (!c) break;
       const bool resend = !p.resend.empty();
       Chunk ch;
       if (!next_chunk(p, ch)) break;
       push_data(p, c, std::move(ch), resend);
+      if (eager && c->unwritten_bytes >= kEagerFlush) flush(c);
+      if (!p.failed.empty()) return;
     }
     bool drained = false;
     for (auto& s : p.rails) {
@@ -1851,8 +1922,7 @@ void Engine::begin_data(Conn* c, const FrameHeader& h) {
       c->dest = m->op->m_data + h.offset;
       c->dest_kind = Dest::Direct;
     } else {
-      if (!m->unexpected && m->total > 0) m->unexpected.reset(new std::uint8_t[m->total]);
-      c->dest = m->unexpected.get() + h.offset;
+      c->dest = early_buffer(*m) + h.offset;
       c->dest_kind = Dest::Unexpected;
     }
   }
@@ -1918,11 +1988,7 @@ void Engine::finish_payload(Conn* c) {
     return;
   }
   if (kind == Dest::Temp && h.length > 0) {
-    std::uint8_t* base = m.op ? m.op->m_data : m.unexpected.get();
-    if (!base) {
-      m.unexpected.reset(new std::uint8_t[m.total]);
-      base = m.unexpected.get();
-    }
+    std::uint8_t* base = m.op ? m.op->m_data : early_buffer(m);
     std::memcpy(base + h.offset, c->dest, h.length);
   } else if (kind == Dest::Unexpected && m.op && h.length > 0) {
     std::memcpy(m.op->m_data + h.offset, m.unexpected.get() + h.offset, h.length);

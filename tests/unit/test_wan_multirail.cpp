@@ -241,12 +241,32 @@ TEST(WanMultirail, SixtyFourMiBChunks) {
 }
 
 TEST(WanMultirail, StripesOneMessageOverEveryRail) {
-  Pair pr(base_options(8, 16384));
+  // Small socket buffers stand in for a WAN path's per-flow window: one rail's socket fills after
+  // a few chunks, so the rest of the message has to spread over the other rails.
+  MultirailOptions o = base_options(8, 16384);
+  o.socket_buffer_bytes = 32 * 1024;
+  o.warmup_bytes = 0;
+  Pair pr(o);
   exchange(pr, {4u << 20}, 1, false);
   const TransportStats st = pr.t[0]->stats();
   int used = 0;
   for (const auto& rs : st.peers[0].rails) used += rs.frames_sent > 0;
-  EXPECT_EQ(used, 8) << "a 4 MiB message in 16 KiB chunks should touch all 8 rails";
+  EXPECT_EQ(used, 8) << "a 4 MiB message in 16 KiB chunks over window-limited sockets should touch all 8 rails";
+}
+
+TEST(WanMultirail, UnlimitedSocketsKeepToTheFirstRails) {
+  // Loopback with kernel-sized buffers: a socket absorbs chunks as fast as they come, so the
+  // sender keeps to the lowest rails instead of spreading (and waking) all 16.
+  MultirailOptions o = base_options(16, 65536);
+  o.warmup_bytes = 0;
+  Pair pr(o);
+  exchange(pr, {256u << 10, 256u << 10, 256u << 10}, 1, false);
+  const TransportStats st = pr.t[0]->stats();
+  std::uint64_t total = 0;
+  for (const auto& rs : st.peers[0].rails) total += rs.bytes_sent;
+  ASSERT_EQ(total, 3u * (256u << 10));
+  EXPECT_GT(st.peers[0].rails[0].bytes_sent, 0u);
+  EXPECT_EQ(st.peers[0].rails[15].bytes_sent, 0u) << "the last of 16 rails carried data on loopback";
 }
 
 TEST(WanMultirail, RendezvousBeyondTheCreditEarlyAndLate) {
@@ -272,7 +292,10 @@ TEST(WanMultirail, NonOvertakingPerTagWithInterleavedTags) {
 // ---- faults ----
 
 TEST_F(Quiet, WanMultirailKilledRailsStillDeliverEverythingExactlyOnce) {
-  Pair pr(base_options(4, 32768));
+  // Window-sized socket buffers (as on a WAN path) so that every rail carries its share.
+  MultirailOptions o = base_options(4, 32768);
+  o.socket_buffer_bytes = 64 * 1024;
+  Pair pr(o);
   constexpr int kMessages = 24;
   constexpr std::size_t kBytes = 1u << 20;  // 32 chunks each, 768 in all over 4 rails
   // Faults mid-transfer, each right after a data frame moved (so chunks are unacknowledged):
