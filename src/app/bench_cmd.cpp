@@ -172,6 +172,55 @@ int bench_profile(Context& ctx) {
   return 0;
 }
 
+// ---- atlas bench overlap: DP gradient sums at the AllReduce slot vs during the last backward ----
+int bench_overlap(Context& ctx) {
+  const Args args = parse_args(ctx.args, {"steps", "rounds"}, {});
+  const mpi::Comm world = mpi::Comm::world();
+  const std::string steps = "run.steps=" + std::to_string(args.int_option("steps", 8));
+  const int rounds = args.int_option("rounds", 3);
+  JobOptions quiet;
+  quiet.quiet = true;
+  struct Side {
+    double step_s = 0, allreduce_s = 0, compute_s = 0, early = 0;
+    std::vector<double> losses;
+  } sides[2];
+  int dp = 1;
+  for (int r = 0; r < rounds; ++r) {
+    for (int on = 0; on < 2; ++on) {
+      const Config cfg = bench_deck(world, args,
+                                    with(kQuietRun, {steps, std::string("train.dp_overlap=") + (on ? "true" : "false"),
+                                                     "run.name=bench_overlap"}),
+                                    world.size());
+      dp = cfg.parallel.dp_size;
+      const JobResult res = run_training_job(cfg, world, quiet);
+      Side& sd = sides[on];
+      sd.step_s += res.mean_step_s / rounds;
+      sd.allreduce_s += res.mean_allreduce_s / rounds;
+      sd.compute_s += res.mean_compute_s / rounds;
+      sd.early += res.dp_buckets_early / rounds;
+      sd.losses = res.losses;
+    }
+  }
+  if (world.rank() != 0) return 0;
+  if (dp < 2) fmt::print("# note: parallel.dp_size is {}: there is no DP all-reduce to overlap\n", dp);
+  fmt::print("# atlas bench overlap: {} ranks, dp {}, {} rounds of off/on interleaved; AllReduce slot and compute are "
+             "per step, mean over ranks; step is rank 0's\n",
+             world.size(), dp, rounds);
+  fmt::print("# {:<22} {:>10} {:>14} {:>12} {:>14} {:>10}\n", "train.dp_overlap", "step_ms", "allreduce_ms",
+             "compute_ms", "early_buckets", "loss");
+  for (int on = 0; on < 2; ++on)
+    fmt::print("  {:<22} {:>10.2f} {:>14.2f} {:>12.2f} {:>13.0f}% {:>10.4f}\n", on ? "true" : "false",
+               sides[on].step_s * 1e3, sides[on].allreduce_s * 1e3, sides[on].compute_s * 1e3, 100 * sides[on].early,
+               sides[on].losses.empty() ? 0.0 : sides[on].losses.back());
+  const bool same = sides[0].losses == sides[1].losses;
+  fmt::print("overlap: AllReduce slot {:.2f} -> {:.2f} ms ({:.2f} x), step {:.2f} -> {:.2f} ms ({:.3f} x); losses {}\n",
+             sides[0].allreduce_s * 1e3, sides[1].allreduce_s * 1e3,
+             sides[1].allreduce_s / std::max(sides[0].allreduce_s, 1e-12), sides[0].step_s * 1e3,
+             sides[1].step_s * 1e3, sides[1].step_s / std::max(sides[0].step_s, 1e-12),
+             same ? "identical at every step" : "DIFFER (dp > 2 may round differently)");
+  return 0;
+}
+
 // ---- atlas bench fidelity: each example deck run for real and in the simulator ----
 int bench_fidelity(Context& ctx) {
   const Args args = parse_args(ctx.args, {"steps"}, {});
@@ -238,6 +287,7 @@ const BenchEntry kBenches[] = {
     {"step", "tokens/s of a deck at 1 rank and at N ranks (mpirun -np N)", bench_step},
     {"schedules", "gpipe, 1f1b and atlas of one deck: measured vs predicted step and bubble", bench_schedules},
     {"profile", "profile recording overhead (off vs on, interleaved)", bench_profile},
+    {"overlap", "DP gradient sums at the AllReduce slot vs overlapped with backward (interleaved)", bench_overlap},
     {"ckpt", "checkpoint write throughput vs a plain sequential write", bench_ckpt},
     {"sim", "simulator speed: one step of a 10,000-GPU job; a 1,024-GPU planner search", bench_sim},
     {"fidelity", "example decks run for real and in the simulator: measured vs predicted", bench_fidelity},

@@ -305,6 +305,9 @@ void build(Schema& schema) {
       .help("clip the global gradient norm to this; 0 disables");
   b.field("train.dp_bucket_bytes", &C::train, &TrainCfg::dp_bucket_bytes).def("1M").min(1)
       .help("gradient all-reduce bucket size (binary suffixes K/M/G)");
+  b.field("train.dp_overlap", &C::train, &TrainCfg::dp_overlap).def("true")
+      .help("start each gradient bucket's DP all-reduce during the step's last backward, as soon as "
+            "its layers are done (false: all buckets at the AllReduce slot)");
   b.field("train.eval_every_steps", &C::train, &TrainCfg::eval_every_steps).def("0").min(0)
       .help("validation loss every N steps (and at the end); 0 = only at the end");
   b.field("train.eval_batches", &C::train, &TrainCfg::eval_batches).def("4").min(1)

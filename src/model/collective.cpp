@@ -3,20 +3,63 @@
 // brings its own NCCL implementation of model::Collective).
 #include "atlas/model/collective.hpp"
 
+#include <chrono>
+#include <exception>
+#include <memory>
 #include <span>
+#include <string>
+#include <thread>
+#include <utility>
 
 #include "atlas/core/check.hpp"
+#include "atlas/core/log.hpp"
 #include "atlas/device/backend.hpp"
 #include "atlas/mpi/comm.hpp"
 
 namespace atlas::model {
 
-MpiCollective::MpiCollective(const mpi::Comm& comm) : m_comm(comm) {
-  ATLAS_ASSERT(!comm.null(), "MpiCollective needs a valid communicator");
-}
+namespace {
 
-void MpiCollective::allreduce_sum(device::Buffer& buf, std::size_t count) {
-  if (count == 0) return;
+class DoneSum final : public PendingSum {
+ public:
+  bool test() override { return true; }
+  void wait() override {}
+  bool settle(double) noexcept override { return true; }
+};
+
+class MpiPendingSum final : public PendingSum {
+ public:
+  explicit MpiPendingSum(mpi::Request r) : m_req(std::move(r)) {}
+  ~MpiPendingSum() override { (void)settle(kSettleS); }
+  MpiPendingSum(const MpiPendingSum&) = delete;
+  MpiPendingSum& operator=(const MpiPendingSum&) = delete;
+  bool test() override { return !m_req.pending() || m_req.test(); }
+  void wait() override {
+    if (m_req.pending()) m_req.wait_polling();
+  }
+  bool settle(double max_s) noexcept override {
+    try {
+      const auto t0 = std::chrono::steady_clock::now();
+      while (!test()) {
+        if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > max_s) break;
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+      if (!m_req.pending()) return true;
+      log::error("a DP gradient all-reduce was still running {} s after an error elsewhere; abandoned "
+                 "(the job aborts)", max_s);
+    } catch (const std::exception& e) {
+      log::error("a DP gradient all-reduce failed while unwinding after an error: {}", e.what());
+    }
+    m_req.abandon();
+    return false;
+  }
+
+ private:
+  static constexpr double kSettleS = 2.0;
+  mpi::Request m_req;
+};
+
+void check_host(const device::Buffer& buf, std::size_t count) {
   if (buf.backend() == nullptr || !buf.backend()->host_accessible()) {
     ATLAS_THROW(Comm, "MpiCollective::allreduce_sum needs host memory, but the buffer belongs to "
                           << (buf.backend() ? buf.backend()->describe() : std::string("no backend"))
@@ -24,9 +67,31 @@ void MpiCollective::allreduce_sum(device::Buffer& buf, std::size_t count) {
   }
   ATLAS_ASSERT(count <= buf.floats(), "allreduce of " << count << " floats over a buffer of "
                                                       << buf.floats());
+}
+
+}  // namespace
+
+std::unique_ptr<PendingSum> Collective::start_allreduce_sum(device::Buffer& buf, std::size_t count) {
+  allreduce_sum(buf, count);
+  return std::make_unique<DoneSum>();
+}
+
+MpiCollective::MpiCollective(const mpi::Comm& comm) : m_comm(comm) {
+  ATLAS_ASSERT(!comm.null(), "MpiCollective needs a valid communicator");
+}
+
+void MpiCollective::allreduce_sum(device::Buffer& buf, std::size_t count) {
+  if (count == 0) return;
+  check_host(buf, count);
   // Non-blocking with back-off polling: a rank waiting for its TP/DP peers leaves the core to
   // ranks that compute (CPU runs share cores; Open MPI's blocking wait busy-polls).
   m_comm.iallreduce_sum(std::span<float>(buf.f32(), count)).wait_polling();
+}
+
+std::unique_ptr<PendingSum> MpiCollective::start_allreduce_sum(device::Buffer& buf, std::size_t count) {
+  if (count == 0) return std::make_unique<DoneSum>();
+  check_host(buf, count);
+  return std::make_unique<MpiPendingSum>(m_comm.iallreduce_sum(std::span<float>(buf.f32(), count)));
 }
 
 int MpiCollective::size() const { return m_comm.size(); }

@@ -476,7 +476,8 @@ void StageModel::release(int micro) {
 
 // ---- backward ----
 
-void StageModel::backward(int micro, const device::Buffer* grad_out, device::Buffer* grad_in) {
+void StageModel::backward(int micro, const device::Buffer* grad_out, device::Buffer* grad_in,
+                          const GradsReady* ready) {
   auto it = m_inflight.find(micro);
   if (it == m_inflight.end()) {
     ATLAS_THROW(Internal, "stage " << m_spec.stage << ": backward of micro-batch " << micro
@@ -512,13 +513,30 @@ void StageModel::backward(int micro, const device::Buffer* grad_out, device::Buf
     be.layernorm_backward(dres, m_lnf_w->grad.f32(), m_lnf_b->grad.f32(), m_tp_buf.f32(), top,
                           m_lnf_w->value.f32(), at(st, m_layout.lnf_mean),
                           at(st, m_layout.lnf_rstd), rows, m_hidden);
+    if (ready) {
+      // With one stage the embedding is the head's weight too: it is final only at the end.
+      ParamTensor* const head[] = {m_lnf_w, m_lnf_b, m_wte};
+      (*ready)(std::span<ParamTensor* const>(head, is_first() ? 2 : 3));
+    }
   } else {
     be.copy(dres, grad_out->data(), boundary * sizeof(float));
   }
-  for (int i = m_n_layers - 1; i >= 0; --i) block_backward(i, st);
+  for (int i = m_n_layers - 1; i >= 0; --i) {
+    block_backward(i, st);
+    if (ready) {
+      const Block& b = m_blocks[static_cast<std::size_t>(i)];
+      ParamTensor* const block[] = {b.ln1_w, b.ln1_b, b.qkv_w, b.qkv_b, b.proj_w, b.proj_b,
+                                    b.ln2_w, b.ln2_b, b.fc_w,  b.fc_b,  b.mp_w,   b.mp_b};
+      (*ready)(block);
+    }
+  }
   if (is_first()) {
     be.embedding_backward(m_wte->grad.f32(), m_wpe->grad.f32(), dres, st.tokens.i32(), m_batch,
                           m_seq, m_hidden);
+    if (ready) {
+      ParamTensor* const embed[] = {m_wte, m_wpe};
+      (*ready)(embed);
+    }
   } else {
     be.copy(grad_in->data(), dres, boundary * sizeof(float));
   }

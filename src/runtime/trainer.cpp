@@ -101,12 +101,31 @@ Trainer::Trainer(const Config& cfg, const topo::Layout& layout, const topo::Comm
   }
   m_tokens.resize(m_model->tokens_per_micro());
   m_targets.resize(m_model->tokens_per_micro());
-  if (m_dp) m_bucket = backend.alloc_floats(std::max<std::size_t>(1, cfg.train.dp_bucket_bytes / sizeof(float)));
+  if (m_dp) {
+    m_buckets.emplace_back();
+    m_buckets.back().buf = backend.alloc_floats(std::max<std::size_t>(1, cfg.train.dp_bucket_bytes / sizeof(float)));
+    if (cfg.train.dp_overlap) {
+      const auto& row = table.row(m_me.stage, m_me.dp);
+      for (std::size_t i = 0; i < row.size(); ++i)
+        if (row[i].kind == sched::SlotKind::Backward) m_last_backward = static_cast<int>(i);
+    }
+  }
   m_boundary = std::make_unique<Boundary>(layout, comms, table, wan, profiler, floats * sizeof(float),
                                           cfg.wan.recv_timeout_s);
 }
 
-Trainer::~Trainer() = default;
+Trainer::~Trainer() {
+  // Unwinding after an error with DP sums in flight: the peers may never join them. Wait a
+  // little; a sum that does not finish keeps its bucket (MPI or NCCL may still write into it)
+  // and the job aborts.
+  for (Bucket& b : m_buckets) {
+    if (b.sum && !b.sum->settle(2.0)) {
+      auto* kept = new device::Buffer(std::move(b.buf));  // deliberately never freed
+      (void)kept;
+    }
+    b.sum.reset();
+  }
+}
 
 double Trainer::validation_unigram_entropy() const {
   if (!m_val) return 0.0;
@@ -143,9 +162,15 @@ StepReport Trainer::train_step(int step) {
                          first ? nullptr : &m_act_in[micro], last ? nullptr : &m_act_out[micro]);
         break;
       }
-      case SlotKind::Backward:
-        m_model->backward(slot.micro, last ? nullptr : &m_grad_out[micro], first ? nullptr : &m_grad_in[micro]);
+      case SlotKind::Backward: {
+        // The step's last backward: each group of gradients it finishes goes into a bucket, and
+        // a full bucket's DP sum starts at once (the sums run while earlier layers compute).
+        const model::StageModel::GradsReady ready = [this](std::span<model::ParamTensor* const> ps) { pack_ready(ps); };
+        const bool overlap = static_cast<int>(i) == m_last_backward;
+        m_model->backward(slot.micro, last ? nullptr : &m_grad_out[micro], first ? nullptr : &m_grad_in[micro],
+                          overlap ? &ready : nullptr);
         break;
+      }
       case SlotKind::WanRecv:
       case SlotKind::LocalRecv: {
         m_boundary->wait_recv(slot);
@@ -162,6 +187,8 @@ StepReport Trainer::train_step(int step) {
       }
       case SlotKind::AllReduce:
         all_reduce_gradients();
+        r.dp_buckets = m_buckets_step;
+        r.dp_buckets_early = m_buckets_early;
         break;
       case SlotKind::Optimizer:
         r.grad_norm = clip_and_step(step);
@@ -188,8 +215,11 @@ StepReport Trainer::train_step(int step) {
       case SlotKind::Forward:
       case SlotKind::Backward:
       case SlotKind::Optimizer: r.compute_s += t1 - t0; break;
-      case SlotKind::LocalRecv:
-      case SlotKind::AllReduce: r.intra_s += t1 - t0; break;
+      case SlotKind::LocalRecv: r.intra_s += t1 - t0; break;
+      case SlotKind::AllReduce:
+        r.intra_s += t1 - t0;
+        r.allreduce_s += t1 - t0;
+        break;
       case SlotKind::WanRecv: r.wan_s += t1 - t0; break;
       case SlotKind::Idle:
       case SlotKind::Prefill:
@@ -223,42 +253,73 @@ StepReport Trainer::train_step(int step) {
   return r;
 }
 
+void Trainer::pack_ready(std::span<model::ParamTensor* const> params) {
+  const std::size_t cap = m_buckets.front().buf.floats();
+  for (model::ParamTensor* p : params) {
+    const auto n = static_cast<std::size_t>(p->shard_numel());
+    std::size_t done = 0;
+    while (done < n) {
+      if (m_open == m_buckets.size()) {
+        m_buckets.emplace_back();
+        m_buckets.back().buf = m_backend.alloc_floats(cap);
+      }
+      Bucket& b = m_buckets[m_open];
+      const std::size_t take = std::min(n - done, cap - b.fill);
+      m_backend.copy(b.buf.f32() + b.fill, p->grad.f32() + done, take * sizeof(float));
+      b.pieces.push_back({p, done, b.fill, take});
+      b.fill += take;
+      done += take;
+      if (b.fill == cap) start_open_bucket();
+    }
+    ++m_packed_params;
+  }
+  // MPI moves a non-blocking collective on only inside MPI calls: one test per started bucket
+  // at each layer boundary keeps the sums flowing while backward computes.
+  for (std::size_t i = 0; i < m_open; ++i)
+    if (m_buckets[i].sum) m_buckets[i].sum->test();
+}
+
+void Trainer::start_open_bucket() {
+  Bucket& b = m_buckets[m_open];
+  if (b.fill == 0) return;
+  b.sum = m_dp->start_allreduce_sum(b.buf, b.fill);
+  ++m_open;
+}
+
+void Trainer::finish_buckets() {
+  start_open_bucket();
+  m_buckets_step = static_cast<int>(m_open);
+  for (std::size_t i = 0; i < m_open; ++i) {
+    Bucket& b = m_buckets[i];
+    b.sum->wait();
+    for (const Bucket::Piece& pc : b.pieces)
+      m_backend.copy(pc.p->grad.f32() + pc.tensor_offset, b.buf.f32() + pc.bucket_offset, pc.count * sizeof(float));
+    b.sum.reset();
+    b.pieces.clear();
+    b.fill = 0;
+  }
+  m_open = 0;
+  m_packed_params = 0;
+}
+
 void Trainer::all_reduce_gradients() {
   auto& params = m_model->params();
-  // DP: bucketed in-place sums over dp_comm (inside the DC).
+  // DP: bucketed in-place sums over dp_comm (inside the DC), each bucket packed from the
+  // gradients in the backend's memory and unpacked after its sum (on a device backend, on the
+  // device). With train.dp_overlap the last backward has packed and started them already.
   if (m_dp) {
-    // Pack tensors (split across buckets when larger than one) into a bucket in the backend's
-    // memory, sum it over dp_comm (on a device backend in place on the device), unpack.
-    // Bucket = train.dp_bucket_bytes.
-    struct Piece {
-      model::ParamTensor* p;
-      std::size_t tensor_offset;  // floats into the tensor
-      std::size_t bucket_offset;  // floats into the bucket
-      std::size_t count;
-    };
-    std::vector<Piece> pieces;
-    std::size_t fill = 0;
-    auto flush = [&] {
-      if (fill == 0) return;
-      m_dp->allreduce_sum(m_bucket, fill);
-      for (const Piece& pc : pieces)
-        m_backend.copy(pc.p->grad.f32() + pc.tensor_offset, m_bucket.f32() + pc.bucket_offset, pc.count * sizeof(float));
-      fill = 0;
-      pieces.clear();
-    };
-    for (auto& p : params) {
-      const auto n = static_cast<std::size_t>(p.shard_numel());
-      std::size_t done = 0;
-      while (done < n) {
-        const std::size_t take = std::min(n - done, m_bucket.floats() - fill);
-        m_backend.copy(m_bucket.f32() + fill, p.grad.f32() + done, take * sizeof(float));
-        pieces.push_back({&p, done, fill, take});
-        fill += take;
-        done += take;
-        if (fill == m_bucket.floats()) flush();
-      }
+    // Buckets the last backward started (before this slot).
+    m_buckets_early = static_cast<int>(m_open);
+    if (m_packed_params == 0) {
+      std::vector<model::ParamTensor*> all;
+      for (auto& p : params) all.push_back(&p);
+      pack_ready(all);
     }
-    flush();
+    if (m_packed_params != params.size()) {
+      ATLAS_THROW(Internal, "stage " << m_me.stage << ": the last backward reported " << m_packed_params << " of "
+                                     << params.size() << " parameters to the DP all-reduce");
+    }
+    finish_buckets();
   }
   // Tied embedding: the first and last stage of this lane sum their wte gradients (crosses the
   // WAN once a step when those stages sit in different DCs).

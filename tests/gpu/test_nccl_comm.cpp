@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -67,6 +68,31 @@ class CudaCollective : public ::testing::Test {
     }
   }
 
+  // Several sums in flight at once (start_allreduce_sum, as the trainer's overlapped DP buckets
+  // use it), the buffers' owner computing meanwhile, waited for out of order.
+  void expect_overlapped_sums(model::Collective& group) {
+    const std::size_t sizes[] = {1, 1000, std::size_t{1} << 20};
+    std::vector<Buffer> bufs;
+    std::vector<std::unique_ptr<model::PendingSum>> sums;
+    for (std::size_t n : sizes) {
+      bufs.push_back(testutil::upload(*be, values(world.rank(), n)));
+      sums.push_back(group.start_allreduce_sum(bufs.back(), n));
+    }
+    Buffer other = testutil::upload(*be, values(world.rank(), 4096));  // the backend's stream stays usable
+    for (std::size_t k = sums.size(); k-- > 0;) sums[k]->wait();
+    for (std::size_t k = 0; k < bufs.size(); ++k) {
+      const std::size_t n = sizes[k];
+      std::vector<float> want = values(0, n);
+      for (int r = 1; r < world.size(); ++r) {
+        const auto v = values(r, n);
+        for (std::size_t i = 0; i < n; ++i) want[i] += v[i];
+      }
+      EXPECT_TRUE(sums[k]->test());
+      EXPECT_EQ(testutil::download(*be, bufs[k]), want) << "overlapped, n = " << n;
+    }
+    EXPECT_EQ(testutil::download(*be, other), values(world.rank(), 4096));
+  }
+
   mpi::Comm world = mpi::Comm::world();
   int min_devices = 0;
   bool distinct_gpus = false;
@@ -89,6 +115,7 @@ TEST_F(CudaCollective, NcclAllReduceAtEveryRankOnItsOwnGpu) {
   auto group = make_collective(world, *be);
   ASSERT_TRUE(cuda::uses_nccl(*group));
   expect_sums(*group);
+  expect_overlapped_sums(*group);
   // A partial count leaves the tail alone.
   const std::size_t n = 4096, count = 1000;
   Buffer buf = testutil::upload(*be, values(world.rank(), n));
@@ -101,6 +128,7 @@ TEST_F(CudaCollective, NcclAllReduceAtEveryRankOnItsOwnGpu) {
 TEST_F(CudaCollective, StagedFallbackSumsExactly) {
   auto group = make_staged_collective(world, *be);
   expect_sums(*group);
+  expect_overlapped_sums(*group);
 }
 
 }  // namespace

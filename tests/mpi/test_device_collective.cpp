@@ -5,7 +5,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <memory>
+#include <vector>
+
 #include "atlas/core/error.hpp"
+#include "atlas/model/collective.hpp"
 #include "atlas/device/collective.hpp"
 #include "atlas/device/host_backend.hpp"
 #include "atlas/mpi/comm.hpp"
@@ -69,6 +74,57 @@ TEST(DeviceCollective, StagedCollectiveRefusesAnotherBackendsBuffer) {
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), ::testing::HasSubstr("not to this collective's backend"));
   }
+}
+
+// The overlapped DP buckets: several sums in flight, waited out of order, all exact; the
+// default (synchronous) start of a collective without a non-blocking one gives the same sums.
+TEST(DeviceCollective, StartedSumsInFlightTogetherAreExact) {
+  const mpi::Comm world = mpi::Comm::world();
+  auto be = make_host_backend(1);
+  std::vector<std::unique_ptr<model::Collective>> groups;
+  groups.push_back(make_collective(world, *be));
+  groups.push_back(make_staged_collective(world, *be));
+  for (auto& group : groups) {
+    const std::size_t sizes[] = {1, 1000, 100000};
+    std::vector<Buffer> bufs;
+    std::vector<std::unique_ptr<model::PendingSum>> sums;
+    for (std::size_t n : sizes) {
+      bufs.push_back(testutil::upload(*be, values(world.rank(), n)));
+      sums.push_back(group->start_allreduce_sum(bufs.back(), n));
+    }
+    for (std::size_t k = sums.size(); k-- > 0;) sums[k]->wait();
+    for (std::size_t k = 0; k < bufs.size(); ++k) {
+      EXPECT_TRUE(sums[k]->test());
+      EXPECT_EQ(testutil::download(*be, bufs[k]), expected_sum(world.size(), sizes[k], sizes[k])) << sizes[k];
+    }
+  }
+}
+
+// Unwinding after an error while a sum is in flight: when a peer never joins, settle() gives up
+// after its time limit (false, logged) instead of hanging the error path.
+TEST(DeviceCollective, SettleGivesUpOnASumAPeerNeverJoins) {
+  const mpi::Comm world = mpi::Comm::world();
+  if (world.size() < 2) GTEST_SKIP() << "needs a peer";
+  const mpi::Comm comm = world.dup();
+  auto be = make_host_backend(1);
+  model::MpiCollective group(comm);
+  Buffer buf = testutil::upload(*be, values(world.rank(), 64));
+  if (world.rank() == 1) {
+    auto sum = group.start_allreduce_sum(buf, 64);
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_FALSE(sum->settle(0.3)) << "the other ranks have not joined";
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_GE(waited, 0.3);
+    EXPECT_LT(waited, 5.0);
+    EXPECT_TRUE(sum->settle(0.0)) << "an abandoned sum is not waited on again";
+  }
+  world.barrier();
+  // The others join late, so the abandoned sum on rank 1 completes inside MPI (it keeps `buf`).
+  if (world.rank() != 1) {
+    auto sum = group.start_allreduce_sum(buf, 64);
+    sum->wait();
+  }
+  world.barrier();
 }
 
 TEST(DeviceCollective, HostKindCannotBeRegistered) {

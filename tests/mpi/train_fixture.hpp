@@ -52,6 +52,7 @@ inline Config make_cfg(int tp, int dp, const std::vector<int>& stages_per_dc, in
 struct Outcome {
   int first_step = 0;
   std::vector<double> losses;
+  std::vector<StepReport> reports;
   std::vector<std::pair<std::string, std::vector<float>>> grads;
   std::vector<std::pair<std::string, std::vector<float>>> params;
 };
@@ -75,6 +76,7 @@ inline Outcome train(const Config& cfg, const mpi::Comm& world, int until, int s
   for (int s = out.first_step; s < until; ++s) {
     const StepReport r = trainer.train_step(s);
     out.losses.push_back(r.loss);
+    out.reports.push_back(r);
     if (s == out.first_step) {
       out.grads = trainer.gather_full(true);
       out.params = trainer.gather_full(false);

@@ -29,6 +29,9 @@ struct JobResult {
   double measured_bubble = 0.0;     ///< 1 - mean over ranks of (compute + prefill) / wall
   double measured_utilization = 0.0;
   double tokens_per_s = 0.0;
+  double mean_allreduce_s = 0.0;    ///< AllReduce slot per timed step, mean over ranks (DP sums not hidden)
+  double mean_compute_s = 0.0;      ///< forward + backward + optimizer per timed step, mean over ranks
+  double dp_buckets_early = 0.0;    ///< fraction of DP buckets started during the last backward
   std::int64_t prefill_tokens = 0;  ///< whole job
   int steps_run = 0;
 };

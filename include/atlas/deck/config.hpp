@@ -84,6 +84,7 @@ struct TrainCfg {
   double eps = 1e-8;                    ///< train.eps
   double grad_clip = 1.0;               ///< train.grad_clip: global norm; 0 disables
   std::uint64_t dp_bucket_bytes = 0;    ///< train.dp_bucket_bytes: gradient all-reduce bucket
+  bool dp_overlap = true;               ///< train.dp_overlap: bucket sums start during backward
   int eval_every_steps = 0;             ///< train.eval_every_steps: 0 = never
   int eval_batches = 0;                 ///< train.eval_batches: micro-batches per evaluation
 };

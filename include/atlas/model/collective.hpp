@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 
 #include "atlas/device/buffer.hpp"
 
@@ -14,6 +15,22 @@ class Comm;
 
 namespace atlas::model {
 
+/// A sum started by Collective::start_allreduce_sum. Must be waited on before its buffer is read
+/// or reused. For unwinding after an error (when the peers may never join the sum), settle()
+/// waits a bounded time and otherwise abandons it: the owner must then never free the buffer
+/// (the job is about to abort). Destroying a running one settles it first.
+class PendingSum {
+ public:
+  virtual ~PendingSum() = default;
+  /// Drives the sum on (MPI progresses only inside MPI calls); true once it is complete.
+  virtual bool test() = 0;
+  /// Blocks until complete (polling, so a waiting rank leaves its core to others).
+  virtual void wait() = 0;
+  /// Waits at most `max_s` seconds; true if the sum completed, false if it was abandoned (logged).
+  /// Never throws.
+  virtual bool settle(double max_s) noexcept = 0;
+};
+
 /// A group of ranks that sum tensors together (the tensor-parallel group of one stage replica).
 class Collective {
  public:
@@ -21,6 +38,11 @@ class Collective {
   /// In-place sum of the first `count` floats of `buf` over the group; every member ends with
   /// the same sum. Collective over the group: all members call it in the same order.
   virtual void allreduce_sum(device::Buffer& buf, std::size_t count) = 0;
+  /// Starts the same sum and returns at once where the transport allows it, so the caller can
+  /// compute while it runs (several may be in flight; all members start them in the same order).
+  /// `buf` must stay untouched until the result is waited on. The default runs the sum now and
+  /// returns it complete (a backend without a non-blocking collective still gives the right sums).
+  [[nodiscard]] virtual std::unique_ptr<PendingSum> start_allreduce_sum(device::Buffer& buf, std::size_t count);
   /// Members of the group.
   [[nodiscard]] virtual int size() const = 0;
   /// This rank's index in the group (its tp_rank).
@@ -35,6 +57,8 @@ class MpiCollective final : public Collective {
   /// Collective over the communicator. Throws atlas::Error if the buffer is not host memory or
   /// holds fewer than `count` floats.
   void allreduce_sum(device::Buffer& buf, std::size_t count) override;
+  /// MPI_Iallreduce on the buffer: progresses at every test() and completes in wait().
+  [[nodiscard]] std::unique_ptr<PendingSum> start_allreduce_sum(device::Buffer& buf, std::size_t count) override;
   [[nodiscard]] int size() const override;
   [[nodiscard]] int rank() const override;
 

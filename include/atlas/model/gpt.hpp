@@ -9,7 +9,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -131,7 +133,14 @@ class StageModel {
   /// dL/d act_out from the next stage. Non-first stages: writes `grad_in` = dL/d act_in (>= B*T*C
   /// floats). Gradients ACCUMULATE into every ParamTensor::grad; the micro-batch's activations
   /// are released. Collective over the TP group.
-  void backward(int micro, const device::Buffer* grad_out, device::Buffer* grad_in);
+  /// `ready`, when given, is called as soon as a group of parameters has received this
+  /// micro-batch's gradient: the head (last stage), each block from the last to the first, the
+  /// embeddings (first stage). Every parameter of the stage is reported exactly once per call. On
+  /// the step's last backward those gradients are final, so their DP all-reduce can start while
+  /// the rest of the backward runs.
+  using GradsReady = std::function<void(std::span<ParamTensor* const>)>;
+  void backward(int micro, const device::Buffer* grad_out, device::Buffer* grad_in,
+                const GradsReady* ready = nullptr);
   /// Drops the activations of a forward-only micro-batch (evaluation). No-op if none are held.
   void release(int micro);
   /// Zeroes every gradient and forgets the micro-batch losses.

@@ -86,6 +86,9 @@ class Request {
   /// True once complete (then the request is null).
   bool test();
   [[nodiscard]] bool pending() const noexcept { return m_req != MPI_REQUEST_NULL; }
+  /// Forgets a request that will never complete (unwinding before MPI_Abort): neither waits nor
+  /// frees it, so MPI keeps its buffer's address; the caller must not free that buffer.
+  void abandon() noexcept { m_req = MPI_REQUEST_NULL; }
 
  private:
   MPI_Request m_req = MPI_REQUEST_NULL;

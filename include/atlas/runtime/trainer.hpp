@@ -4,9 +4,11 @@
 // the model, the boundary transports and the optimizer. It does not decide the schedule.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "atlas/deck/config.hpp"
@@ -31,6 +33,9 @@ struct StepReport {
   double step_s = 0.0;        ///< wall time of this rank's step
   double compute_s = 0.0;     ///< forward + backward + optimizer
   double intra_s = 0.0;       ///< waits on intra-DC boundaries + DP all-reduce
+  double allreduce_s = 0.0;   ///< of which the AllReduce slot (the gradient sums not hidden)
+  int dp_buckets = 0;         ///< DP all-reduce buckets this step (0 without DP)
+  int dp_buckets_early = 0;   ///< of which started during the last backward (train.dp_overlap)
   double wan_s = 0.0;         ///< waits on WAN boundaries
   double idle_s = 0.0;        ///< planned bubbles as executed
   double prefill_s = 0.0;     ///< BubbleTea work in bubbles
@@ -81,6 +86,12 @@ class Trainer {
 
  private:
   void all_reduce_gradients();
+  /// DP buckets, overlapped with the step's last backward: packs the gradients the model reports
+  /// final into buckets and starts each bucket's sum as soon as it is full.
+  void pack_ready(std::span<model::ParamTensor* const> params);
+  void start_open_bucket();
+  /// Waits for every started bucket and copies the sums back (the AllReduce slot).
+  void finish_buckets();
   double clip_and_step(int step);
   double step_loss();
 
@@ -103,7 +114,25 @@ class Trainer {
   std::unique_ptr<Boundary> m_boundary;
   std::vector<device::Buffer> m_act_in, m_act_out, m_grad_in, m_grad_out;  // per micro-batch
   std::vector<std::int32_t> m_tokens, m_targets;
-  device::Buffer m_bucket;  ///< DP all-reduce bucket in the backend's memory (dp > 1 only)
+  /// One DP all-reduce bucket (train.dp_bucket_bytes) in the backend's memory and the gradient
+  /// pieces packed into it. Buckets are kept across steps; dp > 1 only.
+  struct Bucket {
+    struct Piece {
+      model::ParamTensor* p;
+      std::size_t tensor_offset;  ///< floats into the tensor's gradient
+      std::size_t bucket_offset;  ///< floats into the bucket
+      std::size_t count;
+    };
+    device::Buffer buf;
+    std::size_t fill = 0;
+    std::vector<Piece> pieces;
+    std::unique_ptr<model::PendingSum> sum;
+  };
+  std::vector<Bucket> m_buckets;
+  std::size_t m_open = 0;          ///< the bucket being packed
+  std::size_t m_packed_params = 0; ///< parameters packed this step (all of them before the sums end)
+  int m_last_backward = -1;        ///< this row's last Backward slot: it starts the overlapped sums
+  int m_buckets_step = 0, m_buckets_early = 0;  ///< the last all-reduce's buckets (StepReport)
   BubbleFiller* m_filler = nullptr;
 };
 

@@ -10,9 +10,11 @@
 #include <chrono>
 #include <cstdlib>
 #include <exception>
+#include <memory>
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -187,7 +189,7 @@ void Comm::wait_stream(cudaStream_t stream, const char* what) {
   }
 }
 
-void Comm::allreduce_sum(float* data, std::size_t count, cudaStream_t stream) {
+void Comm::enqueue_allreduce_sum(float* data, std::size_t count, cudaStream_t stream) {
   if (count == 0) return;
   ATLAS_ASSERT(m_comm != nullptr, "NCCL all-reduce on a communicator that was aborted");
   const ncclResult_t r =
@@ -197,7 +199,41 @@ void Comm::allreduce_sum(float* data, std::size_t count, cudaStream_t stream) {
                      m_size, nccl_reason(r, m_comm)));
   }
   wait_ready("ncclAllReduce");
+}
+
+void Comm::allreduce_sum(float* data, std::size_t count, cudaStream_t stream) {
+  if (count == 0) return;
+  enqueue_allreduce_sum(data, count, stream);
   wait_stream(stream, "ncclAllReduce");
+}
+
+bool Comm::event_done(cudaEvent_t event, const char* what) {
+  const cudaError_t e = cudaEventQuery(event);
+  if (e == cudaSuccess) return true;
+  if (e != cudaErrorNotReady) {
+    abort_quietly();
+    ATLAS_CUDA_CHECK(e);
+  }
+  ncclResult_t state = ncclSuccess;
+  (void)ncclCommGetAsyncError(m_comm, &state);
+  if (state != ncclSuccess && state != ncclInProgress) {
+    fail(fmt::format("{} (NCCL rank {} of {}) failed while running: {}", what, m_rank, m_size,
+                     nccl_reason(state, m_comm)));
+  }
+  return false;
+}
+
+void Comm::wait_event(cudaEvent_t event, const char* what) {
+  const auto t0 = std::chrono::steady_clock::now();
+  while (!event_done(event, what)) {
+    if (seconds_since(t0) > m_timeout_s) {
+      fail(fmt::format("{} (NCCL rank {} of {}) did not complete within {} s; aborted the "
+                       "communicator\n  hint: a peer rank may have died or skipped the call; "
+                       "ATLAS_NCCL_TIMEOUT_S sets the limit",
+                       what, m_rank, m_size, m_timeout_s));
+    }
+    std::this_thread::sleep_for(kPollInterval);
+  }
 }
 
 // ---- Collective ----
@@ -212,8 +248,11 @@ cuda::CudaBackend& current(cuda::CudaBackend& backend) {
 Collective::Collective(const mpi::Comm& comm, cuda::CudaBackend& backend, double timeout_s)
     : m_backend(current(backend)), m_comm(comm, timeout_s) {}
 
-void Collective::allreduce_sum(Buffer& buf, std::size_t count) {
-  if (count == 0) return;
+Collective::~Collective() {
+  if (m_side != nullptr) (void)cudaStreamDestroy(m_side);
+}
+
+void Collective::check_buffer(const Buffer& buf, std::size_t count) const {
   if (buf.backend() != &m_backend) {
     ATLAS_THROW(Internal, "NCCL allreduce_sum: the buffer belongs to "
                               << (buf.backend() ? buf.backend()->describe() : std::string("no backend"))
@@ -221,7 +260,91 @@ void Collective::allreduce_sum(Buffer& buf, std::size_t count) {
   }
   ATLAS_ASSERT(count <= buf.floats(),
                "allreduce of " << count << " floats over a buffer of " << buf.floats());
+}
+
+void Collective::allreduce_sum(Buffer& buf, std::size_t count) {
+  if (count == 0) return;
+  check_buffer(buf, count);
   m_comm.allreduce_sum(buf.f32(), count, m_backend.stream());
+}
+
+namespace {
+
+/// An event owned by one pending sum.
+struct Event {
+  cudaEvent_t e = nullptr;
+  Event() { ATLAS_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming)); }
+  ~Event() {
+    if (e != nullptr) (void)cudaEventDestroy(e);
+  }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+};
+
+class NcclPendingSum final : public model::PendingSum {
+ public:
+  NcclPendingSum(Comm& comm, std::unique_ptr<Event> done) : m_comm(comm), m_done(std::move(done)) {}
+  ~NcclPendingSum() override {
+    if (!settle(2.0)) (void)m_done.release();  // the event stays with the abandoned sum
+  }
+  NcclPendingSum(const NcclPendingSum&) = delete;
+  NcclPendingSum& operator=(const NcclPendingSum&) = delete;
+  bool test() override {
+    if (!m_finished) m_finished = m_comm.event_done(m_done->e, "overlapped ncclAllReduce");
+    return m_finished;
+  }
+  void wait() override {
+    if (m_finished) return;
+    m_comm.wait_event(m_done->e, "overlapped ncclAllReduce");
+    m_finished = true;
+  }
+  bool settle(double max_s) noexcept override {
+    if (m_finished || m_done == nullptr) return true;
+    try {
+      const auto t0 = std::chrono::steady_clock::now();
+      while (!test()) {
+        if (seconds_since(t0) > max_s) {
+          log::error("an overlapped NCCL all-reduce was still running {} s after an error elsewhere; "
+                     "abandoned (the job aborts)", max_s);
+          return false;
+        }
+        std::this_thread::sleep_for(kPollInterval);
+      }
+      return true;
+    } catch (const std::exception& e) {
+      log::error("an overlapped NCCL all-reduce failed while unwinding after an error: {}", e.what());
+      return false;
+    }
+  }
+
+ private:
+  Comm& m_comm;
+  std::unique_ptr<Event> m_done;
+  bool m_finished = false;
+};
+
+class NothingPending final : public model::PendingSum {
+ public:
+  bool test() override { return true; }
+  void wait() override {}
+  bool settle(double) noexcept override { return true; }
+};
+
+}  // namespace
+
+std::unique_ptr<model::PendingSum> Collective::start_allreduce_sum(Buffer& buf, std::size_t count) {
+  if (count == 0) return std::make_unique<NothingPending>();
+  check_buffer(buf, count);
+  m_backend.make_current();
+  if (m_side == nullptr) ATLAS_CUDA_CHECK(cudaStreamCreateWithFlags(&m_side, cudaStreamNonBlocking));
+  // The bucket was packed on the backend's stream: the side stream waits for that, then sums.
+  const Event packed;
+  ATLAS_CUDA_CHECK(cudaEventRecord(packed.e, m_backend.stream()));
+  ATLAS_CUDA_CHECK(cudaStreamWaitEvent(m_side, packed.e, 0));
+  m_comm.enqueue_allreduce_sum(buf.f32(), count, m_side);
+  auto done = std::make_unique<Event>();
+  ATLAS_CUDA_CHECK(cudaEventRecord(done->e, m_side));
+  return std::make_unique<NcclPendingSum>(m_comm, std::move(done));
 }
 
 // ---- the factory device::make_collective() uses for the CUDA backend ----

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <string>
 
 #include "atlas/model/collective.hpp"
@@ -49,6 +50,13 @@ class Comm {
   /// it has completed (so a dead peer is an error after timeout_s, not a hang). Collective over
   /// the communicator. On failure the communicator is aborted and atlas::Error (Device) thrown.
   void allreduce_sum(float* data, std::size_t count, cudaStream_t stream);
+  /// The same sum, issued on `stream`; returns once NCCL has queued it (the caller watches the
+  /// stream, e.g. with an event, through event_done() / wait_event()).
+  void enqueue_allreduce_sum(float* data, std::size_t count, cudaStream_t stream);
+  /// True once `event` has passed; throws (and aborts) when NCCL reports an asynchronous error.
+  [[nodiscard]] bool event_done(cudaEvent_t event, const char* what);
+  /// Polls `event` until it has passed, at most timeout_s, watching NCCL's asynchronous error.
+  void wait_event(cudaEvent_t event, const char* what);
 
  private:
   /// Polls ncclCommGetAsyncError until the communicator is no longer busy (non-blocking mode).
@@ -74,12 +82,22 @@ class Collective final : public model::Collective {
   /// Collective over the group. Throws atlas::Error if `buf` is not memory of this backend or
   /// holds fewer than `count` floats, and (Device) when NCCL fails.
   void allreduce_sum(Buffer& buf, std::size_t count) override;
+  /// Queues the sum on this collective's own stream, after the work already queued on the
+  /// backend's stream (an event orders them), and returns at once: later kernels on the
+  /// backend's stream run while NCCL sums. wait() polls for it with the same timeout.
+  [[nodiscard]] std::unique_ptr<model::PendingSum> start_allreduce_sum(Buffer& buf, std::size_t count) override;
   [[nodiscard]] int size() const override { return m_comm.size(); }
   [[nodiscard]] int rank() const override { return m_comm.rank(); }
+  ~Collective() override;
+  Collective(const Collective&) = delete;
+  Collective& operator=(const Collective&) = delete;
 
  private:
+  void check_buffer(const Buffer& buf, std::size_t count) const;
+
   cuda::CudaBackend& m_backend;
   Comm m_comm;
+  cudaStream_t m_side = nullptr;  ///< overlapped sums (created on first use)
 };
 
 }  // namespace atlas::device::nccl
