@@ -2,6 +2,7 @@
 // atlas-decode-worker: BubbleTea's decode worker process (one per DC, started by the DC's first
 // inference rank; never by hand in normal use). Listens on --host, reports its port on
 // --ready-fd, then runs bubbletea::DecodeServer until the DC's ranks finish. No MPI.
+#include <sched.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -49,6 +50,14 @@ int main(int argc, char** argv) {
   // Decoding runs on machines outside the training pipeline; on a shared host it must only use
   // spare CPU, so the worker runs at the lowest priority.
   if (nice_level != 0) (void)setpriority(PRIO_PROCESS, 0, nice_level);
+  // At the lowest level, SCHED_IDLE as well: a training rank that wakes from a wait preempts
+  // the worker at once instead of after the worker's time slice (nice 19 still gets one).
+  if (nice_level >= 19) {
+    sched_param param{};
+    if (sched_setscheduler(0, SCHED_IDLE, &param) != 0)
+      std::fprintf(stderr, "atlas-decode-worker: SCHED_IDLE refused (%s); staying at nice %d\n", std::strerror(errno),
+                   nice_level);
+  }
   try {
     int port = 0;
     atlas::wan::Fd listener = atlas::wan::listen_tcp(host, 0, port);

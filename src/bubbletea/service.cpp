@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <optional>
 #include <set>
@@ -400,7 +401,8 @@ int Service::prefilled_here() const {
 
 // ---- the bubble hook ----
 
-std::pair<double, std::int64_t> Service::fill(int step, const sched::Slot& slot, double budget_s) {
+std::pair<double, std::int64_t> Service::fill(int step, const sched::Slot& slot, double budget_s,
+                                              const std::function<bool()>* ended) {
   if (m_finished) return {0.0, 0};
   if (!m_started_clock) start();
   const double t_enter = m_profiler.now();
@@ -411,15 +413,19 @@ std::pair<double, std::int64_t> Service::fill(int step, const sched::Slot& slot,
   const int index = m_row && &slot >= m_row->data() && &slot < m_row->data() + m_row->size()
                         ? static_cast<int>(&slot - m_row->data())
                         : -1;
-  if (index >= 0 && m_profiler.enabled()) {
+  const bool watched = m_cfg.bubbletea.watch_recv && ended != nullptr && *ended;
+  if (watched) {
+    // The receive that ends the bubble is tested before every chunk: fill until it arrives.
+    allowed_s = budget_s * m_cfg.bubbletea.max_stretch;
+  } else if (index >= 0 && m_profiler.enabled()) {
     auto it = m_allowance.find(index);
-    if (it != m_allowance.end()) allowed_s = std::min(budget_s, it->second);
+    if (it != m_allowance.end()) allowed_s = std::min(budget_s * m_cfg.bubbletea.max_stretch, it->second);
     m_last = LastBubble{true, step, index, 0.0, budget_s};
   }
   const double deadline = t_enter + allowed_s;
   ++m_stats.fill_calls;
   m_stats.offered_s += budget_s;
-  m_stats.allowed_s += allowed_s;
+  m_stats.allowed_s += watched ? budget_s : allowed_s;  // a watched bubble has no learned allowance
   poll();
   if (m_index == 0) {
     admit_arrivals(job_now());
@@ -430,6 +436,7 @@ std::pair<double, std::int64_t> Service::fill(int step, const sched::Slot& slot,
   double work = 0.0;
   std::int64_t tokens = 0;
   while (true) {
+    if (watched && (*ended)()) break;
     const double remaining_ms = (deadline - m_profiler.now()) * 1e3 - guard_ms;
     if (remaining_ms <= 0) break;
     const std::int64_t before = m_stats.tokens;
@@ -485,7 +492,8 @@ void Service::learn_from_last_bubble() {
     // The real bubble was (time in the bubble + the wait): aim a guard short of its end; go
     // down to it at once, up only half-way (training first: a noisy long wait must not make
     // the next bubble overrun).
-    const double target = std::clamp(m_last.spent_s + wait_s - guard_s, 0.0, m_last.budget_s);
+    const double target =
+        std::clamp(m_last.spent_s + wait_s - guard_s, 0.0, m_last.budget_s * m_cfg.bubbletea.max_stretch);
     allowance = target < allowance ? target : allowance + 0.5 * (target - allowance);
   } else if (m_last.spent_s > 0.0) {
     // No wait: the real bubble ended before the prefill did (or just with it); halve (a

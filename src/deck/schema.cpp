@@ -407,6 +407,12 @@ void build(Schema& schema) {
       .min(1).help("tokens the decode worker generates per request");
   b.field("bubbletea.guard_ms", &C::bubbletea, &BubbleTeaCfg::guard_ms).def("0.5").min(0)
       .help("safety margin added to a prefill's predicted time before admission");
+  b.field("bubbletea.watch_recv", &C::bubbletea, &BubbleTeaCfg::watch_recv).def("true")
+      .help("in a bubble that ends in a receive, test it before every chunk and stop when it has "
+            "arrived (false: fill the table's prediction or the allowance learned from past waits)");
+  b.field("bubbletea.max_stretch", &C::bubbletea, &BubbleTeaCfg::max_stretch).def("1").min(1).max(100)
+      .help("a bubble may be filled up to this times the table's prediction: while its receive "
+            "has not arrived (watch_recv) or as a learned allowance (1 = never beyond the table)");
   b.field("bubbletea.kv_cap_bytes", &C::bubbletea, &BubbleTeaCfg::kv_cap_bytes).def("64M").min(1)
       .help("KV-cache memory cap per rank (binary suffixes)");
   b.field("bubbletea.chunk_tokens", &C::bubbletea, &BubbleTeaCfg::chunk_tokens).def("0").min(0)

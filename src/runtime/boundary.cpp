@@ -142,6 +142,22 @@ void Boundary::wait_recv(const sched::Slot& slot) {
   }
 }
 
+bool Boundary::test_recv(const sched::Slot& slot) {
+  for (auto& op : m_recvs) {
+    if (op.flow != slot.flow || op.micro != slot.micro) continue;
+    if (!op.done) {
+      if (op.wan) {
+        std::lock_guard lock(m_wan_mutex);
+        op.done = m_wan->test(op.handle);
+      } else {
+        op.done = op.mpi.test();
+      }
+    }
+    return op.done;
+  }
+  ATLAS_THROW(Internal, "no receive posted for micro-batch " << slot.micro);
+}
+
 void Boundary::post_send(const sched::Slot& slot, int slot_index) {
   const int peer = neighbour(slot.peer_stage);
   const void* data = send_buffer(slot.flow, slot.micro);

@@ -197,7 +197,11 @@ StepReport Trainer::train_step(int step) {
       case SlotKind::Prefill:
       case SlotKind::Idle:
         if (m_filler) {
-          const auto [s, tokens] = m_filler->fill(step, slot, slot.duration_ms * 1e-3);
+          // The bubble ends when the receive after it completes: the filler watches it.
+          const sched::Slot* next = i + 1 < row.size() ? &row[i + 1] : nullptr;
+          std::function<bool()> ended;
+          if (next != nullptr && sched::is_recv(next->kind)) ended = [this, next] { return m_boundary->test_recv(*next); };
+          const auto [s, tokens] = m_filler->fill(step, slot, slot.duration_ms * 1e-3, ended ? &ended : nullptr);
           spent_prefill = s;
           r.prefill_tokens += tokens;
         }

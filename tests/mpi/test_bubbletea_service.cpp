@@ -112,7 +112,7 @@ Report serve_all(const Config& cfg, const mpi::Comm& world, double budget_s, int
   int rounds = 0;
   const int total = cfg.bubbletea.requests;
   while (comms.world.allreduce(svc.prefilled_here(), MPI_SUM) < total && rounds < 5000) {
-    (void)svc.fill(0, idle, budget_s);
+    (void)svc.fill(0, idle, budget_s, nullptr);
     ++rounds;
   }
   if (rounds_out) *rounds_out = rounds;
@@ -250,7 +250,7 @@ TEST(BubbleTeaService, OverloadQueuesAndStaysInsideTheBubbles) {
   double work = 0;
   for (int i = 0; i < 40; ++i) {
     const double t0 = profiler.now();
-    work += svc.fill(0, idle, budget).first;
+    work += svc.fill(0, idle, budget, nullptr).first;
     excess.push_back(profiler.now() - t0 - budget);
     const double left = t0 + budget - profiler.now();  // the rest of the bubble passes
     if (left > 0) std::this_thread::sleep_for(std::chrono::duration<double>(left));
@@ -273,6 +273,70 @@ TEST(BubbleTeaService, OverloadQueuesAndStaysInsideTheBubbles) {
   for (const auto& k : rep.ranks)
     if (k.dc_rank == 0) qfinal += k.queue_final;
   EXPECT_GT(qfinal, 0);
+}
+
+// A bubble that ends in a receive (the runtime passes `ended`): BubbleTea tests it before every
+// chunk and stops at the first true; while it is false it may fill up to max_stretch x the
+// table's budget, and never further.
+TEST(BubbleTeaService, AWatchedBubbleStopsWhenItsReceiveArrives) {
+  const mpi::Comm world = mpi::Comm::world();
+  const Config cfg = make_cfg(world, {"bubbletea.requests=3000", "bubbletea.max_stretch=3"});
+  const topo::Layout layout(world.size(), cfg.parallel);
+  const topo::Communicators comms = topo::Communicators::create(world, layout);
+  auto backend = device::make_backend(cfg.device);
+  const sched::ScheduleTable table = sched::build_schedule(cfg, layout);
+  runtime::Profiler profiler(false, comms.world.rank(), 0);
+  Service svc(cfg, layout, comms, table, *backend, profiler, options());
+  svc.start();
+  const double budget = 0.01;
+  const sched::Slot idle{sched::SlotKind::Idle, -1, 0.0, budget * 1e3};
+  // Warm up: the first bubbles admit requests and start the DC pipelines.
+  for (int i = 0; i < 5; ++i) {
+    (void)svc.fill(0, idle, budget, nullptr);
+    std::this_thread::sleep_for(std::chrono::duration<double>(budget));
+  }
+
+  // 1. The receive arrives after two tests: at most two chunks run, far inside the budget.
+  int tests = 0;
+  const std::function<bool()> arrives_soon = [&tests] { return ++tests > 2; };
+  double t0 = profiler.now();
+  (void)svc.fill(0, idle, budget, &arrives_soon);
+  const double soon_s = profiler.now() - t0;
+  EXPECT_LE(tests, 3) << "tested before every chunk, stopped at the first true";
+  EXPECT_GE(tests, 1);
+  if (world.size() <= static_cast<int>(std::thread::hardware_concurrency())) {
+    EXPECT_LT(soon_s, budget);
+  }
+
+  // 2. An arrival before the bubble: nothing runs.
+  int tested = 0;
+  const std::function<bool()> arrived = [&tested] { ++tested; return true; };
+  const auto [none_s, none_tokens] = svc.fill(0, idle, budget, &arrived);
+  EXPECT_EQ(tested, 1);
+  EXPECT_EQ(none_s, 0.0);
+  EXPECT_EQ(none_tokens, 0);
+
+  // 3. It never arrives: a rank that holds its DC's whole inference model (a backlog of 3000
+  // requests) fills past the table's budget; no rank goes past max_stretch x budget (plus slack
+  // for a slowed chunk). (Where a DC has several ranks, at most 2 x ranks requests are in
+  // flight: this tiny model's few chunks of work do not fill a bubble there.)
+  int never_tests = 0;
+  const std::function<bool()> never = [&never_tests] { ++never_tests; return false; };
+  double most = 0.0, longest = 0.0;
+  for (int i = 0; i < 40; ++i) {
+    t0 = profiler.now();
+    most = std::max(most, svc.fill(0, idle, budget, &never).first);
+    longest = std::max(longest, profiler.now() - t0);
+    const double left = t0 + budget - profiler.now();  // the rest of the bubble passes
+    if (left > 0) std::this_thread::sleep_for(std::chrono::duration<double>(left));
+  }
+  EXPECT_GE(never_tests, 40);
+  const bool alone = layout.ranks_in_dc(layout.coord(comms.world.rank()).dc) == 1;
+  if (alone) {
+    EXPECT_GT(most, budget) << "work beyond the table's budget while the receive has not arrived";
+  }
+  EXPECT_LT(longest, 3 * budget + 0.5) << "never past max_stretch x budget";
+  (void)svc.finish();
 }
 
 // bubbletea.weights = an atlas checkpoint: the model read from it (a longer wpe than the context,

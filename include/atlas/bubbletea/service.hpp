@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <deque>
 #include <map>
 #include <memory>
@@ -60,12 +61,15 @@ class Service final : public runtime::BubbleFiller {
 
   /// The runtime's hook at an Idle/Prefill slot: runs prefill chunks whose predicted time (plus
   /// bubbletea.guard_ms) fits what is left of the bubble, and non-blocking bookkeeping (MPI
-  /// tests, socket writes). The bubble is `budget_s` (the table's prediction) or less: when the
-  /// profiler records slots, each bubble's allowance is learned from the wait that followed it
-  /// the last time (a real bubble shorter than predicted shrinks it; a measured longer one lets
-  /// it grow back, never past `budget_s`). Returns (seconds of prefill work, prompt tokens
-  /// through this rank's layers). Never blocks on another process. Not collective.
-  std::pair<double, std::int64_t> fill(int step, const sched::Slot& slot, double budget_s) override;
+  /// tests, socket writes). Where the bubble ends in a receive (`ended` given), BubbleTea tests
+  /// it before every chunk and stops as soon as it has arrived, or at bubbletea.max_stretch x
+  /// `budget_s`. Otherwise the bubble is `budget_s` (the table's prediction) or, when the
+  /// profiler records slots, an allowance learned from the wait that followed it the last time
+  /// (a real bubble shorter than predicted shrinks it; a measured longer one lets it grow, up to
+  /// max_stretch x `budget_s`). Returns (seconds of prefill work, prompt tokens through this
+  /// rank's layers). Never blocks on another process. Not collective.
+  std::pair<double, std::int64_t> fill(int step, const sched::Slot& slot, double budget_s,
+                                       const std::function<bool()>* ended) override;
 
   /// Adds one training step's timings to this rank's account.
   void after_step(const runtime::StepReport& rep);

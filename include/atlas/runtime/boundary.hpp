@@ -51,6 +51,8 @@ class Boundary {
   /// Blocks until the tensor of `slot` (a LocalRecv/WanRecv) is in recv_buffer(). Throws
   /// atlas::Error (Comm) naming the peer after the receive timeout.
   void wait_recv(const sched::Slot& slot);
+  /// True once the tensor of `slot` has arrived (a non-blocking test; never throws a timeout).
+  [[nodiscard]] bool test_recv(const sched::Slot& slot);
   /// Posts the tensor in send_buffer() for `slot` (a LocalSend/WanSend). WAN sends go to the
   /// sender thread, which honours the link order; local sends are MPI isends. Returns at once.
   void post_send(const sched::Slot& slot, int slot_index);

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -48,7 +49,12 @@ struct StepReport {
 class BubbleFiller {
  public:
   virtual ~BubbleFiller() = default;
-  virtual std::pair<double, std::int64_t> fill(int step, const sched::Slot& idle_slot, double budget_s) = 0;
+  /// Work in the Idle slot `idle_slot` (predicted `budget_s` long). `ended`, when not null, says
+  /// whether the bubble is already over (the receive that follows it has completed): a filler
+  /// stops as soon as it returns true, and may go on past `budget_s` while it returns false.
+  /// Returns (seconds of work, prompt tokens).
+  virtual std::pair<double, std::int64_t> fill(int step, const sched::Slot& idle_slot, double budget_s,
+                                               const std::function<bool()>* ended) = 0;
 };
 
 class Trainer {
