@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <cstdio>
 #include <thread>
 
@@ -44,6 +45,23 @@ const std::vector<std::string> kQuietRun = {"ckpt.every_steps=0", "ckpt.final=fa
 std::vector<std::string> with(std::vector<std::string> base, std::initializer_list<std::string> more) {
   base.insert(base.end(), more.begin(), more.end());
   return base;
+}
+
+/// Runs the deck `rounds` times with `key=false` then `key=true` (interleaved, so a drift of the
+/// shared machine hits both) and hands each job's result to `take(on, cfg, result)`.
+void interleaved_off_on(const mpi::Comm& world, const Args& args, const std::string& steps, int rounds,
+                        const std::string& key, const std::string& run_name,
+                        const std::function<void(bool, const Config&, const JobResult&)>& take) {
+  JobOptions quiet;
+  quiet.quiet = true;
+  for (int r = 0; r < rounds; ++r) {
+    for (bool on : {false, true}) {
+      const Config cfg = bench_deck(
+          world, args, with(kQuietRun, {steps, key + "=" + (on ? "true" : "false"), "run.name=" + run_name}),
+          world.size());
+      take(on, cfg, run_training_job(cfg, world, quiet));
+    }
+  }
 }
 
 // ---- atlas bench step: tokens/s of a deck at 1 rank and at the job's N ranks ----
@@ -127,19 +145,11 @@ int bench_profile(Context& ctx) {
   const mpi::Comm world = mpi::Comm::world();
   const std::string steps = "run.steps=" + std::to_string(args.int_option("steps", 8));
   const int rounds = args.int_option("rounds", 3);
-  JobOptions quiet;
-  quiet.quiet = true;
   double off = 0.0, on = 0.0;
-  for (int r = 0; r < rounds; ++r) {
-    for (bool enabled : {false, true}) {
-      const Config cfg = bench_deck(world, args,
-                                    with(kQuietRun, {steps, std::string("profile.enabled=") + (enabled ? "true" : "false"),
-                                                     "run.name=bench_profile"}),
-                                    world.size());
-      const double s = run_training_job(cfg, world, quiet).mean_step_s;
-      (enabled ? on : off) += s / rounds;
-    }
-  }
+  interleaved_off_on(world, args, steps, rounds, "profile.enabled", "bench_profile",
+                     [&](bool enabled, const Config&, const JobResult& res) {
+                       (enabled ? on : off) += res.mean_step_s / rounds;
+                     });
   // The recording path itself, timed in isolation: what one slot costs (two clock reads and one
   // store), times the slots a step records on a rank, over the step time.
   const Config cfg = bench_deck(world, args, with(kQuietRun, {steps}), world.size());
@@ -178,29 +188,21 @@ int bench_overlap(Context& ctx) {
   const mpi::Comm world = mpi::Comm::world();
   const std::string steps = "run.steps=" + std::to_string(args.int_option("steps", 8));
   const int rounds = args.int_option("rounds", 3);
-  JobOptions quiet;
-  quiet.quiet = true;
   struct Side {
     double step_s = 0, allreduce_s = 0, compute_s = 0, early = 0;
     std::vector<double> losses;
   } sides[2];
   int dp = 1;
-  for (int r = 0; r < rounds; ++r) {
-    for (int on = 0; on < 2; ++on) {
-      const Config cfg = bench_deck(world, args,
-                                    with(kQuietRun, {steps, std::string("train.dp_overlap=") + (on ? "true" : "false"),
-                                                     "run.name=bench_overlap"}),
-                                    world.size());
-      dp = cfg.parallel.dp_size;
-      const JobResult res = run_training_job(cfg, world, quiet);
-      Side& sd = sides[on];
-      sd.step_s += res.mean_step_s / rounds;
-      sd.allreduce_s += res.mean_allreduce_s / rounds;
-      sd.compute_s += res.mean_compute_s / rounds;
-      sd.early += res.dp_buckets_early / rounds;
-      sd.losses = res.losses;
-    }
-  }
+  interleaved_off_on(world, args, steps, rounds, "train.dp_overlap", "bench_overlap",
+                     [&](bool on, const Config& cfg, const JobResult& res) {
+                       dp = cfg.parallel.dp_size;
+                       Side& sd = sides[on ? 1 : 0];
+                       sd.step_s += res.mean_step_s / rounds;
+                       sd.allreduce_s += res.mean_allreduce_s / rounds;
+                       sd.compute_s += res.mean_compute_s / rounds;
+                       sd.early += res.dp_buckets_early / rounds;
+                       sd.losses = res.losses;
+                     });
   if (world.rank() != 0) return 0;
   if (dp < 2) fmt::print("# note: parallel.dp_size is {}: there is no DP all-reduce to overlap\n", dp);
   fmt::print("# atlas bench overlap: {} ranks, dp {}, {} rounds of off/on interleaved; AllReduce slot and compute are "

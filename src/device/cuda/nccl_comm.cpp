@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -165,20 +166,27 @@ void Comm::wait_ready(const char* what) {
 }
 
 void Comm::wait_stream(cudaStream_t stream, const char* what) {
+  wait_until([&] { return passed(cudaStreamQuery(stream), what); }, what);
+}
+
+bool Comm::passed(cudaError_t query, const char* what) {
+  if (query == cudaSuccess) return true;
+  if (query != cudaErrorNotReady) {
+    abort_quietly();
+    ATLAS_CUDA_CHECK(query);
+  }
+  ncclResult_t state = ncclSuccess;
+  (void)ncclCommGetAsyncError(m_comm, &state);
+  if (state != ncclSuccess && state != ncclInProgress) {
+    fail(fmt::format("{} (NCCL rank {} of {}) failed while running: {}", what, m_rank, m_size,
+                     nccl_reason(state, m_comm)));
+  }
+  return false;
+}
+
+void Comm::wait_until(const std::function<bool()>& done, const char* what) {
   const auto t0 = std::chrono::steady_clock::now();
-  for (;;) {
-    const cudaError_t e = cudaStreamQuery(stream);
-    if (e == cudaSuccess) return;
-    if (e != cudaErrorNotReady) {
-      abort_quietly();
-      ATLAS_CUDA_CHECK(e);
-    }
-    ncclResult_t state = ncclSuccess;
-    (void)ncclCommGetAsyncError(m_comm, &state);
-    if (state != ncclSuccess && state != ncclInProgress) {
-      fail(fmt::format("{} (NCCL rank {} of {}) failed while running: {}", what, m_rank, m_size,
-                       nccl_reason(state, m_comm)));
-    }
+  while (!done()) {
     if (seconds_since(t0) > m_timeout_s) {
       fail(fmt::format("{} (NCCL rank {} of {}) did not complete within {} s; aborted the "
                        "communicator\n  hint: a peer rank may have died or skipped the call; "
@@ -207,33 +215,10 @@ void Comm::allreduce_sum(float* data, std::size_t count, cudaStream_t stream) {
   wait_stream(stream, "ncclAllReduce");
 }
 
-bool Comm::event_done(cudaEvent_t event, const char* what) {
-  const cudaError_t e = cudaEventQuery(event);
-  if (e == cudaSuccess) return true;
-  if (e != cudaErrorNotReady) {
-    abort_quietly();
-    ATLAS_CUDA_CHECK(e);
-  }
-  ncclResult_t state = ncclSuccess;
-  (void)ncclCommGetAsyncError(m_comm, &state);
-  if (state != ncclSuccess && state != ncclInProgress) {
-    fail(fmt::format("{} (NCCL rank {} of {}) failed while running: {}", what, m_rank, m_size,
-                     nccl_reason(state, m_comm)));
-  }
-  return false;
-}
+bool Comm::event_done(cudaEvent_t event, const char* what) { return passed(cudaEventQuery(event), what); }
 
 void Comm::wait_event(cudaEvent_t event, const char* what) {
-  const auto t0 = std::chrono::steady_clock::now();
-  while (!event_done(event, what)) {
-    if (seconds_since(t0) > m_timeout_s) {
-      fail(fmt::format("{} (NCCL rank {} of {}) did not complete within {} s; aborted the "
-                       "communicator\n  hint: a peer rank may have died or skipped the call; "
-                       "ATLAS_NCCL_TIMEOUT_S sets the limit",
-                       what, m_rank, m_size, m_timeout_s));
-    }
-    std::this_thread::sleep_for(kPollInterval);
-  }
+  wait_until([&] { return event_done(event, what); }, what);
 }
 
 // ---- Collective ----

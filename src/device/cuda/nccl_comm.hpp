@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -63,6 +64,11 @@ class Comm {
   void wait_ready(const char* what);
   /// Polls the stream until its work is done, watching NCCL's asynchronous error.
   void wait_stream(cudaStream_t stream, const char* what);
+  /// A stream's or event's query result: true once passed; false while pending (after checking
+  /// NCCL's asynchronous error); throws (and aborts) on an error.
+  [[nodiscard]] bool passed(cudaError_t query, const char* what);
+  /// Polls `done` until true, at most timeout_s (then aborts and throws).
+  void wait_until(const std::function<bool()>& done, const char* what);
   /// Aborts the communicator and throws atlas::Error (Device) with `msg`.
   [[noreturn]] void fail(const std::string& msg);
   void abort_quietly() noexcept;
