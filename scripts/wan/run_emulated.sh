@@ -117,6 +117,14 @@ done
 } >"$AGENT"
 chmod +x "$AGENT"
 
+# Every DC namespace is a "node" of its own to Open MPI, with as many slots as ranks, so it never
+# sees that all of them share this machine's cores, and its blocking waits (collective file
+# opens, barriers) spin instead of yielding. Say so when the job has more ranks than cores:
+# measured on the default deck, 8 ranks on 2 cores, 100 steps: mean step 213 vs 222 ms, checkpoint
+# writes 0.5-0.6 s vs 1.5-3.3 s (3 runs each).
+YIELD_ARGS=()
+if [[ $NP -gt $(nproc) ]]; then YIELD_ARGS=(--mca mpi_yield_when_idle 1); fi
+
 first_dc=0
 while [[ ${PER_DC[$first_dc]} -eq 0 ]]; do first_dc=$((first_dc + 1)); done
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -128,7 +136,7 @@ echo "run_emulated.sh: $NP ranks, per DC: ${PER_DC[*]}; command: $*" >&2
   --mca plm_rsh_agent "$AGENT" --mca plm_rsh_no_tree_spawn 1 \
   --bind-to "${ATLAS_WAN_BIND:-none}" --mca btl "${ATLAS_WAN_BTL:-self,vader,tcp}" \
   --mca btl_tcp_if_include "10.77.0.0/24" --mca oob_tcp_if_include "10.77.0.0/24" \
-  --mca btl_vader_single_copy_mechanism none \
+  --mca btl_vader_single_copy_mechanism none "${YIELD_ARGS[@]}" \
   ${ATLAS_WAN_MPIRUN_ARGS:-} "$@" <&0 &
 JOB_PID=$!
 set +e
