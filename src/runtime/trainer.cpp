@@ -284,6 +284,7 @@ void Trainer::pack_ready(std::span<model::ParamTensor* const> params) {
 }
 
 void Trainer::start_open_bucket() {
+  if (m_open == m_buckets.size()) return;  // the last bucket filled up and started already
   Bucket& b = m_buckets[m_open];
   if (b.fill == 0) return;
   b.sum = m_dp->start_allreduce_sum(b.buf, b.fill);

@@ -115,6 +115,15 @@ TEST(TrainEquivalence, OverlappedGradientSumsEqualTheSynchronousOnes) {
     ASSERT_EQ(on.grads.size(), off.grads.size());
     for (std::size_t i = 0; i < on.grads.size(); ++i) EXPECT_EQ(on.grads[i].second, off.grads[i].second) << on.grads[i].first;
   }
+  // 128-byte buckets: every tensor size here is a multiple of 32 floats, so every bucket ends
+  // full and the last one has started before the AllReduce slot, which then has none to close.
+  const auto off = train(make_cfg(1, 2, {1, 1}, 3, {"train.dp_bucket_bytes=128", "train.dp_overlap=false"}), world, 2);
+  const auto on = train(make_cfg(1, 2, {1, 1}, 3, {"train.dp_bucket_bytes=128"}), world, 2);
+  for (const StepReport& r : on.reports) EXPECT_EQ(r.dp_buckets_early, r.dp_buckets) << "exact fit";
+  if (world.rank() != 0) return;
+  EXPECT_EQ(on.losses, off.losses);
+  ASSERT_EQ(on.grads.size(), off.grads.size());
+  for (std::size_t i = 0; i < on.grads.size(); ++i) EXPECT_EQ(on.grads[i].second, off.grads[i].second) << on.grads[i].first;
 }
 
 }  // namespace
