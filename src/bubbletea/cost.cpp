@@ -115,17 +115,25 @@ PrefillCost calibrate(InferenceModel& model, int repeats) {
   for (int n : {1, sizes.back()})
     if (far + n <= sh.context) measure(n, far);
 
+  // Prefill work grows at least linearly with the tokens, so the per-token term stays in the fit;
+  // without it one preempted timing (a loaded machine) can leave a model that only the pairs
+  // term carries, which predicts almost nothing for short chunks. Only when no such fit is
+  // non-negative are the others tried.
   PrefillCost best;
   double best_res = INFINITY;
-  for (unsigned mask = 1; mask < 8; ++mask) {
-    std::array<double, 3> coef{};
-    double res = 0;
-    if (fit_subset(samples, mask, coef, res) && res < best_res) {
-      best_res = res;
-      best.fixed_ms = coef[0];
-      best.per_token_ms = coef[1];
-      best.per_pair_ms = coef[2];
+  for (const bool need_per_token : {true, false}) {
+    for (unsigned mask = 1; mask < 8; ++mask) {
+      if (need_per_token && (mask & 2U) == 0) continue;
+      std::array<double, 3> coef{};
+      double res = 0;
+      if (fit_subset(samples, mask, coef, res) && res < best_res) {
+        best_res = res;
+        best.fixed_ms = coef[0];
+        best.per_token_ms = coef[1];
+        best.per_pair_ms = coef[2];
+      }
     }
+    if (std::isfinite(best_res)) break;
   }
   ATLAS_ASSERT(std::isfinite(best_res), "prefill cost calibration found no fit");
   // Start conservative: no measured point may be above the prediction.
