@@ -39,12 +39,7 @@ class MpiPendingSum final : public PendingSum {
   }
   bool settle(double max_s) noexcept override {
     try {
-      const auto t0 = std::chrono::steady_clock::now();
-      while (!test()) {
-        if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > max_s) break;
-        std::this_thread::sleep_for(std::chrono::microseconds(200));
-      }
-      if (!m_req.pending()) return true;
+      if (test_for(max_s)) return true;
       log::error("a DP gradient all-reduce was still running {} s after an error elsewhere; abandoned "
                  "(the job aborts)", max_s);
     } catch (const std::exception& e) {
@@ -71,6 +66,15 @@ void check_host(const device::Buffer& buf, std::size_t count) {
 
 }  // namespace
 
+bool PendingSum::test_for(double max_s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  while (!test()) {
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > max_s) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return true;
+}
+
 std::unique_ptr<PendingSum> Collective::start_allreduce_sum(device::Buffer& buf, std::size_t count) {
   allreduce_sum(buf, count);
   return std::make_unique<DoneSum>();
@@ -89,7 +93,7 @@ void MpiCollective::allreduce_sum(device::Buffer& buf, std::size_t count) {
 }
 
 std::unique_ptr<PendingSum> MpiCollective::start_allreduce_sum(device::Buffer& buf, std::size_t count) {
-  if (count == 0) return std::make_unique<DoneSum>();
+  if (count == 0) return Collective::start_allreduce_sum(buf, count);  // nothing to sum: done
   check_host(buf, count);
   return std::make_unique<MpiPendingSum>(m_comm.iallreduce_sum(std::span<float>(buf.f32(), count)));
 }

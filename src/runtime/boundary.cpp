@@ -108,22 +108,30 @@ void Boundary::begin_step(int step) {
   }
 }
 
-void Boundary::wait_recv(const sched::Slot& slot) {
-  RecvOp* op = nullptr;
+Boundary::RecvOp& Boundary::recv_op(const sched::Slot& slot) {
   for (auto& r : m_recvs)
-    if (r.flow == slot.flow && r.micro == slot.micro) op = &r;
-  ATLAS_ASSERT(op, "no receive posted for micro-batch " << slot.micro);
+    if (r.flow == slot.flow && r.micro == slot.micro) return r;
+  ATLAS_THROW(Internal, "no receive posted for micro-batch " << slot.micro);
+}
+
+bool Boundary::test_op(RecvOp& op) {
+  if (!op.done) {
+    if (op.wan) {
+      std::lock_guard lock(m_wan_mutex);
+      op.done = m_wan->test(op.handle);
+    } else {
+      op.done = op.mpi.test();
+    }
+  }
+  return op.done;
+}
+
+void Boundary::wait_recv(const sched::Slot& slot) {
+  RecvOp& op = recv_op(slot);
   const auto start = Clock::now();
   auto last_progress = start;
   Backoff backoff(kMainMaxPollUs);
-  while (!op->done) {
-    if (op->wan) {
-      std::lock_guard lock(m_wan_mutex);
-      op->done = m_wan->test(op->handle);
-    } else {
-      op->done = op->mpi.test();
-    }
-    if (op->done) break;
+  while (!test_op(op)) {
     progress_local_sends();
     {
       std::lock_guard lock(m_error_mutex);
@@ -131,32 +139,18 @@ void Boundary::wait_recv(const sched::Slot& slot) {
     }
     const double waited = std::chrono::duration<double>(Clock::now() - last_progress).count();
     if (waited > m_timeout_s) {
-      const topo::Coord peer = m_layout.coord(op->peer);
+      const topo::Coord peer = m_layout.coord(op.peer);
       ATLAS_THROW(Comm, "step " << m_step << ": no " << (slot.flow == sched::Flow::Activation ? "activation" : "gradient")
-                                << " of micro-batch " << slot.micro << " from rank " << op->peer << " (stage "
+                                << " of micro-batch " << slot.micro << " from rank " << op.peer << " (stage "
                                 << peer.stage << ", dc " << peer.dc << ") after " << m_timeout_s
-                                << " s over " << (op->wan ? "the WAN transport" : "MPI")
+                                << " s over " << (op.wan ? "the WAN transport" : "MPI")
                                 << "\n  hint: the peer may have died; raise wan.recv_timeout_s if the link is slow");
     }
     backoff.pause();
   }
 }
 
-bool Boundary::test_recv(const sched::Slot& slot) {
-  for (auto& op : m_recvs) {
-    if (op.flow != slot.flow || op.micro != slot.micro) continue;
-    if (!op.done) {
-      if (op.wan) {
-        std::lock_guard lock(m_wan_mutex);
-        op.done = m_wan->test(op.handle);
-      } else {
-        op.done = op.mpi.test();
-      }
-    }
-    return op.done;
-  }
-  ATLAS_THROW(Internal, "no receive posted for micro-batch " << slot.micro);
-}
+bool Boundary::test_recv(const sched::Slot& slot) { return test_op(recv_op(slot)); }
 
 void Boundary::post_send(const sched::Slot& slot, int slot_index) {
   const int peer = neighbour(slot.peer_stage);

@@ -29,6 +29,11 @@ class PendingSum {
   /// Waits at most `max_s` seconds; true if the sum completed, false if it was abandoned (logged).
   /// Never throws.
   virtual bool settle(double max_s) noexcept = 0;
+
+ protected:
+  /// Polls test() (200 us apart) for at most `max_s` seconds; true once it passed. Errors from
+  /// test() propagate. For settle().
+  bool test_for(double max_s);
 };
 
 /// A group of ranks that sum tensors together (the tensor-parallel group of one stage replica).

@@ -91,6 +91,10 @@ class Boundary {
   };
 
   [[nodiscard]] int neighbour(int stage) const;
+  /// This step's receive of `slot` (throws Internal if none was posted).
+  [[nodiscard]] RecvOp& recv_op(const sched::Slot& slot);
+  /// Tests `op` once (under the WAN lock for a WAN receive); true once it has arrived.
+  bool test_op(RecvOp& op);
   [[nodiscard]] static int tag_of(sched::Flow flow, int micro) {
     return (flow == sched::Flow::Activation ? 0 : 1) * 65536 + micro;
   }

@@ -286,16 +286,10 @@ class NcclPendingSum final : public model::PendingSum {
   bool settle(double max_s) noexcept override {
     if (m_finished || m_done == nullptr) return true;
     try {
-      const auto t0 = std::chrono::steady_clock::now();
-      while (!test()) {
-        if (seconds_since(t0) > max_s) {
-          log::error("an overlapped NCCL all-reduce was still running {} s after an error elsewhere; "
-                     "abandoned (the job aborts)", max_s);
-          return false;
-        }
-        std::this_thread::sleep_for(kPollInterval);
-      }
-      return true;
+      if (test_for(max_s)) return true;
+      log::error("an overlapped NCCL all-reduce was still running {} s after an error elsewhere; "
+                 "abandoned (the job aborts)", max_s);
+      return false;
     } catch (const std::exception& e) {
       log::error("an overlapped NCCL all-reduce failed while unwinding after an error: {}", e.what());
       return false;
@@ -308,17 +302,10 @@ class NcclPendingSum final : public model::PendingSum {
   bool m_finished = false;
 };
 
-class NothingPending final : public model::PendingSum {
- public:
-  bool test() override { return true; }
-  void wait() override {}
-  bool settle(double) noexcept override { return true; }
-};
-
 }  // namespace
 
 std::unique_ptr<model::PendingSum> Collective::start_allreduce_sum(Buffer& buf, std::size_t count) {
-  if (count == 0) return std::make_unique<NothingPending>();
+  if (count == 0) return model::Collective::start_allreduce_sum(buf, count);  // nothing to sum: done
   check_buffer(buf, count);
   m_backend.make_current();
   if (m_side == nullptr) ATLAS_CUDA_CHECK(cudaStreamCreateWithFlags(&m_side, cudaStreamNonBlocking));
