@@ -9,7 +9,8 @@
 # usage: scripts/wan/run_emulated.sh DECK NP [key=value ...] -- COMMAND [ARGS ...]
 #   e.g. scripts/wan/run_emulated.sh inputs/two_dc_cpu.deck 4 -- build/bin/atlas train inputs/two_dc_cpu.deck
 # Each rank sees ATLAS_WAN_DC (its DC index), ATLAS_WAN_BIND_HOST (its DC's emulated address,
-# used by the WAN transport instead of cluster.bind_hosts) and ATLAS_WAN_EMULATED=1.
+# used by the WAN transport instead of cluster.bind_hosts), ATLAS_WAN_EMULATED=1 and
+# ATLAS_HOST_RANKS=NP (every rank shares this machine's cores: the host backend's thread default).
 # Environment: ATLAS_BIN (tools dir, default build/bin), ATLAS_WAN_MPIRUN_ARGS (extra mpirun
 # arguments), ATLAS_WAN_BTL (default self,vader,tcp), ATLAS_WAN_BIND (mpirun --bind-to, default
 # none: the emulated DCs share one machine, and a rank's threads should not share one core),
@@ -124,6 +125,9 @@ chmod +x "$AGENT"
 # writes 0.5-0.6 s vs 1.5-3.3 s (3 runs each).
 YIELD_ARGS=()
 if [[ $NP -gt $(nproc) ]]; then YIELD_ARGS=(--mca mpi_yield_when_idle 1); fi
+# For the same reason the host backend's default thread count (device.threads = 0: cores / ranks
+# on the node) must count every rank on this machine, not those of one namespace.
+export ATLAS_HOST_RANKS=${ATLAS_HOST_RANKS:-$NP}
 
 first_dc=0
 while [[ ${PER_DC[$first_dc]} -eq 0 ]]; do first_dc=$((first_dc + 1)); done
@@ -136,7 +140,7 @@ echo "run_emulated.sh: $NP ranks, per DC: ${PER_DC[*]}; command: $*" >&2
   --mca plm_rsh_agent "$AGENT" --mca plm_rsh_no_tree_spawn 1 \
   --bind-to "${ATLAS_WAN_BIND:-none}" --mca btl "${ATLAS_WAN_BTL:-self,vader,tcp}" \
   --mca btl_tcp_if_include "10.77.0.0/24" --mca oob_tcp_if_include "10.77.0.0/24" \
-  --mca btl_vader_single_copy_mechanism none "${YIELD_ARGS[@]}" \
+  --mca btl_vader_single_copy_mechanism none "${YIELD_ARGS[@]}" -x ATLAS_HOST_RANKS \
   ${ATLAS_WAN_MPIRUN_ARGS:-} "$@" <&0 &
 JOB_PID=$!
 set +e

@@ -376,7 +376,8 @@ void build(Schema& schema) {
            {{"host", Backend::Host}, {"cuda", Backend::Cuda}})
       .def("host").help("compute backend: host (OpenBLAS, the reference) or cuda");
   b.field("device.threads", &C::device, &DeviceCfg::threads).def("0").min(0)
-      .help("host backend threads per rank; 0 = cores / ranks on this node");
+      .help("host backend threads per rank; 0 = cores / ranks on this machine (ATLAS_HOST_RANKS if set, "
+            "else the MPI node-local size)");
 
   // [bubbletea]
   b.field("bubbletea.enabled", &C::bubbletea, &BubbleTeaCfg::enabled).def("false")

@@ -442,8 +442,11 @@ class HostBackend final : public Backend {
   int m_threads;
 };
 
+/// Ranks that share this machine's cores. ATLAS_HOST_RANKS first: in the emulated WAN every DC is a
+/// network namespace that Open MPI counts as a node of its own, so its local size undercounts the
+/// ranks on these cores (2 ranks in 2 namespaces on 2 cores each took 2 threads: steps 5x slower).
 int local_ranks_from_env() {
-  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
+  for (const char* var : {"ATLAS_HOST_RANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
     const char* value = std::getenv(var);
     if (value == nullptr || *value == '\0') continue;
     char* end = nullptr;

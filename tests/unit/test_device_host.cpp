@@ -249,5 +249,22 @@ TEST(BackendFactory, AutoThreadsSplitTheCoresBetweenLocalRanks) {
   else ::unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
 }
 
+// The emulated WAN puts each DC in a namespace that Open MPI takes for a node: one rank per
+// "node" there must still count every rank sharing these cores (run_emulated.sh exports it).
+TEST(BackendFactory, HostRanksOverridesTheNodeLocalSize) {
+  const int hw = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const char* saved_local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const std::string local_value = saved_local ? saved_local : "";
+  ASSERT_EQ(std::getenv("ATLAS_HOST_RANKS"), nullptr) << "the test environment sets ATLAS_HOST_RANKS";
+  ::setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "1", 1);
+  ::setenv("ATLAS_HOST_RANKS", std::to_string(hw).c_str(), 1);
+  EXPECT_EQ(resolve_host_threads(0), 1);  // hw ranks on hw cores: one thread each, not hw
+  ::setenv("ATLAS_HOST_RANKS", "not-a-number", 1);
+  EXPECT_EQ(resolve_host_threads(0), hw);  // ignored: falls back to the local size (1)
+  ::unsetenv("ATLAS_HOST_RANKS");
+  if (saved_local) ::setenv("OMPI_COMM_WORLD_LOCAL_SIZE", local_value.c_str(), 1);
+  else ::unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+}
+
 }  // namespace
 }  // namespace atlas::device
