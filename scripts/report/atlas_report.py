@@ -140,6 +140,8 @@ class Profile:
         self.dc_names = _texts(np.asarray(a["dc_names"]).reshape(-1))
         self.kind_names = _texts(np.asarray(a["slot_kind_names"]).reshape(-1))
         self.deck = _text(a["deck"])
+        # Optional (added within version 1): "measured" (a run) or "simulated" (atlas simulate).
+        self.source = _text(a["source"]) if "source" in a else "measured"
 
         self.events = self._columns(f, "events", EVENT_COLUMNS, np)
         self.ranks = self._columns(f, "ranks", RANK_COLUMNS, np)
@@ -304,7 +306,8 @@ def summarize(p, skip_steps=0):
                       "ratio": measured / predicted if predicted > 0 else None})
 
     return {
-        "run_name": p.run_name, "schedule_kind": p.schedule_kind, "world_size": p.world_size,
+        "run_name": p.run_name, "source": p.source, "path": p.path,
+        "schedule_kind": p.schedule_kind, "world_size": p.world_size,
         "dc_names": p.dc_names, "steps": steps, "skipped_steps": steps_all[:skip_steps],
         "ranks": ranks, "links": links,
         "step_time": {"measured_mean_ms": mean_step, "measured_min_ms": min(step_ms),
@@ -323,7 +326,8 @@ def _z(x):
 def print_summary(s, out=None):
     w = (out or sys.stdout).write
     steps = s["steps"]
-    w(f"# atlas report: run {s['run_name']}, schedule {s['schedule_kind']}, {s['world_size']} ranks, "
+    src = "" if s.get("source", "measured") == "measured" else f" ({s['source']})"
+    w(f"# atlas report: run {s['run_name']}{src}, schedule {s['schedule_kind']}, {s['world_size']} ranks, "
       f"DCs {' '.join(s['dc_names'])}; steps {steps[0]}..{steps[-1]} ({len(steps)} analysed")
     w(f", {len(s['skipped_steps'])} skipped)\n" if s["skipped_steps"] else ")\n")
     w("# per rank, seconds summed over the analysed steps; wall = sum of each step's first start to "
@@ -354,6 +358,53 @@ def print_summary(s, out=None):
         ratio = f"{k['ratio']:.3f}" if k["ratio"] is not None else "-"
         w(f"{k['kind']:<12} {k['count']:>7} {k['measured_ms']:>12.4f} {k['predicted_ms']:>13.4f} "
           f"{ratio:>7}\n")
+
+
+def compare(a, b):
+    """Two summaries side by side (a run and its simulation, or two runs): per step means, so the
+    profiles may hold different numbers of steps. Returns a dict (also what --json writes)."""
+    if a["world_size"] != b["world_size"]:
+        raise ReportError(EXIT_USAGE, f"--against: {b['path']} has {b['world_size']} ranks, "
+                                      f"{a['path']} has {a['world_size']}: not the same job")
+    na, nb = len(a["steps"]), len(b["steps"])
+    cats = ["compute", "intra_dc", "wan_wait", "idle", "prefill", "wall"]
+    ranks = []
+    for ra, rb in zip(a["ranks"], b["ranks"]):
+        row = {"rank": ra["rank"], "label": ra["label"]}
+        for c in cats:
+            row[c] = (1e3 * ra[c] / na, 1e3 * rb[c] / nb)
+        ranks.append(row)
+    kb = {k["kind"]: k for k in b["kinds"]}
+    kinds = []
+    for k in a["kinds"]:
+        other = kb.get(k["kind"])
+        kinds.append({"kind": k["kind"], "a_ms": k["measured_ms"],
+                      "b_ms": other["measured_ms"] if other else None,
+                      "a_per_step": k["count"] / na, "b_per_step": other["count"] / nb if other else 0})
+    sa, sb = a["step_time"]["measured_mean_ms"], b["step_time"]["measured_mean_ms"]
+    return {"a": {"path": a["path"], "source": a["source"], "steps": na},
+            "b": {"path": b["path"], "source": b["source"], "steps": nb},
+            "step_ms": (sa, sb), "ratio": sa / sb if sb > 0 else None, "ranks": ranks, "kinds": kinds}
+
+
+def print_comparison(c, out=None):
+    w = (out or sys.stdout).write
+    a, b = c["a"], c["b"]
+    w(f"\n# against: A = {a['path']} ({a['source']}, {a['steps']} steps), B = {b['path']} "
+      f"({b['source']}, {b['steps']} steps); ms per step, A / B\n")
+    ratio = f"{c['ratio']:.3f}" if c["ratio"] is not None else "-"
+    w(f"step time: A {c['step_ms'][0]:.3f} ms vs B {c['step_ms'][1]:.3f} ms: ratio {ratio}\n")
+    cats = ["compute", "intra_dc", "wan_wait", "idle", "wall"]
+    w(f"{'rank':<22}" + "".join(f" {x + ' A/B':>19}" for x in cats) + "\n")
+    for r in c["ranks"]:
+        w(f"{r['label']:<22}" + "".join(f" {r[x][0]:>9.2f}/{r[x][1]:<9.2f}" for x in cats) + "\n")
+    w(f"{'kind':<12} {'A_ms':>10} {'B_ms':>10} {'A/B':>7} {'A_per_step':>11} {'B_per_step':>11}\n")
+    for k in c["kinds"]:
+        b_ms = k["b_ms"]
+        r = f"{k['a_ms'] / b_ms:.3f}" if b_ms else "-"
+        b_txt = f"{b_ms:.4f}" if b_ms is not None else "-"
+        w(f"{k['kind']:<12} {k['a_ms']:>10.4f} {b_txt:>10} {r:>7} {k['a_per_step']:>11.1f} "
+          f"{k['b_per_step']:>11.1f}\n")
 
 
 # ---- drawing ----------------------------------------------------------------------------------
@@ -534,6 +585,9 @@ def main(argv=None):
     ap.add_argument("--skip-steps", type=int, default=0,
                     help="leave the first K recorded steps (warm-up) out of the summary")
     ap.add_argument("--no-png", action="store_true", help="print the summary only")
+    ap.add_argument("--against", metavar="PROFILE",
+                    help="also compare with another profile.h5 or run directory, per step (e.g. "
+                         "the simulation: atlas simulate DECK --profile sim.h5)")
     ap.add_argument("--schedule-json", help="draw the predicted table(s) of this atlas schedule "
                                             "--json file instead of reading a run")
     ap.add_argument("--kind", choices=["gpipe", "1f1b", "atlas"],
@@ -559,6 +613,12 @@ def main(argv=None):
         p = Profile(profile_path)
         s = summarize(p, args.skip_steps)
         print_summary(s)
+        if args.against:
+            other = args.against
+            if os.path.isdir(other) or not other.endswith(".h5"):
+                other = os.path.join(other, "profile.h5")
+            s["against"] = compare(s, summarize(Profile(other)))
+            print_comparison(s["against"])
         if args.json:
             try:
                 with open(args.json, "w", encoding="utf-8") as f:

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-// `atlas report RUN_DIR [--step N] [--out PNG] [--json FILE] [--skip-steps K] [--no-png]`: runs
+// `atlas report RUN_DIR [--step N] [--out PNG] [--json FILE] [--skip-steps K] [--no-png]
+// [--against PROFILE]`: runs
 // scripts/report/atlas_report.py (the summary and the Gantt chart live there, in Python, next to
 // h5py and matplotlib). This file only finds the script and the Python, and passes the options.
 #include <spawn.h>
@@ -85,17 +86,17 @@ int run_report_script(const std::string& script, const std::vector<std::string>&
 
 int cmd_report(Context& ctx) {
   if (ctx.env.world_rank() != 0) return 0;
-  const Args args = parse_args(ctx.args, {"step", "out", "json", "skip-steps"}, {"no-png"});
+  const Args args = parse_args(ctx.args, {"step", "out", "json", "skip-steps", "against"}, {"no-png"});
   if (args.positional.size() != 1)
     throw UsageError("atlas report needs one run directory: atlas report runs/NAME [--step N] "
-                     "[--out PNG] [--json FILE] [--skip-steps K] [--no-png]");
+                     "[--out PNG] [--json FILE] [--skip-steps K] [--no-png] [--against PROFILE]");
   if (!args.overrides.empty())
     throw UsageError("atlas report takes no key=value overrides (got '" + args.overrides.front() + "')");
   std::vector<std::string> script_args{args.positional.front()};
   for (const char* opt : {"step", "skip-steps"})
     if (args.flag(opt)) script_args.insert(script_args.end(), {std::string("--") + opt,
                                                                std::to_string(args.int_option(opt, 0))});
-  for (const char* opt : {"out", "json"})
+  for (const char* opt : {"out", "json", "against"})
     if (args.flag(opt)) script_args.insert(script_args.end(), {std::string("--") + opt, args.option(opt)});
   if (args.flag("no-png")) script_args.emplace_back("--no-png");
   return run_report_script(find_report_script("atlas_report.py"), script_args);

@@ -11,7 +11,9 @@
 #include "atlas/app/commands.hpp"
 #include "atlas/core/check.hpp"
 #include "atlas/core/units.hpp"
+#include "atlas/deck/deck.hpp"
 #include "atlas/plan/designs.hpp"
+#include "atlas/runtime/profile_writer.hpp"
 #include "atlas/sim/profile.hpp"
 #include "atlas/sim/simulator.hpp"
 
@@ -94,13 +96,49 @@ int run_grid(const Config& base, const sim::DeviceProfile& prof, const Args& arg
   return 0;
 }
 
+/// `--profile FILE` / `--trace FILE`: the simulated timeline of `--steps N` steps (default 3) in the
+/// format of a real run's profile.h5 (source "simulated") and trace.json, so `atlas report` and
+/// Perfetto read a simulation like a run.
+void write_simulated_profile(const Config& cfg, const sim::SimResult& r, const Args& args) {
+  const int steps = args.int_option("steps", 3);
+  if (steps < 1 || steps > 1000) throw UsageError("--steps must be in [1, 1000]");
+  const topo::Layout layout(cfg.parallel.stages_per_dc, cfg.parallel.dp_size, cfg.parallel.tp_size);
+  std::size_t per_step = 0;
+  for (const auto& row : r.table.rows) per_step += row.size();
+  const double events = static_cast<double>(per_step) * r.table.tp * steps;
+  constexpr double kMaxEvents = 5e7;  // 48 bytes each in memory, twice that in the file
+  if (events > kMaxEvents)
+    throw UsageError(fmt::format("--profile/--trace: {:.3g} events ({} ranks x {} steps) is more than {:.0g}; use "
+                                 "fewer --steps (or simulate a smaller dp: every DP replica's row is alike)",
+                                 events, layout.world_size(), steps, kMaxEvents));
+  const auto ev = runtime::table_events(r.table, layout, steps);
+  if (args.flag("profile")) {
+    const std::string out = args.option("profile");
+    runtime::ProfileMeta meta;
+    meta.run_name = cfg.run.name;
+    meta.deck = deck::resolved_deck(cfg);
+    meta.dc_names = cfg.cluster.dcs;
+    meta.hosts.assign(static_cast<std::size_t>(layout.world_size()), "simulated");
+    meta.table = &r.table;
+    meta.layout = &layout;
+    meta.source = "simulated";
+    runtime::write_profile(out, meta, ev, runtime::table_steps(r.table, layout, steps, r.tokens_per_step));
+    fmt::print("# wrote {} ({} events, {} simulated steps; `atlas report {}` reads it)\n", out, ev.size(), steps, out);
+  }
+  if (args.flag("trace")) {
+    const std::string out = args.option("trace");
+    write_file(out, runtime::chrome_trace_json(ev, runtime::trace_labels(layout, r.table, cfg.cluster.dcs)));
+    fmt::print("# wrote {} ({} events; open in https://ui.perfetto.dev)\n", out, ev.size());
+  }
+}
+
 }  // namespace
 
 int cmd_simulate(Context& ctx) {
   if (ctx.env.world_rank() != 0) return 0;
   const Args args = parse_args(ctx.args,
                                {"json", "width", "wan", "out", "models", "dcs", "latencies", "dps", "prefill-tokens",
-                                "rows"},
+                                "rows", "profile", "trace", "steps"},
                                {"search", "gantt", "compare", "grid", "quiet", "planner"});
   const std::string path = deck_path(args, "simulate");
   std::vector<std::string> overrides;
@@ -158,11 +196,11 @@ int cmd_simulate(Context& ctx) {
     fmt::print("\n{}", sched::gantt(shown, cfg.cluster.dcs, width));
   }
   if (args.flag("json")) {
-    // The timeline as the table's JSON (the run profile format is not defined yet).
     const std::string out = args.option("json");
     write_file(out, sched::to_json(r.table, cfg.cluster.dcs));
     fmt::print("# wrote {}\n", out);
   }
+  if (args.flag("profile") || args.flag("trace")) write_simulated_profile(cfg, r, args);
   return 0;
 }
 

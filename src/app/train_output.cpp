@@ -216,16 +216,8 @@ void TrainOutput::finish(runtime::Trainer& trainer, const topo::Communicators& c
   s += fmt::format("# mean step {:.1f} ms (table predicted {:.1f} ms); WAN bytes sent {}\n", mean_step * 1e3,
                    table.step_ms, wan_bytes);
   if (m_cfg.profile.enabled && m_cfg.profile.trace_json) {
-    runtime::TraceLabels labels;
-    labels.dc_names = m_cfg.cluster.dcs;
-    for (int r = 0; r < layout.world_size(); ++r) {
-      labels.rank_names.push_back(fmt::format("rank {}: {}", r, layout.describe(r, m_cfg.cluster.dcs)));
-      labels.rank_dc.push_back(layout.coord(r).dc);
-    }
-    for (const auto& l : table.links)
-      labels.link_names.push_back(fmt::format("WAN {}>{}", m_cfg.cluster.dcs[static_cast<std::size_t>(l.src_dc)],
-                                              m_cfg.cluster.dcs[static_cast<std::size_t>(l.dst_dc)]));
-    write_whole(fs::path(m_dir) / "trace.json", runtime::chrome_trace_json(events, labels));
+    write_whole(fs::path(m_dir) / "trace.json",
+                runtime::chrome_trace_json(events, runtime::trace_labels(layout, table, m_cfg.cluster.dcs)));
     s += fmt::format("# wrote {}/trace.json ({} events){}\n", m_dir, events.size(),
                      m_cfg.profile.enabled ? " and profile.h5" : "");
   }

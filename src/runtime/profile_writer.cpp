@@ -4,6 +4,7 @@
 #include "atlas/runtime/profile_writer.hpp"
 
 #include <filesystem>
+#include <limits>
 
 #include "atlas/core/check.hpp"
 #include "atlas/io/hdf5.hpp"
@@ -72,6 +73,87 @@ void double_attr(hid_t obj, const char* name, double v) {
 
 }  // namespace
 
+std::vector<SlotEvent> table_events(const sched::ScheduleTable& table, const topo::Layout& layout, int steps) {
+  ATLAS_ASSERT(steps >= 1, "table_events needs at least one step");
+  ATLAS_ASSERT(layout.pp_size() == table.pp && layout.dp_size() == table.dp && layout.tp_size() == table.tp,
+               "table " << table.pp << "x" << table.dp << "x" << table.tp << " vs layout " << layout.pp_size() << "x"
+                        << layout.dp_size() << "x" << layout.tp_size());
+  std::size_t per_step = 0;
+  for (const auto& row : table.rows) per_step += row.size();
+  std::vector<SlotEvent> events;
+  events.reserve(per_step * static_cast<std::size_t>(table.tp) * static_cast<std::size_t>(steps));
+  // Rank order, then step, then the row's order: what Profiler::gather gives for a run.
+  for (int r = 0; r < layout.world_size(); ++r) {
+    const topo::Coord c = layout.coord(r);
+    const auto& row = table.row(c.stage, c.dp);
+    for (int k = 0; k < steps; ++k) {
+      const double t0_ms = k * table.step_ms;
+      for (std::size_t i = 0; i < row.size(); ++i) {
+        const sched::Slot& slot = row[i];
+        SlotEvent e;
+        e.world_rank = r;
+        e.step = k;
+        e.slot_index = static_cast<std::int32_t>(i);
+        e.kind = static_cast<std::int32_t>(slot.kind);
+        e.micro = slot.micro;
+        e.peer = slot.peer_stage >= 0 ? layout.world_rank(slot.peer_stage, c.dp, c.tp) : -1;
+        e.link = slot.link;
+        e.request = slot.request;
+        e.bytes = sched::is_send(slot.kind) || sched::is_recv(slot.kind) ? slot.bytes : 0;
+        e.start_s = (t0_ms + slot.start_ms) / 1e3;
+        e.end_s = (t0_ms + slot.end_ms()) / 1e3;
+        e.complete_s = e.end_s;
+        if (slot.kind == sched::SlotKind::WanSend && slot.link >= 0 && slot.link_pos >= 0) {
+          // As the runtime records it: posted when the link order lets the transfer start,
+          // complete when its last byte is on the link.
+          const auto& t = table.links[static_cast<std::size_t>(slot.link)].order[static_cast<std::size_t>(slot.link_pos)];
+          e.start_s = e.end_s = (t0_ms + t.start_ms) / 1e3;
+          e.complete_s = (t0_ms + t.end_ms) / 1e3;
+        }
+        e.predicted_start_ms = slot.start_ms;
+        e.predicted_ms = slot.duration_ms;
+        events.push_back(e);
+      }
+    }
+  }
+  return events;
+}
+
+std::vector<StepRow> table_steps(const sched::ScheduleTable& table, const topo::Layout& layout, int steps,
+                                 double tokens_per_step) {
+  const topo::Coord c0 = layout.coord(0);
+  std::int64_t prefill = 0;
+  for (int s = 0; s < table.pp; ++s)
+    for (int d = 0; d < table.dp; ++d)
+      for (const auto& slot : table.row(s, d))
+        if (slot.kind == sched::SlotKind::Prefill) prefill += slot.tokens;
+  std::vector<StepRow> rows(static_cast<std::size_t>(steps));
+  for (int k = 0; k < steps; ++k) {
+    StepRow& r = rows[static_cast<std::size_t>(k)];
+    r.step = k;
+    r.loss = std::numeric_limits<double>::quiet_NaN();
+    r.step_time_s = table.step_ms / 1e3;
+    r.tokens_per_s = table.step_ms > 0 ? tokens_per_step / (table.step_ms / 1e3) : 0.0;
+    r.bubble_fraction = table.bubble_fraction(c0.stage, c0.dp);
+    r.prefill_tokens = prefill;
+  }
+  return rows;
+}
+
+TraceLabels trace_labels(const topo::Layout& layout, const sched::ScheduleTable& table,
+                         const std::vector<std::string>& dc_names) {
+  TraceLabels labels;
+  labels.dc_names = dc_names;
+  for (int r = 0; r < layout.world_size(); ++r) {
+    labels.rank_names.push_back("rank " + std::to_string(r) + ": " + layout.describe(r, dc_names));
+    labels.rank_dc.push_back(layout.coord(r).dc);
+  }
+  for (const auto& l : table.links)
+    labels.link_names.push_back("WAN " + dc_names[static_cast<std::size_t>(l.src_dc)] + ">" +
+                                dc_names[static_cast<std::size_t>(l.dst_dc)]);
+  return labels;
+}
+
 void write_profile(const std::string& path, const ProfileMeta& meta, const std::vector<SlotEvent>& events,
                    const std::vector<StepRow>& steps) {
   ATLAS_ASSERT(meta.table && meta.layout, "profile without a table or layout");
@@ -90,6 +172,7 @@ void write_profile(const std::string& path, const ProfileMeta& meta, const std::
     std::vector<std::string> kinds(sched::kSlotKindNames, sched::kSlotKindNames + sched::kSlotKindCount);
     string_array_attr(root, "slot_kind_names", kinds);
     h5::write_attr(root, "deck", meta.deck);
+    h5::write_attr(root, "source", meta.source);
 
     {
       h5::Group g = h5::create_group(root, "events");

@@ -228,6 +228,83 @@ class Report(unittest.TestCase):
         assert_png(self, os.path.join(run_dir, "gantt.png"))
         self.assertIn("(step 2)", out)
 
+    def simulated(self, steps=2, name="sim"):
+        """`atlas simulate DECK --json --profile --trace`: (table JSON dict, profile path, trace path)."""
+        js, h5, trace = (os.path.join(self.dir, f"{name}.{x}") for x in ("json", "h5", "trace.json"))
+        r = run([ATLAS_BIN, "simulate", DECK, "--json", js, "--profile", h5, "--trace", trace,
+                 "--steps", str(steps)])
+        if r.returncode != 0:
+            self.fail(f"atlas simulate failed ({r.returncode}): {r.stderr}")
+        self.assertIn(f"wrote {h5}", r.stdout)
+        with open(js, encoding="utf-8") as f:
+            tables = json.load(f)
+        return (tables[0] if isinstance(tables, list) else tables), h5, trace
+
+    def test_schedule_simulated_profile_is_the_table(self):
+        table, h5, trace = self.simulated(steps=2)
+        js = os.path.join(self.dir, "s.json")
+        status, out, err = self.report(h5, "--json", js, "--no-png")
+        self.assertEqual(status, 0, err)
+        self.assertIn("(simulated)", out)
+        with open(js, encoding="utf-8") as f:
+            s = json.load(f)
+        self.assertEqual(s["source"], "simulated")
+        self.assertEqual(s["steps"], [0, 1])
+        self.assertAlmostEqual(s["step_time"]["measured_mean_ms"], table["step_ms"], places=6)
+        self.assertAlmostEqual(s["step_time"]["ratio"], 1.0, places=9)
+        compute = {"forward", "backward", "optimizer", "prefill"}
+        self.assertEqual(len(s["ranks"]), table["pp"] * table["dp"] * table["tp"])
+        for r in s["ranks"]:
+            row = next(x for x in table["rows"] if x["stage"] == r["stage"] and x["dp"] == r["dp"])
+            busy = sum(x["duration_ms"] for x in row["slots"] if x["kind"] in compute)
+            # (the JSON rounds times to the nanosecond; the profile holds them exactly)
+            self.assertAlmostEqual(r["compute"], 2 * busy / 1e3, places=7, msg=r["label"])
+            idle = sum(x["duration_ms"] for x in row["slots"] if x["kind"] == "idle")
+            self.assertAlmostEqual(r["idle"], 2 * idle / 1e3, places=7, msg=r["label"])
+        for link, t in zip(s["links"], table["links"]):
+            self.assertEqual(link["transfers"], 2 * len(t["transfers"]))
+            self.assertEqual(link["bytes"], 2 * sum(x["bytes"] for x in t["transfers"]))
+            busy_ms = atlas_report.union_length([(x["start_ms"], x["end_ms"])
+                                                 for x in t["transfers"]])
+            self.assertAlmostEqual(link["busy_s"], 2 * busy_ms / 1e3, places=7)
+        with open(trace, encoding="utf-8") as f:
+            events = json.load(f)
+        events = events["traceEvents"] if isinstance(events, dict) else events
+        slots = sum(len(row["slots"]) for row in table["rows"]) * table["tp"] * 2
+        self.assertGreaterEqual(len([e for e in events if e.get("ph") == "X"]), slots)
+
+    def test_schedule_against_simulation(self):
+        # A "run" 1.3x slower than the simulation everywhere: --against says so per rank and kind.
+        table, h5, _ = self.simulated(steps=2)
+        table_json = os.path.join(self.dir, "sim.json")
+        run_dir = os.path.join(self.dir, "runs", "slow")
+        os.makedirs(run_dir)
+        make_profile.from_schedule(table_json, os.path.join(run_dir, "profile.h5"), steps=3,
+                                   scale=1.3)
+        js = os.path.join(self.dir, "s.json")
+        status, out, err = self.report(run_dir, "--against", h5, "--json", js, "--no-png")
+        self.assertEqual(status, 0, err)
+        self.assertIn("against: A = ", out)
+        with open(js, encoding="utf-8") as f:
+            c = json.load(f)["against"]
+        self.assertEqual((c["a"]["steps"], c["b"]["steps"]), (3, 2))
+        self.assertAlmostEqual(c["ratio"], 1.3, places=6)
+        for r in c["ranks"]:
+            a, b = r["compute"]
+            self.assertGreater(b, 0)
+            self.assertAlmostEqual(a / b, 1.3, places=6, msg=r["label"])
+        for k in c["kinds"]:
+            self.assertEqual(k["a_per_step"], k["b_per_step"], k["kind"])
+            if k["b_ms"]:
+                self.assertAlmostEqual(k["a_ms"] / k["b_ms"], 1.3, places=6, msg=k["kind"])
+        # Not the same job: a clear error.
+        other = os.path.join(self.dir, "runs", "other")
+        os.makedirs(other)
+        make_profile.handmade(os.path.join(other, "profile.h5"))
+        status, _, err = self.report(run_dir, "--against", other, "--no-png")
+        self.assertNotEqual(status, 0)
+        self.assertIn("not the same job", err)
+
     def test_schedule_predicted_gantt(self):
         path = os.path.join(self.dir, "all.json")
         r = run([ATLAS_BIN, "schedule", DECK, "--json", path, "--quiet"])
