@@ -226,17 +226,53 @@ def union_length(intervals):
     return total
 
 
+def nest_prefill(p):
+    """BubbleTea records its prefill chunks with step -1 inside the training slot that let them run
+    (an Idle slot, or the WAN wait of an all_reduce / optimizer). Returns (step, nested): each
+    event's step (a prefill chunk recorded with step -1 takes its container's) and the seconds
+    of prefill inside each training event (as runtime::nest_prefill)."""
+    import numpy as np
+    ev = p.events
+    step = ev["step"].astype(np.int64).copy()
+    nested = np.zeros(len(step))
+    names = p.kind_names
+    prefill = names.index("prefill") if "prefill" in names else -1
+    wan_send = names.index("wan_send") if "wan_send" in names else -1
+    is_pre = ev["kind"] == prefill
+    if not is_pre.any():
+        return step, nested
+    for r in np.unique(ev["world_rank"][is_pre]):
+        mine = ev["world_rank"] == r
+        cont = np.flatnonzero(mine & ~is_pre & (ev["kind"] != wan_send) & (ev["step"] >= 0))
+        if len(cont) == 0:
+            continue
+        cont = cont[np.argsort(ev["start_s"][cont], kind="stable")]
+        starts = ev["start_s"][cont]
+        for i in np.flatnonzero(mine & is_pre):
+            k = np.searchsorted(starts, ev["start_s"][i], side="right") - 1
+            if k < 0:
+                continue
+            c = cont[k]
+            if ev["end_s"][c] + 1e-9 < ev["end_s"][i]:
+                continue  # between slots, not inside one
+            if step[i] < 0:
+                step[i] = ev["step"][c]
+            nested[c] += ev["end_s"][i] - ev["start_s"][i]
+    return step, nested
+
+
 def summarize(p, skip_steps=0):
     """The report's numbers as a dict (also what --json writes)."""
     import numpy as np
     ev = p.events
-    steps_all = sorted({int(s) for s in ev["step"]})
+    ev_step, nested = nest_prefill(p)
+    steps_all = sorted({int(s) for s in ev["step"] if s >= 0})
     steps = steps_all[skip_steps:]
     if not steps:
         raise ReportError(EXIT_USAGE, f"--skip-steps {skip_steps} leaves no step (the profile has "
                                       f"{len(steps_all)}: {steps_all[0]}..{steps_all[-1]})")
-    sel = np.isin(ev["step"], steps)
-    dur = ev["end_s"] - ev["start_s"]
+    sel = np.isin(ev_step, steps)
+    dur = ev["end_s"] - ev["start_s"] - nested  # prefill inside a slot counts as prefill
     kind_names = [p.kind_name(k) for k in range(len(p.kind_names))]
     cat_of = np.array([CATEGORY_OF_KIND.get(n, "other") for n in kind_names])
 
@@ -257,7 +293,7 @@ def summarize(p, skip_steps=0):
             out[c] = float(dur[m][cats == c].sum())
         wall = 0.0
         for s in steps:
-            ms = m & (ev["step"] == s)
+            ms = m & (ev_step == s)
             if ms.any():
                 wall += float(ev["end_s"][ms].max() - ev["start_s"][ms].min())
         out["wall"] = wall
@@ -289,7 +325,7 @@ def summarize(p, skip_steps=0):
     if not step_ms:
         source = "event span per step"
         for s in steps:
-            ms = sel & (ev["step"] == s)
+            ms = sel & (ev_step == s)
             step_ms.append(1e3 * float(ev["end_s"][ms].max() - ev["start_s"][ms].min()))
     mean_step = sum(step_ms) / len(step_ms)
 
@@ -472,19 +508,21 @@ def measured_gantt(p, step, out_path):
     import numpy as np
     plt = pyplot()
     ev = p.events
-    steps = sorted({int(s) for s in ev["step"]})
+    ev_step, _ = nest_prefill(p)
+    steps = sorted({int(s) for s in ev_step if s >= 0})
     if step is None:
         step = steps[-1]
     if step not in steps:
         raise ReportError(EXIT_USAGE, f"--step {step}: the profile holds steps "
                                       f"{steps[0]}..{steps[-1]}")
-    m = ev["step"] == step
+    m = ev_step == step
     t0 = float(ev["start_s"][m].min())
     rows = []
     for r in range(p.world_size):
         mr = m & (ev["world_rank"] == r)
         slots = [(1e3 * (s - t0), 1e3 * (e - s), p.kind_name(k))
                  for s, e, k in zip(ev["start_s"][mr], ev["end_s"][mr], ev["kind"][mr])]
+        slots.sort(key=lambda x: x[2] == "prefill")  # prefill on top of the slot it ran in
         rows.append((p.rank_label(r), slots))
     wan_send = p.kind_names.index("wan_send") if "wan_send" in p.kind_names else -1
     link_rows = []

@@ -182,9 +182,11 @@ void TrainOutput::finish(runtime::Trainer& trainer, const topo::Communicators& c
     double compute = 0, intra = 0, wan = 0, idle = 0, prefill = 0, first = 1e300, last = 0;
   };
   std::map<int, Acc> acc;
-  for (const auto& e : events) {
+  const runtime::PrefillNesting nested = runtime::nest_prefill(events);
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const runtime::SlotEvent& e = events[i];
     Acc& a = acc[e.world_rank];
-    const double d = e.end_s - e.start_s;
+    const double d = e.end_s - e.start_s - nested.prefill_s[i];  // prefill inside: counted as prefill
     a.first = std::min(a.first, e.start_s);
     a.last = std::max(a.last, e.end_s);
     switch (static_cast<sched::SlotKind>(e.kind)) {
@@ -199,8 +201,6 @@ void TrainOutput::finish(runtime::Trainer& trainer, const topo::Communicators& c
       default: break;
     }
   }
-  // BubbleTea's prefill events sit inside the Idle slots they filled: idle is what is left.
-  for (auto& [rank, a] : acc) a.idle = std::max(0.0, a.idle - a.prefill);
   std::string s = fmt::format("# per-rank time over {} recorded steps (s): compute, intra-DC comm, WAN wait, "
                               "idle, prefill, utilization = (compute + prefill) / wall\n",
                               m_timed_steps);

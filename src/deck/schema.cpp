@@ -411,6 +411,10 @@ void build(Schema& schema) {
   b.field("bubbletea.watch_recv", &C::bubbletea, &BubbleTeaCfg::watch_recv).def("true")
       .help("in a bubble that ends in a receive, test it before every chunk and stop when it has "
             "arrived (false: fill the table's prediction or the allowance learned from past waits)");
+  b.field("bubbletea.fill_wan_waits", &C::bubbletea, &BubbleTeaCfg::fill_wan_waits).def("true")
+      .help("also fill the WAN round trips inside training slots (the tied-embedding gradient sum "
+            "between DCs in AllReduce, the gradient-norm sum across DCs in Optimizer), testing the "
+            "sum before every chunk and stopping when it is done");
   b.field("bubbletea.max_stretch", &C::bubbletea, &BubbleTeaCfg::max_stretch).def("1").min(1).max(100)
       .help("a bubble may be filled up to this times the table's prediction: while its receive "
             "has not arrived (watch_recv) or as a learned allowance (1 = never beyond the table)");

@@ -169,6 +169,7 @@ void Boundary::post_send(const sched::Slot& slot, int slot_index) {
 }
 
 BoundaryStats Boundary::end_step() {
+  finish_exchange_send();
   for (auto& r : m_local_sends) r.wait_polling(kMainMaxPollUs);
   m_local_sends.clear();
   // Every receive of the step was consumed by a wait_recv; check, so a table bug fails loudly.
@@ -236,33 +237,65 @@ void Boundary::progress_local_sends() {
   for (auto& r : m_local_sends) (void)r.test();
 }
 
-void Boundary::exchange_sum(int peer, int tag, float* data, std::size_t count, bool i_am_first) {
+void Boundary::exchange_sum(int peer, int tag, float* data, std::size_t count, bool i_am_first,
+                            const WaitHook& while_waiting) {
   ATLAS_ASSERT(m_wan, "exchange_sum without a WAN transport");
+  finish_exchange_send();  // the previous step's (acknowledged long ago)
+  // Our half goes from a copy, so the sum can be written into `data` as soon as the partner's
+  // half is in: the send's completion (the partner's acknowledgement, another one-way trip)
+  // is waited for in end_step, behind the optimizer, not here.
+  m_exchange_out.assign(data, data + count);
   std::vector<float> theirs(count);
-  wan::Handle r, s;
+  wan::Handle r;
   {
     std::lock_guard lock(m_wan_mutex);
     r = m_wan->irecv(peer, tag, theirs.data(), count * sizeof(float));
-    s = m_wan->isend(peer, tag, data, count * sizeof(float));
+    m_exchange_send = m_wan->isend(peer, tag, m_exchange_out.data(), count * sizeof(float));
   }
-  Backoff backoff(kMainMaxPollUs);
-  bool rd = false, sd = false;
-  const auto start = Clock::now();
-  while (!(rd && sd)) {
+  m_exchange_peer = peer;
+  m_exchange_pending = true;
+  bool rd = false;
+  auto test = [&] {
     {
       std::lock_guard lock(m_wan_mutex);
       if (!rd) rd = m_wan->test(r);
-      if (!sd) sd = m_wan->test(s);
     }
-    if (rd && sd) break;
-    progress_local_sends();
+    // Our rendezvous sends inside the DC move only while we call MPI, and their receiver may be
+    // what the partner's side of this exchange waits on.
+    if (!rd) progress_local_sends();
+    return rd;
+  };
+  if (while_waiting) while_waiting(test);
+  Backoff backoff(kMainMaxPollUs);
+  const auto start = Clock::now();
+  while (!test()) {
     if (std::chrono::duration<double>(Clock::now() - start).count() > m_timeout_s)
       ATLAS_THROW(Comm, "step " << m_step << ": the gradient exchange with rank " << peer << " did not finish within "
-                                << m_timeout_s << " s");
+                                << m_timeout_s << " s\n  hint: the peer may have died; raise wan.recv_timeout_s if "
+                                   "the link is slow");
     backoff.pause();
   }
   for (std::size_t i = 0; i < count; ++i)
     data[i] = i_am_first ? data[i] + theirs[i] : theirs[i] + data[i];
+}
+
+void Boundary::finish_exchange_send() {
+  if (!m_exchange_pending) return;
+  Backoff backoff(kMainMaxPollUs);
+  const auto start = Clock::now();
+  while (true) {
+    {
+      std::lock_guard lock(m_wan_mutex);
+      if (m_wan->test(m_exchange_send)) break;
+    }
+    progress_local_sends();
+    if (std::chrono::duration<double>(Clock::now() - start).count() > m_timeout_s)
+      ATLAS_THROW(Comm, "step " << m_step << ": our half of the gradient exchange with rank " << m_exchange_peer
+                                << " was not acknowledged within " << m_timeout_s
+                                << " s\n  hint: the peer may have died; raise wan.recv_timeout_s if the link is slow");
+    backoff.pause();
+  }
+  m_exchange_pending = false;
 }
 
 void Boundary::send_token(int link, int pos, int to_dp) {

@@ -58,6 +58,7 @@ Trainer::Trainer(const Config& cfg, const topo::Layout& layout, const topo::Comm
   m_embed = comms.world.split(in_embed ? m_me.dp * layout.tp_size() + m_me.tp : MPI_UNDEFINED,
                               comms.world.rank());
   m_replica = comms.world.split(m_me.dp, comms.world.rank());
+  m_replica_spans_dcs = layout.dc_of_stage(0) != layout.dc_of_stage(layout.pp_size() - 1);
 
   // ---- data (first and last stage read the corpus; the verdict is collective) ----
   collective_config_step(comms.world, [&] {
@@ -155,6 +156,7 @@ StepReport Trainer::train_step(int step) {
     const auto micro = static_cast<std::size_t>(std::max(slot.micro, 0));
     const double t0 = m_profiler.now();
     double spent_prefill = 0.0;
+    double norm_wait_s = 0.0;  // Optimizer: the gradient-norm sum's wait (communication, not compute)
     switch (slot.kind) {
       case SlotKind::Forward: {
         if (first || last) m_train->fill(slot.micro, m_tokens.data(), m_targets.data());
@@ -186,12 +188,12 @@ StepReport Trainer::train_step(int step) {
         break;
       }
       case SlotKind::AllReduce:
-        all_reduce_gradients();
+        all_reduce_gradients(wan_wait_filler(step, slot, spent_prefill, r));
         r.dp_buckets = m_buckets_step;
         r.dp_buckets_early = m_buckets_early;
         break;
       case SlotKind::Optimizer:
-        r.grad_norm = clip_and_step(step);
+        r.grad_norm = clip_and_step(step, wan_wait_filler(step, slot, spent_prefill, r), norm_wait_s);
         r.lr = model::lr_at(step, m_cfg.train, m_cfg.run.steps);
         break;
       case SlotKind::Prefill:
@@ -215,21 +217,27 @@ StepReport Trainer::train_step(int step) {
         break;
     }
     const double t1 = m_profiler.now();
+    // Prefill inside the slot (a bubble, or a WAN wait of the all-reduce / optimizer) is
+    // BubbleTea's time, not the slot's.
+    const double own = (t1 - t0) - spent_prefill;
+    r.prefill_s += spent_prefill;
     switch (slot.kind) {
       case SlotKind::Forward:
       case SlotKind::Backward:
-      case SlotKind::Optimizer: r.compute_s += t1 - t0; break;
-      case SlotKind::LocalRecv: r.intra_s += t1 - t0; break;
+      case SlotKind::Optimizer: {
+        const double wait = std::max(0.0, norm_wait_s - spent_prefill);
+        r.compute_s += own - wait;
+        (m_replica_spans_dcs ? r.wan_s : r.intra_s) += wait;
+        break;
+      }
+      case SlotKind::LocalRecv: r.intra_s += own; break;
       case SlotKind::AllReduce:
-        r.intra_s += t1 - t0;
-        r.allreduce_s += t1 - t0;
+        r.intra_s += own;
+        r.allreduce_s += own;
         break;
-      case SlotKind::WanRecv: r.wan_s += t1 - t0; break;
+      case SlotKind::WanRecv: r.wan_s += own; break;
       case SlotKind::Idle:
-      case SlotKind::Prefill:
-        r.prefill_s += spent_prefill;
-        r.idle_s += (t1 - t0) - spent_prefill;
-        break;
+      case SlotKind::Prefill: r.idle_s += own; break;
       default: break;
     }
     if (slot.kind != SlotKind::WanSend) {  // the boundary records WAN sends with their completion
@@ -307,7 +315,16 @@ void Trainer::finish_buckets() {
   m_packed_params = 0;
 }
 
-void Trainer::all_reduce_gradients() {
+Boundary::WaitHook Trainer::wan_wait_filler(int step, const sched::Slot& slot, double& spent_prefill, StepReport& r) {
+  if (m_filler == nullptr || !m_cfg.bubbletea.fill_wan_waits) return {};
+  return [this, step, &slot, &spent_prefill, &r](const std::function<bool()>& done) {
+    const auto [s, tokens] = m_filler->fill(step, slot, slot.duration_ms * 1e-3, &done);
+    spent_prefill += s;
+    r.prefill_tokens += tokens;
+  };
+}
+
+void Trainer::all_reduce_gradients(const Boundary::WaitHook& fill) {
   auto& params = m_model->params();
   // DP: bucketed in-place sums over dp_comm (inside the DC), each bucket packed from the
   // gradients in the backend's memory and unpacked after its sum (on a device backend, on the
@@ -338,7 +355,7 @@ void Trainer::all_reduce_gradients() {
     if (m_boundary->has_wan() && m_layout.coord(partner).dc != m_me.dc) {
       // Across DCs over the WAN transport (tuned for the WAN; MPI's TCP is not).
       constexpr int kEmbeddingTag = 800000;
-      m_boundary->exchange_sum(partner, kEmbeddingTag, host.data(), n, m_me.stage == 0);
+      m_boundary->exchange_sum(partner, kEmbeddingTag, host.data(), n, m_me.stage == 0, fill);
     } else {
       m_embed.iallreduce_sum(std::span<float>(host)).wait_polling();
     }
@@ -346,9 +363,14 @@ void Trainer::all_reduce_gradients() {
   }
 }
 
-double Trainer::clip_and_step(int step) {
+double Trainer::clip_and_step(int step, const Boundary::WaitHook& fill, double& wait_s) {
   double sq = m_model->local_grad_sq_norm();
-  m_replica.iallreduce_sum(std::span<double>(&sq, 1)).wait_polling();
+  const double t0 = m_profiler.now();
+  mpi::Request sum = m_replica.iallreduce_sum(std::span<double>(&sq, 1));
+  // The pipeline's sum crosses every DC it spans: a WAN round trip BubbleTea may fill.
+  if (fill && m_replica_spans_dcs) fill([&sum] { return sum.test(); });
+  sum.wait_polling();
+  wait_s = m_profiler.now() - t0;
   const double norm = std::sqrt(sq);
   const double scale = model::clip_scale(norm, m_cfg.train.grad_clip);
   const double lr = model::lr_at(step, m_cfg.train, m_cfg.run.steps);

@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <span>
 #include <sstream>
 #include <string>
@@ -272,6 +273,70 @@ TEST(BubbleTeaService, TrainingLossesAreBitwiseUnchanged) {
       EXPECT_EQ(q.tokens, standalone(on, *be, reqs[static_cast<std::size_t>(q.id)])) << "request " << q.id;
     }
   }
+}
+
+// bubbletea.fill_wan_waits: the trainer hands the WAN waits inside training slots to the filler
+// (the tied-embedding sum between DCs in AllReduce, the gradient-norm sum across DCs in
+// Optimizer) with a test that ends them. A filler that spins on that test until it says done
+// proves the test makes progress; the losses stay bitwise those of a run without a filler.
+struct WaitRecorder : runtime::BubbleFiller {
+  std::map<sched::SlotKind, int> watched;  ///< fill calls with a test, by slot kind
+  int spins = 0;
+  std::pair<double, std::int64_t> fill(int, const sched::Slot& slot, double, const std::function<bool()>* ended) override {
+    if (ended == nullptr || slot.kind == sched::SlotKind::Idle) return {0.0, 0};
+    ++watched[slot.kind];
+    const auto t0 = std::chrono::steady_clock::now();
+    while (!(*ended)()) {
+      ++spins;
+      if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(20)) {
+        ADD_FAILURE() << "the wait's test never said done";
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    return {0.0, 0};
+  }
+};
+
+std::pair<std::vector<double>, WaitRecorder> train_with_recorder(const Config& cfg, const mpi::Comm& world, bool filler) {
+  const topo::Layout layout(world.size(), cfg.parallel);
+  const topo::Communicators comms = topo::Communicators::create(world, layout);
+  const topo::Coord me = layout.coord(comms.world.rank());
+  auto backend = device::make_backend(cfg.device);
+  const sched::ScheduleTable table = sched::build_schedule(cfg, layout);
+  auto wan = wan::make_transport(cfg.wan, cfg.cluster, comms.world, me.dc, layout.wan_peers(me));
+  runtime::Profiler profiler(false, comms.world.rank(), 0);
+  runtime::Trainer trainer(cfg, layout, comms, table, wan.get(), *backend, profiler);
+  WaitRecorder rec;
+  if (filler) trainer.set_bubble_filler(&rec);
+  std::vector<double> losses;
+  for (int s = 0; s < cfg.run.steps; ++s)
+    losses.push_back(comms.world.allreduce(trainer.train_step(s).loss, MPI_SUM));
+  return {losses, rec};
+}
+
+TEST(BubbleTeaService, WanWaitsInTrainingSlotsAreHandedToTheFiller) {
+  const mpi::Comm world = mpi::Comm::world();
+  const Config on = make_cfg(world);
+  const topo::Layout layout(world.size(), on.parallel);
+  const topo::Coord me = layout.coord(world.rank());
+  const auto [plain, none] = train_with_recorder(on, world, false);
+  const auto [filled, rec] = train_with_recorder(on, world, true);
+  EXPECT_EQ(plain, filled);  // bitwise
+  const int steps = on.run.steps;
+  const bool spans = layout.dc_count() > 1;
+  // Every rank's gradient-norm sum crosses the WAN when the pipeline spans DCs: once a step.
+  EXPECT_EQ(rec.watched.count(sched::SlotKind::Optimizer) ? rec.watched.at(sched::SlotKind::Optimizer) : 0,
+            spans ? steps : 0);
+  // The tied-embedding sum crosses it on the first and last stage (in different DCs).
+  const int partner = layout.embedding_partner(me);
+  const bool embed_wan = partner >= 0 && layout.coord(partner).dc != me.dc;
+  EXPECT_EQ(rec.watched.count(sched::SlotKind::AllReduce) ? rec.watched.at(sched::SlotKind::AllReduce) : 0,
+            embed_wan ? steps : 0);
+  // Off by deck: no wait is handed over.
+  const auto [off_losses, off] = train_with_recorder(make_cfg(world, {"bubbletea.fill_wan_waits=false"}), world, true);
+  EXPECT_EQ(off_losses, plain);
+  EXPECT_EQ(off.watched.count(sched::SlotKind::Optimizer) + off.watched.count(sched::SlotKind::AllReduce), 0U);
 }
 
 // An overload (a backlog far beyond what the bubbles hold) queues: the bubbles are used, each one

@@ -70,7 +70,7 @@ def write(path, *, run_name, schedule_kind, predicted_step_ms, dc_names, events,
             f.create_dataset("schedule_json", data=json.dumps(schedule), dtype=vlen)
 
 
-def handmade(path, **kw):
+def handmade(path, nested_prefill=False, **kw):
     """Two DCs (east, west), one stage each, dp 1, tp 1: rank 0 in east, rank 1 in west; WAN link
     0 = east>west, link 1 = west>east. Two steps, step s starts at 10 s * s. Per step:
 
@@ -113,6 +113,11 @@ def handmade(path, **kw):
                                     pred_start_ms=1e3 * s,
                                     pred_ms=1000.0 if kind == "forward" else 1e3 * (e - s),
                                     **extra))
+        if nested_prefill:
+            # As BubbleTea records its chunks: step -1, inside the slot they ran in (r0's idle
+            # [3, 4], r1's optimizer [7.5, 8], i.e. the optimizer's WAN wait).
+            events.append(event(0, -1, -1, "prefill", t + 3.2, t + 3.8, request=8))
+            events.append(event(1, -1, -1, "prefill", t + 7.6, t + 7.9, request=9))
     schedule = {"kind": "1f1b", "pp": 2, "dp": 1, "tp": 1, "micro_batches": 2, "step_ms": 8000.0,
                 "mean_bubble_fraction": 0.25, "dcs": ["east", "west"],
                 "rows": [{"stage": 0, "dp": 0, "dc": 0, "bubble_fraction": 0.125, "slots": []},

@@ -113,6 +113,31 @@ class Report(unittest.TestCase):
         self.assertRegex(out, r"WAN east>west +4 +3000000000 +5\.0000 +600\.00 +4\.800\n")
         self.assertIn("vs predicted 8000.000 ms: ratio 1.025", out)
 
+    def test_summary_nested_prefill(self):
+        # Chunks recorded with step -1 inside an idle slot and inside an optimizer slot count as
+        # prefill of the containing step, and only once: the slot keeps the rest of its time.
+        run_dir = os.path.join(self.dir, "runs", "nested")
+        os.makedirs(run_dir)
+        make_profile.handmade(os.path.join(run_dir, "profile.h5"), nested_prefill=True)
+        js = os.path.join(self.dir, "s.json")
+        status, out, err = self.report(run_dir, "--json", js)
+        self.assertEqual(status, 0, err)
+        with open(js, encoding="utf-8") as f:
+            s = json.load(f)
+        r0, r1 = s["ranks"]
+        self.assertAlmostEqual(r0["idle"], 2 * 0.4)
+        self.assertAlmostEqual(r0["prefill"], 2 * 0.6)
+        self.assertAlmostEqual(r0["compute"], 2 * 5.5)
+        self.assertAlmostEqual(r0["utilization"], 6.1 / 8)
+        self.assertAlmostEqual(r0["other"], 0.0)
+        self.assertAlmostEqual(r1["compute"], 2 * 1.7)    # the optimizer keeps 0.2 of its 0.5
+        self.assertAlmostEqual(r1["prefill"], 2 * 1.3)
+        self.assertAlmostEqual(r1["utilization"], 3.0 / 8)  # moved from compute to prefill
+        self.assertEqual(s["steps"], [0, 1])
+        pre = next(k for k in s["kinds"] if k["kind"] == "prefill")
+        self.assertEqual(pre["count"], 2 * 3)
+        assert_png(self, os.path.join(run_dir, "gantt.png"))
+
     def test_summary_skip_steps(self):
         run_dir = self.handmade_run()
         js = os.path.join(self.dir, "s.json")

@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -66,8 +67,13 @@ class Boundary {
   /// Blocking sum of `count` floats with world rank `peer` (a WAN peer of the transport, e.g. the
   /// tied-embedding partner): both send, both receive, and both add `first + second` in the
   /// same order (`i_am_first` says which one this rank's data is), so the results are bitwise
-  /// equal. Call only between the step's sends (from the AllReduce slot).
-  void exchange_sum(int peer, int tag, float* data, std::size_t count, bool i_am_first);
+  /// equal. Call only between the step's sends (from the AllReduce slot). Returns when the
+  /// partner's half is in; ours completes by end_step. `while_waiting`, when set, is called once
+  /// after both transfers are posted with a test that says whether the partner's half is in
+  /// (BubbleTea fills the WAN wait with it).
+  using WaitHook = std::function<void(const std::function<bool()>& done)>;
+  void exchange_sum(int peer, int tag, float* data, std::size_t count, bool i_am_first,
+                    const WaitHook& while_waiting = {});
   [[nodiscard]] bool has_wan() const noexcept { return m_wan != nullptr; }
 
  private:
@@ -101,6 +107,8 @@ class Boundary {
   [[nodiscard]] int token_tag(int link, int pos) const { return 1 + link * m_link_stride + pos; }
   void sender_loop();
   void progress_local_sends();
+  /// Waits (bounded by the timeout) until the partner acknowledged our half of the last exchange_sum.
+  void finish_exchange_send();
   void send_token(int link, int pos, int to_dp);
   [[nodiscard]] std::size_t index(sched::Flow flow, int micro) const {
     return static_cast<std::size_t>((flow == sched::Flow::Activation ? 0 : 1) * m_micro_batches + micro);
@@ -122,6 +130,11 @@ class Boundary {
   std::vector<RecvOp> m_recvs;
   std::vector<mpi::Request> m_local_sends;
   BoundaryStats m_stats;
+  // exchange_sum's half in flight until end_step (its completion is the partner's ack).
+  std::vector<float> m_exchange_out;
+  wan::Handle m_exchange_send{};
+  bool m_exchange_pending = false;
+  int m_exchange_peer = -1;
 
   // ---- WAN sender thread ----
   std::mutex m_wan_mutex;  ///< serialises calls into the transport (main + sender thread)

@@ -91,14 +91,19 @@ class Trainer {
   [[nodiscard]] std::vector<std::pair<std::string, std::vector<float>>> gather_full(bool gradients) const;
 
  private:
-  void all_reduce_gradients();
   /// DP buckets, overlapped with the step's last backward: packs the gradients the model reports
   /// final into buckets and starts each bucket's sum as soon as it is full.
   void pack_ready(std::span<model::ParamTensor* const> params);
   void start_open_bucket();
   /// Waits for every started bucket and copies the sums back (the AllReduce slot).
   void finish_buckets();
-  double clip_and_step(int step);
+  /// BubbleTea in the WAN waits of a training slot (bubbletea.fill_wan_waits): a hook that fills
+  /// until the wait's test says done, adding the seconds to `spent_prefill`; empty when off.
+  Boundary::WaitHook wan_wait_filler(int step, const sched::Slot& slot, double& spent_prefill, StepReport& r);
+  /// `fill`, when set, gets the WAN waits inside the slot (BubbleTea: bubbletea.fill_wan_waits).
+  void all_reduce_gradients(const Boundary::WaitHook& fill);
+  /// Global gradient norm (a sum over m_replica), clipping, AdamW. `wait_s` = the sum's wait.
+  double clip_and_step(int step, const Boundary::WaitHook& fill, double& wait_s);
   double step_loss();
 
   const Config& m_cfg;
@@ -110,6 +115,7 @@ class Trainer {
   topo::Coord m_me;
   mpi::Comm m_embed;    ///< first + last stage of this pipeline lane (tied embedding), pp > 1
   mpi::Comm m_replica;  ///< every rank with this dp index (the global gradient norm)
+  bool m_replica_spans_dcs = false;  ///< m_replica's sum crosses the WAN (the pipeline spans DCs)
   std::unique_ptr<model::Collective> m_tp;  ///< sums over tp_comm (MPI on host, NCCL on CUDA)
   std::unique_ptr<model::Collective> m_dp;  ///< sums over dp_comm (gradients), dp > 1 only
   std::unique_ptr<model::StageModel> m_model;
