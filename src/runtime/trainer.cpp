@@ -113,6 +113,11 @@ Trainer::Trainer(const Config& cfg, const topo::Layout& layout, const topo::Comm
   }
   m_boundary = std::make_unique<Boundary>(layout, comms, table, wan, profiler, floats * sizeof(float),
                                           cfg.wan.recv_timeout_s);
+  {
+    const auto& row = table.row(m_me.stage, m_me.dp);
+    for (std::size_t i = 0; i < row.size(); ++i)
+      if (row[i].kind == sched::SlotKind::Forward) m_last_forward = static_cast<int>(i);
+  }
 }
 
 Trainer::~Trainer() {
@@ -149,6 +154,7 @@ StepReport Trainer::train_step(int step) {
   const double t_step = m_profiler.now();
   m_model->zero_grad();
   m_boundary->begin_step(step);
+  post_loss_receives();
 
   const auto& row = m_table.row(m_me.stage, m_me.dp);
   for (std::size_t i = 0; i < row.size(); ++i) {
@@ -162,6 +168,7 @@ StepReport Trainer::train_step(int step) {
         if (first || last) m_train->fill(slot.micro, m_tokens.data(), m_targets.data());
         m_model->forward(slot.micro, first ? m_tokens.data() : nullptr, last ? m_targets.data() : nullptr,
                          first ? nullptr : &m_act_in[micro], last ? nullptr : &m_act_out[micro]);
+        if (last && static_cast<int>(i) == m_last_forward) send_step_loss();
         break;
       }
       case SlotKind::Backward: {
@@ -378,21 +385,39 @@ double Trainer::clip_and_step(int step, const Boundary::WaitHook& fill, double& 
   return norm;
 }
 
-double Trainer::step_loss() {
-  const bool last = m_model->is_last();
+// The step's loss goes to world rank 0 (which prints it) as soon as the last stage has it: after
+// its last forward, long before the step ends, so rank 0 (the first stage, in another DC when the
+// pipeline spans DCs) does not wait a WAN trip for it at the end of every step. Each DP replica's
+// last stage (TP lane 0) sends its mean over the micro-batches; rank 0 averages them in DP order.
+void Trainer::send_step_loss() {
+  if (m_me.tp != 0) return;
   double loss = 0.0;
-  if (last) {
-    for (int m = 0; m < m_cfg.train.micro_batches; ++m) loss += m_model->micro_loss(m);
-    loss /= m_cfg.train.micro_batches;
-    m_comms.dp.iallreduce_sum(std::span<double>(&loss, 1)).wait_polling();
-    loss /= m_layout.dp_size();
+  for (int m = 0; m < m_cfg.train.micro_batches; ++m) loss += m_model->micro_loss(m);
+  m_loss_out = loss / m_cfg.train.micro_batches;
+  if (m_comms.world.rank() != 0) m_loss_send = m_comms.world.isend(std::span<const double>(&m_loss_out, 1), 0, kLossTag);
+}
+
+void Trainer::post_loss_receives() {
+  if (m_comms.world.rank() != 0) return;
+  const int dp = m_layout.dp_size();
+  m_loss_in.assign(static_cast<std::size_t>(dp), 0.0);
+  m_loss_recvs.clear();
+  for (int d = 0; d < dp; ++d) {
+    const int from = m_layout.world_rank(m_layout.pp_size() - 1, d, 0);
+    if (from == 0) continue;  // rank 0 is that replica's last stage (pp == 1): no message
+    m_loss_recvs.push_back(m_comms.world.irecv(std::span<double>(&m_loss_in[static_cast<std::size_t>(d)], 1), from, kLossTag));
   }
-  const int reporter = m_layout.world_rank(m_layout.pp_size() - 1, 0, 0);
-  const int me = m_comms.world.rank();
-  if (reporter == 0) return me == 0 ? loss : 0.0;
-  if (me == reporter) m_comms.world.send(std::span<const double>(&loss, 1), 0, kLossTag);
-  if (me == 0) m_comms.world.irecv(std::span<double>(&loss, 1), reporter, kLossTag).wait_polling();
-  return loss;
+}
+
+double Trainer::step_loss() {
+  if (m_model->is_last() && m_me.tp == 0 && m_comms.world.rank() != 0) m_loss_send.wait_polling();
+  if (m_comms.world.rank() != 0) return 0.0;
+  for (auto& r : m_loss_recvs) r.wait_polling();
+  m_loss_recvs.clear();
+  if (m_model->is_last() && m_me.tp == 0) m_loss_in[static_cast<std::size_t>(m_me.dp)] = m_loss_out;
+  double sum = 0.0;
+  for (double l : m_loss_in) sum += l;
+  return sum / m_layout.dp_size();
 }
 
 // ---- evaluation ----

@@ -104,7 +104,10 @@ class Trainer {
   void all_reduce_gradients(const Boundary::WaitHook& fill);
   /// Global gradient norm (a sum over m_replica), clipping, AdamW. `wait_s` = the sum's wait.
   double clip_and_step(int step, const Boundary::WaitHook& fill, double& wait_s);
+  /// The step's mean loss on world rank 0 (0 elsewhere); see send_step_loss.
   double step_loss();
+  void send_step_loss();
+  void post_loss_receives();
 
   const Config& m_cfg;
   const topo::Layout& m_layout;
@@ -144,6 +147,11 @@ class Trainer {
   std::size_t m_open = 0;          ///< the bucket being packed
   std::size_t m_packed_params = 0; ///< parameters packed this step (all of them before the sums end)
   int m_last_backward = -1;        ///< this row's last Backward slot: it starts the overlapped sums
+  int m_last_forward = -1;         ///< this row's last Forward slot: the last stage then sends the loss
+  double m_loss_out = 0.0;         ///< last stage, TP lane 0: this replica's mean loss of the step
+  mpi::Request m_loss_send;
+  std::vector<double> m_loss_in;   ///< world rank 0: per DP replica
+  std::vector<mpi::Request> m_loss_recvs;
   int m_buckets_step = 0, m_buckets_early = 0;  ///< the last all-reduce's buckets (StepReport)
   BubbleFiller* m_filler = nullptr;
 };
