@@ -241,8 +241,9 @@ int bench_fidelity(Context& ctx) {
   // (scripts/wan/run_emulated.sh sets ATLAS_WAN_EMULATED=1), else loopback between the "DCs".
   const char* emu = std::getenv("ATLAS_WAN_EMULATED");
   const bool emulated = emu != nullptr && std::string(emu) == "1";
-  std::string table = fmt::format("# {:<34} {:>5} {:>12} {:>12} {:>7} {:>10} {:>10} {:>12}\n", "deck", "ranks",
-                                  "measured_ms", "predicted_ms", "ratio", "meas_bub%", "pred_bub%", "deck_wan_ms");
+  std::string table = fmt::format("# {:<34} {:>5} {:>12} {:>12} {:>7} {:>10} {:>10} {:>12} {:>7} {:>10} {:>9}\n",
+                                  "deck", "ranks", "measured_ms", "predicted_ms", "ratio", "meas_bub%", "pred_bub%",
+                                  "deck_wan_ms", "k", "cal_ms", "cal_ratio");
   int ran = 0;
   for (const auto& path : decks) {
     Args one = args;
@@ -265,9 +266,27 @@ int bench_fidelity(Context& ctx) {
     }
     const sim::Prediction p = emulated ? deck_wan : sim::predict(net);
     const JobResult r = run_training_job(cfg, world, quiet);
-    table += fmt::format("  {:<34} {:>5} {:>12.1f} {:>12.1f} {:>7.3f} {:>10.1f} {:>10.1f} {:>12.1f}\n", path,
-                         world.size(), r.mean_step_s * 1e3, p.step_ms, r.mean_step_s * 1e3 / p.step_ms,
-                         100 * r.measured_bubble, 100 * p.bubble_fraction, deck_wan.step_ms);
+    // Calibrated: the same simulation with every compute cost scaled by k, chosen so that the
+    // simulated compute per step (mean over ranks) equals the run's. What remains of the error is
+    // the schedule, network and synchronisation model's, not the device profile's.
+    const double measured_compute_ms = world.allreduce(r.mean_compute_s, MPI_SUM) / world.size() * 1e3;
+    double k = 1.0;
+    sim::SimResult cal;
+    for (int it = 0; it < 6; ++it) {
+      sim::SimOptions o;
+      o.compute_scale = k;
+      cal = sim::simulate(net, o);
+      double sim_compute = 0.0;
+      for (const auto& u : cal.stages)
+        sim_compute += u.compute_ms + cal.cost.optimizer_ms[static_cast<std::size_t>(u.stage)];
+      sim_compute /= static_cast<double>(std::max<std::size_t>(1, cal.stages.size()));
+      if (sim_compute <= 0 || measured_compute_ms <= 0) break;
+      k *= measured_compute_ms / sim_compute;
+    }
+    table += fmt::format("  {:<34} {:>5} {:>12.1f} {:>12.1f} {:>7.3f} {:>10.1f} {:>10.1f} {:>12.1f} {:>7.2f} {:>10.1f} {:>9.3f}\n",
+                         path, world.size(), r.mean_step_s * 1e3, p.step_ms, r.mean_step_s * 1e3 / p.step_ms,
+                         100 * r.measured_bubble, 100 * p.bubble_fraction, deck_wan.step_ms, k, cal.step_ms,
+                         r.mean_step_s * 1e3 / cal.step_ms);
     ++ran;
   }
   if (world.rank() == 0) {
@@ -276,6 +295,8 @@ int bench_fidelity(Context& ctx) {
                world.size(), args.int_option("steps", 8) - 1);
     fmt::print("# this host has {} hardware threads for {} ranks: compute per rank is shared when ranks > threads\n",
                std::thread::hardware_concurrency(), world.size());
+    fmt::print("# k = compute scale that makes the simulated compute per step equal the run's; cal_ms = the "
+               "prediction with it (the schedule, network and synchronisation model alone)\n");
     fmt::print("# network: {}; deck_wan_ms = the prediction with the deck's WAN matrices\n",
                emulated ? "the emulated WAN (ATLAS_WAN_EMULATED=1): predicted with the deck's latency and bandwidth"
                         : "loopback (no ATLAS_WAN_EMULATED): predicted with 0 ms latency and the intra-DC bandwidth "

@@ -138,7 +138,7 @@ int cmd_simulate(Context& ctx) {
   if (ctx.env.world_rank() != 0) return 0;
   const Args args = parse_args(ctx.args,
                                {"json", "width", "wan", "out", "models", "dcs", "latencies", "dps", "prefill-tokens",
-                                "rows", "profile", "trace", "steps"},
+                                "rows", "profile", "trace", "steps", "compute-scale"},
                                {"search", "gantt", "compare", "grid", "quiet", "planner"});
   const std::string path = deck_path(args, "simulate");
   std::vector<std::string> overrides;
@@ -179,6 +179,12 @@ int cmd_simulate(Context& ctx) {
 
   sim::SimOptions opt;
   opt.source = args.flag("search") ? sim::TableSource::Search : sim::TableSource::Deck;
+  if (args.flag("compute-scale")) {
+    const auto k = units::parse_double(args.option("compute-scale"));
+    if (!k || !(*k > 0) || *k > 1e6)
+      throw UsageError("--compute-scale needs a number > 0 (e.g. 1.3: every compute cost 30% longer)");
+    opt.compute_scale = *k;
+  }
   const sim::SimResult r = sim::simulate(cfg, prof, opt);
   fmt::print("# deck {}: {}{}\n", path,
              opt.source == sim::TableSource::Deck ? "the runtime's schedule table, timed by the simulator"

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "atlas/core/check.hpp"
 #include "atlas/sim/cost.hpp"
 #include "atlas/topo/layout.hpp"
 
@@ -113,7 +114,11 @@ sched::ScheduleTable runtime_table(const Config& cfg, const topo::Layout& layout
 
 SimResult simulate(const Config& cfg, const DeviceProfile& profile, const SimOptions& opt) {
   const topo::Layout layout(cfg.parallel.stages_per_dc, cfg.parallel.dp_size, cfg.parallel.tp_size);
-  const sched::CostModel cost = cost_model(cfg, layout, profile);
+  sched::CostModel cost = cost_model(cfg, layout, profile);
+  ATLAS_ASSERT(opt.compute_scale > 0, "compute_scale must be positive");
+  if (opt.compute_scale != 1.0)
+    for (auto* v : {&cost.fwd_ms, &cost.bwd_ms, &cost.optimizer_ms})
+      for (double& ms : *v) ms *= opt.compute_scale;
   SimResult r;
   if (opt.source == TableSource::Deck) {
     // The runtime's own table (its slot order and, for atlas, its frozen WAN link orders).

@@ -198,6 +198,29 @@ TEST(SimDeck, RetimesTheRuntimesOwnTable) {
   }
 }
 
+// SimOptions::compute_scale multiplies every compute cost: the slots' durations scale exactly,
+// the WAN transfers do not (bench fidelity calibrates a prediction with it).
+TEST(SimDeck, ComputeScaleMultipliesComputeOnly) {
+  const Config cfg = deck(std::string(kTwoDc) + "schedule.kind = 1f1b\n");
+  const SimResult one = simulate(cfg);
+  SimOptions o;
+  o.compute_scale = 2.5;
+  const SimResult more = simulate(cfg, o);
+  ASSERT_EQ(one.cost.fwd_ms.size(), more.cost.fwd_ms.size());
+  for (std::size_t s = 0; s < one.cost.fwd_ms.size(); ++s) {
+    EXPECT_DOUBLE_EQ(more.cost.fwd_ms[s], 2.5 * one.cost.fwd_ms[s]);
+    EXPECT_DOUBLE_EQ(more.cost.bwd_ms[s], 2.5 * one.cost.bwd_ms[s]);
+    EXPECT_DOUBLE_EQ(more.cost.optimizer_ms[s], 2.5 * one.cost.optimizer_ms[s]);
+    EXPECT_DOUBLE_EQ(more.cost.allreduce_ms[s], one.cost.allreduce_ms[s]);
+  }
+  ASSERT_EQ(one.stages.size(), more.stages.size());
+  for (std::size_t s = 0; s < one.stages.size(); ++s)
+    EXPECT_NEAR(more.stages[s].compute_ms, 2.5 * one.stages[s].compute_ms, 1e-9 * more.stages[s].compute_ms);
+  EXPECT_EQ(more.cost.act_bytes, one.cost.act_bytes);
+  EXPECT_GT(more.step_ms, one.step_ms);
+  EXPECT_LT(more.step_ms, 2.5 * one.step_ms);  // the WAN part did not grow
+}
+
 TEST(SimDeck, WanBytesAndTokensMatchTheDeck) {
   const Config cfg = deck(std::string(kTwoDc) + "schedule.kind = 1f1b\n");
   const SimResult r = simulate(cfg);

@@ -62,6 +62,9 @@ enum class TableSource : std::uint8_t {
 struct SimOptions {
   TableSource source = TableSource::Deck;
   bool atlas_full_search = true;  ///< Search mode: the whole atlas candidate search
+  /// Multiplies every compute cost (forward, backward, optimizer) of the profile: a what-if for a
+  /// slower or faster device, or the calibration of a prediction against a run's measured compute.
+  double compute_scale = 1.0;
 };
 
 /// The table `atlas train` runs for a deck: built with the deck's device profile
