@@ -59,6 +59,19 @@ Trainer::Trainer(const Config& cfg, const topo::Layout& layout, const topo::Comm
                               comms.world.rank());
   m_replica = comms.world.split(m_me.dp, comms.world.rank());
   m_replica_spans_dcs = layout.dc_of_stage(0) != layout.dc_of_stage(layout.pp_size() - 1);
+  // The WAN waits BubbleTea may fill (bubbletea.fill_wan_waits), from the deck's matrices: the
+  // tied-embedding exchange (one way + its bytes), the norm sum (a round trip across the
+  // farthest pair of DCs the pipeline spans).
+  if (pp > 1) {
+    const int a = layout.dc_of_stage(0), b = layout.dc_of_stage(pp - 1);
+    if (a != b) {
+      const double bytes = static_cast<double>(cfg.model.vocab) * cfg.model.hidden / layout.tp_size() * sizeof(float);
+      m_embed_wait_s = cfg.cluster.latency(a, b) * 1e-3 + bytes * 8 / (cfg.cluster.bandwidth(a, b) * 1e9);
+    }
+    for (int s = 0; s < pp; ++s)
+      for (int t = 0; t < pp; ++t)
+        m_norm_wait_s = std::max(m_norm_wait_s, 2 * cfg.cluster.latency(layout.dc_of_stage(s), layout.dc_of_stage(t)) * 1e-3);
+  }
 
   // ---- data (first and last stage read the corpus; the verdict is collective) ----
   collective_config_step(comms.world, [&] {
@@ -195,12 +208,12 @@ StepReport Trainer::train_step(int step) {
         break;
       }
       case SlotKind::AllReduce:
-        all_reduce_gradients(wan_wait_filler(step, slot, spent_prefill, r));
+        all_reduce_gradients(wan_wait_filler(step, slot, m_embed_wait_s, spent_prefill, r));
         r.dp_buckets = m_buckets_step;
         r.dp_buckets_early = m_buckets_early;
         break;
       case SlotKind::Optimizer:
-        r.grad_norm = clip_and_step(step, wan_wait_filler(step, slot, spent_prefill, r), norm_wait_s);
+        r.grad_norm = clip_and_step(step, wan_wait_filler(step, slot, m_norm_wait_s, spent_prefill, r), norm_wait_s);
         r.lr = model::lr_at(step, m_cfg.train, m_cfg.run.steps);
         break;
       case SlotKind::Prefill:
@@ -322,10 +335,13 @@ void Trainer::finish_buckets() {
   m_packed_params = 0;
 }
 
-Boundary::WaitHook Trainer::wan_wait_filler(int step, const sched::Slot& slot, double& spent_prefill, StepReport& r) {
-  if (m_filler == nullptr || !m_cfg.bubbletea.fill_wan_waits) return {};
-  return [this, step, &slot, &spent_prefill, &r](const std::function<bool()>& done) {
-    const auto [s, tokens] = m_filler->fill(step, slot, slot.duration_ms * 1e-3, &done);
+Boundary::WaitHook Trainer::wan_wait_filler(int step, const sched::Slot& slot, double budget_s, double& spent_prefill,
+                                            StepReport& r) {
+  if (m_filler == nullptr || !m_cfg.bubbletea.fill_wan_waits || budget_s <= 0) return {};
+  return [this, step, &slot, budget_s, &spent_prefill, &r](const std::function<bool()>& done) {
+    // The budget is the wait the deck's WAN predicts, not the slot: a chunk runs only if it fits
+    // (on a LAN-like "WAN" none does, and the sum is not delayed by one).
+    const auto [s, tokens] = m_filler->fill(step, slot, budget_s, &done);
     spent_prefill += s;
     r.prefill_tokens += tokens;
   };

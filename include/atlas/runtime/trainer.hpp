@@ -99,7 +99,8 @@ class Trainer {
   void finish_buckets();
   /// BubbleTea in the WAN waits of a training slot (bubbletea.fill_wan_waits): a hook that fills
   /// until the wait's test says done, adding the seconds to `spent_prefill`; empty when off.
-  Boundary::WaitHook wan_wait_filler(int step, const sched::Slot& slot, double& spent_prefill, StepReport& r);
+  Boundary::WaitHook wan_wait_filler(int step, const sched::Slot& slot, double budget_s, double& spent_prefill,
+                                     StepReport& r);
   /// `fill`, when set, gets the WAN waits inside the slot (BubbleTea: bubbletea.fill_wan_waits).
   void all_reduce_gradients(const Boundary::WaitHook& fill);
   /// Global gradient norm (a sum over m_replica), clipping, AdamW. `wait_s` = the sum's wait.
@@ -119,6 +120,8 @@ class Trainer {
   mpi::Comm m_embed;    ///< first + last stage of this pipeline lane (tied embedding), pp > 1
   mpi::Comm m_replica;  ///< every rank with this dp index (the global gradient norm)
   bool m_replica_spans_dcs = false;  ///< m_replica's sum crosses the WAN (the pipeline spans DCs)
+  double m_embed_wait_s = 0.0;       ///< predicted WAN wait of the tied-embedding exchange (0: none)
+  double m_norm_wait_s = 0.0;        ///< predicted WAN wait of the gradient-norm sum
   std::unique_ptr<model::Collective> m_tp;  ///< sums over tp_comm (MPI on host, NCCL on CUDA)
   std::unique_ptr<model::Collective> m_dp;  ///< sums over dp_comm (gradients), dp > 1 only
   std::unique_ptr<model::StageModel> m_model;
