@@ -111,6 +111,17 @@ void Request::wait_polling(int max_sleep_us) {
   }
 }
 
+bool Request::wait_polling_for(double timeout_s, int max_sleep_us) {
+  const auto start = std::chrono::steady_clock::now();
+  int sleep_us = 10;
+  while (!test()) {
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > timeout_s) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
+    sleep_us = std::min(sleep_us * 2, max_sleep_us);
+  }
+  return true;
+}
+
 bool Request::test() {
   if (m_req == MPI_REQUEST_NULL) return true;
   int flag = 0;

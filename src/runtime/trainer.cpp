@@ -372,7 +372,8 @@ void Trainer::all_reduce_gradients(const Boundary::WaitHook& fill) {
     model::ParamTensor* wte = m_model->tied_embedding();
     ATLAS_ASSERT(wte, "first/last stage without a tied embedding");
     const auto n = static_cast<std::size_t>(wte->shard_numel());
-    std::vector<float> host(n);
+    std::vector<float>& host = m_embed_host;  // a member: an abandoned sum keeps its buffer
+    host.resize(n);
     m_backend.download(host.data(), wte->grad.data(), n * sizeof(float));
     const int partner = m_layout.embedding_partner(m_me);
     if (m_boundary->has_wan() && m_layout.coord(partner).dc != m_me.dc) {
@@ -380,19 +381,21 @@ void Trainer::all_reduce_gradients(const Boundary::WaitHook& fill) {
       constexpr int kEmbeddingTag = 800000;
       m_boundary->exchange_sum(partner, kEmbeddingTag, host.data(), n, m_me.stage == 0, fill);
     } else {
-      m_embed.iallreduce_sum(std::span<float>(host)).wait_polling();
+      mpi::Request sum = m_embed.iallreduce_sum(std::span<float>(host));
+      wait_bounded(sum, [&] { return "the tied-embedding gradient sum with rank " + std::to_string(partner); });
     }
     m_backend.upload(wte->grad.data(), host.data(), n * sizeof(float));
   }
 }
 
 double Trainer::clip_and_step(int step, const Boundary::WaitHook& fill, double& wait_s) {
-  double sq = m_model->local_grad_sq_norm();
+  double& sq = m_norm_sq;  // a member: an abandoned sum (wait_bounded) keeps its buffer
+  sq = m_model->local_grad_sq_norm();
   const double t0 = m_profiler.now();
   mpi::Request sum = m_replica.iallreduce_sum(std::span<double>(&sq, 1));
   // The pipeline's sum crosses every DC it spans: a WAN round trip BubbleTea may fill.
   if (fill && m_replica_spans_dcs) fill([&sum] { return sum.test(); });
-  sum.wait_polling();
+  wait_bounded(sum, [] { return std::string("the gradient-norm sum over the pipeline"); });
   wait_s = m_profiler.now() - t0;
   const double norm = std::sqrt(sq);
   const double scale = model::clip_scale(norm, m_cfg.train.grad_clip);
@@ -418,17 +421,31 @@ void Trainer::post_loss_receives() {
   const int dp = m_layout.dp_size();
   m_loss_in.assign(static_cast<std::size_t>(dp), 0.0);
   m_loss_recvs.clear();
+  m_loss_from.clear();
   for (int d = 0; d < dp; ++d) {
     const int from = m_layout.world_rank(m_layout.pp_size() - 1, d, 0);
     if (from == 0) continue;  // rank 0 is that replica's last stage (pp == 1): no message
+    m_loss_from.push_back(from);
     m_loss_recvs.push_back(m_comms.world.irecv(std::span<double>(&m_loss_in[static_cast<std::size_t>(d)], 1), from, kLossTag));
   }
 }
 
+void Trainer::wait_bounded(mpi::Request& req, const std::function<std::string()>& what) {
+  if (req.wait_polling_for(m_cfg.wan.recv_timeout_s)) return;
+  req.abandon();  // unwinding to MPI_Abort: the buffer stays, the request is never freed
+  ATLAS_THROW(Comm, "rank " << m_comms.world.rank() << ": " << what() << " did not complete within "
+                            << m_cfg.wan.recv_timeout_s
+                            << " s\n  hint: a peer may be stuck or dead; raise wan.recv_timeout_s if the link is slow");
+}
+
 double Trainer::step_loss() {
-  if (m_model->is_last() && m_me.tp == 0 && m_comms.world.rank() != 0) m_loss_send.wait_polling();
+  if (m_model->is_last() && m_me.tp == 0 && m_comms.world.rank() != 0)
+    wait_bounded(m_loss_send, [] { return std::string("sending the step's loss to rank 0"); });
   if (m_comms.world.rank() != 0) return 0.0;
-  for (auto& r : m_loss_recvs) r.wait_polling();
+  for (std::size_t k = 0; k < m_loss_recvs.size(); ++k)
+    wait_bounded(m_loss_recvs[k], [&] {
+      return "the step's loss from rank " + std::to_string(m_loss_from[k]) + " (the last pipeline stage)";
+    });
   m_loss_recvs.clear();
   if (m_model->is_last() && m_me.tp == 0) m_loss_in[static_cast<std::size_t>(m_me.dp)] = m_loss_out;
   double sum = 0.0;

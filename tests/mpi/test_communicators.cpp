@@ -3,6 +3,9 @@
 // proves the members talk to each other.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <span>
+
 #include "atlas/mpi/comm.hpp"
 #include "atlas/topo/communicators.hpp"
 
@@ -47,6 +50,34 @@ TEST(Communicators, MembersMatchLayoutForEveryShape) {
     expect_matches(c.dc, l, Group::Dc, me);
     const std::string map = rank_map(c.world, l, {"east", "west", "south"});
     EXPECT_NE(map.find("# rank map: " + std::to_string(l.world_size()) + " ranks"), std::string::npos);
+  }
+}
+
+// Request::wait_polling_for: false while the peer has not sent (after about the timeout), true
+// once it has; the request stays usable in between.
+TEST(Communicators, BoundedWaitTimesOutThenCompletes) {
+  const mpi::Comm world = mpi::Comm::world();
+  if (world.size() < 2) GTEST_SKIP() << "needs a peer";
+  constexpr int kTag = 4242;
+  if (world.rank() == 0) {
+    double v = 0.0;
+    mpi::Request r = world.irecv(std::span<double>(&v, 1), 1, kTag);
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_FALSE(r.wait_polling_for(0.2));
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_GE(waited, 0.2);
+    EXPECT_LT(waited, 5.0);
+    EXPECT_TRUE(r.pending());
+    world.barrier();  // now rank 1 sends
+    EXPECT_TRUE(r.wait_polling_for(30.0));
+    EXPECT_FALSE(r.pending());
+    EXPECT_EQ(v, 2.5);
+  } else {
+    world.barrier();
+    if (world.rank() == 1) {
+      const double v = 2.5;
+      world.send(std::span<const double>(&v, 1), 0, kTag);
+    }
   }
 }
 

@@ -83,6 +83,9 @@ class Request {
   /// rank that waits long does not spin a core: on CPU runs several ranks share each core, and
   /// Open MPI's own blocking waits busy-poll.
   void wait_polling(int max_sleep_us = 200);
+  /// wait_polling for at most `timeout_s`: true once complete; false if still pending then (the
+  /// caller decides: abandon() and report, or keep waiting).
+  [[nodiscard]] bool wait_polling_for(double timeout_s, int max_sleep_us = 200);
   /// True once complete (then the request is null).
   bool test();
   [[nodiscard]] bool pending() const noexcept { return m_req != MPI_REQUEST_NULL; }

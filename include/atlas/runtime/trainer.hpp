@@ -108,6 +108,8 @@ class Trainer {
   /// The step's mean loss on world rank 0 (0 elsewhere); see send_step_loss.
   double step_loss();
   void send_step_loss();
+  /// Waits for `req` at most wan.recv_timeout_s; then abandons it and throws Comm naming what().
+  void wait_bounded(mpi::Request& req, const std::function<std::string()>& what);
   void post_loss_receives();
 
   const Config& m_cfg;
@@ -155,6 +157,9 @@ class Trainer {
   mpi::Request m_loss_send;
   std::vector<double> m_loss_in;   ///< world rank 0: per DP replica
   std::vector<mpi::Request> m_loss_recvs;
+  std::vector<int> m_loss_from;    ///< world rank 0: the sender of each m_loss_recvs entry
+  double m_norm_sq = 0.0;          ///< the gradient-norm sum's buffer
+  std::vector<float> m_embed_host; ///< the tied-embedding sum's host buffer
   int m_buckets_step = 0, m_buckets_early = 0;  ///< the last all-reduce's buckets (StepReport)
   BubbleFiller* m_filler = nullptr;
 };
