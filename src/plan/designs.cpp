@@ -108,7 +108,9 @@ Comparison compare_designs(const Config& cfg, const sim::DeviceProfile& prof, co
         sim::simulate(cost, ScheduleKind::Atlas, out.micro_batches, out.tokens_per_step, opt.atlas_full_search);
     out.step_c_ms = r.step_ms;
     out.util_c = r.compute_utilization;
-    out.util_d = sim::fill_bubbles(r.table, cost, tokens_per_micro, opt.prefill_tokens, cfg.bubbletea.guard_ms).utilization;
+    out.util_d = sim::fill_bubbles(r.table, cost, tokens_per_micro, opt.prefill_tokens, cfg.bubbletea.guard_ms,
+                                   cfg.bubbletea.fill_wan_waits)
+                     .utilization;
   }
 
   // ---- (c*) the planner's fastest plan for the same DCs, model and global batch ----

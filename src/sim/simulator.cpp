@@ -156,17 +156,22 @@ Prediction predict(const Config& cfg) {
 }
 
 FillResult fill_bubbles(const sched::ScheduleTable& t, const sched::CostModel& cost, double tokens_per_micro,
-                        int prefill_tokens, double guard_ms) {
+                        int prefill_tokens, double guard_ms, bool fill_wan_waits) {
   FillResult f;
   if (t.step_ms <= 0) return f;
+  const bool spans_dcs = !t.stage_dc.empty() && t.stage_dc.front() != t.stage_dc.back();
   double busy = 0.0;
   for (int s = 0; s < t.pp; ++s) {
     const double one = cost.fwd_ms[static_cast<std::size_t>(s)] * prefill_tokens / tokens_per_micro;
     for (int d = 0; d < t.dp; ++d)
       for (const auto& sl : t.row(s, d)) {
         if (sched::is_compute(sl.kind)) busy += sl.duration_ms;
-        if (sl.kind != sched::SlotKind::Idle || one <= 0 || sl.duration_ms <= guard_ms) continue;
-        const auto n = static_cast<long long>(std::floor((sl.duration_ms - guard_ms) / one + 1e-9));
+        double room = 0.0;
+        if (sl.kind == sched::SlotKind::Idle) room = sl.duration_ms;
+        if (sl.kind == sched::SlotKind::Optimizer && fill_wan_waits && spans_dcs)
+          room = sl.duration_ms - cost.optimizer_ms[static_cast<std::size_t>(s)];  // the norm's round trip
+        if (one <= 0 || room <= guard_ms) continue;
+        const auto n = static_cast<long long>(std::floor((room - guard_ms) / one + 1e-9));
         f.prefills += n;
         f.prefill_ms += static_cast<double>(n) * one;
       }

@@ -249,6 +249,32 @@ TEST(SimFill, FillsIdleSlotsWithWholePrefills) {
   EXPECT_DOUBLE_EQ(f.utilization, (12.0 + 4.5) / 18.0);
 }
 
+// bubbletea.fill_wan_waits, modelled: the gradient-norm round trip in each Optimizer slot (2 x
+// the 10 ms one-way latency when the pipeline spans DCs) takes whole prefills too.
+TEST(SimFill, FillsTheNormRoundTripWhenThePipelineSpansDcs) {
+  const sched::CostModel c = model({1, 1}, 1, 1.0, 2.0, 1, 1e18, 1e18, 10.0);
+  const SimResult r = simulate(c, ScheduleKind::GPipe, 2, 1.0);
+  const FillResult idle_only = fill_bubbles(r.table, c, 100.0, 50, 0.0, false);
+  const FillResult both = fill_bubbles(r.table, c, 100.0, 50, 0.0, true);
+  int optimizer_slots = 0;
+  for (const auto& row : r.table.rows)
+    for (const auto& sl : row)
+      if (sl.kind == sched::SlotKind::Optimizer) {
+        ++optimizer_slots;
+        EXPECT_GE(sl.duration_ms, 20.0);  // the round trip
+      }
+  ASSERT_EQ(optimizer_slots, 2);
+  // 20 ms / 0.5 ms = 40 prefills in each Optimizer slot (and the slots hold exactly 20 ms here).
+  EXPECT_EQ(both.prefills - idle_only.prefills, 2 * 40);
+  EXPECT_DOUBLE_EQ(both.prefill_ms - idle_only.prefill_ms, 40.0);
+  EXPECT_GT(both.utilization, idle_only.utilization);
+  // One DC: no round trip to fill.
+  const sched::CostModel one_dc = model({2}, 1, 1.0, 2.0, 1, 1e18, 1e18, 10.0);
+  const SimResult r1 = simulate(one_dc, ScheduleKind::GPipe, 2, 1.0);
+  EXPECT_EQ(fill_bubbles(r1.table, one_dc, 100.0, 50, 0.0, true).prefills,
+            fill_bubbles(r1.table, one_dc, 100.0, 50, 0.0, false).prefills);
+}
+
 // ---- speed ----
 
 TEST(SimSpeed, TenThousandGpuStepIsQuick) {

@@ -95,18 +95,21 @@ struct Prediction {
 /// The simulator half of `atlas bench fidelity`: the deck's own table re-timed by the simulator.
 Prediction predict(const Config& cfg);
 
-/// BubbleTea's utilization, modelled (BubbleTea itself is not merged): every Idle slot of the
-/// table is filled with whole prefills of `prefill_tokens` tokens that fit in it after
-/// `guard_ms`; a prefill on stage s takes fwd_ms[s] * prefill_tokens / tokens_per_micro_batch.
-/// This is the utilization with enough inference load, ignoring the prefills' own pipeline
-/// dependencies (an upper bound on what BubbleTea can admit).
+/// BubbleTea's utilization at scale, modelled: every Idle slot of the table is filled with whole
+/// prefills of `prefill_tokens` tokens that fit in it after `guard_ms`; a prefill on stage s takes
+/// fwd_ms[s] * prefill_tokens / tokens_per_micro_batch. With `fill_wan_waits` (the runtime's
+/// bubbletea.fill_wan_waits) also the gradient-norm round trip inside each Optimizer slot when
+/// the pipeline spans DCs (the slot minus the optimizer's own time). This is the utilization with
+/// enough inference load, ignoring the prefills' own pipeline dependencies (an upper bound on
+/// what BubbleTea can admit).
 struct FillResult {
   double utilization = 0.0;        ///< mean (forward + backward + prefill) / step
   double prefill_ms = 0.0;         ///< prefill time per step, summed over rows
   long long prefills = 0;          ///< prefills per step, summed over rows
 };
 FillResult fill_bubbles(const sched::ScheduleTable& table, const sched::CostModel& cost,
-                        double tokens_per_micro_batch, int prefill_tokens, double guard_ms);
+                        double tokens_per_micro_batch, int prefill_tokens, double guard_ms,
+                        bool fill_wan_waits = false);
 
 /// Text report: step time, tokens/s, per-stage busy/idle, WAN links.
 std::string report(const SimResult& r, const std::vector<std::string>& dc_names);
