@@ -327,15 +327,26 @@ TEST_F(Quiet, WanMultirailKilledRailsStillDeliverEverythingExactlyOnce) {
                             static_cast<std::uint64_t>(m)),
               SIZE_MAX)
         << "message " << m;
-  // Every killed rail comes back (rank 0 connects, so it counts each reconnect once).
-  const auto deadline = Clock::now() + std::chrono::seconds(3);
-  while (pr.t[0]->stats().peers[0].reconnects < kKills && Clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
   // Nothing extra was delivered: the next messages on the same tag are the next ones sent.
   exchange(pr, {12345, 1u << 20}, 1, false, kSeed + 9);
+  // A kill fires when its rail has moved that many data frames; how the chunks spread over the
+  // rails depends on scheduling (first-open striping), so count the kills that fired: a rail's
+  // data-frame counter reached its trigger. Every killed rail comes back (rank 0 connects, so it
+  // counts each reconnect once); under load that can take a while.
+  auto fired_kills = [&] {
+    const PeerStats a = pr.t[0]->stats().peers[0];
+    const PeerStats b = pr.t[1]->stats().peers[0];
+    return static_cast<int>(a.rails[0].frames_sent >= 25) + static_cast<int>(b.rails[1].frames_received >= 60) +
+           static_cast<int>(a.rails[3].frames_sent >= 110);
+  };
+  const int fired = fired_kills();
+  ASSERT_GE(fired, 2) << "too few kills fired for the test to mean anything";
+  const auto deadline = Clock::now() + std::chrono::seconds(15);
+  while (pr.t[0]->stats().peers[0].reconnects < static_cast<std::uint64_t>(fired) && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
   const PeerStats s0 = pr.t[0]->stats().peers[0];
   const PeerStats s1 = pr.t[1]->stats().peers[0];
-  EXPECT_EQ(s0.reconnects, static_cast<std::uint64_t>(kKills));
+  EXPECT_EQ(s0.reconnects, static_cast<std::uint64_t>(fired));
   EXPECT_GT(s0.resent_chunks, 0u) << "each kill strands at least the frame just written";
   EXPECT_EQ(s1.messages_received, static_cast<std::uint64_t>(kMessages) + 2);
   EXPECT_EQ(s1.bytes_received, kMessages * kBytes + 12345 + (1u << 20));
@@ -346,9 +357,9 @@ TEST_F(Quiet, WanMultirailKilledRailsStillDeliverEverythingExactlyOnce) {
   const std::uint64_t unique_chunks = kMessages * (kBytes / 32768) + 1 + (1u << 20) / 32768;
   EXPECT_EQ(frames_received, unique_chunks + s1.duplicates_dropped);
   EXPECT_LE(s1.duplicates_dropped, s0.resent_chunks);
-  std::printf("[ info ] %d kills: %llu chunks resent, %llu duplicates dropped, %llu reconnects, "
+  std::printf("[ info ] %d of %d kills fired: %llu chunks resent, %llu duplicates dropped, %llu reconnects, "
               "%llu data frames received\n",
-              kKills, static_cast<unsigned long long>(s0.resent_chunks),
+              fired, kKills, static_cast<unsigned long long>(s0.resent_chunks),
               static_cast<unsigned long long>(s1.duplicates_dropped),
               static_cast<unsigned long long>(s0.reconnects),
               static_cast<unsigned long long>(frames_received));
