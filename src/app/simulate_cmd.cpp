@@ -11,6 +11,7 @@
 #include "atlas/app/commands.hpp"
 #include "atlas/core/check.hpp"
 #include "atlas/core/units.hpp"
+#include "atlas/bubbletea/cost.hpp"
 #include "atlas/deck/deck.hpp"
 #include "atlas/plan/designs.hpp"
 #include "atlas/runtime/profile_writer.hpp"
@@ -94,6 +95,52 @@ int run_grid(const Config& base, const sim::DeviceProfile& prof, const Args& arg
   fmt::print("# wrote {} and {}\n# plot: /usr/bin/python3 scripts/plot_sim_grid.py {} {}/sim_grid.png\n", csv, md,
              csv, dir);
   return 0;
+}
+
+/// BubbleTea at the deck's scale (bubbletea.enabled): the simulated table's bubbles filled with
+/// prefill chunks as the runtime's admission would (bubbletea::prefill_plan: FLOP-estimated chunk
+/// times, the guard, the generator's demand); training slots and the step are unchanged.
+/// Utilization per stage = (forward + backward + the optimizer's own time + prefill) / step, as
+/// the runtime counts it (the gradient norm's WAN wait is not busy). Returns the filled table.
+sched::ScheduleTable simulate_bubbletea(const Config& cfg, const sim::SimResult& r) {
+  const topo::Layout layout(cfg.parallel.stages_per_dc, cfg.parallel.dp_size, cfg.parallel.tp_size);
+  const sched::ScheduleTable filled = sched::place_prefill(r.table, bubbletea::prefill_plan(cfg, layout, r.table));
+  fmt::print("\n# BubbleTea (predicted): chunks of {} prompt tokens, guard {:.2f} ms, demand {}; training step "
+             "unchanged ({:.3f} ms: training slots first)\n",
+             bubbletea::planned_chunk_tokens(cfg.bubbletea), cfg.bubbletea.guard_ms,
+             cfg.bubbletea.trace.empty() && cfg.bubbletea.rate_per_s > 0
+                 ? fmt::format("{:g} requests/s", cfg.bubbletea.rate_per_s)
+                 : std::string("unbounded (trace or rate 0)"),
+             filled.step_ms);
+  fmt::print("# {:<12} {:>5} {:>10} {:>10} {:>9} {:>9}\n", "dc", "stage", "util_off%", "util_on%", "prefill%", "idle%");
+  double off_sum = 0.0, on_sum = 0.0;
+  for (int s = 0; s < filled.pp; ++s) {
+    double off = 0.0, on = 0.0, pre = 0.0, idle = 0.0;
+    for (int d = 0; d < filled.dp; ++d)
+      for (const auto& sl : filled.row(s, d)) {
+        const double busy = sched::is_compute(sl.kind) ? sl.duration_ms
+                            : sl.kind == sched::SlotKind::Optimizer
+                                ? std::min(sl.duration_ms, r.cost.optimizer_ms[static_cast<std::size_t>(s)])
+                                : 0.0;
+        off += busy;
+        if (sl.kind == sched::SlotKind::Prefill) pre += sl.duration_ms;
+        if (sl.kind == sched::SlotKind::Idle) idle += sl.duration_ms;
+      }
+    on = off + pre;
+    const double denom = filled.step_ms * filled.dp;
+    off_sum += off / denom;
+    on_sum += on / denom;
+    const int dc = filled.stage_dc[static_cast<std::size_t>(s)];
+    fmt::print("  {:<12} {:>5} {:>10.1f} {:>10.1f} {:>9.1f} {:>9.1f}\n",
+               static_cast<std::size_t>(dc) < cfg.cluster.dcs.size() ? cfg.cluster.dcs[static_cast<std::size_t>(dc)]
+                                                                       : std::to_string(dc),
+               s, 100 * off / denom, 100 * on / denom, 100 * pre / denom, 100 * idle / denom);
+  }
+  fmt::print("utilization      off {:.1f}% -> on {:.1f}% (all ranks)\n", 100 * off_sum / filled.pp,
+             100 * on_sum / filled.pp);
+  fmt::print("prefill          {:.0f} prompt tokens/s (the DC pipelines' slowest stage; TTFT is not simulated)\n",
+             bubbletea::predicted_prefill_tokens_per_s(filled, layout));
+  return filled;
 }
 
 /// `--profile FILE` / `--trace FILE`: the simulated timeline of `--steps N` steps (default 3) in the
@@ -205,6 +252,12 @@ int cmd_simulate(Context& ctx) {
     const std::string out = args.option("json");
     write_file(out, sched::to_json(r.table, cfg.cluster.dcs));
     fmt::print("# wrote {}\n", out);
+  }
+  if (cfg.bubbletea.enabled) {
+    sim::SimResult with = r;
+    with.table = simulate_bubbletea(cfg, r);
+    if (args.flag("profile") || args.flag("trace")) write_simulated_profile(cfg, with, args);
+    return 0;
   }
   if (args.flag("profile") || args.flag("trace")) write_simulated_profile(cfg, r, args);
   return 0;
