@@ -15,6 +15,7 @@
 #include "atlas/core/check.hpp"
 #include "atlas/core/log.hpp"
 #include "atlas/deck/deck.hpp"
+#include "atlas/device/host_backend.hpp"
 #include "atlas/mpi/comm.hpp"
 #include "atlas/core/units.hpp"
 #include "atlas/runtime/checkpointing.hpp"
@@ -71,6 +72,7 @@ void TrainOutput::header(const std::string& deck_path, const topo::Layout& layou
   std::string h = fmt::format("# atlas {} ({}, {}), {}, HDF5 {}, {}\n", build::kVersion, build::kGitSha,
                               build::kBuildType, mpi::Environment::library_version(), build::kHdf5Version,
                               build::kCompiler);
+  h += device::host_scheduling_note();
   h += fmt::format("# deck {} -> {}/resolved.deck\n", deck_path, m_dir);
   h += "# resolved deck:\n";
   std::istringstream in(deck::resolved_deck(m_cfg));

@@ -5,8 +5,10 @@
 #include "atlas/device/host_backend.hpp"
 
 #include <cblas.h>
+#include <sched.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -457,6 +459,32 @@ int local_ranks_from_env() {
 }
 
 }  // namespace
+
+namespace {
+std::string g_sched_note;
+}  // namespace
+
+std::string prepare_host_scheduling() {
+  const char* force = std::getenv("ATLAS_SCHED_BATCH");
+  const std::string mode = force ? force : "";
+  const int ranks = local_ranks_from_env();
+  const int hw = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  if (mode == "0" || (mode != "1" && ranks <= hw)) return g_sched_note = "";
+  sched_param p{};
+  p.sched_priority = 0;
+  if (::sched_setscheduler(0, SCHED_BATCH, &p) != 0) {
+    g_sched_note = fmt::format("# host: {} ranks share {} hardware threads; SCHED_BATCH refused ({}), default "
+                               "scheduling\n",
+                               ranks, hw, std::strerror(errno));
+  } else {
+    g_sched_note = fmt::format("# host: {} ranks share {} hardware threads: SCHED_BATCH (a rank waking from a poll "
+                               "does not preempt one that computes; ATLAS_SCHED_BATCH=0 turns it off)\n",
+                               ranks, hw);
+  }
+  return g_sched_note;
+}
+
+const std::string& host_scheduling_note() { return g_sched_note; }
 
 int resolve_host_threads(int requested) {
   if (requested > 0) return requested;

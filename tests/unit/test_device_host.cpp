@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sched.h>
+
 #include <cstdint>
 #include <cstdlib>
 #include <thread>
@@ -264,6 +266,31 @@ TEST(BackendFactory, HostRanksOverridesTheNodeLocalSize) {
   ::unsetenv("ATLAS_HOST_RANKS");
   if (saved_local) ::setenv("OMPI_COMM_WORLD_LOCAL_SIZE", local_value.c_str(), 1);
   else ::unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+}
+
+// Oversubscribed CPU hosts run under SCHED_BATCH (no wake-up preemption between ranks); an
+// undersubscribed one keeps its policy; ATLAS_SCHED_BATCH=0 / 1 override.
+TEST(HostScheduling, BatchOnlyWhenRanksOutnumberTheCores) {
+  const int hw = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  ASSERT_EQ(std::getenv("ATLAS_HOST_RANKS"), nullptr);
+  ASSERT_EQ(std::getenv("ATLAS_SCHED_BATCH"), nullptr);
+  const int before = ::sched_getscheduler(0);
+  ASSERT_NE(before, SCHED_BATCH) << "the test starts under the default policy";
+  sched_param p{};
+  ::setenv("ATLAS_HOST_RANKS", std::to_string(hw).c_str(), 1);
+  EXPECT_EQ(prepare_host_scheduling(), "");
+  EXPECT_EQ(::sched_getscheduler(0), before);
+  ::setenv("ATLAS_HOST_RANKS", std::to_string(4 * hw).c_str(), 1);
+  ::setenv("ATLAS_SCHED_BATCH", "0", 1);
+  EXPECT_EQ(prepare_host_scheduling(), "");
+  EXPECT_EQ(::sched_getscheduler(0), before);
+  ::unsetenv("ATLAS_SCHED_BATCH");
+  const std::string note = prepare_host_scheduling();
+  EXPECT_NE(note.find(std::to_string(4 * hw) + " ranks share " + std::to_string(hw)), std::string::npos) << note;
+  EXPECT_EQ(::sched_getscheduler(0), SCHED_BATCH);
+  EXPECT_EQ(host_scheduling_note(), note);
+  ::unsetenv("ATLAS_HOST_RANKS");
+  ASSERT_EQ(::sched_setscheduler(0, before, &p), 0);  // back to the default for the other tests
 }
 
 }  // namespace
