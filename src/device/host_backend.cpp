@@ -458,10 +458,8 @@ int local_ranks_from_env() {
   return 1;
 }
 
-}  // namespace
+std::string g_sched_note;  // what prepare_host_scheduling did (the run header prints it)
 
-namespace {
-std::string g_sched_note;
 }  // namespace
 
 std::string prepare_host_scheduling() {
