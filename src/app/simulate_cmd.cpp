@@ -138,8 +138,16 @@ sched::ScheduleTable simulate_bubbletea(const Config& cfg, const sim::SimResult&
   }
   fmt::print("utilization      off {:.1f}% -> on {:.1f}% (all ranks)\n", 100 * off_sum / filled.pp,
              100 * on_sum / filled.pp);
-  fmt::print("prefill          {:.0f} prompt tokens/s (the DC pipelines' slowest stage; TTFT is not simulated)\n",
+  fmt::print("prefill          {:.0f} prompt tokens/s (the DC pipelines' slowest stage)\n",
              bubbletea::predicted_prefill_tokens_per_s(filled, layout));
+  // The request stream over run.steps steps, FIFO per DC, through every slot the bubbles hold.
+  sched::PrefillPlan capacity = bubbletea::prefill_plan(cfg, layout, r.table);
+  capacity.max_tokens_per_row = 1e300;
+  const bubbletea::ServicePrediction sp =
+      bubbletea::predict_service(cfg, layout, sched::place_prefill(r.table, capacity), cfg.run.steps);
+  fmt::print("requests         {} of {} arrived in {} steps prefilled, {:.0f} prompt tokens/s; TTFT p50 {:.1f} ms, p99 "
+             "{:.1f} ms\n",
+             sp.served, sp.arrived, cfg.run.steps, sp.tokens_per_s, sp.ttft_p50_ms, sp.ttft_p99_ms);
   return filled;
 }
 

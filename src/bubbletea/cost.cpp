@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "atlas/bubbletea/requests.hpp"
 #include "atlas/core/check.hpp"
 #include "atlas/sched/cost_model.hpp"
 
@@ -211,6 +212,61 @@ double predicted_prefill_tokens_per_s(const sched::ScheduleTable& table, const t
     if (fewest > 0) total += fewest;
   }
   return total / (table.step_ms / 1e3);
+}
+
+ServicePrediction predict_service(const Config& cfg, const topo::Layout& layout, const sched::ScheduleTable& table,
+                                  int steps) {
+  ServicePrediction out;
+  if (table.step_ms <= 0 || steps <= 0) return out;
+  const int chunk = planned_chunk_tokens(cfg.bubbletea);
+  const double run_s = steps * table.step_ms / 1e3;
+  const std::vector<Request> reqs = load_requests(cfg, layout.dc_count());
+  std::vector<double> ttft_ms;
+  double tokens = 0.0;
+  for (int dc = 0; dc < layout.dc_count(); ++dc) {
+    // The DC's bottleneck row: the fewest prefill tokens per step.
+    const std::vector<sched::Slot>* row = nullptr;
+    double fewest = -1.0;
+    for (int s = 0; s < layout.pp_size(); ++s) {
+      if (layout.dc_of_stage(s) != dc) continue;
+      for (int d = 0; d < layout.dp_size(); ++d) {
+        double t = 0.0;
+        for (const auto& sl : table.row(s, d))
+          if (sl.kind == sched::SlotKind::Prefill) t += sl.tokens;
+        if (fewest < 0 || t < fewest) fewest = t, row = &table.row(s, d);
+      }
+    }
+    std::vector<std::pair<double, double>> slots;  // (start, end) ms within a step
+    if (row != nullptr)
+      for (const auto& sl : *row)
+        if (sl.kind == sched::SlotKind::Prefill) slots.emplace_back(sl.start_ms, sl.end_ms());
+    std::sort(slots.begin(), slots.end());
+    std::vector<const Request*> queue;
+    for (const Request& r : reqs)
+      if (r.dc == dc && r.arrival_s < run_s) queue.push_back(&r);
+    out.arrived += static_cast<int>(queue.size());
+    std::size_t head = 0;
+    int left = queue.empty() ? 0 : static_cast<int>((queue[0]->prompt.size() + chunk - 1) / chunk);
+    for (int k = 0; k < steps && head < queue.size() && !slots.empty(); ++k)
+      for (const auto& [start, end] : slots) {
+        if (head >= queue.size()) break;
+        const double t0 = k * table.step_ms + start;
+        if (queue[head]->arrival_s * 1e3 > t0) continue;  // nothing waiting at this slot
+        if (--left > 0) continue;
+        ttft_ms.push_back(k * table.step_ms + end - queue[head]->arrival_s * 1e3);
+        tokens += static_cast<double>(queue[head]->prompt.size());
+        ++out.served;
+        if (++head < queue.size()) left = static_cast<int>((queue[head]->prompt.size() + chunk - 1) / chunk);
+      }
+  }
+  out.tokens_per_s = tokens / run_s;
+  if (!ttft_ms.empty()) {
+    std::sort(ttft_ms.begin(), ttft_ms.end());
+    auto q = [&](double p) { return ttft_ms[static_cast<std::size_t>(std::min<double>(ttft_ms.size() - 1, p * ttft_ms.size()))]; };
+    out.ttft_p50_ms = q(0.5);
+    out.ttft_p99_ms = q(0.99);
+  }
+  return out;
 }
 
 }  // namespace atlas::bubbletea

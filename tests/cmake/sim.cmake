@@ -12,7 +12,7 @@ endfunction()
 atlas_cli_test(cli_simulate_cpu "step_ms +[0-9.]+.*east -> west.*wrote .*sim_two_dc_cpu.json"
                simulate inputs/sim_two_dc_cpu.deck --gantt --json ${CMAKE_BINARY_DIR}/sim_two_dc_cpu.json)
 atlas_cli_test(cli_simulate_bubbletea
-               "BubbleTea \\(predicted\\).*east +0 +[0-9.]+ +[0-9.]+.*utilization +off [0-9.]+% -> on [0-9.]+%.*prefill +[0-9]+ prompt tokens/s"
+               "BubbleTea \\(predicted\\).*east +0 +[0-9.]+ +[0-9.]+.*utilization +off [0-9.]+% -> on [0-9.]+%.*prefill +[0-9]+ prompt tokens/s.*requests +[0-9]+ of [0-9]+ arrived.*TTFT p50 [0-9.]+ ms, p99 [0-9.]+ ms"
                simulate inputs/bubbletea_wan.deck)
 atlas_cli_test(cli_simulate_175b "4608 GPUs.*tokens_per_s" simulate inputs/sim_gpt175b_4dc.deck)
 atlas_cli_test(cli_simulate_compare "\\(a\\) DP across DCs.*\\(b\\) PP across DCs.*\\(c\\) ATLAS.*\\(c\\*\\).*\\(d\\)"

@@ -4,15 +4,18 @@
 // table (inside the bubbles only, training slots untouched).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 
 #include "atlas/bubbletea/cost.hpp"
 #include "atlas/bubbletea/requests.hpp"
 #include "atlas/core/error.hpp"
 #include "atlas/deck/deck.hpp"
 #include "atlas/sched/schedule.hpp"
+#include "atlas/topo/layout.hpp"
 
 namespace atlas::bubbletea {
 namespace {
@@ -121,6 +124,56 @@ TEST(Trace, ShippedExampleTracesParse) {
     ++files;
   }
   EXPECT_GE(files, 1);
+}
+
+// predict_service (atlas simulate's request stream): FIFO through the Prefill slots, a request's
+// first token at the end of the slot that runs its last chunk, by hand for 3 requests of 2 chunks.
+TEST(ServicePrediction, FifoThroughThePrefillSlots) {
+  Config cfg;
+  cfg.bubbletea.requests = 3;
+  cfg.bubbletea.rate_per_s = 0;  // all arrive at t = 0
+  cfg.bubbletea.prompt_tokens_min = 20;
+  cfg.bubbletea.prompt_tokens_max = 20;
+  cfg.bubbletea.chunk_tokens = 16;  // 2 chunks each
+  cfg.bubbletea.context = 128;
+  cfg.bubbletea.vocab = 256;
+  cfg.bubbletea.max_new_tokens = 4;
+  const topo::Layout layout({1}, 1, 1);
+  sched::ScheduleTable t;
+  t.pp = t.dp = t.tp = 1;
+  t.stage_dc = {0};
+  t.step_ms = 10.0;
+  auto slot = [](sched::SlotKind k, double start, double dur) {
+    sched::Slot s;
+    s.kind = k;
+    s.start_ms = start;
+    s.duration_ms = dur;
+    s.tokens = k == sched::SlotKind::Prefill ? 16 : 0;
+    return s;
+  };
+  t.rows = {{slot(sched::SlotKind::Prefill, 0, 1), slot(sched::SlotKind::Forward, 1, 4),
+             slot(sched::SlotKind::Prefill, 5, 1), slot(sched::SlotKind::Backward, 6, 4)}};
+  const ServicePrediction all = predict_service(cfg, layout, t, 3);
+  EXPECT_EQ(all.arrived, 3);
+  EXPECT_EQ(all.served, 3);
+  EXPECT_DOUBLE_EQ(all.tokens_per_s, 60 / 0.030);
+  EXPECT_DOUBLE_EQ(all.ttft_p50_ms, 16.0);  // TTFTs 6, 16, 26 ms
+  EXPECT_DOUBLE_EQ(all.ttft_p99_ms, 26.0);
+  const ServicePrediction two = predict_service(cfg, layout, t, 2);
+  EXPECT_EQ(two.arrived, 3);
+  EXPECT_EQ(two.served, 2);
+  // From a trace: a request that arrives after a slot's start waits for the next slot.
+  const auto trace = std::filesystem::temp_directory_path() / ("atlas_service_" + std::to_string(::getpid()) + ".csv");
+  {
+    std::ofstream f(trace);
+    f << "arrival_s,prompt,max_new_tokens\n0.0,10,4\n0.0012,10,4\n";
+  }
+  cfg.bubbletea.trace = trace.string();
+  const ServicePrediction late = predict_service(cfg, layout, t, 1);
+  std::filesystem::remove(trace);
+  EXPECT_EQ(late.served, 2);
+  EXPECT_DOUBLE_EQ(late.ttft_p50_ms, 6.0 - 1.2);  // TTFTs 1 (slot [0, 1]) and 4.8 (slot [5, 6])
+  EXPECT_DOUBLE_EQ(late.ttft_p99_ms, 6.0 - 1.2);
 }
 
 TEST(Placement, PrefillSlotsFillOnlyTheBubbles) {

@@ -64,4 +64,18 @@ struct PrefillCost {
 /// pipeline sees every token of its DC), summed over the DCs, over the step time.
 [[nodiscard]] double predicted_prefill_tokens_per_s(const sched::ScheduleTable& table, const topo::Layout& layout);
 
+/// The request stream served by a table's Prefill slots over `steps` back-to-back steps: the
+/// deck's requests (load_requests: trace or generator) go FIFO to their DC; each Prefill slot of
+/// the DC's bottleneck row (the fewest prefill tokens a step) serves one chunk of the request at
+/// the head of the queue if it had arrived by the slot's start; a request's first token is at the
+/// end of the slot that runs its last chunk. Ignores the pass through the DC's other ranks (exact
+/// for one rank per DC). Place the slots with unlimited demand for the capacity.
+struct ServicePrediction {
+  int arrived = 0, served = 0;       ///< requests arrived within the steps / whose prefill ended
+  double tokens_per_s = 0.0;         ///< prompt tokens of the served requests over the steps' time
+  double ttft_p50_ms = 0.0, ttft_p99_ms = 0.0;
+};
+[[nodiscard]] ServicePrediction predict_service(const Config& cfg, const topo::Layout& layout,
+                                                const sched::ScheduleTable& table, int steps);
+
 }  // namespace atlas::bubbletea
