@@ -10,6 +10,11 @@ import csv
 import sys
 
 
+def by_latency(counter):
+    """A Counter keyed by latency (text) as a dict in ascending numeric order."""
+    return dict(sorted(counter.items(), key=lambda kv: int(kv[0])))
+
+
 def main(path):
     rows = list(csv.DictReader(open(path, encoding="utf-8")))
     f = lambda r, k: float(r[k])  # noqa: E731
@@ -58,14 +63,14 @@ def main(path):
     lat = collections.Counter(r["latency_ms"] for r in pb17)
     mod = collections.Counter(r["model"] for r in pb17)
     print(f"| (c\\*) planner over (b) | {min(pb):.2f}x | {max(pb):.1f}x | 17x reached at **{len(pb17)}** points "
-          f"(by latency: {dict(sorted(lat.items(), key=lambda kv: int(kv[0])))}; by model: {dict(mod)}) |")
+          f"(by latency: {by_latency(lat)}; by model: {dict(mod)}) |")
     print(f"| utilization (c) ATLAS | {100 * min(uc):.0f}% | {100 * max(uc):.0f}% | 94%: no; best "
           f"{100 * max(uc):.0f}% ({best_c['model']}, {best_c['dcs']} DCs, {best_c['latency_ms']} ms, dp {best_c['dp']}) |")
     dm = collections.Counter(r["model"] for r in d94)
     dl = collections.Counter(r["latency_ms"] for r in d94)
     print(f"| utilization (d) ATLAS + modelled BubbleTea | {100 * min(ud):.0f}% | {100 * max(ud):.0f}% | 94% reached "
           f"at **{len(d94)}** points (by model: {dict(dm)}; by latency: "
-          f"{dict(sorted(dl.items(), key=lambda kv: int(kv[0])))}) |")
+          f"{by_latency(dl)}) |")
 
 
 if __name__ == "__main__":

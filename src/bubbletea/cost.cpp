@@ -7,6 +7,8 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <utility>
+#include <vector>
 
 #include "atlas/bubbletea/requests.hpp"
 #include "atlas/core/check.hpp"
@@ -195,22 +197,31 @@ sched::PrefillPlan prefill_plan(const Config& cfg, const topo::Layout& layout, c
   return plan;
 }
 
+namespace {
+/// A DC's bottleneck row for prefill: the row of its stages and replicas with the fewest prompt
+/// tokens in Prefill slots per step (every rank of a DC's inference pipeline sees every token of
+/// its DC). Returns the row (null if the DC holds no stage) and its tokens.
+std::pair<const std::vector<sched::Slot>*, double> bottleneck_row(const sched::ScheduleTable& table,
+                                                                  const topo::Layout& layout, int dc) {
+  const std::vector<sched::Slot>* row = nullptr;
+  double fewest = 0.0;
+  for (int s = 0; s < layout.pp_size(); ++s) {
+    if (layout.dc_of_stage(s) != dc) continue;
+    for (int d = 0; d < layout.dp_size(); ++d) {
+      double tokens = 0.0;
+      for (const auto& slot : table.row(s, d))
+        if (slot.kind == sched::SlotKind::Prefill) tokens += slot.tokens;
+      if (row == nullptr || tokens < fewest) fewest = tokens, row = &table.row(s, d);
+    }
+  }
+  return {row, fewest};
+}
+}  // namespace
+
 double predicted_prefill_tokens_per_s(const sched::ScheduleTable& table, const topo::Layout& layout) {
   if (table.step_ms <= 0) return 0.0;
   double total = 0.0;
-  for (int dc = 0; dc < layout.dc_count(); ++dc) {
-    double fewest = -1.0;
-    for (int s = 0; s < layout.pp_size(); ++s) {
-      if (layout.dc_of_stage(s) != dc) continue;
-      for (int d = 0; d < layout.dp_size(); ++d) {
-        double tokens = 0;
-        for (const auto& slot : table.row(s, d))
-          if (slot.kind == sched::SlotKind::Prefill) tokens += slot.tokens;
-        fewest = fewest < 0 ? tokens : std::min(fewest, tokens);
-      }
-    }
-    if (fewest > 0) total += fewest;
-  }
+  for (int dc = 0; dc < layout.dc_count(); ++dc) total += bottleneck_row(table, layout, dc).second;
   return total / (table.step_ms / 1e3);
 }
 
@@ -224,18 +235,7 @@ ServicePrediction predict_service(const Config& cfg, const topo::Layout& layout,
   std::vector<double> ttft_ms;
   double tokens = 0.0;
   for (int dc = 0; dc < layout.dc_count(); ++dc) {
-    // The DC's bottleneck row: the fewest prefill tokens per step.
-    const std::vector<sched::Slot>* row = nullptr;
-    double fewest = -1.0;
-    for (int s = 0; s < layout.pp_size(); ++s) {
-      if (layout.dc_of_stage(s) != dc) continue;
-      for (int d = 0; d < layout.dp_size(); ++d) {
-        double t = 0.0;
-        for (const auto& sl : table.row(s, d))
-          if (sl.kind == sched::SlotKind::Prefill) t += sl.tokens;
-        if (fewest < 0 || t < fewest) fewest = t, row = &table.row(s, d);
-      }
-    }
+    const std::vector<sched::Slot>* row = bottleneck_row(table, layout, dc).first;
     std::vector<std::pair<double, double>> slots;  // (start, end) ms within a step
     if (row != nullptr)
       for (const auto& sl : *row)

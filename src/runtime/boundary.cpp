@@ -237,6 +237,28 @@ void Boundary::progress_local_sends() {
   for (auto& r : m_local_sends) (void)r.test();
 }
 
+bool Boundary::test_wan(wan::Handle& h) {
+  {
+    std::lock_guard lock(m_wan_mutex);
+    if (m_wan->test(h)) return true;
+  }
+  // Our rendezvous sends inside the DC move only while we call MPI, and their receiver may be
+  // what the WAN peer waits on.
+  progress_local_sends();
+  return false;
+}
+
+void Boundary::wait_wan(wan::Handle& h, const std::function<std::string()>& what) {
+  Backoff backoff(kMainMaxPollUs);
+  const auto start = Clock::now();
+  while (!test_wan(h)) {
+    if (std::chrono::duration<double>(Clock::now() - start).count() > m_timeout_s)
+      ATLAS_THROW(Comm, "step " << m_step << ": " << what() << " within " << m_timeout_s
+                                << " s\n  hint: the peer may have died; raise wan.recv_timeout_s if the link is slow");
+    backoff.pause();
+  }
+}
+
 void Boundary::exchange_sum(int peer, int tag, float* data, std::size_t count, bool i_am_first,
                             const WaitHook& while_waiting) {
   ATLAS_ASSERT(m_wan, "exchange_sum without a WAN transport");
@@ -253,49 +275,16 @@ void Boundary::exchange_sum(int peer, int tag, float* data, std::size_t count, b
     m_exchange_send = m_wan->isend(peer, tag, m_exchange_out.data(), count * sizeof(float));
   }
   m_exchange_peer = peer;
-  m_exchange_pending = true;
-  bool rd = false;
-  auto test = [&] {
-    {
-      std::lock_guard lock(m_wan_mutex);
-      if (!rd) rd = m_wan->test(r);
-    }
-    // Our rendezvous sends inside the DC move only while we call MPI, and their receiver may be
-    // what the partner's side of this exchange waits on.
-    if (!rd) progress_local_sends();
-    return rd;
-  };
-  if (while_waiting) while_waiting(test);
-  Backoff backoff(kMainMaxPollUs);
-  const auto start = Clock::now();
-  while (!test()) {
-    if (std::chrono::duration<double>(Clock::now() - start).count() > m_timeout_s)
-      ATLAS_THROW(Comm, "step " << m_step << ": the gradient exchange with rank " << peer << " did not finish within "
-                                << m_timeout_s << " s\n  hint: the peer may have died; raise wan.recv_timeout_s if "
-                                   "the link is slow");
-    backoff.pause();
-  }
+  if (while_waiting) while_waiting([&] { return test_wan(r); });
+  wait_wan(r, [peer] { return "the gradient exchange with rank " + std::to_string(peer) + " did not finish"; });
   for (std::size_t i = 0; i < count; ++i)
     data[i] = i_am_first ? data[i] + theirs[i] : theirs[i] + data[i];
 }
 
 void Boundary::finish_exchange_send() {
-  if (!m_exchange_pending) return;
-  Backoff backoff(kMainMaxPollUs);
-  const auto start = Clock::now();
-  while (true) {
-    {
-      std::lock_guard lock(m_wan_mutex);
-      if (m_wan->test(m_exchange_send)) break;
-    }
-    progress_local_sends();
-    if (std::chrono::duration<double>(Clock::now() - start).count() > m_timeout_s)
-      ATLAS_THROW(Comm, "step " << m_step << ": our half of the gradient exchange with rank " << m_exchange_peer
-                                << " was not acknowledged within " << m_timeout_s
-                                << " s\n  hint: the peer may have died; raise wan.recv_timeout_s if the link is slow");
-    backoff.pause();
-  }
-  m_exchange_pending = false;
+  wait_wan(m_exchange_send, [this] {
+    return "our half of the gradient exchange with rank " + std::to_string(m_exchange_peer) + " was not acknowledged";
+  });
 }
 
 void Boundary::send_token(int link, int pos, int to_dp) {

@@ -439,9 +439,11 @@ void Trainer::wait_bounded(mpi::Request& req, const std::function<std::string()>
 }
 
 double Trainer::step_loss() {
-  if (m_model->is_last() && m_me.tp == 0 && m_comms.world.rank() != 0)
+  if (m_comms.world.rank() != 0) {
+    // A null request (no loss to send from this rank) completes at once.
     wait_bounded(m_loss_send, [] { return std::string("sending the step's loss to rank 0"); });
-  if (m_comms.world.rank() != 0) return 0.0;
+    return 0.0;
+  }
   for (std::size_t k = 0; k < m_loss_recvs.size(); ++k)
     wait_bounded(m_loss_recvs[k], [&] {
       return "the step's loss from rank " + std::to_string(m_loss_from[k]) + " (the last pipeline stage)";

@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -109,6 +110,10 @@ class Boundary {
   void progress_local_sends();
   /// Waits (bounded by the timeout) until the partner acknowledged our half of the last exchange_sum.
   void finish_exchange_send();
+  /// Tests a WAN handle once (under the WAN lock); while it is pending, progresses our intra-DC sends.
+  bool test_wan(wan::Handle& h);
+  /// test_wan with back-off until `h` completes; after the timeout throws Comm "step N: what() within T s".
+  void wait_wan(wan::Handle& h, const std::function<std::string()>& what);
   void send_token(int link, int pos, int to_dp);
   [[nodiscard]] std::size_t index(sched::Flow flow, int micro) const {
     return static_cast<std::size_t>((flow == sched::Flow::Activation ? 0 : 1) * m_micro_batches + micro);
@@ -130,10 +135,9 @@ class Boundary {
   std::vector<RecvOp> m_recvs;
   std::vector<mpi::Request> m_local_sends;
   BoundaryStats m_stats;
-  // exchange_sum's half in flight until end_step (its completion is the partner's ack).
+  // exchange_sum's half in flight until end_step (its completion is the partner's ack; empty once done).
   std::vector<float> m_exchange_out;
   wan::Handle m_exchange_send{};
-  bool m_exchange_pending = false;
   int m_exchange_peer = -1;
 
   // ---- WAN sender thread ----
