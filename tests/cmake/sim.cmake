@@ -14,6 +14,10 @@ atlas_cli_test(cli_simulate_cpu "step_ms +[0-9.]+.*east -> west.*wrote .*sim_two
 atlas_cli_test(cli_simulate_bubbletea
                "BubbleTea \\(predicted\\).*east +0 +[0-9.]+ +[0-9.]+.*utilization +off [0-9.]+% -> on [0-9.]+%.*prefill +[0-9]+ prompt tokens/s.*requests +[0-9]+ of [0-9]+ arrived.*TTFT p50 [0-9.]+ ms, p99 [0-9.]+ ms"
                simulate inputs/bubbletea_wan.deck)
+atlas_cli_test(cli_simulate_bad_compute_scale "ERROR: --compute-scale needs a number > 0"
+               simulate inputs/default.deck --compute-scale -1)
+atlas_cli_test(cli_simulate_profile_too_big "ERROR: --profile/--trace: .* events .* is more than 5e\\+07; use fewer --steps"
+               simulate inputs/sim_gpt175b_4dc.deck --profile ${CMAKE_BINARY_DIR}/never_written.h5 --steps 1000)
 atlas_cli_test(cli_simulate_175b "4608 GPUs.*tokens_per_s" simulate inputs/sim_gpt175b_4dc.deck)
 atlas_cli_test(cli_simulate_compare "\\(a\\) DP across DCs.*\\(b\\) PP across DCs.*\\(c\\) ATLAS.*\\(c\\*\\).*\\(d\\)"
                simulate inputs/sim_two_dc_cpu.deck --compare)
