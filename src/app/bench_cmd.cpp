@@ -16,6 +16,7 @@
 #include "atlas/app/commands.hpp"
 #include "atlas/app/training_job.hpp"
 #include "atlas/deck/deck.hpp"
+#include "atlas/device/host_backend.hpp"
 #include "atlas/bubbletea/bench.hpp"
 #include "atlas/io/bench.hpp"
 #include "atlas/model/bench.hpp"
@@ -241,9 +242,9 @@ int bench_fidelity(Context& ctx) {
   // (scripts/wan/run_emulated.sh sets ATLAS_WAN_EMULATED=1), else loopback between the "DCs".
   const char* emu = std::getenv("ATLAS_WAN_EMULATED");
   const bool emulated = emu != nullptr && std::string(emu) == "1";
-  std::string table = fmt::format("# {:<34} {:>5} {:>12} {:>12} {:>7} {:>10} {:>10} {:>12} {:>7} {:>10} {:>9}\n",
-                                  "deck", "ranks", "measured_ms", "predicted_ms", "ratio", "meas_bub%", "pred_bub%",
-                                  "deck_wan_ms", "k", "cal_ms", "cal_ratio");
+  std::string table = fmt::format("# {:<30} {:>5} {:>11} {:>12} {:>6} {:>9} {:>11} {:>9} {:>9} {:>11} {:>5} {:>8} {:>9}\n",
+                                  "deck", "ranks", "measured_ms", "predicted_ms", "ratio", "fresh_ms", "fresh_ratio",
+                                  "meas_bub%", "pred_bub%", "deck_wan_ms", "k", "cal_ms", "cal_ratio");
   int ran = 0;
   for (const auto& path : decks) {
     Args one = args;
@@ -257,14 +258,33 @@ int bench_fidelity(Context& ctx) {
       continue;
     }
     const sim::Prediction deck_wan = sim::predict(cfg);
-    Config net = cfg;
-    if (!emulated) {
-      // Loopback: no WAN latency, and the "WAN" is as fast as the deck's intra-DC network.
-      std::fill(net.cluster.latency_ms.begin(), net.cluster.latency_ms.end(), 0.0);
-      for (std::size_t i = 0; i < net.cluster.bandwidth_gbps.size(); ++i)
-        if (net.cluster.bandwidth_gbps[i] > 0) net.cluster.bandwidth_gbps[i] = net.cluster.intra_bandwidth_gbps;
+    // The deck's table as it really runs here: its ranks share this host's cores, compute from the
+    // host profile (not the deck's fwd_ms_per_layer), the network in use.
+    sim::RunMachine here;
+    here.loopback_wan = !emulated;
+    here.host_backend = cfg.device.backend == Backend::Host;
+    if (here.host_backend) here.ranks_per_host = device::host_local_ranks();
+    const Config net = sim::machine_config(cfg, here);
+    const sim::Prediction p = sim::prediction(sim::simulate_on(cfg, net));
+    // A fresh profile of the deck's own block, timed by rank 0 alone just before the run (the
+    // others wait without spinning): this shared machine's speed drifts by tens of percent over
+    // minutes, the profile file was measured once. Host backend only.
+    double fresh_ms = 0.0;
+    if (here.host_backend) {
+      const sim::BlockShape shape{cfg.model.hidden, cfg.model.heads, cfg.model.seq_len, cfg.train.micro_batch_size,
+                                  cfg.parallel.tp_size};
+      std::vector<double> t(2, 0.0);
+      if (world.rank() == 0) {
+        const sim::BlockTiming b = model_block_timer(5, device::resolve_host_threads(cfg.device.threads))(shape);
+        t = {b.fwd_ms, b.bwd_ms};
+      }
+      mpi::Request done = world.iallreduce_sum(std::span<double>(t));
+      if (!done.wait_polling_for(600.0, 2000))
+        throw Error(ExitCode::Comm, "bench fidelity: the fresh block profile did not arrive from rank 0 in 600 s");
+      const sim::DeviceProfile fresh = sim::measure_device_profile(
+          [&](const sim::BlockShape&) { return sim::BlockTiming{t[0], t[1]}; }, {shape}, sim::resolve_device_profile(net));
+      fresh_ms = sim::simulate_on(cfg, net, fresh).step_ms;
     }
-    const sim::Prediction p = emulated ? deck_wan : sim::predict(net);
     const JobResult r = run_training_job(cfg, world, quiet);
     // Calibrated: the same simulation with every compute cost scaled by k, chosen so that the
     // simulated compute per step (mean over ranks) equals the run's. What remains of the error is
@@ -275,7 +295,7 @@ int bench_fidelity(Context& ctx) {
     for (int it = 0; it < 6; ++it) {
       sim::SimOptions o;
       o.compute_scale = k;
-      cal = sim::simulate(net, o);
+      cal = sim::simulate_on(cfg, net, o);
       double sim_compute = 0.0;
       for (const auto& u : cal.stages)
         sim_compute += u.compute_ms + cal.cost.optimizer_ms[static_cast<std::size_t>(u.stage)];
@@ -283,18 +303,25 @@ int bench_fidelity(Context& ctx) {
       if (sim_compute <= 0 || measured_compute_ms <= 0) break;
       k *= measured_compute_ms / sim_compute;
     }
-    table += fmt::format("  {:<34} {:>5} {:>12.1f} {:>12.1f} {:>7.3f} {:>10.1f} {:>10.1f} {:>12.1f} {:>7.2f} {:>10.1f} {:>9.3f}\n",
-                         path, world.size(), r.mean_step_s * 1e3, p.step_ms, r.mean_step_s * 1e3 / p.step_ms,
+    const double measured_ms = r.mean_step_s * 1e3;
+    const std::string fresh_cols = fresh_ms > 0 ? fmt::format("{:>9.1f} {:>11.3f}", fresh_ms, measured_ms / fresh_ms)
+                                                : fmt::format("{:>9} {:>11}", "-", "-");
+    table += fmt::format("  {:<30} {:>5} {:>11.1f} {:>12.1f} {:>6.3f} {} {:>9.1f} {:>9.1f} {:>11.1f} {:>5.2f} {:>8.1f} {:>9.3f}\n",
+                         path, world.size(), measured_ms, p.step_ms, measured_ms / p.step_ms, fresh_cols,
                          100 * r.measured_bubble, 100 * p.bubble_fraction, deck_wan.step_ms, k, cal.step_ms,
-                         r.mean_step_s * 1e3 / cal.step_ms);
+                         measured_ms / cal.step_ms);
     ++ran;
   }
   if (world.rank() == 0) {
     fmt::print("# atlas bench fidelity: each deck that fits {} ranks, run for real ({} timed steps) and simulated "
                "(sim::predict, profile of plan.gpu / plan.profiles)\n",
                world.size(), args.int_option("steps", 8) - 1);
-    fmt::print("# this host has {} hardware threads for {} ranks: compute per rank is shared when ranks > threads\n",
-               std::thread::hardware_concurrency(), world.size());
+    fmt::print("# predicted for this machine: on the host backend the {} ranks share {} hardware threads (processor "
+               "sharing) and compute comes from the host profile, not from the deck's schedule.fwd_ms_per_layer; "
+               "the table is the deck's own (the runtime's)\n",
+               device::host_local_ranks(), std::thread::hardware_concurrency());
+    fmt::print("# predicted_ms: compute from the profile file (plan.gpu); fresh_ms: from the deck's own block timed "
+               "by rank 0 alone just before its run (host backend)\n");
     fmt::print("# k = compute scale that makes the simulated compute per step equal the run's; cal_ms = the "
                "prediction with it (the schedule, network and synchronisation model alone)\n");
     fmt::print("# network: {}; deck_wan_ms = the prediction with the deck's WAN matrices\n",

@@ -462,6 +462,8 @@ std::string g_sched_note;  // what prepare_host_scheduling did (the run header p
 
 }  // namespace
 
+int host_local_ranks() { return local_ranks_from_env(); }
+
 std::string prepare_host_scheduling() {
   const char* force = std::getenv("ATLAS_SCHED_BATCH");
   const std::string mode = force ? force : "";

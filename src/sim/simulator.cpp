@@ -112,9 +112,12 @@ sched::ScheduleTable runtime_table(const Config& cfg, const topo::Layout& layout
   return sched::build_schedule(cost_model(cfg, layout, resolve_device_profile(cfg)), o);
 }
 
-SimResult simulate(const Config& cfg, const DeviceProfile& profile, const SimOptions& opt) {
-  const topo::Layout layout(cfg.parallel.stages_per_dc, cfg.parallel.dp_size, cfg.parallel.tp_size);
-  sched::CostModel cost = cost_model(cfg, layout, profile);
+namespace {
+// The table from `deck` (the runtime's, or a search), timed with the costs of `machine`.
+SimResult simulate_impl(const Config& deck, const Config& machine, const DeviceProfile& profile,
+                        const SimOptions& opt) {
+  const topo::Layout layout(deck.parallel.stages_per_dc, deck.parallel.dp_size, deck.parallel.tp_size);
+  sched::CostModel cost = cost_model(machine, layout, profile);
   ATLAS_ASSERT(opt.compute_scale > 0, "compute_scale must be positive");
   if (opt.compute_scale != 1.0)
     for (auto* v : {&cost.fwd_ms, &cost.bwd_ms, &cost.optimizer_ms})
@@ -122,27 +125,59 @@ SimResult simulate(const Config& cfg, const DeviceProfile& profile, const SimOpt
   SimResult r;
   if (opt.source == TableSource::Deck) {
     // The runtime's own table (its slot order and, for atlas, its frozen WAN link orders).
-    const sched::ScheduleTable deck_table = runtime_table(cfg, layout);
-    r = measure(sched::retime(deck_table, cost), cost, tokens_per_step(cfg));
+    const sched::ScheduleTable deck_table = runtime_table(deck, layout);
+    r = measure(sched::retime(deck_table, cost), cost, tokens_per_step(deck));
   } else {
     sched::ScheduleOptions o;
-    o.kind = cfg.schedule.kind;
-    o.micro_batches = cfg.train.micro_batches;
+    o.kind = deck.schedule.kind;
+    o.micro_batches = deck.train.micro_batches;
     o.full_search = opt.atlas_full_search;
-    if (cfg.schedule.atlas_max_stagger > 0) o.max_stagger_transfers = cfg.schedule.atlas_max_stagger;
-  o.fixed_slots = cfg.schedule.atlas_slots;
-    r = measure(sched::build_schedule(cost, o), cost, tokens_per_step(cfg));
+    if (deck.schedule.atlas_max_stagger > 0) o.max_stagger_transfers = deck.schedule.atlas_max_stagger;
+    o.fixed_slots = deck.schedule.atlas_slots;
+    r = measure(sched::build_schedule(cost, o), cost, tokens_per_step(deck));
   }
   r.profile_name = profile.name;
   return r;
+}
+}  // namespace
+
+SimResult simulate(const Config& cfg, const DeviceProfile& profile, const SimOptions& opt) {
+  return simulate_impl(cfg, cfg, profile, opt);
 }
 
 SimResult simulate(const Config& cfg, const SimOptions& opt) {
   return simulate(cfg, resolve_device_profile(cfg), opt);
 }
 
-Prediction predict(const Config& cfg) {
-  const SimResult r = simulate(cfg);
+SimResult simulate_on(const Config& deck, const Config& machine, const SimOptions& opt) {
+  return simulate_impl(deck, machine, resolve_device_profile(machine), opt);
+}
+
+SimResult simulate_on(const Config& deck, const Config& machine, const DeviceProfile& profile,
+                      const SimOptions& opt) {
+  return simulate_impl(deck, machine, profile, opt);
+}
+
+Config machine_config(const Config& deck, const RunMachine& m) {
+  Config c = deck;
+  if (m.loopback_wan) {
+    std::fill(c.cluster.latency_ms.begin(), c.cluster.latency_ms.end(), 0.0);
+    for (double& gbps : c.cluster.bandwidth_gbps)
+      if (gbps > 0) gbps = c.cluster.intra_bandwidth_gbps;
+  }
+  if (m.host_backend) {
+    c.plan.gpu = GpuKind::Host;
+    c.schedule.fwd_ms_per_layer = 0.0;
+    c.schedule.device_tflops = 0.0;
+  }
+  if (m.ranks_per_host > 0) {
+    c.cluster.ranks_per_host = m.ranks_per_host;
+    c.cluster.cores_per_host = m.cores_per_host;
+  }
+  return c;
+}
+
+Prediction prediction(const SimResult& r) {
   Prediction p;
   p.step_ms = r.step_ms;
   p.bubble_fraction = r.bubble_fraction;
@@ -154,6 +189,8 @@ Prediction predict(const Config& cfg) {
   p.profile_name = r.profile_name;
   return p;
 }
+
+Prediction predict(const Config& cfg) { return prediction(simulate(cfg)); }
 
 FillResult fill_bubbles(const sched::ScheduleTable& t, const sched::CostModel& cost, double tokens_per_micro,
                         int prefill_tokens, double guard_ms, bool fill_wan_waits) {

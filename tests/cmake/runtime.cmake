@@ -24,3 +24,10 @@ set_tests_properties(test_kill_restart PROPERTIES LABELS slow TIMEOUT 300 FIXTUR
 add_test(NAME test_bench_missing_deck
   COMMAND bash -c "out=$(${MPIEXEC_EXECUTABLE} -np 2 --oversubscribe $<TARGET_FILE:atlas> bench schedules /nonexistent.deck 2>&1); rc=$?; echo \"$out\"; [[ $rc -ne 0 ]] && grep -q \"cannot read deck '/nonexistent.deck'\" <<<\"$out\"")
 set_tests_properties(test_bench_missing_deck PROPERTIES LABELS mpi TIMEOUT 60 ENVIRONMENT "${ATLAS_MPIEXEC_ENV}")
+# atlas bench fidelity end to end on loopback: one deck run for real and simulated, one skipped
+# with the reason; the printed ratios are measured / predicted of the same row (file profile,
+# fresh block profile, calibrated).
+add_test(NAME test_bench_fidelity
+  COMMAND bash -c "out=$(${MPIEXEC_EXECUTABLE} -np 2 --oversubscribe $<TARGET_FILE:atlas> bench fidelity inputs/bubbletea_wan.deck inputs/default.deck --steps 4 2>&1) || exit 1; echo \"$out\"; grep -q 'default.deck *skipped: parallel layout needs' <<<\"$out\" && grep -q '^decks run: 1$' <<<\"$out\" && awk '$1 == \"inputs/bubbletea_wan.deck\" { ok = $3 > 0 && $4 > 0 && $6 > 0 && $12 > 0; ok = ok && ($3 / $4 - $5)^2 < 1e-5 && ($3 / $6 - $7)^2 < 1e-5 && ($3 / $12 - $13)^2 < 1e-5; found = 1 } END { exit !(found && ok) }' <<<\"$out\"")
+set_tests_properties(test_bench_fidelity PROPERTIES LABELS mpi TIMEOUT 120 WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
+  ENVIRONMENT "${ATLAS_MPIEXEC_ENV}")

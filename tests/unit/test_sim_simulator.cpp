@@ -221,6 +221,47 @@ TEST(SimDeck, ComputeScaleMultipliesComputeOnly) {
   EXPECT_LT(more.step_ms, 2.5 * one.step_ms);  // the WAN part did not grow
 }
 
+// `atlas bench fidelity` predicts a deck as it really runs here: the deck's (the runtime's) table,
+// timed with the machine's costs: loopback WAN, host-profile compute instead of the deck's
+// fwd_ms_per_layer, 8 ranks on 2 cores.
+TEST(SimDeck, SimulateOnKeepsTheDecksTableAndTakesTheMachinesCosts) {
+  const Config cfg = deck(std::string(kTwoDc) + "schedule.kind = atlas\n");
+  RunMachine here;
+  here.loopback_wan = true;
+  here.host_backend = true;
+  here.ranks_per_host = 8;
+  here.cores_per_host = 2;
+  const Config machine = machine_config(cfg, here);
+  EXPECT_EQ(machine.cluster.latency_ms, std::vector<double>({0, 0, 0, 0}));
+  EXPECT_EQ(machine.cluster.bandwidth_gbps, std::vector<double>({0, 80, 80, 0}));
+  EXPECT_EQ(machine.schedule.fwd_ms_per_layer, 0.0);
+  EXPECT_EQ(machine.cluster.ranks_per_host, 8);
+
+  const topo::Layout layout(cfg.parallel.stages_per_dc, cfg.parallel.dp_size, cfg.parallel.tp_size);
+  const SimResult r = simulate_on(cfg, machine);
+  EXPECT_EQ(r.table.structure_hash(), runtime_table(cfg, layout).structure_hash());
+  const DeviceProfile host = resolve_device_profile(machine);
+  const BlockCost block = block_cost(machine, 1, host);
+  EXPECT_NE(block.fwd_ms, 2.0);  // the host profile's time, not the deck's 2 ms
+  EXPECT_DOUBLE_EQ(r.cost.fwd_ms[0], 2 * block.fwd_ms);
+  EXPECT_DOUBLE_EQ(r.cost.fwd_ms[1], 2 * block.fwd_ms + block.head_fwd_ms);
+  EXPECT_DOUBLE_EQ(r.cost.link(0, 1).latency_ms, 0.0);
+  EXPECT_EQ(r.cost.ranks_per_host, 8);
+  EXPECT_DOUBLE_EQ(r.cost.cores_per_host, 2.0);
+
+  // The same machine with a core per rank: the shared host's compute slots take longer (8 ranks
+  // on 2 cores: at most 4x when all compute at once), the work is the same.
+  RunMachine own = here;
+  own.ranks_per_host = 0;
+  const SimResult alone = simulate_on(cfg, machine_config(cfg, own));
+  EXPECT_EQ(alone.cost.fwd_ms, r.cost.fwd_ms);
+  for (std::size_t s = 0; s < r.stages.size(); ++s) {
+    EXPECT_GT(r.stages[s].compute_ms, 1.5 * alone.stages[s].compute_ms) << "stage " << s;
+    EXPECT_LE(r.stages[s].compute_ms, 4.0 * alone.stages[s].compute_ms + 1e-9) << "stage " << s;
+  }
+  EXPECT_GT(r.step_ms, alone.step_ms);
+}
+
 TEST(SimDeck, WanBytesAndTokensMatchTheDeck) {
   const Config cfg = deck(std::string(kTwoDc) + "schedule.kind = 1f1b\n");
   const SimResult r = simulate(cfg);

@@ -11,6 +11,7 @@
 
 #include "atlas/deck/config.hpp"
 #include "atlas/mpi/comm.hpp"
+#include "atlas/sim/measure.hpp"
 
 namespace atlas::app {
 
@@ -47,6 +48,10 @@ std::string deck_path(const Args& args, const char* command);
 /// Parses and validates a deck for a one-process command (plan, schedule, simulate): the
 /// world-size check is skipped because the deck describes a job, not this process.
 Config load_offline_deck(const std::string& path, const std::vector<std::string>& overrides);
+
+/// Times the real model's transformer block (forward, backward) on the host backend with
+/// `threads` threads: the median of `repeats` after a warm-up (atlas profile --timer model).
+sim::BlockTimer model_block_timer(int repeats, int threads);
 
 /// True if this binary carries the CUDA backend.
 bool cuda_built();

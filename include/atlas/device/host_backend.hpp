@@ -14,6 +14,10 @@ namespace atlas::device {
 /// (OMPI_COMM_WORLD_LOCAL_SIZE, 1 if unset), at least 1.
 [[nodiscard]] int resolve_host_threads(int requested);
 
+/// Ranks that share this machine's cores: ATLAS_HOST_RANKS (set by scripts/wan/run_emulated.sh,
+/// whose namespaces Open MPI counts as nodes of their own), else the MPI node-local size, else 1.
+[[nodiscard]] int host_local_ranks();
+
 /// Call first in main, before MPI or any thread starts. When more ranks share this machine than
 /// it has hardware threads (ATLAS_HOST_RANKS, else the MPI node-local size), the process switches
 /// to SCHED_BATCH: a rank waking from a poll then no longer preempts a rank that computes (measured

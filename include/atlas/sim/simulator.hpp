@@ -76,6 +76,12 @@ sched::ScheduleTable runtime_table(const Config& cfg, const topo::Layout& layout
 SimResult simulate(const Config& cfg, const SimOptions& opt = {});
 /// Same, with an explicit profile.
 SimResult simulate(const Config& cfg, const DeviceProfile& profile, const SimOptions& opt);
+/// The deck's table (the runtime's, built from `deck`) timed with the costs of `machine`: the same
+/// deck as it really runs somewhere else (machine_config), for `atlas bench fidelity`.
+SimResult simulate_on(const Config& deck, const Config& machine, const SimOptions& opt = {});
+/// Same, with an explicit profile for the machine.
+SimResult simulate_on(const Config& deck, const Config& machine, const DeviceProfile& profile,
+                      const SimOptions& opt = {});
 /// Builds and times a table straight from a cost model (tests, planner, designs).
 SimResult simulate(const sched::CostModel& cost, ScheduleKind kind, int micro_batches,
                    double tokens_per_step, bool atlas_full_search = true);
@@ -94,6 +100,20 @@ struct Prediction {
 
 /// The simulator half of `atlas bench fidelity`: the deck's own table re-timed by the simulator.
 Prediction predict(const Config& cfg);
+/// The prediction of a SimResult (simulate, simulate_on).
+Prediction prediction(const SimResult& r);
+
+/// Where a deck's job really runs when it is not what the deck describes: `atlas bench fidelity`
+/// runs every example deck on one CPU host, inside the emulated WAN or on loopback.
+struct RunMachine {
+  bool loopback_wan = false;  ///< DCs joined by loopback: 0 ms latency, the intra-DC bandwidth
+  bool host_backend = false;  ///< CPU ranks: compute from the host profile (plan.gpu = host), not
+                              ///< the deck's schedule.fwd_ms_per_layer / device_tflops
+  int ranks_per_host = 0;     ///< > 0: this many ranks share one host's cores
+  double cores_per_host = 0;  ///< those cores (0 = this machine's hardware threads)
+};
+/// The deck with its cluster, device and compute keys replaced by the machine's (for simulate_on).
+Config machine_config(const Config& deck, const RunMachine& machine);
 
 /// BubbleTea's utilization at scale, modelled: every Idle slot of the table is filled with whole
 /// prefills of `prefill_tokens` tokens that fit in it after `guard_ms`; a prefill on stage s takes
