@@ -131,9 +131,10 @@ void load_checkpoint(const mpi::Comm& world, const std::string& path, InferenceM
 // ---- report serialisation (gathered as text; doubles print round-trip exact) ----
 
 std::string serialize(const RankStats& s) {
-  return fmt::format("R {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}\n", s.world_rank,
-                     s.dc, s.dc_rank, s.first_layer, s.layers, s.steps, s.wall_s, s.compute_s, s.comm_s, s.idle_s,
-                     s.prefill_s, s.offered_s, s.allowed_s, s.overrun_s, s.overruns, s.fill_calls, s.chunks, s.tokens,
+  return fmt::format("R {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}\n",
+                     s.world_rank, s.dc, s.dc_rank, s.first_layer, s.layers, s.steps, s.wall_s, s.compute_s, s.comm_s,
+                     s.idle_s, s.prefill_s, s.offered_s, s.allowed_s, s.overrun_s, s.overruns, s.fill_calls,
+                     s.unplanned_fills, s.unplanned_budget_s, s.unplanned_prefill_s, s.chunks, s.tokens,
                      s.weight_bytes, s.peak_bytes, s.cost_per_token_ms, s.cost_fixed_ms, s.cost_scale, s.queue_mean,
                      s.queue_max, s.queue_final);
 }
@@ -153,7 +154,8 @@ void parse_into(const std::string& text, std::vector<RankStats>& ranks, std::map
     if (tag == "R") {
       RankStats s;
       in >> s.world_rank >> s.dc >> s.dc_rank >> s.first_layer >> s.layers >> s.steps >> s.wall_s >> s.compute_s >>
-          s.comm_s >> s.idle_s >> s.prefill_s >> s.offered_s >> s.allowed_s >> s.overrun_s >> s.overruns >> s.fill_calls >> s.chunks >>
+          s.comm_s >> s.idle_s >> s.prefill_s >> s.offered_s >> s.allowed_s >> s.overrun_s >> s.overruns >> s.fill_calls >>
+          s.unplanned_fills >> s.unplanned_budget_s >> s.unplanned_prefill_s >> s.chunks >>
           s.tokens >> s.weight_bytes >> s.peak_bytes >> s.cost_per_token_ms >> s.cost_fixed_ms >> s.cost_scale >>
           s.queue_mean >> s.queue_max >> s.queue_final;
       ranks.push_back(s);
@@ -407,14 +409,21 @@ std::pair<double, std::int64_t> Service::fill(int step, const sched::Slot& slot,
   if (!m_started_clock) start();
   const double t_enter = m_profiler.now();
   const double guard_ms = m_cfg.bubbletea.guard_ms;
-  learn_from_last_bubble();
+  // A receive slot is a wait the table did not plan (bubbletea.fill_recv_waits): the runtime's
+  // budget is already a learned lower bound, filled as it is (no stretch, no allowance), and the
+  // bubble before it (if any) has not been measured yet.
+  const bool unplanned = sched::is_recv(slot.kind);
+  if (!unplanned) learn_from_last_bubble();
   // This bubble's allowance: the table's budget, or less once learned.
   double allowed_s = budget_s;
   const int index = m_row && &slot >= m_row->data() && &slot < m_row->data() + m_row->size()
                         ? static_cast<int>(&slot - m_row->data())
                         : -1;
-  const bool watched = m_cfg.bubbletea.watch_recv && ended != nullptr && *ended;
-  if (watched) {
+  const bool watched = (unplanned || m_cfg.bubbletea.watch_recv) && ended != nullptr && *ended;
+  if (unplanned) {
+    ++m_stats.unplanned_fills;
+    m_stats.unplanned_budget_s += budget_s;
+  } else if (watched) {
     // The receive that ends the bubble is tested before every chunk: fill until it arrives.
     allowed_s = budget_s * m_cfg.bubbletea.max_stretch;
   } else if (index >= 0 && m_profiler.enabled()) {
@@ -424,8 +433,10 @@ std::pair<double, std::int64_t> Service::fill(int step, const sched::Slot& slot,
   }
   const double deadline = t_enter + allowed_s;
   ++m_stats.fill_calls;
-  m_stats.offered_s += budget_s;
-  m_stats.allowed_s += watched ? budget_s : allowed_s;  // a watched bubble has no learned allowance
+  if (!unplanned) {
+    m_stats.offered_s += budget_s;
+    m_stats.allowed_s += watched ? budget_s : allowed_s;  // a watched bubble has no learned allowance
+  }
   poll();
   if (m_index == 0) {
     admit_arrivals(job_now());
@@ -452,6 +463,7 @@ std::pair<double, std::int64_t> Service::fill(int step, const sched::Slot& slot,
     poll();
   }
   if (m_last.pending) m_last.spent_s = m_profiler.now() - t_enter;
+  if (unplanned) m_stats.unplanned_prefill_s += work;
   return {work, tokens};
 }
 

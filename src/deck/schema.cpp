@@ -415,6 +415,10 @@ void build(Schema& schema) {
       .help("also fill the WAN round trips inside training slots (the tied-embedding gradient sum "
             "between DCs in AllReduce, the gradient-norm sum across DCs in Optimizer), testing the "
             "sum before every chunk and stopping when it is done");
+  b.field("bubbletea.fill_recv_waits", &C::bubbletea, &BubbleTeaCfg::fill_recv_waits).def("true")
+      .help("also fill receives the table expected to find done but that wait (no bubble before "
+            "them, or a bubble shorter than the real wait): watched, within the shortest wait of "
+            "that slot over the last 8 steps, so a receive that is sometimes on time is never filled");
   b.field("bubbletea.max_stretch", &C::bubbletea, &BubbleTeaCfg::max_stretch).def("1").min(1).max(100)
       .help("a bubble may be filled up to this times the table's prediction: while its receive "
             "has not arrived (watch_recv) or as a learned allowance (1 = never beyond the table)");

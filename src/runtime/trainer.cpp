@@ -19,6 +19,8 @@ namespace atlas::runtime {
 namespace {
 
 constexpr int kLossTag = 7001;
+/// fill_recv_wait learns a receive slot's budget from its waits over this many steps.
+constexpr std::size_t kRecvWaitWindow = 8;
 constexpr int kEvalTagBase = 300000;
 
 /// Runs `f`; if it throws ConfigError on some ranks, every rank throws one (collective verdict).
@@ -195,6 +197,7 @@ StepReport Trainer::train_step(int step) {
       }
       case SlotKind::WanRecv:
       case SlotKind::LocalRecv: {
+        if (m_filler != nullptr && m_cfg.bubbletea.fill_recv_waits) spent_prefill = fill_recv_wait(step, slot, i, r);
         m_boundary->wait_recv(slot);
         device::Buffer& dst = slot.flow == sched::Flow::Activation ? m_act_in[micro] : m_grad_out[micro];
         m_backend.upload(dst.data(), m_boundary->recv_buffer(slot.flow, slot.micro), dst.bytes());
@@ -333,6 +336,42 @@ void Trainer::finish_buckets() {
   }
   m_open = 0;
   m_packed_params = 0;
+}
+
+double Trainer::fill_recv_wait(int step, const sched::Slot& slot, std::size_t index, StepReport& r) {
+  const double t0 = m_profiler.now();
+  std::deque<double>& waits = m_recv_waits[index];
+  double spent = 0.0;
+  bool arrived_in_fill = false;
+  double last_pending = t0;  // the last test that found the data not yet in
+  if (!m_boundary->test_recv(slot)) {
+    // Training first: the budget is the shortest wait of the last steps (0 until there are
+    // kRecvWaitWindow of them), so a receive that is sometimes on time is never filled, and a
+    // chunk that fits it ends before the data comes unless this wait is the shortest yet.
+    const double budget = waits.size() == kRecvWaitWindow ? *std::min_element(waits.begin(), waits.end()) : 0.0;
+    if (budget > 0.0) {
+      const std::function<bool()> ended = [&] {
+        if (m_boundary->test_recv(slot)) return arrived_in_fill = true;
+        last_pending = m_profiler.now();
+        return false;
+      };
+      const auto [s, tokens] = m_filler->fill(step, slot, budget, &ended);
+      spent = s;
+      r.prefill_tokens += tokens;
+    }
+  }
+  // This step's wait, for the next steps' budget: when the fill saw the data, it came after the
+  // last "not yet" (a lower bound: a chunk may have run past it); otherwise wait_recv polls.
+  double wait = 0.0;
+  if (arrived_in_fill) {
+    wait = last_pending - t0;
+  } else {
+    m_boundary->wait_recv(slot);
+    wait = m_profiler.now() - t0;
+  }
+  waits.push_back(wait);
+  if (waits.size() > kRecvWaitWindow) waits.pop_front();
+  return spent;
 }
 
 Boundary::WaitHook Trainer::wan_wait_filler(int step, const sched::Slot& slot, double budget_s, double& spent_prefill,

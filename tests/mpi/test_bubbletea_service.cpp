@@ -280,11 +280,19 @@ TEST(BubbleTeaService, TrainingLossesAreBitwiseUnchanged) {
 // Optimizer) with a test that ends them. A filler that spins on that test until it says done
 // proves the test makes progress; the losses stay bitwise those of a run without a filler.
 struct WaitRecorder : runtime::BubbleFiller {
+  struct RecvFill {
+    int step, index;
+    double budget_s;
+  };
   std::map<sched::SlotKind, int> watched;  ///< fill calls with a test, by slot kind
+  std::vector<RecvFill> recv_fills;        ///< receives handed over (bubbletea.fill_recv_waits)
+  const std::vector<sched::Slot>* row = nullptr;  ///< this rank's row of the table
   int spins = 0;
-  std::pair<double, std::int64_t> fill(int, const sched::Slot& slot, double, const std::function<bool()>* ended) override {
+  std::pair<double, std::int64_t> fill(int step, const sched::Slot& slot, double budget_s,
+                                       const std::function<bool()>* ended) override {
     if (ended == nullptr || slot.kind == sched::SlotKind::Idle) return {0.0, 0};
     ++watched[slot.kind];
+    if (sched::is_recv(slot.kind)) recv_fills.push_back({step, static_cast<int>(&slot - row->data()), budget_s});
     const auto t0 = std::chrono::steady_clock::now();
     while (!(*ended)()) {
       ++spins;
@@ -298,21 +306,34 @@ struct WaitRecorder : runtime::BubbleFiller {
   }
 };
 
-std::pair<std::vector<double>, WaitRecorder> train_with_recorder(const Config& cfg, const mpi::Comm& world, bool filler) {
+struct RecordedRun {
+  std::vector<double> losses;
+  WaitRecorder rec;
+  std::vector<runtime::SlotEvent> events;  ///< this rank's slots (when `profile`)
+};
+
+RecordedRun run_with_recorder(const Config& cfg, const mpi::Comm& world, bool filler, bool profile) {
   const topo::Layout layout(world.size(), cfg.parallel);
   const topo::Communicators comms = topo::Communicators::create(world, layout);
   const topo::Coord me = layout.coord(comms.world.rank());
   auto backend = device::make_backend(cfg.device);
   const sched::ScheduleTable table = sched::build_schedule(cfg, layout);
   auto wan = wan::make_transport(cfg.wan, cfg.cluster, comms.world, me.dc, layout.wan_peers(me));
-  runtime::Profiler profiler(false, comms.world.rank(), 0);
+  runtime::Profiler profiler(profile, comms.world.rank(), 0);
   runtime::Trainer trainer(cfg, layout, comms, table, wan.get(), *backend, profiler);
-  WaitRecorder rec;
-  if (filler) trainer.set_bubble_filler(&rec);
-  std::vector<double> losses;
+  RecordedRun run;
+  run.rec.row = &table.row(me.stage, me.dp);
+  if (filler) trainer.set_bubble_filler(&run.rec);
   for (int s = 0; s < cfg.run.steps; ++s)
-    losses.push_back(comms.world.allreduce(trainer.train_step(s).loss, MPI_SUM));
-  return {losses, rec};
+    run.losses.push_back(comms.world.allreduce(trainer.train_step(s).loss, MPI_SUM));
+  run.rec.row = nullptr;
+  run.events = profiler.events();
+  return run;
+}
+
+std::pair<std::vector<double>, WaitRecorder> train_with_recorder(const Config& cfg, const mpi::Comm& world, bool filler) {
+  RecordedRun run = run_with_recorder(cfg, world, filler, false);
+  return {std::move(run.losses), std::move(run.rec)};
 }
 
 TEST(BubbleTeaService, WanWaitsInTrainingSlotsAreHandedToTheFiller) {
@@ -337,6 +358,49 @@ TEST(BubbleTeaService, WanWaitsInTrainingSlotsAreHandedToTheFiller) {
   const auto [off_losses, off] = train_with_recorder(make_cfg(world, {"bubbletea.fill_wan_waits=false"}), world, true);
   EXPECT_EQ(off_losses, plain);
   EXPECT_EQ(off.watched.count(sched::SlotKind::Optimizer) + off.watched.count(sched::SlotKind::AllReduce), 0U);
+}
+
+// bubbletea.fill_recv_waits: a receive that waits although the table planned no bubble right
+// before it (here every receive: the recorder leaves the Idle slots empty) is handed to the filler
+// once the slot has 8 steps of history, with the shortest of those 8 waits as its budget (each
+// wait measured from the slot's start to the data's arrival, so at most the slot's recorded
+// length); the losses stay bitwise those of a run without a filler.
+TEST(BubbleTeaService, ReceiveWaitsAreFilledWithinTheShortestRecentWait) {
+  const mpi::Comm world = mpi::Comm::world();
+  const Config cfg = make_cfg(world, {"run.steps=12"});
+  const topo::Layout layout(world.size(), cfg.parallel);
+  const topo::Coord me = layout.coord(world.rank());
+  const RecordedRun plain = run_with_recorder(cfg, world, false, true);
+  const RecordedRun filled = run_with_recorder(cfg, world, true, true);
+  EXPECT_EQ(plain.losses, filled.losses);  // bitwise
+  if (me.stage > 0) {
+    // Every step starts with the first activation still being computed upstream: a wait.
+    EXPECT_FALSE(filled.rec.recv_fills.empty()) << "no receive wait was handed to the filler";
+  }
+  int checked = 0;
+  for (const auto& f : filled.rec.recv_fills) {
+    EXPECT_GE(f.step, 8) << "a receive filled before it had 8 steps of history";
+    EXPECT_GT(f.budget_s, 0.0);
+    if (f.step != 8) continue;
+    double shortest = 1e9;
+    int seen = 0;
+    for (const auto& e : filled.events)
+      if (e.step >= 0 && e.step < 8 && e.slot_index == f.index) {
+        shortest = std::min(shortest, e.end_s - e.start_s);
+        ++seen;
+      }
+    ASSERT_EQ(seen, 8) << "slot " << f.index;
+    EXPECT_LE(f.budget_s, shortest + 1e-9) << "slot " << f.index;
+    EXPECT_GT(f.budget_s, shortest - 2e-3) << "slot " << f.index;
+    ++checked;
+  }
+  if (me.stage > 0) {
+    EXPECT_GT(checked, 0);
+  }
+  const RecordedRun off = run_with_recorder(make_cfg(world, {"run.steps=12", "bubbletea.fill_recv_waits=false"}),
+                                            world, true, false);
+  EXPECT_EQ(off.losses, plain.losses);
+  EXPECT_TRUE(off.rec.recv_fills.empty());
 }
 
 // An overload (a backlog far beyond what the bubbles hold) queues: the bubbles are used, each one

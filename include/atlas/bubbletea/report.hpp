@@ -49,6 +49,9 @@ struct RankStats {
   double overrun_s = 0.0;         ///< time past a bubble's budget (0 = never delayed training)
   std::int64_t overruns = 0;      ///< chunks that ended past their bubble's budget
   std::int64_t fill_calls = 0;
+  std::int64_t unplanned_fills = 0;  ///< receives waiting outside bubbles that were filled (fill_recv_waits)
+  double unplanned_budget_s = 0.0;   ///< their learned budgets, summed
+  double unplanned_prefill_s = 0.0;  ///< prefill work inside them (part of prefill_s)
   std::int64_t chunks = 0;
   std::int64_t tokens = 0;        ///< prompt tokens through this rank's layers
   std::uint64_t weight_bytes = 0;

@@ -154,6 +154,7 @@ struct BubbleTeaCfg {
   int max_new_tokens = 8;           ///< bubbletea.max_new_tokens
   double guard_ms = 0.5;            ///< bubbletea.guard_ms: safety margin per admission
   bool watch_recv = true;           ///< bubbletea.watch_recv: stop a bubble when its receive arrives
+  bool fill_recv_waits = true;      ///< bubbletea.fill_recv_waits: also fill receives that wait outside bubbles
   bool fill_wan_waits = true;       ///< bubbletea.fill_wan_waits: also fill the WAN waits of AllReduce/Optimizer
   double max_stretch = 1.0;         ///< bubbletea.max_stretch: a bubble is filled <= this x budget
   std::uint64_t kv_cap_bytes = 0;   ///< bubbletea.kv_cap_bytes: KV-cache memory cap per rank

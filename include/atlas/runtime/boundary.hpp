@@ -54,6 +54,7 @@ class Boundary {
   /// atlas::Error (Comm) naming the peer after the receive timeout.
   void wait_recv(const sched::Slot& slot);
   /// True once the tensor of `slot` has arrived (a non-blocking test; never throws a timeout).
+  /// Keeps this rank's pending intra-DC sends moving while it says false.
   [[nodiscard]] bool test_recv(const sched::Slot& slot);
   /// Posts the tensor in send_buffer() for `slot` (a LocalSend/WanSend). WAN sends go to the
   /// sender thread, which honours the link order; local sends are MPI isends. Returns at once.

@@ -6,7 +6,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -101,6 +103,10 @@ class Trainer {
   /// until the wait's test says done, adding the seconds to `spent_prefill`; empty when off.
   Boundary::WaitHook wan_wait_filler(int step, const sched::Slot& slot, double budget_s, double& spent_prefill,
                                      StepReport& r);
+  /// BubbleTea in a receive that waits where the table planned no bubble (bubbletea.fill_recv_waits):
+  /// watched, within the shortest wait of row slot `index` over its last kRecvWaitWindow steps.
+  /// Returns the seconds of prefill; records this step's wait for the next.
+  double fill_recv_wait(int step, const sched::Slot& slot, std::size_t index, StepReport& r);
   /// `fill`, when set, gets the WAN waits inside the slot (BubbleTea: bubbletea.fill_wan_waits).
   void all_reduce_gradients(const Boundary::WaitHook& fill);
   /// Global gradient norm (a sum over m_replica), clipping, AdamW. `wait_s` = the sum's wait.
@@ -124,6 +130,8 @@ class Trainer {
   bool m_replica_spans_dcs = false;  ///< m_replica's sum crosses the WAN (the pipeline spans DCs)
   double m_embed_wait_s = 0.0;       ///< predicted WAN wait of the tied-embedding exchange (0: none)
   double m_norm_wait_s = 0.0;        ///< predicted WAN wait of the gradient-norm sum
+  /// Per receive slot of this rank's row: its waits over the last steps (fill_recv_wait).
+  std::map<std::size_t, std::deque<double>> m_recv_waits;
   std::unique_ptr<model::Collective> m_tp;  ///< sums over tp_comm (MPI on host, NCCL on CUDA)
   std::unique_ptr<model::Collective> m_dp;  ///< sums over dp_comm (gradients), dp > 1 only
   std::unique_ptr<model::StageModel> m_model;
