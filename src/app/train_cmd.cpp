@@ -113,6 +113,7 @@ JobResult run_training_job(const Config& cfg, const mpi::Comm& world, const JobO
   out.columns();
   for (int step = start_step; step < cfg.run.steps; ++step) {
     runtime::maybe_inject_kill("ATLAS_FAULT_KILL", comms.world.rank(), step, !cfg.run.resume.empty());
+    runtime::maybe_inject_hang("ATLAS_FAULT_HANG", comms.world.rank(), step, !cfg.run.resume.empty());
     const runtime::StepReport rep = trainer.train_step(step);
     if (bubbletea) bubbletea->after_step(rep);
     const bool last = step + 1 == cfg.run.steps;

@@ -144,7 +144,8 @@ void Boundary::wait_recv(const sched::Slot& slot) {
                                 << " of micro-batch " << slot.micro << " from rank " << op.peer << " (stage "
                                 << peer.stage << ", dc " << peer.dc << ") after " << m_timeout_s
                                 << " s over " << (op.wan ? "the WAN transport" : "MPI")
-                                << "\n  hint: the peer may have died; raise wan.recv_timeout_s if the link is slow");
+                                << "\n  hint: the peer may have died or hung, or be waiting itself on a rank upstream (the "
+                                   "other ranks' errors name it); raise wan.recv_timeout_s if the link is slow");
     }
     backoff.pause();
   }

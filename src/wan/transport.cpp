@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <exception>
 #include <set>
 
 #include <fmt/format.h>
@@ -29,7 +30,8 @@ Handle& Handle::operator=(Handle&& o) noexcept {
 Handle::~Handle() { warn_if_pending(); }
 
 void Handle::warn_if_pending() const noexcept {
-  if (m_op && m_op->state() == detail::OpState::Pending) {
+  // While an error unwinds the job, pending operations are expected (the error says why).
+  if (m_op && m_op->state() == detail::OpState::Pending && std::uncaught_exceptions() == 0) {
     try {
       log::error("wan::Handle ({} peer {}, tag {}) destroyed while pending: a missing wait (a bug); "
                  "the transport may still use its buffer",

@@ -19,6 +19,11 @@ add_test(NAME test_kill_restart
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/launch/test_kill_restart.sh ${PROJECT_SOURCE_DIR} $<TARGET_FILE:atlas>)
 set_tests_properties(test_kill_restart PROPERTIES LABELS slow TIMEOUT 300 FIXTURES_REQUIRED brown_corpus
   PROCESSORS 2)
+# A silent peer (alive, not answering) is named by the ranks waiting on it within
+# wan.recv_timeout_s, and the job ends with the earlier steps' metrics kept.
+add_test(NAME test_peer_hang
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/launch/test_peer_hang.sh ${PROJECT_SOURCE_DIR} $<TARGET_FILE:atlas>)
+set_tests_properties(test_peer_hang PROPERTIES LABELS mpi TIMEOUT 300 FIXTURES_REQUIRED brown_corpus PROCESSORS 2)
 # A benchmark given a missing deck fails on every rank with the config exit code (no rank waits
 # for a broadcast that never comes).
 add_test(NAME test_bench_missing_deck

@@ -5,6 +5,9 @@
 //   ATLAS_FAULT_KILL=RANK:STEP        world rank RANK dies at the start of step STEP
 //   ATLAS_FAULT_KILL_IN_CKPT=RANK:STEP  world rank RANK dies while writing the checkpoint of
 //                                     step STEP: after the .tmp file is complete, before rename
+//   ATLAS_FAULT_HANG=RANK:STEP        world rank RANK stops at the start of step STEP and sleeps
+//                                     until it is killed (a stuck or cut-off peer: the others
+//                                     must give up within wan.recv_timeout_s, naming it)
 #pragma once
 
 #include <string>
@@ -14,5 +17,8 @@ namespace atlas::runtime {
 /// Dies (SIGKILL, after a line on stderr) if `var` names this rank and `step` and the run is
 /// fresh (`resumed` false). A malformed value is a ConfigError naming the variable.
 void maybe_inject_kill(const char* var, int world_rank, int step, bool resumed);
+/// Sleeps until killed (after a line on stderr) if `var` names this rank and `step` and the run
+/// is fresh. A malformed value is a ConfigError naming the variable.
+void maybe_inject_hang(const char* var, int world_rank, int step, bool resumed);
 
 }  // namespace atlas::runtime

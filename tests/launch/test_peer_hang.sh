@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# A peer that stops answering (ATLAS_FAULT_HANG: a stuck or cut-off rank, alive but silent) makes
+# the ranks that wait on it give up within wan.recv_timeout_s with an error that names it (rank,
+# stage, DC, over MPI or the WAN transport) and a hint; the job ends (no rank left hanging), with
+# a non-zero exit, and the metrics of the steps before the hang are kept. Twice: the peer behind a
+# WAN boundary and the peer behind an intra-DC one. Loopback only; removes its temp dir.
+# usage: test_peer_hang.sh SOURCE_DIR ATLAS_BIN
+set -uo pipefail
+ROOT=$(cd "${1:?usage: test_peer_hang.sh SOURCE_DIR ATLAS_BIN}" && pwd)
+ATLAS_BIN=${2:?usage: test_peer_hang.sh SOURCE_DIR ATLAS_BIN}
+T=$(mktemp -d /tmp/atlas-hang-test.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+cd "$ROOT" || exit 1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMP_WAIT_POLICY=passive
+fail=0
+check() { # description, command...
+  local what=$1; shift
+  if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; fail=1; fi
+}
+# 4 ranks: 2 DCs x 2 stages, dp 1: ranks 0, 1 in east (stages 0, 1), ranks 2, 3 in west.
+COMMON=(inputs/default.deck parallel.dp_size=1 run.steps=6 run.log_every_steps=1 ckpt.every_steps=0
+        train.eval_every_steps=0 run.out_dir="$T" wan.recv_timeout_s=3)
+MPI=(mpirun -np 4 --mca btl self,vader,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo)
+run_hang() { # NAME RANK:STEP -> exit status in $T/NAME.rc, output in $T/NAME.out
+  ATLAS_FAULT_HANG=$2 timeout 120 "${MPI[@]}" "$ATLAS_BIN" train "${COMMON[@]}" run.name="$1" > "$T/$1.out" 2>&1
+  echo $? > "$T/$1.rc"
+}
+# ---- rank 2 (stage 2, west) stops at step 3: rank 3 waits on it over MPI, rank 1 over the WAN ----
+run_hang west 2:3
+rc=$(cat "$T/west.rc")
+check "the job ended by itself (exit $rc, not the 120 s guard)" test "$rc" -ne 0 -a "$rc" -ne 124
+check "rank 2 stopped at step 3" grep -q "\[rank 2\] fault injection (ATLAS_FAULT_HANG): this rank stops at step 3" "$T/west.out"
+# Both of its neighbours start waiting at the step's start; the first to time out aborts the job.
+check "a waiting neighbour names the silent peer (rank 3 over MPI or rank 1 over the WAN)" \
+  grep -qE "ERROR: step 3: no activation of micro-batch 0 from rank 2 \(stage 2, dc 1\) after 3 s over MPI|ERROR: WAN receive from peer 2 stalled: no data for 3.0 s" "$T/west.out"
+check "a receive timeout carries the hint" bash -c "grep -q 'hint: the peer may have died or hung, or be waiting itself on a rank upstream' '$T/west.out' || ! grep -q 'after 3 s over' '$T/west.out'"
+check "the steps before the hang are in metrics.csv" \
+  test "$(awk -F, 'NR > 1 { print $1 }' "$T/west/metrics.csv" | tr '\n' ' ')" = "0 1 2 "
+check "no pending-request 'bug' lines while the error unwinds" bash -c "! grep -q 'a missing wait' '$T/west.out'"
+# ---- rank 1 (stage 1, east) stops at step 2: rank 2 waits on it over the WAN transport ----
+run_hang east 1:2
+rc=$(cat "$T/east.rc")
+check "the job ended by itself (exit $rc, not the 120 s guard)" test "$rc" -ne 0 -a "$rc" -ne 124
+# Rank 2 waits on rank 1 across the WAN and rank 3 on rank 2 inside west, both from the step's
+# start: whichever times out first names the rank it waits on (a chain: follow it upstream).
+check "rank 2 names the silent peer across the WAN, or rank 3 names rank 2, which waits on it" \
+  grep -qE "ERROR: step 2: no activation of micro-batch 0 from rank 1 \(stage 1, dc 0\) after 3 s over the WAN transport|ERROR: step 2: no activation of micro-batch 0 from rank 2 \(stage 2, dc 1\) after 3 s over MPI" "$T/east.out"
+check "the steps before the hang are in metrics.csv" \
+  test "$(awk -F, 'NR > 1 { print $1 }' "$T/east/metrics.csv" | tr '\n' ' ')" = "0 1 "
+check "no rank of either job is left running" bash -c "! pgrep -f '[r]un.out_dir=$T' > /dev/null"
+if ((fail)); then
+  for f in "$T"/*.out; do echo "---- $f"; tail -n 30 "$f"; done
+  exit 1
+fi
