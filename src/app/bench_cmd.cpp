@@ -314,7 +314,7 @@ int bench_fidelity(Context& ctx) {
   }
   if (world.rank() == 0) {
     fmt::print("# atlas bench fidelity: each deck that fits {} ranks, run for real ({} timed steps) and simulated "
-               "(sim::predict, profile of plan.gpu / plan.profiles)\n",
+               "(sim::simulate_on: the deck's own table with this machine's costs)\n",
                world.size(), args.int_option("steps", 8) - 1);
     fmt::print("# predicted for this machine: on the host backend the {} ranks share {} hardware threads (processor "
                "sharing) and compute comes from the host profile, not from the deck's schedule.fwd_ms_per_layer; "
