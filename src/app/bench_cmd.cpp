@@ -21,6 +21,7 @@
 #include "atlas/io/bench.hpp"
 #include "atlas/model/bench.hpp"
 #include "atlas/runtime/profiler.hpp"
+#include "atlas/runtime/wake_probe.hpp"
 #include "atlas/sim/bench.hpp"
 #include "atlas/sim/simulator.hpp"
 #include "atlas/wan/bench.hpp"
@@ -245,6 +246,8 @@ int bench_fidelity(Context& ctx) {
   std::string table = fmt::format("# {:<30} {:>5} {:>11} {:>12} {:>6} {:>9} {:>11} {:>9} {:>9} {:>11} {:>5} {:>8} {:>9}\n",
                                   "deck", "ranks", "measured_ms", "predicted_ms", "ratio", "fresh_ms", "fresh_ratio",
                                   "meas_bub%", "pred_bub%", "deck_wan_ms", "k", "cal_ms", "cal_ratio");
+  // This host's wake-up delay with all the job's ranks on it (the simulator's cluster.host_wake_us).
+  const runtime::WakeProbe wake = runtime::probe_wake_delay(world);
   int ran = 0;
   for (const auto& path : decks) {
     Args one = args;
@@ -263,7 +266,10 @@ int bench_fidelity(Context& ctx) {
     sim::RunMachine here;
     here.loopback_wan = !emulated;
     here.host_backend = cfg.device.backend == Backend::Host;
-    if (here.host_backend) here.ranks_per_host = device::host_local_ranks();
+    if (here.host_backend) {
+      here.ranks_per_host = device::host_local_ranks();
+      here.wake_ms = wake.median_ms;
+    }
     const Config net = sim::machine_config(cfg, here);
     const sim::Prediction p = sim::prediction(sim::simulate_on(cfg, net));
     // A fresh profile of the deck's own block, timed by rank 0 alone just before the run (the
@@ -320,6 +326,9 @@ int bench_fidelity(Context& ctx) {
                "sharing) and compute comes from the host profile, not from the deck's schedule.fwd_ms_per_layer; "
                "the table is the deck's own (the runtime's)\n",
                device::host_local_ranks(), std::thread::hardware_concurrency());
+    fmt::print("# wake-up delay of a waiting rank, {} ranks on this host (runtime::probe_wake_delay, {} samples): "
+               "median {:.3f} ms, p90 {:.3f} ms; predicted with cluster.host_wake_us = the median\n",
+               world.size(), wake.samples, wake.median_ms, wake.p90_ms);
     fmt::print("# predicted_ms: compute from the profile file (plan.gpu); fresh_ms: from the deck's own block timed "
                "by rank 0 alone just before its run (host backend)\n");
     fmt::print("# k = compute scale that makes the simulated compute per step equal the run's; cal_ms = the "

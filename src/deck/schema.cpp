@@ -259,6 +259,9 @@ void build(Schema& schema) {
       .help("CPU runs: ranks that share one host's cores (cost model); 0 = a dedicated device per rank");
   b.field("cluster.cores_per_host", &C::cluster, &ClusterCfg::cores_per_host).def("0").min(0)
       .help("cores of each shared host (cost model); 0 = the hardware threads of this machine");
+  b.field("cluster.host_wake_us", &C::cluster, &ClusterCfg::host_wake_us).def("0").min(0)
+      .help("CPU runs with more ranks than cores (cost model): per message, the delay from its "
+            "arrival to its receiver running again; atlas bench fidelity measures it (0 = a core per rank)");
 
   // [parallel]
   b.field("parallel.tp_size", &C::parallel, &ParallelCfg::tp_size).def("1").min(1)

@@ -182,6 +182,12 @@ Comm Comm::split(int color, int key) const {
   return Comm(out, true);
 }
 
+Comm Comm::split_shared() const {
+  MPI_Comm out = MPI_COMM_NULL;
+  ATLAS_MPI_CHECK(MPI_Comm_split_type(m_comm, MPI_COMM_TYPE_SHARED, m_rank, MPI_INFO_NULL, &out));
+  return Comm(out, true);
+}
+
 Comm Comm::dup() const {
   MPI_Comm out = MPI_COMM_NULL;
   ATLAS_MPI_CHECK(MPI_Comm_dup(m_comm, &out));

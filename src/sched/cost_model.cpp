@@ -61,6 +61,7 @@ void apply_host_sharing(CostModel& c, const Config& cfg) {
   c.ranks_per_host = cfg.cluster.ranks_per_host;
   c.cores_per_host = cfg.cluster.cores_per_host > 0 ? cfg.cluster.cores_per_host
                                                     : std::max(1u, std::thread::hardware_concurrency());
+  c.wake_ms = cfg.cluster.host_wake_us / 1e3;
 }
 
 CostModel cost_model(const Config& cfg, const topo::Layout& layout) {
@@ -98,7 +99,8 @@ CostModel cost_model(const Config& cfg, const topo::Layout& layout) {
     const double grad_bytes = stage_params(m, s, c.pp) / c.tp * 4.0;
     double ar = 0.0;
     if (c.dp > 1)
-      ar = 2.0 * (c.dp - 1) / c.dp * grad_bytes / bytes_per_ms + 2.0 * (c.dp - 1) * c.intra_latency_ms;
+      ar = 2.0 * (c.dp - 1) / c.dp * grad_bytes / bytes_per_ms +
+           2.0 * (c.dp - 1) * (c.intra_latency_ms + cfg.cluster.host_wake_us / 1e3);
     c.allreduce_ms.push_back(ar);
     c.optimizer_ms.push_back(stage_params(m, s, c.pp) / c.tp * 28.0 / profile_mem_bw(cfg.plan.gpu) * 1e3);
   }
@@ -131,7 +133,8 @@ CostModel cost_model(const Config& cfg, const topo::Layout& layout) {
     const int last_dc = c.stage_dc.back();
     const double emb_bytes = static_cast<double>(m.vocab) * m.hidden * 4.0 / c.tp;
     const LinkCost& l = c.link(first_dc, last_dc);
-    const double sync = l.latency_ms + emb_bytes / std::min(l.capacity_bytes_per_ms, l.flow_cap_bytes_per_ms);
+    const double sync = l.latency_ms + cfg.cluster.host_wake_us / 1e3 +
+                        emb_bytes / std::min(l.capacity_bytes_per_ms, l.flow_cap_bytes_per_ms);
     c.allreduce_ms.front() += sync;
     c.allreduce_ms.back() += sync;
   }

@@ -17,7 +17,7 @@ namespace atlas::sched {
 
 namespace {
 
-enum class Ev : std::uint8_t { Resume, Arrive, FlowDone, Dispatch, HostDone, Release };
+enum class Ev : std::uint8_t { Resume, Arrive, Wake, FlowDone, Dispatch, HostDone, Release };
 
 struct Event {
   double t;
@@ -91,6 +91,7 @@ class Engine {
       switch (e.type) {
         case Ev::Resume: advance(e.a); break;
         case Ev::Arrive: arrive(e.a); break;
+        case Ev::Wake: wake(e.a); break;
         case Ev::FlowDone: flow_done(e.a, e.b); break;
         case Ev::Dispatch: dispatch(e.a); break;
         case Ev::HostDone: host_done(e.a, e.b); break;
@@ -190,6 +191,20 @@ class Engine {
     if (r < 0) return;
     const auto w = static_cast<std::size_t>(r);
     if (m_blocked_msg[w] != msg) return;  // not waiting yet: its Recv will find it arrived
+    // A receiver that waits runs again wake_ms later (on an oversubscribed host it waits for a
+    // core); one that reaches its Recv after the arrival finds the data at once.
+    const double delay = m_p.messages[static_cast<std::size_t>(msg)].channel < 0 ? m_p.wake_ms : m_p.wan_wake_ms;
+    if (delay > 0.0) {
+      push(m_now + delay, 0, Ev::Wake, msg, 0);
+      return;
+    }
+    wake(msg);
+  }
+
+  void wake(int msg) {
+    const auto w = static_cast<std::size_t>(m_receiver[static_cast<std::size_t>(msg)]);
+    const int r = static_cast<int>(w);
+    ATLAS_ASSERT(m_blocked_msg[w] == msg, "engine: wake of a receiver that does not wait for message " << msg);
     m_blocked_msg[w] = -1;
     auto& ot = m_result.ops[w][m_pc[w]];
     ot.start_ms = ot.end_ms = m_now;

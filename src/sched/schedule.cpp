@@ -68,6 +68,11 @@ EngineProgram make_program(const CostModel& c, ScheduleKind kind, int m, Program
   const int dp = c.dp;
   p.intra_latency_ms = c.intra_latency_ms;
   p.intra_bytes_per_ms = c.intra_bytes_per_ms;
+  // A waiting receiver runs wake_ms after its data is in. An intra-DC message (MPI) wakes one
+  // thread, the receiver; a WAN message three in turn: the sender's progress thread (to write
+  // it), the receiver's (to read it) and the receiver.
+  p.wake_ms = c.wake_ms;
+  p.wan_wake_ms = 3.0 * c.wake_ms;
   const std::int64_t bytes = c.act_bytes * c.tp;
 
   // Channels: one per DC pair direction that some boundary crosses.
@@ -137,6 +142,7 @@ EngineProgram make_program(const CostModel& c, ScheduleKind kind, int m, Program
       const int db = c.stage_dc[static_cast<std::size_t>(b)];
       if (da != db) norm_ms = std::max(norm_ms, 2.0 * c.link(da, db).latency_ms);
     }
+  norm_ms += 2.0 * c.wake_ms;
   p.workers.resize(static_cast<std::size_t>(pp * dp));
   for (int s = 0; s < pp; ++s) {
     const auto order = compute_order(kind, s, pp, m);

@@ -173,6 +173,7 @@ Config machine_config(const Config& deck, const RunMachine& m) {
   if (m.ranks_per_host > 0) {
     c.cluster.ranks_per_host = m.ranks_per_host;
     c.cluster.cores_per_host = m.cores_per_host;
+    c.cluster.host_wake_us = m.wake_ms * 1e3;
   }
   return c;
 }

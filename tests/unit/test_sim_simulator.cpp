@@ -52,6 +52,29 @@ TEST(SimClosedForm, OneStageIsMicroBatchesTimesComputePlusAllReduceAndOptimizer)
     }
 }
 
+// CostModel::wake_ms (cluster.host_wake_us): a receiver that waits runs again wake_ms after its
+// data is in, three times that for a WAN message (the sender's and the receiver's progress
+// threads, then the receiver); the norm round trip pays two. GPipe, 2 stages, 1 micro-batch,
+// f = 1, b = 2, free transfers, latency L: one DC: 6 + 4 w; two DCs: 6 + 4 L + 8 w.
+TEST(SimClosedForm, WakeDelayPerMessageOnOversubscribedHosts) {
+  for (double w : {0.0, 0.5, 2.0}) {
+    sched::CostModel local = model({2}, 1, 1.0, 2.0, 1, 1e18, 1e18, 5.0);
+    local.wake_ms = w;
+    EXPECT_NEAR(simulate(local, ScheduleKind::GPipe, 1, 1.0).step_ms, 6.0 + 4.0 * w, 1e-9) << "w=" << w;
+    sched::CostModel wan = model({1, 1}, 1, 1.0, 2.0, 1, 1e18, 1e18, 5.0);
+    wan.wake_ms = w;
+    EXPECT_NEAR(simulate(wan, ScheduleKind::GPipe, 1, 1.0).step_ms, 6.0 + 4.0 * 5.0 + 8.0 * w, 1e-9) << "w=" << w;
+  }
+  // A receiver that reaches its receive after the data came in pays nothing: with 2 micro-batches
+  // stage 1 finds the second activation there (it arrived while it computed the first).
+  sched::CostModel two = model({2}, 1, 1.0, 2.0, 1, 1e18, 1e18, 0.0);
+  const double base = simulate(two, ScheduleKind::GPipe, 2, 1.0).step_ms;
+  two.wake_ms = 0.5;
+  // Waits: the first activation, the first gradient (stage 0 idles from t = 2), and the norm's
+  // round trip (2 w); the second gradient comes while stage 0 computes the first backward.
+  EXPECT_NEAR(simulate(two, ScheduleKind::GPipe, 2, 1.0).step_ms, base + 4 * 0.5, 1e-9);
+}
+
 TEST(SimClosedForm, PureWanBoundPipeline) {
   // GPipe over two DCs with free compute: stage 0 posts all m activations at t = 0; they share
   // the link (max-min fair, each capped per flow) and all land at max(m X / C, X / c) + L; the

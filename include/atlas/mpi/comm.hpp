@@ -114,6 +114,8 @@ class Comm {
   /// Split into groups of equal color, ordered by key. Collective over *this.
   /// Returns a null Comm on ranks that pass MPI_UNDEFINED.
   [[nodiscard]] Comm split(int color, int key) const;
+  /// The ranks of this communicator that share memory with this one (one node: MPI_COMM_TYPE_SHARED).
+  [[nodiscard]] Comm split_shared() const;
   /// Collective over *this.
   [[nodiscard]] Comm dup() const;
 

@@ -34,6 +34,10 @@ struct CostModel {
   /// once than there are cores. 0 = every rank has a dedicated device (GPUs).
   int ranks_per_host = 0;
   double cores_per_host = 0.0;
+  /// Shared hosts with more ranks than cores: the delay from a message's arrival to its receiver
+  /// running again (it waits for a core). Added to every delivery, round trip and ring step.
+  /// 0 = a core or device per rank.
+  double wake_ms = 0.0;
 
   [[nodiscard]] const LinkCost& link(int src_dc, int dst_dc) const {
     return links[static_cast<std::size_t>(src_dc * dc_count + dst_dc)];

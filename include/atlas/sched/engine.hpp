@@ -68,6 +68,8 @@ struct EngineProgram {
   std::vector<std::vector<int>> sync_groups;  ///< worker ids that must all arrive
   double intra_latency_ms = 0.0;
   double intra_bytes_per_ms = 1.0;
+  double wake_ms = 0.0;      ///< an intra-DC message's receiver runs this long after the arrival
+  double wan_wake_ms = 0.0;  ///< same for a WAN message (more threads must run: CostModel::wake_ms)
   /// Shared hosts (CPU backend, several ranks per machine): compute ops of workers on one host
   /// share its cores as a fluid (max-min fair; one op runs at most `worker_cores` cores, its
   /// dedicated speed). Empty = every worker has its own device (GPUs).
