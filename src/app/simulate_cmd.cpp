@@ -245,6 +245,11 @@ int cmd_simulate(Context& ctx) {
              opt.source == sim::TableSource::Deck ? "the runtime's schedule table, timed by the simulator"
                                                   : "a schedule table built from the simulator's costs (--search)",
              prof.path.empty() ? " (built-in profile)" : fmt::format(" (profile {})", prof.path));
+  if (r.cost.ranks_per_host > 0)
+    fmt::print("# shared hosts: {} ranks per host on {:g} cores (processor sharing); a waiting receiver's wake-up "
+               "delay {:g} us per message (cluster.host_wake_us{})\n",
+               r.cost.ranks_per_host, r.cost.cores_per_host, r.cost.wake_ms * 1e3,
+               r.cost.wake_ms > 0 ? "" : "; `atlas bench fidelity` under mpirun measures this host's");
   fmt::print("{}", sim::report(r, cfg.cluster.dcs));
   if (args.flag("gantt")) {
     const int width = args.int_option("width", 100);
