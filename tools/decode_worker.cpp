@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <string>
 
 #include <fmt/format.h>
@@ -24,6 +25,27 @@ int usage() {
                "  started by atlas train when bubbletea.enabled = true; listens on HOST (port chosen by the\n"
                "  kernel), writes 'PORT <n>' to FD, then decodes the DC's finished prefills.\n");
   return 1;
+}
+
+/// Every thread of this process at `nice_level`, and SCHED_IDLE at 19. Linux keeps the nice
+/// value and the policy per thread, and OpenBLAS starts its pool when the library loads, before
+/// main: lowering only the main thread left that pool, which runs the decode GEMMs, at nice 0,
+/// where it took the cores from training ranks for tens of ms (`perf sched timehist`). Threads
+/// started later inherit the main thread's setting. Returns the threads it could not lower.
+int lower_every_thread(int nice_level) {
+  int refused = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+    const auto tid = static_cast<pid_t>(std::stol(entry.path().filename().string()));
+    if (setpriority(PRIO_PROCESS, static_cast<id_t>(tid), nice_level) != 0) ++refused;
+    if (nice_level >= 19) {
+      // A training rank that wakes preempts an idle-policy thread at once (nice 19 still gets a
+      // time slice first).
+      sched_param param{};
+      if (sched_setscheduler(tid, SCHED_IDLE, &param) != 0) ++refused;
+    }
+  }
+  return refused;
 }
 
 }  // namespace
@@ -48,15 +70,11 @@ int main(int argc, char** argv) {
   }
   if (host.empty() || ready_fd < 0) return usage();
   // Decoding runs on machines outside the training pipeline; on a shared host it must only use
-  // spare CPU, so the worker runs at the lowest priority.
-  if (nice_level != 0) (void)setpriority(PRIO_PROCESS, 0, nice_level);
-  // At the lowest level, SCHED_IDLE as well: a training rank that wakes from a wait preempts
-  // the worker at once instead of after the worker's time slice (nice 19 still gets one).
-  if (nice_level >= 19) {
-    sched_param param{};
-    if (sched_setscheduler(0, SCHED_IDLE, &param) != 0)
-      std::fprintf(stderr, "atlas-decode-worker: SCHED_IDLE refused (%s); staying at nice %d\n", std::strerror(errno),
-                   nice_level);
+  // spare CPU, so every thread of the worker runs at the lowest priority (SCHED_IDLE at 19).
+  if (nice_level != 0) {
+    if (const int refused = lower_every_thread(nice_level); refused > 0)
+      std::fprintf(stderr, "atlas-decode-worker: could not lower %d thread setting(s) to nice %d%s (%s)\n", refused,
+                   nice_level, nice_level >= 19 ? " / SCHED_IDLE" : "", std::strerror(errno));
   }
   try {
     int port = 0;

@@ -4,6 +4,8 @@
 atlas_unit_test(test_bubbletea_model unit/test_bubbletea_model.cpp)
 atlas_unit_test(test_bubbletea_requests unit/test_bubbletea_requests.cpp)
 atlas_unit_test(test_bubbletea_decode unit/test_bubbletea_decode.cpp)
+add_dependencies(test_bubbletea_decode atlas-decode-worker)
+target_compile_definitions(test_bubbletea_decode PRIVATE ATLAS_DECODE_WORKER_EXE="$<TARGET_FILE:atlas-decode-worker>")
 
 # Needs the decode worker program (started per DC by the service) and the corpus (training).
 atlas_mpi_test(test_bubbletea_service SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/mpi/test_bubbletea_service.cpp

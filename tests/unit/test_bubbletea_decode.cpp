@@ -7,10 +7,14 @@
 #include <gtest/gtest.h>
 
 #include <poll.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
 #include <future>
+#include <sstream>
 #include <thread>
 
 #include "atlas/bubbletea/decode.hpp"
@@ -149,6 +153,29 @@ TEST(DecodeWorker, ARankThatVanishesBeforeFinishIsAnError) {
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), ::testing::HasSubstr("closed its connection without Finish"));
   }
+}
+
+// The worker shares the training ranks' cores: every one of its threads (OpenBLAS starts a pool
+// when the library loads, before main) must run at nice 19 and SCHED_IDLE, or a pool thread at
+// nice 0 takes a core from a training rank (seen as 20-170 ms stalls in `perf sched timehist`).
+TEST(DecodeWorker, EveryThreadOfTheWorkerRunsAtIdlePriority) {
+  WorkerProcess w = WorkerProcess::spawn(ATLAS_DECODE_WORKER_EXE, "127.0.0.1", 2, 19, 10.0);
+  int threads = 0;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/" + std::to_string(w.pid()) + "/task")) {
+    std::ifstream f(task.path() / "stat");
+    std::string line;
+    std::getline(f, line);
+    // Fields after the ")" that ends the command name: state is field 3, nice 19, policy 41.
+    std::istringstream rest(line.substr(line.rfind(')') + 2));
+    std::vector<std::string> fields;
+    for (std::string x; rest >> x;) fields.push_back(x);
+    ASSERT_GT(fields.size(), 38U) << line;
+    EXPECT_EQ(fields[19 - 3], "19") << "thread " << task.path().filename() << " nice";
+    EXPECT_EQ(fields[41 - 3], std::to_string(SCHED_IDLE)) << "thread " << task.path().filename() << " policy";
+    ++threads;
+  }
+  EXPECT_GE(threads, 1);
+  (void)w.wait(0.1);  // nobody connects: it is stopped
 }
 
 TEST(DecodeWorker, TimesOutWhenNoRankConnects) {
