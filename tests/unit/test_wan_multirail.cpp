@@ -25,6 +25,7 @@ namespace atlas::wan {
 namespace {
 
 using ::testing::AllOf;
+using ::testing::AnyOf;
 using ::testing::HasSubstr;
 using testing::check_payload;
 using testing::fill_payload;
@@ -661,8 +662,11 @@ TEST_F(Quiet, WanMultirailPeerThatShutsDownFailsPendingWorkAndNothingHangs) {
   Handle r = pr->t[0]->irecv(1, 0, in.data(), in.size());
   const auto t0 = Clock::now();
   pr->t[1].reset();  // says goodbye on every rail
+  // irecv is a command to the progress thread: the goodbye may be read before or after it is
+  // taken, and either way the receive fails naming the peer (CI once saw the second order).
   EXPECT_THAT(error_of(*pr->t[0], r),
-              AllOf(HasSubstr("WAN peer 1 shut its transport down"), HasSubstr("1 operation(s)")));
+              AnyOf(AllOf(HasSubstr("WAN peer 1 shut its transport down"), HasSubstr("1 operation(s)")),
+                    HasSubstr("WAN peer 1 has shut its transport down; nothing more will come from it")));
   std::vector<std::uint8_t> out(10, 1);
   Handle s = pr->t[0]->isend(1, 0, out.data(), out.size());
   EXPECT_THAT(error_of(*pr->t[0], s), HasSubstr("WAN peer 1"));
