@@ -31,7 +31,7 @@ int usage() {
 /// value and the policy per thread, and OpenBLAS starts its pool when the library loads, before
 /// main: lowering only the main thread left that pool, which runs the decode GEMMs, at nice 0,
 /// where it took the cores from training ranks for tens of ms (`perf sched timehist`). Threads
-/// started later inherit the main thread's setting. Returns the threads it could not lower.
+/// started later inherit the main thread's setting. Returns how many settings were refused.
 int lower_every_thread(int nice_level) {
   int refused = 0;
   std::error_code ec;
