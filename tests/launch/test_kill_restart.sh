@@ -7,18 +7,9 @@
 # include/atlas/runtime/fault.hpp. Cleans up its temp dir; no network beyond loopback.
 # usage: test_kill_restart.sh SOURCE_DIR ATLAS_BIN
 set -uo pipefail
-ROOT=$(cd "${1:?usage: test_kill_restart.sh SOURCE_DIR ATLAS_BIN}" && pwd)
-ATLAS_BIN=${2:?usage: test_kill_restart.sh SOURCE_DIR ATLAS_BIN}
-T=$(mktemp -d /tmp/atlas-kill-test.XXXXXX)
-trap 'rm -rf "$T"' EXIT
-cd "$ROOT" || exit 1
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export OMP_WAIT_POLICY=passive ATLAS_RESTART_BACKOFF_S=1 ATLAS_MAX_RESTARTS=2
-fail=0
-check() { # description, command...
-  local what=$1; shift
-  if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; fail=1; fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+launch_setup test_kill_restart.sh kill-test "$@"
+export ATLAS_RESTART_BACKOFF_S=1 ATLAS_MAX_RESTARTS=2
 # 4 ranks: 2 DCs x 2 stages, dp 1; a checkpoint every 2 steps.
 COMMON=(inputs/default.deck parallel.dp_size=1 run.steps=8 run.log_every_steps=1 ckpt.every_steps=2
         ckpt.keep_last=5 train.eval_every_steps=0 run.out_dir="$T" wan.recv_timeout_s=20)
@@ -47,7 +38,4 @@ check "the half-written checkpoint was skipped and the previous one resumed" gre
 check "the restarted run finished" grep -q "^# OK:" "$T/ckptkill.out"
 check "every step's loss equals the uninterrupted run's" diff <(losses "$T/straight/metrics.csv") <(losses "$T/ckptkill/metrics.csv")
 
-if ((fail)); then
-  for f in "$T"/*.out; do echo "---- $f"; tail -n 30 "$f"; done
-  exit 1
-fi
+launch_finish

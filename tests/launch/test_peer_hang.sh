@@ -7,18 +7,8 @@
 # WAN boundary and the peer behind an intra-DC one. Loopback only; removes its temp dir.
 # usage: test_peer_hang.sh SOURCE_DIR ATLAS_BIN
 set -uo pipefail
-ROOT=$(cd "${1:?usage: test_peer_hang.sh SOURCE_DIR ATLAS_BIN}" && pwd)
-ATLAS_BIN=${2:?usage: test_peer_hang.sh SOURCE_DIR ATLAS_BIN}
-T=$(mktemp -d /tmp/atlas-hang-test.XXXXXX)
-trap 'rm -rf "$T"' EXIT
-cd "$ROOT" || exit 1
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export OMP_WAIT_POLICY=passive
-fail=0
-check() { # description, command...
-  local what=$1; shift
-  if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; fail=1; fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+launch_setup test_peer_hang.sh hang-test "$@"
 # 4 ranks: 2 DCs x 2 stages, dp 1: ranks 0, 1 in east (stages 0, 1), ranks 2, 3 in west.
 COMMON=(inputs/default.deck parallel.dp_size=1 run.steps=6 run.log_every_steps=1 ckpt.every_steps=0
         train.eval_every_steps=0 run.out_dir="$T" wan.recv_timeout_s=3)
@@ -50,7 +40,4 @@ check "rank 2 names the silent peer across the WAN, or rank 3 names rank 2, whic
 check "the steps before the hang are in metrics.csv" \
   test "$(awk -F, 'NR > 1 { print $1 }' "$T/east/metrics.csv" | tr '\n' ' ')" = "0 1 "
 check "no rank of either job is left running" bash -c "! pgrep -f '[r]un.out_dir=$T' > /dev/null"
-if ((fail)); then
-  for f in "$T"/*.out; do echo "---- $f"; tail -n 30 "$f"; done
-  exit 1
-fi
+launch_finish
