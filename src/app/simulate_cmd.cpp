@@ -104,7 +104,8 @@ int run_grid(const Config& base, const sim::DeviceProfile& prof, const Args& arg
 /// the runtime counts it (the gradient norm's WAN wait is not busy). Returns the filled table.
 sched::ScheduleTable simulate_bubbletea(const Config& cfg, const sim::SimResult& r) {
   const topo::Layout layout(cfg.parallel.stages_per_dc, cfg.parallel.dp_size, cfg.parallel.tp_size);
-  const sched::ScheduleTable filled = sched::place_prefill(r.table, bubbletea::prefill_plan(cfg, layout, r.table));
+  const sched::PrefillPlan plan = bubbletea::prefill_plan(cfg, layout, r.table);
+  const sched::ScheduleTable filled = sched::place_prefill(r.table, plan);
   fmt::print("\n# BubbleTea (predicted): chunks of {} prompt tokens, guard {:.2f} ms, demand {}; training step "
              "unchanged ({:.3f} ms: training slots first)\n",
              bubbletea::planned_chunk_tokens(cfg.bubbletea), cfg.bubbletea.guard_ms,
@@ -141,7 +142,7 @@ sched::ScheduleTable simulate_bubbletea(const Config& cfg, const sim::SimResult&
   fmt::print("prefill          {:.0f} prompt tokens/s (the DC pipelines' slowest stage)\n",
              bubbletea::predicted_prefill_tokens_per_s(filled, layout));
   // The request stream over run.steps steps, FIFO per DC, through every slot the bubbles hold.
-  sched::PrefillPlan capacity = bubbletea::prefill_plan(cfg, layout, r.table);
+  sched::PrefillPlan capacity = plan;
   capacity.max_tokens_per_row = 1e300;
   const bubbletea::ServicePrediction sp =
       bubbletea::predict_service(cfg, layout, sched::place_prefill(r.table, capacity), cfg.run.steps);

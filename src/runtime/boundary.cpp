@@ -34,7 +34,11 @@ class Backoff {
   int m_us = kMinUs;
   int m_max_us;
 };
-constexpr int kMainMaxPollUs = 200;    // the main thread: on the critical path
+constexpr int kMainMaxPollUs = 200;
+/// The hint of every wait on a peer that timed out.
+constexpr const char* kPeerTimeoutHint =
+    "hint: the peer may have died or hung, or be waiting itself on a rank upstream (the other ranks' errors "
+    "name it); raise wan.recv_timeout_s if the link is slow";    // the main thread: on the critical path
 constexpr int kSenderMaxPollUs = 500;  // the sender thread: token hand-over latency
 }  // namespace
 
@@ -144,8 +148,7 @@ void Boundary::wait_recv(const sched::Slot& slot) {
                                 << " of micro-batch " << slot.micro << " from rank " << op.peer << " (stage "
                                 << peer.stage << ", dc " << peer.dc << ") after " << m_timeout_s
                                 << " s over " << (op.wan ? "the WAN transport" : "MPI")
-                                << "\n  hint: the peer may have died or hung, or be waiting itself on a rank upstream (the "
-                                   "other ranks' errors name it); raise wan.recv_timeout_s if the link is slow");
+                                << "\n  " << kPeerTimeoutHint);
     }
     backoff.pause();
   }
@@ -258,8 +261,8 @@ void Boundary::wait_wan(wan::Handle& h, const std::function<std::string()>& what
   const auto start = Clock::now();
   while (!test_wan(h)) {
     if (std::chrono::duration<double>(Clock::now() - start).count() > m_timeout_s)
-      ATLAS_THROW(Comm, "step " << m_step << ": " << what() << " within " << m_timeout_s
-                                << " s\n  hint: the peer may have died; raise wan.recv_timeout_s if the link is slow");
+      ATLAS_THROW(Comm, "step " << m_step << ": " << what() << " within " << m_timeout_s << " s\n  "
+                                << kPeerTimeoutHint);
     backoff.pause();
   }
 }

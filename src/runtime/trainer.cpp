@@ -197,8 +197,10 @@ StepReport Trainer::train_step(int step) {
       }
       case SlotKind::WanRecv:
       case SlotKind::LocalRecv: {
-        if (m_filler != nullptr && m_cfg.bubbletea.fill_recv_waits) spent_prefill = fill_recv_wait(step, slot, i, r);
-        m_boundary->wait_recv(slot);
+        if (m_filler != nullptr && m_cfg.bubbletea.fill_recv_waits)
+          spent_prefill = fill_recv_wait(step, slot, i, r);  // returns with the data in
+        else
+          m_boundary->wait_recv(slot);
         device::Buffer& dst = slot.flow == sched::Flow::Activation ? m_act_in[micro] : m_grad_out[micro];
         m_backend.upload(dst.data(), m_boundary->recv_buffer(slot.flow, slot.micro), dst.bytes());
         break;

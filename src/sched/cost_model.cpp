@@ -71,6 +71,7 @@ CostModel cost_model(const Config& cfg, const topo::Layout& layout) {
   c.tp = layout.tp_size();
   c.dc_count = layout.dc_count();
   for (int s = 0; s < c.pp; ++s) c.stage_dc.push_back(layout.dc_of_stage(s));
+  apply_host_sharing(c, cfg);  // ranks per host, cores, the wake-up delay per message step
 
   const auto& m = cfg.model;
   const double tokens = static_cast<double>(cfg.train.micro_batch_size) * m.seq_len;
@@ -100,7 +101,7 @@ CostModel cost_model(const Config& cfg, const topo::Layout& layout) {
     double ar = 0.0;
     if (c.dp > 1)
       ar = 2.0 * (c.dp - 1) / c.dp * grad_bytes / bytes_per_ms +
-           2.0 * (c.dp - 1) * (c.intra_latency_ms + cfg.cluster.host_wake_us / 1e3);
+           2.0 * (c.dp - 1) * (c.intra_latency_ms + c.wake_ms);
     c.allreduce_ms.push_back(ar);
     c.optimizer_ms.push_back(stage_params(m, s, c.pp) / c.tp * 28.0 / profile_mem_bw(cfg.plan.gpu) * 1e3);
   }
@@ -133,12 +134,11 @@ CostModel cost_model(const Config& cfg, const topo::Layout& layout) {
     const int last_dc = c.stage_dc.back();
     const double emb_bytes = static_cast<double>(m.vocab) * m.hidden * 4.0 / c.tp;
     const LinkCost& l = c.link(first_dc, last_dc);
-    const double sync = l.latency_ms + cfg.cluster.host_wake_us / 1e3 +
-                        emb_bytes / std::min(l.capacity_bytes_per_ms, l.flow_cap_bytes_per_ms);
+    const double sync =
+        l.latency_ms + c.wake_ms + emb_bytes / std::min(l.capacity_bytes_per_ms, l.flow_cap_bytes_per_ms);
     c.allreduce_ms.front() += sync;
     c.allreduce_ms.back() += sync;
   }
-  apply_host_sharing(c, cfg);
   return c;
 }
 

@@ -121,7 +121,7 @@ sched::CostModel cost_model(const Config& cfg, const topo::Layout& layout, const
   c.intra_latency_ms = cfg.cluster.intra_latency_us / 1e3;
   const double lane_share = p.pipeline_scatter_gather ? c.tp : 1;
   c.act_bytes = static_cast<std::int64_t>(std::ceil(tokens * m.hidden * p.activation_bytes / lane_share));
-  const double wake_ms = cfg.cluster.host_wake_us / 1e3;  // per message step (cluster.host_wake_us)
+  sched::apply_host_sharing(c, cfg);  // ranks per host, cores, the wake-up delay per message step
 
   for (int s = 0; s < c.pp; ++s) {
     const int layers = m.stage_layers(s, c.pp);
@@ -130,7 +130,7 @@ sched::CostModel cost_model(const Config& cfg, const topo::Layout& layout, const
     c.bwd_ms.push_back(layers * block.bwd_ms + (last ? block.head_bwd_ms : 0.0));
     const double params = stage_params(m, s, c.pp) / c.tp;
     c.allreduce_ms.push_back(
-        ring_allreduce_ms(params * p.grad_bytes, c.dp, c.intra_bytes_per_ms, c.intra_latency_ms + wake_ms));
+        ring_allreduce_ms(params * p.grad_bytes, c.dp, c.intra_bytes_per_ms, c.intra_latency_ms + c.wake_ms));
     c.optimizer_ms.push_back(params * p.optimizer_bytes_per_param / (p.mem_bandwidth_gbs * 1e9) * 1e3);
   }
 
@@ -154,11 +154,10 @@ sched::CostModel cost_model(const Config& cfg, const topo::Layout& layout, const
   if (c.pp > 1) {
     const double bytes = static_cast<double>(m.vocab) * m.hidden * p.grad_bytes / c.tp;
     const sched::LinkCost& l = c.link(c.stage_dc.front(), c.stage_dc.back());
-    const double sync = l.latency_ms + wake_ms + bytes / std::min(l.capacity_bytes_per_ms, l.flow_cap_bytes_per_ms);
+    const double sync = l.latency_ms + c.wake_ms + bytes / std::min(l.capacity_bytes_per_ms, l.flow_cap_bytes_per_ms);
     c.allreduce_ms.front() += sync;
     c.allreduce_ms.back() += sync;
   }
-  sched::apply_host_sharing(c, cfg);
   return c;
 }
 

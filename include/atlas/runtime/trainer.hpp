@@ -105,7 +105,7 @@ class Trainer {
                                      StepReport& r);
   /// BubbleTea in a receive that waits where the table planned no bubble (bubbletea.fill_recv_waits):
   /// watched, within the shortest wait of row slot `index` over its last kRecvWaitWindow steps.
-  /// Returns the seconds of prefill; records this step's wait for the next.
+  /// Returns, with the data in (wait_recv), the seconds of prefill; records this step's wait.
   double fill_recv_wait(int step, const sched::Slot& slot, std::size_t index, StepReport& r);
   /// `fill`, when set, gets the WAN waits inside the slot (BubbleTea: bubbletea.fill_wan_waits).
   void all_reduce_gradients(const Boundary::WaitHook& fill);
