@@ -8,8 +8,10 @@
 //    inference rank) admits a request only when its reservation (prompt tokens x the largest
 //    per-token bytes of any rank: KV cache, its handoff copy, activations in and out) fits, and
 //    frees it when every rank has written the request's KV to the decode worker's socket.
-//  - at most 2 x (ranks in the DC pipeline) requests are in flight at once, so the first rank
-//    cannot run far ahead of the others and requests wait in the (reported) dispatcher queue.
+//  - at most 2 x (ranks in the DC pipeline) requests are being prefilled at once (until the DC's
+//    last rank has their KV), so the first rank cannot run far ahead of the others and requests
+//    wait in the (reported) dispatcher queue; KV handoffs waiting for the decode worker are
+//    bounded by the memory reservation only.
 #include "atlas/bubbletea/service.hpp"
 
 #include <poll.h>
@@ -632,6 +634,7 @@ void Service::run_chunk(const ChunkHeader& h, const std::int32_t* tokens, const 
     }
     track_memory();  // the cache and its handoff frame, both held at this moment
     m_active.erase(it);
+    if (m_index + 1 == m_size) prefilled_here(h.request);
     if (!worker_ok) released_here(h.request);  // else once the frame is in the socket (poll)
   } else {
     track_memory();
@@ -655,14 +658,26 @@ void Service::run_chunk(const ChunkHeader& h, const std::int32_t* tokens, const 
   m_profiler.record(e);
 }
 
+void Service::prefilled_here(std::int64_t request) {
+  if (m_index == 0) {
+    --m_in_flight;
+    return;
+  }
+  notify_dispatcher(-request - 1);
+}
+
 void Service::released_here(std::int64_t request) {
   if (m_index == 0) {
     release(request, 0);
     return;
   }
+  notify_dispatcher(request);
+}
+
+void Service::notify_dispatcher(std::int64_t message) {
   PendingSend s;
   s.bytes.resize(sizeof(std::int64_t));
-  std::memcpy(s.bytes.data(), &request, sizeof(std::int64_t));
+  std::memcpy(s.bytes.data(), &message, sizeof(std::int64_t));
   ATLAS_MPI_CHECK(MPI_Isend(s.bytes.data(), 1, MPI_INT64_T, 0, kTagRelease, m_comm.get(), &s.req));
   m_sends.push_back(std::move(s));
   ++m_releases_sent;
@@ -670,11 +685,14 @@ void Service::released_here(std::int64_t request) {
 
 void Service::release(std::int64_t request, int from) {
   (void)from;
+  if (request < 0) {  // the last DC rank finished the request's prefill (prefilled_here)
+    --m_in_flight;
+    return;
+  }
   if (++m_release_count[request] < m_size) return;
   m_release_count.erase(request);
   const Request& r = m_requests[static_cast<std::size_t>(request)];
   m_reserved -= m_reserve_per_token * r.prompt.size();
-  --m_in_flight;
 }
 
 void Service::track_memory() {

@@ -422,9 +422,10 @@ void build(Schema& schema) {
       .help("also fill receives the table expected to find done but that wait (no bubble before "
             "them, or a bubble shorter than the real wait): watched, within the shortest wait of "
             "that slot over the last 8 steps, so a receive that is sometimes on time is never filled");
-  b.field("bubbletea.max_stretch", &C::bubbletea, &BubbleTeaCfg::max_stretch).def("1").min(1).max(100)
+  b.field("bubbletea.max_stretch", &C::bubbletea, &BubbleTeaCfg::max_stretch).def("3").min(1).max(100)
       .help("a bubble may be filled up to this times the table's prediction: while its receive "
-            "has not arrived (watch_recv) or as a learned allowance (1 = never beyond the table)");
+            "has not arrived (watch_recv: a real bubble longer than the table's is filled until the "
+            "data comes) or as a learned allowance (1 = never beyond the table)");
   b.field("bubbletea.kv_cap_bytes", &C::bubbletea, &BubbleTeaCfg::kv_cap_bytes).def("64M").min(1)
       .help("KV-cache memory cap per rank (binary suffixes)");
   b.field("bubbletea.chunk_tokens", &C::bubbletea, &BubbleTeaCfg::chunk_tokens).def("0").min(0)

@@ -270,23 +270,65 @@ void Boundary::wait_wan(wan::Handle& h, const std::function<std::string()>& what
 void Boundary::exchange_sum(int peer, int tag, float* data, std::size_t count, bool i_am_first,
                             const WaitHook& while_waiting) {
   ATLAS_ASSERT(m_wan, "exchange_sum without a WAN transport");
+  auto mismatch = [&](const char* what, int p, int t, std::size_t n) {
+    ATLAS_THROW(Internal, "exchange_sum with rank " << peer << " (tag " << tag << ", " << count
+                                                    << " floats) does not match the " << what << " posted ahead for rank "
+                                                    << p << " (tag " << t << ", " << n << " floats)");
+  };
+  if (m_exchange_recv_posted &&
+      (m_exchange_recv_peer != peer || m_exchange_recv_tag != tag || m_exchange_in.size() != count))
+    mismatch("receive", m_exchange_recv_peer, m_exchange_recv_tag, m_exchange_in.size());
+  if (m_exchange_send_posted &&
+      (m_exchange_peer != peer || m_exchange_send_tag != tag || m_exchange_out.size() != count))
+    mismatch("send", m_exchange_peer, m_exchange_send_tag, m_exchange_out.size());
+  if (!m_exchange_recv_posted) post_exchange_recv(peer, tag, count);
+  if (!m_exchange_send_posted) post_exchange_send(peer, tag, data, count);
+  m_exchange_send_posted = false;
+  if (while_waiting) while_waiting([this] { return exchange_arrived(); });
+  if (!m_exchange_recv_done)
+    wait_wan(m_exchange_recv,
+             [peer] { return "the gradient exchange with rank " + std::to_string(peer) + " did not finish"; });
+  m_exchange_recv_posted = false;
+  const std::vector<float>& theirs = m_exchange_in;
+  for (std::size_t i = 0; i < count; ++i)
+    data[i] = i_am_first ? data[i] + theirs[i] : theirs[i] + data[i];
+}
+
+void Boundary::post_exchange_send(int peer, int tag, const float* data, std::size_t count) {
+  ATLAS_ASSERT(m_wan, "post_exchange_send without a WAN transport");
+  ATLAS_ASSERT(!m_exchange_send_posted, "a second exchange send posted before the first was used");
   finish_exchange_send();  // the previous step's (acknowledged long ago)
   // Our half goes from a copy, so the sum can be written into `data` as soon as the partner's
   // half is in: the send's completion (the partner's acknowledgement, another one-way trip)
-  // is waited for in end_step, behind the optimizer, not here.
+  // is waited for in end_step, behind the optimizer, not in exchange_sum.
   m_exchange_out.assign(data, data + count);
-  std::vector<float> theirs(count);
-  wan::Handle r;
   {
     std::lock_guard lock(m_wan_mutex);
-    r = m_wan->irecv(peer, tag, theirs.data(), count * sizeof(float));
     m_exchange_send = m_wan->isend(peer, tag, m_exchange_out.data(), count * sizeof(float));
   }
+  m_exchange_send_posted = true;
   m_exchange_peer = peer;
-  if (while_waiting) while_waiting([&] { return test_wan(r); });
-  wait_wan(r, [peer] { return "the gradient exchange with rank " + std::to_string(peer) + " did not finish"; });
-  for (std::size_t i = 0; i < count; ++i)
-    data[i] = i_am_first ? data[i] + theirs[i] : theirs[i] + data[i];
+  m_exchange_send_tag = tag;
+}
+
+void Boundary::post_exchange_recv(int peer, int tag, std::size_t count) {
+  ATLAS_ASSERT(m_wan, "post_exchange_recv without a WAN transport");
+  ATLAS_ASSERT(!m_exchange_recv_posted, "a second exchange receive posted before the first was used");
+  m_exchange_in.resize(count);
+  {
+    std::lock_guard lock(m_wan_mutex);
+    m_exchange_recv = m_wan->irecv(peer, tag, m_exchange_in.data(), count * sizeof(float));
+  }
+  m_exchange_recv_posted = true;
+  m_exchange_recv_done = false;
+  m_exchange_recv_peer = peer;
+  m_exchange_recv_tag = tag;
+}
+
+bool Boundary::exchange_arrived() {
+  if (!m_exchange_recv_posted) return false;
+  if (!m_exchange_recv_done) m_exchange_recv_done = test_wan(m_exchange_recv);
+  return m_exchange_recv_done;
 }
 
 void Boundary::finish_exchange_send() {

@@ -22,6 +22,8 @@ constexpr int kLossTag = 7001;
 /// fill_recv_wait learns a receive slot's budget from its waits over this many steps.
 constexpr std::size_t kRecvWaitWindow = 8;
 constexpr int kEvalTagBase = 300000;
+/// The tied-embedding gradient exchange between the first and last stage over the WAN.
+constexpr int kEmbeddingTag = 800000;
 
 /// Runs `f`; if it throws ConfigError on some ranks, every rank throws one (collective verdict).
 template <class F>
@@ -132,6 +134,15 @@ Trainer::Trainer(const Config& cfg, const topo::Layout& layout, const topo::Comm
     const auto& row = table.row(m_me.stage, m_me.dp);
     for (std::size_t i = 0; i < row.size(); ++i)
       if (row[i].kind == sched::SlotKind::Forward) m_last_forward = static_cast<int>(i);
+    // The tied-embedding exchange crosses the WAN (the AllReduce slot): its receive is posted at
+    // the step's start, so a bubble before that slot can be watched like one before a receive.
+    const bool has_all_reduce = std::any_of(row.begin(), row.end(), [](const sched::Slot& s) {
+      return s.kind == sched::SlotKind::AllReduce;
+    });
+    if (!m_embed.null() && has_all_reduce && m_boundary->has_wan()) {
+      const int partner = layout.embedding_partner(m_me);
+      if (layout.coord(partner).dc != m_me.dc) m_embed_wan_partner = partner;
+    }
   }
 }
 
@@ -169,6 +180,9 @@ StepReport Trainer::train_step(int step) {
   const double t_step = m_profiler.now();
   m_model->zero_grad();
   m_boundary->begin_step(step);
+  if (m_embed_wan_partner >= 0)
+    m_boundary->post_exchange_recv(m_embed_wan_partner, kEmbeddingTag,
+                                   static_cast<std::size_t>(m_model->tied_embedding()->shard_numel()));
   post_loss_receives();
 
   const auto& row = m_table.row(m_me.stage, m_me.dp);
@@ -178,6 +192,7 @@ StepReport Trainer::train_step(int step) {
     const double t0 = m_profiler.now();
     double spent_prefill = 0.0;
     double norm_wait_s = 0.0;  // Optimizer: the gradient-norm sum's wait (communication, not compute)
+    double sums_s = 0.0;       // a bubble before AllReduce: the gradient sums started in it
     switch (slot.kind) {
       case SlotKind::Forward: {
         if (first || last) m_train->fill(slot.micro, m_tokens.data(), m_targets.data());
@@ -224,10 +239,21 @@ StepReport Trainer::train_step(int step) {
       case SlotKind::Prefill:
       case SlotKind::Idle:
         if (m_filler) {
-          // The bubble ends when the receive after it completes: the filler watches it.
+          // The bubble ends when the receive after it completes (or, before the AllReduce slot,
+          // the partner's half of the tied-embedding exchange): the filler watches it.
           const sched::Slot* next = i + 1 < row.size() ? &row[i + 1] : nullptr;
           std::function<bool()> ended;
-          if (next != nullptr && sched::is_recv(next->kind)) ended = [this, next] { return m_boundary->test_recv(*next); };
+          if (next != nullptr && sched::is_recv(next->kind))
+            ended = [this, next] { return m_boundary->test_recv(*next); };
+          else if (next != nullptr && next->kind == SlotKind::AllReduce && m_embed_wan_partner >= 0 &&
+                   m_cfg.bubbletea.watch_recv) {
+            // Our gradients are final: the DP sums end and our half leaves now, so the partner
+            // does not wait for this bubble's prefill (its time is intra-DC communication).
+            const double ts = m_profiler.now();
+            start_gradient_sums();
+            sums_s = m_profiler.now() - ts;
+            ended = [this] { return m_boundary->exchange_arrived(); };
+          }
           const auto [s, tokens] = m_filler->fill(step, slot, slot.duration_ms * 1e-3, ended ? &ended : nullptr);
           spent_prefill = s;
           r.prefill_tokens += tokens;
@@ -262,7 +288,11 @@ StepReport Trainer::train_step(int step) {
         break;
       case SlotKind::WanRecv: r.wan_s += own; break;
       case SlotKind::Idle:
-      case SlotKind::Prefill: r.idle_s += own; break;
+      case SlotKind::Prefill:
+        r.idle_s += own - sums_s;
+        r.intra_s += sums_s;
+        r.allreduce_s += sums_s;
+        break;
       default: break;
     }
     if (slot.kind != SlotKind::WanSend) {  // the boundary records WAN sends with their completion
@@ -389,6 +419,27 @@ Boundary::WaitHook Trainer::wan_wait_filler(int step, const sched::Slot& slot, d
 }
 
 void Trainer::all_reduce_gradients(const Boundary::WaitHook& fill) {
+  if (!m_sums_started) start_gradient_sums();
+  m_sums_started = false;
+  if (!m_embed.null()) {
+    model::ParamTensor* wte = m_model->tied_embedding();
+    const auto n = static_cast<std::size_t>(wte->shard_numel());
+    std::vector<float>& host = m_embed_host;
+    const int partner = m_layout.embedding_partner(m_me);
+    if (m_embed_wan_partner >= 0) {
+      // Across DCs over the WAN transport (tuned for the WAN; MPI's TCP is not); our half is
+      // already on its way (start_gradient_sums).
+      m_boundary->exchange_sum(partner, kEmbeddingTag, host.data(), n, m_me.stage == 0, fill);
+    } else {
+      mpi::Request sum = m_embed.iallreduce_sum(std::span<float>(host));
+      wait_bounded(sum, [&] { return "the tied-embedding gradient sum with rank " + std::to_string(partner); });
+    }
+    m_backend.upload(wte->grad.data(), host.data(), n * sizeof(float));
+  }
+}
+
+void Trainer::start_gradient_sums() {
+  m_sums_started = true;
   auto& params = m_model->params();
   // DP: bucketed in-place sums over dp_comm (inside the DC), each bucket packed from the
   // gradients in the backend's memory and unpacked after its sum (on a device backend, on the
@@ -408,7 +459,7 @@ void Trainer::all_reduce_gradients(const Boundary::WaitHook& fill) {
     finish_buckets();
   }
   // Tied embedding: the first and last stage of this lane sum their wte gradients (crosses the
-  // WAN once a step when those stages sit in different DCs).
+  // WAN once a step when those stages sit in different DCs); its gradient is final now.
   if (!m_embed.null()) {
     model::ParamTensor* wte = m_model->tied_embedding();
     ATLAS_ASSERT(wte, "first/last stage without a tied embedding");
@@ -416,16 +467,7 @@ void Trainer::all_reduce_gradients(const Boundary::WaitHook& fill) {
     std::vector<float>& host = m_embed_host;  // a member: an abandoned sum keeps its buffer
     host.resize(n);
     m_backend.download(host.data(), wte->grad.data(), n * sizeof(float));
-    const int partner = m_layout.embedding_partner(m_me);
-    if (m_boundary->has_wan() && m_layout.coord(partner).dc != m_me.dc) {
-      // Across DCs over the WAN transport (tuned for the WAN; MPI's TCP is not).
-      constexpr int kEmbeddingTag = 800000;
-      m_boundary->exchange_sum(partner, kEmbeddingTag, host.data(), n, m_me.stage == 0, fill);
-    } else {
-      mpi::Request sum = m_embed.iallreduce_sum(std::span<float>(host));
-      wait_bounded(sum, [&] { return "the tied-embedding gradient sum with rank " + std::to_string(partner); });
-    }
-    m_backend.upload(wte->grad.data(), host.data(), n * sizeof(float));
+    if (m_embed_wan_partner >= 0) m_boundary->post_exchange_send(m_embed_wan_partner, kEmbeddingTag, host.data(), n);
   }
 }
 

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -218,6 +219,63 @@ TEST(BubbleTeaService, MemoryCapMakesRequestsWaitButNeverOverflows) {
   }
 }
 
+/// This process's children (the decode worker on a DC's first rank), from /proc/*/stat.
+std::vector<pid_t> child_processes() {
+  std::vector<pid_t> out;
+  for (const auto& d : fs::directory_iterator("/proc")) {
+    const std::string name = d.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream f(d.path() / "stat");
+    std::string line;
+    if (!std::getline(f, line)) continue;
+    const auto close = line.rfind(')');  // "pid (comm) state ppid ..."
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 1));
+    char state = 0;
+    pid_t ppid = 0;
+    if (rest >> state >> ppid && ppid == ::getpid()) out.push_back(static_cast<pid_t>(std::stoi(name)));
+  }
+  return out;
+}
+
+// A decode worker that takes nothing (stopped: on a shared host it runs only on spare CPU, which
+// a well-filled pipeline leaves little of) must not stop admission: the KV handoffs wait for it,
+// bounded by the memory reservation, while the dispatcher keeps starting requests (at most
+// 2 x DC ranks are being prefilled at once, not 2 x DC ranks waiting for the worker). Each
+// request's KV here (400 tokens, ~800 KB over the DC's ranks) is more than a socket takes, so 32
+// such handoffs cannot all vanish into the kernel's buffers (about 5 MB per socket here). Once the worker runs again every request is decoded.
+TEST(BubbleTeaService, AStalledDecodeWorkerDoesNotStopAdmission) {
+  const mpi::Comm world = mpi::Comm::world();
+  const Config cfg = make_cfg(world, {"bubbletea.hidden=64", "bubbletea.context=512", "bubbletea.prompt_tokens_min=400",
+                                      "bubbletea.prompt_tokens_max=401", "bubbletea.chunk_tokens=25",
+                                      "bubbletea.requests=32", "bubbletea.kv_cap_bytes=128M"});
+  Served served(world, cfg);
+  const std::vector<pid_t> workers = child_processes();
+  const bool dispatcher = served.layout.coord(world.rank()).stage == served.layout.first_stage_of_dc(
+                                                                           served.layout.coord(world.rank()).dc);
+  EXPECT_EQ(workers.size(), dispatcher ? 1U : 0U);
+  struct Resumed {  // the workers run again however the test ends
+    const std::vector<pid_t>& pids;
+    ~Resumed() {
+      for (pid_t p : pids) ::kill(p, SIGCONT);
+    }
+  } resumed{workers};
+  for (pid_t p : workers) ASSERT_EQ(::kill(p, SIGSTOP), 0);
+  const sched::Slot idle{sched::SlotKind::Idle, -1, 0.0, 200.0};
+  const int total = cfg.bubbletea.requests;
+  int prefilled = 0;
+  for (int round = 0; round < 500 && prefilled < total; ++round) {
+    (void)served.svc.fill(0, idle, 0.2, nullptr);
+    prefilled = world.allreduce(served.svc.prefilled_here(), MPI_SUM);
+  }
+  EXPECT_EQ(prefilled, total) << "admission stopped while the decode worker took nothing";
+  for (pid_t p : workers) ::kill(p, SIGCONT);
+  const Report rep = served.svc.finish();
+  EXPECT_EQ(rep.served(), total);
+  EXPECT_EQ(rep.decoded(), total);
+  for (const auto& k : rep.ranks) EXPECT_LE(k.peak_bytes, cfg.bubbletea.kv_cap_bytes) << "rank " << k.world_rank;
+}
+
 struct TrainRun {
   std::vector<double> losses;
   Report report;
@@ -288,13 +346,30 @@ struct WaitRecorder : runtime::BubbleFiller {
   std::vector<RecvFill> recv_fills;        ///< receives handed over (bubbletea.fill_recv_waits)
   const std::vector<sched::Slot>* row = nullptr;  ///< this rank's row of the table
   int spins = 0;
+  /// Bubbles right before the AllReduce slot handed over with a test (the partner's half of the
+  /// tied-embedding exchange across the WAN): spun on until it says in, then held this long
+  /// more (a chunk that runs past the arrival).
+  double hold_before_all_reduce_s = 0.0;
+  int watched_before_all_reduce = 0;
   std::pair<double, std::int64_t> fill(int step, const sched::Slot& slot, double budget_s,
                                        const std::function<bool()>* ended) override {
-    if (ended == nullptr || slot.kind == sched::SlotKind::Idle) return {0.0, 0};
+    if (ended == nullptr) return {0.0, 0};
+    if (slot.kind == sched::SlotKind::Idle) {
+      const auto i = static_cast<std::size_t>(&slot - row->data());
+      if (i + 1 >= row->size() || (*row)[i + 1].kind != sched::SlotKind::AllReduce) return {0.0, 0};
+      ++watched_before_all_reduce;
+      spin_until(*ended);
+      std::this_thread::sleep_for(std::chrono::duration<double>(hold_before_all_reduce_s));
+      return {hold_before_all_reduce_s, 0};
+    }
     ++watched[slot.kind];
     if (sched::is_recv(slot.kind)) recv_fills.push_back({step, static_cast<int>(&slot - row->data()), budget_s});
+    spin_until(*ended);
+    return {0.0, 0};
+  }
+  void spin_until(const std::function<bool()>& done) {
     const auto t0 = std::chrono::steady_clock::now();
-    while (!(*ended)()) {
+    while (!done()) {
       ++spins;
       if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(20)) {
         ADD_FAILURE() << "the wait's test never said done";
@@ -302,7 +377,6 @@ struct WaitRecorder : runtime::BubbleFiller {
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
-    return {0.0, 0};
   }
 };
 
@@ -312,7 +386,8 @@ struct RecordedRun {
   std::vector<runtime::SlotEvent> events;  ///< this rank's slots (when `profile`)
 };
 
-RecordedRun run_with_recorder(const Config& cfg, const mpi::Comm& world, bool filler, bool profile) {
+RecordedRun run_with_recorder(const Config& cfg, const mpi::Comm& world, bool filler, bool profile,
+                              double hold_before_all_reduce_s = 0.0) {
   const topo::Layout layout(world.size(), cfg.parallel);
   const topo::Communicators comms = topo::Communicators::create(world, layout);
   const topo::Coord me = layout.coord(comms.world.rank());
@@ -323,6 +398,7 @@ RecordedRun run_with_recorder(const Config& cfg, const mpi::Comm& world, bool fi
   runtime::Trainer trainer(cfg, layout, comms, table, wan.get(), *backend, profiler);
   RecordedRun run;
   run.rec.row = &table.row(me.stage, me.dp);
+  run.rec.hold_before_all_reduce_s = hold_before_all_reduce_s;
   if (filler) trainer.set_bubble_filler(&run.rec);
   for (int s = 0; s < cfg.run.steps; ++s)
     run.losses.push_back(comms.world.allreduce(trainer.train_step(s).loss, MPI_SUM));
@@ -358,6 +434,45 @@ TEST(BubbleTeaService, WanWaitsInTrainingSlotsAreHandedToTheFiller) {
   const auto [off_losses, off] = train_with_recorder(make_cfg(world, {"bubbletea.fill_wan_waits=false"}), world, true);
   EXPECT_EQ(off_losses, plain);
   EXPECT_EQ(off.watched.count(sched::SlotKind::Optimizer) + off.watched.count(sched::SlotKind::AllReduce), 0U);
+}
+
+// The bubble before the AllReduce slot of a stage whose tied-embedding partner sits in another DC
+// (the last stage's drain) ends when the partner's half of the exchange comes: it is handed to
+// the filler with that test. Our half leaves when the bubble begins (the gradients are final), so
+// a filler that runs past the arrival (held 0.3 s here) does not hold the partner up: the
+// partner's AllReduce slot stays short. Losses bitwise those without a filler.
+TEST(BubbleTeaService, TheBubbleBeforeAWanEmbeddingExchangeIsWatchedAndOurHalfLeavesFirst) {
+  const mpi::Comm world = mpi::Comm::world();
+  const Config cfg = make_cfg(world, {"run.steps=4"});
+  const topo::Layout layout(world.size(), cfg.parallel);
+  const topo::Coord me = layout.coord(world.rank());
+  const sched::ScheduleTable table = sched::build_schedule(cfg, layout);
+  auto bubble_before_all_reduce = [&](const topo::Coord& c) {
+    const auto& row = table.row(c.stage, c.dp);
+    for (std::size_t i = 0; i + 1 < row.size(); ++i)
+      if (row[i].kind == sched::SlotKind::Idle && row[i + 1].kind == sched::SlotKind::AllReduce) return true;
+    return false;
+  };
+  const int partner = layout.embedding_partner(me);
+  const bool embed_wan = partner >= 0 && layout.coord(partner).dc != me.dc;
+  constexpr double kHold = 0.3;
+  const RecordedRun plain = run_with_recorder(cfg, world, false, true);
+  const RecordedRun held = run_with_recorder(cfg, world, true, true, kHold);
+  EXPECT_EQ(plain.losses, held.losses);  // bitwise
+  const bool mine = embed_wan && bubble_before_all_reduce(me);
+  EXPECT_EQ(held.rec.watched_before_all_reduce, mine ? cfg.run.steps : 0);
+  if (world.size() >= 3 && me.stage == layout.pp_size() - 1) {
+    EXPECT_TRUE(mine) << "the last stage across the WAN from the first has a drain bubble before AllReduce";
+  }
+  if (embed_wan && bubble_before_all_reduce(layout.coord(partner))) {
+    std::vector<double> all_reduce_s;
+    for (const auto& e : held.events)
+      if (e.step >= 0 && e.kind == static_cast<int>(sched::SlotKind::AllReduce)) all_reduce_s.push_back(e.end_s - e.start_s);
+    ASSERT_EQ(all_reduce_s.size(), static_cast<std::size_t>(cfg.run.steps));
+    std::sort(all_reduce_s.begin(), all_reduce_s.end());
+    EXPECT_LT(all_reduce_s[all_reduce_s.size() / 2], kHold / 2)
+        << "this rank's AllReduce waited for its partner's held bubble: the partner's half left late";
+  }
 }
 
 // bubbletea.fill_recv_waits: a receive that waits although the table planned no bubble right

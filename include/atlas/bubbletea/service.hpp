@@ -117,6 +117,13 @@ class Service final : public runtime::BubbleFiller {
   /// This rank is done with `request` (its KV is in the worker's socket, or dropped): tell the
   /// dispatcher (or, on the dispatcher, count it).
   void released_here(std::int64_t request);
+  /// The DC's last rank finished `request`'s prefill: it no longer occupies the pipeline (its
+  /// KV handoff may still wait for the worker, bounded by the memory reservation).
+  void prefilled_here(std::int64_t request);
+  /// A release (id >= 0) or a prefill-done notice (-id - 1) to the dispatcher (DC rank 0).
+  void notify_dispatcher(std::int64_t message);
+  /// The dispatcher's count of a release (frees the reservation once every rank released
+  /// `request`) or of a prefill-done notice (request < 0: one fewer in flight).
   void release(std::int64_t request, int from);
   [[nodiscard]] double job_now() const;
   void track_memory();
@@ -154,7 +161,7 @@ class Service final : public runtime::BubbleFiller {
   std::uint64_t m_reserve_per_token = 0;  ///< max over the DC's ranks: KV + activation buffers
   std::uint64_t m_reserve_budget = 0;     ///< min over the DC's ranks: cap - weights - scratch
   std::uint64_t m_reserved = 0;
-  int m_in_flight = 0;  ///< dispatcher: requests started and not yet released by every rank
+  int m_in_flight = 0;  ///< dispatcher: requests started and not yet prefilled by the DC's last rank
   std::map<std::int64_t, int> m_release_count;
   std::uint64_t m_fixed_bytes = 0;
 

@@ -157,7 +157,7 @@ struct BubbleTeaCfg {
   bool watch_recv = true;           ///< bubbletea.watch_recv: stop a bubble when its receive arrives
   bool fill_recv_waits = true;      ///< bubbletea.fill_recv_waits: also fill receives that wait outside bubbles
   bool fill_wan_waits = true;       ///< bubbletea.fill_wan_waits: also fill the WAN waits of AllReduce/Optimizer
-  double max_stretch = 1.0;         ///< bubbletea.max_stretch: a bubble is filled <= this x budget
+  double max_stretch = 3.0;         ///< bubbletea.max_stretch: a bubble is filled <= this x budget
   std::uint64_t kv_cap_bytes = 0;   ///< bubbletea.kv_cap_bytes: KV-cache memory cap per rank
   int chunk_tokens = 0;             ///< bubbletea.chunk_tokens: chunked prefill; 0 = whole
 };

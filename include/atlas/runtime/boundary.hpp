@@ -76,6 +76,16 @@ class Boundary {
   using WaitHook = std::function<void(const std::function<bool()>& done)>;
   void exchange_sum(int peer, int tag, float* data, std::size_t count, bool i_am_first,
                     const WaitHook& while_waiting = {});
+  /// Sends our half of this step's exchange_sum(peer, tag, data, count) ahead of it (from a
+  /// copy); exchange_sum then only waits for the partner's half.
+  void post_exchange_send(int peer, int tag, const float* data, std::size_t count);
+  /// Posts the receive of the partner's half of this step's exchange_sum(peer, tag, count) ahead
+  /// of it (after begin_step), so exchange_arrived() can say when that half is in: the bubble
+  /// before the AllReduce slot ends then (BubbleTea watches it). exchange_sum uses it.
+  void post_exchange_recv(int peer, int tag, std::size_t count);
+  /// True once the receive posted by post_exchange_recv has its data (false if none is posted).
+  /// A non-blocking test; keeps this rank's pending intra-DC sends moving while it says false.
+  [[nodiscard]] bool exchange_arrived();
   [[nodiscard]] bool has_wan() const noexcept { return m_wan != nullptr; }
 
  private:
@@ -138,6 +148,14 @@ class Boundary {
   BoundaryStats m_stats;
   // exchange_sum's half in flight until end_step (its completion is the partner's ack; empty once done).
   std::vector<float> m_exchange_out;
+  // the partner's half of exchange_sum, posted ahead by post_exchange_recv (or by exchange_sum)
+  std::vector<float> m_exchange_in;
+  wan::Handle m_exchange_recv{};
+  bool m_exchange_send_posted = false;
+  int m_exchange_send_tag = -1;
+  bool m_exchange_recv_posted = false;
+  bool m_exchange_recv_done = false;
+  int m_exchange_recv_peer = -1, m_exchange_recv_tag = -1;
   wan::Handle m_exchange_send{};
   int m_exchange_peer = -1;
 

@@ -109,6 +109,10 @@ class Trainer {
   double fill_recv_wait(int step, const sched::Slot& slot, std::size_t index, StepReport& r);
   /// `fill`, when set, gets the WAN waits inside the slot (BubbleTea: bubbletea.fill_wan_waits).
   void all_reduce_gradients(const Boundary::WaitHook& fill);
+  /// all_reduce_gradients' first half, callable ahead of the AllReduce slot once the step's
+  /// backwards are done: ends the DP sums and sends our half of a tied-embedding exchange
+  /// across the WAN.
+  void start_gradient_sums();
   /// Global gradient norm (a sum over m_replica), clipping, AdamW. `wait_s` = the sum's wait.
   double clip_and_step(int step, const Boundary::WaitHook& fill, double& wait_s);
   /// The step's mean loss on world rank 0 (0 elsewhere); see send_step_loss.
@@ -129,6 +133,8 @@ class Trainer {
   mpi::Comm m_replica;  ///< every rank with this dp index (the global gradient norm)
   bool m_replica_spans_dcs = false;  ///< m_replica's sum crosses the WAN (the pipeline spans DCs)
   double m_embed_wait_s = 0.0;       ///< predicted WAN wait of the tied-embedding exchange (0: none)
+  int m_embed_wan_partner = -1;      ///< world rank of the tied-embedding partner across the WAN (-1: none)
+  bool m_sums_started = false;       ///< start_gradient_sums ran this step (ahead of the AllReduce slot)
   double m_norm_wait_s = 0.0;        ///< predicted WAN wait of the gradient-norm sum
   /// Per receive slot of this rank's row: its waits over the last steps (fill_recv_wait).
   std::map<std::size_t, std::deque<double>> m_recv_waits;
