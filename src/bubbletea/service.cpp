@@ -422,11 +422,20 @@ std::pair<double, std::int64_t> Service::fill(int step, const sched::Slot& slot,
                         ? static_cast<int>(&slot - m_row->data())
                         : -1;
   const bool watched = (unplanned || m_cfg.bubbletea.watch_recv) && ended != nullptr && *ended;
+  // The fill of the receive right after a watched bubble that stopped before its data came
+  // measures that bubble's length; anything else resolves it from the receive's recorded end.
+  const bool bubble = slot.kind == sched::SlotKind::Idle || slot.kind == sched::SlotKind::Prefill;
+  const bool resolves_watch = m_watch.pending && step == m_watch.step && index == m_watch.index + 1;
+  if (m_watch.pending && !resolves_watch) learn_watched_length();
   if (unplanned) {
     ++m_stats.unplanned_fills;
     m_stats.unplanned_budget_s += budget_s;
+  } else if (watched && bubble) {
+    // The receive that ends the bubble is tested before every chunk: fill until it arrives,
+    // within the table's length or, past it, a quantile of this bubble's real lengths.
+    allowed_s = index >= 0 ? watched_allowance_s(index, budget_s) : budget_s;
   } else if (watched) {
-    // The receive that ends the bubble is tested before every chunk: fill until it arrives.
+    // A WAN wait inside a training slot (bubbletea.fill_wan_waits): its predicted length.
     allowed_s = budget_s * m_cfg.bubbletea.max_stretch;
   } else if (index >= 0 && m_profiler.enabled()) {
     auto it = m_allowance.find(index);
@@ -448,8 +457,16 @@ std::pair<double, std::int64_t> Service::fill(int step, const sched::Slot& slot,
   }
   double work = 0.0;
   std::int64_t tokens = 0;
+  bool arrived = false;
+  double last_pending = t_enter;  // the last test that found the receive not yet in
   while (true) {
-    if (watched && (*ended)()) break;
+    if (watched) {
+      if ((*ended)()) {
+        arrived = true;
+        break;
+      }
+      last_pending = m_profiler.now();
+    }
     const double remaining_ms = (deadline - m_profiler.now()) * 1e3 - guard_ms;
     if (remaining_ms <= 0) break;
     const std::int64_t before = m_stats.tokens;
@@ -466,32 +483,65 @@ std::pair<double, std::int64_t> Service::fill(int step, const sched::Slot& slot,
   }
   if (m_last.pending) m_last.spent_s = m_profiler.now() - t_enter;
   if (unplanned) m_stats.unplanned_prefill_s += work;
+  if (watched && bubble && index >= 0) {
+    // The data came after the last "not yet" (a lower bound: a chunk may have run past it);
+    // otherwise the receive's recorded end says when (the profiler's events).
+    if (arrived) record_watched_length(index, last_pending - t_enter);
+    else if (m_profiler.enabled()) m_watch = WatchedBubble{true, step, index, t_enter};
+  } else if (resolves_watch && arrived) {
+    record_watched_length(m_watch.index, last_pending - m_watch.enter_s);
+    m_watch.pending = false;
+  }
   return {work, tokens};
+}
+
+double Service::watched_allowance_s(int index, double budget_s) {
+  if (m_watch.pending && m_watch.index == index) learn_watched_length();
+  auto it = m_watch_lengths.find(index);
+  if (it == m_watch_lengths.end() || it->second.size() < kWatchWindow) return budget_s;
+  std::vector<double> v(it->second.begin(), it->second.end());
+  std::sort(v.begin(), v.end());
+  const auto k = static_cast<std::size_t>(std::lround(m_cfg.bubbletea.stretch_quantile * static_cast<double>(v.size() - 1)));
+  return std::clamp(v[k], budget_s, budget_s * m_cfg.bubbletea.max_stretch);
+}
+
+void Service::record_watched_length(int index, double length_s) {
+  std::deque<double>& w = m_watch_lengths[index];
+  w.push_back(std::max(0.0, length_s));
+  if (w.size() > kWatchWindow) w.pop_front();
+}
+
+void Service::learn_watched_length() {
+  m_watch.pending = false;
+  // The receive returned as soon as its data was in: the bubble lasted until then.
+  if (const runtime::SlotEvent* recv = find_event(m_watch.step, m_watch.index + 1))
+    record_watched_length(m_watch.index, recv->end_s - m_watch.enter_s);
+}
+
+const runtime::SlotEvent* Service::find_event(int step, int index) const {
+  if (index >= static_cast<int>(m_row->size())) {
+    index = 0;
+    ++step;
+  }
+  // The runtime records a slot once it ran; search newest first.
+  const auto& events = m_profiler.events();
+  const int me = m_comms.world.rank();
+  for (std::size_t k = events.size(), scanned = 0; k-- > 0 && scanned < 4096; ++scanned) {
+    const runtime::SlotEvent& e = events[k];
+    if (e.step < 0 || e.world_rank != me) continue;  // BubbleTea's own chunk events
+    if (e.step == step && e.slot_index == index) return &e;
+    if (e.step < step) break;
+  }
+  return nullptr;
 }
 
 void Service::learn_from_last_bubble() {
   if (!m_last.pending) return;
   m_last.pending = false;
   const std::vector<sched::Slot>& row = *m_row;
-  int next_index = m_last.index + 1;
-  int next_step = m_last.step;
-  if (next_index >= static_cast<int>(row.size())) {
-    next_index = 0;
-    ++next_step;
-  }
-  // The runtime records the slot after the bubble once it ran; find it (newest first).
-  const auto& events = m_profiler.events();
-  const int me = m_comms.world.rank();
-  const runtime::SlotEvent* next = nullptr;
-  for (std::size_t k = events.size(), scanned = 0; k-- > 0 && scanned < 4096; ++scanned) {
-    const runtime::SlotEvent& e = events[k];
-    if (e.step < 0 || e.world_rank != me) continue;  // BubbleTea's own chunk events
-    if (e.step == next_step && e.slot_index == next_index) {
-      next = &e;
-      break;
-    }
-    if (e.step < m_last.step) break;
-  }
+  const int next_index = m_last.index + 1 < static_cast<int>(row.size()) ? m_last.index + 1 : 0;
+  // The runtime records the slot after the bubble once it ran.
+  const runtime::SlotEvent* next = find_event(m_last.step, m_last.index + 1);
   if (!next) return;
   // How long the runtime waited right after the bubble: a receive's wait, an all-reduce's time
   // beyond its prediction; anything else (compute, a send, the next step) did not wait at all.

@@ -423,9 +423,13 @@ void build(Schema& schema) {
             "them, or a bubble shorter than the real wait): watched, within the shortest wait of "
             "that slot over the last 8 steps, so a receive that is sometimes on time is never filled");
   b.field("bubbletea.max_stretch", &C::bubbletea, &BubbleTeaCfg::max_stretch).def("3").min(1).max(100)
-      .help("a bubble may be filled up to this times the table's prediction: while its receive "
-            "has not arrived (watch_recv: a real bubble longer than the table's is filled until the "
-            "data comes) or as a learned allowance (1 = never beyond the table)");
+      .help("a bubble is never filled past this times the table's prediction, whether watched "
+            "(watch_recv, see stretch_quantile) or by a learned allowance (1 = never beyond the table)");
+  b.field("bubbletea.stretch_quantile", &C::bubbletea, &BubbleTeaCfg::stretch_quantile).def("0.5").min(0).max(1)
+      .help("a watched bubble longer than the table's: past the table, a chunk starts only if it is "
+            "predicted to end within this quantile of the bubble's real lengths over its last 8 steps "
+            "(0 = the shortest: training first; 1 = the longest: about until the data comes, more "
+            "prefill, a chunk in flight more often when it does)");
   b.field("bubbletea.kv_cap_bytes", &C::bubbletea, &BubbleTeaCfg::kv_cap_bytes).def("64M").min(1)
       .help("KV-cache memory cap per rank (binary suffixes)");
   b.field("bubbletea.chunk_tokens", &C::bubbletea, &BubbleTeaCfg::chunk_tokens).def("0").min(0)

@@ -41,6 +41,10 @@ struct ServiceOptions {
 
 class Service final : public runtime::BubbleFiller {
  public:
+  /// A watched bubble goes past the table's length only up to a quantile of the real lengths
+  /// it had over this many steps (not at all until it has them).
+  static constexpr std::size_t kWatchWindow = 8;
+
   /// Collective over comms.world. Builds this rank's inference layers (bubbletea.weights: random
   /// from run.seed, or read from an atlas checkpoint), calibrates the prefill cost model on
   /// `backend`, loads the requests (trace read by world rank 0 and broadcast), checks the memory
@@ -62,14 +66,21 @@ class Service final : public runtime::BubbleFiller {
   /// The runtime's hook at an Idle/Prefill slot: runs prefill chunks whose predicted time (plus
   /// bubbletea.guard_ms) fits what is left of the bubble, and non-blocking bookkeeping (MPI
   /// tests, socket writes). Where the bubble ends in a receive (`ended` given), BubbleTea tests
-  /// it before every chunk and stops as soon as it has arrived, or at bubbletea.max_stretch x
-  /// `budget_s`. Otherwise the bubble is `budget_s` (the table's prediction) or, when the
+  /// it before every chunk and stops as soon as it has arrived, or at the end of `budget_s` (the
+  /// table's prediction) or, past it, of the bubbletea.stretch_quantile of this bubble's real
+  /// lengths over its last kWatchWindow steps (up to max_stretch x `budget_s`). Otherwise the bubble is `budget_s` (the table's prediction) or, when the
   /// profiler records slots, an allowance learned from the wait that followed it the last time
   /// (a real bubble shorter than predicted shrinks it; a measured longer one lets it grow, up to
   /// max_stretch x `budget_s`). Returns (seconds of prefill work, prompt tokens through this
   /// rank's layers). Never blocks on another process. Not collective.
   std::pair<double, std::int64_t> fill(int step, const sched::Slot& slot, double budget_s,
                                        const std::function<bool()>* ended) override;
+
+  /// How long the watched bubble at `index` of this rank's row may be filled when the table
+  /// says `budget_s`: the table's length until kWatchWindow real lengths are known, then their
+  /// bubbletea.stretch_quantile, within [budget_s, max_stretch x budget_s]. A real length comes
+  /// from a receive that arrived during the fill, or (profiler on) from its recorded end.
+  [[nodiscard]] double watched_allowance_s(int index, double budget_s);
 
   /// Adds one training step's timings to this rank's account.
   void after_step(const runtime::StepReport& rep);
@@ -183,6 +194,20 @@ class Service final : public runtime::BubbleFiller {
     double spent_s = 0.0;   ///< time inside fill()
     double budget_s = 0.0;  ///< the table's
   } m_last;
+  /// Watched bubbles: the real length (bubble start to the receive's arrival) of each slot's
+  /// last kWatchWindow steps; one whose receive had not come when its fill stopped is resolved
+  /// by the fill of that receive (a wait BubbleTea filled) or by the receive's recorded end.
+  std::map<int, std::deque<double>> m_watch_lengths;
+  struct WatchedBubble {
+    bool pending = false;
+    int step = 0, index = 0;
+    double enter_s = 0.0;  ///< profiler time the bubble began
+  } m_watch;
+  void learn_watched_length();
+  void record_watched_length(int index, double length_s);
+  /// This rank's recorded event of slot `index` of `step` (index past the row: the next step's
+  /// first), or nullptr.
+  const runtime::SlotEvent* find_event(int step, int index) const;
 
   std::string m_summary;
 

@@ -158,6 +158,7 @@ struct BubbleTeaCfg {
   bool fill_recv_waits = true;      ///< bubbletea.fill_recv_waits: also fill receives that wait outside bubbles
   bool fill_wan_waits = true;       ///< bubbletea.fill_wan_waits: also fill the WAN waits of AllReduce/Optimizer
   double max_stretch = 3.0;         ///< bubbletea.max_stretch: a bubble is filled <= this x budget
+  double stretch_quantile = 0.5;    ///< bubbletea.stretch_quantile: a watched bubble past the table
   std::uint64_t kv_cap_bytes = 0;   ///< bubbletea.kv_cap_bytes: KV-cache memory cap per rank
   int chunk_tokens = 0;             ///< bubbletea.chunk_tokens: chunked prefill; 0 = whole
 };
