@@ -14,7 +14,14 @@
 # Environment: ATLAS_BIN (tools dir, default build/bin), ATLAS_WAN_MPIRUN_ARGS (extra mpirun
 # arguments), ATLAS_WAN_BTL (default self,vader,tcp), ATLAS_WAN_BIND (mpirun --bind-to, default
 # none: the emulated DCs share one machine, and a rank's threads should not share one core),
-# ATLAS_WAN_RTT_TOLERANCE (fraction, 0.25).
+# ATLAS_WAN_RTT_TOLERANCE (fraction, 0.25), ATLAS_WAN_AUTOGROUP (off: default, keep).
+# Scheduler: with kernel.sched_autogroup_enabled = 1 every session is a scheduling group of its
+# own, and Open MPI starts each DC's ranks in their own; a group's weight on a core follows its
+# load there, so a rank's helper threads (WAN progress, sender) woken on a core where another
+# rank computes waited 50-94 ms for it (perf sched timehist; BubbleTea overload: training +7.9%,
+# a few steps 60-100 ms late, fidelity ratios 1.14-1.19). The emulated DCs share this machine's
+# cores, so the script turns autogrouping off for the run and restores it at exit (unless
+# ATLAS_WAN_AUTOGROUP=keep); two emulations at once: the first to end restores it.
 # Exit status: the job's; 77 when this machine cannot emulate (reason printed); 1 on setup errors.
 set -Eeuo pipefail
 
@@ -65,6 +72,8 @@ read -r -a PER_DC <<<"$WAN_RANKS_PER_DC"
 NAME="aw$$"
 NAME="${NAME:0:10}"
 JOB_PID=""
+AUTOGROUP_FILE=/proc/sys/kernel/sched_autogroup_enabled
+AUTOGROUP_WAS=""
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
@@ -74,6 +83,7 @@ cleanup() {
     kill -KILL "$JOB_PID" 2>/dev/null || true
   fi
   "$NETNS" down "$NAME" 2>/dev/null || true  # also stops anything left inside the namespaces
+  if [[ -n $AUTOGROUP_WAS ]]; then echo "$AUTOGROUP_WAS" >"$AUTOGROUP_FILE" 2>/dev/null || true; fi
   [[ $rc -ne 130 && $rc -ne 143 ]] || echo "run_emulated.sh: interrupted; emulation $NAME removed" >&2
   exit "$rc"
 }
@@ -82,6 +92,17 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 "$NETNS" up "$NAME" --dcs "$N" --latency-ms "$LAT" --bandwidth-gbps "$BW" --flow-window "$WAN_FLOW_WINDOW_BYTES"
+
+case "${ATLAS_WAN_AUTOGROUP:-off}" in
+  off)
+    if [[ -w $AUTOGROUP_FILE && $(cat "$AUTOGROUP_FILE") == 1 ]]; then
+      echo 0 >"$AUTOGROUP_FILE" && AUTOGROUP_WAS=1
+      echo "run_emulated.sh: kernel.sched_autogroup_enabled 1 -> 0 for this run (restored at exit; ATLAS_WAN_AUTOGROUP=keep leaves it)" >&2
+    fi
+    ;;
+  keep) ;;
+  *) echo "run_emulated.sh: ATLAS_WAN_AUTOGROUP must be off or keep, not '$ATLAS_WAN_AUTOGROUP'" >&2; exit 1 ;;
+esac
 
 # ---- check the emulated RTT of every pair before measuring anything ----
 TOL="${ATLAS_WAN_RTT_TOLERANCE:-0.25}"

@@ -17,6 +17,7 @@
 #include "atlas/core/log.hpp"
 #include "atlas/deck/deck.hpp"
 #include "atlas/device/backend.hpp"
+#include "atlas/device/host_backend.hpp"
 #include "atlas/runtime/fault.hpp"
 #include "atlas/runtime/trainer.hpp"
 #include "atlas/sched/schedule.hpp"
@@ -64,6 +65,7 @@ JobResult run_training_job(const Config& cfg, const mpi::Comm& world, const JobO
 
   TrainOutput out(cfg, root, opt.quiet);
   out.header(opt.deck_path, layout);
+  out.text(device::autogroup_note(world.allgather_strings(device::scheduling_group()), world.rank()));
   const std::string map = topo::rank_map(comms.world, layout, cfg.cluster.dcs);
   out.text(map);
 

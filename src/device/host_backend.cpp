@@ -12,6 +12,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -485,6 +487,37 @@ std::string prepare_host_scheduling() {
 }
 
 const std::string& host_scheduling_note() { return g_sched_note; }
+
+std::string scheduling_group() {
+  std::ifstream enabled("/proc/sys/kernel/sched_autogroup_enabled");
+  int on = 0;
+  if (!(enabled >> on) || on != 1) return "";
+  std::ifstream boot("/proc/sys/kernel/random/boot_id"), group("/proc/self/autogroup");
+  std::string machine, name;
+  if (!(boot >> machine) || !(group >> name)) return "";
+  return machine + " " + name;
+}
+
+std::string autogroup_note(const std::vector<std::string>& groups, int rank) {
+  const std::string& mine = groups.at(static_cast<std::size_t>(rank));
+  if (mine.empty()) return "";
+  const std::string machine = mine.substr(0, mine.find(' '));
+  std::set<std::string> distinct;
+  int here = 0;
+  for (const std::string& g : groups)
+    if (g.rfind(machine + " ", 0) == 0) {
+      ++here;
+      distinct.insert(g);
+    }
+  const int hw = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  if (distinct.size() < 2 || here < hw) return "";
+  return fmt::format(
+      "# host: kernel.sched_autogroup_enabled = 1 and the {} ranks on this machine ({} hardware threads) are in {} "
+      "session groups: the scheduler shares a core between groups by their load on it, and a rank's WAN helper "
+      "threads waited up to 94 ms for a core another rank computed on (sysctl kernel.sched_autogroup_enabled=0 "
+      "removes that)\n",
+      here, hw, distinct.size());
+}
 
 int resolve_host_threads(int requested) {
   if (requested > 0) return requested;

@@ -2,6 +2,7 @@
 // Host backend basics: Buffer ownership, copies, element-wise ops, reductions, GEMM in every
 // transpose combination against a double-precision reference, thread-count independence, and
 // the backend factory (CUDA refused with a rebuild hint unless a factory is registered).
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -291,6 +292,33 @@ TEST(HostScheduling, BatchOnlyWhenRanksOutnumberTheCores) {
   EXPECT_EQ(host_scheduling_note(), note);
   ::unsetenv("ATLAS_HOST_RANKS");
   ASSERT_EQ(::sched_setscheduler(0, before, &p), 0);  // back to the default for the other tests
+}
+
+// Ranks on one machine (same boot id) in several autogroups that fill its hardware threads get a
+// run-header note; one group, too few ranks, another machine's ranks or autogrouping off: none.
+TEST(HostScheduling, AutogroupNoteOnlyForSeveralGroupsFillingTheMachine) {
+  const int hw = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  auto ranks = [](int n, const std::string& machine, const std::vector<std::string>& groups) {
+    std::vector<std::string> v;
+    for (int i = 0; i < n; ++i) v.push_back(machine + " /autogroup-" + groups[static_cast<std::size_t>(i) % groups.size()]);
+    return v;
+  };
+  const auto two_groups = ranks(hw, "boot-a", {"7", "9"});
+  const std::string note = autogroup_note(two_groups, 0);
+  if (hw >= 2) {
+    EXPECT_NE(note.find("sched_autogroup_enabled = 1"), std::string::npos) << note;
+    EXPECT_NE(note.find(fmt::format("the {} ranks on this machine", hw)), std::string::npos) << note;
+    EXPECT_NE(note.find("in 2 session groups"), std::string::npos) << note;
+    EXPECT_EQ(note.back(), '\n');
+  }
+  EXPECT_EQ(autogroup_note(ranks(hw, "boot-a", {"7"}), 0), "");                      // one group
+  EXPECT_EQ(autogroup_note(ranks(std::max(1, hw - 1), "boot-a", {"7", "9"}), 0), "");  // cores to spare
+  std::vector<std::string> elsewhere = ranks(hw, "boot-b", {"7", "9"});
+  elsewhere[0] = "boot-a /autogroup-7";  // rank 0 alone on its machine
+  EXPECT_EQ(autogroup_note(elsewhere, 0), "");
+  std::vector<std::string> off = two_groups;
+  off[0] = "";  // autogrouping off where rank 0 runs
+  EXPECT_EQ(autogroup_note(off, 0), "");
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "atlas/device/backend.hpp"
 
@@ -27,6 +28,12 @@ namespace atlas::device {
 std::string prepare_host_scheduling();
 /// What prepare_host_scheduling did ("" if nothing or not called).
 [[nodiscard]] const std::string& host_scheduling_note();
+/// "BOOT_ID AUTOGROUP" of this process when kernel.sched_autogroup_enabled = 1 (every session a
+/// scheduling group of its own), else "".
+[[nodiscard]] std::string scheduling_group();
+/// Given every rank's scheduling_group(): a run-header note for `rank` when the ranks on its
+/// machine fill its hardware threads and sit in more than one autogroup, else "".
+[[nodiscard]] std::string autogroup_note(const std::vector<std::string>& groups, int rank);
 
 /// A host backend running `threads` OpenMP threads (0 = resolve_host_threads(0)). Also sets the
 /// OpenBLAS thread count of this process to the same number.
