@@ -96,8 +96,12 @@ trap 'exit 143' TERM
 case "${ATLAS_WAN_AUTOGROUP:-off}" in
   off)
     if [[ -w $AUTOGROUP_FILE && $(cat "$AUTOGROUP_FILE") == 1 ]]; then
-      echo 0 >"$AUTOGROUP_FILE" && AUTOGROUP_WAS=1
-      echo "run_emulated.sh: kernel.sched_autogroup_enabled 1 -> 0 for this run (restored at exit; ATLAS_WAN_AUTOGROUP=keep leaves it)" >&2
+      if echo 0 2>/dev/null >"$AUTOGROUP_FILE"; then
+        AUTOGROUP_WAS=1
+        echo "run_emulated.sh: kernel.sched_autogroup_enabled 1 -> 0 for this run (restored at exit; ATLAS_WAN_AUTOGROUP=keep leaves it)" >&2
+      else
+        echo "run_emulated.sh: kernel.sched_autogroup_enabled = 1 and cannot be changed here: helper threads may wait for cores (see the header)" >&2
+      fi
     fi
     ;;
   keep) ;;
