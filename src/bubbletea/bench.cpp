@@ -233,18 +233,20 @@ int run_bubbletea_bench(mpi::Environment& env, const std::vector<std::string>& a
 
   if (root) {
     std::string s;
-    s += fmt::format("# {:>5} {:<8} {:>12} {:>12} {:>12} {:>12}\n", "rank", "dc", "util_off%", "util_on%",
-                     "prefill_%", "idle_on%");
+    // comm: receive / all-reduce waits; other: step time in none of these (sends, copies, the step's tail).
+    s += fmt::format("# {:>5} {:<8} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}\n", "rank", "dc", "util_off%", "util_on%",
+                     "prefill_%", "idle_on%", "comm_on%", "other_on%");
     for (int i = 0; i < n; ++i) {
       const auto& a = sum_off[static_cast<std::size_t>(i)];
       const auto& b = sum_on[static_cast<std::size_t>(i)];
       const std::string dc = static_cast<std::size_t>(a.dc) < cfg.cluster.dcs.size()
                                  ? cfg.cluster.dcs[static_cast<std::size_t>(a.dc)]
                                  : fmt::format("dc{}", a.dc);
-      s += fmt::format("  {:>5} {:<8} {:>12.1f} {:>12.1f} {:>12.1f} {:>12.1f}\n", i, dc,
-                       100.0 * a.compute_s / std::max(a.wall_s, 1e-12),
-                       100.0 * (b.compute_s + b.prefill_s) / std::max(b.wall_s, 1e-12),
-                       100.0 * b.prefill_s / std::max(b.wall_s, 1e-12), 100.0 * b.idle_s / std::max(b.wall_s, 1e-12));
+      const double wall_on = std::max(b.wall_s, 1e-12);
+      s += fmt::format("  {:>5} {:<8} {:>12.1f} {:>12.1f} {:>12.1f} {:>12.1f} {:>12.1f} {:>12.1f}\n", i, dc,
+                       100.0 * a.compute_s / std::max(a.wall_s, 1e-12), 100.0 * (b.compute_s + b.prefill_s) / wall_on,
+                       100.0 * b.prefill_s / wall_on, 100.0 * b.idle_s / wall_on, 100.0 * b.comm_s / wall_on,
+                       100.0 * (b.wall_s - b.compute_s - b.prefill_s - b.idle_s - b.comm_s) / wall_on);
     }
     s += fmt::format("# step time: off {:.2f} ms (sd {:.2f}, median {:.2f}, {} steps), on {:.2f} ms (sd {:.2f}, median "
                      "{:.2f}, {} steps): slowdown {:+.2f}% of the mean, {:+.2f}% of the median (goal <= 2%)\n",
