@@ -514,7 +514,7 @@ std::string autogroup_note(const std::vector<std::string>& groups, int rank) {
   return fmt::format(
       "# host: kernel.sched_autogroup_enabled = 1 and the {} ranks on this machine ({} hardware threads) are in {} "
       "session groups: the scheduler shares a core between groups by their load on it, and a rank's WAN helper "
-      "threads waited up to 94 ms for a core another rank computed on (sysctl kernel.sched_autogroup_enabled=0 "
+      "threads can wait tens of ms for a core another rank computes on (sysctl kernel.sched_autogroup_enabled=0 "
       "removes that)\n",
       here, hw, distinct.size());
 }
