@@ -538,14 +538,12 @@ const runtime::SlotEvent* Service::find_event(int step, int index) const {
 void Service::learn_from_last_bubble() {
   if (!m_last.pending) return;
   m_last.pending = false;
-  const std::vector<sched::Slot>& row = *m_row;
-  const int next_index = m_last.index + 1 < static_cast<int>(row.size()) ? m_last.index + 1 : 0;
   // The runtime records the slot after the bubble once it ran.
   const runtime::SlotEvent* next = find_event(m_last.step, m_last.index + 1);
   if (!next) return;
   // How long the runtime waited right after the bubble: a receive's wait, an all-reduce's time
   // beyond its prediction; anything else (compute, a send, the next step) did not wait at all.
-  const sched::Slot& ns = row[static_cast<std::size_t>(next_index)];
+  const sched::Slot& ns = (*m_row)[static_cast<std::size_t>(next->slot_index)];  // the event found is that slot
   double wait_s = 0.0;
   if (sched::is_recv(ns.kind)) wait_s = next->end_s - next->start_s;
   else if (ns.kind == sched::SlotKind::AllReduce) wait_s = std::max(0.0, next->end_s - next->start_s - ns.duration_ms * 1e-3);

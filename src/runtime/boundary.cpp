@@ -34,12 +34,12 @@ class Backoff {
   int m_us = kMinUs;
   int m_max_us;
 };
-constexpr int kMainMaxPollUs = 200;
+constexpr int kMainMaxPollUs = 200;    // the main thread: on the critical path
+constexpr int kSenderMaxPollUs = 500;  // the sender thread: token hand-over latency
 /// The hint of every wait on a peer that timed out.
 constexpr const char* kPeerTimeoutHint =
     "hint: the peer may have died or hung, or be waiting itself on a rank upstream (the other ranks' errors "
-    "name it); raise wan.recv_timeout_s if the link is slow";    // the main thread: on the critical path
-constexpr int kSenderMaxPollUs = 500;  // the sender thread: token hand-over latency
+    "name it); raise wan.recv_timeout_s if the link is slow";
 }  // namespace
 
 Boundary::Boundary(const topo::Layout& layout, const topo::Communicators& comms,
@@ -285,9 +285,9 @@ void Boundary::exchange_sum(int peer, int tag, float* data, std::size_t count, b
   if (!m_exchange_send_posted) post_exchange_send(peer, tag, data, count);
   m_exchange_send_posted = false;
   if (while_waiting) while_waiting([this] { return exchange_arrived(); });
-  if (!m_exchange_recv_done)
-    wait_wan(m_exchange_recv,
-             [peer] { return "the gradient exchange with rank " + std::to_string(peer) + " did not finish"; });
+  // A receive that completed is empty: the wait returns at once.
+  wait_wan(m_exchange_recv,
+           [peer] { return "the gradient exchange with rank " + std::to_string(peer) + " did not finish"; });
   m_exchange_recv_posted = false;
   const std::vector<float>& theirs = m_exchange_in;
   for (std::size_t i = 0; i < count; ++i)
@@ -320,15 +320,13 @@ void Boundary::post_exchange_recv(int peer, int tag, std::size_t count) {
     m_exchange_recv = m_wan->irecv(peer, tag, m_exchange_in.data(), count * sizeof(float));
   }
   m_exchange_recv_posted = true;
-  m_exchange_recv_done = false;
   m_exchange_recv_peer = peer;
   m_exchange_recv_tag = tag;
 }
 
 bool Boundary::exchange_arrived() {
-  if (!m_exchange_recv_posted) return false;
-  if (!m_exchange_recv_done) m_exchange_recv_done = test_wan(m_exchange_recv);
-  return m_exchange_recv_done;
+  // The transport empties a handle once it completed: testing it again says true at once.
+  return m_exchange_recv_posted && test_wan(m_exchange_recv);
 }
 
 void Boundary::finish_exchange_send() {

@@ -154,7 +154,6 @@ class Boundary {
   bool m_exchange_send_posted = false;
   int m_exchange_send_tag = -1;
   bool m_exchange_recv_posted = false;
-  bool m_exchange_recv_done = false;
   int m_exchange_recv_peer = -1, m_exchange_recv_tag = -1;
   wan::Handle m_exchange_send{};
   int m_exchange_peer = -1;
