@@ -42,6 +42,9 @@ shift
 [[ $# -gt 0 ]] || usage
 [[ -r $DECK ]] || { echo "run_emulated.sh: cannot read deck '$DECK'" >&2; exit 1; }
 [[ $NP =~ ^[0-9]+$ && $NP -ge 1 ]] || { echo "run_emulated.sh: NP must be a positive integer" >&2; exit 1; }
+AUTOGROUP_MODE="${ATLAS_WAN_AUTOGROUP:-off}"
+[[ $AUTOGROUP_MODE == off || $AUTOGROUP_MODE == keep ]] ||
+  { echo "run_emulated.sh: ATLAS_WAN_AUTOGROUP must be off or keep, not '$AUTOGROUP_MODE'" >&2; exit 1; }
 
 # ---- can we? ----
 set +e
@@ -93,20 +96,14 @@ trap 'exit 143' TERM
 
 "$NETNS" up "$NAME" --dcs "$N" --latency-ms "$LAT" --bandwidth-gbps "$BW" --flow-window "$WAN_FLOW_WINDOW_BYTES"
 
-case "${ATLAS_WAN_AUTOGROUP:-off}" in
-  off)
-    if [[ -w $AUTOGROUP_FILE && $(cat "$AUTOGROUP_FILE") == 1 ]]; then
-      if echo 0 2>/dev/null >"$AUTOGROUP_FILE"; then
-        AUTOGROUP_WAS=1
-        echo "run_emulated.sh: kernel.sched_autogroup_enabled 1 -> 0 for this run (restored at exit; ATLAS_WAN_AUTOGROUP=keep leaves it)" >&2
-      else
-        echo "run_emulated.sh: kernel.sched_autogroup_enabled = 1 and cannot be changed here: helper threads may wait for cores (see the header)" >&2
-      fi
-    fi
-    ;;
-  keep) ;;
-  *) echo "run_emulated.sh: ATLAS_WAN_AUTOGROUP must be off or keep, not '$ATLAS_WAN_AUTOGROUP'" >&2; exit 1 ;;
-esac
+if [[ $AUTOGROUP_MODE == off && -w $AUTOGROUP_FILE && $(cat "$AUTOGROUP_FILE") == 1 ]]; then
+  if echo 0 2>/dev/null >"$AUTOGROUP_FILE"; then
+    AUTOGROUP_WAS=1
+    echo "run_emulated.sh: kernel.sched_autogroup_enabled 1 -> 0 for this run (restored at exit; ATLAS_WAN_AUTOGROUP=keep leaves it)" >&2
+  else
+    echo "run_emulated.sh: kernel.sched_autogroup_enabled = 1 and cannot be changed here: helper threads may wait for cores (see the header)" >&2
+  fi
+fi
 
 # ---- check the emulated RTT of every pair before measuring anything ----
 TOL="${ATLAS_WAN_RTT_TOLERANCE:-0.25}"

@@ -22,3 +22,7 @@ add_test(NAME test_wan_netns
 set_tests_properties(test_wan_netns PROPERTIES LABELS "netns" TIMEOUT 120 SKIP_RETURN_CODE 77
   ENVIRONMENT "ATLAS_BIN=${CMAKE_BINARY_DIR}/bin;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
   DEPENDS test_wan_transport)
+# run_emulated.sh refuses a bad ATLAS_WAN_AUTOGROUP before it sets anything up (no root needed).
+add_test(NAME test_run_emulated_bad_autogroup
+  COMMAND bash -c "out=$(ATLAS_WAN_AUTOGROUP=sometimes ${PROJECT_SOURCE_DIR}/scripts/wan/run_emulated.sh ${PROJECT_SOURCE_DIR}/inputs/bubbletea_loopback.deck 2 -- true 2>&1); rc=$?; echo \"$out\"; [[ $rc -eq 1 ]] && grep -q \"ATLAS_WAN_AUTOGROUP must be off or keep, not 'sometimes'\" <<<\"$out\"")
+set_tests_properties(test_run_emulated_bad_autogroup PROPERTIES LABELS unit TIMEOUT 30)
