@@ -20,10 +20,12 @@
 #include "atlas/bubbletea/bench.hpp"
 #include "atlas/io/bench.hpp"
 #include "atlas/model/bench.hpp"
+#include "atlas/runtime/net_cpu_probe.hpp"
 #include "atlas/runtime/profiler.hpp"
 #include "atlas/runtime/wake_probe.hpp"
 #include "atlas/sim/bench.hpp"
 #include "atlas/sim/simulator.hpp"
+#include "atlas/topo/layout.hpp"
 #include "atlas/wan/bench.hpp"
 
 namespace atlas::app {
@@ -243,9 +245,9 @@ int bench_fidelity(Context& ctx) {
   // (scripts/wan/run_emulated.sh sets ATLAS_WAN_EMULATED=1), else loopback between the "DCs".
   const char* emu = std::getenv("ATLAS_WAN_EMULATED");
   const bool emulated = emu != nullptr && std::string(emu) == "1";
-  std::string table = fmt::format("# {:<30} {:>5} {:>11} {:>12} {:>6} {:>9} {:>11} {:>9} {:>9} {:>11} {:>5} {:>8} {:>9}\n",
+  std::string table = fmt::format("# {:<30} {:>5} {:>11} {:>12} {:>6} {:>9} {:>11} {:>9} {:>9} {:>11} {:>5} {:>8} {:>9} {:>7}\n",
                                   "deck", "ranks", "measured_ms", "predicted_ms", "ratio", "fresh_ms", "fresh_ratio",
-                                  "meas_bub%", "pred_bub%", "deck_wan_ms", "k", "cal_ms", "cal_ratio");
+                                  "meas_bub%", "pred_bub%", "deck_wan_ms", "k", "cal_ms", "cal_ratio", "net_ns/B");
   // This host's wake-up delay with all the job's ranks on it (the simulator's cluster.host_wake_us).
   const runtime::WakeProbe wake = runtime::probe_wake_delay(world);
   int ran = 0;
@@ -269,6 +271,8 @@ int bench_fidelity(Context& ctx) {
     if (here.host_backend) {
       here.ranks_per_host = device::host_local_ranks();
       here.wake_ms = wake.median_ms;
+      // Inside the emulation the WAN's packet path runs on this machine's cores too.
+      if (emulated) here.net_ns_per_byte = runtime::probe_net_cpu(world, cfg, topo::Layout(world.size(), cfg.parallel).coord(world.rank()).dc).ns_per_byte;
     }
     const Config net = sim::machine_config(cfg, here);
     const sim::Prediction p = sim::prediction(sim::simulate_on(cfg, net));
@@ -312,10 +316,10 @@ int bench_fidelity(Context& ctx) {
     const double measured_ms = r.mean_step_s * 1e3;
     const std::string fresh_cols = fresh_ms > 0 ? fmt::format("{:>9.1f} {:>11.3f}", fresh_ms, measured_ms / fresh_ms)
                                                 : fmt::format("{:>9} {:>11}", "-", "-");
-    table += fmt::format("  {:<30} {:>5} {:>11.1f} {:>12.1f} {:>6.3f} {} {:>9.1f} {:>9.1f} {:>11.1f} {:>5.2f} {:>8.1f} {:>9.3f}\n",
+    table += fmt::format("  {:<30} {:>5} {:>11.1f} {:>12.1f} {:>6.3f} {} {:>9.1f} {:>9.1f} {:>11.1f} {:>5.2f} {:>8.1f} {:>9.3f} {:>7.2f}\n",
                          path, world.size(), measured_ms, p.step_ms, measured_ms / p.step_ms, fresh_cols,
                          100 * r.measured_bubble, 100 * p.bubble_fraction, deck_wan.step_ms, k, cal.step_ms,
-                         measured_ms / cal.step_ms);
+                         measured_ms / cal.step_ms, here.net_ns_per_byte);
     ++ran;
   }
   if (world.rank() == 0) {
@@ -331,6 +335,9 @@ int bench_fidelity(Context& ctx) {
                world.size(), wake.samples, wake.median_ms, wake.p90_ms);
     fmt::print("# predicted_ms: compute from the profile file (plan.gpu); fresh_ms: from the deck's own block timed "
                "by rank 0 alone just before its run (host backend)\n");
+    fmt::print("# net_ns/B: host CPU per byte sent between DCs (runtime::probe_net_cpu, inside the emulation: "
+               "TCP and the emulated links' packet path), predicted as compute taken from the host while a "
+               "transfer runs (cluster.host_net_ns_per_byte)\n");
     fmt::print("# k = compute scale that makes the simulated compute per step equal the run's; cal_ms = the "
                "prediction with it (the schedule, network and synchronisation model alone)\n");
     fmt::print("# network: {}; deck_wan_ms = the prediction with the deck's WAN matrices\n",

@@ -262,6 +262,10 @@ void build(Schema& schema) {
   b.field("cluster.host_wake_us", &C::cluster, &ClusterCfg::host_wake_us).def("0").min(0)
       .help("CPU runs with more ranks than cores (cost model): per message, the delay from its "
             "arrival to its receiver running again; atlas bench fidelity measures it (0 = a core per rank)");
+  b.field("cluster.host_net_ns_per_byte", &C::cluster, &ClusterCfg::host_net_ns_per_byte).def("0").min(0)
+      .help("CPU runs (cost model): host CPU time per byte sent between DCs, sender and receiver together "
+            "(TCP, and the emulated WAN's packet path); it slows compute on the hosts while a transfer "
+            "runs; atlas bench fidelity measures it inside the emulated WAN (0 = free)");
 
   // [parallel]
   b.field("parallel.tp_size", &C::parallel, &ParallelCfg::tp_size).def("1").min(1)

@@ -62,6 +62,7 @@ void apply_host_sharing(CostModel& c, const Config& cfg) {
   c.cores_per_host = cfg.cluster.cores_per_host > 0 ? cfg.cluster.cores_per_host
                                                     : std::max(1u, std::thread::hardware_concurrency());
   c.wake_ms = cfg.cluster.host_wake_us / 1e3;
+  c.net_ns_per_byte = cfg.cluster.host_net_ns_per_byte;
 }
 
 CostModel cost_model(const Config& cfg, const topo::Layout& layout) {

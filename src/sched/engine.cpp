@@ -63,11 +63,15 @@ class Engine {
     m_posted.assign(p.messages.size(), false);
     m_sync_count.assign(p.sync_groups.size(), 0);
     m_receiver.assign(p.messages.size(), -1);
+    m_sender.assign(p.messages.size(), -1);
     m_hosts.resize(p.host_cores.size());
+    m_net_cores.assign(p.host_cores.size(), 0.0);
+    m_net_on = p.net_ns_per_byte > 0.0 && !p.host_cores.empty();
     m_work_left.assign(nw, 0.0);
     for (std::size_t w = 0; w < nw; ++w)
       for (const auto& op : p.workers[w])
         if (op.type == EngineOp::Type::Recv) m_receiver[static_cast<std::size_t>(op.message)] = static_cast<int>(w);
+        else if (op.type == EngineOp::Type::Send) m_sender[static_cast<std::size_t>(op.message)] = static_cast<int>(w);
     for (auto& m : p.messages) m.post_ms = m.start_ms = m.end_ms = m.arrive_ms = -1.0;
     for (auto& c : p.channels) c.served.clear();
   }
@@ -92,12 +96,22 @@ class Engine {
         case Ev::Resume: advance(e.a); break;
         case Ev::Arrive: arrive(e.a); break;
         case Ev::Wake: wake(e.a); break;
-        case Ev::FlowDone: flow_done(e.a, e.b); break;
-        case Ev::Dispatch: dispatch(e.a); break;
+        case Ev::FlowDone:
+          net_before();
+          flow_done(e.a, e.b);
+          net_after();
+          break;
+        case Ev::Dispatch:
+          net_before();
+          dispatch(e.a);
+          net_after();
+          break;
         case Ev::HostDone: host_done(e.a, e.b); break;
         case Ev::Release:
+          net_before();
           --m_links[static_cast<std::size_t>(e.a)].holding;
           dispatch(e.a);
+          net_after();
           break;
       }
     }
@@ -192,8 +206,13 @@ class Engine {
     const auto w = static_cast<std::size_t>(r);
     if (m_blocked_msg[w] != msg) return;  // not waiting yet: its Recv will find it arrived
     // A receiver that waits runs again wake_ms later (on an oversubscribed host it waits for a
-    // core); one that reaches its Recv after the arrival finds the data at once.
-    const double delay = m_p.messages[static_cast<std::size_t>(msg)].channel < 0 ? m_p.wake_ms : m_p.wan_wake_ms;
+    // core); one that reaches its Recv after the arrival finds the data at once. On a shared host
+    // with a core free it runs after its poll's sleep instead.
+    const bool wan = m_p.messages[static_cast<std::size_t>(msg)].channel >= 0;
+    double delay = wan ? m_p.wan_wake_ms : m_p.wake_ms;
+    const int host = w < m_p.worker_host.size() ? m_p.worker_host[w] : -1;
+    if (host >= 0 && delay > 0.0 && !host_full(host))
+      delay = std::min(delay, (wan ? 3.0 : 1.0) * m_p.idle_wake_ms);
     if (delay > 0.0) {
       push(m_now + delay, 0, Ev::Wake, msg, 0);
       return;
@@ -214,6 +233,13 @@ class Engine {
 
   // ---- shared hosts ----
 
+  /// Whether the compute ops running on host h use all its cores.
+  bool host_full(int h) const {
+    double used = 0.0;
+    for (int w : m_hosts[static_cast<std::size_t>(h)].active) used += m_p.worker_cores[static_cast<std::size_t>(w)];
+    return used >= m_p.host_cores[static_cast<std::size_t>(h)] - 1e-9;
+  }
+
   /// Rate (cores) of each active op: max-min fair share of the host's cores, each op capped at
   /// its own full speed (water-filling over the caps).
   std::vector<double> host_rates(int h) const {
@@ -223,7 +249,8 @@ class Engine {
       caps.emplace_back(m_p.worker_cores[static_cast<std::size_t>(hs.active[i])], i);
     std::sort(caps.begin(), caps.end());
     std::vector<double> rate(hs.active.size(), 0.0);
-    double left = m_p.host_cores[static_cast<std::size_t>(h)];
+    const double cores = m_p.host_cores[static_cast<std::size_t>(h)];
+    double left = cores - std::min(m_net_cores[static_cast<std::size_t>(h)], 0.9 * cores);
     for (std::size_t k = 0; k < caps.size(); ++k) {
       const double share = left / static_cast<double>(caps.size() - k);
       const double r = std::min(caps[k].first, share);
@@ -277,6 +304,38 @@ class Engine {
     }
   }
 
+  // ---- host CPU taken by WAN transfers (EngineProgram::net_ns_per_byte) ----
+
+  int host_of(int worker) const {
+    return worker >= 0 && static_cast<std::size_t>(worker) < m_p.worker_host.size()
+               ? m_p.worker_host[static_cast<std::size_t>(worker)]
+               : -1;
+  }
+
+  /// Before the WAN flows change: the compute ops drain at the old shares up to now.
+  void net_before() {
+    if (!m_net_on) return;
+    for (std::size_t h = 0; h < m_hosts.size(); ++h) host_update(static_cast<int>(h));
+  }
+
+  /// After they changed: each host's cores taken by the flows now running, and new finish times
+  /// for the compute ops of the hosts whose share changed.
+  void net_after() {
+    if (!m_net_on) return;
+    std::vector<double> taken(m_hosts.size(), 0.0);
+    for (std::size_t c = 0; c < m_links.size(); ++c) {
+      const double cores = rate(static_cast<int>(c)) * m_p.net_ns_per_byte / 1e6;
+      for (int msg : m_links[c].active)
+        for (int h : {host_of(m_sender[static_cast<std::size_t>(msg)]), host_of(m_receiver[static_cast<std::size_t>(msg)])})
+          if (h >= 0) taken[static_cast<std::size_t>(h)] += 0.5 * cores;
+    }
+    for (std::size_t h = 0; h < m_hosts.size(); ++h) {
+      if (taken[h] == m_net_cores[h]) continue;
+      m_net_cores[h] = taken[h];
+      host_reschedule(static_cast<int>(h));
+    }
+  }
+
   // ---- messages and links ----
 
   void post(int msg) {
@@ -296,8 +355,10 @@ class Engine {
     auto& ls = m_links[c];
     update(static_cast<int>(c));
     if (ch.mode == LinkMode::Shared) {
+      net_before();
       start_flow(static_cast<int>(c), msg);
       reschedule(static_cast<int>(c));
+      net_after();
       return;
     }
     if (ch.mode == LinkMode::OrderedFifo) ls.waiting.push_back(msg);
@@ -440,6 +501,9 @@ class Engine {
   std::vector<bool> m_posted;
   std::vector<int> m_sync_count;
   std::vector<int> m_receiver;  // message -> the worker that receives it
+  std::vector<int> m_sender;    // message -> the worker that sends it
+  std::vector<double> m_net_cores;  // per host: cores the running WAN flows take
+  bool m_net_on = false;
   std::vector<HostState> m_hosts;
   std::vector<double> m_work_left;  // core-ms left of each worker's running compute op
 };

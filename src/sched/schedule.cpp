@@ -73,6 +73,10 @@ EngineProgram make_program(const CostModel& c, ScheduleKind kind, int m, Program
   // it), the receiver's (to read it) and the receiver.
   p.wake_ms = c.wake_ms;
   p.wan_wake_ms = 3.0 * c.wake_ms;
+  // With a core free a waiting thread runs at its next poll: the runtime's back-off sleeps at
+  // most 0.2 ms (runtime/boundary.cpp kMainMaxPollUs), 0.1 ms on average.
+  p.idle_wake_ms = std::min(c.wake_ms, 0.1);
+  p.net_ns_per_byte = c.net_ns_per_byte;
   const std::int64_t bytes = c.act_bytes * c.tp;
 
   // Channels: one per DC pair direction that some boundary crosses.

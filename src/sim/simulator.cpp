@@ -174,6 +174,7 @@ Config machine_config(const Config& deck, const RunMachine& m) {
     c.cluster.ranks_per_host = m.ranks_per_host;
     c.cluster.cores_per_host = m.cores_per_host;
     c.cluster.host_wake_us = m.wake_ms * 1e3;
+    c.cluster.host_net_ns_per_byte = m.net_ns_per_byte;
   }
   return c;
 }

@@ -113,6 +113,71 @@ TEST(Engine, ComputeOnASharedHostSharesItsCores) {
   EXPECT_NEAR(d.ops[2][0].end_ms, 15.0, 1e-9);
 }
 
+TEST(Engine, AWaitingReceiverWakesSlowlyOnlyWhileItsHostsCoresAreBusy) {
+  // Two workers on a 2-core host. Worker 0 computes 10 ms and sends (intra-DC, free); worker 1
+  // waits for it. A third worker on the host computes 0-20 ms (cores busy only while both run).
+  EngineProgram p;
+  p.messages.resize(1);
+  p.messages[0].bytes = 0;
+  p.intra_bytes_per_ms = 1e18;
+  p.wake_ms = 3.0;       // all cores busy: the receiver waits for a time slice
+  p.idle_wake_ms = 0.1;  // a core free: it runs at its next poll
+  p.workers = {{{EngineOp::Type::Compute, SlotKind::Forward, 0, 10.0, -1, -1},
+                {EngineOp::Type::Send, SlotKind::LocalSend, 0, 0.0, 0, -1}},
+               {{EngineOp::Type::Recv, SlotKind::LocalRecv, 0, 0.0, 0, -1}},
+               {{EngineOp::Type::Compute, SlotKind::Forward, 0, 20.0, -1, -1}}};
+  p.host_cores = {2.0};
+  p.worker_host = {0, 0, 0};
+  p.worker_cores = {1.0, 1.0, 1.0};
+  // At 10 ms worker 0 is done: only worker 2 computes, a core is free.
+  auto r = run_engine(p);
+  EXPECT_NEAR(r.ops[1][0].end_ms, 10.1, 1e-9);
+  // Worker 2 on two threads fills both cores at 10 ms (it ran at one core before worker 0 ended).
+  p.worker_cores = {1.0, 1.0, 2.0};
+  r = run_engine(p);
+  EXPECT_NEAR(r.ops[1][0].end_ms, 13.0, 1e-9);
+  // Without a host model the delay is always wake_ms (a GPU cluster's profile).
+  p.worker_host = {-1, -1, -1};
+  r = run_engine(p);
+  EXPECT_NEAR(r.ops[1][0].end_ms, 13.0, 1e-9);
+}
+
+TEST(Engine, AWanTransferTakesHostCoresFromCompute) {
+  // One 1-core host; worker 0 sends 1000 bytes over a 100 bytes/ms link (0-10 ms) to worker 1;
+  // worker 2 computes 20 ms of work. At 200 ns/byte (both ends together) the flow takes
+  // 100 * 200 / 1e6 = 0.02 cores, half at each end; both ends here, so for 10 ms the compute runs
+  // at 0.98 core.
+  EngineProgram p;
+  EngineChannel ch;
+  ch.capacity_bytes_per_ms = 100.0;
+  ch.flow_cap_bytes_per_ms = 100.0;
+  p.channels.push_back(ch);
+  p.messages.resize(1);
+  p.messages[0].channel = 0;
+  p.messages[0].bytes = 1000;
+  p.workers = {{{EngineOp::Type::Send, SlotKind::WanSend, 0, 0.0, 0, -1}},
+               {{EngineOp::Type::Recv, SlotKind::WanRecv, 0, 0.0, 0, -1}},
+               {{EngineOp::Type::Compute, SlotKind::Forward, 0, 20.0, -1, -1}}};
+  p.host_cores = {1.0};
+  p.worker_host = {0, 0, 0};
+  p.worker_cores = {1.0, 1.0, 1.0};
+  p.net_ns_per_byte = 200.0;
+  auto r = run_engine(p);
+  ASSERT_FALSE(r.deadlock);
+  EXPECT_NEAR(p.messages[0].end_ms, 10.0, 1e-9);  // the flow's own rate is the link's
+  // 10 ms at 0.98 core = 9.8 ms of work, 10.2 ms left at 1 core: ends at 20.2 ms.
+  EXPECT_NEAR(r.ops[2][0].end_ms, 20.2, 1e-9);
+  // The sender on another host: only the receiving end's half is taken here.
+  p.host_cores = {1.0, 1.0};
+  p.worker_host = {1, 0, 0};
+  r = run_engine(p);
+  EXPECT_NEAR(r.ops[2][0].end_ms, 20.1, 1e-9);
+  // Free network CPU: the compute takes its 20 ms.
+  p.net_ns_per_byte = 0.0;
+  r = run_engine(p);
+  EXPECT_NEAR(r.ops[2][0].end_ms, 20.0, 1e-9);
+}
+
 TEST(Engine, ReportsDeadlockInsteadOfHanging) {
   EngineProgram p;
   p.messages.resize(2);

@@ -29,8 +29,9 @@ struct ClusterCfg {
   std::vector<double> price_per_gpu_hour;  ///< cluster.price_per_gpu_hour: per DC (may be empty)
   std::vector<std::string> bind_hosts;   ///< cluster.bind_hosts: WAN listen address per DC
   int ranks_per_host = 0;                ///< cluster.ranks_per_host: 0 = a device per rank
-  double cores_per_host = 0.0;
-  double host_wake_us = 0.0;             ///< cluster.host_wake_us: per message, an oversubscribed host's wake-up delay           ///< cluster.cores_per_host: 0 = this machine's threads
+  double cores_per_host = 0.0;           ///< cluster.cores_per_host: 0 = this machine's threads
+  double host_wake_us = 0.0;             ///< cluster.host_wake_us: per message, an oversubscribed host's wake-up delay
+  double host_net_ns_per_byte = 0.0;     ///< cluster.host_net_ns_per_byte: host CPU per WAN byte (both ends)
 
   [[nodiscard]] int dc_count() const { return static_cast<int>(dcs.size()); }
   [[nodiscard]] double latency(int a, int b) const {

@@ -38,6 +38,8 @@ struct CostModel {
   /// running again (it waits for a core). Added to every delivery, round trip and ring step.
   /// 0 = a core or device per rank.
   double wake_ms = 0.0;
+  /// Shared hosts: host CPU per byte sent between DCs (both ends together; cluster.host_net_ns_per_byte).
+  double net_ns_per_byte = 0.0;
 
   [[nodiscard]] const LinkCost& link(int src_dc, int dst_dc) const {
     return links[static_cast<std::size_t>(src_dc * dc_count + dst_dc)];

@@ -70,12 +70,20 @@ struct EngineProgram {
   double intra_bytes_per_ms = 1.0;
   double wake_ms = 0.0;      ///< an intra-DC message's receiver runs this long after the arrival
   double wan_wake_ms = 0.0;  ///< same for a WAN message (more threads must run: CostModel::wake_ms)
+  /// On a shared host (worker_host >= 0) wake_ms / wan_wake_ms are the delays while its cores are
+  /// all busy (the receiver waits for a time slice); with a core free the receiver runs after
+  /// this instead (its poll's sleep), per thread that must run.
+  double idle_wake_ms = 0.0;
   /// Shared hosts (CPU backend, several ranks per machine): compute ops of workers on one host
   /// share its cores as a fluid (max-min fair; one op runs at most `worker_cores` cores, its
   /// dedicated speed). Empty = every worker has its own device (GPUs).
   std::vector<double> host_cores;   ///< cores per host
   std::vector<int> worker_host;     ///< host of each worker, -1 = dedicated device
   std::vector<double> worker_cores; ///< cores one compute op of the worker uses at full speed
+  /// Host CPU per byte of a WAN transfer (shared hosts only), half at the sender's host and half at
+  /// the receiver's: while a flow runs at r bytes/ms it takes r * net_ns_per_byte / 1e6 cores
+  /// from the compute ops there (at most 90% of the host).
+  double net_ns_per_byte = 0.0;
 };
 
 /// Per op: when the worker reached it, when it started (after waiting), when it ended.

@@ -112,6 +112,7 @@ struct RunMachine {
   int ranks_per_host = 0;     ///< > 0: this many ranks share one host's cores
   double cores_per_host = 0;  ///< those cores (0 = this machine's hardware threads)
   double wake_ms = 0;         ///< a waiting receiver's wake-up delay there (runtime::probe_wake_delay)
+  double net_ns_per_byte = 0; ///< host CPU per WAN byte there (runtime::probe_net_cpu)
 };
 /// The deck with its cluster, device and compute keys replaced by the machine's (for simulate_on).
 Config machine_config(const Config& deck, const RunMachine& machine);
