@@ -37,10 +37,14 @@ class Profiler {
   /// `enabled` = profile.enabled; a disabled profiler records nothing and costs one branch.
   Profiler(bool enabled, int world_rank, std::size_t reserve_events);
 
-  /// Collective over `world`: a barrier, then every rank takes now() as t0 (clocks on one host
-  /// are shared; across hosts this aligns ranks to within the barrier's skew).
+  /// Collective over `world`: a barrier, then every rank takes now() as t0; when every rank runs
+  /// on one kernel (same /proc/sys/kernel/random/boot_id: one machine, also across the emulated
+  /// WAN's namespaces) they all take rank 0's, so their clocks agree exactly. Across hosts the
+  /// ranks are aligned to within the barrier's skew.
   void sync_epoch(const mpi::Comm& world);
 
+  /// The steady-clock instant now() counts from.
+  [[nodiscard]] std::chrono::steady_clock::time_point epoch() const noexcept { return m_t0; }
   [[nodiscard]] double now() const {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - m_t0).count();
   }
