@@ -26,6 +26,11 @@ foreach(t summary schedule cli)
   set_tests_properties(test_report_${t} PROPERTIES LABELS unit TIMEOUT 60 SKIP_RETURN_CODE 77
     ENVIRONMENT "${ATLAS_REPORT_TEST_ENV}")
 endforeach()
+# The per-slot compute overlap of a trace (scripts/report/compute_overlap.py), on a made-up trace.
+add_test(NAME test_compute_overlap
+  COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/report/test_compute_overlap.py
+  WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(test_compute_overlap PROPERTIES LABELS unit TIMEOUT 60)
 add_test(NAME test_check_trace
   COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/report/test_check_trace.py
   WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
