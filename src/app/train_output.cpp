@@ -118,6 +118,7 @@ void TrainOutput::step(const runtime::StepReport& r, double val, std::int64_t to
   double job[3] = {(r.compute_s + r.prefill_s) / r.step_s, static_cast<double>(r.boundary.wan_bytes_sent),
                    r.boundary.wan_send_busy_s};
   if (logged) comms.world.iallreduce_sum(std::span<double>(job, 3)).wait_polling();
+  m_mine.add(r);
   if (!m_root) return;
   if (m_timed_steps == 0 && m_first_loss == 0.0) m_first_loss = r.loss;
   m_last_loss = r.loss;
@@ -171,6 +172,31 @@ void TrainOutput::write_profile(const topo::Communicators& comms, const topo::La
   runtime::write_profile((fs::path(m_dir) / "profile.h5").string(), meta, events, m_steps);
 }
 
+void RankTime::add(const runtime::StepReport& r) {
+  wall += r.step_s;
+  compute += r.compute_s;
+  intra += r.intra_s;
+  wan += r.wan_s;
+  idle += r.idle_s;
+  prefill += r.prefill_s;
+}
+
+std::string rank_time_table(const std::vector<RankTime>& ranks, const topo::Layout& layout,
+                            const std::vector<std::string>& dcs, int steps) {
+  std::string s = fmt::format("# per-rank time over {} steps (s): compute (forward, backward, optimizer), intra-DC "
+                              "comm, WAN wait, idle, prefill, utilization = (compute + prefill) / wall\n",
+                              steps);
+  s += fmt::format("# {:>5} {:<22} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6}\n", "rank", "where", "compute", "intra",
+                   "wan", "idle", "prefill", "util%");
+  for (std::size_t rank = 0; rank < ranks.size(); ++rank) {
+    const RankTime& a = ranks[rank];
+    s += fmt::format("  {:>5} {:<22} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>6.1f}\n", rank,
+                     layout.describe(static_cast<int>(rank), dcs).substr(0, 22), a.compute, a.intra, a.wan, a.idle,
+                     a.prefill, 100.0 * a.utilization());
+  }
+  return s;
+}
+
 void TrainOutput::finish(runtime::Trainer& trainer, const topo::Communicators& comms, const topo::Layout& layout,
                          const sched::ScheduleTable& table, runtime::Profiler& profiler, wan::PeerTransport& wan) {
   const double entropy = trainer.validation_unigram_entropy();
@@ -178,42 +204,18 @@ void TrainOutput::finish(runtime::Trainer& trainer, const topo::Communicators& c
   if (m_cfg.profile.enabled) write_profile(comms, layout, table, events);
   const auto stats = wan.stats();
   const unsigned long long wan_bytes = comms.world.allreduce(static_cast<unsigned long long>(stats.total_bytes_sent()), MPI_SUM);
+  // Per-rank time budget over the steps run, from each rank's step reports.
+  std::vector<double> mine{m_mine.wall, m_mine.compute, m_mine.intra, m_mine.wan, m_mine.idle, m_mine.prefill};
+  std::vector<double> all(m_root ? mine.size() * static_cast<std::size_t>(comms.world.size()) : 0);
+  ATLAS_MPI_CHECK(MPI_Gather(mine.data(), static_cast<int>(mine.size()), MPI_DOUBLE, all.data(),
+                             static_cast<int>(mine.size()), MPI_DOUBLE, 0, comms.world.get()));
   if (!m_root) return;
-  // Per-rank time budget over the recorded steps.
-  struct Acc {
-    double compute = 0, intra = 0, wan = 0, idle = 0, prefill = 0, first = 1e300, last = 0;
-  };
-  std::map<int, Acc> acc;
-  const runtime::PrefillNesting nested = runtime::nest_prefill(events);
-  for (std::size_t i = 0; i < events.size(); ++i) {
-    const runtime::SlotEvent& e = events[i];
-    Acc& a = acc[e.world_rank];
-    const double d = e.end_s - e.start_s - nested.prefill_s[i];  // prefill inside: counted as prefill
-    a.first = std::min(a.first, e.start_s);
-    a.last = std::max(a.last, e.end_s);
-    switch (static_cast<sched::SlotKind>(e.kind)) {
-      case sched::SlotKind::Forward:
-      case sched::SlotKind::Backward:
-      case sched::SlotKind::Optimizer: a.compute += d; break;
-      case sched::SlotKind::LocalRecv:
-      case sched::SlotKind::AllReduce: a.intra += d; break;
-      case sched::SlotKind::WanRecv: a.wan += d; break;
-      case sched::SlotKind::Prefill: a.prefill += d; break;
-      case sched::SlotKind::Idle: a.idle += d; break;
-      default: break;
-    }
+  std::vector<RankTime> ranks(static_cast<std::size_t>(comms.world.size()));
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    const double* v = &all[i * mine.size()];
+    ranks[i] = RankTime{v[0], v[1], v[2], v[3], v[4], v[5]};
   }
-  std::string s = fmt::format("# per-rank time over {} recorded steps (s): compute, intra-DC comm, WAN wait, "
-                              "idle, prefill, utilization = (compute + prefill) / wall\n",
-                              m_timed_steps);
-  s += fmt::format("# {:>5} {:<22} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6}\n", "rank", "where", "compute", "intra",
-                   "wan", "idle", "prefill", "util%");
-  for (const auto& [rank, a] : acc) {
-    const double wall = std::max(1e-12, a.last - a.first);
-    s += fmt::format("  {:>5} {:<22} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>6.1f}\n", rank,
-                     layout.describe(rank, m_cfg.cluster.dcs).substr(0, 22), a.compute, a.intra, a.wan, a.idle,
-                     a.prefill, 100.0 * (a.compute + a.prefill) / wall);
-  }
+  std::string s = rank_time_table(ranks, layout, m_cfg.cluster.dcs, m_timed_steps);
   const double mean_step = m_timed_steps ? m_sum_step_s / m_timed_steps : 0.0;
   s += fmt::format("# mean step {:.1f} ms (table predicted {:.1f} ms); WAN bytes sent {}\n", mean_step * 1e3,
                    table.step_ms, wan_bytes);

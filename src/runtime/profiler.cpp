@@ -67,37 +67,6 @@ std::string escape(const std::string& s) {
 }
 }  // namespace
 
-PrefillNesting nest_prefill(const std::vector<SlotEvent>& events) {
-  const int prefill = static_cast<int>(sched::SlotKind::Prefill);
-  const int wan_send = static_cast<int>(sched::SlotKind::WanSend);  // recorded at its post: no span
-  PrefillNesting n;
-  n.step.resize(events.size());
-  n.prefill_s.assign(events.size(), 0.0);
-  std::map<int, std::vector<std::size_t>> containers;  // per rank, by start
-  for (std::size_t i = 0; i < events.size(); ++i) {
-    n.step[i] = events[i].step;
-    if (events[i].kind != prefill && events[i].kind != wan_send && events[i].step >= 0)
-      containers[events[i].world_rank].push_back(i);
-  }
-  for (auto& [rank, v] : containers)
-    std::sort(v.begin(), v.end(), [&](std::size_t a, std::size_t b) { return events[a].start_s < events[b].start_s; });
-  for (std::size_t i = 0; i < events.size(); ++i) {
-    const SlotEvent& p = events[i];
-    if (p.kind != prefill) continue;
-    const auto it = containers.find(p.world_rank);
-    if (it == containers.end()) continue;
-    const auto& v = it->second;
-    auto pos = std::upper_bound(v.begin(), v.end(), p.start_s,
-                                [&](double t, std::size_t k) { return t < events[k].start_s; });
-    if (pos == v.begin()) continue;
-    const std::size_t c = *std::prev(pos);
-    if (events[c].end_s + 1e-9 < p.end_s) continue;  // not inside: between slots
-    if (n.step[i] < 0) n.step[i] = events[c].step;
-    n.prefill_s[c] += p.end_s - p.start_s;
-  }
-  return n;
-}
-
 std::string chrome_trace_json(const std::vector<SlotEvent>& events, const TraceLabels& labels) {
   constexpr int kLinkPid = 1000;
   std::string out = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";

@@ -7,6 +7,7 @@
 
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "atlas/deck/config.hpp"
 #include "atlas/runtime/profile_writer.hpp"
@@ -16,6 +17,20 @@
 #include "atlas/wan/transport.hpp"
 
 namespace atlas::app {
+
+/// One rank's time budget over the steps it ran, summed from its StepReports (the classification
+/// `atlas bench bubbletea` uses too: the optimizer's wait for the global norm is a wait, not
+/// compute; prefill inside a bubble or a wait is BubbleTea's).
+struct RankTime {
+  double wall = 0, compute = 0, intra = 0, wan = 0, idle = 0, prefill = 0;
+  void add(const runtime::StepReport& r);
+  /// (compute + prefill) / wall; 0 before any step.
+  [[nodiscard]] double utilization() const { return wall > 0 ? (compute + prefill) / wall : 0.0; }
+};
+
+/// The per-rank table `atlas train` prints at the end: one row per rank (index = world rank).
+std::string rank_time_table(const std::vector<RankTime>& ranks, const topo::Layout& layout,
+                            const std::vector<std::string>& dcs, int steps);
 
 class TrainOutput {
  public:
@@ -52,6 +67,7 @@ class TrainOutput {
   double m_sum_step_s = 0.0;
   int m_timed_steps = 0;
   std::int64_t m_prefill_tokens = 0;
+  RankTime m_mine;  // every rank: its own budget, gathered at the end
   std::vector<runtime::StepRow> m_steps;
   void print(const std::string& s);
   /// Collective over comms.world: gathers every rank's events and writes profile.h5 on rank 0.

@@ -68,16 +68,6 @@ class Profiler {
   std::vector<SlotEvent> m_events;
 };
 
-/// BubbleTea records its prefill chunks with step -1, inside the training slot that let them run
-/// (an Idle slot, or the WAN wait of an AllReduce / Optimizer). Per event index: `step` = the
-/// event's own step, or for a prefill event recorded with step -1 its container's (-1 if none
-/// contains it); `prefill_s` = seconds of prefill nested inside a training event.
-struct PrefillNesting {
-  std::vector<int> step;
-  std::vector<double> prefill_s;
-};
-PrefillNesting nest_prefill(const std::vector<SlotEvent>& events);
-
 /// Names for the tracks of a trace: one per rank and one per WAN link.
 struct TraceLabels {
   std::vector<std::string> dc_names;
