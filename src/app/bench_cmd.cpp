@@ -272,7 +272,10 @@ int bench_fidelity(Context& ctx) {
       here.ranks_per_host = device::host_local_ranks();
       here.wake_ms = wake.median_ms;
       // Inside the emulation the WAN's packet path runs on this machine's cores too.
-      if (emulated) here.net_ns_per_byte = runtime::probe_net_cpu(world, cfg, topo::Layout(world.size(), cfg.parallel).coord(world.rank()).dc).ns_per_byte;
+      if (emulated) {
+        const int my_dc = topo::Layout(world.size(), cfg.parallel).coord(world.rank()).dc;
+        here.net_ns_per_byte = runtime::probe_net_cpu(world, cfg, my_dc).ns_per_byte;
+      }
     }
     const Config net = sim::machine_config(cfg, here);
     const sim::Prediction p = sim::prediction(sim::simulate_on(cfg, net));

@@ -325,9 +325,11 @@ class Engine {
     std::vector<double> taken(m_hosts.size(), 0.0);
     for (std::size_t c = 0; c < m_links.size(); ++c) {
       const double cores = rate(static_cast<int>(c)) * m_p.net_ns_per_byte / 1e6;
-      for (int msg : m_links[c].active)
-        for (int h : {host_of(m_sender[static_cast<std::size_t>(msg)]), host_of(m_receiver[static_cast<std::size_t>(msg)])})
+      for (int msg : m_links[c].active) {
+        const auto m = static_cast<std::size_t>(msg);
+        for (int h : {host_of(m_sender[m]), host_of(m_receiver[m])})
           if (h >= 0) taken[static_cast<std::size_t>(h)] += 0.5 * cores;
+      }
     }
     for (std::size_t h = 0; h < m_hosts.size(); ++h) {
       if (taken[h] == m_net_cores[h]) continue;
