@@ -248,9 +248,11 @@ int cmd_simulate(Context& ctx) {
              prof.path.empty() ? " (built-in profile)" : fmt::format(" (profile {})", prof.path));
   if (r.cost.ranks_per_host > 0)
     fmt::print("# shared hosts: {} ranks per host on {:g} cores (processor sharing); a waiting receiver's wake-up "
-               "delay {:g} us per message (cluster.host_wake_us{})\n",
+               "delay {:g} us per message while the cores are all busy (cluster.host_wake_us{}); {:g} ns of host CPU "
+               "per WAN byte (cluster.host_net_ns_per_byte)\n",
                r.cost.ranks_per_host, r.cost.cores_per_host, r.cost.wake_ms * 1e3,
-               r.cost.wake_ms > 0 ? "" : "; `atlas bench fidelity` under mpirun measures this host's");
+               r.cost.wake_ms > 0 ? "" : "; `atlas bench fidelity` under mpirun measures this host's",
+               r.cost.net_ns_per_byte);
   fmt::print("{}", sim::report(r, cfg.cluster.dcs));
   if (args.flag("gantt")) {
     const int width = args.int_option("width", 100);

@@ -19,8 +19,8 @@ atlas_cli_test(cli_simulate_bad_compute_scale "ERROR: --compute-scale needs a nu
 atlas_cli_test(cli_simulate_profile_too_big "ERROR: --profile/--trace: .* events .* is more than 5e\\+07; use fewer --steps"
                simulate inputs/sim_gpt175b_4dc.deck --profile ${CMAKE_BINARY_DIR}/never_written.h5 --steps 1000)
 atlas_cli_test(cli_simulate_shared_host
-               "shared hosts: 8 ranks per host on 2 cores \\(processor sharing\\); a waiting receiver's wake-up delay 1500 us per message.*step_ms +[0-9.]+"
-               simulate inputs/default.deck cluster.host_wake_us=1500 cluster.cores_per_host=2)
+               "shared hosts: 8 ranks per host on 2 cores \\(processor sharing\\); a waiting receiver's wake-up delay 1500 us per message while the cores are all busy.*; 4 ns of host CPU per WAN byte.*step_ms +[0-9.]+"
+               simulate inputs/default.deck cluster.host_wake_us=1500 cluster.cores_per_host=2 cluster.host_net_ns_per_byte=4)
 atlas_cli_test(cli_simulate_175b "4608 GPUs.*tokens_per_s" simulate inputs/sim_gpt175b_4dc.deck)
 atlas_cli_test(cli_simulate_compare "\\(a\\) DP across DCs.*\\(b\\) PP across DCs.*\\(c\\) ATLAS.*\\(c\\*\\).*\\(d\\)"
                simulate inputs/sim_two_dc_cpu.deck --compare)
