@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <fstream>
 #include <sstream>
 #include <thread>
 
@@ -201,6 +202,14 @@ void Comm::bcast_string(std::string& s, int root) const {
   ATLAS_MPI_CHECK(MPI_Bcast(&n, 1, MPI_UNSIGNED_LONG_LONG, root, m_comm));
   s.resize(n);
   if (n > 0) ATLAS_MPI_CHECK(MPI_Bcast(s.data(), static_cast<int>(n), MPI_CHAR, root, m_comm));
+}
+
+bool Comm::on_one_kernel() const {
+  std::string mine;
+  if (std::ifstream f("/proc/sys/kernel/random/boot_id"); f) std::getline(f, mine);
+  std::string root = mine;
+  bcast_string(root, 0);
+  return allreduce(!mine.empty() && mine == root ? 1 : 0, MPI_MIN) == 1;
 }
 
 std::vector<std::string> Comm::allgather_strings(const std::string& mine) const {

@@ -35,17 +35,8 @@ void sleepy_wait(wan::PeerTransport& t, wan::Handle& h, double timeout_s, const 
   }
 }
 
-/// A barrier that sleeps while it waits.
-void sleepy_barrier(const mpi::Comm& world) {
-  MPI_Request req = MPI_REQUEST_NULL;
-  ATLAS_MPI_CHECK(MPI_Ibarrier(world.get(), &req));
-  for (;;) {
-    int done = 0;
-    ATLAS_MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
-    if (done) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-}
+/// A barrier that sleeps (up to 1 ms at a time) while it waits.
+void sleepy_barrier(const mpi::Comm& world) { world.ibarrier().wait_polling(1000); }
 
 }  // namespace
 

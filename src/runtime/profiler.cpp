@@ -7,11 +7,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <fstream>
 #include <iterator>
 #include <map>
 #include <span>
-#include <string>
 #include <vector>
 
 namespace atlas::runtime {
@@ -27,11 +25,7 @@ void Profiler::sync_epoch(const mpi::Comm& world) {
   // One kernel (its boot id) means one CLOCK_MONOTONIC: then every rank takes rank 0's t0, exactly.
   // The barrier alone leaves the ranks apart by its release skew, which in the emulated WAN is up
   // to a one-way latency (a receive would seem to end before its send began).
-  std::string boot;
-  if (std::ifstream in("/proc/sys/kernel/random/boot_id"); in) std::getline(in, boot);
-  const std::vector<std::string> boots = world.allgather_strings(boot);
-  if (boot.empty() || std::any_of(boots.begin(), boots.end(), [&](const std::string& b) { return b != boot; }))
-    return;
+  if (!world.on_one_kernel()) return;
   std::vector<std::int64_t> t0{m_t0.time_since_epoch().count()};
   world.bcast(std::span<std::int64_t>(t0), 0);
   m_t0 = std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(t0[0]));

@@ -18,7 +18,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <thread>
 
@@ -177,13 +176,6 @@ std::int64_t now_ns() {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
-
-std::string boot_id() {
-  std::ifstream f("/proc/sys/kernel/random/boot_id");
-  std::string s;
-  std::getline(f, s);
-  return s;
 }
 
 // ---- one message at a time over a channel ----
@@ -502,11 +494,7 @@ int run_wan_latency_bench(mpi::Environment& env, const std::vector<std::string>&
   const bool i_send = me == 0, i_recv = me == rx;
 
   // ---- a common clock: the same kernel's CLOCK_MONOTONIC, else an NTP-style offset over MPI ----
-  std::string id = boot_id();
-  std::string id0 = id;
-  world.bcast_string(id0, 0);
-  int same = (id == id0 && !id.empty()) ? 1 : 0;
-  same = world.allreduce(same, MPI_MIN);
+  const bool same = world.on_one_kernel();
   std::int64_t offset_ns = 0;  // receiver clock - sender clock
   std::string clock_note = "one kernel's CLOCK_MONOTONIC on both ranks (same boot id): exact";
   if (!same) {

@@ -165,6 +165,12 @@ class Comm {
                                    MPI_SUM, m_comm, &r));
     return Request(r);
   }
+  /// Collective. Non-blocking barrier (wait on it with Request::wait_polling not to spin a core).
+  [[nodiscard]] Request ibarrier() const {
+    MPI_Request r = MPI_REQUEST_NULL;
+    ATLAS_MPI_CHECK(MPI_Ibarrier(m_comm, &r));
+    return Request(r);
+  }
   /// Collective. Returns the op-reduction of one value on every rank.
   template <class T>
   [[nodiscard]] T allreduce(T value, MPI_Op op) const {
@@ -189,6 +195,11 @@ class Comm {
         MPI_Allgather(&mine, 1, datatype_of<T>(), out.data(), 1, datatype_of<T>(), m_comm));
     return out;
   }
+
+  /// Collective. True when every rank runs on one kernel (the same non-empty boot id,
+  /// /proc/sys/kernel/random/boot_id): then their CLOCK_MONOTONIC (std::chrono::steady_clock)
+  /// readings compare exactly, also across network namespaces.
+  [[nodiscard]] bool on_one_kernel() const;
 
  private:
   Comm(MPI_Comm c, bool owned);
