@@ -435,8 +435,9 @@ std::pair<double, std::int64_t> Service::fill(int step, const sched::Slot& slot,
     // within the table's length or, past it, a quantile of this bubble's real lengths.
     allowed_s = index >= 0 ? watched_allowance_s(index, budget_s) : budget_s;
   } else if (watched) {
-    // A WAN wait inside a training slot (bubbletea.fill_wan_waits): its predicted length.
-    allowed_s = budget_s * m_cfg.bubbletea.max_stretch;
+    // A WAN wait inside a training slot (bubbletea.fill_wan_waits): the runtime's budget, already
+    // stretched (the deck's prediction x max_stretch, or a learned lower bound when longer).
+    allowed_s = budget_s;
   } else if (index >= 0 && m_profiler.enabled()) {
     auto it = m_allowance.find(index);
     if (it != m_allowance.end()) allowed_s = std::min(budget_s * m_cfg.bubbletea.max_stretch, it->second);
@@ -498,7 +499,8 @@ std::pair<double, std::int64_t> Service::fill(int step, const sched::Slot& slot,
 double Service::watched_allowance_s(int index, double budget_s) {
   if (m_watch.pending && m_watch.index == index) learn_watched_length();
   auto it = m_watch_lengths.find(index);
-  if (it == m_watch_lengths.end() || it->second.size() < kWatchWindow) return budget_s;
+  // From the first real length on (a job's first steps are a bench run's large share).
+  if (it == m_watch_lengths.end() || it->second.empty()) return budget_s;
   std::vector<double> v(it->second.begin(), it->second.end());
   std::sort(v.begin(), v.end());
   const auto k = static_cast<std::size_t>(std::lround(m_cfg.bubbletea.stretch_quantile * static_cast<double>(v.size() - 1)));

@@ -228,12 +228,14 @@ StepReport Trainer::train_step(int step) {
         break;
       }
       case SlotKind::AllReduce:
-        all_reduce_gradients(wan_wait_filler(step, slot, m_embed_wait_s, spent_prefill, r));
+        all_reduce_gradients(wan_wait_filler(step, slot, i, m_embed_wait_s, spent_prefill, r));
+        record_wan_wait();
         r.dp_buckets = m_buckets_step;
         r.dp_buckets_early = m_buckets_early;
         break;
       case SlotKind::Optimizer:
-        r.grad_norm = clip_and_step(step, wan_wait_filler(step, slot, m_norm_wait_s, spent_prefill, r), norm_wait_s);
+        r.grad_norm = clip_and_step(step, wan_wait_filler(step, slot, i, m_norm_wait_s, spent_prefill, r), norm_wait_s);
+        record_wan_wait();
         r.lr = model::lr_at(step, m_cfg.train, m_cfg.run.steps);
         break;
       case SlotKind::Prefill:
@@ -406,16 +408,39 @@ double Trainer::fill_recv_wait(int step, const sched::Slot& slot, std::size_t in
   return spent;
 }
 
-Boundary::WaitHook Trainer::wan_wait_filler(int step, const sched::Slot& slot, double budget_s, double& spent_prefill,
-                                            StepReport& r) {
+Boundary::WaitHook Trainer::wan_wait_filler(int step, const sched::Slot& slot, std::size_t index, double budget_s,
+                                            double& spent_prefill, StepReport& r) {
+  m_wan_wait = WanWait{};
   if (m_filler == nullptr || !m_cfg.bubbletea.fill_wan_waits || budget_s <= 0) return {};
-  return [this, step, &slot, budget_s, &spent_prefill, &r](const std::function<bool()>& done) {
-    // The budget is the wait the deck's WAN predicts, not the slot: a chunk runs only if it fits
-    // (on a LAN-like "WAN" none does, and the sum is not delayed by one).
-    const auto [s, tokens] = m_filler->fill(step, slot, budget_s, &done);
+  return [this, step, &slot, index, budget_s, &spent_prefill, &r](const std::function<bool()>& done) {
+    // The budget: the wait the deck's WAN predicts (x max_stretch), not the slot, so on a LAN-like
+    // "WAN" no chunk fits and the sum is not delayed by one; or, when longer, the shortest of this
+    // slot's real waits over the last steps (a host slower than the deck, an emulated WAN): as
+    // for a receive, a wait that is sometimes short is filled only as far as its shortest.
+    const std::deque<double>& waits = m_recv_waits[index];
+    const double learned = waits.size() == kRecvWaitWindow ? *std::min_element(waits.begin(), waits.end()) : 0.0;
+    const double allowed = std::max(budget_s * m_cfg.bubbletea.max_stretch, learned);
+    m_wan_wait = WanWait{true, index, m_profiler.now(), m_profiler.now(), false};
+    const std::function<bool()> watched = [this, &done] {
+      if (done()) return m_wan_wait.arrived = true;
+      m_wan_wait.last_pending = m_profiler.now();
+      return false;
+    };
+    const auto [s, tokens] = m_filler->fill(step, slot, allowed, &watched);
     spent_prefill += s;
     r.prefill_tokens += tokens;
   };
+}
+
+void Trainer::record_wan_wait() {
+  if (!m_wan_wait.active) return;
+  m_wan_wait.active = false;
+  // As for a receive: when the fill saw the data, it came after the last "not yet" (a lower
+  // bound); otherwise the slot waited until now (its sum and copy-back after it are short).
+  const double end = m_wan_wait.arrived ? m_wan_wait.last_pending : m_profiler.now();
+  std::deque<double>& waits = m_recv_waits[m_wan_wait.index];
+  waits.push_back(std::max(0.0, end - m_wan_wait.start));
+  if (waits.size() > kRecvWaitWindow) waits.pop_front();
 }
 
 void Trainer::all_reduce_gradients(const Boundary::WaitHook& fill) {

@@ -344,6 +344,7 @@ struct WaitRecorder : runtime::BubbleFiller {
   };
   std::map<sched::SlotKind, int> watched;  ///< fill calls with a test, by slot kind
   std::vector<RecvFill> recv_fills;        ///< receives handed over (bubbletea.fill_recv_waits)
+  std::vector<RecvFill> optimizer_fills;   ///< the norm sum's WAN waits handed over, with their budgets
   const std::vector<sched::Slot>* row = nullptr;  ///< this rank's row of the table
   int spins = 0;
   /// Bubbles right before the AllReduce slot handed over with a test (the partner's half of the
@@ -364,6 +365,8 @@ struct WaitRecorder : runtime::BubbleFiller {
     }
     ++watched[slot.kind];
     if (sched::is_recv(slot.kind)) recv_fills.push_back({step, static_cast<int>(&slot - row->data()), budget_s});
+    if (slot.kind == sched::SlotKind::Optimizer)
+      optimizer_fills.push_back({step, static_cast<int>(&slot - row->data()), budget_s});
     spin_until(*ended);
     return {0.0, 0};
   }
@@ -472,6 +475,39 @@ TEST(BubbleTeaService, TheBubbleBeforeAWanEmbeddingExchangeIsWatchedAndOurHalfLe
     std::sort(all_reduce_s.begin(), all_reduce_s.end());
     EXPECT_LT(all_reduce_s[all_reduce_s.size() / 2], kHold / 2)
         << "this rank's AllReduce waited for its partner's held bubble: the partner's half left late";
+  }
+}
+
+// A WAN wait inside a training slot is budgeted at the deck's prediction x max_stretch until the
+// slot has 8 steps of history, then at the shortest of its last 8 real waits when that is longer:
+// here the last stage holds its drain bubble 40 ms past the embedding's arrival, so the first
+// stage's gradient-norm sum (a "0.1 ms" WAN round trip by the deck) waits >= 40 ms every step.
+TEST(BubbleTeaService, AWanWaitInATrainingSlotLearnsItsBudgetFromItsRealWaits) {
+  const mpi::Comm world = mpi::Comm::world();
+  const Config cfg = make_cfg(world, {"run.steps=11"});
+  const topo::Layout layout(world.size(), cfg.parallel);
+  const topo::Coord me = layout.coord(world.rank());
+  constexpr double kHold = 0.04;
+  const RecordedRun plain = run_with_recorder(cfg, world, false, false);
+  const RecordedRun held = run_with_recorder(cfg, world, true, false, kHold);
+  EXPECT_EQ(plain.losses, held.losses);  // bitwise
+  const int partner = layout.embedding_partner(me);
+  const bool embed_wan = partner >= 0 && layout.coord(partner).dc != me.dc;
+  if (layout.dc_count() < 2) {
+    EXPECT_TRUE(held.rec.optimizer_fills.empty()) << "a pipeline in one DC has no WAN wait to hand over";
+    return;
+  }
+  if (me.stage != 0 || !embed_wan) return;  // the first stage is the one held up
+  // The deck's prediction: a round trip of 0.1 ms one way, stretched 3 x.
+  const double predicted = 2 * 0.1e-3 * cfg.bubbletea.max_stretch;
+  ASSERT_EQ(held.rec.optimizer_fills.size(), static_cast<std::size_t>(cfg.run.steps));
+  for (const auto& f : held.rec.optimizer_fills) {
+    if (f.step < 8) {
+      EXPECT_NEAR(f.budget_s, predicted, 1e-9) << "step " << f.step << ": no history yet";
+    } else {
+      EXPECT_GT(f.budget_s, 0.75 * kHold) << "step " << f.step << ": the last 8 waits were all >= the partner's hold";
+      EXPECT_LT(f.budget_s, 20 * kHold) << "step " << f.step;
+    }
   }
 }
 
@@ -617,21 +653,26 @@ TEST(BubbleTeaService, AWatchedBubbleStopsWhenItsReceiveArrives) {
 
 // Past the table's length, a watched bubble is filled up to bubbletea.stretch_quantile of its real
 // lengths over its last 8 steps (bubble start to the receive's recorded end), within
-// [table, max_stretch x table]; until it has 8 of them, up to the table's length.
+// [table, max_stretch x table]; with none known, up to the table's length; from the first real
+// length on, the quantile of those known (a bench's 30-step run spent 8 of them at the table's).
 TEST(BubbleTeaService, AWatchedBubbleLearnsItsRealLengthUpToAQuantile) {
   const mpi::Comm world = mpi::Comm::world();
   const double budget = 0.01;
-  const std::vector<double> lengths = {0.012, 0.030, 0.014, 0.040, 0.013, 0.035, 0.018, 0.025};
-  // sorted: 12 13 14 18 25 30 35 40 ms; quantile q -> sorted[round(7 q)]
-  for (const auto& [extra, want] : std::vector<std::pair<std::vector<std::string>, double>>{
-           {{}, 0.025},                                                         // 0.5 (default)
-           {{"bubbletea.stretch_quantile=0"}, 0.012},                           // the shortest
-           {{"bubbletea.stretch_quantile=1", "bubbletea.max_stretch=5"}, 0.040},  // the longest
-           {{"bubbletea.stretch_quantile=1"}, 0.030},                           // capped at 3 x
-           {{"bubbletea.stretch_quantile=1", "bubbletea.max_stretch=2"}, 0.020},  // capped
-           {{"bubbletea.stretch_quantile=0", "bubbletea.max_stretch=1"}, 0.010}}) {
+  const std::vector<double> lengths = {0.012, 0.030, 0.014, 0.040, 0.013, 0.035, 0.018, 0.025, 0.008};
+  struct Case {
+    std::vector<std::string> keys;
+    double q, stretch, want;  // want: after the 8 lengths 30 14 40 13 35 18 25 8 (the 12 left the window)
+  };
+  // sorted: 8 13 14 18 25 30 35 40 ms; quantile q -> sorted[round(7 q)]
+  for (const Case& c : std::vector<Case>{
+           {{}, 0.5, 3, 0.025},                                                          // 0.5 (default)
+           {{"bubbletea.stretch_quantile=0"}, 0, 3, 0.010},                            // the shortest (8), at least the table
+           {{"bubbletea.stretch_quantile=1", "bubbletea.max_stretch=5"}, 1, 5, 0.040},   // the longest
+           {{"bubbletea.stretch_quantile=1"}, 1, 3, 0.030},                            // capped at 3 x
+           {{"bubbletea.stretch_quantile=1", "bubbletea.max_stretch=2"}, 1, 2, 0.020},   // capped
+           {{"bubbletea.stretch_quantile=0", "bubbletea.max_stretch=1"}, 0, 1, 0.010}}) {
     std::vector<std::string> keys = {"bubbletea.requests=0"};
-    keys.insert(keys.end(), extra.begin(), extra.end());
+    keys.insert(keys.end(), c.keys.begin(), c.keys.end());
     const Config cfg = make_cfg(world, keys);
     Served served(world, cfg, /*profile=*/true);
     const topo::Coord me = served.layout.coord(world.rank());
@@ -646,7 +687,16 @@ TEST(BubbleTeaService, AWatchedBubbleLearnsItsRealLengthUpToAQuantile) {
       runtime::Profiler& profiler = served.profiler;
       const std::function<bool()> never = [] { return false; };
       for (std::size_t s = 0; s < lengths.size(); ++s) {
-        EXPECT_DOUBLE_EQ(served.svc.watched_allowance_s(idx, budget), budget) << "before 8 lengths, step " << s;
+        // The quantile of the lengths known so far (the last 8), clamped to [table, stretch x table].
+        std::vector<double> known(lengths.begin() + static_cast<std::ptrdiff_t>(s > 8 ? s - 8 : 0),
+                                  lengths.begin() + static_cast<std::ptrdiff_t>(s));
+        std::sort(known.begin(), known.end());
+        const double expect =
+            known.empty() ? budget
+                          : std::clamp(known[static_cast<std::size_t>(std::lround(c.q * static_cast<double>(known.size() - 1)))],
+                                       budget, c.stretch * budget);
+        EXPECT_NEAR(served.svc.watched_allowance_s(idx, budget), expect, 5e-4)
+            << ::testing::PrintToString(c.keys) << " after " << s << " lengths";
         const double t_before = profiler.now();
         (void)served.svc.fill(static_cast<int>(s), row[static_cast<std::size_t>(idx)], budget, &never);
         // The runtime's receive that follows returns when the data comes: lengths[s] after the bubble began.
@@ -660,7 +710,7 @@ TEST(BubbleTeaService, AWatchedBubbleLearnsItsRealLengthUpToAQuantile) {
         e.complete_s = e.end_s;
         profiler.record(e);
       }
-      EXPECT_NEAR(served.svc.watched_allowance_s(idx, budget), want, 5e-4) << ::testing::PrintToString(extra);
+      EXPECT_NEAR(served.svc.watched_allowance_s(idx, budget), c.want, 5e-4) << ::testing::PrintToString(c.keys);
     }
     (void)served.svc.finish();
   }

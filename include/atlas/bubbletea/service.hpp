@@ -68,8 +68,10 @@ class Service final : public runtime::BubbleFiller {
   /// tests, socket writes). Where the bubble ends in a receive (`ended` given), BubbleTea tests
   /// it before every chunk and stops as soon as it has arrived, or at the end of `budget_s` (the
   /// table's prediction) or, past it, of the bubbletea.stretch_quantile of this bubble's real
-  /// lengths over its last kWatchWindow steps (up to max_stretch x `budget_s`). Otherwise the bubble is `budget_s` (the table's prediction) or, when the
-  /// profiler records slots, an allowance learned from the wait that followed it the last time
+  /// lengths over its last kWatchWindow steps (up to max_stretch x `budget_s`). A WAN wait inside
+  /// a training slot (AllReduce, Optimizer; `ended` given) is filled within `budget_s` as given
+  /// (the runtime stretched it). Otherwise the bubble is `budget_s` (the table's prediction) or,
+  /// when the profiler records slots, an allowance learned from the wait that followed it the last time
   /// (a real bubble shorter than predicted shrinks it; a measured longer one lets it grow, up to
   /// max_stretch x `budget_s`). Returns (seconds of prefill work, prompt tokens through this
   /// rank's layers). Never blocks on another process. Not collective.
@@ -77,8 +79,8 @@ class Service final : public runtime::BubbleFiller {
                                        const std::function<bool()>* ended) override;
 
   /// How long the watched bubble at `index` of this rank's row may be filled when the table
-  /// says `budget_s`: the table's length until kWatchWindow real lengths are known, then their
-  /// bubbletea.stretch_quantile, within [budget_s, max_stretch x budget_s]. A real length comes
+  /// says `budget_s`: the table's length until a real length is known, then the
+  /// bubbletea.stretch_quantile of the last (up to kWatchWindow) real lengths, within [budget_s, max_stretch x budget_s]. A real length comes
   /// from a receive that arrived during the fill, or (profiler on) from its recorded end.
   [[nodiscard]] double watched_allowance_s(int index, double budget_s);
 

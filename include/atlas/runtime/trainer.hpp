@@ -100,9 +100,13 @@ class Trainer {
   /// Waits for every started bucket and copies the sums back (the AllReduce slot).
   void finish_buckets();
   /// BubbleTea in the WAN waits of a training slot (bubbletea.fill_wan_waits): a hook that fills
-  /// until the wait's test says done, adding the seconds to `spent_prefill`; empty when off.
-  Boundary::WaitHook wan_wait_filler(int step, const sched::Slot& slot, double budget_s, double& spent_prefill,
-                                     StepReport& r);
+  /// until the wait's test says done, adding the seconds to `spent_prefill`; empty when off. Its
+  /// budget: `budget_s` (the deck's prediction) x max_stretch, or the shortest of row slot
+  /// `index`'s waits over its last kRecvWaitWindow steps when longer (record_wan_wait).
+  Boundary::WaitHook wan_wait_filler(int step, const sched::Slot& slot, std::size_t index, double budget_s,
+                                     double& spent_prefill, StepReport& r);
+  /// After the slot whose WAN wait the hook watched: records that wait for the next steps' budget.
+  void record_wan_wait();
   /// BubbleTea in a receive that waits where the table planned no bubble (bubbletea.fill_recv_waits):
   /// watched, within the shortest wait of row slot `index` over its last kRecvWaitWindow steps.
   /// Returns, with the data in (wait_recv), the seconds of prefill; records this step's wait.
@@ -136,8 +140,18 @@ class Trainer {
   int m_embed_wan_partner = -1;      ///< world rank of the tied-embedding partner across the WAN (-1: none)
   bool m_sums_started = false;       ///< start_gradient_sums ran this step (ahead of the AllReduce slot)
   double m_norm_wait_s = 0.0;        ///< predicted WAN wait of the gradient-norm sum
-  /// Per receive slot of this rank's row: its waits over the last steps (fill_recv_wait).
+  /// Per receive slot of this rank's row (fill_recv_wait), and per AllReduce / Optimizer slot whose
+  /// WAN wait BubbleTea watches (wan_wait_filler): its waits over the last steps.
   std::map<std::size_t, std::deque<double>> m_recv_waits;
+  /// The WAN wait the current slot's hook watches, until record_wan_wait.
+  struct WanWait {
+    bool active = false;
+    std::size_t index = 0;
+    double start = 0.0;         ///< the hook's entry
+    double last_pending = 0.0;  ///< the last test that found the wait not done
+    bool arrived = false;       ///< the fill saw it done
+  };
+  WanWait m_wan_wait;
   std::unique_ptr<model::Collective> m_tp;  ///< sums over tp_comm (MPI on host, NCCL on CUDA)
   std::unique_ptr<model::Collective> m_dp;  ///< sums over dp_comm (gradients), dp > 1 only
   std::unique_ptr<model::StageModel> m_model;
