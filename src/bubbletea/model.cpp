@@ -242,6 +242,12 @@ KvCache InferenceModel::make_cache(int capacity) const {
 
 void InferenceModel::forward(KvCache& cache, int n, const std::int32_t* tokens, const float* act_in,
                              float* act_out, float* logits) {
+  forward_begin(cache, n, tokens, act_in);
+  for (int i = 0; i < m_range.count; ++i) forward_block(cache, n, i);
+  forward_end(cache, n, act_out, logits);
+}
+
+void InferenceModel::forward_begin(KvCache& cache, int n, const std::int32_t* tokens, const float* act_in) {
   const int c = m_shape.hidden;
   const std::size_t nc = static_cast<std::size_t>(n) * static_cast<std::size_t>(c);
   if (n < 1 || n > m_max_chunk)
@@ -263,7 +269,24 @@ void InferenceModel::forward(KvCache& cache, int n, const std::int32_t* tokens, 
     if (!act_in) ATLAS_THROW(Internal, "a non-embedding rank's forward needs the previous rank's activations");
     m_backend.upload(m_x.data(), act_in, nc * sizeof(float));
   }
-  for (int i = 0; i < m_range.count; ++i) block(i, cache, n, m_x.f32());
+  m_chunk_n = n;
+  m_chunk_blocks_done = 0;
+}
+
+void InferenceModel::forward_block(KvCache& cache, int n, int local) {
+  ATLAS_ASSERT(n == m_chunk_n && local == m_chunk_blocks_done && local < m_range.count,
+               "inference block " << local << " of a " << n << "-token chunk out of order (chunk of " << m_chunk_n
+                                  << " tokens, " << m_chunk_blocks_done << " blocks done)");
+  block(local, cache, n, m_x.f32());
+  ++m_chunk_blocks_done;
+}
+
+void InferenceModel::forward_end(KvCache& cache, int n, float* act_out, float* logits) {
+  ATLAS_ASSERT(n == m_chunk_n && m_chunk_blocks_done == m_range.count,
+               "inference chunk ended after " << m_chunk_blocks_done << " of " << m_range.count << " blocks");
+  m_chunk_n = 0;
+  const int c = m_shape.hidden;
+  const std::size_t nc = static_cast<std::size_t>(n) * static_cast<std::size_t>(c);
   cache.len += n;
 
   if (!m_range.has_head) {

@@ -117,10 +117,11 @@ std::string format_report(const Report& r, const std::vector<std::string>& dc_na
   s += "\n";
   int qmax = 0, qfinal = 0;
   double qmean = 0;
-  std::int64_t overruns = 0;
+  std::int64_t overruns = 0, pauses = 0;
   double overrun = 0;
   std::uint64_t peak = 0;
   for (const auto& k : r.ranks) {
+    pauses += k.pauses;
     if (k.dc_rank == 0) {
       qmax = std::max(qmax, k.queue_max);
       qfinal += k.queue_final;
@@ -137,9 +138,9 @@ std::string format_report(const Report& r, const std::vector<std::string>& dc_na
       dec_s += q.decode_s;
     }
   s += fmt::format("# queue length (per DC dispatcher, at the bubbles): mean {:.1f} (sum over DCs), max {}, at the "
-                   "end {}; chunks past their bubble: {} ({:.2f} ms in total); peak BubbleTea memory per rank {:.2f} "
-                   "MiB\n",
-                   qmean, qmax, qfinal, overruns, overrun * 1e3, static_cast<double>(peak) / (1024.0 * 1024.0));
+                   "end {}; chunks past their bubble: {} ({:.2f} ms in total); chunks stopped between blocks when "
+                   "training's data came: {}; peak BubbleTea memory per rank {:.2f} MiB\n",
+                   qmean, qmax, qfinal, overruns, overrun * 1e3, pauses, static_cast<double>(peak) / (1024.0 * 1024.0));
   if (dec_s > 0)
     s += fmt::format("# decode workers: {:.0f} tokens in {:.3f} s of decode compute ({:.0f} tokens/s)\n", dec_tokens,
                      dec_s, dec_tokens / dec_s);
@@ -162,14 +163,14 @@ std::string to_json(const Report& r) {
     s += fmt::format("{}{{\"world_rank\":{},\"dc\":{},\"dc_rank\":{},\"first_layer\":{},\"layers\":{},\"wall_s\":{},"
                      "\"compute_s\":{},\"comm_s\":{},\"idle_s\":{},\"prefill_s\":{},\"offered_s\":{},\"allowed_s\":{},\"utilization\":{},"
                      "\"overruns\":{},\"overrun_ms\":{},\"fill_calls\":{},\"unplanned_fills\":{},\"unplanned_budget_s\":{},"
-                     "\"unplanned_prefill_s\":{},\"chunks\":{},\"tokens\":{},\"weight_bytes\":{},"
+                     "\"unplanned_prefill_s\":{},\"chunks\":{},\"pauses\":{},\"tokens\":{},\"weight_bytes\":{},"
                      "\"peak_bytes\":{},\"cost_ms_per_token\":{},\"cost_fixed_ms\":{},\"cost_scale\":{},"
                      "\"queue_mean\":{},\"queue_max\":{},\"queue_final\":{}}}",
                      i ? "," : "", k.world_rank, k.dc, k.dc_rank, k.first_layer, k.layers, num(k.wall_s),
                      num(k.compute_s), num(k.comm_s), num(k.idle_s), num(k.prefill_s), num(k.offered_s),
                      num(k.allowed_s), num(k.utilization()), k.overruns, num(k.overrun_s * 1e3), k.fill_calls,
-                     k.unplanned_fills, num(k.unplanned_budget_s), num(k.unplanned_prefill_s), k.chunks, k.tokens,
-                     k.weight_bytes, k.peak_bytes, num(k.cost_per_token_ms), num(k.cost_fixed_ms), num(k.cost_scale),
+                     k.unplanned_fills, num(k.unplanned_budget_s), num(k.unplanned_prefill_s), k.chunks, k.pauses,
+                     k.tokens, k.weight_bytes, k.peak_bytes, num(k.cost_per_token_ms), num(k.cost_fixed_ms), num(k.cost_scale),
                      num(k.queue_mean), k.queue_max, k.queue_final);
   }
   s += "],\"request_list\":[";

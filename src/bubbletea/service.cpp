@@ -133,10 +133,10 @@ void load_checkpoint(const mpi::Comm& world, const std::string& path, InferenceM
 // ---- report serialisation (gathered as text; doubles print round-trip exact) ----
 
 std::string serialize(const RankStats& s) {
-  return fmt::format("R {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}\n",
+  return fmt::format("R {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}\n",
                      s.world_rank, s.dc, s.dc_rank, s.first_layer, s.layers, s.steps, s.wall_s, s.compute_s, s.comm_s,
                      s.idle_s, s.prefill_s, s.offered_s, s.allowed_s, s.overrun_s, s.overruns, s.fill_calls,
-                     s.unplanned_fills, s.unplanned_budget_s, s.unplanned_prefill_s, s.chunks, s.tokens,
+                     s.unplanned_fills, s.unplanned_budget_s, s.unplanned_prefill_s, s.chunks, s.pauses, s.tokens,
                      s.weight_bytes, s.peak_bytes, s.cost_per_token_ms, s.cost_fixed_ms, s.cost_scale, s.queue_mean,
                      s.queue_max, s.queue_final);
 }
@@ -157,7 +157,7 @@ void parse_into(const std::string& text, std::vector<RankStats>& ranks, std::map
       RankStats s;
       in >> s.world_rank >> s.dc >> s.dc_rank >> s.first_layer >> s.layers >> s.steps >> s.wall_s >> s.compute_s >>
           s.comm_s >> s.idle_s >> s.prefill_s >> s.offered_s >> s.allowed_s >> s.overrun_s >> s.overruns >> s.fill_calls >>
-          s.unplanned_fills >> s.unplanned_budget_s >> s.unplanned_prefill_s >> s.chunks >>
+          s.unplanned_fills >> s.unplanned_budget_s >> s.unplanned_prefill_s >> s.chunks >> s.pauses >>
           s.tokens >> s.weight_bytes >> s.peak_bytes >> s.cost_per_token_ms >> s.cost_fixed_ms >> s.cost_scale >>
           s.queue_mean >> s.queue_max >> s.queue_final;
       ranks.push_back(s);
@@ -460,6 +460,14 @@ std::pair<double, std::int64_t> Service::fill(int step, const sched::Slot& slot,
   std::int64_t tokens = 0;
   bool arrived = false;
   double last_pending = t_enter;  // the last test that found the receive not yet in
+  // Between a chunk's blocks too: training's data stops the chunk there, not at its end.
+  std::function<bool()> stop;
+  if (watched)
+    stop = [&] {
+      if ((*ended)()) return arrived = true;
+      last_pending = m_profiler.now();
+      return false;
+    };
   while (true) {
     if (watched) {
       if ((*ended)()) {
@@ -472,7 +480,7 @@ std::pair<double, std::int64_t> Service::fill(int step, const sched::Slot& slot,
     if (remaining_ms <= 0) break;
     const std::int64_t before = m_stats.tokens;
     const double t0 = m_profiler.now();
-    if (!run_one(remaining_ms)) break;
+    if (!run_one(remaining_ms, stop)) break;
     const double t1 = m_profiler.now();
     work += t1 - t0;
     tokens += m_stats.tokens - before;
@@ -481,6 +489,7 @@ std::pair<double, std::int64_t> Service::fill(int step, const sched::Slot& slot,
       m_stats.overrun_s += t1 - std::max(t0, deadline);
     }
     poll();
+    if (arrived) break;  // seen between the blocks of that chunk (paused there)
   }
   if (m_last.pending) m_last.spent_s = m_profiler.now() - t_enter;
   if (unplanned) m_stats.unplanned_prefill_s += work;
@@ -572,7 +581,17 @@ void Service::admit_arrivals(double now_job) {
     m_waiting.push_back(m_mine[m_next_arrival++]);
 }
 
-bool Service::run_one(double remaining_ms) {
+bool Service::run_one(double remaining_ms, const std::function<bool()>& stop) {
+  if (m_running.active) {
+    // A paused chunk goes on first (nothing else may run on the model before it ends): if what
+    // is left of it fits.
+    const int blocks = m_model->range().count;
+    const double left_ms = m_cost.predict_ms(m_running.h.n, m_running.h.pos) *
+                           static_cast<double>(blocks - m_running.blocks_done) / static_cast<double>(blocks);
+    if (left_ms > remaining_ms) return false;
+    continue_chunk(stop, m_profiler.now());
+    return true;
+  }
   const int chunk_tokens = m_cfg.bubbletea.chunk_tokens;
   auto header_for = [&](const Request& r, int chunk) {
     const auto p = static_cast<int>(r.prompt.size());
@@ -597,7 +616,7 @@ bool Service::run_one(double remaining_ms) {
       if (m_cost.predict_ms(h.n, h.pos) > remaining_ms) continue;
       h.start_s = m_records[r.id].start_s;
       if (h.chunk + 1 == h.n_chunks) m_started.erase(m_started.begin() + static_cast<std::ptrdiff_t>(i));
-      run_chunk(h, r.prompt.data() + h.pos, nullptr);
+      run_chunk(h, r.prompt.data() + h.pos, nullptr, stop);
       return true;
     }
     for (auto it = m_waiting.begin(); it != m_waiting.end(); ++it) {
@@ -614,7 +633,7 @@ bool Service::run_one(double remaining_ms) {
       rec.start_s = job_now();
       h.start_s = rec.start_s;
       if (h.n_chunks > 1) m_started.push_back(r.id);
-      run_chunk(h, r.prompt.data(), nullptr);
+      run_chunk(h, r.prompt.data(), nullptr, stop);
       return true;
     }
     return false;
@@ -629,31 +648,56 @@ bool Service::run_one(double remaining_ms) {
     }
     Incoming in = std::move(*it);
     m_ready.erase(it);
-    run_chunk(in.h, nullptr, reinterpret_cast<const float*>(in.bytes.data() + sizeof(ChunkHeader)));
+    run_chunk(in.h, nullptr, reinterpret_cast<const float*>(in.bytes.data() + sizeof(ChunkHeader)), stop);
     return true;
   }
   return false;
 }
 
-void Service::run_chunk(const ChunkHeader& h, const std::int32_t* tokens, const float* act_in) {
+void Service::run_chunk(const ChunkHeader& h, const std::int32_t* tokens, const float* act_in,
+                        const std::function<bool()>& stop) {
+  ATLAS_ASSERT(!m_running.active, "chunk of request " << h.request << " started while request " << m_running.h.request
+                                                      << "'s chunk is paused");
   const double t0 = m_profiler.now();
-  const LayerRange& range = m_model->range();
   auto [it, fresh] = m_active.try_emplace(h.request);
   Active& a = it->second;
   if (fresh) a.cache = m_model->make_cache(h.prompt_tokens);
   ATLAS_ASSERT(a.next_chunk == h.chunk && a.cache.len == h.pos,
                "request " << h.request << ": chunk " << h.chunk << " at position " << h.pos << " arrived out of order");
+  m_model->forward_begin(a.cache, h.n, tokens, act_in);
+  m_running = Running{true, h, 0, 0.0};
+  continue_chunk(stop, t0);
+}
+
+void Service::continue_chunk(const std::function<bool()>& stop, double t0) {
+  const ChunkHeader h = m_running.h;
+  const LayerRange& range = m_model->range();
+  auto it = m_active.find(h.request);
+  ATLAS_ASSERT(it != m_active.end(), "paused chunk of request " << h.request << " without its KV cache");
+  Active& a = it->second;
+  // One block at least per call (a call is admitted only when the rest fits); stop between blocks.
+  for (bool first = true; m_running.blocks_done < range.count; first = false) {
+    if (!first && stop && stop()) {
+      const double t1 = m_profiler.now();
+      m_running.spent_s += t1 - t0;
+      ++m_stats.pauses;
+      record_chunk_event(h, t0, t1);
+      return;
+    }
+    m_model->forward_block(a.cache, h.n, m_running.blocks_done++);
+  }
+  m_running.active = false;
   const bool last = h.chunk + 1 == h.n_chunks;
   std::vector<float> logits;
   if (range.has_head) {
     if (last) logits.resize(static_cast<std::size_t>(m_model->shape().vocab));
-    m_model->forward(a.cache, h.n, tokens, act_in, nullptr, last ? logits.data() : nullptr);
+    m_model->forward_end(a.cache, h.n, nullptr, last ? logits.data() : nullptr);
   } else {
     PendingSend s;
     s.bytes.resize(sizeof(ChunkHeader) + static_cast<std::size_t>(h.n) * static_cast<std::size_t>(m_model->shape().hidden) *
                                              sizeof(float));
     std::memcpy(s.bytes.data(), &h, sizeof h);
-    m_model->forward(a.cache, h.n, tokens, act_in, reinterpret_cast<float*>(s.bytes.data() + sizeof h), nullptr);
+    m_model->forward_end(a.cache, h.n, reinterpret_cast<float*>(s.bytes.data() + sizeof h), nullptr);
     ATLAS_MPI_CHECK(MPI_Isend(s.bytes.data(), static_cast<int>(s.bytes.size()), MPI_BYTE, m_index + 1, kTagChunk,
                               m_comm.get(), &s.req));
     m_sends.push_back(std::move(s));
@@ -690,9 +734,13 @@ void Service::run_chunk(const ChunkHeader& h, const std::int32_t* tokens, const 
     track_memory();
   }
   const double t1 = m_profiler.now();
-  m_cost.observe(h.n, h.pos, (t1 - t0) * 1e3);
+  m_cost.observe(h.n, h.pos, (m_running.spent_s + t1 - t0) * 1e3);
   ++m_stats.chunks;
   m_stats.tokens += h.n;
+  record_chunk_event(h, t0, t1);
+}
+
+void Service::record_chunk_event(const ChunkHeader& h, double t0, double t1) {
   runtime::SlotEvent e;
   e.world_rank = m_comms.world.rank();
   e.step = -1;

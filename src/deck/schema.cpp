@@ -421,7 +421,8 @@ void build(Schema& schema) {
   b.field("bubbletea.fill_wan_waits", &C::bubbletea, &BubbleTeaCfg::fill_wan_waits).def("true")
       .help("also fill the WAN round trips inside training slots (the tied-embedding gradient sum "
             "between DCs in AllReduce, the gradient-norm sum across DCs in Optimizer), testing the "
-            "sum before every chunk and stopping when it is done");
+            "sum before every chunk and stopping when it is done, within the wait the deck's WAN "
+            "predicts x max_stretch or, when longer, the shortest of that slot's waits over the last 8 steps");
   b.field("bubbletea.fill_recv_waits", &C::bubbletea, &BubbleTeaCfg::fill_recv_waits).def("true")
       .help("also fill receives the table expected to find done but that wait (no bubble before "
             "them, or a bubble shorter than the real wait): watched, within the shortest wait of "

@@ -104,6 +104,14 @@ class InferenceModel {
   /// chunk beyond the cache, (Internal) for n > max_chunk or a missing argument.
   void forward(KvCache& cache, int n, const std::int32_t* tokens, const float* act_in,
                float* act_out, float* logits);
+  /// forward() in pieces, so a chunk can stop between blocks and go on later (BubbleTea stops
+  /// a chunk when training's data arrives): forward_begin (the input), forward_block for local
+  /// blocks 0, 1, ... in order, forward_end (the output; cache.len += n). Bitwise the same as
+  /// forward(). One chunk at a time: no other forward may run on this model in between (the
+  /// activations stay in its scratch). Same arguments and errors as forward().
+  void forward_begin(KvCache& cache, int n, const std::int32_t* tokens, const float* act_in);
+  void forward_block(KvCache& cache, int n, int local);
+  void forward_end(KvCache& cache, int n, float* act_out, float* logits);
 
   /// The first token of the greedy decode: index of the largest logit (lowest on ties).
   [[nodiscard]] static std::int32_t argmax(std::span<const float> logits);
@@ -112,6 +120,8 @@ class InferenceModel {
   void add(const std::string& name, std::vector<std::int64_t> shape);
   [[nodiscard]] InferParam* find(const std::string& name);
   void block(int local, KvCache& cache, int n, float* x);
+  int m_chunk_n = 0;            ///< the chunk begun (forward_begin) and not ended; 0: none
+  int m_chunk_blocks_done = 0;  ///< its blocks run so far
 
   struct BlockParams {
     const float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b;

@@ -53,6 +53,7 @@ struct RankStats {
   double unplanned_budget_s = 0.0;   ///< their learned budgets, summed
   double unplanned_prefill_s = 0.0;  ///< prefill work inside them (part of prefill_s)
   std::int64_t chunks = 0;
+  std::int64_t pauses = 0;        ///< chunks stopped between blocks because training's data came
   std::int64_t tokens = 0;        ///< prompt tokens through this rank's layers
   std::uint64_t weight_bytes = 0;
   std::uint64_t peak_bytes = 0;   ///< most BubbleTea memory held at once (weights + scratch + KV + buffers)

@@ -122,11 +122,30 @@ class Service final : public runtime::BubbleFiller {
     KvCache cache;
     int next_chunk = 0;
   };
+  /// The chunk begun and not ended on this rank (its activations are in the model's scratch).
+  struct Running {
+    bool active = false;
+    ChunkHeader h{};
+    int blocks_done = 0;
+    double spent_s = 0.0;  ///< its run time so far, over its pieces
+  } m_running;
 
   void poll();
   void admit_arrivals(double now_job);
-  bool run_one(double remaining_ms);
-  void run_chunk(const ChunkHeader& h, const std::int32_t* tokens, const float* act_in);
+  /// Runs (or goes on with) one chunk predicted to fit `remaining_ms`; false when none does.
+  /// `stop` (may be empty) is tested between the chunk's blocks: when it says true, the chunk
+  /// pauses there (its activations stay in the model) and the next run_one goes on with it first.
+  bool run_one(double remaining_ms, const std::function<bool()>& stop);
+  /// Starts chunk `h` (input: prompt `tokens` on the DC's first rank, else `act_in`), then
+  /// continue_chunk.
+  void run_chunk(const ChunkHeader& h, const std::int32_t* tokens, const float* act_in,
+                 const std::function<bool()>& stop);
+  /// Runs the paused chunk's next blocks until `stop` says true between two of them (paused
+  /// again) or the chunk ends (its output: to the next rank, or first token + KV handoff). `t0`:
+  /// when this piece of it began (the profiler's event).
+  void continue_chunk(const std::function<bool()>& stop, double t0);
+  /// The profiler's event of a chunk's piece [t0, t1] (the whole chunk when it never paused).
+  void record_chunk_event(const ChunkHeader& h, double t0, double t1);
   /// This rank is done with `request` (its KV is in the worker's socket, or dropped): tell the
   /// dispatcher (or, on the dispatcher, count it).
   void released_here(std::int64_t request);
