@@ -159,6 +159,34 @@ TEST_F(InferModel, ChunkedPrefillMatchesWholePrompt) {
   EXPECT_EQ(generate(*m, prompt, 0, 10), generate(*m, prompt, 7, 10));
 }
 
+// forward() in pieces (BubbleTea stops a chunk between blocks when training's data comes):
+// begin, the blocks one by one, end give bitwise forward()'s logits and KV; the pieces out of
+// order are internal errors, not silent garbage.
+TEST_F(InferModel, AChunkRunInPiecesIsBitwiseTheWholeForward) {
+  auto m = whole(8);
+  const auto prompt = ids(16, small_shape().vocab, 5);
+  KvCache a = m->make_cache(16), b = m->make_cache(16);
+  std::vector<float> la(37), lb(37);
+  for (int pos = 0; pos < 16; pos += 8) {
+    m->forward(a, 8, prompt.data() + pos, nullptr, nullptr, pos == 8 ? la.data() : nullptr);
+    m->forward_begin(b, 8, prompt.data() + pos, nullptr);
+    for (int l = 0; l < small_shape().layers; ++l) m->forward_block(b, 8, l);
+    EXPECT_EQ(b.len, pos) << "the cache grows when the chunk ends, not before";
+    m->forward_end(b, 8, nullptr, pos == 8 ? lb.data() : nullptr);
+  }
+  EXPECT_EQ(la, lb);  // bitwise
+  ASSERT_EQ(b.len, 16);
+  for (std::size_t l = 0; l < a.k.size(); ++l) {
+    EXPECT_EQ(host_of(*be, a.k[l], 16 * 16), host_of(*be, b.k[l], 16 * 16)) << "layer " << l;
+    EXPECT_EQ(host_of(*be, a.v[l], 16 * 16), host_of(*be, b.v[l], 16 * 16)) << "layer " << l;
+  }
+  KvCache c = m->make_cache(16);
+  m->forward_begin(c, 8, prompt.data(), nullptr);
+  EXPECT_THROW(m->forward_block(c, 8, 1), Error) << "block 1 before block 0";
+  m->forward_block(c, 8, 0);
+  EXPECT_THROW(m->forward_end(c, 8, nullptr, lb.data()), Error) << "ended after 1 of 4 blocks";
+}
+
 // The pipeline split (three ranks' layer ranges chained, activations through host buffers as
 // MPI would carry them) then the KV handoff through the wire format and a whole-model decode:
 // bitwise the standalone generation.
