@@ -229,13 +229,11 @@ StepReport Trainer::train_step(int step) {
       }
       case SlotKind::AllReduce:
         all_reduce_gradients(wan_wait_filler(step, slot, i, m_embed_wait_s, spent_prefill, r));
-        record_wan_wait();
         r.dp_buckets = m_buckets_step;
         r.dp_buckets_early = m_buckets_early;
         break;
       case SlotKind::Optimizer:
         r.grad_norm = clip_and_step(step, wan_wait_filler(step, slot, i, m_norm_wait_s, spent_prefill, r), norm_wait_s);
-        record_wan_wait();
         r.lr = model::lr_at(step, m_cfg.train, m_cfg.run.steps);
         break;
       case SlotKind::Prefill:
@@ -435,8 +433,8 @@ Boundary::WaitHook Trainer::wan_wait_filler(int step, const sched::Slot& slot, s
 void Trainer::record_wan_wait() {
   if (!m_wan_wait.active) return;
   m_wan_wait.active = false;
-  // As for a receive: when the fill saw the data, it came after the last "not yet" (a lower
-  // bound); otherwise the slot waited until now (its sum and copy-back after it are short).
+  // Called where the wait ends (the exchange's sum is in, the norm sum is done). As for a
+  // receive: when the fill saw it done, that came after the last "not yet" (a lower bound).
   const double end = m_wan_wait.arrived ? m_wan_wait.last_pending : m_profiler.now();
   std::deque<double>& waits = m_recv_waits[m_wan_wait.index];
   waits.push_back(std::max(0.0, end - m_wan_wait.start));
@@ -455,6 +453,7 @@ void Trainer::all_reduce_gradients(const Boundary::WaitHook& fill) {
       // Across DCs over the WAN transport (tuned for the WAN; MPI's TCP is not); our half is
       // already on its way (start_gradient_sums).
       m_boundary->exchange_sum(partner, kEmbeddingTag, host.data(), n, m_me.stage == 0, fill);
+      record_wan_wait();
     } else {
       mpi::Request sum = m_embed.iallreduce_sum(std::span<float>(host));
       wait_bounded(sum, [&] { return "the tied-embedding gradient sum with rank " + std::to_string(partner); });
@@ -505,6 +504,7 @@ double Trainer::clip_and_step(int step, const Boundary::WaitHook& fill, double& 
   if (fill && m_replica_spans_dcs) fill([&sum] { return sum.test(); });
   wait_bounded(sum, [] { return std::string("the gradient-norm sum over the pipeline"); });
   wait_s = m_profiler.now() - t0;
+  record_wan_wait();  // before the optimizer's own work
   const double norm = std::sqrt(sq);
   const double scale = model::clip_scale(norm, m_cfg.train.grad_clip);
   const double lr = model::lr_at(step, m_cfg.train, m_cfg.run.steps);

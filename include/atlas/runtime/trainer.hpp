@@ -105,7 +105,8 @@ class Trainer {
   /// `index`'s waits over its last kRecvWaitWindow steps when longer (record_wan_wait).
   Boundary::WaitHook wan_wait_filler(int step, const sched::Slot& slot, std::size_t index, double budget_s,
                                      double& spent_prefill, StepReport& r);
-  /// After the slot whose WAN wait the hook watched: records that wait for the next steps' budget.
+  /// Where a WAN wait the hook watched ends (after the exchange, after the norm sum; not after the
+  /// optimizer's own work): records it for the next steps' budget. No-op when no hook ran.
   void record_wan_wait();
   /// BubbleTea in a receive that waits where the table planned no bubble (bubbletea.fill_recv_waits):
   /// watched, within the shortest wait of row slot `index` over its last kRecvWaitWindow steps.
