@@ -422,7 +422,7 @@ void build(Schema& schema) {
       .help("also fill the WAN round trips inside training slots (the tied-embedding gradient sum "
             "between DCs in AllReduce, the gradient-norm sum across DCs in Optimizer), testing the "
             "sum before every chunk and stopping when it is done, within the wait the deck's WAN "
-            "predicts x max_stretch or, when longer, the shortest of that slot's waits over the last 8 steps");
+            "predicts x max_stretch or, when longer, wan_wait_quantile of that slot's real waits");
   b.field("bubbletea.fill_recv_waits", &C::bubbletea, &BubbleTeaCfg::fill_recv_waits).def("true")
       .help("also fill receives the table expected to find done but that wait (no bubble before "
             "them, or a bubble shorter than the real wait): watched, within the shortest wait of "
@@ -435,6 +435,10 @@ void build(Schema& schema) {
             "predicted to end within this quantile of the bubble's real lengths over its last 8 steps "
             "(0 = the shortest: training first; 1 = the longest: about until the data comes, more "
             "prefill, a chunk in flight more often when it does)");
+  b.field("bubbletea.wan_wait_quantile", &C::bubbletea, &BubbleTeaCfg::wan_wait_quantile).def("0.5").min(0).max(1)
+      .help("fill_wan_waits: past the deck's prediction x max_stretch, a WAN wait inside a training slot "
+            "is filled within this quantile of its real waits over the last 8 steps (0 = the shortest: "
+            "training first; 1 = the longest: more prefill, and both partners of the sum wait on it)");
   b.field("bubbletea.kv_cap_bytes", &C::bubbletea, &BubbleTeaCfg::kv_cap_bytes).def("64M").min(1)
       .help("KV-cache memory cap per rank (binary suffixes)");
   b.field("bubbletea.chunk_tokens", &C::bubbletea, &BubbleTeaCfg::chunk_tokens).def("0").min(0)

@@ -412,11 +412,18 @@ Boundary::WaitHook Trainer::wan_wait_filler(int step, const sched::Slot& slot, s
   if (m_filler == nullptr || !m_cfg.bubbletea.fill_wan_waits || budget_s <= 0) return {};
   return [this, step, &slot, index, budget_s, &spent_prefill, &r](const std::function<bool()>& done) {
     // The budget: the wait the deck's WAN predicts (x max_stretch), not the slot, so on a LAN-like
-    // "WAN" no chunk fits and the sum is not delayed by one; or, when longer, the shortest of this
-    // slot's real waits over the last steps (a host slower than the deck, an emulated WAN): as
-    // for a receive, a wait that is sometimes short is filled only as far as its shortest.
+    // "WAN" no chunk fits and the sum is not delayed by one; or, when longer, what this slot's
+    // real waits say (a host slower than the deck, an emulated WAN): bubbletea.wan_wait_quantile
+    // of those of the last steps, from the first one on. The wait is watched (tested before every
+    // chunk and between its blocks), so a budget past the real wait costs at most a block; but
+    // both partners of the sum wait on it, so the default is the median, not the longest.
     const std::deque<double>& waits = m_recv_waits[index];
-    const double learned = waits.size() == kRecvWaitWindow ? *std::min_element(waits.begin(), waits.end()) : 0.0;
+    double learned = 0.0;
+    if (!waits.empty()) {
+      std::vector<double> v(waits.begin(), waits.end());
+      std::sort(v.begin(), v.end());
+      learned = v[static_cast<std::size_t>(std::lround(m_cfg.bubbletea.wan_wait_quantile * static_cast<double>(v.size() - 1)))];
+    }
     const double allowed = std::max(budget_s * m_cfg.bubbletea.max_stretch, learned);
     m_wan_wait = WanWait{true, index, m_profiler.now(), m_profiler.now(), false};
     const std::function<bool()> watched = [this, &done] {

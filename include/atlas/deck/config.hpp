@@ -160,6 +160,7 @@ struct BubbleTeaCfg {
   bool fill_wan_waits = true;       ///< bubbletea.fill_wan_waits: also fill the WAN waits of AllReduce/Optimizer
   double max_stretch = 3.0;         ///< bubbletea.max_stretch: a bubble is filled <= this x budget
   double stretch_quantile = 0.5;    ///< bubbletea.stretch_quantile: a watched bubble past the table
+  double wan_wait_quantile = 0.5;   ///< bubbletea.wan_wait_quantile: budget of a WAN wait inside a training slot
   std::uint64_t kv_cap_bytes = 0;   ///< bubbletea.kv_cap_bytes: KV-cache memory cap per rank
   int chunk_tokens = 0;             ///< bubbletea.chunk_tokens: chunked prefill; 0 = whole
 };

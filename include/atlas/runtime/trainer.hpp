@@ -101,8 +101,9 @@ class Trainer {
   void finish_buckets();
   /// BubbleTea in the WAN waits of a training slot (bubbletea.fill_wan_waits): a hook that fills
   /// until the wait's test says done, adding the seconds to `spent_prefill`; empty when off. Its
-  /// budget: `budget_s` (the deck's prediction) x max_stretch, or the shortest of row slot
-  /// `index`'s waits over its last kRecvWaitWindow steps when longer (record_wan_wait).
+  /// budget: `budget_s` (the deck's prediction) x max_stretch or, when longer, the
+  /// bubbletea.wan_wait_quantile of row slot `index`'s waits over its last kRecvWaitWindow steps
+  /// (record_wan_wait), from the first one on.
   Boundary::WaitHook wan_wait_filler(int step, const sched::Slot& slot, std::size_t index, double budget_s,
                                      double& spent_prefill, StepReport& r);
   /// Where a WAN wait the hook watched ends (after the exchange, after the norm sum; not after the
