@@ -107,7 +107,8 @@ JobResult run_training_job(const Config& cfg, const mpi::Comm& world, const JobO
   JobResult result;
   result.predicted_step_ms = table.step_ms;
   result.predicted_bubble = table.mean_bubble_fraction();
-  double busy = 0.0, wall = 0.0, step_sum = 0.0, allreduce = 0.0, compute = 0.0;
+  RankTime timed_time;  // this rank's timed steps (the per-rank table's sums)
+  double allreduce = 0.0;
   long long buckets = 0, buckets_early = 0;
   int timed = 0;
   profiler.sync_epoch(comms.world);
@@ -130,11 +131,8 @@ JobResult run_training_job(const Config& cfg, const mpi::Comm& world, const JobO
     // The first step pays one-time costs (allocation, first touch, TCP slow start): skip it in
     // the timing when there is more than one.
     if (step > start_step || cfg.run.steps - start_step == 1) {
-      busy += rep.compute_s + rep.prefill_s;
-      wall += rep.step_s;
-      step_sum += rep.step_s;
+      timed_time.add(rep);
       allreduce += rep.allreduce_s;
-      compute += rep.compute_s;
       buckets += rep.dp_buckets;
       buckets_early += rep.dp_buckets_early;
       ++timed;
@@ -150,18 +148,18 @@ JobResult run_training_job(const Config& cfg, const mpi::Comm& world, const JobO
     if (root) bubbletea::write_json(report, (fs::path(cfg.run_dir()) / "bubbletea.json").string());
   }
   out.finish(trainer, comms, layout, table, profiler, *transport);
-  const double util = wall > 0 ? busy / wall : 0.0;
+  const double util = timed_time.utilization();
   result.measured_utilization = comms.world.allreduce(util, MPI_SUM) / world.size();
   result.measured_bubble = 1.0 - result.measured_utilization;
   result.prefill_tokens = comms.world.allreduce(static_cast<long long>(result.prefill_tokens), MPI_SUM);
   if (timed > 0) {
     result.mean_allreduce_s = comms.world.allreduce(allreduce / timed, MPI_SUM) / world.size();
-    result.mean_compute_s = comms.world.allreduce(compute / timed, MPI_SUM) / world.size();
+    result.mean_compute_s = comms.world.allreduce(timed_time.compute / timed, MPI_SUM) / world.size();
   }
   const long long all_buckets = comms.world.allreduce(buckets, MPI_SUM);
   result.dp_buckets_early =
       all_buckets > 0 ? static_cast<double>(comms.world.allreduce(buckets_early, MPI_SUM)) / static_cast<double>(all_buckets) : 0.0;
-  result.mean_step_s = timed > 0 ? step_sum / timed : 0.0;
+  result.mean_step_s = timed > 0 ? timed_time.wall / timed : 0.0;
   comms.world.bcast(std::span<double>(&result.mean_step_s, 1), 0);
   result.tokens_per_s = result.mean_step_s > 0 ? static_cast<double>(trainer.tokens_per_step()) / result.mean_step_s : 0.0;
   return result;
