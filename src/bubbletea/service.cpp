@@ -510,17 +510,11 @@ double Service::watched_allowance_s(int index, double budget_s) {
   auto it = m_watch_lengths.find(index);
   // From the first real length on (a job's first steps are a bench run's large share).
   if (it == m_watch_lengths.end() || it->second.empty()) return budget_s;
-  std::vector<double> v(it->second.begin(), it->second.end());
-  std::sort(v.begin(), v.end());
-  const auto k = static_cast<std::size_t>(std::lround(m_cfg.bubbletea.stretch_quantile * static_cast<double>(v.size() - 1)));
-  return std::clamp(v[k], budget_s, budget_s * m_cfg.bubbletea.max_stretch);
+  return std::clamp(it->second.quantile(m_cfg.bubbletea.stretch_quantile), budget_s,
+                    budget_s * m_cfg.bubbletea.max_stretch);
 }
 
-void Service::record_watched_length(int index, double length_s) {
-  std::deque<double>& w = m_watch_lengths[index];
-  w.push_back(std::max(0.0, length_s));
-  if (w.size() > kWatchWindow) w.pop_front();
-}
+void Service::record_watched_length(int index, double length_s) { m_watch_lengths[index].push(length_s); }
 
 void Service::learn_watched_length() {
   m_watch.pending = false;

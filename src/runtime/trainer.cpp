@@ -19,8 +19,6 @@ namespace atlas::runtime {
 namespace {
 
 constexpr int kLossTag = 7001;
-/// fill_recv_wait learns a receive slot's budget from its waits over this many steps.
-constexpr std::size_t kRecvWaitWindow = 8;
 constexpr int kEvalTagBase = 300000;
 /// The tied-embedding gradient exchange between the first and last stage over the WAN.
 constexpr int kEmbeddingTag = 800000;
@@ -372,15 +370,15 @@ void Trainer::finish_buckets() {
 
 double Trainer::fill_recv_wait(int step, const sched::Slot& slot, std::size_t index, StepReport& r) {
   const double t0 = m_profiler.now();
-  std::deque<double>& waits = m_recv_waits[index];
+  RecentWaits& waits = m_recv_waits[index];
   double spent = 0.0;
   bool arrived_in_fill = false;
   double last_pending = t0;  // the last test that found the data not yet in
   if (!m_boundary->test_recv(slot)) {
     // Training first: the budget is the shortest wait of the last steps (0 until there are
-    // kRecvWaitWindow of them), so a receive that is sometimes on time is never filled, and a
-    // chunk that fits it ends before the data comes unless this wait is the shortest yet.
-    const double budget = waits.size() == kRecvWaitWindow ? *std::min_element(waits.begin(), waits.end()) : 0.0;
+    // RecentWaits::kCapacity of them), so a receive that is sometimes on time is never filled, and
+    // a chunk that fits it ends before the data comes unless this wait is the shortest yet.
+    const double budget = waits.full() ? waits.shortest() : 0.0;
     if (budget > 0.0) {
       const std::function<bool()> ended = [&] {
         if (m_boundary->test_recv(slot)) return arrived_in_fill = true;
@@ -401,8 +399,7 @@ double Trainer::fill_recv_wait(int step, const sched::Slot& slot, std::size_t in
     m_boundary->wait_recv(slot);
     wait = m_profiler.now() - t0;
   }
-  waits.push_back(wait);
-  if (waits.size() > kRecvWaitWindow) waits.pop_front();
+  waits.push(wait);
   return spent;
 }
 
@@ -417,15 +414,10 @@ Boundary::WaitHook Trainer::wan_wait_filler(int step, const sched::Slot& slot, s
     // of those of the last steps, from the first one on. The wait is watched (tested before every
     // chunk and between its blocks), so a budget past the real wait costs at most a block; but
     // both partners of the sum wait on it, so the default is the median, not the longest.
-    const std::deque<double>& waits = m_recv_waits[index];
-    double learned = 0.0;
-    if (!waits.empty()) {
-      std::vector<double> v(waits.begin(), waits.end());
-      std::sort(v.begin(), v.end());
-      learned = v[static_cast<std::size_t>(std::lround(m_cfg.bubbletea.wan_wait_quantile * static_cast<double>(v.size() - 1)))];
-    }
+    const double learned = m_recv_waits[index].quantile(m_cfg.bubbletea.wan_wait_quantile);  // 0: none yet
     const double allowed = std::max(budget_s * m_cfg.bubbletea.max_stretch, learned);
-    m_wan_wait = WanWait{true, index, m_profiler.now(), m_profiler.now(), false};
+    const double t0 = m_profiler.now();
+    m_wan_wait = WanWait{true, index, t0, t0, false};
     const std::function<bool()> watched = [this, &done] {
       if (done()) return m_wan_wait.arrived = true;
       m_wan_wait.last_pending = m_profiler.now();
@@ -443,9 +435,7 @@ void Trainer::record_wan_wait() {
   // Called where the wait ends (the exchange's sum is in, the norm sum is done). As for a
   // receive: when the fill saw it done, that came after the last "not yet" (a lower bound).
   const double end = m_wan_wait.arrived ? m_wan_wait.last_pending : m_profiler.now();
-  std::deque<double>& waits = m_recv_waits[m_wan_wait.index];
-  waits.push_back(std::max(0.0, end - m_wan_wait.start));
-  if (waits.size() > kRecvWaitWindow) waits.pop_front();
+  m_recv_waits[m_wan_wait.index].push(end - m_wan_wait.start);
 }
 
 void Trainer::all_reduce_gradients(const Boundary::WaitHook& fill) {

@@ -25,6 +25,7 @@
 #include "atlas/device/backend.hpp"
 #include "atlas/mpi/comm.hpp"
 #include "atlas/runtime/profiler.hpp"
+#include "atlas/runtime/recent_waits.hpp"
 #include "atlas/runtime/trainer.hpp"
 #include "atlas/sched/schedule.hpp"
 #include "atlas/topo/communicators.hpp"
@@ -41,10 +42,6 @@ struct ServiceOptions {
 
 class Service final : public runtime::BubbleFiller {
  public:
-  /// A watched bubble goes past the table's length only up to a quantile of the real lengths
-  /// it had over this many steps (not at all until it has them).
-  static constexpr std::size_t kWatchWindow = 8;
-
   /// Collective over comms.world. Builds this rank's inference layers (bubbletea.weights: random
   /// from run.seed, or read from an atlas checkpoint), calibrates the prefill cost model on
   /// `backend`, loads the requests (trace read by world rank 0 and broadcast), checks the memory
@@ -68,7 +65,7 @@ class Service final : public runtime::BubbleFiller {
   /// tests, socket writes). Where the bubble ends in a receive (`ended` given), BubbleTea tests
   /// it before every chunk and stops as soon as it has arrived, or at the end of `budget_s` (the
   /// table's prediction) or, past it, of the bubbletea.stretch_quantile of this bubble's real
-  /// lengths over its last kWatchWindow steps (up to max_stretch x `budget_s`). A WAN wait inside
+  /// lengths over its last runtime::RecentWaits::kCapacity steps (up to max_stretch x `budget_s`). A WAN wait inside
   /// a training slot (AllReduce, Optimizer; `ended` given) is filled within `budget_s` as given
   /// (the runtime stretched it). Otherwise the bubble is `budget_s` (the table's prediction) or,
   /// when the profiler records slots, an allowance learned from the wait that followed it the last time
@@ -80,7 +77,7 @@ class Service final : public runtime::BubbleFiller {
 
   /// How long the watched bubble at `index` of this rank's row may be filled when the table
   /// says `budget_s`: the table's length until a real length is known, then the
-  /// bubbletea.stretch_quantile of the last (up to kWatchWindow) real lengths, within [budget_s, max_stretch x budget_s]. A real length comes
+  /// bubbletea.stretch_quantile of the last (up to runtime::RecentWaits::kCapacity) real lengths, within [budget_s, max_stretch x budget_s]. A real length comes
   /// from a receive that arrived during the fill, or (profiler on) from its recorded end.
   [[nodiscard]] double watched_allowance_s(int index, double budget_s);
 
@@ -216,9 +213,9 @@ class Service final : public runtime::BubbleFiller {
     double budget_s = 0.0;  ///< the table's
   } m_last;
   /// Watched bubbles: the real length (bubble start to the receive's arrival) of each slot's
-  /// last kWatchWindow steps; one whose receive had not come when its fill stopped is resolved
+  /// last runtime::RecentWaits::kCapacity steps; one whose receive had not come when its fill stopped is resolved
   /// by the fill of that receive (a wait BubbleTea filled) or by the receive's recorded end.
-  std::map<int, std::deque<double>> m_watch_lengths;
+  std::map<int, runtime::RecentWaits> m_watch_lengths;
   struct WatchedBubble {
     bool pending = false;
     int step = 0, index = 0;

@@ -6,7 +6,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -22,6 +21,7 @@
 #include "atlas/model/optimizer.hpp"
 #include "atlas/runtime/boundary.hpp"
 #include "atlas/runtime/profiler.hpp"
+#include "atlas/runtime/recent_waits.hpp"
 #include "atlas/sched/schedule.hpp"
 #include "atlas/topo/communicators.hpp"
 
@@ -102,7 +102,7 @@ class Trainer {
   /// BubbleTea in the WAN waits of a training slot (bubbletea.fill_wan_waits): a hook that fills
   /// until the wait's test says done, adding the seconds to `spent_prefill`; empty when off. Its
   /// budget: `budget_s` (the deck's prediction) x max_stretch or, when longer, the
-  /// bubbletea.wan_wait_quantile of row slot `index`'s waits over its last kRecvWaitWindow steps
+  /// bubbletea.wan_wait_quantile of row slot `index`'s waits over its last RecentWaits::kCapacity steps
   /// (record_wan_wait), from the first one on.
   Boundary::WaitHook wan_wait_filler(int step, const sched::Slot& slot, std::size_t index, double budget_s,
                                      double& spent_prefill, StepReport& r);
@@ -110,7 +110,7 @@ class Trainer {
   /// optimizer's own work): records it for the next steps' budget. No-op when no hook ran.
   void record_wan_wait();
   /// BubbleTea in a receive that waits where the table planned no bubble (bubbletea.fill_recv_waits):
-  /// watched, within the shortest wait of row slot `index` over its last kRecvWaitWindow steps.
+  /// watched, within the shortest wait of row slot `index` over its last RecentWaits::kCapacity steps.
   /// Returns, with the data in (wait_recv), the seconds of prefill; records this step's wait.
   double fill_recv_wait(int step, const sched::Slot& slot, std::size_t index, StepReport& r);
   /// `fill`, when set, gets the WAN waits inside the slot (BubbleTea: bubbletea.fill_wan_waits).
@@ -144,7 +144,7 @@ class Trainer {
   double m_norm_wait_s = 0.0;        ///< predicted WAN wait of the gradient-norm sum
   /// Per receive slot of this rank's row (fill_recv_wait), and per AllReduce / Optimizer slot whose
   /// WAN wait BubbleTea watches (wan_wait_filler): its waits over the last steps.
-  std::map<std::size_t, std::deque<double>> m_recv_waits;
+  std::map<std::size_t, RecentWaits> m_recv_waits;
   /// The WAN wait the current slot's hook watches, until record_wan_wait.
   struct WanWait {
     bool active = false;
