@@ -460,7 +460,8 @@ std::pair<double, std::int64_t> Service::fill(int step, const sched::Slot& slot,
   std::int64_t tokens = 0;
   bool arrived = false;
   double last_pending = t_enter;  // the last test that found the receive not yet in
-  // Between a chunk's blocks too: training's data stops the chunk there, not at its end.
+  // Tested before every chunk and between a chunk's blocks: training's data stops the chunk
+  // there, not at its end.
   std::function<bool()> stop;
   if (watched)
     stop = [&] {
@@ -469,13 +470,7 @@ std::pair<double, std::int64_t> Service::fill(int step, const sched::Slot& slot,
       return false;
     };
   while (true) {
-    if (watched) {
-      if ((*ended)()) {
-        arrived = true;
-        break;
-      }
-      last_pending = m_profiler.now();
-    }
+    if (stop && stop()) break;
     const double remaining_ms = (deadline - m_profiler.now()) * 1e3 - guard_ms;
     if (remaining_ms <= 0) break;
     const std::int64_t before = m_stats.tokens;
