@@ -24,6 +24,7 @@
 #include "atlas/runtime/profiler.hpp"
 #include "atlas/runtime/wake_probe.hpp"
 #include "atlas/sim/bench.hpp"
+#include "atlas/sim/insitu.hpp"
 #include "atlas/sim/simulator.hpp"
 #include "atlas/topo/layout.hpp"
 #include "atlas/wan/bench.hpp"
@@ -71,9 +72,13 @@ void interleaved_off_on(const mpi::Comm& world, const Args& args, const std::str
 
 // ---- atlas bench step: tokens/s of a deck at 1 rank and at the job's N ranks ----
 int bench_step(Context& ctx) {
-  const Args args = parse_args(ctx.args, {"steps"}, {});
+  const Args args = parse_args(ctx.args, {"steps", "warmup-steps"}, {});
   const mpi::Comm world = mpi::Comm::world();
   const std::string steps = "run.steps=" + std::to_string(args.int_option("steps", 8));
+  const int warmup_steps = args.int_option("warmup-steps", 6);
+  if (warmup_steps < 2)
+    throw ConfigError("--warmup-steps " + std::to_string(warmup_steps) +
+                      ": the in-situ warm-up run needs at least 2 steps (its first is not measured)");
   const Config full = bench_deck(world, args, with(kQuietRun, {steps, "run.name=bench_step_n"}), world.size());
   // The same model and global batch on one rank: every stage in the first DC, dp 1, tp 1, and
   // dp x micro-batches micro-batches.
@@ -108,9 +113,13 @@ int bench_step(Context& ctx) {
 
 // ---- atlas bench schedules: gpipe, 1f1b and atlas of one deck, measured vs predicted ----
 int bench_schedules(Context& ctx) {
-  const Args args = parse_args(ctx.args, {"steps"}, {});
+  const Args args = parse_args(ctx.args, {"steps", "warmup-steps"}, {});
   const mpi::Comm world = mpi::Comm::world();
   const std::string steps = "run.steps=" + std::to_string(args.int_option("steps", 8));
+  const int warmup_steps = args.int_option("warmup-steps", 6);
+  if (warmup_steps < 2)
+    throw ConfigError("--warmup-steps " + std::to_string(warmup_steps) +
+                      ": the in-situ warm-up run needs at least 2 steps (its first is not measured)");
   struct Row {
     const char* kind;
     JobResult r;
@@ -229,10 +238,25 @@ int bench_overlap(Context& ctx) {
 }
 
 // ---- atlas bench fidelity: each example deck run for real and in the simulator ----
+
+/// A simulation's bubble as a run counts it (JobResult::measured_bubble): 1 - (forward + backward
+/// + optimizer) / step, mean over the stages. Waits inside slots (a receive, the DP and
+/// embedding sums, the gradient norm's) are bubble too, not only the table's Idle slots.
+double run_style_bubble(const sim::SimResult& r) {
+  if (r.step_ms <= 0 || r.stages.empty()) return 0.0;
+  double busy = 0.0;
+  for (const auto& u : r.stages) busy += u.compute_ms + r.cost.optimizer_ms[static_cast<std::size_t>(u.stage)];
+  return 1.0 - busy / static_cast<double>(r.stages.size()) / r.step_ms;
+}
+
 int bench_fidelity(Context& ctx) {
-  const Args args = parse_args(ctx.args, {"steps"}, {});
+  const Args args = parse_args(ctx.args, {"steps", "warmup-steps"}, {});
   const mpi::Comm world = mpi::Comm::world();
   const std::string steps = "run.steps=" + std::to_string(args.int_option("steps", 8));
+  const int warmup_steps = args.int_option("warmup-steps", 6);
+  if (warmup_steps < 2)
+    throw ConfigError("--warmup-steps " + std::to_string(warmup_steps) +
+                      ": the in-situ warm-up run needs at least 2 steps (its first is not measured)");
   std::vector<std::string> decks = args.positional;
   if (decks.empty()) {
     for (const auto& e : std::filesystem::directory_iterator("inputs"))
@@ -245,11 +269,13 @@ int bench_fidelity(Context& ctx) {
   // (scripts/wan/run_emulated.sh sets ATLAS_WAN_EMULATED=1), else loopback between the "DCs".
   const char* emu = std::getenv("ATLAS_WAN_EMULATED");
   const bool emulated = emu != nullptr && std::string(emu) == "1";
-  std::string table = fmt::format("# {:<30} {:>5} {:>11} {:>12} {:>6} {:>9} {:>11} {:>9} {:>9} {:>11} {:>5} {:>8} {:>9} {:>7}\n",
-                                  "deck", "ranks", "measured_ms", "predicted_ms", "ratio", "fresh_ms", "fresh_ratio",
-                                  "meas_bub%", "pred_bub%", "deck_wan_ms", "k", "cal_ms", "cal_ratio", "net_ns/B");
+  std::string table = fmt::format(
+      "# {:<30} {:>5} {:>11} {:>12} {:>6} {:>9} {:>11} {:>9} {:>12} {:>9} {:>9} {:>11} {:>11} {:>8} {:>11} {:>7}\n",
+      "deck", "ranks", "measured_ms", "predicted_ms", "ratio", "fresh_ms", "fresh_ratio", "insitu_ms", "insitu_ratio",
+      "meas_bub%", "pred_bub%", "insitu_bub%", "deck_wan_ms", "trace_ms", "trace_ratio", "net_ns/B");
   // This host's wake-up delay with all the job's ranks on it (the simulator's cluster.host_wake_us).
   const runtime::WakeProbe wake = runtime::probe_wake_delay(world);
+  std::string insitu_rows;  // per deck: each stage's in-situ forward/backward ms (the profile's)
   int ran = 0;
   for (const auto& path : decks) {
     Args one = args;
@@ -278,7 +304,8 @@ int bench_fidelity(Context& ctx) {
       }
     }
     const Config net = sim::machine_config(cfg, here);
-    const sim::Prediction p = sim::prediction(sim::simulate_on(cfg, net));
+    const sim::SimResult base = sim::simulate_on(cfg, net);
+    const sim::Prediction p = sim::prediction(base);
     // A fresh profile of the deck's own block, timed by rank 0 alone just before the run (the
     // others wait without spinning): this shared machine's speed drifts by tens of percent over
     // minutes, the profile file was measured once. Host backend only.
@@ -298,31 +325,74 @@ int bench_fidelity(Context& ctx) {
           [&](const sim::BlockShape&) { return sim::BlockTiming{t[0], t[1]}; }, {shape}, sim::resolve_device_profile(net));
       fresh_ms = sim::simulate_on(cfg, net, fresh).step_ms;
     }
-    const JobResult r = run_training_job(cfg, world, quiet);
-    // Calibrated: the same simulation with every compute cost scaled by k, chosen so that the
-    // simulated compute per step (mean over ranks) equals the run's. What remains of the error is
-    // the schedule, network and synchronisation model's, not the device profile's.
-    const double measured_compute_ms = world.allreduce(r.mean_compute_s, MPI_SUM) / world.size() * 1e3;
-    double k = 1.0;
-    sim::SimResult cal;
-    for (int it = 0; it < 6; ++it) {
+    // In situ: a held-out warm-up run of the same deck (not the timed one); its forward and
+    // backward slots that ran without processor sharing are each stage's compute cost, which the
+    // simulation then shares out like the profile's (sim/insitu.hpp).
+    const int pp = cfg.parallel.pp_size();
+    const topo::Layout layout(world.size(), cfg.parallel);
+    // Collective: per stage the in-situ forward and backward ms of a run's slots after its first
+    // step (rank 0 has them), as SimOptions for the simulation.
+    auto in_situ_of = [&](const JobResult& run) {
+      std::vector<double> ms(static_cast<std::size_t>(2 * pp), 0.0);
+      std::string error;
+      if (world.rank() == 0) {
+        std::vector<sim::ComputeSpan> spans;
+        for (const auto& e : run.events)
+          if (e.step >= 1)
+            spans.push_back({e.world_rank, layout.coord(e.world_rank).stage, static_cast<sched::SlotKind>(e.kind),
+                             e.start_s, e.end_s});
+        try {
+          const sim::InSituCompute ic =
+              sim::insitu_compute(spans, pp, here.host_backend ? here.ranks_per_host : 0,
+                                  static_cast<double>(std::max(1u, std::thread::hardware_concurrency())));
+          std::copy(ic.fwd_ms.begin(), ic.fwd_ms.end(), ms.begin());
+          std::copy(ic.bwd_ms.begin(), ic.bwd_ms.end(), ms.begin() + pp);
+        } catch (const Error& e) {
+          error = e.what();
+          ms[0] = -1.0;
+        }
+      }
+      world.bcast(std::span<double>(ms), 0);
+      if (ms[0] < 0)
+        throw Error(ExitCode::Config,
+                    fmt::format("bench fidelity: {}: {}", path,
+                                error.empty() ? "the in-situ compute costs failed on rank 0" : error));
       sim::SimOptions o;
-      o.compute_scale = k;
-      cal = sim::simulate_on(cfg, net, o);
-      double sim_compute = 0.0;
-      for (const auto& u : cal.stages)
-        sim_compute += u.compute_ms + cal.cost.optimizer_ms[static_cast<std::size_t>(u.stage)];
-      sim_compute /= static_cast<double>(std::max<std::size_t>(1, cal.stages.size()));
-      if (sim_compute <= 0 || measured_compute_ms <= 0) break;
-      k *= measured_compute_ms / sim_compute;
-    }
+      o.stage_fwd_ms.assign(ms.begin(), ms.begin() + pp);
+      o.stage_bwd_ms.assign(ms.begin() + pp, ms.end());
+      return o;
+    };
+    const Config warm = bench_deck(
+        world, one,
+        with(kQuietRun, {"run.steps=" + std::to_string(warmup_steps), "run.name=bench_fidelity_warmup",
+                         "profile.enabled=true"}),
+        world.size());
+    const sim::SimOptions in_situ = in_situ_of(run_training_job(warm, world, quiet));
+    const sim::SimResult situ = sim::simulate_on(cfg, net, in_situ);
+
+    const JobResult r = run_training_job(cfg, world, quiet);
+    // Trace-driven (not held out): the same with the timed run's own in-situ costs. What remains
+    // of its error is the schedule, network, sharing and synchronisation model's, not the
+    // compute's, nor the machine's drift between two runs.
+    const sim::SimOptions traced = in_situ_of(r);
+    const sim::SimResult trace = sim::simulate_on(cfg, net, traced);
     const double measured_ms = r.mean_step_s * 1e3;
     const std::string fresh_cols = fresh_ms > 0 ? fmt::format("{:>9.1f} {:>11.3f}", fresh_ms, measured_ms / fresh_ms)
                                                 : fmt::format("{:>9} {:>11}", "-", "-");
-    table += fmt::format("  {:<30} {:>5} {:>11.1f} {:>12.1f} {:>6.3f} {} {:>9.1f} {:>9.1f} {:>11.1f} {:>5.2f} {:>8.1f} {:>9.3f} {:>7.2f}\n",
-                         path, world.size(), measured_ms, p.step_ms, measured_ms / p.step_ms, fresh_cols,
-                         100 * r.measured_bubble, 100 * p.bubble_fraction, deck_wan.step_ms, k, cal.step_ms,
-                         measured_ms / cal.step_ms, here.net_ns_per_byte);
+    table += fmt::format(
+        "  {:<30} {:>5} {:>11.1f} {:>12.1f} {:>6.3f} {} {:>9.1f} {:>12.3f} {:>9.1f} {:>9.1f} {:>11.1f} {:>11.1f} "
+        "{:>8.1f} {:>11.3f} {:>7.2f}\n",
+        path, world.size(), measured_ms, p.step_ms, measured_ms / p.step_ms, fresh_cols, situ.step_ms,
+        measured_ms / situ.step_ms, 100 * (r.measured_bubble + r.measured_prefill), 100 * run_style_bubble(base),
+        100 * run_style_bubble(situ), deck_wan.step_ms, trace.step_ms, measured_ms / trace.step_ms,
+        here.net_ns_per_byte);
+    insitu_rows += fmt::format("  {:<30}", path);
+    for (int st = 0; st < pp; ++st) {
+      const auto i = static_cast<std::size_t>(st);
+      insitu_rows += fmt::format("  s{} {:.2f}/{:.2f} ({:.2f}/{:.2f})", st, in_situ.stage_fwd_ms[i],
+                                 in_situ.stage_bwd_ms[i], base.cost.fwd_ms[i], base.cost.bwd_ms[i]);
+    }
+    insitu_rows += "\n";
     ++ran;
   }
   if (world.rank() == 0) {
@@ -341,13 +411,22 @@ int bench_fidelity(Context& ctx) {
     fmt::print("# net_ns/B: host CPU per byte sent between DCs (runtime::probe_net_cpu, inside the emulation: "
                "TCP and the emulated links' packet path), predicted as compute taken from the host while a "
                "transfer runs (cluster.host_net_ns_per_byte)\n");
-    fmt::print("# k = compute scale that makes the simulated compute per step equal the run's; cal_ms = the "
-               "prediction with it (the schedule, network and synchronisation model alone)\n");
+    fmt::print("# insitu_ms: compute from a held-out warm-up run of the deck ({} steps, the first not measured, "
+               "before the timed run): per stage the median forward and backward slot that ran while no more ranks "
+               "of its host computed than it has cores (sim::insitu_compute), shared out by the simulation like "
+               "the profile's\n",
+               warmup_steps);
+    fmt::print("# meas_bub%: training's bubble, 1 - (forward + backward + optimizer) / step, mean over ranks "
+               "(BubbleTea's prefills fill it, they do not shrink it); pred_bub% and insitu_bub% the same of the "
+               "simulation (its waits inside slots count, not only its Idle slots)\n");
+    fmt::print("# trace_ms: the same from the timed run's own slots (not held out: the schedule, network, sharing "
+               "and synchronisation model alone, without the machine's drift between the two runs)\n");
     fmt::print("# network: {}; deck_wan_ms = the prediction with the deck's WAN matrices\n",
                emulated ? "the emulated WAN (ATLAS_WAN_EMULATED=1): predicted with the deck's latency and bandwidth"
                         : "loopback (no ATLAS_WAN_EMULATED): predicted with 0 ms latency and the intra-DC bandwidth "
                           "between DCs; run under scripts/wan/run_emulated.sh for the deck's WAN");
     fmt::print("{}", table);
+    fmt::print("# in-situ compute per stage, forward/backward ms (the profile's in brackets):\n{}", insitu_rows);
     fmt::print("decks run: {}\n", ran);
   }
   return 0;

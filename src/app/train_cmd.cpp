@@ -147,10 +147,12 @@ JobResult run_training_job(const Config& cfg, const mpi::Comm& world, const JobO
     out.text(bubbletea::format_report(report, cfg.cluster.dcs));
     if (root) bubbletea::write_json(report, (fs::path(cfg.run_dir()) / "bubbletea.json").string());
   }
-  out.finish(trainer, comms, layout, table, profiler, *transport);
+  result.events = out.finish(trainer, comms, layout, table, profiler, *transport);
   const double util = timed_time.utilization();
   result.measured_utilization = comms.world.allreduce(util, MPI_SUM) / world.size();
   result.measured_bubble = 1.0 - result.measured_utilization;
+  const double prefill_share = timed_time.wall > 0 ? timed_time.prefill / timed_time.wall : 0.0;
+  result.measured_prefill = comms.world.allreduce(prefill_share, MPI_SUM) / world.size();
   result.prefill_tokens = comms.world.allreduce(static_cast<long long>(result.prefill_tokens), MPI_SUM);
   if (timed > 0) {
     result.mean_allreduce_s = comms.world.allreduce(allreduce / timed, MPI_SUM) / world.size();

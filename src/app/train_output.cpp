@@ -197,10 +197,10 @@ std::string rank_time_table(const std::vector<RankTime>& ranks, const topo::Layo
   return s;
 }
 
-void TrainOutput::finish(runtime::Trainer& trainer, const topo::Communicators& comms, const topo::Layout& layout,
+std::vector<runtime::SlotEvent> TrainOutput::finish(runtime::Trainer& trainer, const topo::Communicators& comms, const topo::Layout& layout,
                          const sched::ScheduleTable& table, runtime::Profiler& profiler, wan::PeerTransport& wan) {
   const double entropy = trainer.validation_unigram_entropy();
-  const auto events = profiler.gather(comms.world, 0);
+  auto events = profiler.gather(comms.world, 0);
   if (m_cfg.profile.enabled) write_profile(comms, layout, table, events);
   const auto stats = wan.stats();
   const unsigned long long wan_bytes = comms.world.allreduce(static_cast<unsigned long long>(stats.total_bytes_sent()), MPI_SUM);
@@ -209,7 +209,7 @@ void TrainOutput::finish(runtime::Trainer& trainer, const topo::Communicators& c
   std::vector<double> all(m_root ? mine.size() * static_cast<std::size_t>(comms.world.size()) : 0);
   ATLAS_MPI_CHECK(MPI_Gather(mine.data(), static_cast<int>(mine.size()), MPI_DOUBLE, all.data(),
                              static_cast<int>(mine.size()), MPI_DOUBLE, 0, comms.world.get()));
-  if (!m_root) return;
+  if (!m_root) return events;
   std::vector<RankTime> ranks(static_cast<std::size_t>(comms.world.size()));
   for (std::size_t i = 0; i < ranks.size(); ++i) {
     const double* v = &all[i * mine.size()];
@@ -236,6 +236,7 @@ void TrainOutput::finish(runtime::Trainer& trainer, const topo::Communicators& c
                    "nats/token); results in {}/\n",
                    m_timed_steps, m_first_loss, m_last_loss, m_last_val, entropy, m_dir);
   print(s);
+  return events;
 }
 
 }  // namespace atlas::app

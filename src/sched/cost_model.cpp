@@ -128,17 +128,15 @@ CostModel cost_model(const Config& cfg, const topo::Layout& layout) {
     }
 
   // Tied embedding: when the first and last stage sit in different DCs, their embedding
-  // gradients are summed once per step over the WAN (the one gradient that crosses it): both
-  // send at once over the WAN transport, so one latency plus the bytes.
+  // gradients are summed once per step over the WAN (the one gradient that crosses it): each
+  // sends its half over the WAN transport as it reaches the AllReduce slot and waits for the
+  // other's, one way (latency plus the bytes) after the other reached it.
   if (c.pp > 1) {
     const int first_dc = c.stage_dc.front();
     const int last_dc = c.stage_dc.back();
     const double emb_bytes = static_cast<double>(m.vocab) * m.hidden * 4.0 / c.tp;
     const LinkCost& l = c.link(first_dc, last_dc);
-    const double sync =
-        l.latency_ms + c.wake_ms + emb_bytes / std::min(l.capacity_bytes_per_ms, l.flow_cap_bytes_per_ms);
-    c.allreduce_ms.front() += sync;
-    c.allreduce_ms.back() += sync;
+    c.embed_sync_ms = l.latency_ms + emb_bytes / std::min(l.capacity_bytes_per_ms, l.flow_cap_bytes_per_ms);
   }
   return c;
 }

@@ -175,22 +175,47 @@ class Engine {
             m_blocked_sync[static_cast<std::size_t>(w)] = op.sync_group;
             return;
           }
-          // Last to arrive: everyone starts now (events run in time order, so now is the max).
-          // Each member then runs its own part of the collective (durations may differ, e.g.
-          // when two stages of different sizes meet in one group).
-          const double mine = op.duration_ms;
-          for (int member : members) {
-            const auto mw = static_cast<std::size_t>(member);
+          // Last to arrive (events run in time order, so now is the latest reach). Without a
+          // delay matrix everyone starts now; with one each member ends when it has every
+          // member's part. Each then runs its own part of the collective (durations may differ,
+          // e.g. when two stages of different sizes meet in one group).
+          const std::vector<double>* delay =
+              g < m_p.sync_delay_ms.size() && !m_p.sync_delay_ms[g].empty() ? &m_p.sync_delay_ms[g] : nullptr;
+          const std::size_t n = members.size();
+          ATLAS_ASSERT(delay == nullptr || delay->size() == n * n,
+                       "engine: sync group " << g << " has a delay matrix of " << delay->size() << " entries for "
+                                             << n << " members");
+          std::vector<double> reach(n);
+          for (std::size_t j = 0; j < n; ++j) {
+            const auto jw = static_cast<std::size_t>(members[j]);
+            reach[j] = m_result.ops[jw][m_pc[jw]].reach_ms;
+          }
+          double mine_end = m_now;
+          for (std::size_t i = 0; i < n; ++i) {
+            const auto mw = static_cast<std::size_t>(members[i]);
             auto& mop = m_result.ops[mw][m_pc[mw]];
             const double d = m_p.workers[mw][m_pc[mw]].duration_ms;
-            mop.start_ms = m_now;
-            mop.end_ms = m_now + d;
+            if (delay == nullptr) {
+              mop.start_ms = m_now;
+              mop.end_ms = m_now + d;
+            } else {
+              double ready = m_now, leg = 0.0;
+              for (std::size_t j = 0; j < n; ++j) {
+                ready = std::max(ready, reach[j] + (*delay)[j * n + i]);
+                leg = std::max(leg, (*delay)[j * n + i]);
+              }
+              // The slot holds the collective's own communication (its longest leg into this
+              // member); the rest of the wait, for members that came later, is a bubble before it.
+              mop.start_ms = std::max(mop.reach_ms, ready - leg);
+              mop.end_ms = ready + d;
+            }
             m_blocked_sync[mw] = -1;
             ++m_pc[mw];
-            if (member != w) push(mop.end_ms, 0, Ev::Resume, member, 0);
+            if (members[i] != w) push(mop.end_ms, 0, Ev::Resume, members[i], 0);
+            else mine_end = mop.end_ms;
           }
-          if (mine > 0.0) {
-            push(m_now + mine, 0, Ev::Resume, w, 0);
+          if (mine_end > m_now) {
+            push(mine_end, 0, Ev::Resume, w, 0);
             return;
           }
           break;

@@ -62,6 +62,67 @@ int message_id(int boundary, int dp_index, int micro, Flow flow, int dp, int m) 
   return ((boundary * dp + dp_index) * m + micro) * 2 + (flow == Flow::Gradient ? 1 : 0);
 }
 
+/// Who waits for whom in the two collectives that cross DCs (EngineProgram::sync_delay_ms), as
+/// the runtime runs them:
+///  - group 0 with pp > 1, the tied embedding: the first and last stage each send their half as
+///    they reach the AllReduce slot and wait for the other's (one way, CostModel::embed_sync_ms,
+///    and a WAN wake-up), besides their own stage's DP ring (the slot's duration, a barrier of
+///    the stage's replicas);
+///  - group pp + d, the gradient norm of pipeline d: an MPI all-reduce over the pipeline's ranks
+///    (replica rank = stage * tp + lane), which Open MPI's non-blocking collectives (libnbc) run
+///    as a binomial reduce to rank 0 (a rank sends to itself with its lowest set bit cleared, once
+///    it has its children's parts) and a binomial broadcast back (a rank receives from itself
+///    with its highest set bit cleared). Member j's part reaches member i after the hops up
+///    from j to rank 0 and down from rank 0 to i, each hop a one-way latency and a wake-up.
+void add_sync_delays(const CostModel& c, EngineProgram& p) {
+  const int pp = c.pp, dp = c.dp, tp = c.tp;
+  p.sync_delay_ms.assign(p.sync_groups.size(), {});
+  auto dc_of = [&](int v) { return c.stage_dc[static_cast<std::size_t>(v / tp)]; };
+  // One hop between replica ranks a and b: TP lanes of a stage share a node; stages in one DC
+  // talk over the DC's network.
+  auto hop = [&](int a, int b) {
+    const bool wan = dc_of(a) != dc_of(b);
+    return (wan ? c.link(dc_of(a), dc_of(b)).latency_ms : c.intra_latency_ms) + c.wake_ms;
+  };
+  const int ranks = pp * tp;
+  std::vector<double> up(static_cast<std::size_t>(ranks), 0.0), down(static_cast<std::size_t>(ranks), 0.0);
+  for (int v = 1; v < ranks; ++v) {
+    for (int x = v; x != 0; x &= x - 1) up[static_cast<std::size_t>(v)] += hop(x, x & (x - 1));
+    int high = 1;
+    while (high * 2 <= v) high *= 2;
+    down[static_cast<std::size_t>(v)] = down[static_cast<std::size_t>(v - high)] + hop(v - high, v);
+  }
+  // A worker is a stage's tp lanes: its part leaves when its last lane's does, and it has the sum
+  // when its last lane does.
+  auto lanes_max = [&](const std::vector<double>& per_rank, int stage) {
+    double m = 0.0;
+    for (int t = 0; t < tp; ++t) m = std::max(m, per_rank[static_cast<std::size_t>(stage * tp + t)]);
+    return m;
+  };
+  for (int d = 0; d < dp; ++d) {
+    auto& delay = p.sync_delay_ms[static_cast<std::size_t>(pp + d)];
+    delay.assign(static_cast<std::size_t>(pp * pp), 0.0);
+    for (int j = 0; j < pp; ++j)
+      for (int i = 0; i < pp; ++i)
+        delay[static_cast<std::size_t>(j * pp + i)] = lanes_max(up, j) + lanes_max(down, i);
+  }
+  if (pp > 1) {
+    // Group 0 holds stage 0's dp workers, then stage pp-1's (make_program pushes them so).
+    const int n = 2 * dp;
+    const bool wan = c.stage_dc.front() != c.stage_dc.back();
+    // A cost model without the exchange (embed_sync_ms = 0: hand-built ones) keeps the barrier.
+    const double one_way = c.embed_sync_ms > 0 ? c.embed_sync_ms + (wan ? p.wan_wake_ms : p.wake_ms) : 0.0;
+    auto& delay = p.sync_delay_ms[0];
+    delay.assign(static_cast<std::size_t>(n * n), 0.0);
+    for (int j = 0; j < n; ++j)
+      for (int i = 0; i < n; ++i) {
+        if ((j < dp) == (i < dp)) continue;  // same stage: the DP ring's barrier
+        const double ring = c.allreduce_ms[static_cast<std::size_t>(i < dp ? 0 : pp - 1)];
+        delay[static_cast<std::size_t>(j * n + i)] = std::max(0.0, one_way - ring);
+      }
+  }
+}
+
 EngineProgram make_program(const CostModel& c, ScheduleKind kind, int m, ProgramMap& map) {
   EngineProgram p;
   const int pp = c.pp;
@@ -137,16 +198,6 @@ EngineProgram make_program(const CostModel& c, ScheduleKind kind, int m, Program
   }
   p.sync_groups.resize(static_cast<std::size_t>(pp + dp));
   auto group_of = [pp](int s) { return (pp > 1 && s == pp - 1) ? 0 : s; };
-  // The optimizer needs the global gradient norm: every stage of a pipeline (group pp + d) sums
-  // its part, which costs a round trip across the farthest pair of DCs the pipeline spans.
-  double norm_ms = 2.0 * c.intra_latency_ms;
-  for (int a = 0; a < pp; ++a)
-    for (int b = 0; b < pp; ++b) {
-      const int da = c.stage_dc[static_cast<std::size_t>(a)];
-      const int db = c.stage_dc[static_cast<std::size_t>(b)];
-      if (da != db) norm_ms = std::max(norm_ms, 2.0 * c.link(da, db).latency_ms);
-    }
-  norm_ms += 2.0 * c.wake_ms;
   p.workers.resize(static_cast<std::size_t>(pp * dp));
   for (int s = 0; s < pp; ++s) {
     const auto order = compute_order(kind, s, pp, m);
@@ -180,10 +231,11 @@ EngineProgram make_program(const CostModel& c, ScheduleKind kind, int m, Program
       }
       ops.push_back({EngineOp::Type::Sync, SlotKind::AllReduce, -1, c.allreduce_ms[static_cast<std::size_t>(s)], -1, group_of(s)});
       p.sync_groups[static_cast<std::size_t>(pp + d)].push_back(w);
-      ops.push_back({EngineOp::Type::Sync, SlotKind::Optimizer, -1,
-                     norm_ms + c.optimizer_ms[static_cast<std::size_t>(s)], -1, pp + d});
+      ops.push_back({EngineOp::Type::Sync, SlotKind::Optimizer, -1, c.optimizer_ms[static_cast<std::size_t>(s)], -1,
+                     pp + d});
     }
   }
+  add_sync_delays(c, p);
   return p;
 }
 

@@ -154,9 +154,7 @@ sched::CostModel cost_model(const Config& cfg, const topo::Layout& layout, const
   if (c.pp > 1) {
     const double bytes = static_cast<double>(m.vocab) * m.hidden * p.grad_bytes / c.tp;
     const sched::LinkCost& l = c.link(c.stage_dc.front(), c.stage_dc.back());
-    const double sync = l.latency_ms + c.wake_ms + bytes / std::min(l.capacity_bytes_per_ms, l.flow_cap_bytes_per_ms);
-    c.allreduce_ms.front() += sync;
-    c.allreduce_ms.back() += sync;
+    c.embed_sync_ms = l.latency_ms + bytes / std::min(l.capacity_bytes_per_ms, l.flow_cap_bytes_per_ms);
   }
   return c;
 }

@@ -118,6 +118,20 @@ SimResult simulate_impl(const Config& deck, const Config& machine, const DeviceP
                         const SimOptions& opt) {
   const topo::Layout layout(deck.parallel.stages_per_dc, deck.parallel.dp_size, deck.parallel.tp_size);
   sched::CostModel cost = cost_model(machine, layout, profile);
+  if (!opt.stage_fwd_ms.empty() || !opt.stage_bwd_ms.empty()) {
+    const auto pp = static_cast<std::size_t>(cost.pp);
+    if (opt.stage_fwd_ms.size() != pp || opt.stage_bwd_ms.size() != pp)
+      ATLAS_THROW(Config, "per-stage compute costs for " << opt.stage_fwd_ms.size() << " / " << opt.stage_bwd_ms.size()
+                                                         << " stages (forward / backward), the deck has " << pp);
+    for (std::size_t s = 0; s < pp; ++s) {
+      if (!(opt.stage_fwd_ms[s] > 0) || !(opt.stage_bwd_ms[s] > 0))
+        ATLAS_THROW(Config, "stage " << s << ": per-stage compute costs must be positive");
+      const double was = cost.fwd_ms[s] + cost.bwd_ms[s];
+      if (was > 0) cost.optimizer_ms[s] *= (opt.stage_fwd_ms[s] + opt.stage_bwd_ms[s]) / was;
+      cost.fwd_ms[s] = opt.stage_fwd_ms[s];
+      cost.bwd_ms[s] = opt.stage_bwd_ms[s];
+    }
+  }
   ATLAS_ASSERT(opt.compute_scale > 0, "compute_scale must be positive");
   if (opt.compute_scale != 1.0)
     for (auto* v : {&cost.fwd_ms, &cost.bwd_ms, &cost.optimizer_ms})

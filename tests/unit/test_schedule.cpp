@@ -13,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "atlas/core/error.hpp"
 #include "atlas/sched/schedule.hpp"
 
 namespace atlas::sched {
@@ -176,6 +177,43 @@ TEST(Engine, AWanTransferTakesHostCoresFromCompute) {
   p.net_ns_per_byte = 0.0;
   r = run_engine(p);
   EXPECT_NEAR(r.ops[2][0].end_ms, 20.0, 1e-9);
+}
+
+// A sync group with a delay matrix: member i ends at max over j (reach_j + delay[j][i]) + its
+// duration, its slot starting at the later of its reach and that minus its longest leg; without
+// one the group is a barrier.
+TEST(Engine, SyncDelaysLetEachMemberWaitOnlyForItsParts) {
+  EngineProgram p;
+  p.workers = {{{EngineOp::Type::Compute, SlotKind::Backward, 0, 2.0, -1, -1},
+                {EngineOp::Type::Sync, SlotKind::Optimizer, -1, 1.0, -1, 0}},
+               {{EngineOp::Type::Compute, SlotKind::Backward, 0, 5.0, -1, -1},
+                {EngineOp::Type::Sync, SlotKind::Optimizer, -1, 1.0, -1, 0}},
+               {{EngineOp::Type::Compute, SlotKind::Backward, 0, 9.0, -1, -1},
+                {EngineOp::Type::Sync, SlotKind::Optimizer, -1, 0.5, -1, 0}}};
+  p.sync_groups = {{0, 1, 2}};
+  auto r = run_engine(p);
+  ASSERT_FALSE(r.deadlock);
+  for (int w = 0; w < 3; ++w) EXPECT_DOUBLE_EQ(r.ops[w][1].start_ms, 9.0) << "barrier, worker " << w;
+  EXPECT_DOUBLE_EQ(r.ops[2][1].end_ms, 9.5);
+  // A reduce to member 0 and a broadcast back: delay[j][i] = up[j] + down[i].
+  const double up[3] = {0.0, 4.0, 6.0}, down[3] = {0.0, 4.0, 1.0};
+  p.sync_delay_ms = {std::vector<double>(9)};
+  for (int j = 0; j < 3; ++j)
+    for (int i = 0; i < 3; ++i) p.sync_delay_ms[0][static_cast<std::size_t>(j * 3 + i)] = up[j] + down[i];
+  r = run_engine(p);
+  ASSERT_FALSE(r.deadlock);
+  // reach = 2, 5, 9; member 0 has every part at max(2, 5 + 4, 9 + 6) = 15.
+  EXPECT_DOUBLE_EQ(r.ops[0][1].reach_ms, 2.0);
+  EXPECT_DOUBLE_EQ(r.ops[0][1].end_ms, 15.0 + 1.0);
+  EXPECT_DOUBLE_EQ(r.ops[0][1].start_ms, 15.0 - 6.0);  // its longest leg in: member 2's 6 ms
+  EXPECT_DOUBLE_EQ(r.ops[1][1].end_ms, 15.0 + 4.0 + 1.0);
+  EXPECT_DOUBLE_EQ(r.ops[1][1].start_ms, 9.0);  // 19 - (6 + 4)
+  EXPECT_DOUBLE_EQ(r.ops[2][1].end_ms, 15.0 + 1.0 + 0.5);
+  EXPECT_DOUBLE_EQ(r.ops[2][1].start_ms, 9.0);  // never before its own reach
+  EXPECT_DOUBLE_EQ(r.makespan_ms, 20.0);
+  // A matrix of the wrong size is a bug, reported as such.
+  p.sync_delay_ms = {std::vector<double>(4, 0.0)};
+  EXPECT_THROW(run_engine(p), Error);
 }
 
 TEST(Engine, ReportsDeadlockInsteadOfHanging) {

@@ -11,6 +11,7 @@
 
 #include "atlas/deck/config.hpp"
 #include "atlas/mpi/comm.hpp"
+#include "atlas/runtime/profiler.hpp"
 #include "atlas/runtime/trainer.hpp"
 
 namespace atlas::app {
@@ -28,12 +29,15 @@ struct JobResult {
   double predicted_bubble = 0.0;    ///< the table's mean bubble fraction
   double measured_bubble = 0.0;     ///< 1 - mean over ranks of (compute + prefill) / wall
   double measured_utilization = 0.0;
+  double measured_prefill = 0.0;    ///< mean over ranks of BubbleTea's prefill / wall (in measured_utilization)
   double tokens_per_s = 0.0;
   double mean_allreduce_s = 0.0;    ///< AllReduce slot per timed step, mean over ranks (DP sums not hidden)
   double mean_compute_s = 0.0;      ///< forward + backward + optimizer per timed step, mean over ranks
   double dp_buckets_early = 0.0;    ///< fraction of DP buckets started during the last backward
   std::int64_t prefill_tokens = 0;  ///< whole job
   int steps_run = 0;
+  /// World rank 0: every rank's executed slots (profile.enabled), as in profile.h5.
+  std::vector<runtime::SlotEvent> events;
 };
 
 /// Collective over `world`: runs the job `cfg` describes (cfg must be validated for world.size()),

@@ -24,6 +24,10 @@ struct CostModel {
   std::vector<double> fwd_ms;         ///< per stage, one micro-batch forward
   std::vector<double> bwd_ms;         ///< per stage, one micro-batch backward
   std::vector<double> allreduce_ms;   ///< per stage, DP gradient all-reduce
+  /// Tied embedding (pp > 1): the first and last stage send each other their embedding gradient
+  /// in the AllReduce slot; this is one way (latency + bytes), the wake-up added by the program.
+  /// Each waits for the other's half only: the later one finds it there.
+  double embed_sync_ms = 0.0;
   std::vector<double> optimizer_ms;   ///< per stage
   std::int64_t act_bytes = 0;         ///< boundary tensor per TP lane (activation = gradient size)
   std::vector<LinkCost> links;        ///< dc_count x dc_count, row-major (src, dst)

@@ -66,6 +66,14 @@ struct EngineProgram {
   std::vector<EngineMessage> messages;
   std::vector<EngineChannel> channels;
   std::vector<std::vector<int>> sync_groups;  ///< worker ids that must all arrive
+  /// Optional, per sync group: an n x n matrix (row-major, [j * n + i], n = the group's size) of
+  /// how long after member j reaches the group member i has j's part. With it, member i's op
+  /// ends at ready_i + its duration, ready_i = max over j of (reach_j + delay[j][i]): each member
+  /// waits only for what it needs. The op starts at max(reach_i, ready_i - the longest delay
+  /// into i): the slot holds the collective's own communication, the rest of the wait (for later
+  /// members) is a bubble before it. Without it (empty) the group is a barrier: every member
+  /// starts when the last arrives.
+  std::vector<std::vector<double>> sync_delay_ms;
   double intra_latency_ms = 0.0;
   double intra_bytes_per_ms = 1.0;
   double wake_ms = 0.0;      ///< an intra-DC message's receiver runs this long after the arrival

@@ -65,6 +65,11 @@ struct SimOptions {
   /// Multiplies every compute cost (forward, backward, optimizer) of the profile: a what-if for a
   /// slower or faster device, or the calibration of a prediction against a run's measured compute.
   double compute_scale = 1.0;
+  /// Per stage (empty, or one per stage): forward and backward costs measured elsewhere, e.g. in
+  /// situ (sim::insitu_compute), in place of the profile's; the stage's optimizer cost scales by
+  /// the same ratio as its forward + backward. Applied before compute_scale.
+  std::vector<double> stage_fwd_ms;
+  std::vector<double> stage_bwd_ms;
 };
 
 /// The table `atlas train` runs for a deck: built with the deck's device profile

@@ -1,0 +1,42 @@
+// SPDX-License-Identifier: MIT
+// Compute costs measured in situ: the forward and backward slots of a real run (its profile),
+// taken where they ran without processor sharing, as per-stage costs for the simulator. The
+// device profile is a block timed alone on a quiet machine; inside a job the same block also
+// pays for what runs beside it (the WAN's progress threads, MPI, the emulated WAN's packet path,
+// timers) and runs the stage's whole slot (embedding, head and loss on the end stages).
+// `atlas bench fidelity` measures them in a held-out warm-up run and predicts the timed run with
+// them (SimOptions::stage_fwd_ms / stage_bwd_ms); the simulator's processor sharing then
+// stretches them where ranks share cores, as it does the profile's.
+#pragma once
+
+#include <vector>
+
+#include "atlas/sched/slot.hpp"
+
+namespace atlas::sim {
+
+/// One executed slot of a rank (seconds on a clock common to the ranks of a host).
+struct ComputeSpan {
+  int rank = 0;   ///< world rank
+  int stage = 0;
+  sched::SlotKind kind = sched::SlotKind::Forward;
+  double start_s = 0.0;
+  double end_s = 0.0;
+};
+
+struct InSituCompute {
+  std::vector<double> fwd_ms;    ///< per stage: median forward slot that ran unshared
+  std::vector<double> bwd_ms;    ///< per stage: median backward slot that ran unshared
+  std::vector<int> fwd_samples;  ///< unshared forward slots per stage (0: fwd_ms is the shortest slot)
+  std::vector<int> bwd_samples;
+  int slots = 0;                 ///< forward and backward slots looked at
+};
+
+/// Per stage of `pp`, the forward and backward slots of `spans` during which no more ranks of
+/// the slot's host computed (Forward, Backward or Prefill slots) than it has cores: host of rank
+/// r = r / ranks_per_host, ranks_per_host 0 = every rank on a device of its own (every slot is
+/// unshared). A stage or kind without such a slot takes its shortest slot. Throws atlas::Error
+/// (ExitCode::Config) when a stage has no forward or backward slot at all.
+InSituCompute insitu_compute(const std::vector<ComputeSpan>& spans, int pp, int ranks_per_host, double cores_per_host);
+
+}  // namespace atlas::sim

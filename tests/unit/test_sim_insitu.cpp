@@ -1,0 +1,78 @@
+// SPDX-License-Identifier: MIT
+// In-situ compute costs (sim::insitu_compute): which slots ran without processor sharing, their
+// medians per stage and kind, the fallback to the shortest slot, and bad input.
+#include <gtest/gtest.h>
+
+#include "atlas/core/error.hpp"
+#include "atlas/sim/insitu.hpp"
+
+namespace atlas::sim {
+namespace {
+
+using sched::SlotKind;
+
+ComputeSpan span(int rank, int stage, SlotKind k, double start_ms, double end_ms) {
+  return {rank, stage, k, start_ms * 1e-3, end_ms * 1e-3};
+}
+
+// One host, 2 cores, 4 ranks: ranks 0 and 1 are stage 0, ranks 2 and 3 stage 1.
+TEST(InSitu, MediansOfTheSlotsThatRanUnshared) {
+  std::vector<ComputeSpan> s = {
+      // Stage 0 forwards: 4, 6 and 5 ms alone (median 5); one of 12 ms while three ranks computed.
+      span(0, 0, SlotKind::Forward, 0, 4),
+      span(1, 0, SlotKind::Forward, 2, 8),  // overlaps rank 0's first: 2 at once, still unshared
+      span(0, 0, SlotKind::Forward, 20, 25),
+      span(0, 0, SlotKind::Forward, 40, 52),
+      span(2, 1, SlotKind::Backward, 41, 45),  // with rank 0's 12 ms forward and rank 3's prefill: 3 at once
+      span(3, 1, SlotKind::Prefill, 42, 44),
+      // Stage 1: backwards 9 and 11 alone; its forward only ever ran shared (3 at once).
+      span(2, 1, SlotKind::Backward, 60, 69),
+      span(3, 1, SlotKind::Backward, 80, 91),
+      span(2, 1, SlotKind::Forward, 100, 107),
+      span(3, 1, SlotKind::Forward, 101, 109),
+      span(1, 0, SlotKind::Backward, 102, 105),
+      span(0, 0, SlotKind::Backward, 120, 130),
+      // An optimizer slot holds the norm's wait: not compute, it shares nothing.
+      span(1, 0, SlotKind::Optimizer, 119, 131),
+  };
+  const InSituCompute r = insitu_compute(s, 2, 4, 2.0);
+  ASSERT_EQ(r.fwd_ms.size(), 2u);
+  EXPECT_EQ(r.slots, 11);  // forward and backward slots
+  EXPECT_EQ(r.fwd_samples[0], 3);
+  EXPECT_NEAR(r.fwd_ms[0], 5.0, 1e-9);  // 4, 6, 5; the 12 ms one ran with 3 at once
+  EXPECT_EQ(r.bwd_samples[1], 2);
+  EXPECT_NEAR(r.bwd_ms[1], 10.0, 1e-9);  // 9 and 11; the 4 ms one ran shared
+  // Stage 1's forwards (7 and 8 ms) each overlapped two others: none unshared, the shortest.
+  EXPECT_EQ(r.fwd_samples[1], 0);
+  EXPECT_NEAR(r.fwd_ms[1], 7.0, 1e-9);
+  // Stage 0's backwards: 3 ms with 3 at once, 10 ms alone.
+  EXPECT_EQ(r.bwd_samples[0], 1);
+  EXPECT_NEAR(r.bwd_ms[0], 10.0, 1e-9);
+
+  // Every rank on a device of its own: every slot counts.
+  const InSituCompute d = insitu_compute(s, 2, 0, 0.0);
+  EXPECT_EQ(d.fwd_samples[0], 4);
+  EXPECT_NEAR(d.fwd_ms[0], 5.5, 1e-9);  // 4, 6, 5, 12
+  EXPECT_NEAR(d.fwd_ms[1], 7.5, 1e-9);
+  // Two hosts of two ranks (one core each would share; two cores each never do).
+  const InSituCompute two = insitu_compute(s, 2, 2, 2.0);
+  EXPECT_EQ(two.fwd_samples[1], 2);
+  EXPECT_NEAR(two.fwd_ms[1], 7.5, 1e-9);
+}
+
+TEST(InSitu, BadInputIsAClearError) {
+  // A stage without a forward or backward slot (a profile that recorded nothing).
+  const std::vector<ComputeSpan> only0 = {span(0, 0, SlotKind::Forward, 0, 1), span(0, 0, SlotKind::Backward, 1, 3)};
+  try {
+    (void)insitu_compute(only0, 2, 0, 0.0);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::Config);
+    EXPECT_NE(std::string(e.what()).find("stage 1 ran no forward or backward slot"), std::string::npos) << e.what();
+  }
+  // A slot of a stage the pipeline does not have.
+  EXPECT_THROW((void)insitu_compute({span(0, 3, SlotKind::Forward, 0, 1)}, 2, 0, 0.0), Error);
+}
+
+}  // namespace
+}  // namespace atlas::sim
