@@ -72,13 +72,9 @@ void interleaved_off_on(const mpi::Comm& world, const Args& args, const std::str
 
 // ---- atlas bench step: tokens/s of a deck at 1 rank and at the job's N ranks ----
 int bench_step(Context& ctx) {
-  const Args args = parse_args(ctx.args, {"steps", "warmup-steps"}, {});
+  const Args args = parse_args(ctx.args, {"steps"}, {});
   const mpi::Comm world = mpi::Comm::world();
   const std::string steps = "run.steps=" + std::to_string(args.int_option("steps", 8));
-  const int warmup_steps = args.int_option("warmup-steps", 6);
-  if (warmup_steps < 2)
-    throw ConfigError("--warmup-steps " + std::to_string(warmup_steps) +
-                      ": the in-situ warm-up run needs at least 2 steps (its first is not measured)");
   const Config full = bench_deck(world, args, with(kQuietRun, {steps, "run.name=bench_step_n"}), world.size());
   // The same model and global batch on one rank: every stage in the first DC, dp 1, tp 1, and
   // dp x micro-batches micro-batches.
@@ -113,13 +109,9 @@ int bench_step(Context& ctx) {
 
 // ---- atlas bench schedules: gpipe, 1f1b and atlas of one deck, measured vs predicted ----
 int bench_schedules(Context& ctx) {
-  const Args args = parse_args(ctx.args, {"steps", "warmup-steps"}, {});
+  const Args args = parse_args(ctx.args, {"steps"}, {});
   const mpi::Comm world = mpi::Comm::world();
   const std::string steps = "run.steps=" + std::to_string(args.int_option("steps", 8));
-  const int warmup_steps = args.int_option("warmup-steps", 6);
-  if (warmup_steps < 2)
-    throw ConfigError("--warmup-steps " + std::to_string(warmup_steps) +
-                      ": the in-situ warm-up run needs at least 2 steps (its first is not measured)");
   struct Row {
     const char* kind;
     JobResult r;
