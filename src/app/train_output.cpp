@@ -197,8 +197,9 @@ std::string rank_time_table(const std::vector<RankTime>& ranks, const topo::Layo
   return s;
 }
 
-std::vector<runtime::SlotEvent> TrainOutput::finish(runtime::Trainer& trainer, const topo::Communicators& comms, const topo::Layout& layout,
-                         const sched::ScheduleTable& table, runtime::Profiler& profiler, wan::PeerTransport& wan) {
+std::vector<runtime::SlotEvent> TrainOutput::finish(runtime::Trainer& trainer, const topo::Communicators& comms,
+                                                    const topo::Layout& layout, const sched::ScheduleTable& table,
+                                                    runtime::Profiler& profiler, wan::PeerTransport& wan) {
   const double entropy = trainer.validation_unigram_entropy();
   auto events = profiler.gather(comms.world, 0);
   if (m_cfg.profile.enabled) write_profile(comms, layout, table, events);

@@ -52,8 +52,9 @@ class TrainOutput {
   /// Collective over comms.world: gathers the profile, writes profile.h5 / trace.json / run.json,
   /// prints the per-rank summary and the OK footer. Returns every rank's slots on rank 0 (empty
   /// elsewhere, and when profile.enabled = false).
-  std::vector<runtime::SlotEvent> finish(runtime::Trainer& trainer, const topo::Communicators& comms, const topo::Layout& layout,
-              const sched::ScheduleTable& table, runtime::Profiler& profiler, wan::PeerTransport& wan);
+  std::vector<runtime::SlotEvent> finish(runtime::Trainer& trainer, const topo::Communicators& comms,
+                                         const topo::Layout& layout, const sched::ScheduleTable& table,
+                                         runtime::Profiler& profiler, wan::PeerTransport& wan);
 
  private:
   const Config& m_cfg;
