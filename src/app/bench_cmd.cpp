@@ -330,13 +330,14 @@ int bench_fidelity(Context& ctx) {
       if (world.rank() == 0) {
         std::vector<sim::ComputeSpan> spans;
         for (const auto& e : run.events)
-          if (e.step >= 1)
-            spans.push_back({e.world_rank, layout.coord(e.world_rank).stage, static_cast<sched::SlotKind>(e.kind),
-                             e.start_s, e.end_s});
+          spans.push_back({e.world_rank, layout.coord(e.world_rank).stage, e.step, static_cast<sched::SlotKind>(e.kind),
+                           e.start_s, e.end_s});
+        std::vector<int> rank_host;  // every rank of a host backend job on one of this machine's hosts
+        if (here.host_backend && here.ranks_per_host > 0)
+          for (int rank = 0; rank < world.size(); ++rank) rank_host.push_back(rank / here.ranks_per_host);
         try {
-          const sim::InSituCompute ic =
-              sim::insitu_compute(spans, pp, here.host_backend ? here.ranks_per_host : 0,
-                                  static_cast<double>(std::max(1u, std::thread::hardware_concurrency())));
+          const sim::InSituCompute ic = sim::insitu_compute(
+              spans, pp, rank_host, static_cast<double>(std::max(1u, std::thread::hardware_concurrency())));
           std::copy(ic.fwd_ms.begin(), ic.fwd_ms.end(), ms.begin());
           std::copy(ic.bwd_ms.begin(), ic.bwd_ms.end(), ms.begin() + pp);
         } catch (const Error& e) {

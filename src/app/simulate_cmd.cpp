@@ -2,9 +2,11 @@
 // `atlas simulate DECK`: the deck's schedule table timed by the simulator (step time, per-stage
 // busy/idle, bubble map, WAN use, tokens/s, optional JSON timeline); --compare runs designs
 // (a)-(d) for the deck; --grid runs the paper-reproduction grid and writes CSV + markdown.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -14,7 +16,9 @@
 #include "atlas/bubbletea/cost.hpp"
 #include "atlas/deck/deck.hpp"
 #include "atlas/plan/designs.hpp"
+#include "atlas/runtime/profile_reader.hpp"
 #include "atlas/runtime/profile_writer.hpp"
+#include "atlas/sim/insitu.hpp"
 #include "atlas/sim/profile.hpp"
 #include "atlas/sim/simulator.hpp"
 
@@ -188,13 +192,67 @@ void write_simulated_profile(const Config& cfg, const sim::SimResult& r, const A
   }
 }
 
+/// --compute-from RUN: each stage's forward and backward cost measured in situ in a run's
+/// profile.h5 (sim::insitu_compute: the median slot that ran while no more ranks of its host
+/// computed than it has cores), in place of the device profile's. Returns the lines to print.
+std::string compute_from_run(const Config& cfg, const Args& args, sim::SimOptions& opt) {
+  const std::string from = args.option("compute-from");
+  const runtime::ProfileSlots run = runtime::read_profile_slots(from);
+  const int pp = cfg.parallel.pp_size();
+  int run_pp = 0;
+  for (int st : run.rank_stage) run_pp = std::max(run_pp, st + 1);
+  if (run_pp != pp)
+    throw ConfigError("--compute-from " + from + ": the run has " + std::to_string(run_pp) +
+                      " pipeline stages, the deck " + std::to_string(pp) +
+                      "\n  hint: measure the deck's own layout (atlas train DECK writes runs/NAME/profile.h5), or "
+                      "simulate the run's deck");
+  const int skip = args.int_option("skip-steps", 1);
+  if (skip < 0) throw UsageError("--skip-steps must be >= 0");
+  // Hosts by name, in order of first appearance.
+  std::vector<std::string> names;
+  std::vector<int> rank_host;
+  for (const auto& h : run.rank_host) {
+    const auto it = std::find(names.begin(), names.end(), h);
+    rank_host.push_back(static_cast<int>(it - names.begin()));
+    if (it == names.end()) names.push_back(h);
+  }
+  const bool deck_cores = cfg.cluster.cores_per_host > 0;
+  const double cores =
+      deck_cores ? cfg.cluster.cores_per_host : static_cast<double>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<sim::ComputeSpan> spans;
+  spans.reserve(run.events.size());
+  for (const auto& e : run.events)
+    spans.push_back({e.world_rank, run.rank_stage[static_cast<std::size_t>(e.world_rank)], e.step,
+                     static_cast<sched::SlotKind>(e.kind), e.start_s, e.end_s});
+  sim::InSituCompute ic;
+  try {
+    ic = sim::insitu_compute(spans, pp, rank_host, cores, skip);
+  } catch (const Error& e) {
+    throw ConfigError("--compute-from " + from + ": " + e.what());
+  }
+  opt.stage_fwd_ms = ic.fwd_ms;
+  opt.stage_bwd_ms = ic.bwd_ms;
+  std::string s = fmt::format(
+      "# compute in situ from {} (run {}{}, steps from {}): per stage the median forward / backward slot that ran "
+      "while at most {:g} ranks of its host computed ({}; {} ranks on {} host(s)), in place of the profile's\n",
+      from, run.run_name, run.source == "measured" ? "" : ", " + run.source, skip, cores,
+      deck_cores ? "cluster.cores_per_host" : "this machine's hardware threads", run.rank_stage.size(), names.size());
+  for (int st = 0; st < pp; ++st) {
+    const auto i = static_cast<std::size_t>(st);
+    s += fmt::format("#   stage {:>3}: forward {:.3f} ms ({} slots), backward {:.3f} ms ({} slots){}\n", st, ic.fwd_ms[i],
+                     ic.fwd_samples[i], ic.bwd_ms[i], ic.bwd_samples[i],
+                     ic.fwd_samples[i] == 0 || ic.bwd_samples[i] == 0 ? "  (none ran unshared: the shortest)" : "");
+  }
+  return s;
+}
+
 }  // namespace
 
 int cmd_simulate(Context& ctx) {
   if (ctx.env.world_rank() != 0) return 0;
   const Args args = parse_args(ctx.args,
                                {"json", "width", "wan", "out", "models", "dcs", "latencies", "dps", "prefill-tokens",
-                                "rows", "profile", "trace", "steps", "compute-scale"},
+                                "rows", "profile", "trace", "steps", "compute-scale", "compute-from", "skip-steps"},
                                {"search", "gantt", "compare", "grid", "quiet", "planner"});
   const std::string path = deck_path(args, "simulate");
   std::vector<std::string> overrides;
@@ -241,7 +299,10 @@ int cmd_simulate(Context& ctx) {
       throw UsageError("--compute-scale needs a number > 0 (e.g. 1.3: every compute cost 30% longer)");
     opt.compute_scale = *k;
   }
+  std::string in_situ_note;
+  if (args.flag("compute-from")) in_situ_note = compute_from_run(cfg, args, opt);
   const sim::SimResult r = sim::simulate(cfg, prof, opt);
+  fmt::print("{}", in_situ_note);
   fmt::print("# deck {}: {}{}\n", path,
              opt.source == sim::TableSource::Deck ? "the runtime's schedule table, timed by the simulator"
                                                   : "a schedule table built from the simulator's costs (--search)",

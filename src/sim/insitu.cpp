@@ -39,15 +39,24 @@ int peak_overlap(double a, double b, const std::vector<const ComputeSpan*>& othe
 
 }  // namespace
 
-InSituCompute insitu_compute(const std::vector<ComputeSpan>& spans, int pp, int ranks_per_host, double cores_per_host) {
+InSituCompute insitu_compute(const std::vector<ComputeSpan>& spans, int pp, const std::vector<int>& rank_host,
+                             double cores_per_host, int first_step) {
+  const bool shared_hosts = !rank_host.empty() && cores_per_host > 0;
+  auto host_of = [&](const ComputeSpan& s) {
+    if (!shared_hosts) return s.rank;
+    if (s.rank < 0 || static_cast<std::size_t>(s.rank) >= rank_host.size())
+      ATLAS_THROW(Config, "in-situ compute: a slot of rank " << s.rank << ", the hosts are known for "
+                                                             << rank_host.size() << " ranks");
+    return rank_host[static_cast<std::size_t>(s.rank)];
+  };
   std::map<int, std::vector<const ComputeSpan*>> by_host;
   for (const auto& s : spans)
-    if (computes(s.kind)) by_host[ranks_per_host > 0 ? s.rank / ranks_per_host : s.rank].push_back(&s);
+    if (computes(s.kind)) by_host[host_of(s)].push_back(&s);
   std::vector<std::vector<double>> alone_f(static_cast<std::size_t>(pp)), alone_b(static_cast<std::size_t>(pp));
   std::vector<double> min_f(static_cast<std::size_t>(pp), -1.0), min_b(static_cast<std::size_t>(pp), -1.0);
   InSituCompute r;
   for (const auto& s : spans) {
-    if (s.kind != sched::SlotKind::Forward && s.kind != sched::SlotKind::Backward) continue;
+    if ((s.kind != sched::SlotKind::Forward && s.kind != sched::SlotKind::Backward) || s.step < first_step) continue;
     if (s.stage < 0 || s.stage >= pp)
       ATLAS_THROW(Config, "in-situ compute: a slot of stage " << s.stage << " in a " << pp << "-stage pipeline");
     const bool fwd = s.kind == sched::SlotKind::Forward;
@@ -56,9 +65,8 @@ InSituCompute insitu_compute(const std::vector<ComputeSpan>& spans, int pp, int 
     double& lo = fwd ? min_f[st] : min_b[st];
     lo = lo < 0 ? ms : std::min(lo, ms);
     ++r.slots;
-    const bool shared_host = ranks_per_host > 0 && cores_per_host > 0;
-    if (shared_host &&
-        peak_overlap(s.start_s, s.end_s, by_host[s.rank / ranks_per_host], &s) > static_cast<int>(cores_per_host + 1e-9))
+    if (shared_hosts &&
+        peak_overlap(s.start_s, s.end_s, by_host[host_of(s)], &s) > static_cast<int>(cores_per_host + 1e-9))
       continue;
     (fwd ? alone_f : alone_b)[st].push_back(ms);
   }
@@ -66,7 +74,7 @@ InSituCompute insitu_compute(const std::vector<ComputeSpan>& spans, int pp, int 
     const auto i = static_cast<std::size_t>(st);
     if (min_f[i] < 0 || min_b[i] < 0)
       ATLAS_THROW(Config, "in-situ compute: stage " << st << " ran no forward or backward slot (profile.enabled = "
-                                                        "false, or no step after the skipped ones?)");
+                                                        "false, or no step from " << first_step << " on?)");
     r.fwd_samples.push_back(static_cast<int>(alone_f[i].size()));
     r.bwd_samples.push_back(static_cast<int>(alone_b[i].size()));
     r.fwd_ms.push_back(alone_f[i].empty() ? min_f[i] : median(alone_f[i]));

@@ -33,3 +33,10 @@ atlas_cli_test(cli_plan_70b "fastest" plan inputs/plan_70b_4dc.deck --quiet)
 atlas_cli_test(cli_plan_no_fit "ERROR: no plan fits: the model .* needs .* GiB per GPU"
                plan inputs/plan_70b_4dc.deck "cluster.gpus_per_dc=8 8 0 0" model.layers=96 model.hidden=12288 model.heads=96)
 atlas_cli_test(cli_profile_show "device profile h100.*datasheet" profile --show profiles/device/h100.profile)
+# --compute-from: a simulated profile (every compute slot exactly the table's cost) fed back as
+# in-situ costs times the same step; a run of another layout, or a file that is no profile, are
+# clear errors.
+add_test(NAME cli_simulate_compute_from
+  COMMAND bash -c "set -e; p=${CMAKE_BINARY_DIR}/compute_from.h5; a=$($<TARGET_FILE:atlas> simulate inputs/sim_two_dc_cpu.deck --profile $p --steps 3 | awk '$1 == \"step_ms\" {print $2}'); out=$($<TARGET_FILE:atlas> simulate inputs/sim_two_dc_cpu.deck --compute-from $p); echo \"$out\"; b=$(awk '$1 == \"step_ms\" {print $2}' <<<\"$out\"); echo \"step $a -> $b\"; [[ -n $a && $a == $b ]]; grep -Eq 'stage +1: forward [0-9.]+ ms \\([0-9]+ slots\\), backward' <<<\"$out\"; rc=0; err=$($<TARGET_FILE:atlas> simulate inputs/default.deck --compute-from $p 2>&1) || rc=$?; echo \"$err\"; [[ $rc == 2 ]] && grep -q 'the run has 2 pipeline stages, the deck 4' <<<\"$err\"; rc=0; err=$($<TARGET_FILE:atlas> simulate inputs/default.deck --compute-from inputs/default.deck 2>&1) || rc=$?; echo \"$err\"; [[ $rc != 0 ]] && grep -q 'HDF5\\|not an atlas profile' <<<\"$err\"; rm -f $p"
+  WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(cli_simulate_compute_from PROPERTIES LABELS unit TIMEOUT 60)

@@ -11,9 +11,12 @@ namespace {
 
 using sched::SlotKind;
 
-ComputeSpan span(int rank, int stage, SlotKind k, double start_ms, double end_ms) {
-  return {rank, stage, k, start_ms * 1e-3, end_ms * 1e-3};
+ComputeSpan span(int rank, int stage, SlotKind k, double start_ms, double end_ms, int step = 1) {
+  return {rank, stage, step, k, start_ms * 1e-3, end_ms * 1e-3};
 }
+
+const std::vector<int> kOneHost = {0, 0, 0, 0};
+const std::vector<int> kTwoHosts = {0, 0, 1, 1};
 
 // One host, 2 cores, 4 ranks: ranks 0 and 1 are stage 0, ranks 2 and 3 stage 1.
 TEST(InSitu, MediansOfTheSlotsThatRanUnshared) {
@@ -24,7 +27,7 @@ TEST(InSitu, MediansOfTheSlotsThatRanUnshared) {
       span(0, 0, SlotKind::Forward, 20, 25),
       span(0, 0, SlotKind::Forward, 40, 52),
       span(2, 1, SlotKind::Backward, 41, 45),  // with rank 0's 12 ms forward and rank 3's prefill: 3 at once
-      span(3, 1, SlotKind::Prefill, 42, 44),
+      span(3, 1, SlotKind::Prefill, 42, 44, -1),  // BubbleTea's rows have step -1: they count all the same
       // Stage 1: backwards 9 and 11 alone; its forward only ever ran shared (3 at once).
       span(2, 1, SlotKind::Backward, 60, 69),
       span(3, 1, SlotKind::Backward, 80, 91),
@@ -34,10 +37,15 @@ TEST(InSitu, MediansOfTheSlotsThatRanUnshared) {
       span(0, 0, SlotKind::Backward, 120, 130),
       // An optimizer slot holds the norm's wait: not compute, it shares nothing.
       span(1, 0, SlotKind::Optimizer, 119, 131),
+      // Step 0 is not measured (one-time costs), but its compute shares the cores: rank 1's
+      // 50 ms forward makes stage 1's first backward shared.
+      span(1, 0, SlotKind::Forward, 140, 190, 0),
+      span(0, 0, SlotKind::Backward, 150, 160, 0),
+      span(3, 1, SlotKind::Backward, 155, 165),
   };
-  const InSituCompute r = insitu_compute(s, 2, 4, 2.0);
+  const InSituCompute r = insitu_compute(s, 2, kOneHost, 2.0);
   ASSERT_EQ(r.fwd_ms.size(), 2u);
-  EXPECT_EQ(r.slots, 11);  // forward and backward slots
+  EXPECT_EQ(r.slots, 12);  // forward and backward slots from step 1
   EXPECT_EQ(r.fwd_samples[0], 3);
   EXPECT_NEAR(r.fwd_ms[0], 5.0, 1e-9);  // 4, 6, 5; the 12 ms one ran with 3 at once
   EXPECT_EQ(r.bwd_samples[1], 2);
@@ -50,12 +58,13 @@ TEST(InSitu, MediansOfTheSlotsThatRanUnshared) {
   EXPECT_NEAR(r.bwd_ms[0], 10.0, 1e-9);
 
   // Every rank on a device of its own: every slot counts.
-  const InSituCompute d = insitu_compute(s, 2, 0, 0.0);
+  const InSituCompute d = insitu_compute(s, 2, {}, 0.0);
   EXPECT_EQ(d.fwd_samples[0], 4);
   EXPECT_NEAR(d.fwd_ms[0], 5.5, 1e-9);  // 4, 6, 5, 12
   EXPECT_NEAR(d.fwd_ms[1], 7.5, 1e-9);
+  EXPECT_NEAR(d.bwd_ms[1], 9.5, 1e-9);  // 4, 9, 10, 11
   // Two hosts of two ranks (one core each would share; two cores each never do).
-  const InSituCompute two = insitu_compute(s, 2, 2, 2.0);
+  const InSituCompute two = insitu_compute(s, 2, kTwoHosts, 2.0);
   EXPECT_EQ(two.fwd_samples[1], 2);
   EXPECT_NEAR(two.fwd_ms[1], 7.5, 1e-9);
 }
@@ -64,14 +73,20 @@ TEST(InSitu, BadInputIsAClearError) {
   // A stage without a forward or backward slot (a profile that recorded nothing).
   const std::vector<ComputeSpan> only0 = {span(0, 0, SlotKind::Forward, 0, 1), span(0, 0, SlotKind::Backward, 1, 3)};
   try {
-    (void)insitu_compute(only0, 2, 0, 0.0);
+    (void)insitu_compute(only0, 2, {}, 0.0);
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ExitCode::Config);
     EXPECT_NE(std::string(e.what()).find("stage 1 ran no forward or backward slot"), std::string::npos) << e.what();
   }
   // A slot of a stage the pipeline does not have.
-  EXPECT_THROW((void)insitu_compute({span(0, 3, SlotKind::Forward, 0, 1)}, 2, 0, 0.0), Error);
+  EXPECT_THROW((void)insitu_compute({span(0, 3, SlotKind::Forward, 0, 1)}, 2, {}, 0.0), Error);
+  // A rank the host list does not know.
+  EXPECT_THROW((void)insitu_compute({span(7, 0, SlotKind::Forward, 0, 1)}, 1, kOneHost, 2.0), Error);
+  // Only the unmeasured step.
+  EXPECT_THROW((void)insitu_compute({span(0, 0, SlotKind::Forward, 0, 1, 0), span(0, 0, SlotKind::Backward, 1, 2, 0)},
+                                    1, {}, 0.0),
+               Error);
 }
 
 }  // namespace

@@ -19,6 +19,7 @@ namespace atlas::sim {
 struct ComputeSpan {
   int rank = 0;   ///< world rank
   int stage = 0;
+  int step = 0;   ///< BubbleTea's prefill rows have -1 (they nest in a slot of some step)
   sched::SlotKind kind = sched::SlotKind::Forward;
   double start_s = 0.0;
   double end_s = 0.0;
@@ -32,11 +33,12 @@ struct InSituCompute {
   int slots = 0;                 ///< forward and backward slots looked at
 };
 
-/// Per stage of `pp`, the forward and backward slots of `spans` during which no more ranks of
-/// the slot's host computed (Forward, Backward or Prefill slots) than it has cores: host of rank
-/// r = r / ranks_per_host, ranks_per_host 0 = every rank on a device of its own (every slot is
-/// unshared). A stage or kind without such a slot takes its shortest slot. Throws atlas::Error
-/// (ExitCode::Config) when a stage has no forward or backward slot at all.
-InSituCompute insitu_compute(const std::vector<ComputeSpan>& spans, int pp, int ranks_per_host, double cores_per_host);
+/// Per stage of `pp`, the forward and backward slots of `spans` from step `first_step` on during
+/// which no more ranks of the slot's host computed (Forward, Backward or Prefill slots, of any
+/// step) than it has cores: `rank_host[r]` = host of world rank r, empty = every rank on a device
+/// of its own (every slot is unshared). A stage or kind without such a slot takes its shortest
+/// slot. Throws atlas::Error (ExitCode::Config) when a stage has no forward or backward slot at all.
+InSituCompute insitu_compute(const std::vector<ComputeSpan>& spans, int pp, const std::vector<int>& rank_host,
+                             double cores_per_host, int first_step = 1);
 
 }  // namespace atlas::sim
