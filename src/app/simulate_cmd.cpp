@@ -197,6 +197,8 @@ void write_simulated_profile(const Config& cfg, const sim::SimResult& r, const A
 /// computed than it has cores), in place of the device profile's. Returns the lines to print.
 std::string compute_from_run(const Config& cfg, const Args& args, sim::SimOptions& opt) {
   const std::string from = args.option("compute-from");
+  const int skip = args.int_option("skip-steps", 1);
+  if (skip < 0) throw UsageError("--skip-steps must be >= 0 (steps of the run not measured: 1 skips the first)");
   const runtime::ProfileSlots run = runtime::read_profile_slots(from);
   const int pp = cfg.parallel.pp_size();
   int run_pp = 0;
@@ -206,8 +208,6 @@ std::string compute_from_run(const Config& cfg, const Args& args, sim::SimOption
                       " pipeline stages, the deck " + std::to_string(pp) +
                       "\n  hint: measure the deck's own layout (atlas train DECK writes runs/NAME/profile.h5), or "
                       "simulate the run's deck");
-  const int skip = args.int_option("skip-steps", 1);
-  if (skip < 0) throw UsageError("--skip-steps must be >= 0");
   // Hosts by name, in order of first appearance.
   std::vector<std::string> names;
   std::vector<int> rank_host;

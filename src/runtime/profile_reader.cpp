@@ -14,13 +14,6 @@ namespace atlas::runtime {
 
 namespace {
 
-template <class T>
-hid_t native() {
-  if constexpr (std::is_same_v<T, std::int32_t>) return H5T_NATIVE_INT32;
-  else if constexpr (std::is_same_v<T, double>) return H5T_NATIVE_DOUBLE;
-  else static_assert(sizeof(T) == 0, "read as int32 or double");
-}
-
 /// A 1-D column `name` under `loc`, converted to T by HDF5.
 template <class T>
 std::vector<T> read_column(hid_t loc, const std::string& group, const char* name) {
@@ -29,7 +22,8 @@ std::vector<T> read_column(hid_t loc, const std::string& group, const char* name
   const std::vector<hsize_t> dims = h5::dataset_dims(d.get());
   if (dims.size() != 1) ATLAS_THROW(Io, group << "/" << name << " is not 1-D (" << dims.size() << " dimensions)");
   std::vector<T> v(static_cast<std::size_t>(dims[0]));
-  if (!v.empty()) ATLAS_H5_CHECK(H5Dread(d.get(), native<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()));
+  if (!v.empty())
+    ATLAS_H5_CHECK(H5Dread(d.get(), h5::native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()));
   return v;
 }
 
@@ -77,7 +71,14 @@ ProfileSlots read_profile_slots(const std::string& path_in) {
     ATLAS_THROW(Io, "cannot read profile '" << path << "': no such file\n  hint: a run writes runs/NAME/profile.h5 "
                                             "when profile.enabled = true (the default)");
   h5::FileContext ctx(path);
-  h5::File f = h5::open_file(path, h5::Access::ReadOnly);
+  h5::File f;
+  try {
+    f = h5::open_file(path, h5::Access::ReadOnly);
+  } catch (const Error& e) {
+    ATLAS_THROW(Io, "cannot read profile '" << path << "': " << e.what()
+                                            << "\n  hint: give a run directory or its profile.h5 (atlas train writes "
+                                               "runs/NAME/profile.h5; atlas simulate --profile FILE a simulated one)");
+  }
   ProfileSlots p;
   const std::string format = h5::has_attr(f.get(), "format") ? h5::read_attr_string(f.get(), "format") : "";
   if (format != kProfileFormatName)

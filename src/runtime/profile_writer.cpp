@@ -14,19 +14,12 @@ namespace atlas::runtime {
 namespace {
 
 template <class T>
-hid_t native() {
-  if constexpr (std::is_same_v<T, std::int32_t>) return H5T_NATIVE_INT32;
-  else if constexpr (std::is_same_v<T, std::int64_t>) return H5T_NATIVE_INT64;
-  else if constexpr (std::is_same_v<T, double>) return H5T_NATIVE_DOUBLE;
-  else static_assert(sizeof(T) == 0, "profile columns are int32, int64 or double");
-}
-
-template <class T>
 void column(hid_t loc, const char* name, const std::vector<T>& v) {
   const hsize_t n = v.size();
   h5::Space space = h5::simple_space(std::span<const hsize_t>(&n, 1));
-  h5::Dataset ds(ATLAS_H5_CHECK(H5Dcreate2(loc, name, native<T>(), space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
-  if (n > 0) ATLAS_H5_CHECK(H5Dwrite(ds.get(), native<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()));
+  h5::Dataset ds(
+      ATLAS_H5_CHECK(H5Dcreate2(loc, name, h5::native_type<T>(), space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
+  if (n > 0) ATLAS_H5_CHECK(H5Dwrite(ds.get(), h5::native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()));
 }
 
 /// One column of `rows`: the member `field` of each row, stored with the member's own type.

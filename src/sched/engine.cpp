@@ -185,11 +185,13 @@ class Engine {
           ATLAS_ASSERT(delay == nullptr || delay->size() == n * n,
                        "engine: sync group " << g << " has a delay matrix of " << delay->size() << " entries for "
                                              << n << " members");
-          std::vector<double> reach(n);
-          for (std::size_t j = 0; j < n; ++j) {
-            const auto jw = static_cast<std::size_t>(members[j]);
-            reach[j] = m_result.ops[jw][m_pc[jw]].reach_ms;
-          }
+          // Each member's reach, read before any member's pc moves on (delay matrices only).
+          std::vector<double> reach;
+          if (delay != nullptr)
+            for (int member : members) {
+              const auto jw = static_cast<std::size_t>(member);
+              reach.push_back(m_result.ops[jw][m_pc[jw]].reach_ms);
+            }
           double mine_end = m_now;
           for (std::size_t i = 0; i < n; ++i) {
             const auto mw = static_cast<std::size_t>(members[i]);

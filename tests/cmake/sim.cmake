@@ -40,3 +40,7 @@ add_test(NAME cli_simulate_compute_from
   COMMAND bash -c "set -e; p=${CMAKE_BINARY_DIR}/compute_from.h5; a=$($<TARGET_FILE:atlas> simulate inputs/sim_two_dc_cpu.deck --profile $p --steps 3 | awk '$1 == \"step_ms\" {print $2}'); out=$($<TARGET_FILE:atlas> simulate inputs/sim_two_dc_cpu.deck --compute-from $p); echo \"$out\"; b=$(awk '$1 == \"step_ms\" {print $2}' <<<\"$out\"); echo \"step $a -> $b\"; [[ -n $a && $a == $b ]]; grep -Eq 'stage +1: forward [0-9.]+ ms \\([0-9]+ slots\\), backward' <<<\"$out\"; rc=0; err=$($<TARGET_FILE:atlas> simulate inputs/default.deck --compute-from $p 2>&1) || rc=$?; echo \"$err\"; [[ $rc == 2 ]] && grep -q 'the run has 2 pipeline stages, the deck 4' <<<\"$err\"; rc=0; err=$($<TARGET_FILE:atlas> simulate inputs/default.deck --compute-from inputs/default.deck 2>&1) || rc=$?; echo \"$err\"; [[ $rc != 0 ]] && grep -q 'HDF5\\|not an atlas profile' <<<\"$err\"; rm -f $p"
   WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(cli_simulate_compute_from PROPERTIES LABELS unit TIMEOUT 60)
+atlas_cli_test(cli_simulate_bad_skip_steps "ERROR: --skip-steps must be >= 0"
+               simulate inputs/sim_two_dc_cpu.deck --compute-from inputs --skip-steps -1)
+atlas_cli_test(cli_bench_fidelity_bad_warmup "ERROR: --warmup-steps 1: the in-situ warm-up run needs at least 2 steps"
+               bench fidelity inputs/bubbletea_wan.deck --warmup-steps 1)

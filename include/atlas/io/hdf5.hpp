@@ -130,6 +130,16 @@ using Attr = Handle<H5Aclose>;       ///< H5Acreate2 / H5Aopen
 /// as H5T_NATIVE_FLOAT, which must not be closed.
 using Type = Handle<H5Tclose>;
 
+/// The native HDF5 type of a C++ column element (int32, int64, float, double).
+template <class T>
+[[nodiscard]] hid_t native_type() {
+  if constexpr (std::is_same_v<T, std::int32_t>) return H5T_NATIVE_INT32;
+  else if constexpr (std::is_same_v<T, std::int64_t>) return H5T_NATIVE_INT64;
+  else if constexpr (std::is_same_v<T, float>) return H5T_NATIVE_FLOAT;
+  else if constexpr (std::is_same_v<T, double>) return H5T_NATIVE_DOUBLE;
+  else static_assert(sizeof(T) == 0, "native_type: int32, int64, float or double");
+}
+
 // ---- files ----
 
 enum class Access { ReadOnly, ReadWrite };
