@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 # Runs a launch command (srun/mpirun ... atlas train DECK ...) and restarts it from the newest
 # checkpoint (run.resume=latest) when it fails for a reason a restart can cure: a comm, device,
-# I/O or internal error, a killed rank or an MPI abort. Usage and config errors are not retried.
+# I/O or internal error, a killed rank or an MPI abort. Usage and config errors, and a diverged
+# model (exit 7: resuming would diverge again), are not retried.
 # Not a scheduler: one command, a bounded number of attempts, a short backoff between them.
 #
 # usage: atlas-run-restart.sh [--log FILE] -- COMMAND [ARG ...]
@@ -10,7 +11,7 @@
 # environment:
 #   ATLAS_MAX_RESTARTS        restarts after the first attempt (default 3; 0 = never restart)
 #   ATLAS_RESTART_BACKOFF_S   seconds before restart k is k * this (default 5)
-#   ATLAS_NO_RESTART_CODES    exit codes never retried (default "1 2": usage, config)
+#   ATLAS_NO_RESTART_CODES    exit codes never retried (default "1 2 7": usage, config, diverged)
 # exit status: the last attempt's (0 when an attempt succeeded).
 set -uo pipefail
 
@@ -29,7 +30,7 @@ fi
 
 max_restarts=${ATLAS_MAX_RESTARTS:-3}
 backoff_s=${ATLAS_RESTART_BACKOFF_S:-5}
-no_restart_codes=${ATLAS_NO_RESTART_CODES:-"1 2"}
+no_restart_codes=${ATLAS_NO_RESTART_CODES:-"1 2 7"}
 if ! [[ $max_restarts =~ ^[0-9]+$ ]]; then
   echo "atlas-run-restart: ATLAS_MAX_RESTARTS='$max_restarts': expected a non-negative integer" >&2
   exit 1
@@ -57,6 +58,7 @@ describe() {
     4) echo "device error" ;;
     5) echo "io error" ;;
     6) echo "internal error" ;;
+    7) echo "training diverged (non-finite loss or gradient norm)" ;;
     *)
       if (($1 > 128 && $1 < 160)); then
         echo "killed by signal $(($1 - 128)) (SIG$(kill -l $(($1 - 128)) 2>/dev/null || echo '?'))"

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Subcommand table and top-level error handling. The only place that decides how the process
-// ends: ConfigError -> rank 0 prints every problem, all ranks exit 2; Error -> the rank that saw
+// ends: CollectiveError (ConfigError: exit 2) -> rank 0 prints every problem, all ranks exit with
+// its code (or, raised on some ranks only, the job is aborted with it); Error -> the rank that saw
 // it prints, the job is aborted with the error's class as exit code.
 #include "atlas/app/app.hpp"
 
@@ -14,6 +15,7 @@
 #include "atlas/core/error.hpp"
 #include "atlas/core/log.hpp"
 #include "atlas/deck/schema.hpp"
+#include "atlas/mpi/agree.hpp"
 
 namespace atlas::app {
 
@@ -78,13 +80,16 @@ int run_app(mpi::Environment& env, int argc, char** argv) {
 
   try {
     return cmd->run(ctx);
-  } catch (const ConfigError& e) {
-    // Collective: every rank reached the same verdict; rank 0 speaks for all.
+  } catch (const CollectiveError& e) {
+    // Collective when every rank raised it: rank 0 speaks for all. A rank that raised it alone
+    // (an error no agreement reached) must not return while the others wait for it in their next
+    // collective: settle_collective_error reports it and aborts the job after a few seconds.
+    mpi::settle_collective_error(e, env.verdict_comm());
     if (root) {
       for (const auto& p : e.problems()) std::fprintf(stderr, "ERROR: %s\n", p.c_str());
       std::fflush(stderr);
     }
-    return static_cast<int>(ExitCode::Config);
+    return static_cast<int>(e.code());
   } catch (const UsageError& e) {
     if (root) std::fprintf(stderr, "ERROR: %s\n  hint: atlas %s --help\n", e.what(), name.c_str());
     return static_cast<int>(ExitCode::Usage);

@@ -6,6 +6,7 @@
 
 #include "atlas/app/commands.hpp"
 #include "atlas/core/check.hpp"
+#include "atlas/core/file.hpp"
 #include "atlas/core/units.hpp"
 #include "atlas/deck/deck.hpp"
 #include "atlas/plan/planner.hpp"
@@ -62,9 +63,7 @@ int cmd_plan(Context& ctx) {
   text += deck::resolved_deck(out);
   if (args.flag("deck-out")) {
     const std::string file = args.option("deck-out");
-    std::ofstream f(file);
-    if (!f) ATLAS_THROW(Io, "cannot write " << file);
-    f << text;
+    write_file_whole(file, text);
     fmt::print("\n# wrote the plan's deck to {}\n", file);
   } else if (!args.flag("quiet")) {
     fmt::print("\n# ---- the plan as a deck (--deck-out FILE writes it) ----\n{}", text);

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "atlas/app/commands.hpp"
+#include "atlas/core/file.hpp"
 #include "atlas/device/backend.hpp"
 #include "atlas/model/gpt.hpp"
 #include "atlas/core/check.hpp"
@@ -104,10 +105,7 @@ int cmd_profile(Context& ctx) {
   std::error_code ec;
   const auto parent = std::filesystem::path(out).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-  std::ofstream f(out);
-  if (!f) ATLAS_THROW(Io, "cannot write " << out);
-  f << sim::format_device_profile(p);
-  if (!f) ATLAS_THROW(Io, "write to " << out << " failed");
+  write_file_whole(out, sim::format_device_profile(p));
   fmt::print("# best forward rate {:.3f} GFLOP/s; wrote {}\n", p.peak_tflops * 1e3, out);
   return 0;
 }

@@ -12,6 +12,7 @@
 #include "atlas/app/report_script.hpp"
 #include "atlas/bubbletea/cost.hpp"
 #include "atlas/core/check.hpp"
+#include "atlas/core/file.hpp"
 #include "atlas/sched/schedule.hpp"
 #include "atlas/sim/cost.hpp"
 #include "atlas/sim/profile.hpp"
@@ -85,11 +86,9 @@ int cmd_schedule(Context& ctx) {
   if (json_path.empty() && args.flag("png"))
     json_path = (std::filesystem::temp_directory_path() / ("atlas-schedule-" + std::to_string(::getpid()) + ".json")).string();
   if (!json_path.empty()) {
-    std::ofstream f(json_path);
-    if (!f) ATLAS_THROW(Io, "cannot write " << json_path);
-    f << "[";
-    for (std::size_t i = 0; i < shown.size(); ++i) f << (i ? "," : "") << sched::to_json(shown[i], cfg.cluster.dcs);
-    f << "]\n";
+    std::string json = "[";
+    for (std::size_t i = 0; i < shown.size(); ++i) json += (i ? "," : "") + sched::to_json(shown[i], cfg.cluster.dcs);
+    write_file_whole(json_path, json + "]\n");
     if (args.flag("json")) fmt::print("# wrote {}\n", json_path);
   }
   if (args.flag("png")) {

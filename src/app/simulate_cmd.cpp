@@ -12,6 +12,7 @@
 
 #include "atlas/app/commands.hpp"
 #include "atlas/core/check.hpp"
+#include "atlas/core/file.hpp"
 #include "atlas/core/units.hpp"
 #include "atlas/bubbletea/cost.hpp"
 #include "atlas/deck/deck.hpp"
@@ -48,12 +49,7 @@ std::vector<T> parse_list(const std::string& text, const char* option) {
   return out;
 }
 
-void write_file(const std::string& path, const std::string& text) {
-  std::ofstream f(path);
-  if (!f) ATLAS_THROW(Io, "cannot write " << path);
-  f << text;
-  if (!f) ATLAS_THROW(Io, "write to " << path << " failed");
-}
+void write_file(const std::string& path, const std::string& text) { write_file_whole(path, text); }
 
 /// A table with only the first `keep` DP replicas of each stage (for a readable bubble map).
 sched::ScheduleTable trimmed(const sched::ScheduleTable& t, int keep) {

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -16,6 +17,7 @@
 #include "atlas/core/check.hpp"
 #include "atlas/core/log.hpp"
 #include "atlas/deck/deck.hpp"
+#include "atlas/mpi/agree.hpp"
 #include "atlas/device/backend.hpp"
 #include "atlas/device/host_backend.hpp"
 #include "atlas/runtime/fault.hpp"
@@ -52,6 +54,29 @@ void preflight_wan(wan::PeerTransport& t, const std::vector<int>& peers, int me)
       if (in[i][w] != expect)
         ATLAS_THROW(Comm, "pre-flight payload from rank " << peers[i] << " is corrupt at word " << w);
     }
+}
+
+/// A diverged model ends the run before any checkpoint of the step is written, on every rank with
+/// the same error (ExitCode::Diverged). Every rank knows the gradient norm: a sum over its
+/// pipeline of DP-summed gradients, so a non-finite one is non-finite everywhere. Only rank 0
+/// knows the losses; on the steps that are logged, evaluated or checkpointed its view is shared
+/// (one small all-reduce), so a non-finite loss is caught by the next such step at the latest.
+void check_finite(const runtime::StepReport& rep, std::optional<double> val, bool share,
+                  const mpi::Comm& world, TrainOutput& out) {
+  const bool norm_bad = !std::isfinite(rep.grad_norm);
+  int bad = norm_bad ? 1 : 0;
+  if (world.rank() == 0 && (!std::isfinite(rep.loss) || (val && !std::isfinite(*val)))) bad = 1;
+  if (share) bad = world.allreduce(bad, MPI_MAX);
+  else if (!norm_bad) return;
+  if (bad == 0) return;
+  const std::string what = fmt::format(
+      "training diverged at step {}: loss {:.4g}{}, gradient norm {:.4g} (not finite); the run stops before writing "
+      "any checkpoint of this step, and the checkpoints and metrics written before it are kept\n"
+      "  hint: lower train.lr or model.init_std, lengthen train.warmup_steps or set train.grad_clip; resume from "
+      "the last good checkpoint with run.resume = latest",
+      rep.step, rep.loss, val ? fmt::format(", validation loss {:.4g}", *val) : std::string(), rep.grad_norm);
+  out.diverged(rep.step, what);
+  throw CollectiveError(ExitCode::Diverged, {what});
 }
 
 }  // namespace
@@ -114,29 +139,42 @@ JobResult run_training_job(const Config& cfg, const mpi::Comm& world, const JobO
   profiler.sync_epoch(comms.world);
   if (bubbletea) bubbletea->start();
   out.columns();
-  for (int step = start_step; step < cfg.run.steps; ++step) {
-    runtime::maybe_inject_kill("ATLAS_FAULT_KILL", comms.world.rank(), step, !cfg.run.resume.empty());
-    runtime::maybe_inject_hang("ATLAS_FAULT_HANG", comms.world.rank(), step, !cfg.run.resume.empty());
-    const runtime::StepReport rep = trainer.train_step(step);
-    if (bubbletea) bubbletea->after_step(rep);
-    const bool last = step + 1 == cfg.run.steps;
-    double val = std::numeric_limits<double>::quiet_NaN();
-    if (last || (cfg.train.eval_every_steps > 0 && (step + 1) % cfg.train.eval_every_steps == 0))
-      val = trainer.evaluate();
-    out.step(rep, val, trainer.tokens_per_step(), comms);
-    out.maybe_checkpoint(trainer, comms, step + 1, last);
-    result.losses.push_back(rep.loss);
-    if (!std::isnan(val)) result.final_val_loss = val;
-    result.prefill_tokens += rep.prefill_tokens;
-    // The first step pays one-time costs (allocation, first touch, TCP slow start): skip it in
-    // the timing when there is more than one.
-    if (step > start_step || cfg.run.steps - start_step == 1) {
-      timed_time.add(rep);
-      allreduce += rep.allreduce_s;
-      buckets += rep.dp_buckets;
-      buckets_early += rep.dp_buckets_early;
-      ++timed;
+  // A collective error raised inside the loop by some ranks only (the others wait for them in a
+  // receive) is settled here, while the transport they wait on still stands: otherwise its
+  // goodbye would make them fail first, with another error and exit code.
+  const mpi::Comm verdict = comms.world.dup();
+  try {
+    for (int step = start_step; step < cfg.run.steps; ++step) {
+      runtime::maybe_inject_kill("ATLAS_FAULT_KILL", comms.world.rank(), step, !cfg.run.resume.empty());
+      runtime::maybe_inject_hang("ATLAS_FAULT_HANG", comms.world.rank(), step, !cfg.run.resume.empty());
+      runtime::maybe_inject_config_error("ATLAS_FAULT_CONFIG_ERROR", comms.world.rank(), step, !cfg.run.resume.empty());
+      if (runtime::fault_requested("ATLAS_FAULT_NAN", comms.world.rank(), step, !cfg.run.resume.empty()))
+        trainer.model().poison_first_parameter();
+      const runtime::StepReport rep = trainer.train_step(step);
+      if (bubbletea) bubbletea->after_step(rep);
+      const bool last = step + 1 == cfg.run.steps;
+      std::optional<double> val;
+      if (last || (cfg.train.eval_every_steps > 0 && (step + 1) % cfg.train.eval_every_steps == 0))
+        val = trainer.evaluate();
+      out.step(rep, val, trainer.tokens_per_step(), comms);
+      check_finite(rep, val, out.logged(step, val.has_value()) || out.checkpoint_due(step + 1, last), comms.world, out);
+      out.maybe_checkpoint(trainer, comms, step + 1, last);
+      result.losses.push_back(rep.loss);
+      if (val) result.final_val_loss = *val;
+      result.prefill_tokens += rep.prefill_tokens;
+      // The first step pays one-time costs (allocation, first touch, TCP slow start): skip it in
+      // the timing when there is more than one.
+      if (step > start_step || cfg.run.steps - start_step == 1) {
+        timed_time.add(rep);
+        allreduce += rep.allreduce_s;
+        buckets += rep.dp_buckets;
+        buckets_early += rep.dp_buckets_early;
+        ++timed;
+      }
     }
+  } catch (const CollectiveError& e) {
+    mpi::settle_collective_error(e, verdict.get());
+    throw;
   }
   result.steps_run = cfg.run.steps - start_step;
 

@@ -5,7 +5,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <map>
 
@@ -13,6 +16,7 @@
 
 #include "atlas/core/build_info.hpp"
 #include "atlas/core/check.hpp"
+#include "atlas/core/file.hpp"
 #include "atlas/core/log.hpp"
 #include "atlas/deck/deck.hpp"
 #include "atlas/device/host_backend.hpp"
@@ -26,16 +30,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-void write_whole(const fs::path& p, const std::string& text) {
-  const fs::path tmp = p.string() + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    if (!f) ATLAS_THROW(Io, "cannot write " << tmp << ": check that the run directory is writable");
-    f << text;
-    if (!f.flush()) ATLAS_THROW(Io, "writing " << tmp << " failed (disk full?)");
-  }
-  fs::rename(tmp, p);
-}
+/// errno's text after a failed stream operation ("" when errno says nothing).
+std::string errno_text() { return errno != 0 ? std::string(": ") + std::strerror(errno) : std::string(); }
+
+void write_whole(const fs::path& p, const std::string& text) { write_file_whole(p.string(), text); }
 
 }  // namespace
 
@@ -46,12 +44,27 @@ TrainOutput::TrainOutput(const Config& cfg, bool root, bool quiet)
   fs::create_directories(m_dir, ec);
   if (ec) ATLAS_THROW(Io, "cannot create run directory " << m_dir << ": " << ec.message());
   write_whole(fs::path(m_dir) / "resolved.deck", deck::resolved_deck(cfg));
+  errno = 0;
   m_log.open(fs::path(m_dir) / "log.txt", std::ios::app);
+  if (!m_log.is_open()) ATLAS_THROW(Io, "cannot open " << m_dir << "/log.txt" << errno_text());
   const bool fresh = cfg.run.resume.empty() || !fs::exists(fs::path(m_dir) / "metrics.csv");
   m_metrics.open(fs::path(m_dir) / "metrics.csv", fresh ? std::ios::trunc : std::ios::app);
-  if (fresh)
+  if (!m_metrics.is_open()) ATLAS_THROW(Io, "cannot open " << m_dir << "/metrics.csv" << errno_text());
+  if (fresh) {
     m_metrics << "step,loss,val_loss,lr,grad_norm,tokens_per_s,step_ms,bubble_pct,compute_ms,intra_dc_ms,"
                  "wan_wait_ms,wan_mb_s,prefill_tokens\n";
+    m_metrics.flush();
+    check_written(m_metrics, "metrics.csv");
+  }
+}
+
+void TrainOutput::check_written(std::ofstream& f, const std::string& file) const {
+  if (!f.fail()) return;
+  const std::string why = errno_text();
+  f.clear();  // later writes (the error path's last lines) may still go through
+  ATLAS_THROW(Io, "writing " << m_dir << "/" << file << " failed" << why
+                             << "\n  hint: the disk may be full or the file system read-only; the run stops "
+                                "here (its checkpoints so far are kept)");
 }
 
 void TrainOutput::print(const std::string& s) {
@@ -61,8 +74,10 @@ void TrainOutput::print(const std::string& s) {
     std::fflush(stdout);
   }
   if (m_log.is_open()) {
+    errno = 0;
     m_log << s;
     m_log.flush();
+    check_written(m_log, "log.txt");
   }
 }
 
@@ -110,9 +125,13 @@ void TrainOutput::columns() {
                     "prefill"));
 }
 
-void TrainOutput::step(const runtime::StepReport& r, double val, std::int64_t tokens_per_step,
+bool TrainOutput::logged(int step, bool evaluated) const {
+  return (step + 1) % m_cfg.run.log_every_steps == 0 || step + 1 == m_cfg.run.steps || evaluated;
+}
+
+void TrainOutput::step(const runtime::StepReport& r, std::optional<double> val, std::int64_t tokens_per_step,
                        const topo::Communicators& comms) {
-  const bool logged = (r.step + 1) % m_cfg.run.log_every_steps == 0 || r.step + 1 == m_cfg.run.steps || !std::isnan(val);
+  const bool logged = this->logged(r.step, val.has_value());
   // Job-wide figures on logged steps only: one small all-reduce every log_every_steps steps (it
   // crosses the WAN, so not every step).
   double job[3] = {(r.compute_s + r.prefill_s) / r.step_s, static_cast<double>(r.boundary.wan_bytes_sent),
@@ -122,7 +141,7 @@ void TrainOutput::step(const runtime::StepReport& r, double val, std::int64_t to
   if (!m_root) return;
   if (m_timed_steps == 0 && m_first_loss == 0.0) m_first_loss = r.loss;
   m_last_loss = r.loss;
-  if (!std::isnan(val)) m_last_val = val;
+  if (val) m_last_val = val;
   m_sum_step_s += r.step_s;
   ++m_timed_steps;
   m_prefill_tokens += r.prefill_tokens;
@@ -130,7 +149,7 @@ void TrainOutput::step(const runtime::StepReport& r, double val, std::int64_t to
   const double bubble_r0 = 100.0 * (1.0 - (r.compute_s + r.prefill_s) / r.step_s);
   m_steps.push_back({r.step, r.loss, r.step_s, tok_s, bubble_r0 / 100.0, r.prefill_tokens});
   const double wan_mb_s_r0 = r.boundary.wan_send_busy_s > 0 ? r.boundary.wan_bytes_sent / r.boundary.wan_send_busy_s / 1e6 : 0.0;
-  const std::string val_s = std::isnan(val) ? std::string("-") : fmt::format("{:.4f}", val);
+  const std::string val_s = val ? fmt::format("{:.4f}", *val) : std::string("-");
   if (logged) {
     const int n = comms.world.size();
     const double job_bubble = 100.0 * (1.0 - job[0] / n);
@@ -140,17 +159,39 @@ void TrainOutput::step(const runtime::StepReport& r, double val, std::int64_t to
                       r.step, r.loss, val_s, r.lr, tok_s, r.step_s * 1e3, job_bubble, r.compute_s * 1e3, r.intra_s * 1e3,
                       r.wan_s * 1e3, job_wan_mb_s, r.prefill_tokens));
   }
+  errno = 0;
   m_metrics << fmt::format("{},{:.6f},{},{:.6e},{:.6f},{:.1f},{:.3f},{:.2f},{:.3f},{:.3f},{:.3f},{:.3f},{}\n", r.step, r.loss,
-                           std::isnan(val) ? std::string() : fmt::format("{:.6f}", val), r.lr, r.grad_norm, tok_s,
+                           val ? fmt::format("{:.6f}", *val) : std::string(), r.lr, r.grad_norm, tok_s,
                            r.step_s * 1e3, bubble_r0, r.compute_s * 1e3, r.intra_s * 1e3, r.wan_s * 1e3, wan_mb_s_r0,
                            r.prefill_tokens);
   m_metrics.flush();
+  check_written(m_metrics, "metrics.csv");
+}
+
+void TrainOutput::diverged(int step, const std::string& why) {
+  if (!m_root) return;
+  std::string reason;
+  for (const char ch : why) {  // one JSON string: escape what the message may hold
+    if (ch == '"' || ch == '\\') reason += '\\';
+    if (ch == '\n') {
+      reason += "\\n";
+      continue;
+    }
+    reason += ch;
+  }
+  write_whole(fs::path(m_dir) / "run.json",
+              fmt::format("{{\"run\":\"{}\",\"status\":\"diverged\",\"step\":{},\"exit_code\":{},\"error\":\"{}\"}}\n",
+                          m_cfg.run.name, step, static_cast<int>(ExitCode::Diverged), reason));
+}
+
+bool TrainOutput::checkpoint_due(int steps_done, bool last) const {
+  const bool periodic = m_cfg.ckpt.every_steps > 0 && steps_done % m_cfg.ckpt.every_steps == 0;
+  return periodic || (last && m_cfg.ckpt.final);
 }
 
 void TrainOutput::maybe_checkpoint(runtime::Trainer& trainer, const topo::Communicators& comms, int steps_done,
                                    bool last) {
-  const bool periodic = m_cfg.ckpt.every_steps > 0 && steps_done % m_cfg.ckpt.every_steps == 0;
-  if (!periodic && !(last && m_cfg.ckpt.final)) return;
+  if (!checkpoint_due(steps_done, last)) return;
   const io::WriteResult r = runtime::save_checkpoint(trainer, m_cfg, comms, steps_done);
   print(fmt::format("# checkpoint {} ({}, {:.2f} s)\n", r.path, units::format_bytes_human(static_cast<double>(r.file_bytes)),
                     r.seconds));
@@ -186,13 +227,19 @@ std::string rank_time_table(const std::vector<RankTime>& ranks, const topo::Layo
   std::string s = fmt::format("# per-rank time over {} steps (s): compute (forward, backward, optimizer), intra-DC "
                               "comm, WAN wait, idle, prefill, utilization = (compute + prefill) / wall\n",
                               steps);
-  s += fmt::format("# {:>5} {:<22} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6}\n", "rank", "where", "compute", "intra",
+  // The "where" column is as wide as its longest entry: never cut (it ends with the dp index).
+  std::vector<std::string> where(ranks.size());
+  std::size_t width = 5;
+  for (std::size_t rank = 0; rank < ranks.size(); ++rank) {
+    where[rank] = layout.describe(static_cast<int>(rank), dcs);
+    width = std::max(width, where[rank].size());
+  }
+  s += fmt::format("# {:>5} {:<{}} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6}\n", "rank", "where", width, "compute", "intra",
                    "wan", "idle", "prefill", "util%");
   for (std::size_t rank = 0; rank < ranks.size(); ++rank) {
     const RankTime& a = ranks[rank];
-    s += fmt::format("  {:>5} {:<22} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>6.1f}\n", rank,
-                     layout.describe(static_cast<int>(rank), dcs).substr(0, 22), a.compute, a.intra, a.wan, a.idle,
-                     a.prefill, 100.0 * a.utilization());
+    s += fmt::format("  {:>5} {:<{}} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>6.1f}\n", rank, where[rank], width,
+                     a.compute, a.intra, a.wan, a.idle, a.prefill, 100.0 * a.utilization());
   }
   return s;
 }
@@ -228,14 +275,16 @@ std::vector<runtime::SlotEvent> TrainOutput::finish(runtime::Trainer& trainer, c
   }
   write_whole(fs::path(m_dir) / "run.json",
               fmt::format("{{\"run\":\"{}\",\"status\":\"OK\",\"steps\":{},\"first_loss\":{:.6f},\"final_loss\":{:.6f},"
-                          "\"final_val_loss\":{:.6f},\"mean_step_ms\":{:.3f},\"predicted_step_ms\":{:.3f},"
+                          "\"final_val_loss\":{},\"mean_step_ms\":{:.3f},\"predicted_step_ms\":{:.3f},"
                           "\"schedule\":\"{}\",\"world_size\":{},\"wan_bytes\":{},\"prefill_tokens\":{}}}\n",
-                          m_cfg.run.name, m_cfg.run.steps, m_first_loss, m_last_loss, m_last_val, mean_step * 1e3,
+                          m_cfg.run.name, m_cfg.run.steps, m_first_loss, m_last_loss,
+                          m_last_val ? fmt::format("{:.6f}", *m_last_val) : std::string("null"), mean_step * 1e3,
                           table.step_ms, to_string(m_cfg.schedule.kind), layout.world_size(), wan_bytes,
                           m_prefill_tokens));
-  s += fmt::format("# OK: {} steps, loss {:.4f} -> {:.4f}, val {:.4f} (unigram entropy of the validation text: {:.4f} "
+  s += fmt::format("# OK: {} steps, loss {:.4f} -> {:.4f}, val {} (unigram entropy of the validation text: {:.4f} "
                    "nats/token); results in {}/\n",
-                   m_timed_steps, m_first_loss, m_last_loss, m_last_val, entropy, m_dir);
+                   m_timed_steps, m_first_loss, m_last_loss, m_last_val ? fmt::format("{:.4f}", *m_last_val) : "-",
+                   entropy, m_dir);
   print(s);
   return events;
 }

@@ -15,6 +15,7 @@
 
 #include "atlas/bubbletea/service.hpp"
 #include "atlas/core/check.hpp"
+#include "atlas/core/file.hpp"
 #include "atlas/core/units.hpp"
 #include "atlas/deck/deck.hpp"
 #include "atlas/device/backend.hpp"
@@ -265,9 +266,8 @@ int run_bubbletea_bench(mpi::Environment& env, const std::vector<std::string>& a
     std::fflush(stdout);
     std::error_code ec;
     std::filesystem::create_directories(cfg.run_dir(), ec);
-    std::ofstream f(std::filesystem::path(cfg.run_dir()) / "bubbletea_bench.json");
-    if (f)
-      f << fmt::format("{{\"deck\":\"{}\",\"ranks\":{},\"steps\":{},\"warmup\":{},\"repeats\":{},\"step_ms_off\":{:.4f},"
+    write_file_whole((std::filesystem::path(cfg.run_dir()) / "bubbletea_bench.json").string(),
+                     fmt::format("{{\"deck\":\"{}\",\"ranks\":{},\"steps\":{},\"warmup\":{},\"repeats\":{},\"step_ms_off\":{:.4f},"
                        "\"step_ms_on\":{:.4f},\"median_step_ms_off\":{:.4f},\"median_step_ms_on\":{:.4f},\"slowdown\":{:.5f},"
                        "\"slowdown_median\":{:.5f},\"utilization_off\":{:.5f},\"utilization_on\":{:.5f},"
                        "\"prefill_tokens_per_s\":{:.1f},\"ttft_p50_ms\":{:.3f},\"ttft_p99_ms\":{:.3f},\"served\":{},"
@@ -275,7 +275,7 @@ int run_bubbletea_bench(mpi::Environment& env, const std::vector<std::string>& a
                        path, n, cfg.run.steps, warmup, repeats, off.mean * 1e3, on.mean * 1e3, off.median * 1e3,
                        on.median * 1e3, slowdown, slowdown_median,
                        overall(sum_off), overall(sum_on), bt_wall > 0 ? static_cast<double>(tokens) / bt_wall : 0.0,
-                       quant(0.5) * 1e3, quant(0.99) * 1e3, served, total, losses_equal ? "true" : "false");
+                       quant(0.5) * 1e3, quant(0.99) * 1e3, served, total, losses_equal ? "true" : "false"));
   }
   return losses_equal ? 0 : static_cast<int>(ExitCode::Internal);
 }

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "atlas/core/check.hpp"
+#include "atlas/core/file.hpp"
 
 namespace atlas::bubbletea {
 
@@ -190,16 +191,7 @@ std::string to_json(const Report& r) {
 }
 
 void write_json(const Report& r, const std::string& path) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    if (!f) ATLAS_THROW(Io, "cannot write " << tmp << ": check that the run directory is writable");
-    f << to_json(r);
-    if (!f.flush()) ATLAS_THROW(Io, "writing " << tmp << " failed (disk full?)");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) ATLAS_THROW(Io, "cannot rename " << tmp << " to " << path << ": " << ec.message());
+  write_file_whole(path, to_json(r));
 }
 
 }  // namespace atlas::bubbletea

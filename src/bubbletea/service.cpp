@@ -33,6 +33,7 @@
 #include "atlas/core/units.hpp"
 #include "atlas/deck/deck.hpp"
 #include "atlas/io/checkpoint.hpp"
+#include "atlas/mpi/agree.hpp"
 
 namespace atlas::bubbletea {
 
@@ -41,30 +42,18 @@ namespace {
 constexpr int kTagChunk = 1;
 constexpr int kTagRelease = 2;
 
-/// Runs `f` (which must make no collective call that another rank could skip); every rank then
-/// throws the same ConfigError listing every rank's problems, or none does. Collective over world.
+/// Runs `f` (which must make no collective call that another rank could skip) under mpi::agree:
+/// every rank then throws the same ConfigError listing every rank's problems (a local Error is one
+/// of them, "rank R: ..."), or none does. Collective over world.
 template <class F>
 void collective(const mpi::Comm& world, F&& f) {
-  std::string mine;
-  try {
-    f();
-  } catch (const ConfigError& e) {
-    for (const auto& p : e.problems()) mine += p + '\x1f';
-  } catch (const Error& e) {
-    mine += fmt::format("rank {}: {}", world.rank(), e.what()) + '\x1f';
-  }
-  const std::vector<std::string> all = world.allgather_strings(mine);
-  std::vector<std::string> problems;
-  for (const auto& s : all) {
-    std::size_t at = 0;
-    while (at < s.size()) {
-      const std::size_t end = s.find('\x1f', at);
-      std::string p = s.substr(at, end - at);
-      if (std::find(problems.begin(), problems.end(), p) == problems.end()) problems.push_back(std::move(p));
-      at = end + 1;
+  mpi::agree(world, "setting up BubbleTea", [&] {
+    try {
+      f();
+    } catch (const Error& e) {
+      throw ConfigError(fmt::format("rank {}: {}", world.rank(), e.what()));
     }
-  }
-  if (!problems.empty()) throw ConfigError(problems);
+  });
 }
 
 /// Where a DC's decode worker listens: the DC's emulated address when the job runs inside the

@@ -21,8 +21,8 @@ std::string join_problems(const std::vector<std::string>& problems) {
 std::string g_rank_prefix;  // set once, right after MPI init, before any thread starts
 }  // namespace
 
-ConfigError::ConfigError(std::vector<std::string> problems)
-    : std::runtime_error(join_problems(problems)), m_problems(std::move(problems)) {}
+CollectiveError::CollectiveError(ExitCode code, std::vector<std::string> problems)
+    : std::runtime_error(join_problems(problems)), m_code(code), m_problems(std::move(problems)) {}
 
 void ProblemList::throw_if_any() const {
   if (!m_problems.empty()) throw ConfigError(m_problems);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <utility>
 
@@ -287,6 +288,14 @@ std::vector<int> StageModel::micros_in_flight() const {
 }
 
 // ---- parameters ----
+
+void StageModel::poison_first_parameter() {
+  ATLAS_ASSERT(!m_params.empty(), "a stage without parameters");
+  // Every element: a single one may belong to a row no batch reads (a token that never occurs).
+  ParamTensor& p = m_params.front();
+  const std::vector<float> nan(static_cast<std::size_t>(p.shard_numel()), std::numeric_limits<float>::quiet_NaN());
+  m_backend.upload(p.value.data(), nan.data(), nan.size() * sizeof(float));
+}
 
 ParamTensor* StageModel::find_param(std::string_view name) {
   for (auto& p : m_params) {

@@ -59,12 +59,15 @@ Environment::Environment(int& argc, char**& argv, ThreadLevel required) {
   gethostname(host, sizeof host - 1);
   m_host = host;
   log::init(m_world_rank, m_host);
+  ATLAS_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &m_verdict));
+  MPI_Comm_set_errhandler(m_verdict, MPI_ERRORS_RETURN);
 }
 
 Environment::~Environment() {
-  if (!m_owns) return;
   int finalized = 0;
   MPI_Finalized(&finalized);
+  if (m_verdict != MPI_COMM_NULL && !finalized) MPI_Comm_free(&m_verdict);
+  if (!m_owns) return;
   if (!finalized) MPI_Finalize();
 }
 

@@ -2,8 +2,11 @@
 // Trainer <-> checkpoint room. Host staging only for backends whose memory is not host memory.
 #include "atlas/runtime/checkpointing.hpp"
 
+#include <fmt/format.h>
+
 #include "atlas/core/build_info.hpp"
 #include "atlas/deck/deck.hpp"
+#include "atlas/mpi/agree.hpp"
 #include "atlas/runtime/fault.hpp"
 
 namespace atlas::runtime {
@@ -75,12 +78,23 @@ Restored restore_checkpoint(Trainer& trainer, const Config& cfg, const topo::Com
       ++k;
     }
   }
-  if (auto it = meta.state.find("adam_t"); it != meta.state.end() && !it->second.empty())
-    trainer.optimizer().set_step_count(static_cast<std::int64_t>(it->second[0]));
-  if (auto it = meta.state.find("loader"); it != meta.state.end() && it->second.size() == 3 && trainer.has_train_loader()) {
-    model::DataPosition pos{it->second[0], static_cast<std::int64_t>(it->second[1]), static_cast<std::int64_t>(it->second[2])};
-    trainer.train_loader().restore(pos);
-  }
+  // Only the ranks that hold a data loader can find its saved position unusable (another
+  // run.seed or corpus): the verdict is agreed, so every rank ends with the same error instead
+  // of the others waiting in their next collective.
+  mpi::agree(comms.world, "restoring the training state", [&] {
+    if (auto it = meta.state.find("adam_t"); it != meta.state.end() && !it->second.empty())
+      trainer.optimizer().set_step_count(static_cast<std::int64_t>(it->second[0]));
+    if (auto it = meta.state.find("loader"); it != meta.state.end() && it->second.size() == 3 && trainer.has_train_loader()) {
+      model::DataPosition pos{it->second[0], static_cast<std::int64_t>(it->second[1]), static_cast<std::int64_t>(it->second[2])};
+      try {
+        trainer.train_loader().restore(pos);
+      } catch (const ConfigError& e) {
+        std::vector<std::string> problems;
+        for (const auto& p : e.problems()) problems.push_back(fmt::format("resuming from {}: {}", path, p));
+        throw ConfigError(problems);
+      }
+    }
+  });
   return {path, static_cast<int>(meta.step)};
 }
 

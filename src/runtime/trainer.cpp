@@ -13,6 +13,7 @@
 #include "atlas/core/check.hpp"
 #include "atlas/core/log.hpp"
 #include "atlas/device/collective.hpp"
+#include "atlas/mpi/agree.hpp"
 
 namespace atlas::runtime {
 
@@ -22,22 +23,6 @@ constexpr int kLossTag = 7001;
 constexpr int kEvalTagBase = 300000;
 /// The tied-embedding gradient exchange between the first and last stage over the WAN.
 constexpr int kEmbeddingTag = 800000;
-
-/// Runs `f`; if it throws ConfigError on some ranks, every rank throws one (collective verdict).
-template <class F>
-void collective_config_step(const mpi::Comm& world, F&& f) {
-  int ok = 1;
-  std::vector<std::string> problems;
-  try {
-    f();
-  } catch (const ConfigError& e) {
-    ok = 0;
-    problems = e.problems();
-  }
-  if (world.allreduce(ok, MPI_MIN) == 1) return;
-  if (!problems.empty()) throw ConfigError(problems);
-  throw ConfigError("another rank could not set up its data (see its message)");
-}
 
 }  // namespace
 
@@ -76,7 +61,7 @@ Trainer::Trainer(const Config& cfg, const topo::Layout& layout, const topo::Comm
   }
 
   // ---- data (first and last stage read the corpus; the verdict is collective) ----
-  collective_config_step(comms.world, [&] {
+  mpi::agree(comms.world, "loading the training data", [&] {
     if (cfg.model.vocab < model::ByteTokenizer::kVocab)
       throw ConfigError("model.vocab = " + std::to_string(cfg.model.vocab) +
                         " is smaller than the byte tokenizer's 256 symbols\n  hint: set model.vocab = 256");

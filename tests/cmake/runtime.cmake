@@ -42,3 +42,8 @@ add_test(NAME test_bench_fidelity
   COMMAND bash -c "out=$(${MPIEXEC_EXECUTABLE} -np 2 --oversubscribe $<TARGET_FILE:atlas> bench fidelity inputs/bubbletea_wan.deck inputs/default.deck --steps 4 --warmup-steps 3 2>&1) || exit 1; echo \"$out\"; grep -q 'default.deck *skipped: parallel layout needs' <<<\"$out\" && grep -q '^decks run: 1$' <<<\"$out\" && grep -Eq 'bubbletea_wan.deck +s0 [0-9.]+/[0-9.]+ \\([0-9.]+/[0-9.]+\\) +s1 [0-9.]+/[0-9.]+' <<<\"$out\" && awk '$1 == \"inputs/bubbletea_wan.deck\" && $2 == 2 { ok = $3 > 0 && $4 > 0 && $6 > 0 && $8 > 0 && $14 > 0; ok = ok && ($3 / $4 - $5)^2 < 1e-5 && ($3 / $6 - $7)^2 < 1e-5 && ($3 / $8 - $9)^2 < 1e-5 && ($3 / $14 - $15)^2 < 1e-5; ok = ok && $10 > 0 && $10 < 100 && $12 > 0 && $12 < 100; found = 1 } END { exit !(found && ok) }' <<<\"$out\"")
 set_tests_properties(test_bench_fidelity PROPERTIES LABELS mpi TIMEOUT 120 WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
   ENVIRONMENT "${ATLAS_MPIEXEC_ENV}")
+# Errors seen on some ranks only, a diverged model and a full disk end the job within seconds
+# with their exit codes (2, 7, 5), keeping the checkpoints and metrics written before.
+add_test(NAME test_job_errors
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/launch/test_job_errors.sh ${PROJECT_SOURCE_DIR} $<TARGET_FILE:atlas>)
+set_tests_properties(test_job_errors PROPERTIES LABELS mpi TIMEOUT 400 FIXTURES_REQUIRED brown_corpus PROCESSORS 2)

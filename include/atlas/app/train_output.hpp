@@ -6,6 +6,7 @@
 #pragma once
 
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,10 +44,20 @@ class TrainOutput {
   /// Collective over comms.world: restores run.resume (if set); returns the first step to run.
   int resume(runtime::Trainer& trainer, const topo::Communicators& comms);
   void columns();
+  /// True when step `step` (0-based) gets a printed row: every run.log_every_steps steps, the
+  /// last step, and every step with a validation loss.
+  [[nodiscard]] bool logged(int step, bool evaluated) const;
   /// Collective over comms.world on logged steps (job-wide bubble and WAN figures); rank 0
-  /// prints one progress row and writes one metrics.csv line (rank 0's timings).
-  void step(const runtime::StepReport& rep, double val_loss, std::int64_t tokens_per_step,
+  /// prints one progress row and writes one metrics.csv line (rank 0's timings). `val_loss` is
+  /// empty on steps without an evaluation (a NaN one is a diverged model, printed as nan).
+  /// Throws atlas::Error (Io) on rank 0 when a line cannot be written (disk full, read-only).
+  void step(const runtime::StepReport& rep, std::optional<double> val_loss, std::int64_t tokens_per_step,
             const topo::Communicators& comms);
+  /// Rank 0: writes run.json with status "diverged" and the reason (the run then ends with
+  /// ExitCode::Diverged; the metrics and checkpoints written so far stay).
+  void diverged(int step, const std::string& why);
+  /// True when the deck asks for a checkpoint after `steps_done` steps (`last`: the run's last).
+  [[nodiscard]] bool checkpoint_due(int steps_done, bool last) const;
   /// Collective over comms.world: a checkpoint after `steps_done` steps when the deck asks.
   void maybe_checkpoint(runtime::Trainer& trainer, const topo::Communicators& comms, int steps_done, bool last);
   /// Collective over comms.world: gathers the profile, writes profile.h5 / trace.json / run.json,
@@ -65,13 +76,15 @@ class TrainOutput {
   std::ofstream m_log;
   double m_first_loss = 0.0;
   double m_last_loss = 0.0;
-  double m_last_val = 0.0;
+  std::optional<double> m_last_val;
   double m_sum_step_s = 0.0;
   int m_timed_steps = 0;
   std::int64_t m_prefill_tokens = 0;
   RankTime m_mine;  // every rank: its own budget, gathered at the end
   std::vector<runtime::StepRow> m_steps;
   void print(const std::string& s);
+  /// Rank 0: throws atlas::Error (Io) naming `file` when `f` is in a failed state.
+  void check_written(std::ofstream& f, const std::string& file) const;
   /// Collective over comms.world: gathers every rank's events and writes profile.h5 on rank 0.
   void write_profile(const topo::Communicators& comms, const topo::Layout& layout, const sched::ScheduleTable& table,
                      const std::vector<runtime::SlotEvent>& events);

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
-// atlas's two failure classes (STYLE.md §5): ConfigError (collective, every rank sees it the same
-// way; rank 0 prints) and Error (local; the rank that saw it prints, then the job is aborted).
+// atlas's two failure classes (STYLE.md §5): CollectiveError / ConfigError (collective, every rank
+// sees it the same way; rank 0 prints) and Error (local; the rank that saw it prints, then the job
+// is aborted).
 #pragma once
 
 #include <stdexcept>
@@ -18,6 +19,7 @@ enum class ExitCode : int {
   Device = 4,    ///< CUDA / NCCL / backend failure
   Io = 5,        ///< HDF5, checkpoint, file system
   Internal = 6,  ///< a broken invariant: a bug in atlas
+  Diverged = 7,  ///< training diverged: a non-finite loss or gradient norm (collective)
 };
 
 /// A local error: one rank saw it. Carries the exit code class and the call site.
@@ -30,16 +32,26 @@ class Error : public std::runtime_error {
   ExitCode m_code;
 };
 
-/// A collective configuration error: every rank detects it identically, rank 0 prints it.
-/// Holds every problem found (not just the first), each already formatted as one message.
-class ConfigError : public std::runtime_error {
+/// A collective error: every rank raises it the same way (by construction, or agreed through
+/// mpi::agree), rank 0 prints every problem and every rank exits with `code()`. Holds every
+/// problem found (not just the first), each already formatted as one message.
+class CollectiveError : public std::runtime_error {
  public:
-  explicit ConfigError(std::vector<std::string> problems);
-  explicit ConfigError(const std::string& problem) : ConfigError(std::vector<std::string>{problem}) {}
+  CollectiveError(ExitCode code, std::vector<std::string> problems);
+  [[nodiscard]] ExitCode code() const noexcept { return m_code; }
   [[nodiscard]] const std::vector<std::string>& problems() const noexcept { return m_problems; }
 
  private:
+  ExitCode m_code;
   std::vector<std::string> m_problems;
+};
+
+/// A collective configuration error (exit code 2): every rank detects it identically.
+class ConfigError : public CollectiveError {
+ public:
+  explicit ConfigError(std::vector<std::string> problems)
+      : CollectiveError(ExitCode::Config, std::move(problems)) {}
+  explicit ConfigError(const std::string& problem) : ConfigError(std::vector<std::string>{problem}) {}
 };
 
 /// Collects problems during validation and throws them together.

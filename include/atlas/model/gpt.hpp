@@ -157,6 +157,9 @@ class StageModel {
   // ---- parameters ----
   [[nodiscard]] std::vector<ParamTensor>& params() noexcept { return m_params; }
   [[nodiscard]] const std::vector<ParamTensor>& params() const noexcept { return m_params; }
+  /// Fault injection (ATLAS_FAULT_NAN): sets every element of this stage's first parameter to
+  /// NaN, so the next forward diverges.
+  void poison_first_parameter();
   /// The parameter named `name`, or nullptr if this stage does not hold it.
   [[nodiscard]] ParamTensor* find_param(std::string_view name);
   /// The "wte" copy whose gradient must be summed over the embedding group (first and last

@@ -43,12 +43,15 @@ class Environment {
   [[nodiscard]] static std::string library_version();
   /// Abort the whole job (never returns).
   [[noreturn]] static void abort(int code);
+  /// A duplicate of world used for nothing but mpi::settle_collective_error at the top level.
+  [[nodiscard]] MPI_Comm verdict_comm() const noexcept { return m_verdict; }
 
  private:
   int m_world_rank = 0;
   int m_world_size = 1;
   std::string m_host;
   bool m_owns = false;
+  MPI_Comm m_verdict = MPI_COMM_NULL;  ///< duplicate of world for settle_collective_error
 };
 
 /// MPI datatype for a C++ arithmetic type.

@@ -8,6 +8,12 @@
 //   ATLAS_FAULT_HANG=RANK:STEP        world rank RANK stops at the start of step STEP and sleeps
 //                                     until it is killed (a stuck or cut-off peer: the others
 //                                     must give up within wan.recv_timeout_s, naming it)
+//   ATLAS_FAULT_CONFIG_ERROR=RANK:STEP  world rank RANK alone raises a collective (config) error
+//                                     at the start of step STEP, as a check only some ranks can
+//                                     make would (the job must still end, not hang)
+//   ATLAS_FAULT_NAN=RANK:STEP         world rank RANK sets one of its parameters to NaN at the
+//                                     start of step STEP (a diverging model: the run must stop
+//                                     with ExitCode::Diverged before any checkpoint of that step)
 #pragma once
 
 #include <string>
@@ -20,5 +26,11 @@ void maybe_inject_kill(const char* var, int world_rank, int step, bool resumed);
 /// Sleeps until killed (after a line on stderr) if `var` names this rank and `step` and the run
 /// is fresh. A malformed value is a ConfigError naming the variable.
 void maybe_inject_hang(const char* var, int world_rank, int step, bool resumed);
+/// Throws ConfigError (after a line on stderr) if `var` names this rank and `step` and the run
+/// is fresh. A malformed value is a ConfigError naming the variable.
+void maybe_inject_config_error(const char* var, int world_rank, int step, bool resumed);
+/// True (after a line on stderr) if `var` names this rank and `step` and the run is fresh: the
+/// caller injects the fault. A malformed value is a ConfigError naming the variable.
+[[nodiscard]] bool fault_requested(const char* var, int world_rank, int step, bool resumed);
 
 }  // namespace atlas::runtime

@@ -1,0 +1,37 @@
+// SPDX-License-Identifier: MIT
+// write_file_whole (see the header).
+#include "atlas/core/file.hpp"
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "atlas/core/check.hpp"
+
+namespace atlas {
+
+void write_file_whole(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  const auto reason = [] { return errno != 0 ? std::string(": ") + std::strerror(errno) : std::string(); };
+  {
+    errno = 0;
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f)
+      ATLAS_THROW(Io, "cannot create " << tmp << reason() << "\n  hint: check that the directory exists and is writable");
+    f << text;
+    f.close();
+    if (f.fail()) {
+      const std::string why = reason();
+      std::error_code ec;
+      std::filesystem::remove(tmp, ec);
+      ATLAS_THROW(Io, "writing " << tmp << " failed" << why << "\n  hint: the disk may be full or the file system "
+                                 << "read-only; " << path << " was left as it was");
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) ATLAS_THROW(Io, "cannot rename " << tmp << " to " << path << ": " << ec.message());
+}
+
+}  // namespace atlas

@@ -1,0 +1,94 @@
+// SPDX-License-Identifier: MIT
+// mpi::agree: every rank's outcome of one step, gathered; the same exception everywhere.
+#include "atlas/mpi/agree.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <exception>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "atlas/core/error.hpp"
+#include "atlas/core/log.hpp"
+
+namespace atlas::mpi {
+
+namespace {
+
+constexpr char kSep = '\x1f';  // between problems of one rank (never in a message)
+
+}  // namespace
+
+void agree(const Comm& comm, const std::string& what, const std::function<void()>& fn) {
+  // Encoded outcome: "" = ok, else "<kind><exit code>" + kSep + problems joined by kSep, where
+  // kind 'C' = ConfigError, 'E' = any other error.
+  std::string mine;
+  const auto encode = [&](char kind, ExitCode code, const std::vector<std::string>& problems) {
+    mine = fmt::format("{}{}", kind, static_cast<int>(code));
+    for (const auto& p : problems) mine += kSep + p;
+  };
+  try {
+    fn();
+  } catch (const ConfigError& e) {
+    encode('C', ExitCode::Config, e.problems());
+  } catch (const CollectiveError& e) {
+    encode('E', e.code(), e.problems());
+  } catch (const Error& e) {
+    encode('E', e.code(), {fmt::format("rank {}: {}", comm.rank(), e.what())});
+  } catch (const std::exception& e) {
+    encode('E', ExitCode::Internal, {fmt::format("rank {}: internal error: {}", comm.rank(), e.what())});
+  }
+  const std::vector<std::string> all = comm.allgather_strings(mine);
+  std::vector<std::string> problems;
+  bool all_config = true;
+  int code = -1;  // the lowest failing rank's
+  for (const std::string& s : all) {
+    if (s.empty()) continue;
+    const std::size_t sep = s.find(kSep);
+    const std::string head = s.substr(0, sep);
+    if (head[0] != 'C') all_config = false;
+    if (code < 0) code = std::stoi(head.substr(1));
+    std::size_t at = sep;
+    while (at != std::string::npos) {
+      const std::size_t end = s.find(kSep, at + 1);
+      std::string p = s.substr(at + 1, end == std::string::npos ? std::string::npos : end - at - 1);
+      if (std::find(problems.begin(), problems.end(), p) == problems.end()) problems.push_back(std::move(p));
+      at = end;
+    }
+  }
+  if (code < 0) return;
+  if (problems.empty()) problems.push_back(fmt::format("another rank failed while {} (see its message)", what));
+  if (all_config) throw ConfigError(problems);
+  throw CollectiveError(static_cast<ExitCode>(code), problems);
+}
+
+void settle_collective_error(const CollectiveError& e, MPI_Comm verdict, double timeout_s) {
+  int size = 1;
+  if (MPI_Comm_size(verdict, &size) != MPI_SUCCESS || size == 1) return;
+  bool all = false;
+  MPI_Request req = MPI_REQUEST_NULL;
+  if (MPI_Ibarrier(verdict, &req) == MPI_SUCCESS) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    for (int sleep_us = 10;; sleep_us = std::min(sleep_us * 2, 20000)) {
+      int done = 0;
+      if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
+      if (done) {
+        all = true;
+        break;
+      }
+      // The request stays pending when it times out: the job is aborted next.
+      if (std::chrono::steady_clock::now() >= deadline) break;
+      std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
+    }
+  }
+  if (all) return;
+  for (const auto& p : e.problems()) log::error("{}", p);
+  log::error("this error was raised on some ranks only (the others did not stop within {:.0f} s): aborting the "
+             "job with exit code {}",
+             timeout_s, static_cast<int>(e.code()));
+  MPI_Abort(MPI_COMM_WORLD, static_cast<int>(e.code()));
+  std::_Exit(static_cast<int>(e.code()));
+}
+
+}  // namespace atlas::mpi

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Errors that only some ranks see, a diverged model and a full disk each end the whole job within
+# seconds with their documented exit code and message, and never cost what was already written:
+#   - resuming with another run.seed: only the ranks holding a data loader can tell; every rank
+#     ends with exit 2 (it hung in a barrier before mpi::agree);
+#   - a config error raised on one rank alone (ATLAS_FAULT_CONFIG_ERROR) ends the job with exit 2
+#     within the agreement timeout (the top level's safety net), not a hang;
+#   - model.init_std = 1e308 (NaN losses from step 0): exit 7, no checkpoint, run.json "diverged";
+#   - a parameter turned NaN at step 3 (ATLAS_FAULT_NAN): exit 7, the good checkpoints of steps
+#     1-3 are kept and none of step 4 is written;
+#   - metrics.csv on a full disk (/dev/full): exit 5 naming the file, not "OK".
+# Loopback only; removes its temp dir.
+# usage: test_job_errors.sh SOURCE_DIR ATLAS_BIN
+set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+launch_setup test_job_errors.sh job-errors "$@"
+# 4 ranks: 2 DCs x 2 stages, dp 1 (ranks 0 and 3 hold the data loaders).
+COMMON=(inputs/default.deck parallel.dp_size=1 run.log_every_steps=1 train.eval_every_steps=0
+        run.out_dir="$T" wan.recv_timeout_s=60)
+MPI=(mpirun -np 4 --mca btl self,vader,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo)
+run_job() { # NAME GUARD_S ARGS... -> exit status in $T/NAME.rc, seconds in $T/NAME.s, output in $T/NAME.out
+  local name=$1 guard=$2; shift 2
+  local t0=$SECONDS
+  timeout "$guard" "${MPI[@]}" "$ATLAS_BIN" train "${COMMON[@]}" run.name="$name" "$@" > "$T/$name.out" 2>&1
+  echo $? > "$T/$name.rc"
+  echo $((SECONDS - t0)) > "$T/$name.s"
+}
+rc() { cat "$T/$1.rc"; }
+
+# ---- resume with another run.seed ----
+run_job seed 120 run.steps=2 ckpt.every_steps=2
+check "the first run finished" grep -q "^# OK: 2 steps" "$T/seed.out"
+run_job seed 60 run.steps=4 ckpt.every_steps=2 run.resume=latest run.seed=99
+check "a resume with another run.seed ends with exit 2 (got $(rc seed), $(cat "$T/seed.s") s)" test "$(rc seed)" -eq 2
+check "... naming the seed and the checkpoint" \
+  grep -qE "ERROR: resuming from .*step-000002\.h5: the saved data position was drawn with run.seed = [0-9]+, this run uses 99" "$T/seed.out"
+check "... printed once (rank 0 speaks for all)" test "$(grep -c 'this run uses 99' "$T/seed.out")" -eq 1
+
+# ---- a config error on one rank alone ----
+ATLAS_FAULT_CONFIG_ERROR=1:2 run_job lone 60 run.steps=4 ckpt.every_steps=0
+check "a config error on rank 1 alone ends the job with exit 2 (got $(rc lone), $(cat "$T/lone.s") s)" test "$(rc lone)" -eq 2
+check "... within seconds" test "$(cat "$T/lone.s")" -le 30
+check "... and rank 1 reports it, saying that the others did not stop" \
+  grep -q "rank 1 .*raised on some ranks only" "$T/lone.out"
+
+# ---- divergence from the start ----
+run_job nan0 60 run.steps=4 ckpt.every_steps=1 model.init_std=1e308
+check "model.init_std = 1e308 ends with exit 7 (got $(rc nan0))" test "$(rc nan0)" -eq 7
+check "... saying the training diverged at step 0" grep -q "ERROR: training diverged at step 0: loss nan" "$T/nan0.out"
+check "... without a checkpoint" bash -c "! ls '$T/nan0/ckpt/'step-*.h5 2> /dev/null"
+check "... without an OK footer" bash -c "! grep -q '^# OK' '$T/nan0.out'"
+check "... and run.json says diverged" grep -q '"status":"diverged","step":0,"exit_code":7' "$T/nan0/run.json"
+
+# ---- divergence after good checkpoints ----
+ATLAS_FAULT_NAN=0:3 run_job nan3 60 run.steps=6 ckpt.every_steps=1 ckpt.keep_last=3
+check "a parameter turned NaN at step 3 ends with exit 7 (got $(rc nan3))" test "$(rc nan3)" -eq 7
+check "... at step 3" grep -q "ERROR: training diverged at step 3" "$T/nan3.out"
+check "... keeping the good checkpoints of steps 1-3" \
+  test "$(cd "$T/nan3/ckpt" && ls step-*.h5 | tr '\n' ' ')" = "step-000001.h5 step-000002.h5 step-000003.h5 "
+check "... and the metrics of steps 0-3" \
+  test "$(awk -F, 'NR > 1 { print $1 }' "$T/nan3/metrics.csv" | tr '\n' ' ')" = "0 1 2 3 "
+
+# ---- a full disk under metrics.csv ----
+mkdir -p "$T/full"
+ln -s /dev/full "$T/full/metrics.csv"
+run_job full 60 run.steps=3 ckpt.every_steps=0
+check "metrics.csv on a full disk ends with exit 5 (got $(rc full))" test "$(rc full)" -eq 5
+check "... naming the file and the reason" grep -q "writing $T/full/metrics.csv failed: No space left on device" "$T/full.out"
+check "... without an OK footer" bash -c "! grep -q '^# OK' '$T/full.out'"
+
+check "no rank of any job is left running" bash -c "! pgrep -f '[r]un.out_dir=$T' > /dev/null"
+launch_finish

@@ -1,0 +1,93 @@
+// SPDX-License-Identifier: MIT
+// mpi::agree: an error raised on some ranks reaches every rank as one verdict (the same exception
+// class, exit code and messages), so no rank is left waiting in its next collective.
+#include <algorithm>
+#include <stdexcept>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "atlas/core/error.hpp"
+#include "atlas/mpi/agree.hpp"
+
+namespace atlas::mpi {
+namespace {
+
+TEST(Agree, NoFailureReturnsEverywhereAndRunsTheWorkOnce) {
+  const Comm world = Comm::world();
+  int runs = 0;
+  agree(world, "a step", [&] { ++runs; });
+  EXPECT_EQ(runs, 1);
+  // Still in step: a collective after it matches on every rank.
+  EXPECT_EQ(world.allreduce(1, MPI_SUM), world.size());
+}
+
+TEST(Agree, AConfigErrorOnTheLastRankIsAConfigErrorOnEveryRank) {
+  const Comm world = Comm::world();
+  const int culprit = world.size() - 1;
+  try {
+    agree(world, "restoring the data loader", [&] {
+      if (world.rank() == culprit) throw ConfigError("the saved data position was drawn with run.seed = 1");
+    });
+    FAIL() << "expected ConfigError on rank " << world.rank();
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.code(), ExitCode::Config);
+    ASSERT_EQ(e.problems().size(), 1u);
+    EXPECT_EQ(e.problems()[0], "the saved data position was drawn with run.seed = 1");
+  }
+  EXPECT_EQ(world.allreduce(1, MPI_SUM), world.size());
+}
+
+TEST(Agree, TheSameProblemOnSeveralRanksIsListedOnceAndDistinctOnesEach) {
+  const Comm world = Comm::world();
+  try {
+    agree(world, "a step", [&] {
+      if (world.rank() % 2 == 0) throw ConfigError(std::vector<std::string>{"same", "rank-parity even"});
+      throw ConfigError("odd " + std::to_string(world.rank()));
+    });
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    std::vector<std::string> expect{"same", "rank-parity even"};
+    for (int r = 1; r < world.size(); r += 2) expect.push_back("odd " + std::to_string(r));
+    // Order: rank by rank, each distinct problem once.
+    std::vector<std::string> sorted_expect = expect, got = e.problems();
+    std::sort(sorted_expect.begin(), sorted_expect.end());
+    std::sort(got.begin(), got.end());
+    EXPECT_EQ(got, sorted_expect);
+  }
+}
+
+TEST(Agree, ALocalErrorBecomesACollectiveErrorWithItsClassAndRank) {
+  const Comm world = Comm::world();
+  const int culprit = world.size() / 2;
+  try {
+    agree(world, "writing the profile", [&] {
+      if (world.rank() == culprit) throw Error(ExitCode::Io, "cannot write profile.h5");
+    });
+    FAIL() << "expected CollectiveError";
+  } catch (const ConfigError&) {
+    FAIL() << "a local I/O error must keep its class, not become a config error";
+  } catch (const CollectiveError& e) {
+    EXPECT_EQ(e.code(), ExitCode::Io);
+    ASSERT_EQ(e.problems().size(), 1u);
+    EXPECT_EQ(e.problems()[0], "rank " + std::to_string(culprit) + ": cannot write profile.h5");
+  }
+}
+
+TEST(Agree, TheLowestFailingRankDecidesTheExitCode) {
+  const Comm world = Comm::world();
+  if (world.size() < 2) GTEST_SKIP() << "needs two ranks";
+  try {
+    agree(world, "a step", [&] {
+      if (world.rank() == 0) throw Error(ExitCode::Comm, "peer gone");
+      if (world.rank() == 1) throw std::runtime_error("bad_alloc-like");
+    });
+    FAIL() << "expected CollectiveError";
+  } catch (const CollectiveError& e) {
+    EXPECT_EQ(e.code(), ExitCode::Comm);
+    EXPECT_THAT(e.problems(), ::testing::Contains("rank 1: internal error: bad_alloc-like"));
+  }
+}
+
+}  // namespace
+}  // namespace atlas::mpi

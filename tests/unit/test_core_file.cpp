@@ -1,0 +1,76 @@
+// SPDX-License-Identifier: MIT
+// write_file_whole: a failed write is an Io error naming the file and the reason, and never
+// truncates the file it would have replaced.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "atlas/core/error.hpp"
+#include "atlas/core/file.hpp"
+
+namespace atlas {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TempDir {
+  fs::path path = fs::temp_directory_path() / ("atlas-file-" + std::to_string(::getpid()));
+  TempDir() { fs::create_directories(path); }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+TEST(WriteFileWhole, WritesAndReplaces) {
+  TempDir t;
+  const std::string p = (t.path / "run.json").string();
+  write_file_whole(p, "first\n");
+  write_file_whole(p, "second\n");
+  EXPECT_EQ(slurp(p), "second\n");
+  EXPECT_FALSE(fs::exists(p + ".tmp"));
+}
+
+TEST(WriteFileWhole, AFullDiskIsAnIoErrorAndKeepsTheOldFile) {
+  TempDir t;
+  const std::string p = (t.path / "metrics.csv").string();
+  write_file_whole(p, "kept\n");
+  // The temporary file lands on a full device.
+  fs::create_symlink("/dev/full", p + ".tmp");
+  try {
+    write_file_whole(p, std::string(1 << 16, 'x'));
+    FAIL() << "expected an Io error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::Io);
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("writing " + p + ".tmp failed: No space left on device"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr(p + " was left as it was"));
+  }
+  EXPECT_EQ(slurp(p), "kept\n");
+}
+
+TEST(WriteFileWhole, AMissingDirectoryIsAnIoErrorNamingTheFile) {
+  TempDir t;
+  const std::string p = (t.path / "no" / "such" / "run.json").string();
+  try {
+    write_file_whole(p, "x");
+    FAIL() << "expected an Io error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::Io);
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("cannot create " + p + ".tmp: No such file or directory"));
+  }
+}
+
+}  // namespace
+}  // namespace atlas
