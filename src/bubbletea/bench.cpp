@@ -143,6 +143,8 @@ int run_bubbletea_bench(mpi::Environment& env, const std::vector<std::string>& a
   const bool root = world.rank() == 0;
   deck::JobShape shape;
   shape.world_size = world.size();
+  // As atlas train: a binary that carries the CUDA backend accepts device.backend = cuda.
+  shape.cuda_built = device::backend_available(atlas::Backend::Cuda);
   overrides.push_back("bubbletea.enabled=true");  // validate the [bubbletea] section too
   const Config cfg = deck::load(world, path, overrides, shape);
   if (warmup >= cfg.run.steps)
