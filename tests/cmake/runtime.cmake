@@ -47,3 +47,8 @@ set_tests_properties(test_bench_fidelity PROPERTIES LABELS mpi TIMEOUT 120 WORKI
 add_test(NAME test_job_errors
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/launch/test_job_errors.sh ${PROJECT_SOURCE_DIR} $<TARGET_FILE:atlas>)
 set_tests_properties(test_job_errors PROPERTIES LABELS mpi TIMEOUT 400 FIXTURES_REQUIRED brown_corpus PROCESSORS 2)
+# 1,000 idle connections held against the WAN listeners of ranks limited to 256 descriptors leave
+# training and its checkpoints unharmed (#27).
+add_test(NAME test_wan_flood
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/launch/test_wan_flood.sh ${PROJECT_SOURCE_DIR} $<TARGET_FILE:atlas>)
+set_tests_properties(test_wan_flood PROPERTIES LABELS mpi TIMEOUT 300 FIXTURES_REQUIRED brown_corpus PROCESSORS 2)
