@@ -9,3 +9,12 @@ atlas_mpi_test(test_io_checkpoint SOURCES mpi/test_io_checkpoint.cpp NP 1 2 4 TI
 atlas_mpi_test(test_io_formats SOURCES mpi/test_io_formats.cpp NP 1 TIMEOUT 60)
 
 atlas_mpi_test(test_io_bench SOURCES mpi/test_io_bench.cpp NP 1 2 TIMEOUT 60)
+
+# One job per run directory (io::DirLock): a second job is a config error at once, a stale lock
+# file does not block.
+atlas_mpi_test(test_io_dir_lock SOURCES mpi/test_io_dir_lock.cpp NP 1 2 TIMEOUT 60)
+# The same with the binary: a held lock, a stale lock file, two real jobs with one run.name.
+add_test(NAME test_run_dir_lock
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/launch/test_run_dir_lock.sh ${PROJECT_SOURCE_DIR} $<TARGET_FILE:atlas>)
+set_tests_properties(test_run_dir_lock PROPERTIES LABELS mpi TIMEOUT 240 FIXTURES_REQUIRED brown_corpus
+  PROCESSORS 2)
