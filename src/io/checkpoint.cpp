@@ -221,7 +221,7 @@ Plan gather_plan(const mpi::Comm& comm, const std::vector<ShardDesc>& mine,
 // ---- collective agreement ----
 
 std::vector<std::string> gather_problems(const mpi::Comm& comm,
-                                         const std::vector<std::string>& mine) {
+                                         const std::vector<std::string>& mine, bool rank_prefix) {
   BlobWriter w;
   w.i64(static_cast<std::int64_t>(mine.size()));
   for (const auto& p : mine) w.str(p);
@@ -232,7 +232,7 @@ std::vector<std::string> gather_problems(const mpi::Comm& comm,
     const auto n = rd.i64();
     for (std::int64_t i = 0; i < n; ++i) {
       std::string p = rd.str();
-      out.push_back(comm.size() > 1 ? fmt::format("[rank {}] {}", r, p) : p);
+      out.push_back(comm.size() > 1 && rank_prefix ? fmt::format("[rank {}] {}", r, p) : p);
     }
   }
   return out;

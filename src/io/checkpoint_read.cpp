@@ -188,7 +188,7 @@ CheckpointMeta read_checkpoint(const mpi::Comm& comm, const std::string& path,
                 "data is read unverified",
                 path);
     }
-    bad = internal::gather_problems(comm, bad);
+    bad = internal::gather_problems(comm, bad, /*rank_prefix=*/false);
     if (!bad.empty()) {
       constexpr std::size_t kShown = 4;
       std::string text = bad.front();

@@ -168,9 +168,11 @@ bool has_strided_piece(const TensorPlan& t, Pred use) {
 // ---- collective agreement ----
 
 /// Every rank passes its own problems; every rank returns all of them, in rank order, each
-/// prefixed "[rank N] " when the communicator has more than one rank. Collective over comm.
+/// prefixed "[rank N] " when the communicator has more than one rank and `rank_prefix` (off for
+/// problems that do not depend on who found them). Collective over comm.
 std::vector<std::string> gather_problems(const mpi::Comm& comm,
-                                         const std::vector<std::string>& mine);
+                                         const std::vector<std::string>& mine,
+                                         bool rank_prefix = true);
 
 /// Outcome of work done on one rank and broadcast to all, so all throw the same exception.
 struct Verdict {

@@ -320,10 +320,10 @@ TEST(CheckpointChecksums, EveryDatasetCarriesTheCrc32cOfEachWriterBox) {
   if (world().rank() == 0) {
     h5::File f = h5::open_file(w.path, h5::Access::ReadOnly);
     EXPECT_EQ(h5::read_attr_string(f.get(), "checksum"), "crc32c");
-    // qkv.weight [8, 24] split over tp 2 along dimension 1: two boxes, one per TP rank.
+    // qkv.weight [3, 8, 8] split over tp 2 along its middle axis: two boxes, one per TP rank.
     h5::Dataset d(ATLAS_H5_CHECK(H5Dopen2(f.get(), "adam_m/h.0.attn.qkv.weight", H5P_DEFAULT)));
     EXPECT_EQ(h5::read_attr_ints(d.get(), "crc32c_boxes"),
-              (std::vector<std::int64_t>{0, 0, 8, 12, 0, 12, 8, 12}));
+              (std::vector<std::int64_t>{0, 0, 0, 3, 4, 8, 0, 4, 0, 3, 4, 8}));
     const auto crcs = h5::read_attr_ints(d.get(), "crc32c");
     ASSERT_EQ(crcs.size(), 2U);
     for (int tp = 0; tp < 2; ++tp) {
@@ -350,11 +350,11 @@ TEST(CheckpointChecksums, AFlippedBitInATensorIsAnIoErrorNamingTheFileAndTheData
   // The writer's layout checks its own buffers; another layout reads the boxes once more.
   const std::string same = checksum_error_of([&] { (void)read_toy_wrong(w.path, l, 2); });
   EXPECT_THAT(same, HasSubstr("checkpoint '" + w.path + "': dataset /params/h.1.attn.qkv.weight "
-                              "(box offset [0, 0] shape [8, 12]): checksum mismatch"));
+                              "(box offset [0, 0, 0] shape [3, 4, 8]): checksum mismatch"));
   const std::string other =
       checksum_error_of([&] { (void)read_toy_wrong(w.path, {.pp = 2, .dp = 2, .tp = 1}, 2); });
-  EXPECT_THAT(other, HasSubstr("dataset /params/h.1.attn.qkv.weight (box offset [0, 0] shape "
-                               "[8, 12]): checksum mismatch"));
+  EXPECT_THAT(other, HasSubstr("dataset /params/h.1.attn.qkv.weight (box offset [0, 0, 0] shape "
+                               "[3, 4, 8]): checksum mismatch"));
   // A damaged moment is found when the moments are read, and only then.
   const WriteResult w2 = write_toy(tmp.path(), 5, l, 2);
   damage(w2.path, "/adam_v/wte", 4 * 20 + 2);  // element 20: row 2 of the [13, 8], in tp 0's rows
