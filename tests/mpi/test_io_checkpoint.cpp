@@ -421,6 +421,31 @@ TEST(CheckpointChecksums, AFileWithoutChecksumsIsReadUnverified) {
   EXPECT_EQ(read_toy_wrong(w.path, l, 4), 1);  // read, unverified: the flipped element differs
 }
 
+TEST(CheckpointChecksums, AMissingChecksumOrAnUnknownAlgorithmIsAConfigError) {
+  SharedTempDir tmp(world());
+  const VLayout l{.pp = 1, .dp = 1, .tp = 2};
+  const WriteResult w = write_toy(tmp.path(), 1, l, 4);
+  if (world().rank() == 0) {  // a file that declares checksums but lost one
+    h5::File f = h5::open_file(w.path, h5::Access::ReadWrite);
+    ATLAS_H5_CHECK(H5Adelete_by_name(f.get(), "adam_v/wte", "crc32c", H5P_DEFAULT));
+  }
+  world().barrier();
+  EXPECT_THAT(config_error_of([&] { (void)read_toy_wrong(w.path, l, 4); }),
+              HasSubstr("checkpoint '" + w.path + "' is corrupt or incomplete: dataset "
+                        "/adam_v/wte has no 'crc32c' attribute although the file declares "
+                        "checksums"));
+  const WriteResult w2 = write_toy(tmp.path(), 2, l, 4);
+  if (world().rank() == 0) {
+    h5::File f = h5::open_file(w2.path, h5::Access::ReadWrite);
+    ATLAS_H5_CHECK(H5Adelete(f.get(), "checksum"));
+    h5::write_attr(f.get(), "checksum", std::string("sha256"));
+  }
+  world().barrier();
+  EXPECT_THAT(config_error_of([&] { (void)inspect_checkpoint(world(), w2.path); }),
+              HasSubstr("checkpoint '" + w2.path + "' uses checksum 'sha256', but this build of "
+                        "atlas knows only 'crc32c'"));
+}
+
 // ---- atomicity, find_latest, keep_last ----
 
 TEST(CheckpointAtomicity, InterruptedWriteLeavesPreviousCheckpointLoadable) {

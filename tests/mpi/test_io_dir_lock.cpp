@@ -130,5 +130,19 @@ TEST(DirLock, ALockHeldByAnotherProcessBlocksUntilThatProcessDies) {
   EXPECT_NO_THROW((void)lock_run(dir));
 }
 
+TEST(DirLock, ADirectoryThatCannotBeCreatedIsAnIoErrorOnEveryRank) {
+  testing::SharedTempDir tmp(world());
+  if (world().rank() == 0) std::ofstream(tmp.path() + "/runs") << "a file, not a directory";
+  world().barrier();
+  const std::string dir = tmp.path() + "/runs/x";
+  try {
+    (void)lock_run(dir);
+    ADD_FAILURE() << "expected atlas::Error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::Io);
+    EXPECT_THAT(e.what(), HasSubstr("cannot create run directory '" + dir + "'"));
+  }
+}
+
 }  // namespace
 }  // namespace atlas::io
