@@ -65,6 +65,14 @@ DirLock DirLock::acquire(const mpi::Comm& comm, const std::string& dir, const st
       const int err = errno;
       const std::string holder = holder_of(f);
       ::close(f);
+      if (err == ENOLCK || err == ENOSYS || err == EOPNOTSUPP) {
+        // A file system without locks: refusing to run there would stop all work on it, so go
+        // on unprotected, and say so.
+        log::warn("{} '{}' cannot be locked on this file system ({}): a second job started in "
+                  "it would not be stopped",
+                  role, dir, std::strerror(err));
+        return std::string();
+      }
       if (err != EWOULDBLOCK) {
         ATLAS_THROW(Io, "cannot lock '" << path << "' (" << role << " '" << dir
                                         << "'): " << std::strerror(err));
