@@ -91,10 +91,11 @@ struct CheckpointMeta {
   std::string deck;        ///< the resolved deck text
   LayoutInfo layout;
   ModelShape model;
-  /// Small integer arrays keyed by name: RNG states and data-loader positions, one per DP
-  /// replica. Suggested names: "dp0/rng", "dp0/loader", ... ('/' makes a subgroup). Written as
-  /// /state/<name> (uint64). On write each rank passes the entries it knows; the file holds the
-  /// union, and two ranks passing the same name must pass identical words (checked).
+  /// Small integer arrays keyed by name, written as /state/<name> (uint64, with a CRC32C).
+  /// atlas's trainer writes "adam_t" (the AdamW step count) and "loader" (the data-loader
+  /// position); '/' in a name makes a subgroup. On write each rank passes the entries it knows;
+  /// the file holds the union, and two ranks passing the same name must pass identical words
+  /// (checked).
   std::map<std::string, std::vector<std::uint64_t>> state;
   bool operator==(const CheckpointMeta&) const = default;
 };
