@@ -17,9 +17,10 @@
 #include "atlas/core/check.hpp"
 #include "atlas/core/log.hpp"
 #include "atlas/deck/deck.hpp"
-#include "atlas/mpi/agree.hpp"
 #include "atlas/device/backend.hpp"
 #include "atlas/device/host_backend.hpp"
+#include "atlas/io/dir_lock.hpp"
+#include "atlas/mpi/agree.hpp"
 #include "atlas/runtime/fault.hpp"
 #include "atlas/runtime/trainer.hpp"
 #include "atlas/sched/schedule.hpp"
@@ -79,10 +80,31 @@ void check_finite(const runtime::StepReport& rep, std::optional<double> val, boo
   throw CollectiveError(ExitCode::Diverged, {what});
 }
 
+/// True when `inner` is `outer` or lies below it (paths compared as far as they exist).
+bool lies_within(const std::string& inner, const std::string& outer) {
+  std::error_code ec;
+  const fs::path a = fs::weakly_canonical(fs::absolute(inner), ec);
+  const fs::path b = fs::weakly_canonical(fs::absolute(outer), ec);
+  const fs::path rel = a.lexically_relative(b);
+  return !rel.empty() && *rel.begin() != "..";
+}
+
 }  // namespace
 
 JobResult run_training_job(const Config& cfg, const mpi::Comm& world, const JobOptions& opt) {
   const bool root = world.rank() == 0;
+  // ---- one job per run directory, before anything is written there (collective) ----
+  const io::DirLock run_lock = io::DirLock::acquire(
+      world, cfg.run_dir(), "run directory",
+      fmt::format("give this job its own run.name (e.g. run.name={}_2) or run.out_dir, or wait "
+                  "until that job has ended",
+                  cfg.run.name));
+  io::DirLock ckpt_lock;  // a ckpt.dir outside the run directory is locked as well
+  if ((cfg.ckpt.every_steps > 0 || cfg.ckpt.final) && !lies_within(cfg.ckpt_dir(), cfg.run_dir())) {
+    ckpt_lock = io::DirLock::acquire(world, cfg.ckpt_dir(), "checkpoint directory",
+                                     "give this job its own ckpt.dir, or wait until that job "
+                                     "has ended");
+  }
   // ---- setup: layout -> communicators -> backend -> schedule -> transport -> model ----
   const topo::Layout layout(world.size(), cfg.parallel);
   const topo::Communicators comms = topo::Communicators::create(world, layout);

@@ -302,7 +302,8 @@ void build(Schema& schema) {
   b.field("train.warmup_steps", &C::train, &TrainCfg::warmup_steps).def("10").min(0)
       .help("linear warm-up steps");
   b.field("train.weight_decay", &C::train, &TrainCfg::weight_decay).def("0.1").min(0)
-      .help("AdamW decoupled weight decay (weight matrices only)");
+      .help("AdamW decoupled weight decay (weight matrices and embeddings; biases and LayerNorm "
+            "parameters are exempt)");
   b.field("train.beta1", &C::train, &TrainCfg::beta1).def("0.9").min(0).max(0.999999)
       .help("AdamW beta1");
   b.field("train.beta2", &C::train, &TrainCfg::beta2).def("0.95").min(0).max(0.999999)

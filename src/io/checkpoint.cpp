@@ -7,11 +7,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <filesystem>
 #include <regex>
 #include <sstream>
 
 #include "atlas/core/check.hpp"
+#include "atlas/core/crc32c.hpp"
 #include "atlas/core/log.hpp"
 #include "atlas/io/hdf5.hpp"
 #include "ckpt_internal.hpp"
@@ -82,7 +84,16 @@ void put_contents(BlobWriter& w, const CheckpointContents& c) {
     w.str(t.name);
     w.i64s(t.shape);
     w.i64(t.has_adam ? 1 : 0);
+    for (const auto& boxes : t.checksums) {
+      w.i64(static_cast<std::int64_t>(boxes.size()));
+      for (const auto& b : boxes) {
+        w.i64s(b.offset);
+        w.i64s(b.shape);
+        w.u64(b.crc);
+      }
+    }
   }
+  w.i64(c.checksummed ? 1 : 0);
 }
 
 CheckpointContents get_contents(BlobReader& r) {
@@ -95,8 +106,17 @@ CheckpointContents get_contents(BlobReader& r) {
     t.name = r.str();
     t.shape = r.i64s();
     t.has_adam = r.i64() != 0;
+    for (auto& boxes : t.checksums) {
+      boxes.resize(static_cast<std::size_t>(r.i64()));
+      for (auto& b : boxes) {
+        b.offset = r.i64s();
+        b.shape = r.i64s();
+        b.crc = static_cast<std::uint32_t>(r.u64());
+      }
+    }
     c.tensors.push_back(std::move(t));
   }
+  c.checksummed = r.i64() != 0;
   return c;
 }
 
@@ -201,7 +221,7 @@ Plan gather_plan(const mpi::Comm& comm, const std::vector<ShardDesc>& mine,
 // ---- collective agreement ----
 
 std::vector<std::string> gather_problems(const mpi::Comm& comm,
-                                         const std::vector<std::string>& mine) {
+                                         const std::vector<std::string>& mine, bool rank_prefix) {
   BlobWriter w;
   w.i64(static_cast<std::int64_t>(mine.size()));
   for (const auto& p : mine) w.str(p);
@@ -212,7 +232,7 @@ std::vector<std::string> gather_problems(const mpi::Comm& comm,
     const auto n = rd.i64();
     for (std::int64_t i = 0; i < n; ++i) {
       std::string p = rd.str();
-      out.push_back(comm.size() > 1 ? fmt::format("[rank {}] {}", r, p) : p);
+      out.push_back(comm.size() > 1 && rank_prefix ? fmt::format("[rank {}] {}", r, p) : p);
     }
   }
   return out;
@@ -241,8 +261,32 @@ Verdict decode(const std::string& bytes) {
 
 void rethrow(const Verdict& v) {
   if (v.kind == Verdict::Config) throw ConfigError(v.problems);
+  if (v.kind == Verdict::Checksum) {
+    throw ChecksumMismatch(v.problems.empty() ? "checksum mismatch" : v.problems.front());
+  }
   // Already carries its call site from the rank that raised it.
   throw Error(static_cast<ExitCode>(v.exit_code), v.problems.empty() ? "" : v.problems.front());
+}
+
+// ---- checksums ----
+
+static_assert(std::endian::native == std::endian::little,
+              "checkpoint checksums are taken over the little-endian bytes in memory");
+
+std::uint32_t crc_of(const float* data, std::int64_t n) {
+  return crc32c(data, static_cast<std::size_t>(n) * sizeof(float));
+}
+
+std::uint32_t crc_of(const std::uint64_t* data, std::size_t n) {
+  return crc32c(data, n * sizeof(std::uint64_t));
+}
+
+std::string mismatch_text(const std::string& path, const std::string& dataset,
+                          const std::string& box, std::uint32_t stored, std::uint32_t computed) {
+  return fmt::format("checkpoint '{}': dataset {}{}: checksum mismatch (stored crc32c 0x{:08x}, "
+                     "data gives 0x{:08x}): the file changed after it was written; resume from "
+                     "another checkpoint (run.resume = latest skips damaged files)",
+                     path, dataset, box, stored, computed);
 }
 
 // ---- hyperslab transfer ----
@@ -380,9 +424,70 @@ herr_t visit_state(hid_t group, const char* name, const H5L_info_t* /*info*/, vo
   return 0;
 }
 
-/// Checks one tensor dataset's type and that its bytes lie inside the file.
+/// The stored `crc32c` of a whole (one-box) dataset. Throws atlas::Error when it is missing or
+/// not one value (the file is corrupt: it declares checksums).
+std::uint32_t stored_crc(hid_t obj, const std::string& dataset) {
+  if (!h5::has_attr(obj, internal::kCrcAttr)) {
+    ATLAS_THROW(Io, "dataset " << dataset << " has no '" << internal::kCrcAttr
+                               << "' attribute although the file declares checksums");
+  }
+  const auto v = h5::read_attr_ints(obj, internal::kCrcAttr);
+  if (v.size() != 1) {
+    ATLAS_THROW(Io, "dataset " << dataset << ": '" << internal::kCrcAttr << "' holds " << v.size()
+                               << " values, expected 1");
+  }
+  return static_cast<std::uint32_t>(v[0]);
+}
+
+/// The stored box checksums of a tensor dataset of `shape`; they must tile it.
+std::vector<BoxChecksum> stored_boxes(hid_t d, const std::string& dataset,
+                                      const std::vector<std::int64_t>& shape) {
+  if (!h5::has_attr(d, internal::kCrcAttr)) {
+    ATLAS_THROW(Io, "dataset " << dataset << " has no '" << internal::kCrcAttr
+                               << "' attribute although the file declares checksums");
+  }
+  const auto crcs = h5::read_attr_ints(d, internal::kCrcAttr);
+  const auto rank = shape.size();
+  std::vector<std::int64_t> flat;
+  if (h5::has_attr(d, internal::kCrcBoxesAttr)) {
+    flat = h5::read_attr_ints(d, internal::kCrcBoxesAttr);
+  } else {  // one box: the whole dataset
+    flat.assign(rank, 0);
+    flat.insert(flat.end(), shape.begin(), shape.end());
+  }
+  if (crcs.empty() || flat.size() != crcs.size() * 2 * rank) {
+    ATLAS_THROW(Io, "dataset " << dataset << ": " << crcs.size() << " checksums but "
+                               << flat.size() << " box coordinates (expected " << 2 * rank
+                               << " per checksum)");
+  }
+  std::vector<BoxChecksum> out(crcs.size());
+  std::int64_t covered = 0;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    auto row = flat.begin() + static_cast<std::ptrdiff_t>(i * 2 * rank);
+    out[i].offset.assign(row, row + static_cast<std::ptrdiff_t>(rank));
+    out[i].shape.assign(row + static_cast<std::ptrdiff_t>(rank),
+                        row + static_cast<std::ptrdiff_t>(2 * rank));
+    out[i].crc = static_cast<std::uint32_t>(crcs[i]);
+    if (!internal::shard_problems("box", shape, out[i].offset, out[i].shape).empty()) {
+      ATLAS_THROW(Io, "dataset " << dataset << ": checksum box " << i << " (offset "
+                                 << internal::dims_str(out[i].offset) << ", shape "
+                                 << internal::dims_str(out[i].shape) << ") lies outside "
+                                 << internal::dims_str(shape));
+    }
+    covered += internal::volume(out[i].shape);
+  }
+  if (covered != internal::volume(shape)) {
+    ATLAS_THROW(Io, "dataset " << dataset << ": the checksum boxes cover " << covered << " of "
+                               << internal::volume(shape) << " elements");
+  }
+  return out;
+}
+
+/// Checks one tensor dataset's type and that its bytes lie inside the file; with `boxes`, reads
+/// its stored checksums.
 std::vector<std::int64_t> check_tensor_dataset(hid_t parent, const std::string& group,
-                                               const std::string& name, std::uintmax_t file_bytes) {
+                                               const std::string& name, std::uintmax_t file_bytes,
+                                               std::vector<BoxChecksum>* boxes = nullptr) {
   h5::Dataset d(ATLAS_H5_CHECK(H5Dopen2(parent, name.c_str(), H5P_DEFAULT)));
   h5::Type t(ATLAS_H5_CHECK(H5Dget_type(d.get())));
   if (H5Tget_class(t.get()) != H5T_FLOAT || H5Tget_size(t.get()) != 4) {
@@ -401,6 +506,7 @@ std::vector<std::int64_t> check_tensor_dataset(hid_t parent, const std::string& 
                                   << " but the file has " << file_bytes << " bytes");
     }
   }
+  if (boxes) *boxes = stored_boxes(d.get(), "/" + group + "/" + name, shape);
   return shape;
 }
 
@@ -414,12 +520,28 @@ CheckpointContents inspect_checkpoint(const std::string& path) {
   c.path = path;
   try {
     check_format(root, path);  // ConfigError passes through; atlas::Error means corrupt
+    if (h5::has_attr(root, "checksum")) {
+      const std::string algo = h5::read_attr_string(root, "checksum");
+      if (algo != kCkptChecksum) {
+        throw ConfigError(fmt::format("checkpoint '{}' uses checksum '{}', but this build of "
+                                      "atlas knows only '{}'",
+                                      path, algo, kCkptChecksum));
+      }
+      c.checksummed = true;
+    }
+    const bool sums = c.checksummed;
     std::error_code ec;
     const auto file_bytes = fs::file_size(path, ec);
     CheckpointMeta& m = c.meta;
     m.step = h5::read_attr_int(root, "step");
     m.git_sha = h5::read_attr_string(root, "git_sha");
     m.deck = h5::read_string_dataset(root, "deck");
+    if (sums) {
+      h5::Dataset d(ATLAS_H5_CHECK(H5Dopen2(root, "deck", H5P_DEFAULT)));
+      const std::uint32_t want = stored_crc(d.get(), "/deck");
+      const std::uint32_t got = crc32c(m.deck.data(), m.deck.size());
+      if (want != got) throw ChecksumMismatch(internal::mismatch_text(path, "/deck", "", want, got));
+    }
     {
       h5::Group g = h5::open_group(root, "layout");
       m.layout.dc_count = h5::read_attr_int(g.get(), "dc_count");
@@ -448,6 +570,12 @@ CheckpointContents inspect_checkpoint(const std::string& path) {
           ATLAS_H5_CHECK(
               H5Dread(d.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, words.data()));
         }
+        if (sums) {
+          const std::string where = "/state/" + name;
+          const std::uint32_t want = stored_crc(d.get(), where);
+          const std::uint32_t got = internal::crc_of(words.data(), words.size());
+          if (want != got) throw ChecksumMismatch(internal::mismatch_text(path, where, "", want, got));
+        }
         m.state[name] = std::move(words);
       }
     }
@@ -457,13 +585,16 @@ CheckpointContents inspect_checkpoint(const std::string& path) {
     for (const auto& name : h5::list_links(params.get())) {
       TensorEntry t;
       t.name = name;
-      t.shape = check_tensor_dataset(params.get(), "params", name, file_bytes);
+      t.shape = check_tensor_dataset(params.get(), "params", name, file_bytes,
+                                     sums ? &t.checksums[0] : nullptr);
       const bool has_m = h5::exists(adam_m.get(), name);
       const bool has_v = h5::exists(adam_v.get(), name);
       if (has_m != has_v) ATLAS_THROW(Io, "tensor '" << name << "' has only one AdamW moment");
       if (has_m) {
+        int kind = 1;
         for (auto [g, gname] : {std::pair{adam_m.get(), "adam_m"}, std::pair{adam_v.get(), "adam_v"}}) {
-          if (check_tensor_dataset(g, gname, name, file_bytes) != t.shape) {
+          if (check_tensor_dataset(g, gname, name, file_bytes,
+                                   sums ? &t.checksums[kind++] : nullptr) != t.shape) {
             ATLAS_THROW(Io, "/" << gname << "/" << name << " and /params/" << name
                                 << " have different shapes");
           }
@@ -472,6 +603,8 @@ CheckpointContents inspect_checkpoint(const std::string& path) {
       t.has_adam = has_m;
       c.tensors.push_back(std::move(t));
     }
+  } catch (const ChecksumMismatch&) {
+    throw;  // already names the file and the dataset; exit code 5, not a config error
   } catch (const Error& e) {
     throw ConfigError(
         fmt::format("checkpoint '{}' is corrupt or incomplete: {}", path, e.what()));
@@ -491,7 +624,7 @@ CheckpointContents inspect_checkpoint(const mpi::Comm& comm, const std::string& 
 
 // ---- find_latest / resolve_resume ----
 
-LatestCheckpoint find_latest(const std::string& dir) {
+LatestCheckpoint find_latest(const std::string& dir, std::int64_t before_step) {
   LatestCheckpoint out;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return out;
@@ -506,7 +639,8 @@ LatestCheckpoint find_latest(const std::string& dir) {
     const std::string name = entry.path().filename().string();
     std::smatch m;
     if (!std::regex_match(name, m, kName)) continue;
-    found.push_back({std::stoll(m[1].str()), m[2].matched, entry.path().string()});
+    const std::int64_t step = std::stoll(m[1].str());
+    if (step < before_step) found.push_back({step, m[2].matched, entry.path().string()});
   }
   // Newest first; for one step the .tmp (a later, interrupted rewrite) is reported first.
   std::sort(found.begin(), found.end(), [](const Candidate& a, const Candidate& b) {
@@ -524,14 +658,17 @@ LatestCheckpoint find_latest(const std::string& dir) {
       return out;
     } catch (const ConfigError& e) {
       out.skipped.push_back({c.path, e.what()});
+    } catch (const ChecksumMismatch& e) {
+      out.skipped.push_back({c.path, e.what()});
     }
   }
   return out;
 }
 
-LatestCheckpoint find_latest(const mpi::Comm& comm, const std::string& dir) {
+LatestCheckpoint find_latest(const mpi::Comm& comm, const std::string& dir,
+                             std::int64_t before_step) {
   const std::string bytes = internal::run_on_root(comm, [&] {
-    const LatestCheckpoint l = find_latest(dir);
+    const LatestCheckpoint l = find_latest(dir, before_step);
     BlobWriter w;
     w.str(l.path);
     w.i64(l.step);
@@ -556,30 +693,72 @@ LatestCheckpoint find_latest(const mpi::Comm& comm, const std::string& dir) {
   return l;
 }
 
+namespace {
+
+/// Logs what find_latest found (rank 0): each skipped file with its reason, then the choice.
+void log_latest(const mpi::Comm& comm, const LatestCheckpoint& l, const std::string& ckpt_dir) {
+  if (comm.rank() == 0) {
+    for (const auto& s : l.skipped) {
+      log::warn("run.resume = latest: skipping '{}': {}", s.path, s.reason);
+    }
+  }
+  if (!l.found()) {
+    log::info("run.resume = latest: no readable checkpoint in '{}'; starting from step 0",
+              ckpt_dir);
+    return;
+  }
+  log::info("run.resume = latest: resuming from '{}' (step {}){}", l.path, l.step,
+            l.skipped.empty() ? std::string()
+                              : fmt::format(", the newest readable one ({} newer file(s) "
+                                            "skipped)",
+                                            l.skipped.size()));
+}
+
+}  // namespace
+
 std::string resolve_resume(const mpi::Comm& comm, const std::string& resume,
                            const std::string& ckpt_dir) {
   if (resume.empty()) return "";
   if (resume == "latest") {
     const LatestCheckpoint l = find_latest(comm, ckpt_dir);
-    if (comm.rank() == 0) {
-      for (const auto& s : l.skipped) {
-        log::warn("run.resume = latest: skipping '{}': {}", s.path, s.reason);
-      }
-    }
-    if (!l.found()) {
-      log::info("run.resume = latest: no readable checkpoint in '{}'; starting from step 0",
-                ckpt_dir);
-      return "";
-    }
-    log::info("run.resume = latest: resuming from '{}' (step {}){}", l.path, l.step,
-              l.skipped.empty() ? std::string()
-                                : fmt::format(", the newest readable one ({} newer file(s) "
-                                              "skipped)",
-                                              l.skipped.size()));
+    log_latest(comm, l, ckpt_dir);
     return l.path;
   }
   (void)inspect_checkpoint(comm, resume);  // throws a ConfigError naming the file
   return resume;
+}
+
+std::optional<Resumed> resume_checkpoint(const mpi::Comm& comm, const std::string& resume,
+                                         const std::string& ckpt_dir,
+                                         std::span<const ReadShard> shards,
+                                         const ReadOptions& options) {
+  if (resume != "latest") {
+    const std::string path = resolve_resume(comm, resume, ckpt_dir);
+    if (path.empty()) return std::nullopt;
+    return Resumed{path, read_checkpoint(comm, path, shards, options)};
+  }
+  std::int64_t before = INT64_MAX;
+  std::vector<std::string> damaged;
+  for (;;) {
+    const LatestCheckpoint l = find_latest(comm, ckpt_dir, before);
+    if (!l.found() && !damaged.empty()) {
+      throw ChecksumMismatch(fmt::format(
+          "run.resume = latest: no intact checkpoint left in '{}': the data of {} failed its "
+          "checksum and no older one is readable; the model was partly loaded from it, so the "
+          "job cannot start from step 0 either\n  hint: move the damaged file(s) away to start "
+          "afresh, or name a good copy in run.resume",
+          ckpt_dir, fmt::join(damaged, ", ")));
+    }
+    log_latest(comm, l, ckpt_dir);
+    if (!l.found()) return std::nullopt;
+    try {
+      return Resumed{l.path, read_checkpoint(comm, l.path, shards, options)};
+    } catch (const ChecksumMismatch& e) {
+      if (comm.rank() == 0) log::warn("run.resume = latest: skipping '{}': {}", l.path, e.what());
+      damaged.push_back(l.path);
+      before = l.step;
+    }
+  }
 }
 
 }  // namespace atlas::io

@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: MIT
 // The checkpoint writer: validate and gather every rank's shard descriptors, write the full
-// tensors to step-NNNNNN.h5.tmp with MPI-IO (one hyperslab per shard), close and fsync, then
-// rank 0 renames it into place and prunes old checkpoints. Layout: docs/formats.md.
+// tensors to step-NNNNNN.h5.tmp with MPI-IO (one hyperslab per shard) with the CRC32C of each
+// writer's box beside them, close and fsync, then rank 0 renames it into place and prunes old
+// checkpoints. Layout: docs/formats.md.
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <ctime>
@@ -16,6 +18,7 @@
 #include <utility>
 
 #include "atlas/core/check.hpp"
+#include "atlas/core/crc32c.hpp"
 #include "atlas/core/log.hpp"
 #include "atlas/io/checkpoint.hpp"
 #include "atlas/io/hdf5.hpp"
@@ -177,14 +180,22 @@ CheckpointMeta merged_meta(const mpi::Comm& comm, const CheckpointMeta& meta, st
 
 // ---- file body ----
 
+/// A one-value `crc32c` attribute on the dataset `name` below `loc` (metadata: every rank).
+void write_whole_crc(hid_t loc, const std::string& name, std::uint32_t crc) {
+  h5::Dataset d(ATLAS_H5_CHECK(H5Dopen2(loc, name.c_str(), H5P_DEFAULT)));
+  h5::write_attr(d.get(), internal::kCrcAttr, std::span<const std::uint32_t>(&crc, 1));
+}
+
 void write_metadata(hid_t root, const CheckpointMeta& m, const std::string& created,
                     bool is_root_rank) {
   h5::write_attr(root, "format", std::string(kCkptFormatName));
   h5::write_attr(root, "format_version", kCkptFormatVersion);
+  h5::write_attr(root, "checksum", std::string(kCkptChecksum));
   h5::write_attr(root, "step", m.step);
   h5::write_attr(root, "git_sha", m.git_sha);
   h5::write_attr(root, "created_utc", created);
   h5::write_string_dataset(root, "deck", m.deck, is_root_rank);
+  write_whole_crc(root, "deck", crc32c(m.deck.data(), m.deck.size()));
   {
     h5::Group g = h5::create_group(root, "layout");
     h5::write_attr(g.get(), "dc_count", m.layout.dc_count);
@@ -213,7 +224,58 @@ void write_metadata(hid_t root, const CheckpointMeta& m, const std::string& crea
       ATLAS_H5_CHECK(
           H5Dwrite(d.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, words.data()));
     }
+    const std::uint32_t crc = internal::crc_of(words.data(), words.size());
+    h5::write_attr(d.get(), internal::kCrcAttr, std::span<const std::uint32_t>(&crc, 1));
   }
+}
+
+// ---- checksums of the writer shards ----
+
+/// CRC32C of each writer piece's value, adam_m and adam_v, keyed by (rank, local index): every
+/// writer checksums its own buffers, then an allgather gives every rank the whole table, since
+/// the attributes that hold it are metadata (written identically by every rank). Collective.
+using CrcTable = std::map<std::pair<int, int>, std::array<std::uint32_t, 3>>;
+
+CrcTable gather_crcs(const mpi::Comm& comm, std::span<const WriteShard> shards) {
+  BlobWriter w;
+  std::int64_t n = 0;
+  for (const auto& s : shards) n += s.writer && s.numel() > 0 ? 1 : 0;
+  w.i64(n);
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    const WriteShard& s = shards[i];
+    if (!s.writer || s.numel() == 0) continue;
+    w.i64(static_cast<std::int64_t>(i));
+    for (const float* buf : {s.value, s.adam_m, s.adam_v}) w.u64(internal::crc_of(buf, s.numel()));
+  }
+  const auto all = comm.allgather_strings(w.data());
+  CrcTable table;
+  for (std::size_t r = 0; r < all.size(); ++r) {
+    BlobReader rd(all[r]);
+    const auto count = rd.i64();
+    for (std::int64_t k = 0; k < count; ++k) {
+      const auto local = static_cast<int>(rd.i64());
+      auto& crcs = table[{static_cast<int>(r), local}];
+      for (auto& c : crcs) c = static_cast<std::uint32_t>(rd.u64());
+    }
+  }
+  return table;
+}
+
+/// The `crc32c` and `crc32c_boxes` attributes of one tensor dataset: one box per non-empty
+/// writer piece, in plan order (identical on every rank).
+void write_box_crcs(hid_t dset, const TensorPlan& t, const CrcTable& crcs, int kind) {
+  std::vector<std::uint32_t> values;
+  std::vector<std::int64_t> boxes;
+  for (const auto& p : t.pieces) {
+    if (!p.writer || internal::volume(p.shape) == 0) continue;
+    values.push_back(crcs.at({p.rank, p.local_index})[static_cast<std::size_t>(kind)]);
+    boxes.insert(boxes.end(), p.offset.begin(), p.offset.end());
+    boxes.insert(boxes.end(), p.shape.begin(), p.shape.end());
+  }
+  const hsize_t dims[2] = {values.size(), 2 * t.full_shape.size()};
+  h5::write_attr(dset, internal::kCrcAttr, std::span<const std::uint32_t>(values));
+  h5::write_attr(dset, internal::kCrcBoxesAttr, std::span<const std::int64_t>(boxes),
+                 std::span<const hsize_t>(dims, 2));
 }
 
 // ---- strided shards: redistribute into contiguous row blocks, then write ----
@@ -329,7 +391,7 @@ void write_redistributed(hid_t dset, hid_t dxpl, const mpi::Comm& comm, const Te
 }
 
 void write_tensors(hid_t root, const mpi::Comm& comm, const Plan& plan,
-                   std::span<const WriteShard> shards, Transfer transfer) {
+                   std::span<const WriteShard> shards, const CrcTable& crcs, Transfer transfer) {
   h5::Group groups[3] = {h5::create_group(root, internal::kKindGroups[0]),
                          h5::create_group(root, internal::kKindGroups[1]),
                          h5::create_group(root, internal::kKindGroups[2])};
@@ -365,6 +427,7 @@ void write_tensors(hid_t root, const mpi::Comm& comm, const Plan& plan,
       // Dataset creation is a metadata change: every rank makes it, identically, in plan order.
       h5::Dataset d(ATLAS_H5_CHECK(H5Dcreate2(groups[kind].get(), name.c_str(), H5T_IEEE_F32LE,
                                               space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT)));
+      write_box_crcs(d.get(), t, crcs, kind);
       if (redistribute) {
         write_redistributed(d.get(), ind_xfer.get(), exchange, t, shards, kind);
         continue;
@@ -468,6 +531,7 @@ WriteResult write_checkpoint(const mpi::Comm& comm, const std::string& dir,
   // ---- metadata: rank 0's fields, the union of every rank's state ----
   std::string created;
   CheckpointMeta m = merged_meta(comm, meta, created, problems);
+  const CrcTable crcs = gather_crcs(comm, shards);
   if (!problems.empty()) {
     ATLAS_THROW(Internal, "checkpoint step " << meta.step << ": inconsistent shard descriptors:\n  "
                                              << fmt::format("{}", fmt::join(problems, "\n  ")));
@@ -502,7 +566,7 @@ WriteResult write_checkpoint(const mpi::Comm& comm, const std::string& dir,
     h5::File file = h5::create_file(tmp_path, comm);
     try {
       write_metadata(file.get(), m, created, comm.rank() == 0);
-      write_tensors(file.get(), comm, plan, shards, options.transfer);
+      write_tensors(file.get(), comm, plan, shards, crcs, options.transfer);
     } catch (...) {
       // A failure here is local to this rank (STYLE.md §5: the job aborts). Closing the file is
       // collective and the other ranks may never join it, so leave it open rather than hang

@@ -168,15 +168,17 @@ bool has_strided_piece(const TensorPlan& t, Pred use) {
 // ---- collective agreement ----
 
 /// Every rank passes its own problems; every rank returns all of them, in rank order, each
-/// prefixed "[rank N] " when the communicator has more than one rank. Collective over comm.
+/// prefixed "[rank N] " when the communicator has more than one rank and `rank_prefix` (off for
+/// problems that do not depend on who found them). Collective over comm.
 std::vector<std::string> gather_problems(const mpi::Comm& comm,
-                                         const std::vector<std::string>& mine);
+                                         const std::vector<std::string>& mine,
+                                         bool rank_prefix = true);
 
 /// Outcome of work done on one rank and broadcast to all, so all throw the same exception.
 struct Verdict {
-  enum Kind : std::int64_t { Ok = 0, Config = 1, Failure = 2 } kind = Ok;
+  enum Kind : std::int64_t { Ok = 0, Config = 1, Failure = 2, Checksum = 3 } kind = Ok;
   std::int64_t exit_code = 0;          ///< for Failure: the atlas::ExitCode
-  std::vector<std::string> problems;   ///< for Config: ConfigError::problems(); Failure: what()
+  std::vector<std::string> problems;   ///< Config: ConfigError::problems(); else what()
   std::string payload;                 ///< for Ok: result bytes
 };
 
@@ -198,6 +200,10 @@ std::string run_on_root(const mpi::Comm& comm, F&& work) {
     } catch (const ConfigError& e) {
       v.kind = Verdict::Config;
       v.problems = e.problems();
+    } catch (const ChecksumMismatch& e) {
+      v.kind = Verdict::Checksum;
+      v.exit_code = static_cast<std::int64_t>(e.code());
+      v.problems = {e.what()};
     } catch (const Error& e) {
       v.kind = Verdict::Failure;
       v.exit_code = static_cast<std::int64_t>(e.code());
@@ -230,5 +236,22 @@ enum class Direction { Write, Read };
 /// bytes are copied exactly (NaN payloads included).
 void transfer_box(hid_t dset, hid_t dxpl, Direction dir, const std::vector<std::int64_t>* offset,
                   const std::vector<std::int64_t>* shape, void* buf);
+
+// ---- checksums (docs/formats.md, "Checksums") ----
+
+/// Name of the per-dataset attribute holding the CRC32C of each box (uint32, one per box).
+inline constexpr const char* kCrcAttr = "crc32c";
+/// Name of the tensor datasets' attribute holding the boxes: int64 [n, 2 * rank], each row the
+/// box's offset then its shape. Absent: one box, the whole dataset.
+inline constexpr const char* kCrcBoxesAttr = "crc32c_boxes";
+
+/// CRC32C of `n` float32 or uint64 values as the file stores them (little-endian; atlas's hosts
+/// are little-endian, so these are the bytes in memory).
+std::uint32_t crc_of(const float* data, std::int64_t n);
+std::uint32_t crc_of(const std::uint64_t* data, std::size_t n);
+
+/// The text of a checksum mismatch (one line).
+std::string mismatch_text(const std::string& path, const std::string& dataset,
+                          const std::string& box, std::uint32_t stored, std::uint32_t computed);
 
 }  // namespace atlas::io::internal

@@ -257,6 +257,24 @@ void write_attr(hid_t obj, const std::string& name, std::span<const std::int64_t
   if (n > 0) ATLAS_H5_CHECK(H5Awrite(a.get(), H5T_NATIVE_INT64, values.data()));
 }
 
+void write_attr(hid_t obj, const std::string& name, std::span<const std::int64_t> values,
+                std::span<const hsize_t> dims) {
+  hsize_t n = 1;
+  for (auto d : dims) n *= d;
+  ATLAS_ASSERT(n == values.size(), "attribute '" << name << "': " << values.size()
+                                                 << " values for " << n << " elements");
+  Space space = simple_space(dims);
+  Attr a = create_attr(obj, name, H5T_STD_I64LE, space.get());
+  if (n > 0) ATLAS_H5_CHECK(H5Awrite(a.get(), H5T_NATIVE_INT64, values.data()));
+}
+
+void write_attr(hid_t obj, const std::string& name, std::span<const std::uint32_t> values) {
+  const hsize_t n = values.size();
+  Space space = n == 0 ? Space(ATLAS_H5_CHECK(H5Screate(H5S_NULL))) : simple_space({&n, 1});
+  Attr a = create_attr(obj, name, H5T_STD_U32LE, space.get());
+  if (n > 0) ATLAS_H5_CHECK(H5Awrite(a.get(), H5T_NATIVE_UINT32, values.data()));
+}
+
 void write_attr(hid_t obj, const std::string& name, const std::string& value) {
   Type t = fixed_string_type(value.size());
   Space space = simple_space({});

@@ -160,6 +160,21 @@ StageModel::StageModel(const ModelCfg& cfg, int micro_batch_size, StageSpec spec
 
 StageModel::~StageModel() = default;
 
+bool decays_by_role(std::string_view name) {
+  if (name == "wte" || name == "wpe") return true;  // embeddings (wte is also the LM head)
+  const auto dot = name.rfind('.');
+  const std::string_view leaf = dot == std::string_view::npos ? name : name.substr(dot + 1);
+  const std::string_view owner = dot == std::string_view::npos ? "" : name.substr(0, dot);
+  const bool layer_norm = owner == "ln_f" || owner.ends_with(".ln_1") || owner.ends_with(".ln_2");
+  if (leaf == "bias" || (layer_norm && leaf == "weight")) return false;
+  if (leaf == "weight" && (owner.ends_with(".attn.qkv") || owner.ends_with(".attn.proj") ||
+                           owner.ends_with(".mlp.fc") || owner.ends_with(".mlp.proj"))) {
+    return true;
+  }
+  ATLAS_THROW(Internal, "no weight-decay rule for parameter '"
+                            << name << "': give its role in model::decays_by_role");
+}
+
 void StageModel::add_param(const std::string& name, std::vector<std::int64_t> full_shape,
                            int shard_dim, double init_std, float init_value, bool tied_copy,
                            std::uint64_t seed) {
@@ -175,7 +190,7 @@ void StageModel::add_param(const std::string& name, std::vector<std::int64_t> fu
     p.shard_shape[d] = part;
     p.shard_offset[d] = part * m_spec.tp_rank;
   }
-  p.decay = p.full_shape.size() >= 2;
+  p.decay = decays_by_role(name);
   p.tied_copy = tied_copy;
   p.counts_in_norm = !tied_copy && (!p.replicated_over_tp || m_spec.tp_rank == 0);
   const auto n = static_cast<std::size_t>(p.shard_numel());

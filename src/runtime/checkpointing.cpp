@@ -59,13 +59,16 @@ io::ModelShape shape_of(const ModelCfg& m) { return {m.layers, m.hidden, m.heads
 }  // namespace
 
 Restored restore_checkpoint(Trainer& trainer, const Config& cfg, const topo::Communicators& comms) {
-  const std::string path = io::resolve_resume(comms.world, cfg.run.resume, cfg.ckpt_dir());
-  if (path.empty()) return {};
+  if (cfg.run.resume.empty()) return {};
   const topo::Coord me = trainer.layout().coord(comms.world.rank());
   HostShards h = host_shards(trainer.model(), me, true);
   io::ReadOptions opt;
   opt.expect_model = shape_of(cfg.model);
-  const io::CheckpointMeta meta = io::read_checkpoint(comms.world, path, h.read, opt);
+  const std::optional<io::Resumed> resumed =
+      io::resume_checkpoint(comms.world, cfg.run.resume, cfg.ckpt_dir(), h.read, opt);
+  if (!resumed) return {};
+  const std::string& path = resumed->path;
+  const io::CheckpointMeta& meta = resumed->meta;
   // Copy back staged shards (device backends).
   device::Backend& be = trainer.model().backend();
   if (!be.host_accessible()) {

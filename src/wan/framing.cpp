@@ -1,8 +1,7 @@
 // SPDX-License-Identifier: MIT
-// Frame header and handshake encoding, CRC32C (ISA-L) and HMAC-SHA256 (OpenSSL).
+// Frame header and handshake encoding (CRC32C: core/crc32c.hpp) and HMAC-SHA256 (OpenSSL).
 #include "atlas/wan/framing.hpp"
 
-#include <isa-l/crc.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
@@ -85,22 +84,6 @@ Mac hmac(const Secret& secret, const char* label, std::span<const std::uint8_t> 
 }
 
 }  // namespace
-
-// ---- CRC32C ----
-
-std::uint32_t crc32c(const void* data, std::size_t bytes) {
-  // crc32_iscsi keeps the raw register: start at ~0 and invert at the end (standard CRC32C).
-  auto* p = static_cast<unsigned char*>(const_cast<void*>(data));
-  unsigned int crc = 0xFFFFFFFFu;
-  constexpr std::size_t kPiece = std::size_t{1} << 30;  // its length argument is an int
-  while (bytes > 0) {
-    const std::size_t n = bytes < kPiece ? bytes : kPiece;
-    crc = crc32_iscsi(p, static_cast<int>(n), crc);
-    p += n;
-    bytes -= n;
-  }
-  return ~crc;
-}
 
 // ---- frame header ----
 

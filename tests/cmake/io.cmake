@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
-# io/ tests: HDF5 wrappers (unit), checkpoint write/read/reshard/atomicity (MPI), and the
-# documented h5py snippet / h5dump (MPI np 1, needs /usr/bin/python3 with h5py, else skips).
+# io/ tests: HDF5 wrappers (unit), checkpoint write/read/reshard/checksums/atomicity (MPI), the
+# documented h5py snippet / h5dump (MPI np 1, needs /usr/bin/python3 with h5py, else skips), the
+# run-directory lock, and damaged checkpoints and a second job end to end with the binary.
 atlas_unit_test(test_io_hdf5 unit/test_io_hdf5.cpp)
 set_tests_properties(test_io_hdf5 PROPERTIES TIMEOUT 30)
 
@@ -9,3 +10,18 @@ atlas_mpi_test(test_io_checkpoint SOURCES mpi/test_io_checkpoint.cpp NP 1 2 4 TI
 atlas_mpi_test(test_io_formats SOURCES mpi/test_io_formats.cpp NP 1 TIMEOUT 60)
 
 atlas_mpi_test(test_io_bench SOURCES mpi/test_io_bench.cpp NP 1 2 TIMEOUT 60)
+
+# One job per run directory (io::DirLock): a second job is a config error at once, a stale lock
+# file does not block.
+atlas_mpi_test(test_io_dir_lock SOURCES mpi/test_io_dir_lock.cpp NP 1 2 TIMEOUT 60)
+# The same with the binary: a held lock, a stale lock file, two real jobs with one run.name.
+add_test(NAME test_run_dir_lock
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/launch/test_run_dir_lock.sh ${PROJECT_SOURCE_DIR} $<TARGET_FILE:atlas>)
+set_tests_properties(test_run_dir_lock PROPERTIES LABELS mpi TIMEOUT 240 FIXTURES_REQUIRED brown_corpus
+  PROCESSORS 2)
+# Damaged checkpoints with the binary: a flipped bit in a tensor, a moment, adam_t or the loader
+# position of run.resume = PATH ends with exit code 5 naming file and dataset; latest skips it.
+add_test(NAME test_ckpt_bitflip
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/launch/test_ckpt_bitflip.sh ${PROJECT_SOURCE_DIR} $<TARGET_FILE:atlas>)
+set_tests_properties(test_ckpt_bitflip PROPERTIES LABELS mpi TIMEOUT 240 FIXTURES_REQUIRED brown_corpus
+  PROCESSORS 2 SKIP_RETURN_CODE 77)

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 // Checkpoint writer/reader under MPI: bit-exact round trips, resharding between layouts, the
-// error texts for truncated / wrong-version / wrong-model files, atomicity and keep_last.
+// error texts for truncated / wrong-version / wrong-model files, checksums (a flipped bit in a
+// tensor, a moment or a /state word is an I/O error; latest skips such files), atomicity and
+// keep_last.
 // Every test is valid at any np: ranks play the virtual ranks v with v % np == rank.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -9,8 +11,10 @@
 #include <filesystem>
 #include <fstream>
 
+#include "atlas/core/crc32c.hpp"
 #include "atlas/io/checkpoint.hpp"
 #include "atlas/io/hdf5.hpp"
+#include "support/flip_bit.hpp"
 #include "test_io_model.hpp"
 
 namespace atlas::io {
@@ -26,10 +30,12 @@ mpi::Comm& world() {
 }
 
 WriteResult write_toy(const std::string& dir, std::int64_t step, const VLayout& l,
-                      std::uint64_t seed, WriteOptions opt = {}) {
+                      std::uint64_t seed, WriteOptions opt = {},
+                      const std::map<std::string, std::vector<std::uint64_t>>& extra_state = {}) {
   const auto shards = my_shards(world(), l, seed, /*fill=*/true);
   const auto views = write_views(shards);
   CheckpointMeta meta = toy_meta(step, l);
+  meta.state.insert(extra_state.begin(), extra_state.end());
   // Each DP replica's loader position and RNG state, known by its first virtual rank.
   for (int v = world().rank(); v < l.size(); v += world().size()) {
     if (v % l.tp == 0 && v / (l.tp * l.dp) == 0) {
@@ -286,6 +292,158 @@ TEST(CheckpointErrors, WriterShardsMustTileEachTensor) {
                         "[4]"));
   EXPECT_FALSE(fs::exists(tmp.path() + "/step-000001.h5.tmp"));
   EXPECT_FALSE(fs::exists(tmp.path() + "/step-000001.h5"));
+}
+
+// ---- checksums ----
+
+template <class F>
+std::string checksum_error_of(F&& f) {
+  try {
+    f();
+  } catch (const ChecksumMismatch& e) {
+    EXPECT_EQ(e.code(), ExitCode::Io);
+    return e.what();
+  }
+  return "<no ChecksumMismatch>";
+}
+
+/// Rank 0 flips one bit of `dataset` in `path`; every rank waits for it.
+void damage(const std::string& path, const std::string& dataset, std::size_t byte = 1) {
+  if (world().rank() == 0) atlas::test_support::flip_bit(path, dataset, byte, 3);
+  world().barrier();
+}
+
+TEST(CheckpointChecksums, EveryDatasetCarriesTheCrc32cOfEachWriterBox) {
+  SharedTempDir tmp(world());
+  const VLayout l{.pp = 1, .dp = 1, .tp = 2};
+  const WriteResult w = write_toy(tmp.path(), 1, l, 6);
+  if (world().rank() == 0) {
+    h5::File f = h5::open_file(w.path, h5::Access::ReadOnly);
+    EXPECT_EQ(h5::read_attr_string(f.get(), "checksum"), "crc32c");
+    // qkv.weight [3, 8, 8] split over tp 2 along its middle axis: two boxes, one per TP rank.
+    h5::Dataset d(ATLAS_H5_CHECK(H5Dopen2(f.get(), "adam_m/h.0.attn.qkv.weight", H5P_DEFAULT)));
+    EXPECT_EQ(h5::read_attr_ints(d.get(), "crc32c_boxes"),
+              (std::vector<std::int64_t>{0, 0, 0, 3, 4, 8, 0, 4, 0, 3, 4, 8}));
+    const auto crcs = h5::read_attr_ints(d.get(), "crc32c");
+    ASSERT_EQ(crcs.size(), 2U);
+    for (int tp = 0; tp < 2; ++tp) {
+      for (const auto& s : shards_of(l, tp, 6, true)) {
+        if (s.name != "h.0.attn.qkv.weight") continue;
+        EXPECT_EQ(crcs[static_cast<std::size_t>(tp)],
+                  crc32c(s.buf[1].data(), s.buf[1].size() * 4)) << "tp " << tp;
+      }
+    }
+    // A /state dataset: one checksum over its little-endian words.
+    h5::Dataset st(ATLAS_H5_CHECK(H5Dopen2(f.get(), "state/dp0/loader", H5P_DEFAULT)));
+    const std::uint64_t words[2] = {1, 1000};
+    EXPECT_EQ(h5::read_attr_ints(st.get(), "crc32c"),
+              (std::vector<std::int64_t>{crc32c(words, sizeof words)}));
+    EXPECT_FALSE(h5::has_attr(st.get(), "crc32c_boxes"));
+  }
+}
+
+TEST(CheckpointChecksums, AFlippedBitInATensorIsAnIoErrorNamingTheFileAndTheDataset) {
+  SharedTempDir tmp(world());
+  const VLayout l{.pp = 1, .dp = 1, .tp = 2};
+  const WriteResult w = write_toy(tmp.path(), 4, l, 2);
+  damage(w.path, "/params/h.1.attn.qkv.weight");
+  // The writer's layout checks its own buffers; another layout reads the boxes once more.
+  const std::string same = checksum_error_of([&] { (void)read_toy_wrong(w.path, l, 2); });
+  EXPECT_THAT(same, HasSubstr("checkpoint '" + w.path + "': dataset /params/h.1.attn.qkv.weight "
+                              "(box offset [0, 0, 0] shape [3, 4, 8]): checksum mismatch"));
+  const std::string other =
+      checksum_error_of([&] { (void)read_toy_wrong(w.path, {.pp = 2, .dp = 2, .tp = 1}, 2); });
+  EXPECT_THAT(other, HasSubstr("dataset /params/h.1.attn.qkv.weight (box offset [0, 0, 0] shape "
+                               "[3, 4, 8]): checksum mismatch"));
+  // A damaged moment is found when the moments are read, and only then.
+  const WriteResult w2 = write_toy(tmp.path(), 5, l, 2);
+  damage(w2.path, "/adam_v/wte", 4 * 20 + 2);  // element 20: row 2 of the [13, 8], in tp 0's rows
+  auto shards = my_shards(world(), l, 2, false);
+  const auto params_only = read_views(shards, /*moments=*/false);
+  EXPECT_NO_THROW((void)read_checkpoint(world(), w2.path, params_only));
+  EXPECT_THAT(checksum_error_of([&] { (void)read_toy_wrong(w2.path, l, 2); }),
+              HasSubstr("dataset /adam_v/wte (box offset [0, 0] shape [6, 8]): checksum mismatch"));
+}
+
+TEST(CheckpointChecksums, AFlippedBitInStateOrDeckIsAnIoErrorAndLatestSkipsTheFile) {
+  SharedTempDir tmp(world());
+  const VLayout l{.pp = 2, .dp = 1, .tp = 1};
+  const WriteResult good = write_toy(tmp.path(), 1, l, 3, {}, {{"adam_t", {1}}});
+  for (const std::string dataset : {"/state/adam_t", "/state/dp0/loader", "/deck"}) {
+    const WriteResult w = write_toy(tmp.path(), 2, l, 3, {}, {{"adam_t", {2}}});
+    damage(w.path, dataset, 0);
+    const std::string want = "checkpoint '" + w.path + "': dataset " + dataset +
+                             ": checksum mismatch";
+    EXPECT_THAT(checksum_error_of([&] { (void)resolve_resume(world(), w.path, tmp.path()); }),
+                HasSubstr(want));
+    EXPECT_THAT(checksum_error_of([&] { (void)read_toy_wrong(w.path, l, 3); }), HasSubstr(want));
+    const LatestCheckpoint latest = find_latest(world(), tmp.path());
+    EXPECT_EQ(latest.path, good.path) << dataset;
+    ASSERT_EQ(latest.skipped.size(), 1U) << dataset;
+    EXPECT_THAT(latest.skipped[0].reason, HasSubstr(want));
+    EXPECT_EQ(resolve_resume(world(), "latest", tmp.path()), good.path);
+  }
+}
+
+TEST(CheckpointChecksums, ResumeLatestFallsBackPastATensorThatFailsItsChecksum) {
+  SharedTempDir tmp(world());
+  const VLayout l{.pp = 1, .dp = 2, .tp = 2};
+  const WriteResult s1 = write_toy(tmp.path(), 1, l, 9);
+  const WriteResult s2 = write_toy(tmp.path(), 2, l, 9);
+  damage(s2.path, "/adam_m/h.2.mlp.fc.weight");
+  auto shards = my_shards(world(), l, 9, false);
+  const auto views = read_views(shards);
+  const auto r = resume_checkpoint(world(), "latest", tmp.path(), views);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->path, s1.path);
+  EXPECT_EQ(r->meta.step, 1);
+  EXPECT_EQ(world().allreduce(count_wrong(shards, 9), MPI_SUM), 0);
+  // Named explicitly, the damaged file is an error.
+  EXPECT_THAT(checksum_error_of([&] { (void)resume_checkpoint(world(), s2.path, "", views); }),
+              HasSubstr("dataset /adam_m/h.2.mlp.fc.weight (box offset [0, 0] shape [8, 16]): "
+                        "checksum mismatch"));
+  // With no intact file left, latest neither resumes nor starts afresh from half-read tensors.
+  damage(s1.path, "/params/wte");
+  EXPECT_THAT(checksum_error_of([&] { (void)resume_checkpoint(world(), "latest", tmp.path(), views); }),
+              HasSubstr("run.resume = latest: no intact checkpoint left in '" + tmp.path() + "'"));
+}
+
+TEST(CheckpointChecksums, AFileWithoutChecksumsIsReadUnverified) {
+  SharedTempDir tmp(world());
+  const VLayout l{.pp = 1, .dp = 1, .tp = 1};
+  const WriteResult w = write_toy(tmp.path(), 1, l, 4);
+  if (world().rank() == 0) {  // as a file written before checksums: no root 'checksum'
+    h5::File f = h5::open_file(w.path, h5::Access::ReadWrite);
+    ATLAS_H5_CHECK(H5Adelete(f.get(), "checksum"));
+  }
+  damage(w.path, "/params/wte");
+  EXPECT_FALSE(inspect_checkpoint(world(), w.path).checksummed);
+  EXPECT_EQ(read_toy_wrong(w.path, l, 4), 1);  // read, unverified: the flipped element differs
+}
+
+TEST(CheckpointChecksums, AMissingChecksumOrAnUnknownAlgorithmIsAConfigError) {
+  SharedTempDir tmp(world());
+  const VLayout l{.pp = 1, .dp = 1, .tp = 2};
+  const WriteResult w = write_toy(tmp.path(), 1, l, 4);
+  if (world().rank() == 0) {  // a file that declares checksums but lost one
+    h5::File f = h5::open_file(w.path, h5::Access::ReadWrite);
+    ATLAS_H5_CHECK(H5Adelete_by_name(f.get(), "adam_v/wte", "crc32c", H5P_DEFAULT));
+  }
+  world().barrier();
+  EXPECT_THAT(config_error_of([&] { (void)read_toy_wrong(w.path, l, 4); }),
+              HasSubstr("checkpoint '" + w.path + "' is corrupt or incomplete: dataset "
+                        "/adam_v/wte has no 'crc32c' attribute although the file declares "
+                        "checksums"));
+  const WriteResult w2 = write_toy(tmp.path(), 2, l, 4);
+  if (world().rank() == 0) {
+    h5::File f = h5::open_file(w2.path, h5::Access::ReadWrite);
+    ATLAS_H5_CHECK(H5Adelete(f.get(), "checksum"));
+    h5::write_attr(f.get(), "checksum", std::string("sha256"));
+  }
+  world().barrier();
+  EXPECT_THAT(config_error_of([&] { (void)inspect_checkpoint(world(), w2.path); }),
+              HasSubstr("checkpoint '" + w2.path + "' uses checksum 'sha256', but this build of "
+                        "atlas knows only 'crc32c'"));
 }
 
 // ---- atomicity, find_latest, keep_last ----

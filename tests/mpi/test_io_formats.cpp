@@ -123,7 +123,8 @@ TEST(Formats, H5dumpReadsTheHeader) {
   EXPECT_THAT(r.out, HasSubstr("ATTRIBUTE \"format\""));
   EXPECT_THAT(r.out, HasSubstr("DATASET \"h.1.attn.qkv.weight\""));
   EXPECT_THAT(r.out, HasSubstr("H5T_IEEE_F32LE"));
-  EXPECT_THAT(r.out, HasSubstr("DATASPACE  SIMPLE { ( 8, 24 ) / ( 8, 24 ) }"));
+  EXPECT_THAT(r.out, HasSubstr("DATASPACE  SIMPLE { ( 3, 8, 8 ) / ( 3, 8, 8 ) }"));
+  EXPECT_THAT(r.out, HasSubstr("ATTRIBUTE \"crc32c_boxes\""));
   EXPECT_THAT(r.out, HasSubstr("GROUP \"adam_v\""));
   EXPECT_THAT(r.out, HasSubstr("DATASET \"loader\""));
   const CmdResult attrs = run("h5dump -a /format -a /format_version " + w.path);

@@ -41,7 +41,7 @@ inline std::vector<TensorSpec> toy_model() {
   for (int l = 0; l < kLayers; ++l) {
     const std::string p = "h." + std::to_string(l) + ".";
     t.push_back({p + "ln_1.weight", {kHidden}, -1, l});
-    t.push_back({p + "attn.qkv.weight", {kHidden, 3 * kHidden}, 1, l});
+    t.push_back({p + "attn.qkv.weight", {3, kHidden, kHidden}, 1, l});  // as the GPT stores it
     t.push_back({p + "attn.proj.weight", {kHidden, kHidden}, 0, l});
     t.push_back({p + "attn.proj.bias", {kHidden}, -1, l});
     t.push_back({p + "mlp.fc.weight", {kHidden, 4 * kHidden}, 1, l});

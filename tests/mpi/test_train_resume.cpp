@@ -2,11 +2,13 @@
 // Checkpoint/resume of real training: N steps straight vs N/2, checkpoint, a new job resumes and
 // runs N/2 — the same loss at every step, bitwise; resuming under another layout matches to
 // 1e-6; `run.resume = latest` skips a truncated newest checkpoint; an incompatible one is a
-// clear, collective error.
+// clear, collective error; a bit flipped in a tensor, in adam_t or in the loader position is an
+// I/O error naming the file and dataset, and `latest` skips such a file.
 #include <fstream>
 
 #include <gmock/gmock.h>
 
+#include "support/flip_bit.hpp"
 #include "train_fixture.hpp"
 
 namespace atlas::runtime {
@@ -74,6 +76,47 @@ TEST(TrainResume, LatestSkipsATruncatedCheckpointAndAMismatchIsACollectiveError)
   } catch (const ConfigError& e) {
     EXPECT_THAT(e.what(), ::testing::HasSubstr("model.hidden is 32 in the checkpoint but 64 in the deck"));
   }
+  world.barrier();
+  if (world.rank() == 0) std::filesystem::remove_all(dir);
+}
+
+TEST(TrainResume, AFlippedBitInATensorAdamTOrTheLoaderIsAnIoErrorAndLatestSkipsTheFile) {
+  const mpi::Comm world = mpi::Comm::world();
+  if (world.size() != 2) GTEST_SKIP() << "runs at np 2";
+  const std::string dir = testing::shared_temp_dir(world, "atlas-bitflip");
+  const auto cfg = [&](const std::string& resume) {
+    return make_cfg(1, 1, {1, 1}, 2, {"ckpt.dir=" + dir, "ckpt.keep_last=5", "run.resume=" + resume});
+  };
+  (void)train(cfg(""), world, 1, 1);
+  (void)train(cfg("latest"), world, 2, 2);
+  // Copies of the step-2 checkpoint, each with one bit flipped (the file stays valid HDF5).
+  const std::vector<std::pair<std::string, std::string>> damaged = {
+      {dir + "/tensor.h5", "/params/h.0.attn.qkv.weight"},
+      {dir + "/adam_t.h5", "/state/adam_t"},
+      {dir + "/loader.h5", "/state/loader"}};
+  world.barrier();
+  if (world.rank() == 0) {
+    for (const auto& [file, dataset] : damaged) {
+      std::filesystem::copy_file(io::checkpoint_path(dir, 2), file);
+      atlas::test_support::flip_bit(file, dataset, dataset == "/state/loader" ? 8 : 1, 0);
+    }
+  }
+  world.barrier();
+  for (const auto& [file, dataset] : damaged) {
+    try {
+      (void)train(cfg(file), world, 3);
+      ADD_FAILURE() << "resumed from " << file << " although " << dataset << " was damaged";
+    } catch (const io::ChecksumMismatch& e) {
+      EXPECT_EQ(e.code(), ExitCode::Io);
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("checkpoint '" + file + "': dataset " + dataset));
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("checksum mismatch"));
+    }
+  }
+  // The newest checkpoint damaged in place: latest resumes from the one before.
+  world.barrier();
+  if (world.rank() == 0) atlas::test_support::flip_bit(io::checkpoint_path(dir, 2), "/params/wpe", 1, 0);
+  world.barrier();
+  EXPECT_EQ(train(cfg("latest"), world, 2).first_step, 1) << "fell back to step-000001.h5";
   world.barrier();
   if (world.rank() == 0) std::filesystem::remove_all(dir);
 }

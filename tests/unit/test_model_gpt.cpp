@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // StageModel: the whole tiny model's parameter gradient against finite differences, pipeline-split
 // equivalence (stages chained in-process, micro-batches interleaved, tied embedding summed) with
-// the single-stage model, layout-independent initialisation, and the error paths.
+// the single-stage model, layout-independent initialisation, the weight-decay rule by parameter
+// name, and the error paths.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -10,6 +11,7 @@
 #include "atlas/core/error.hpp"
 #include "atlas/device/host_backend.hpp"
 #include "atlas/model/gpt.hpp"
+#include "atlas/model/optimizer.hpp"
 #include "test_model_util.hpp"
 
 namespace atlas::model {
@@ -287,6 +289,61 @@ TEST_F(Gpt, TensorParallelShardsInitialiseTheirSliceOfTheFullTensor) {
       EXPECT_EQ(shard.find_param("h.1.mlp.proj.weight")->shard_dim(), 1);
       EXPECT_TRUE(shard.find_param("h.1.mlp.proj.bias")->replicated_over_tp);
     }
+  }
+}
+
+TEST_F(Gpt, WeightDecayAppliesToEveryWeightMatrixAndEmbeddingAndToNoBiasOrLayerNorm) {
+  ModelCfg cfg = tiny_cfg();
+  cfg.heads = 4;
+  // GPT-2 practice, by name: the decayed ones, every other parameter exempt.
+  auto decayed = [](const std::string& name) {
+    for (const char* leaf : {"attn.qkv.weight", "attn.proj.weight", "mlp.fc.weight", "mlp.proj.weight"}) {
+      if (name.ends_with(leaf) && name.starts_with("h.")) return true;
+    }
+    return name == "wte" || name == "wpe";
+  };
+  // The whole model, and every stage of pp 3 x tp 2 (the tied LM-head copy of wte on the last).
+  std::vector<std::unique_ptr<StageModel>> models;
+  std::vector<std::unique_ptr<ConstructOnlyGroup>> groups;
+  models.push_back(std::make_unique<StageModel>(cfg, kBatch, StageSpec{}, *be, nullptr, kSeed));
+  for (int stage = 0; stage < 3; ++stage) {
+    for (int tp_rank = 0; tp_rank < 2; ++tp_rank) {
+      groups.push_back(std::make_unique<ConstructOnlyGroup>(tp_rank, 2));
+      models.push_back(std::make_unique<StageModel>(cfg, kBatch, StageSpec{stage, 3, tp_rank, 2},
+                                                    *be, groups.back().get(), kSeed));
+    }
+  }
+  int decayed_seen = 0, exempt_seen = 0;
+  for (const auto& m : models) {
+    for (const ParamTensor& p : m->params()) {
+      EXPECT_EQ(p.decay, decayed(p.name)) << p.name << " (shape rank " << p.full_shape.size() << ")";
+      EXPECT_EQ(decays_by_role(p.name), p.decay) << p.name;
+      (p.decay ? decayed_seen : exempt_seen) += 1;
+    }
+  }
+  // Per model 4 of the 12 tensors of each of the 3 blocks + wte, wpe decay; 8 + ln_f's 2 do not.
+  // The whole model, then both TP ranks' stages (each with a tied wte copy on the last stage).
+  EXPECT_EQ(decayed_seen, 3 * (4 * 3 + 2) + 2);
+  EXPECT_EQ(exempt_seen, 3 * (8 * 3 + 2));
+  // The one the shape rule got wrong: a bias of two dimensions.
+  const ParamTensor* qkv_bias = models.front()->find_param("h.0.attn.qkv.bias");
+  EXPECT_EQ(qkv_bias->full_shape, (std::vector<std::int64_t>{3, cfg.hidden}));
+  EXPECT_FALSE(qkv_bias->decay);
+  EXPECT_THROW((void)decays_by_role("h.0.attn.rope.table"), Error);
+
+  // Through AdamW: with zero gradients only the decay moves a value, w -= lr * wd * w.
+  StageModel& model = *models.front();
+  model.zero_grad();
+  for (ParamTensor& p : model.params()) {
+    p.value = upload(*be, std::vector<float>(static_cast<std::size_t>(p.shard_numel()), 1.0F));
+  }
+  TrainCfg train;
+  train.weight_decay = 0.1;
+  AdamW opt(train);
+  opt.step(model.params(), *be, /*lr=*/0.5, /*grad_scale=*/1.0);
+  for (const ParamTensor& p : model.params()) {
+    const float want = p.decay ? 1.0F - 0.5F * 0.1F : 1.0F;
+    for (float x : download(*be, p.value)) ASSERT_FLOAT_EQ(x, want) << p.name;
   }
 }
 

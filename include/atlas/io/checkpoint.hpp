@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // Checkpoints: one HDF5 file per step holding every parameter and both AdamW moments as the full
 // logical tensor (each rank writes/reads its shard as a hyperslab, so any layout can read any
-// other's file), plus the metadata needed to resume. Layout of the file: docs/formats.md.
+// other's file), plus the metadata needed to resume, every dataset with its CRC32C (verified on
+// read). Layout of the file: docs/formats.md.
 // Takes plain descriptors (names, shapes, host pointers); knows nothing about the model classes.
 #pragma once
 
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "atlas/core/error.hpp"
 #include "atlas/mpi/comm.hpp"
 
 namespace atlas::io {
@@ -22,6 +24,18 @@ inline constexpr const char* kCkptFormatName = "atlas-checkpoint";
 /// Value of the root attribute `format_version`; bump it (and docs/formats.md) on any change of
 /// the layout. A reader accepts exactly this version.
 inline constexpr std::int64_t kCkptFormatVersion = 1;
+/// Value of the root attribute `checksum`: every dataset of such a file carries a `crc32c`
+/// attribute (docs/formats.md, "Checksums"). Files written before checksums have no such root
+/// attribute; they are read with a warning and their data is not verified.
+inline constexpr const char* kCkptChecksum = "crc32c";
+
+/// A dataset whose data does not match its stored CRC32C: the file changed after it was written
+/// (bit rot, a bad copy, a stray write). ExitCode::Io. what() names the file, the dataset (and
+/// the box of a tensor) and says "checksum mismatch".
+class ChecksumMismatch : public Error {
+ public:
+  explicit ChecksumMismatch(const std::string& what) : Error(ExitCode::Io, what) {}
+};
 
 /// One rank's piece of one tensor: a box [offset, offset + shape) of the full logical tensor,
 /// stored row-major and contiguous in the host buffers. Buffers are fp32, hold shape's product
@@ -77,10 +91,11 @@ struct CheckpointMeta {
   std::string deck;        ///< the resolved deck text
   LayoutInfo layout;
   ModelShape model;
-  /// Small integer arrays keyed by name: RNG states and data-loader positions, one per DP
-  /// replica. Suggested names: "dp0/rng", "dp0/loader", ... ('/' makes a subgroup). Written as
-  /// /state/<name> (uint64). On write each rank passes the entries it knows; the file holds the
-  /// union, and two ranks passing the same name must pass identical words (checked).
+  /// Small integer arrays keyed by name, written as /state/<name> (uint64, with a CRC32C).
+  /// atlas's trainer writes "adam_t" (the AdamW step count) and "loader" (the data-loader
+  /// position); '/' in a name makes a subgroup. On write each rank passes the entries it knows;
+  /// the file holds the union, and two ranks passing the same name must pass identical words
+  /// (checked).
   std::map<std::string, std::vector<std::uint64_t>> state;
   bool operator==(const CheckpointMeta&) const = default;
 };
@@ -138,11 +153,22 @@ WriteResult write_checkpoint(const mpi::Comm& comm, const std::string& dir,
                              const CheckpointMeta& meta, std::span<const WriteShard> shards,
                              const WriteOptions& options = {});
 
+/// The stored CRC32C of one box of a tensor dataset: the box [offset, offset + shape) of the full
+/// tensor (one writer's shard), its float32 bytes taken row-major within the box.
+struct BoxChecksum {
+  std::vector<std::int64_t> offset;
+  std::vector<std::int64_t> shape;
+  std::uint32_t crc = 0;
+};
+
 /// A tensor as stored: name and full shape.
 struct TensorEntry {
   std::string name;
   std::vector<std::int64_t> shape;
   bool has_adam = false;  ///< /adam_m/<name> and /adam_v/<name> exist
+  /// Stored checksums of /params, /adam_m, /adam_v/<name> (index as kind 0, 1, 2): boxes that
+  /// tile the tensor. Empty in files without checksums (and for absent moments).
+  std::vector<BoxChecksum> checksums[3];
 };
 
 /// What a checkpoint file holds (metadata + tensor list), read without loading tensor data.
@@ -150,15 +176,20 @@ struct CheckpointContents {
   std::string path;
   CheckpointMeta meta;
   std::vector<TensorEntry> tensors;  ///< in name order
+  bool checksummed = false;  ///< root attribute checksum = "crc32c" (else: an older file)
 };
 
 /// Opens `path` on this process only (serial HDF5) and checks that it is a complete checkpoint
 /// of this format version. Not collective. Throws ConfigError naming the file when it is missing,
-/// truncated, not HDF5, not an atlas checkpoint, or of another format version.
+/// truncated, not HDF5, not an atlas checkpoint, or of another format version; throws
+/// ChecksumMismatch when /deck or a /state dataset (the optimizer step count, the loader
+/// position, ...) does not match its checksum. Tensor data is not read here (read_checkpoint
+/// verifies it).
 [[nodiscard]] CheckpointContents inspect_checkpoint(const std::string& path);
 
 /// Collective version of inspect_checkpoint: world rank 0 of `comm` inspects and broadcasts, so
-/// every rank returns the same contents or throws the same ConfigError. **Collective over comm.**
+/// every rank returns the same contents or throws the same ConfigError / ChecksumMismatch.
+/// **Collective over comm.**
 [[nodiscard]] CheckpointContents inspect_checkpoint(const mpi::Comm& comm, const std::string& path);
 
 /// Empty when equal, else one problem per differing field, each like
@@ -178,8 +209,12 @@ struct ReadOptions {
 /// shard is a hyperslab of the stored full tensor), and returns the file's metadata. Checks the
 /// format name and version, the model shape (options.expect_model) and that every requested
 /// tensor exists with the same full shape, before reading any data: each problem is a
-/// ConfigError thrown identically on every rank. **Collective over `comm`** (every rank calls it
-/// with the same path, each with its own shards, possibly none). `writer` is ignored.
+/// ConfigError thrown identically on every rank. After reading, verifies the stored CRC32C of
+/// every box of every dataset read from (a rank whose shard is exactly a stored box checks its
+/// own buffer; other boxes are read once more by one rank each, round robin): a mismatch throws
+/// ChecksumMismatch identically on every rank, and the shards' buffers then hold unverified data.
+/// **Collective over `comm`** (every rank calls it with the same path, each with its own shards,
+/// possibly none). `writer` is ignored.
 CheckpointMeta read_checkpoint(const mpi::Comm& comm, const std::string& path,
                                std::span<const ReadShard> shards, const ReadOptions& options = {});
 
@@ -198,18 +233,40 @@ struct LatestCheckpoint {
 
 /// Scans `dir` for step-NNNNNN.h5 and returns the newest one that inspect_checkpoint accepts,
 /// listing every newer file it skipped (.tmp leftovers of interrupted writes, truncated or
-/// corrupt files, other format versions) with the reason. A missing directory means none.
-/// Not collective (serial HDF5 on this process).
-[[nodiscard]] LatestCheckpoint find_latest(const std::string& dir);
+/// corrupt files, checksum mismatches in /state or /deck, other format versions) with the
+/// reason. Only files whose name's step is below `before_step` are considered (the default: all).
+/// A missing directory means none. Not collective (serial HDF5 on this process).
+[[nodiscard]] LatestCheckpoint find_latest(const std::string& dir,
+                                           std::int64_t before_step = INT64_MAX);
 /// Same, scanned by world rank 0 of `comm` and broadcast. **Collective over `comm`.**
-[[nodiscard]] LatestCheckpoint find_latest(const mpi::Comm& comm, const std::string& dir);
+[[nodiscard]] LatestCheckpoint find_latest(const mpi::Comm& comm, const std::string& dir,
+                                           std::int64_t before_step = INT64_MAX);
 
 /// Resolves the deck key run.resume. "" -> "" (fresh start). "latest" -> the newest readable
 /// checkpoint in `ckpt_dir` (each skipped file is logged as a warning with its reason; "" with an
 /// info line if there is none). Anything else is a path that must be a readable checkpoint of
-/// this format version, else a ConfigError naming the file. **Collective over `comm`**; every
-/// rank returns the same path.
+/// this format version, else a ConfigError naming the file (a ChecksumMismatch, exit code 5, when
+/// its /deck or /state data is damaged). **Collective over `comm`**; every rank returns the same
+/// path.
 [[nodiscard]] std::string resolve_resume(const mpi::Comm& comm, const std::string& resume,
                                          const std::string& ckpt_dir);
+
+/// A checkpoint read by resume_checkpoint.
+struct Resumed {
+  std::string path;
+  CheckpointMeta meta;
+};
+
+/// resolve_resume, then read_checkpoint of the file it names. With "latest", a file whose data
+/// fails its checksum (found only when read) is skipped like a truncated one, with a warning
+/// giving the reason, and the next older readable checkpoint is read instead; if none is left,
+/// ChecksumMismatch (the shards then hold unverified data, so a fresh start is no option
+/// either). With an explicit path a damaged file is a ChecksumMismatch (exit code 5). nullopt:
+/// start fresh ("" or no checkpoint at all). **Collective over `comm`**, like read_checkpoint.
+[[nodiscard]] std::optional<Resumed> resume_checkpoint(const mpi::Comm& comm,
+                                                       const std::string& resume,
+                                                       const std::string& ckpt_dir,
+                                                       std::span<const ReadShard> shards,
+                                                       const ReadOptions& options = {});
 
 }  // namespace atlas::io

@@ -174,6 +174,12 @@ enum class Access { ReadOnly, ReadWrite };
 
 void write_attr(hid_t obj, const std::string& name, std::int64_t value);
 void write_attr(hid_t obj, const std::string& name, std::span<const std::int64_t> values);
+/// A row-major int64 array attribute of shape `dims` (H5T_STD_I64LE); values.size() must be
+/// the product of `dims`.
+void write_attr(hid_t obj, const std::string& name, std::span<const std::int64_t> values,
+                std::span<const hsize_t> dims);
+/// A one-dimensional uint32 array attribute (H5T_STD_U32LE), e.g. checksums.
+void write_attr(hid_t obj, const std::string& name, std::span<const std::uint32_t> values);
 /// Fixed-length (NUL-padded) ASCII string attribute; h5py reads it as bytes or str.
 void write_attr(hid_t obj, const std::string& name, const std::string& value);
 [[nodiscard]] bool has_attr(hid_t obj, const std::string& name);

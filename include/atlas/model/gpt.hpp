@@ -59,7 +59,7 @@ struct ParamTensor {
   device::Buffer grad;                     ///< accumulated gradient (see StageModel::backward)
   device::Buffer adam_m;                   ///< AdamW first moment
   device::Buffer adam_v;                   ///< AdamW second moment
-  bool decay = false;               ///< AdamW weight decay applies (tensors of 2+ dimensions)
+  bool decay = false;               ///< AdamW weight decay applies: decays_by_role(name)
   bool replicated_over_tp = true;   ///< every TP rank holds the whole tensor (identical values)
   /// The last stage's copy of "wte" when pp > 1: same values as the first stage's, gradient to
   /// be summed with it (see StageModel::tied_embedding). Checkpoints store the first stage's.
@@ -73,6 +73,14 @@ struct ParamTensor {
   /// The sharded dimension, or -1 when shard == full tensor.
   [[nodiscard]] int shard_dim() const;
 };
+
+/// AdamW weight decay by a parameter's role, read from its name (GPT-2 practice): the weight
+/// matrices (h.l.attn.qkv.weight, attn.proj.weight, mlp.fc.weight, mlp.proj.weight) and the
+/// embeddings (wte, also as the tied LM head, and wpe) decay; no bias (h.l.attn.qkv.bias included,
+/// although it is stored as [3, C]) and no LayerNorm parameter (ln_1, ln_2, ln_f weight and bias)
+/// does. By role, not by shape or by shard: the same on every rank and in every layout. A name
+/// of no known role is an internal error (a new parameter must be given its rule here).
+[[nodiscard]] bool decays_by_role(std::string_view name);
 
 /// One pipeline stage / TP shard of the GPT model. Not thread-safe. Buffers it is handed (act_in,
 /// act_out, grad_out, grad_in) are B*T*C fp32 boundary activations on the same backend.

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// AdamW with decoupled weight decay (matrices only), bias correction and global-norm clipping,
-// and the warm-up + cosine learning-rate schedule. The optimizer state (moments) lives in each
+// AdamW with decoupled weight decay (weight matrices and embeddings only: decays_by_role), bias
+// correction and global-norm clipping, and the warm-up + cosine learning-rate schedule. The optimizer state (moments) lives in each
 // ParamTensor so checkpoints see it; the step count lives here.
 #pragma once
 
@@ -23,7 +23,8 @@ namespace atlas::model {
 [[nodiscard]] double clip_scale(double global_norm, double max_norm);
 
 /// AdamW over a stage's parameters. Hyper-parameters from TrainCfg (beta1, beta2, eps,
-/// weight_decay); weight decay applies only to ParamTensor::decay tensors.
+/// weight_decay); weight decay applies only to ParamTensor::decay tensors (decays_by_role: every
+/// weight matrix and embedding, no bias and no LayerNorm parameter).
 class AdamW {
  public:
   explicit AdamW(const TrainCfg& train) : m_train(train) {}

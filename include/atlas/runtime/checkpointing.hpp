@@ -26,7 +26,9 @@ struct Restored {
 
 /// Collective over comms.world: resolves run.resume ("" | latest | path) and loads it into the
 /// trainer. Throws ConfigError (identically on every rank) for a truncated, foreign-version or
-/// incompatible checkpoint, naming the file and the mismatch.
+/// incompatible checkpoint, naming the file and the mismatch; io::ChecksumMismatch (exit code 5)
+/// when the named file's data fails its checksum. With `latest`, damaged files are skipped with
+/// a warning (io::resume_checkpoint).
 Restored restore_checkpoint(Trainer& trainer, const Config& cfg, const topo::Communicators& comms);
 
 }  // namespace atlas::runtime

@@ -10,6 +10,8 @@
 #include <span>
 #include <string>
 
+#include "atlas/core/crc32c.hpp"
+
 namespace atlas::wan {
 
 /// Per-job secret shared by every rank of one job (made by world rank 0 with RAND_bytes).
@@ -26,8 +28,8 @@ inline constexpr std::size_t kHeaderBytes = 56;
 
 // ---- CRC32C ----
 
-/// CRC32C (Castagnoli, as iSCSI) of `data`, through ISA-L's crc32_iscsi. Any length.
-std::uint32_t crc32c(const void* data, std::size_t bytes);
+/// CRC32C of `data` (include/atlas/core/crc32c.hpp; the checkpoints use the same one).
+using ::atlas::crc32c;
 
 // ---- frame header ----
 

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Damaged checkpoints end the way docs/formats.md ("Checksums") says, with the binary: a bit
+# flipped (with h5py, so the file stays valid HDF5) in a tensor, in /state/adam_t or in the
+# loader position of the file named by run.resume ends the job within seconds with exit code 5
+# and a message naming the file, the dataset and "checksum mismatch"; with run.resume = latest
+# the damaged newest file is skipped with the reason and the job resumes from the one before.
+# Needs /usr/bin/python3 with h5py (exit 77 = skipped otherwise). Loopback only.
+# usage: test_ckpt_bitflip.sh SOURCE_DIR ATLAS_BIN
+set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+launch_setup test_ckpt_bitflip.sh bitflip-test "$@"
+if ! /usr/bin/python3 -c 'import h5py' 2>/dev/null; then
+  echo "SKIP: /usr/bin/python3 cannot import h5py (apt-get install python3-h5py)"
+  exit 77
+fi
+# 2 ranks: 2 DCs x 1 stage, dp 1; a checkpoint after every step.
+COMMON=(inputs/default.deck "parallel.stages_per_dc=1 1" parallel.dp_size=1 run.log_every_steps=1
+        ckpt.every_steps=1 ckpt.keep_last=5 train.eval_every_steps=0 run.out_dir="$T")
+MPI=(mpirun -np 2 --mca btl self,vader,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo)
+train() { timeout 120 "${MPI[@]}" "$ATLAS_BIN" train "${COMMON[@]}" "$@"; }
+flip() { # FILE DATASET: flips bit 4 of the dataset's element 0 (as unsigned words)
+  /usr/bin/python3 - "$1" "$2" <<'PY'
+import sys
+import h5py
+with h5py.File(sys.argv[1], "r+") as f:
+    d = f[sys.argv[2]]
+    a = d[...]
+    words = a.view("u%d" % a.dtype.itemsize).reshape(-1)
+    words[0] ^= words.dtype.type(1 << 4)
+    d[...] = a
+PY
+}
+
+train run.name=src run.steps=2 > "$T/src.out" 2>&1
+check "the source run wrote two checkpoints" test -f "$T/src/ckpt/step-000002.h5" -a -f "$T/src/ckpt/step-000001.h5"
+
+for dataset in /params/h.0.attn.qkv.weight /adam_m/wte /state/adam_t /state/loader; do
+  name=$(tr -c 'a-z0-9\n' _ <<<"${dataset#/}")
+  cp "$T/src/ckpt/step-000002.h5" "$T/$name.h5"
+  check "$dataset: one bit flipped" flip "$T/$name.h5" "$dataset"
+  start=$SECONDS
+  train run.name="$name" run.steps=3 run.resume="$T/$name.h5" > "$T/$name.out" 2>&1
+  rc=$?
+  check "$dataset damaged: exit code 5 (got $rc)" test "$rc" -eq 5
+  check "$dataset damaged: within seconds ($((SECONDS - start)) s)" test $((SECONDS - start)) -le 20
+  check "$dataset damaged: the message names the file, the dataset, checksum mismatch" \
+    grep -q "ERROR: checkpoint '$T/$name.h5': dataset $dataset.*: checksum mismatch" "$T/$name.out"
+done
+
+# latest: the newest file damaged in place (a tensor), the one before resumed.
+cp -r "$T/src/ckpt" "$T/latest_ckpt"
+check "/params/wpe of the newest file: one bit flipped" flip "$T/latest_ckpt/step-000002.h5" /params/wpe
+train run.name=latest run.steps=3 ckpt.dir="$T/latest_ckpt" run.resume=latest > "$T/latest.out" 2>&1
+check "latest skips the damaged file with the reason" \
+  grep -q "run.resume = latest: skipping '$T/latest_ckpt/step-000002.h5': checkpoint .*dataset /params/wpe .*checksum mismatch" "$T/latest.out"
+check "and resumes from step-000001.h5" grep -q "# resumed from $T/latest_ckpt/step-000001.h5 at step 1" "$T/latest.out"
+check "the resumed run ends OK" grep -q "^# OK: 2 steps" "$T/latest.out"
+
+launch_finish
