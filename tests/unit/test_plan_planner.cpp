@@ -204,7 +204,7 @@ TEST(PlanErrors, BadClustersAreCaughtWithClearMessages) {
   EXPECT_THAT(error_of([] { (void)deck(kCluster, {"cluster.latency_ms=0 10 30 10 0 15 30 15"}); }),
               HasSubstr("cluster.latency_ms has 8 entries, but 3 DCs need a square 3x3 matrix"));
   EXPECT_THAT(error_of([] { (void)deck(kCluster, {"cluster.latency_ms=0 -10 30 10 0 15 30 15 0"}); }),
-              HasSubstr("expected a space-separated list of numbers >= 0"));
+              HasSubstr("expected a space-separated list of numbers in [0, 1000000]"));
   // A model preset that does not exist.
   EXPECT_THAT(error_of([] { (void)model_preset("1t"); }), HasSubstr("unknown model preset '1t'"));
 }
