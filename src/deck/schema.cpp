@@ -623,9 +623,11 @@ std::string Schema::markdown() const {
         "(`K` = 1024, `M`, `G`). Unknown keys, bad values and out-of-range values are errors; "
         "nothing is clamped. Every number has an upper bound far above any real job, so that "
         "`atlas schedule`, `simulate` and `plan` stay within memory and seconds; products are "
-        "bounded too (at most 16777216 sequences per step, and a schedule table of at most "
-        "2000000 slots, estimated as 6 x train.micro_batches x stages x parallel.dp_size). A deck "
-        "is a regular file of at most 16 MiB.\n";
+        "bounded too (at most "
+     << fmt_num(limits::kMaxGlobalBatch) << " sequences per step, and a schedule table of at most "
+     << fmt_num(limits::kMaxScheduleSlots)
+     << " slots, estimated as 6 x train.micro_batches x stages x parallel.dp_size). A deck is a "
+        "regular file of at most 16 MiB.\n";
   std::string section;
   for (const auto& k : m_keys) {
     if (k.section() != section) {

@@ -6,8 +6,8 @@
 // forked child with a time limit; a sample also runs through the real binary (`atlas schedule`,
 // `atlas simulate`, `atlas plan`). Every run must end without a signal, with exit code 0, 1 or
 // 2, and with every config error naming a key (or the file). Not a test of the messages' words.
-// Environment: ATLAS_FUZZ_SEED, ATLAS_FUZZ_MUTANTS (default 1200), ATLAS_BIN (the binary; without
-// it the binary sample is skipped).
+// Environment: ATLAS_FUZZ_SEED, ATLAS_FUZZ_MUTANTS (default 1200), ATLAS_FUZZ_BINARY_EVERY (default
+// 40), ATLAS_BIN (the binary; without it the binary sample is skipped).
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -414,6 +414,9 @@ TEST(DeckFuzz, MutatedDecksEndInAConfigErrorNamingTheKeyOrRun) {
   const fs::path tmp = fs::temp_directory_path() / ("atlas-deck-fuzz-" + std::to_string(::getpid()));
   fs::create_directories(tmp);
 
+  // Every `every`-th mutant also runs through the binary (ATLAS_FUZZ_BINARY_EVERY, for longer
+  // campaigns of simulate and plan).
+  const std::size_t every = std::max<std::uint64_t>(1, env_u64("ATLAS_FUZZ_BINARY_EVERY", 40));
   const auto t0 = Clock::now();
   int codes[7] = {};
   int binary_runs = 0;
@@ -426,7 +429,7 @@ TEST(DeckFuzz, MutatedDecksEndInAConfigErrorNamingTheKeyOrRun) {
     check_outcome(o, "in-process schedule", "mutant.deck", desc, false);
     ++codes[std::clamp(o.code, 0, 6)];
     slowest = std::max(slowest, o.seconds);
-    if (!have_bin || i % 40 != 7) continue;
+    if (!have_bin || i % every != 7 % every) continue;
     // The sample through the real binary: atlas schedule, and every third also simulate or plan.
     const fs::path file = tmp / ("mutant_" + std::to_string(i) + ".deck");
     {
@@ -437,11 +440,11 @@ TEST(DeckFuzz, MutatedDecksEndInAConfigErrorNamingTheKeyOrRun) {
     check_outcome(b, "atlas schedule", file.string(), desc, true);
     EXPECT_EQ(b.code, o.code) << "atlas schedule and the in-process run disagree\n" << b.messages << desc;
     ++binary_runs;
-    if ((i / 40) % 3 == 0) {
+    if ((i / every) % 3 == 0) {
       const Outcome s = run_binary(bin, "simulate", file.string(), m, {}, 60.0);
       check_outcome(s, "atlas simulate", file.string(), desc, true);
       ++binary_runs;
-    } else if ((i / 40) % 3 == 1 && m.base.rfind("plan_", 0) != 0 && m.base.rfind("sim_gpt", 0) != 0) {
+    } else if ((i / every) % 3 == 1 && m.base.rfind("plan_", 0) != 0 && m.base.rfind("sim_gpt", 0) != 0) {
       // The planner searches every shape of the cluster: the 1,000-GPU decks take seconds each.
       const Outcome p = run_binary(bin, "plan", file.string(), m, {"--quiet"}, 60.0);
       check_outcome(p, "atlas plan", file.string(), desc, true);
