@@ -15,10 +15,12 @@
 #include <set>
 #include <sstream>
 
+#include "atlas/bubbletea/requests.hpp"
 #include "atlas/core/error.hpp"
 #include "atlas/core/units.hpp"
 #include "atlas/deck/deck.hpp"
 #include "atlas/deck/schema.hpp"
+#include "atlas/sim/profile.hpp"
 
 namespace atlas::deck {
 namespace {
@@ -177,6 +179,25 @@ TEST(Deck, DeckFileMustBeARegularFileOfBoundedSize) {
   fs::remove_all(dir);
 }
 
+TEST(Deck, FilesNamedByKeysAreReadTheSameWay) {
+  // A device profile, a WAN profile and a request trace are refused like a deck, naming the key.
+  Config cfg = parse("mem", kMinimal, {"plan.profiles=/dev/zero", "bubbletea.trace=/dev/zero"});
+  auto message = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no ConfigError)");
+  };
+  EXPECT_THAT(message([&] { (void)sim::resolve_device_profile(cfg); }),
+              ::testing::HasSubstr("plan.profiles: cannot read device profile '/dev/zero': it is a character device"));
+  EXPECT_THAT(message([&] { (void)bubbletea::load_requests(cfg, 2); }),
+              ::testing::HasSubstr("bubbletea.trace: cannot read request trace '/dev/zero': it is a character device"));
+  EXPECT_THAT(message([&] { (void)sim::load_wan_profile("/dev/zero"); }),
+              ::testing::HasSubstr("cannot read WAN profile '/dev/zero': it is a character device"));
+}
+
 TEST(Deck, IntegersAreCheckedAgainstTheirFieldsType) {
   // Range-checked as 64-bit values and then narrowed to int, these ran as 4 and -1.
   const auto p = problems_of("mem", kMinimal, -1,
@@ -267,7 +288,7 @@ TEST(Deck, EveryBadDeckGivesItsDocumentedMessage) {
     if (e.path().extension() == ".deck") {
       EXPECT_TRUE(covered.count(e.path().filename().string())) << e.path() << " has no expected message";
     }
-  EXPECT_GE(cases, 56);
+  EXPECT_GE(cases, 57);
 }
 
 TEST(Deck, EveryExampleDeckInInputsValidates) {

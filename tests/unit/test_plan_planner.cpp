@@ -226,6 +226,24 @@ TEST(PlanErrors, TheDecksOwnLayoutNeedNotFitTheCluster) {
   EXPECT_THAT(problems[1], HasSubstr("model.hidden = 4096 is not divisible by model.heads = 30"));
 }
 
+TEST(PlanErrors, AGlobalBatchPastTheLimitsIsAConfigErrorNotAnInternalOne) {
+  // The planner keeps the deck's global batch (its dp's): past the limit it is the deck's error.
+  const Config big = deck::parse("plan.deck", kCluster,
+                                 {"parallel.dp_size=100", "train.micro_batches=1000", "train.micro_batch_size=1000"});
+  const auto problems = validate_for_planning(big, false);
+  ASSERT_EQ(problems.size(), 1u) << ::testing::PrintToString(problems);
+  EXPECT_THAT(problems[0], HasSubstr("parallel.dp_size (100) x train.micro_batches (1000) x train.micro_batch_size "
+                                     "(1000) = 100000000 sequences per step, more than 16777216"));
+  // A global batch within the limit whose every shape makes a schedule table past the limit (the
+  // fuzzer's find: atlas plan ended in an internal error in plan_config).
+  Config cfg = deck::parse("plan.deck", kCluster, {"parallel.dp_size=160", "train.micro_batches=100000", "model.layers=4"});
+  ASSERT_TRUE(validate_for_planning(cfg, false).empty());
+  EXPECT_THAT(error_of([&] { (void)search(cfg, sim::builtin_device_profile(GpuKind::H100)); }),
+              HasSubstr("no plan fits: with a global batch of 16000000 sequences (parallel.dp_size x "
+                        "train.micro_batches x train.micro_batch_size) every shape's schedule table has more "
+                        "than 2000000 slots"));
+}
+
 // ---- designs ----
 
 TEST(PlanDesigns, DpAcrossDcsPaysTheRingAllReduceOverOneFlow) {
