@@ -375,7 +375,7 @@ void build(Schema& schema) {
   b.field("schedule.device_tflops", &C::schedule, &ScheduleCfg::device_tflops).def("0").min(0).max(1e6)
       .help("achieved TFLOP/s per rank for the FLOP estimate; 0 = the plan.gpu profile");
   b.field("schedule.atlas_max_stagger", &C::schedule, &ScheduleCfg::atlas_max_stagger).def("0")
-      .min(0).max(64).help("largest pipeline stagger the atlas search tries, in WAN transfer times; 0 = auto (2)");
+      .min(0).max(16).help("largest pipeline stagger the atlas search tries, in WAN transfer times; 0 = auto (2)");
   b.field("schedule.atlas_slots", &C::schedule, &ScheduleCfg::atlas_slots).def("0").min(0).max(kMaxMicroBatches)
       .help("atlas: transfers a WAN link carries at once (1 = strict temporal sharing); 0 = searched");
 
