@@ -21,3 +21,8 @@ add_test(NAME mpi_deck_not_a_file
   WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(mpi_deck_not_a_file PROPERTIES LABELS mpi TIMEOUT 120 PROCESSORS 2
   ENVIRONMENT "${ATLAS_MPIEXEC_ENV}")
+# An integer option is range-checked before it is narrowed to int (4294967396 would be 100).
+add_test(NAME cli_int_option_beyond_int
+  COMMAND bash -c "rc=0; out=$($<TARGET_FILE:atlas> schedule inputs/default.deck --width 4294967396 2>&1) || rc=$?; echo \"$out\"; [[ $rc == 1 ]] && grep -q \"\\-\\-width expects an integer in \\[-2147483648, 2147483647\\], got '4294967396'\" <<<\"$out\""
+  WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(cli_int_option_beyond_int PROPERTIES LABELS unit TIMEOUT 60)
