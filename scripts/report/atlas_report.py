@@ -12,8 +12,9 @@ usage:
   atlas_report.py --schedule-json FILE --out PNG [--kind gpipe|1f1b|atlas]
 
 exit status: 0 ok; 1 usage error or a missing Python package; 2 the file is not a readable
-atlas profile v1 (wrong format/version, missing or inconsistent datasets); 5 a missing input
-file or an output that cannot be written.
+atlas profile v1 (wrong format/version, missing or inconsistent datasets, wrong types, values
+that are not finite, negative durations); 5 a missing input file or an output that cannot be
+written; 6 an internal error (a bug: the message says what failed, never a traceback).
 """
 
 import argparse
@@ -24,6 +25,7 @@ import sys
 EXIT_USAGE = 1
 EXIT_FORMAT = 2
 EXIT_IO = 5
+EXIT_INTERNAL = 6
 
 FORMAT_NAME = "atlas-profile"
 FORMAT_VERSION = 1
@@ -50,6 +52,8 @@ LINK_COLOR = "#C44E52"
 
 EVENT_COLUMNS = ["world_rank", "step", "slot_index", "kind", "micro", "peer", "link", "request",
                  "bytes", "start_s", "end_s", "complete_s", "predicted_start_ms", "predicted_ms"]
+EVENT_INT_COLUMNS = ["world_rank", "step", "slot_index", "kind", "micro", "peer", "link", "request",
+                     "bytes"]
 ROOT_ATTRS = ["format", "version", "run_name", "schedule_kind", "world_size", "predicted_step_ms",
               "dc_names", "slot_kind_names", "deck"]
 RANK_COLUMNS = ["dc", "stage", "dp", "tp", "host"]
@@ -97,6 +101,13 @@ def _texts(values):
     return [_text(v) for v in list(values)]
 
 
+def _short(value, limit=60):
+    """A value for an error message, cut to one short line."""
+    text = repr(value)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 class Profile:
     """Everything in one profile.h5, as numpy arrays and Python values."""
 
@@ -107,12 +118,21 @@ class Profile:
         if not os.path.exists(path):
             raise ReportError(EXIT_IO, f"{path}: no such file (a run writes profile.h5 into its run "
                                        f"directory when profile.enabled = true)")
+        if os.path.isdir(path):
+            raise ReportError(EXIT_IO, f"{path}: is a directory, expected a profile.h5 file")
         try:
             f = h5py.File(path, "r")
         except OSError as e:
             raise ReportError(EXIT_FORMAT, f"{path}: not a readable HDF5 file ({e})") from None
         with f:
-            self._read(f, np)
+            try:
+                self._read(f, np)
+            except ReportError:
+                raise
+            except (OSError, RuntimeError, KeyError, ValueError, TypeError, IndexError, AttributeError) as e:
+                # h5py on a damaged file (a cut dataset, a wrong object type): one line, no trace.
+                raise ReportError(EXIT_FORMAT, f"{path}: not a readable atlas profile ("
+                                               f"{type(e).__name__}: {e})") from None
 
     def _fail(self, what):
         raise ReportError(EXIT_FORMAT, f"{self.path}: {what}")
@@ -125,7 +145,7 @@ class Profile:
         if fmt != FORMAT_NAME:
             self._fail(f"root attribute format = '{fmt}': not an atlas profile (expected "
                        f"'{FORMAT_NAME}')")
-        version = int(np.asarray(f.attrs.get("version", -1)).reshape(-1)[0])
+        version = self._scalar(f.attrs.get("version", -1), "root attribute version", np, integer=True)
         if version != FORMAT_VERSION:
             self._fail(f"format version {version} is not supported: this report reads version "
                        f"{FORMAT_VERSION} (docs/profile-format.md)")
@@ -135,8 +155,13 @@ class Profile:
         a = f.attrs
         self.run_name = _text(a["run_name"])
         self.schedule_kind = _text(a["schedule_kind"])
-        self.world_size = int(np.asarray(a["world_size"]).reshape(-1)[0])
-        self.predicted_step_ms = float(np.asarray(a["predicted_step_ms"]).reshape(-1)[0])
+        self.world_size = self._scalar(a["world_size"], "root attribute world_size", np, integer=True)
+        if self.world_size < 1:
+            self._fail(f"root attribute world_size = {self.world_size}: expected at least 1 rank")
+        self.predicted_step_ms = self._scalar(a["predicted_step_ms"], "root attribute predicted_step_ms", np)
+        if self.predicted_step_ms < 0:
+            self._fail(f"root attribute predicted_step_ms = {self.predicted_step_ms}: expected a "
+                       f"time >= 0")
         self.dc_names = _texts(np.asarray(a["dc_names"]).reshape(-1))
         self.kind_names = _texts(np.asarray(a["slot_kind_names"]).reshape(-1))
         self.deck = _text(a["deck"])
@@ -155,6 +180,7 @@ class Profile:
             self._fail(f"/schedule_json is not valid JSON ({e})")
         if isinstance(self.schedule, list):  # tolerate the CLI's list form
             self.schedule = self.schedule[0] if self.schedule else {}
+        self._check_schedule()
 
         self.ranks["host"] = _texts(self.ranks["host"])
         for col in ("dc", "stage", "dp", "tp"):
@@ -164,6 +190,7 @@ class Profile:
         n = len(self.events["kind"])
         if n == 0:
             self._fail("/events is empty: the run recorded no slots")
+        self._check_values(np)
         kinds = self.events["kind"]
         if kinds.min() < 0 or kinds.max() >= len(self.kind_names):
             self._fail(f"/events/kind holds {int(kinds.min())}..{int(kinds.max())}, outside the "
@@ -177,10 +204,87 @@ class Profile:
             self._fail(f"/events/link holds {int(links.max())} but /links has "
                        f"{len(self.links['src_dc'])} links")
 
+    def _scalar(self, value, what, np, integer=False):
+        """A numeric attribute as int or float; a clear error if it is text, empty or not finite."""
+        arr = np.asarray(value).reshape(-1)
+        if arr.size != 1 or not (np.issubdtype(arr.dtype, np.integer) or
+                                 (not integer and np.issubdtype(arr.dtype, np.floating))):
+            self._fail(f"{what} = {_short(value)}: expected {'an integer' if integer else 'a number'}")
+        v = arr[0].item()
+        if not integer and not np.isfinite(v):
+            self._fail(f"{what} = {v}: expected a finite number")
+        return int(v) if integer else float(v)
+
+    def _check_values(self, np):
+        """Types and ranges of every column the report computes with: a corrupt value ends the
+        report with its name, never a row of nan/inf."""
+        def numeric(group, cols, name, integer):
+            col = cols[name]
+            ok = np.issubdtype(col.dtype, np.integer) or (
+                not integer and np.issubdtype(col.dtype, np.floating))
+            if not ok:
+                self._fail(f"/{group}/{name} has type {col.dtype}: expected "
+                           f"{'integers' if integer else 'numbers'}")
+            if not integer:
+                bad = ~np.isfinite(col.astype(np.float64))
+                if bad.any():
+                    i = int(np.flatnonzero(bad)[0])
+                    self._fail(f"/{group}/{name}[{i}] = {col[i]}: expected a finite number "
+                               f"({int(bad.sum())} of {len(col)} entries are not)")
+
+        for c in EVENT_COLUMNS:
+            numeric("events", self.events, c, c in EVENT_INT_COLUMNS)
+        for c in ("dc", "stage", "dp", "tp"):
+            numeric("ranks", self.ranks, c, True)
+        for c in ("src_dc", "dst_dc"):
+            numeric("links", self.links, c, True)
+        numeric("steps", self.steps, "step", True)
+        numeric("steps", self.steps, "step_time_s", False)
+        ev = self.events
+
+        def first_bad(mask, what):
+            if mask.any():
+                i = int(np.flatnonzero(mask)[0])
+                self._fail(f"/events row {i} (rank {int(ev['world_rank'][i])}, step "
+                           f"{int(ev['step'][i])}): {what} ({int(mask.sum())} rows like it)")
+
+        first_bad(ev["end_s"] < ev["start_s"] - 1e-9,
+                  "end_s is before start_s: a negative duration")
+        first_bad(ev["complete_s"] < ev["start_s"] - 1e-9,
+                  "complete_s is before start_s: a negative transfer time")
+        first_bad(ev["bytes"] < 0, "bytes is negative")
+        first_bad(ev["predicted_ms"] < 0, "predicted_ms is negative")
+        bad = self.steps["step_time_s"] < 0
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            self._fail(f"/steps/step_time_s[{i}] = {self.steps['step_time_s'][i]}: expected a "
+                       f"time >= 0")
+
+    def _check_schedule(self):
+        """The table rows the summary reads (stage, dp, bubble_fraction)."""
+        if not isinstance(self.schedule, dict):
+            self._fail(f"/schedule_json holds a {type(self.schedule).__name__}, expected a "
+                       f"schedule table (a JSON object)")
+        rows = self.schedule.get("rows", [])
+        if not isinstance(rows, list):
+            self._fail("/schedule_json 'rows' is not a list")
+        for i, row in enumerate(rows):
+            ok = isinstance(row, dict) and all(
+                isinstance(row.get(k), (int, float)) and not isinstance(row.get(k), bool)
+                for k in ("stage", "dp", "bubble_fraction"))
+            if ok:
+                ok = row["bubble_fraction"] == row["bubble_fraction"] and \
+                     abs(row["bubble_fraction"]) != float("inf")
+            if not ok:
+                self._fail(f"/schedule_json row {i} = {_short(row)}: expected an object with "
+                           f"numbers stage, dp and bubble_fraction")
+
     def _columns(self, f, group, names, np):
         if group not in f:
             self._fail(f"missing group /{group}")
         g = f[group]
+        if not hasattr(g, "keys"):
+            self._fail(f"/{group} is a dataset, expected a group of datasets")
         missing = [c for c in names if c not in g]
         if missing:
             self._fail(f"missing dataset(s) in /{group}: {', '.join(missing)}")
@@ -267,6 +371,9 @@ def summarize(p, skip_steps=0):
     ev = p.events
     ev_step, nested = nest_prefill(p)
     steps_all = sorted({int(s) for s in ev["step"] if s >= 0})
+    if not steps_all:
+        raise ReportError(EXIT_FORMAT, f"{p.path}: no event of /events belongs to a step (every "
+                                       f"/events/step is negative)")
     steps = steps_all[skip_steps:]
     if not steps:
         raise ReportError(EXIT_USAGE, f"--skip-steps {skip_steps} leaves no step (the profile has "
@@ -673,6 +780,13 @@ def main(argv=None):
         sys.stdout.flush()
         sys.stderr.write(f"ERROR: {e}\n")
         return e.code
+    except Exception as e:  # noqa: BLE001  a bug: one line with what failed, not a traceback
+        sys.stdout.flush()
+        sys.stderr.write(f"ERROR: internal error in atlas report ({type(e).__name__}: {e})\n"
+                         f"  hint: set ATLAS_REPORT_TRACEBACK=1 for the Python traceback\n")
+        if os.environ.get("ATLAS_REPORT_TRACEBACK"):
+            raise
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

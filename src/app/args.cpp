@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Command-line splitting shared by the subcommands.
 #include <algorithm>
+#include <limits>
 
 #include "atlas/app/commands.hpp"
 #include "atlas/core/units.hpp"
@@ -17,7 +18,10 @@ int Args::int_option(const std::string& name, int def) const {
   const auto it = options.find(name);
   if (it == options.end()) return def;
   const auto v = units::parse_int(it->second);
-  if (!v) throw UsageError("--" + name + " expects an integer, got '" + it->second + "'");
+  // Checked before narrowing: --width 4294967396 is not 100.
+  if (!v || *v < std::numeric_limits<int>::min() || *v > std::numeric_limits<int>::max())
+    throw UsageError("--" + name + " expects an integer in [" + std::to_string(std::numeric_limits<int>::min()) +
+                     ", " + std::to_string(std::numeric_limits<int>::max()) + "], got '" + it->second + "'");
   return static_cast<int>(*v);
 }
 

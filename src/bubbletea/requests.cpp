@@ -10,6 +10,7 @@
 
 #include "atlas/core/error.hpp"
 #include "atlas/core/units.hpp"
+#include "atlas/deck/deck.hpp"
 #include "atlas/model/data.hpp"
 #include "atlas/model/rng.hpp"
 
@@ -222,11 +223,12 @@ std::vector<Request> load_requests(const Config& cfg, int dc_count, const std::s
 std::vector<Request> load_requests(const Config& cfg, int dc_count) {
   std::string text;
   if (!cfg.bubbletea.trace.empty()) {
-    std::ifstream in(cfg.bubbletea.trace, std::ios::binary);
-    if (!in) throw ConfigError("cannot read bubbletea.trace '" + cfg.bubbletea.trace + "': no such file or not readable");
-    std::ostringstream os;
-    os << in.rdbuf();
-    text = os.str();
+    // A regular file of bounded size: a FIFO or a device named here must not block or fill memory.
+    try {
+      text = deck::read_text_file(cfg.bubbletea.trace, kMaxTraceBytes, "request trace");
+    } catch (const ConfigError& e) {
+      throw ConfigError("bubbletea.trace: " + e.problems().front());
+    }
   }
   return load_requests(cfg, dc_count, text);
 }

@@ -198,9 +198,9 @@ Service::Service(const Config& cfg, const topo::Layout& layout, const topo::Comm
   std::string read_error;
   if (world.rank() == 0 && !bt.trace.empty()) {
     try {
-      trace_text = deck::read_text_file(bt.trace);
-    } catch (const ConfigError&) {
-      read_error = "cannot read bubbletea.trace '" + bt.trace + "': no such file or not readable";
+      trace_text = deck::read_text_file(bt.trace, kMaxTraceBytes, "request trace");
+    } catch (const ConfigError& e) {
+      read_error = "bubbletea.trace: " + e.problems().front();
     }
   }
   world.bcast_string(read_error, 0);

@@ -3,11 +3,18 @@
 // config-file parser (for sections and key recognition), then typed conversion by the schema.
 #include "atlas/deck/deck.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <boost/program_options.hpp>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <sstream>
 
+#include "atlas/core/units.hpp"
 #include "atlas/deck/schema.hpp"
 
 namespace atlas::deck {
@@ -194,7 +201,13 @@ Config parse_collect(const std::string& file_name, const std::string& text,
                " to use the default (" + spec.default_text + ")";
       problems.add(msg);
       bad_keys.push_back(spec.key);
-      if (spec.required) unusable = true;
+      if (spec.required) {
+        unusable = true;
+      } else if (const auto d = spec.convert(spec.default_text, why)) {
+        // Cross-field checks then see the default, never the field's zero (model.heads = 0
+        // would divide by zero); their messages about this key are dropped below.
+        spec.set(cfg, *d);
+      }
       continue;
     }
     spec.set(cfg, *v);
@@ -234,32 +247,97 @@ Config parse_and_validate(const std::string& file_name, const std::string& text,
   return cfg;
 }
 
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ConfigError("cannot read deck '" + path + "': no such file or not readable");
-  std::ostringstream os;
-  os << in.rdbuf();
-  return os.str();
+namespace {
+
+/// Reads `path` if it is a regular file of at most `max_bytes`; otherwise returns "" and sets
+/// `error` to the reason, naming the file. Never blocks on a FIFO and never reads a device.
+std::string read_regular_file(const std::string& path, std::uint64_t max_bytes, std::string& error,
+                              const std::string& kind_of_file = "deck") {
+  const std::string what = "cannot read " + kind_of_file + " '" + path + "': ";
+  // O_NONBLOCK: opening a FIFO with no writer must not wait; fstat then says what it is.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    error = what + (errno == ENOENT ? std::string("no such file") : std::strerror(errno)) +
+            " (expected a readable deck file)";
+    return {};
+  }
+  struct FdCloser {
+    int fd;
+    ~FdCloser() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    error = what + std::strerror(errno);
+    return {};
+  }
+  if (!S_ISREG(st.st_mode)) {
+    const char* kind = S_ISDIR(st.st_mode)    ? "a directory"
+                       : S_ISFIFO(st.st_mode) ? "a FIFO (named pipe)"
+                       : S_ISCHR(st.st_mode)  ? "a character device"
+                       : S_ISBLK(st.st_mode)  ? "a block device"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                                              : "not a regular file";
+    error = what + "it is " + kind + ", expected a regular file\n  hint: write the " + kind_of_file +
+            " to a file and pass its path";
+    return {};
+  }
+  const auto too_big = [&](std::uint64_t n) {
+    return what + "it has " + std::to_string(n) + " bytes, more than the " +
+           units::format_bytes_exact(max_bytes) + " a " + kind_of_file + " may have\n  hint: is this the " +
+           kind_of_file + "? It is a short text file of key = value lines";
+  };
+  if (static_cast<std::uint64_t>(st.st_size) > max_bytes) {
+    error = too_big(static_cast<std::uint64_t>(st.st_size));
+    return {};
+  }
+  std::string text;
+  text.resize(static_cast<std::size_t>(st.st_size));
+  std::size_t got = 0;
+  for (;;) {
+    if (got == text.size()) {
+      if (text.size() > max_bytes) break;  // grew past the limit while read
+      text.resize(std::min<std::size_t>(text.size() + 65536, max_bytes + 1));
+    }
+    const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      error = what + std::strerror(errno);
+      return {};
+    }
+    if (n == 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  if (got > max_bytes) {
+    error = too_big(got);
+    return {};
+  }
+  text.resize(got);
+  return text;
+}
+
+}  // namespace
+
+std::string read_text_file(const std::string& path, std::uint64_t max_bytes, const std::string& kind_of_file) {
+  std::string error;
+  std::string text = read_regular_file(path, max_bytes, error, kind_of_file);
+  if (!error.empty()) throw ConfigError(error);
+  return text;
 }
 
 Config load(const mpi::Comm& comm, const std::string& path,
             const std::vector<std::string>& overrides, const JobShape& shape) {
   // Rank 0 reads and broadcasts: one file-system read per job, and every rank sees the same
-  // bytes (a file edited during start-up cannot split the job's verdict).
+  // bytes (a file edited during start-up cannot split the job's verdict). A file that cannot be
+  // read is the same error on every rank: rank 0 broadcasts its reason.
   std::string text;
-  int readable = 1;
-  if (comm.rank() == 0) {
-    std::ifstream in(path, std::ios::binary);
-    if (in) {
-      std::ostringstream os;
-      os << in.rdbuf();
-      text = os.str();
-    } else {
-      readable = 0;
-    }
-  }
+  std::string error;
+  if (comm.rank() == 0) text = read_regular_file(path, kMaxDeckBytes, error);
+  int readable = error.empty() ? 1 : 0;
   comm.bcast(std::span<int>(&readable, 1), 0);
-  if (!readable) throw ConfigError("cannot read deck '" + path + "': no such file or not readable");
+  if (!readable) {
+    comm.bcast_string(error, 0);
+    throw ConfigError(error);
+  }
   comm.bcast_string(text, 0);
   return parse_and_validate(path, text, overrides, shape);
 }

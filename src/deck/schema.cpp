@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <sstream>
 #include <type_traits>
 #include <utility>
@@ -45,20 +46,48 @@ std::vector<std::string> split_list(std::string_view text) {
 namespace {
 
 std::string fmt_num(double v) {
+  // Whole numbers in full (1000000, not 1e+06): bounds read as the values a user types.
+  if (v == std::floor(v) && std::abs(v) < 1e15) return std::to_string(static_cast<std::int64_t>(v));
   std::ostringstream os;
   os << v;
   return os.str();
 }
 
+bool is_integral(ValueType t) { return t == ValueType::Int || t == ValueType::IntList; }
+
+/// A bound as the user writes it: integers in full (1000000, not 1e+06), byte counts with their
+/// suffix (16G), other numbers as the shortest text.
+std::string bound_text(const KeySpec& k, double v) {
+  if (k.type == ValueType::Bytes && v >= 0 && v < 1.8e19)
+    return units::format_bytes_exact(static_cast<std::uint64_t>(v));
+  if (is_integral(k.type) && std::abs(v) < 9.2e18) return std::to_string(static_cast<std::int64_t>(v));
+  return fmt_num(v);
+}
+
 std::string range_text(const KeySpec& k) {
-  if (k.min && k.max) return " in [" + fmt_num(*k.min) + ", " + fmt_num(*k.max) + "]";
-  if (k.min) return " >= " + fmt_num(*k.min);
-  if (k.max) return " <= " + fmt_num(*k.max);
+  std::optional<std::string> lo, hi;
+  if (k.min) lo = bound_text(k, *k.min);
+  if (k.max) hi = bound_text(k, *k.max);
+  // An integer key is bounded by its field's type too (an int holds at most 2147483647).
+  if (is_integral(k.type)) {
+    if (k.type_min && (!k.min || *k.min < static_cast<double>(*k.type_min))) lo = std::to_string(*k.type_min);
+    if (k.type_max && (!k.max || *k.max > static_cast<double>(*k.type_max))) hi = std::to_string(*k.type_max);
+  }
+  if (lo && hi) return " in [" + *lo + ", " + *hi + "]";
+  if (lo) return " >= " + *lo;
+  if (hi) return " <= " + *hi;
   return "";
 }
 
 bool in_range(const KeySpec& k, double v) {
   return (!k.min || v >= *k.min) && (!k.max || v <= *k.max);
+}
+
+/// Integers are compared exactly against their field's type (no narrowing: 4294967300 is not 4)
+/// and then against the schema's bounds.
+bool int_in_range(const KeySpec& k, std::int64_t v) {
+  if ((k.type_min && v < *k.type_min) || (k.type_max && v > *k.type_max)) return false;
+  return in_range(k, static_cast<double>(v));
 }
 
 std::string join(const std::vector<std::string>& v, const char* sep = " ") {
@@ -188,6 +217,13 @@ class Builder {
     KeySpec k;
     k.key = std::move(key);
     k.type = value_type_of<T>();
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool> && !std::is_same_v<T, std::uint64_t>) {
+      k.type_min = std::numeric_limits<T>::min();
+      k.type_max = std::numeric_limits<T>::max();
+    } else if constexpr (std::is_same_v<T, std::vector<int>>) {
+      k.type_min = std::numeric_limits<int>::min();
+      k.type_max = std::numeric_limits<int>::max();
+    }
     k.set = [sec, member](Config& c, const Value& v) { from_value((c.*sec).*member, v); };
     k.get = [sec, member](const Config& c) { return to_deck_text((c.*sec).*member); };
     return Entry(m_s.add(std::move(k)));
@@ -221,11 +257,12 @@ class Builder {
 void build(Schema& schema) {
   Builder b(schema);
   using C = Config;
+  using namespace limits;  // NOLINT(google-build-using-namespace): the bounds read as words
 
   // [run]
   b.field("run.name", &C::run, &RunCfg::name).def("atlas")
       .help("run name; everything the run writes goes to run.out_dir/NAME/");
-  b.field("run.steps", &C::run, &RunCfg::steps).def("20").min(1)
+  b.field("run.steps", &C::run, &RunCfg::steps).def("20").min(1).max(1e9)
       .help("optimizer steps to train (a resumed run continues up to this step)");
   b.field("run.seed", &C::run, &RunCfg::seed).def("1234").min(0)
       .help("seed for model init, data order and the request generator");
@@ -233,92 +270,92 @@ void build(Schema& schema) {
       .help("parent directory of run directories");
   b.field("run.resume", &C::run, &RunCfg::resume).def("\"\"")
       .help("\"\" = fresh start; latest = newest readable checkpoint in ckpt.dir; or a .h5 path");
-  b.field("run.log_every_steps", &C::run, &RunCfg::log_every_steps).def("1").min(1)
+  b.field("run.log_every_steps", &C::run, &RunCfg::log_every_steps).def("1").min(1).max(1e9)
       .help("print a progress row every N steps");
 
   // [cluster]
   b.field("cluster.dcs", &C::cluster, &ClusterCfg::dcs).required()
       .help("names of the datacenters, e.g. east west south");
-  b.field("cluster.gpus_per_dc", &C::cluster, &ClusterCfg::gpus_per_dc).required().min(0)
+  b.field("cluster.gpus_per_dc", &C::cluster, &ClusterCfg::gpus_per_dc).required().min(0).max(kMaxGpusPerDc)
       .help("free GPUs (ranks) in each DC, one per cluster.dcs entry");
-  b.field("cluster.gpus_per_node", &C::cluster, &ClusterCfg::gpus_per_node).def("8").min(1)
+  b.field("cluster.gpus_per_node", &C::cluster, &ClusterCfg::gpus_per_node).def("8").min(1).max(1024)
       .help("GPUs per node; tensor parallelism stays inside a node");
-  b.field("cluster.latency_ms", &C::cluster, &ClusterCfg::latency_ms).def("0").min(0)
+  b.field("cluster.latency_ms", &C::cluster, &ClusterCfg::latency_ms).def("0").min(0).max(1e6)
       .help("one-way WAN latency matrix, row-major dc_count x dc_count (0 on the diagonal)");
-  b.field("cluster.bandwidth_gbps", &C::cluster, &ClusterCfg::bandwidth_gbps).def("100").min(0)
+  b.field("cluster.bandwidth_gbps", &C::cluster, &ClusterCfg::bandwidth_gbps).def("100").min(0).max(1e6)
       .help("WAN link capacity matrix in Gbit/s, row-major dc_count x dc_count (diagonal ignored)");
   b.field("cluster.intra_bandwidth_gbps", &C::cluster, &ClusterCfg::intra_bandwidth_gbps)
-      .def("100").min(1e-6).help("bandwidth between GPUs inside a DC, Gbit/s (cost model)");
-  b.field("cluster.intra_latency_us", &C::cluster, &ClusterCfg::intra_latency_us).def("5").min(0)
+      .def("100").min(1e-6).max(1e6).help("bandwidth between GPUs inside a DC, Gbit/s (cost model)");
+  b.field("cluster.intra_latency_us", &C::cluster, &ClusterCfg::intra_latency_us).def("5").min(0).max(1e6)
       .help("latency inside a DC, microseconds (cost model)");
   b.field("cluster.price_per_gpu_hour", &C::cluster, &ClusterCfg::price_per_gpu_hour).def("\"\"")
-      .min(0).help("price of one GPU-hour in each DC (for the planner's cost column)");
+      .min(0).max(1e6).help("price of one GPU-hour in each DC (for the planner's cost column)");
   b.field("cluster.bind_hosts", &C::cluster, &ClusterCfg::bind_hosts).def("127.0.0.1")
       .help("address the WAN transport listens on in each DC (one entry = all DCs)");
-  b.field("cluster.ranks_per_host", &C::cluster, &ClusterCfg::ranks_per_host).def("0").min(0)
+  b.field("cluster.ranks_per_host", &C::cluster, &ClusterCfg::ranks_per_host).def("0").min(0).max(kMaxGpusPerDc)
       .help("CPU runs: ranks that share one host's cores (cost model); 0 = a dedicated device per rank");
-  b.field("cluster.cores_per_host", &C::cluster, &ClusterCfg::cores_per_host).def("0").min(0)
+  b.field("cluster.cores_per_host", &C::cluster, &ClusterCfg::cores_per_host).def("0").min(0).max(1e6)
       .help("cores of each shared host (cost model); 0 = the hardware threads of this machine");
-  b.field("cluster.host_wake_us", &C::cluster, &ClusterCfg::host_wake_us).def("0").min(0)
+  b.field("cluster.host_wake_us", &C::cluster, &ClusterCfg::host_wake_us).def("0").min(0).max(1e6)
       .help("CPU runs with more ranks than cores (cost model): per message, the delay from its "
             "arrival to its receiver running again; atlas bench fidelity measures it (0 = a core per rank)");
-  b.field("cluster.host_net_ns_per_byte", &C::cluster, &ClusterCfg::host_net_ns_per_byte).def("0").min(0)
+  b.field("cluster.host_net_ns_per_byte", &C::cluster, &ClusterCfg::host_net_ns_per_byte).def("0").min(0).max(1e6)
       .help("CPU runs (cost model): host CPU time per byte sent between DCs, sender and receiver together "
             "(TCP, and the emulated WAN's packet path); it slows compute on the hosts while a transfer "
             "runs; atlas bench fidelity measures it inside the emulated WAN (0 = free)");
 
   // [parallel]
-  b.field("parallel.tp_size", &C::parallel, &ParallelCfg::tp_size).def("1").min(1)
+  b.field("parallel.tp_size", &C::parallel, &ParallelCfg::tp_size).def("1").min(1).max(1024)
       .help("tensor-parallel ranks per stage replica (inside a node)");
-  b.field("parallel.dp_size", &C::parallel, &ParallelCfg::dp_size).def("1").min(1)
+  b.field("parallel.dp_size", &C::parallel, &ParallelCfg::dp_size).def("1").min(1).max(kMaxDp)
       .help("data-parallel pipelines (replicas of every stage, inside each DC)");
-  b.field("parallel.stages_per_dc", &C::parallel, &ParallelCfg::stages_per_dc).required().min(0)
+  b.field("parallel.stages_per_dc", &C::parallel, &ParallelCfg::stages_per_dc).required().min(0).max(kMaxStages)
       .help("pipeline stages held by each DC, contiguous, e.g. 2 1 1 (0 = DC unused)");
 
   // [model]
-  b.field("model.layers", &C::model, &ModelCfg::layers).def("4").min(1)
+  b.field("model.layers", &C::model, &ModelCfg::layers).def("4").min(1).max(kMaxLayers)
       .help("transformer blocks");
-  b.field("model.hidden", &C::model, &ModelCfg::hidden).def("128").min(1)
+  b.field("model.hidden", &C::model, &ModelCfg::hidden).def("128").min(1).max(kMaxHidden)
       .help("model width d_model");
-  b.field("model.heads", &C::model, &ModelCfg::heads).def("4").min(1)
+  b.field("model.heads", &C::model, &ModelCfg::heads).def("4").min(1).max(kMaxHidden)
       .help("attention heads (divisible by parallel.tp_size)");
-  b.field("model.seq_len", &C::model, &ModelCfg::seq_len).def("64").min(2)
+  b.field("model.seq_len", &C::model, &ModelCfg::seq_len).def("64").min(2).max(kMaxTokens)
       .help("tokens per training sample");
-  b.field("model.vocab", &C::model, &ModelCfg::vocab).def("256").min(2)
+  b.field("model.vocab", &C::model, &ModelCfg::vocab).def("256").min(2).max(kMaxTokens)
       .help("vocabulary size (256 for the byte-level tokenizer)");
-  b.field("model.layers_per_stage", &C::model, &ModelCfg::layers_per_stage).def("\"\"").min(1)
+  b.field("model.layers_per_stage", &C::model, &ModelCfg::layers_per_stage).def("\"\"").min(1).max(kMaxLayers)
       .help("blocks on each pipeline stage; empty = an even split (model.layers % stages == 0)");
   b.field("model.init_std", &C::model, &ModelCfg::init_std).def("0.02").min(0)
       .help("standard deviation of the normal weight initialisation");
 
   // [train]
-  b.field("train.micro_batch_size", &C::train, &TrainCfg::micro_batch_size).def("4").min(1)
+  b.field("train.micro_batch_size", &C::train, &TrainCfg::micro_batch_size).def("4").min(1).max(1e6)
       .help("samples per micro-batch");
-  b.field("train.micro_batches", &C::train, &TrainCfg::micro_batches).def("8").min(1)
+  b.field("train.micro_batches", &C::train, &TrainCfg::micro_batches).def("8").min(1).max(kMaxMicroBatches)
       .help("micro-batches per pipeline per step (gradient accumulation)");
-  b.field("train.lr", &C::train, &TrainCfg::lr).def("0.001").min(0).help("peak learning rate");
-  b.field("train.min_lr", &C::train, &TrainCfg::min_lr).def("0.0001").min(0)
+  b.field("train.lr", &C::train, &TrainCfg::lr).def("0.001").min(0).max(1e3).help("peak learning rate");
+  b.field("train.min_lr", &C::train, &TrainCfg::min_lr).def("0.0001").min(0).max(1e3)
       .help("learning rate at the end of the cosine decay");
-  b.field("train.warmup_steps", &C::train, &TrainCfg::warmup_steps).def("10").min(0)
+  b.field("train.warmup_steps", &C::train, &TrainCfg::warmup_steps).def("10").min(0).max(1e9)
       .help("linear warm-up steps");
-  b.field("train.weight_decay", &C::train, &TrainCfg::weight_decay).def("0.1").min(0)
+  b.field("train.weight_decay", &C::train, &TrainCfg::weight_decay).def("0.1").min(0).max(1e3)
       .help("AdamW decoupled weight decay (weight matrices and embeddings; biases and LayerNorm "
             "parameters are exempt)");
   b.field("train.beta1", &C::train, &TrainCfg::beta1).def("0.9").min(0).max(0.999999)
       .help("AdamW beta1");
   b.field("train.beta2", &C::train, &TrainCfg::beta2).def("0.95").min(0).max(0.999999)
       .help("AdamW beta2");
-  b.field("train.eps", &C::train, &TrainCfg::eps).def("1e-08").min(0).help("AdamW epsilon");
-  b.field("train.grad_clip", &C::train, &TrainCfg::grad_clip).def("1").min(0)
+  b.field("train.eps", &C::train, &TrainCfg::eps).def("1e-08").min(0).max(1).help("AdamW epsilon");
+  b.field("train.grad_clip", &C::train, &TrainCfg::grad_clip).def("1").min(0).max(1e9)
       .help("clip the global gradient norm to this; 0 disables");
-  b.field("train.dp_bucket_bytes", &C::train, &TrainCfg::dp_bucket_bytes).def("1M").min(1)
+  b.field("train.dp_bucket_bytes", &C::train, &TrainCfg::dp_bucket_bytes).def("1M").min(1).max(4.0 * units::kGiB)
       .help("gradient all-reduce bucket size (binary suffixes K/M/G)");
   b.field("train.dp_overlap", &C::train, &TrainCfg::dp_overlap).def("true")
       .help("start each gradient bucket's DP all-reduce during the step's last backward, as soon as "
             "its layers are done (false: all buckets at the AllReduce slot)");
-  b.field("train.eval_every_steps", &C::train, &TrainCfg::eval_every_steps).def("0").min(0)
+  b.field("train.eval_every_steps", &C::train, &TrainCfg::eval_every_steps).def("0").min(0).max(1e9)
       .help("validation loss every N steps (and at the end); 0 = only at the end");
-  b.field("train.eval_batches", &C::train, &TrainCfg::eval_batches).def("4").min(1)
+  b.field("train.eval_batches", &C::train, &TrainCfg::eval_batches).def("4").min(1).max(kMaxMicroBatches)
       .help("micro-batches per validation pass");
 
   // [data]
@@ -333,14 +370,14 @@ void build(Schema& schema) {
             {"atlas", ScheduleKind::Atlas}})
       .def("1f1b").help("pipeline schedule: gpipe, 1f1b or atlas (temporal WAN sharing)");
   b.field("schedule.fwd_ms_per_layer", &C::schedule, &ScheduleCfg::fwd_ms_per_layer).def("0")
-      .min(0).help("forward time of one block for one micro-batch, ms; 0 = estimate from FLOPs");
-  b.field("schedule.bwd_over_fwd", &C::schedule, &ScheduleCfg::bwd_over_fwd).def("2").min(0.1)
+      .min(0).max(1e6).help("forward time of one block for one micro-batch, ms; 0 = estimate from FLOPs");
+  b.field("schedule.bwd_over_fwd", &C::schedule, &ScheduleCfg::bwd_over_fwd).def("2").min(0.1).max(1e3)
       .help("backward time as a multiple of forward time");
-  b.field("schedule.device_tflops", &C::schedule, &ScheduleCfg::device_tflops).def("0").min(0)
+  b.field("schedule.device_tflops", &C::schedule, &ScheduleCfg::device_tflops).def("0").min(0).max(1e6)
       .help("achieved TFLOP/s per rank for the FLOP estimate; 0 = the plan.gpu profile");
   b.field("schedule.atlas_max_stagger", &C::schedule, &ScheduleCfg::atlas_max_stagger).def("0")
-      .min(0).help("largest pipeline stagger the atlas search tries, in WAN transfer times; 0 = auto (2)");
-  b.field("schedule.atlas_slots", &C::schedule, &ScheduleCfg::atlas_slots).def("0").min(0)
+      .min(0).max(16).help("largest pipeline stagger the atlas search tries, in WAN transfer times; 0 = auto (2)");
+  b.field("schedule.atlas_slots", &C::schedule, &ScheduleCfg::atlas_slots).def("0").min(0).max(kMaxMicroBatches)
       .help("atlas: transfers a WAN link carries at once (1 = strict temporal sharing); 0 = searched");
 
   // [wan]
@@ -349,26 +386,26 @@ void build(Schema& schema) {
       .def("multirail").help("cross-DC stage boundaries: multirail TCP or plain MPI (baseline)");
   b.field("wan.rails", &C::wan, &WanCfg::rails).def("4").min(1).max(64)
       .help("TCP connections per DC-pair peer");
-  b.field("wan.chunk_bytes", &C::wan, &WanCfg::chunk_bytes).def("256K").min(1)
+  b.field("wan.chunk_bytes", &C::wan, &WanCfg::chunk_bytes).def("256K").min(1).max(1.0 * units::kGiB)
       .help("striping unit: messages are cut into chunks of this size (binary suffixes)");
-  b.field("wan.max_frame_bytes", &C::wan, &WanCfg::max_frame_bytes).def("64M").min(1)
+  b.field("wan.max_frame_bytes", &C::wan, &WanCfg::max_frame_bytes).def("64M").min(1).max(4.0 * units::kGiB)
       .help("frames longer than this are rejected as corrupt");
-  b.field("wan.recv_timeout_s", &C::wan, &WanCfg::recv_timeout_s).def("60").min(0.001)
+  b.field("wan.recv_timeout_s", &C::wan, &WanCfg::recv_timeout_s).def("60").min(0.001).max(kMaxSeconds)
       .help("a receive that makes no progress for this long fails, naming peer and rail");
-  b.field("wan.connect_timeout_s", &C::wan, &WanCfg::connect_timeout_s).def("20").min(0.001)
+  b.field("wan.connect_timeout_s", &C::wan, &WanCfg::connect_timeout_s).def("20").min(0.001).max(kMaxSeconds)
       .help("time allowed to connect and handshake every rail");
   b.choice("wan.emulate", &C::wan, &WanCfg::emulate,
            {{"none", WanEmulation::None}, {"netns", WanEmulation::Netns}})
       .def("none").help("none = plain loopback; netns = one network namespace per DC (root)");
-  b.field("wan.flow_window_bytes", &C::wan, &WanCfg::flow_window_bytes).def("0").min(0)
+  b.field("wan.flow_window_bytes", &C::wan, &WanCfg::flow_window_bytes).def("0").min(0).max(1.0 * units::kGiB)
       .help("emulated per-flow TCP window cap (namespace tcp_rmem/wmem); 0 = none");
 
   // [ckpt]
   b.field("ckpt.dir", &C::ckpt, &CkptCfg::dir).def("\"\"")
       .help("checkpoint directory; empty = run.out_dir/run.name/ckpt");
-  b.field("ckpt.every_steps", &C::ckpt, &CkptCfg::every_steps).def("0").min(0)
+  b.field("ckpt.every_steps", &C::ckpt, &CkptCfg::every_steps).def("0").min(0).max(1e9)
       .help("write a checkpoint every N steps; 0 = only the final one");
-  b.field("ckpt.keep_last", &C::ckpt, &CkptCfg::keep_last).def("3").min(1)
+  b.field("ckpt.keep_last", &C::ckpt, &CkptCfg::keep_last).def("3").min(1).max(1e6)
       .help("how many checkpoints to keep");
   b.field("ckpt.final", &C::ckpt, &CkptCfg::final).def("true")
       .help("write a checkpoint after the last step");
@@ -383,38 +420,38 @@ void build(Schema& schema) {
   b.choice("device.backend", &C::device, &DeviceCfg::backend,
            {{"host", Backend::Host}, {"cuda", Backend::Cuda}})
       .def("host").help("compute backend: host (OpenBLAS, the reference) or cuda");
-  b.field("device.threads", &C::device, &DeviceCfg::threads).def("0").min(0)
+  b.field("device.threads", &C::device, &DeviceCfg::threads).def("0").min(0).max(4096)
       .help("host backend threads per rank; 0 = cores / ranks on this machine (ATLAS_HOST_RANKS if set, "
             "else the MPI node-local size)");
 
   // [bubbletea]
   b.field("bubbletea.enabled", &C::bubbletea, &BubbleTeaCfg::enabled).def("false")
       .help("serve inference prefill in the pipeline's bubbles");
-  b.field("bubbletea.layers", &C::bubbletea, &BubbleTeaCfg::layers).def("2").min(1)
+  b.field("bubbletea.layers", &C::bubbletea, &BubbleTeaCfg::layers).def("2").min(1).max(kMaxLayers)
       .help("inference model blocks");
-  b.field("bubbletea.hidden", &C::bubbletea, &BubbleTeaCfg::hidden).def("64").min(1)
+  b.field("bubbletea.hidden", &C::bubbletea, &BubbleTeaCfg::hidden).def("64").min(1).max(kMaxHidden)
       .help("inference model width");
-  b.field("bubbletea.heads", &C::bubbletea, &BubbleTeaCfg::heads).def("4").min(1)
+  b.field("bubbletea.heads", &C::bubbletea, &BubbleTeaCfg::heads).def("4").min(1).max(kMaxHidden)
       .help("inference model attention heads");
-  b.field("bubbletea.context", &C::bubbletea, &BubbleTeaCfg::context).def("128").min(2)
+  b.field("bubbletea.context", &C::bubbletea, &BubbleTeaCfg::context).def("128").min(2).max(kMaxTokens)
       .help("inference context: prompt plus generated tokens");
-  b.field("bubbletea.vocab", &C::bubbletea, &BubbleTeaCfg::vocab).def("256").min(2)
+  b.field("bubbletea.vocab", &C::bubbletea, &BubbleTeaCfg::vocab).def("256").min(2).max(kMaxTokens)
       .help("inference vocabulary size");
   b.field("bubbletea.weights", &C::bubbletea, &BubbleTeaCfg::weights).def("random")
       .help("random (seeded) or the path of an atlas checkpoint to load");
   b.field("bubbletea.trace", &C::bubbletea, &BubbleTeaCfg::trace).def("\"\"")
       .help("CSV request trace (arrival_s,prompt,max_new_tokens); empty = Poisson generator");
-  b.field("bubbletea.rate_per_s", &C::bubbletea, &BubbleTeaCfg::rate_per_s).def("20").min(0)
+  b.field("bubbletea.rate_per_s", &C::bubbletea, &BubbleTeaCfg::rate_per_s).def("20").min(0).max(1e6)
       .help("Poisson request arrival rate of the generator");
-  b.field("bubbletea.requests", &C::bubbletea, &BubbleTeaCfg::requests).def("64").min(0)
+  b.field("bubbletea.requests", &C::bubbletea, &BubbleTeaCfg::requests).def("64").min(0).max(1e6)
       .help("requests the generator makes");
   b.field("bubbletea.prompt_tokens_min", &C::bubbletea, &BubbleTeaCfg::prompt_tokens_min)
-      .def("8").min(1).help("shortest generated prompt, tokens");
+      .def("8").min(1).max(kMaxTokens).help("shortest generated prompt, tokens");
   b.field("bubbletea.prompt_tokens_max", &C::bubbletea, &BubbleTeaCfg::prompt_tokens_max)
-      .def("64").min(1).help("longest generated prompt, tokens");
+      .def("64").min(1).max(kMaxTokens).help("longest generated prompt, tokens");
   b.field("bubbletea.max_new_tokens", &C::bubbletea, &BubbleTeaCfg::max_new_tokens).def("8")
-      .min(1).help("tokens the decode worker generates per request");
-  b.field("bubbletea.guard_ms", &C::bubbletea, &BubbleTeaCfg::guard_ms).def("0.5").min(0)
+      .min(1).max(kMaxTokens).help("tokens the decode worker generates per request");
+  b.field("bubbletea.guard_ms", &C::bubbletea, &BubbleTeaCfg::guard_ms).def("0.5").min(0).max(1e6)
       .help("safety margin added to a prefill's predicted time before admission");
   b.field("bubbletea.watch_recv", &C::bubbletea, &BubbleTeaCfg::watch_recv).def("true")
       .help("in a bubble that ends in a receive, test it before every chunk and stop when it has "
@@ -440,9 +477,9 @@ void build(Schema& schema) {
       .help("fill_wan_waits: past the deck's prediction x max_stretch, a WAN wait inside a training slot "
             "is filled within this quantile of its real waits over the last 8 steps (0 = the shortest: "
             "training first; 1 = the longest: more prefill, and both partners of the sum wait on it)");
-  b.field("bubbletea.kv_cap_bytes", &C::bubbletea, &BubbleTeaCfg::kv_cap_bytes).def("64M").min(1)
+  b.field("bubbletea.kv_cap_bytes", &C::bubbletea, &BubbleTeaCfg::kv_cap_bytes).def("64M").min(1).max(1024.0 * units::kGiB)
       .help("KV-cache memory cap per rank (binary suffixes)");
-  b.field("bubbletea.chunk_tokens", &C::bubbletea, &BubbleTeaCfg::chunk_tokens).def("0").min(0)
+  b.field("bubbletea.chunk_tokens", &C::bubbletea, &BubbleTeaCfg::chunk_tokens).def("0").min(0).max(kMaxTokens)
       .help("chunked prefill: tokens per chunk; 0 = whole prompts");
 
   // [plan]
@@ -450,11 +487,11 @@ void build(Schema& schema) {
            {{"host", GpuKind::Host}, {"a100", GpuKind::A100}, {"h100", GpuKind::H100},
             {"h200", GpuKind::H200}})
       .def("host").help("device cost profile used by plan, simulate and the schedule estimate");
-  b.field("plan.deadline_s", &C::plan, &PlanCfg::deadline_s).def("0").min(0)
+  b.field("plan.deadline_s", &C::plan, &PlanCfg::deadline_s).def("0").min(0).max(kMaxSeconds)
       .help("if > 0, the planner picks the cheapest plan whose step time meets this");
-  b.field("plan.max_tp", &C::plan, &PlanCfg::max_tp).def("8").min(1)
+  b.field("plan.max_tp", &C::plan, &PlanCfg::max_tp).def("8").min(1).max(1024)
       .help("largest tensor-parallel size the planner tries");
-  b.field("plan.top", &C::plan, &PlanCfg::top).def("10").min(1)
+  b.field("plan.top", &C::plan, &PlanCfg::top).def("10").min(1).max(100)
       .help("rows in the planner's what-if table");
   b.field("plan.profiles", &C::plan, &PlanCfg::profiles).def("\"\"")
       .help("device profile files for plan/simulate; empty = profiles/device/<plan.gpu>.profile");
@@ -490,7 +527,7 @@ std::optional<Value> KeySpec::convert(std::string_view text, std::string& why) c
   switch (type) {
     case ValueType::Int: {
       auto r = units::parse_int(plain);
-      if (!r || !in_range(*this, static_cast<double>(*r))) return std::nullopt;
+      if (!r || !int_in_range(*this, *r)) return std::nullopt;
       v.i = *r;
       break;
     }
@@ -520,7 +557,7 @@ std::optional<Value> KeySpec::convert(std::string_view text, std::string& why) c
     case ValueType::IntList:
       for (const auto& e : split_list(text)) {
         auto r = units::parse_int(e);
-        if (!r || !in_range(*this, static_cast<double>(*r))) return std::nullopt;
+        if (!r || !int_in_range(*this, *r)) return std::nullopt;
         v.il.push_back(*r);
       }
       break;
@@ -585,7 +622,13 @@ std::string Schema::markdown() const {
         "header), `#` comments, space-separated lists and \"quoted strings\". `key=value` "
         "arguments after the deck path override it. Byte sizes take binary suffixes "
         "(`K` = 1024, `M`, `G`). Unknown keys, bad values and out-of-range values are errors; "
-        "nothing is clamped.\n";
+        "nothing is clamped. Every number has an upper bound far above any real job, so that "
+        "`atlas schedule`, `simulate` and `plan` stay within memory and seconds; products are "
+        "bounded too (at most "
+     << fmt_num(limits::kMaxGlobalBatch) << " sequences per step, and a schedule table of at most "
+     << fmt_num(limits::kMaxScheduleSlots)
+     << " slots, estimated as 6 x train.micro_batches x stages x parallel.dp_size). A deck is a "
+        "regular file of at most 16 MiB.\n";
   std::string section;
   for (const auto& k : m_keys) {
     if (k.section() != section) {

@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: MIT
 // Cross-field validation: every problem is collected, none is clamped or silently fixed.
+#include <cstdint>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "atlas/deck/deck.hpp"
+#include "atlas/deck/schema.hpp"
 
 namespace atlas::deck {
 
@@ -25,12 +27,17 @@ void check_cluster(const Config& c, std::vector<std::string>& out) {
     out.push_back("cluster.dcs is empty: name at least one datacenter");
     return;
   }
+  if (n > limits::kMaxDcs) {
+    out.push_back("cluster.dcs names " + std::to_string(n) + " datacenters, more than " +
+                  str(limits::kMaxDcs) + "\n  hint: list the DCs the job may use");
+    return;
+  }
   std::set<std::string> names(cl.dcs.begin(), cl.dcs.end());
   if (names.size() != cl.dcs.size()) out.push_back("cluster.dcs has a repeated name: names must be unique");
   if (cl.gpus_per_dc.size() != static_cast<std::size_t>(n))
     out.push_back("cluster.gpus_per_dc has " + std::to_string(cl.gpus_per_dc.size()) +
                   " entries but cluster.dcs names " + std::to_string(n) + " DCs\n  hint: give one GPU count per DC");
-  int total_gpus = 0;
+  std::int64_t total_gpus = 0;
   for (int g : cl.gpus_per_dc) total_gpus += g;
   if (!cl.gpus_per_dc.empty() && total_gpus == 0)
     out.push_back("cluster.gpus_per_dc: every DC has zero GPUs; at least one DC needs GPUs");
@@ -65,6 +72,7 @@ void check_cluster(const Config& c, std::vector<std::string>& out) {
 void check_parallel(const Config& c, const JobShape& shape, std::vector<std::string>& out) {
   const auto& p = c.parallel;
   const int n = c.cluster.dc_count();
+  if (n > limits::kMaxDcs) return;  // reported by check_cluster
   if (p.stages_per_dc.size() != static_cast<std::size_t>(n)) {
     out.push_back("parallel.stages_per_dc has " + std::to_string(p.stages_per_dc.size()) +
                   " entries but cluster.dcs names " + std::to_string(n) +
@@ -81,7 +89,8 @@ void check_parallel(const Config& c, const JobShape& shape, std::vector<std::str
                   ": tensor parallelism must stay inside a node");
   if (c.cluster.gpus_per_dc.size() == static_cast<std::size_t>(n)) {
     for (int dc = 0; dc < n; ++dc) {
-      const int need = p.stages_per_dc[static_cast<std::size_t>(dc)] * p.dp_size * p.tp_size;
+      const std::int64_t need = static_cast<std::int64_t>(p.stages_per_dc[static_cast<std::size_t>(dc)]) *
+                                p.dp_size * p.tp_size;
       const int have = c.cluster.gpus_per_dc[static_cast<std::size_t>(dc)];
       if (need > have)
         out.push_back("DC '" + c.cluster.dcs[static_cast<std::size_t>(dc)] + "' holds " +
@@ -99,12 +108,17 @@ void check_parallel(const Config& c, const JobShape& shape, std::vector<std::str
 
 void check_model(const Config& c, std::vector<std::string>& out) {
   const auto& m = c.model;
-  const int pp = c.parallel.pp_size();
+  // Stages are counted only when the layout is consistent (checked by check_parallel).
+  const bool layout_ok = c.cluster.dc_count() <= limits::kMaxDcs &&
+                         c.parallel.stages_per_dc.size() == static_cast<std::size_t>(c.cluster.dc_count());
+  const int pp = layout_ok ? c.parallel.pp_size() : 0;
   const int tp = c.parallel.tp_size;
-  if (m.hidden % m.heads != 0)
+  // Every division below needs a positive divisor: a rejected value keeps its (positive)
+  // default, and the schema's minimums keep these >= 1, but a division never trusts that.
+  if (m.heads > 0 && m.hidden % m.heads != 0)
     out.push_back("model.hidden = " + std::to_string(m.hidden) + " is not divisible by model.heads = " +
                   std::to_string(m.heads) + "\n  hint: pick hidden = heads * head_dim");
-  if (tp > 0 && m.heads % tp != 0)
+  if (tp > 0 && m.heads > 0 && m.heads % tp != 0)
     out.push_back("model.heads = " + std::to_string(m.heads) + " is not divisible by parallel.tp_size = " +
                   std::to_string(tp) + ": tensor parallelism splits whole heads across ranks\n"
                   "  hint: choose heads as a multiple of tp_size");
@@ -115,7 +129,7 @@ void check_model(const Config& c, std::vector<std::string>& out) {
                     std::to_string(pp) + " pipeline stages\n  hint: set model.layers to a multiple of " +
                     std::to_string(pp) + " or list model.layers_per_stage explicitly");
   } else {
-    int sum = 0;
+    std::int64_t sum = 0;
     for (int v : m.layers_per_stage) sum += v;
     if (m.layers_per_stage.size() != static_cast<std::size_t>(pp) || sum != m.layers)
       out.push_back("model.layers_per_stage lists " + std::to_string(m.layers_per_stage.size()) +
@@ -139,17 +153,43 @@ void check_misc(const Config& c, const JobShape& shape, std::vector<std::string>
                   "  hint: rebuild with the cuda-release preset (make cuda)");
   const auto& bt = c.bubbletea;
   if (bt.enabled) {
-    if (bt.hidden % bt.heads != 0)
+    if (bt.heads > 0 && bt.hidden % bt.heads != 0)
       out.push_back("bubbletea.hidden = " + std::to_string(bt.hidden) +
                     " is not divisible by bubbletea.heads = " + std::to_string(bt.heads));
     if (bt.prompt_tokens_min > bt.prompt_tokens_max)
       out.push_back("bubbletea.prompt_tokens_min is above bubbletea.prompt_tokens_max");
-    if (bt.prompt_tokens_max + bt.max_new_tokens > bt.context)
+    const std::int64_t longest = static_cast<std::int64_t>(bt.prompt_tokens_max) + bt.max_new_tokens;
+    if (longest > bt.context)
       out.push_back("bubbletea.prompt_tokens_max + bubbletea.max_new_tokens = " +
-                    std::to_string(bt.prompt_tokens_max + bt.max_new_tokens) +
+                    std::to_string(longest) +
                     " exceeds bubbletea.context = " + std::to_string(bt.context) +
                     "\n  hint: raise bubbletea.context or shorten the prompts");
   }
+}
+
+/// Products of keys that size memory and loops: each key is bounded by the schema, their product
+/// is bounded here, before anything allocates a table of that size.
+void check_sizes(const Config& c, std::vector<std::string>& out) {
+  const auto& p = c.parallel;
+  const auto& t = c.train;
+  const double batch = static_cast<double>(p.dp_size) * t.micro_batches * t.micro_batch_size;
+  if (batch > limits::kMaxGlobalBatch)
+    out.push_back("parallel.dp_size (" + std::to_string(p.dp_size) + ") x train.micro_batches (" +
+                  std::to_string(t.micro_batches) + ") x train.micro_batch_size (" +
+                  std::to_string(t.micro_batch_size) + ") = " + str(batch) +
+                  " sequences per step, more than " + str(limits::kMaxGlobalBatch) +
+                  "\n  hint: lower train.micro_batches or train.micro_batch_size");
+  const int n = c.cluster.dc_count();
+  if (n > limits::kMaxDcs || p.stages_per_dc.size() != static_cast<std::size_t>(n)) return;
+  const int pp = p.pp_size();
+  const double slots = 6.0 * t.micro_batches * pp * p.dp_size;
+  if (slots > limits::kMaxScheduleSlots)
+    out.push_back("train.micro_batches (" + std::to_string(t.micro_batches) +
+                  ") x parallel.stages_per_dc (" + std::to_string(pp) + " stages) x parallel.dp_size (" +
+                  std::to_string(p.dp_size) + ") make a schedule table of about " + str(slots) +
+                  " slots (6 per micro-batch, stage and pipeline), more than " +
+                  str(limits::kMaxScheduleSlots) +
+                  "\n  hint: lower train.micro_batches (a larger train.micro_batch_size keeps the global batch)");
 }
 
 }  // namespace
@@ -160,6 +200,7 @@ std::vector<std::string> validate(const Config& cfg, const JobShape& shape) {
   check_parallel(cfg, shape, out);
   check_model(cfg, out);
   check_misc(cfg, shape, out);
+  check_sizes(cfg, out);
   return out;
 }
 

@@ -16,6 +16,7 @@
 #include "atlas/core/error.hpp"
 #include "atlas/core/units.hpp"
 #include "atlas/deck/deck.hpp"
+#include "atlas/deck/schema.hpp"
 #include "atlas/sim/cost.hpp"
 #include "atlas/sim/simulator.hpp"
 #include "atlas/topo/layout.hpp"
@@ -91,6 +92,14 @@ std::vector<std::string> validate_for_planning(const Config& cfg, bool cuda_buil
   shape.cuda_built = cuda_built;
   auto problems = deck::validate(probe, shape);
   problems.insert(problems.begin(), extra.begin(), extra.end());
+  // The probe has dp 1: the global batch the planner keeps is the deck's dp's.
+  const double batch = static_cast<double>(cfg.parallel.dp_size) * cfg.train.micro_batches * cfg.train.micro_batch_size;
+  if (batch > deck::limits::kMaxGlobalBatch && probe.train.micro_batches * static_cast<double>(probe.train.micro_batch_size) <=
+                                                   deck::limits::kMaxGlobalBatch)
+    problems.push_back(fmt::format(
+        "parallel.dp_size ({}) x train.micro_batches ({}) x train.micro_batch_size ({}) = {:.0f} sequences per step, "
+        "more than {:.0f}\n  hint: lower train.micro_batches or train.micro_batch_size",
+        cfg.parallel.dp_size, cfg.train.micro_batches, cfg.train.micro_batch_size, batch, deck::limits::kMaxGlobalBatch));
   return problems;
 }
 
@@ -228,6 +237,7 @@ PlanResult search(const Config& cfg, const sim::DeviceProfile& prof, const PlanO
   const double intra_lat = cfg.cluster.intra_latency_us / 1e3;
 
   std::vector<Plan> cands;
+  int too_big = 0;  // shapes whose schedule table atlas could not hold (deck::limits)
   double smallest_unplaced_gpus = std::numeric_limits<double>::infinity();
   Plan smallest_unplaced;
   for (int tp : tps) {
@@ -240,6 +250,10 @@ PlanResult search(const Config& cfg, const sim::DeviceProfile& prof, const PlanO
           if ((G / dp) % b != 0) continue;
           const int m = G / dp / b;
           ++res.shapes;
+          if (6.0 * m * pp * dp > deck::limits::kMaxScheduleSlots) {
+            ++too_big;
+            continue;
+          }
           const sim::MemoryEstimate mem = sim::peak_memory(mm, pp, tp, b, m, ScheduleKind::Atlas, prof);
           if (mem.total() > usable) continue;
           ++res.fit_memory;
@@ -300,6 +314,12 @@ PlanResult search(const Config& cfg, const sim::DeviceProfile& prof, const PlanO
     }
   }
 
+  if (res.fit_memory == 0 && too_big == res.shapes)
+    throw ConfigError(fmt::format(
+        "no plan fits: with a global batch of {} sequences (parallel.dp_size x train.micro_batches x "
+        "train.micro_batch_size) every shape's schedule table has more than {:.0f} slots\n"
+        "  hint: lower train.micro_batches",
+        G, deck::limits::kMaxScheduleSlots));
   if (res.fit_memory == 0) {
     // Report the most favourable shape: the largest tp and pp the cluster allows.
     const int tp = tps.back();

@@ -331,11 +331,11 @@ WanProfile parse_wan_profile(const std::string& file, const std::string& text) {
 }
 
 DeviceProfile load_device_profile(const std::string& path) {
-  return parse_device_profile(path, deck::read_text_file(path));
+  return parse_device_profile(path, deck::read_text_file(path, deck::kMaxDeckBytes, "device profile"));
 }
 
 WanProfile load_wan_profile(const std::string& path) {
-  return parse_wan_profile(path, deck::read_text_file(path));
+  return parse_wan_profile(path, deck::read_text_file(path, deck::kMaxDeckBytes, "WAN profile"));
 }
 
 std::string format_device_profile(const DeviceProfile& p) {
@@ -457,7 +457,15 @@ DeviceProfile resolve_device_profile(const Config& cfg) {
   const std::string want = to_string(cfg.plan.gpu);
   std::vector<std::string> names;
   for (const auto& path : cfg.plan.profiles) {
-    DeviceProfile p = load_device_profile(path);
+    DeviceProfile p = [&] {
+      try {
+        return load_device_profile(path);
+      } catch (const ConfigError& e) {  // say which key named the file
+        std::vector<std::string> problems;
+        for (const auto& m : e.problems()) problems.push_back("plan.profiles: " + m);
+        throw ConfigError(problems);
+      }
+    }();
     if (p.name == want) return p;
     names.push_back(p.name + " (" + path + ")");
   }

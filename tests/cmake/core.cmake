@@ -6,3 +6,25 @@ atlas_unit_test(test_layout ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_layout.cpp)
 atlas_unit_test(test_schedule ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_schedule.cpp)
 atlas_mpi_test(test_communicators SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/mpi/test_communicators.cpp NP 1 2 4 8)
 atlas_mpi_test(test_agree SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/mpi/test_agree.cpp NP 1 2 3)
+# Deck fuzzer: 1,200 seeded mutants of the decks in inputs/ through what atlas schedule runs (a
+# forked child each, time-limited) and a sample through the binary (schedule, simulate, plan): no
+# signal, exit 0/1/2, every config error naming its key. ATLAS_FUZZ_SEED / ATLAS_FUZZ_MUTANTS.
+atlas_unit_test(test_deck_fuzz ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_deck_fuzz.cpp)
+set_property(TEST test_deck_fuzz APPEND PROPERTY ENVIRONMENT "ATLAS_BIN=$<TARGET_FILE:atlas>")
+set_tests_properties(test_deck_fuzz PROPERTIES TIMEOUT 300 PROCESSORS 2)
+# A deck that is a device or a FIFO is a config error within seconds (it was bad_alloc, or a hang),
+# offline and in a launched job (rank 0 reads, every rank reports the same error).
+add_test(NAME cli_deck_not_a_file
+  COMMAND bash -c "set -u; d=$(mktemp -d); trap 'rm -rf $d' EXIT; mkfifo $d/deck.fifo; for p in /dev/zero $d/deck.fifo $d; do rc=0; out=$(timeout 10 $<TARGET_FILE:atlas> schedule $p 2>&1) || rc=$?; echo \"$out\"; [[ $rc == 2 ]] && grep -q \"cannot read deck '$p': it is a .*, expected a regular file\" <<<\"$out\" || exit 1; done"
+  WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(cli_deck_not_a_file PROPERTIES LABELS unit TIMEOUT 60)
+add_test(NAME mpi_deck_not_a_file
+  COMMAND bash -c "set -u; d=$(mktemp -d); trap 'rm -rf $d' EXIT; mkfifo $d/deck.fifo; for p in /dev/zero $d/deck.fifo; do rc=0; out=$(timeout 60 ${MPIEXEC_EXECUTABLE} -np 2 --oversubscribe $<TARGET_FILE:atlas> train $p 2>&1) || rc=$?; echo \"$out (exit $rc)\"; [[ $rc == 2 ]] && grep -q \"cannot read deck '$p': it is a\" <<<\"$out\" || exit 1; done"
+  WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(mpi_deck_not_a_file PROPERTIES LABELS mpi TIMEOUT 120 PROCESSORS 2
+  ENVIRONMENT "${ATLAS_MPIEXEC_ENV}")
+# An integer option is range-checked before it is narrowed to int (4294967396 would be 100).
+add_test(NAME cli_int_option_beyond_int
+  COMMAND bash -c "rc=0; out=$($<TARGET_FILE:atlas> schedule inputs/default.deck --width 4294967396 2>&1) || rc=$?; echo \"$out\"; [[ $rc == 1 ]] && grep -q \"\\-\\-width expects an integer in \\[-2147483648, 2147483647\\], got '4294967396'\" <<<\"$out\""
+  WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(cli_int_option_beyond_int PROPERTIES LABELS unit TIMEOUT 60)

@@ -26,6 +26,13 @@ foreach(t summary schedule cli)
   set_tests_properties(test_report_${t} PROPERTIES LABELS unit TIMEOUT 60 SKIP_RETURN_CODE 77
     ENVIRONMENT "${ATLAS_REPORT_TEST_ENV}")
 endforeach()
+# Corrupted profile.h5 files (missing datasets, wrong types, cut files, NaN/inf, negative
+# durations...): one ERROR line and a non-zero status, never a traceback or rows of nan/inf.
+add_test(NAME test_report_corrupt
+  COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/report/test_report_corrupt.py
+  WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(test_report_corrupt PROPERTIES LABELS unit TIMEOUT 120 SKIP_RETURN_CODE 77
+  ENVIRONMENT "${ATLAS_REPORT_TEST_ENV}")
 # The per-slot compute overlap of a trace (scripts/report/compute_overlap.py), on a made-up trace.
 add_test(NAME test_compute_overlap
   COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/report/test_compute_overlap.py

@@ -5,16 +5,22 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <regex>
 #include <set>
 #include <sstream>
 
+#include "atlas/bubbletea/requests.hpp"
 #include "atlas/core/error.hpp"
 #include "atlas/core/units.hpp"
 #include "atlas/deck/deck.hpp"
 #include "atlas/deck/schema.hpp"
+#include "atlas/sim/profile.hpp"
 
 namespace atlas::deck {
 namespace {
@@ -104,13 +110,13 @@ TEST(Deck, BadOverridesAreReportedWithTheDeckProblems) {
   EXPECT_THAT(p, ::testing::Contains(::testing::HasSubstr("mem:6: wan.rails = \"0\": expected an integer in [1, 64]")));
   EXPECT_THAT(p, ::testing::Contains(::testing::HasSubstr("command line: unknown key 'wan.rialz' (did you mean 'wan.rails'")));
   EXPECT_THAT(p, ::testing::Contains(::testing::HasSubstr("command line: cannot read override 'nonsense': expected key=value")));
-  EXPECT_THAT(p, ::testing::Contains(::testing::HasSubstr("command line: train.lr = \"x\": expected a number >= 0")));
+  EXPECT_THAT(p, ::testing::Contains(::testing::HasSubstr("command line: train.lr = \"x\": expected a number in [0, 1000]")));
 }
 
 TEST(Deck, TypeErrorsAndCrossFieldProblemsAreReportedTogether) {
   const auto p = problems_of("mem", std::string(kMinimal) + "model.heads = 3\ntrain.lr = fast\n", 8,
                              {"parallel.dp_size=2"});
-  EXPECT_THAT(p, ::testing::Contains(::testing::HasSubstr("train.lr = \"fast\": expected a number >= 0")));
+  EXPECT_THAT(p, ::testing::Contains(::testing::HasSubstr("train.lr = \"fast\": expected a number in [0, 1000]")));
   EXPECT_THAT(p, ::testing::Contains(::testing::HasSubstr("model.hidden = 128 is not divisible by model.heads = 3")));
   EXPECT_THAT(p, ::testing::Contains(::testing::HasSubstr("= 4 ranks, but the job has 8")));
   EXPECT_THAT(p, ::testing::Contains(::testing::HasSubstr("drop the override")).Times(0));
@@ -139,6 +145,114 @@ TEST(Deck, MissingFileIsAConfigErrorNamingIt) {
     FAIL() << "expected ConfigError";
   } catch (const ConfigError& e) {
     EXPECT_THAT(e.what(), ::testing::HasSubstr("cannot read deck '/nonexistent/deck.deck'"));
+  }
+}
+
+TEST(Deck, DeckFileMustBeARegularFileOfBoundedSize) {
+  // /dev/zero used to end in bad_alloc and a FIFO blocked for ever: both are refused at once.
+  const fs::path dir = fs::temp_directory_path() / ("atlas-deck-test-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const fs::path fifo = dir / "deck.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const fs::path big = dir / "big.deck";
+  {
+    std::ofstream out(big);
+    const std::string line = "# " + std::string(1000, 'x') + "\n";
+    for (int i = 0; i < 17 * 1024; ++i) out << line;
+  }
+  const std::vector<std::pair<std::string, std::string>> cases{
+      {"/dev/zero", "cannot read deck '/dev/zero': it is a character device, expected a regular file"},
+      {fifo.string(), "cannot read deck '" + fifo.string() + "': it is a FIFO (named pipe), expected a regular file"},
+      {dir.string(), "cannot read deck '" + dir.string() + "': it is a directory, expected a regular file"},
+      {big.string(), "cannot read deck '" + big.string() + "': it has 17460224 bytes, more than the 16M a deck may have"},
+  };
+  for (const auto& [path, message] : cases) {
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      (void)read_text_file(path);
+      ADD_FAILURE() << path << " was read";
+    } catch (const ConfigError& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr(message));
+    }
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0) << path;
+  }
+  fs::remove_all(dir);
+}
+
+TEST(Deck, FilesNamedByKeysAreReadTheSameWay) {
+  // A device profile, a WAN profile and a request trace are refused like a deck, naming the key.
+  Config cfg = parse("mem", kMinimal, {"plan.profiles=/dev/zero", "bubbletea.trace=/dev/zero"});
+  auto message = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no ConfigError)");
+  };
+  EXPECT_THAT(message([&] { (void)sim::resolve_device_profile(cfg); }),
+              ::testing::HasSubstr("plan.profiles: cannot read device profile '/dev/zero': it is a character device"));
+  EXPECT_THAT(message([&] { (void)bubbletea::load_requests(cfg, 2); }),
+              ::testing::HasSubstr("bubbletea.trace: cannot read request trace '/dev/zero': it is a character device"));
+  EXPECT_THAT(message([&] { (void)sim::load_wan_profile("/dev/zero"); }),
+              ::testing::HasSubstr("cannot read WAN profile '/dev/zero': it is a character device"));
+}
+
+TEST(Deck, IntegersAreCheckedAgainstTheirFieldsType) {
+  // Range-checked as 64-bit values and then narrowed to int, these ran as 4 and -1.
+  const auto p = problems_of("mem", kMinimal, -1,
+                             {"model.layers=4294967300", "run.steps=9223372036854775807", "ckpt.keep_last=-2147483649"});
+  EXPECT_THAT(p, ::testing::Contains(::testing::HasSubstr(
+                     "command line: model.layers = \"4294967300\": expected an integer in [1, 4096]")));
+  EXPECT_THAT(p, ::testing::Contains(::testing::HasSubstr(
+                     "command line: run.steps = \"9223372036854775807\": expected an integer in [1, 1000000000]")));
+  EXPECT_THAT(p, ::testing::Contains(::testing::HasSubstr("command line: ckpt.keep_last = \"-2147483649\"")));
+  // A 64-bit field takes the whole 64-bit range.
+  EXPECT_EQ(parse("mem", kMinimal, {"run.seed=9223372036854775807"}).run.seed, 9223372036854775807LL);
+  // Every integer key has a bound inside its field's type, and the text says which.
+  for (const auto& k : Schema::instance().keys()) {
+    if (k.type != ValueType::Int && k.type != ValueType::IntList) continue;
+    ASSERT_TRUE(k.type_min && k.type_max) << k.key;
+    if (k.max) {
+      EXPECT_LE(*k.max, static_cast<double>(*k.type_max)) << k.key;
+    }
+    if (k.min) {
+      EXPECT_GE(*k.min, static_cast<double>(*k.type_min)) << k.key;
+    }
+    EXPECT_THAT(k.expectation(), ::testing::HasSubstr(" in [")) << k.key;
+  }
+}
+
+TEST(Deck, NumbersThatSizeMemoryOrTimeAreBounded) {
+  // Every number has an upper bound (model.init_std excepted: a diverging init is the run's
+  // NaN check to catch), and every duration fits std::chrono.
+  for (const auto& k : Schema::instance().keys()) {
+    const bool number = k.type == ValueType::Int || k.type == ValueType::IntList || k.type == ValueType::Float ||
+                        k.type == ValueType::FloatList || k.type == ValueType::Bytes;
+    if (!number || k.key == "model.init_std" || k.key == "run.seed") continue;
+    EXPECT_TRUE(k.max) << k.key << " has no upper bound";
+    const bool duration = k.key.ends_with("_s") || k.key.ends_with("_ms") || k.key.ends_with("_us");
+    if (duration && k.max) {
+      EXPECT_LE(*k.max, limits::kMaxSeconds) << k.key;
+    }
+  }
+  const auto p = problems_of("mem", kMinimal, -1,
+                             {"wan.recv_timeout_s=1e300", "train.micro_batches=3000000", "bubbletea.guard_ms=nan"});
+  ASSERT_EQ(p.size(), 3u) << ::testing::PrintToString(p);
+  EXPECT_THAT(p, ::testing::Contains(::testing::HasSubstr("wan.recv_timeout_s = \"1e300\": expected a number in [0.001, 1000000]")));
+  EXPECT_THAT(p, ::testing::Contains(::testing::HasSubstr("train.micro_batches = \"3000000\": expected an integer in [1, 100000]")));
+  EXPECT_THAT(p, ::testing::Contains(::testing::HasSubstr("bubbletea.guard_ms = \"nan\"")));
+}
+
+TEST(Deck, RejectedDivisorsNeverReachTheDivisions) {
+  // model.heads = 0 (or x, -4, empty) divided model.hidden: SIGFPE. A rejected value is
+  // reported once, and the cross-field checks see the key's default.
+  for (const char* v : {"0", "x", "-4", "", "99999999999999999999"}) {
+    const auto p = problems_of("mem", std::string(kMinimal) + "parallel.tp_size = 2\n", -1,
+                               {std::string("model.heads=") + v, std::string("bubbletea.heads=") + v,
+                                "bubbletea.enabled=true", std::string("parallel.tp_size=") + v});
+    ASSERT_EQ(p.size(), 3u) << v << ": " << ::testing::PrintToString(p);
+    for (const auto& m : p) EXPECT_THAT(m, ::testing::HasSubstr("expected an integer in [1, ")) << v;
   }
 }
 
@@ -174,7 +288,7 @@ TEST(Deck, EveryBadDeckGivesItsDocumentedMessage) {
     if (e.path().extension() == ".deck") {
       EXPECT_TRUE(covered.count(e.path().filename().string())) << e.path() << " has no expected message";
     }
-  EXPECT_GE(cases, 40);
+  EXPECT_GE(cases, 57);
 }
 
 TEST(Deck, EveryExampleDeckInInputsValidates) {

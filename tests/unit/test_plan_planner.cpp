@@ -204,7 +204,7 @@ TEST(PlanErrors, BadClustersAreCaughtWithClearMessages) {
   EXPECT_THAT(error_of([] { (void)deck(kCluster, {"cluster.latency_ms=0 10 30 10 0 15 30 15"}); }),
               HasSubstr("cluster.latency_ms has 8 entries, but 3 DCs need a square 3x3 matrix"));
   EXPECT_THAT(error_of([] { (void)deck(kCluster, {"cluster.latency_ms=0 -10 30 10 0 15 30 15 0"}); }),
-              HasSubstr("expected a space-separated list of numbers >= 0"));
+              HasSubstr("expected a space-separated list of numbers in [0, 1000000]"));
   // A model preset that does not exist.
   EXPECT_THAT(error_of([] { (void)model_preset("1t"); }), HasSubstr("unknown model preset '1t'"));
 }
@@ -224,6 +224,24 @@ TEST(PlanErrors, TheDecksOwnLayoutNeedNotFitTheCluster) {
   ASSERT_EQ(problems.size(), 2u);
   EXPECT_THAT(problems[0], HasSubstr("every DC has zero GPUs"));
   EXPECT_THAT(problems[1], HasSubstr("model.hidden = 4096 is not divisible by model.heads = 30"));
+}
+
+TEST(PlanErrors, AGlobalBatchPastTheLimitsIsAConfigErrorNotAnInternalOne) {
+  // The planner keeps the deck's global batch (its dp's): past the limit it is the deck's error.
+  const Config big = deck::parse("plan.deck", kCluster,
+                                 {"parallel.dp_size=100", "train.micro_batches=1000", "train.micro_batch_size=1000"});
+  const auto problems = validate_for_planning(big, false);
+  ASSERT_EQ(problems.size(), 1u) << ::testing::PrintToString(problems);
+  EXPECT_THAT(problems[0], HasSubstr("parallel.dp_size (100) x train.micro_batches (1000) x train.micro_batch_size "
+                                     "(1000) = 100000000 sequences per step, more than 16777216"));
+  // A global batch within the limit whose every shape makes a schedule table past the limit (the
+  // fuzzer's find: atlas plan ended in an internal error in plan_config).
+  Config cfg = deck::parse("plan.deck", kCluster, {"parallel.dp_size=160", "train.micro_batches=100000", "model.layers=4"});
+  ASSERT_TRUE(validate_for_planning(cfg, false).empty());
+  EXPECT_THAT(error_of([&] { (void)search(cfg, sim::builtin_device_profile(GpuKind::H100)); }),
+              HasSubstr("no plan fits: with a global batch of 16000000 sequences (parallel.dp_size x "
+                        "train.micro_batches x train.micro_batch_size) every shape's schedule table has more "
+                        "than 2000000 slots"));
 }
 
 // ---- designs ----

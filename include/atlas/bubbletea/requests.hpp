@@ -37,6 +37,9 @@ struct Request {
 /// prompt_tokens_max], tokens uniform in [0, vocab), all keyed by `seed` (run.seed).
 [[nodiscard]] std::vector<Request> generate_requests(const BubbleTeaCfg& cfg, std::uint64_t seed);
 
+/// The largest request trace read (a regular file; a FIFO or a device is refused).
+inline constexpr std::uint64_t kMaxTraceBytes = 256ull * 1024 * 1024;
+
 /// The deck's requests: the trace (when bubbletea.trace is set; the file is read here) or the
 /// generator; `dc` assigned as id mod dc_count. Throws ConfigError (with FILE:LINE for trace
 /// problems; naming the file when it cannot be read).

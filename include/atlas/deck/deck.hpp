@@ -3,6 +3,7 @@
 // the same text, so every rank reaches the same verdict and deck errors are collective.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -30,8 +31,15 @@ std::vector<std::string> validate(const Config& cfg, const JobShape& shape);
 Config parse_and_validate(const std::string& file_name, const std::string& text,
                           const std::vector<std::string>& overrides, const JobShape& shape);
 
-/// Reads a whole file. Throws ConfigError naming the file when it cannot be read.
-std::string read_text_file(const std::string& path);
+/// The largest deck (and device/WAN profile) file atlas reads: 16 MiB.
+inline constexpr std::uint64_t kMaxDeckBytes = 16ull * 1024 * 1024;
+
+/// Reads a whole file. Throws ConfigError naming the file when it cannot be read, is not a
+/// regular file (a FIFO, a device such as /dev/zero, a directory) or has more than `max_bytes`.
+/// Never blocks: a FIFO is refused without waiting for a writer. `kind_of_file` names the file in
+/// messages ("cannot read deck 'x'", "cannot read device profile 'x'").
+std::string read_text_file(const std::string& path, std::uint64_t max_bytes = kMaxDeckBytes,
+                           const std::string& kind_of_file = "deck");
 
 /// Collective over `comm`: rank 0 reads `path` and broadcasts it; all ranks parse and validate.
 /// Every rank throws the same ConfigError on a bad deck.

@@ -15,6 +15,28 @@
 
 namespace atlas::deck {
 
+/// Upper bounds of the keys that size memory, loops or time: far above any real job, low enough
+/// that atlas schedule / simulate / plan stay within memory and seconds (no silent clamping: a
+/// value above one is a config error naming the key).
+namespace limits {
+inline constexpr double kMaxDcs = 64;                  ///< entries of cluster.dcs
+inline constexpr double kMaxGpusPerDc = 1'000'000;     ///< cluster.gpus_per_dc, ranks_per_host
+inline constexpr double kMaxStages = 4096;             ///< parallel.stages_per_dc entries
+inline constexpr double kMaxDp = 100'000;              ///< parallel.dp_size
+inline constexpr double kMaxLayers = 4096;             ///< model.layers, bubbletea.layers
+inline constexpr double kMaxHidden = 1'048'576;        ///< model.hidden, heads (and bubbletea's)
+inline constexpr double kMaxTokens = 16'777'216;       ///< seq_len, vocab, context, prompt lengths
+inline constexpr double kMaxMicroBatches = 100'000;    ///< train.micro_batches, eval_batches
+inline constexpr double kMaxSeconds = 1e6;             ///< every *_s duration (std::chrono safe)
+/// Slots of one schedule table, estimated as micro_batches x stages x dp x 6 (forward,
+/// backward and their sends and receives): bounds the memory and time of atlas schedule,
+/// simulate and train: measured 0.4 KB and 30 us a slot (atlas schedule of inputs/default.deck with
+/// 10,000 micro-batches: 480,000 slots, 200 MB, 15 s).
+inline constexpr double kMaxScheduleSlots = 2'000'000;
+/// Sequences per step (dp x micro_batches x micro_batch_size).
+inline constexpr double kMaxGlobalBatch = 16'777'216;
+}  // namespace limits
+
 enum class ValueType { Int, Float, Bool, String, Bytes, Enum, IntList, FloatList, StringList };
 
 /// A value converted from deck text according to its KeySpec.
@@ -36,6 +58,10 @@ struct KeySpec {
   std::string default_text;           ///< deck text of the default (when not required)
   std::optional<double> min;          ///< inclusive bound for numbers and list elements
   std::optional<double> max;
+  /// Integer keys: the limits of the Config field's type (int, int64), checked exactly so that a
+  /// value is never narrowed into another one ("4294967300" is not 4).
+  std::optional<std::int64_t> type_min;
+  std::optional<std::int64_t> type_max;
   std::vector<std::string> choices;   ///< Enum values
   std::string help;
   std::function<void(Config&, const Value&)> set;
