@@ -31,10 +31,11 @@ inline constexpr const char* kCkptChecksum = "crc32c";
 
 /// A dataset whose data does not match its stored CRC32C: the file changed after it was written
 /// (bit rot, a bad copy, a stray write). ExitCode::Io. what() names the file, the dataset (and
-/// the box of a tensor) and says "checksum mismatch".
-class ChecksumMismatch : public Error {
+/// the box of a tensor) and says "checksum mismatch". Collective: every rank raises it alike (the
+/// reads agree on their verdict), so rank 0 prints it once and every rank exits with code 5.
+class ChecksumMismatch : public CollectiveError {
  public:
-  explicit ChecksumMismatch(const std::string& what) : Error(ExitCode::Io, what) {}
+  explicit ChecksumMismatch(const std::string& what) : CollectiveError(ExitCode::Io, {what}) {}
 };
 
 /// One rank's piece of one tensor: a box [offset, offset + shape) of the full logical tensor,
