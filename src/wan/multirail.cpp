@@ -7,6 +7,10 @@
 // the receiver drops duplicates (per-chunk bitmap, completed-message set). Messages within the
 // receiver's credit go eagerly; larger ones send an RTS and wait for the CTS of the posted irecv.
 // A new rail first carries warm-up (Pad) frames, so its TCP window has grown before any message.
+// Every frame is sealed (wan.auth: AES-256-GCM tags, per-connection keys, a frame counter per
+// direction; framing.hpp) when its writing starts, so the counter follows the wire order. A frame
+// that fails its tag is a rail error: the connection is reset and its unacknowledged frames are
+// resent; the frame's data is never delivered.
 #include "atlas/wan/multirail.hpp"
 
 #include <sys/epoll.h>
@@ -119,7 +123,10 @@ struct Ctrl {
 
 struct OutFrame {
   std::array<std::uint8_t, kHeaderBytes> hdr{};
-  const std::uint8_t* payload = nullptr;
+  const std::uint8_t* payload = nullptr;  // the user's bytes; after sealing (encrypt) `cipher`
+  std::unique_ptr<std::uint8_t[]> cipher;  // encrypt: the payload's ciphertext, until written
+  bool sealed = false;      // tags computed (when its writing started)
+  bool corrupt = false;     // test hook: a wrong payload tag
   std::uint32_t len = 0;
   std::size_t written = 0;  // of kHeaderBytes + len
   bool reliable = false;    // counted by acks and resent after a loss (all but Ack and Bye)
@@ -156,6 +163,9 @@ struct Conn {
   // output
   std::deque<OutFrame> q;
   std::size_t unwritten = 0;  // frames [0, unwritten) are fully written, awaiting acks
+  std::size_t sealed = 0;     // frames [0, sealed) are sealed (their frame numbers are fixed)
+  std::unique_ptr<FrameSealer> sealer;  // from make_ready on
+  std::unique_ptr<FrameOpener> opener;
   std::uint64_t unwritten_bytes = 0;
   std::uint64_t queued_bytes = 0;  // every frame in q: unwritten + written and unacknowledged
   std::uint64_t sent_seq = 0;
@@ -233,6 +243,7 @@ struct Peer {
   bool params_known = false;
   bool dirty = false;  // has output work
   bool corrupt_next = false;
+  Secret secret{};     // of this pair: proves the handshake, keys the frames
   // send side
   std::uint64_t next_msg_id = 0;
   std::unordered_map<int, std::uint64_t> send_seq;
@@ -288,6 +299,11 @@ class Engine {
   }
   [[nodiscard]] const MultirailOptions& opts() const { return m_opts; }
   [[nodiscard]] const std::string& cc_note() const { return m_cc.note; }
+  [[nodiscard]] Secret pair_secret(int rank) const {  // immutable after construction
+    const int idx = peer_index(rank);
+    if (idx < 0) throw Error(ExitCode::Comm, fmt::format("WAN: rank {} is not a peer of this transport", rank));
+    return m_peers[static_cast<std::size_t>(idx)]->secret;
+  }
 
   void post(Command cmd);
   void wait_connected();
@@ -337,6 +353,9 @@ class Engine {
   void advance(Conn* c, std::size_t w);
   void on_ack(Conn* c, std::uint64_t count);
   void count_frame(Conn* c);
+  void seal(Conn* c, OutFrame& f);
+  std::unique_ptr<std::uint8_t[]> take_cipher();
+  void give_cipher(std::unique_ptr<std::uint8_t[]> buf);
 
   // input
   void on_readable(Conn* c);
@@ -402,6 +421,7 @@ class Engine {
   };
   std::vector<Spare> m_spares;
   std::uint64_t m_spare_bytes = 0;
+  std::vector<std::unique_ptr<std::uint8_t[]>> m_ciphers;  // encrypt: free buffers of chunk_bytes
   std::unordered_map<std::uint64_t, std::unique_ptr<Conn>> m_conns;
   std::vector<std::unique_ptr<Conn>> m_graveyard;
   std::uint64_t m_next_key = 16;
@@ -436,6 +456,8 @@ Engine::Engine(const MultirailOptions& opts, const std::vector<int>& peers, cons
     auto p = std::make_unique<Peer>();
     p->rank = rank;
     p->active = m_opts.my_rank < rank;
+    auto sec = m_opts.pair_secrets.find(rank);
+    p->secret = sec != m_opts.pair_secrets.end() ? sec->second : m_opts.secret;
     p->rails.resize(static_cast<std::size_t>(m_opts.rails));
     p->rail_counters = std::make_unique<RailCounters[]>(static_cast<std::size_t>(m_opts.rails));
     m_peer_index[rank] = static_cast<int>(m_peers.size());
@@ -923,6 +945,7 @@ void Engine::start_attempt(Peer& p, int rail) {
 void Engine::send_hello(Conn* c) {
   Peer& p = peer_of(c);
   Hello h;
+  h.auth = m_opts.auth;
   h.from_rank = m_opts.my_rank;
   h.to_rank = p.rank;
   h.rail = static_cast<std::uint32_t>(c->rail);
@@ -996,6 +1019,10 @@ void Engine::read_hs(Conn* c) {
           else if (m_peers[static_cast<std::size_t>(idx)]->active)
             why = fmt::format("rank {} connected, but rank {} is the connecting side of this pair",
                               h.from_rank, m_opts.my_rank);
+          else if (h.auth != m_opts.auth)
+            why = fmt::format("rank {} uses wan.auth = {}, this rank {} (use one deck for every "
+                              "rank)",
+                              h.from_rank, auth_name(h.auth), auth_name(m_opts.auth));
           else if (h.rails != static_cast<std::uint32_t>(m_opts.rails))
             why = fmt::format("rank {} uses wan.rails = {}, this rank {}", h.from_rank, h.rails,
                               m_opts.rails);
@@ -1018,7 +1045,7 @@ void Engine::read_hs(Conn* c) {
         c->rail = static_cast<int>(h.rail);
         Nonce nonce{};
         random_bytes(nonce);
-        c->challenge = encode_challenge(m_opts.secret, c->hello, m_opts.chunk_bytes,
+        c->challenge = encode_challenge(m_peers[static_cast<std::size_t>(idx)]->secret, c->hello, m_opts.chunk_bytes,
                                         m_opts.eager_credit_bytes, nonce);
         c->hs_out.assign(c->challenge.begin(), c->challenge.end());
         c->hs_out_off = 0;
@@ -1030,7 +1057,7 @@ void Engine::read_hs(Conn* c) {
       }
       case ConnState::AwaitResponse: {
         const std::string why = check_response(
-            m_opts.secret, c->hello, c->challenge,
+            peer_of(c).secret, c->hello, c->challenge,
             std::span<const std::uint8_t, kResponseBytes>(in.data(), kResponseBytes));
         if (!why.empty()) {
           hs_failed(c, why);
@@ -1045,7 +1072,7 @@ void Engine::read_hs(Conn* c) {
         std::copy(in.begin(), in.end(), c->challenge.begin());
         Challenge ch;
         const std::string why = check_challenge(
-            m_opts.secret, c->hello, std::span<const std::uint8_t, kChallengeBytes>(c->challenge), ch);
+            peer_of(c).secret, c->hello, std::span<const std::uint8_t, kChallengeBytes>(c->challenge), ch);
         if (!why.empty()) {
           hs_failed(c, fmt::format("handshake with {} failed: {}", c->remote, why));
           return;
@@ -1059,7 +1086,7 @@ void Engine::read_hs(Conn* c) {
           fail_peer(p, msg);
           return;
         }
-        const auto resp = encode_response(m_opts.secret, c->hello, c->challenge);
+        const auto resp = encode_response(peer_of(c).secret, c->hello, c->challenge);
         c->hs_out.assign(resp.begin(), resp.end());
         c->hs_out_off = 0;
         make_ready(c, ch.chunk_bytes, ch.credit_bytes);
@@ -1107,6 +1134,9 @@ void Engine::make_ready(Conn* c, std::uint64_t chunk, std::uint64_t credit) {
   s.attempts = 0;
   s.deadline = Clock::time_point::max();
   c->st = ConnState::Ready;
+  const FrameKeys keys = derive_frame_keys(p.secret, c->hello, c->challenge, m_opts.auth, c->active);
+  c->sealer = std::make_unique<FrameSealer>(m_opts.auth, keys.send);
+  c->opener = std::make_unique<FrameOpener>(m_opts.auth, keys.recv);
   c->in.resize(kStagingBytes);
   c->ack_clock = m_now;
   p.peer_chunk = chunk;
@@ -1128,7 +1158,7 @@ void Engine::start_warmup(Conn* c) {
   FrameHeader h;
   h.type = FrameType::Pad;
   h.length = static_cast<std::uint32_t>(len);
-  h.payload_crc = crc32c(kZeros, len);
+  if (m_opts.auth == FrameAuth::Crc) h.payload_crc = crc32c(kZeros, len);
   for (std::uint64_t k = 0; k < n; ++k) {
     OutFrame f;
     f.type = FrameType::Pad;
@@ -1185,6 +1215,7 @@ void Engine::conn_failed(Conn* c, const std::string& why) {
     else p.ctrl.push_back(f.ctrl);
   }
   c->q.clear();
+  c->sealed = 0;
   // A chunk this connection was writing in place is free for another copy.
   if (c->in_payload && (c->dest_kind == Dest::Direct || c->dest_kind == Dest::Unexpected)) {
     auto it = p.in.find(c->cur.msg_id);
@@ -1220,6 +1251,7 @@ void Engine::on_bye(Conn* c) {
     else p.ctrl.push_back(f.ctrl);
   }
   c->q.clear();
+  c->sealed = 0;
   ::shutdown(c->fd.get(), SHUT_WR);
   close_conn(c);
   bool any = false;
@@ -1483,10 +1515,12 @@ bool Engine::next_chunk(Peer& p, Chunk& ch) {
   return false;
 }
 
+// Where a control frame may go: after every frame whose writing started (and so was sealed with
+// its frame number).
 std::size_t Engine::boundary(const Conn* c) {
   std::size_t i = c->unwritten;
   if (i < c->q.size() && c->q[i].written > 0) ++i;
-  return i;
+  return std::max(i, c->sealed);
 }
 
 void Engine::push_data(Peer& p, Conn* c, Chunk ch, bool resend) {
@@ -1499,9 +1533,10 @@ void Engine::push_data(Peer& p, Conn* c, Chunk ch, bool resend) {
   h.type = FrameType::Data;
   h.flags = ch.op->m_eager ? kFlagEager : 0;
   h.length = ch.len;
-  h.payload_crc = crc32c(f.payload, ch.len);
+  if (m_opts.auth == FrameAuth::Crc) h.payload_crc = crc32c(f.payload, ch.len);
   if (p.corrupt_next) {
     h.payload_crc ^= 0x5A5A5A5Au;
+    f.corrupt = true;
     p.corrupt_next = false;
   }
   h.msg_id = ch.op->m_msg_id;
@@ -1613,6 +1648,7 @@ bool Engine::flush(Conn* c) {
     std::size_t bytes = 0;
     for (std::size_t i = c->unwritten; i < c->q.size() && n + 2 <= kMaxIov && bytes < kWriteBatch; ++i) {
       OutFrame& f = c->q[i];
+      if (!f.sealed) seal(c, f);  // frames are sealed in queue order: i == c->sealed here
       if (f.written < kHeaderBytes) {
         iov[n].iov_base = f.hdr.data() + f.written;
         iov[n].iov_len = kHeaderBytes - f.written;
@@ -1660,6 +1696,8 @@ void Engine::advance(Conn* c, std::size_t w) {
     w -= take;
     c->unwritten_bytes -= take;
     if (f.written == f.size()) {
+      if (f.cipher) give_cipher(std::move(f.cipher));
+      f.payload = nullptr;
       if (f.type == FrameType::Data) {
         RailCounters& r = rc(c);
         r.frames_sent.fetch_add(1, std::memory_order_relaxed);
@@ -1673,7 +1711,37 @@ void Engine::advance(Conn* c, std::size_t w) {
     c->queued_bytes -= c->q.front().size();
     c->q.pop_front();
     --c->unwritten;
+    --c->sealed;
   }
+}
+
+void Engine::seal(Conn* c, OutFrame& f) {
+  std::uint8_t* out = nullptr;
+  if (m_opts.auth == FrameAuth::Encrypt && f.len > 0) {
+    f.cipher = take_cipher();
+    out = f.cipher.get();
+  }
+  c->sealer->seal(f.hdr, std::span<const std::uint8_t>(f.payload, f.len), out, f.corrupt);
+  if (out) f.payload = out;
+  f.sealed = true;
+  ++c->sealed;
+}
+
+std::unique_ptr<std::uint8_t[]> Engine::take_cipher() {
+  if (!m_ciphers.empty()) {
+    auto b = std::move(m_ciphers.back());
+    m_ciphers.pop_back();
+    return b;
+  }
+  // Every frame this rank sends is at most chunk_bytes (warm-up frames are smaller).
+  return std::unique_ptr<std::uint8_t[]>(new std::uint8_t[m_opts.chunk_bytes]);
+}
+
+void Engine::give_cipher(std::unique_ptr<std::uint8_t[]> buf) {
+  // Kept for the next frames (a fresh large allocation is page-faulted in every time), up to
+  // 64 MiB or one buffer.
+  if ((m_ciphers.size() + 1) * m_opts.chunk_bytes <= (64u << 20) || m_ciphers.empty())
+    m_ciphers.push_back(std::move(buf));
 }
 
 void Engine::count_frame(Conn* c) {
@@ -1712,6 +1780,7 @@ void Engine::on_ack(Conn* c, std::uint64_t count) {
     c->queued_bytes -= f.size();
     c->q.pop_front();
     --c->unwritten;
+    --c->sealed;
   }
   // Acknowledged bytes free capacity on this rail: hand it more if anything waits.
   if (!p.ready.empty() || !p.resend.empty()) p.dirty = true;
@@ -1793,9 +1862,16 @@ bool Engine::fill(Conn* c, std::size_t& budget) {
 void Engine::parse_header(Conn* c) {
   Peer& p = peer_of(c);
   FrameHeader h;
-  const std::string why = decode_header(
-      std::span<const std::uint8_t, kHeaderBytes>(c->in.data() + c->in_begin, kHeaderBytes),
-      m_opts.max_frame_bytes, h);
+  const auto bytes = std::span<const std::uint8_t, kHeaderBytes>(c->in.data() + c->in_begin, kHeaderBytes);
+  // The tag first: whatever fails it came from the path, not from the peer (a rail error, the
+  // rail is reset); whatever passes it and is still wrong came from the peer (a peer error).
+  if (const std::string bad = c->opener->open_header(bytes); !bad.empty()) {
+    conn_failed(c, fmt::format("frame from {} rejected: {}; the connection is reset and its "
+                               "unacknowledged frames resent",
+                               where(c), bad));
+    return;
+  }
+  const std::string why = decode_header(bytes, m_opts.max_frame_bytes, h);
   if (!why.empty()) {
     fail_peer(p, fmt::format("frame from {} rejected: {}", where(c), why));
     return;
@@ -1941,12 +2017,27 @@ void Engine::begin_pad(Conn* c, const FrameHeader& h) {
 
 void Engine::finish_payload(Conn* c) {
   Peer& p = peer_of(c);
+  // Authenticated (encrypt: decrypted in place) before anything is marked done or delivered. A
+  // duplicate being dropped (Discard) is not kept, so not checked: it is never delivered.
+  if (m_opts.auth != FrameAuth::Crc && c->dest_kind != Dest::Discard) {
+    if (const std::string bad = c->opener->open_payload(c->dest, c->cur.length); !bad.empty()) {
+      conn_failed(c, fmt::format("frame from {} rejected: {} ({}); not delivered, the connection is "
+                                 "reset and the chunk resent",
+                                 where(c), bad,
+                                 c->cur.type == FrameType::Pad
+                                     ? std::string("a warm-up frame")
+                                     : fmt::format("message id {} at offset {}", c->cur.msg_id,
+                                                   c->cur.offset)));
+      return;
+    }
+  }
   c->in_payload = false;
   ++c->recv_seq;
   c->ack_dirty = true;
   p.dirty = true;
   if (c->cur.type == FrameType::Pad) {  // warm-up: checked, acknowledged, dropped
     c->dest_kind = Dest::None;
+    if (m_opts.auth != FrameAuth::Crc) return;
     if (const std::uint32_t crc = crc32c(c->dest, c->cur.length); crc != c->cur.payload_crc)
       fail_peer(p, fmt::format("frame from {} rejected: payload CRC32C mismatch (computed 0x{:08x}, "
                                "header says 0x{:08x}) in a warm-up frame ({} bytes)",
@@ -1965,8 +2056,9 @@ void Engine::finish_payload(Conn* c) {
     return;
   }
   const FrameHeader& h = c->cur;
-  const std::uint32_t crc = crc32c(c->dest, h.length);
-  if (crc != h.payload_crc) {
+  // wan.auth = crc only: under mac/encrypt the tag checked above covers the payload.
+  if (const std::uint32_t crc = m_opts.auth == FrameAuth::Crc ? crc32c(c->dest, h.length) : 0;
+      m_opts.auth == FrameAuth::Crc && crc != h.payload_crc) {
     fail_peer(p, fmt::format("frame from {} rejected: payload CRC32C mismatch (computed 0x{:08x}, "
                              "header says 0x{:08x}) in message id {} at offset {} ({} bytes)",
                              where(c), crc, h.payload_crc, h.msg_id, h.offset, h.length));
@@ -2159,5 +2251,7 @@ void MultirailTransport::debug_kill_rail(int peer, int rail, int after_frames) {
 void MultirailTransport::debug_corrupt_next_frame(int peer) {
   m_engine->post(Command{CmdKind::Corrupt, {}, {}, peer, -1, 0, {}});
 }
+
+Secret MultirailTransport::debug_pair_secret(int peer) const { return m_engine->pair_secret(peer); }
 
 }  // namespace atlas::wan

@@ -107,6 +107,9 @@ std::unique_ptr<PeerTransport> make_transport(const WanCfg& wan, const ClusterCf
   world.bcast(std::span<std::uint8_t>(o.secret.data(), o.secret.size()), 0);
 
   o.my_rank = world.rank();
+  o.auth = wan.auth == WanAuth::Crc       ? FrameAuth::Crc
+           : wan.auth == WanAuth::Encrypt ? FrameAuth::Encrypt
+                                          : FrameAuth::Mac;
   o.rails = wan.rails;
   o.chunk_bytes = wan.chunk_bytes;
   o.max_frame_bytes = wan.max_frame_bytes;
