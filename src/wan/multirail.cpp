@@ -11,10 +11,15 @@
 // direction; framing.hpp) when its writing starts, so the counter follows the wire order. A frame
 // that fails its tag is a rail error: the connection is reset and its unacknowledged frames are
 // resent; the frame's data is never delivered.
+// Anyone who can reach the listener can open connections: those not yet authenticated are capped
+// (per listener and per source address; the oldest gives way), and when the process runs out of
+// descriptors the listener backs off instead of spinning, so rails and checkpoints keep theirs.
 #include "atlas/wan/multirail.hpp"
 
+#include <fcntl.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -60,12 +65,42 @@ constexpr std::uint64_t kPadMax = 64 * 1024;       // warm-up frame payload, at 
 constexpr std::uint64_t kPadFramesMax = 64;        // warm-up frames per rail, at most
 alignas(64) const std::uint8_t kZeros[kPadMax] = {};  // every warm-up payload
 
+constexpr auto kListenBackoff = 100ms;             // listener not polled after EMFILE/ENFILE
+constexpr auto kWarnEvery = 10s;                   // one line per kind of listener warning
+constexpr int kAcceptBatch = 64;                   // accepts per readiness event
+/// A message is cut into at most this many chunks (its receive bitmap: 1 byte per chunk).
+constexpr std::uint64_t kMaxMessageChunks = std::uint64_t{1} << 24;
+
 constexpr std::uint64_t kWakeKey = 1;
 constexpr std::uint64_t kListenKey = 2;
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 Clock::duration to_duration(double s) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
+/// Repeated warnings of one kind: the first line at once, then at most one per kWarnEvery, which
+/// says how many were folded into it.
+struct WarnLimiter {
+  Clock::time_point next{};
+  std::uint64_t folded = 0;
+  void warn(Clock::time_point now, const std::string& msg) {
+    if (now < next) {
+      ++folded;
+      return;
+    }
+    if (folded > 0)
+      log::warn("{} (and {} more like it since the last such line)", msg, folded);
+    else
+      log::warn("{}", msg);
+    folded = 0;
+    next = now + kWarnEvery;
+  }
+};
+
+/// Chunks a message of `total` bytes is cut into (1 for an empty one); no overflow.
+std::uint64_t chunks_of(std::uint64_t total, std::uint64_t chunk) {
+  return std::max<std::uint64_t>(1, total / chunk + (total % chunk != 0));
 }
 
 std::string rail_list(const std::vector<int>& rails) {
@@ -146,6 +181,7 @@ struct Conn {
   bool active = false;  // we connected (we reconnect it after a loss)
   int peer = -1;        // peer index; -1 until an accepted connection's Hello names it
   int rail = -1;
+  std::string source;   // accepted: the remote address without its port
   ConnState st = ConnState::AwaitHello;
   std::string remote;
   Clock::time_point hs_deadline{};
@@ -318,6 +354,9 @@ class Engine {
   void handle(Command& cmd);
   void on_event(std::uint64_t key, std::uint32_t ev);
   void accept_all();
+  void make_room(const std::string& source);
+  void out_of_descriptors(int err);
+  void pause_listener();
   void timers();
   void output();
   void publish();
@@ -398,6 +437,12 @@ class Engine {
   std::unordered_map<int, int> m_peer_index;  // world rank -> index (immutable)
   int m_port = 0;
   Fd m_listen;
+  Fd m_reserve;  // /dev/null: given up to accept-and-close a connection when out of descriptors
+  int m_pending_cap = 64;
+  int m_pending_per_source = 16;
+  bool m_listen_paused = false;
+  Clock::time_point m_listen_resume{};
+  WarnLimiter m_warn_fds, m_warn_evict, m_warn_accept, m_warn_hs;
   Fd m_epoll;
   Fd m_wake;
   std::uint64_t m_high_water;
@@ -447,6 +492,23 @@ Engine::Engine(const MultirailOptions& opts, const std::vector<int>& peers, cons
                 fmt::format("multirail: wan.chunk_bytes = {} exceeds wan.max_frame_bytes = {}",
                             m_opts.chunk_bytes, m_opts.max_frame_bytes));
   m_high_water = std::max<std::uint64_t>(m_opts.chunk_bytes + kHeaderBytes, 1u << 20);
+  // Handshakes in progress hold descriptors: at most an eighth of the limit (4..64), and never
+  // fewer than the rails of every peer that connects here plus some room.
+  {
+    rlimit rl{};
+    const std::uint64_t lim =
+        getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? rl.rlim_cur : 65536;
+    int incoming = 0;
+    for (int rank : peers) incoming += rank < m_opts.my_rank ? m_opts.rails : 0;
+    const int per_source = std::max(16, 2 * m_opts.rails);
+    m_pending_cap = m_opts.max_pending_handshakes > 0
+                        ? m_opts.max_pending_handshakes
+                        : std::max({static_cast<int>(std::clamp<std::uint64_t>(lim / 8, 4, 64)),
+                                    incoming + 8, per_source});
+    m_pending_per_source = m_opts.max_pending_per_source > 0
+                               ? std::min(m_opts.max_pending_per_source, m_pending_cap)
+                               : std::min(per_source, m_pending_cap);
+  }
   m_cc = choose_congestion_control(m_opts.tcp_congestion);
   for (int rank : peers) {
     if (rank == m_opts.my_rank)
@@ -472,6 +534,7 @@ Engine::Engine(const MultirailOptions& opts, const std::vector<int>& peers, cons
   ev.data.u64 = kWakeKey;
   epoll_ctl(m_epoll.get(), EPOLL_CTL_ADD, m_wake.get(), &ev);
   if (!m_peers.empty()) {
+    m_reserve = Fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
     m_listen = listen_tcp(m_opts.bind_host, m_opts.bind_port, m_port);
     // Accepted rails inherit the listener's congestion control from their first packet on.
     if (!m_cc.name.empty())
@@ -748,6 +811,13 @@ void Engine::fail(const std::shared_ptr<detail::Op>& op, const std::string& why)
 // ---- timers: handshakes, reconnects, deadlines, stalls ----
 
 void Engine::timers() {
+  if (m_listen_paused && m_now >= m_listen_resume && m_listen.valid()) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = kListenKey;
+    epoll_ctl(m_epoll.get(), EPOLL_CTL_MOD, m_listen.get(), &ev);
+    m_listen_paused = false;
+  }
   // Handshakes that take too long.
   std::vector<Conn*> slow;
   for (auto& [key, c] : m_conns)
@@ -897,20 +967,95 @@ void Engine::set_events(Conn* c) {
 }
 
 void Engine::accept_all() {
-  for (;;) {
+  // Bounded per event: a flood of connections cannot hold up the rails' traffic.
+  for (int k = 0; k < kAcceptBatch; ++k) {
     Fd fd(::accept4(m_listen.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
     if (!fd.valid()) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      log::warn("WAN listener: accept failed: {}", std::strerror(errno));
+      const int err = errno;
+      if (err == EAGAIN || err == EWOULDBLOCK) return;
+      if (err == EINTR || err == ECONNABORTED) continue;
+      if (err == EMFILE || err == ENFILE) return out_of_descriptors(err);
+      // ENOBUFS, ENOMEM, ...: the connection stays queued, so back off too (no busy loop).
+      m_warn_accept.warn(m_now, fmt::format("WAN listener on port {}: accept failed: {}; not "
+                                            "accepting for {} ms",
+                                            m_port, std::strerror(err), kListenBackoff.count()));
+      pause_listener();
       return;
     }
     if (m_stopping) continue;
+    std::string source = peer_name(fd.get());
+    if (const auto colon = source.rfind(':'); colon != std::string::npos) source.resize(colon);
+    make_room(source);
     tune_socket(fd.get(), m_opts.socket_buffer_bytes);  // congestion control: the listener's
     Conn* c = add_conn(std::move(fd), false, -1, -1, ConnState::AwaitHello);
+    c->source = std::move(source);
     c->hs_need = kHelloBytes;
     c->hs_deadline = m_now + to_duration(m_opts.connect_timeout_s);
   }
+}
+
+// Before a new incoming connection from `source` is kept: the oldest not yet authenticated one
+// from the same address gives way when that address is at its cap, else the oldest of all when
+// the listener is. A real rail completes its handshake within a round trip, so what is oldest is
+// what never answers.
+void Engine::make_room(const std::string& source) {
+  std::vector<Conn*> pending;
+  for (auto& [key, c] : m_conns)
+    if (!c->active && !c->dead && c->st != ConnState::Ready) pending.push_back(c.get());
+  if (static_cast<int>(pending.size()) + 1 <= std::min(m_pending_cap, m_pending_per_source)) return;
+  std::sort(pending.begin(), pending.end(), [](const Conn* a, const Conn* b) { return a->key < b->key; });
+  Conn* victim = nullptr;
+  int same = 0;
+  for (Conn* c : pending) same += c->source == source;
+  if (same + 1 > m_pending_per_source) {
+    for (Conn* c : pending)
+      if (c->source == source) {
+        victim = c;
+        break;
+      }
+  } else if (static_cast<int>(pending.size()) + 1 > m_pending_cap) {
+    victim = pending.front();
+  }
+  if (!victim) return;
+  m_warn_evict.warn(
+      m_now, fmt::format("WAN listener on port {}: closed the oldest unauthenticated connection (from "
+                         "{}) to make room: at most {} handshakes may be pending, {} per source "
+                         "address (someone opens connections and does not complete the handshake; "
+                         "the newest from {})",
+                         m_port, victim->remote, m_pending_cap, m_pending_per_source, source));
+  close_conn(victim);
+}
+
+void Engine::out_of_descriptors(int err) {
+  // The connection stays queued in the kernel and the listener readable: without a descriptor
+  // to accept it, epoll would report it again at once (a busy loop). The reserve descriptor is
+  // given up to accept the oldest queued connection and close it, then taken back, and the
+  // listener is left alone for kListenBackoff.
+  m_reserve.reset();
+  Fd(::accept4(m_listen.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC)).reset();
+  m_reserve = Fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  pause_listener();
+  rlimit rl{};
+  getrlimit(RLIMIT_NOFILE, &rl);
+  int pending = 0;
+  for (auto& [key, c] : m_conns) pending += !c->active && !c->dead && c->st != ConnState::Ready;
+  m_warn_fds.warn(
+      m_now, fmt::format("WAN listener on port {}: out of file descriptors ({}; RLIMIT_NOFILE = {}): "
+                         "closed a queued connection and not accepting for {} ms; {} handshake(s) "
+                         "pending (cap {}). Raise the limit (ulimit -n) if this is not an attack",
+                         m_port, std::strerror(err),
+                         rl.rlim_cur == RLIM_INFINITY ? std::string("unlimited") : std::to_string(rl.rlim_cur),
+                         kListenBackoff.count(), pending, m_pending_cap));
+}
+
+void Engine::pause_listener() {
+  if (m_listen_paused || !m_listen.valid()) return;
+  epoll_event ev{};
+  ev.events = 0;
+  ev.data.u64 = kListenKey;
+  epoll_ctl(m_epoll.get(), EPOLL_CTL_MOD, m_listen.get(), &ev);
+  m_listen_paused = true;
+  m_listen_resume = m_now + kListenBackoff;
 }
 
 void Engine::tune(int fd) {
@@ -1107,8 +1252,9 @@ void Engine::hs_failed(Conn* c, const std::string& why) {
     s.last_error = why;
     s.next_attempt = m_now + std::min<Clock::duration>(20ms * (1 << std::min(s.attempts, 5)), 500ms);
   } else {
-    log::warn("WAN: closed an incoming connection from {} that failed the handshake: {}", c->remote,
-              why);
+    m_warn_hs.warn(m_now, fmt::format("WAN: closed an incoming connection from {} that failed the "
+                                      "handshake: {}",
+                                      c->remote, why));
   }
   close_conn(c);
 }
@@ -1341,6 +1487,14 @@ void Engine::start_recv(std::shared_ptr<RecvOp> op) {
 }
 
 InMsg* Engine::new_msg(Peer& p, Conn* c, const FrameHeader& h, bool eager) {
+  // Bounded before anything is allocated for it (the per-chunk bitmap).
+  if (chunks_of(h.total, p.peer_chunk) > kMaxMessageChunks) {
+    fail_peer(p, fmt::format("frame from {}: {} message id {} claims {} bytes, more than {} chunks of "
+                             "{} bytes (the largest message a sender may announce; corrupt stream)",
+                             where(c), eager ? "eager" : "request-to-send for", h.msg_id, h.total,
+                             kMaxMessageChunks, p.peer_chunk));
+    return nullptr;
+  }
   TagState& ts = p.tags[h.tag];
   if (ts.arrived.count(h.tag_seq) || (h.tag_seq < ts.next_post && !ts.posted.count(h.tag_seq))) {
     fail_peer(p, fmt::format("frame from {}: message id {} claims tag {} #{}, which another "
@@ -1355,7 +1509,7 @@ InMsg* Engine::new_msg(Peer& p, Conn* c, const FrameHeader& h, bool eager) {
   m.total = h.total;
   m.eager = eager;
   m.chunk = p.peer_chunk;
-  m.n_chunks = std::max<std::uint64_t>(1, (h.total + m.chunk - 1) / m.chunk);
+  m.n_chunks = chunks_of(h.total, m.chunk);
   m.done.assign(m.n_chunks, 0);
   auto po = ts.posted.find(h.tag_seq);
   if (po == ts.posted.end()) {
@@ -2196,6 +2350,11 @@ Handle MultirailTransport::isend(int peer, int tag, const void* data, std::size_
                                             peer));
   if (tag < 0) throw Error(ExitCode::Comm, fmt::format("WAN isend: tag {} is negative", tag));
   if (!data && bytes > 0) throw Error(ExitCode::Comm, "WAN isend: null buffer");
+  if (chunks_of(bytes, m_engine->opts().chunk_bytes) > kMaxMessageChunks)
+    throw Error(ExitCode::Comm,
+                fmt::format("WAN isend of {} bytes to rank {}: more than {} chunks of wan.chunk_bytes "
+                            "= {}; raise wan.chunk_bytes or send it in parts",
+                            bytes, peer, kMaxMessageChunks, m_engine->opts().chunk_bytes));
   auto op = std::make_shared<SendOp>(this, peer, tag, static_cast<const std::uint8_t*>(data), bytes);
   Handle h(op);
   m_engine->post(Command{CmdKind::Send, std::move(op), {}, peer, -1, 0, {}});

@@ -12,6 +12,10 @@ set_property(TEST test_wan_multirail APPEND PROPERTY ENVIRONMENT
 add_test(NAME test_wan_multirail_faults COMMAND test_wan_multirail --gtest_filter=Quiet.*
   WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(test_wan_multirail_faults PROPERTIES LABELS unit TIMEOUT 60)
+# Lowers RLIMIT_NOFILE and floods a listener from a forked child: a process of its own.
+add_test(NAME test_wan_multirail_descriptors COMMAND test_wan_multirail --gtest_filter=WanDescriptors.*
+  WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(test_wan_multirail_descriptors PROPERTIES LABELS unit TIMEOUT 60)
 
 atlas_mpi_test(test_wan_transport SOURCES mpi/test_wan_transport.cpp NP 2 4 TIMEOUT 90)
 

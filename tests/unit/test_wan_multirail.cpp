@@ -7,7 +7,10 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -1041,14 +1044,211 @@ TEST(WanMultirail, CongestionControlIsChosenAndSetBeforeTheHandshake) {
   EXPECT_EQ(in, out);
 }
 
+// Issue 27, item 3: an RTS's `total` is bounded before anything is allocated for the message.
+TEST_F(Quiet, WanMultirailRequestToSendOfAHugeMessageIsAPeerError) {
+  Victim v(base_options(1, 4096));
+  std::vector<std::uint8_t> in(100);
+  Handle r = v.t->irecv(0, 0, in.data(), in.size());
+  FrameHeader h;
+  h.type = FrameType::Rts;
+  h.total = std::uint64_t{1} << 62;  // 2^50 chunks: a 1 PiB bitmap
+  v.fake->send_frame(h, {});
+  EXPECT_THAT(error_of(*v.t, r),
+              AllOf(HasSubstr("frame from peer 0 rail 0: request-to-send for message id 0 claims "
+                              "4611686018427387904 bytes, more than 16777216 chunks of 4096 bytes")));
+}
+
 TEST(WanMultirail, RejectsUsageErrorsAtOnce) {
   Pair pr(base_options(1, 4096));
   std::uint8_t b[4] = {};
   EXPECT_THROW(static_cast<void>(pr.t[0]->isend(5, 0, b, 4)), Error);
   EXPECT_THROW(static_cast<void>(pr.t[0]->irecv(1, -1, b, 4)), Error);
+  {  // more chunks than a receiver accepts: refused at once, with the fix
+    Pair tiny(base_options(1, 1));
+    std::vector<std::uint8_t> big((std::size_t{1} << 24) + 1);
+    try {
+      static_cast<void>(tiny.t[0]->isend(1, 0, big.data(), big.size()));
+      FAIL() << "expected an Error";
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), AllOf(HasSubstr("WAN isend of 16777217 bytes to rank 1: more than "
+                                            "16777216 chunks of wan.chunk_bytes = 1"),
+                                  HasSubstr("raise wan.chunk_bytes")));
+    }
+  }
   MultirailOptions bad = base_options(1, 1u << 21);
   bad.max_frame_bytes = 1u << 20;
   EXPECT_THROW(MultirailTransport(bad, {1}), Error);
+}
+
+
+// ---- descriptors (issue 27, item 3): own ctest entry, as it lowers RLIMIT_NOFILE ----
+
+/// A child process (forked before any thread exists) that opens TCP connections to a port on
+/// 127.0.0.1 and holds them idle, never saying a word, until this object is destroyed. It
+/// raises its own descriptor limit; the test process keeps its low one.
+class Flood {
+ public:
+  Flood() {
+    if (::pipe(m_go) != 0 || ::pipe(m_done) != 0) throw std::runtime_error("flood: pipe failed");
+    m_pid = ::fork();
+    if (m_pid == 0) child();
+    ::close(m_go[0]);
+    ::close(m_done[1]);
+  }
+  ~Flood() {
+    ::close(m_go[1]);  // the child's cue to close everything and exit
+    ::close(m_done[0]);
+    int status = 0;
+    if (m_pid > 0) ::waitpid(m_pid, &status, 0);
+  }
+  Flood(const Flood&) = delete;
+  Flood& operator=(const Flood&) = delete;
+  /// Opens `n` connections to `port` (non-blocking connects: a full accept queue cannot stall
+  /// the child); returns how many sockets it could make.
+  int start(int port, int n) {
+    const int req[2] = {port, n};
+    if (::write(m_go[1], req, sizeof req) != static_cast<ssize_t>(sizeof req)) return -1;
+    int made = -1;
+    pollfd pf{m_done[0], POLLIN, 0};
+    if (::poll(&pf, 1, 10000) != 1 || ::read(m_done[0], &made, sizeof made) != sizeof made) return -1;
+    return made;
+  }
+
+ private:
+  [[noreturn]] void child() {
+    ::close(m_go[1]);
+    ::close(m_done[0]);
+    int req[2] = {0, 0};
+    if (::read(m_go[0], req, sizeof req) != static_cast<ssize_t>(sizeof req)) ::_exit(0);
+    rlimit rl{};
+    ::getrlimit(RLIMIT_NOFILE, &rl);
+    rl.rlim_cur = rl.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &rl);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(static_cast<std::uint16_t>(req[0]));
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int made = 0;
+    for (int i = 0; i < req[1]; ++i) {
+      const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+      if (fd < 0) break;
+      ::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa);  // EINPROGRESS: fine
+      ++made;
+    }
+    [[maybe_unused]] const ssize_t w = ::write(m_done[1], &made, sizeof made);
+    char c = 0;
+    while (::read(m_go[0], &c, 1) > 0) {
+    }
+    ::_exit(0);
+  }
+  int m_go[2] = {-1, -1};
+  int m_done[2] = {-1, -1};
+  pid_t m_pid = -1;
+};
+
+/// RLIMIT_NOFILE's soft limit lowered for the scope (as `ulimit -n`), restored after.
+class FdLimit {
+ public:
+  explicit FdLimit(rlim_t soft) {
+    ::getrlimit(RLIMIT_NOFILE, &m_old);
+    rlimit rl = m_old;
+    rl.rlim_cur = soft;
+    m_ok = ::setrlimit(RLIMIT_NOFILE, &rl) == 0;
+  }
+  ~FdLimit() { ::setrlimit(RLIMIT_NOFILE, &m_old); }
+  FdLimit(const FdLimit&) = delete;
+  FdLimit& operator=(const FdLimit&) = delete;
+  [[nodiscard]] bool ok() const { return m_ok; }
+
+ private:
+  rlimit m_old{};
+  bool m_ok = false;
+};
+
+int lines_of(const std::string& text) {
+  return static_cast<int>(std::count(text.begin(), text.end(), '\n'));
+}
+
+double cpu_seconds() {
+  rusage ru{};
+  ::getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+bool reconnected(MultirailTransport& t, std::uint64_t want) {
+  const auto t0 = Clock::now();
+  while (Clock::now() - t0 < std::chrono::seconds(5)) {
+    if (t.stats().peers[0].reconnects >= want) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+// 1,000 connections that never say a word, against a rank under `ulimit -n 256`: messages keep
+// flowing, a lost rail reconnects through the flooded listener, files (a checkpoint) can still be
+// created, and the log stays a few lines.
+TEST(WanDescriptors, ThousandHalfOpenConnectionsLeaveRailsAndFilesUnharmed) {
+  Flood flood;  // before any thread
+  FdLimit limit(256);
+  if (!limit.ok()) GTEST_SKIP() << "cannot set RLIMIT_NOFILE to 256 here";
+  MultirailOptions o = base_options(2, 65536);
+  Pair pr(o);
+  ::testing::internal::CaptureStderr();
+  ASSERT_EQ(flood.start(pr.t[1]->listen_port(), 1000), 1000) << "the flood could not open its sockets";
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the listener works through it
+  const std::vector<std::size_t> sizes = {0, 1, 65535, 65536, 1u << 20, (3u << 20) + 7};
+  exchange(pr, sizes, 2, /*late_recv=*/false);
+  pr.t[0]->debug_kill_rail(1, 0);  // rank 0 reconnects to the flooded listener of rank 1
+  EXPECT_TRUE(reconnected(*pr.t[0], 1)) << "a lost rail could not reconnect through the flood";
+  exchange(pr, sizes, 2, /*late_recv=*/true, kSeed + 1);
+  // A checkpoint's files: created, written, closed.
+  char dir[] = "/tmp/atlas_wan_fds_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr) << std::strerror(errno);
+  for (int i = 0; i < 32; ++i) {
+    const std::string path = std::string(dir) + "/ckpt_" + std::to_string(i) + ".h5";
+    Fd f(::open(path.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600));
+    ASSERT_TRUE(f.valid()) << "file " << i << " of a checkpoint: " << std::strerror(errno);
+    EXPECT_EQ(::write(f.get(), "ckpt", 4), 4);
+    ::unlink(path.c_str());
+  }
+  ::rmdir(dir);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_LE(lines_of(log), 10) << "the log should stay bounded; it has:\n" << log.substr(0, 2000);
+  EXPECT_THAT(log, HasSubstr("closed the oldest unauthenticated connection"));
+}
+
+// Out of descriptors altogether (other parts of the process took them): the listener backs off
+// instead of spinning on EMFILE, says so in one line, and works again once descriptors are free.
+TEST(WanDescriptors, OutOfDescriptorsBacksOffInsteadOfSpinning) {
+  Flood flood;  // before any thread
+  FdLimit limit(256);
+  if (!limit.ok()) GTEST_SKIP() << "cannot set RLIMIT_NOFILE to 256 here";
+  MultirailOptions o = base_options(1, 65536);
+  Pair pr(o);
+  ::testing::internal::CaptureStderr();
+  std::vector<Fd> hog;  // every free descriptor
+  for (;;) {
+    Fd f(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    if (!f.valid()) break;
+    hog.push_back(std::move(f));
+  }
+  ASSERT_EQ(errno, EMFILE);
+  const double cpu0 = cpu_seconds();
+  ASSERT_EQ(flood.start(pr.t[1]->listen_port(), 200), 200);
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  const double cpu = cpu_seconds() - cpu0;
+  hog.clear();
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_LT(cpu, 0.25) << "the process used " << cpu << " s of CPU in 1 s: a busy loop";
+  EXPECT_LE(lines_of(log), 3) << log.substr(0, 2000);
+  EXPECT_THAT(log, AllOf(HasSubstr("WAN listener on port " + std::to_string(pr.t[1]->listen_port()) +
+                                   ": out of file descriptors"),
+                         HasSubstr("RLIMIT_NOFILE = 256"), HasSubstr("Raise the limit (ulimit -n)")));
+  // Descriptors are back: the listener accepts again (a lost rail reconnects) and data flows.
+  pr.t[0]->debug_kill_rail(1, 0);
+  EXPECT_TRUE(reconnected(*pr.t[0], 1));
+  exchange(pr, {1, 65536, 1u << 20}, 1, false);
 }
 
 }  // namespace
