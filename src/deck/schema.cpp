@@ -365,6 +365,9 @@ void build(Schema& schema) {
            {{"mac", WanAuth::Mac}, {"encrypt", WanAuth::Encrypt}, {"crc", WanAuth::Crc}})
       .def("mac").help("every frame's protection: mac = AES-256-GCM tag (payload in clear), encrypt "
                        "= AES-256-GCM encryption, crc = CRC32C only (accidents, not attackers)");
+  b.field("wan.key_file", &C::wan, &WanCfg::key_file).def("\"\"")
+      .help("job key: a file of >= 32 random bytes readable only by the job's user (chmod 600), "
+            "mixed into every WAN pair secret; empty = X25519 alone (safe from passive observers)");
 
   // [ckpt]
   b.field("ckpt.dir", &C::ckpt, &CkptCfg::dir).def("\"\"")

@@ -3,6 +3,8 @@
 # MPI with ranks split into two DCs (mpi), and the network-namespace emulation (netns, root only).
 atlas_unit_test(test_wan_framing unit/test_wan_framing.cpp)
 set_tests_properties(test_wan_framing PROPERTIES TIMEOUT 30)
+atlas_unit_test(test_wan_keys unit/test_wan_keys.cpp)
+set_tests_properties(test_wan_keys PROPERTIES TIMEOUT 30)
 
 # One binary, two ctest entries so each stays a few seconds: payload integrity, then faults.
 atlas_unit_test(test_wan_multirail unit/test_wan_multirail.cpp)
@@ -18,6 +20,14 @@ add_test(NAME test_wan_multirail_descriptors COMMAND test_wan_multirail --gtest_
 set_tests_properties(test_wan_multirail_descriptors PROPERTIES LABELS unit TIMEOUT 60)
 
 atlas_mpi_test(test_wan_transport SOURCES mpi/test_wan_transport.cpp NP 2 4 TIMEOUT 90)
+# MPI forced over TCP on lo, captured there (root): the job's traffic must not hold its secrets.
+add_test(NAME test_wan_transport_capture_np_2
+  COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 --oversubscribe --mca pml ob1
+          --mca btl self,tcp --mca btl_tcp_if_include lo $<TARGET_FILE:test_wan_transport>
+          --gtest_filter=WanSecret.*
+  WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(test_wan_transport_capture_np_2 PROPERTIES LABELS mpi TIMEOUT 60 PROCESSORS 1
+  ENVIRONMENT "${ATLAS_MPIEXEC_ENV};ATLAS_WAN_CAPTURE_REQUIRED=1")
 
 # The emulated WAN (root, network namespaces): skipped with the reason printed where not allowed.
 add_test(NAME test_wan_netns
