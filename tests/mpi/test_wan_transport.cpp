@@ -281,11 +281,12 @@ TEST(WanSecret, ACaptureOfTheJobsTrafficHoldsNeitherThePairSecretNorTheKeyFile) 
                     "ctest's test_wan_transport_capture_np_2 forces it\n");
       }
     } else {
-      for (std::size_t i = 0; i < secrets.size(); ++i)
+      for (std::size_t i = 0; i < secrets.size(); ++i) {
         EXPECT_FALSE(holds(bytes, secrets[i])) << "the secret of the pair with rank " << s.peers[i]
                                                << " is in the capture";
+      }
       EXPECT_FALSE(holds(bytes, key)) << "the key file's bytes are in the capture";
-      std::printf("[ info ] %llu packets, %zu bytes captured on lo: marker found, no secret\n",
+      std::printf("[ info ] %llu packets, %zu bytes captured on lo, the MPI marker among them\n",
                   static_cast<unsigned long long>(cap->packets()), bytes.size());
     }
     ::unlink(key_path.c_str());

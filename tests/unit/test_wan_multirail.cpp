@@ -1165,6 +1165,25 @@ class FdLimit {
   bool m_ok = false;
 };
 
+/// stderr captured for the scope (released even when the test throws, so the next test can
+/// capture again).
+class StderrCapture {
+ public:
+  StderrCapture() { ::testing::internal::CaptureStderr(); }
+  ~StderrCapture() {
+    if (!m_taken) static_cast<void>(::testing::internal::GetCapturedStderr());
+  }
+  StderrCapture(const StderrCapture&) = delete;
+  StderrCapture& operator=(const StderrCapture&) = delete;
+  std::string take() {
+    m_taken = true;
+    return ::testing::internal::GetCapturedStderr();
+  }
+
+ private:
+  bool m_taken = false;
+};
+
 int lines_of(const std::string& text) {
   return static_cast<int>(std::count(text.begin(), text.end(), '\n'));
 }
@@ -1194,7 +1213,7 @@ TEST(WanDescriptors, ThousandHalfOpenConnectionsLeaveRailsAndFilesUnharmed) {
   if (!limit.ok()) GTEST_SKIP() << "cannot set RLIMIT_NOFILE to 256 here";
   MultirailOptions o = base_options(2, 65536);
   Pair pr(o);
-  ::testing::internal::CaptureStderr();
+  StderrCapture err;
   ASSERT_EQ(flood.start(pr.t[1]->listen_port(), 1000), 1000) << "the flood could not open its sockets";
   std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the listener works through it
   const std::vector<std::size_t> sizes = {0, 1, 65535, 65536, 1u << 20, (3u << 20) + 7};
@@ -1213,7 +1232,7 @@ TEST(WanDescriptors, ThousandHalfOpenConnectionsLeaveRailsAndFilesUnharmed) {
     ::unlink(path.c_str());
   }
   ::rmdir(dir);
-  const std::string log = ::testing::internal::GetCapturedStderr();
+  const std::string log = err.take();
   EXPECT_LE(lines_of(log), 10) << "the log should stay bounded; it has:\n" << log.substr(0, 2000);
   EXPECT_THAT(log, HasSubstr("closed the oldest unauthenticated connection"));
 }
@@ -1226,7 +1245,7 @@ TEST(WanDescriptors, OutOfDescriptorsBacksOffInsteadOfSpinning) {
   if (!limit.ok()) GTEST_SKIP() << "cannot set RLIMIT_NOFILE to 256 here";
   MultirailOptions o = base_options(1, 65536);
   Pair pr(o);
-  ::testing::internal::CaptureStderr();
+  StderrCapture err;
   std::vector<Fd> hog;  // every free descriptor
   for (;;) {
     Fd f(::open("/dev/null", O_RDONLY | O_CLOEXEC));
@@ -1239,7 +1258,7 @@ TEST(WanDescriptors, OutOfDescriptorsBacksOffInsteadOfSpinning) {
   std::this_thread::sleep_for(std::chrono::seconds(1));
   const double cpu = cpu_seconds() - cpu0;
   hog.clear();
-  const std::string log = ::testing::internal::GetCapturedStderr();
+  const std::string log = err.take();
   EXPECT_LT(cpu, 0.25) << "the process used " << cpu << " s of CPU in 1 s: a busy loop";
   EXPECT_LE(lines_of(log), 3) << log.substr(0, 2000);
   EXPECT_THAT(log, AllOf(HasSubstr("WAN listener on port " + std::to_string(pr.t[1]->listen_port()) +
