@@ -1075,6 +1075,7 @@ TEST(WanMultirail, RejectsUsageErrorsAtOnce) {
                                   HasSubstr("raise wan.chunk_bytes")));
     }
   }
+  EXPECT_THROW(static_cast<void>(pr.t[0]->debug_pair_secret(5)), Error);
   MultirailOptions bad = base_options(1, 1u << 21);
   bad.max_frame_bytes = 1u << 20;
   EXPECT_THROW(MultirailTransport(bad, {1}), Error);
@@ -1183,6 +1184,25 @@ class StderrCapture {
  private:
   bool m_taken = false;
 };
+
+// Ranks with different wan.auth refuse each other at the handshake, and the acceptor says why.
+TEST_F(Quiet, WanMultirailDifferentAuthModesAreRefusedAtTheHandshake) {
+  MultirailOptions o = base_options(1, 4096);
+  o.connect_timeout_s = 0.5;
+  MultirailOptions a = o, b = o;
+  a.my_rank = 0;
+  a.auth = FrameAuth::Crc;
+  b.my_rank = 1;
+  b.auth = FrameAuth::Mac;
+  StderrCapture err;
+  MultirailTransport ta(a, {1}), tb(b, {0});
+  ta.connect({{1, "127.0.0.1", tb.listen_port()}});
+  tb.connect({});
+  EXPECT_THROW(ta.wait_connected(), Error);
+  EXPECT_THROW(tb.wait_connected(), Error);
+  EXPECT_THAT(err.take(), HasSubstr("failed the handshake: rank 0 uses wan.auth = crc, this rank mac "
+                                    "(use one deck for every rank)"));
+}
 
 int lines_of(const std::string& text) {
   return static_cast<int>(std::count(text.begin(), text.end(), '\n'));
