@@ -1542,7 +1542,7 @@ void Engine::bind(Peer& p, InMsg& m, std::shared_ptr<RecvOp> op) {
   }
   if (m.unexpected && m.chunks_done > 0) {
     if (m.chunks_done == m.n_chunks) {
-      std::memcpy(m.op->m_data, m.unexpected.get(), m.total);
+      if (m.total > 0) std::memcpy(m.op->m_data, m.unexpected.get(), m.total);
     } else {
       for (std::uint64_t k = 0; k < m.n_chunks; ++k) {
         if (!m.done[k]) continue;

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-// Wire format of the WAN transport: CRC32C, frame header checks, handshake proofs.
+// Wire format of the WAN transport: CRC32C, frame header checks, handshake proofs, frame keys
+// and the AES-256-GCM frame tags (order, replay, direction, connection), HKDF.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 

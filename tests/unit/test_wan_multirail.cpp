@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
 // Multirail transport on loopback, two transports in one process (ranks 0 and 1): payload
 // integrity over 1..16 rails and chunk sizes 1 B..64 MiB, eager and rendezvous paths, rail loss,
-// and every documented error (bad frames, wrong secret, silent peer, stalled receive).
+// and every documented error (bad frames, wrong secret, silent peer, stalled receive); frame
+// protection against a relay on the path; a listener flooded with idle connections under a low
+// descriptor limit (WanDescriptors.*: a ctest entry of its own, as it lowers RLIMIT_NOFILE).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
