@@ -427,7 +427,7 @@ std::string FrameOpener::open_payload(std::uint8_t* data, std::size_t bytes) {
 void random_bytes(std::span<std::uint8_t> out) {
   if (out.size() > static_cast<std::size_t>(INT_MAX) ||
       RAND_bytes(out.data(), static_cast<int>(out.size())) != 1)
-    throw Error(ExitCode::Comm, "OpenSSL RAND_bytes failed: no secure random bytes for the WAN secret");
+    throw Error(ExitCode::Comm, "OpenSSL RAND_bytes failed: no secure random bytes for the WAN transport (nonces, keys)");
 }
 
 }  // namespace atlas::wan

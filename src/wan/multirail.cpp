@@ -1141,7 +1141,8 @@ void Engine::read_hs(Conn* c) {
     }
     if (n == 0) {
       hs_failed(c, fmt::format("{} closed the connection during the handshake (it rejected us: "
-                               "see its log; e.g. a different job secret or wan.rails)",
+                               "see its log; e.g. another job or wan.key_file, or a different "
+                               "wan.auth or wan.rails)",
                                c->remote));
       return;
     }
