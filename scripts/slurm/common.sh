@@ -211,6 +211,17 @@ atlas_run() {
   esac
   local -a placement_overrides=("run.out_dir=$ATLAS_RUNS_DIR" "run.name=$run_name")
   if [[ -n $ATLAS_DC_BIND_HOSTS ]]; then placement_overrides+=("cluster.bind_hosts=$ATLAS_DC_BIND_HOSTS"); fi
+  # ---- the job's WAN key: 32 random bytes only this user can read, on the shared file system
+  # (the run dir); every rank mixes it into its WAN pair secrets, so no key travels over the
+  # network and a stranger on the MPI path cannot stand in the middle. Kept across restarts.
+  if [[ -z $(atlas_deck_value wan.key_file) ]]; then
+    local key_file="$ATLAS_RUN_DIR/wan.key"
+    if [[ ! -s $key_file ]]; then
+      (umask 077 && head -c 32 /dev/urandom >"$key_file") ||
+        atlas_die 5 "cannot create the WAN key file $key_file"
+    fi
+    placement_overrides+=("wan.key_file=$key_file")
+  fi
   launch+=("$ATLAS_BIN" "$ATLAS_CMD" "$ATLAS_DECK_PATH" "${ATLAS_OVERRIDES[@]}"
     "${placement_overrides[@]}" "${extra[@]}")
   printf '%q ' "${launch[@]}" >"$ATLAS_RUN_DIR/command.txt"

@@ -21,7 +21,7 @@ while [[ $# -gt 0 && $1 != -- ]]; do OVERRIDES+=("$1"); shift; done
 #    the emulation the per-flow window would cap loopback sockets too).
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 "$ATLAS_BIN/atlas-wan-bench" "$DECK" ${OVERRIDES[@]+"${OVERRIDES[@]}"} "$@" wan.emulate=none |
-  grep -E '^# loopback|^  loopback|^loopback'
+  grep -E '^# loopback|^  loopback|^loopback|^  frame protection'
 # 2. Everything else on the emulated link (its last line is the "best:" verdict).
 exec "$HERE/run_emulated.sh" "$DECK" 2 ${OVERRIDES[@]+"${OVERRIDES[@]}"} -- \
   "$ATLAS_BIN/atlas-wan-bench" "$DECK" ${OVERRIDES[@]+"${OVERRIDES[@]}"} "$@"

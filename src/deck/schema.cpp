@@ -399,6 +399,13 @@ void build(Schema& schema) {
       .def("none").help("none = plain loopback; netns = one network namespace per DC (root)");
   b.field("wan.flow_window_bytes", &C::wan, &WanCfg::flow_window_bytes).def("0").min(0).max(1.0 * units::kGiB)
       .help("emulated per-flow TCP window cap (namespace tcp_rmem/wmem); 0 = none");
+  b.choice("wan.auth", &C::wan, &WanCfg::auth,
+           {{"mac", WanAuth::Mac}, {"encrypt", WanAuth::Encrypt}, {"crc", WanAuth::Crc}})
+      .def("mac").help("every frame's protection: mac = AES-256-GCM tag (payload in clear), encrypt "
+                       "= AES-256-GCM encryption, crc = CRC32C only (accidents, not attackers)");
+  b.field("wan.key_file", &C::wan, &WanCfg::key_file).def("\"\"")
+      .help("job key: a file of >= 32 random bytes readable only by the job's user (chmod 600), "
+            "mixed into every WAN pair secret; empty = X25519 alone (safe from passive observers)");
 
   // [ckpt]
   b.field("ckpt.dir", &C::ckpt, &CkptCfg::dir).def("\"\"")

@@ -1,12 +1,15 @@
 // SPDX-License-Identifier: MIT
-// Frame header and handshake encoding (CRC32C: core/crc32c.hpp) and HMAC-SHA256 (OpenSSL).
+// Frame header and handshake encoding (CRC32C: core/crc32c.hpp), HMAC-SHA256, HKDF-SHA256 and
+// the AES-256-GCM frame tags (OpenSSL EVP).
 #include "atlas/wan/framing.hpp"
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <openssl/kdf.h>
 #include <openssl/rand.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
 #include <vector>
@@ -66,7 +69,7 @@ std::string check_hs_prefix(const std::uint8_t* p, std::uint8_t type, const char
   return {};
 }
 
-Mac hmac(const Secret& secret, const char* label, std::span<const std::uint8_t> a,
+HmacTag hmac(const Secret& secret, const char* label, std::span<const std::uint8_t> a,
          std::span<const std::uint8_t> b) {
   std::vector<std::uint8_t> msg;
   const std::size_t label_len = std::strlen(label);
@@ -74,7 +77,7 @@ Mac hmac(const Secret& secret, const char* label, std::span<const std::uint8_t> 
   msg.insert(msg.end(), label, label + label_len);
   msg.insert(msg.end(), a.begin(), a.end());
   msg.insert(msg.end(), b.begin(), b.end());
-  Mac out{};
+  HmacTag out{};
   unsigned int out_len = 0;
   if (HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()), msg.data(), msg.size(),
            out.data(), &out_len) == nullptr ||
@@ -83,7 +86,55 @@ Mac hmac(const Secret& secret, const char* label, std::span<const std::uint8_t> 
   return out;
 }
 
+[[noreturn]] void openssl_failed(const char* what) {
+  throw Error(ExitCode::Comm, fmt::format("WAN frame authentication: {} failed inside OpenSSL", what));
+}
+
+// The 96-bit GCM nonce of frame `n`: part 0 = its payload, part 1 = its header.
+std::array<unsigned char, 12> frame_iv(std::uint64_t n, std::uint32_t part) {
+  std::array<unsigned char, 12> iv{};
+  put_u64(iv.data(), n);
+  put_u32(iv.data() + 8, part);
+  return iv;
+}
+
+constexpr std::size_t kPiece = std::size_t{1} << 30;  // EVP lengths are ints
+
+void gcm_aad(EVP_CIPHER_CTX* c, const std::uint8_t* p, std::size_t n, bool enc) {
+  while (n > 0) {
+    const std::size_t k = std::min(n, kPiece);
+    int len = 0;
+    const int ok = enc ? EVP_EncryptUpdate(c, nullptr, &len, p, static_cast<int>(k))
+                       : EVP_DecryptUpdate(c, nullptr, &len, p, static_cast<int>(k));
+    if (ok != 1) openssl_failed("AES-GCM (additional data)");
+    p += k;
+    n -= k;
+  }
+}
+
+void gcm_crypt(EVP_CIPHER_CTX* c, const std::uint8_t* in, std::uint8_t* out, std::size_t n, bool enc) {
+  while (n > 0) {
+    const std::size_t k = std::min(n, kPiece);
+    int len = 0;
+    const int ok = enc ? EVP_EncryptUpdate(c, out, &len, in, static_cast<int>(k))
+                       : EVP_DecryptUpdate(c, out, &len, in, static_cast<int>(k));
+    if (ok != 1 || len != static_cast<int>(k)) openssl_failed("AES-GCM (payload)");
+    in += k;
+    out += k;
+    n -= k;
+  }
+}
+
 }  // namespace
+
+const char* auth_name(FrameAuth a) {
+  switch (a) {
+    case FrameAuth::Crc: return "crc";
+    case FrameAuth::Mac: return "mac";
+    case FrameAuth::Encrypt: return "encrypt";
+  }
+  return "?";
+}
 
 // ---- frame header ----
 
@@ -101,6 +152,7 @@ void encode_header(const FrameHeader& h, std::span<std::uint8_t, kHeaderBytes> o
   put_u64(p + 40, h.tag_seq);
   put_u32(p + 48, static_cast<std::uint32_t>(h.tag));
   put_u32(p + 52, crc32c(p, 52));
+  std::memset(p + kPayloadTagAt, 0, 2 * kTagBytes);  // set by FrameSealer::seal
 }
 
 std::string decode_header(std::span<const std::uint8_t, kHeaderBytes> in,
@@ -142,6 +194,7 @@ std::array<std::uint8_t, kHelloBytes> encode_hello(const Hello& h) {
   std::array<std::uint8_t, kHelloBytes> out{};
   std::uint8_t* p = out.data();
   put_hs_prefix(p, kHelloType);
+  p[6] = static_cast<std::uint8_t>(h.auth);
   put_u32(p + 8, static_cast<std::uint32_t>(h.from_rank));
   put_u32(p + 12, static_cast<std::uint32_t>(h.to_rank));
   put_u32(p + 16, h.rail);
@@ -155,6 +208,9 @@ std::array<std::uint8_t, kHelloBytes> encode_hello(const Hello& h) {
 std::string decode_hello(std::span<const std::uint8_t, kHelloBytes> in, Hello& h) {
   const std::uint8_t* p = in.data();
   if (auto why = check_hs_prefix(p, kHelloType, "handshake hello"); !why.empty()) return why;
+  if (p[6] > static_cast<std::uint8_t>(FrameAuth::Encrypt))
+    return fmt::format("handshake hello names an unknown wan.auth mode {}", p[6]);
+  h.auth = static_cast<FrameAuth>(p[6]);
   h.from_rank = static_cast<std::int32_t>(get_u32(p + 8));
   h.to_rank = static_cast<std::int32_t>(get_u32(p + 12));
   h.rail = get_u32(p + 16);
@@ -174,7 +230,7 @@ std::array<std::uint8_t, kChallengeBytes> encode_challenge(
   put_u64(p + 8, chunk_bytes);
   put_u64(p + 16, credit_bytes);
   std::memcpy(p + 24, nonce.data(), nonce.size());
-  const Mac mac = hmac(secret, "atlas-wan/accept", hello, std::span(out).first(kChallengeMacAt));
+  const HmacTag mac = hmac(secret, "atlas-wan/accept", hello, std::span(out).first(kChallengeMacAt));
   std::memcpy(p + kChallengeMacAt, mac.data(), mac.size());
   return out;
 }
@@ -187,7 +243,7 @@ std::string check_challenge(const Secret& secret, std::span<const std::uint8_t, 
   c.credit_bytes = get_u64(p + 16);
   std::memcpy(c.nonce.data(), p + 24, c.nonce.size());
   std::memcpy(c.mac.data(), p + kChallengeMacAt, c.mac.size());
-  const Mac want = hmac(secret, "atlas-wan/accept", hello, in.first(kChallengeMacAt));
+  const HmacTag want = hmac(secret, "atlas-wan/accept", hello, in.first(kChallengeMacAt));
   if (CRYPTO_memcmp(want.data(), c.mac.data(), want.size()) != 0)
     return "the acceptor's HMAC-SHA256 proof does not match this job's secret (a different job, "
            "or not an atlas peer)";
@@ -199,7 +255,7 @@ std::array<std::uint8_t, kResponseBytes> encode_response(
     std::span<const std::uint8_t, kChallengeBytes> challenge) {
   std::array<std::uint8_t, kResponseBytes> out{};
   put_hs_prefix(out.data(), kResponseType);
-  const Mac mac =
+  const HmacTag mac =
       hmac(secret, "atlas-wan/connect", hello, challenge.first(kChallengeMacAt));
   std::memcpy(out.data() + 8, mac.data(), mac.size());
   return out;
@@ -210,17 +266,151 @@ std::string check_response(const Secret& secret, std::span<const std::uint8_t, k
                            std::span<const std::uint8_t, kResponseBytes> in) {
   if (auto why = check_hs_prefix(in.data(), kResponseType, "handshake response"); !why.empty())
     return why;
-  const Mac want = hmac(secret, "atlas-wan/connect", hello, challenge.first(kChallengeMacAt));
+  const HmacTag want = hmac(secret, "atlas-wan/connect", hello, challenge.first(kChallengeMacAt));
   if (CRYPTO_memcmp(want.data(), in.data() + 8, want.size()) != 0)
     return "the connector's HMAC-SHA256 proof does not match this job's secret (a different job, "
            "or not an atlas peer)";
   return {};
 }
 
+// ---- frame authentication ----
+
+void hkdf_sha256(std::span<const std::uint8_t> ikm, std::span<const std::uint8_t> salt,
+                 std::span<const std::uint8_t> info, std::span<std::uint8_t> out) {
+  struct CtxFree {
+    void operator()(EVP_PKEY_CTX* c) const { EVP_PKEY_CTX_free(c); }
+  };
+  std::unique_ptr<EVP_PKEY_CTX, CtxFree> c(EVP_PKEY_CTX_new_id(EVP_PKEY_HKDF, nullptr));
+  std::size_t len = out.size();
+  if (!c || EVP_PKEY_derive_init(c.get()) <= 0 || EVP_PKEY_CTX_set_hkdf_md(c.get(), EVP_sha256()) <= 0 ||
+      (!salt.empty() &&
+       EVP_PKEY_CTX_set1_hkdf_salt(c.get(), salt.data(), static_cast<int>(salt.size())) <= 0) ||
+      EVP_PKEY_CTX_set1_hkdf_key(c.get(), ikm.data(), static_cast<int>(ikm.size())) <= 0 ||
+      (!info.empty() &&
+       EVP_PKEY_CTX_add1_hkdf_info(c.get(), info.data(), static_cast<int>(info.size())) <= 0) ||
+      EVP_PKEY_derive(c.get(), out.data(), &len) <= 0 || len != out.size())
+    openssl_failed("HKDF-SHA256");
+}
+
+FrameKeys derive_frame_keys(const Secret& secret, std::span<const std::uint8_t, kHelloBytes> hello,
+                            std::span<const std::uint8_t, kChallengeBytes> challenge,
+                            FrameAuth auth, bool connector) {
+  // Salt: the connector's nonce (hello bytes 40..72) and the acceptor's (challenge bytes 24..56),
+  // so every connection has keys of its own.
+  std::array<std::uint8_t, 64> salt{};
+  std::memcpy(salt.data(), hello.data() + 40, 32);
+  std::memcpy(salt.data() + 32, challenge.data() + 24, 32);
+  auto key = [&](const char* direction) {
+    const std::string info =
+        fmt::format("atlas-wan/v{} frames {} auth={}", kWireVersion, direction, auth_name(auth));
+    FrameKey k{};
+    hkdf_sha256(secret, salt,
+                std::span(reinterpret_cast<const std::uint8_t*>(info.data()), info.size()), k);
+    return k;
+  };
+  const FrameKey c2a = key("connector->acceptor");
+  const FrameKey a2c = key("acceptor->connector");
+  return connector ? FrameKeys{c2a, a2c} : FrameKeys{a2c, c2a};
+}
+
+struct FrameSealer::Ctx {
+  EVP_CIPHER_CTX* c = EVP_CIPHER_CTX_new();
+  ~Ctx() { EVP_CIPHER_CTX_free(c); }
+};
+
+FrameSealer::FrameSealer(FrameAuth auth, const FrameKey& key) : m_auth(auth) {
+  if (m_auth == FrameAuth::Crc) return;
+  m_ctx = std::make_unique<Ctx>();
+  if (!m_ctx->c || EVP_EncryptInit_ex(m_ctx->c, EVP_aes_256_gcm(), nullptr, key.data(), nullptr) != 1)
+    openssl_failed("AES-256-GCM key setup");
+}
+
+FrameSealer::~FrameSealer() = default;
+
+void FrameSealer::seal(std::span<std::uint8_t, kHeaderBytes> hdr, std::span<const std::uint8_t> payload,
+                       std::uint8_t* cipher_out, bool corrupt_payload_tag) {
+  if (m_auth == FrameAuth::Crc) return;
+  EVP_CIPHER_CTX* c = m_ctx->c;
+  const std::uint64_t n = m_count++;
+  int len = 0;
+  std::uint8_t* ptag = hdr.data() + kPayloadTagAt;
+  std::memset(ptag, 0, kTagBytes);
+  if (!payload.empty()) {
+    const auto iv = frame_iv(n, 0);
+    if (EVP_EncryptInit_ex(c, nullptr, nullptr, nullptr, iv.data()) != 1) openssl_failed("AES-GCM nonce");
+    if (m_auth == FrameAuth::Encrypt) gcm_crypt(c, payload.data(), cipher_out, payload.size(), true);
+    else gcm_aad(c, payload.data(), payload.size(), true);
+    if (EVP_EncryptFinal_ex(c, nullptr, &len) != 1 ||
+        EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_GET_TAG, kTagBytes, ptag) != 1)
+      openssl_failed("AES-GCM (payload tag)");
+    if (corrupt_payload_tag) ptag[0] ^= 0x01;
+  }
+  const auto iv = frame_iv(n, 1);
+  if (EVP_EncryptInit_ex(c, nullptr, nullptr, nullptr, iv.data()) != 1) openssl_failed("AES-GCM nonce");
+  gcm_aad(c, hdr.data(), kHeaderTagAt, true);
+  if (EVP_EncryptFinal_ex(c, nullptr, &len) != 1 ||
+      EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_GET_TAG, kTagBytes, hdr.data() + kHeaderTagAt) != 1)
+    openssl_failed("AES-GCM (header tag)");
+}
+
+struct FrameOpener::Ctx {
+  EVP_CIPHER_CTX* c = EVP_CIPHER_CTX_new();
+  ~Ctx() { EVP_CIPHER_CTX_free(c); }
+};
+
+FrameOpener::FrameOpener(FrameAuth auth, const FrameKey& key) : m_auth(auth) {
+  if (m_auth == FrameAuth::Crc) return;
+  m_ctx = std::make_unique<Ctx>();
+  if (!m_ctx->c || EVP_DecryptInit_ex(m_ctx->c, EVP_aes_256_gcm(), nullptr, key.data(), nullptr) != 1)
+    openssl_failed("AES-256-GCM key setup");
+}
+
+FrameOpener::~FrameOpener() = default;
+
+std::string FrameOpener::open_header(std::span<const std::uint8_t, kHeaderBytes> hdr) {
+  if (m_auth == FrameAuth::Crc) {
+    ++m_count;
+    return {};
+  }
+  EVP_CIPHER_CTX* c = m_ctx->c;
+  const auto iv = frame_iv(m_count, 1);
+  if (EVP_DecryptInit_ex(c, nullptr, nullptr, nullptr, iv.data()) != 1) openssl_failed("AES-GCM nonce");
+  gcm_aad(c, hdr.data(), kHeaderTagAt, false);
+  std::array<std::uint8_t, kTagBytes> tag{};
+  std::memcpy(tag.data(), hdr.data() + kHeaderTagAt, kTagBytes);
+  if (EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_SET_TAG, kTagBytes, tag.data()) != 1)
+    openssl_failed("AES-GCM (set tag)");
+  int len = 0;
+  if (EVP_DecryptFinal_ex(c, nullptr, &len) <= 0)
+    return fmt::format("frame #{} of this connection fails its header authentication tag (AES-256-GCM, "
+                       "wan.auth = {}): changed, replayed, reordered or injected on the way",
+                       m_count, auth_name(m_auth));
+  std::memcpy(m_payload_tag.data(), hdr.data() + kPayloadTagAt, kTagBytes);
+  ++m_count;
+  return {};
+}
+
+std::string FrameOpener::open_payload(std::uint8_t* data, std::size_t bytes) {
+  if (m_auth == FrameAuth::Crc || bytes == 0) return {};
+  EVP_CIPHER_CTX* c = m_ctx->c;
+  const auto iv = frame_iv(m_count - 1, 0);
+  if (EVP_DecryptInit_ex(c, nullptr, nullptr, nullptr, iv.data()) != 1) openssl_failed("AES-GCM nonce");
+  if (m_auth == FrameAuth::Encrypt) gcm_crypt(c, data, data, bytes, false);
+  else gcm_aad(c, data, bytes, false);
+  if (EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_SET_TAG, kTagBytes, m_payload_tag.data()) != 1)
+    openssl_failed("AES-GCM (set tag)");
+  int len = 0;
+  if (EVP_DecryptFinal_ex(c, nullptr, &len) <= 0)
+    return fmt::format("payload of frame #{} of this connection ({} bytes) fails its authentication "
+                       "tag (AES-256-GCM, wan.auth = {}): changed on the way",
+                       m_count - 1, bytes, auth_name(m_auth));
+  return {};
+}
+
 void random_bytes(std::span<std::uint8_t> out) {
   if (out.size() > static_cast<std::size_t>(INT_MAX) ||
       RAND_bytes(out.data(), static_cast<int>(out.size())) != 1)
-    throw Error(ExitCode::Comm, "OpenSSL RAND_bytes failed: no secure random bytes for the WAN secret");
+    throw Error(ExitCode::Comm, "OpenSSL RAND_bytes failed: no secure random bytes for the WAN transport (nonces, keys)");
 }
 
 }  // namespace atlas::wan

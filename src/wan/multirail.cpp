@@ -7,10 +7,19 @@
 // the receiver drops duplicates (per-chunk bitmap, completed-message set). Messages within the
 // receiver's credit go eagerly; larger ones send an RTS and wait for the CTS of the posted irecv.
 // A new rail first carries warm-up (Pad) frames, so its TCP window has grown before any message.
+// Every frame is sealed (wan.auth: AES-256-GCM tags, per-connection keys, a frame counter per
+// direction; framing.hpp) when its writing starts, so the counter follows the wire order. A frame
+// that fails its tag is a rail error: the connection is reset and its unacknowledged frames are
+// resent; the frame's data is never delivered.
+// Anyone who can reach the listener can open connections: those not yet authenticated are capped
+// (per listener and per source address; the oldest gives way), and when the process runs out of
+// descriptors the listener backs off instead of spinning, so rails and checkpoints keep theirs.
 #include "atlas/wan/multirail.hpp"
 
+#include <fcntl.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -56,12 +65,42 @@ constexpr std::uint64_t kPadMax = 64 * 1024;       // warm-up frame payload, at 
 constexpr std::uint64_t kPadFramesMax = 64;        // warm-up frames per rail, at most
 alignas(64) const std::uint8_t kZeros[kPadMax] = {};  // every warm-up payload
 
+constexpr auto kListenBackoff = 100ms;             // listener not polled after EMFILE/ENFILE
+constexpr auto kWarnEvery = 10s;                   // one line per kind of listener warning
+constexpr int kAcceptBatch = 64;                   // accepts per readiness event
+/// A message is cut into at most this many chunks (its receive bitmap: 1 byte per chunk).
+constexpr std::uint64_t kMaxMessageChunks = std::uint64_t{1} << 24;
+
 constexpr std::uint64_t kWakeKey = 1;
 constexpr std::uint64_t kListenKey = 2;
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 Clock::duration to_duration(double s) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
+/// Repeated warnings of one kind: the first line at once, then at most one per kWarnEvery, which
+/// says how many were folded into it.
+struct WarnLimiter {
+  Clock::time_point next{};
+  std::uint64_t folded = 0;
+  void warn(Clock::time_point now, const std::string& msg) {
+    if (now < next) {
+      ++folded;
+      return;
+    }
+    if (folded > 0)
+      log::warn("{} (and {} more like it since the last such line)", msg, folded);
+    else
+      log::warn("{}", msg);
+    folded = 0;
+    next = now + kWarnEvery;
+  }
+};
+
+/// Chunks a message of `total` bytes is cut into (1 for an empty one); no overflow.
+std::uint64_t chunks_of(std::uint64_t total, std::uint64_t chunk) {
+  return std::max<std::uint64_t>(1, total / chunk + (total % chunk != 0));
 }
 
 std::string rail_list(const std::vector<int>& rails) {
@@ -119,7 +158,10 @@ struct Ctrl {
 
 struct OutFrame {
   std::array<std::uint8_t, kHeaderBytes> hdr{};
-  const std::uint8_t* payload = nullptr;
+  const std::uint8_t* payload = nullptr;  // the user's bytes; after sealing (encrypt) `cipher`
+  std::unique_ptr<std::uint8_t[]> cipher;  // encrypt: the payload's ciphertext, until written
+  bool sealed = false;      // tags computed (when its writing started)
+  bool corrupt = false;     // test hook: a wrong payload tag
   std::uint32_t len = 0;
   std::size_t written = 0;  // of kHeaderBytes + len
   bool reliable = false;    // counted by acks and resent after a loss (all but Ack and Bye)
@@ -139,6 +181,7 @@ struct Conn {
   bool active = false;  // we connected (we reconnect it after a loss)
   int peer = -1;        // peer index; -1 until an accepted connection's Hello names it
   int rail = -1;
+  std::string source;   // accepted: the remote address without its port
   ConnState st = ConnState::AwaitHello;
   std::string remote;
   Clock::time_point hs_deadline{};
@@ -156,6 +199,9 @@ struct Conn {
   // output
   std::deque<OutFrame> q;
   std::size_t unwritten = 0;  // frames [0, unwritten) are fully written, awaiting acks
+  std::size_t sealed = 0;     // frames [0, sealed) are sealed (their frame numbers are fixed)
+  std::unique_ptr<FrameSealer> sealer;  // from make_ready on
+  std::unique_ptr<FrameOpener> opener;
   std::uint64_t unwritten_bytes = 0;
   std::uint64_t queued_bytes = 0;  // every frame in q: unwritten + written and unacknowledged
   std::uint64_t sent_seq = 0;
@@ -233,6 +279,7 @@ struct Peer {
   bool params_known = false;
   bool dirty = false;  // has output work
   bool corrupt_next = false;
+  Secret secret{};     // of this pair: proves the handshake, keys the frames
   // send side
   std::uint64_t next_msg_id = 0;
   std::unordered_map<int, std::uint64_t> send_seq;
@@ -288,6 +335,11 @@ class Engine {
   }
   [[nodiscard]] const MultirailOptions& opts() const { return m_opts; }
   [[nodiscard]] const std::string& cc_note() const { return m_cc.note; }
+  [[nodiscard]] Secret pair_secret(int rank) const {  // immutable after construction
+    const int idx = peer_index(rank);
+    if (idx < 0) throw Error(ExitCode::Comm, fmt::format("WAN: rank {} is not a peer of this transport", rank));
+    return m_peers[static_cast<std::size_t>(idx)]->secret;
+  }
 
   void post(Command cmd);
   void wait_connected();
@@ -302,6 +354,9 @@ class Engine {
   void handle(Command& cmd);
   void on_event(std::uint64_t key, std::uint32_t ev);
   void accept_all();
+  void make_room(const std::string& source);
+  void out_of_descriptors(int err);
+  void pause_listener();
   void timers();
   void output();
   void publish();
@@ -337,6 +392,9 @@ class Engine {
   void advance(Conn* c, std::size_t w);
   void on_ack(Conn* c, std::uint64_t count);
   void count_frame(Conn* c);
+  void seal(Conn* c, OutFrame& f);
+  std::unique_ptr<std::uint8_t[]> take_cipher();
+  void give_cipher(std::unique_ptr<std::uint8_t[]> buf);
 
   // input
   void on_readable(Conn* c);
@@ -379,6 +437,12 @@ class Engine {
   std::unordered_map<int, int> m_peer_index;  // world rank -> index (immutable)
   int m_port = 0;
   Fd m_listen;
+  Fd m_reserve;  // /dev/null: given up to accept-and-close a connection when out of descriptors
+  int m_pending_cap = 64;
+  int m_pending_per_source = 16;
+  bool m_listen_paused = false;
+  Clock::time_point m_listen_resume{};
+  WarnLimiter m_warn_fds, m_warn_evict, m_warn_accept, m_warn_hs;
   Fd m_epoll;
   Fd m_wake;
   std::uint64_t m_high_water;
@@ -402,6 +466,7 @@ class Engine {
   };
   std::vector<Spare> m_spares;
   std::uint64_t m_spare_bytes = 0;
+  std::vector<std::unique_ptr<std::uint8_t[]>> m_ciphers;  // encrypt: free buffers of chunk_bytes
   std::unordered_map<std::uint64_t, std::unique_ptr<Conn>> m_conns;
   std::vector<std::unique_ptr<Conn>> m_graveyard;
   std::uint64_t m_next_key = 16;
@@ -427,6 +492,23 @@ Engine::Engine(const MultirailOptions& opts, const std::vector<int>& peers, cons
                 fmt::format("multirail: wan.chunk_bytes = {} exceeds wan.max_frame_bytes = {}",
                             m_opts.chunk_bytes, m_opts.max_frame_bytes));
   m_high_water = std::max<std::uint64_t>(m_opts.chunk_bytes + kHeaderBytes, 1u << 20);
+  // Handshakes in progress hold descriptors: at most an eighth of the limit (4..64), and never
+  // fewer than the rails of every peer that connects here plus some room.
+  {
+    rlimit rl{};
+    const std::uint64_t lim =
+        getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? rl.rlim_cur : 65536;
+    int incoming = 0;
+    for (int rank : peers) incoming += rank < m_opts.my_rank ? m_opts.rails : 0;
+    const int per_source = std::max(16, 2 * m_opts.rails);
+    m_pending_cap = m_opts.max_pending_handshakes > 0
+                        ? m_opts.max_pending_handshakes
+                        : std::max({static_cast<int>(std::clamp<std::uint64_t>(lim / 8, 4, 64)),
+                                    incoming + 8, per_source});
+    m_pending_per_source = m_opts.max_pending_per_source > 0
+                               ? std::min(m_opts.max_pending_per_source, m_pending_cap)
+                               : std::min(per_source, m_pending_cap);
+  }
   m_cc = choose_congestion_control(m_opts.tcp_congestion);
   for (int rank : peers) {
     if (rank == m_opts.my_rank)
@@ -436,6 +518,8 @@ Engine::Engine(const MultirailOptions& opts, const std::vector<int>& peers, cons
     auto p = std::make_unique<Peer>();
     p->rank = rank;
     p->active = m_opts.my_rank < rank;
+    auto sec = m_opts.pair_secrets.find(rank);
+    p->secret = sec != m_opts.pair_secrets.end() ? sec->second : m_opts.secret;
     p->rails.resize(static_cast<std::size_t>(m_opts.rails));
     p->rail_counters = std::make_unique<RailCounters[]>(static_cast<std::size_t>(m_opts.rails));
     m_peer_index[rank] = static_cast<int>(m_peers.size());
@@ -450,6 +534,7 @@ Engine::Engine(const MultirailOptions& opts, const std::vector<int>& peers, cons
   ev.data.u64 = kWakeKey;
   epoll_ctl(m_epoll.get(), EPOLL_CTL_ADD, m_wake.get(), &ev);
   if (!m_peers.empty()) {
+    m_reserve = Fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
     m_listen = listen_tcp(m_opts.bind_host, m_opts.bind_port, m_port);
     // Accepted rails inherit the listener's congestion control from their first packet on.
     if (!m_cc.name.empty())
@@ -726,6 +811,13 @@ void Engine::fail(const std::shared_ptr<detail::Op>& op, const std::string& why)
 // ---- timers: handshakes, reconnects, deadlines, stalls ----
 
 void Engine::timers() {
+  if (m_listen_paused && m_now >= m_listen_resume && m_listen.valid()) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = kListenKey;
+    epoll_ctl(m_epoll.get(), EPOLL_CTL_MOD, m_listen.get(), &ev);
+    m_listen_paused = false;
+  }
   // Handshakes that take too long.
   std::vector<Conn*> slow;
   for (auto& [key, c] : m_conns)
@@ -875,20 +967,95 @@ void Engine::set_events(Conn* c) {
 }
 
 void Engine::accept_all() {
-  for (;;) {
+  // Bounded per event: a flood of connections cannot hold up the rails' traffic.
+  for (int k = 0; k < kAcceptBatch; ++k) {
     Fd fd(::accept4(m_listen.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
     if (!fd.valid()) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      log::warn("WAN listener: accept failed: {}", std::strerror(errno));
+      const int err = errno;
+      if (err == EAGAIN || err == EWOULDBLOCK) return;
+      if (err == EINTR || err == ECONNABORTED) continue;
+      if (err == EMFILE || err == ENFILE) return out_of_descriptors(err);
+      // ENOBUFS, ENOMEM, ...: the connection stays queued, so back off too (no busy loop).
+      m_warn_accept.warn(m_now, fmt::format("WAN listener on port {}: accept failed: {}; not "
+                                            "accepting for {} ms",
+                                            m_port, std::strerror(err), kListenBackoff.count()));
+      pause_listener();
       return;
     }
     if (m_stopping) continue;
+    std::string source = peer_name(fd.get());
+    if (const auto colon = source.rfind(':'); colon != std::string::npos) source.resize(colon);
+    make_room(source);
     tune_socket(fd.get(), m_opts.socket_buffer_bytes);  // congestion control: the listener's
     Conn* c = add_conn(std::move(fd), false, -1, -1, ConnState::AwaitHello);
+    c->source = std::move(source);
     c->hs_need = kHelloBytes;
     c->hs_deadline = m_now + to_duration(m_opts.connect_timeout_s);
   }
+}
+
+// Before a new incoming connection from `source` is kept: the oldest not yet authenticated one
+// from the same address gives way when that address is at its cap, else the oldest of all when
+// the listener is. A real rail completes its handshake within a round trip, so what is oldest is
+// what never answers.
+void Engine::make_room(const std::string& source) {
+  std::vector<Conn*> pending;
+  for (auto& [key, c] : m_conns)
+    if (!c->active && !c->dead && c->st != ConnState::Ready) pending.push_back(c.get());
+  if (static_cast<int>(pending.size()) + 1 <= std::min(m_pending_cap, m_pending_per_source)) return;
+  std::sort(pending.begin(), pending.end(), [](const Conn* a, const Conn* b) { return a->key < b->key; });
+  Conn* victim = nullptr;
+  int same = 0;
+  for (Conn* c : pending) same += c->source == source;
+  if (same + 1 > m_pending_per_source) {
+    for (Conn* c : pending)
+      if (c->source == source) {
+        victim = c;
+        break;
+      }
+  } else if (static_cast<int>(pending.size()) + 1 > m_pending_cap) {
+    victim = pending.front();
+  }
+  if (!victim) return;
+  m_warn_evict.warn(
+      m_now, fmt::format("WAN listener on port {}: closed the oldest unauthenticated connection (from "
+                         "{}) to make room: at most {} handshakes may be pending, {} per source "
+                         "address (someone opens connections and does not complete the handshake; "
+                         "the newest from {})",
+                         m_port, victim->remote, m_pending_cap, m_pending_per_source, source));
+  close_conn(victim);
+}
+
+void Engine::out_of_descriptors(int err) {
+  // The connection stays queued in the kernel and the listener readable: without a descriptor
+  // to accept it, epoll would report it again at once (a busy loop). The reserve descriptor is
+  // given up to accept the oldest queued connection and close it, then taken back, and the
+  // listener is left alone for kListenBackoff.
+  m_reserve.reset();
+  Fd(::accept4(m_listen.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC)).reset();
+  m_reserve = Fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  pause_listener();
+  rlimit rl{};
+  getrlimit(RLIMIT_NOFILE, &rl);
+  int pending = 0;
+  for (auto& [key, c] : m_conns) pending += !c->active && !c->dead && c->st != ConnState::Ready;
+  m_warn_fds.warn(
+      m_now, fmt::format("WAN listener on port {}: out of file descriptors ({}; RLIMIT_NOFILE = {}): "
+                         "closed a queued connection and not accepting for {} ms; {} handshake(s) "
+                         "pending (cap {}). Raise the limit (ulimit -n) if this is not an attack",
+                         m_port, std::strerror(err),
+                         rl.rlim_cur == RLIM_INFINITY ? std::string("unlimited") : std::to_string(rl.rlim_cur),
+                         kListenBackoff.count(), pending, m_pending_cap));
+}
+
+void Engine::pause_listener() {
+  if (m_listen_paused || !m_listen.valid()) return;
+  epoll_event ev{};
+  ev.events = 0;
+  ev.data.u64 = kListenKey;
+  epoll_ctl(m_epoll.get(), EPOLL_CTL_MOD, m_listen.get(), &ev);
+  m_listen_paused = true;
+  m_listen_resume = m_now + kListenBackoff;
 }
 
 void Engine::tune(int fd) {
@@ -923,6 +1090,7 @@ void Engine::start_attempt(Peer& p, int rail) {
 void Engine::send_hello(Conn* c) {
   Peer& p = peer_of(c);
   Hello h;
+  h.auth = m_opts.auth;
   h.from_rank = m_opts.my_rank;
   h.to_rank = p.rank;
   h.rail = static_cast<std::uint32_t>(c->rail);
@@ -973,7 +1141,8 @@ void Engine::read_hs(Conn* c) {
     }
     if (n == 0) {
       hs_failed(c, fmt::format("{} closed the connection during the handshake (it rejected us: "
-                               "see its log; e.g. a different job secret or wan.rails)",
+                               "see its log; e.g. another job or wan.key_file, or a different "
+                               "wan.auth or wan.rails)",
                                c->remote));
       return;
     }
@@ -996,6 +1165,10 @@ void Engine::read_hs(Conn* c) {
           else if (m_peers[static_cast<std::size_t>(idx)]->active)
             why = fmt::format("rank {} connected, but rank {} is the connecting side of this pair",
                               h.from_rank, m_opts.my_rank);
+          else if (h.auth != m_opts.auth)
+            why = fmt::format("rank {} uses wan.auth = {}, this rank {} (use one deck for every "
+                              "rank)",
+                              h.from_rank, auth_name(h.auth), auth_name(m_opts.auth));
           else if (h.rails != static_cast<std::uint32_t>(m_opts.rails))
             why = fmt::format("rank {} uses wan.rails = {}, this rank {}", h.from_rank, h.rails,
                               m_opts.rails);
@@ -1018,7 +1191,7 @@ void Engine::read_hs(Conn* c) {
         c->rail = static_cast<int>(h.rail);
         Nonce nonce{};
         random_bytes(nonce);
-        c->challenge = encode_challenge(m_opts.secret, c->hello, m_opts.chunk_bytes,
+        c->challenge = encode_challenge(m_peers[static_cast<std::size_t>(idx)]->secret, c->hello, m_opts.chunk_bytes,
                                         m_opts.eager_credit_bytes, nonce);
         c->hs_out.assign(c->challenge.begin(), c->challenge.end());
         c->hs_out_off = 0;
@@ -1030,7 +1203,7 @@ void Engine::read_hs(Conn* c) {
       }
       case ConnState::AwaitResponse: {
         const std::string why = check_response(
-            m_opts.secret, c->hello, c->challenge,
+            peer_of(c).secret, c->hello, c->challenge,
             std::span<const std::uint8_t, kResponseBytes>(in.data(), kResponseBytes));
         if (!why.empty()) {
           hs_failed(c, why);
@@ -1045,7 +1218,7 @@ void Engine::read_hs(Conn* c) {
         std::copy(in.begin(), in.end(), c->challenge.begin());
         Challenge ch;
         const std::string why = check_challenge(
-            m_opts.secret, c->hello, std::span<const std::uint8_t, kChallengeBytes>(c->challenge), ch);
+            peer_of(c).secret, c->hello, std::span<const std::uint8_t, kChallengeBytes>(c->challenge), ch);
         if (!why.empty()) {
           hs_failed(c, fmt::format("handshake with {} failed: {}", c->remote, why));
           return;
@@ -1059,7 +1232,7 @@ void Engine::read_hs(Conn* c) {
           fail_peer(p, msg);
           return;
         }
-        const auto resp = encode_response(m_opts.secret, c->hello, c->challenge);
+        const auto resp = encode_response(peer_of(c).secret, c->hello, c->challenge);
         c->hs_out.assign(resp.begin(), resp.end());
         c->hs_out_off = 0;
         make_ready(c, ch.chunk_bytes, ch.credit_bytes);
@@ -1080,8 +1253,9 @@ void Engine::hs_failed(Conn* c, const std::string& why) {
     s.last_error = why;
     s.next_attempt = m_now + std::min<Clock::duration>(20ms * (1 << std::min(s.attempts, 5)), 500ms);
   } else {
-    log::warn("WAN: closed an incoming connection from {} that failed the handshake: {}", c->remote,
-              why);
+    m_warn_hs.warn(m_now, fmt::format("WAN: closed an incoming connection from {} that failed the "
+                                      "handshake: {}",
+                                      c->remote, why));
   }
   close_conn(c);
 }
@@ -1107,6 +1281,9 @@ void Engine::make_ready(Conn* c, std::uint64_t chunk, std::uint64_t credit) {
   s.attempts = 0;
   s.deadline = Clock::time_point::max();
   c->st = ConnState::Ready;
+  const FrameKeys keys = derive_frame_keys(p.secret, c->hello, c->challenge, m_opts.auth, c->active);
+  c->sealer = std::make_unique<FrameSealer>(m_opts.auth, keys.send);
+  c->opener = std::make_unique<FrameOpener>(m_opts.auth, keys.recv);
   c->in.resize(kStagingBytes);
   c->ack_clock = m_now;
   p.peer_chunk = chunk;
@@ -1128,7 +1305,7 @@ void Engine::start_warmup(Conn* c) {
   FrameHeader h;
   h.type = FrameType::Pad;
   h.length = static_cast<std::uint32_t>(len);
-  h.payload_crc = crc32c(kZeros, len);
+  if (m_opts.auth == FrameAuth::Crc) h.payload_crc = crc32c(kZeros, len);
   for (std::uint64_t k = 0; k < n; ++k) {
     OutFrame f;
     f.type = FrameType::Pad;
@@ -1185,6 +1362,7 @@ void Engine::conn_failed(Conn* c, const std::string& why) {
     else p.ctrl.push_back(f.ctrl);
   }
   c->q.clear();
+  c->sealed = 0;
   // A chunk this connection was writing in place is free for another copy.
   if (c->in_payload && (c->dest_kind == Dest::Direct || c->dest_kind == Dest::Unexpected)) {
     auto it = p.in.find(c->cur.msg_id);
@@ -1220,6 +1398,7 @@ void Engine::on_bye(Conn* c) {
     else p.ctrl.push_back(f.ctrl);
   }
   c->q.clear();
+  c->sealed = 0;
   ::shutdown(c->fd.get(), SHUT_WR);
   close_conn(c);
   bool any = false;
@@ -1309,6 +1488,14 @@ void Engine::start_recv(std::shared_ptr<RecvOp> op) {
 }
 
 InMsg* Engine::new_msg(Peer& p, Conn* c, const FrameHeader& h, bool eager) {
+  // Bounded before anything is allocated for it (the per-chunk bitmap).
+  if (chunks_of(h.total, p.peer_chunk) > kMaxMessageChunks) {
+    fail_peer(p, fmt::format("frame from {}: {} message id {} claims {} bytes, more than {} chunks of "
+                             "{} bytes (the largest message a sender may announce; corrupt stream)",
+                             where(c), eager ? "eager" : "request-to-send for", h.msg_id, h.total,
+                             kMaxMessageChunks, p.peer_chunk));
+    return nullptr;
+  }
   TagState& ts = p.tags[h.tag];
   if (ts.arrived.count(h.tag_seq) || (h.tag_seq < ts.next_post && !ts.posted.count(h.tag_seq))) {
     fail_peer(p, fmt::format("frame from {}: message id {} claims tag {} #{}, which another "
@@ -1323,7 +1510,7 @@ InMsg* Engine::new_msg(Peer& p, Conn* c, const FrameHeader& h, bool eager) {
   m.total = h.total;
   m.eager = eager;
   m.chunk = p.peer_chunk;
-  m.n_chunks = std::max<std::uint64_t>(1, (h.total + m.chunk - 1) / m.chunk);
+  m.n_chunks = chunks_of(h.total, m.chunk);
   m.done.assign(m.n_chunks, 0);
   auto po = ts.posted.find(h.tag_seq);
   if (po == ts.posted.end()) {
@@ -1356,7 +1543,7 @@ void Engine::bind(Peer& p, InMsg& m, std::shared_ptr<RecvOp> op) {
   }
   if (m.unexpected && m.chunks_done > 0) {
     if (m.chunks_done == m.n_chunks) {
-      std::memcpy(m.op->m_data, m.unexpected.get(), m.total);
+      if (m.total > 0) std::memcpy(m.op->m_data, m.unexpected.get(), m.total);
     } else {
       for (std::uint64_t k = 0; k < m.n_chunks; ++k) {
         if (!m.done[k]) continue;
@@ -1483,10 +1670,12 @@ bool Engine::next_chunk(Peer& p, Chunk& ch) {
   return false;
 }
 
+// Where a control frame may go: after every frame whose writing started (and so was sealed with
+// its frame number).
 std::size_t Engine::boundary(const Conn* c) {
   std::size_t i = c->unwritten;
   if (i < c->q.size() && c->q[i].written > 0) ++i;
-  return i;
+  return std::max(i, c->sealed);
 }
 
 void Engine::push_data(Peer& p, Conn* c, Chunk ch, bool resend) {
@@ -1499,9 +1688,10 @@ void Engine::push_data(Peer& p, Conn* c, Chunk ch, bool resend) {
   h.type = FrameType::Data;
   h.flags = ch.op->m_eager ? kFlagEager : 0;
   h.length = ch.len;
-  h.payload_crc = crc32c(f.payload, ch.len);
+  if (m_opts.auth == FrameAuth::Crc) h.payload_crc = crc32c(f.payload, ch.len);
   if (p.corrupt_next) {
     h.payload_crc ^= 0x5A5A5A5Au;
+    f.corrupt = true;
     p.corrupt_next = false;
   }
   h.msg_id = ch.op->m_msg_id;
@@ -1613,6 +1803,7 @@ bool Engine::flush(Conn* c) {
     std::size_t bytes = 0;
     for (std::size_t i = c->unwritten; i < c->q.size() && n + 2 <= kMaxIov && bytes < kWriteBatch; ++i) {
       OutFrame& f = c->q[i];
+      if (!f.sealed) seal(c, f);  // frames are sealed in queue order: i == c->sealed here
       if (f.written < kHeaderBytes) {
         iov[n].iov_base = f.hdr.data() + f.written;
         iov[n].iov_len = kHeaderBytes - f.written;
@@ -1660,6 +1851,8 @@ void Engine::advance(Conn* c, std::size_t w) {
     w -= take;
     c->unwritten_bytes -= take;
     if (f.written == f.size()) {
+      if (f.cipher) give_cipher(std::move(f.cipher));
+      f.payload = nullptr;
       if (f.type == FrameType::Data) {
         RailCounters& r = rc(c);
         r.frames_sent.fetch_add(1, std::memory_order_relaxed);
@@ -1673,7 +1866,37 @@ void Engine::advance(Conn* c, std::size_t w) {
     c->queued_bytes -= c->q.front().size();
     c->q.pop_front();
     --c->unwritten;
+    --c->sealed;
   }
+}
+
+void Engine::seal(Conn* c, OutFrame& f) {
+  std::uint8_t* out = nullptr;
+  if (m_opts.auth == FrameAuth::Encrypt && f.len > 0) {
+    f.cipher = take_cipher();
+    out = f.cipher.get();
+  }
+  c->sealer->seal(f.hdr, std::span<const std::uint8_t>(f.payload, f.len), out, f.corrupt);
+  if (out) f.payload = out;
+  f.sealed = true;
+  ++c->sealed;
+}
+
+std::unique_ptr<std::uint8_t[]> Engine::take_cipher() {
+  if (!m_ciphers.empty()) {
+    auto b = std::move(m_ciphers.back());
+    m_ciphers.pop_back();
+    return b;
+  }
+  // Every frame this rank sends is at most chunk_bytes (warm-up frames are smaller).
+  return std::unique_ptr<std::uint8_t[]>(new std::uint8_t[m_opts.chunk_bytes]);
+}
+
+void Engine::give_cipher(std::unique_ptr<std::uint8_t[]> buf) {
+  // Kept for the next frames (a fresh large allocation is page-faulted in every time), up to
+  // 64 MiB or one buffer.
+  if ((m_ciphers.size() + 1) * m_opts.chunk_bytes <= (64u << 20) || m_ciphers.empty())
+    m_ciphers.push_back(std::move(buf));
 }
 
 void Engine::count_frame(Conn* c) {
@@ -1712,6 +1935,7 @@ void Engine::on_ack(Conn* c, std::uint64_t count) {
     c->queued_bytes -= f.size();
     c->q.pop_front();
     --c->unwritten;
+    --c->sealed;
   }
   // Acknowledged bytes free capacity on this rail: hand it more if anything waits.
   if (!p.ready.empty() || !p.resend.empty()) p.dirty = true;
@@ -1793,9 +2017,16 @@ bool Engine::fill(Conn* c, std::size_t& budget) {
 void Engine::parse_header(Conn* c) {
   Peer& p = peer_of(c);
   FrameHeader h;
-  const std::string why = decode_header(
-      std::span<const std::uint8_t, kHeaderBytes>(c->in.data() + c->in_begin, kHeaderBytes),
-      m_opts.max_frame_bytes, h);
+  const auto bytes = std::span<const std::uint8_t, kHeaderBytes>(c->in.data() + c->in_begin, kHeaderBytes);
+  // The tag first: whatever fails it came from the path, not from the peer (a rail error, the
+  // rail is reset); whatever passes it and is still wrong came from the peer (a peer error).
+  if (const std::string bad = c->opener->open_header(bytes); !bad.empty()) {
+    conn_failed(c, fmt::format("frame from {} rejected: {}; the connection is reset and its "
+                               "unacknowledged frames resent",
+                               where(c), bad));
+    return;
+  }
+  const std::string why = decode_header(bytes, m_opts.max_frame_bytes, h);
   if (!why.empty()) {
     fail_peer(p, fmt::format("frame from {} rejected: {}", where(c), why));
     return;
@@ -1941,12 +2172,27 @@ void Engine::begin_pad(Conn* c, const FrameHeader& h) {
 
 void Engine::finish_payload(Conn* c) {
   Peer& p = peer_of(c);
+  // Authenticated (encrypt: decrypted in place) before anything is marked done or delivered. A
+  // duplicate being dropped (Discard) is not kept, so not checked: it is never delivered.
+  if (m_opts.auth != FrameAuth::Crc && c->dest_kind != Dest::Discard) {
+    if (const std::string bad = c->opener->open_payload(c->dest, c->cur.length); !bad.empty()) {
+      conn_failed(c, fmt::format("frame from {} rejected: {} ({}); not delivered, the connection is "
+                                 "reset and the chunk resent",
+                                 where(c), bad,
+                                 c->cur.type == FrameType::Pad
+                                     ? std::string("a warm-up frame")
+                                     : fmt::format("message id {} at offset {}", c->cur.msg_id,
+                                                   c->cur.offset)));
+      return;
+    }
+  }
   c->in_payload = false;
   ++c->recv_seq;
   c->ack_dirty = true;
   p.dirty = true;
   if (c->cur.type == FrameType::Pad) {  // warm-up: checked, acknowledged, dropped
     c->dest_kind = Dest::None;
+    if (m_opts.auth != FrameAuth::Crc) return;
     if (const std::uint32_t crc = crc32c(c->dest, c->cur.length); crc != c->cur.payload_crc)
       fail_peer(p, fmt::format("frame from {} rejected: payload CRC32C mismatch (computed 0x{:08x}, "
                                "header says 0x{:08x}) in a warm-up frame ({} bytes)",
@@ -1965,8 +2211,9 @@ void Engine::finish_payload(Conn* c) {
     return;
   }
   const FrameHeader& h = c->cur;
-  const std::uint32_t crc = crc32c(c->dest, h.length);
-  if (crc != h.payload_crc) {
+  // wan.auth = crc only: under mac/encrypt the tag checked above covers the payload.
+  if (const std::uint32_t crc = m_opts.auth == FrameAuth::Crc ? crc32c(c->dest, h.length) : 0;
+      m_opts.auth == FrameAuth::Crc && crc != h.payload_crc) {
     fail_peer(p, fmt::format("frame from {} rejected: payload CRC32C mismatch (computed 0x{:08x}, "
                              "header says 0x{:08x}) in message id {} at offset {} ({} bytes)",
                              where(c), crc, h.payload_crc, h.msg_id, h.offset, h.length));
@@ -2104,6 +2351,11 @@ Handle MultirailTransport::isend(int peer, int tag, const void* data, std::size_
                                             peer));
   if (tag < 0) throw Error(ExitCode::Comm, fmt::format("WAN isend: tag {} is negative", tag));
   if (!data && bytes > 0) throw Error(ExitCode::Comm, "WAN isend: null buffer");
+  if (chunks_of(bytes, m_engine->opts().chunk_bytes) > kMaxMessageChunks)
+    throw Error(ExitCode::Comm,
+                fmt::format("WAN isend of {} bytes to rank {}: more than {} chunks of wan.chunk_bytes "
+                            "= {}; raise wan.chunk_bytes or send it in parts",
+                            bytes, peer, kMaxMessageChunks, m_engine->opts().chunk_bytes));
   auto op = std::make_shared<SendOp>(this, peer, tag, static_cast<const std::uint8_t*>(data), bytes);
   Handle h(op);
   m_engine->post(Command{CmdKind::Send, std::move(op), {}, peer, -1, 0, {}});
@@ -2159,5 +2411,7 @@ void MultirailTransport::debug_kill_rail(int peer, int rail, int after_frames) {
 void MultirailTransport::debug_corrupt_next_frame(int peer) {
   m_engine->post(Command{CmdKind::Corrupt, {}, {}, peer, -1, 0, {}});
 }
+
+Secret MultirailTransport::debug_pair_secret(int peer) const { return m_engine->pair_secret(peer); }
 
 }  // namespace atlas::wan

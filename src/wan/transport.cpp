@@ -1,9 +1,17 @@
 // SPDX-License-Identifier: MIT
-// Handle, stats helpers, and make_transport: the MPI bootstrap (secret, addresses) of a transport.
+// Handle, stats helpers, and make_transport: the MPI bootstrap (pair secrets, addresses) of a
+// transport. No secret crosses the network: only X25519 public keys are exchanged over MPI.
 #include "atlas/wan/transport.hpp"
 
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <set>
 
@@ -92,7 +100,126 @@ void check_symmetric(const mpi::Comm& world, const std::vector<int>& peers) {
     }
 }
 
+struct PkeyFree {
+  void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
+};
+struct PkeyCtxFree {
+  void operator()(EVP_PKEY_CTX* c) const { EVP_PKEY_CTX_free(c); }
+};
+using Pkey = std::unique_ptr<EVP_PKEY, PkeyFree>;
+using PkeyCtx = std::unique_ptr<EVP_PKEY_CTX, PkeyCtxFree>;
+
+[[noreturn]] void x25519_failed(const char* what) {
+  throw Error(ExitCode::Comm, fmt::format("WAN key exchange: X25519 {} failed inside OpenSSL", what));
+}
+
+/// An ephemeral X25519 key pair; its public key as 32 raw bytes.
+Pkey x25519_keypair(std::array<std::uint8_t, 32>& pub) {
+  PkeyCtx c(EVP_PKEY_CTX_new_id(EVP_PKEY_X25519, nullptr));
+  EVP_PKEY* k = nullptr;
+  if (!c || EVP_PKEY_keygen_init(c.get()) <= 0 || EVP_PKEY_keygen(c.get(), &k) <= 0) x25519_failed("key generation");
+  Pkey key(k);
+  std::size_t len = pub.size();
+  if (EVP_PKEY_get_raw_public_key(key.get(), pub.data(), &len) <= 0 || len != pub.size())
+    x25519_failed("public key export");
+  return key;
+}
+
+/// The X25519 shared secret of `mine` and the peer's raw public key.
+std::array<std::uint8_t, 32> x25519_shared(EVP_PKEY* mine, const std::array<std::uint8_t, 32>& peer_pub) {
+  Pkey peer(EVP_PKEY_new_raw_public_key(EVP_PKEY_X25519, nullptr, peer_pub.data(), peer_pub.size()));
+  if (!peer) x25519_failed("peer public key import");
+  PkeyCtx c(EVP_PKEY_CTX_new(mine, nullptr));
+  std::array<std::uint8_t, 32> out{};
+  std::size_t len = out.size();
+  if (!c || EVP_PKEY_derive_init(c.get()) <= 0 || EVP_PKEY_derive_set_peer(c.get(), peer.get()) <= 0 ||
+      EVP_PKEY_derive(c.get(), out.data(), &len) <= 0 || len != out.size())
+    x25519_failed("key agreement (a malformed or low-order public key from the peer?)");
+  if (std::all_of(out.begin(), out.end(), [](std::uint8_t b) { return b == 0; }))
+    x25519_failed("key agreement (all-zero shared secret: a low-order public key)");
+  return out;
+}
+
+std::string to_hex(std::span<const std::uint8_t> b) {
+  std::string s;
+  for (std::uint8_t x : b) s += fmt::format("{:02x}", x);
+  return s;
+}
+
+bool from_hex(const std::string& s, std::array<std::uint8_t, 32>& out) {
+  if (s.size() != 64) return false;
+  for (std::size_t i = 0; i < 32; ++i) {
+    unsigned v = 0;
+    for (std::size_t j = 0; j < 2; ++j) {
+      const char ch = s[2 * i + j];
+      const int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+      if (d < 0) return false;
+      v = v * 16 + static_cast<unsigned>(d);
+    }
+    out[i] = static_cast<std::uint8_t>(v);
+  }
+  return true;
+}
+
 }  // namespace
+
+std::vector<std::uint8_t> read_key_file(const std::string& path) {
+  auto bad = [&](const std::string& why) {
+    return ConfigError(fmt::format("wan.key_file = '{}': {}", path, why));
+  };
+  // O_NONBLOCK: a FIFO must not block the open; it is refused below.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0)
+    throw bad(fmt::format("cannot open it: {} (make one readable only by you: (umask 077; head -c "
+                          "32 /dev/urandom > FILE))",
+                          std::strerror(errno)));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw bad(fmt::format("fstat failed: {}", std::strerror(errno)));
+  if (!S_ISREG(st.st_mode)) throw bad("not a regular file (a FIFO, device or directory); give a file of random bytes");
+  if ((st.st_mode & 077) != 0)
+    throw bad(fmt::format("its mode {:04o} lets other users read or change it; run `chmod 600 {}`",
+                          st.st_mode & 07777, path));
+  if (st.st_uid != ::geteuid())
+    throw bad(fmt::format("it belongs to uid {}, not to this job's user (uid {}); make the key file "
+                          "as the user who runs the job",
+                          st.st_uid, ::geteuid()));
+  constexpr off_t kMax = 64 * 1024;
+  if (st.st_size < 32 || st.st_size > kMax)
+    throw bad(fmt::format("{} bytes; it needs 32 to {} random bytes (e.g. head -c 32 /dev/urandom)",
+                          st.st_size, kMax));
+  std::vector<std::uint8_t> bytes(static_cast<std::size_t>(st.st_size));
+  std::size_t got = 0;
+  while (got < bytes.size()) {
+    const ssize_t n = ::read(fd, bytes.data() + got, bytes.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw bad(fmt::format("read failed: {}", n < 0 ? std::strerror(errno) : "file shrank"));
+    got += static_cast<std::size_t>(n);
+  }
+  return bytes;
+}
+
+Secret derive_pair_secret(std::span<const std::uint8_t, 32> x25519_shared,
+                          std::span<const std::uint8_t> key_file, int rank_a,
+                          std::span<const std::uint8_t, 32> pub_a, int rank_b,
+                          std::span<const std::uint8_t, 32> pub_b) {
+  if (rank_a > rank_b) {
+    std::swap(rank_a, rank_b);
+    std::swap(pub_a, pub_b);
+  }
+  std::vector<std::uint8_t> ikm(x25519_shared.begin(), x25519_shared.end());
+  ikm.insert(ikm.end(), key_file.begin(), key_file.end());
+  const std::string salt = "atlas-wan/pair-secret/v1";
+  const std::string info = fmt::format("ranks {} {} keys {} {} key_file {}", rank_a, rank_b, to_hex(pub_a),
+                                       to_hex(pub_b), key_file.empty() ? "no" : "yes");
+  Secret out{};
+  hkdf_sha256(ikm, std::span(reinterpret_cast<const std::uint8_t*>(salt.data()), salt.size()),
+              std::span(reinterpret_cast<const std::uint8_t*>(info.data()), info.size()), out);
+  return out;
+}
 
 std::unique_ptr<PeerTransport> make_transport(const WanCfg& wan, const ClusterCfg& cluster,
                                               const mpi::Comm& world, int my_dc,
@@ -101,12 +228,16 @@ std::unique_ptr<PeerTransport> make_transport(const WanCfg& wan, const ClusterCf
   if (wan.transport == WanTransport::Mpi)
     return std::make_unique<MpiTransport>(world, wan.recv_timeout_s, peers);
 
-  // The per-job secret: made on rank 0, broadcast over MPI (never over the WAN).
+  // No secret travels: every rank makes an ephemeral X25519 key pair and only the public keys
+  // are exchanged (with the addresses, below); each pair of peers derives its own secret from
+  // their shared X25519 secret and, when wan.key_file is set, the key file's bytes (which bind
+  // it to the job: without them an active attacker on the MPI path could stand in the middle).
   MultirailOptions o;
-  if (world.rank() == 0) random_bytes(o.secret);
-  world.bcast(std::span<std::uint8_t>(o.secret.data(), o.secret.size()), 0);
 
   o.my_rank = world.rank();
+  o.auth = wan.auth == WanAuth::Crc       ? FrameAuth::Crc
+           : wan.auth == WanAuth::Encrypt ? FrameAuth::Encrypt
+                                          : FrameAuth::Mac;
   o.rails = wan.rails;
   o.chunk_bytes = wan.chunk_bytes;
   o.max_frame_bytes = wan.max_frame_bytes;
@@ -135,6 +266,41 @@ std::unique_ptr<PeerTransport> make_transport(const WanCfg& wan, const ClusterCf
     throw Error(ExitCode::Comm, fmt::format("cluster.bind_hosts entry '{}' is a wildcard: peers "
                                             "need a routable address of DC {}",
                                             o.bind_host, my_dc));
+
+  // ---- the pair secrets: X25519 public keys (and nothing secret) exchanged over MPI ----
+  // Errors are collective-safe: every rank reports in the allgather before any throws.
+  std::vector<std::uint8_t> key_file;
+  Pkey my_key;
+  std::array<std::uint8_t, 32> my_pub{};
+  {
+    std::string error;  // "?reason": a deck error (exit 2); "!reason": a transport error
+    try {
+      if (!peers.empty()) {
+        if (!wan.key_file.empty()) key_file = read_key_file(wan.key_file);
+        my_key = x25519_keypair(my_pub);
+      }
+    } catch (const ConfigError& e) {
+      error = std::string("?") + e.what();
+    } catch (const Error& e) {
+      error = std::string("!") + e.what();
+    }
+    const auto keys = world.allgather_strings(!error.empty() ? error : peers.empty() ? std::string() : to_hex(my_pub));
+    for (std::size_t r = 0; r < keys.size(); ++r) {
+      if (!keys[r].empty() && keys[r][0] == '?') throw ConfigError(fmt::format("rank {}: {}", r, keys[r].substr(1)));
+      if (!keys[r].empty() && keys[r][0] == '!')
+        throw Error(ExitCode::Comm, fmt::format("make_transport: rank {} could not make its WAN key: {}", r,
+                                                keys[r].substr(1)));
+    }
+    for (int p : peers) {
+      std::array<std::uint8_t, 32> pub{};
+      if (!from_hex(keys[static_cast<std::size_t>(p)], pub))
+        throw Error(ExitCode::Internal, fmt::format("make_transport: rank {} sent a malformed public key "
+                                                    "'{}'",
+                                                    p, keys[static_cast<std::size_t>(p)]));
+      o.pair_secrets[p] =
+          derive_pair_secret(x25519_shared(my_key.get(), pub), key_file, world.rank(), my_pub, p, pub);
+    }
+  }
 
   // Every rank with peers listens before the addresses are exchanged, so a connect never races
   // a listener that does not exist yet. Errors here are collective-safe: all ranks gather first.

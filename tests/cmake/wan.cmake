@@ -3,6 +3,8 @@
 # MPI with ranks split into two DCs (mpi), and the network-namespace emulation (netns, root only).
 atlas_unit_test(test_wan_framing unit/test_wan_framing.cpp)
 set_tests_properties(test_wan_framing PROPERTIES TIMEOUT 30)
+atlas_unit_test(test_wan_keys unit/test_wan_keys.cpp)
+set_tests_properties(test_wan_keys PROPERTIES TIMEOUT 30)
 
 # One binary, two ctest entries so each stays a few seconds: payload integrity, then faults.
 atlas_unit_test(test_wan_multirail unit/test_wan_multirail.cpp)
@@ -12,8 +14,20 @@ set_property(TEST test_wan_multirail APPEND PROPERTY ENVIRONMENT
 add_test(NAME test_wan_multirail_faults COMMAND test_wan_multirail --gtest_filter=Quiet.*
   WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(test_wan_multirail_faults PROPERTIES LABELS unit TIMEOUT 60)
+# Lowers RLIMIT_NOFILE and floods a listener from a forked child: a process of its own.
+add_test(NAME test_wan_multirail_descriptors COMMAND test_wan_multirail --gtest_filter=WanDescriptors.*
+  WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(test_wan_multirail_descriptors PROPERTIES LABELS unit TIMEOUT 60)
 
 atlas_mpi_test(test_wan_transport SOURCES mpi/test_wan_transport.cpp NP 2 4 TIMEOUT 90)
+# MPI forced over TCP on lo, captured there (root): the job's traffic must not hold its secrets.
+add_test(NAME test_wan_transport_capture_np_2
+  COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 --oversubscribe --mca pml ob1
+          --mca btl self,tcp --mca btl_tcp_if_include lo $<TARGET_FILE:test_wan_transport>
+          --gtest_filter=WanSecret.*
+  WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(test_wan_transport_capture_np_2 PROPERTIES LABELS mpi TIMEOUT 60 PROCESSORS 1
+  ENVIRONMENT "${ATLAS_MPIEXEC_ENV};ATLAS_WAN_CAPTURE_REQUIRED=1")
 
 # The emulated WAN (root, network namespaces): skipped with the reason printed where not allowed.
 add_test(NAME test_wan_netns
@@ -26,3 +40,8 @@ set_tests_properties(test_wan_netns PROPERTIES LABELS "netns" TIMEOUT 120 SKIP_R
 add_test(NAME test_run_emulated_bad_autogroup
   COMMAND bash -c "out=$(ATLAS_WAN_AUTOGROUP=sometimes ${PROJECT_SOURCE_DIR}/scripts/wan/run_emulated.sh ${PROJECT_SOURCE_DIR}/inputs/bubbletea_loopback.deck 2 -- true 2>&1); rc=$?; echo \"$out\"; [[ $rc -eq 1 ]] && grep -q \"ATLAS_WAN_AUTOGROUP must be off or keep, not 'sometimes'\" <<<\"$out\"")
 set_tests_properties(test_run_emulated_bad_autogroup PROPERTIES LABELS unit TIMEOUT 30)
+# bench wan refuses an unknown frame protection mode before it starts anything (exit 2).
+add_test(NAME test_bench_wan_bad_auth
+  COMMAND bash -c "out=$($<TARGET_FILE:atlas> bench wan --auth mac,foo 2>&1); rc=$?; echo \"$out\"; [[ $rc -eq 2 ]] && grep -q \"\\-\\-auth needs a list of mac, encrypt, crc (e.g. mac,crc), got 'mac,foo'\" <<<\"$out\"")
+set_tests_properties(test_bench_wan_bad_auth PROPERTIES LABELS unit TIMEOUT 30
+  ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")

@@ -1,10 +1,27 @@
 // SPDX-License-Identifier: MIT
 // make_transport over MPI: world ranks split into two DCs (first half, second half), every rank
-// exchanging verifiable payloads with every rank of the other DC, for both transports.
+// exchanging verifiable payloads with every rank of the other DC, for both transports; and a
+// capture of the job's traffic on the loopback device, which must not hold the WAN secrets.
+#include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <linux/if_ether.h>
+#include <linux/if_packet.h>
+#include <net/if.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <fstream>
+#include <thread>
 
 #include "atlas/core/error.hpp"
+#include "atlas/wan/fd.hpp"
+#include "atlas/wan/multirail.hpp"
 #include "atlas/wan/transport.hpp"
 #include "unit/test_wan_payload.hpp"
 
@@ -109,6 +126,193 @@ TEST(WanTransportMpi, OneSidedPeerListIsACollectiveError) {
     FAIL() << "expected an error on every rank";
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("rank 0 lists WAN peer 1 but rank 1 does not list 0"));
+  }
+}
+
+
+// ---- issue 27, item 2: no secret in a capture of the job's traffic ----
+
+/// Every packet on the loopback device (AF_PACKET, root only), from construction to stop().
+class LoopbackCapture {
+ public:
+  LoopbackCapture() {
+    m_fd = Fd(::socket(AF_PACKET, SOCK_RAW, htons(ETH_P_ALL)));
+    if (!m_fd.valid()) {
+      m_error = std::string("AF_PACKET socket: ") + std::strerror(errno) + " (needs root or CAP_NET_RAW)";
+      return;
+    }
+    const int big = 64 << 20;
+    setsockopt(m_fd.get(), SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof big);
+    sockaddr_ll sll{};
+    sll.sll_family = AF_PACKET;
+    sll.sll_protocol = htons(ETH_P_ALL);
+    sll.sll_ifindex = static_cast<int>(if_nametoindex("lo"));
+    if (sll.sll_ifindex == 0 || ::bind(m_fd.get(), reinterpret_cast<sockaddr*>(&sll), sizeof sll) != 0) {
+      m_error = std::string("binding the capture to lo: ") + std::strerror(errno);
+      m_fd.reset();
+      return;
+    }
+    m_thread = std::thread([this] { run(); });
+  }
+  ~LoopbackCapture() { stop(); }
+  LoopbackCapture(const LoopbackCapture&) = delete;
+  LoopbackCapture& operator=(const LoopbackCapture&) = delete;
+  [[nodiscard]] const std::string& error() const { return m_error; }
+  /// Stops (draining what the kernel still holds) and returns every captured byte.
+  const std::vector<std::uint8_t>& stop() {
+    if (m_thread.joinable()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      m_stop = true;
+      m_thread.join();
+    }
+    return m_bytes;
+  }
+  [[nodiscard]] std::uint64_t packets() const { return m_packets; }
+
+ private:
+  void run() {
+    std::vector<std::uint8_t> buf(1 << 17);
+    for (;;) {
+      pollfd pf{m_fd.get(), POLLIN, 0};
+      const int r = ::poll(&pf, 1, 20);
+      if (r <= 0) {
+        if (m_stop) return;
+        continue;
+      }
+      const ssize_t n = ::recv(m_fd.get(), buf.data(), buf.size(), MSG_DONTWAIT);
+      if (n <= 0) continue;
+      ++m_packets;
+      if (m_bytes.size() < (512u << 20)) m_bytes.insert(m_bytes.end(), buf.begin(), buf.begin() + n);
+    }
+  }
+  Fd m_fd;
+  std::string m_error;
+  std::thread m_thread;
+  std::atomic<bool> m_stop{false};
+  std::vector<std::uint8_t> m_bytes;
+  std::uint64_t m_packets = 0;
+};
+
+/// Whether `hay` holds `needle` or either half of it (a secret split over two segments).
+bool holds(const std::vector<std::uint8_t>& hay, std::span<const std::uint8_t> needle) {
+  auto has = [&](std::span<const std::uint8_t> n) {
+    return std::search(hay.begin(), hay.end(), n.begin(), n.end()) != hay.end();
+  };
+  const std::size_t half = needle.size() / 2;
+  return has(needle) || has(needle.first(half)) || has(needle.subspan(half));
+}
+
+/// A key file made by rank 0 (umask 077, 32 random bytes, as scripts/slurm/common.sh does) on
+/// the shared file system (all ranks of these tests run on one host); every rank gets the path.
+std::string make_key_file(const mpi::Comm& world, mode_t mode = 0600, std::size_t bytes = 32) {
+  std::string path;
+  if (world.rank() == 0) {
+    char dir[] = "/tmp/atlas_wan_key_XXXXXX";
+    if (::mkdtemp(dir) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path = std::string(dir) + "/wan.key";
+    std::vector<std::uint8_t> key(bytes);
+    random_bytes(key);
+    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(key.data()),
+                                                static_cast<std::streamsize>(key.size()));
+    ::chmod(path.c_str(), mode);
+  }
+  world.bcast_string(path, 0);
+  return path;
+}
+
+TEST(WanSecret, ACaptureOfTheJobsTrafficHoldsNeitherThePairSecretNorTheKeyFile) {
+  const mpi::Comm world = mpi::Comm::world();
+  if (world.size() < 2) GTEST_SKIP() << "needs np >= 2";
+  const bool required = std::getenv("ATLAS_WAN_CAPTURE_REQUIRED") != nullptr;
+  const Split s = split_two_dcs(world);
+  const std::string key_path = make_key_file(world);
+  std::unique_ptr<LoopbackCapture> cap;
+  int usable = 1;
+  if (world.rank() == 0) {
+    cap = std::make_unique<LoopbackCapture>();
+    usable = cap->error().empty() ? 1 : 0;
+  }
+  world.bcast(std::span<int>(&usable, 1), 0);
+  if (!usable) {
+    const std::string why = world.rank() == 0 ? cap->error() : std::string();
+    world.barrier();
+    GTEST_SKIP() << "cannot capture on lo: " << why;
+  }
+  // A marker sent over MPI first: the capture must show it, or MPI does not run over TCP on lo
+  // here (shared memory, another device) and the capture proves nothing.
+  std::vector<std::uint8_t> marker(32);
+  if (world.rank() == 0) random_bytes(marker);
+  world.bcast(std::span<std::uint8_t>(marker.data(), marker.size()), 0);
+
+  WanCfg w = wan_cfg(WanTransport::Multirail);
+  w.key_file = key_path;
+  auto t = make_transport(w, two_dcs(), world, s.my_dc, s.peers);
+  // Some traffic on every rail, then the goodbye.
+  const int me = world.rank();
+  std::vector<std::vector<std::uint8_t>> out, in;
+  std::vector<Handle> handles;
+  for (int p : s.peers) {
+    in.emplace_back(1u << 20);
+    handles.push_back(t->irecv(p, 0, in.back().data(), in.back().size()));
+    out.emplace_back(1u << 20);
+    fill_payload(out.back().data(), out.back().size(), 5, me, p, 0);
+    handles.push_back(t->isend(p, 0, out.back().data(), out.back().size()));
+  }
+  wait_all(*t, handles);
+  auto* mr = dynamic_cast<MultirailTransport*>(t.get());
+  ASSERT_NE(mr, nullptr);
+  std::vector<Secret> secrets;
+  for (int p : s.peers) secrets.push_back(mr->debug_pair_secret(p));
+  world.barrier();
+  t.reset();
+  world.barrier();
+  if (world.rank() == 0) {
+    const std::vector<std::uint8_t>& bytes = cap->stop();
+    std::ifstream kf(key_path, std::ios::binary);
+    const std::vector<std::uint8_t> key((std::istreambuf_iterator<char>(kf)), std::istreambuf_iterator<char>());
+    ASSERT_EQ(key.size(), 32u);
+    if (!holds(bytes, marker)) {
+      if (required) {
+        ADD_FAILURE() << "the capture on lo (" << cap->packets() << " packets) does not show a marker "
+                      << "sent over MPI: run with --mca btl self,tcp --mca btl_tcp_if_include lo "
+                      << "--mca pml ob1";
+      } else {
+        std::printf("[ skip ] MPI does not run over TCP on lo in this launch (e.g. shared memory); "
+                    "ctest's test_wan_transport_capture_np_2 forces it\n");
+      }
+    } else {
+      for (std::size_t i = 0; i < secrets.size(); ++i) {
+        EXPECT_FALSE(holds(bytes, secrets[i])) << "the secret of the pair with rank " << s.peers[i]
+                                               << " is in the capture";
+      }
+      EXPECT_FALSE(holds(bytes, key)) << "the key file's bytes are in the capture";
+      std::printf("[ info ] %llu packets, %zu bytes captured on lo, the MPI marker among them\n",
+                  static_cast<unsigned long long>(cap->packets()), bytes.size());
+    }
+    ::unlink(key_path.c_str());
+    ::rmdir(key_path.substr(0, key_path.rfind('/')).c_str());
+  }
+}
+
+TEST(WanSecret, AKeyFileOthersCanReadIsAConfigErrorOnEveryRank) {
+  const mpi::Comm world = mpi::Comm::world();
+  if (world.size() < 2) GTEST_SKIP() << "needs np >= 2";
+  const Split s = split_two_dcs(world);
+  const std::string key_path = make_key_file(world, 0644);
+  WanCfg w = wan_cfg(WanTransport::Multirail);
+  w.key_file = key_path;
+  try {
+    auto t = make_transport(w, two_dcs(), world, s.my_dc, s.peers);
+    FAIL() << "expected a ConfigError on every rank";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), ::testing::AllOf(HasSubstr("rank 0: wan.key_file = '" + key_path + "'"),
+                                           HasSubstr("mode 0644 lets other users read"),
+                                           HasSubstr("chmod 600 " + key_path)));
+  }
+  world.barrier();
+  if (world.rank() == 0) {
+    ::unlink(key_path.c_str());
+    ::rmdir(key_path.substr(0, key_path.rfind('/')).c_str());
   }
 }
 

@@ -202,6 +202,9 @@ check "environment recorded (SLURM_JOB_ID, NCCL_SOCKET_IFNAME, OMPI_MCA_btl_tcp_
   bash -c "grep -qx 'SLURM_JOB_ID=$job' '$run_dir/env.txt' && grep -q '^NCCL_SOCKET_IFNAME=' '$run_dir/env.txt' && grep -qx 'OMPI_MCA_btl_tcp_if_include=lo' '$run_dir/env.txt'"
 check "launch command recorded with srun --mpi=pmix and $NTASKS tasks" \
   grep -qE "^srun --mpi=pmix --ntasks=$NTASKS .* $ATLAS_CMD $DECK train.micro_batches=4 run.out_dir=" "$run_dir/command.txt"
+check "WAN key file made owner-only (mode 600, 32 bytes) in the run dir" \
+  bash -c "[[ \$(stat -c %a '$run_dir/wan.key') == 600 && \$(stat -c %s '$run_dir/wan.key') == 32 ]]"
+check "the launch names the key file" grep -q "wan.key_file=$run_dir/wan.key" "$run_dir/command.txt"
 check "restart log: one attempt, status 0" grep -q "attempt 1 exited with status 0 (ok)" "$run_dir/restarts.log"
 check "job.log holds the job's output (and atlas's own log.txt)" grep -qE "$EXPECT_RE" "$run_dir/job.log" "$run_dir/log.txt"
 

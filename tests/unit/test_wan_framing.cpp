@@ -1,15 +1,19 @@
 // SPDX-License-Identifier: MIT
-// Wire format of the WAN transport: CRC32C, frame header checks, handshake proofs.
+// Wire format of the WAN transport: CRC32C, frame header checks, handshake proofs, frame keys
+// and the AES-256-GCM frame tags (order, replay, direction, connection), HKDF.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "atlas/wan/framing.hpp"
 
 namespace atlas::wan {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 TEST(WanCrc32c, MatchesTheCastagnoliCheckValue) {
@@ -139,6 +143,170 @@ TEST(WanHandshake, ProvesTheSecretBothWays) {
   const auto mb = encode_hello(moved);
   EXPECT_THAT(check_challenge(secret, mb, cb, ch), HasSubstr("does not match"));
   EXPECT_THAT(check_response(secret, mb, cb, rb), HasSubstr("does not match"));
+}
+
+// ---- frame authentication ----
+
+struct KeyedPair {
+  FrameKeys connector, acceptor;
+};
+
+KeyedPair keys_for(const Secret& secret, FrameAuth auth) {
+  Hello hello;
+  hello.auth = auth;
+  hello.rails = 1;
+  random_bytes(hello.nonce);
+  const auto hb = encode_hello(hello);
+  Nonce nonce{};
+  random_bytes(nonce);
+  const auto cb = encode_challenge(secret, hb, 4096, 4096, nonce);
+  return {derive_frame_keys(secret, hb, cb, auth, true), derive_frame_keys(secret, hb, cb, auth, false)};
+}
+
+std::array<std::uint8_t, kHeaderBytes> header_of(std::uint32_t len) {
+  FrameHeader h = sample();
+  h.length = len;
+  std::array<std::uint8_t, kHeaderBytes> b{};
+  encode_header(h, b);
+  return b;
+}
+
+TEST(WanFrameAuth, KeysDifferPerDirectionAndConnectionAndMatchAcrossTheTwoSides) {
+  Secret secret{};
+  random_bytes(secret);
+  const KeyedPair k = keys_for(secret, FrameAuth::Mac);
+  EXPECT_EQ(k.connector.send, k.acceptor.recv);
+  EXPECT_EQ(k.connector.recv, k.acceptor.send);
+  EXPECT_NE(k.connector.send, k.connector.recv);
+  const KeyedPair other = keys_for(secret, FrameAuth::Mac);  // new nonces: a new connection
+  EXPECT_NE(k.connector.send, other.connector.send);
+}
+
+TEST(WanFrameAuth, SealedFramesOpenInOrderAndCarryTheirPayload) {
+  Secret secret{};
+  random_bytes(secret);
+  for (FrameAuth auth : {FrameAuth::Mac, FrameAuth::Encrypt}) {
+    const KeyedPair k = keys_for(secret, auth);
+    FrameSealer tx(auth, k.connector.send);
+    FrameOpener rx(auth, k.acceptor.recv);
+    for (std::uint32_t len : {0u, 1u, 4096u, 100000u}) {
+      std::vector<std::uint8_t> payload(len);
+      for (std::uint32_t i = 0; i < len; ++i) payload[i] = static_cast<std::uint8_t>(i * 7 + 1);
+      auto hdr = header_of(len);
+      std::vector<std::uint8_t> wire(len);
+      tx.seal(hdr, payload, wire.data());
+      if (auth == FrameAuth::Mac) {
+        wire = payload;
+      } else if (len > 16) {
+        EXPECT_NE(wire, payload) << "encrypt sends ciphertext";
+      }
+      ASSERT_EQ(rx.open_header(hdr), "") << auth_name(auth) << " " << len;
+      ASSERT_EQ(rx.open_payload(wire.data(), wire.size()), "") << auth_name(auth) << " " << len;
+      EXPECT_EQ(wire, payload) << "decrypted in place";
+      FrameHeader h;
+      EXPECT_EQ(decode_header(hdr, 1u << 20, h), "") << "the tags leave the fields alone";
+    }
+    EXPECT_EQ(tx.count(), 4u);
+    EXPECT_EQ(rx.count(), 4u);
+  }
+}
+
+TEST(WanFrameAuth, ChangedReplayedReorderedOrForeignFramesFailTheirTags) {
+  Secret secret{};
+  random_bytes(secret);
+  const FrameAuth auth = FrameAuth::Mac;
+  const KeyedPair k = keys_for(secret, auth);
+  std::vector<std::uint8_t> payload(5000, 3);
+  auto sealed = [&](FrameSealer& tx) {
+    auto hdr = header_of(static_cast<std::uint32_t>(payload.size()));
+    tx.seal(hdr, payload, nullptr);
+    return hdr;
+  };
+  {  // a header field changed (and its CRC recomputed): the header tag fails
+    FrameSealer tx(auth, k.connector.send);
+    FrameOpener rx(auth, k.acceptor.recv);
+    auto hdr = sealed(tx);
+    hdr[16] ^= 1;
+    const std::uint32_t crc = crc32c(hdr.data(), 52);
+    std::memcpy(hdr.data() + 52, &crc, 4);
+    EXPECT_THAT(rx.open_header(hdr), AllOf(HasSubstr("frame #0 of this connection fails its header "
+                                                     "authentication tag"),
+                                           HasSubstr("wan.auth = mac")));
+  }
+  {  // a payload byte changed: the header holds, the payload tag fails
+    FrameSealer tx(auth, k.connector.send);
+    FrameOpener rx(auth, k.acceptor.recv);
+    auto hdr = sealed(tx);
+    ASSERT_EQ(rx.open_header(hdr), "");
+    auto bad = payload;
+    bad[4000] ^= 0x80;
+    EXPECT_THAT(rx.open_payload(bad.data(), bad.size()),
+                HasSubstr("payload of frame #0 of this connection (5000 bytes) fails its "
+                          "authentication tag"));
+  }
+  {  // replayed, then reordered
+    FrameSealer tx(auth, k.connector.send);
+    FrameOpener rx(auth, k.acceptor.recv);
+    const auto f0 = sealed(tx);
+    const auto f1 = sealed(tx);
+    ASSERT_EQ(rx.open_header(f0), "");
+    EXPECT_THAT(rx.open_header(f0), HasSubstr("frame #1 of this connection fails"));
+    FrameOpener rx2(auth, k.acceptor.recv);
+    EXPECT_THAT(rx2.open_header(f1), HasSubstr("frame #0 of this connection fails"));
+  }
+  {  // a frame of the other direction, or of another connection
+    FrameSealer back(auth, k.acceptor.send);
+    FrameOpener rx(auth, k.acceptor.recv);
+    EXPECT_THAT(rx.open_header(sealed(back)), HasSubstr("fails its header authentication tag"));
+    const KeyedPair other = keys_for(secret, auth);
+    FrameSealer foreign(auth, other.connector.send);
+    FrameOpener rx2(auth, k.acceptor.recv);
+    EXPECT_THAT(rx2.open_header(sealed(foreign)), HasSubstr("fails its header authentication tag"));
+  }
+  {  // the test hook: a wrong payload tag under a valid header tag
+    FrameSealer tx(auth, k.connector.send);
+    FrameOpener rx(auth, k.acceptor.recv);
+    auto hdr = header_of(static_cast<std::uint32_t>(payload.size()));
+    tx.seal(hdr, payload, nullptr, /*corrupt_payload_tag=*/true);
+    ASSERT_EQ(rx.open_header(hdr), "");
+    EXPECT_THAT(rx.open_payload(payload.data(), payload.size()), HasSubstr("fails its authentication tag"));
+  }
+}
+
+TEST(WanFrameAuth, CrcModeChecksNothingAndLeavesTheTagsZero) {
+  FrameSealer tx(FrameAuth::Crc, FrameKey{});
+  FrameOpener rx(FrameAuth::Crc, FrameKey{});
+  std::vector<std::uint8_t> payload(100, 1);
+  auto hdr = header_of(100);
+  tx.seal(hdr, payload, nullptr);
+  EXPECT_EQ(std::count(hdr.begin() + kPayloadTagAt, hdr.end(), 0), static_cast<long>(2 * kTagBytes));
+  payload[3] ^= 1;
+  EXPECT_EQ(rx.open_header(hdr), "");
+  EXPECT_EQ(rx.open_payload(payload.data(), payload.size()), "");
+}
+
+TEST(WanHandshake, HelloCarriesTheAuthModeAndRejectsAnUnknownOne) {
+  Hello hello;
+  hello.auth = FrameAuth::Encrypt;
+  auto hb = encode_hello(hello);
+  Hello back;
+  ASSERT_EQ(decode_hello(hb, back), "");
+  EXPECT_EQ(back.auth, FrameAuth::Encrypt);
+  hb[6] = 7;
+  EXPECT_THAT(decode_hello(hb, back), HasSubstr("unknown wan.auth mode 7"));
+}
+
+TEST(WanHkdf, MatchesRfc5869TestCase1) {
+  std::vector<std::uint8_t> ikm(22, 0x0b);
+  std::vector<std::uint8_t> salt = {0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0a, 0x0b, 0x0c};
+  std::vector<std::uint8_t> info = {0xf0, 0xf1, 0xf2, 0xf3, 0xf4, 0xf5, 0xf6, 0xf7, 0xf8, 0xf9};
+  std::array<std::uint8_t, 42> okm{};
+  hkdf_sha256(ikm, salt, info, okm);
+  const std::uint8_t want[42] = {0x3c, 0xb2, 0x5f, 0x25, 0xfa, 0xac, 0xd5, 0x7a, 0x90, 0x43, 0x4f,
+                                 0x64, 0xd0, 0x36, 0x2f, 0x2a, 0x2d, 0x2d, 0x0a, 0x90, 0xcf, 0x1a,
+                                 0x5a, 0x4c, 0x5d, 0xb0, 0x2d, 0x56, 0xec, 0xc4, 0xc5, 0xbf, 0x34,
+                                 0x00, 0x72, 0x08, 0xd5, 0xb8, 0x87, 0x18, 0x58, 0x65};
+  EXPECT_EQ(std::memcmp(okm.data(), want, 42), 0);
 }
 
 TEST(WanHandshake, RejectsForeignBytes) {

@@ -109,6 +109,7 @@ struct ScheduleCfg {
 
 enum class WanTransport { Multirail, Mpi };
 enum class WanEmulation { None, Netns };
+enum class WanAuth { Mac, Encrypt, Crc };
 
 struct WanCfg {
   WanTransport transport = WanTransport::Multirail;  ///< wan.transport
@@ -119,6 +120,8 @@ struct WanCfg {
   double connect_timeout_s = 20.0;      ///< wan.connect_timeout_s
   WanEmulation emulate = WanEmulation::None;  ///< wan.emulate: kernel WAN emulation
   std::uint64_t flow_window_bytes = 0;  ///< wan.flow_window_bytes: per-flow TCP window cap
+  WanAuth auth = WanAuth::Mac;          ///< wan.auth: protection of every frame
+  std::string key_file;                 ///< wan.key_file: owner-only job key ("" = none)
 };
 
 struct CkptCfg {

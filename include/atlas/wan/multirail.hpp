@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -43,7 +44,18 @@ struct MultirailOptions {
   std::string tcp_congestion = "auto";
   std::string bind_host = "127.0.0.1";        ///< listen address (cluster.bind_hosts[my_dc])
   int bind_port = 0;                          ///< 0 = kernel-chosen
-  Secret secret{};                            ///< per-job secret (same on every rank)
+  /// Secret of the pair (this rank, peer), by the peer's world rank; a peer not listed uses
+  /// `secret`. make_transport fills it (X25519 + wan.key_file); the handshake proves it and the
+  /// frame keys are derived from it.
+  std::map<int, Secret> pair_secrets;
+  Secret secret{};                            ///< secret of peers not in pair_secrets
+  /// Protection of every frame (wan.auth): Mac (default), Encrypt, or Crc (accidents only).
+  FrameAuth auth = FrameAuth::Mac;
+  /// Incoming connections that have not completed their handshake, at most this many at once
+  /// (0 = from RLIMIT_NOFILE: a limit / 8, within 4..64); the oldest is closed for a new one.
+  int max_pending_handshakes = 0;
+  /// Of those, at most this many from one source address (0 = a quarter of the above, >= 2).
+  int max_pending_per_source = 0;
 };
 
 /// Where a peer listens.
@@ -91,8 +103,12 @@ class MultirailTransport final : public PeerTransport {
   /// would), from the progress thread. `after_frames` = 0: now; N > 0: right after that rail has
   /// sent or received N more data frames (so chunks are certainly in flight). Returns at once.
   void debug_kill_rail(int peer, int rail, int after_frames = 0);
-  /// Test hook: the next data frame sent to `peer` carries a wrong payload CRC.
+  /// Test hook: the next data frame sent to `peer` carries a wrong payload CRC (wan.auth = crc)
+  /// or a wrong payload tag (mac, encrypt).
   void debug_corrupt_next_frame(int peer);
+  /// Test hook: the secret this rank shares with `peer` (what the handshake proves and the frame
+  /// keys come from). Throws Error (Comm) for a rank that is not a peer.
+  [[nodiscard]] Secret debug_pair_secret(int peer) const;
 
  private:
   void finish(Handle& h);

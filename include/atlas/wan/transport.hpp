@@ -12,6 +12,7 @@
 
 #include "atlas/deck/config.hpp"
 #include "atlas/mpi/comm.hpp"
+#include "atlas/wan/framing.hpp"
 
 namespace atlas::wan {
 
@@ -98,9 +99,11 @@ class PeerTransport {
 /// Waits for every handle in order (convenience). Throws the first failure.
 void wait_all(PeerTransport& t, std::vector<Handle>& handles);
 
-/// Collective over `world` (every rank calls it, also ranks with no peers): rank 0 makes the
-/// per-job secret (OpenSSL RAND_bytes) and broadcasts it over MPI (never over the WAN); every rank
-/// with peers listens on cluster.bind_hosts[my_dc] (port 0 = kernel-chosen), ports and addresses
+/// Collective over `world` (every rank calls it, also ranks with no peers). No secret crosses the
+/// network: every rank with peers makes an ephemeral X25519 key pair, the public keys are
+/// allgathered over MPI, and each pair of peers derives its own secret (derive_pair_secret) from
+/// their X25519 shared secret and, when wan.key_file is set, the key file's bytes (read_key_file;
+/// a bad file is a ConfigError on every rank). Every rank with peers then listens on cluster.bind_hosts[my_dc] (port 0 = kernel-chosen), ports and addresses
 /// are allgathered over MPI, then each pair of ranks in `peers` gets `wan.rails` TCP connections
 /// (the lower world rank connects, the higher accepts). `peers`: world ranks (usually in other
 /// DCs) this rank exchanges with; the relation must be symmetric (checked: every rank throws the
@@ -109,6 +112,20 @@ void wait_all(PeerTransport& t, std::vector<Handle>& handles);
 /// (MPI_Isend/Irecv over a dup of `world`), made collectively too. Under the WAN emulation the
 /// environment variable ATLAS_WAN_BIND_HOST (set per DC by scripts/wan/run_emulated.sh) replaces
 /// cluster.bind_hosts[my_dc].
+/// Reads wan.key_file: a regular file of 32 bytes to 64 KiB, owned by this process's user and
+/// readable by no one else (mode & 077 == 0). Throws ConfigError naming the file, what is wrong
+/// and the fix (e.g. `chmod 600 FILE`). Not collective.
+std::vector<std::uint8_t> read_key_file(const std::string& path);
+
+/// The secret of the WAN pair (rank_a, rank_b): HKDF-SHA256 over their X25519 shared secret and
+/// the key file's bytes (empty: none), bound to both ranks and both public keys. Symmetric in
+/// (a, b). A passive observer of the MPI traffic sees only the public keys; without a key file an
+/// active attacker on the MPI path could substitute them, with one it cannot.
+Secret derive_pair_secret(std::span<const std::uint8_t, 32> x25519_shared,
+                          std::span<const std::uint8_t> key_file, int rank_a,
+                          std::span<const std::uint8_t, 32> pub_a, int rank_b,
+                          std::span<const std::uint8_t, 32> pub_b);
+
 std::unique_ptr<PeerTransport> make_transport(const WanCfg& wan, const ClusterCfg& cluster,
                                               const mpi::Comm& world, int my_dc,
                                               const std::vector<int>& peers);
