@@ -21,7 +21,9 @@ job=$!
 # set has stopped growing for a second.
 listeners() {
   local pids
-  pids=$(pgrep -d'|' -f "[a]tlas train .*run.out_dir=$T" || true)
+  # The ranks only (their command line starts with the binary), never mpirun, whose own
+  # listeners (Open MPI's out-of-band and PMIx servers) are not atlas's to defend.
+  pids=$(pgrep -d'|' -f "^$ATLAS_BIN train .*run.out_dir=$T" || true)
   [[ -z $pids ]] && return
   ss -Hltnp 2> /dev/null | grep -E "pid=($pids)," | awk '{ n = split($4, a, ":"); print a[n] }' | sort -u | tr '\n' ' '
 }
