@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// AdamW against a step computed by hand (bias correction, decoupled decay on matrices only,
+// AdamW against a step computed by hand (bias correction, decoupled decay of decay tensors only,
 // gradient scaling for clipping), the global-norm clip factor, and the warm-up + cosine schedule.
 #include <gtest/gtest.h>
 

@@ -80,7 +80,7 @@ struct TrainCfg {
   double lr = 1e-3;                     ///< train.lr: peak learning rate
   double min_lr = 1e-4;                 ///< train.min_lr: cosine floor
   int warmup_steps = 0;                 ///< train.warmup_steps
-  double weight_decay = 0.1;            ///< train.weight_decay (AdamW, matrices only)
+  double weight_decay = 0.1;            ///< train.weight_decay (AdamW; model::decays_by_role)
   double beta1 = 0.9;                   ///< train.beta1
   double beta2 = 0.95;                  ///< train.beta2
   double eps = 1e-8;                    ///< train.eps
