@@ -258,7 +258,7 @@ std::string read_regular_file(const std::string& path, std::uint64_t max_bytes, 
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     error = what + (errno == ENOENT ? std::string("no such file") : std::strerror(errno)) +
-            " (expected a readable deck file)";
+            " (expected a readable " + kind_of_file + " file)";
     return {};
   }
   struct FdCloser {
@@ -284,7 +284,7 @@ std::string read_regular_file(const std::string& path, std::uint64_t max_bytes, 
   const auto too_big = [&](std::uint64_t n) {
     return what + "it has " + std::to_string(n) + " bytes, more than the " +
            units::format_bytes_exact(max_bytes) + " a " + kind_of_file + " may have\n  hint: is this the " +
-           kind_of_file + "? It is a short text file of key = value lines";
+           kind_of_file + "? It is a short text file";
   };
   if (static_cast<std::uint64_t>(st.st_size) > max_bytes) {
     error = too_big(static_cast<std::uint64_t>(st.st_size));
