@@ -60,22 +60,28 @@ void preflight_wan(wan::PeerTransport& t, const std::vector<int>& peers, int me)
 /// A diverged model ends the run before any checkpoint of the step is written, on every rank with
 /// the same error (ExitCode::Diverged). Every rank knows the gradient norm: a sum over its
 /// pipeline of DP-summed gradients, so a non-finite one is non-finite everywhere. Only rank 0
-/// knows the losses; on the steps that are logged, evaluated or checkpointed its view is shared
-/// (one small all-reduce), so a non-finite loss is caught by the next such step at the latest.
-void check_finite(const runtime::StepReport& rep, std::optional<double> val, bool share,
-                  const mpi::Comm& world, TrainOutput& out) {
+/// knows the losses: it remembers the first non-finite one (`first_bad_loss`, -1: none), and on
+/// the steps that are logged, evaluated or checkpointed its view is shared (one small
+/// all-reduce), so a non-finite loss stops the run at the next such step at the latest, before
+/// that step's checkpoint.
+void check_finite(const runtime::StepReport& rep, std::optional<double> val, bool share, const mpi::Comm& world,
+                  TrainOutput& out, int& first_bad_loss) {
   const bool norm_bad = !std::isfinite(rep.grad_norm);
-  int bad = norm_bad ? 1 : 0;
-  if (world.rank() == 0 && (!std::isfinite(rep.loss) || (val && !std::isfinite(*val)))) bad = 1;
+  if (world.rank() == 0 && first_bad_loss < 0 && (!std::isfinite(rep.loss) || (val && !std::isfinite(*val))))
+    first_bad_loss = rep.step;
+  int bad = norm_bad || first_bad_loss >= 0 ? 1 : 0;
   if (share) bad = world.allreduce(bad, MPI_MAX);
   else if (!norm_bad) return;
   if (bad == 0) return;
+  const std::string earlier = first_bad_loss >= 0 && first_bad_loss < rep.step
+                                  ? fmt::format(" (the first non-finite loss was at step {})", first_bad_loss)
+                                  : std::string();
   const std::string what = fmt::format(
-      "training diverged at step {}: loss {:.4g}{}, gradient norm {:.4g} (not finite); the run stops before writing "
+      "training diverged at step {}: loss {:.4g}{}, gradient norm {:.4g}{} (not finite); the run stops before writing "
       "any checkpoint of this step, and the checkpoints and metrics written before it are kept\n"
       "  hint: lower train.lr or model.init_std, lengthen train.warmup_steps or set train.grad_clip; resume from "
       "the last good checkpoint with run.resume = latest",
-      rep.step, rep.loss, val ? fmt::format(", validation loss {:.4g}", *val) : std::string(), rep.grad_norm);
+      rep.step, rep.loss, val ? fmt::format(", validation loss {:.4g}", *val) : std::string(), rep.grad_norm, earlier);
   out.diverged(rep.step, what);
   throw CollectiveError(ExitCode::Diverged, {what});
 }
@@ -165,6 +171,7 @@ JobResult run_training_job(const Config& cfg, const mpi::Comm& world, const JobO
   // receive) is settled here, while the transport they wait on still stands: otherwise its
   // goodbye would make them fail first, with another error and exit code.
   const mpi::Comm verdict = comms.world.dup();
+  int first_bad_loss = -1;  // rank 0: the first step whose loss was not finite
   try {
     for (int step = start_step; step < cfg.run.steps; ++step) {
       runtime::maybe_inject_kill("ATLAS_FAULT_KILL", comms.world.rank(), step, !cfg.run.resume.empty());
@@ -172,14 +179,17 @@ JobResult run_training_job(const Config& cfg, const mpi::Comm& world, const JobO
       runtime::maybe_inject_config_error("ATLAS_FAULT_CONFIG_ERROR", comms.world.rank(), step, !cfg.run.resume.empty());
       if (runtime::fault_requested("ATLAS_FAULT_NAN", comms.world.rank(), step, !cfg.run.resume.empty()))
         trainer.model().poison_first_parameter();
-      const runtime::StepReport rep = trainer.train_step(step);
+      runtime::StepReport rep = trainer.train_step(step);
+      if (runtime::fault_requested("ATLAS_FAULT_NAN_LOSS", comms.world.rank(), step, !cfg.run.resume.empty()))
+        rep.loss = std::numeric_limits<double>::quiet_NaN();
       if (bubbletea) bubbletea->after_step(rep);
       const bool last = step + 1 == cfg.run.steps;
       std::optional<double> val;
       if (last || (cfg.train.eval_every_steps > 0 && (step + 1) % cfg.train.eval_every_steps == 0))
         val = trainer.evaluate();
       out.step(rep, val, trainer.tokens_per_step(), comms);
-      check_finite(rep, val, out.logged(step, val.has_value()) || out.checkpoint_due(step + 1, last), comms.world, out);
+      check_finite(rep, val, out.logged(step, val.has_value()) || out.checkpoint_due(step + 1, last), comms.world, out,
+                 first_bad_loss);
       out.maybe_checkpoint(trainer, comms, step + 1, last);
       result.losses.push_back(rep.loss);
       if (val) result.final_val_loss = *val;

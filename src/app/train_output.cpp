@@ -30,6 +30,22 @@ namespace fs = std::filesystem;
 
 namespace {
 
+/// `text` as the inside of a JSON string.
+std::string json_escape(const std::string& text) {
+  std::string out;
+  for (const char ch : text) {
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (static_cast<unsigned char>(ch) < 0x20) {
+      out += fmt::format("\\u{:04x}", static_cast<int>(ch));
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+
 /// errno's text after a failed stream operation ("" when errno says nothing).
 std::string errno_text() { return errno != 0 ? std::string(": ") + std::strerror(errno) : std::string(); }
 
@@ -170,18 +186,15 @@ void TrainOutput::step(const runtime::StepReport& r, std::optional<double> val, 
 
 void TrainOutput::diverged(int step, const std::string& why) {
   if (!m_root) return;
-  std::string reason;
-  for (const char ch : why) {  // one JSON string: escape what the message may hold
-    if (ch == '"' || ch == '\\') reason += '\\';
-    if (ch == '\n') {
-      reason += "\\n";
-      continue;
-    }
-    reason += ch;
+  // The divergence is the job's error: a run.json that cannot be written (a full disk) is
+  // reported, but must not replace it with an I/O error on rank 0 alone.
+  try {
+    write_whole(fs::path(m_dir) / "run.json",
+                fmt::format("{{\"run\":\"{}\",\"status\":\"diverged\",\"step\":{},\"exit_code\":{},\"error\":\"{}\"}}\n",
+                            json_escape(m_cfg.run.name), step, static_cast<int>(ExitCode::Diverged), json_escape(why)));
+  } catch (const Error& e) {
+    log::warn("{}", e.what());
   }
-  write_whole(fs::path(m_dir) / "run.json",
-              fmt::format("{{\"run\":\"{}\",\"status\":\"diverged\",\"step\":{},\"exit_code\":{},\"error\":\"{}\"}}\n",
-                          m_cfg.run.name, step, static_cast<int>(ExitCode::Diverged), reason));
 }
 
 bool TrainOutput::checkpoint_due(int steps_done, bool last) const {
@@ -277,7 +290,7 @@ std::vector<runtime::SlotEvent> TrainOutput::finish(runtime::Trainer& trainer, c
               fmt::format("{{\"run\":\"{}\",\"status\":\"OK\",\"steps\":{},\"first_loss\":{:.6f},\"final_loss\":{:.6f},"
                           "\"final_val_loss\":{},\"mean_step_ms\":{:.3f},\"predicted_step_ms\":{:.3f},"
                           "\"schedule\":\"{}\",\"world_size\":{},\"wan_bytes\":{},\"prefill_tokens\":{}}}\n",
-                          m_cfg.run.name, m_cfg.run.steps, m_first_loss, m_last_loss,
+                          json_escape(m_cfg.run.name), m_cfg.run.steps, m_first_loss, m_last_loss,
                           m_last_val ? fmt::format("{:.6f}", *m_last_val) : std::string("null"), mean_step * 1e3,
                           table.step_ms, to_string(m_cfg.schedule.kind), layout.world_size(), wan_bytes,
                           m_prefill_tokens));

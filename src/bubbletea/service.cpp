@@ -50,7 +50,7 @@ void collective(const mpi::Comm& world, F&& f) {
   mpi::agree(world, "setting up BubbleTea", [&] {
     try {
       f();
-    } catch (const Error& e) {
+    } catch (const Error& e) {  // a ConfigError (not an Error) passes through as it is
       throw ConfigError(fmt::format("rank {}: {}", world.rank(), e.what()));
     }
   });

@@ -25,7 +25,10 @@ std::int64_t ModelCfg::parameter_count() const {
 }
 
 std::string ParallelCfg::size_mismatch(int job_ranks) const {
-  const int need = world_size();
+  // In 64 bits: this runs on unvalidated decks too, whose product may not fit an int.
+  std::int64_t need = 0;
+  for (int v : stages_per_dc) need += v;
+  need *= static_cast<std::int64_t>(dp_size) * tp_size;
   if (need == job_ranks) return {};
   std::string stages;
   for (int v : stages_per_dc) stages += (stages.empty() ? "" : "+") + std::to_string(v);

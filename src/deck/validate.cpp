@@ -182,6 +182,12 @@ void check_sizes(const Config& c, std::vector<std::string>& out) {
   const int n = c.cluster.dc_count();
   if (n > limits::kMaxDcs || p.stages_per_dc.size() != static_cast<std::size_t>(n)) return;
   const int pp = p.pp_size();
+  const double ranks = static_cast<double>(pp) * p.dp_size * p.tp_size;
+  if (ranks > limits::kMaxRanks)
+    out.push_back("parallel.stages_per_dc (" + std::to_string(pp) + " stages) x parallel.dp_size (" +
+                  std::to_string(p.dp_size) + ") x parallel.tp_size (" + std::to_string(p.tp_size) + ") = " +
+                  str(ranks) + " ranks, more than " + str(limits::kMaxRanks) +
+                  "\n  hint: lower parallel.dp_size or parallel.tp_size");
   const double slots = 6.0 * t.micro_batches * pp * p.dp_size;
   if (slots > limits::kMaxScheduleSlots)
     out.push_back("train.micro_batches (" + std::to_string(t.micro_batches) +

@@ -61,6 +61,12 @@ check "... keeping the good checkpoints of steps 1-3" \
 check "... and the metrics of steps 0-3" \
   test "$(awk -F, 'NR > 1 { print $1 }' "$T/nan3/metrics.csv" | tr '\n' ' ')" = "0 1 2 3 "
 
+# ---- a one-off NaN loss on a step that is not logged (gradients finite) ----
+ATLAS_FAULT_NAN_LOSS=0:1 run_job nanloss 60 run.steps=6 run.log_every_steps=3 ckpt.every_steps=3
+check "a NaN loss at unlogged step 1 ends with exit 7 at step 2 (got $(rc nanloss))" test "$(rc nanloss)" -eq 7
+check "... naming step 1" grep -q "ERROR: training diverged at step 2: .*(the first non-finite loss was at step 1)" "$T/nanloss.out"
+check "... before the checkpoint of step 2" bash -c "! ls '$T/nanloss/ckpt/'step-*.h5 2> /dev/null"
+
 # ---- a full disk under metrics.csv ----
 mkdir -p "$T/full"
 ln -s /dev/full "$T/full/metrics.csv"

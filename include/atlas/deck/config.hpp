@@ -52,6 +52,7 @@ struct ParallelCfg {
     for (int v : stages_per_dc) s += v;
     return s;
   }
+  /// Ranks of the layout. Fits an int once the deck is validated (deck::limits::kMaxRanks).
   [[nodiscard]] int world_size() const { return pp_size() * dp_size * tp_size; }
   /// "" when a job of `job_ranks` fits this layout, else the collective error message (with hint).
   [[nodiscard]] std::string size_mismatch(int job_ranks) const;

@@ -14,6 +14,9 @@
 //   ATLAS_FAULT_NAN=RANK:STEP         world rank RANK sets one of its parameters to NaN at the
 //                                     start of step STEP (a diverging model: the run must stop
 //                                     with ExitCode::Diverged before any checkpoint of that step)
+//   ATLAS_FAULT_NAN_LOSS=RANK:STEP    world rank RANK (0: the rank that prints losses) sees a NaN
+//                                     loss at step STEP while gradients stay finite (a one-off:
+//                                     the run must still stop at the next logged step)
 #pragma once
 
 #include <string>
