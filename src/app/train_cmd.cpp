@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <span>
 
 #include <fmt/format.h>
 
@@ -86,13 +87,17 @@ void check_finite(const runtime::StepReport& rep, std::optional<double> val, boo
   throw CollectiveError(ExitCode::Diverged, {what});
 }
 
-/// True when `inner` is `outer` or lies below it (paths compared as far as they exist).
-bool lies_within(const std::string& inner, const std::string& outer) {
-  std::error_code ec;
-  const fs::path a = fs::weakly_canonical(fs::absolute(inner), ec);
-  const fs::path b = fs::weakly_canonical(fs::absolute(outer), ec);
-  const fs::path rel = a.lexically_relative(b);
-  return !rel.empty() && *rel.begin() != "..";
+/// True on every rank when the directories `a` and `b` both exist and are one directory (through
+/// symbolic links too). Rank 0 decides and broadcasts, so every rank takes the same branch into
+/// the collectives that follow. Collective over `world`.
+bool same_directory(const mpi::Comm& world, const std::string& a, const std::string& b) {
+  int same = 0;
+  if (world.rank() == 0) {
+    std::error_code ec;
+    same = fs::equivalent(a, b, ec) && !ec ? 1 : 0;
+  }
+  world.bcast(std::span<int>(&same, 1), 0);
+  return same != 0;
 }
 
 }  // namespace
@@ -105,8 +110,14 @@ JobResult run_training_job(const Config& cfg, const mpi::Comm& world, const JobO
       fmt::format("give this job its own run.name (e.g. run.name={}_2) or run.out_dir, or wait "
                   "until that job has ended",
                   cfg.run.name));
-  io::DirLock ckpt_lock;  // a ckpt.dir outside the run directory is locked as well
-  if ((cfg.ckpt.every_steps > 0 || cfg.ckpt.final) && !lies_within(cfg.ckpt_dir(), cfg.run_dir())) {
+  // The checkpoint directory is locked too, wherever it lies: a job's own default one (inside
+  // its run directory) must stop another job whose ckpt.dir points there, which the run
+  // directory's lock does not (that job locks its own run directory). ckpt_dir/.lock is another
+  // file than run_dir/.lock, so a job never meets its own lock, unless ckpt.dir is the run
+  // directory itself, which the run lock already covers.
+  io::DirLock ckpt_lock;
+  if ((cfg.ckpt.every_steps > 0 || cfg.ckpt.final) &&
+      !same_directory(world, cfg.ckpt_dir(), cfg.run_dir())) {
     ckpt_lock = io::DirLock::acquire(world, cfg.ckpt_dir(), "checkpoint directory",
                                      "give this job its own ckpt.dir, or wait until that job "
                                      "has ended");

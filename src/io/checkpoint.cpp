@@ -439,7 +439,46 @@ std::uint32_t stored_crc(hid_t obj, const std::string& dataset) {
   return static_cast<std::uint32_t>(v[0]);
 }
 
-/// The stored box checksums of a tensor dataset of `shape`; they must tile it.
+/// Throws atlas::Error (the file is corrupt) naming the first two of `boxes` (all of one rank)
+/// that share an element. Empty boxes share none. A sweep along dimension 0: n log n for boxes
+/// that split it (row blocks), n^2 at worst (n, the writer shards of one tensor, is small).
+void check_boxes_disjoint(const std::vector<BoxChecksum>& boxes, const std::string& dataset) {
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < boxes.size(); ++i) {
+    if (internal::volume(boxes[i].shape) > 0) order.push_back(i);
+  }
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return std::pair(boxes[a].offset[0], a) < std::pair(boxes[b].offset[0], b);
+  });
+  const auto overlap = [&](const BoxChecksum& a, const BoxChecksum& b) {
+    for (std::size_t d = 0; d < a.offset.size(); ++d) {
+      if (a.offset[d] + a.shape[d] <= b.offset[d] || b.offset[d] + b.shape[d] <= a.offset[d]) {
+        return false;
+      }
+    }
+    return true;
+  };
+  for (std::size_t k = 0; k < order.size(); ++k) {
+    const BoxChecksum& a = boxes[order[k]];
+    // Later boxes start at or after a's start along dimension 0; only those starting before
+    // a's end there can meet it.
+    for (std::size_t j = k + 1;
+         j < order.size() && boxes[order[j]].offset[0] < a.offset[0] + a.shape[0]; ++j) {
+      if (!overlap(a, boxes[order[j]])) continue;
+      const std::size_t lo = std::min(order[k], order[j]);
+      const std::size_t hi = std::max(order[k], order[j]);
+      ATLAS_THROW(Io, "dataset " << dataset << ": checksum boxes " << lo << " (offset "
+                                 << internal::dims_str(boxes[lo].offset) << ", shape "
+                                 << internal::dims_str(boxes[lo].shape) << ") and " << hi
+                                 << " (offset " << internal::dims_str(boxes[hi].offset)
+                                 << ", shape " << internal::dims_str(boxes[hi].shape)
+                                 << ") overlap: part of the tensor would never be verified");
+    }
+  }
+}
+
+/// The stored box checksums of a tensor dataset of `shape`; they must tile it: each box inside
+/// it, no two overlapping, and no gap.
 std::vector<BoxChecksum> stored_boxes(hid_t d, const std::string& dataset,
                                       const std::vector<std::int64_t>& shape) {
   if (!h5::has_attr(d, internal::kCrcAttr)) {
@@ -476,6 +515,9 @@ std::vector<BoxChecksum> stored_boxes(hid_t d, const std::string& dataset,
     }
     covered += internal::volume(out[i].shape);
   }
+  // Inside the dataset and pairwise disjoint, the boxes cover it exactly once if and only if
+  // their volumes add up; a sum alone would pass boxes that overlap and leave a gap unverified.
+  check_boxes_disjoint(out, dataset);
   if (covered != internal::volume(shape)) {
     ATLAS_THROW(Io, "dataset " << dataset << ": the checksum boxes cover " << covered << " of "
                                << internal::volume(shape) << " elements");

@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -56,10 +57,33 @@ DirLock DirLock::acquire(const mpi::Comm& comm, const std::string& dir, const st
     fs::create_directories(dir, ec);
     if (ec) ATLAS_THROW(Io, "cannot create " << role << " '" << dir << "': " << ec.message());
     const std::string path = (fs::path(dir) / kDirLockFile).string();
-    const int f = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    // O_NOFOLLOW: a planted .lock symlink must not make us create, truncate and overwrite the
+    // file it points to (ELOOP, also for a dangling one). Only a plain file is written to.
+    const int f = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (f < 0) {
+      const int err = errno;
+      if (err == ELOOP) {
+        ATLAS_THROW(Io, "the lock file '" << path << "' of " << role << " '" << dir
+                                          << "' is a symbolic link; atlas does not follow it "
+                                             "(it would overwrite the file it points to)\n"
+                                             "  hint: remove the link; atlas creates the lock "
+                                             "file itself");
+      }
       ATLAS_THROW(Io, "cannot open the lock file '" << path << "' of " << role << " '" << dir
-                                                    << "': " << std::strerror(errno));
+                                                    << "': " << std::strerror(err));
+    }
+    struct stat st {};
+    if (::fstat(f, &st) != 0) {
+      const int err = errno;
+      ::close(f);
+      ATLAS_THROW(Io, "cannot stat the lock file '" << path << "' of " << role << " '" << dir
+                                                    << "': " << std::strerror(err));
+    }
+    if (!S_ISREG(st.st_mode)) {  // a FIFO or device planted there: never truncate or write it
+      ::close(f);
+      ATLAS_THROW(Io, "the lock file '" << path << "' of " << role << " '" << dir
+                                        << "' is not a regular file\n"
+                                           "  hint: remove it; atlas creates the lock file itself");
     }
     if (::flock(f, LOCK_EX | LOCK_NB) != 0) {
       const int err = errno;

@@ -446,6 +446,69 @@ TEST(CheckpointChecksums, AMissingChecksumOrAnUnknownAlgorithmIsAConfigError) {
                         "atlas knows only 'crc32c'"));
 }
 
+/// Rank 0 replaces the checksum attributes of `dataset` in `path` by `boxes` (int64 [n, 2 * rank])
+/// and `crcs`, through the HDF5 C API, as a damaged or hand-edited file would hold them.
+void set_crc_boxes(const std::string& path, const std::string& dataset, int rank,
+                   const std::vector<std::int64_t>& boxes, const std::vector<std::uint32_t>& crcs) {
+  if (world().rank() == 0) {
+    h5::File f = h5::open_file(path, h5::Access::ReadWrite);
+    h5::Dataset d(ATLAS_H5_CHECK(H5Dopen2(f.get(), dataset.c_str(), H5P_DEFAULT)));
+    ATLAS_H5_CHECK(H5Adelete(d.get(), "crc32c_boxes"));
+    ATLAS_H5_CHECK(H5Adelete(d.get(), "crc32c"));
+    const hsize_t box_dims[2] = {crcs.size(), 2 * static_cast<hsize_t>(rank)};
+    h5::Space bs(ATLAS_H5_CHECK(H5Screate_simple(2, box_dims, nullptr)));
+    h5::Attr ba(ATLAS_H5_CHECK(H5Acreate2(d.get(), "crc32c_boxes", H5T_STD_I64LE, bs.get(),
+                                          H5P_DEFAULT, H5P_DEFAULT)));
+    ATLAS_H5_CHECK(H5Awrite(ba.get(), H5T_NATIVE_INT64, boxes.data()));
+    const hsize_t crc_dims[1] = {crcs.size()};
+    h5::Space cs(ATLAS_H5_CHECK(H5Screate_simple(1, crc_dims, nullptr)));
+    h5::Attr ca(ATLAS_H5_CHECK(H5Acreate2(d.get(), "crc32c", H5T_STD_U32LE, cs.get(), H5P_DEFAULT,
+                                          H5P_DEFAULT)));
+    ATLAS_H5_CHECK(H5Awrite(ca.get(), H5T_NATIVE_UINT32, crcs.data()));
+  }
+  world().barrier();
+}
+
+TEST(CheckpointChecksums, BoxesThatOverlapOrLeaveAGapAreACorruptFile) {
+  SharedTempDir tmp(world());
+  const VLayout l{.pp = 1, .dp = 1, .tp = 2};
+  const std::string qkv = "/adam_m/h.0.attn.qkv.weight";  // [3, 8, 8], boxes [3, 4, 8] per TP rank
+  std::uint32_t crc0 = 0;  // tp 0's box, [0, 0, 0] + [3, 4, 8]
+  for (const auto& s : shards_of(l, 0, 8, true)) {
+    if (s.name == "h.0.attn.qkv.weight") crc0 = crc32c(s.buf[1].data(), s.buf[1].size() * 4);
+  }
+  // tp 0's box twice, each with its true checksum: the right total volume, but tp 1's half is
+  // never verified, so a flipped bit there would be read unnoticed.
+  WriteOptions keep_all;
+  keep_all.keep_last = 0;
+  const WriteResult good = write_toy(tmp.path(), 1, l, 8, keep_all);
+  const WriteResult w = write_toy(tmp.path(), 2, l, 8, keep_all);
+  set_crc_boxes(w.path, qkv, 3, {0, 0, 0, 3, 4, 8, 0, 0, 0, 3, 4, 8}, {crc0, crc0});
+  damage(w.path, qkv, 4 * (4 * 8) + 2);  // element [0, 4, 0]: tp 1's half
+  const std::string twice = config_error_of([&] { (void)read_toy_wrong(w.path, l, 8); });
+  EXPECT_THAT(twice, HasSubstr("checkpoint '" + w.path + "' is corrupt or incomplete: dataset " +
+                               qkv + ": checksum boxes 0 (offset [0, 0, 0], shape [3, 4, 8]) and "
+                               "1 (offset [0, 0, 0], shape [3, 4, 8]) overlap"));
+  EXPECT_THAT(config_error_of([&] { (void)resolve_resume(world(), w.path, tmp.path()); }),
+              HasSubstr("checksum boxes 0 (offset [0, 0, 0], shape [3, 4, 8]) and 1"));
+  // Partly overlapping boxes whose volumes add up (rows 3-4 twice, rows 6-7 never).
+  const WriteResult w2 = write_toy(tmp.path(), 3, l, 8, keep_all);
+  set_crc_boxes(w2.path, qkv, 3, {0, 0, 0, 3, 5, 8, 0, 3, 0, 3, 3, 8}, {crc0, crc0});
+  EXPECT_THAT(config_error_of([&] { (void)read_toy_wrong(w2.path, l, 8); }),
+              HasSubstr("dataset " + qkv + ": checksum boxes 0 (offset [0, 0, 0], shape "
+                        "[3, 5, 8]) and 1 (offset [0, 3, 0], shape [3, 3, 8]) overlap"));
+  // A box reaching outside the dataset.
+  const WriteResult w3 = write_toy(tmp.path(), 4, l, 8, keep_all);
+  set_crc_boxes(w3.path, qkv, 3, {0, 0, 0, 3, 4, 8, 0, 4, 0, 3, 5, 8}, {crc0, crc0});
+  EXPECT_THAT(config_error_of([&] { (void)read_toy_wrong(w3.path, l, 8); }),
+              HasSubstr("dataset " + qkv + ": checksum box 1 (offset [0, 4, 0], shape [3, 5, 8]) "
+                        "lies outside [3, 8, 8]"));
+  // latest passes over all three to the last intact file.
+  const LatestCheckpoint latest = find_latest(world(), tmp.path());
+  EXPECT_EQ(latest.path, good.path);
+  EXPECT_EQ(latest.skipped.size(), 3U);
+}
+
 // ---- atomicity, find_latest, keep_last ----
 
 TEST(CheckpointAtomicity, InterruptedWriteLeavesPreviousCheckpointLoadable) {

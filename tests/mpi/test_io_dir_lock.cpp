@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // DirLock (one job per run directory): a second job finds the directory taken and every rank
 // throws the same ConfigError at once, naming the directory, the holder and the fix; a lock file
-// nobody holds (left by a job that died) does not block; the lock ends with its holder.
+// nobody holds (left by a job that died) does not block; the lock ends with its holder; a lock
+// file that is a symbolic link is refused, never followed.
 #include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -128,6 +129,38 @@ TEST(DirLock, ALockHeldByAnotherProcessBlocksUntilThatProcessDies) {
   }
   world().barrier();
   EXPECT_NO_THROW((void)lock_run(dir));
+}
+
+TEST(DirLock, ALockFileThatIsASymlinkIsRefusedAndItsTargetLeftAlone) {
+  testing::SharedTempDir tmp(world());
+  const std::string dir = tmp.path() + "/runs/s";
+  const std::string target = tmp.path() + "/precious.txt";
+  const std::string lock = dir + "/.lock";
+  if (world().rank() == 0) {  // planted: .lock -> a file someone else cares about
+    fs::create_directories(dir);
+    std::ofstream(target) << "precious data\n";
+    fs::create_symlink(target, lock);
+  }
+  world().barrier();
+  try {
+    (void)lock_run(dir);
+    ADD_FAILURE() << "expected atlas::Error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::Io);
+    EXPECT_THAT(e.what(), HasSubstr("the lock file '" + lock + "' of run directory '" + dir +
+                                    "' is a symbolic link"));
+  }
+  if (world().rank() == 0) {
+    EXPECT_EQ(text_of(target), "precious data\n");
+    // A dangling one is refused too (O_CREAT would otherwise create its target).
+    fs::remove(lock);
+    fs::create_symlink(tmp.path() + "/elsewhere", lock);
+  }
+  world().barrier();
+  EXPECT_THROW((void)lock_run(dir), Error);
+  if (world().rank() == 0) {
+    EXPECT_FALSE(fs::exists(tmp.path() + "/elsewhere"));
+  }
 }
 
 TEST(DirLock, ADirectoryThatCannotBeCreatedIsAnIoErrorOnEveryRank) {

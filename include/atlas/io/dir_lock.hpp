@@ -29,9 +29,10 @@ class DirLock {
   /// flock(LOCK_EX | LOCK_NB); it never waits. The verdict is broadcast, so when another process
   /// holds the lock every rank throws the same ConfigError (exit code 2), naming `role` ("run
   /// directory"), the directory, the holder as the lock file records it, and `hint` (the fix).
-  /// A directory or lock file that cannot be created is atlas::Error (Io) on every rank. On a
-  /// file system without lock support (ENOLCK, ENOSYS, EOPNOTSUPP) rank 0 warns and the job runs
-  /// unprotected (held() is false everywhere).
+  /// A directory or lock file that cannot be created is atlas::Error (Io) on every rank, and so
+  /// is a DIR/.lock that is a symbolic link (never followed: O_NOFOLLOW) or not a regular file,
+  /// which is left as it is. On a file system without lock support (ENOLCK, ENOSYS, EOPNOTSUPP)
+  /// rank 0 warns and the job runs unprotected (held() is false everywhere).
   [[nodiscard]] static DirLock acquire(const mpi::Comm& comm, const std::string& dir,
                                        const std::string& role, const std::string& hint);
   ~DirLock();
