@@ -523,6 +523,13 @@ Engine::Engine(const MultirailOptions& opts, const std::vector<int>& peers, cons
     p->active = m_opts.my_rank < rank;
     auto sec = m_opts.pair_secrets.find(rank);
     p->secret = sec != m_opts.pair_secrets.end() ? sec->second : m_opts.secret;
+    if (sec == m_opts.pair_secrets.end() && m_opts.secret == Secret{})
+      throw Error(ExitCode::Comm,
+                  fmt::format("multirail: rank {} has no secret for its WAN peer {} (not in "
+                              "MultirailOptions::pair_secrets, and MultirailOptions::secret is all "
+                              "zero, which anyone could use): build the transport with "
+                              "make_transport, which derives one per pair, or pass one",
+                              m_opts.my_rank, rank));
     p->rails.resize(static_cast<std::size_t>(m_opts.rails));
     p->rail_counters = std::make_unique<RailCounters[]>(static_cast<std::size_t>(m_opts.rails));
     m_peer_index[rank] = static_cast<int>(m_peers.size());

@@ -1488,6 +1488,26 @@ TEST_F(Quiet, WanMultirailKeepsTheNewestTwoValidHellosPerRailAndAReplayCannotFin
   exchange(pr, {1, 4096, 100000}, 1, /*late_recv=*/false);
 }
 
+// Issue 27 (review), item 2: a peer with no pair secret used to get the all-zero default one.
+TEST(WanMultirail, APeerWithoutASecretIsAnErrorAtConstruction) {
+  MultirailOptions o = base_options(1, 4096);
+  o.secret = Secret{};
+  Secret s2{};
+  random_bytes(s2);
+  o.pair_secrets[2] = s2;
+  try {
+    MultirailTransport t(o, {2, 3});
+    FAIL() << "expected an Error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::Comm);
+    EXPECT_THAT(e.what(), AllOf(HasSubstr("rank 0 has no secret for its WAN peer 3"),
+                                HasSubstr("MultirailOptions::secret is all zero"),
+                                HasSubstr("build the transport with make_transport")));
+  }
+  o.pair_secrets[3] = s2;  // every peer has one: the zero default is never used
+  EXPECT_NO_THROW(MultirailTransport(o, {2, 3}));
+}
+
 int lines_of(const std::string& text) {
   return static_cast<int>(std::count(text.begin(), text.end(), '\n'));
 }
