@@ -69,6 +69,7 @@ constexpr auto kListenBackoff = 100ms;             // listener not polled after 
 constexpr auto kWarnEvery = 10s;                   // one line per kind of listener warning
 constexpr int kAcceptBatch = 64;                   // accepts per readiness event
 constexpr int kMaxProvenPerRail = 2;  // pending incoming connections with a valid Hello, per rail
+constexpr std::size_t kSeenHellos = 4096;  // Hello nonces remembered to refuse replays
 /// A message is cut into at most this many chunks (its receive bitmap: 1 byte per chunk).
 constexpr std::uint64_t kMaxMessageChunks = std::uint64_t{1} << 24;
 
@@ -446,6 +447,9 @@ class Engine {
   bool m_listen_paused = false;
   Clock::time_point m_listen_resume{};
   WarnLimiter m_warn_fds, m_warn_evict, m_warn_accept, m_warn_hs;
+  // Nonces of the last kSeenHellos Hellos whose MAC held: the same nonce again is a replay.
+  std::set<Nonce> m_seen_hellos;
+  std::deque<Nonce> m_seen_order;
   Fd m_epoll;
   Fd m_wake;
   std::uint64_t m_high_water;
@@ -1049,8 +1053,9 @@ void Engine::make_room(const std::string& source) {
 
 // After `c`'s Hello proved the pair secret: of the proven, not yet ready incoming connections of
 // its (peer, rail), the newest kMaxProvenPerRail stay and older ones are closed. A real peer has
-// one attempt per rail in flight; more mean it retried, or someone on the path replays its Hello
-// (which cannot complete the handshake: the Challenge's nonce is fresh), and the newest wins.
+// one attempt per rail in flight; more mean it retried (an earlier attempt is stale) or someone
+// replays a Hello whose nonce this rank no longer remembers (it cannot complete the handshake:
+// the Challenge's nonce is fresh); the newest wins, so the peer's next retry gets through.
 void Engine::keep_proven(Conn* c) {
   std::vector<Conn*> same;
   for (auto& [key, o] : m_conns)
@@ -1235,6 +1240,20 @@ void Engine::read_hs(Conn* c) {
         if (!why.empty()) {
           hs_failed(c, why);
           return;
+        }
+        // A valid MAC on a nonce seen before: someone on the path repeats a recorded Hello (it
+        // could not finish the handshake, but it would hold a pending slot of the rail).
+        if (!m_seen_hellos.insert(h.nonce).second) {
+          hs_failed(c, fmt::format("a replayed hello of rank {} rail {} (its nonce was seen before "
+                                   "by this rank): someone on the path repeats the peer's "
+                                   "handshake",
+                                   h.from_rank, h.rail));
+          return;
+        }
+        m_seen_order.push_back(h.nonce);
+        if (m_seen_order.size() > kSeenHellos) {
+          m_seen_hellos.erase(m_seen_order.front());
+          m_seen_order.pop_front();
         }
         c->peer = idx;
         c->rail = static_cast<int>(h.rail);

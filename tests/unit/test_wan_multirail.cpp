@@ -1462,29 +1462,45 @@ TEST_F(Quiet, WanMultirailHelloWithAWrongMacIsClosedAtOnceAndLogged) {
   exchange(pr, {1, 4096, 100000}, 1, /*late_recv=*/false);
 }
 
-// Hellos with a valid MAC that never finish the handshake (a replay of a recorded Hello from
-// someone on the path, or a peer's retries): each gets a Challenge, and of those pending for one
-// (peer, rail) the newest two stay; an older one is closed when a third arrives. None takes the
-// rail: the Challenge's nonce is fresh, so a replay cannot answer it.
-TEST_F(Quiet, WanMultirailKeepsTheNewestTwoValidHellosPerRailAndAReplayCannotFinish) {
+// Hellos with a valid MAC that never finish the handshake (a peer's retries; or Hellos of an
+// attacker on the path, had it the secret): each gets a Challenge, and of those pending for one
+// (peer, rail) the newest two stay; the oldest is closed when a third arrives. None takes the
+// rail, and a Response that does not answer the Challenge is refused.
+TEST_F(Quiet, WanMultirailKeepsTheNewestTwoValidHellosPerRail) {
   MultirailOptions o = base_options(1, 4096);
   Pair pr(o);
   StderrCapture err;
-  const auto hello = hello_of(o, o.secret);  // one recorded Hello, replayed three times
   std::vector<Fd> c;
   for (int i = 0; i < 3; ++i) {
-    c.push_back(send_to(pr.t[1]->listen_port(), hello));
+    c.push_back(send_to(pr.t[1]->listen_port(), hello_of(o, o.secret)));
     EXPECT_EQ(reply_of(c.back(), 3000), std::to_string(kChallengeBytes) + " bytes") << "connection " << i;
   }
   EXPECT_EQ(reply_of(c[0], 3000), "closed");
   EXPECT_EQ(reply_of(c[1], 200), "silent");
   EXPECT_EQ(reply_of(c[2], 200), "silent");
-  // A replay cannot answer the fresh Challenge: a Response of the wrong bytes is refused.
   std::array<std::uint8_t, kResponseBytes> junk{};
   ASSERT_EQ(::send(c[2].get(), junk.data(), junk.size(), MSG_NOSIGNAL), static_cast<ssize_t>(junk.size()));
   EXPECT_EQ(reply_of(c[2], 3000), "closed");
   EXPECT_THAT(err.take(), HasSubstr("closed an older pending connection for peer 0 rail 0"));
   EXPECT_EQ(pr.t[1]->stats().peers[0].reconnects, 0u);
+  exchange(pr, {1, 4096, 100000}, 1, /*late_recv=*/false);
+}
+
+// A recorded Hello replayed (an attacker on the path): its MAC holds, but its nonce was seen, so
+// it is closed at once, without a Challenge, and logged (every Hello whose MAC held is
+// remembered, the last 4096, the real rails' too), while the first stays pending.
+TEST_F(Quiet, WanMultirailReplayedHelloIsClosedAtOnce) {
+  MultirailOptions o = base_options(1, 4096);
+  Pair pr(o);
+  StderrCapture err;
+  const auto hello = hello_of(o, o.secret);
+  Fd first = send_to(pr.t[1]->listen_port(), hello);
+  EXPECT_EQ(reply_of(first, 3000), std::to_string(kChallengeBytes) + " bytes");
+  Fd again = send_to(pr.t[1]->listen_port(), hello);
+  EXPECT_EQ(reply_of(again, 3000), "closed");
+  EXPECT_EQ(reply_of(first, 200), "silent");  // the first is still waiting for its Response
+  EXPECT_THAT(err.take(), HasSubstr("failed the handshake: a replayed hello of rank 0 rail 0 (its "
+                                    "nonce was seen before by this rank)"));
   exchange(pr, {1, 4096, 100000}, 1, /*late_recv=*/false);
 }
 
