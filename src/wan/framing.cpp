@@ -190,7 +190,7 @@ std::string decode_header(std::span<const std::uint8_t, kHeaderBytes> in,
 
 // ---- handshake ----
 
-std::array<std::uint8_t, kHelloBytes> encode_hello(const Hello& h) {
+std::array<std::uint8_t, kHelloBytes> encode_hello(const Secret& secret, const Hello& h) {
   std::array<std::uint8_t, kHelloBytes> out{};
   std::uint8_t* p = out.data();
   put_hs_prefix(p, kHelloType);
@@ -202,6 +202,8 @@ std::array<std::uint8_t, kHelloBytes> encode_hello(const Hello& h) {
   put_u64(p + 24, h.chunk_bytes);
   put_u64(p + 32, h.credit_bytes);
   std::memcpy(p + 40, h.nonce.data(), h.nonce.size());
+  const HmacTag mac = hmac(secret, "atlas-wan/hello", std::span(out).first(kHelloMacAt), {});
+  std::memcpy(p + kHelloMacAt, mac.data(), mac.size());
   return out;
 }
 
@@ -218,6 +220,15 @@ std::string decode_hello(std::span<const std::uint8_t, kHelloBytes> in, Hello& h
   h.chunk_bytes = get_u64(p + 24);
   h.credit_bytes = get_u64(p + 32);
   std::memcpy(h.nonce.data(), p + 40, h.nonce.size());
+  std::memcpy(h.mac.data(), p + kHelloMacAt, h.mac.size());
+  return {};
+}
+
+std::string check_hello(const Secret& secret, std::span<const std::uint8_t, kHelloBytes> in) {
+  const HmacTag want = hmac(secret, "atlas-wan/hello", in.first(kHelloMacAt), {});
+  if (CRYPTO_memcmp(want.data(), in.data() + kHelloMacAt, want.size()) != 0)
+    return "the hello's HMAC-SHA256 does not match the secret this rank shares with the rank it "
+           "names (a different job or wan.key_file, or not an atlas peer)";
   return {};
 }
 

@@ -68,6 +68,8 @@ alignas(64) const std::uint8_t kZeros[kPadMax] = {};  // every warm-up payload
 constexpr auto kListenBackoff = 100ms;             // listener not polled after EMFILE/ENFILE
 constexpr auto kWarnEvery = 10s;                   // one line per kind of listener warning
 constexpr int kAcceptBatch = 64;                   // accepts per readiness event
+constexpr int kMaxProvenPerRail = 2;  // pending incoming connections with a valid Hello, per rail
+constexpr std::size_t kSeenHellos = 4096;  // Hello nonces remembered to refuse replays
 /// A message is cut into at most this many chunks (its receive bitmap: 1 byte per chunk).
 constexpr std::uint64_t kMaxMessageChunks = std::uint64_t{1} << 24;
 
@@ -182,6 +184,7 @@ struct Conn {
   int peer = -1;        // peer index; -1 until an accepted connection's Hello names it
   int rail = -1;
   std::string source;   // accepted: the remote address without its port
+  bool proven = false;  // accepted: its Hello's MAC proved the pair secret (see make_room)
   ConnState st = ConnState::AwaitHello;
   std::string remote;
   Clock::time_point hs_deadline{};
@@ -355,6 +358,7 @@ class Engine {
   void on_event(std::uint64_t key, std::uint32_t ev);
   void accept_all();
   void make_room(const std::string& source);
+  void keep_proven(Conn* c);
   void out_of_descriptors(int err);
   void pause_listener();
   void timers();
@@ -443,6 +447,9 @@ class Engine {
   bool m_listen_paused = false;
   Clock::time_point m_listen_resume{};
   WarnLimiter m_warn_fds, m_warn_evict, m_warn_accept, m_warn_hs;
+  // Nonces of the last kSeenHellos Hellos whose MAC held: the same nonce again is a replay.
+  std::set<Nonce> m_seen_hellos;
+  std::deque<Nonce> m_seen_order;
   Fd m_epoll;
   Fd m_wake;
   std::uint64_t m_high_water;
@@ -520,6 +527,13 @@ Engine::Engine(const MultirailOptions& opts, const std::vector<int>& peers, cons
     p->active = m_opts.my_rank < rank;
     auto sec = m_opts.pair_secrets.find(rank);
     p->secret = sec != m_opts.pair_secrets.end() ? sec->second : m_opts.secret;
+    if (sec == m_opts.pair_secrets.end() && m_opts.secret == Secret{})
+      throw Error(ExitCode::Comm,
+                  fmt::format("multirail: rank {} has no secret for its WAN peer {} (not in "
+                              "MultirailOptions::pair_secrets, and MultirailOptions::secret is all "
+                              "zero, which anyone could use): build the transport with "
+                              "make_transport, which derives one per pair, or pass one",
+                              m_opts.my_rank, rank));
     p->rails.resize(static_cast<std::size_t>(m_opts.rails));
     p->rail_counters = std::make_unique<RailCounters[]>(static_cast<std::size_t>(m_opts.rails));
     m_peer_index[rank] = static_cast<int>(m_peers.size());
@@ -678,7 +692,13 @@ void Engine::loop_once(int timeout_ms) {
   if (n < 0 && errno != EINTR)
     throw Error(ExitCode::Comm, fmt::format("epoll_wait: {}", std::strerror(errno)));
   m_now = Clock::now();
-  for (int i = 0; i < n; ++i) on_event(events[i].data.u64, events[i].events);
+  // The listener last: Hellos that arrived are checked before new connections can make room.
+  int listen_at = -1;
+  for (int i = 0; i < n; ++i) {
+    if (events[i].data.u64 == kListenKey) listen_at = i;
+    else on_event(events[i].data.u64, events[i].events);
+  }
+  if (listen_at >= 0) on_event(kListenKey, events[listen_at].events);
   if (m_now - m_last_timers >= kTick) {
     m_last_timers = m_now;
     timers();
@@ -991,17 +1011,22 @@ void Engine::accept_all() {
     c->source = std::move(source);
     c->hs_need = kHelloBytes;
     c->hs_deadline = m_now + to_duration(m_opts.connect_timeout_s);
+    // A peer sends its Hello right behind the TCP handshake: usually it is here already, and
+    // once checked the connection is safe from make_room (a waiting one may not be).
+    read_hs(c);
   }
 }
 
-// Before a new incoming connection from `source` is kept: the oldest not yet authenticated one
-// from the same address gives way when that address is at its cap, else the oldest of all when
-// the listener is. A real rail completes its handshake within a round trip, so what is oldest is
-// what never answers.
+// Before a new incoming connection from `source` is kept: the oldest one that has not yet sent a
+// Hello with a valid MAC from the same address gives way when that address is at its cap, else
+// the oldest of all such when the listener is. A real peer's Hello follows its TCP handshake at
+// once and proves the pair secret, after which its connection is not counted here and never
+// evicted for a newer unproven one (see keep_proven for its own bound): a stranger who opens
+// connections faster than the cap per round trip pushes out only other strangers.
 void Engine::make_room(const std::string& source) {
   std::vector<Conn*> pending;
   for (auto& [key, c] : m_conns)
-    if (!c->active && !c->dead && c->st != ConnState::Ready) pending.push_back(c.get());
+    if (!c->active && !c->dead && !c->proven && c->st != ConnState::Ready) pending.push_back(c.get());
   if (static_cast<int>(pending.size()) + 1 <= std::min(m_pending_cap, m_pending_per_source)) return;
   std::sort(pending.begin(), pending.end(), [](const Conn* a, const Conn* b) { return a->key < b->key; });
   Conn* victim = nullptr;
@@ -1019,11 +1044,35 @@ void Engine::make_room(const std::string& source) {
   if (!victim) return;
   m_warn_evict.warn(
       m_now, fmt::format("WAN listener on port {}: closed the oldest unauthenticated connection (from "
-                         "{}) to make room: at most {} handshakes may be pending, {} per source "
-                         "address (someone opens connections and does not complete the handshake; "
-                         "the newest from {})",
+                         "{}) to make room: at most {} handshakes without a valid hello may be "
+                         "pending, {} per source address (someone opens connections and does not "
+                         "send a hello; the newest from {})",
                          m_port, victim->remote, m_pending_cap, m_pending_per_source, source));
   close_conn(victim);
+}
+
+// After `c`'s Hello proved the pair secret: of the proven, not yet ready incoming connections of
+// its (peer, rail), the newest kMaxProvenPerRail stay and older ones are closed. A real peer has
+// one attempt per rail in flight; more mean it retried (an earlier attempt is stale) or someone
+// replays a Hello whose nonce this rank no longer remembers (it cannot complete the handshake:
+// the Challenge's nonce is fresh); the newest wins, so the peer's next retry gets through.
+void Engine::keep_proven(Conn* c) {
+  std::vector<Conn*> same;
+  for (auto& [key, o] : m_conns)
+    if (!o->active && !o->dead && o->proven && o->st != ConnState::Ready && o->peer == c->peer &&
+        o->rail == c->rail)
+      same.push_back(o.get());
+  if (static_cast<int>(same.size()) <= kMaxProvenPerRail) return;
+  std::sort(same.begin(), same.end(), [](const Conn* a, const Conn* b) { return a->key < b->key; });
+  const Peer& p = peer_of(c);
+  for (std::size_t i = 0; i + kMaxProvenPerRail < same.size(); ++i) {
+    m_warn_evict.warn(
+        m_now, fmt::format("WAN listener on port {}: closed an older pending connection for peer {} "
+                           "rail {} (from {}): a newer one sent a valid hello (the peer retried, "
+                           "or someone on the path replays its hello; at most {} are kept)",
+                           m_port, p.rank, c->rail, same[i]->remote, kMaxProvenPerRail));
+    close_conn(same[i]);
+  }
 }
 
 void Engine::out_of_descriptors(int err) {
@@ -1098,7 +1147,7 @@ void Engine::send_hello(Conn* c) {
   h.chunk_bytes = m_opts.chunk_bytes;
   h.credit_bytes = m_opts.eager_credit_bytes;
   random_bytes(h.nonce);
-  c->hello = encode_hello(h);
+  c->hello = encode_hello(p.secret, h);
   c->hs_out.assign(c->hello.begin(), c->hello.end());
   c->hs_out_off = 0;
   c->st = ConnState::AwaitChallenge;
@@ -1156,12 +1205,17 @@ void Engine::read_hs(Conn* c) {
         Hello h;
         std::string why = decode_hello(std::span<const std::uint8_t, kHelloBytes>(c->hello), h);
         const int idx = why.empty() ? peer_index(h.from_rank) : -1;
+        // First of all: the MAC, under the secret of the rank the Hello names. Nothing else
+        // about the connection is looked at, or answered, before it holds.
+        if (why.empty() && idx < 0)
+          why = fmt::format("rank {} is not a WAN peer of rank {}", h.from_rank, m_opts.my_rank);
+        if (why.empty())
+          why = check_hello(m_peers[static_cast<std::size_t>(idx)]->secret,
+                            std::span<const std::uint8_t, kHelloBytes>(c->hello));
         if (why.empty()) {
           if (h.to_rank != m_opts.my_rank)
             why = fmt::format("hello is addressed to rank {}, but this is rank {}", h.to_rank,
                               m_opts.my_rank);
-          else if (idx < 0)
-            why = fmt::format("rank {} is not a WAN peer of rank {}", h.from_rank, m_opts.my_rank);
           else if (m_peers[static_cast<std::size_t>(idx)]->active)
             why = fmt::format("rank {} connected, but rank {} is the connecting side of this pair",
                               h.from_rank, m_opts.my_rank);
@@ -1187,8 +1241,24 @@ void Engine::read_hs(Conn* c) {
           hs_failed(c, why);
           return;
         }
+        // A valid MAC on a nonce seen before: someone on the path repeats a recorded Hello (it
+        // could not finish the handshake, but it would hold a pending slot of the rail).
+        if (!m_seen_hellos.insert(h.nonce).second) {
+          hs_failed(c, fmt::format("a replayed hello of rank {} rail {} (its nonce was seen before "
+                                   "by this rank): someone on the path repeats the peer's "
+                                   "handshake",
+                                   h.from_rank, h.rail));
+          return;
+        }
+        m_seen_order.push_back(h.nonce);
+        if (m_seen_order.size() > kSeenHellos) {
+          m_seen_hellos.erase(m_seen_order.front());
+          m_seen_order.pop_front();
+        }
         c->peer = idx;
         c->rail = static_cast<int>(h.rail);
+        c->proven = true;
+        keep_proven(c);
         Nonce nonce{};
         random_bytes(nonce);
         c->challenge = encode_challenge(m_peers[static_cast<std::size_t>(idx)]->secret, c->hello, m_opts.chunk_bytes,

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <mutex>
 #include <set>
 
 #include <fmt/format.h>
@@ -71,12 +72,24 @@ void wait_all(PeerTransport& t, std::vector<Handle>& handles) {
 
 namespace {
 
+std::mutex g_sent_mu;
+std::vector<std::string> g_sent;  // debug_make_transport_mpi_strings
+
+/// Every string make_transport sends over MPI goes through here (and is kept for the test hook).
+std::vector<std::string> gather(const mpi::Comm& world, const std::string& mine) {
+  {
+    std::lock_guard lk(g_sent_mu);
+    g_sent.push_back(mine);
+  }
+  return world.allgather_strings(mine);
+}
+
 /// Every rank's peer list, gathered; throws the same Error on every rank when the relation is
 /// not symmetric (a one-sided peer would wait for its rails until the connect timeout).
 void check_symmetric(const mpi::Comm& world, const std::vector<int>& peers) {
   std::string mine;
   for (int p : peers) mine += std::to_string(p) + " ";
-  const auto all = world.allgather_strings(mine);
+  const auto all = gather(world, mine);
   std::vector<std::set<int>> lists(all.size());
   for (std::size_t r = 0; r < all.size(); ++r) {
     std::size_t pos = 0;
@@ -221,9 +234,18 @@ Secret derive_pair_secret(std::span<const std::uint8_t, 32> x25519_shared,
   return out;
 }
 
+std::vector<std::string> debug_make_transport_mpi_strings() {
+  std::lock_guard lk(g_sent_mu);
+  return g_sent;
+}
+
 std::unique_ptr<PeerTransport> make_transport(const WanCfg& wan, const ClusterCfg& cluster,
                                               const mpi::Comm& world, int my_dc,
                                               const std::vector<int>& peers) {
+  {
+    std::lock_guard lk(g_sent_mu);
+    g_sent.clear();
+  }
   check_symmetric(world, peers);
   if (wan.transport == WanTransport::Mpi)
     return std::make_unique<MpiTransport>(world, wan.recv_timeout_s, peers);
@@ -284,7 +306,7 @@ std::unique_ptr<PeerTransport> make_transport(const WanCfg& wan, const ClusterCf
     } catch (const Error& e) {
       error = std::string("!") + e.what();
     }
-    const auto keys = world.allgather_strings(!error.empty() ? error : peers.empty() ? std::string() : to_hex(my_pub));
+    const auto keys = gather(world, !error.empty() ? error : peers.empty() ? std::string() : to_hex(my_pub));
     for (std::size_t r = 0; r < keys.size(); ++r) {
       if (!keys[r].empty() && keys[r][0] == '?') throw ConfigError(fmt::format("rank {}: {}", r, keys[r].substr(1)));
       if (!keys[r].empty() && keys[r][0] == '!')
@@ -324,7 +346,7 @@ std::unique_ptr<PeerTransport> make_transport(const WanCfg& wan, const ClusterCf
   const std::string mine = !error.empty() ? "!" + error
                            : peers.empty() ? std::string()
                                            : fmt::format("{} {}", o.bind_host, t->listen_port());
-  const auto all = world.allgather_strings(mine);
+  const auto all = gather(world, mine);
   for (std::size_t r = 0; r < all.size(); ++r)
     if (!all[r].empty() && all[r][0] == '!')
       throw Error(ExitCode::Comm, fmt::format("make_transport: rank {} could not start its transport: {}", r,

@@ -113,9 +113,10 @@ TEST(WanHandshake, ProvesTheSecretBothWays) {
   hello.chunk_bytes = 65536;
   hello.credit_bytes = 1 << 26;
   random_bytes(hello.nonce);
-  const auto hb = encode_hello(hello);
+  const auto hb = encode_hello(secret, hello);
   Hello back;
   ASSERT_EQ(decode_hello(hb, back), "");
+  EXPECT_EQ(check_hello(secret, hb), "");
   EXPECT_EQ(back.from_rank, 3);
   EXPECT_EQ(back.to_rank, 9);
   EXPECT_EQ(back.rail, 2u);
@@ -140,7 +141,7 @@ TEST(WanHandshake, ProvesTheSecretBothWays) {
   // A proof made for another rail (a replayed or redirected connection) fails too.
   Hello moved = hello;
   moved.rail = 3;
-  const auto mb = encode_hello(moved);
+  const auto mb = encode_hello(secret, moved);
   EXPECT_THAT(check_challenge(secret, mb, cb, ch), HasSubstr("does not match"));
   EXPECT_THAT(check_response(secret, mb, cb, rb), HasSubstr("does not match"));
 }
@@ -156,7 +157,7 @@ KeyedPair keys_for(const Secret& secret, FrameAuth auth) {
   hello.auth = auth;
   hello.rails = 1;
   random_bytes(hello.nonce);
-  const auto hb = encode_hello(hello);
+  const auto hb = encode_hello(secret, hello);
   Nonce nonce{};
   random_bytes(nonce);
   const auto cb = encode_challenge(secret, hb, 4096, 4096, nonce);
@@ -288,12 +289,44 @@ TEST(WanFrameAuth, CrcModeChecksNothingAndLeavesTheTagsZero) {
 TEST(WanHandshake, HelloCarriesTheAuthModeAndRejectsAnUnknownOne) {
   Hello hello;
   hello.auth = FrameAuth::Encrypt;
-  auto hb = encode_hello(hello);
+  auto hb = encode_hello(Secret{}, hello);
   Hello back;
   ASSERT_EQ(decode_hello(hb, back), "");
   EXPECT_EQ(back.auth, FrameAuth::Encrypt);
   hb[6] = 7;
   EXPECT_THAT(decode_hello(hb, back), HasSubstr("unknown wan.auth mode 7"));
+}
+
+// The Hello proves the pair secret by itself (the acceptor checks it before it answers): a wrong
+// secret, any changed byte (field or MAC), or a MAC made for another message type fails.
+TEST(WanHandshake, HelloMacProvesTheSecretAndCoversEveryByte) {
+  Secret secret{};
+  random_bytes(secret);
+  Hello hello;
+  hello.from_rank = 0;
+  hello.to_rank = 1;
+  hello.rails = 2;
+  random_bytes(hello.nonce);
+  const auto hb = encode_hello(secret, hello);
+  ASSERT_EQ(check_hello(secret, hb), "");
+  Hello back;
+  ASSERT_EQ(decode_hello(hb, back), "");
+  EXPECT_EQ(std::memcmp(back.mac.data(), hb.data() + kHelloMacAt, back.mac.size()), 0);
+  Secret other = secret;
+  other[31] ^= 0x80;
+  EXPECT_THAT(check_hello(other, hb),
+              AllOf(HasSubstr("hello's HMAC-SHA256 does not match the secret"),
+                    HasSubstr("a different job or wan.key_file")));
+  for (std::size_t i = 0; i < kHelloBytes; ++i) {
+    auto bad = hb;
+    bad[i] ^= 0x01;
+    EXPECT_NE(check_hello(secret, bad), "") << "byte " << i << " is not covered";
+  }
+  // Not the Challenge's or the Response's MAC: those are domain-separated from it.
+  const auto cb = encode_challenge(secret, hb, 1, 1, hello.nonce);
+  auto spliced = hb;
+  std::memcpy(spliced.data() + kHelloMacAt, cb.data() + 56, 32);
+  EXPECT_NE(check_hello(secret, spliced), "");
 }
 
 TEST(WanHkdf, MatchesRfc5869TestCase1) {

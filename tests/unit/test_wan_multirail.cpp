@@ -19,6 +19,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <thread>
 
@@ -54,6 +55,7 @@ MultirailOptions base_options(int rails, std::uint64_t chunk) {
 /// Ranks 0 and 1 on 127.0.0.1, connected.
 struct Pair {
   std::unique_ptr<MultirailTransport> t[2];
+  Pair() = default;  // a test builds and connects its own
   explicit Pair(const MultirailOptions& base, bool wait = true) {
     for (int r = 0; r < 2; ++r) {
       MultirailOptions o = base;
@@ -135,7 +137,7 @@ class FakePeer {
     h.chunk_bytes = chunk;
     h.credit_bytes = 1 << 20;
     random_bytes(h.nonce);
-    m_hello = encode_hello(h);
+    m_hello = encode_hello(secret, h);
     send_raw(m_hello.data(), m_hello.size());
     std::array<std::uint8_t, kChallengeBytes> ch{};
     read_exact(ch.data(), ch.size());
@@ -229,6 +231,25 @@ std::string error_of(PeerTransport& t, Handle& h) {
   }
   return "(no error)";
 }
+
+/// stderr captured for the scope (released even when the test throws, so the next test can
+/// capture again).
+class StderrCapture {
+ public:
+  StderrCapture() { ::testing::internal::CaptureStderr(); }
+  ~StderrCapture() {
+    if (!m_taken) static_cast<void>(::testing::internal::GetCapturedStderr());
+  }
+  StderrCapture(const StderrCapture&) = delete;
+  StderrCapture& operator=(const StderrCapture&) = delete;
+  std::string take() {
+    m_taken = true;
+    return ::testing::internal::GetCapturedStderr();
+  }
+
+ private:
+  bool m_taken = false;
+};
 
 class Quiet : public ::testing::Test {
  protected:
@@ -617,6 +638,7 @@ TEST_F(Quiet, WanMultirailWrongSecretFailsTheHandshake) {
   a.my_rank = 0;
   b.my_rank = 1;
   b.secret[5] ^= 0x40;
+  StderrCapture err;
   MultirailTransport ta(a, {1}), tb(b, {0});
   ta.connect({{1, "127.0.0.1", tb.listen_port()}});
   tb.connect({});
@@ -624,10 +646,14 @@ TEST_F(Quiet, WanMultirailWrongSecretFailsTheHandshake) {
     ta.wait_connected();
     FAIL() << "expected a handshake failure";
   } catch (const Error& e) {
+    // The acceptor checks the Hello's MAC first and closes the connection without a word.
     EXPECT_THAT(e.what(), AllOf(HasSubstr("WAN peer 1 at 127.0.0.1:"), HasSubstr("rail(s) 0,1"),
                                 HasSubstr("not connected within 1.5 s"),
-                                HasSubstr("HMAC-SHA256 proof does not match this job's secret")));
+                                HasSubstr("closed the connection during the handshake (it rejected "
+                                          "us: see its log; e.g. another job or wan.key_file")));
   }
+  EXPECT_THAT(err.take(), HasSubstr("failed the handshake: the hello's HMAC-SHA256 does not match "
+                                    "the secret this rank shares with the rank it names"));
   try {
     tb.wait_connected();
     FAIL() << "expected the accepting side to time out";
@@ -1168,24 +1194,6 @@ class FdLimit {
   bool m_ok = false;
 };
 
-/// stderr captured for the scope (released even when the test throws, so the next test can
-/// capture again).
-class StderrCapture {
- public:
-  StderrCapture() { ::testing::internal::CaptureStderr(); }
-  ~StderrCapture() {
-    if (!m_taken) static_cast<void>(::testing::internal::GetCapturedStderr());
-  }
-  StderrCapture(const StderrCapture&) = delete;
-  StderrCapture& operator=(const StderrCapture&) = delete;
-  std::string take() {
-    m_taken = true;
-    return ::testing::internal::GetCapturedStderr();
-  }
-
- private:
-  bool m_taken = false;
-};
 
 // Ranks with different wan.auth refuse each other at the handshake, and the acceptor says why.
 TEST_F(Quiet, WanMultirailDifferentAuthModesAreRefusedAtTheHandshake) {
@@ -1211,6 +1219,309 @@ TEST_F(Quiet, WanMultirailDifferentAuthModesAreRefusedAtTheHandshake) {
   EXPECT_THROW(tb.wait_connected(), Error);
   EXPECT_THAT(err.take(), HasSubstr("failed the handshake: rank 0 uses wan.auth = crc, this rank mac "
                                     "(use one deck for every rank)"));
+}
+
+/// A TCP relay on 127.0.0.1 that delays everything by `delay` each way, as a WAN path of
+/// round trip 2 * delay does: a connection is opened upstream `delay` after it was accepted (with
+/// the bytes that arrived meanwhile following at once, as a Hello follows the TCP handshake), and
+/// every byte is forwarded `delay` after it arrived. A close on either side closes both.
+class DelayRelay {
+ public:
+  DelayRelay(int upstream_port, std::chrono::milliseconds delay)
+      : m_upstream(upstream_port), m_delay(delay) {
+    m_listen = listen_tcp("127.0.0.1", 0, m_port);
+    m_accepter = std::thread([this] { accept_loop(); });
+  }
+  ~DelayRelay() {
+    m_stop = true;
+    m_accepter.join();
+    for (auto& t : m_links) t.join();
+  }
+  DelayRelay(const DelayRelay&) = delete;
+  DelayRelay& operator=(const DelayRelay&) = delete;
+  [[nodiscard]] int port() const { return m_port; }
+
+ private:
+  struct Pending {
+    Clock::time_point due;
+    std::vector<std::uint8_t> bytes;
+  };
+  void accept_loop() {
+    while (!m_stop) {
+      pollfd pf{m_listen.get(), POLLIN, 0};
+      if (::poll(&pf, 1, 20) != 1) continue;
+      Fd down(::accept(m_listen.get(), nullptr, nullptr));
+      if (!down.valid()) continue;
+      auto shared = std::make_shared<Fd>(std::move(down));
+      m_links.emplace_back([this, shared] { link(std::move(*shared)); });
+    }
+  }
+  // Moves what `from` has into `q` (due `delay` from now); false once `from` is closed.
+  bool take(int from, std::deque<Pending>& q) {
+    std::uint8_t tmp[65536];
+    const ssize_t n = ::recv(from, tmp, sizeof tmp, MSG_DONTWAIT);
+    if (n == 0) return false;
+    if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+    q.push_back({Clock::now() + m_delay, std::vector<std::uint8_t>(tmp, tmp + n)});
+    return true;
+  }
+  static bool put(int to, std::deque<Pending>& q) {
+    while (!q.empty() && q.front().due <= Clock::now()) {
+      const auto& b = q.front().bytes;
+      std::size_t off = 0;
+      while (off < b.size()) {
+        const ssize_t w = ::send(to, b.data() + off, b.size() - off, MSG_NOSIGNAL);
+        if (w <= 0) return false;
+        off += static_cast<std::size_t>(w);
+      }
+      q.pop_front();
+    }
+    return true;
+  }
+  void link(Fd down) {
+    std::deque<Pending> to_up, to_down;
+    const auto open_at = Clock::now() + m_delay;
+    bool ok = true;
+    while (ok && !m_stop && Clock::now() < open_at) {  // the SYN is on its way
+      pollfd pf{down.get(), POLLIN, 0};
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(open_at - Clock::now());
+      if (::poll(&pf, 1, static_cast<int>(std::max<long>(1, left.count()))) == 1)
+        ok = take(down.get(), to_up);
+    }
+    Fd up(::socket(AF_INET, SOCK_STREAM, 0));
+    const SockAddr sa = resolve("127.0.0.1", m_upstream);
+    if (!ok || m_stop || ::connect(up.get(), reinterpret_cast<const sockaddr*>(&sa.addr), sa.len) != 0)
+      return;
+    for (auto& p : to_up) p.due = std::min(p.due, Clock::now());
+    while (ok && !m_stop) {
+      ok = put(up.get(), to_up) && put(down.get(), to_down);
+      if (!ok) break;
+      pollfd pf[2] = {{down.get(), POLLIN, 0}, {up.get(), POLLIN, 0}};
+      int wait_ms = 20;
+      for (auto* q : {&to_up, &to_down})
+        if (!q->empty()) {
+          const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(q->front().due - Clock::now());
+          wait_ms = std::clamp(static_cast<int>(left.count()) + 1, 0, wait_ms);
+        }
+      if (::poll(pf, 2, wait_ms) <= 0) continue;
+      if (pf[0].revents) ok = take(down.get(), to_up);
+      if (ok && pf[1].revents) ok = take(up.get(), to_down);
+    }
+    ::shutdown(down.get(), SHUT_RDWR);
+    ::shutdown(up.get(), SHUT_RDWR);
+  }
+
+  int m_upstream;
+  std::chrono::milliseconds m_delay;
+  int m_port = 0;
+  Fd m_listen;
+  std::atomic<bool> m_stop{false};
+  std::thread m_accepter;
+  std::vector<std::thread> m_links;  // started and joined by the accepter's owner only
+};
+
+/// Idle connections to `port`, one from each of `sources` (loopback addresses) every `every`,
+/// each left open (saying nothing) until `keep` newer ones were opened: a stranger who opens
+/// connections faster than the listener's cap per round trip.
+class SteadyFlood {
+ public:
+  SteadyFlood(int port, std::vector<std::string> sources, std::chrono::microseconds every,
+              std::size_t keep = 256)
+      : m_thread([this, port, sources = std::move(sources), every, keep] {
+          run(port, sources, every, keep);
+        }) {}
+  ~SteadyFlood() {
+    m_stop = true;
+    m_thread.join();
+  }
+  SteadyFlood(const SteadyFlood&) = delete;
+  SteadyFlood& operator=(const SteadyFlood&) = delete;
+  [[nodiscard]] int opened() const { return m_opened.load(); }
+  [[nodiscard]] int failed_binds() const { return m_failed_binds.load(); }
+
+ private:
+  void run(int port, const std::vector<std::string>& sources, std::chrono::microseconds every,
+           std::size_t keep) {
+    std::deque<Fd> open;
+    const SockAddr to = resolve("127.0.0.1", port);
+    while (!m_stop) {
+      for (const std::string& src : sources) {
+        Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+        if (!fd.valid()) continue;
+        const SockAddr from = resolve(src, 0);
+        if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&from.addr), from.len) != 0) {
+          ++m_failed_binds;
+          continue;
+        }
+        ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&to.addr), to.len);  // EINPROGRESS
+        ++m_opened;
+        open.push_back(std::move(fd));
+        if (open.size() > keep) open.pop_front();
+      }
+      std::this_thread::sleep_for(every);
+    }
+  }
+  std::atomic<bool> m_stop{false};
+  std::atomic<int> m_opened{0};
+  std::atomic<int> m_failed_binds{0};
+  std::thread m_thread;
+};
+
+// Issue 27 (review), item 1: over a path of 50 ms round trip, a stranger opens idle connections
+// from the connector's own address (a shared NAT) and three others, four every 2 ms: far more
+// than the listener's cap of 4 pending handshakes (2 per address) per round trip. Oldest-first
+// eviction used to close the real peer's reconnect every time, before its Response could arrive;
+// now its Hello proves the pair secret at once, and a proven connection is never evicted for an
+// unproven one. The lost rail reconnects within wan.connect_timeout_s and messages flow.
+TEST_F(Quiet, WanMultirailFloodFasterThanTheCapPerRoundTripCannotKeepARailDown) {
+  MultirailOptions o = base_options(2, 65536);
+  o.connect_timeout_s = 5;
+  o.max_pending_handshakes = 4;
+  o.max_pending_per_source = 2;
+  o.warmup_bytes = 0;
+  MultirailOptions a = o, b = o;
+  a.my_rank = 0;
+  b.my_rank = 1;
+  Pair pr;
+  pr.t[1] = std::make_unique<MultirailTransport>(b, std::vector<int>{0});
+  DelayRelay path(pr.t[1]->listen_port(), std::chrono::milliseconds(25));
+  pr.t[0] = std::make_unique<MultirailTransport>(a, std::vector<int>{1});
+  pr.t[0]->connect({{1, "127.0.0.1", path.port()}});
+  pr.t[1]->connect({});
+  pr.t[0]->wait_connected();
+  pr.t[1]->wait_connected();
+  {
+    SteadyFlood flood(pr.t[1]->listen_port(), {"127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.4"},
+                      std::chrono::microseconds(2000));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    ASSERT_EQ(flood.failed_binds(), 0) << "cannot bind to 127.0.0.2-4 here";
+    ASSERT_GT(flood.opened(), 4 * 20) << "the flood did not get going";
+    const auto t0 = Clock::now();
+    pr.t[0]->debug_kill_rail(1, 0);  // rank 0 reconnects through the path to the flooded listener
+    bool back = false;
+    while (!back && Clock::now() - t0 < std::chrono::duration<double>(o.connect_timeout_s)) {
+      back = pr.t[0]->stats().peers[0].reconnects >= 1;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_TRUE(back) << "rail 0 did not reconnect within " << o.connect_timeout_s
+                      << " s while the flood opened " << flood.opened() << " connections";
+    if (back) exchange(pr, {1, 65536, 1u << 20}, 1, /*late_recv=*/false);
+  }
+  // And afterwards, with the flood gone.
+  exchange(pr, {0, 3, 200000}, 2, /*late_recv=*/true, kSeed + 2);
+}
+
+/// A Hello of rank 0 to rank 1 on rail 0 of `rails`, MAC'd under `secret`.
+std::array<std::uint8_t, kHelloBytes> hello_of(const MultirailOptions& o, const Secret& secret) {
+  Hello h;
+  h.auth = o.auth;
+  h.from_rank = 0;
+  h.to_rank = 1;
+  h.rail = 0;
+  h.rails = static_cast<std::uint32_t>(o.rails);
+  h.chunk_bytes = o.chunk_bytes;
+  h.credit_bytes = 1 << 20;
+  random_bytes(h.nonce);
+  return encode_hello(secret, h);
+}
+
+/// A connection to 127.0.0.1:`port` that has sent `bytes`.
+Fd send_to(int port, std::span<const std::uint8_t> bytes) {
+  const SockAddr sa = resolve("127.0.0.1", port);
+  Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&sa.addr), sa.len) != 0 ||
+      ::send(fd.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(bytes.size()))
+    throw std::runtime_error("cannot connect to and send to the listener");
+  return fd;
+}
+
+/// What the listener did with `fd` within `ms`: "closed", "silent", or "N bytes" it sent.
+std::string reply_of(const Fd& fd, int ms) {
+  pollfd pf{fd.get(), POLLIN, 0};
+  if (::poll(&pf, 1, ms) != 1) return "silent";
+  std::uint8_t buf[256];
+  const ssize_t n = ::recv(fd.get(), buf, sizeof buf, 0);
+  if (n == 0 || (n < 0 && errno == ECONNRESET)) return "closed";
+  return std::to_string(n) + " bytes";
+}
+
+// Issue 27 (review), item 1: a Hello whose MAC does not hold under the pair's secret is refused
+// at once: no Challenge, the connection closed, one log line saying why. The rail is unharmed.
+TEST_F(Quiet, WanMultirailHelloWithAWrongMacIsClosedAtOnceAndLogged) {
+  MultirailOptions o = base_options(1, 4096);
+  Pair pr(o);
+  StderrCapture err;
+  Secret wrong = o.secret;
+  wrong[17] ^= 0x02;
+  Fd fd = send_to(pr.t[1]->listen_port(), hello_of(o, wrong));
+  EXPECT_EQ(reply_of(fd, 3000), "closed");
+  const std::string log = err.take();
+  EXPECT_THAT(log, AllOf(HasSubstr("WAN: closed an incoming connection from 127.0.0.1:"),
+                         HasSubstr("failed the handshake: the hello's HMAC-SHA256 does not match "
+                                   "the secret this rank shares with the rank it names")));
+  exchange(pr, {1, 4096, 100000}, 1, /*late_recv=*/false);
+}
+
+// Hellos with a valid MAC that never finish the handshake (a peer's retries; or Hellos of an
+// attacker on the path, had it the secret): each gets a Challenge, and of those pending for one
+// (peer, rail) the newest two stay; the oldest is closed when a third arrives. None takes the
+// rail, and a Response that does not answer the Challenge is refused.
+TEST_F(Quiet, WanMultirailKeepsTheNewestTwoValidHellosPerRail) {
+  MultirailOptions o = base_options(1, 4096);
+  Pair pr(o);
+  StderrCapture err;
+  std::vector<Fd> c;
+  for (int i = 0; i < 3; ++i) {
+    c.push_back(send_to(pr.t[1]->listen_port(), hello_of(o, o.secret)));
+    EXPECT_EQ(reply_of(c.back(), 3000), std::to_string(kChallengeBytes) + " bytes") << "connection " << i;
+  }
+  EXPECT_EQ(reply_of(c[0], 3000), "closed");
+  EXPECT_EQ(reply_of(c[1], 200), "silent");
+  EXPECT_EQ(reply_of(c[2], 200), "silent");
+  std::array<std::uint8_t, kResponseBytes> junk{};
+  ASSERT_EQ(::send(c[2].get(), junk.data(), junk.size(), MSG_NOSIGNAL), static_cast<ssize_t>(junk.size()));
+  EXPECT_EQ(reply_of(c[2], 3000), "closed");
+  EXPECT_THAT(err.take(), HasSubstr("closed an older pending connection for peer 0 rail 0"));
+  EXPECT_EQ(pr.t[1]->stats().peers[0].reconnects, 0u);
+  exchange(pr, {1, 4096, 100000}, 1, /*late_recv=*/false);
+}
+
+// A recorded Hello replayed (an attacker on the path): its MAC holds, but its nonce was seen, so
+// it is closed at once, without a Challenge, and logged (every Hello whose MAC held is
+// remembered, the last 4096, the real rails' too), while the first stays pending.
+TEST_F(Quiet, WanMultirailReplayedHelloIsClosedAtOnce) {
+  MultirailOptions o = base_options(1, 4096);
+  Pair pr(o);
+  StderrCapture err;
+  const auto hello = hello_of(o, o.secret);
+  Fd first = send_to(pr.t[1]->listen_port(), hello);
+  EXPECT_EQ(reply_of(first, 3000), std::to_string(kChallengeBytes) + " bytes");
+  Fd again = send_to(pr.t[1]->listen_port(), hello);
+  EXPECT_EQ(reply_of(again, 3000), "closed");
+  EXPECT_EQ(reply_of(first, 200), "silent");  // the first is still waiting for its Response
+  EXPECT_THAT(err.take(), HasSubstr("failed the handshake: a replayed hello of rank 0 rail 0 (its "
+                                    "nonce was seen before by this rank)"));
+  exchange(pr, {1, 4096, 100000}, 1, /*late_recv=*/false);
+}
+
+// Issue 27 (review), item 2: a peer with no pair secret used to get the all-zero default one.
+TEST(WanMultirail, APeerWithoutASecretIsAnErrorAtConstruction) {
+  MultirailOptions o = base_options(1, 4096);
+  o.secret = Secret{};
+  Secret s2{};
+  random_bytes(s2);
+  o.pair_secrets[2] = s2;
+  try {
+    MultirailTransport t(o, {2, 3});
+    FAIL() << "expected an Error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::Comm);
+    EXPECT_THAT(e.what(), AllOf(HasSubstr("rank 0 has no secret for its WAN peer 3"),
+                                HasSubstr("MultirailOptions::secret is all zero"),
+                                HasSubstr("build the transport with make_transport")));
+  }
+  o.pair_secrets[3] = s2;  // every peer has one: the zero default is never used
+  EXPECT_NO_THROW(MultirailTransport(o, {2, 3}));
 }
 
 int lines_of(const std::string& text) {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Wire format of the multirail WAN transport: the per-connection handshake (HMAC-SHA256 over the
-// pair secret and two nonces), the fixed frame header (magic, version, message id, offset,
+// pair secret: the Hello's own, then over both nonces), the fixed frame header (magic, version, message id, offset,
 // length, CRC32C, two AES-256-GCM tags) and the per-connection frame keys and tags (HKDF-SHA256,
 // AES-256-GCM through OpenSSL's EVP API). Pure encode/decode and crypto; no sockets, no state.
 #pragma once
@@ -26,7 +26,7 @@ using HmacTag = std::array<std::uint8_t, 32>;
 
 inline constexpr std::uint32_t kFrameMagic = 0x574C5441;      ///< "ATLW" little-endian
 inline constexpr std::uint32_t kHandshakeMagic = 0x48574C41;  ///< "ALWH" little-endian
-inline constexpr std::uint8_t kWireVersion = 2;
+inline constexpr std::uint8_t kWireVersion = 3;
 /// Header layout: [0, 52) fields, [52, 56) header CRC32C, [56, 72) payload tag, [72, 88) header
 /// tag. The tags are zero (and not checked) under FrameAuth::Crc.
 inline constexpr std::size_t kHeaderBytes = 88;
@@ -86,11 +86,16 @@ std::string decode_header(std::span<const std::uint8_t, kHeaderBytes> in,
                           std::uint64_t max_frame_bytes, FrameHeader& h);
 
 // ---- handshake ----
-// connector -> acceptor: Hello (who I am, who I think you are, which rail, my nonce)
+// connector -> acceptor: Hello (who I am, who I think you are, which rail, my nonce, and an
+//                      HMAC over all that: proof that I know our pair secret, from byte one)
 // acceptor -> connector: Challenge (acceptor's nonce and its proof over Hello + nonce)
 // connector -> acceptor: Response (connector's proof). Frames may follow immediately.
+// The Hello's MAC lets the acceptor tell a real peer from a stranger before it answers (a
+// stranger cannot push a real peer's pending connection out, see multirail.cpp make_room); it
+// does not prove freshness (a recorded Hello can be replayed): the Challenge's fresh nonce does.
 
-inline constexpr std::size_t kHelloBytes = 72;
+inline constexpr std::size_t kHelloBytes = 104;
+inline constexpr std::size_t kHelloMacAt = 72;  ///< Hello bytes [0, 72) are covered by its MAC
 inline constexpr std::size_t kChallengeBytes = 88;
 inline constexpr std::size_t kResponseBytes = 40;
 
@@ -103,6 +108,7 @@ struct Hello {
   std::uint64_t chunk_bytes = 0;     ///< connector's chunk size (its data frames' length)
   std::uint64_t credit_bytes = 0;    ///< eager bytes the connector accepts unasked
   Nonce nonce{};
+  HmacTag mac{};  ///< HMAC(secret, "atlas-wan/hello" | hello bytes before mac); set by decode
 };
 
 struct Challenge {
@@ -116,9 +122,14 @@ struct Response {
   HmacTag mac{};  ///< HMAC(secret, "atlas-wan/connect" | hello | challenge fields before mac)
 };
 
-std::array<std::uint8_t, kHelloBytes> encode_hello(const Hello& h);
-/// Returns "" and fills `h`, or the reason the bytes are not a Hello.
+/// Encodes `h` (its `mac` is ignored) and appends its MAC under `secret`, the pair's.
+std::array<std::uint8_t, kHelloBytes> encode_hello(const Secret& secret, const Hello& h);
+/// Returns "" and fills `h` (`mac` included), or the reason the bytes are not a Hello. Does not
+/// check the MAC: `h.from_rank` says whose secret check_hello needs.
 std::string decode_hello(std::span<const std::uint8_t, kHelloBytes> in, Hello& h);
+/// Acceptor side, before anything else is done for the connection: "" when the Hello's MAC
+/// proves its sender knows `secret` (constant-time compare), else the reason.
+std::string check_hello(const Secret& secret, std::span<const std::uint8_t, kHelloBytes> in);
 
 /// Builds the acceptor's Challenge (computes its MAC) for the received Hello bytes.
 std::array<std::uint8_t, kChallengeBytes> encode_challenge(

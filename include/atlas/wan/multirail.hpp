@@ -45,14 +45,18 @@ struct MultirailOptions {
   std::string bind_host = "127.0.0.1";        ///< listen address (cluster.bind_hosts[my_dc])
   int bind_port = 0;                          ///< 0 = kernel-chosen
   /// Secret of the pair (this rank, peer), by the peer's world rank; a peer not listed uses
-  /// `secret`. make_transport fills it (X25519 + wan.key_file); the handshake proves it and the
-  /// frame keys are derived from it.
+  /// `secret`. make_transport fills it (X25519 + wan.key_file); the handshake proves it (the
+  /// connector's Hello already does) and the frame keys are derived from it.
   std::map<int, Secret> pair_secrets;
-  Secret secret{};                            ///< secret of peers not in pair_secrets
+  /// Secret of peers not in pair_secrets (tests, bench). All zero (the default) with such a
+  /// peer: Error (Comm) at construction, naming the peer.
+  Secret secret{};
   /// Protection of every frame (wan.auth): Mac (default), Encrypt, or Crc (accidents only).
   FrameAuth auth = FrameAuth::Mac;
-  /// Incoming connections that have not completed their handshake, at most this many at once
-  /// (0 = from RLIMIT_NOFILE: a limit / 8, within 4..64); the oldest is closed for a new one.
+  /// Incoming connections that have not yet sent a Hello with a valid MAC, at most this many at
+  /// once (0 = from RLIMIT_NOFILE: a limit / 8, within 4..64); the oldest is closed for a new one.
+  /// Connections whose Hello proved the pair secret are not counted and never closed for these;
+  /// of them at most 2 per (peer, rail) wait for their handshake to finish, the newest.
   int max_pending_handshakes = 0;
   /// Of those, at most this many from one source address (0 = a quarter of the above, >= 2).
   int max_pending_per_source = 0;

@@ -126,6 +126,12 @@ Secret derive_pair_secret(std::span<const std::uint8_t, 32> x25519_shared,
                           std::span<const std::uint8_t, 32> pub_a, int rank_b,
                           std::span<const std::uint8_t, 32> pub_b);
 
+/// Test hook: the strings this process sent over MPI in its last make_transport call, in order:
+/// its peer list ("1 3 "), its X25519 public key (64 lowercase hex digits; "" without peers), its
+/// listen address ("host port"). make_transport sends nothing else over MPI (an error line
+/// instead of a key or an address, when it fails). wan.transport = mpi: the peer list only.
+std::vector<std::string> debug_make_transport_mpi_strings();
+
 std::unique_ptr<PeerTransport> make_transport(const WanCfg& wan, const ClusterCfg& cluster,
                                               const mpi::Comm& world, int my_dc,
                                               const std::vector<int>& peers);
