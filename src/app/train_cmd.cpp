@@ -200,7 +200,7 @@ JobResult run_training_job(const Config& cfg, const mpi::Comm& world, const JobO
         val = trainer.evaluate();
       out.step(rep, val, trainer.tokens_per_step(), comms);
       check_finite(rep, val, out.logged(step, val.has_value()) || out.checkpoint_due(step + 1, last), comms.world, out,
-                 first_bad_loss);
+                   first_bad_loss);
       out.maybe_checkpoint(trainer, comms, step + 1, last);
       result.losses.push_back(rep.loss);
       if (val) result.final_val_loss = *val;
