@@ -17,3 +17,7 @@ set_tests_properties(model_get_data PROPERTIES LABELS slow TIMEOUT 300
 atlas_unit_test(test_model_learn unit/test_model_learn.cpp)
 set_tests_properties(test_model_learn PROPERTIES LABELS slow TIMEOUT 120
   FIXTURES_REQUIRED brown_corpus)
+
+# GPT-2 byte-level BPE: unit tests (need data/gpt2, which get-data.sh installs).
+atlas_unit_test(test_model_gpt2_tokenizer unit/test_model_gpt2_tokenizer.cpp)
+set_tests_properties(test_model_gpt2_tokenizer PROPERTIES FIXTURES_REQUIRED brown_corpus)
