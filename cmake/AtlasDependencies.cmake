@@ -44,3 +44,21 @@ target_link_libraries(atlas::isal INTERFACE ${ISAL_LIBRARY})
 
 # {fmt}: std::format-style formatting (GCC 12's libstdc++ has no <format>).
 find_package(fmt REQUIRED)
+
+# PCRE2 (8-bit): GPT-2's pre-tokenization regular expression, with Unicode classes (UTF + UCP).
+find_package(PkgConfig QUIET)
+if(PkgConfig_FOUND)
+  pkg_check_modules(PCRE2 QUIET IMPORTED_TARGET libpcre2-8)
+endif()
+if(PCRE2_FOUND)
+  add_library(atlas::pcre2 ALIAS PkgConfig::PCRE2)
+else()
+  find_path(PCRE2_INCLUDE_DIR pcre2.h)
+  find_library(PCRE2_LIBRARY NAMES pcre2-8)
+  if(NOT PCRE2_INCLUDE_DIR OR NOT PCRE2_LIBRARY)
+    message(FATAL_ERROR "PCRE2 not found (Debian: libpcre2-dev)")
+  endif()
+  add_library(atlas::pcre2 INTERFACE IMPORTED)
+  target_include_directories(atlas::pcre2 INTERFACE ${PCRE2_INCLUDE_DIR})
+  target_link_libraries(atlas::pcre2 INTERFACE ${PCRE2_LIBRARY})
+endif()

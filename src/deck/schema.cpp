@@ -322,7 +322,7 @@ void build(Schema& schema) {
   b.field("model.seq_len", &C::model, &ModelCfg::seq_len).def("64").min(2).max(kMaxTokens)
       .help("tokens per training sample");
   b.field("model.vocab", &C::model, &ModelCfg::vocab).def("256").min(2).max(kMaxTokens)
-      .help("vocabulary size (256 for the byte-level tokenizer)");
+      .help("vocabulary size: >= 256 for data.tokenizer = byte, exactly 50257 for gpt2");
   b.field("model.layers_per_stage", &C::model, &ModelCfg::layers_per_stage).def("\"\"").min(1).max(kMaxLayers)
       .help("blocks on each pipeline stage; empty = an even split (model.layers % stages == 0)");
   b.field("model.init_std", &C::model, &ModelCfg::init_std).def("0.02").min(0)
@@ -361,6 +361,13 @@ void build(Schema& schema) {
   // [data]
   b.field("data.corpus_dir", &C::data, &DataCfg::corpus_dir).def("data/brown")
       .help("directory of the Brown corpus text files (make data installs it)");
+  b.choice("data.tokenizer", &C::data, &DataCfg::tokenizer,
+           {{"byte", TokenizerKind::Byte}, {"gpt2", TokenizerKind::Gpt2}})
+      .def("byte").help("text to token ids: byte (one token per byte, vocabulary 256) or gpt2 "
+                        "(GPT-2 byte-level BPE, vocabulary 50257)");
+  b.field("data.tokenizer_dir", &C::data, &DataCfg::tokenizer_dir).def("data/gpt2")
+      .help("directory holding the GPT-2 encoder.json and vocab.bpe (make data installs them); "
+            "used when data.tokenizer = gpt2");
   b.field("data.val_fraction", &C::data, &DataCfg::val_fraction).def("0.05").min(0.001).max(0.5)
       .help("fraction of the token stream held out for validation");
 

@@ -115,6 +115,16 @@ void check_model(const Config& c, std::vector<std::string>& out) {
   const int tp = c.parallel.tp_size;
   // Every division below needs a positive divisor: a rejected value keeps its (positive)
   // default, and the schema's minimums keep these >= 1, but a division never trusts that.
+  // The embedding must hold every id the tokenizer makes (model.vocab may pad beyond it for
+  // byte; GPT-2's checkpoints and reference ids fix it at exactly 50257 for gpt2).
+  if (c.data.tokenizer == TokenizerKind::Gpt2 && m.vocab != 50257)
+    out.push_back("model.vocab = " + std::to_string(m.vocab) +
+                  " does not match data.tokenizer = gpt2, whose vocabulary is 50257 tokens\n"
+                  "  hint: set model.vocab = 50257 (or data.tokenizer = byte)");
+  if (c.data.tokenizer == TokenizerKind::Byte && m.vocab < 256)
+    out.push_back("model.vocab = " + std::to_string(m.vocab) +
+                  " is smaller than data.tokenizer = byte's 256 symbols\n"
+                  "  hint: set model.vocab = 256 (or larger)");
   if (m.heads > 0 && m.hidden % m.heads != 0)
     out.push_back("model.hidden = " + std::to_string(m.hidden) + " is not divisible by model.heads = " +
                   std::to_string(m.heads) + "\n  hint: pick hidden = heads * head_dim");

