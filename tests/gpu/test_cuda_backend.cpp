@@ -262,15 +262,20 @@ TEST_F(CudaVsHost, GeluForwardAndBackwardInPlace) {
   Pair y = zeros(n);
   host_be->gelu_forward(y.host.f32(), x.host.f32(), n);
   cuda_be->gelu_forward(y.cuda.f32(), x.cuda.f32(), n);
-  // expf differs by <= 2 ulp and FMAs may contract: 1e-5 relative + 1e-6 absolute.
-  expect_close(y, 1e-5, 1e-6, "gelu forward");
+  // expf differs by <= 2 ulp and FMAs may contract: 1e-5 relative. The absolute part is set by
+  // cancellation, not by the result: in the negative tail 0.5 x (1 + tanh(u)) subtracts two
+  // numbers near 1, so both sides carry an error of a few ulps of |x| (about 4e-6 for |x| <= 6)
+  // on results that are nearly 0, and the backward's terms cancel the same way where
+  // gelu'(x) = 0. The H200 run of 2026-12-04 missed 1e-6 on one element of 50,001 (#22).
+  constexpr double kAtol = 1e-5;
+  expect_close(y, 1e-5, kAtol, "gelu forward");
   Pair d = both(random_vec(n, 41));
   host_be->gelu_backward(d.host.f32(), x.host.f32(), d.host.f32(), n);  // din aliases dout
   cuda_be->gelu_backward(d.cuda.f32(), x.cuda.f32(), d.cuda.f32(), n);
-  expect_close(d, 1e-5, 1e-6, "gelu backward");
+  expect_close(d, 1e-5, kAtol, "gelu backward");
   host_be->gelu_forward(x.host.f32(), x.host.f32(), n);  // out aliases in
   cuda_be->gelu_forward(x.cuda.f32(), x.cuda.f32(), n);
-  expect_close(x, 1e-5, 1e-6, "gelu forward in place");
+  expect_close(x, 1e-5, kAtol, "gelu forward in place");
 }
 
 TEST_F(CudaVsHost, CausalAttentionForwardAndBackward) {
