@@ -94,8 +94,7 @@ int bench_step(Context& ctx) {
   const JobResult rn = run_training_job(full, world, quiet);
   if (world.rank() == 0) {
     fmt::print("# atlas bench step: the same model and global batch ({} tokens/step), {} timed steps\n",
-               static_cast<long long>(full.parallel.dp_size) * full.train.micro_batches * full.train.micro_batch_size *
-                   full.model.seq_len,
+               static_cast<long long>(full.tokens_per_step()),
                rn.steps_run - 1);
     fmt::print("# {:>6} {:>12} {:>12} {:>10}\n", "ranks", "step_ms", "tokens/s", "loss");
     fmt::print("  {:>6} {:>12.1f} {:>12.0f} {:>10.4f}\n", 1, r1.mean_step_s * 1e3, r1.tokens_per_s, r1.losses.back());

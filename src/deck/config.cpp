@@ -47,6 +47,12 @@ std::string Config::ckpt_dir() const {
   return ckpt.dir.empty() ? (std::filesystem::path(run_dir()) / "ckpt").string() : ckpt.dir;
 }
 
+std::int64_t Config::sequences_per_step() const {
+  return static_cast<std::int64_t>(parallel.dp_size) * train.micro_batches * train.micro_batch_size;
+}
+
+std::int64_t Config::tokens_per_step() const { return sequences_per_step() * model.seq_len; }
+
 const char* to_string(ScheduleKind k) {
   switch (k) {
     case ScheduleKind::GPipe: return "gpipe";

@@ -182,7 +182,7 @@ void check_misc(const Config& c, const JobShape& shape, std::vector<std::string>
 void check_sizes(const Config& c, std::vector<std::string>& out) {
   const auto& p = c.parallel;
   const auto& t = c.train;
-  const double batch = static_cast<double>(p.dp_size) * t.micro_batches * t.micro_batch_size;
+  const double batch = static_cast<double>(c.sequences_per_step());
   if (batch > limits::kMaxGlobalBatch)
     out.push_back("parallel.dp_size (" + std::to_string(p.dp_size) + ") x train.micro_batches (" +
                   std::to_string(t.micro_batches) + ") x train.micro_batch_size (" +

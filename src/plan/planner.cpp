@@ -93,7 +93,7 @@ std::vector<std::string> validate_for_planning(const Config& cfg, bool cuda_buil
   auto problems = deck::validate(probe, shape);
   problems.insert(problems.begin(), extra.begin(), extra.end());
   // The probe has dp 1: the global batch the planner keeps is the deck's dp's.
-  const double batch = static_cast<double>(cfg.parallel.dp_size) * cfg.train.micro_batches * cfg.train.micro_batch_size;
+  const double batch = static_cast<double>(cfg.sequences_per_step());
   if (batch > deck::limits::kMaxGlobalBatch && probe.train.micro_batches * static_cast<double>(probe.train.micro_batch_size) <=
                                                    deck::limits::kMaxGlobalBatch)
     problems.push_back(fmt::format(
@@ -103,9 +103,7 @@ std::vector<std::string> validate_for_planning(const Config& cfg, bool cuda_buil
   return problems;
 }
 
-int global_batch(const Config& cfg) {
-  return cfg.parallel.dp_size * cfg.train.micro_batches * cfg.train.micro_batch_size;
-}
+int global_batch(const Config& cfg) { return static_cast<int>(cfg.sequences_per_step()); }
 
 std::optional<std::vector<int>> place_stages(const std::vector<int>& free_gpus, int pp, int gpus_per_stage) {
   std::vector<int> order(free_gpus.size());

@@ -158,8 +158,7 @@ double Trainer::validation_unigram_entropy() const {
 }
 
 std::int64_t Trainer::tokens_per_step() const {
-  return static_cast<std::int64_t>(m_layout.dp_size()) * m_cfg.train.micro_batches *
-         m_cfg.train.micro_batch_size * m_cfg.model.seq_len;
+  return m_cfg.tokens_per_step();
 }
 
 // ---- one step ----

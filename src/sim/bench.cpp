@@ -117,8 +117,8 @@ int run_sim_bench(const std::vector<std::string>& args) {
   for (int i = 0; i < repeat; ++i) {
     t0 = std::chrono::steady_clock::now();
     const sched::CostModel cost = cost_model(step_cfg, layout, prof);
-    r = measure(sched::retime(deck_table, cost), cost,
-                static_cast<double>(step_cfg.parallel.dp_size) * step_cfg.train.micro_batches * step_cfg.model.seq_len);
+    // Tokens of the whole step (it left out train.micro_batch_size before).
+    r = measure(sched::retime(deck_table, cost), cost, static_cast<double>(step_cfg.tokens_per_step()));
     step_s.push_back(seconds_since(t0));
     t0 = std::chrono::steady_clock::now();
     (void)simulate(cost, ScheduleKind::OneFOneB, step_cfg.train.micro_batches, 1.0);

@@ -88,10 +88,7 @@ SimResult measure(const sched::ScheduleTable& t, const sched::CostModel& cost, d
 }
 
 namespace {
-double tokens_per_step(const Config& cfg) {
-  return static_cast<double>(cfg.parallel.dp_size) * cfg.train.micro_batches * cfg.train.micro_batch_size *
-         cfg.model.seq_len;
-}
+double tokens_per_step(const Config& cfg) { return static_cast<double>(cfg.tokens_per_step()); }
 }  // namespace
 
 SimResult simulate(const sched::CostModel& cost, ScheduleKind kind, int micro_batches, double tokens,

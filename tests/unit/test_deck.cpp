@@ -81,6 +81,17 @@ TEST(Units, ParsersAreStrict) {
   EXPECT_EQ(units::format_bytes_exact(1000), "1000");
 }
 
+TEST(Deck, OneDefinitionOfTheGlobalBatchAndTokensPerStep) {
+  // dp x micro_batches x micro_batch_size sequences of seq_len tokens: the figure training's
+  // tokens/s, the simulator, the planner and the benchmarks all divide by (bench sim left out
+  // micro_batch_size before it used this).
+  const Config c = parse("mem", kMinimal,
+                         {"parallel.dp_size=3", "train.micro_batches=4", "train.micro_batch_size=2", "model.seq_len=16",
+                          "cluster.gpus_per_dc=8 8"});
+  EXPECT_EQ(c.sequences_per_step(), 3 * 4 * 2);
+  EXPECT_EQ(c.tokens_per_step(), 3 * 4 * 2 * 16);
+}
+
 TEST(Deck, MinimalDeckGetsEveryDefault) {
   const Config c = parse("mem", kMinimal, {});
   EXPECT_EQ(c.cluster.dcs, (std::vector<std::string>{"east", "west"}));

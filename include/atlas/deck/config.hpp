@@ -207,6 +207,12 @@ struct Config {
   [[nodiscard]] std::string run_dir() const;
   /// ckpt.dir, or runs/NAME/ckpt.
   [[nodiscard]] std::string ckpt_dir() const;
+  /// Sequences per optimizer step over the whole job (the global batch):
+  /// parallel.dp_size x train.micro_batches x train.micro_batch_size. The one definition that
+  /// training, the simulator, the planner and the benchmarks use.
+  [[nodiscard]] std::int64_t sequences_per_step() const;
+  /// Tokens per optimizer step over the whole job: sequences_per_step() x model.seq_len.
+  [[nodiscard]] std::int64_t tokens_per_step() const;
 };
 
 const char* to_string(ScheduleKind k);
