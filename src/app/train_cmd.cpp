@@ -138,9 +138,13 @@ JobResult run_training_job(const Config& cfg, const mpi::Comm& world, const JobO
 
   // ---- pre-flight validation ----
   const auto hash = static_cast<unsigned long long>(table.structure_hash());
-  if (comms.world.allreduce(hash, MPI_MAX) != comms.world.allreduce(hash, MPI_MIN))
-    ATLAS_THROW(Internal, "ranks built different schedule tables (hash " << std::hex << hash
-                                                                         << "); every rank must run the same binary and deck");
+  {
+    // Gathered, so every rank names the same culprits and raises the same config error.
+    std::vector<std::uint64_t> hashes(static_cast<std::size_t>(comms.world.size()));
+    const std::uint64_t mine = hash;
+    ATLAS_MPI_CHECK(MPI_Allgather(&mine, 1, MPI_UINT64_T, hashes.data(), 1, MPI_UINT64_T, comms.world.get()));
+    if (const std::string why = sched::table_mismatch(hashes); !why.empty()) throw ConfigError(why);
+  }
   out.schedule(table);
 
   const std::vector<int> peers = layout.wan_peers(me);

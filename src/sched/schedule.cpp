@@ -509,6 +509,33 @@ int ScheduleTable::link_index(int src_dc, int dst_dc) const {
   return -1;
 }
 
+std::string table_mismatch(const std::vector<std::uint64_t>& hash_of_rank) {
+  std::vector<std::uint64_t> distinct;
+  for (const std::uint64_t h : hash_of_rank)
+    if (std::find(distinct.begin(), distinct.end(), h) == distinct.end()) distinct.push_back(h);
+  if (distinct.size() <= 1) return {};
+  std::string groups;
+  for (const std::uint64_t h : distinct) {
+    // The ranks that built `h`, as ranges: "0-3, 6".
+    std::string ranks;
+    int n = 0;
+    const int size = static_cast<int>(hash_of_rank.size());
+    for (int r = 0; r < size; ++r) {
+      if (hash_of_rank[static_cast<std::size_t>(r)] != h) continue;
+      int last = r;
+      while (last + 1 < size && hash_of_rank[static_cast<std::size_t>(last + 1)] == h) ++last;
+      ranks += (ranks.empty() ? "" : ", ") + (last > r ? fmt::format("{}-{}", r, last) : std::to_string(r));
+      n += last - r + 1;
+      r = last;
+    }
+    groups += fmt::format("{}hash {:016x} on {} {}", groups.empty() ? "" : "; ", h, n == 1 ? "rank" : "ranks", ranks);
+  }
+  return fmt::format("the ranks built {} different schedule tables ({})\n"
+                     "  hint: every rank must run the same binary and deck and find the same device profile "
+                     "(plan.profiles, or profiles/device/ under each rank's working directory)",
+                     distinct.size(), groups);
+}
+
 std::uint64_t ScheduleTable::structure_hash() const {
   std::uint64_t h = 1469598103934665603ULL;  // FNV-1a
   auto mix = [&h](std::int64_t v) {

@@ -386,3 +386,20 @@ TEST(Schedule, GoldenAtlasThreeDcsDp2) {
 
 }  // namespace
 }  // namespace atlas::sched
+
+namespace atlas::sched {
+namespace {
+
+TEST(TableMismatch, NamesEachHashWithItsRanksAndSaysNothingWhenAllAgree) {
+  EXPECT_EQ(table_mismatch({}), "");
+  EXPECT_EQ(table_mismatch({7, 7, 7}), "");
+  const std::string m = table_mismatch({7, 7, 7, 7, 9, 7, 9, 5});
+  EXPECT_THAT(m, ::testing::HasSubstr("the ranks built 3 different schedule tables ("
+                                      "hash 0000000000000007 on ranks 0-3, 5; "
+                                      "hash 0000000000000009 on ranks 4, 6; "
+                                      "hash 0000000000000005 on rank 7)"));
+  EXPECT_THAT(m, ::testing::HasSubstr("hint: every rank must run the same binary and deck"));
+}
+
+}  // namespace
+}  // namespace atlas::sched

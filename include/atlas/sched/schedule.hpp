@@ -70,6 +70,11 @@ struct ScheduleTable {
   [[nodiscard]] std::uint64_t structure_hash() const;
 };
 
+/// "" when every rank's structure hash (index = world rank) is the same; else one message that
+/// lists each distinct hash with the ranks that built it ("ranks 0-3, 6") and the likely causes,
+/// for a config error every rank raises alike.
+[[nodiscard]] std::string table_mismatch(const std::vector<std::uint64_t>& hash_of_rank);
+
 struct ScheduleOptions {
   ScheduleKind kind = ScheduleKind::OneFOneB;
   int micro_batches = 1;
