@@ -391,7 +391,7 @@ void build(Schema& schema) {
   b.choice("wan.transport", &C::wan, &WanCfg::transport,
            {{"multirail", WanTransport::Multirail}, {"mpi", WanTransport::Mpi}})
       .def("multirail").help("cross-DC stage boundaries: multirail TCP or plain MPI (baseline)");
-  b.field("wan.rails", &C::wan, &WanCfg::rails).def("4").min(1).max(64)
+  b.field("wan.rails", &C::wan, &WanCfg::rails).def("4").min(1).max(limits::kMaxRails)
       .help("TCP connections per DC-pair peer");
   b.field("wan.chunk_bytes", &C::wan, &WanCfg::chunk_bytes).def("256K").min(1).max(1.0 * units::kGiB)
       .help("striping unit: messages are cut into chunks of this size (binary suffixes)");

@@ -25,6 +25,7 @@
 #include "atlas/core/log.hpp"
 #include "atlas/core/units.hpp"
 #include "atlas/deck/deck.hpp"
+#include "atlas/deck/schema.hpp"
 #include "atlas/wan/fd.hpp"
 #include "atlas/wan/multirail.hpp"
 #include "atlas/wan/transport.hpp"
@@ -86,7 +87,8 @@ Opts parse_args(const std::vector<std::string>& args) {
       while (pos <= v.size()) {
         const std::size_t c = std::min(v.find(',', pos), v.size());
         const auto n = units::parse_int(v.substr(pos, c - pos));
-        if (!n || *n < 1 || *n > 64) usage_error("--rails needs a list like 1,2,4,8,16 (1..64)");
+        if (!n || *n < 1 || *n > deck::limits::kMaxRails)
+          usage_error(fmt::format("--rails needs a list like 1,2,4,8,16 (1..{})", deck::limits::kMaxRails));
         o.rails.push_back(static_cast<int>(*n));
         pos = c + 1;
       }

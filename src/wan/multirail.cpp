@@ -40,6 +40,7 @@
 
 #include "atlas/core/error.hpp"
 #include "atlas/core/log.hpp"
+#include "atlas/deck/schema.hpp"
 #include "atlas/wan/fd.hpp"
 #include "op.hpp"
 
@@ -489,8 +490,9 @@ class Engine {
 
 Engine::Engine(const MultirailOptions& opts, const std::vector<int>& peers, const PeerTransport* owner)
     : m_opts(opts), m_owner(owner) {
-  if (m_opts.rails < 1 || m_opts.rails > 1024)
-    throw Error(ExitCode::Comm, fmt::format("multirail: rails = {} (need 1..1024)", m_opts.rails));
+  if (m_opts.rails < 1 || m_opts.rails > deck::limits::kMaxRails)
+    throw Error(ExitCode::Comm, fmt::format("multirail: rails = {} (need 1..{}, the range of wan.rails)", m_opts.rails,
+                                            deck::limits::kMaxRails));
   if (m_opts.chunk_bytes < 1 || m_opts.chunk_bytes > 0xFFFFFFFFull)
     throw Error(ExitCode::Comm, fmt::format("multirail: wan.chunk_bytes = {} (need 1 .. 4G-1)",
                                             m_opts.chunk_bytes));

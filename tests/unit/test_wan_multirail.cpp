@@ -25,6 +25,7 @@
 
 #include "atlas/core/error.hpp"
 #include "atlas/core/log.hpp"
+#include "atlas/deck/schema.hpp"
 #include "atlas/wan/fd.hpp"
 #include "atlas/wan/multirail.hpp"
 #include "unit/test_wan_payload.hpp"
@@ -1522,6 +1523,20 @@ TEST(WanMultirail, APeerWithoutASecretIsAnErrorAtConstruction) {
   }
   o.pair_secrets[3] = s2;  // every peer has one: the zero default is never used
   EXPECT_NO_THROW(MultirailTransport(o, {2, 3}));
+}
+
+TEST(WanMultirail, RailsOutsideTheDecksRangeAreRefused) {
+  // One bound for wan.rails, the schema's: a transport built directly obeys it too.
+  for (const int rails : {0, deck::limits::kMaxRails + 1}) {
+    MultirailOptions o = base_options(rails, 4096);
+    try {
+      MultirailTransport t(o, {1});
+      FAIL() << "expected an Error for rails = " << rails;
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), HasSubstr(fmt::format("multirail: rails = {} (need 1..{}, the range of wan.rails)", rails,
+                                                  deck::limits::kMaxRails)));
+    }
+  }
 }
 
 int lines_of(const std::string& text) {

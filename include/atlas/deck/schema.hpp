@@ -23,6 +23,7 @@ inline constexpr double kMaxDcs = 64;                  ///< entries of cluster.d
 inline constexpr double kMaxGpusPerDc = 1'000'000;     ///< cluster.gpus_per_dc, ranks_per_host
 inline constexpr double kMaxStages = 4096;             ///< parallel.stages_per_dc entries
 inline constexpr double kMaxDp = 100'000;              ///< parallel.dp_size
+inline constexpr int kMaxRails = 64;                   ///< wan.rails (and every other user of the transport)
 inline constexpr double kMaxRanks = 16'777'216;         ///< stages x dp_size x tp_size (the job's ranks)
 inline constexpr double kMaxLayers = 4096;             ///< model.layers, bubbletea.layers
 inline constexpr double kMaxHidden = 1'048'576;        ///< model.hidden, heads (and bubbletea's)
