@@ -236,10 +236,10 @@ TEST(PlanErrors, AGlobalBatchPastTheLimitsIsAConfigErrorNotAnInternalOne) {
                                      "(1000) = 100000000 sequences per step, more than 16777216"));
   // A global batch within the limit whose every shape makes a schedule table past the limit (the
   // fuzzer's find: atlas plan ended in an internal error in plan_config).
-  Config cfg = deck::parse("plan.deck", kCluster, {"parallel.dp_size=160", "train.micro_batches=100000", "model.layers=4"});
+  Config cfg = deck::parse("plan.deck", kCluster, {"parallel.dp_size=160", "train.micro_batches=65536", "model.layers=4"});
   ASSERT_TRUE(validate_for_planning(cfg, false).empty());
   EXPECT_THAT(error_of([&] { (void)search(cfg, sim::builtin_device_profile(GpuKind::H100)); }),
-              HasSubstr("no plan fits: with a global batch of 16000000 sequences (parallel.dp_size x "
+              HasSubstr("no plan fits: with a global batch of 10485760 sequences (parallel.dp_size x "
                         "train.micro_batches x train.micro_batch_size) every shape's schedule table has more "
                         "than 2000000 slots"));
 }

@@ -28,7 +28,10 @@ inline constexpr double kMaxRanks = 16'777'216;         ///< stages x dp_size x 
 inline constexpr double kMaxLayers = 4096;             ///< model.layers, bubbletea.layers
 inline constexpr double kMaxHidden = 1'048'576;        ///< model.hidden, heads (and bubbletea's)
 inline constexpr double kMaxTokens = 16'777'216;       ///< seq_len, vocab, context, prompt lengths
-inline constexpr double kMaxMicroBatches = 100'000;    ///< train.micro_batches, eval_batches
+/// train.micro_batches, eval_batches: the pipeline boundary's message tags hold a micro-batch id
+/// in 16 bits (runtime::Boundary::tag_of: flow * 65536 + micro), so activation tags never meet
+/// gradient tags.
+inline constexpr double kMaxMicroBatches = 65'536;
 inline constexpr double kMaxSeconds = 1e6;             ///< every *_s duration (std::chrono safe)
 /// Slots of one schedule table, estimated as micro_batches x stages x dp x 6 (forward,
 /// backward and their sends and receives): bounds the memory and time of atlas schedule,
