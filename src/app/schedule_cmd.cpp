@@ -42,14 +42,7 @@ int cmd_schedule(Context& ctx) {
   }
 
   std::vector<sched::ScheduleTable> tables;
-  for (ScheduleKind k : kinds) {
-    sched::ScheduleOptions opt;
-    opt.kind = k;
-    opt.micro_batches = cfg.train.micro_batches;
-    if (cfg.schedule.atlas_max_stagger > 0) opt.max_stagger_transfers = cfg.schedule.atlas_max_stagger;
-    opt.fixed_slots = cfg.schedule.atlas_slots;
-    tables.push_back(sched::build_schedule(cost, opt));
-  }
+  for (ScheduleKind k : kinds) tables.push_back(sched::build_schedule(cost, sched::schedule_options(cfg, k)));
 
   // BubbleTea: the charts and JSON show the bubbles' predicted Prefill slots ('~'), FLOP-estimated.
   std::vector<sched::ScheduleTable> shown = tables;

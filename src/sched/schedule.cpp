@@ -436,13 +436,17 @@ ScheduleTable retime(const ScheduleTable& table, const CostModel& c) {
   return t;
 }
 
-ScheduleTable build_schedule(const Config& cfg, const topo::Layout& layout) {
+ScheduleOptions schedule_options(const Config& cfg, ScheduleKind kind) {
   ScheduleOptions opt;
-  opt.kind = cfg.schedule.kind;
+  opt.kind = kind;
   opt.micro_batches = cfg.train.micro_batches;
   if (cfg.schedule.atlas_max_stagger > 0) opt.max_stagger_transfers = cfg.schedule.atlas_max_stagger;
   opt.fixed_slots = cfg.schedule.atlas_slots;
-  return build_schedule(cost_model(cfg, layout), opt);
+  return opt;
+}
+
+ScheduleTable build_schedule(const Config& cfg, const topo::Layout& layout) {
+  return build_schedule(cost_model(cfg, layout), schedule_options(cfg, cfg.schedule.kind));
 }
 
 // ---- BubbleTea: predicted Prefill slots in the bubbles ----

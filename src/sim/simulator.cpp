@@ -101,12 +101,8 @@ SimResult simulate(const sched::CostModel& cost, ScheduleKind kind, int micro_ba
 }
 
 sched::ScheduleTable runtime_table(const Config& cfg, const topo::Layout& layout) {
-  sched::ScheduleOptions o;
-  o.kind = cfg.schedule.kind;
-  o.micro_batches = cfg.train.micro_batches;
-  if (cfg.schedule.atlas_max_stagger > 0) o.max_stagger_transfers = cfg.schedule.atlas_max_stagger;
-  o.fixed_slots = cfg.schedule.atlas_slots;
-  return sched::build_schedule(cost_model(cfg, layout, resolve_device_profile(cfg)), o);
+  return sched::build_schedule(cost_model(cfg, layout, resolve_device_profile(cfg)),
+                               sched::schedule_options(cfg, cfg.schedule.kind));
 }
 
 namespace {
@@ -139,12 +135,8 @@ SimResult simulate_impl(const Config& deck, const Config& machine, const DeviceP
     const sched::ScheduleTable deck_table = runtime_table(deck, layout);
     r = measure(sched::retime(deck_table, cost), cost, tokens_per_step(deck));
   } else {
-    sched::ScheduleOptions o;
-    o.kind = deck.schedule.kind;
-    o.micro_batches = deck.train.micro_batches;
+    sched::ScheduleOptions o = sched::schedule_options(deck, deck.schedule.kind);
     o.full_search = opt.atlas_full_search;
-    if (deck.schedule.atlas_max_stagger > 0) o.max_stagger_transfers = deck.schedule.atlas_max_stagger;
-    o.fixed_slots = deck.schedule.atlas_slots;
     r = measure(sched::build_schedule(cost, o), cost, tokens_per_step(deck));
   }
   r.profile_name = profile.name;

@@ -247,12 +247,7 @@ int schedule_pipeline(const Mutant& m, std::string& messages) {
     const double slots = 6.0 * cfg.train.micro_batches * layout.pp_size() * layout.dp_size();
     if (slots <= 20000) kinds.push_back(ScheduleKind::Atlas);
     for (ScheduleKind k : kinds) {
-      sched::ScheduleOptions opt;
-      opt.kind = k;
-      opt.micro_batches = cfg.train.micro_batches;
-      if (cfg.schedule.atlas_max_stagger > 0) opt.max_stagger_transfers = cfg.schedule.atlas_max_stagger;
-      opt.fixed_slots = cfg.schedule.atlas_slots;
-      const sched::ScheduleTable t = sched::build_schedule(cost, opt);
+      const sched::ScheduleTable t = sched::build_schedule(cost, sched::schedule_options(cfg, k));
       if (cfg.bubbletea.enabled) (void)sched::place_prefill(t, bubbletea::prefill_plan(cfg, layout, t));
     }
     return 0;

@@ -86,6 +86,9 @@ struct ScheduleOptions {
 /// Builds the table for a cost model. Throws atlas::Error (Internal) if the program deadlocks,
 /// which would be a bug in the program generator.
 ScheduleTable build_schedule(const CostModel& cost, const ScheduleOptions& opt);
+/// The options a deck gives a table of kind `kind` (micro-batches, the atlas stagger cap, fixed
+/// slots): what training, atlas schedule, atlas simulate and the tests build with.
+[[nodiscard]] ScheduleOptions schedule_options(const Config& cfg, ScheduleKind kind);
 
 /// The deck's table: cost_model(cfg, layout) with schedule.kind and train.micro_batches.
 ScheduleTable build_schedule(const Config& cfg, const topo::Layout& layout);
