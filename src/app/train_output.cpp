@@ -49,7 +49,6 @@ std::string json_escape(const std::string& text) {
 /// errno's text after a failed stream operation ("" when errno says nothing).
 std::string errno_text() { return errno != 0 ? std::string(": ") + std::strerror(errno) : std::string(); }
 
-void write_whole(const fs::path& p, const std::string& text) { write_file_whole(p.string(), text); }
 
 }  // namespace
 
@@ -59,7 +58,7 @@ TrainOutput::TrainOutput(const Config& cfg, bool root, bool quiet)
   std::error_code ec;
   fs::create_directories(m_dir, ec);
   if (ec) ATLAS_THROW(Io, "cannot create run directory " << m_dir << ": " << ec.message());
-  write_whole(fs::path(m_dir) / "resolved.deck", deck::resolved_deck(cfg));
+  write_file_whole((fs::path(m_dir) / "resolved.deck").string(), deck::resolved_deck(cfg));
   errno = 0;
   m_log.open(fs::path(m_dir) / "log.txt", std::ios::app);
   if (!m_log.is_open()) ATLAS_THROW(Io, "cannot open " << m_dir << "/log.txt" << errno_text());
@@ -189,7 +188,7 @@ void TrainOutput::diverged(int step, const std::string& why) {
   // The divergence is the job's error: a run.json that cannot be written (a full disk) is
   // reported, but must not replace it with an I/O error on rank 0 alone.
   try {
-    write_whole(fs::path(m_dir) / "run.json",
+    write_file_whole((fs::path(m_dir) / "run.json").string(),
                 fmt::format("{{\"run\":\"{}\",\"status\":\"diverged\",\"step\":{},\"exit_code\":{},\"error\":\"{}\"}}\n",
                             json_escape(m_cfg.run.name), step, static_cast<int>(ExitCode::Diverged), json_escape(why)));
   } catch (const Error& e) {
@@ -281,12 +280,12 @@ std::vector<runtime::SlotEvent> TrainOutput::finish(runtime::Trainer& trainer, c
   s += fmt::format("# mean step {:.1f} ms (table predicted {:.1f} ms); WAN bytes sent {}\n", mean_step * 1e3,
                    table.step_ms, wan_bytes);
   if (m_cfg.profile.enabled && m_cfg.profile.trace_json) {
-    write_whole(fs::path(m_dir) / "trace.json",
+    write_file_whole((fs::path(m_dir) / "trace.json").string(),
                 runtime::chrome_trace_json(events, runtime::trace_labels(layout, table, m_cfg.cluster.dcs)));
     s += fmt::format("# wrote {}/trace.json ({} events){}\n", m_dir, events.size(),
                      m_cfg.profile.enabled ? " and profile.h5" : "");
   }
-  write_whole(fs::path(m_dir) / "run.json",
+  write_file_whole((fs::path(m_dir) / "run.json").string(),
               fmt::format("{{\"run\":\"{}\",\"status\":\"OK\",\"steps\":{},\"first_loss\":{:.6f},\"final_loss\":{:.6f},"
                           "\"final_val_loss\":{},\"mean_step_ms\":{:.3f},\"predicted_step_ms\":{:.3f},"
                           "\"schedule\":\"{}\",\"world_size\":{},\"wan_bytes\":{},\"prefill_tokens\":{}}}\n",

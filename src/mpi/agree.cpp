@@ -3,10 +3,8 @@
 #include "atlas/mpi/agree.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
 #include <exception>
-#include <thread>
 
 #include <fmt/format.h>
 
@@ -68,20 +66,15 @@ void settle_collective_error(const CollectiveError& e, MPI_Comm verdict, double 
   int size = 1;
   if (MPI_Comm_size(verdict, &size) != MPI_SUCCESS || size == 1) return;
   bool all = false;
-  MPI_Request req = MPI_REQUEST_NULL;
-  if (MPI_Ibarrier(verdict, &req) == MPI_SUCCESS) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-    for (int sleep_us = 10;; sleep_us = std::min(sleep_us * 2, 20000)) {
-      int done = 0;
-      if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
-      if (done) {
-        all = true;
-        break;
-      }
-      // The request stays pending when it times out: the job is aborted next.
-      if (std::chrono::steady_clock::now() >= deadline) break;
-      std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
+  MPI_Request raw = MPI_REQUEST_NULL;
+  if (MPI_Ibarrier(verdict, &raw) == MPI_SUCCESS) {
+    Request req(raw);
+    try {
+      all = req.wait_polling_for(timeout_s, 20000);
+    } catch (const Error&) {  // an MPI failure here: the others cannot be reached either
     }
+    // A request still pending is forgotten, not waited on: the job is aborted next.
+    if (!all) req.abandon();
   }
   if (all) return;
   for (const auto& p : e.problems()) log::error("{}", p);
