@@ -15,6 +15,7 @@
 
 #include "atlas/app/commands.hpp"
 #include "atlas/app/training_job.hpp"
+#include "atlas/core/env.hpp"
 #include "atlas/deck/deck.hpp"
 #include "atlas/device/host_backend.hpp"
 #include "atlas/bubbletea/bench.hpp"
@@ -258,8 +259,7 @@ int bench_fidelity(Context& ctx) {
   quiet.quiet = true;
   // The prediction is for the network the job really runs on: the deck's WAN inside the emulation
   // (scripts/wan/run_emulated.sh sets ATLAS_WAN_EMULATED=1), else loopback between the "DCs".
-  const char* emu = std::getenv("ATLAS_WAN_EMULATED");
-  const bool emulated = emu != nullptr && std::string(emu) == "1";
+  const bool emulated = env::get("ATLAS_WAN_EMULATED") == "1";
   std::string table = fmt::format(
       "# {:<30} {:>5} {:>11} {:>12} {:>6} {:>9} {:>11} {:>9} {:>12} {:>9} {:>9} {:>11} {:>11} {:>8} {:>11} {:>7}\n",
       "deck", "ranks", "measured_ms", "predicted_ms", "ratio", "fresh_ms", "fresh_ratio", "insitu_ms", "insitu_ratio",

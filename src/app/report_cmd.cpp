@@ -16,6 +16,7 @@
 #include "atlas/app/commands.hpp"
 #include "atlas/app/report_script.hpp"
 #include "atlas/core/check.hpp"
+#include "atlas/core/env.hpp"
 
 extern char** environ;
 
@@ -26,16 +27,15 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string env_or(const char* name, const std::string& def) {
-  const char* v = std::getenv(name);
-  return (v && *v) ? std::string(v) : def;
+  return env::get(name).value_or(def);
 }
 
 }  // namespace
 
 std::string find_report_script(const std::string& name) {
   std::vector<fs::path> tried;
-  if (const char* root = std::getenv("ATLAS_ROOT"); root && *root)
-    tried.push_back(fs::path(root) / "scripts" / "report" / name);
+  if (const auto root = env::get("ATLAS_ROOT"))
+    tried.push_back(fs::path(*root) / "scripts" / "report" / name);
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   if (!ec) {

@@ -29,6 +29,7 @@
 #include <fmt/format.h>
 
 #include "atlas/core/check.hpp"
+#include "atlas/core/env.hpp"
 #include "atlas/core/log.hpp"
 #include "atlas/core/units.hpp"
 #include "atlas/deck/deck.hpp"
@@ -60,7 +61,7 @@ void collective(const mpi::Comm& world, F&& f) {
 /// WAN emulation (ATLAS_WAN_BIND_HOST, set per DC namespace by scripts/wan/run_emulated.sh), else
 /// the DC's cluster.bind_hosts entry (a wildcard becomes loopback).
 std::string host_of_dc(const ClusterCfg& cl, int dc) {
-  if (const char* env = std::getenv("ATLAS_WAN_BIND_HOST"); env && *env) return env;
+  if (std::optional<std::string> env = env::get("ATLAS_WAN_BIND_HOST")) return *env;
   if (cl.bind_hosts.empty()) return "127.0.0.1";
   const std::size_t i = cl.bind_hosts.size() == 1 ? 0 : static_cast<std::size_t>(dc);
   const std::string& h = cl.bind_hosts[std::min(i, cl.bind_hosts.size() - 1)];

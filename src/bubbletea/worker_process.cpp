@@ -21,6 +21,7 @@
 
 #include "atlas/bubbletea/decode.hpp"
 #include "atlas/core/check.hpp"
+#include "atlas/core/env.hpp"
 #include "atlas/core/error.hpp"
 
 extern char** environ;
@@ -30,10 +31,10 @@ namespace atlas::bubbletea {
 namespace fs = std::filesystem;
 
 std::string default_worker_program() {
-  if (const char* env = std::getenv("ATLAS_DECODE_WORKER"); env && *env) {
-    if (!fs::exists(env))
-      throw ConfigError(fmt::format("ATLAS_DECODE_WORKER = '{}' does not exist", env));
-    return env;
+  if (const std::optional<std::string> env = env::get("ATLAS_DECODE_WORKER")) {
+    if (!fs::exists(*env))
+      throw ConfigError(fmt::format("ATLAS_DECODE_WORKER = '{}' does not exist", *env));
+    return *env;
   }
   std::error_code ec;
   const fs::path self = fs::read_symlink("/proc/self/exe", ec);

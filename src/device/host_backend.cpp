@@ -20,6 +20,7 @@
 
 #include <fmt/format.h>
 
+#include "atlas/core/env.hpp"
 #include "atlas/core/check.hpp"
 #include "atlas/core/units.hpp"
 
@@ -451,10 +452,10 @@ class HostBackend final : public Backend {
 /// ranks on these cores (2 ranks in 2 namespaces on 2 cores each took 2 threads: steps 5x slower).
 int local_ranks_from_env() {
   for (const char* var : {"ATLAS_HOST_RANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
-    const char* value = std::getenv(var);
-    if (value == nullptr || *value == '\0') continue;
+    const std::optional<std::string> value = env::get(var);
+    if (!value) continue;
     char* end = nullptr;
-    const long n = std::strtol(value, &end, 10);
+    const long n = std::strtol(value->c_str(), &end, 10);
     if (end != nullptr && *end == '\0' && n > 0) return static_cast<int>(n);
   }
   return 1;

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "atlas/core/env.hpp"
 #include "atlas/core/error.hpp"
 #include "atlas/core/units.hpp"
 
@@ -16,9 +17,9 @@ namespace atlas::runtime {
 namespace {
 /// True if `var` (RANK:STEP) names this rank and step of a fresh run.
 bool fault_here(const char* var, int world_rank, int step, bool resumed) {
-  const char* v = std::getenv(var);
-  if (!v || !*v || resumed) return false;
-  const std::string s(v);
+  const std::optional<std::string> v = env::get(var);
+  if (!v || resumed) return false;
+  const std::string& s = *v;
   const auto colon = s.find(':');
   const auto rank = colon == std::string::npos ? std::nullopt : units::parse_int(s.substr(0, colon));
   const auto at = colon == std::string::npos ? std::nullopt : units::parse_int(s.substr(colon + 1));

@@ -21,6 +21,7 @@
 
 #include <fmt/format.h>
 
+#include "atlas/core/env.hpp"
 #include "atlas/core/error.hpp"
 #include "atlas/core/log.hpp"
 #include "atlas/core/units.hpp"
@@ -285,9 +286,9 @@ double recv_stream(PeerTransport& t, int peer, const Opts& o, double warmup, dou
 // ---- iperf3 ----
 
 bool on_path(const char* prog) {
-  const char* path = std::getenv("PATH");
+  const std::optional<std::string> path = env::get("PATH");
   if (!path) return false;
-  std::string p = path;
+  const std::string& p = *path;
   std::size_t pos = 0;
   while (pos <= p.size()) {
     const std::size_t c = std::min(p.find(':', pos), p.size());
@@ -564,7 +565,7 @@ int run_wan_bench(mpi::Environment& env, const std::vector<std::string>& args) {
 
   // ---- loopback overhead check: one process, two transports on 127.0.0.1 ----
   std::string loop_line;
-  if (o.loopback && emulated && std::getenv("ATLAS_WAN_EMULATED")) {
+  if (o.loopback && emulated && env::get("ATLAS_WAN_EMULATED")) {
     // Inside a DC namespace the emulation's per-flow window (tcp_rmem/tcp_wmem) caps loopback
     // sockets too, so this would not be the plain-loopback overhead check.
     out("# loopback overhead check: skipped inside the emulation (its per-flow window caps "
@@ -742,10 +743,10 @@ Link setup_link(const mpi::Comm& world, const std::string& deck_path,
 
   // ---- which DC each rank is in ----
   int my_dc = 0;
-  if (const char* e = std::getenv("ATLAS_WAN_DC"); e && *e) {
-    const auto v = units::parse_int(e);
+  if (const std::optional<std::string> e = env::get("ATLAS_WAN_DC")) {
+    const auto v = units::parse_int(*e);
     if (!v || *v < 0 || *v >= ndc)
-      throw Error(ExitCode::Usage, fmt::format("ATLAS_WAN_DC='{}' is not a DC index of the deck (0..{})", e, ndc - 1));
+      throw Error(ExitCode::Usage, fmt::format("ATLAS_WAN_DC='{}' is not a DC index of the deck (0..{})", *e, ndc - 1));
     my_dc = static_cast<int>(*v);
   } else if (cfg.parallel.world_size() == np &&
              cfg.parallel.stages_per_dc.size() == static_cast<std::size_t>(ndc)) {
@@ -766,7 +767,7 @@ Link setup_link(const mpi::Comm& world, const std::string& deck_path,
   const int receiver = link.receiver;
   link.dc_s = dcs[0];
   link.dc_r = receiver >= 0 ? dcs[static_cast<std::size_t>(receiver)] : link.dc_s;
-  link.emulated = (std::getenv("ATLAS_WAN_EMULATED") && std::string(std::getenv("ATLAS_WAN_EMULATED")) == "1") ||
+  link.emulated = env::get("ATLAS_WAN_EMULATED") == "1" ||
                   cfg.wan.emulate == WanEmulation::Netns;
   if (receiver >= 0) {
     link.link_bps = cl.bandwidth(link.dc_s, link.dc_r) * 1e9;
@@ -775,7 +776,7 @@ Link setup_link(const mpi::Comm& world, const std::string& deck_path,
   }
   link.host_r = cl.bind_hosts.empty() ? "127.0.0.1"
                 : cl.bind_hosts[cl.bind_hosts.size() == 1 ? 0 : static_cast<std::size_t>(link.dc_r)];
-  if (const char* e = std::getenv("ATLAS_WAN_BIND_HOST"); e && *e && me == receiver) link.host_r = e;
+  if (const auto e = env::get("ATLAS_WAN_BIND_HOST"); e && me == receiver) link.host_r = *e;
   if (receiver >= 0) world.bcast_string(link.host_r, receiver);
   return link;
 }

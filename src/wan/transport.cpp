@@ -18,6 +18,7 @@
 
 #include <fmt/format.h>
 
+#include "atlas/core/env.hpp"
 #include "atlas/core/log.hpp"
 #include "atlas/core/units.hpp"
 #include "atlas/wan/mpi_transport.hpp"
@@ -277,12 +278,12 @@ std::unique_ptr<PeerTransport> make_transport(const WanCfg& wan, const ClusterCf
   o.bind_host = cluster.bind_hosts[dc];
   // The WAN emulation (scripts/wan/run_emulated.sh) runs each DC in a network namespace of its
   // own and names the DC's address there; it replaces the deck's (loopback) listen address.
-  if (const char* env = std::getenv("ATLAS_WAN_BIND_HOST"); env && *env) {
+  if (const std::optional<std::string> env = env::get("ATLAS_WAN_BIND_HOST")) {
     static bool told = false;  // once per process
     if (world.rank() == 0 && !told)
       log::info("# WAN: listen addresses from ATLAS_WAN_BIND_HOST (emulated WAN), not cluster.bind_hosts");
     told = true;
-    o.bind_host = env;
+    o.bind_host = *env;
   }
   if (o.bind_host == "0.0.0.0" || o.bind_host == "::")
     throw Error(ExitCode::Comm, fmt::format("cluster.bind_hosts entry '{}' is a wildcard: peers "

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "atlas/core/check.hpp"
+#include "atlas/core/env.hpp"
 #include "atlas/core/units.hpp"
 #include "cuda_backend_impl.hpp"
 #include "kernels.hpp"
@@ -64,10 +65,10 @@ DeviceProbe probe_devices() {
 int local_rank_from_env() {
   for (const char* var :
        {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "PMI_LOCAL_RANK"}) {
-    const char* value = std::getenv(var);
-    if (value == nullptr || *value == '\0') continue;
+    const std::optional<std::string> value = env::get(var);
+    if (!value) continue;
     char* end = nullptr;
-    const long n = std::strtol(value, &end, 10);
+    const long n = std::strtol(value->c_str(), &end, 10);
     if (end != nullptr && *end == '\0' && n >= 0 && n < INT_MAX) return static_cast<int>(n);
   }
   return 0;
@@ -76,11 +77,11 @@ int local_rank_from_env() {
 std::unique_ptr<Backend> make_cuda_backend(const DeviceCfg& /*cfg: host threads do not apply*/) {
   const DeviceProbe probe = probe_devices();
   if (!probe.error.empty() || probe.count <= 0) {
-    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    const std::optional<std::string> visible = env::get("CUDA_VISIBLE_DEVICES");
     ATLAS_THROW(Device,
                 "device.backend = cuda, but no CUDA device is visible: cudaGetDeviceCount returned "
                     << (probe.error.empty() ? std::string("0 devices") : probe.error)
-                    << (visible != nullptr ? fmt::format(" (CUDA_VISIBLE_DEVICES = \"{}\")", visible)
+                    << (visible ? fmt::format(" (CUDA_VISIBLE_DEVICES = \"{}\")", *visible)
                                            : std::string())
                     << "\n  hint: run on a node with an NVIDIA GPU and its driver (nvidia-smi "
                        "lists them), or set device.backend = host");

@@ -1,0 +1,26 @@
+// SPDX-License-Identifier: MIT
+// The one place atlas calls getenv (see the header).
+#include "atlas/core/env.hpp"
+
+#include <cstdlib>
+
+#include "atlas/core/check.hpp"
+
+namespace atlas::env {
+
+bool listed(std::string_view name) {
+  for (const Variable& v : kVariables)
+    if (name == v.name) return true;
+  return false;
+}
+
+std::optional<std::string> get(std::string_view name) {
+  ATLAS_ASSERT(listed(name), "environment variable " << name
+                                                     << " is read but not listed in atlas::env::kVariables "
+                                                        "(include/atlas/core/env.hpp)");
+  const char* v = std::getenv(std::string(name).c_str());
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  return std::string(v);
+}
+
+}  // namespace atlas::env
