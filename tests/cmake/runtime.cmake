@@ -52,3 +52,4 @@ set_tests_properties(test_job_errors PROPERTIES LABELS mpi TIMEOUT 400 FIXTURES_
 add_test(NAME test_wan_flood
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/launch/test_wan_flood.sh ${PROJECT_SOURCE_DIR} $<TARGET_FILE:atlas>)
 set_tests_properties(test_wan_flood PROPERTIES LABELS mpi TIMEOUT 300 FIXTURES_REQUIRED brown_corpus PROCESSORS 2)
+atlas_unit_test(test_slot_marks ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_slot_marks.cpp)
