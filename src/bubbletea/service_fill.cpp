@@ -17,7 +17,7 @@ std::pair<double, std::int64_t> Service::fill(int step, const sched::Slot& slot,
   if (!m_started_clock) start();
   const double t_enter = m_profiler.now();
   const double guard_ms = m_cfg.bubbletea.guard_ms;
-  // A receive slot is a wait the table did not plan (bubbletea.fill_recv_waits): the runtime's
+  // A receive slot is a wait the table did not plan (bubbletea.fill_recv_waits): WaitFiller's
   // budget is already a learned lower bound, filled as it is (no stretch, no allowance), and the
   // bubble before it (if any) has not been measured yet.
   const bool unplanned = sched::is_recv(slot.kind);
@@ -41,7 +41,7 @@ std::pair<double, std::int64_t> Service::fill(int step, const sched::Slot& slot,
     // within the table's length or, past it, a quantile of this bubble's real lengths.
     allowed_s = index >= 0 ? watched_allowance_s(index, budget_s) : budget_s;
   } else if (watched) {
-    // A WAN wait inside a training slot (bubbletea.fill_wan_waits): the runtime's budget, already
+    // A WAN wait inside a training slot (bubbletea.fill_wan_waits): WaitFiller's budget, already
     // stretched (the deck's prediction x max_stretch, or a learned lower bound when longer).
     allowed_s = budget_s;
   } else if (index >= 0 && m_profiler.enabled()) {

@@ -60,14 +60,14 @@ class Service final : public WaitFiller {
   /// call on every rank right after Profiler::sync_epoch, before the first step.
   void start();
 
-  /// The runtime's hook at an Idle/Prefill slot: runs prefill chunks whose predicted time (plus
+  /// The runtime's hook at an Idle/Prefill slot (and WaitFiller's, in a fillable wait): runs prefill chunks whose predicted time (plus
   /// bubbletea.guard_ms) fits what is left of the bubble, and non-blocking bookkeeping (MPI
   /// tests, socket writes). Where the bubble ends in a receive (`ended` given), BubbleTea tests
   /// it before every chunk and stops as soon as it has arrived, or at the end of `budget_s` (the
   /// table's prediction) or, past it, of the bubbletea.stretch_quantile of this bubble's real
   /// lengths over its last RecentWaits::kCapacity steps (up to max_stretch x `budget_s`). A WAN wait inside
   /// a training slot (AllReduce, Optimizer; `ended` given) is filled within `budget_s` as given
-  /// (the runtime stretched it). Otherwise the bubble is `budget_s` (the table's prediction) or,
+  /// (WaitFiller::fill_wait stretched it). Otherwise the bubble is `budget_s` (the table's prediction) or,
   /// when the profiler records slots, an allowance learned from the wait that followed it the last time
   /// (a real bubble shorter than predicted shrinks it; a measured longer one lets it grow, up to
   /// max_stretch x `budget_s`). Returns (seconds of prefill work, prompt tokens through this
