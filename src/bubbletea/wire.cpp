@@ -23,7 +23,7 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-[[noreturn]] void comm_fail(const std::string& what) { throw Error(ExitCode::Comm, what); }
+[[noreturn]] void comm_fail(const std::string& what) { ATLAS_THROW(Comm, what); }
 
 std::vector<char> framed(Type type, const std::vector<char>& payload) {
   FrameHeader h;

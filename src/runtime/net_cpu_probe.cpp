@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "atlas/core/check.hpp"
 #include "atlas/core/error.hpp"
 #include "atlas/wan/transport.hpp"
 
@@ -29,8 +30,8 @@ void sleepy_wait(wan::PeerTransport& t, wan::Handle& h, double timeout_s, const 
   const double start = now_s();
   while (!t.test(h)) {
     if (now_s() - start > timeout_s)
-      throw Error(ExitCode::Comm, std::string("net cpu probe: the ") + what + " did not complete in " +
-                                      std::to_string(static_cast<int>(timeout_s)) + " s (wan.recv_timeout_s)");
+      ATLAS_THROW(Comm, "net cpu probe: the " << what << " did not complete in " << static_cast<int>(timeout_s)
+                                               << " s (wan.recv_timeout_s)");
     std::this_thread::sleep_for(std::chrono::microseconds(500));
   }
 }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "atlas/core/check.hpp"
 #include "atlas/core/error.hpp"
 
 namespace atlas::runtime {
@@ -43,11 +44,11 @@ void ring(const mpi::Comm& comm, int rounds, double work_ms, std::int64_t per_ms
     mpi::Request sent = comm.isend(std::span<const double>(&mine, 1), next, 911);
     const double wait_start = now_ms();
     if (!in.wait_polling_for(60.0, 200))
-      throw Error(ExitCode::Comm, "wake probe: no message from rank " + std::to_string(prev) + " in 60 s");
+      ATLAS_THROW(Comm, "wake probe: no message from rank " << prev << " in 60 s");
     const double done = now_ms();
     if (theirs >= wait_start) samples.push_back(done - theirs);
     if (!sent.wait_polling_for(60.0, 200))
-      throw Error(ExitCode::Comm, "wake probe: the message to rank " + std::to_string(next) + " was not taken in 60 s");
+      ATLAS_THROW(Comm, "wake probe: the message to rank " << next << " was not taken in 60 s");
   }
 }
 

@@ -300,6 +300,7 @@ ScheduleTable to_table(const CostModel& c, ScheduleKind kind, int m, const Engin
     }
     idle_until(t.step_ms);
   }
+  mark_slots(t);  // the stagger and the waits BubbleTea may fill (src/sched/slot_marks.cpp)
   return t;
 }
 

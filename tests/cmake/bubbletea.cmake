@@ -1,8 +1,10 @@
 # SPDX-License-Identifier: MIT
 # Tests of bubbletea/: the inference model (bitwise split/handoff equivalence), requests and the
-# bubble map, the decode worker over loopback sockets, and the service inside real training.
+# bubble map, the budget learner, the decode worker over loopback sockets, and the service inside
+# real training.
 atlas_unit_test(test_bubbletea_model unit/test_bubbletea_model.cpp)
 atlas_unit_test(test_bubbletea_requests unit/test_bubbletea_requests.cpp)
+atlas_unit_test(test_bubbletea_budget unit/test_bubbletea_budget.cpp)
 atlas_unit_test(test_bubbletea_decode unit/test_bubbletea_decode.cpp)
 add_dependencies(test_bubbletea_decode atlas-decode-worker)
 target_compile_definitions(test_bubbletea_decode PRIVATE ATLAS_DECODE_WORKER_EXE="$<TARGET_FILE:atlas-decode-worker>")

@@ -20,7 +20,6 @@ add_test(NAME test_kill_restart
 set_tests_properties(test_kill_restart PROPERTIES LABELS slow TIMEOUT 300 FIXTURES_REQUIRED brown_corpus
   PROCESSORS 2)
 atlas_unit_test(test_runtime_fault ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_runtime_fault.cpp)
-atlas_unit_test(test_recent_waits ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_recent_waits.cpp)
 atlas_unit_test(test_profile_reader ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_profile_reader.cpp)
 # The wake-up delay probe (the simulator's cluster.host_wake_us in atlas bench fidelity).
 atlas_mpi_test(test_wake_probe SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/mpi/test_wake_probe.cpp NP 1 3 TIMEOUT 60)
@@ -52,3 +51,4 @@ set_tests_properties(test_job_errors PROPERTIES LABELS mpi TIMEOUT 400 FIXTURES_
 add_test(NAME test_wan_flood
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/launch/test_wan_flood.sh ${PROJECT_SOURCE_DIR} $<TARGET_FILE:atlas>)
 set_tests_properties(test_wan_flood PROPERTIES LABELS mpi TIMEOUT 300 FIXTURES_REQUIRED brown_corpus PROCESSORS 2)
+atlas_unit_test(test_slot_marks ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_slot_marks.cpp)

@@ -366,7 +366,10 @@ TEST(BubbleTeaService, TrainingLossesAreBitwiseUnchanged) {
 // (the tied-embedding sum between DCs in AllReduce, the gradient-norm sum across DCs in
 // Optimizer) with a test that ends them. A filler that spins on that test until it says done
 // proves the test makes progress; the losses stay bitwise those of a run without a filler.
-struct WaitRecorder : runtime::BubbleFiller {
+// The recorder takes BubbleTea's wait policy (bubbletea::WaitFiller: which waits, their budgets)
+// and records what it is handed.
+struct WaitRecorder : bubbletea::WaitFiller {
+  using WaitFiller::WaitFiller;
   struct RecvFill {
     int step, index;
     double budget_s;
@@ -416,6 +419,7 @@ struct WaitRecorder : runtime::BubbleFiller {
 };
 
 struct RecordedRun {
+  RecordedRun(const Config& cfg, const topo::Layout& layout) : rec(cfg, layout) {}
   std::vector<double> losses;
   WaitRecorder rec;
   std::vector<runtime::SlotEvent> events;  ///< this rank's slots (when `profile`)
@@ -431,7 +435,7 @@ RecordedRun run_with_recorder(const Config& cfg, const mpi::Comm& world, bool fi
   auto wan = wan::make_transport(cfg.wan, cfg.cluster, comms.world, me.dc, layout.wan_peers(me));
   runtime::Profiler profiler(profile, comms.world.rank(), 0);
   runtime::Trainer trainer(cfg, layout, comms, table, wan.get(), *backend, profiler);
-  RecordedRun run;
+  RecordedRun run(cfg, layout);
   run.rec.row = &table.row(me.stage, me.dp);
   run.rec.hold_before_all_reduce_s = hold_before_all_reduce_s;
   if (filler) trainer.set_bubble_filler(&run.rec);

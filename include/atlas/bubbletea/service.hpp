@@ -25,7 +25,7 @@
 #include "atlas/device/backend.hpp"
 #include "atlas/mpi/comm.hpp"
 #include "atlas/runtime/profiler.hpp"
-#include "atlas/runtime/recent_waits.hpp"
+#include "atlas/bubbletea/wait_filler.hpp"
 #include "atlas/runtime/trainer.hpp"
 #include "atlas/sched/schedule.hpp"
 #include "atlas/topo/communicators.hpp"
@@ -40,7 +40,7 @@ struct ServiceOptions {
   int calibration_repeats = 3;
 };
 
-class Service final : public runtime::BubbleFiller {
+class Service final : public WaitFiller {
  public:
   /// Collective over comms.world. Builds this rank's inference layers (bubbletea.weights: random
   /// from run.seed, or read from an atlas checkpoint), calibrates the prefill cost model on
@@ -60,14 +60,14 @@ class Service final : public runtime::BubbleFiller {
   /// call on every rank right after Profiler::sync_epoch, before the first step.
   void start();
 
-  /// The runtime's hook at an Idle/Prefill slot: runs prefill chunks whose predicted time (plus
+  /// The runtime's hook at an Idle/Prefill slot (and WaitFiller's, in a fillable wait): runs prefill chunks whose predicted time (plus
   /// bubbletea.guard_ms) fits what is left of the bubble, and non-blocking bookkeeping (MPI
   /// tests, socket writes). Where the bubble ends in a receive (`ended` given), BubbleTea tests
   /// it before every chunk and stops as soon as it has arrived, or at the end of `budget_s` (the
   /// table's prediction) or, past it, of the bubbletea.stretch_quantile of this bubble's real
-  /// lengths over its last runtime::RecentWaits::kCapacity steps (up to max_stretch x `budget_s`). A WAN wait inside
+  /// lengths over its last RecentWaits::kCapacity steps (up to max_stretch x `budget_s`). A WAN wait inside
   /// a training slot (AllReduce, Optimizer; `ended` given) is filled within `budget_s` as given
-  /// (the runtime stretched it). Otherwise the bubble is `budget_s` (the table's prediction) or,
+  /// (WaitFiller::fill_wait stretched it). Otherwise the bubble is `budget_s` (the table's prediction) or,
   /// when the profiler records slots, an allowance learned from the wait that followed it the last time
   /// (a real bubble shorter than predicted shrinks it; a measured longer one lets it grow, up to
   /// max_stretch x `budget_s`). Returns (seconds of prefill work, prompt tokens through this
@@ -77,7 +77,7 @@ class Service final : public runtime::BubbleFiller {
 
   /// How long the watched bubble at `index` of this rank's row may be filled when the table
   /// says `budget_s`: the table's length until a real length is known, then the
-  /// bubbletea.stretch_quantile of the last (up to runtime::RecentWaits::kCapacity) real lengths, within [budget_s, max_stretch x budget_s]. A real length comes
+  /// bubbletea.stretch_quantile of the last (up to RecentWaits::kCapacity) real lengths, within [budget_s, max_stretch x budget_s]. A real length comes
   /// from a receive that arrived during the fill, or (profiler on) from its recorded end.
   [[nodiscard]] double watched_allowance_s(int index, double budget_s);
 
@@ -98,6 +98,8 @@ class Service final : public runtime::BubbleFiller {
   [[nodiscard]] const PrefillCost& cost() const { return m_cost; }
 
  private:
+  static constexpr int kTagChunk = 1;    ///< activations along the DC pipeline (m_comm)
+  static constexpr int kTagRelease = 2;  ///< releases and prefill-done notices to the dispatcher
   struct ChunkHeader {
     std::int64_t request;
     std::int32_t chunk, n_chunks, pos, n, prompt_tokens, max_new_tokens;
@@ -203,19 +205,17 @@ class Service final : public runtime::BubbleFiller {
   bool m_finished = false;
   std::string m_worker_failure;
 
-  // learned bubble allowances (slot index in this rank's row -> seconds)
+  // learning the bubbles' lengths (into WaitFiller::m_budgets, the one learner)
   const std::vector<sched::Slot>* m_row = nullptr;
-  std::map<int, double> m_allowance;
+  /// The last unwatched bubble, until the slot after it ran (learn_from_last_bubble).
   struct LastBubble {
     bool pending = false;
     int step = 0, index = 0;
     double spent_s = 0.0;   ///< time inside fill()
     double budget_s = 0.0;  ///< the table's
   } m_last;
-  /// Watched bubbles: the real length (bubble start to the receive's arrival) of each slot's
-  /// last runtime::RecentWaits::kCapacity steps; one whose receive had not come when its fill stopped is resolved
-  /// by the fill of that receive (a wait BubbleTea filled) or by the receive's recorded end.
-  std::map<int, runtime::RecentWaits> m_watch_lengths;
+  /// A watched bubble whose receive had not come when its fill stopped: resolved by the fill of
+  /// that receive (a wait BubbleTea filled) or by the receive's recorded end.
   struct WatchedBubble {
     bool pending = false;
     int step = 0, index = 0;

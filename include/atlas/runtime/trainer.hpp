@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: MIT
 // The executor: walks this rank's row of the static schedule table once per step and dispatches
 // each slot (forward, backward, boundary sends and receives, DP all-reduce, optimizer, idle) to
-// the model, the boundary transports and the optimizer. It does not decide the schedule.
+// the model, the boundary transports and the optimizer. It does not decide the schedule: the
+// table's slot marks say where the stagger is and which waits a BubbleFiller may fill. Files:
+// trainer.cpp (set-up, the step's loss, evaluation, the tied-embedding exchange), trainer_step.cpp
+// (the walk of the row), trainer_gradients.cpp (DP buckets, clipping, AdamW), trainer_gather.cpp.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -21,7 +23,6 @@
 #include "atlas/model/optimizer.hpp"
 #include "atlas/runtime/boundary.hpp"
 #include "atlas/runtime/profiler.hpp"
-#include "atlas/runtime/recent_waits.hpp"
 #include "atlas/sched/schedule.hpp"
 #include "atlas/topo/communicators.hpp"
 
@@ -46,17 +47,35 @@ struct StepReport {
   BoundaryStats boundary;
 };
 
-/// Hook for BubbleTea: called at each Idle slot with the slot's predicted length; may run work
-/// that fits and returns (seconds spent, tokens served). Must never run past the budget.
+/// Hook for BubbleTea (bubbletea::WaitFiller and the Service implement it). The runtime calls
+/// it where the table says: at every bubble (Idle/Prefill slot) and at every wait the table marks
+/// sched::SlotMark::FillableWait. Every policy (what to fill, for how long, what to learn) is the
+/// filler's; the runtime only hands them over and waits for its own data. Must never block on
+/// another process.
 class BubbleFiller {
  public:
   virtual ~BubbleFiller() = default;
-  /// Work in the Idle slot `idle_slot` (predicted `budget_s` long). `ended`, when not null, says
+  /// Work in the bubble `idle_slot` (predicted `budget_s` long). `ended`, when not null, says
   /// whether the bubble is already over (the receive that follows it has completed): a filler
   /// stops as soon as it returns true, and may go on past `budget_s` while it returns false.
   /// Returns (seconds of work, prompt tokens).
   virtual std::pair<double, std::int64_t> fill(int step, const sched::Slot& idle_slot, double budget_s,
                                                const std::function<bool()>* ended) = 0;
+  /// A wait the table marks FillableWait begins in slot `index` of this rank's row (a receive;
+  /// the WAN sum inside an AllReduce or Optimizer slot); `done` tests it without blocking. May
+  /// run work while `done` says false, within its own budget. The runtime then completes the
+  /// wait and calls wait_ended(index) where it ends. Returns (seconds of work, prompt tokens).
+  virtual std::pair<double, std::int64_t> fill_wait(int step, const sched::Slot& slot, int index,
+                                                    const std::function<bool()>& done) {
+    (void)step, (void)slot, (void)index, (void)done;
+    return {0.0, 0};
+  }
+  /// The wait fill_wait began at slot `index` is over (its data is in, its sum done).
+  virtual void wait_ended(int index) { (void)index; }
+  /// Whether a bubble marked ExchangeBubble (before a tied-embedding exchange across the WAN) is
+  /// watched: the runtime then finishes the step's gradient sums and sends its half before the
+  /// bubble (so the partner does not wait for the fill) and hands fill() the exchange's test.
+  [[nodiscard]] virtual bool watches_exchange_bubbles() const { return false; }
 };
 
 class Trainer {
@@ -99,21 +118,21 @@ class Trainer {
   void start_open_bucket();
   /// Waits for every started bucket and copies the sums back (the AllReduce slot).
   void finish_buckets();
-  /// BubbleTea in the WAN waits of a training slot (bubbletea.fill_wan_waits): a hook that fills
-  /// until the wait's test says done, adding the seconds to `spent_prefill`; empty when off. Its
-  /// budget: `budget_s` (the deck's prediction) x max_stretch or, when longer, the
-  /// bubbletea.wan_wait_quantile of row slot `index`'s waits over its last RecentWaits::kCapacity steps
-  /// (record_wan_wait), from the first one on.
-  Boundary::WaitHook wan_wait_filler(int step, const sched::Slot& slot, std::size_t index, double budget_s,
-                                     double& spent_prefill, StepReport& r);
-  /// Where a WAN wait the hook watched ends (after the exchange, after the norm sum; not after the
-  /// optimizer's own work): records it for the next steps' budget. No-op when no hook ran.
-  void record_wan_wait();
-  /// BubbleTea in a receive that waits where the table planned no bubble (bubbletea.fill_recv_waits):
-  /// watched, within the shortest wait of row slot `index` over its last RecentWaits::kCapacity steps.
-  /// Returns, with the data in (wait_recv), the seconds of prefill; records this step's wait.
-  double fill_recv_wait(int step, const sched::Slot& slot, std::size_t index, StepReport& r);
-  /// `fill`, when set, gets the WAN waits inside the slot (BubbleTea: bubbletea.fill_wan_waits).
+  /// The hook a fillable wait inside slot `index` (SlotMark::FillableWait) hands to the filler
+  /// (empty without a filler or mark): adds the filler's seconds to `spent_prefill`, its tokens
+  /// to `r`; wait_over() then tells the filler where the wait ended.
+  Boundary::WaitHook wait_hook(int step, const sched::Slot& slot, std::size_t index, double& spent_prefill,
+                               StepReport& r);
+  /// Where a wait wait_hook's hook watched ends (after the exchange, after the norm sum; not after
+  /// the optimizer's own work). No-op when no hook ran.
+  void wait_over();
+  /// A receive slot: hands its wait to the filler (marked FillableWait), then waits for the data.
+  /// Returns the filler's seconds.
+  double receive(int step, const sched::Slot& slot, std::size_t index, StepReport& r);
+  /// Posts the tied-embedding exchange's receive from the partner across the WAN (at the step's
+  /// start, so a bubble before the AllReduce slot can be watched).
+  void post_embedding_recv();
+  /// `fill`, when set, gets the WAN wait inside the slot (the filler's).
   void all_reduce_gradients(const Boundary::WaitHook& fill);
   /// all_reduce_gradients' first half, callable ahead of the AllReduce slot once the step's
   /// backwards are done: ends the DP sums and sends our half of a tied-embedding exchange
@@ -138,22 +157,9 @@ class Trainer {
   mpi::Comm m_embed;    ///< first + last stage of this pipeline lane (tied embedding), pp > 1
   mpi::Comm m_replica;  ///< every rank with this dp index (the global gradient norm)
   bool m_replica_spans_dcs = false;  ///< m_replica's sum crosses the WAN (the pipeline spans DCs)
-  double m_embed_wait_s = 0.0;       ///< predicted WAN wait of the tied-embedding exchange (0: none)
   int m_embed_wan_partner = -1;      ///< world rank of the tied-embedding partner across the WAN (-1: none)
   bool m_sums_started = false;       ///< start_gradient_sums ran this step (ahead of the AllReduce slot)
-  double m_norm_wait_s = 0.0;        ///< predicted WAN wait of the gradient-norm sum
-  /// Per receive slot of this rank's row (fill_recv_wait), and per AllReduce / Optimizer slot whose
-  /// WAN wait BubbleTea watches (wan_wait_filler): its waits over the last steps.
-  std::map<std::size_t, RecentWaits> m_recv_waits;
-  /// The WAN wait the current slot's hook watches, until record_wan_wait.
-  struct WanWait {
-    bool active = false;
-    std::size_t index = 0;
-    double start = 0.0;         ///< the hook's entry
-    double last_pending = 0.0;  ///< the last test that found the wait not done
-    bool arrived = false;       ///< the fill saw it done
-  };
-  WanWait m_wan_wait;
+  int m_wait_index = -1;             ///< the row slot whose wait the filler watches (wait_hook), -1: none
   std::unique_ptr<model::Collective> m_tp;  ///< sums over tp_comm (MPI on host, NCCL on CUDA)
   std::unique_ptr<model::Collective> m_dp;  ///< sums over dp_comm (gradients), dp > 1 only
   std::unique_ptr<model::StageModel> m_model;

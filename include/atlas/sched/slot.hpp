@@ -31,6 +31,24 @@ constexpr bool is_compute(SlotKind k) { return k == SlotKind::Forward || k == Sl
 constexpr bool is_send(SlotKind k) { return k == SlotKind::WanSend || k == SlotKind::LocalSend; }
 constexpr bool is_recv(SlotKind k) { return k == SlotKind::WanRecv || k == SlotKind::LocalRecv; }
 
+/// What the runtime does at a slot beyond its kind, set by sched when the table is built
+/// (mark_slots below, src/sched/slot_marks.cpp). Bit flags of Slot::marks; not part of
+/// the table's structure hash, to_json or the Gantt chart (they follow from the kinds, the
+/// schedule kind and the stages' DCs).
+enum class SlotMark : std::uint8_t {
+  /// Idle: a deliberate delay (the atlas stagger: pipeline d's first stage starts d x stagger
+  /// after the step begins, so the pipelines' first transfers do not collide on the link). The
+  /// runtime sleeps out what is left of the slot; every other bubble is a wait the next slot does.
+  Stagger = 1U << 0,
+  /// A wait BubbleTea may fill: a receive (the data may come after the slot starts), or the WAN
+  /// wait inside an AllReduce (the tied-embedding exchange across DCs) or an Optimizer slot (the
+  /// gradient-norm sum over a pipeline that spans DCs). The runtime hands it to its BubbleFiller.
+  FillableWait = 1U << 1,
+  /// Idle right before an AllReduce slot whose tied-embedding exchange crosses DCs: the step's
+  /// gradients are final here, and the bubble ends when the partner's half arrives.
+  ExchangeBubble = 1U << 2,
+};
+
 /// Direction of a boundary tensor: activations flow forward, their gradients backward.
 enum class Flow : std::uint8_t { Activation, Gradient };
 
@@ -46,8 +64,24 @@ struct Slot {
   int link_pos = -1;         ///< WanSend/WanRecv: position in that link's transfer order
   int request = -1;          ///< Prefill: request id
   int tokens = 0;            ///< Prefill: prompt tokens in this slot
+  std::uint8_t marks = 0;    ///< SlotMark bits (sched::mark_slots)
+
+  [[nodiscard]] bool has(SlotMark m) const { return (marks & static_cast<std::uint8_t>(m)) != 0; }
+  void mark(SlotMark m) { marks = static_cast<std::uint8_t>(marks | static_cast<std::uint8_t>(m)); }
 
   [[nodiscard]] double end_ms() const { return start_ms + duration_ms; }
 };
+
+struct ScheduleTable;
+
+/// Sets every slot's marks (SlotMark) from the table's slot kinds, schedule kind and stage DCs:
+///  - Stagger: the Idle slot that opens a first-stage row of an atlas table (its stagger);
+///  - FillableWait: every receive; the AllReduce slot of the first and last stage when they sit
+///    in different DCs (the tied-embedding exchange crosses the WAN); every Optimizer slot when
+///    the pipeline spans DCs (the gradient-norm sum crosses the WAN);
+///  - ExchangeBubble: an Idle slot right before such an AllReduce.
+/// The table builder calls it once on every table it times (built or re-timed); idempotent.
+/// Leaves the structure hash, to_json and the Gantt chart unchanged.
+void mark_slots(ScheduleTable& table);
 
 }  // namespace atlas::sched

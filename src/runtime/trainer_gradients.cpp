@@ -1,0 +1,82 @@
+// SPDX-License-Identifier: MIT
+// The executor's gradients: DP buckets packed as the last backward finishes gradients and summed
+// over dp_comm inside the DC (overlapped with the backward, train.dp_overlap), the global norm
+// over the pipeline, clipping and the AdamW step. The tied-embedding exchange is trainer.cpp's.
+#include "atlas/runtime/trainer.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "atlas/core/check.hpp"
+
+namespace atlas::runtime {
+
+void Trainer::pack_ready(std::span<model::ParamTensor* const> params) {
+  const std::size_t cap = m_buckets.front().buf.floats();
+  for (model::ParamTensor* p : params) {
+    const auto n = static_cast<std::size_t>(p->shard_numel());
+    std::size_t done = 0;
+    while (done < n) {
+      if (m_open == m_buckets.size()) {
+        m_buckets.emplace_back();
+        m_buckets.back().buf = m_backend.alloc_floats(cap);
+      }
+      Bucket& b = m_buckets[m_open];
+      const std::size_t take = std::min(n - done, cap - b.fill);
+      m_backend.copy(b.buf.f32() + b.fill, p->grad.f32() + done, take * sizeof(float));
+      b.pieces.push_back({p, done, b.fill, take});
+      b.fill += take;
+      done += take;
+      if (b.fill == cap) start_open_bucket();
+    }
+    ++m_packed_params;
+  }
+  // MPI moves a non-blocking collective on only inside MPI calls: one test per started bucket
+  // at each layer boundary keeps the sums flowing while backward computes.
+  for (std::size_t i = 0; i < m_open; ++i)
+    if (m_buckets[i].sum) m_buckets[i].sum->test();
+}
+
+void Trainer::start_open_bucket() {
+  if (m_open == m_buckets.size()) return;  // the last bucket filled up and started already
+  Bucket& b = m_buckets[m_open];
+  if (b.fill == 0) return;
+  b.sum = m_dp->start_allreduce_sum(b.buf, b.fill);
+  ++m_open;
+}
+
+void Trainer::finish_buckets() {
+  start_open_bucket();
+  m_buckets_step = static_cast<int>(m_open);
+  for (std::size_t i = 0; i < m_open; ++i) {
+    Bucket& b = m_buckets[i];
+    b.sum->wait();
+    for (const Bucket::Piece& pc : b.pieces)
+      m_backend.copy(pc.p->grad.f32() + pc.tensor_offset, b.buf.f32() + pc.bucket_offset, pc.count * sizeof(float));
+    b.sum.reset();
+    b.pieces.clear();
+    b.fill = 0;
+  }
+  m_open = 0;
+  m_packed_params = 0;
+}
+
+double Trainer::clip_and_step(int step, const Boundary::WaitHook& fill, double& wait_s) {
+  double& sq = m_norm_sq;  // a member: an abandoned sum (wait_bounded) keeps its buffer
+  sq = m_model->local_grad_sq_norm();
+  const double t0 = m_profiler.now();
+  mpi::Request sum = m_replica.iallreduce_sum(std::span<double>(&sq, 1));
+  // The pipeline's sum crosses every DC it spans: a WAN round trip BubbleTea may fill.
+  if (fill) fill([&sum] { return sum.test(); });
+  wait_bounded(sum, [] { return std::string("the gradient-norm sum over the pipeline"); });
+  wait_s = m_profiler.now() - t0;
+  wait_over();  // before the optimizer's own work
+  const double norm = std::sqrt(sq);
+  const double scale = model::clip_scale(norm, m_cfg.train.grad_clip);
+  const double lr = model::lr_at(step, m_cfg.train, m_cfg.run.steps);
+  m_adamw.step(m_model->params(), m_backend, lr, scale);
+  return norm;
+}
+
+}  // namespace atlas::runtime

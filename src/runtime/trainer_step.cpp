@@ -1,0 +1,181 @@
+// SPDX-License-Identifier: MIT
+// One step of the executor: one walk of this rank's table row; the switch below is the whole
+// algorithm, in table order. The table's slot marks say where the stagger is and which waits the
+// BubbleFiller gets; the filler decides what to do in them.
+#include "atlas/runtime/trainer.hpp"
+
+#include <algorithm>
+#include <thread>
+
+namespace atlas::runtime {
+
+StepReport Trainer::train_step(int step) {
+  using sched::SlotKind;
+  StepReport r;
+  r.step = step;
+  const bool first = m_model->is_first();
+  const bool last = m_model->is_last();
+  const double t_step = m_profiler.now();
+  m_model->zero_grad();
+  m_boundary->begin_step(step);
+  post_embedding_recv();
+  post_loss_receives();
+
+  const auto& row = m_table.row(m_me.stage, m_me.dp);
+  for (std::size_t i = 0; i < row.size(); ++i) {
+    const sched::Slot& slot = row[i];
+    const auto micro = static_cast<std::size_t>(std::max(slot.micro, 0));
+    const double t0 = m_profiler.now();
+    double spent_prefill = 0.0;
+    double norm_wait_s = 0.0;  // Optimizer: the gradient-norm sum's wait (communication, not compute)
+    double sums_s = 0.0;       // a bubble before AllReduce: the gradient sums started in it
+    switch (slot.kind) {
+      case SlotKind::Forward: {
+        if (first || last) m_train->fill(slot.micro, m_tokens.data(), m_targets.data());
+        m_model->forward(slot.micro, first ? m_tokens.data() : nullptr, last ? m_targets.data() : nullptr,
+                         first ? nullptr : &m_act_in[micro], last ? nullptr : &m_act_out[micro]);
+        if (last && static_cast<int>(i) == m_last_forward) send_step_loss();
+        break;
+      }
+      case SlotKind::Backward: {
+        // The step's last backward: each group of gradients it finishes goes into a bucket, and
+        // a full bucket's DP sum starts at once (the sums run while earlier layers compute).
+        const model::StageModel::GradsReady ready = [this](std::span<model::ParamTensor* const> ps) { pack_ready(ps); };
+        const bool overlap = static_cast<int>(i) == m_last_backward;
+        m_model->backward(slot.micro, last ? nullptr : &m_grad_out[micro], first ? nullptr : &m_grad_in[micro],
+                          overlap ? &ready : nullptr);
+        break;
+      }
+      case SlotKind::WanRecv:
+      case SlotKind::LocalRecv: {
+        spent_prefill = receive(step, slot, i, r);  // returns with the data in
+        device::Buffer& dst = slot.flow == sched::Flow::Activation ? m_act_in[micro] : m_grad_out[micro];
+        m_backend.upload(dst.data(), m_boundary->recv_buffer(slot.flow, slot.micro), dst.bytes());
+        break;
+      }
+      case SlotKind::WanSend:
+      case SlotKind::LocalSend: {
+        const device::Buffer& src = slot.flow == sched::Flow::Activation ? m_act_out[micro] : m_grad_in[micro];
+        m_backend.download(m_boundary->send_buffer(slot.flow, slot.micro), src.data(), src.bytes());
+        m_boundary->post_send(slot, static_cast<int>(i));
+        break;
+      }
+      case SlotKind::AllReduce:
+        all_reduce_gradients(wait_hook(step, slot, i, spent_prefill, r));
+        r.dp_buckets = m_buckets_step;
+        r.dp_buckets_early = m_buckets_early;
+        break;
+      case SlotKind::Optimizer:
+        r.grad_norm = clip_and_step(step, wait_hook(step, slot, i, spent_prefill, r), norm_wait_s);
+        r.lr = model::lr_at(step, m_cfg.train, m_cfg.run.steps);
+        break;
+      case SlotKind::Prefill:
+      case SlotKind::Idle:
+        if (m_filler) {
+          // The bubble ends when the receive after it completes (or, before the AllReduce slot,
+          // the partner's half of the tied-embedding exchange): the filler watches it.
+          const sched::Slot* next = i + 1 < row.size() ? &row[i + 1] : nullptr;
+          std::function<bool()> ended;
+          if (next != nullptr && sched::is_recv(next->kind))
+            ended = [this, next] { return m_boundary->test_recv(*next); };
+          else if (slot.has(sched::SlotMark::ExchangeBubble) && m_embed_wan_partner >= 0 &&
+                   m_filler->watches_exchange_bubbles()) {
+            // Our gradients are final: the DP sums end and our half leaves now, so the partner
+            // does not wait for this bubble's prefill (its time is intra-DC communication).
+            const double ts = m_profiler.now();
+            start_gradient_sums();
+            sums_s = m_profiler.now() - ts;
+            ended = [this] { return m_boundary->exchange_arrived(); };
+          }
+          const auto [s, tokens] = m_filler->fill(step, slot, slot.duration_ms * 1e-3, ended ? &ended : nullptr);
+          spent_prefill = s;
+          r.prefill_tokens += tokens;
+        }
+        if (slot.has(sched::SlotMark::Stagger)) {
+          // A deliberate delay (the atlas stagger); every other bubble is a wait the next slot does.
+          const double left = slot.duration_ms * 1e-3 - (m_profiler.now() - t0);
+          if (left > 0) std::this_thread::sleep_for(std::chrono::duration<double>(left));
+        }
+        break;
+    }
+    const double t1 = m_profiler.now();
+    // Prefill inside the slot (a bubble, or a WAN wait of the all-reduce / optimizer) is
+    // BubbleTea's time, not the slot's.
+    const double own = (t1 - t0) - spent_prefill;
+    r.prefill_s += spent_prefill;
+    switch (slot.kind) {
+      case SlotKind::Forward:
+      case SlotKind::Backward:
+      case SlotKind::Optimizer: {
+        const double wait = std::max(0.0, norm_wait_s - spent_prefill);
+        r.compute_s += own - wait;
+        (m_replica_spans_dcs ? r.wan_s : r.intra_s) += wait;
+        break;
+      }
+      case SlotKind::LocalRecv: r.intra_s += own; break;
+      case SlotKind::AllReduce:
+        r.intra_s += own;
+        r.allreduce_s += own;
+        break;
+      case SlotKind::WanRecv: r.wan_s += own; break;
+      case SlotKind::Idle:
+      case SlotKind::Prefill:
+        r.idle_s += own - sums_s;
+        r.intra_s += sums_s;
+        r.allreduce_s += sums_s;
+        break;
+      default: break;
+    }
+    if (slot.kind != SlotKind::WanSend) {  // the boundary records WAN sends with their completion
+      SlotEvent e;
+      e.world_rank = m_comms.world.rank();
+      e.step = step;
+      e.slot_index = static_cast<int>(i);
+      e.kind = static_cast<int>(slot.kind);
+      e.micro = slot.micro;
+      e.peer = slot.peer_stage >= 0 ? m_layout.world_rank(slot.peer_stage, m_me.dp, m_me.tp) : -1;
+      e.link = slot.link;
+      e.bytes = sched::is_send(slot.kind) || sched::is_recv(slot.kind) ? slot.bytes : 0;
+      e.start_s = t0;
+      e.end_s = t1;
+      e.complete_s = t1;
+      e.predicted_start_ms = slot.start_ms;
+      e.predicted_ms = slot.duration_ms;
+      m_profiler.record(e);
+    }
+  }
+  r.boundary = m_boundary->end_step();
+  r.loss = step_loss();
+  if (m_train) m_train->advance();
+  r.step_s = m_profiler.now() - t_step;
+  return r;
+}
+
+Boundary::WaitHook Trainer::wait_hook(int step, const sched::Slot& slot, std::size_t index, double& spent_prefill,
+                                      StepReport& r) {
+  m_wait_index = -1;
+  if (m_filler == nullptr || !slot.has(sched::SlotMark::FillableWait)) return {};
+  return [this, step, &slot, index, &spent_prefill, &r](const std::function<bool()>& done) {
+    m_wait_index = static_cast<int>(index);
+    const auto [s, tokens] = m_filler->fill_wait(step, slot, m_wait_index, done);
+    spent_prefill += s;
+    r.prefill_tokens += tokens;
+  };
+}
+
+void Trainer::wait_over() {
+  if (m_wait_index < 0) return;
+  m_filler->wait_ended(m_wait_index);
+  m_wait_index = -1;
+}
+
+double Trainer::receive(int step, const sched::Slot& slot, std::size_t index, StepReport& r) {
+  double spent = 0.0;
+  if (const Boundary::WaitHook fill = wait_hook(step, slot, index, spent, r))
+    fill([this, &slot] { return m_boundary->test_recv(slot); });
+  m_boundary->wait_recv(slot);  // at once when the filler saw the data in
+  wait_over();
+  return spent;
+}
+
+}  // namespace atlas::runtime
