@@ -1,14 +1,21 @@
 # SPDX-License-Identifier: MIT
 # Thin forwarding to the CMake presets and the project's scripts; no logic of its own.
-#   make run    install what is missing, build, run the default deck under mpirun
-#   make test   install what is missing, build, run every test with ctest
+#   make run    install what is missing (Debian, apt), build, run the default deck under mpirun
+#   make test   install what is missing (Debian, apt), build, run every test with ctest
+#   make build  configure and build only: never installs anything; CMake names what is missing
+#   make install PREFIX=/opt/atlas   build, then install bin/atlas and share/atlas under PREFIX
 JOBS ?= 2
 DECK ?= inputs/default.deck
 NP ?= 8
 ARGS ?=
+PREFIX ?= /usr/local
+# Where `make build` configures, and extra CMake arguments, e.g. on a cluster without Debian's
+# packages: make build CMAKE_ARGS="-DHDF5_ROOT=/opt/hdf5-mpi -DBLAS_LIBRARIES=/opt/openblas/lib/libopenblas.so"
+BUILD_DIR ?= build
+CMAKE_ARGS ?=
 MPIRUN_ENV := OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 
-.PHONY: all deps data build test run cuda cuda-compile debug format tidy clean
+.PHONY: all deps data build install test run cuda cuda-compile debug format tidy clean
 
 all: build
 
@@ -18,21 +25,27 @@ deps:
 data: deps
 	scripts/get-data.sh
 
-build: deps
-	cmake --preset cpu-release
-	cmake --build --preset cpu-release -j $(JOBS)
+build:
+	cmake --preset cpu-release -B $(BUILD_DIR) $(CMAKE_ARGS)
+	cmake --build $(BUILD_DIR) -j $(JOBS)
 
-test: build data
+install: build
+	cmake --install $(BUILD_DIR) --prefix $(PREFIX)
+
+# deps first, then the build (in this order also under make -j).
+test: deps data
+	$(MAKE) --no-print-directory build
 	ctest --preset cpu-release -j $(JOBS)
 
-run: build data
+run: deps data
+	$(MAKE) --no-print-directory build
 	scripts/run.sh $(DECK) $(NP) $(ARGS)
 
-cuda: deps
+cuda:
 	cmake --preset cuda-release
 	cmake --build --preset cuda-release -j $(JOBS)
 
-cuda-compile: deps
+cuda-compile:
 	cmake --preset cuda-compile-only
 	cmake --build --preset cuda-compile-only -j $(JOBS)
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # Installs, idempotently and only what is missing, the Debian packages atlas needs to build, test
-# and run. Safe to call before every build: when nothing is missing it only runs dpkg-query.
+# and run. `make test` and `make run` call it (never `make build`: elsewhere CMake names what is
+# missing). Safe to call again: when nothing is missing it only runs dpkg-query.
 set -euo pipefail
 
 PACKAGES=(

@@ -17,6 +17,7 @@
 #include "atlas/app/report_script.hpp"
 #include "atlas/core/check.hpp"
 #include "atlas/core/env.hpp"
+#include "atlas/core/paths.hpp"
 
 extern char** environ;
 
@@ -36,22 +37,15 @@ std::string find_report_script(const std::string& name) {
   std::vector<fs::path> tried;
   if (const auto root = env::get("ATLAS_ROOT"))
     tried.push_back(fs::path(*root) / "scripts" / "report" / name);
+  for (const fs::path& dir : core::data_dirs()) tried.push_back(dir / "scripts" / "report" / name);
   std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    tried.push_back(exe.parent_path() / ".." / ".." / "scripts" / "report" / name);
-    tried.push_back(exe.parent_path() / ".." / "share" / "atlas" / "scripts" / "report" / name);
-  }
-#ifdef ATLAS_SOURCE_DIR
-  tried.push_back(fs::path(ATLAS_SOURCE_DIR) / "scripts" / "report" / name);
-#endif
   std::string list;
   for (const auto& p : tried) {
     if (fs::is_regular_file(p, ec)) return fs::weakly_canonical(p, ec).string();
     list += "\n  " + p.string();
   }
   ATLAS_THROW(Io, "cannot find scripts/report/" << name << "; looked in:" << list
-                  << "\n  hint: set ATLAS_ROOT to the atlas checkout");
+                  << "\n  hint: install atlas (cmake --install), or set ATLAS_ROOT to the atlas checkout");
 }
 
 std::string report_python() {

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "atlas/core/error.hpp"
+#include "atlas/core/paths.hpp"
 #include "atlas/core/units.hpp"
 #include "atlas/deck/deck.hpp"
 #include "atlas/deck/schema.hpp"
@@ -477,10 +478,7 @@ DeviceProfile resolve_device_profile(const Config& cfg) {
                                   want, want, listed, want));
   }
   const std::string rel = "profiles/device/" + want + ".profile";
-  for (const fs::path& base : {fs::current_path(), fs::path(ATLAS_SOURCE_DIR)}) {
-    std::error_code ec;
-    if (fs::exists(base / rel, ec)) return load_device_profile((base / rel).string());
-  }
+  if (const auto found = core::find_data_file(rel)) return load_device_profile(found->string());
   return builtin_device_profile(cfg.plan.gpu);
 }
 

@@ -9,10 +9,10 @@
 
 namespace atlas::app {
 
-/// Absolute path of scripts/report/`name`. Looks in $ATLAS_ROOT/scripts/report, then next to the
-/// binary (<bin>/../../scripts/report for a build tree, <bin>/../share/atlas/scripts/report when
-/// installed), then in the source tree the binary was built from (ATLAS_SOURCE_DIR). Throws
-/// atlas::Error (Io) naming every place tried. Local; no MPI.
+/// Absolute path of scripts/report/`name`. Looks in $ATLAS_ROOT/scripts/report, then in each
+/// core::data_dirs() entry (<bin>/../share/atlas/scripts/report: the installed copy, or in a
+/// build tree a link to the checkout's). Throws atlas::Error (Io) naming every place tried.
+/// Local; no MPI.
 [[nodiscard]] std::string find_report_script(const std::string& name);
 
 /// The Python that runs the scripts: $ATLAS_PYTHON, else /usr/bin/python3 (Debian's, which sees

@@ -93,7 +93,7 @@ std::string format_device_profile(const DeviceProfile& p);
 DeviceProfile builtin_device_profile(GpuKind gpu);
 
 /// The profile plan/simulate use for a deck: the first file in plan.profiles whose name is
-/// plan.gpu; else profiles/device/<gpu>.profile under the working directory or the source tree;
+/// plan.gpu; else profiles/device/<gpu>.profile in the working directory or a core::data_dirs() entry;
 /// else the built-in one. ConfigError if a listed file is unreadable or none matches plan.gpu.
 DeviceProfile resolve_device_profile(const Config& cfg);
 
