@@ -15,7 +15,7 @@
 
 #include "atlas/deck/config.hpp"
 #include "atlas/device/backend.hpp"
-#include "atlas/model/collective.hpp"
+#include "atlas/device/collective.hpp"
 #include "atlas/model/data.hpp"
 #include "atlas/model/gpt.hpp"
 #include "atlas/model/optimizer.hpp"
@@ -154,8 +154,8 @@ class Trainer {
     bool arrived = false;       ///< the fill saw it done
   };
   WanWait m_wan_wait;
-  std::unique_ptr<model::Collective> m_tp;  ///< sums over tp_comm (MPI on host, NCCL on CUDA)
-  std::unique_ptr<model::Collective> m_dp;  ///< sums over dp_comm (gradients), dp > 1 only
+  std::unique_ptr<device::Collective> m_tp;  ///< sums over tp_comm (MPI on host, NCCL on CUDA)
+  std::unique_ptr<device::Collective> m_dp;  ///< sums over dp_comm (gradients), dp > 1 only
   std::unique_ptr<model::StageModel> m_model;
   model::AdamW m_adamw;
   model::Corpus m_corpus;
@@ -176,7 +176,7 @@ class Trainer {
     device::Buffer buf;
     std::size_t fill = 0;
     std::vector<Piece> pieces;
-    std::unique_ptr<model::PendingSum> sum;
+    std::unique_ptr<device::PendingSum> sum;
   };
   std::vector<Bucket> m_buckets;
   std::size_t m_open = 0;          ///< the bucket being packed
