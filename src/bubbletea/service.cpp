@@ -35,13 +35,14 @@
 #include "atlas/deck/deck.hpp"
 #include "atlas/io/checkpoint.hpp"
 #include "atlas/mpi/agree.hpp"
+#include "atlas/mpi/tags.hpp"
 
 namespace atlas::bubbletea {
 
 namespace {
 
-constexpr int kTagChunk = 1;
-constexpr int kTagRelease = 2;
+constexpr int kTagChunk = mpi::tags::kBubbleChunk;  // message tags: mpi/tags.hpp
+constexpr int kTagRelease = mpi::tags::kBubbleRelease;
 
 /// Runs `f` (which must make no collective call that another rank could skip) under mpi::agree:
 /// every rank then throws the same ConfigError listing every rank's problems (a local Error is one

@@ -8,7 +8,9 @@
 
 #include <fmt/format.h>
 
+#include "atlas/core/check.hpp"
 #include "atlas/core/log.hpp"
+#include "atlas/mpi/tags.hpp"
 #include "op.hpp"
 
 namespace atlas::wan {
@@ -66,7 +68,10 @@ Handle MpiTransport::isend(int peer, int tag, const void* data, std::size_t byte
     throw Error(ExitCode::Comm, fmt::format("mpi transport: a {}-byte message exceeds the 2 GiB MPI "
                                             "count limit; use the multirail transport",
                                             bytes));
-  if (tag < 0) throw Error(ExitCode::Comm, fmt::format("WAN isend: tag {} is negative", tag));
+  if (tag < 0) ATLAS_THROW(Comm, "WAN isend: tag " << tag << " is negative");
+  if (tag > mpi::tag_upper_bound())
+    ATLAS_THROW(Comm, "WAN isend: tag " << tag << " exceeds this MPI's MPI_TAG_UB = " << mpi::tag_upper_bound()
+                                       << " (mpi/tags.hpp lists every tag and its range)");
   auto op = std::make_shared<MpiOp>(this, true, peer, tag, bytes);
   ATLAS_MPI_CHECK(MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, peer, tag, m_comm.get(), &op->m_req));
   return Handle(std::move(op));
@@ -78,7 +83,10 @@ Handle MpiTransport::irecv(int peer, int tag, void* data, std::size_t bytes) {
     throw Error(ExitCode::Comm, fmt::format("mpi transport: a {}-byte message exceeds the 2 GiB MPI "
                                             "count limit; use the multirail transport",
                                             bytes));
-  if (tag < 0) throw Error(ExitCode::Comm, fmt::format("WAN irecv: tag {} is negative", tag));
+  if (tag < 0) ATLAS_THROW(Comm, "WAN irecv: tag " << tag << " is negative");
+  if (tag > mpi::tag_upper_bound())
+    ATLAS_THROW(Comm, "WAN irecv: tag " << tag << " exceeds this MPI's MPI_TAG_UB = " << mpi::tag_upper_bound()
+                                       << " (mpi/tags.hpp lists every tag and its range)");
   auto op = std::make_shared<MpiOp>(this, false, peer, tag, bytes);
   ATLAS_MPI_CHECK(MPI_Irecv(data, static_cast<int>(bytes), MPI_BYTE, peer, tag, m_comm.get(), &op->m_req));
   return Handle(std::move(op));

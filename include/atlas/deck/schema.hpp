@@ -28,9 +28,8 @@ inline constexpr double kMaxRanks = 16'777'216;         ///< stages x dp_size x 
 inline constexpr double kMaxLayers = 4096;             ///< model.layers, bubbletea.layers
 inline constexpr double kMaxHidden = 1'048'576;        ///< model.hidden, heads (and bubbletea's)
 inline constexpr double kMaxTokens = 16'777'216;       ///< seq_len, vocab, context, prompt lengths
-/// train.micro_batches, eval_batches: the pipeline boundary's message tags hold a micro-batch id
-/// in 16 bits (runtime::Boundary::tag_of: flow * 65536 + micro), so activation tags never meet
-/// gradient tags.
+/// train.micro_batches, eval_batches. The pipeline's MPI tags (mpi/tags.hpp) take 2 per
+/// micro-batch and 1 per eval batch; a job checks them against its MPI's MPI_TAG_UB.
 inline constexpr double kMaxMicroBatches = 65'536;
 inline constexpr double kMaxSeconds = 1e6;             ///< every *_s duration (std::chrono safe)
 /// Slots of one schedule table, estimated as micro_batches x stages x dp x 6 (forward,
