@@ -33,14 +33,13 @@ namespace atlas::wan::mr {
 Engine::Engine(const MultirailOptions& opts, const std::vector<int>& peers, const PeerTransport* owner)
     : m_opts(opts), m_owner(owner) {
   if (m_opts.rails < 1 || m_opts.rails > deck::limits::kMaxRails)
-    throw Error(ExitCode::Comm, fmt::format("multirail: rails = {} (need 1..{}, the range of wan.rails)", m_opts.rails,
-                                            deck::limits::kMaxRails));
-  if (m_opts.chunk_bytes < 1 || m_opts.chunk_bytes > 0xFFFFFFFFull)
-    throw Error(ExitCode::Comm, fmt::format("multirail: wan.chunk_bytes = {} (need 1 .. 4G-1)",
-                                            m_opts.chunk_bytes));
+    ATLAS_THROW(Comm, fmt::format("multirail: rails = {} (need 1..{}, the range of wan.rails)", m_opts.rails,
+                                  deck::limits::kMaxRails));
+  if (m_opts.chunk_bytes < 1 || static_cast<double>(m_opts.chunk_bytes) > deck::limits::kMaxChunkBytes)
+    ATLAS_THROW(Comm, fmt::format("multirail: wan.chunk_bytes = {} (need 1..{}, the range of wan.chunk_bytes)",
+                                  m_opts.chunk_bytes, static_cast<std::uint64_t>(deck::limits::kMaxChunkBytes)));
   if (m_opts.chunk_bytes > m_opts.max_frame_bytes)
-    throw Error(ExitCode::Comm,
-                fmt::format("multirail: wan.chunk_bytes = {} exceeds wan.max_frame_bytes = {}",
+    ATLAS_THROW(Comm, fmt::format("multirail: wan.chunk_bytes = {} exceeds wan.max_frame_bytes = {}",
                             m_opts.chunk_bytes, m_opts.max_frame_bytes));
   m_high_water = std::max<std::uint64_t>(m_opts.chunk_bytes + kHeaderBytes, 1u << 20);
   // Handshakes in progress hold descriptors: at most an eighth of the limit (4..64), and never
@@ -63,17 +62,16 @@ Engine::Engine(const MultirailOptions& opts, const std::vector<int>& peers, cons
   m_cc = choose_congestion_control(m_opts.tcp_congestion);
   for (int rank : peers) {
     if (rank == m_opts.my_rank)
-      throw Error(ExitCode::Comm, fmt::format("multirail: rank {} lists itself as a WAN peer", rank));
+      ATLAS_THROW(Comm, fmt::format("multirail: rank {} lists itself as a WAN peer", rank));
     if (m_peer_index.count(rank))
-      throw Error(ExitCode::Comm, fmt::format("multirail: peer {} listed twice", rank));
+      ATLAS_THROW(Comm, fmt::format("multirail: peer {} listed twice", rank));
     auto p = std::make_unique<Peer>();
     p->rank = rank;
     p->active = m_opts.my_rank < rank;
     auto sec = m_opts.pair_secrets.find(rank);
     p->secret = sec != m_opts.pair_secrets.end() ? sec->second : m_opts.secret;
     if (sec == m_opts.pair_secrets.end() && m_opts.secret == Secret{})
-      throw Error(ExitCode::Comm,
-                  fmt::format("multirail: rank {} has no secret for its WAN peer {} (not in "
+      ATLAS_THROW(Comm, fmt::format("multirail: rank {} has no secret for its WAN peer {} (not in "
                               "MultirailOptions::pair_secrets, and MultirailOptions::secret is all "
                               "zero, which anyone could use): build the transport with "
                               "make_transport, which derives one per pair, or pass one",
@@ -86,7 +84,7 @@ Engine::Engine(const MultirailOptions& opts, const std::vector<int>& peers, cons
   m_epoll = Fd(epoll_create1(EPOLL_CLOEXEC));
   m_wake = Fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!m_epoll.valid() || !m_wake.valid())
-    throw Error(ExitCode::Comm, fmt::format("multirail: epoll/eventfd: {}", std::strerror(errno)));
+    ATLAS_THROW(Comm, fmt::format("multirail: epoll/eventfd: {}", std::strerror(errno)));
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.u64 = kWakeKey;
@@ -136,10 +134,10 @@ void Engine::wait_connected() {
   if (!m_connect_errors.empty()) {
     std::string msg;
     for (const auto& e : m_connect_errors) msg += (msg.empty() ? "" : "\n") + e;
-    throw Error(ExitCode::Comm, msg);
+    ATLAS_THROW(Comm, msg);
   }
   if (m_dead && !m_connected)
-    throw Error(ExitCode::Comm, "WAN progress thread stopped before connecting: " + m_dead_reason);
+    ATLAS_THROW(Comm, "WAN progress thread stopped before connecting: " + m_dead_reason);
 }
 
 void Engine::wait_op(const detail::Op* op) {
@@ -234,7 +232,7 @@ void Engine::loop_once(int timeout_ms) {
   epoll_event events[64];
   const int n = epoll_wait(m_epoll.get(), events, 64, timeout_ms);
   if (n < 0 && errno != EINTR)
-    throw Error(ExitCode::Comm, fmt::format("epoll_wait: {}", std::strerror(errno)));
+    ATLAS_THROW(Comm, fmt::format("epoll_wait: {}", std::strerror(errno)));
   m_now = Clock::now();
   // The listener last: Hellos that arrived are checked before new connections can make room.
   int listen_at = -1;
@@ -588,20 +586,19 @@ void MultirailTransport::connect(const std::vector<PeerAddress>& addresses) {
 
 void MultirailTransport::wait_connected() {
   if (!m_connect_called)
-    throw Error(ExitCode::Internal, "MultirailTransport::wait_connected before connect(): nothing would ever connect");
+    ATLAS_THROW(Internal, "MultirailTransport::wait_connected before connect(): nothing would ever connect");
   m_engine->wait_connected();
 }
 
 Handle MultirailTransport::isend(int peer, int tag, const void* data, std::size_t bytes) {
   if (m_engine->peer_index(peer) < 0)
-    throw Error(ExitCode::Comm, fmt::format("WAN isend to rank {}: not a peer of this transport "
-                                            "(give it to make_transport)",
-                                            peer));
-  if (tag < 0) throw Error(ExitCode::Comm, fmt::format("WAN isend: tag {} is negative", tag));
-  if (!data && bytes > 0) throw Error(ExitCode::Comm, "WAN isend: null buffer");
+    ATLAS_THROW(Comm, fmt::format("WAN isend to rank {}: not a peer of this transport "
+                                  "(give it to make_transport)",
+                                  peer));
+  if (tag < 0) ATLAS_THROW(Comm, fmt::format("WAN isend: tag {} is negative", tag));
+  if (!data && bytes > 0) ATLAS_THROW(Comm, "WAN isend: null buffer");
   if (mr::chunks_of(bytes, m_engine->opts().chunk_bytes) > mr::kMaxMessageChunks)
-    throw Error(ExitCode::Comm,
-                fmt::format("WAN isend of {} bytes to rank {}: more than {} chunks of wan.chunk_bytes "
+    ATLAS_THROW(Comm, fmt::format("WAN isend of {} bytes to rank {}: more than {} chunks of wan.chunk_bytes "
                             "= {}; raise wan.chunk_bytes or send it in parts",
                             bytes, peer, mr::kMaxMessageChunks, m_engine->opts().chunk_bytes));
   auto op = std::make_shared<mr::SendOp>(this, peer, tag, static_cast<const std::uint8_t*>(data), bytes);
@@ -612,11 +609,11 @@ Handle MultirailTransport::isend(int peer, int tag, const void* data, std::size_
 
 Handle MultirailTransport::irecv(int peer, int tag, void* data, std::size_t bytes) {
   if (m_engine->peer_index(peer) < 0)
-    throw Error(ExitCode::Comm, fmt::format("WAN irecv from rank {}: not a peer of this transport "
-                                            "(give it to make_transport)",
-                                            peer));
-  if (tag < 0) throw Error(ExitCode::Comm, fmt::format("WAN irecv: tag {} is negative", tag));
-  if (!data && bytes > 0) throw Error(ExitCode::Comm, "WAN irecv: null buffer");
+    ATLAS_THROW(Comm, fmt::format("WAN irecv from rank {}: not a peer of this transport "
+                                  "(give it to make_transport)",
+                                  peer));
+  if (tag < 0) ATLAS_THROW(Comm, fmt::format("WAN irecv: tag {} is negative", tag));
+  if (!data && bytes > 0) ATLAS_THROW(Comm, "WAN irecv: null buffer");
   auto op = std::make_shared<mr::RecvOp>(this, peer, tag, static_cast<std::uint8_t*>(data), bytes);
   Handle h(op);
   m_engine->post(mr::Command{mr::CmdKind::Recv, {}, std::move(op), peer, -1, 0, {}});
@@ -628,7 +625,7 @@ void MultirailTransport::finish(Handle& h) {
   if (op->state() == detail::OpState::Failed) {
     std::string why = op->error();
     h.reset();
-    throw Error(ExitCode::Comm, why);
+    ATLAS_THROW(Comm, why);
   }
   h.reset();
 }
@@ -636,7 +633,7 @@ void MultirailTransport::finish(Handle& h) {
 bool MultirailTransport::test(Handle& h) {
   const detail::Op* op = h.op();
   if (!op) return true;
-  if (op->owner() != this) throw Error(ExitCode::Comm, "WAN test: the handle belongs to another transport");
+  if (op->owner() != this) ATLAS_THROW(Comm, "WAN test: the handle belongs to another transport");
   if (op->state() == detail::OpState::Pending) return false;
   finish(h);
   return true;
@@ -645,7 +642,7 @@ bool MultirailTransport::test(Handle& h) {
 void MultirailTransport::wait(Handle& h) {
   const detail::Op* op = h.op();
   if (!op) return;
-  if (op->owner() != this) throw Error(ExitCode::Comm, "WAN wait: the handle belongs to another transport");
+  if (op->owner() != this) ATLAS_THROW(Comm, "WAN wait: the handle belongs to another transport");
   m_engine->wait_op(op);
   finish(h);
 }

@@ -32,7 +32,7 @@ Conn* Engine::add_conn(Fd fd, bool active, int peer, int rail, ConnState st) {
   ev.events = raw->events;
   ev.data.u64 = raw->key;
   if (epoll_ctl(m_epoll.get(), EPOLL_CTL_ADD, raw->fd.get(), &ev) < 0)
-    throw Error(ExitCode::Comm, fmt::format("epoll_ctl(ADD): {}", std::strerror(errno)));
+    ATLAS_THROW(Comm, fmt::format("epoll_ctl(ADD): {}", std::strerror(errno)));
   return raw;
 }
 

@@ -323,7 +323,7 @@ class Engine {
   [[nodiscard]] const std::string& cc_note() const { return m_cc.note; }
   [[nodiscard]] Secret pair_secret(int rank) const {  // immutable after construction
     const int idx = peer_index(rank);
-    if (idx < 0) throw Error(ExitCode::Comm, fmt::format("WAN: rank {} is not a peer of this transport", rank));
+    if (idx < 0) ATLAS_THROW(Comm, fmt::format("WAN: rank {} is not a peer of this transport", rank));
     return m_peers[static_cast<std::size_t>(idx)]->secret;
   }
 

@@ -107,13 +107,13 @@ void check_symmetric(const mpi::Comm& world, const std::vector<int>& peers) {
   for (std::size_t r = 0; r < lists.size(); ++r)
     for (int p : lists[r]) {
       if (p < 0 || p >= static_cast<int>(lists.size()) || p == static_cast<int>(r))
-        throw Error(ExitCode::Comm, fmt::format("make_transport: rank {} lists WAN peer {}, which is "
-                                                "not another world rank (0..{})",
-                                                r, p, lists.size() - 1));
+        ATLAS_THROW(Comm, fmt::format("make_transport: rank {} lists WAN peer {}, which is "
+                                      "not another world rank (0..{})",
+                                      r, p, lists.size() - 1));
       if (!lists[static_cast<std::size_t>(p)].count(static_cast<int>(r)))
-        throw Error(ExitCode::Comm, fmt::format("make_transport: rank {} lists WAN peer {} but rank "
-                                                "{} does not list {} (peers must be symmetric)",
-                                                r, p, p, r));
+        ATLAS_THROW(Comm, fmt::format("make_transport: rank {} lists WAN peer {} but rank "
+                                      "{} does not list {} (peers must be symmetric)",
+                                      r, p, p, r));
     }
 }
 
@@ -127,7 +127,7 @@ using Pkey = std::unique_ptr<EVP_PKEY, PkeyFree>;
 using PkeyCtx = std::unique_ptr<EVP_PKEY_CTX, PkeyCtxFree>;
 
 [[noreturn]] void x25519_failed(const char* what) {
-  throw Error(ExitCode::Comm, fmt::format("WAN key exchange: X25519 {} failed inside OpenSSL", what));
+  ATLAS_THROW(Comm, fmt::format("WAN key exchange: X25519 {} failed inside OpenSSL", what));
 }
 
 /// An ephemeral X25519 key pair; its public key as 32 raw bytes.

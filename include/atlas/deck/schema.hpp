@@ -24,6 +24,8 @@ inline constexpr double kMaxGpusPerDc = 1'000'000;     ///< cluster.gpus_per_dc,
 inline constexpr double kMaxStages = 4096;             ///< parallel.stages_per_dc entries
 inline constexpr double kMaxDp = 100'000;              ///< parallel.dp_size
 inline constexpr int kMaxRails = 64;                   ///< wan.rails (and every other user of the transport)
+/// wan.chunk_bytes (and every other user of the multirail transport; its frames count 32 bits)
+inline constexpr double kMaxChunkBytes = 1024.0 * 1024 * 1024;
 inline constexpr double kMaxRanks = 16'777'216;         ///< stages x dp_size x tp_size (the job's ranks)
 inline constexpr double kMaxLayers = 4096;             ///< model.layers, bubbletea.layers
 inline constexpr double kMaxHidden = 1'048'576;        ///< model.hidden, heads (and bubbletea's)
