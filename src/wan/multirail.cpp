@@ -40,7 +40,7 @@ Engine::Engine(const MultirailOptions& opts, const std::vector<int>& peers, cons
                                   m_opts.chunk_bytes, static_cast<std::uint64_t>(deck::limits::kMaxChunkBytes)));
   if (m_opts.chunk_bytes > m_opts.max_frame_bytes)
     ATLAS_THROW(Comm, fmt::format("multirail: wan.chunk_bytes = {} exceeds wan.max_frame_bytes = {}",
-                            m_opts.chunk_bytes, m_opts.max_frame_bytes));
+                                  m_opts.chunk_bytes, m_opts.max_frame_bytes));
   m_high_water = std::max<std::uint64_t>(m_opts.chunk_bytes + kHeaderBytes, 1u << 20);
   // Handshakes in progress hold descriptors: at most an eighth of the limit (4..64), and never
   // fewer than the rails of every peer that connects here plus some room.
@@ -72,10 +72,10 @@ Engine::Engine(const MultirailOptions& opts, const std::vector<int>& peers, cons
     p->secret = sec != m_opts.pair_secrets.end() ? sec->second : m_opts.secret;
     if (sec == m_opts.pair_secrets.end() && m_opts.secret == Secret{})
       ATLAS_THROW(Comm, fmt::format("multirail: rank {} has no secret for its WAN peer {} (not in "
-                              "MultirailOptions::pair_secrets, and MultirailOptions::secret is all "
-                              "zero, which anyone could use): build the transport with "
-                              "make_transport, which derives one per pair, or pass one",
-                              m_opts.my_rank, rank));
+                                    "MultirailOptions::pair_secrets, and MultirailOptions::secret is all "
+                                    "zero, which anyone could use): build the transport with "
+                                    "make_transport, which derives one per pair, or pass one",
+                                    m_opts.my_rank, rank));
     p->rails.resize(static_cast<std::size_t>(m_opts.rails));
     p->rail_counters = std::make_unique<RailCounters[]>(static_cast<std::size_t>(m_opts.rails));
     m_peer_index[rank] = static_cast<int>(m_peers.size());
@@ -599,8 +599,8 @@ Handle MultirailTransport::isend(int peer, int tag, const void* data, std::size_
   if (!data && bytes > 0) ATLAS_THROW(Comm, "WAN isend: null buffer");
   if (mr::chunks_of(bytes, m_engine->opts().chunk_bytes) > mr::kMaxMessageChunks)
     ATLAS_THROW(Comm, fmt::format("WAN isend of {} bytes to rank {}: more than {} chunks of wan.chunk_bytes "
-                            "= {}; raise wan.chunk_bytes or send it in parts",
-                            bytes, peer, mr::kMaxMessageChunks, m_engine->opts().chunk_bytes));
+                                  "= {}; raise wan.chunk_bytes or send it in parts",
+                                  bytes, peer, mr::kMaxMessageChunks, m_engine->opts().chunk_bytes));
   auto op = std::make_shared<mr::SendOp>(this, peer, tag, static_cast<const std::uint8_t*>(data), bytes);
   Handle h(op);
   m_engine->post(mr::Command{mr::CmdKind::Send, std::move(op), {}, peer, -1, 0, {}});
