@@ -15,7 +15,7 @@ namespace {
 
 /// TP "group" of one: the rank computes its 1/tp share and the sums are skipped (profiles time a
 /// rank's compute; communication is modelled separately).
-class NoCollective final : public model::Collective {
+class NoCollective final : public device::Collective {
  public:
   explicit NoCollective(int size) : m_size(size) {}
   void allreduce_sum(device::Buffer&, std::size_t) override {}

@@ -22,6 +22,7 @@
 #include "atlas/device/host_backend.hpp"
 #include "atlas/io/dir_lock.hpp"
 #include "atlas/mpi/agree.hpp"
+#include "atlas/mpi/tags.hpp"
 #include "atlas/runtime/fault.hpp"
 #include "atlas/runtime/trainer.hpp"
 #include "atlas/sched/schedule.hpp"
@@ -39,7 +40,7 @@ namespace {
 /// broken link fails now with a clear message instead of mid-step.
 void preflight_wan(wan::PeerTransport& t, const std::vector<int>& peers, int me) {
   constexpr std::size_t kWords = 4096;
-  constexpr int kTag = 900000;
+  constexpr int kTag = mpi::tags::kWanPreflight;
   std::vector<std::vector<std::uint32_t>> out(peers.size()), in(peers.size());
   std::vector<wan::Handle> handles;
   for (std::size_t i = 0; i < peers.size(); ++i) {

@@ -32,6 +32,7 @@
 #include "atlas/deck/deck.hpp"
 #include "atlas/io/checkpoint.hpp"
 #include "atlas/mpi/agree.hpp"
+#include "atlas/mpi/tags.hpp"
 
 namespace atlas::bubbletea {
 

@@ -393,7 +393,7 @@ void build(Schema& schema) {
       .def("multirail").help("cross-DC stage boundaries: multirail TCP or plain MPI (baseline)");
   b.field("wan.rails", &C::wan, &WanCfg::rails).def("4").min(1).max(limits::kMaxRails)
       .help("TCP connections per DC-pair peer");
-  b.field("wan.chunk_bytes", &C::wan, &WanCfg::chunk_bytes).def("256K").min(1).max(1.0 * units::kGiB)
+  b.field("wan.chunk_bytes", &C::wan, &WanCfg::chunk_bytes).def("256K").min(1).max(limits::kMaxChunkBytes)
       .help("striping unit: messages are cut into chunks of this size (binary suffixes)");
   b.field("wan.max_frame_bytes", &C::wan, &WanCfg::max_frame_bytes).def("64M").min(1).max(4.0 * units::kGiB)
       .help("frames longer than this are rejected as corrupt");

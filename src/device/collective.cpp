@@ -17,7 +17,7 @@ namespace atlas::device {
 namespace {
 
 /// Device memory summed through host memory: one download, MPI_Allreduce, one upload.
-class StagedCollective final : public model::Collective {
+class StagedCollective final : public Collective {
  public:
   StagedCollective(const mpi::Comm& comm, Backend& backend) : m_comm(comm), m_backend(backend) {
     ATLAS_ASSERT(!comm.null(), "a staged collective needs a valid communicator");
@@ -61,13 +61,13 @@ void register_collective_factory(atlas::Backend kind, CollectiveFactory factory)
   registry()[slot(kind)] = factory;
 }
 
-std::unique_ptr<model::Collective> make_staged_collective(const mpi::Comm& comm,
+std::unique_ptr<Collective> make_staged_collective(const mpi::Comm& comm,
                                                           Backend& backend) {
   return std::make_unique<StagedCollective>(comm, backend);
 }
 
-std::unique_ptr<model::Collective> make_collective(const mpi::Comm& comm, Backend& backend) {
-  if (backend.host_accessible()) return std::make_unique<model::MpiCollective>(comm);
+std::unique_ptr<Collective> make_collective(const mpi::Comm& comm, Backend& backend) {
+  if (backend.host_accessible()) return std::make_unique<MpiCollective>(comm);
   const CollectiveFactory factory = registry()[slot(backend.kind())];
   if (factory != nullptr) return factory(comm, backend);
   return make_staged_collective(comm, backend);

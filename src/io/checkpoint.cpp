@@ -238,36 +238,6 @@ std::vector<std::string> gather_problems(const mpi::Comm& comm,
   return out;
 }
 
-std::string encode(const Verdict& v) {
-  BlobWriter w;
-  w.i64(v.kind);
-  w.i64(v.exit_code);
-  w.i64(static_cast<std::int64_t>(v.problems.size()));
-  for (const auto& p : v.problems) w.str(p);
-  w.str(v.payload);
-  return std::move(w.data());
-}
-
-Verdict decode(const std::string& bytes) {
-  BlobReader r(bytes);
-  Verdict v;
-  v.kind = static_cast<Verdict::Kind>(r.i64());
-  v.exit_code = r.i64();
-  const auto n = r.i64();
-  for (std::int64_t i = 0; i < n; ++i) v.problems.push_back(r.str());
-  v.payload = r.str();
-  return v;
-}
-
-void rethrow(const Verdict& v) {
-  if (v.kind == Verdict::Config) throw ConfigError(v.problems);
-  if (v.kind == Verdict::Checksum) {
-    throw ChecksumMismatch(v.problems.empty() ? "checksum mismatch" : v.problems.front());
-  }
-  // Already carries its call site from the rank that raised it.
-  throw Error(static_cast<ExitCode>(v.exit_code), v.problems.empty() ? "" : v.problems.front());
-}
-
 // ---- checksums ----
 
 static_assert(std::endian::native == std::endian::little,

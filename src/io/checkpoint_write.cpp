@@ -22,6 +22,7 @@
 #include "atlas/core/log.hpp"
 #include "atlas/io/checkpoint.hpp"
 #include "atlas/io/hdf5.hpp"
+#include "atlas/mpi/tags.hpp"
 #include "ckpt_internal.hpp"
 
 namespace fs = std::filesystem;
@@ -353,11 +354,16 @@ void write_redistributed(hid_t dset, hid_t dxpl, const mpi::Comm& comm, const Te
   std::vector<std::vector<float>> inbox;
   std::vector<Box> inbox_boxes;
   std::vector<std::vector<float>> outbox;
+  // Every rank holds the same plan, so every rank refuses the same way.
+  if (t.pieces.size() > static_cast<std::size_t>(mpi::tag_upper_bound()) + 1)
+    ATLAS_THROW(Io, "checkpoint: a tensor in " << t.pieces.size() << " pieces needs MPI tags up to "
+                                               << t.pieces.size() - 1 << ", above this MPI's MPI_TAG_UB = "
+                                               << mpi::tag_upper_bound());
   for (std::size_t pi = 0; pi < t.pieces.size(); ++pi) {
     const Piece& p = t.pieces[pi];
     if (!p.writer || internal::volume(p.shape) == 0) continue;
     const Box pbox{p.offset, p.shape};
-    const int tag = static_cast<int>(pi);
+    const int tag = mpi::tags::checkpoint_piece(static_cast<int>(pi));
     Box part;
     if (is_target && p.rank != me && intersect(pbox, my_block, part)) {
       inbox.emplace_back(static_cast<std::size_t>(internal::volume(part.shape)));

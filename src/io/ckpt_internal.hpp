@@ -15,6 +15,7 @@
 
 #include "atlas/core/error.hpp"
 #include "atlas/io/checkpoint.hpp"
+#include "atlas/mpi/agree.hpp"
 #include "atlas/mpi/comm.hpp"
 
 namespace atlas::io::internal {
@@ -174,51 +175,27 @@ std::vector<std::string> gather_problems(const mpi::Comm& comm,
                                          const std::vector<std::string>& mine,
                                          bool rank_prefix = true);
 
-/// Outcome of work done on one rank and broadcast to all, so all throw the same exception.
-struct Verdict {
-  enum Kind : std::int64_t { Ok = 0, Config = 1, Failure = 2, Checksum = 3 } kind = Ok;
-  std::int64_t exit_code = 0;          ///< for Failure: the atlas::ExitCode
-  std::vector<std::string> problems;   ///< Config: ConfigError::problems(); else what()
-  std::string payload;                 ///< for Ok: result bytes
-};
-
-/// Runs `work` on rank 0 (catching ConfigError and atlas::Error into the verdict), broadcasts the
-/// verdict, and on every rank returns the payload or throws the same exception. Collective.
-template <class F>
-std::string run_on_root(const mpi::Comm& comm, F&& work);
-
-std::string encode(const Verdict& v);
-Verdict decode(const std::string& bytes);
-[[noreturn]] void rethrow(const Verdict& v);
-
+/// Runs `work` on rank 0 and agrees on its outcome (mpi::agree_on_root): on every rank returns
+/// its payload or throws the same exception (ConfigError, ChecksumMismatch, atlas::Error with the
+/// root's message; any other exception as Error (Internal)). Collective.
 template <class F>
 std::string run_on_root(const mpi::Comm& comm, F&& work) {
-  Verdict v;
-  if (comm.rank() == 0) {
-    try {
-      v.payload = work();
-    } catch (const ConfigError& e) {
-      v.kind = Verdict::Config;
-      v.problems = e.problems();
-    } catch (const ChecksumMismatch& e) {
-      v.kind = Verdict::Checksum;
-      v.exit_code = static_cast<std::int64_t>(e.code());
-      v.problems = {e.what()};
-    } catch (const Error& e) {
-      v.kind = Verdict::Failure;
-      v.exit_code = static_cast<std::int64_t>(e.code());
-      v.problems = {e.what()};
-    } catch (const std::exception& e) {
-      v.kind = Verdict::Failure;
-      v.exit_code = static_cast<std::int64_t>(ExitCode::Internal);
-      v.problems = {e.what()};
-    }
-  }
-  std::string bytes = comm.rank() == 0 ? encode(v) : std::string();
-  comm.bcast_string(bytes, 0);
-  v = decode(bytes);
-  if (v.kind != Verdict::Ok) rethrow(v);
-  return v.payload;
+  return mpi::agree_on_root(
+      comm, 0,
+      [&]() -> std::string {
+        try {
+          return work();
+        } catch (const ConfigError&) {
+          throw;
+        } catch (const ChecksumMismatch&) {
+          throw;
+        } catch (const CollectiveError& e) {  // no other collective class crosses this boundary
+          throw Error(ExitCode::Internal, e.what());
+        }
+      },
+      [](const CollectiveError& e) {
+        throw ChecksumMismatch(e.problems().empty() ? "checksum mismatch" : e.problems().front());
+      });
 }
 
 }  // namespace atlas::io::internal

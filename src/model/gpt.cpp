@@ -73,7 +73,7 @@ int ParamTensor::shard_dim() const {
 // ---- construction ----
 
 StageModel::StageModel(const ModelCfg& cfg, int micro_batch_size, StageSpec spec,
-                       device::Backend& backend, Collective* tp, std::uint64_t seed)
+                       device::Backend& backend, device::Collective* tp, std::uint64_t seed)
     : m_cfg(cfg), m_spec(spec), m_backend(backend), m_tp(tp) {
   ProblemList problems;
   if (cfg.layers < 1) problems.add(fmt::format("model.layers = {} must be >= 1", cfg.layers));

@@ -17,6 +17,7 @@
 
 #include <fmt/format.h>
 
+#include "atlas/core/check.hpp"
 #include "atlas/core/error.hpp"
 
 namespace atlas::model {
@@ -302,8 +303,8 @@ Gpt2Tokenizer::Gpt2Tokenizer(const std::string& dir) : m_impl(std::make_unique<I
   if (im.re == nullptr) {
     std::array<PCRE2_UCHAR, 256> msg{};
     pcre2_get_error_message(err, msg.data(), msg.size());
-    throw Error(ExitCode::Internal, fmt::format("PCRE2 rejected GPT-2's pattern at {}: {}", off,
-                                                 reinterpret_cast<const char*>(msg.data())));
+    ATLAS_THROW(Internal, fmt::format("PCRE2 rejected GPT-2's pattern at {}: {}", off,
+                                       reinterpret_cast<const char*>(msg.data())));
   }
   (void)pcre2_jit_compile(im.re, PCRE2_JIT_COMPLETE);  // falls back to the interpreter
   im.md = pcre2_match_data_create_from_pattern(im.re, nullptr);
@@ -330,8 +331,8 @@ std::vector<std::int32_t> Gpt2Tokenizer::encode(std::string_view text) {
     } else if (rc != PCRE2_ERROR_NOMATCH) {
       std::array<PCRE2_UCHAR, 256> msg{};
       pcre2_get_error_message(rc, msg.data(), msg.size());
-      throw Error(ExitCode::Internal, fmt::format("PCRE2 match failed at byte {}: {}", pos,
-                                                   reinterpret_cast<const char*>(msg.data())));
+      ATLAS_THROW(Internal, fmt::format("PCRE2 match failed at byte {}: {}", pos,
+                                         reinterpret_cast<const char*>(msg.data())));
     }
     // Bytes no alternative matches (invalid UTF-8) are a piece of their own: lossless.
     if (start > pos) im.bpe(text.substr(pos, start - pos), out);

@@ -62,6 +62,54 @@ void agree(const Comm& comm, const std::string& what, const std::function<void()
   throw CollectiveError(static_cast<ExitCode>(code), problems);
 }
 
+std::string agree_on_root(const Comm& comm, int root, const std::function<std::string()>& fn,
+                          const std::function<void(const CollectiveError&)>& rethrow_collective) {
+  // The root's outcome: "" = ok (the payload follows in a second broadcast), else
+  // "<kind><exit code>" + kSep + problems joined by kSep, where kind 'C' = ConfigError,
+  // 'K' = another CollectiveError, 'E' = atlas::Error or any other exception.
+  std::string verdict;
+  std::string payload;
+  if (comm.rank() == root) {
+    const auto encode = [&](char kind, ExitCode code, const std::vector<std::string>& problems) {
+      verdict = fmt::format("{}{}", kind, static_cast<int>(code));
+      for (const auto& p : problems) verdict += kSep + p;
+    };
+    try {
+      payload = fn();
+    } catch (const ConfigError& e) {
+      encode('C', ExitCode::Config, e.problems());
+    } catch (const CollectiveError& e) {
+      encode('K', e.code(), e.problems());
+    } catch (const Error& e) {
+      encode('E', e.code(), {e.what()});
+    } catch (const std::exception& e) {
+      encode('E', ExitCode::Internal, {e.what()});
+    }
+  }
+  comm.bcast_string(verdict, root);
+  if (verdict.empty()) {
+    comm.bcast_string(payload, root);
+    return payload;
+  }
+  const std::size_t sep = verdict.find(kSep);
+  const char kind = verdict[0];
+  const auto code = static_cast<ExitCode>(std::stoi(verdict.substr(1, sep - 1)));
+  std::vector<std::string> problems;
+  for (std::size_t at = sep; at != std::string::npos;) {
+    const std::size_t end = verdict.find(kSep, at + 1);
+    problems.push_back(verdict.substr(at + 1, end == std::string::npos ? std::string::npos : end - at - 1));
+    at = end;
+  }
+  if (kind == 'C') throw ConfigError(problems);
+  if (kind == 'K') {
+    const CollectiveError e(code, problems);
+    if (rethrow_collective) rethrow_collective(e);
+    throw e;
+  }
+  // Already carries its call site from the rank that raised it.
+  throw Error(code, problems.empty() ? std::string() : problems.front());
+}
+
 void settle_collective_error(const CollectiveError& e, MPI_Comm verdict, double timeout_s) {
   int size = 1;
   if (MPI_Comm_size(verdict, &size) != MPI_SUCCESS || size == 1) return;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // RAII MPI wrappers. MPI_ERRORS_RETURN is set on every communicator so ATLAS_MPI_CHECK can report.
 #include "atlas/mpi/comm.hpp"
+#include "atlas/mpi/tags.hpp"
 
 #include <unistd.h>
 
@@ -61,6 +62,7 @@ Environment::Environment(int& argc, char**& argv, ThreadLevel required) {
   log::init(m_world_rank, m_host);
   ATLAS_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &m_verdict));
   MPI_Comm_set_errhandler(m_verdict, MPI_ERRORS_RETURN);
+  m_tag_ub = tag_upper_bound();  // queried once, here
 }
 
 Environment::~Environment() {

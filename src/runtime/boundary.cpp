@@ -59,6 +59,7 @@ Boundary::Boundary(const topo::Layout& layout, const topo::Communicators& comms,
   m_send_bufs.assign(static_cast<std::size_t>(2 * m_micro_batches), std::vector<float>(floats));
   for (const auto& l : table.links)
     m_link_stride = std::max(m_link_stride, static_cast<int>(l.order.size()) + 1);
+  mpi::tags::check_tokens(static_cast<int>(table.links.size()), m_link_stride, m_micro_batches, mpi::tag_upper_bound());
 
   bool sends_over_wan = false;
   for (const auto& s : table.row(m_me.stage, m_me.dp)) {

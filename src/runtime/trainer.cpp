@@ -14,15 +14,16 @@
 #include "atlas/device/collective.hpp"
 #include "atlas/model/gpt2_tokenizer.hpp"
 #include "atlas/mpi/agree.hpp"
+#include "atlas/mpi/tags.hpp"
 
 namespace atlas::runtime {
 
 namespace {
 
-constexpr int kLossTag = 7001;
-constexpr int kEvalTagBase = 300000;
+// Message tags: mpi/tags.hpp.
+constexpr int kLossTag = mpi::tags::kStepLoss;
 /// The tied-embedding gradient exchange between the first and last stage over the WAN.
-constexpr int kEmbeddingTag = 800000;
+constexpr int kEmbeddingTag = mpi::tags::kEmbedding;
 
 }  // namespace
 
@@ -106,6 +107,7 @@ Trainer::Trainer(const Config& cfg, const topo::Layout& layout, const topo::Comm
         if (row[i].kind == sched::SlotKind::Backward) m_last_backward = static_cast<int>(i);
     }
   }
+  mpi::tags::check_pipeline(cfg.train.micro_batches, cfg.train.eval_batches, mpi::tag_upper_bound());
   m_boundary = std::make_unique<Boundary>(layout, comms, table, wan, profiler, floats * sizeof(float),
                                           cfg.wan.recv_timeout_s);
   {
@@ -275,7 +277,7 @@ double Trainer::evaluate() {
   if (m_val) m_val->rewind();
   for (int m = 0; m < batches; ++m) {
     const int micro = 1000000 + m;  // never collides with a training micro-batch id
-    const int tag = kEvalTagBase + m;
+    const int tag = mpi::tags::eval(m, m_cfg.train.micro_batches);
     if (first || last) m_val->fill(m, m_tokens.data(), m_targets.data());
     if (!first) {
       m_boundary->recv_blocking(m_me.stage - 1, tag, host.data(), floats * sizeof(float));
@@ -294,8 +296,8 @@ double Trainer::evaluate() {
   const int reporter = m_layout.world_rank(m_layout.pp_size() - 1, 0, 0);
   const int me = m_comms.world.rank();
   if (reporter == 0) return me == 0 ? loss : 0.0;
-  if (me == reporter) m_comms.world.send(std::span<const double>(&loss, 1), 0, kLossTag + 1);
-  if (me == 0) m_comms.world.recv(std::span<double>(&loss, 1), reporter, kLossTag + 1);
+  if (me == reporter) m_comms.world.send(std::span<const double>(&loss, 1), 0, mpi::tags::kEvalLoss);
+  if (me == 0) m_comms.world.recv(std::span<double>(&loss, 1), reporter, mpi::tags::kEvalLoss);
   return loss;
 }
 

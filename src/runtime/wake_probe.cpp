@@ -10,6 +10,7 @@
 
 #include "atlas/core/check.hpp"
 #include "atlas/core/error.hpp"
+#include "atlas/mpi/tags.hpp"
 
 namespace atlas::runtime {
 
@@ -36,12 +37,12 @@ void ring(const mpi::Comm& comm, int rounds, double work_ms, std::int64_t per_ms
   std::uint64_t lcg = 0x9E3779B97F4A7C15ULL ^ static_cast<std::uint64_t>(comm.rank() + 1);
   for (int r = 0; r < rounds; ++r) {
     double theirs = 0.0;
-    mpi::Request in = comm.irecv(std::span<double>(&theirs, 1), prev, 911);
+    mpi::Request in = comm.irecv(std::span<double>(&theirs, 1), prev, mpi::tags::kWakeProbe);
     lcg = lcg * 6364136223846793005ULL + 1442695040888963407ULL;
     const double scale = 0.25 + 1.5 * static_cast<double>(lcg >> 11) / static_cast<double>(1ULL << 53);
     sink = sink + spin(static_cast<std::int64_t>(scale * work_ms * static_cast<double>(per_ms)));
     const double mine = now_ms();
-    mpi::Request sent = comm.isend(std::span<const double>(&mine, 1), next, 911);
+    mpi::Request sent = comm.isend(std::span<const double>(&mine, 1), next, mpi::tags::kWakeProbe);
     const double wait_start = now_ms();
     if (!in.wait_polling_for(60.0, 200))
       ATLAS_THROW(Comm, "wake probe: no message from rank " << prev << " in 60 s");

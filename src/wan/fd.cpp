@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "atlas/core/check.hpp"
 #include "atlas/core/error.hpp"
 
 namespace atlas::wan {
@@ -39,7 +40,7 @@ std::string addr_text(const sockaddr* sa) {
 }
 
 [[noreturn]] void sys_fail(const std::string& what, int err) {
-  throw Error(ExitCode::Comm, fmt::format("{}: {}", what, std::strerror(err)));
+  ATLAS_THROW(Comm, fmt::format("{}: {}", what, std::strerror(err)));
 }
 
 void set_nonblocking(int fd) {
@@ -62,8 +63,8 @@ SockAddr resolve(const std::string& host, int port) {
   addrinfo* res = nullptr;
   const std::string service = std::to_string(port);
   if (const int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &res); rc != 0 || !res)
-    throw Error(ExitCode::Comm, fmt::format("cannot resolve WAN address '{}' (port {}): {}", host,
-                                            port, gai_strerror(rc)));
+    ATLAS_THROW(Comm, fmt::format("cannot resolve WAN address '{}' (port {}): {}", host,
+                                  port, gai_strerror(rc)));
   SockAddr out;
   std::memcpy(&out.addr, res->ai_addr, res->ai_addrlen);
   out.len = res->ai_addrlen;
@@ -154,9 +155,9 @@ CongestionChoice choose_congestion_control(const std::string& request) {
   }
   if (request != "auto") {
     if (const std::string why = set_congestion_control(probe.get(), request); !why.empty())
-      throw Error(ExitCode::Comm, fmt::format("WAN rails: {} (asked for '{}'; 'auto' or 'system' "
-                                              "always work)",
-                                              why, request));
+      ATLAS_THROW(Comm, fmt::format("WAN rails: {} (asked for '{}'; 'auto' or 'system' "
+                                    "always work)",
+                                    why, request));
     c.name = request;
     c.note = fmt::format("TCP congestion control: {} (asked for; the system's is {})", request, c.system);
     return c;

@@ -16,6 +16,7 @@
 
 #include <fmt/format.h>
 
+#include "atlas/core/check.hpp"
 #include "atlas/core/error.hpp"
 
 namespace atlas::wan {
@@ -82,12 +83,12 @@ HmacTag hmac(const Secret& secret, const char* label, std::span<const std::uint8
   if (HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()), msg.data(), msg.size(),
            out.data(), &out_len) == nullptr ||
       out_len != out.size())
-    throw Error(ExitCode::Comm, "WAN handshake: HMAC-SHA256 failed inside OpenSSL");
+    ATLAS_THROW(Comm, "WAN handshake: HMAC-SHA256 failed inside OpenSSL");
   return out;
 }
 
 [[noreturn]] void openssl_failed(const char* what) {
-  throw Error(ExitCode::Comm, fmt::format("WAN frame authentication: {} failed inside OpenSSL", what));
+  ATLAS_THROW(Comm, fmt::format("WAN frame authentication: {} failed inside OpenSSL", what));
 }
 
 // The 96-bit GCM nonce of frame `n`: part 0 = its payload, part 1 = its header.
@@ -421,7 +422,7 @@ std::string FrameOpener::open_payload(std::uint8_t* data, std::size_t bytes) {
 void random_bytes(std::span<std::uint8_t> out) {
   if (out.size() > static_cast<std::size_t>(INT_MAX) ||
       RAND_bytes(out.data(), static_cast<int>(out.size())) != 1)
-    throw Error(ExitCode::Comm, "OpenSSL RAND_bytes failed: no secure random bytes for the WAN transport (nonces, keys)");
+    ATLAS_THROW(Comm, "OpenSSL RAND_bytes failed: no secure random bytes for the WAN transport (nonces, keys)");
 }
 
 }  // namespace atlas::wan

@@ -8,7 +8,9 @@
 
 #include <fmt/format.h>
 
+#include "atlas/core/check.hpp"
 #include "atlas/core/log.hpp"
+#include "atlas/mpi/tags.hpp"
 #include "op.hpp"
 
 namespace atlas::wan {
@@ -42,8 +44,8 @@ MpiTransport::MpiTransport(const mpi::Comm& world, double recv_timeout_s, const 
     : m_comm(world.dup()), m_timeout_s(recv_timeout_s) {
   for (int p : peers) {
     if (p < 0 || p >= m_comm.size())
-      throw Error(ExitCode::Comm, fmt::format("mpi transport: peer {} is not a world rank (0..{})", p,
-                                              m_comm.size() - 1));
+      ATLAS_THROW(Comm, fmt::format("mpi transport: peer {} is not a world rank (0..{})", p,
+                                    m_comm.size() - 1));
     PeerStats s;
     s.peer = p;
     m_stats.push_back(s);
@@ -55,18 +57,21 @@ MpiTransport::~MpiTransport() = default;
 std::size_t MpiTransport::index_of(int peer, const char* what) const {
   for (std::size_t i = 0; i < m_stats.size(); ++i)
     if (m_stats[i].peer == peer) return i;
-  throw Error(ExitCode::Comm, fmt::format("WAN {} rank {}: not a peer of this transport (give it to "
-                                          "make_transport)",
-                                          what, peer));
+  ATLAS_THROW(Comm, fmt::format("WAN {} rank {}: not a peer of this transport (give it to "
+                                "make_transport)",
+                                what, peer));
 }
 
 Handle MpiTransport::isend(int peer, int tag, const void* data, std::size_t bytes) {
   static_cast<void>(index_of(peer, "isend to"));
   if (bytes > static_cast<std::size_t>(INT_MAX))
-    throw Error(ExitCode::Comm, fmt::format("mpi transport: a {}-byte message exceeds the 2 GiB MPI "
-                                            "count limit; use the multirail transport",
-                                            bytes));
-  if (tag < 0) throw Error(ExitCode::Comm, fmt::format("WAN isend: tag {} is negative", tag));
+    ATLAS_THROW(Comm, fmt::format("mpi transport: a {}-byte message exceeds the 2 GiB MPI "
+                                  "count limit; use the multirail transport",
+                                  bytes));
+  if (tag < 0) ATLAS_THROW(Comm, "WAN isend: tag " << tag << " is negative");
+  if (tag > mpi::tag_upper_bound())
+    ATLAS_THROW(Comm, "WAN isend: tag " << tag << " exceeds this MPI's MPI_TAG_UB = " << mpi::tag_upper_bound()
+                                       << " (mpi/tags.hpp lists every tag and its range)");
   auto op = std::make_shared<MpiOp>(this, true, peer, tag, bytes);
   ATLAS_MPI_CHECK(MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, peer, tag, m_comm.get(), &op->m_req));
   return Handle(std::move(op));
@@ -75,10 +80,13 @@ Handle MpiTransport::isend(int peer, int tag, const void* data, std::size_t byte
 Handle MpiTransport::irecv(int peer, int tag, void* data, std::size_t bytes) {
   static_cast<void>(index_of(peer, "irecv from"));
   if (bytes > static_cast<std::size_t>(INT_MAX))
-    throw Error(ExitCode::Comm, fmt::format("mpi transport: a {}-byte message exceeds the 2 GiB MPI "
-                                            "count limit; use the multirail transport",
-                                            bytes));
-  if (tag < 0) throw Error(ExitCode::Comm, fmt::format("WAN irecv: tag {} is negative", tag));
+    ATLAS_THROW(Comm, fmt::format("mpi transport: a {}-byte message exceeds the 2 GiB MPI "
+                                  "count limit; use the multirail transport",
+                                  bytes));
+  if (tag < 0) ATLAS_THROW(Comm, "WAN irecv: tag " << tag << " is negative");
+  if (tag > mpi::tag_upper_bound())
+    ATLAS_THROW(Comm, "WAN irecv: tag " << tag << " exceeds this MPI's MPI_TAG_UB = " << mpi::tag_upper_bound()
+                                       << " (mpi/tags.hpp lists every tag and its range)");
   auto op = std::make_shared<MpiOp>(this, false, peer, tag, bytes);
   ATLAS_MPI_CHECK(MPI_Irecv(data, static_cast<int>(bytes), MPI_BYTE, peer, tag, m_comm.get(), &op->m_req));
   return Handle(std::move(op));
@@ -86,7 +94,7 @@ Handle MpiTransport::irecv(int peer, int tag, void* data, std::size_t bytes) {
 
 bool MpiTransport::check(Handle& h) {
   auto* op = static_cast<MpiOp*>(h.op());
-  if (op->owner() != this) throw Error(ExitCode::Comm, "WAN test/wait: the handle belongs to another transport");
+  if (op->owner() != this) ATLAS_THROW(Comm, "WAN test/wait: the handle belongs to another transport");
   int flag = 0;
   MPI_Status status{};
   if (const int rc = MPI_Test(&op->m_req, &flag, &status); rc != MPI_SUCCESS) {
@@ -97,7 +105,7 @@ bool MpiTransport::check(Handle& h) {
                                         op->is_send() ? "send to" : "receive from", op->peer(),
                                         op->tag(), op->m_bytes, std::string(msg, static_cast<std::size_t>(len)));
     h.reset();
-    throw Error(ExitCode::Comm, why);
+    ATLAS_THROW(Comm, why);
   }
   if (!flag) return false;
   PeerStats& s = m_stats[index_of(op->peer(), "test with")];
@@ -110,7 +118,7 @@ bool MpiTransport::check(Handle& h) {
           "posted {} bytes",
           op->peer(), count, op->tag(), op->m_bytes);
       h.reset();
-      throw Error(ExitCode::Comm, why);
+      ATLAS_THROW(Comm, why);
     }
     s.bytes_received += op->m_bytes;
     ++s.messages_received;
@@ -141,7 +149,7 @@ void MpiTransport::wait(Handle& h) {
           "(wan.recv_timeout_s)",
           op->is_send() ? "send to" : "receive from", op->peer(), op->tag(), op->m_bytes, waited);
       h.reset();  // the op's destructor cancels a receive / frees a send
-      throw Error(ExitCode::Comm, why);
+      ATLAS_THROW(Comm, why);
     }
   }
 }

@@ -13,14 +13,17 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <set>
 
 #include <fmt/format.h>
 
+#include "atlas/core/check.hpp"
 #include "atlas/core/env.hpp"
 #include "atlas/core/log.hpp"
 #include "atlas/core/units.hpp"
+#include "atlas/mpi/agree.hpp"
 #include "atlas/wan/mpi_transport.hpp"
 #include "atlas/wan/multirail.hpp"
 #include "op.hpp"
@@ -104,13 +107,13 @@ void check_symmetric(const mpi::Comm& world, const std::vector<int>& peers) {
   for (std::size_t r = 0; r < lists.size(); ++r)
     for (int p : lists[r]) {
       if (p < 0 || p >= static_cast<int>(lists.size()) || p == static_cast<int>(r))
-        throw Error(ExitCode::Comm, fmt::format("make_transport: rank {} lists WAN peer {}, which is "
-                                                "not another world rank (0..{})",
-                                                r, p, lists.size() - 1));
+        ATLAS_THROW(Comm, fmt::format("make_transport: rank {} lists WAN peer {}, which is "
+                                      "not another world rank (0..{})",
+                                      r, p, lists.size() - 1));
       if (!lists[static_cast<std::size_t>(p)].count(static_cast<int>(r)))
-        throw Error(ExitCode::Comm, fmt::format("make_transport: rank {} lists WAN peer {} but rank "
-                                                "{} does not list {} (peers must be symmetric)",
-                                                r, p, p, r));
+        ATLAS_THROW(Comm, fmt::format("make_transport: rank {} lists WAN peer {} but rank "
+                                      "{} does not list {} (peers must be symmetric)",
+                                      r, p, p, r));
     }
 }
 
@@ -124,7 +127,7 @@ using Pkey = std::unique_ptr<EVP_PKEY, PkeyFree>;
 using PkeyCtx = std::unique_ptr<EVP_PKEY_CTX, PkeyCtxFree>;
 
 [[noreturn]] void x25519_failed(const char* what) {
-  throw Error(ExitCode::Comm, fmt::format("WAN key exchange: X25519 {} failed inside OpenSSL", what));
+  ATLAS_THROW(Comm, fmt::format("WAN key exchange: X25519 {} failed inside OpenSSL", what));
 }
 
 /// An ephemeral X25519 key pair; its public key as 32 raw bytes.
@@ -268,90 +271,81 @@ std::unique_ptr<PeerTransport> make_transport(const WanCfg& wan, const ClusterCf
   o.connect_timeout_s = wan.connect_timeout_s;
   o.eager_credit_bytes = std::max<std::uint64_t>(64 * units::kMiB, 4 * wan.chunk_bytes);
   if (const char* env = std::getenv("ATLAS_WAN_TCP_CONGESTION"); env && *env) o.tcp_congestion = env;
-  if (cluster.bind_hosts.empty())
-    throw Error(ExitCode::Comm, "make_transport: cluster.bind_hosts is empty");
-  const std::size_t dc = cluster.bind_hosts.size() == 1 ? 0 : static_cast<std::size_t>(my_dc);
-  if (my_dc < 0 || dc >= cluster.bind_hosts.size())
-    throw Error(ExitCode::Comm, fmt::format("make_transport: DC index {} has no entry in "
-                                            "cluster.bind_hosts ({} entries)",
-                                            my_dc, cluster.bind_hosts.size()));
-  o.bind_host = cluster.bind_hosts[dc];
-  // The WAN emulation (scripts/wan/run_emulated.sh) runs each DC in a network namespace of its
-  // own and names the DC's address there; it replaces the deck's (loopback) listen address.
-  if (const std::optional<std::string> env = env::get("ATLAS_WAN_BIND_HOST")) {
-    static bool told = false;  // once per process
-    if (world.rank() == 0 && !told)
-      log::info("# WAN: listen addresses from ATLAS_WAN_BIND_HOST (emulated WAN), not cluster.bind_hosts");
-    told = true;
-    o.bind_host = *env;
-  }
-  if (o.bind_host == "0.0.0.0" || o.bind_host == "::")
-    throw Error(ExitCode::Comm, fmt::format("cluster.bind_hosts entry '{}' is a wildcard: peers "
-                                            "need a routable address of DC {}",
-                                            o.bind_host, my_dc));
+  // Errors below are collective-safe: every rank's outcome goes through mpi::agree before any
+  // rank throws (a deck or key-file problem: ConfigError, exit 2; a transport that cannot start:
+  // CollectiveError, Comm), each message naming the rank it happened on.
+  const auto on_this_rank = [&](const std::string& step, const std::string& what, const std::function<void()>& fn) {
+    mpi::agree(world, step, [&] {
+      try {
+        fn();
+      } catch (const ConfigError& e) {
+        std::vector<std::string> problems;
+        for (const auto& p : e.problems()) problems.push_back(fmt::format("rank {}: {}", world.rank(), p));
+        throw ConfigError(problems);
+      } catch (const Error& e) {
+        throw CollectiveError(ExitCode::Comm, {fmt::format("make_transport: rank {} could not {}: {}", world.rank(),
+                                                           what, e.what())});
+      }
+    });
+  };
 
   // ---- the pair secrets: X25519 public keys (and nothing secret) exchanged over MPI ----
-  // Errors are collective-safe: every rank reports in the allgather before any throws.
   std::vector<std::uint8_t> key_file;
   Pkey my_key;
   std::array<std::uint8_t, 32> my_pub{};
+  on_this_rank("making the WAN keys", "make its WAN key", [&] {
+    if (cluster.bind_hosts.empty()) throw ConfigError("make_transport: cluster.bind_hosts is empty");
+    const std::size_t dc = cluster.bind_hosts.size() == 1 ? 0 : static_cast<std::size_t>(my_dc);
+    if (my_dc < 0 || dc >= cluster.bind_hosts.size())
+      throw ConfigError(fmt::format("make_transport: DC index {} has no entry in cluster.bind_hosts ({} entries)",
+                                    my_dc, cluster.bind_hosts.size()));
+    o.bind_host = cluster.bind_hosts[dc];
+    // The WAN emulation (scripts/wan/run_emulated.sh) runs each DC in a network namespace of its
+    // own and names the DC's address there; it replaces the deck's (loopback) listen address.
+    if (const std::optional<std::string> env = env::get("ATLAS_WAN_BIND_HOST")) {
+      static bool told = false;  // once per process
+      if (world.rank() == 0 && !told)
+        log::info("# WAN: listen addresses from ATLAS_WAN_BIND_HOST (emulated WAN), not cluster.bind_hosts");
+      told = true;
+      o.bind_host = *env;
+    }
+    if (o.bind_host == "0.0.0.0" || o.bind_host == "::")
+      throw ConfigError(fmt::format("cluster.bind_hosts entry '{}' is a wildcard: peers need a routable address "
+                                    "of DC {}",
+                                    o.bind_host, my_dc));
+    if (!peers.empty()) {
+      if (!wan.key_file.empty()) key_file = read_key_file(wan.key_file);
+      my_key = x25519_keypair(my_pub);
+    }
+  });
   {
-    std::string error;  // "?reason": a deck error (exit 2); "!reason": a transport error
-    try {
-      if (!peers.empty()) {
-        if (!wan.key_file.empty()) key_file = read_key_file(wan.key_file);
-        my_key = x25519_keypair(my_pub);
-      }
-    } catch (const ConfigError& e) {
-      error = std::string("?") + e.what();
-    } catch (const Error& e) {
-      error = std::string("!") + e.what();
-    }
-    const auto keys = gather(world, !error.empty() ? error : peers.empty() ? std::string() : to_hex(my_pub));
-    for (std::size_t r = 0; r < keys.size(); ++r) {
-      if (!keys[r].empty() && keys[r][0] == '?') throw ConfigError(fmt::format("rank {}: {}", r, keys[r].substr(1)));
-      if (!keys[r].empty() && keys[r][0] == '!')
-        throw Error(ExitCode::Comm, fmt::format("make_transport: rank {} could not make its WAN key: {}", r,
-                                                keys[r].substr(1)));
-    }
+    const auto keys = gather(world, peers.empty() ? std::string() : to_hex(my_pub));
     for (int p : peers) {
       std::array<std::uint8_t, 32> pub{};
       if (!from_hex(keys[static_cast<std::size_t>(p)], pub))
-        throw Error(ExitCode::Internal, fmt::format("make_transport: rank {} sent a malformed public key "
-                                                    "'{}'",
-                                                    p, keys[static_cast<std::size_t>(p)]));
+        ATLAS_THROW(Internal, "make_transport: rank " << p << " sent a malformed public key '"
+                                                      << keys[static_cast<std::size_t>(p)] << "'");
       o.pair_secrets[p] =
           derive_pair_secret(x25519_shared(my_key.get(), pub), key_file, world.rank(), my_pub, p, pub);
     }
   }
 
   // Every rank with peers listens before the addresses are exchanged, so a connect never races
-  // a listener that does not exist yet. Errors here are collective-safe: all ranks gather first.
+  // a listener that does not exist yet.
   std::unique_ptr<MultirailTransport> t;
-  std::string error;
-  try {
+  on_this_rank("starting the WAN transport", "start its transport", [&] {
     // Environment overrides (diagnostics and A/B runs; see docs/wan.md): checked here, so a bad
     // value fails every rank together instead of leaving the others in the allgather.
     if (const char* env = std::getenv("ATLAS_WAN_WARMUP_BYTES"); env && *env) {
       const auto b = units::parse_bytes(env);
       if (!b)
-        throw Error(ExitCode::Comm, fmt::format("ATLAS_WAN_WARMUP_BYTES='{}' is not a byte count (e.g. "
-                                                "0, 256K, 1M)",
-                                                env));
+        ATLAS_THROW(Comm, "ATLAS_WAN_WARMUP_BYTES='" << env << "' is not a byte count (e.g. 0, 256K, 1M)");
       o.warmup_bytes = *b;
     }
     t = std::make_unique<MultirailTransport>(o, peers);
-  } catch (const Error& e) {
-    error = e.what();
-  }
-  const std::string mine = !error.empty() ? "!" + error
-                           : peers.empty() ? std::string()
-                                           : fmt::format("{} {}", o.bind_host, t->listen_port());
+  });
+  const std::string mine = peers.empty() ? std::string() : fmt::format("{} {}", o.bind_host, t->listen_port());
   const auto all = gather(world, mine);
-  for (std::size_t r = 0; r < all.size(); ++r)
-    if (!all[r].empty() && all[r][0] == '!')
-      throw Error(ExitCode::Comm, fmt::format("make_transport: rank {} could not start its transport: {}", r,
-                                              all[r].substr(1)));
   std::vector<PeerAddress> addresses;
   for (int p : peers) {
     const std::string& s = all[static_cast<std::size_t>(p)];

@@ -6,6 +6,7 @@ atlas_unit_test(test_core_env ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_core_env.cpp
 atlas_unit_test(test_layout ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_layout.cpp)
 atlas_unit_test(test_schedule ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_schedule.cpp)
 atlas_mpi_test(test_communicators SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/mpi/test_communicators.cpp NP 1 2 4 8)
+atlas_unit_test(test_mpi_tags ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_mpi_tags.cpp)
 atlas_mpi_test(test_agree SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/mpi/test_agree.cpp NP 1 2 3)
 # Deck fuzzer: 1,200 seeded mutants of the decks in inputs/ through what atlas schedule runs (a
 # forked child each, time-limited) and a sample through the binary (schedule, simulate, plan): no

@@ -55,7 +55,7 @@ class CudaCollective : public ::testing::Test {
     distinct_gpus = std::set<std::string>(where.begin(), where.end()).size() == where.size();
   }
 
-  void expect_sums(model::Collective& group) {
+  void expect_sums(device::Collective& group) {
     for (std::size_t n : {std::size_t{1}, std::size_t{1000}, std::size_t{1} << 20}) {
       Buffer buf = testutil::upload(*be, values(world.rank(), n));
       group.allreduce_sum(buf, n);
@@ -70,10 +70,10 @@ class CudaCollective : public ::testing::Test {
 
   // Several sums in flight at once (start_allreduce_sum, as the trainer's overlapped DP buckets
   // use it), the buffers' owner computing meanwhile, waited for out of order.
-  void expect_overlapped_sums(model::Collective& group) {
+  void expect_overlapped_sums(device::Collective& group) {
     const std::size_t sizes[] = {1, 1000, std::size_t{1} << 20};
     std::vector<Buffer> bufs;
-    std::vector<std::unique_ptr<model::PendingSum>> sums;
+    std::vector<std::unique_ptr<device::PendingSum>> sums;
     for (std::size_t n : sizes) {
       bufs.push_back(testutil::upload(*be, values(world.rank(), n)));
       sums.push_back(group.start_allreduce_sum(bufs.back(), n));

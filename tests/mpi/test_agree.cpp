@@ -3,6 +3,8 @@
 // class, exit code and messages), so no rank is left waiting in its next collective.
 #include <algorithm>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -87,6 +89,49 @@ TEST(Agree, TheLowestFailingRankDecidesTheExitCode) {
     EXPECT_EQ(e.code(), ExitCode::Comm);
     EXPECT_THAT(e.problems(), ::testing::Contains("rank 1: internal error: bad_alloc-like"));
   }
+}
+
+TEST(AgreeOnRoot, TheRootsResultReachesEveryRankAndTheWorkRunsOnlyThere) {
+  const Comm world = Comm::world();
+  int runs = 0;
+  const std::string got = agree_on_root(world, 0, [&] {
+    ++runs;
+    return std::string("payload\x1f with a separator");
+  });
+  EXPECT_EQ(got, "payload\x1f with a separator");
+  EXPECT_EQ(runs, world.rank() == 0 ? 1 : 0);
+  EXPECT_EQ(world.allreduce(1, MPI_SUM), world.size());
+}
+
+TEST(AgreeOnRoot, WhatTheRootThrewIsRaisedOnEveryRankAsTheSameClass) {
+  const Comm world = Comm::world();
+  const int root = world.size() - 1;
+  try {
+    (void)agree_on_root(world, root, []() -> std::string { throw Error(ExitCode::Io, "cannot open 'x'"); });
+    FAIL() << "expected atlas::Error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::Io);
+    EXPECT_STREQ(e.what(), "cannot open 'x'");
+  }
+  try {
+    (void)agree_on_root(world, root, []() -> std::string { throw ConfigError(std::vector<std::string>{"a", "b"}); });
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.problems(), (std::vector<std::string>{"a", "b"}));
+  }
+  struct Mine : CollectiveError {
+    explicit Mine(const std::vector<std::string>& p) : CollectiveError(ExitCode::Io, p) {}
+  };
+  try {
+    (void)agree_on_root(
+        world, root, []() -> std::string { throw Mine({"bits flipped"}); },
+        [](const CollectiveError& e) { throw Mine(e.problems()); });
+    FAIL() << "expected the caller's CollectiveError subclass";
+  } catch (const Mine& e) {
+    EXPECT_EQ(e.code(), ExitCode::Io);
+    EXPECT_EQ(e.problems(), std::vector<std::string>{"bits flipped"});
+  }
+  EXPECT_EQ(world.allreduce(1, MPI_SUM), world.size());
 }
 
 }  // namespace

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "atlas/core/error.hpp"
-#include "atlas/model/collective.hpp"
+#include "atlas/device/collective.hpp"
 #include "atlas/device/collective.hpp"
 #include "atlas/device/host_backend.hpp"
 #include "atlas/mpi/comm.hpp"
@@ -39,7 +39,7 @@ TEST(DeviceCollective, HostBackendGetsMpiDirectlyOnItsBuffers) {
   const mpi::Comm world = mpi::Comm::world();
   auto be = make_host_backend(1);
   auto group = make_collective(world, *be);
-  ASSERT_NE(dynamic_cast<model::MpiCollective*>(group.get()), nullptr);
+  ASSERT_NE(dynamic_cast<device::MpiCollective*>(group.get()), nullptr);
   EXPECT_EQ(group->size(), world.size());
   EXPECT_EQ(group->rank(), world.rank());
   const std::size_t n = 1000, count = 777;  // only the first `count` floats are summed
@@ -81,13 +81,13 @@ TEST(DeviceCollective, StagedCollectiveRefusesAnotherBackendsBuffer) {
 TEST(DeviceCollective, StartedSumsInFlightTogetherAreExact) {
   const mpi::Comm world = mpi::Comm::world();
   auto be = make_host_backend(1);
-  std::vector<std::unique_ptr<model::Collective>> groups;
+  std::vector<std::unique_ptr<device::Collective>> groups;
   groups.push_back(make_collective(world, *be));
   groups.push_back(make_staged_collective(world, *be));
   for (auto& group : groups) {
     const std::size_t sizes[] = {1, 1000, 100000};
     std::vector<Buffer> bufs;
-    std::vector<std::unique_ptr<model::PendingSum>> sums;
+    std::vector<std::unique_ptr<device::PendingSum>> sums;
     for (std::size_t n : sizes) {
       bufs.push_back(testutil::upload(*be, values(world.rank(), n)));
       sums.push_back(group->start_allreduce_sum(bufs.back(), n));
@@ -107,7 +107,7 @@ TEST(DeviceCollective, SettleGivesUpOnASumAPeerNeverJoins) {
   if (world.size() < 2) GTEST_SKIP() << "needs a peer";
   const mpi::Comm comm = world.dup();
   auto be = make_host_backend(1);
-  model::MpiCollective group(comm);
+  device::MpiCollective group(comm);
   Buffer buf = testutil::upload(*be, values(world.rank(), 64));
   if (world.rank() == 1) {
     auto sum = group.start_allreduce_sum(buf, 64);

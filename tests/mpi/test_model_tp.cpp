@@ -9,7 +9,7 @@
 #include <cmath>
 
 #include "atlas/device/host_backend.hpp"
-#include "atlas/model/collective.hpp"
+#include "atlas/device/collective.hpp"
 #include "atlas/model/gpt.hpp"
 #include "atlas/mpi/comm.hpp"
 #include "unit/test_model_util.hpp"
@@ -18,6 +18,7 @@ namespace atlas::model {
 namespace {
 
 using device::Buffer;
+using device::MpiCollective;
 using testutil::download;
 using testutil::hyperslab;
 using testutil::max_rel_diff;

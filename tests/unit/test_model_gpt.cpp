@@ -42,7 +42,7 @@ std::vector<std::int32_t> random_ids(std::size_t n, int vocab, std::uint64_t see
 }
 
 // A TP group that exists only so shards can be constructed without MPI; any all-reduce fails.
-class ConstructOnlyGroup final : public Collective {
+class ConstructOnlyGroup final : public device::Collective {
  public:
   ConstructOnlyGroup(int rank, int size) : m_rank(rank), m_size(size) {}
   void allreduce_sum(device::Buffer&, std::size_t) override {

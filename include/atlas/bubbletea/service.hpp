@@ -24,6 +24,7 @@
 #include "atlas/deck/config.hpp"
 #include "atlas/device/backend.hpp"
 #include "atlas/mpi/comm.hpp"
+#include "atlas/mpi/tags.hpp"
 #include "atlas/runtime/profiler.hpp"
 #include "atlas/bubbletea/wait_filler.hpp"
 #include "atlas/runtime/trainer.hpp"
@@ -98,8 +99,8 @@ class Service final : public WaitFiller {
   [[nodiscard]] const PrefillCost& cost() const { return m_cost; }
 
  private:
-  static constexpr int kTagChunk = 1;    ///< activations along the DC pipeline (m_comm)
-  static constexpr int kTagRelease = 2;  ///< releases and prefill-done notices to the dispatcher
+  static constexpr int kTagChunk = mpi::tags::kBubbleChunk;      ///< activations along the DC pipeline (m_comm)
+  static constexpr int kTagRelease = mpi::tags::kBubbleRelease;  ///< releases and prefill-done notices to the dispatcher
   struct ChunkHeader {
     std::int64_t request;
     std::int32_t chunk, n_chunks, pos, n, prompt_tokens, max_new_tokens;

@@ -24,13 +24,14 @@ inline constexpr double kMaxGpusPerDc = 1'000'000;     ///< cluster.gpus_per_dc,
 inline constexpr double kMaxStages = 4096;             ///< parallel.stages_per_dc entries
 inline constexpr double kMaxDp = 100'000;              ///< parallel.dp_size
 inline constexpr int kMaxRails = 64;                   ///< wan.rails (and every other user of the transport)
+/// wan.chunk_bytes (and every other user of the multirail transport; its frames count 32 bits)
+inline constexpr double kMaxChunkBytes = 1024.0 * 1024 * 1024;
 inline constexpr double kMaxRanks = 16'777'216;         ///< stages x dp_size x tp_size (the job's ranks)
 inline constexpr double kMaxLayers = 4096;             ///< model.layers, bubbletea.layers
 inline constexpr double kMaxHidden = 1'048'576;        ///< model.hidden, heads (and bubbletea's)
 inline constexpr double kMaxTokens = 16'777'216;       ///< seq_len, vocab, context, prompt lengths
-/// train.micro_batches, eval_batches: the pipeline boundary's message tags hold a micro-batch id
-/// in 16 bits (runtime::Boundary::tag_of: flow * 65536 + micro), so activation tags never meet
-/// gradient tags.
+/// train.micro_batches, eval_batches. The pipeline's MPI tags (mpi/tags.hpp) take 2 per
+/// micro-batch and 1 per eval batch; a job checks them against its MPI's MPI_TAG_UB.
 inline constexpr double kMaxMicroBatches = 65'536;
 inline constexpr double kMaxSeconds = 1e6;             ///< every *_s duration (std::chrono safe)
 /// Slots of one schedule table, estimated as micro_batches x stages x dp x 6 (forward,

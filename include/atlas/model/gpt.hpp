@@ -18,7 +18,7 @@
 
 #include "atlas/deck/config.hpp"
 #include "atlas/device/backend.hpp"
-#include "atlas/model/collective.hpp"
+#include "atlas/device/collective.hpp"
 
 namespace atlas::model {
 
@@ -100,7 +100,7 @@ class StageModel {
   /// Throws atlas::ConfigError listing every inconsistency (heads vs hidden vs tp_size, the
   /// layer split, the TP group size). Not collective.
   StageModel(const ModelCfg& cfg, int micro_batch_size, StageSpec spec, device::Backend& backend,
-             Collective* tp, std::uint64_t seed);
+             device::Collective* tp, std::uint64_t seed);
   ~StageModel();
   StageModel(const StageModel&) = delete;
   StageModel& operator=(const StageModel&) = delete;
@@ -220,7 +220,7 @@ class StageModel {
   ModelCfg m_cfg;
   StageSpec m_spec;
   device::Backend& m_backend;
-  Collective* m_tp;
+  device::Collective* m_tp;
   int m_batch, m_seq, m_hidden, m_vocab, m_heads, m_local_heads, m_head_dim;
   int m_local_hidden, m_local_ff;  // C/tp and 4C/tp
   int m_first_layer, m_n_layers, m_total_layers;

@@ -24,6 +24,15 @@ namespace atlas::mpi {
 /// data loader"). Returns normally on every rank when no rank failed.
 void agree(const Comm& comm, const std::string& what, const std::function<void()>& fn);
 
+/// The same agreement for work that only `root` does (reading a file once for the job): runs
+/// `fn` on `root` and gives every rank of `comm` its result, or raises what it threw on every
+/// rank, as the same class: ConfigError (its problems); atlas::Error (its code and message, which
+/// already names the call site); a CollectiveError (its code and problems), raised by
+/// `rethrow_collective` when given (so a caller can keep its own subclass), else as is; any other
+/// exception as Error (Internal) with its what(). Collective over `comm`.
+std::string agree_on_root(const Comm& comm, int root, const std::function<std::string()>& fn,
+                          const std::function<void(const CollectiveError&)>& rethrow_collective = {});
+
 /// How long a rank that raised a CollectiveError waits for every other rank to raise one too.
 inline constexpr double kSettleTimeoutS = 5.0;
 

@@ -45,6 +45,8 @@ class Environment {
   [[noreturn]] static void abort(int code);
   /// A duplicate of world used for nothing but mpi::settle_collective_error at the top level.
   [[nodiscard]] MPI_Comm verdict_comm() const noexcept { return m_verdict; }
+  /// This MPI's MPI_TAG_UB (see mpi/tags.hpp: every tag atlas uses, and the checks against it).
+  [[nodiscard]] int tag_ub() const noexcept { return m_tag_ub; }
 
  private:
   int m_world_rank = 0;
@@ -52,6 +54,7 @@ class Environment {
   std::string m_host;
   bool m_owns = false;
   MPI_Comm m_verdict = MPI_COMM_NULL;  ///< duplicate of world for settle_collective_error
+  int m_tag_ub = 32767;
 };
 
 /// MPI datatype for a C++ arithmetic type.

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "atlas/mpi/comm.hpp"
+#include "atlas/mpi/tags.hpp"
 #include "atlas/runtime/profiler.hpp"
 #include "atlas/sched/schedule.hpp"
 #include "atlas/topo/communicators.hpp"
@@ -113,10 +114,10 @@ class Boundary {
   [[nodiscard]] RecvOp& recv_op(const sched::Slot& slot);
   /// Tests `op` once (under the WAN lock for a WAN receive); true once it has arrived.
   bool test_op(RecvOp& op);
-  [[nodiscard]] static int tag_of(sched::Flow flow, int micro) {
-    return (flow == sched::Flow::Activation ? 0 : 1) * 65536 + micro;
+  [[nodiscard]] int tag_of(sched::Flow flow, int micro) const {
+    return mpi::tags::boundary(flow == sched::Flow::Activation ? 0 : 1, micro, m_micro_batches);
   }
-  [[nodiscard]] int token_tag(int link, int pos) const { return 1 + link * m_link_stride + pos; }
+  [[nodiscard]] int token_tag(int link, int pos) const { return mpi::tags::token(link, pos, m_link_stride); }
   void sender_loop();
   void progress_local_sends();
   /// Waits (bounded by the timeout) until the partner acknowledged our half of the last exchange_sum.

@@ -17,7 +17,7 @@
 
 #include "atlas/deck/config.hpp"
 #include "atlas/device/backend.hpp"
-#include "atlas/model/collective.hpp"
+#include "atlas/device/collective.hpp"
 #include "atlas/model/data.hpp"
 #include "atlas/model/gpt.hpp"
 #include "atlas/model/optimizer.hpp"
@@ -160,8 +160,8 @@ class Trainer {
   int m_embed_wan_partner = -1;      ///< world rank of the tied-embedding partner across the WAN (-1: none)
   bool m_sums_started = false;       ///< start_gradient_sums ran this step (ahead of the AllReduce slot)
   int m_wait_index = -1;             ///< the row slot whose wait the filler watches (wait_hook), -1: none
-  std::unique_ptr<model::Collective> m_tp;  ///< sums over tp_comm (MPI on host, NCCL on CUDA)
-  std::unique_ptr<model::Collective> m_dp;  ///< sums over dp_comm (gradients), dp > 1 only
+  std::unique_ptr<device::Collective> m_tp;  ///< sums over tp_comm (MPI on host, NCCL on CUDA)
+  std::unique_ptr<device::Collective> m_dp;  ///< sums over dp_comm (gradients), dp > 1 only
   std::unique_ptr<model::StageModel> m_model;
   model::AdamW m_adamw;
   model::Corpus m_corpus;
@@ -182,7 +182,7 @@ class Trainer {
     device::Buffer buf;
     std::size_t fill = 0;
     std::vector<Piece> pieces;
-    std::unique_ptr<model::PendingSum> sum;
+    std::unique_ptr<device::PendingSum> sum;
   };
   std::vector<Bucket> m_buckets;
   std::size_t m_open = 0;          ///< the bucket being packed

@@ -69,7 +69,9 @@ struct PeerAddress {
   int port = 0;
 };
 
-class Engine;  // the progress engine (src/wan/multirail.cpp)
+namespace mr {
+class Engine;  // the progress engine (src/wan/multirail_engine.hpp)
+}
 
 /// See file comment. Not collective by itself: make_transport wraps it with the MPI bootstrap.
 /// Lifecycle: construct (binds and listens, starts the progress thread) -> connect(addresses)
@@ -116,7 +118,7 @@ class MultirailTransport final : public PeerTransport {
 
  private:
   void finish(Handle& h);
-  std::unique_ptr<Engine> m_engine;
+  std::unique_ptr<mr::Engine> m_engine;
   bool m_connect_called = false;
 };
 

@@ -10,9 +10,9 @@
 #include "atlas/deck/config.hpp"
 #include "atlas/device/backend.hpp"
 
-namespace atlas::model {
+namespace atlas::device {
 class Collective;
-}  // namespace atlas::model
+}  // namespace atlas::device
 
 namespace atlas::device::cuda {
 
@@ -44,6 +44,6 @@ struct DeviceProbe {
 
 /// True if `collective` (from device::make_collective) sums with NCCL; false for MPI (host
 /// memory) or MPI staged through host memory (several group members on one GPU).
-[[nodiscard]] bool uses_nccl(const model::Collective& collective);
+[[nodiscard]] bool uses_nccl(const device::Collective& collective);
 
 }  // namespace atlas::device::cuda

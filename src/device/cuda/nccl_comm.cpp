@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// NCCL communicators built from MPI communicators, the NCCL model::Collective, and the factory
+// NCCL communicators built from MPI communicators, the NCCL device::Collective, and the factory
 // registered with device::make_collective() for the CUDA backend (NCCL when every member of the
 // group has its own GPU, MPI staged through host memory when some share one).
 #include "nccl_comm.hpp"
@@ -266,7 +266,7 @@ struct Event {
   Event& operator=(const Event&) = delete;
 };
 
-class NcclPendingSum final : public model::PendingSum {
+class NcclPendingSum final : public device::PendingSum {
  public:
   NcclPendingSum(Comm& comm, std::unique_ptr<Event> done) : m_comm(comm), m_done(std::move(done)) {}
   ~NcclPendingSum() override {
@@ -304,8 +304,8 @@ class NcclPendingSum final : public model::PendingSum {
 
 }  // namespace
 
-std::unique_ptr<model::PendingSum> Collective::start_allreduce_sum(Buffer& buf, std::size_t count) {
-  if (count == 0) return model::Collective::start_allreduce_sum(buf, count);  // nothing to sum: done
+std::unique_ptr<device::PendingSum> Collective::start_allreduce_sum(Buffer& buf, std::size_t count) {
+  if (count == 0) return device::Collective::start_allreduce_sum(buf, count);  // nothing to sum: done
   check_buffer(buf, count);
   m_backend.make_current();
   if (m_side == nullptr) ATLAS_CUDA_CHECK(cudaStreamCreateWithFlags(&m_side, cudaStreamNonBlocking));
@@ -329,7 +329,7 @@ std::string host_name() {
   return host;
 }
 
-std::unique_ptr<model::Collective> make_cuda_collective(const mpi::Comm& comm, Backend& backend) {
+std::unique_ptr<device::Collective> make_cuda_collective(const mpi::Comm& comm, Backend& backend) {
   auto* cuda = dynamic_cast<cuda::CudaBackend*>(&backend);
   ATLAS_ASSERT(cuda != nullptr, "the CUDA collective factory got backend " << backend.describe());
   // NCCL needs one GPU per member. Several ranks on one GPU (a test node with fewer GPUs than
@@ -356,7 +356,7 @@ std::unique_ptr<model::Collective> make_cuda_collective(const mpi::Comm& comm, B
 }  // namespace atlas::device::nccl
 
 namespace atlas::device::cuda {
-bool uses_nccl(const model::Collective& collective) {
+bool uses_nccl(const device::Collective& collective) {
   return dynamic_cast<const nccl::Collective*>(&collective) != nullptr;
 }
 }  // namespace atlas::device::cuda

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // NCCL over the ranks of an MPI communicator: nccl::Comm (RAII; unique id made by rank 0 and
 // broadcast over MPI; non-blocking, so set-up and every operation wait with a timeout instead of
-// hanging) and nccl::Collective, the model::Collective the runtime uses for tp_comm and dp_comm
+// hanging) and nccl::Collective, the device::Collective the runtime uses for tp_comm and dp_comm
 // on the CUDA backend. Internal to src/device/cuda/.
 #pragma once
 
@@ -10,7 +10,7 @@
 #include <memory>
 #include <string>
 
-#include "atlas/model/collective.hpp"
+#include "atlas/device/collective.hpp"
 #include "cuda_check.hpp"
 
 namespace atlas::mpi {
@@ -79,9 +79,9 @@ class Comm {
   double m_timeout_s;
 };
 
-/// model::Collective over NCCL for buffers of one CudaBackend, on that backend's stream.
+/// device::Collective over NCCL for buffers of one CudaBackend, on that backend's stream.
 /// Keeps a reference to `backend`, which must outlive it.
-class Collective final : public model::Collective {
+class Collective final : public device::Collective {
  public:
   /// Collective over `comm` (builds an nccl::Comm). Makes the backend's device current first.
   Collective(const mpi::Comm& comm, cuda::CudaBackend& backend, double timeout_s);
@@ -91,7 +91,7 @@ class Collective final : public model::Collective {
   /// Queues the sum on this collective's own stream, after the work already queued on the
   /// backend's stream (an event orders them), and returns at once: later kernels on the
   /// backend's stream run while NCCL sums. wait() polls for it with the same timeout.
-  [[nodiscard]] std::unique_ptr<model::PendingSum> start_allreduce_sum(Buffer& buf, std::size_t count) override;
+  [[nodiscard]] std::unique_ptr<device::PendingSum> start_allreduce_sum(Buffer& buf, std::size_t count) override;
   [[nodiscard]] int size() const override { return m_comm.size(); }
   [[nodiscard]] int rank() const override { return m_comm.rank(); }
   ~Collective() override;

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
-// MpiCollective: the TP all-reduce over an MPI communicator, host memory only (the CUDA build
-// brings its own NCCL implementation of model::Collective).
-#include "atlas/model/collective.hpp"
+// MpiCollective: the TP/DP all-reduce over an MPI communicator, host memory only (the CUDA build
+// brings its own NCCL implementation of device::Collective).
+#include "atlas/device/collective.hpp"
 
 #include <chrono>
 #include <exception>
@@ -16,7 +16,7 @@
 #include "atlas/device/backend.hpp"
 #include "atlas/mpi/comm.hpp"
 
-namespace atlas::model {
+namespace atlas::device {
 
 namespace {
 
@@ -54,7 +54,7 @@ class MpiPendingSum final : public PendingSum {
   mpi::Request m_req;
 };
 
-void check_host(const device::Buffer& buf, std::size_t count) {
+void check_host(const Buffer& buf, std::size_t count) {
   if (buf.backend() == nullptr || !buf.backend()->host_accessible()) {
     ATLAS_THROW(Comm, "MpiCollective::allreduce_sum needs host memory, but the buffer belongs to "
                           << (buf.backend() ? buf.backend()->describe() : std::string("no backend"))
@@ -75,7 +75,7 @@ bool PendingSum::test_for(double max_s) {
   return true;
 }
 
-std::unique_ptr<PendingSum> Collective::start_allreduce_sum(device::Buffer& buf, std::size_t count) {
+std::unique_ptr<PendingSum> Collective::start_allreduce_sum(Buffer& buf, std::size_t count) {
   allreduce_sum(buf, count);
   return std::make_unique<DoneSum>();
 }
@@ -84,7 +84,7 @@ MpiCollective::MpiCollective(const mpi::Comm& comm) : m_comm(comm) {
   ATLAS_ASSERT(!comm.null(), "MpiCollective needs a valid communicator");
 }
 
-void MpiCollective::allreduce_sum(device::Buffer& buf, std::size_t count) {
+void MpiCollective::allreduce_sum(Buffer& buf, std::size_t count) {
   if (count == 0) return;
   check_host(buf, count);
   // Non-blocking with back-off polling: a rank waiting for its TP/DP peers leaves the core to
@@ -92,7 +92,7 @@ void MpiCollective::allreduce_sum(device::Buffer& buf, std::size_t count) {
   m_comm.iallreduce_sum(std::span<float>(buf.f32(), count)).wait_polling();
 }
 
-std::unique_ptr<PendingSum> MpiCollective::start_allreduce_sum(device::Buffer& buf, std::size_t count) {
+std::unique_ptr<PendingSum> MpiCollective::start_allreduce_sum(Buffer& buf, std::size_t count) {
   if (count == 0) return Collective::start_allreduce_sum(buf, count);  // nothing to sum: done
   check_host(buf, count);
   return std::make_unique<MpiPendingSum>(m_comm.iallreduce_sum(std::span<float>(buf.f32(), count)));
@@ -101,4 +101,4 @@ std::unique_ptr<PendingSum> MpiCollective::start_allreduce_sum(device::Buffer& b
 int MpiCollective::size() const { return m_comm.size(); }
 int MpiCollective::rank() const { return m_comm.rank(); }
 
-}  // namespace atlas::model
+}  // namespace atlas::device

@@ -1,0 +1,70 @@
+// SPDX-License-Identifier: MIT
+// mpi/tags.hpp: the tag layout's ranges are disjoint, and a deck whose pipeline tags exceed the
+// MPI's MPI_TAG_UB is a ConfigError naming the bound, the deck keys and a fix. No MPI needed.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+
+#include "atlas/core/error.hpp"
+#include "atlas/deck/schema.hpp"
+#include "atlas/mpi/tags.hpp"
+
+namespace atlas::mpi {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string config_message(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ConfigError& e) {
+    return e.problems().empty() ? std::string() : e.problems().front();
+  }
+  return "";
+}
+
+TEST(MpiTags, PipelineRangesAreDisjoint) {
+  const int m = 64;
+  const int e = 8;
+  EXPECT_LT(tags::kWanPreflight, tags::kBoundaryBase);
+  EXPECT_LT(tags::kEmbedding, tags::kBoundaryBase);
+  EXPECT_NE(tags::kWanPreflight, tags::kEmbedding);
+  EXPECT_EQ(tags::boundary(0, 0, m), tags::kBoundaryBase);
+  EXPECT_EQ(tags::boundary(0, m - 1, m) + 1, tags::boundary(1, 0, m));  // activations, then gradients
+  EXPECT_EQ(tags::boundary(1, m - 1, m) + 1, tags::eval(0, m));        // then eval batches
+  EXPECT_EQ(tags::eval(e - 1, m), tags::pipeline_max(m, e));
+  EXPECT_EQ(tags::token(0, 0, 5), 1);
+  EXPECT_EQ(tags::token(0, 3, 5) + 1, tags::token(1, 0, 5) - 1);
+  EXPECT_EQ(tags::token(2, 3, 5), tags::token_max(3, 5) - 1);
+}
+
+TEST(MpiTags, TypicalDecksFitTheStandardBound) {
+  EXPECT_NO_THROW(tags::check_pipeline(1024, 64, tags::kStandardBound));
+  EXPECT_NO_THROW(tags::check_tokens(8, 2049, 1024, tags::kStandardBound));
+  // The largest deck the schema allows fits Open MPI's bound (2^31 - 1).
+  const int max_micro = static_cast<int>(deck::limits::kMaxMicroBatches);
+  EXPECT_NO_THROW(tags::check_pipeline(max_micro, max_micro, 2147483647));
+}
+
+TEST(MpiTags, ADeckAboveTheTagBoundIsAConfigErrorNamingBoundKeysAndFix) {
+  const int max_micro = static_cast<int>(deck::limits::kMaxMicroBatches);
+  EXPECT_THROW(tags::check_pipeline(max_micro, 10, tags::kStandardBound), ConfigError);
+  const std::string msg = config_message([&] { tags::check_pipeline(max_micro, 10, tags::kStandardBound); });
+  EXPECT_THAT(msg, HasSubstr("train.micro_batches = 65536"));
+  EXPECT_THAT(msg, HasSubstr("train.eval_batches = 10"));
+  EXPECT_THAT(msg, HasSubstr("MPI_TAG_UB is 32767"));
+  EXPECT_THAT(msg, HasSubstr("need MPI message tags up to 131097"));
+  // The fix it proposes fits, one more micro-batch does not.
+  EXPECT_THAT(msg, HasSubstr("lower train.micro_batches to at most 16371"));
+  EXPECT_NO_THROW(tags::check_pipeline(16371, 10, tags::kStandardBound));
+  EXPECT_THROW(tags::check_pipeline(16372, 10, tags::kStandardBound), ConfigError);
+
+  const std::string tokens = config_message([&] { tags::check_tokens(4, 10000, 4096, tags::kStandardBound); });
+  EXPECT_THAT(tokens, HasSubstr("MPI_TAG_UB is 32767"));
+  EXPECT_THAT(tokens, HasSubstr("train.micro_batches (now 4096)"));
+}
+
+}  // namespace
+}  // namespace atlas::mpi
