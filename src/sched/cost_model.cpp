@@ -87,7 +87,7 @@ BlockCost block_cost(const Config& cfg, int tp, const DeviceProfile& p) {
 
 double stage_params(const ModelCfg& m, int stage, int pp) {
   const double h = m.hidden;
-  double p = m.stage_layers(stage, pp) * (12.0 * h * h + 13.0 * h);
+  double p = m.stage_layers(stage, pp) * static_cast<double>(m.block_parameter_count());
   if (stage == 0) p += (static_cast<double>(m.vocab) + m.seq_len) * h;
   if (stage == pp - 1) p += 2 * h + (pp > 1 ? static_cast<double>(m.vocab) * h : 0.0);
   return p;

@@ -73,6 +73,8 @@ struct ModelCfg {
   [[nodiscard]] int stage_first_layer(int stage, int pp) const;
   /// Parameters of the whole model (embeddings tied).
   [[nodiscard]] std::int64_t parameter_count() const;
+  /// Parameters of one transformer block: qkv, proj, fc, fc-proj with biases, and 2 LayerNorms.
+  [[nodiscard]] std::int64_t block_parameter_count() const;
 };
 
 struct TrainCfg {
