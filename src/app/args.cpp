@@ -6,6 +6,7 @@
 #include "atlas/app/commands.hpp"
 #include "atlas/core/units.hpp"
 #include "atlas/deck/deck.hpp"
+#include "atlas/deck/profiles.hpp"
 
 namespace atlas::app {
 
@@ -60,7 +61,9 @@ Config load_offline_deck(const std::string& path, const std::vector<std::string>
   deck::JobShape shape;
   shape.world_size = -1;
   shape.cuda_built = cuda_built();
-  return deck::parse_and_validate(path, deck::read_text_file(path), overrides, shape);
+  Config cfg = deck::parse_and_validate(path, deck::read_text_file(path), overrides, shape);
+  deck::read_device_profiles(cfg);
+  return cfg;
 }
 
 }  // namespace atlas::app

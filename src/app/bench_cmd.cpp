@@ -160,7 +160,7 @@ int bench_profile(Context& ctx) {
   // store), times the slots a step records on a rank, over the step time.
   const Config cfg = bench_deck(world, args, with(kQuietRun, {steps}), world.size());
   const topo::Layout layout(world.size(), cfg.parallel);
-  const sched::ScheduleTable table = sim::runtime_table(cfg, layout);
+  const sched::ScheduleTable table = sched::build_schedule(cfg, layout);
   std::size_t max_row = 0;
   for (const auto& row : table.rows) max_row = std::max(max_row, row.size());
   constexpr int kEvents = 1000000;
@@ -313,7 +313,7 @@ int bench_fidelity(Context& ctx) {
       if (!done.wait_polling_for(600.0, 2000))
         throw Error(ExitCode::Comm, "bench fidelity: the fresh block profile did not arrive from rank 0 in 600 s");
       const sim::DeviceProfile fresh = sim::measure_device_profile(
-          [&](const sim::BlockShape&) { return sim::BlockTiming{t[0], t[1]}; }, {shape}, sim::resolve_device_profile(net));
+          [&](const sim::BlockShape&) { return sim::BlockTiming{t[0], t[1]}; }, {shape}, sched::device_profile(net));
       fresh_ms = sim::simulate_on(cfg, net, fresh).step_ms;
     }
     // In situ: a held-out warm-up run of the same deck (not the timed one); its forward and

@@ -9,7 +9,9 @@
 #include "atlas/core/file.hpp"
 #include "atlas/core/units.hpp"
 #include "atlas/deck/deck.hpp"
+#include "atlas/deck/profiles.hpp"
 #include "atlas/plan/planner.hpp"
+#include "atlas/sched/profile.hpp"
 #include "atlas/sim/profile.hpp"
 
 namespace atlas::app {
@@ -23,9 +25,10 @@ int cmd_plan(Context& ctx) {
   overrides.insert(overrides.end(), args.overrides.begin(), args.overrides.end());
   // The deck's parallel layout is only the planner's starting point (its dp sets the global
   // batch): check everything else, and not whether that layout fits the cluster.
-  const Config cfg = deck::parse(path, deck::read_text_file(path), overrides);
+  Config cfg = deck::parse(path, deck::read_text_file(path), overrides);
   if (auto problems = plan::validate_for_planning(cfg, cuda_built()); !problems.empty()) throw ConfigError(problems);
-  const sim::DeviceProfile prof = sim::resolve_device_profile(cfg);
+  deck::read_device_profiles(cfg);
+  const sched::DeviceProfile prof = sched::device_profile(cfg);
 
   int total = 0;
   for (int g : cfg.cluster.gpus_per_dc) total += g;

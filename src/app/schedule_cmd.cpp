@@ -14,8 +14,7 @@
 #include "atlas/core/check.hpp"
 #include "atlas/core/file.hpp"
 #include "atlas/sched/schedule.hpp"
-#include "atlas/sim/cost.hpp"
-#include "atlas/sim/profile.hpp"
+#include "atlas/sched/cost_model.hpp"
 #include "atlas/topo/layout.hpp"
 
 namespace atlas::app {
@@ -28,7 +27,7 @@ int cmd_schedule(Context& ctx) {
   const topo::Layout layout(cfg.parallel.stages_per_dc, cfg.parallel.dp_size, cfg.parallel.tp_size);
   // The cost model `atlas train` uses (the deck's device profile), so the tables shown are the
   // ones a run executes.
-  const sched::CostModel cost = sim::cost_model(cfg, layout, sim::resolve_device_profile(cfg));
+  const sched::CostModel cost = sched::cost_model(cfg, layout);
   const int width = args.int_option("width", 100);
   if (width < 10 || width > 1000) throw UsageError("--width must be in [10, 1000]");
 

@@ -63,7 +63,7 @@ sched::ScheduleTable trimmed(const sched::ScheduleTable& t, int keep) {
   return out;
 }
 
-int run_grid(const Config& base, const sim::DeviceProfile& prof, const Args& args) {
+int run_grid(const Config& base, const sched::DeviceProfile& prof, const Args& args) {
   plan::GridSpec spec;
   if (args.flag("models")) spec.models = parse_list<std::string>(args.option("models"), "models");
   if (args.flag("dcs")) spec.dc_counts = parse_list<int>(args.option("dcs"), "dcs");
@@ -255,7 +255,7 @@ int cmd_simulate(Context& ctx) {
   if (args.flag("wan")) overrides = sim::wan_profile_overrides(args.option("wan"), path, args.overrides);
   overrides.insert(overrides.end(), args.overrides.begin(), args.overrides.end());
   const Config cfg = load_offline_deck(path, overrides);
-  const sim::DeviceProfile prof = sim::resolve_device_profile(cfg);
+  const sched::DeviceProfile prof = sched::device_profile(cfg);
 
   if (args.flag("grid")) return run_grid(cfg, prof, args);
 

@@ -26,7 +26,6 @@
 #include "atlas/runtime/fault.hpp"
 #include "atlas/runtime/trainer.hpp"
 #include "atlas/sched/schedule.hpp"
-#include "atlas/sim/simulator.hpp"
 #include "atlas/topo/communicators.hpp"
 #include "atlas/wan/transport.hpp"
 
@@ -135,7 +134,7 @@ JobResult run_training_job(const Config& cfg, const mpi::Comm& world, const JobO
   out.text(map);
 
   std::unique_ptr<device::Backend> backend = device::make_backend(cfg.device);
-  const sched::ScheduleTable table = sim::runtime_table(cfg, layout);
+  const sched::ScheduleTable table = sched::build_schedule(cfg, layout);
 
   // ---- pre-flight validation ----
   const auto hash = static_cast<unsigned long long>(table.structure_hash());

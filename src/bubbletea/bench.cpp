@@ -153,7 +153,7 @@ int run_bubbletea_bench(mpi::Environment& env, const std::vector<std::string>& a
   const topo::Layout layout(world.size(), cfg.parallel);
   const topo::Communicators comms = topo::Communicators::create(world, layout);
   std::unique_ptr<device::Backend> backend = device::make_backend(cfg.device);
-  const sched::ScheduleTable table = sim::runtime_table(cfg, layout);
+  const sched::ScheduleTable table = sched::build_schedule(cfg, layout);
   if (root)
     fmt::print("# bench bubbletea: deck {}, {} ranks ({} DCs, {} stages x dp {} x tp {}), schedule {}, {} steps per run "
                "({} warm-up), {} off/on pairs\n# table: predicted step {:.1f} ms, mean bubble {:.1f}%\n",

@@ -17,9 +17,14 @@ int ModelCfg::stage_first_layer(int stage, int pp) const {
   return first;
 }
 
+std::int64_t ModelCfg::block_parameter_count() const {
+  const std::int64_t h = hidden;
+  return 12 * h * h + 13 * h;  // qkv, proj, fc, fc-proj + biases + 2 LN
+}
+
 std::int64_t ModelCfg::parameter_count() const {
   const std::int64_t h = hidden;
-  const std::int64_t per_block = 12 * h * h + 13 * h;  // qkv, proj, fc, fc-proj + biases + 2 LN
+  const std::int64_t per_block = block_parameter_count();
   return static_cast<std::int64_t>(vocab) * h + static_cast<std::int64_t>(seq_len) * h +
          per_block * layers + 2 * h;
 }

@@ -2,6 +2,7 @@
 // Deck parsing: a line scan (for file:line in every message, duplicates and syntax), Boost's
 // config-file parser (for sections and key recognition), then typed conversion by the schema.
 #include "atlas/deck/deck.hpp"
+#include "atlas/deck/profiles.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -339,7 +340,9 @@ Config load(const mpi::Comm& comm, const std::string& path,
     throw ConfigError(error);
   }
   comm.bcast_string(text, 0);
-  return parse_and_validate(path, text, overrides, shape);
+  Config cfg = parse_and_validate(path, text, overrides, shape);
+  read_device_profiles(comm, cfg);  // the cost model's device profiles travel with the deck
+  return cfg;
 }
 
 std::string resolved_deck(const Config& cfg) {

@@ -60,7 +60,7 @@ void check_valid(const Config& c, const char* what) {
 
 }  // namespace
 
-Comparison compare_designs(const Config& cfg, const sim::DeviceProfile& prof, const CompareOptions& opt) {
+Comparison compare_designs(const Config& cfg, const sched::DeviceProfile& prof, const CompareOptions& opt) {
   Comparison out;
   out.tp = cfg.parallel.tp_size;
   out.pp = cfg.parallel.pp_size();
@@ -70,7 +70,7 @@ Comparison compare_designs(const Config& cfg, const sim::DeviceProfile& prof, co
   out.gpus = out.pp * out.dp * out.tp;
   const int G = global_batch(cfg);
   const double tokens_per_micro = static_cast<double>(out.micro_batch_size) * cfg.model.seq_len;
-  out.tokens_per_step = G * static_cast<double>(cfg.model.seq_len);
+  out.tokens_per_step = static_cast<double>(cfg.tokens_per_step());
 
   // ---- (b) PP across DCs, 1F1B, one TCP flow per transfer ----
   {
@@ -79,7 +79,7 @@ Comparison compare_designs(const Config& cfg, const sim::DeviceProfile& prof, co
     cb.schedule.kind = ScheduleKind::OneFOneB;
     out.stages_per_dc_b = cfg.parallel.stages_per_dc;
     const topo::Layout layout(cb.parallel.stages_per_dc, cb.parallel.dp_size, cb.parallel.tp_size);
-    const sched::CostModel cost = sim::cost_model(cb, layout, prof);
+    const sched::CostModel cost = sched::cost_model(cb, layout, prof);
     const sim::SimResult r = sim::simulate(cost, ScheduleKind::OneFOneB, out.micro_batches, out.tokens_per_step);
     out.step_b_ms = r.step_ms;
     out.util_b = r.compute_utilization;
@@ -103,7 +103,7 @@ Comparison compare_designs(const Config& cfg, const sim::DeviceProfile& prof, co
     out.stages_per_dc_c = cc.parallel.stages_per_dc;
     out.dc_order_c = p.dc_order;
     const topo::Layout layout(cc.parallel.stages_per_dc, cc.parallel.dp_size, cc.parallel.tp_size);
-    const sched::CostModel cost = sim::cost_model(cc, layout, prof);
+    const sched::CostModel cost = sched::cost_model(cc, layout, prof);
     const sim::SimResult r =
         sim::simulate(cost, ScheduleKind::Atlas, out.micro_batches, out.tokens_per_step, opt.atlas_full_search);
     out.step_c_ms = r.step_ms;
@@ -178,13 +178,13 @@ Comparison compare_designs(const Config& cfg, const sim::DeviceProfile& prof, co
         const int a = holders[static_cast<std::size_t>(i)];
         const int b = holders[static_cast<std::size_t>((i + 1) % h)];
         const double cap = capacity_of(cfg, a, b);
-        rate_one = std::min(rate_one, sim::transfer_cap_bytes_per_ms(cap, latency_of(cfg, a, b), 1, sim::flow_window_bytes(cfg)));
+        rate_one = std::min(rate_one, sched::transfer_cap_bytes_per_ms(cap, latency_of(cfg, a, b), 1, sched::flow_window_bytes(cfg)));
         rate_cap = std::min(rate_cap, cap);
         lat = std::max(lat, latency_of(cfg, a, b));
       }
       const double grad_bytes = static_cast<double>(cfg.model.parameter_count()) * prof.grad_bytes;
-      out.wan_allreduce_ms = h > 1 ? sim::ring_allreduce_ms(grad_bytes, h, rate_one, lat) : 0.0;
-      out.wan_allreduce_cap_ms = h > 1 ? sim::ring_allreduce_ms(grad_bytes, h, rate_cap, lat) : 0.0;
+      out.wan_allreduce_ms = h > 1 ? sched::ring_allreduce_ms(grad_bytes, h, rate_one, lat) : 0.0;
+      out.wan_allreduce_cap_ms = h > 1 ? sched::ring_allreduce_ms(grad_bytes, h, rate_cap, lat) : 0.0;
 
       // One DC's job: d_max pipelines of k stages (the busiest DC sets the step).
       Config ca = cfg;
@@ -202,7 +202,7 @@ Comparison compare_designs(const Config& cfg, const sim::DeviceProfile& prof, co
       ca.schedule.kind = ScheduleKind::OneFOneB;
       check_valid(ca, "design (a)");
       const topo::Layout layout(ca.parallel.stages_per_dc, ca.parallel.dp_size, ca.parallel.tp_size);
-      sched::CostModel cost = sim::cost_model(ca, layout, prof);
+      sched::CostModel cost = sched::cost_model(ca, layout, prof);
       const double tokens = static_cast<double>(out.pipelines_a) * out.micro_batches_a * tokens_per_micro;
       for (auto& ar : cost.allreduce_ms) ar += out.wan_allreduce_ms;
       const sim::SimResult r = sim::simulate(cost, ScheduleKind::OneFOneB, out.micro_batches_a, tokens);
@@ -217,7 +217,7 @@ Comparison compare_designs(const Config& cfg, const sim::DeviceProfile& prof, co
 
 // ---- the grid ----
 
-Config grid_config(const Config& base, const sim::DeviceProfile& prof, const std::string& model, int n,
+Config grid_config(const Config& base, const sched::DeviceProfile& prof, const std::string& model, int n,
                    double latency_ms, int dp, const GridSpec& spec) {
   Config c = base;
   c.model = model_preset(model);
@@ -265,7 +265,7 @@ Config grid_config(const Config& base, const sim::DeviceProfile& prof, const std
   return c;
 }
 
-std::vector<GridRow> run_grid(const Config& base, const sim::DeviceProfile& prof, const GridSpec& spec,
+std::vector<GridRow> run_grid(const Config& base, const sched::DeviceProfile& prof, const GridSpec& spec,
                               const CompareOptions& opt, void (*progress)(const GridRow&)) {
   std::vector<GridRow> rows;
   for (const auto& model : spec.models)

@@ -198,7 +198,7 @@ Config plan_config(const Config& base, const Plan& p) {
   return c;
 }
 
-PlanResult search(const Config& cfg, const sim::DeviceProfile& prof, const PlanOptions& opt) {
+PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const PlanOptions& opt) {
   const auto t0 = std::chrono::steady_clock::now();
   PlanResult res;
   res.profile_name = prof.name;
@@ -220,17 +220,17 @@ PlanResult search(const Config& cfg, const sim::DeviceProfile& prof, const PlanO
   std::vector<int> bs{1, 2, 4, 8, 16};
   if (std::find(bs.begin(), bs.end(), cfg.train.micro_batch_size) == bs.end()) bs.push_back(cfg.train.micro_batch_size);
 
-  std::map<std::pair<int, int>, sim::BlockCost> block_cache;
-  auto block = [&](int tp, int b) -> const sim::BlockCost& {
+  std::map<std::pair<int, int>, sched::BlockCost> block_cache;
+  auto block = [&](int tp, int b) -> const sched::BlockCost& {
     auto it = block_cache.find({tp, b});
     if (it != block_cache.end()) return it->second;
     Config cb = cfg;
     cb.train.micro_batch_size = b;
-    return block_cache.emplace(std::make_pair(tp, b), sim::block_cost(cb, tp, prof)).first->second;
+    return block_cache.emplace(std::make_pair(tp, b), sched::block_cost(cb, tp, prof)).first->second;
   };
 
-  const int flows = sim::flows_per_transfer(cfg);
-  const double window = sim::flow_window_bytes(cfg);
+  const int flows = sched::flows_per_transfer(cfg);
+  const double window = sched::flow_window_bytes(cfg);
   const double intra_bpms = cfg.cluster.intra_bandwidth_gbps * 1e9 / 8.0 / 1e3;
   const double intra_lat = cfg.cluster.intra_latency_us / 1e3;
 
@@ -277,15 +277,15 @@ PlanResult search(const Config& cfg, const sim::DeviceProfile& prof, const PlanO
           p.dc_order = chain_order(cfg, p.stages_per_dc);
 
           // ---- closed-form estimate (pruning only) ----
-          const sim::BlockCost& bc = block(tp, b);
+          const sched::BlockCost& bc = block(tp, b);
           double t_max = 0.0;
           double ar_max = 0.0;
           for (int s = 0; s < pp; ++s) {
             const int layers = mm.layers_per_stage[static_cast<std::size_t>(s)];
             const bool last = s == pp - 1;
             t_max = std::max(t_max, layers * (bc.fwd_ms + bc.bwd_ms) + (last ? bc.head_fwd_ms + bc.head_bwd_ms : 0.0));
-            const double params = sim::stage_params(mm, s, pp) / tp;
-            ar_max = std::max(ar_max, sim::ring_allreduce_ms(params * prof.grad_bytes, dp, intra_bpms, intra_lat) +
+            const double params = sched::stage_params(mm, s, pp) / tp;
+            ar_max = std::max(ar_max, sched::ring_allreduce_ms(params * prof.grad_bytes, dp, intra_bpms, intra_lat) +
                                           params * prof.optimizer_bytes_per_param / (prof.mem_bandwidth_gbs * 1e9) * 1e3);
           }
           const double xfer_bytes = static_cast<double>(b) * model.seq_len * model.hidden * prof.activation_bytes *
@@ -297,7 +297,7 @@ PlanResult search(const Config& cfg, const sim::DeviceProfile& prof, const PlanO
             const int c = p.dc_order[i];
             const double lat = latency_of(cfg, a, c);
             const double cap = capacity_of(cfg, a, c);
-            const double one = sim::transfer_cap_bytes_per_ms(cap, lat, flows, window);
+            const double one = sched::transfer_cap_bytes_per_ms(cap, lat, flows, window);
             fill += 2.0 * (lat + xfer_bytes / one);
             wan_bound = std::max(wan_bound, dp * m * xfer_bytes / std::min(cap, dp * one));
           }
@@ -376,8 +376,8 @@ PlanResult search(const Config& cfg, const sim::DeviceProfile& prof, const PlanO
   auto run = [&](Plan& p, bool full) {
     const Config pc = plan_config(cfg, p);
     const topo::Layout layout(pc.parallel.stages_per_dc, pc.parallel.dp_size, pc.parallel.tp_size);
-    const sched::CostModel cost = sim::cost_model(pc, layout, prof);
-    const double tokens = static_cast<double>(G) * model.seq_len;
+    const sched::CostModel cost = sched::cost_model(pc, layout, prof);
+    const auto tokens = static_cast<double>(cfg.tokens_per_step());  // the deck's global batch, every plan's
     const sim::SimResult r = sim::simulate(cost, ScheduleKind::Atlas, p.micro_batches, tokens, full);
     p.simulated = true;
     p.step_ms = r.step_ms;

@@ -11,8 +11,9 @@
 #include "atlas/core/error.hpp"
 #include "atlas/core/units.hpp"
 #include "atlas/deck/deck.hpp"
+#include "atlas/deck/profiles.hpp"
 #include "atlas/plan/planner.hpp"
-#include "atlas/sim/cost.hpp"
+#include "atlas/sched/cost_model.hpp"
 #include "atlas/sim/simulator.hpp"
 #include "atlas/topo/layout.hpp"
 
@@ -24,7 +25,9 @@ Config parse_text(const char* name, const std::string& text) {
   deck::JobShape shape;
   shape.world_size = -1;
   shape.cuda_built = true;
-  return deck::parse_and_validate(name, text, {}, shape);
+  Config cfg = deck::parse_and_validate(name, text, {}, shape);
+  deck::read_device_profiles(cfg);
+  return cfg;
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -101,7 +104,7 @@ int run_sim_bench(const std::vector<std::string>& args) {
 
   // ---- one simulated step at 10,000 GPUs ----
   const Config step_cfg = bench_step_config();
-  const DeviceProfile prof = resolve_device_profile(step_cfg);
+  const DeviceProfile prof = sched::device_profile(step_cfg);
   const topo::Layout layout(step_cfg.parallel.stages_per_dc, step_cfg.parallel.dp_size, step_cfg.parallel.tp_size);
   fmt::print("# bench sim: {} GPUs ({} DCs, tp {} x pp {} x dp {}), {:.0f}B parameters, {} micro-batches, "
              "profile {}\n",
@@ -109,14 +112,14 @@ int run_sim_bench(const std::vector<std::string>& args) {
              static_cast<double>(step_cfg.model.parameter_count()) / 1e9, step_cfg.train.micro_batches, prof.name);
   auto t0 = std::chrono::steady_clock::now();
   // The table the runtime would run (searched under the profile's costs, as `atlas simulate`'s).
-  const sched::ScheduleTable deck_table = runtime_table(step_cfg, layout);
+  const sched::ScheduleTable deck_table = sched::build_schedule(step_cfg, layout);
   const double table_s = seconds_since(t0);
   std::vector<double> step_s;
   std::vector<double> onefoneb_s;
   SimResult r;
   for (int i = 0; i < repeat; ++i) {
     t0 = std::chrono::steady_clock::now();
-    const sched::CostModel cost = cost_model(step_cfg, layout, prof);
+    const sched::CostModel cost = sched::cost_model(step_cfg, layout, prof);
     // Tokens of the whole step (it left out train.micro_batch_size before).
     r = measure(sched::retime(deck_table, cost), cost, static_cast<double>(step_cfg.tokens_per_step()));
     step_s.push_back(seconds_since(t0));
@@ -139,7 +142,7 @@ int run_sim_bench(const std::vector<std::string>& args) {
   plan::PlanResult pr;
   for (int i = 0; i < repeat; ++i) {
     t0 = std::chrono::steady_clock::now();
-    pr = plan::search(plan_cfg, resolve_device_profile(plan_cfg));
+    pr = plan::search(plan_cfg, sched::device_profile(plan_cfg));
     plan_s.push_back(seconds_since(t0));
   }
   const plan::Plan& best = pr.plans[static_cast<std::size_t>(pr.best)];

@@ -1,77 +1,11 @@
 // SPDX-License-Identifier: MIT
-// The simulator's cost model (see cost.hpp): compute from the device profile, TP all-reduces over
-// NVLink, DP ring all-reduce inside a DC, WAN links capped per TCP flow; and the memory model.
+// The per-GPU memory model (see cost.hpp).
 #include "atlas/sim/cost.hpp"
 
 #include <algorithm>
 #include <cmath>
 
 namespace atlas::sim {
-
-double ring_allreduce_ms(double bytes, int n, double bytes_per_ms, double latency_ms) {
-  if (n <= 1) return 0.0;
-  return 2.0 * (n - 1) / n * bytes / bytes_per_ms + 2.0 * (n - 1) * latency_ms;
-}
-
-double transfer_cap_bytes_per_ms(double capacity, double one_way_latency_ms, int flows, double window_bytes) {
-  const double rtt = 2.0 * one_way_latency_ms;
-  if (rtt <= 0) return capacity;
-  return std::min(capacity, flows * window_bytes / rtt);
-}
-
-int flows_per_transfer(const Config& cfg) {
-  return cfg.wan.transport == WanTransport::Multirail ? cfg.wan.rails : 1;
-}
-
-double flow_window_bytes(const Config& cfg) {
-  return cfg.wan.flow_window_bytes > 0 ? static_cast<double>(cfg.wan.flow_window_bytes)
-                                       : sched::kDefaultTcpWindowBytes;
-}
-
-BlockCost block_cost(const Config& cfg, int tp, const DeviceProfile& p) {
-  const ModelCfg& m = cfg.model;
-  const double tokens = static_cast<double>(cfg.train.micro_batch_size) * m.seq_len;
-  const double block_flops = sched::block_forward_flops(m, tokens);  // whole block
-  const double head_flops = 2.0 * tokens * m.hidden * m.vocab;
-  BlockCost c;
-  if (cfg.schedule.fwd_ms_per_layer > 0) {
-    // A measured block time stands for everything the block does; the head scales by FLOPs.
-    c.fwd_ms = cfg.schedule.fwd_ms_per_layer;
-    c.bwd_ms = c.fwd_ms * cfg.schedule.bwd_over_fwd;
-    c.head_fwd_ms = c.fwd_ms * head_flops / block_flops;
-    c.head_bwd_ms = c.head_fwd_ms * cfg.schedule.bwd_over_fwd;
-    c.flops_per_s = block_flops / tp / (c.fwd_ms * 1e-3);
-    return c;
-  }
-  const double rank_flops = block_flops / tp;
-  double ratio = p.bwd_ratio(rank_flops);
-  if (cfg.schedule.device_tflops > 0) {
-    c.flops_per_s = cfg.schedule.device_tflops * 1e12;
-    ratio = cfg.schedule.bwd_over_fwd;
-  } else {
-    c.flops_per_s = p.fwd_flops_per_s(rank_flops);
-  }
-  const double compute_fwd = rank_flops / c.flops_per_s * 1e3;
-  double compute_bwd = compute_fwd * ratio;
-  if (p.selective_recompute) compute_bwd += 4.0 * tokens * m.seq_len * m.hidden / tp / c.flops_per_s * 1e3;
-  // Two all-reduces (or all-gather + reduce-scatter with sequence parallelism: the same bytes)
-  // of the block's activations per pass, over the node's links.
-  const double act = tokens * m.hidden * p.activation_bytes;
-  c.tp_comm_ms = ring_allreduce_ms(act, tp, p.nvlink_gbs * 1e9 / 1e3, p.nvlink_latency_us / 1e3);
-  c.fwd_ms = compute_fwd + 2.0 * c.tp_comm_ms;
-  c.bwd_ms = compute_bwd + 2.0 * c.tp_comm_ms;
-  c.head_fwd_ms = head_flops / tp / c.flops_per_s * 1e3;
-  c.head_bwd_ms = c.head_fwd_ms * ratio;
-  return c;
-}
-
-double stage_params(const ModelCfg& m, int stage, int pp) {
-  const double h = m.hidden;
-  double p = m.stage_layers(stage, pp) * (12.0 * h * h + 13.0 * h);
-  if (stage == 0) p += (static_cast<double>(m.vocab) + m.seq_len) * h;
-  if (stage == pp - 1) p += 2 * h + (pp > 1 ? static_cast<double>(m.vocab) * h : 0.0);
-  return p;
-}
 
 double block_activation_bytes(const ModelCfg& m, int micro_batch_size, int tp, const DeviceProfile& p) {
   const double sbh = static_cast<double>(m.seq_len) * micro_batch_size * m.hidden;
@@ -87,7 +21,7 @@ MemoryEstimate stage_memory(const ModelCfg& m, int stage, int pp, int tp, int mi
                             int micro_batches, ScheduleKind kind, const DeviceProfile& p) {
   MemoryEstimate e;
   e.stage = stage;
-  e.params = stage_params(m, stage, pp) / tp;
+  e.params = sched::stage_params(m, stage, pp) / tp;
   e.state_bytes = e.params * p.state_bytes_per_param;
   e.in_flight = kind == ScheduleKind::GPipe ? micro_batches : std::min(pp - stage, micro_batches);
   e.activation_bytes = e.in_flight * m.stage_layers(stage, pp) * block_activation_bytes(m, micro_batch_size, tp, p);
@@ -104,59 +38,6 @@ MemoryEstimate peak_memory(const ModelCfg& m, int pp, int tp, int micro_batch_si
     if (s == 0 || e.total() > best.total()) best = e;
   }
   return best;
-}
-
-sched::CostModel cost_model(const Config& cfg, const topo::Layout& layout, const DeviceProfile& p) {
-  sched::CostModel c;
-  c.pp = layout.pp_size();
-  c.dp = layout.dp_size();
-  c.tp = layout.tp_size();
-  c.dc_count = layout.dc_count();
-  for (int s = 0; s < c.pp; ++s) c.stage_dc.push_back(layout.dc_of_stage(s));
-
-  const ModelCfg& m = cfg.model;
-  const BlockCost block = block_cost(cfg, c.tp, p);
-  const double tokens = static_cast<double>(cfg.train.micro_batch_size) * m.seq_len;
-  c.intra_bytes_per_ms = cfg.cluster.intra_bandwidth_gbps * 1e9 / 8.0 / 1e3;
-  c.intra_latency_ms = cfg.cluster.intra_latency_us / 1e3;
-  const double lane_share = p.pipeline_scatter_gather ? c.tp : 1;
-  c.act_bytes = static_cast<std::int64_t>(std::ceil(tokens * m.hidden * p.activation_bytes / lane_share));
-  sched::apply_host_sharing(c, cfg);  // ranks per host, cores, the wake-up delay per message step
-
-  for (int s = 0; s < c.pp; ++s) {
-    const int layers = m.stage_layers(s, c.pp);
-    const bool last = s == c.pp - 1;
-    c.fwd_ms.push_back(layers * block.fwd_ms + (last ? block.head_fwd_ms : 0.0));
-    c.bwd_ms.push_back(layers * block.bwd_ms + (last ? block.head_bwd_ms : 0.0));
-    const double params = stage_params(m, s, c.pp) / c.tp;
-    c.allreduce_ms.push_back(
-        ring_allreduce_ms(params * p.grad_bytes, c.dp, c.intra_bytes_per_ms, c.intra_latency_ms + c.wake_ms));
-    c.optimizer_ms.push_back(params * p.optimizer_bytes_per_param / (p.mem_bandwidth_gbs * 1e9) * 1e3);
-  }
-
-  const int n = c.dc_count;
-  const int flows = flows_per_transfer(cfg);
-  const double window = flow_window_bytes(cfg);
-  c.links.resize(static_cast<std::size_t>(n * n));
-  for (int a = 0; a < n; ++a)
-    for (int b = 0; b < n; ++b) {
-      sched::LinkCost& l = c.links[static_cast<std::size_t>(a * n + b)];
-      const bool lscalar = cfg.cluster.latency_ms.size() == 1;
-      const bool bscalar = cfg.cluster.bandwidth_gbps.size() == 1;
-      l.latency_ms = a == b ? 0.0 : (lscalar ? cfg.cluster.latency_ms[0] : cfg.cluster.latency(a, b));
-      const double gbps = bscalar ? cfg.cluster.bandwidth_gbps[0] : cfg.cluster.bandwidth(a, b);
-      l.capacity_bytes_per_ms = a == b ? c.intra_bytes_per_ms : std::max(gbps, 1e-9) * 1e9 / 8.0 / 1e3;
-      l.flow_cap_bytes_per_ms = transfer_cap_bytes_per_ms(l.capacity_bytes_per_ms, l.latency_ms, flows, window);
-    }
-
-  // Tied embedding: the first and last stage sum their embedding gradients once per step (over
-  // the WAN when they sit in different DCs: the one gradient that crosses it), as sched models it.
-  if (c.pp > 1) {
-    const double bytes = static_cast<double>(m.vocab) * m.hidden * p.grad_bytes / c.tp;
-    const sched::LinkCost& l = c.link(c.stage_dc.front(), c.stage_dc.back());
-    c.embed_sync_ms = l.latency_ms + bytes / std::min(l.capacity_bytes_per_ms, l.flow_cap_bytes_per_ms);
-  }
-  return c;
 }
 
 }  // namespace atlas::sim

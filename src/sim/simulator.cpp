@@ -9,7 +9,7 @@
 #include <fmt/format.h>
 
 #include "atlas/core/check.hpp"
-#include "atlas/sim/cost.hpp"
+#include "atlas/sched/cost_model.hpp"
 #include "atlas/topo/layout.hpp"
 
 namespace atlas::sim {
@@ -87,10 +87,6 @@ SimResult measure(const sched::ScheduleTable& t, const sched::CostModel& cost, d
   return r;
 }
 
-namespace {
-double tokens_per_step(const Config& cfg) { return static_cast<double>(cfg.tokens_per_step()); }
-}  // namespace
-
 SimResult simulate(const sched::CostModel& cost, ScheduleKind kind, int micro_batches, double tokens,
                    bool atlas_full_search) {
   sched::ScheduleOptions o;
@@ -100,17 +96,12 @@ SimResult simulate(const sched::CostModel& cost, ScheduleKind kind, int micro_ba
   return measure(sched::build_schedule(cost, o), cost, tokens);
 }
 
-sched::ScheduleTable runtime_table(const Config& cfg, const topo::Layout& layout) {
-  return sched::build_schedule(cost_model(cfg, layout, resolve_device_profile(cfg)),
-                               sched::schedule_options(cfg, cfg.schedule.kind));
-}
-
 namespace {
 // The table from `deck` (the runtime's, or a search), timed with the costs of `machine`.
 SimResult simulate_impl(const Config& deck, const Config& machine, const DeviceProfile& profile,
                         const SimOptions& opt) {
   const topo::Layout layout(deck.parallel.stages_per_dc, deck.parallel.dp_size, deck.parallel.tp_size);
-  sched::CostModel cost = cost_model(machine, layout, profile);
+  sched::CostModel cost = sched::cost_model(machine, layout, profile);
   if (!opt.stage_fwd_ms.empty() || !opt.stage_bwd_ms.empty()) {
     const auto pp = static_cast<std::size_t>(cost.pp);
     if (opt.stage_fwd_ms.size() != pp || opt.stage_bwd_ms.size() != pp)
@@ -132,12 +123,12 @@ SimResult simulate_impl(const Config& deck, const Config& machine, const DeviceP
   SimResult r;
   if (opt.source == TableSource::Deck) {
     // The runtime's own table (its slot order and, for atlas, its frozen WAN link orders).
-    const sched::ScheduleTable deck_table = runtime_table(deck, layout);
-    r = measure(sched::retime(deck_table, cost), cost, tokens_per_step(deck));
+    const sched::ScheduleTable deck_table = sched::build_schedule(deck, layout);
+    r = measure(sched::retime(deck_table, cost), cost, static_cast<double>(deck.tokens_per_step()));
   } else {
     sched::ScheduleOptions o = sched::schedule_options(deck, deck.schedule.kind);
     o.full_search = opt.atlas_full_search;
-    r = measure(sched::build_schedule(cost, o), cost, tokens_per_step(deck));
+    r = measure(sched::build_schedule(cost, o), cost, static_cast<double>(deck.tokens_per_step()));
   }
   r.profile_name = profile.name;
   return r;
@@ -149,11 +140,11 @@ SimResult simulate(const Config& cfg, const DeviceProfile& profile, const SimOpt
 }
 
 SimResult simulate(const Config& cfg, const SimOptions& opt) {
-  return simulate(cfg, resolve_device_profile(cfg), opt);
+  return simulate(cfg, sched::device_profile(cfg), opt);
 }
 
 SimResult simulate_on(const Config& deck, const Config& machine, const SimOptions& opt) {
-  return simulate_impl(deck, machine, resolve_device_profile(machine), opt);
+  return simulate_impl(deck, machine, sched::device_profile(machine), opt);
 }
 
 SimResult simulate_on(const Config& deck, const Config& machine, const DeviceProfile& profile,

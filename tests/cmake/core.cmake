@@ -25,6 +25,13 @@ add_test(NAME mpi_deck_not_a_file
   WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(mpi_deck_not_a_file PROPERTIES LABELS mpi TIMEOUT 120 PROCESSORS 2
   ENVIRONMENT "${ATLAS_MPIEXEC_ENV}")
+# The device profiles travel with the deck: rank 0 reads plan.profiles once and every rank raises
+# its error alike (a config error, exit 2), before any communicator or table is built.
+add_test(NAME mpi_deck_profile_not_a_file
+  COMMAND bash -c "set -u; rc=0; out=$(timeout 60 ${MPIEXEC_EXECUTABLE} -np 2 --oversubscribe $<TARGET_FILE:atlas> train inputs/default.deck parallel.stages_per_dc='1 0' cluster.gpus_per_dc='2 0' parallel.dp_size=2 plan.profiles=/dev/zero 2>&1) || rc=$?; echo \"$out (exit $rc)\"; [[ $rc == 2 ]] && grep -q \"plan.profiles: cannot read device profile '/dev/zero': it is a\" <<<\"$out\""
+  WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(mpi_deck_profile_not_a_file PROPERTIES LABELS mpi TIMEOUT 120 PROCESSORS 2
+  ENVIRONMENT "${ATLAS_MPIEXEC_ENV}")
 # An integer option is range-checked before it is narrowed to int (4294967396 would be 100).
 add_test(NAME cli_int_option_beyond_int
   COMMAND bash -c "rc=0; out=$($<TARGET_FILE:atlas> schedule inputs/default.deck --width 4294967396 2>&1) || rc=$?; echo \"$out\"; [[ $rc == 1 ]] && grep -q \"\\-\\-width expects an integer in \\[-2147483648, 2147483647\\], got '4294967396'\" <<<\"$out\""

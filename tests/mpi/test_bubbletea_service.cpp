@@ -30,6 +30,7 @@
 #include "atlas/bubbletea/bench.hpp"
 #include "atlas/bubbletea/service.hpp"
 #include "atlas/deck/deck.hpp"
+#include "atlas/deck/profiles.hpp"
 #include "atlas/device/backend.hpp"
 #include "atlas/io/checkpoint.hpp"
 #include "atlas/runtime/trainer.hpp"
@@ -106,7 +107,11 @@ Config make_cfg(const mpi::Comm& world, const std::vector<std::string>& extra = 
   const std::string text = deck_text(world);
   deck::JobShape shape;
   shape.world_size = world.size();
-  return deck::parse_and_validate("bt_test", text, extra, shape);
+  Config cfg = deck::parse_and_validate("bt_test", text, extra, shape);
+  // As deck::load for `atlas train`: rank 0 reads the device profiles and broadcasts them, so the
+  // tables below are the production table (sched::build_schedule on the deck's cost model).
+  deck::read_device_profiles(world, cfg);
+  return cfg;
 }
 
 ServiceOptions options() {

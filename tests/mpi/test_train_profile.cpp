@@ -13,7 +13,7 @@
 #include "atlas/app/train_output.hpp"
 #include "atlas/app/training_job.hpp"
 #include "atlas/io/hdf5.hpp"
-#include "atlas/sim/simulator.hpp"
+#include "atlas/sched/schedule.hpp"
 #include "train_fixture.hpp"
 
 namespace atlas::runtime {
@@ -89,7 +89,7 @@ TEST(TrainProfile, EverySlotOnceWithSaneTimesAndFilesWritten) {
 
     // Rebuild the table the job ran, to know each row's length.
     const topo::Layout layout(4, cfg.parallel);
-    const sched::ScheduleTable table = sim::runtime_table(cfg, layout);
+    const sched::ScheduleTable table = sched::build_schedule(cfg, layout);
     std::map<std::pair<int, int>, std::multiset<int>> seen;
     std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> spans;
     double t_max = 0;

@@ -15,7 +15,7 @@
 #include "atlas/runtime/checkpointing.hpp"
 #include "atlas/runtime/trainer.hpp"
 #include "atlas/sched/schedule.hpp"
-#include "atlas/sim/simulator.hpp"
+#include "atlas/deck/profiles.hpp"
 #include "atlas/topo/communicators.hpp"
 #include "atlas/wan/transport.hpp"
 
@@ -46,7 +46,9 @@ inline Config make_cfg(int tp, int dp, const std::vector<int>& stages_per_dc, in
                      "train.micro_batch_size = 2\ntrain.micro_batches = " + std::to_string(micro_batches) +
                      "\ntrain.warmup_steps = 1\ntrain.eval_batches = 1\nrun.steps = 4\nprofile.enabled = false\n"
                      "wan.recv_timeout_s = 30\ndata.corpus_dir = " + corpus_dir() + "\n";
-  return deck::parse("equivalence", text, extra);
+  Config cfg = deck::parse("equivalence", text, extra);
+  deck::read_device_profiles(cfg);  // what deck::load does: the table's cost model reads them
+  return cfg;
 }
 
 struct Outcome {
@@ -66,7 +68,7 @@ inline Outcome train(const Config& cfg, const mpi::Comm& world, int until, int s
   const topo::Communicators comms = topo::Communicators::create(world, layout);
   const topo::Coord me = layout.coord(comms.world.rank());
   auto backend = device::make_backend(cfg.device);
-  const sched::ScheduleTable table = sim::runtime_table(cfg, layout);
+  const sched::ScheduleTable table = sched::build_schedule(cfg, layout);
   const std::vector<int> peers = layout.wan_peers(me);
   auto wan = wan::make_transport(cfg.wan, cfg.cluster, comms.world, me.dc, peers);
   Profiler profiler(false, comms.world.rank(), 0);

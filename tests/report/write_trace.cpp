@@ -11,6 +11,7 @@
 
 #include "atlas/core/error.hpp"
 #include "atlas/deck/deck.hpp"
+#include "atlas/deck/profiles.hpp"
 #include "atlas/runtime/profiler.hpp"
 #include "atlas/sched/schedule.hpp"
 #include "atlas/topo/layout.hpp"
@@ -37,8 +38,9 @@ int run(int argc, char** argv) {
     }
   }
   atlas::deck::JobShape shape;
-  const atlas::Config cfg =
+  atlas::Config cfg =
       atlas::deck::parse_and_validate(deck, atlas::deck::read_text_file(deck), overrides, shape);
+  atlas::deck::read_device_profiles(cfg);
   const atlas::topo::Layout layout(cfg.parallel.stages_per_dc, cfg.parallel.dp_size,
                                    cfg.parallel.tp_size);
   const atlas::sched::ScheduleTable table = atlas::sched::build_schedule(cfg, layout);

@@ -19,6 +19,7 @@
 #include "atlas/core/error.hpp"
 #include "atlas/core/units.hpp"
 #include "atlas/deck/deck.hpp"
+#include "atlas/deck/profiles.hpp"
 #include "atlas/deck/schema.hpp"
 #include "atlas/sim/profile.hpp"
 
@@ -201,7 +202,7 @@ TEST(Deck, FilesNamedByKeysAreReadTheSameWay) {
     }
     return std::string("(no ConfigError)");
   };
-  EXPECT_THAT(message([&] { (void)sim::resolve_device_profile(cfg); }),
+  EXPECT_THAT(message([&] { deck::read_device_profiles(cfg); }),
               ::testing::HasSubstr("plan.profiles: cannot read device profile '/dev/zero': it is a character device"));
   EXPECT_THAT(message([&] { (void)bubbletea::load_requests(cfg, 2); }),
               ::testing::HasSubstr("bubbletea.trace: cannot read request trace '/dev/zero': it is a character device"));

@@ -32,10 +32,10 @@
 #include "atlas/bubbletea/cost.hpp"
 #include "atlas/core/error.hpp"
 #include "atlas/deck/deck.hpp"
+#include "atlas/deck/profiles.hpp"
 #include "atlas/deck/schema.hpp"
+#include "atlas/sched/cost_model.hpp"
 #include "atlas/sched/schedule.hpp"
-#include "atlas/sim/cost.hpp"
-#include "atlas/sim/profile.hpp"
 #include "atlas/topo/layout.hpp"
 
 extern char** environ;
@@ -239,9 +239,10 @@ int schedule_pipeline(const Mutant& m, std::string& messages) {
     JobShape shape;
     shape.world_size = -1;
     shape.cuda_built = false;
-    const Config cfg = parse_and_validate("mutant.deck", m.text, m.overrides, shape);
+    Config cfg = parse_and_validate("mutant.deck", m.text, m.overrides, shape);
+    read_device_profiles(cfg);
     const topo::Layout layout(cfg.parallel.stages_per_dc, cfg.parallel.dp_size, cfg.parallel.tp_size);
-    const sched::CostModel cost = sim::cost_model(cfg, layout, sim::resolve_device_profile(cfg));
+    const sched::CostModel cost = sched::cost_model(cfg, layout);
     std::vector<ScheduleKind> kinds{ScheduleKind::GPipe, ScheduleKind::OneFOneB};
     // The atlas search times many candidate tables: only on the smaller tables, to bound the run.
     const double slots = 6.0 * cfg.train.micro_batches * layout.pp_size() * layout.dp_size();

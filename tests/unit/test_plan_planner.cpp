@@ -9,6 +9,7 @@
 
 #include "atlas/core/error.hpp"
 #include "atlas/deck/deck.hpp"
+#include "atlas/deck/profiles.hpp"
 #include "atlas/plan/designs.hpp"
 #include "atlas/plan/planner.hpp"
 #include "atlas/sim/cost.hpp"
@@ -22,7 +23,9 @@ using ::testing::HasSubstr;
 Config deck(const std::string& text, const std::vector<std::string>& overrides = {}) {
   deck::JobShape shape;
   shape.world_size = -1;
-  return deck::parse_and_validate("plan.deck", text, overrides, shape);
+  Config cfg = deck::parse_and_validate("plan.deck", text, overrides, shape);
+  deck::read_device_profiles(cfg);
+  return cfg;
 }
 
 std::string error_of(const std::function<void()>& f) {
@@ -61,7 +64,7 @@ plan.top = 4
 // ---- memory ----
 
 TEST(PlanMemory, StateAndActivationsFollowTheStatedFormulas) {
-  const sim::DeviceProfile h100 = sim::builtin_device_profile(GpuKind::H100);
+  const sched::DeviceProfile h100 = sched::builtin_device_profile(GpuKind::H100);
   ModelCfg m = model_preset("7b");
   // Stage 1 of 4 (no embedding, no head): 8 blocks of 12 h^2 + 13 h parameters, over tp 8.
   const sim::MemoryEstimate e = sim::stage_memory(m, 1, 4, 8, 2, 16, ScheduleKind::OneFOneB, h100);
@@ -75,7 +78,7 @@ TEST(PlanMemory, StateAndActivationsFollowTheStatedFormulas) {
   // GPipe keeps all 16.
   EXPECT_EQ(sim::stage_memory(m, 1, 4, 8, 2, 16, ScheduleKind::GPipe, h100).in_flight, 16);
   // The host profile stores everything in fp32 without recomputation: s b h (34 + 5 a s / h) x 2.
-  const sim::DeviceProfile host = sim::builtin_device_profile(GpuKind::Host);
+  const sched::DeviceProfile host = sched::builtin_device_profile(GpuKind::Host);
   m = model_preset("7b");
   EXPECT_DOUBLE_EQ(sim::block_activation_bytes(m, 1, 1, host),
                    2048.0 * 4096 * (34.0 + 5.0 * 32 * 2048 / 4096) * 2);
@@ -119,7 +122,7 @@ TEST(PlanPlacement, SplitLayersPutsTheExtraBlocksInTheMiddle) {
 
 TEST(PlanSearch, KeepsTheGlobalBatchRanksBySimulatedTimeAndFitsMemory) {
   const Config cfg = deck(kCluster);
-  const sim::DeviceProfile prof = sim::resolve_device_profile(cfg);
+  const sched::DeviceProfile prof = sched::device_profile(cfg);
   const PlanResult r = search(cfg, prof);
   EXPECT_EQ(r.global_batch, 64);
   ASSERT_FALSE(r.plans.empty());
@@ -156,7 +159,7 @@ TEST(PlanSearch, KeepsTheGlobalBatchRanksBySimulatedTimeAndFitsMemory) {
 
 TEST(PlanSearch, DeadlinePicksTheCheapestPlanThatMeetsIt) {
   Config cfg = deck(kCluster);
-  const sim::DeviceProfile prof = sim::resolve_device_profile(cfg);
+  const sched::DeviceProfile prof = sched::device_profile(cfg);
   const PlanResult fastest = search(cfg, prof);
   // A deadline 1.5x the fastest step: several plans meet it, the cheapest is chosen.
   cfg.plan.deadline_s = fastest.plans[0].step_ms * 1.5 / 1e3;
@@ -183,7 +186,7 @@ TEST(PlanErrors, AModelThatFitsNoPlanSaysHowMuchItNeeds) {
   const std::string msg = error_of([] {
     Config cfg = deck(kCluster, {"cluster.gpus_per_dc=8 8 0", "parallel.stages_per_dc=1 0 0", "parallel.dp_size=1",
                                  "model.layers=96", "model.hidden=12288", "model.heads=96"});
-    (void)search(cfg, sim::resolve_device_profile(cfg));
+    (void)search(cfg, sched::device_profile(cfg));
   });
   EXPECT_THAT(msg, ContainsRegex("no plan fits: the model \\(17[0-9]\\.[0-9]B parameters\\) needs [0-9.]+ GiB per GPU at "
                                  "the largest tp\\*pp \\(tp 8 x pp 2"));
@@ -198,7 +201,7 @@ TEST(PlanErrors, BadClustersAreCaughtWithClearMessages) {
   // And the planner says so for a Config that skipped validation.
   Config cfg = deck(kCluster);
   cfg.cluster.gpus_per_dc = {0, 0, 0};
-  EXPECT_THAT(error_of([&] { (void)search(cfg, sim::builtin_device_profile(GpuKind::H100)); }),
+  EXPECT_THAT(error_of([&] { (void)search(cfg, sched::builtin_device_profile(GpuKind::H100)); }),
               HasSubstr("no plan fits: every DC in cluster.gpus_per_dc has zero free GPUs"));
   // A latency matrix that is not square, or negative.
   EXPECT_THAT(error_of([] { (void)deck(kCluster, {"cluster.latency_ms=0 10 30 10 0 15 30 15"}); }),
@@ -217,7 +220,7 @@ TEST(PlanErrors, TheDecksOwnLayoutNeedNotFitTheCluster) {
   const Config cfg = deck::parse("plan.deck", kCluster, {"cluster.gpus_per_dc=16 16 16"});
   EXPECT_FALSE(deck::validate(cfg, shape).empty());
   EXPECT_TRUE(validate_for_planning(cfg, false).empty());
-  EXPECT_FALSE(search(cfg, sim::builtin_device_profile(GpuKind::H100)).plans.empty());
+  EXPECT_FALSE(search(cfg, sched::builtin_device_profile(GpuKind::H100)).plans.empty());
   // Real problems still surface.
   const Config bad = deck::parse("plan.deck", kCluster, {"cluster.gpus_per_dc=0 0 0", "model.heads=30"});
   const auto problems = validate_for_planning(bad, false);
@@ -238,7 +241,7 @@ TEST(PlanErrors, AGlobalBatchPastTheLimitsIsAConfigErrorNotAnInternalOne) {
   // fuzzer's find: atlas plan ended in an internal error in plan_config).
   Config cfg = deck::parse("plan.deck", kCluster, {"parallel.dp_size=160", "train.micro_batches=65536", "model.layers=4"});
   ASSERT_TRUE(validate_for_planning(cfg, false).empty());
-  EXPECT_THAT(error_of([&] { (void)search(cfg, sim::builtin_device_profile(GpuKind::H100)); }),
+  EXPECT_THAT(error_of([&] { (void)search(cfg, sched::builtin_device_profile(GpuKind::H100)); }),
               HasSubstr("no plan fits: with a global batch of 10485760 sequences (parallel.dp_size x "
                         "train.micro_batches x train.micro_batch_size) every shape's schedule table has more "
                         "than 2000000 slots"));
@@ -249,7 +252,7 @@ TEST(PlanErrors, AGlobalBatchPastTheLimitsIsAConfigErrorNotAnInternalOne) {
 TEST(PlanDesigns, DpAcrossDcsPaysTheRingAllReduceOverOneFlow) {
   Config cfg = deck(kCluster, {"parallel.stages_per_dc=1 1 0", "cluster.gpus_per_dc=32 32 0",
                                "cluster.latency_ms=0 20 20 20 0 20 20 20 0"});
-  const sim::DeviceProfile prof = sim::builtin_device_profile(GpuKind::H100);
+  const sched::DeviceProfile prof = sched::builtin_device_profile(GpuKind::H100);
   const Comparison c = compare_designs(cfg, prof);
   ASSERT_TRUE(c.a_fits);
   EXPECT_EQ(c.stages_a, 1);        // 7B fits one stage of tp 8
@@ -269,7 +272,7 @@ TEST(PlanDesigns, DpAcrossDcsPaysTheRingAllReduceOverOneFlow) {
 
 TEST(PlanDesigns, GridPointsKeepTheStatedShape) {
   const Config base = deck(kCluster);
-  const sim::DeviceProfile prof = sim::builtin_device_profile(GpuKind::H100);
+  const sched::DeviceProfile prof = sched::builtin_device_profile(GpuKind::H100);
   GridSpec spec;
   const Config c = grid_config(base, prof, "175b", 3, 50.0, 4, spec);
   const int k = c.parallel.stages_per_dc.front();

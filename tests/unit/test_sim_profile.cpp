@@ -12,6 +12,7 @@
 
 #include "atlas/core/error.hpp"
 #include "atlas/deck/deck.hpp"
+#include "atlas/deck/profiles.hpp"
 #include "atlas/sched/cost_model.hpp"
 #include "atlas/sim/measure.hpp"
 #include "atlas/sim/profile.hpp"
@@ -244,6 +245,12 @@ TEST(WanProfile, TheCommittedAwsProfileIsValidAndSourced) {
 
 // ---- lookup ----
 
+// The deck's profile as every command gets it: the files read with the deck, then chosen.
+DeviceProfile resolve_device_profile(Config cfg) {
+  deck::read_device_profiles(cfg);
+  return sched::device_profile(cfg);
+}
+
 TEST(ResolveProfile, DeckFilesWinAndAMismatchIsAnError) {
   const fs::path dir = fs::temp_directory_path() / "atlas_test_sim_profile";
   fs::create_directories(dir);
@@ -266,6 +273,13 @@ TEST(ResolveProfile, DeckFilesWinAndAMismatchIsAnError) {
   const DeviceProfile p = resolve_device_profile(cfg);
   EXPECT_EQ(p.name, "h200");
   EXPECT_THAT(p.path, HasSubstr("profiles/device/h200.profile"));
+  // The files read once serve a copy whose plan.gpu changed (sim::machine_config): no new search.
+  Config read = cfg;
+  deck::read_device_profiles(read);
+  read.plan.gpu = GpuKind::A100;
+  EXPECT_EQ(sched::device_profile(read).name, "a100");
+  // A Config whose files nobody read is a bug in the caller, not a silent fallback.
+  EXPECT_THROW((void)sched::device_profile(cfg), Error);
   fs::remove_all(dir);
 }
 

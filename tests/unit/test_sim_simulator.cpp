@@ -13,6 +13,8 @@
 
 #include "atlas/core/error.hpp"
 #include "atlas/deck/deck.hpp"
+#include "atlas/deck/profiles.hpp"
+#include "atlas/sched/cost_model.hpp"
 #include "atlas/sim/bench.hpp"
 #include "atlas/sim/cost.hpp"
 #include "atlas/sim/simulator.hpp"
@@ -22,6 +24,13 @@ namespace atlas::sim {
 namespace {
 
 using ::testing::HasSubstr;
+using sched::block_cost;
+using sched::builtin_device_profile;
+using sched::BlockCost;
+using sched::cost_model;
+using sched::ring_allreduce_ms;
+using sched::stage_params;
+using sched::transfer_cap_bytes_per_ms;
 
 sched::CostModel model(const std::vector<int>& stages_per_dc, int dp, double f, double b, std::int64_t bytes,
                        double cap, double flow_cap, double lat) {
@@ -31,7 +40,9 @@ sched::CostModel model(const std::vector<int>& stages_per_dc, int dp, double f, 
 Config deck(const std::string& text) {
   deck::JobShape shape;
   shape.world_size = -1;
-  return deck::parse_and_validate("test.deck", text, {}, shape);
+  Config cfg = deck::parse_and_validate("test.deck", text, {}, shape);
+  deck::read_device_profiles(cfg);
+  return cfg;
 }
 
 // ---- closed forms ----
@@ -360,8 +371,8 @@ TEST(SimDeck, SimulateOnKeepsTheDecksTableAndTakesTheMachinesCosts) {
 
   const topo::Layout layout(cfg.parallel.stages_per_dc, cfg.parallel.dp_size, cfg.parallel.tp_size);
   const SimResult r = simulate_on(cfg, machine);
-  EXPECT_EQ(r.table.structure_hash(), runtime_table(cfg, layout).structure_hash());
-  const DeviceProfile host = resolve_device_profile(machine);
+  EXPECT_EQ(r.table.structure_hash(), sched::build_schedule(cfg, layout).structure_hash());
+  const DeviceProfile host = sched::device_profile(machine);
   const BlockCost block = block_cost(machine, 1, host);
   EXPECT_NE(block.fwd_ms, 2.0);  // the host profile's time, not the deck's 2 ms
   EXPECT_DOUBLE_EQ(r.cost.fwd_ms[0], 2 * block.fwd_ms);
@@ -444,7 +455,7 @@ TEST(SimSpeed, TenThousandGpuStepIsQuick) {
   const topo::Layout layout(cfg.parallel.stages_per_dc, cfg.parallel.dp_size, cfg.parallel.tp_size);
   EXPECT_EQ(layout.world_size(), 9984);
   EXPECT_GT(cfg.model.parameter_count(), 170'000'000'000LL);
-  const DeviceProfile prof = resolve_device_profile(cfg);
+  const DeviceProfile prof = sched::device_profile(cfg);
   sched::CostModel cost = cost_model(cfg, layout, prof);
   const auto t0 = std::chrono::steady_clock::now();
   const SimResult r = simulate(cost, ScheduleKind::OneFOneB, cfg.train.micro_batches, 1.0);

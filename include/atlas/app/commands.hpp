@@ -46,7 +46,8 @@ Args parse_args(const std::vector<std::string>& words, const std::vector<std::st
 std::string deck_path(const Args& args, const char* command);
 
 /// Parses and validates a deck for a one-process command (plan, schedule, simulate): the
-/// world-size check is skipped because the deck describes a job, not this process.
+/// world-size check is skipped because the deck describes a job, not this process. Reads the
+/// deck's device profile files too (deck::read_device_profiles).
 Config load_offline_deck(const std::string& path, const std::vector<std::string>& overrides);
 
 /// Times the real model's transformer block (forward, backward) on the host backend with

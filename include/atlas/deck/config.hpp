@@ -73,6 +73,8 @@ struct ModelCfg {
   [[nodiscard]] int stage_first_layer(int stage, int pp) const;
   /// Parameters of the whole model (embeddings tied).
   [[nodiscard]] std::int64_t parameter_count() const;
+  /// Parameters of one transformer block: qkv, proj, fc, fc-proj with biases, and 2 LayerNorms.
+  [[nodiscard]] std::int64_t block_parameter_count() const;
 };
 
 struct TrainCfg {
@@ -187,6 +189,21 @@ struct PlanCfg {
   std::vector<std::string> profiles; ///< plan.profiles: device profile files (profiles/README.md)
 };
 
+/// One device profile file, read with the deck.
+struct ProfileFile {
+  std::string path;  ///< as found (messages, and its stem names the kind: profiles/device/h100.profile)
+  std::string text;
+};
+
+/// Not deck keys: the device profile files a job's cost model may read. Read once when the deck
+/// is loaded (deck::load: rank 0 reads and broadcasts them with the deck; deck::read_device_profiles
+/// in one process), so every rank builds its schedule table from identical inputs;
+/// sched::device_profile(cfg) picks and parses one without I/O.
+struct DeviceProfileFiles {
+  bool read = false;               ///< false: never read (sched refuses to build a cost model)
+  std::vector<ProfileFile> files;  ///< plan.profiles' files if set, else profiles/device/<kind>.profile per kind found
+};
+
 /// Everything a deck can say. Filled by deck::parse; validated by deck::validate.
 struct Config {
   RunCfg run;
@@ -202,6 +219,7 @@ struct Config {
   DeviceCfg device;
   BubbleTeaCfg bubbletea;
   PlanCfg plan;
+  DeviceProfileFiles device_profiles;  ///< not a deck key: the device profiles read with the deck
 
   /// runs/NAME (run.out_dir / run.name).
   [[nodiscard]] std::string run_dir() const;

@@ -42,6 +42,7 @@ std::string read_text_file(const std::string& path, std::uint64_t max_bytes = kM
                            const std::string& kind_of_file = "deck");
 
 /// Collective over `comm`: rank 0 reads `path` and broadcasts it; all ranks parse and validate.
+/// Rank 0 then reads the deck's device profile files and broadcasts them too (cfg.device_profiles).
 /// Every rank throws the same ConfigError on a bad deck.
 Config load(const mpi::Comm& comm, const std::string& path,
             const std::vector<std::string>& overrides, const JobShape& shape);

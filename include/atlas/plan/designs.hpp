@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "atlas/deck/config.hpp"
-#include "atlas/sim/profile.hpp"
+#include "atlas/sched/profile.hpp"
 
 namespace atlas::plan {
 
@@ -52,7 +52,7 @@ struct Comparison {
 };
 
 /// Simulates (a)-(d) for the deck's model, cluster, tp, pp, dp and global batch.
-Comparison compare_designs(const Config& cfg, const sim::DeviceProfile& profile, const CompareOptions& opt = {});
+Comparison compare_designs(const Config& cfg, const sched::DeviceProfile& profile, const CompareOptions& opt = {});
 
 struct GridSpec {
   std::vector<double> latencies_ms{5, 10, 20, 50, 100};  ///< one-way, every DC pair
@@ -78,11 +78,11 @@ struct GridRow {
 /// The deck of one grid point: `n` DCs of dp * tp * k GPUs each (k = the fewest stages per DC
 /// with which a whole-model pipeline of k stages fits a GPU, so (a) is possible), every pair at
 /// `latency_ms` one-way and the base deck's bandwidth; pp = n * k, micro-batches = 4 * pp.
-Config grid_config(const Config& base, const sim::DeviceProfile& profile, const std::string& model, int n,
+Config grid_config(const Config& base, const sched::DeviceProfile& profile, const std::string& model, int n,
                    double latency_ms, int dp, const GridSpec& spec);
 
 /// Runs the grid. `progress` (may be null) is called after each point.
-std::vector<GridRow> run_grid(const Config& base, const sim::DeviceProfile& profile, const GridSpec& spec,
+std::vector<GridRow> run_grid(const Config& base, const sched::DeviceProfile& profile, const GridSpec& spec,
                               const CompareOptions& opt, void (*progress)(const GridRow&) = nullptr);
 
 std::string grid_csv(const std::vector<GridRow>& rows);

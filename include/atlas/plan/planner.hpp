@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "atlas/deck/config.hpp"
-#include "atlas/sim/profile.hpp"
+#include "atlas/sched/profile.hpp"
 
 namespace atlas::plan {
 
@@ -77,7 +77,7 @@ std::vector<int> split_layers(int layers, int pp);
 /// Searches every plan for the deck's cluster, model and global batch under `profile`. The
 /// best estimates, and the deck's own (tp, pp, dp, micro-batch size) if it fits, are simulated.
 /// ConfigError with numbers and a hint when nothing fits ("no plan fits: ...").
-PlanResult search(const Config& cfg, const sim::DeviceProfile& profile, const PlanOptions& opt = {});
+PlanResult search(const Config& cfg, const sched::DeviceProfile& profile, const PlanOptions& opt = {});
 
 /// The deck of a plan: the base deck with its DCs reordered to pipeline order (unused DCs last,
 /// with 0 stages), parallel.*, model.layers_per_stage, train.micro_*, schedule.kind = atlas.

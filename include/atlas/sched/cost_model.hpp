@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: MIT
-// The schedule table's cost model: per-stage compute time per micro-batch, boundary tensor
-// sizes, WAN links (latency, capacity, per-flow cap) and intra-DC costs. Built from a deck (and
-// a device profile); the simulator can build a richer one. No I/O, no communication.
+// The schedule table's cost model, the only one: per-stage compute time per micro-batch (from the
+// deck's device profile), boundary tensor sizes, WAN links (latency, capacity, per-flow cap) and
+// intra-DC costs. The runtime's table, `atlas schedule`, the simulator and the planner all build
+// theirs with it. No I/O, no communication.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "atlas/deck/config.hpp"
+#include "atlas/sched/profile.hpp"
 #include "atlas/topo/layout.hpp"
 
 namespace atlas::sched {
@@ -57,17 +59,55 @@ struct CostModel {
 /// Default per-TCP-flow window when the deck sets no cap: Linux's default tcp_rmem maximum.
 inline constexpr double kDefaultTcpWindowBytes = 6.0 * 1024 * 1024;
 
-/// Achieved FLOP/s of one rank for the FLOP estimate (plan.gpu profile, or the deck override).
-double device_flops(const Config& cfg);
+/// Time of one transformer block (one micro-batch, one rank of a TP group), and the LM head.
+struct BlockCost {
+  double fwd_ms = 0.0;       ///< compute + the forward TP all-reduces
+  double bwd_ms = 0.0;       ///< compute (+ selective recompute) + the backward TP all-reduces
+  double tp_comm_ms = 0.0;   ///< one TP all-reduce of the block's activations (inside fwd/bwd)
+  double head_fwd_ms = 0.0;  ///< LM head + loss of one micro-batch (vocab-parallel over TP)
+  double head_bwd_ms = 0.0;
+  double flops_per_s = 0.0;  ///< achieved forward FLOP/s used
+};
 
 /// FLOPs of one transformer block's forward for `tokens` tokens (whole block, before TP split).
 double block_forward_flops(const ModelCfg& m, double tokens);
 
-/// Builds the cost model of the deck's job.
-CostModel cost_model(const Config& cfg, const topo::Layout& layout);
+/// Achieved FLOP/s of one rank by FLOP count alone: schedule.device_tflops, else the built-in
+/// profile of plan.gpu (peak x achievable fraction). BubbleTea's prefill estimate uses it.
+double device_flops(const Config& cfg);
+
+/// Per-block cost of the deck's model at `tp`. Precedence: schedule.fwd_ms_per_layer (measured,
+/// backward = schedule.bwd_over_fwd times it), then schedule.device_tflops, then the profile.
+BlockCost block_cost(const Config& cfg, int tp, const DeviceProfile& profile);
+
+/// Parameters of pipeline stage `stage` of `pp` before the TP split (blocks, plus embeddings on
+/// the first stage and the final norm and untied LM head copy on the last).
+double stage_params(const ModelCfg& m, int stage, int pp);
+
+/// Time of a ring all-reduce of `bytes` over `n` members: 2(n-1)/n * bytes / bandwidth plus
+/// 2(n-1) latencies. 0 for n <= 1.
+double ring_allreduce_ms(double bytes, int n, double bytes_per_ms, double latency_ms);
+
+/// The rate of one WAN transfer on a link: min(capacity, flows * window / RTT).
+double transfer_cap_bytes_per_ms(double capacity_bytes_per_ms, double one_way_latency_ms, int flows,
+                                 double window_bytes);
+
+/// TCP flows one transfer uses under the deck's wan.* keys (rails, or 1 for wan.transport = mpi).
+int flows_per_transfer(const Config& cfg);
+/// Per-flow window: wan.flow_window_bytes, or Linux's default tcp_rmem maximum.
+double flow_window_bytes(const Config& cfg);
 
 /// Sets ranks_per_host / cores_per_host from cluster.ranks_per_host and cluster.cores_per_host
-/// (0 cores = the hardware threads of this machine). Every cost-model builder calls it.
+/// (0 cores = the hardware threads of this machine), and the wake-up and network CPU costs.
 void apply_host_sharing(CostModel& cost, const Config& cfg);
+
+/// The cost model of the deck's job on `layout` under `profile`: compute from the profile (plus
+/// the TP all-reduces), boundary tensors, the DP ring all-reduce inside a DC, WAN links capped per
+/// TCP flow, the tied-embedding sync.
+CostModel cost_model(const Config& cfg, const topo::Layout& layout, const DeviceProfile& profile);
+
+/// The deck's cost model: cost_model(cfg, layout, device_profile(cfg)). What training, `atlas
+/// schedule`, `atlas simulate` and the tests build the deck's table from.
+CostModel cost_model(const Config& cfg, const topo::Layout& layout);
 
 }  // namespace atlas::sched

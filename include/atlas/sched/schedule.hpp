@@ -3,7 +3,8 @@
 // ordered slots with predicted start and duration (its TP ranks share the row), and for every
 // WAN link (ordered DC pair) the order in which the pipelines' transfers use it. Built for gpipe,
 // 1f1b and atlas from a cost model; consumed by the runtime, the simulator, BubbleTea and the
-// reports. Does no I/O and no communication.
+// reports. Does no I/O and no communication. Implemented in program.cpp (the engine programs),
+// build.cpp (building, the atlas search, re-timing, queries) and format.cpp (Gantt, JSON).
 #pragma once
 
 #include <cstdint>
@@ -90,7 +91,10 @@ ScheduleTable build_schedule(const CostModel& cost, const ScheduleOptions& opt);
 /// slots): what training, atlas schedule, atlas simulate and the tests build with.
 [[nodiscard]] ScheduleOptions schedule_options(const Config& cfg, ScheduleKind kind);
 
-/// The deck's table: cost_model(cfg, layout) with schedule.kind and train.micro_batches.
+/// The deck's table, the one `atlas train` runs: build_schedule(cost_model(cfg, layout),
+/// schedule_options(cfg, schedule.kind)), on the deck's device profile (cfg.device_profiles must
+/// have been read: deck::load does it). `atlas schedule`, `atlas simulate` (deck mode), the
+/// benches and the tests build the same table with it.
 ScheduleTable build_schedule(const Config& cfg, const topo::Layout& layout);
 
 /// Re-times an existing table under another cost model (the simulator's): the same programs as

@@ -1,100 +1,33 @@
 // SPDX-License-Identifier: MIT
-// Cost profiles read by `atlas plan` and `atlas simulate`: a device profile (compute rate, memory,
-// intra-node links, optionally a table of measured per-block times) and a WAN profile (regions
-// with an RTT and bandwidth matrix). Text format documented in profiles/README.md. No MPI here.
+// Profile files read by `atlas plan`, `atlas simulate` and `atlas profile`: the readers of a
+// device or WAN profile file, and the deck overrides a WAN profile gives. The profiles' types and
+// text format live in sched/profile.hpp (the cost model's input); this is their I/O.
 #pragma once
 
 #include <string>
 #include <vector>
 
-#include "atlas/deck/config.hpp"
+#include "atlas/sched/profile.hpp"
 
 namespace atlas::sim {
 
-/// One measured transformer block: forward and backward time of one micro-batch on one rank.
-struct BlockPoint {
-  int hidden = 0;
-  int heads = 0;
-  int seq_len = 0;
-  int micro_batch_size = 0;
-  int tp = 1;
-  double fwd_ms = 0.0;
-  double bwd_ms = 0.0;
-};
+using sched::BlockPoint;
+using sched::builtin_device_profile;
+using sched::DeviceProfile;
+using sched::format_device_profile;
+using sched::parse_device_profile;
+using sched::parse_wan_profile;
+using sched::WanProfile;
 
-/// A device cost profile. Rates are per rank (per GPU, or per host rank).
-struct DeviceProfile {
-  std::string name;                    ///< host | a100 | h100 | h200 | any label
-  std::string description;
-  std::string path;                    ///< file it was read from ("" = built in)
-  double peak_tflops = 0.0;            ///< dense peak of the training dtype, TFLOP/s
-  double achievable_fraction = 0.0;    ///< fraction of the peak a transformer block reaches
-  double memory_gib = 0.0;             ///< device memory, GiB
-  double usable_memory_fraction = 0.9; ///< what the planner may fill (context, fragmentation)
-  double mem_bandwidth_gbs = 0.0;      ///< device memory bandwidth, GB/s (optimizer update)
-  double nvlink_gbs = 0.0;             ///< per-GPU bandwidth to node peers, GB/s (TP all-reduce)
-  double nvlink_latency_us = 0.0;      ///< per step of a TP ring
-  double bwd_over_fwd = 2.0;           ///< backward time / forward time (no measured table)
-  double activation_bytes = 2.0;       ///< bytes per stored activation / boundary element
-  double grad_bytes = 4.0;             ///< bytes per gradient element in the DP all-reduce
-  double state_bytes_per_param = 16.0; ///< weights + grads + Adam moments (+ fp32 master)
-  double optimizer_bytes_per_param = 28.0;  ///< memory traffic of one AdamW update
-  bool pipeline_scatter_gather = false; ///< each TP lane sends 1/tp of a boundary tensor
-  bool sequence_parallel = false;      ///< activations outside attention/MLP split over TP too
-  bool selective_recompute = false;    ///< attention scores recomputed in backward, not stored
-  int measured_threads = 0;            ///< BLAS threads of the measured table (0 = n/a)
-  std::vector<BlockPoint> table;       ///< measured blocks (may be empty)
-  std::vector<std::pair<std::string, std::string>> sources;  ///< (key, where the number is from)
-
-  /// Achieved forward FLOP/s of one rank for a block of `fwd_flops` FLOPs (per rank). With a
-  /// measured table: the table's rate interpolated in log(FLOPs) (clamped at the ends);
-  /// otherwise peak * achievable_fraction.
-  [[nodiscard]] double fwd_flops_per_s(double fwd_flops) const;
-  /// Backward time / forward time at `fwd_flops` (measured ratio, else bwd_over_fwd).
-  [[nodiscard]] double bwd_ratio(double fwd_flops) const;
-  /// Bytes the planner may fill on one device.
-  [[nodiscard]] double usable_bytes() const;
-};
-
-/// A WAN profile: regions and measured round-trip times (and assumed capacities) between them.
-struct WanProfile {
-  std::string name;
-  std::string path;
-  std::string date;                      ///< when the numbers were measured
-  std::vector<std::string> regions;
-  std::vector<double> rtt_ms;            ///< n*n, row-major, round trip
-  std::vector<double> bandwidth_gbps;    ///< n*n, row-major (or one value for every pair)
-  std::vector<std::pair<std::string, std::string>> sources;
-
-  [[nodiscard]] int index(const std::string& region) const;  ///< -1 if absent
-  /// Deck overrides (cluster.latency_ms = one-way = rtt/2, cluster.bandwidth_gbps) for `dcs`,
-  /// each a region of this profile; ConfigError naming the unknown DC and the known regions.
-  [[nodiscard]] std::vector<std::string> deck_overrides(const std::vector<std::string>& dcs) const;
-};
+/// Reads and parses a device profile file; ConfigError naming the file.
+DeviceProfile load_device_profile(const std::string& path);
+/// Reads and parses a WAN profile file; ConfigError naming the file.
+WanProfile load_wan_profile(const std::string& path);
 
 /// For `--wan FILE` of plan/simulate: the deck overrides (cluster.latency_ms, bandwidth_gbps)
 /// that give the DCs of the deck at `deck_path` (with `overrides` applied) the WAN profile's
 /// matrices. Put them before the user's own overrides so those still win.
 std::vector<std::string> wan_profile_overrides(const std::string& wan_path, const std::string& deck_path,
                                                const std::vector<std::string>& overrides);
-
-/// Parses a device profile's text; ConfigError naming file:line for every problem.
-DeviceProfile parse_device_profile(const std::string& file_name, const std::string& text);
-/// Parses a WAN profile's text (square non-negative matrices, zero diagonal); ConfigError.
-WanProfile parse_wan_profile(const std::string& file_name, const std::string& text);
-DeviceProfile load_device_profile(const std::string& path);
-WanProfile load_wan_profile(const std::string& path);
-
-/// Writes a device profile in the documented format (parse_device_profile reads it back).
-std::string format_device_profile(const DeviceProfile& p);
-
-/// The built-in profile of a GPU kind: the same numbers as profiles/device/<kind>.profile, so a
-/// binary run outside the source tree still works (a unit test checks they agree).
-DeviceProfile builtin_device_profile(GpuKind gpu);
-
-/// The profile plan/simulate use for a deck: the first file in plan.profiles whose name is
-/// plan.gpu; else profiles/device/<gpu>.profile in the working directory or a core::data_dirs() entry;
-/// else the built-in one. ConfigError if a listed file is unreadable or none matches plan.gpu.
-DeviceProfile resolve_device_profile(const Config& cfg);
 
 }  // namespace atlas::sim

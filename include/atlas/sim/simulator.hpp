@@ -10,9 +10,11 @@
 
 #include "atlas/deck/config.hpp"
 #include "atlas/sched/schedule.hpp"
-#include "atlas/sim/profile.hpp"
+#include "atlas/sched/profile.hpp"
 
 namespace atlas::sim {
+
+using sched::DeviceProfile;
 
 /// Use of one WAN link (one direction of a DC pair) during one step.
 struct LinkUse {
@@ -72,12 +74,7 @@ struct SimOptions {
   std::vector<double> stage_bwd_ms;
 };
 
-/// The table `atlas train` runs for a deck: built with the deck's device profile
-/// (resolve_device_profile: plan.gpu / plan.profiles, or the deck's schedule.fwd_ms_per_layer),
-/// so the runtime, `atlas schedule` and the simulator time the same table the same way.
-sched::ScheduleTable runtime_table(const Config& cfg, const topo::Layout& layout);
-
-/// Simulates one step of the deck's job under its device profile (resolve_device_profile).
+/// Simulates one step of the deck's job under its device profile (sched::device_profile).
 SimResult simulate(const Config& cfg, const SimOptions& opt = {});
 /// Same, with an explicit profile.
 SimResult simulate(const Config& cfg, const DeviceProfile& profile, const SimOptions& opt);

@@ -1,0 +1,77 @@
+// SPDX-License-Identifier: MIT
+// The deck's device profile files: found, read, and broadcast with the deck.
+#include "atlas/deck/profiles.hpp"
+
+#include <span>
+#include <string>
+
+#include "atlas/core/error.hpp"
+#include "atlas/core/paths.hpp"
+#include "atlas/deck/deck.hpp"
+
+namespace atlas::deck {
+
+namespace fs = std::filesystem;
+
+std::vector<fs::path> device_profile_dirs() {
+  // The working directory, then the data directories of the binary (<bin>/../share/atlas:
+  // an installed tree's copies, or a build tree's links to the checkout): core/paths.hpp.
+  std::vector<fs::path> dirs{fs::current_path() / "profiles/device"};
+  for (const fs::path& data : core::data_dirs()) dirs.push_back(data / "profiles/device");
+  return dirs;
+}
+
+void read_device_profiles(Config& cfg) {
+  DeviceProfileFiles got;
+  if (!cfg.plan.profiles.empty()) {
+    for (const auto& path : cfg.plan.profiles) {
+      try {
+        got.files.push_back({path, read_text_file(path, kMaxDeckBytes, "device profile")});
+      } catch (const ConfigError& e) {  // say which key named the file
+        std::vector<std::string> problems;
+        for (const auto& m : e.problems()) problems.push_back("plan.profiles: " + m);
+        throw ConfigError(problems);
+      }
+    }
+  } else {
+    const std::vector<fs::path> dirs = device_profile_dirs();
+    for (GpuKind kind : {GpuKind::Host, GpuKind::A100, GpuKind::H100, GpuKind::H200}) {
+      const std::string name = std::string(to_string(kind)) + ".profile";
+      for (const fs::path& dir : dirs) {
+        std::error_code ec;
+        if (!fs::exists(dir / name, ec)) continue;
+        const std::string path = (dir / name).string();
+        got.files.push_back({path, read_text_file(path, kMaxDeckBytes, "device profile")});
+        break;
+      }
+    }
+  }
+  got.read = true;
+  cfg.device_profiles = std::move(got);
+}
+
+void read_device_profiles(const mpi::Comm& comm, Config& cfg) {
+  std::vector<std::string> problems;
+  if (comm.rank() == 0) {
+    try {
+      read_device_profiles(cfg);
+    } catch (const ConfigError& e) {
+      problems = e.problems();
+    }
+  }
+  int counts[2] = {static_cast<int>(problems.size()), static_cast<int>(cfg.device_profiles.files.size())};
+  comm.bcast(std::span<int>(counts, 2), 0);
+  if (counts[0] > 0) {
+    problems.resize(static_cast<std::size_t>(counts[0]));
+    for (auto& p : problems) comm.bcast_string(p, 0);
+    throw ConfigError(problems);
+  }
+  cfg.device_profiles.files.resize(static_cast<std::size_t>(counts[1]));
+  for (auto& f : cfg.device_profiles.files) {
+    comm.bcast_string(f.path, 0);
+    comm.bcast_string(f.text, 0);
+  }
+  cfg.device_profiles.read = true;
+}
+
+}  // namespace atlas::deck

@@ -1,0 +1,297 @@
+// SPDX-License-Identifier: MIT
+// Building schedule tables: the timed table of each kind, the atlas search (temporal WAN
+// sharing), re-timing under another cost model, the deck's table, BubbleTea's predicted Prefill
+// slots, and the table's queries and structure hash.
+//
+// atlas policy (documented in docs/schedules.md): every WAN link serves transfers one at a time
+// (or `slots` at a time when one transfer's rail bundle cannot fill the link) at full rate, in
+// earliest-posted-first order with a tie-break rule; the first stage of pipeline d starts
+// d * stagger later. The search tries stagger in {0, 0.5, ..., max} WAN transfer times, the three
+// tie-break rules and the slot counts {1, ceil(capacity / per-transfer cap)}, times each
+// candidate with the engine, and keeps the fastest. The decided link orders are then frozen into
+// the table (LinkMode::Ordered) and re-timed; the runtime enforces exactly those orders.
+#include "atlas/sched/schedule.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "atlas/core/check.hpp"
+#include "program.hpp"
+
+namespace atlas::sched {
+
+using detail::make_program;
+using detail::message_id;
+using detail::ProgramMap;
+using detail::time_program;
+
+// ---- building ----
+
+ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt) {
+  ATLAS_ASSERT(c.pp >= 1 && c.dp >= 1 && opt.micro_batches >= 1, "empty schedule shape");
+  const int m = opt.micro_batches;
+  if (opt.kind != ScheduleKind::Atlas) {
+    ProgramMap map;
+    EngineProgram p = make_program(c, opt.kind, m, map);
+    return time_program(c, opt.kind, m, p, map);
+  }
+
+  // Baseline: 1F1B with concurrent sharing under the same cost model.
+  ProgramMap base_map;
+  EngineProgram base = make_program(c, ScheduleKind::OneFOneB, m, base_map);
+  const double baseline = time_program(c, ScheduleKind::OneFOneB, m, base, base_map).step_ms;
+
+  // Candidate parameters. One WAN transfer's time at full rate sets the stagger unit.
+  double transfer_ms = 0.0;
+  int max_slots = 1;
+  for (const auto& [pair, ch] : base_map.channel_of) {
+    const auto& l = base.channels[static_cast<std::size_t>(ch)];
+    const double rate = std::min(l.capacity_bytes_per_ms, l.flow_cap_bytes_per_ms);
+    transfer_ms = std::max(transfer_ms, static_cast<double>(c.act_bytes * c.tp) / rate);
+    max_slots = std::max(max_slots, static_cast<int>(std::ceil(l.capacity_bytes_per_ms / l.flow_cap_bytes_per_ms - 1e-9)));
+  }
+  // Slots: 1 (pure temporal sharing), powers of two, enough to fill the link when one transfer's
+  // rails cannot, and "all" (every transfer of a step at once: the concurrent-sharing timing,
+  // which keeps the result no slower than 1F1B when hand-over round trips dominate).
+  const int all_slots = c.dp * m;
+  std::vector<double> staggers{0.0};
+  std::vector<TieBreak> ties{TieBreak::PipelineOrder};
+  std::vector<int> slot_choices{max_slots};
+  if (opt.full_search) {
+    for (double k = 0.5; k <= opt.max_stagger_transfers + 1e-9; k += 0.5) staggers.push_back(k * transfer_ms);
+    ties = {TieBreak::PipelineOrder, TieBreak::GradientsFirst, TieBreak::ActivationsFirst};
+    slot_choices.clear();
+    for (int k = 1; k < all_slots && k <= 8; k *= 2) slot_choices.push_back(k);
+    slot_choices.push_back(max_slots);
+  }
+  slot_choices.push_back(all_slots);
+  if (opt.fixed_slots > 0) slot_choices = {opt.fixed_slots};
+  std::sort(slot_choices.begin(), slot_choices.end());
+  slot_choices.erase(std::unique(slot_choices.begin(), slot_choices.end()), slot_choices.end());
+
+  AtlasChoice best;
+  double best_ms = std::numeric_limits<double>::infinity();
+  int tried = 0;
+  for (int slots : slot_choices)
+    for (TieBreak tie : ties)
+      for (double stagger : staggers) {
+        if (c.dp == 1 && stagger > 0) continue;  // one pipeline: nothing to stagger against
+        ProgramMap map;
+        EngineProgram p = make_program(c, ScheduleKind::Atlas, m, map);
+        for (auto& ch : p.channels) {
+          ch.mode = LinkMode::OrderedFifo;
+          ch.slots = slots;
+          ch.tie_break = tie;
+        }
+        p.worker_start_ms.assign(p.workers.size(), 0.0);
+        for (int d = 0; d < c.dp; ++d) p.worker_start_ms[static_cast<std::size_t>(d)] = d * stagger;
+        const EngineResult r = run_engine(p);
+        ++tried;
+        if (r.deadlock) continue;
+        if (r.makespan_ms < best_ms - 1e-9) {
+          best_ms = r.makespan_ms;
+          best.stagger_ms = stagger;
+          best.tie_break = tie;
+          best.slots = slots;
+        }
+      }
+  ATLAS_ASSERT(std::isfinite(best_ms), "no atlas candidate finished");
+
+  // Freeze the chosen candidate's link orders and time the table with them.
+  ProgramMap map;
+  EngineProgram p = make_program(c, ScheduleKind::Atlas, m, map);
+  for (auto& ch : p.channels) {
+    ch.mode = LinkMode::OrderedFifo;
+    ch.slots = best.slots;
+    ch.tie_break = best.tie_break;
+  }
+  p.worker_start_ms.assign(p.workers.size(), 0.0);
+  for (int d = 0; d < c.dp; ++d) p.worker_start_ms[static_cast<std::size_t>(d)] = d * best.stagger_ms;
+  (void)run_engine(p);
+  for (auto& ch : p.channels) {
+    ch.order = ch.served;
+    ch.mode = LinkMode::Ordered;
+  }
+  ScheduleTable t = time_program(c, ScheduleKind::Atlas, m, p, map);
+  best.candidates_tried = tried;
+  best.baseline_1f1b_ms = baseline;
+  t.atlas = best;
+  return t;
+}
+
+ScheduleTable retime(const ScheduleTable& table, const CostModel& c) {
+  ATLAS_ASSERT(c.pp == table.pp && c.dp == table.dp && c.stage_dc == table.stage_dc,
+               "retime: the cost model's shape (pp " << c.pp << ", dp " << c.dp
+                                                     << ") differs from the table's (pp " << table.pp
+                                                     << ", dp " << table.dp << ")");
+  const int m = table.micro_batches;
+  ProgramMap map;
+  EngineProgram p = make_program(c, table.kind, m, map);
+  if (table.kind == ScheduleKind::Atlas) {
+    // Freeze the table's link orders, exactly as build_schedule froze them.
+    for (std::size_t ch = 0; ch < p.channels.size(); ++ch) {
+      const int li = table.link_index(map.link_src_dc[ch], map.link_dst_dc[ch]);
+      ATLAS_ASSERT(li >= 0, "retime: the table has no link " << map.link_src_dc[ch] << "->" << map.link_dst_dc[ch]);
+      const WanLink& link = table.links[static_cast<std::size_t>(li)];
+      auto& chan = p.channels[ch];
+      chan.mode = LinkMode::Ordered;
+      chan.slots = link.slots;
+      chan.order.clear();
+      for (const auto& x : link.order)
+        chan.order.push_back(message_id(std::min(x.src_stage, x.dst_stage), x.dp, x.micro, x.flow, c.dp, m));
+    }
+    p.worker_start_ms.assign(p.workers.size(), 0.0);
+    for (int d = 0; d < c.dp; ++d) p.worker_start_ms[static_cast<std::size_t>(d)] = d * table.atlas.stagger_ms;
+  }
+  ScheduleTable t = time_program(c, table.kind, m, p, map);
+  t.atlas = table.atlas;
+  return t;
+}
+
+ScheduleOptions schedule_options(const Config& cfg, ScheduleKind kind) {
+  ScheduleOptions opt;
+  opt.kind = kind;
+  opt.micro_batches = cfg.train.micro_batches;
+  if (cfg.schedule.atlas_max_stagger > 0) opt.max_stagger_transfers = cfg.schedule.atlas_max_stagger;
+  opt.fixed_slots = cfg.schedule.atlas_slots;
+  return opt;
+}
+
+ScheduleTable build_schedule(const Config& cfg, const topo::Layout& layout) {
+  return build_schedule(cost_model(cfg, layout), schedule_options(cfg, cfg.schedule.kind));
+}
+
+// ---- BubbleTea: predicted Prefill slots in the bubbles ----
+
+ScheduleTable place_prefill(const ScheduleTable& table, const PrefillPlan& plan) {
+  ATLAS_ASSERT(plan.chunk_ms.size() == table.rows.size(), "place_prefill: one chunk time per row expected");
+  ScheduleTable out = table;
+  if (plan.chunk_tokens <= 0) return out;
+  for (std::size_t r = 0; r < out.rows.size(); ++r) {
+    const double chunk = plan.chunk_ms[r];
+    if (!(chunk > 0)) continue;
+    std::vector<Slot> row;
+    double tokens = 0;
+    int chunk_id = 0;
+    for (const Slot& s : table.rows[r]) {
+      if (s.kind != SlotKind::Idle) {
+        row.push_back(s);
+        continue;
+      }
+      double at = s.start_ms;
+      while (at + chunk + plan.guard_ms <= s.end_ms() + 1e-12 &&
+             tokens + plan.chunk_tokens <= plan.max_tokens_per_row + 1e-9) {
+        Slot p{SlotKind::Prefill, -1, at, chunk};
+        p.request = chunk_id++;
+        p.tokens = plan.chunk_tokens;
+        row.push_back(p);
+        at += chunk;
+        tokens += plan.chunk_tokens;
+      }
+      if (s.end_ms() > at + 1e-12) row.push_back(Slot{SlotKind::Idle, -1, at, s.end_ms() - at});
+    }
+    out.rows[r] = std::move(row);
+  }
+  return out;
+}
+
+// ---- queries ----
+
+double ScheduleTable::busy_ms(int stage, int dp_index) const {
+  double busy = 0.0;
+  for (const auto& s : row(stage, dp_index))
+    if (s.kind != SlotKind::Idle) busy += s.duration_ms;
+  return busy;
+}
+
+double ScheduleTable::bubble_fraction(int stage, int dp_index) const {
+  if (step_ms <= 0) return 0.0;
+  double idle = 0.0;
+  for (const auto& s : row(stage, dp_index))
+    if (s.kind == SlotKind::Idle) idle += s.duration_ms;
+  return idle / step_ms;
+}
+
+double ScheduleTable::mean_bubble_fraction() const {
+  double sum = 0.0;
+  for (int s = 0; s < pp; ++s)
+    for (int d = 0; d < dp; ++d) sum += bubble_fraction(s, d);
+  return sum / (pp * dp);
+}
+
+int ScheduleTable::link_index(int src_dc, int dst_dc) const {
+  for (std::size_t i = 0; i < links.size(); ++i)
+    if (links[i].src_dc == src_dc && links[i].dst_dc == dst_dc) return static_cast<int>(i);
+  return -1;
+}
+
+std::string table_mismatch(const std::vector<std::uint64_t>& hash_of_rank) {
+  std::vector<std::uint64_t> distinct;
+  for (const std::uint64_t h : hash_of_rank)
+    if (std::find(distinct.begin(), distinct.end(), h) == distinct.end()) distinct.push_back(h);
+  if (distinct.size() <= 1) return {};
+  std::string groups;
+  for (const std::uint64_t h : distinct) {
+    // The ranks that built `h`, as ranges: "0-3, 6".
+    std::string ranks;
+    int n = 0;
+    const int size = static_cast<int>(hash_of_rank.size());
+    for (int r = 0; r < size; ++r) {
+      if (hash_of_rank[static_cast<std::size_t>(r)] != h) continue;
+      int last = r;
+      while (last + 1 < size && hash_of_rank[static_cast<std::size_t>(last + 1)] == h) ++last;
+      ranks += (ranks.empty() ? "" : ", ") + (last > r ? fmt::format("{}-{}", r, last) : std::to_string(r));
+      n += last - r + 1;
+      r = last;
+    }
+    groups += fmt::format("{}hash {:016x} on {} {}", groups.empty() ? "" : "; ", h, n == 1 ? "rank" : "ranks", ranks);
+  }
+  return fmt::format("the ranks built {} different schedule tables ({})\n"
+                     "  hint: every rank must run the same binary and deck and find the same device profile "
+                     "(plan.profiles, or profiles/device/ under each rank's working directory)",
+                     distinct.size(), groups);
+}
+
+std::uint64_t ScheduleTable::structure_hash() const {
+  std::uint64_t h = 1469598103934665603ULL;  // FNV-1a
+  auto mix = [&h](std::int64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= static_cast<std::uint64_t>((v >> (8 * i)) & 0xff);
+      h *= 1099511628211ULL;
+    }
+  };
+  mix(static_cast<int>(kind));
+  mix(pp);
+  mix(dp);
+  mix(tp);
+  mix(micro_batches);
+  for (const auto& row : rows) {
+    for (const auto& s : row) {
+      if (s.kind == SlotKind::Idle) continue;  // bubbles depend on timing only
+      mix(static_cast<int>(s.kind));
+      mix(s.micro);
+      mix(s.peer_stage);
+      mix(s.link);
+      mix(s.link_pos);
+      mix(s.bytes);
+    }
+    mix(-1);
+  }
+  for (const auto& l : links) {
+    mix(l.src_dc);
+    mix(l.dst_dc);
+    mix(l.slots);
+    for (const auto& x : l.order) {
+      mix(x.src_stage);
+      mix(x.dp);
+      mix(x.micro);
+      mix(static_cast<int>(x.flow));
+    }
+  }
+  return h;
+}
+
+}  // namespace atlas::sched

@@ -1,0 +1,473 @@
+// SPDX-License-Identifier: MIT
+// Device and WAN profile text: a strict `key = value` reader (unknown keys and bad numbers are
+// errors naming file:line), the writer, the built-in GPU table and the choice of a deck's device
+// profile among the files read with it. No I/O: reading the files is deck/profiles.cpp's job.
+#include "atlas/sched/profile.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "atlas/core/check.hpp"
+#include "atlas/core/error.hpp"
+#include "atlas/core/units.hpp"
+#include "atlas/deck/schema.hpp"
+#include "atlas/sched/cost_model.hpp"
+
+namespace atlas::sched {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kFormat = "atlas-profile 1";
+
+/// One `key = value` line.
+struct Line {
+  int number = 0;
+  std::string key;
+  std::string value;  ///< raw (quotes kept, list splitting left to the caller)
+};
+
+/// Splits profile text into lines; syntax problems go to `problems`.
+std::vector<Line> read_lines(const std::string& file, const std::string& text,
+                             std::vector<std::string>& problems) {
+  std::vector<Line> out;
+  std::istringstream in(text);
+  std::string raw;
+  int number = 0;
+  while (std::getline(in, raw)) {
+    ++number;
+    // Strip a comment: '#' outside double quotes.
+    bool quoted = false;
+    std::size_t cut = raw.size();
+    for (std::size_t i = 0; i < raw.size(); ++i) {
+      if (raw[i] == '"') quoted = !quoted;
+      if (raw[i] == '#' && !quoted) {
+        cut = i;
+        break;
+      }
+    }
+    std::string line = raw.substr(0, cut);
+    auto trim = [](std::string s) {
+      const auto b = s.find_first_not_of(" \t\r");
+      if (b == std::string::npos) return std::string();
+      const auto e = s.find_last_not_of(" \t\r");
+      return s.substr(b, e - b + 1);
+    };
+    line = trim(line);
+    if (line.empty()) continue;
+    if (quoted) {
+      problems.push_back(fmt::format("{}:{}: unterminated quoted string", file, number));
+      continue;
+    }
+    const auto eq = line.find('=');
+    if (eq == std::string::npos) {
+      problems.push_back(fmt::format("{}:{}: cannot read '{}': expected 'key = value'", file, number, line));
+      continue;
+    }
+    out.push_back({number, trim(line.substr(0, eq)), trim(line.substr(eq + 1))});
+  }
+  return out;
+}
+
+double number(const std::string& file, const Line& l, std::vector<std::string>& problems, double min = 0.0) {
+  const auto v = units::parse_double(l.value);
+  if (!v || *v < min) {
+    problems.push_back(fmt::format("{}:{}: {} = \"{}\": expected a number >= {}", file, l.number, l.key,
+                                   l.value, min));
+    return 0.0;
+  }
+  return *v;
+}
+
+std::vector<double> numbers(const std::string& file, const Line& l, std::vector<std::string>& problems) {
+  std::vector<double> out;
+  for (const auto& w : deck::split_list(l.value)) {
+    const auto v = units::parse_double(w);
+    if (!v || *v < 0) {
+      problems.push_back(fmt::format("{}:{}: {} has \"{}\": expected a space-separated list of numbers >= 0",
+                                     file, l.number, l.key, w));
+      return {};
+    }
+    out.push_back(*v);
+  }
+  return out;
+}
+
+/// Common header checks: format line and kind.
+void check_header(const std::string& file, const std::vector<Line>& lines, const char* kind,
+                  std::vector<std::string>& problems) {
+  std::string format;
+  std::string got_kind;
+  for (const auto& l : lines) {
+    if (l.key == "format") format = deck::unquote(l.value);
+    if (l.key == "kind") got_kind = deck::unquote(l.value);
+  }
+  if (format != kFormat)
+    problems.push_back(fmt::format("{}: first key must be 'format = {}' (got '{}')\n  hint: see profiles/README.md",
+                                   file, kFormat, format));
+  if (got_kind != kind)
+    problems.push_back(fmt::format("{}: kind = '{}', but a {} profile was expected", file, got_kind, kind));
+}
+
+double interp(const std::vector<std::pair<double, double>>& pts, double x) {
+  if (pts.size() == 1 || x <= pts.front().first) return pts.front().second;
+  if (x >= pts.back().first) return pts.back().second;
+  for (std::size_t i = 1; i < pts.size(); ++i)
+    if (x <= pts[i].first) {
+      const auto& [x0, y0] = pts[i - 1];
+      const auto& [x1, y1] = pts[i];
+      return x1 > x0 ? y0 + (y1 - y0) * (x - x0) / (x1 - x0) : y1;
+    }
+  return pts.back().second;
+}
+
+/// (log FLOPs per rank, value) points of the measured table, sorted; `bwd` picks the ratio.
+std::vector<std::pair<double, double>> table_points(const DeviceProfile& p, bool ratio) {
+  std::vector<std::pair<double, double>> pts;
+  for (const auto& b : p.table) {
+    ModelCfg m;
+    m.hidden = b.hidden;
+    m.heads = b.heads;
+    m.seq_len = b.seq_len;
+    const double flops = sched::block_forward_flops(m, static_cast<double>(b.micro_batch_size) * b.seq_len) / b.tp;
+    pts.emplace_back(std::log(flops), ratio ? b.bwd_ms / b.fwd_ms : flops / (b.fwd_ms * 1e-3));
+  }
+  std::sort(pts.begin(), pts.end());
+  return pts;
+}
+
+}  // namespace
+
+// ---- DeviceProfile ----
+
+double DeviceProfile::fwd_flops_per_s(double fwd_flops) const {
+  if (table.empty()) return peak_tflops * 1e12 * achievable_fraction;
+  return interp(table_points(*this, false), std::log(std::max(fwd_flops, 1.0)));
+}
+
+double DeviceProfile::bwd_ratio(double fwd_flops) const {
+  if (table.empty()) return bwd_over_fwd;
+  return interp(table_points(*this, true), std::log(std::max(fwd_flops, 1.0)));
+}
+
+double DeviceProfile::usable_bytes() const {
+  return memory_gib * static_cast<double>(units::kGiB) * usable_memory_fraction;
+}
+
+// ---- WanProfile ----
+
+int WanProfile::index(const std::string& region) const {
+  const auto it = std::find(regions.begin(), regions.end(), region);
+  return it == regions.end() ? -1 : static_cast<int>(it - regions.begin());
+}
+
+std::vector<std::string> WanProfile::deck_overrides(const std::vector<std::string>& dcs) const {
+  std::vector<std::string> problems;
+  std::vector<int> idx;
+  for (const auto& dc : dcs) {
+    const int i = index(dc);
+    if (i < 0) {
+      std::string known;
+      for (const auto& r : regions) known += (known.empty() ? "" : " ") + r;
+      problems.push_back(fmt::format("DC '{}' is not a region of WAN profile {} ({})\n  hint: name the DCs "
+                                     "after its regions: {}", dc, name, path, known));
+    }
+    idx.push_back(i);
+  }
+  if (!problems.empty()) throw ConfigError(problems);
+  const auto n = regions.size();
+  std::string lat;
+  std::string bw;
+  for (int a : idx)
+    for (int b : idx) {
+      const auto ij = static_cast<std::size_t>(a) * n + static_cast<std::size_t>(b);
+      lat += fmt::format("{}{:g}", lat.empty() ? "" : " ", a == b ? 0.0 : rtt_ms[ij] / 2.0);
+      const double g = bandwidth_gbps.size() == 1 ? bandwidth_gbps[0] : bandwidth_gbps[ij];
+      bw += fmt::format("{}{:g}", bw.empty() ? "" : " ", a == b ? 0.0 : g);
+    }
+  return {"cluster.latency_ms=" + lat, "cluster.bandwidth_gbps=" + bw};
+}
+
+// ---- parsing ----
+
+DeviceProfile parse_device_profile(const std::string& file, const std::string& text) {
+  std::vector<std::string> problems;
+  const auto lines = read_lines(file, text, problems);
+  check_header(file, lines, "device", problems);
+  DeviceProfile p;
+  p.path = file;
+  std::map<std::string, int> seen;
+  const std::map<std::string, double DeviceProfile::*> nums = {
+      {"peak_tflops", &DeviceProfile::peak_tflops},
+      {"achievable_fraction", &DeviceProfile::achievable_fraction},
+      {"memory_gib", &DeviceProfile::memory_gib},
+      {"usable_memory_fraction", &DeviceProfile::usable_memory_fraction},
+      {"mem_bandwidth_gbs", &DeviceProfile::mem_bandwidth_gbs},
+      {"nvlink_gbs", &DeviceProfile::nvlink_gbs},
+      {"nvlink_latency_us", &DeviceProfile::nvlink_latency_us},
+      {"bwd_over_fwd", &DeviceProfile::bwd_over_fwd},
+      {"activation_bytes", &DeviceProfile::activation_bytes},
+      {"grad_bytes", &DeviceProfile::grad_bytes},
+      {"state_bytes_per_param", &DeviceProfile::state_bytes_per_param},
+      {"optimizer_bytes_per_param", &DeviceProfile::optimizer_bytes_per_param},
+  };
+  const std::map<std::string, bool DeviceProfile::*> bools = {
+      {"pipeline_scatter_gather", &DeviceProfile::pipeline_scatter_gather},
+      {"sequence_parallel", &DeviceProfile::sequence_parallel},
+      {"selective_recompute", &DeviceProfile::selective_recompute},
+  };
+  std::vector<std::string> columns;
+  for (const auto& l : lines) {
+    if (l.key != "row" && l.key.rfind("source.", 0) != 0 && seen[l.key]++ > 0) {
+      problems.push_back(fmt::format("{}:{}: key '{}' is set twice", file, l.number, l.key));
+      continue;
+    }
+    if (l.key == "format" || l.key == "kind") continue;
+    if (l.key == "name") {
+      p.name = deck::unquote(l.value);
+    } else if (l.key == "description") {
+      p.description = deck::unquote(l.value);
+    } else if (auto it = nums.find(l.key); it != nums.end()) {
+      p.*(it->second) = number(file, l, problems);
+    } else if (auto bit = bools.find(l.key); bit != bools.end()) {
+      const auto v = units::parse_bool(l.value);
+      if (!v) problems.push_back(fmt::format("{}:{}: {} = \"{}\": expected true or false", file, l.number, l.key, l.value));
+      p.*(bit->second) = v.value_or(false);
+    } else if (l.key == "measured_threads") {
+      p.measured_threads = static_cast<int>(number(file, l, problems));
+    } else if (l.key.rfind("source.", 0) == 0) {
+      p.sources.emplace_back(l.key.substr(7), deck::unquote(l.value));
+    } else if (l.key == "table") {
+      columns = deck::split_list(l.value);
+      const std::vector<std::string> want{"hidden", "heads", "seq_len", "micro_batch_size", "tp", "fwd_ms", "bwd_ms"};
+      if (columns != want)
+        problems.push_back(fmt::format("{}:{}: table columns must be: hidden heads seq_len micro_batch_size tp "
+                                       "fwd_ms bwd_ms", file, l.number));
+    } else if (l.key == "row") {
+      const auto v = numbers(file, l, problems);
+      if (columns.empty()) {
+        problems.push_back(fmt::format("{}:{}: 'row' before 'table = ...' names the columns", file, l.number));
+      } else if (v.size() != 7) {
+        problems.push_back(fmt::format("{}:{}: row has {} values; the table has 7 columns", file, l.number, v.size()));
+      } else if (v[0] < 1 || v[1] < 1 || v[2] < 1 || v[3] < 1 || v[4] < 1 || !(v[5] > 0) || !(v[6] > 0)) {
+        problems.push_back(fmt::format("{}:{}: row needs positive shape and times", file, l.number));
+      } else {
+        p.table.push_back({static_cast<int>(v[0]), static_cast<int>(v[1]), static_cast<int>(v[2]),
+                           static_cast<int>(v[3]), static_cast<int>(v[4]), v[5], v[6]});
+      }
+    } else {
+      problems.push_back(fmt::format("{}:{}: unknown device profile key '{}'\n  hint: keys are listed in "
+                                     "profiles/README.md", file, l.number, l.key));
+    }
+  }
+  if (p.name.empty()) problems.push_back(fmt::format("{}: missing key 'name'", file));
+  if (p.table.empty() && !(p.peak_tflops > 0 && p.achievable_fraction > 0))
+    problems.push_back(fmt::format("{}: needs peak_tflops and achievable_fraction > 0, or a measured table", file));
+  if (!(p.memory_gib > 0)) problems.push_back(fmt::format("{}: memory_gib must be > 0", file));
+  if (!(p.mem_bandwidth_gbs > 0)) problems.push_back(fmt::format("{}: mem_bandwidth_gbs must be > 0", file));
+  if (!(p.usable_memory_fraction > 0 && p.usable_memory_fraction <= 1))
+    problems.push_back(fmt::format("{}: usable_memory_fraction must be in (0, 1]", file));
+  if (!(p.activation_bytes > 0) || !(p.grad_bytes > 0))
+    problems.push_back(fmt::format("{}: activation_bytes and grad_bytes must be > 0", file));
+  if (!problems.empty()) throw ConfigError(problems);
+  return p;
+}
+
+WanProfile parse_wan_profile(const std::string& file, const std::string& text) {
+  std::vector<std::string> problems;
+  const auto lines = read_lines(file, text, problems);
+  check_header(file, lines, "wan", problems);
+  WanProfile w;
+  w.path = file;
+  for (const auto& l : lines) {
+    if (l.key == "format" || l.key == "kind") continue;
+    if (l.key == "name") w.name = deck::unquote(l.value);
+    else if (l.key == "date") w.date = deck::unquote(l.value);
+    else if (l.key == "regions") w.regions = deck::split_list(l.value);
+    else if (l.key == "rtt_ms") w.rtt_ms = numbers(file, l, problems);
+    else if (l.key == "bandwidth_gbps") w.bandwidth_gbps = numbers(file, l, problems);
+    else if (l.key.rfind("source.", 0) == 0) w.sources.emplace_back(l.key.substr(7), deck::unquote(l.value));
+    else
+      problems.push_back(fmt::format("{}:{}: unknown WAN profile key '{}'\n  hint: keys are listed in "
+                                     "profiles/README.md", file, l.number, l.key));
+  }
+  const auto n = w.regions.size();
+  if (n == 0) problems.push_back(fmt::format("{}: 'regions' is empty", file));
+  if (w.rtt_ms.size() != n * n)
+    problems.push_back(fmt::format("{}: rtt_ms has {} entries, but {} regions need a square {}x{} matrix "
+                                   "({} entries, row-major)", file, w.rtt_ms.size(), n, n, n, n * n));
+  if (w.bandwidth_gbps.size() != 1 && w.bandwidth_gbps.size() != n * n)
+    problems.push_back(fmt::format("{}: bandwidth_gbps has {} entries; give one value or a square {}x{} "
+                                   "matrix", file, w.bandwidth_gbps.size(), n, n));
+  if (problems.empty()) {
+    for (std::size_t a = 0; a < n; ++a)
+      for (std::size_t b = 0; b < n; ++b) {
+        const double r = w.rtt_ms[a * n + b];
+        if (a == b && r != 0)
+          problems.push_back(fmt::format("{}: rtt_ms diagonal entry ({}, {}) is {:g}, must be 0", file,
+                                         w.regions[a], w.regions[b], r));
+        const double g = w.bandwidth_gbps.size() == 1 ? w.bandwidth_gbps[0] : w.bandwidth_gbps[a * n + b];
+        if (a != b && !(g > 0))
+          problems.push_back(fmt::format("{}: bandwidth_gbps ({}, {}) is {:g}: links need a positive bandwidth",
+                                         file, w.regions[a], w.regions[b], g));
+      }
+  }
+  if (!problems.empty()) throw ConfigError(problems);
+  return w;
+}
+
+std::string format_device_profile(const DeviceProfile& p) {
+  std::string out;
+  out += fmt::format("# atlas device profile ({}). Format: profiles/README.md\n", p.description);
+  out += fmt::format("format                    = {}\n", kFormat);
+  out += "kind                      = device\n";
+  out += fmt::format("name                      = {}\n", p.name);
+  out += fmt::format("description               = \"{}\"\n", p.description);
+  out += fmt::format("peak_tflops               = {:.6g}\n", p.peak_tflops);
+  out += fmt::format("achievable_fraction       = {:.6g}\n", p.achievable_fraction);
+  out += fmt::format("memory_gib                = {:.6g}\n", p.memory_gib);
+  out += fmt::format("usable_memory_fraction    = {:.6g}\n", p.usable_memory_fraction);
+  out += fmt::format("mem_bandwidth_gbs         = {:.6g}\n", p.mem_bandwidth_gbs);
+  out += fmt::format("nvlink_gbs                = {:.6g}\n", p.nvlink_gbs);
+  out += fmt::format("nvlink_latency_us         = {:.6g}\n", p.nvlink_latency_us);
+  out += fmt::format("bwd_over_fwd              = {:.6g}\n", p.bwd_over_fwd);
+  out += fmt::format("activation_bytes          = {:.6g}\n", p.activation_bytes);
+  out += fmt::format("grad_bytes                = {:.6g}\n", p.grad_bytes);
+  out += fmt::format("state_bytes_per_param     = {:.6g}\n", p.state_bytes_per_param);
+  out += fmt::format("optimizer_bytes_per_param = {:.6g}\n", p.optimizer_bytes_per_param);
+  out += fmt::format("pipeline_scatter_gather   = {}\n", p.pipeline_scatter_gather ? "true" : "false");
+  out += fmt::format("sequence_parallel         = {}\n", p.sequence_parallel ? "true" : "false");
+  out += fmt::format("selective_recompute       = {}\n", p.selective_recompute ? "true" : "false");
+  if (p.measured_threads > 0) out += fmt::format("measured_threads          = {}\n", p.measured_threads);
+  for (const auto& [k, v] : p.sources) out += fmt::format("source.{} = \"{}\"\n", k, v);
+  if (!p.table.empty()) {
+    out += "# measured blocks: one micro-batch through one transformer block on one rank\n";
+    out += "table = hidden heads seq_len micro_batch_size tp fwd_ms bwd_ms\n";
+    for (const auto& b : p.table)
+      out += fmt::format("row   = {} {} {} {} {} {:.6g} {:.6g}\n", b.hidden, b.heads, b.seq_len,
+                         b.micro_batch_size, b.tp, b.fwd_ms, b.bwd_ms);
+  }
+  return out;
+}
+
+// ---- built-in profiles and lookup ----
+
+DeviceProfile builtin_device_profile(GpuKind gpu) {
+  DeviceProfile p;
+  const std::string mfu =
+      "0.45: Narayanan et al., SC'21 (Megatron-LM, arXiv:2104.04473) reach 44-52% of A100 peak for "
+      "145B-1T GPT models; Jiang et al., NSDI'24 (MegaScale) report 55.2% MFU for 175B on 12,288 GPUs";
+  const std::string state =
+      "Rajbhandari et al., SC'20 (ZeRO, arXiv:1910.02054): mixed-precision Adam keeps 2+2+12 = 16 bytes per parameter";
+  const std::string bwd = "backward = 2x forward FLOPs (Kaplan et al. 2020, arXiv:2001.08361: ~6N FLOPs per token)";
+  switch (gpu) {
+    case GpuKind::Host:
+      p.name = "host";
+      p.description = "this machine's host backend (OpenBLAS sgemm, fp32); built-in fallback";
+      p.peak_tflops = 0.02;
+      p.achievable_fraction = 1.0;
+      p.memory_gib = 16;
+      p.mem_bandwidth_gbs = 8;
+      p.nvlink_gbs = 5;
+      p.nvlink_latency_us = 1;
+      p.activation_bytes = 4;
+      p.grad_bytes = 4;
+      p.sources = {{"peak_tflops", "conservative 20 GFLOP/s per rank (sched's estimate); `atlas profile` measures it"}};
+      return p;
+    case GpuKind::A100:
+      p.name = "a100";
+      p.description = "NVIDIA A100 SXM4 80GB, BF16";
+      p.peak_tflops = 312;
+      p.memory_gib = 80;
+      p.mem_bandwidth_gbs = 2039;
+      p.nvlink_gbs = 300;
+      p.sources = {{"peak_tflops", "NVIDIA A100 Tensor Core GPU datasheet (2021): BF16 312 TFLOPS dense (624 sparse)"},
+                   {"memory_gib", "same datasheet: 80 GB HBM2e, 2,039 GB/s"},
+                   {"nvlink_gbs", "same datasheet: NVLink 600 GB/s total = 300 GB/s per direction"}};
+      break;
+    case GpuKind::H100:
+      p.name = "h100";
+      p.description = "NVIDIA H100 SXM5 80GB, BF16";
+      p.peak_tflops = 989;
+      p.memory_gib = 80;
+      p.mem_bandwidth_gbs = 3350;
+      p.nvlink_gbs = 450;
+      p.sources = {{"peak_tflops", "NVIDIA H100 Tensor Core GPU datasheet (2023): SXM BF16 1,979 TFLOPS with sparsity = 989 dense"},
+                   {"memory_gib", "same datasheet: 80 GB HBM3, 3.35 TB/s"},
+                   {"nvlink_gbs", "same datasheet: NVLink 900 GB/s total = 450 GB/s per direction"}};
+      break;
+    case GpuKind::H200:
+      p.name = "h200";
+      p.description = "NVIDIA H200 SXM 141GB, BF16";
+      p.peak_tflops = 989;
+      p.memory_gib = 141;
+      p.mem_bandwidth_gbs = 4800;
+      p.nvlink_gbs = 450;
+      p.sources = {{"peak_tflops", "NVIDIA H200 Tensor Core GPU datasheet (2024): SXM BF16 1,979 TFLOPS with sparsity = 989 dense"},
+                   {"memory_gib", "same datasheet: 141 GB HBM3e, 4.8 TB/s"},
+                   {"nvlink_gbs", "same datasheet: NVLink 900 GB/s total = 450 GB/s per direction"}};
+      break;
+  }
+  p.achievable_fraction = 0.45;
+  p.nvlink_latency_us = 3;
+  p.activation_bytes = 2;
+  p.grad_bytes = 2;
+  p.pipeline_scatter_gather = true;
+  p.sequence_parallel = true;
+  p.selective_recompute = true;
+  p.sources.emplace_back("achievable_fraction", mfu);
+  p.sources.emplace_back("state_bytes_per_param", state);
+  p.sources.emplace_back("bwd_over_fwd", bwd);
+  p.sources.emplace_back("activation_bytes",
+                         "bf16 activations; memory per layer from Korthikanti et al., MLSys'23 (arXiv:2205.05198): "
+                         "34*s*b*h/t bytes with sequence parallelism and selective recomputation (their "
+                         "recommended setting, used by Megatron-LM for large models)");
+  p.sources.emplace_back("grad_bytes", "bf16 gradient all-reduce (generous to DP over the WAN; Megatron's fp32 "
+                                       "default would double it)");
+  p.sources.emplace_back("pipeline_scatter_gather",
+                         "Megatron-LM sends 1/tp of a boundary tensor per TP rank (scatter-gather, Narayanan et al. SC'21)");
+  p.sources.emplace_back("usable_memory_fraction", "assumption: 10% for CUDA context, NCCL buffers, fragmentation");
+  p.sources.emplace_back("nvlink_latency_us", "assumption: ~3 us per ring step (small-message NCCL latency inside a node)");
+  return p;
+}
+
+DeviceProfile device_profile(const Config& cfg) {
+  ATLAS_ASSERT(cfg.device_profiles.read,
+               "the deck's device profile files were not read (deck::load reads them; after deck::parse call "
+               "deck::read_device_profiles)");
+  const std::string want = to_string(cfg.plan.gpu);
+  const auto& files = cfg.device_profiles.files;
+  if (!cfg.plan.profiles.empty()) {
+    std::vector<std::string> names;
+    for (const auto& f : files) {
+      DeviceProfile p = [&] {
+        try {
+          return parse_device_profile(f.path, f.text);
+        } catch (const ConfigError& e) {  // say which key named the file
+          std::vector<std::string> problems;
+          for (const auto& m : e.problems()) problems.push_back("plan.profiles: " + m);
+          throw ConfigError(problems);
+        }
+      }();
+      if (p.name == want) return p;
+      names.push_back(p.name + " (" + f.path + ")");
+    }
+    std::string listed;
+    for (const auto& n : names) listed += (listed.empty() ? "" : ", ") + n;
+    throw ConfigError(fmt::format("plan.gpu = {}, but no file in plan.profiles is a '{}' profile (found: {})\n"
+                                  "  hint: add profiles/device/{}.profile to plan.profiles or change plan.gpu",
+                                  want, want, listed, want));
+  }
+  // Without plan.profiles the files are profiles/device/<kind>.profile, one per kind found.
+  for (const auto& f : files)
+    if (fs::path(f.path).stem().string() == want) return parse_device_profile(f.path, f.text);
+  return builtin_device_profile(cfg.plan.gpu);
+}
+
+}  // namespace atlas::sched

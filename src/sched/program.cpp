@@ -1,0 +1,306 @@
+// SPDX-License-Identifier: MIT
+// Schedule programs: the compute order of each schedule kind, and the engine program (workers,
+// messages, WAN channels, collectives' wake-ups) that build_schedule and retime time with the
+// engine, turned back into a table. See program.hpp (internal) and schedule.hpp.
+#include "program.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "atlas/core/check.hpp"
+
+namespace atlas::sched {
+
+// ---- compute order ----
+
+std::vector<std::pair<SlotKind, int>> compute_order(ScheduleKind kind, int stage, int pp, int m) {
+  std::vector<std::pair<SlotKind, int>> out;
+  out.reserve(static_cast<std::size_t>(2 * m));
+  if (kind == ScheduleKind::GPipe) {
+    for (int i = 0; i < m; ++i) out.emplace_back(SlotKind::Forward, i);
+    for (int i = 0; i < m; ++i) out.emplace_back(SlotKind::Backward, i);
+    return out;
+  }
+  // 1F1B (and atlas, which starts from it): warm-up forwards, steady 1F1B, cool-down backwards.
+  // Backwards run in micro-batch order in every schedule, so gradient accumulation order (and
+  // hence the loss curve) is the same for gpipe, 1f1b and atlas.
+  const int warmup = std::min(pp - stage - 1, m);
+  for (int i = 0; i < warmup; ++i) out.emplace_back(SlotKind::Forward, i);
+  for (int i = 0; i < m - warmup; ++i) {
+    out.emplace_back(SlotKind::Forward, warmup + i);
+    out.emplace_back(SlotKind::Backward, i);
+  }
+  for (int i = m - warmup; i < m; ++i) out.emplace_back(SlotKind::Backward, i);
+  return out;
+}
+
+
+namespace detail {
+
+int message_id(int boundary, int dp_index, int micro, Flow flow, int dp, int m) {
+  // Two messages (activation, gradient) per (boundary, dp, micro).
+  return ((boundary * dp + dp_index) * m + micro) * 2 + (flow == Flow::Gradient ? 1 : 0);
+}
+
+namespace {
+
+/// Who waits for whom in the two collectives that cross DCs (EngineProgram::sync_delay_ms), as
+/// the runtime runs them:
+///  - group 0 with pp > 1, the tied embedding: the first and last stage each send their half as
+///    they reach the AllReduce slot and wait for the other's (one way, CostModel::embed_sync_ms,
+///    and a WAN wake-up), besides their own stage's DP ring (the slot's duration, a barrier of
+///    the stage's replicas);
+///  - group pp + d, the gradient norm of pipeline d: an MPI all-reduce over the pipeline's ranks
+///    (replica rank = stage * tp + lane), which Open MPI's non-blocking collectives (libnbc) run
+///    as a binomial reduce to rank 0 (a rank sends to itself with its lowest set bit cleared, once
+///    it has its children's parts) and a binomial broadcast back (a rank receives from itself
+///    with its highest set bit cleared). Member j's part reaches member i after the hops up
+///    from j to rank 0 and down from rank 0 to i, each hop a one-way latency and a wake-up.
+void add_sync_delays(const CostModel& c, EngineProgram& p) {
+  const int pp = c.pp, dp = c.dp, tp = c.tp;
+  p.sync_delay_ms.assign(p.sync_groups.size(), {});
+  auto dc_of = [&](int v) { return c.stage_dc[static_cast<std::size_t>(v / tp)]; };
+  // One hop between replica ranks a and b: TP lanes of a stage share a node; stages in one DC
+  // talk over the DC's network.
+  auto hop = [&](int a, int b) {
+    const bool wan = dc_of(a) != dc_of(b);
+    return (wan ? c.link(dc_of(a), dc_of(b)).latency_ms : c.intra_latency_ms) + c.wake_ms;
+  };
+  const int ranks = pp * tp;
+  std::vector<double> up(static_cast<std::size_t>(ranks), 0.0), down(static_cast<std::size_t>(ranks), 0.0);
+  for (int v = 1; v < ranks; ++v) {
+    for (int x = v; x != 0; x &= x - 1) up[static_cast<std::size_t>(v)] += hop(x, x & (x - 1));
+    int high = 1;
+    while (high * 2 <= v) high *= 2;
+    down[static_cast<std::size_t>(v)] = down[static_cast<std::size_t>(v - high)] + hop(v - high, v);
+  }
+  // A worker is a stage's tp lanes: its part leaves when its last lane's does, and it has the sum
+  // when its last lane does.
+  auto lanes_max = [&](const std::vector<double>& per_rank, int stage) {
+    double m = 0.0;
+    for (int t = 0; t < tp; ++t) m = std::max(m, per_rank[static_cast<std::size_t>(stage * tp + t)]);
+    return m;
+  };
+  for (int d = 0; d < dp; ++d) {
+    auto& delay = p.sync_delay_ms[static_cast<std::size_t>(pp + d)];
+    delay.assign(static_cast<std::size_t>(pp * pp), 0.0);
+    for (int j = 0; j < pp; ++j)
+      for (int i = 0; i < pp; ++i)
+        delay[static_cast<std::size_t>(j * pp + i)] = lanes_max(up, j) + lanes_max(down, i);
+  }
+  if (pp > 1) {
+    // Group 0 holds stage 0's dp workers, then stage pp-1's (make_program pushes them so).
+    const int n = 2 * dp;
+    const bool wan = c.stage_dc.front() != c.stage_dc.back();
+    // A cost model without the exchange (embed_sync_ms = 0: hand-built ones) keeps the barrier.
+    const double one_way = c.embed_sync_ms > 0 ? c.embed_sync_ms + (wan ? p.wan_wake_ms : p.wake_ms) : 0.0;
+    auto& delay = p.sync_delay_ms[0];
+    delay.assign(static_cast<std::size_t>(n * n), 0.0);
+    for (int j = 0; j < n; ++j)
+      for (int i = 0; i < n; ++i) {
+        if ((j < dp) == (i < dp)) continue;  // same stage: the DP ring's barrier
+        const double ring = c.allreduce_ms[static_cast<std::size_t>(i < dp ? 0 : pp - 1)];
+        delay[static_cast<std::size_t>(j * n + i)] = std::max(0.0, one_way - ring);
+      }
+  }
+}
+
+}  // namespace
+
+EngineProgram make_program(const CostModel& c, ScheduleKind kind, int m, ProgramMap& map) {
+  EngineProgram p;
+  const int pp = c.pp;
+  const int dp = c.dp;
+  p.intra_latency_ms = c.intra_latency_ms;
+  p.intra_bytes_per_ms = c.intra_bytes_per_ms;
+  // A waiting receiver runs wake_ms after its data is in. An intra-DC message (MPI) wakes one
+  // thread, the receiver; a WAN message three in turn: the sender's progress thread (to write
+  // it), the receiver's (to read it) and the receiver.
+  p.wake_ms = c.wake_ms;
+  p.wan_wake_ms = 3.0 * c.wake_ms;
+  // With a core free a waiting thread runs at its next poll: the runtime's back-off sleeps at
+  // most 0.2 ms (runtime/boundary.cpp kMainMaxPollUs), 0.1 ms on average.
+  p.idle_wake_ms = std::min(c.wake_ms, 0.1);
+  p.net_ns_per_byte = c.net_ns_per_byte;
+  const std::int64_t bytes = c.act_bytes * c.tp;
+
+  // Channels: one per DC pair direction that some boundary crosses.
+  for (int s = 0; s + 1 < pp; ++s) {
+    const int a = c.stage_dc[static_cast<std::size_t>(s)];
+    const int b = c.stage_dc[static_cast<std::size_t>(s + 1)];
+    if (a == b) continue;
+    for (auto [x, y] : {std::pair{a, b}, std::pair{b, a}}) {
+      if (map.channel_of.count({x, y})) continue;
+      map.channel_of[{x, y}] = static_cast<int>(p.channels.size());
+      const LinkCost& l = c.link(x, y);
+      EngineChannel ch;
+      ch.latency_ms = l.latency_ms;
+      ch.capacity_bytes_per_ms = l.capacity_bytes_per_ms;
+      ch.flow_cap_bytes_per_ms = l.flow_cap_bytes_per_ms;
+      ch.handover_ms = 2.0 * l.latency_ms;  // ordered links: hand-over after the sender's ack
+      p.channels.push_back(ch);
+      map.link_src_dc.push_back(x);
+      map.link_dst_dc.push_back(y);
+    }
+  }
+
+  const int boundaries = std::max(pp - 1, 0);
+  p.messages.resize(static_cast<std::size_t>(boundaries * dp * m * 2));
+  map.msg_link.assign(p.messages.size(), -1);
+  map.msg_src_stage.assign(p.messages.size(), 0);
+  map.msg_dst_stage.assign(p.messages.size(), 0);
+  for (int s = 0; s < boundaries; ++s)
+    for (int d = 0; d < dp; ++d)
+      for (int i = 0; i < m; ++i)
+        for (Flow f : {Flow::Activation, Flow::Gradient}) {
+          const int id = message_id(s, d, i, f, dp, m);
+          auto& msg = p.messages[static_cast<std::size_t>(id)];
+          const int src = f == Flow::Activation ? s : s + 1;
+          const int dst = f == Flow::Activation ? s + 1 : s;
+          const int a = c.stage_dc[static_cast<std::size_t>(src)];
+          const int b = c.stage_dc[static_cast<std::size_t>(dst)];
+          msg.channel = a == b ? -1 : map.channel_of.at({a, b});
+          msg.bytes = bytes;
+          msg.pipeline = d;
+          msg.micro = i;
+          msg.flow = f;
+          map.msg_link[static_cast<std::size_t>(id)] = msg.channel;
+          map.msg_src_stage[static_cast<std::size_t>(id)] = src;
+          map.msg_dst_stage[static_cast<std::size_t>(id)] = dst;
+        }
+
+  // All-reduce sync groups: the DP replicas of a stage. With pp > 1 the first and last stage
+  // also sum their tied embedding gradients there, so they meet in one group.
+  // Shared hosts: row (stage, d) holds world ranks (stage*dp + d)*tp .. +tp-1 (tp fastest), all on
+  // one host when ranks_per_host is a multiple of tp; its compute op uses tp cores at full speed.
+  if (c.ranks_per_host > 0) {
+    const int hosts = (pp * dp * c.tp + c.ranks_per_host - 1) / c.ranks_per_host;
+    p.host_cores.assign(static_cast<std::size_t>(hosts), c.cores_per_host);
+    p.worker_host.resize(static_cast<std::size_t>(pp * dp));
+    p.worker_cores.assign(static_cast<std::size_t>(pp * dp), static_cast<double>(c.tp));
+    for (int w = 0; w < pp * dp; ++w) p.worker_host[static_cast<std::size_t>(w)] = (w * c.tp) / c.ranks_per_host;
+  }
+  p.sync_groups.resize(static_cast<std::size_t>(pp + dp));
+  auto group_of = [pp](int s) { return (pp > 1 && s == pp - 1) ? 0 : s; };
+  p.workers.resize(static_cast<std::size_t>(pp * dp));
+  for (int s = 0; s < pp; ++s) {
+    const auto order = compute_order(kind, s, pp, m);
+    for (int d = 0; d < dp; ++d) {
+      const int w = s * dp + d;
+      p.sync_groups[static_cast<std::size_t>(group_of(s))].push_back(w);
+      auto& ops = p.workers[static_cast<std::size_t>(w)];
+      auto comm_kind = [&](int peer, bool send) {
+        const bool wan = c.stage_dc[static_cast<std::size_t>(s)] != c.stage_dc[static_cast<std::size_t>(peer)];
+        if (send) return wan ? SlotKind::WanSend : SlotKind::LocalSend;
+        return wan ? SlotKind::WanRecv : SlotKind::LocalRecv;
+      };
+      for (const auto& [k, i] : order) {
+        if (k == SlotKind::Forward) {
+          if (s > 0)
+            ops.push_back({EngineOp::Type::Recv, comm_kind(s - 1, false), i, 0.0,
+                           message_id(s - 1, d, i, Flow::Activation, dp, m), -1});
+          ops.push_back({EngineOp::Type::Compute, SlotKind::Forward, i, c.fwd_ms[static_cast<std::size_t>(s)], -1, -1});
+          if (s + 1 < pp)
+            ops.push_back({EngineOp::Type::Send, comm_kind(s + 1, true), i, 0.0,
+                           message_id(s, d, i, Flow::Activation, dp, m), -1});
+        } else {
+          if (s + 1 < pp)
+            ops.push_back({EngineOp::Type::Recv, comm_kind(s + 1, false), i, 0.0,
+                           message_id(s, d, i, Flow::Gradient, dp, m), -1});
+          ops.push_back({EngineOp::Type::Compute, SlotKind::Backward, i, c.bwd_ms[static_cast<std::size_t>(s)], -1, -1});
+          if (s > 0)
+            ops.push_back({EngineOp::Type::Send, comm_kind(s - 1, true), i, 0.0,
+                           message_id(s - 1, d, i, Flow::Gradient, dp, m), -1});
+        }
+      }
+      ops.push_back({EngineOp::Type::Sync, SlotKind::AllReduce, -1, c.allreduce_ms[static_cast<std::size_t>(s)], -1, group_of(s)});
+      p.sync_groups[static_cast<std::size_t>(pp + d)].push_back(w);
+      ops.push_back({EngineOp::Type::Sync, SlotKind::Optimizer, -1, c.optimizer_ms[static_cast<std::size_t>(s)], -1,
+                     pp + d});
+    }
+  }
+  add_sync_delays(c, p);
+  return p;
+}
+
+namespace {
+
+/// Turns engine times into the table's rows and links.
+ScheduleTable to_table(const CostModel& c, ScheduleKind kind, int m, const EngineProgram& p,
+                       const EngineResult& r, const ProgramMap& map) {
+  ScheduleTable t;
+  t.kind = kind;
+  t.pp = c.pp;
+  t.dp = c.dp;
+  t.tp = c.tp;
+  t.micro_batches = m;
+  t.stage_dc = c.stage_dc;
+  t.step_ms = r.makespan_ms;
+
+  // Links and each message's position in its link's order.
+  std::vector<int> pos(p.messages.size(), -1);
+  for (std::size_t ch = 0; ch < p.channels.size(); ++ch) {
+    WanLink link;
+    link.src_dc = map.link_src_dc[ch];
+    link.dst_dc = map.link_dst_dc[ch];
+    link.mode = p.channels[ch].mode == LinkMode::Shared ? LinkMode::Shared : LinkMode::Ordered;
+    link.slots = p.channels[ch].slots;
+    for (int msg : p.channels[ch].served) {
+      const auto& e = p.messages[static_cast<std::size_t>(msg)];
+      pos[static_cast<std::size_t>(msg)] = static_cast<int>(link.order.size());
+      link.order.push_back({map.msg_src_stage[static_cast<std::size_t>(msg)],
+                            map.msg_dst_stage[static_cast<std::size_t>(msg)], e.pipeline, e.micro,
+                            e.flow, e.bytes, e.post_ms, e.start_ms, e.end_ms, e.arrive_ms});
+    }
+    t.links.push_back(std::move(link));
+  }
+
+  constexpr double kEps = 1e-9;
+  t.rows.resize(p.workers.size());
+  for (std::size_t w = 0; w < p.workers.size(); ++w) {
+    auto& row = t.rows[w];
+    double cursor = 0.0;
+    auto idle_until = [&](double until) {
+      if (until > cursor + kEps) row.push_back(Slot{SlotKind::Idle, -1, cursor, until - cursor});
+      cursor = std::max(cursor, until);
+    };
+    for (std::size_t i = 0; i < p.workers[w].size(); ++i) {
+      const EngineOp& op = p.workers[w][i];
+      const OpTime& ot = r.ops[w][i];
+      idle_until(ot.start_ms);
+      Slot s;
+      s.kind = op.kind;
+      s.micro = op.micro;
+      s.start_ms = ot.start_ms;
+      s.duration_ms = ot.end_ms - ot.start_ms;
+      if (op.type == EngineOp::Type::Send || op.type == EngineOp::Type::Recv) {
+        const auto msg = static_cast<std::size_t>(op.message);
+        s.peer_stage = op.type == EngineOp::Type::Send ? map.msg_dst_stage[msg] : map.msg_src_stage[msg];
+        s.flow = p.messages[msg].flow;
+        s.bytes = c.act_bytes;
+        s.link = map.msg_link[msg];
+        s.link_pos = pos[msg];
+      }
+      row.push_back(s);
+      cursor = std::max(cursor, ot.end_ms);
+    }
+    idle_until(t.step_ms);
+  }
+  mark_slots(t);  // what the runtime does beyond the order (slot.hpp: SlotMark)
+  return t;
+}
+
+}  // namespace
+
+ScheduleTable time_program(const CostModel& c, ScheduleKind kind, int m, EngineProgram& p,
+                           const ProgramMap& map) {
+  const EngineResult r = run_engine(p);
+  if (r.deadlock)
+    ATLAS_THROW(Internal, "schedule program for " << to_string(kind) << " deadlocks: " << r.deadlock_reason);
+  return to_table(c, kind, m, p, r, map);
+}
+
+}  // namespace detail
+
+}  // namespace atlas::sched
