@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "atlas/core/units.hpp"
+#include "atlas/deck/deck.hpp"
 #include "atlas/device/host_backend.hpp"
 #include "atlas/device/reference_gemm.hpp"
 #include "atlas/model/rng.hpp"
@@ -35,39 +36,37 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-int run_gemm_bench(const std::vector<std::string>& args) {
-  std::map<std::string, long> opt{{"hidden", 768}, {"seq_len", 256}, {"batch", 4}, {"vocab", 256},
-                                  {"tp", 1},       {"reps", 5},      {"threads", 0}};
-  atlas::Backend kind = atlas::Backend::Host;
-  for (std::string a : args) {
-    if (a.rfind("--", 0) == 0) a = a.substr(2);
-    if (a == "backend=host" || a == "backend=cuda") {
-      kind = a == "backend=cuda" ? atlas::Backend::Cuda : atlas::Backend::Host;
-      continue;
-    }
-    const auto eq = a.find('=');
-    const std::string key = a.substr(0, eq);
-    const auto it = opt.find(key);
-    const auto value = eq == std::string::npos ? std::nullopt : units::parse_int(a.substr(eq + 1));
-    if (it == opt.end() || !value || *value < (key == "threads" ? 0 : 1)) {
-      std::fprintf(stderr,
-                   "atlas bench gemm: bad argument '%s'\n  usage: atlas bench gemm [hidden=768] "
-                   "[seq_len=256] [batch=4] [vocab=256] [tp=1] [reps=5] [threads=0] "
-                   "[backend=host|cuda]\n",
-                   a.c_str());
-      return 1;
-    }
-    it->second = *value;
-  }
+const atlas::bench::Spec& gemm_bench_spec() {
+  static const atlas::bench::Spec spec{
+      "gemm",
+      "backend GEMM on the model's shapes vs the bare vendor call (cblas_sgemm / cublasSgemm)",
+      "[device.backend=host|cuda] [device.threads=N]",
+      {{"hidden", "N", "768", "model width (d_model)"},
+       {"seq-len", "N", "256", "tokens per sample"},
+       {"batch", "N", "4", "samples per micro-batch"},
+       {"vocab", "N", "256", "vocabulary (lm_head shapes)"},
+       {"tp", "N", "1", "the per-rank shard of column/row-parallel layers"},
+       {"reps", "N", "5", "timed calls per shape (the best is reported)"}}};
+  return spec;
+}
+
+int run_gemm_bench(const atlas::bench::Args& args) {
+  if (!args.positional.empty()) args.fail("unknown argument '" + args.positional.front() + "' (no deck: only device.* keys)");
+  std::map<std::string, long> opt;
+  for (const char* name : {"hidden", "seq-len", "batch", "vocab", "tp", "reps"})
+    opt[name] = args.integer(name, 1, 1 << 24);
+  // What the backend is and how many threads it runs are the deck's device.* keys.
+  for (const auto& o : args.overrides)
+    if (o.rfind("device.", 0) != 0) args.fail("'" + o + "': only device.* keys apply to this benchmark");
+  const Config deck = deck::parse("(atlas bench gemm)", "cluster.dcs = a\ncluster.gpus_per_dc = 1\nparallel.stages_per_dc = 1\n",
+                                  args.overrides);
+  const atlas::Backend kind = deck.device.backend;
   const int c = static_cast<int>(opt["hidden"]);
   const int tp = static_cast<int>(opt["tp"]);
-  const int n_tok = static_cast<int>(opt["seq_len"] * opt["batch"]);
+  const int n_tok = static_cast<int>(opt["seq-len"] * opt["batch"]);
   const int v = static_cast<int>(opt["vocab"]);
   const int reps = static_cast<int>(opt["reps"]);
-  if (c % tp != 0) {
-    std::fprintf(stderr, "atlas bench gemm: hidden = %d is not divisible by tp = %d\n", c, tp);
-    return 1;
-  }
+  if (c % tp != 0) args.fail(fmt::format("--hidden {} is not divisible by --tp {}", c, tp));
   const int cl = c / tp;
   const int ff = 4 * c / tp;
   using device::Trans;
@@ -86,10 +85,7 @@ int run_gemm_bench(const std::vector<std::string>& args) {
       {"lm_head dW", Trans::Yes, Trans::No, v, c, n_tok},
   };
 
-  DeviceCfg device_cfg;
-  device_cfg.backend = kind;
-  device_cfg.threads = static_cast<int>(opt["threads"]);
-  auto backend = device::make_backend(device_cfg);
+  auto backend = device::make_backend(deck.device);
   const char* reference = device::reference_gemm_name(kind);
   fmt::print("# atlas bench gemm: {} backend gemm vs bare {} ({}), best of {} calls\n",
              to_string(kind), reference, backend->describe(), reps);

@@ -87,17 +87,18 @@ plan.gpu = h100
 )");
 }
 
-int run_sim_bench(const std::vector<std::string>& args) {
-  int repeat = 3;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--repeat" && i + 1 < args.size()) {
-      const auto v = units::parse_int(args[++i]);
-      if (!v || *v < 1) throw ConfigError("--repeat expects an integer >= 1, got '" + args[i] + "'");
-      repeat = static_cast<int>(*v);
-    } else {
-      throw ConfigError("atlas bench sim: unknown argument '" + args[i] + "' (accepted: --repeat N)");
-    }
-  }
+const atlas::bench::Spec& sim_bench_spec() {
+  static const atlas::bench::Spec spec{"sim", "simulator speed: one step of a 10,000-GPU job; a 1,024-GPU planner search",
+                                       "",
+                                       {{"repeat", "N", "3", "timed runs of each (the median is reported)"}}};
+  return spec;
+}
+
+int run_sim_bench(const atlas::bench::Args& args) {
+  if (!args.positional.empty() || !args.overrides.empty())
+    args.fail("unknown argument '" + (args.positional.empty() ? args.overrides : args.positional).front() +
+              "' (its jobs are built in: bench_step_config, bench_plan_config)");
+  const int repeat = args.integer("repeat", 1, 1000000);
 
   // ---- one simulated step at 10,000 GPUs ----
   const Config step_cfg = bench_step_config();
