@@ -261,6 +261,12 @@ int run_bubbletea_bench(mpi::Environment& env, const atlas::bench::Args& args) {
                      queued, quant(0.5) * 1e3, quant(0.99) * 1e3, overruns, overrun_s * 1e3);
     s += fmt::format("# losses with BubbleTea on and off: {}\n",
                      losses_equal ? "bitwise equal" : "DIFFERENT (BubbleTea changed training: a bug)");
+    s += atlas::bench::footer(
+        "bubbletea", fmt::format("step {:+.2f}% (mean), utilization {:.1f}% -> {:.1f}%, prefill {:.0f} tokens/s, "
+                                 "TTFT p50 {:.1f} ms; losses {}",
+                                 100.0 * slowdown, 100.0 * overall(sum_off), 100.0 * overall(sum_on),
+                                 bt_wall > 0 ? static_cast<double>(tokens) / bt_wall : 0.0, quant(0.5) * 1e3,
+                                 losses_equal ? "bitwise equal" : "DIFFERENT"));
     std::fputs(s.c_str(), stdout);
     std::fflush(stdout);
     std::error_code ec;

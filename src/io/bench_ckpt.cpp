@@ -234,9 +234,10 @@ int run_ckpt_bench(mpi::Environment& env, const atlas::bench::Args& args) {
                "{:>7.3f}\n",
                i + 1, x.ckpt_s, ck, x.posix_s, px, ck / px, x.data_s, x.close_s, x.sync_s);
   }
-  fmt::print("# median: checkpoint {:.1f} MB/s, posix {:.1f} MB/s, ratio {:.2f} (goal >= 0.5): "
-             "{}\n",
-             r.ckpt_mb_s, r.posix_mb_s, r.ratio(), r.ratio() >= 0.5 ? "OK" : "BELOW GOAL");
+  fmt::print("{}", atlas::bench::footer("ckpt", fmt::format("median checkpoint {:.1f} MB/s, posix {:.1f} MB/s, ratio "
+                                                            "{:.2f} (goal >= 0.5): {}",
+                                                            r.ckpt_mb_s, r.posix_mb_s, r.ratio(),
+                                                            r.ratio() >= 0.5 ? "OK" : "BELOW GOAL")));
   std::fflush(stdout);
   return 0;
 }

@@ -154,8 +154,8 @@ int run_gemm_bench(const atlas::bench::Args& args) {
              "", "", total_flops / total_backend_s * 1e-9, total_flops / total_cblas_s * 1e-9,
              ratio);
   const bool ok = ratio >= 0.7;
-  fmt::print("# {}: backend/{} throughput ratio {:.3f} (goal >= 0.7)\n", ok ? "OK" : "FAILED",
-             reference, ratio);
+  fmt::print("{}", atlas::bench::footer("gemm", fmt::format("backend/{} throughput ratio {:.3f} (goal >= 0.7): {}",
+                                                            reference, ratio, ok ? "OK" : "FAILED")));
   std::fflush(stdout);
   return ok ? 0 : 2;
 }

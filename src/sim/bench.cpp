@@ -150,7 +150,9 @@ int run_sim_bench(const atlas::bench::Args& args) {
              pr.placed, pr.plans.size(), best.tp, best.pp, best.dp, best.micro_batch_size, best.step_ms / 1e3);
 
   const bool ok = median(step_s) <= 1.0 && median(plan_s) <= 10.0;
-  fmt::print("# targets: one step <= 1 s, one planner search <= 10 s: {}\n", ok ? "OK" : "FAILED");
+  fmt::print("{}", atlas::bench::footer("sim", fmt::format("one step {:.3f} s, one planner search {:.3f} s (targets "
+                                                           "<= 1 s, <= 10 s): {}",
+                                                           median(step_s), median(plan_s), ok ? "OK" : "FAILED")));
   return ok ? 0 : 1;
 }
 
