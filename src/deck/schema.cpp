@@ -430,6 +430,12 @@ void build(Schema& schema) {
       .help("how many checkpoints to keep");
   b.field("ckpt.final", &C::ckpt, &CkptCfg::final).def("true")
       .help("write a checkpoint after the last step");
+  b.choice("ckpt.transfer", &C::ckpt, &CkptCfg::transfer,
+           {{"auto", CkptTransfer::Auto}, {"collective", CkptTransfer::Collective},
+            {"independent", CkptTransfer::Independent}})
+      .def("auto").help("MPI-IO transfers of checkpoint writes: auto = TP-strided tensors regrouped into whole "
+                        "rows first, then independent (fastest on a local disk); collective = MPI-IO aggregates "
+                        "(may pay off on a parallel file system); independent");
 
   // [profile]
   b.field("profile.enabled", &C::profile, &ProfileCfg::enabled).def("true")

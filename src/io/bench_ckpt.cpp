@@ -16,6 +16,7 @@
 
 #include "atlas/core/check.hpp"
 #include "atlas/core/units.hpp"
+#include "atlas/deck/deck.hpp"
 #include "atlas/io/checkpoint.hpp"
 
 namespace fs = std::filesystem;
@@ -175,12 +176,11 @@ const char* to_string(Transfer t) {
 
 const atlas::bench::Spec& ckpt_bench_spec() {
   static const atlas::bench::Spec spec{
-      "ckpt", "checkpoint write throughput vs a plain sequential write", "",
+      "ckpt", "checkpoint write throughput vs a plain sequential write", "[ckpt.transfer=auto|collective|independent]",
       {{"size", "BYTES", "128M", "tensor bytes per checkpoint (value + m + v)"},
        {"tensors", "N", "24", "parameter tensors the bytes are spread over"},
        {"repeat", "N", "3", "timed rounds of each write (the median is reported)"},
        {"dir", "DIR", "runs/bench-ckpt", "where both writers write (same file system)"},
-       {"transfer", "MODE", "auto", "MPI-IO transfers of the writer measured: auto, collective, independent"},
        {"split", "HOW", "mixed", "how TP cuts the synthetic tensors: mixed, rows, cols"},
        {"keep", "", "", "keep the last checkpoint file afterwards"}}};
   return spec;
@@ -199,16 +199,18 @@ int run_ckpt_bench(mpi::Environment& env, const std::vector<std::string>& words)
 
 int run_ckpt_bench(mpi::Environment& env, const atlas::bench::Args& args) {
   CkptBenchOptions o;
-  if (!args.positional.empty() || !args.overrides.empty())
-    args.fail("unknown argument '" + (args.positional.empty() ? args.overrides : args.positional).front() + "'");
+  if (!args.positional.empty()) args.fail("unknown argument '" + args.positional.front() + "'");
+  // The writer's MPI-IO transfers are the deck key ckpt.transfer, as in training.
+  for (const auto& w : args.overrides)
+    if (w.rfind("ckpt.transfer=", 0) != 0) args.fail("'" + w + "': only ckpt.transfer applies to this benchmark");
+  const Config deck = deck::parse("(atlas bench ckpt)", "cluster.dcs = a\ncluster.gpus_per_dc = 1\nparallel.stages_per_dc = 1\n",
+                                  args.overrides);
   o.size_bytes = args.bytes("size", 1U << 20, ~std::uint64_t{0});
   o.tensors = args.integer("tensors", 1, 100000);
   o.repeat = args.integer("repeat", 1, 100000);
   o.dir = args.text("dir");
   o.split = args.choice("split", {"mixed", "rows", "cols"});
-  const std::string transfer = args.choice("transfer", {"auto", "collective", "independent"});
-  o.transfer = transfer == "collective" ? Transfer::Collective : transfer == "independent" ? Transfer::Independent
-                                                                                           : Transfer::Auto;
+  o.transfer = transfer_of(deck.ckpt.transfer);
   o.keep = args.flag("keep");
   const bool root = env.world_rank() == 0;
   const mpi::Comm world = mpi::Comm::world();

@@ -145,6 +145,10 @@ TEST(Deck, BehaviourSwitchesAreDeckKeys) {
   EXPECT_EQ(d.wan.warmup_bytes, 1024u * 1024);
   EXPECT_EQ(d.device.sched_batch, SchedBatch::Auto);
   EXPECT_DOUBLE_EQ(d.device.nccl_timeout_s, 300.0);
+  EXPECT_EQ(d.ckpt.transfer, CkptTransfer::Auto);
+  EXPECT_EQ(parse("mem", kMinimal, {"ckpt.transfer=collective"}).ckpt.transfer, CkptTransfer::Collective);
+  EXPECT_THAT(problems_of("mem", kMinimal, -1, {"ckpt.transfer=fast"}),
+              ::testing::Contains(::testing::HasSubstr("ckpt.transfer = \"fast\": expected one of: auto, collective, independent")));
   const Config c = parse("mem", kMinimal,
                          {"wan.tcp_congestion=reno", "wan.warmup_bytes=0", "device.sched_batch=false",
                           "device.nccl_timeout_s=42.5"});

@@ -135,11 +135,15 @@ struct WanCfg {
   std::uint64_t warmup_bytes = 1024 * 1024;  ///< wan.warmup_bytes: Pad bytes per new rail and direction
 };
 
+/// ckpt.transfer: how checkpoint writes move tensor data through MPI-IO (io::Transfer).
+enum class CkptTransfer { Auto, Collective, Independent };
+
 struct CkptCfg {
   std::string dir;            ///< ckpt.dir: "" = runs/NAME/ckpt
   int every_steps = 0;        ///< ckpt.every_steps: 0 = only the final one
   int keep_last = 3;          ///< ckpt.keep_last
   bool final = true;          ///< ckpt.final: write one after the last step
+  CkptTransfer transfer = CkptTransfer::Auto;  ///< ckpt.transfer
 };
 
 struct ProfileCfg {

@@ -56,7 +56,8 @@ struct CkptBenchReport {
 [[nodiscard]] CkptBenchReport bench_ckpt(const mpi::Comm& comm, const CkptBenchOptions& options);
 
 /// `atlas bench ckpt`'s options: --size 128M, --tensors 24, --repeat 3, --dir DIR,
-/// --transfer auto|collective|independent, --split mixed|rows|cols, --keep.
+/// --split mixed|rows|cols, --keep; the writer's MPI-IO transfers are the deck key ckpt.transfer
+/// (`atlas bench ckpt ckpt.transfer=collective`), as in training.
 [[nodiscard]] const atlas::bench::Spec& ckpt_bench_spec();
 
 /// Runs the benchmark with parsed options: prints the table and the verdict on world rank 0.
