@@ -11,6 +11,7 @@
 #include <limits>
 #include <cstdio>
 #include <thread>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -99,10 +100,11 @@ int bench_step(Context&, const bench::Args& args) {
     fmt::print("# atlas bench step: the same model and global batch ({} tokens/step), {} timed steps\n",
                static_cast<long long>(full.tokens_per_step()),
                rn.steps_run - 1);
-    fmt::print("# {:>6} {:>12} {:>12} {:>10}\n", "ranks", "step_ms", "tokens/s", "loss");
-    fmt::print("  {:>6} {:>12.1f} {:>12.0f} {:>10.4f}\n", 1, r1.mean_step_s * 1e3, r1.tokens_per_s, r1.losses.back());
-    fmt::print("  {:>6} {:>12.1f} {:>12.0f} {:>10.4f}\n", world.size(), rn.mean_step_s * 1e3, rn.tokens_per_s,
-               rn.losses.back());
+    const bench::Table t({{"ranks", "", 6}, {"step", "ms", 12}, {"tokens", "1/s", 12}, {"loss", "", 10}});
+    fmt::print("{}", t.head());
+    for (const auto& [ranks, r] : {std::pair<int, const JobResult&>{1, r1}, {world.size(), rn}})
+      fmt::print("{}", t.row({std::to_string(ranks), fmt::format("{:.1f}", r.mean_step_s * 1e3),
+                              fmt::format("{:.0f}", r.tokens_per_s), fmt::format("{:.4f}", r.losses.back())}));
     fmt::print("speedup: {:.2f} x with {} ranks (on {} hardware threads of this host)\n",
                rn.tokens_per_s / std::max(r1.tokens_per_s, 1e-12), world.size(), std::thread::hardware_concurrency());
   }
@@ -131,12 +133,20 @@ int bench_schedules(Context&, const bench::Args& args) {
   fmt::print("# atlas bench schedules: {} ranks, {} timed steps each; measured = mean step of rank 0, bubble = 1 - "
              "mean over ranks of compute/wall\n",
              world.size(), rows[0].r.steps_run - 1);
-  fmt::print("# {:<6} {:>12} {:>12} {:>8} {:>11} {:>11} {:>10}\n", "kind", "measured_ms", "predicted_ms", "ratio",
-             "meas_bub%", "pred_bub%", "loss");
+  const bench::Table t({{"kind", "", 6, true},
+                        {"measured", "ms", 12},
+                        {"predicted", "ms", 13},
+                        {"ratio", "", 8},
+                        {"meas_bubble", "%", 14},
+                        {"pred_bubble", "%", 14},
+                        {"loss", "", 10}});
+  fmt::print("{}", t.head());
   for (const auto& row : rows)
-    fmt::print("  {:<6} {:>12.1f} {:>12.1f} {:>8.3f} {:>11.1f} {:>11.1f} {:>10.4f}\n", row.kind,
-               row.r.mean_step_s * 1e3, row.r.predicted_step_ms, row.r.mean_step_s * 1e3 / row.r.predicted_step_ms,
-               100 * row.r.measured_bubble, 100 * row.r.predicted_bubble, row.r.losses.back());
+    fmt::print("{}", t.row({row.kind, fmt::format("{:.1f}", row.r.mean_step_s * 1e3),
+                            fmt::format("{:.1f}", row.r.predicted_step_ms),
+                            fmt::format("{:.3f}", row.r.mean_step_s * 1e3 / row.r.predicted_step_ms),
+                            fmt::format("{:.1f}", 100 * row.r.measured_bubble),
+                            fmt::format("{:.1f}", 100 * row.r.predicted_bubble), fmt::format("{:.4f}", row.r.losses.back())}));
   const auto& g = rows[0].r;
   const auto& o = rows[1].r;
   const auto& a = rows[2].r;
@@ -213,12 +223,18 @@ int bench_overlap(Context&, const bench::Args& args) {
   fmt::print("# atlas bench overlap: {} ranks, dp {}, {} rounds of off/on interleaved; AllReduce slot and compute are "
              "per step, mean over ranks; step is rank 0's\n",
              world.size(), dp, rounds);
-  fmt::print("# {:<22} {:>10} {:>14} {:>12} {:>14} {:>10}\n", "train.dp_overlap", "step_ms", "allreduce_ms",
-             "compute_ms", "early_buckets", "loss");
+  const bench::Table t({{"train.dp_overlap", "", 22, true},
+                        {"step", "ms", 10},
+                        {"allreduce", "ms", 14},
+                        {"compute", "ms", 12},
+                        {"early_buckets", "%", 16},
+                        {"loss", "", 10}});
+  fmt::print("{}", t.head());
   for (int on = 0; on < 2; ++on)
-    fmt::print("  {:<22} {:>10.2f} {:>14.2f} {:>12.2f} {:>13.0f}% {:>10.4f}\n", on ? "true" : "false",
-               sides[on].step_s * 1e3, sides[on].allreduce_s * 1e3, sides[on].compute_s * 1e3, 100 * sides[on].early,
-               sides[on].losses.empty() ? 0.0 : sides[on].losses.back());
+    fmt::print("{}", t.row({on ? "true" : "false", fmt::format("{:.2f}", sides[on].step_s * 1e3),
+                            fmt::format("{:.2f}", sides[on].allreduce_s * 1e3),
+                            fmt::format("{:.2f}", sides[on].compute_s * 1e3), fmt::format("{:.0f}", 100 * sides[on].early),
+                            fmt::format("{:.4f}", sides[on].losses.empty() ? 0.0 : sides[on].losses.back())}));
   const bool same = sides[0].losses == sides[1].losses;
   fmt::print("overlap: AllReduce slot {:.2f} -> {:.2f} ms ({:.2f} x), step {:.2f} -> {:.2f} ms ({:.3f} x); losses {}\n",
              sides[0].allreduce_s * 1e3, sides[1].allreduce_s * 1e3,

@@ -91,8 +91,15 @@ int run_gemm_bench(const atlas::bench::Args& args) {
              to_string(kind), reference, backend->describe(), reps);
   fmt::print("# model shapes: hidden {}, tp {}, seq_len x batch = {} tokens, vocab {}\n", c, tp,
              n_tok, v);
-  fmt::print("{:<14} {:>2} {:>6} {:>6} {:>6} {:>13} {:>13} {:>7}\n", "shape", "op", "m", "n", "k",
-             "backend GF/s", kind == atlas::Backend::Host ? "cblas GF/s" : "cublas GF/s", "ratio");
+  const atlas::bench::Table table({{"shape", "", 14, true},
+                                   {"op", "", 2},
+                                   {"m", "", 6},
+                                   {"n", "", 6},
+                                   {"k", "", 6},
+                                   {"backend", "GF/s", 13},
+                                   {kind == atlas::Backend::Host ? "cblas" : "cublas", "GF/s", 13},
+                                   {"ratio", "", 7}});
+  fmt::print("{}", table.head());
 
   double total_flops = 0.0;
   double total_backend_s = 0.0;
@@ -145,14 +152,15 @@ int run_gemm_bench(const atlas::bench::Args& args) {
     total_flops += flops;
     total_backend_s += best_backend;
     total_cblas_s += best_cblas;
-    fmt::print("{:<14} {}{} {:>6} {:>6} {:>6} {:>13.1f} {:>13.1f} {:>7.3f}\n", s.name,
-               s.ta == Trans::Yes ? 'T' : 'N', s.tb == Trans::Yes ? 'T' : 'N', s.m, s.n, s.k,
-               flops / best_backend * 1e-9, flops / best_cblas * 1e-9, best_cblas / best_backend);
+    fmt::print("{}", table.row({s.name, fmt::format("{}{}", s.ta == Trans::Yes ? 'T' : 'N', s.tb == Trans::Yes ? 'T' : 'N'),
+                                std::to_string(s.m), std::to_string(s.n), std::to_string(s.k),
+                                fmt::format("{:.1f}", flops / best_backend * 1e-9),
+                                fmt::format("{:.1f}", flops / best_cblas * 1e-9),
+                                fmt::format("{:.3f}", best_cblas / best_backend)}));
   }
   const double ratio = total_cblas_s / total_backend_s;
-  fmt::print("{:<14} {:>2} {:>6} {:>6} {:>6} {:>13.1f} {:>13.1f} {:>7.3f}\n", "overall", "", "",
-             "", "", total_flops / total_backend_s * 1e-9, total_flops / total_cblas_s * 1e-9,
-             ratio);
+  fmt::print("{}", table.row({"overall", "", "", "", "", fmt::format("{:.1f}", total_flops / total_backend_s * 1e-9),
+                              fmt::format("{:.1f}", total_flops / total_cblas_s * 1e-9), fmt::format("{:.3f}", ratio)}));
   const bool ok = ratio >= 0.7;
   fmt::print("{}", atlas::bench::footer("gemm", fmt::format("backend/{} throughput ratio {:.3f} (goal >= 0.7): {}",
                                                             reference, ratio, ok ? "OK" : "FAILED")));
