@@ -186,18 +186,10 @@ const atlas::bench::Spec& ckpt_bench_spec() {
   return spec;
 }
 
-int run_ckpt_bench(mpi::Environment& env, const std::vector<std::string>& words) {
-  // The documented contract of this entry point: a bad command line is exit code 1 with the
-  // reason on stderr (rank 0), not an exception.
-  try {
-    return run_ckpt_bench(env, atlas::bench::parse(ckpt_bench_spec(), words));
-  } catch (const ConfigError& e) {
-    if (env.world_rank() == 0) std::fprintf(stderr, "ERROR: %s\n", e.what());
-    return 1;
-  }
-}
+namespace {
 
-int run_ckpt_bench(mpi::Environment& env, const atlas::bench::Args& args) {
+/// The options of a parsed command line; a bad one throws ConfigError (the same on every rank).
+CkptBenchOptions options_of(const atlas::bench::Args& args) {
   CkptBenchOptions o;
   if (!args.positional.empty()) args.fail("unknown argument '" + args.positional.front() + "'");
   // The writer's MPI-IO transfers are the deck key ckpt.transfer, as in training.
@@ -212,6 +204,31 @@ int run_ckpt_bench(mpi::Environment& env, const atlas::bench::Args& args) {
   o.split = args.choice("split", {"mixed", "rows", "cols"});
   o.transfer = transfer_of(deck.ckpt.transfer);
   o.keep = args.flag("keep");
+  return o;
+}
+
+int run_with(mpi::Environment& env, const CkptBenchOptions& o);
+
+}  // namespace
+
+int run_ckpt_bench(mpi::Environment& env, const std::vector<std::string>& words) {
+  // The documented contract of this entry point: a bad command line is exit code 1 with the
+  // reason on stderr (rank 0), not an exception.
+  CkptBenchOptions o;
+  try {
+    o = options_of(atlas::bench::parse(ckpt_bench_spec(), words));
+  } catch (const ConfigError& e) {
+    if (env.world_rank() == 0) std::fprintf(stderr, "ERROR: %s\n", e.what());
+    return 1;
+  }
+  return run_with(env, o);
+}
+
+int run_ckpt_bench(mpi::Environment& env, const atlas::bench::Args& args) { return run_with(env, options_of(args)); }
+
+namespace {
+
+int run_with(mpi::Environment& env, const CkptBenchOptions& o) {
   const bool root = env.world_rank() == 0;
   const mpi::Comm world = mpi::Comm::world();
   const CkptBenchReport r = bench_ckpt(world, o);
@@ -243,5 +260,7 @@ int run_ckpt_bench(mpi::Environment& env, const atlas::bench::Args& args) {
   std::fflush(stdout);
   return 0;
 }
+
+}  // namespace
 
 }  // namespace atlas::io

@@ -75,6 +75,8 @@ Opts opts_of(const atlas::bench::Args& a) {
         a.fail(fmt::format("--rails needs a list like 1,2,4,8,16 (1..{})", deck::limits::kMaxRails));
       o.rails.push_back(static_cast<int>(*n));
     }
+    if (o.rails.empty())
+      a.fail(fmt::format("--rails needs a list like 1,2,4,8,16 (1..{})", deck::limits::kMaxRails));
   }
   if (a.given("auth")) {
     o.auths.clear();
@@ -84,6 +86,7 @@ Opts opts_of(const atlas::bench::Args& a) {
       else if (m == "crc") o.auths.push_back(WanAuth::Crc);
       else a.fail("--auth needs a list of mac, encrypt, crc (e.g. mac,crc), got '" + a.text("auth") + "'");
     }
+    if (o.auths.empty()) a.fail("--auth needs a list of mac, encrypt, crc (e.g. mac,crc), got ''");
   }
   auto positive = [&](const char* name) {
     const std::string v = a.text(name);
