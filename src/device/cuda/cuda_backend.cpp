@@ -103,6 +103,11 @@ std::string pci_bus_id_of(const Backend& backend) {
   return cuda != nullptr ? cuda->pci_bus_id() : std::string();
 }
 
+double nccl_timeout_s_of(const Backend& backend) {
+  const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
+  return cuda != nullptr ? cuda->nccl_timeout_s() : 0.0;
+}
+
 namespace {
 std::unique_ptr<Backend> factory(const DeviceCfg& cfg) { return make_cuda_backend(cfg); }
 // Static registration: this object library is linked whole into the binary and the GPU tests.
