@@ -9,7 +9,7 @@
 # `atlas bench wan --latency`) with one rank per DC, and removes everything afterwards.
 # usage: scripts/wan/bench_latency.sh [DECK] [key=value ...] [-- BENCH_ARGS ...]
 #   e.g. scripts/wan/bench_latency.sh -- --gap-ms 50 --count 100 --load 3
-#        ATLAS_WAN_TCP_CONGESTION=system ATLAS_WAN_WARMUP_BYTES=0 scripts/wan/bench_latency.sh
+#        scripts/wan/bench_latency.sh wan.tcp_congestion=system wan.warmup_bytes=0
 #        (the transport as it was before the latency fixes: the system's bbr, cold rails)
 set -Eeuo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

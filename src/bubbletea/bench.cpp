@@ -113,31 +113,28 @@ Summary summarize(std::vector<double> v) {
 
 }  // namespace
 
-int run_bubbletea_bench(mpi::Environment& env, const std::vector<std::string>& args) {
+const atlas::bench::Spec& bubbletea_bench_spec() {
+  static const atlas::bench::Spec spec{
+      "bubbletea", "the same deck with BubbleTea off and on: step time, utilization, prefill tokens/s, TTFT",
+      "DECK [key=value ...]",
+      {{"repeats", "N", "2", "off/on pairs, alternating"},
+       {"warmup", "N", "2", "leading steps of each run left out of the step time"}}};
+  return spec;
+}
+
+int run_bubbletea_bench(mpi::Environment& env, const std::vector<std::string>& words) {
+  return run_bubbletea_bench(env, atlas::bench::parse(bubbletea_bench_spec(), words));
+}
+
+int run_bubbletea_bench(mpi::Environment& env, const atlas::bench::Args& args) {
   (void)env;
-  std::string path;
-  std::vector<std::string> overrides;
-  int repeats = 2;
-  int warmup = 2;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "--repeats" || a == "--warmup") {
-      const auto v = i + 1 < args.size() ? units::parse_int(args[i + 1]) : std::nullopt;
-      if (!v || *v < (a == "--repeats" ? 1 : 0))
-        throw ConfigError(fmt::format("bench bubbletea: {} needs a {} integer", a, a == "--repeats" ? "positive" : "non-negative"));
-      (a == "--repeats" ? repeats : warmup) = static_cast<int>(*v);
-      ++i;
-    } else if (a.find('=') != std::string::npos) {
-      overrides.push_back(a);
-    } else if (a.rfind("--", 0) == 0) {
-      throw ConfigError("bench bubbletea: unknown option " + a + " (known: --repeats N, --warmup N)");
-    } else if (path.empty()) {
-      path = a;
-    } else {
-      throw ConfigError("bench bubbletea: more than one deck given ('" + path + "', '" + a + "')");
-    }
-  }
-  if (path.empty()) throw ConfigError("bench bubbletea needs a deck: atlas bench bubbletea DECK [key=value ...]");
+  std::vector<std::string> overrides = args.overrides;
+  const int repeats = args.integer("repeats", 1, 1000000);
+  const int warmup = args.integer("warmup", 0, 1000000000);
+  if (args.positional.size() > 1)
+    args.fail("more than one deck given ('" + args.positional[0] + "', '" + args.positional[1] + "')");
+  if (args.positional.empty()) args.fail("needs a deck: atlas bench bubbletea DECK [key=value ...]");
+  const std::string path = args.positional.front();
 
   const mpi::Comm world = mpi::Comm::world();
   const bool root = world.rank() == 0;
@@ -264,6 +261,12 @@ int run_bubbletea_bench(mpi::Environment& env, const std::vector<std::string>& a
                      queued, quant(0.5) * 1e3, quant(0.99) * 1e3, overruns, overrun_s * 1e3);
     s += fmt::format("# losses with BubbleTea on and off: {}\n",
                      losses_equal ? "bitwise equal" : "DIFFERENT (BubbleTea changed training: a bug)");
+    s += atlas::bench::footer(
+        "bubbletea", fmt::format("step {:+.2f}% (mean), utilization {:.1f}% -> {:.1f}%, prefill {:.0f} tokens/s, "
+                                 "TTFT p50 {:.1f} ms; losses {}",
+                                 100.0 * slowdown, 100.0 * overall(sum_off), 100.0 * overall(sum_on),
+                                 bt_wall > 0 ? static_cast<double>(tokens) / bt_wall : 0.0, quant(0.5) * 1e3,
+                                 losses_equal ? "bitwise equal" : "DIFFERENT"));
     std::fputs(s.c_str(), stdout);
     std::fflush(stdout);
     std::error_code ec;

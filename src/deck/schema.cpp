@@ -413,6 +413,13 @@ void build(Schema& schema) {
   b.field("wan.key_file", &C::wan, &WanCfg::key_file).def("\"\"")
       .help("job key: a file of >= 32 random bytes readable only by the job's user (chmod 600), "
             "mixed into every WAN pair secret; empty = X25519 alone (safe from passive observers)");
+  b.field("wan.tcp_congestion", &C::wan, &WanCfg::tcp_congestion).def("auto")
+      .help("TCP congestion control of every rail: auto = the system's unless it is bbr (which paces bursty "
+            "rails at about burst/RTT), then cubic or reno; system = the namespace's default; or an "
+            "algorithm's name (cubic, reno, ...), which must be available to this process");
+  b.field("wan.warmup_bytes", &C::wan, &WanCfg::warmup_bytes).def("1M").min(0).max(1.0 * units::kGiB)
+      .help("per new rail and direction, Pad bytes sent and acknowledged before the rail carries data "
+            "(grows the fresh TCP window; at most 64 frames of min(64K, wan.chunk_bytes)); 0 = none");
 
   // [ckpt]
   b.field("ckpt.dir", &C::ckpt, &CkptCfg::dir).def("\"\"")
@@ -423,6 +430,12 @@ void build(Schema& schema) {
       .help("how many checkpoints to keep");
   b.field("ckpt.final", &C::ckpt, &CkptCfg::final).def("true")
       .help("write a checkpoint after the last step");
+  b.choice("ckpt.transfer", &C::ckpt, &CkptCfg::transfer,
+           {{"auto", CkptTransfer::Auto}, {"collective", CkptTransfer::Collective},
+            {"independent", CkptTransfer::Independent}})
+      .def("auto").help("MPI-IO transfers of checkpoint writes: auto = TP-strided tensors regrouped into whole "
+                        "rows first, then independent (fastest on a local disk); collective = MPI-IO aggregates "
+                        "(may pay off on a parallel file system); independent");
 
   // [profile]
   b.field("profile.enabled", &C::profile, &ProfileCfg::enabled).def("true")
@@ -437,6 +450,14 @@ void build(Schema& schema) {
   b.field("device.threads", &C::device, &DeviceCfg::threads).def("0").min(0).max(4096)
       .help("host backend threads per rank; 0 = cores / ranks on this machine (ATLAS_HOST_RANKS if set, "
             "else the MPI node-local size)");
+  b.choice("device.sched_batch", &C::device, &DeviceCfg::sched_batch,
+           {{"auto", SchedBatch::Auto}, {"true", SchedBatch::On}, {"false", SchedBatch::Off}})
+      .def("auto").help("host backend: run ranks under SCHED_BATCH (a rank waking from a poll does not preempt "
+                        "one that computes); auto = when more ranks share this machine than it has hardware "
+                        "threads");
+  b.field("device.nccl_timeout_s", &C::device, &DeviceCfg::nccl_timeout_s).def("300").min(0.001).max(kMaxSeconds)
+      .help("cuda backend: an NCCL set-up or operation that takes longer aborts the communicator with an "
+            "error");
 
   // [bubbletea]
   b.field("bubbletea.enabled", &C::bubbletea, &BubbleTeaCfg::enabled).def("false")

@@ -158,6 +158,10 @@ void check_misc(const Config& c, const JobShape& shape, std::vector<std::string>
                   "  hint: lower ckpt.every_steps or set it to 0 (final checkpoint only)");
   if (c.wan.chunk_bytes > c.wan.max_frame_bytes)
     out.push_back("wan.chunk_bytes exceeds wan.max_frame_bytes: every frame would be rejected");
+  if (const std::string& cc = c.wan.tcp_congestion;
+      cc.empty() || cc.size() > 15 || cc.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") != std::string::npos)
+    out.push_back("wan.tcp_congestion = \"" + cc + "\" is not a TCP congestion control name\n"
+                  "  hint: auto, system, or an algorithm of this kernel (sysctl net.ipv4.tcp_available_congestion_control)");
   if (c.device.backend == Backend::Cuda && !shape.cuda_built)
     out.push_back("device.backend = cuda, but this binary was built without CUDA\n"
                   "  hint: rebuild with the cuda-release preset (make cuda)");

@@ -72,6 +72,8 @@ std::unique_ptr<Backend> make_backend(const DeviceCfg& cfg) {
   }
   switch (cfg.backend) {
     case atlas::Backend::Host:
+      // main applied the automatic policy before any thread started; the deck may override it.
+      if (cfg.sched_batch != SchedBatch::Auto) (void)prepare_host_scheduling(cfg.sched_batch);
       return make_host_backend(cfg.threads);
     case atlas::Backend::Cuda: {
       const BackendFactory factory = registry()[slot(cfg.backend)];

@@ -467,21 +467,23 @@ std::string g_sched_note;  // what prepare_host_scheduling did (the run header p
 
 int host_local_ranks() { return local_ranks_from_env(); }
 
-std::string prepare_host_scheduling() {
-  const char* force = std::getenv("ATLAS_SCHED_BATCH");
-  const std::string mode = force ? force : "";
+std::string prepare_host_scheduling(SchedBatch mode) {
   const int ranks = local_ranks_from_env();
   const int hw = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  if (mode == "0" || (mode != "1" && ranks <= hw)) return g_sched_note = "";
   sched_param p{};
   p.sched_priority = 0;
+  if (mode == SchedBatch::Off || (mode == SchedBatch::Auto && ranks <= hw)) {
+    // device.sched_batch = false after main's automatic switch: back to the default policy.
+    if (::sched_getscheduler(0) == SCHED_BATCH) (void)::sched_setscheduler(0, SCHED_OTHER, &p);
+    return g_sched_note = "";
+  }
   if (::sched_setscheduler(0, SCHED_BATCH, &p) != 0) {
     g_sched_note = fmt::format("# host: {} ranks share {} hardware threads; SCHED_BATCH refused ({}), default "
                                "scheduling\n",
                                ranks, hw, std::strerror(errno));
   } else {
     g_sched_note = fmt::format("# host: {} ranks share {} hardware threads: SCHED_BATCH (a rank waking from a poll "
-                               "does not preempt one that computes; ATLAS_SCHED_BATCH=0 turns it off)\n",
+                               "does not preempt one that computes; device.sched_batch = false turns it off)\n",
                                ranks, hw);
   }
   return g_sched_note;

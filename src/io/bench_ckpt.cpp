@@ -16,6 +16,7 @@
 
 #include "atlas/core/check.hpp"
 #include "atlas/core/units.hpp"
+#include "atlas/deck/deck.hpp"
 #include "atlas/io/checkpoint.hpp"
 
 namespace fs = std::filesystem;
@@ -142,7 +143,7 @@ CkptBenchReport bench_ckpt(const mpi::Comm& comm, const CkptBenchOptions& o) {
       }
     }
     comm.bcast_string(error, 0);
-    if (!error.empty()) throw Error(ExitCode::Io, error);
+    if (!error.empty()) ATLAS_THROW(Io, error);
     r.posix_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     report.rounds.push_back(r);
   }
@@ -173,63 +174,62 @@ const char* to_string(Transfer t) {
   return "?";
 }
 
-int run_ckpt_bench(mpi::Environment& env, const std::vector<std::string>& args) {
+const atlas::bench::Spec& ckpt_bench_spec() {
+  static const atlas::bench::Spec spec{
+      "ckpt", "checkpoint write throughput vs a plain sequential write", "[ckpt.transfer=auto|collective|independent]",
+      {{"size", "BYTES", "128M", "tensor bytes per checkpoint (value + m + v)"},
+       {"tensors", "N", "24", "parameter tensors the bytes are spread over"},
+       {"repeat", "N", "3", "timed rounds of each write (the median is reported)"},
+       {"dir", "DIR", "runs/bench-ckpt", "where both writers write (same file system)"},
+       {"split", "HOW", "mixed", "how TP cuts the synthetic tensors: mixed, rows, cols"},
+       {"keep", "", "", "keep the last checkpoint file afterwards"}}};
+  return spec;
+}
+
+namespace {
+
+/// The options of a parsed command line; a bad one throws ConfigError (the same on every rank).
+CkptBenchOptions options_of(const atlas::bench::Args& args) {
   CkptBenchOptions o;
-  std::string problem;
-  for (std::size_t i = 0; i < args.size() && problem.empty(); ++i) {
-    std::string key = args[i];
-    std::string value;
-    const bool flag = key == "--keep";
-    if (const auto eq = key.find('='); eq != std::string::npos) {
-      value = key.substr(eq + 1);
-      key = key.substr(0, eq);
-    } else if (!flag) {
-      if (i + 1 >= args.size()) {
-        problem = fmt::format("option '{}' needs a value", key);
-        break;
-      }
-      value = args[++i];
-    }
-    if (key == "--size") {
-      const auto b = units::parse_bytes(value);
-      if (!b || *b < (1U << 20)) problem = fmt::format("--size '{}': expected bytes >= 1M, e.g. 128M", value);
-      else o.size_bytes = *b;
-    } else if (key == "--tensors" || key == "--repeat") {
-      const auto n = units::parse_int(value);
-      if (!n || *n < 1 || *n > 100000) {
-        problem = fmt::format("{} '{}': expected a positive integer", key, value);
-      } else {
-        (key == "--tensors" ? o.tensors : o.repeat) = static_cast<int>(*n);
-      }
-    } else if (key == "--dir") {
-      o.dir = value;
-    } else if (key == "--split") {
-      if (value != "mixed" && value != "rows" && value != "cols") {
-        problem = fmt::format("--split '{}': expected mixed, rows or cols", value);
-      }
-      o.split = value;
-    } else if (key == "--transfer") {
-      if (value == "auto") o.transfer = Transfer::Auto;
-      else if (value == "collective") o.transfer = Transfer::Collective;
-      else if (value == "independent") o.transfer = Transfer::Independent;
-      else problem = fmt::format("--transfer '{}': expected auto, collective or independent", value);
-    } else if (key == "--keep") {
-      o.keep = true;
-    } else {
-      problem = fmt::format("unknown option '{}'", key);
-    }
-  }
-  const bool root = env.world_rank() == 0;
-  if (!problem.empty()) {
-    if (root) {
-      std::fprintf(stderr,
-                   "ERROR: atlas bench ckpt: %s\n  usage: atlas bench ckpt [--size 128M] "
-                   "[--tensors 24] [--repeat 3] [--dir DIR] [--transfer auto|collective|independent] "
-                   "[--split mixed|rows|cols] [--keep]\n",
-                   problem.c_str());
-    }
+  if (!args.positional.empty()) args.fail("unknown argument '" + args.positional.front() + "'");
+  // The writer's MPI-IO transfers are the deck key ckpt.transfer, as in training.
+  for (const auto& w : args.overrides)
+    if (w.rfind("ckpt.transfer=", 0) != 0) args.fail("'" + w + "': only ckpt.transfer applies to this benchmark");
+  const Config deck = deck::parse("(atlas bench ckpt)", "cluster.dcs = a\ncluster.gpus_per_dc = 1\nparallel.stages_per_dc = 1\n",
+                                  args.overrides);
+  o.size_bytes = args.bytes("size", 1U << 20, ~std::uint64_t{0});
+  o.tensors = args.integer("tensors", 1, 100000);
+  o.repeat = args.integer("repeat", 1, 100000);
+  o.dir = args.text("dir");
+  o.split = args.choice("split", {"mixed", "rows", "cols"});
+  o.transfer = transfer_of(deck.ckpt.transfer);
+  o.keep = args.flag("keep");
+  return o;
+}
+
+int run_with(mpi::Environment& env, const CkptBenchOptions& o);
+
+}  // namespace
+
+int run_ckpt_bench(mpi::Environment& env, const std::vector<std::string>& words) {
+  // The documented contract of this entry point: a bad command line is exit code 1 with the
+  // reason on stderr (rank 0), not an exception.
+  CkptBenchOptions o;
+  try {
+    o = options_of(atlas::bench::parse(ckpt_bench_spec(), words));
+  } catch (const ConfigError& e) {
+    if (env.world_rank() == 0) std::fprintf(stderr, "ERROR: %s\n", e.what());
     return 1;
   }
+  return run_with(env, o);
+}
+
+int run_ckpt_bench(mpi::Environment& env, const atlas::bench::Args& args) { return run_with(env, options_of(args)); }
+
+namespace {
+
+int run_with(mpi::Environment& env, const CkptBenchOptions& o) {
+  const bool root = env.world_rank() == 0;
   const mpi::Comm world = mpi::Comm::world();
   const CkptBenchReport r = bench_ckpt(world, o);
   if (!root) return 0;
@@ -253,11 +253,14 @@ int run_ckpt_bench(mpi::Environment& env, const std::vector<std::string>& args) 
                "{:>7.3f}\n",
                i + 1, x.ckpt_s, ck, x.posix_s, px, ck / px, x.data_s, x.close_s, x.sync_s);
   }
-  fmt::print("# median: checkpoint {:.1f} MB/s, posix {:.1f} MB/s, ratio {:.2f} (goal >= 0.5): "
-             "{}\n",
-             r.ckpt_mb_s, r.posix_mb_s, r.ratio(), r.ratio() >= 0.5 ? "OK" : "BELOW GOAL");
+  fmt::print("{}", atlas::bench::footer("ckpt", fmt::format("median checkpoint {:.1f} MB/s, posix {:.1f} MB/s, ratio "
+                                                            "{:.2f} (goal >= 0.5): {}",
+                                                            r.ckpt_mb_s, r.posix_mb_s, r.ratio(),
+                                                            r.ratio() >= 0.5 ? "OK" : "BELOW GOAL")));
   std::fflush(stdout);
   return 0;
 }
+
+}  // namespace
 
 }  // namespace atlas::io

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "atlas/core/units.hpp"
+#include "atlas/deck/deck.hpp"
 #include "atlas/device/host_backend.hpp"
 #include "atlas/device/reference_gemm.hpp"
 #include "atlas/model/rng.hpp"
@@ -35,39 +36,37 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-int run_gemm_bench(const std::vector<std::string>& args) {
-  std::map<std::string, long> opt{{"hidden", 768}, {"seq_len", 256}, {"batch", 4}, {"vocab", 256},
-                                  {"tp", 1},       {"reps", 5},      {"threads", 0}};
-  atlas::Backend kind = atlas::Backend::Host;
-  for (std::string a : args) {
-    if (a.rfind("--", 0) == 0) a = a.substr(2);
-    if (a == "backend=host" || a == "backend=cuda") {
-      kind = a == "backend=cuda" ? atlas::Backend::Cuda : atlas::Backend::Host;
-      continue;
-    }
-    const auto eq = a.find('=');
-    const std::string key = a.substr(0, eq);
-    const auto it = opt.find(key);
-    const auto value = eq == std::string::npos ? std::nullopt : units::parse_int(a.substr(eq + 1));
-    if (it == opt.end() || !value || *value < (key == "threads" ? 0 : 1)) {
-      std::fprintf(stderr,
-                   "atlas bench gemm: bad argument '%s'\n  usage: atlas bench gemm [hidden=768] "
-                   "[seq_len=256] [batch=4] [vocab=256] [tp=1] [reps=5] [threads=0] "
-                   "[backend=host|cuda]\n",
-                   a.c_str());
-      return 1;
-    }
-    it->second = *value;
-  }
+const atlas::bench::Spec& gemm_bench_spec() {
+  static const atlas::bench::Spec spec{
+      "gemm",
+      "backend GEMM on the model's shapes vs the bare vendor call (cblas_sgemm / cublasSgemm)",
+      "[device.backend=host|cuda] [device.threads=N]",
+      {{"hidden", "N", "768", "model width (d_model)"},
+       {"seq-len", "N", "256", "tokens per sample"},
+       {"batch", "N", "4", "samples per micro-batch"},
+       {"vocab", "N", "256", "vocabulary (lm_head shapes)"},
+       {"tp", "N", "1", "the per-rank shard of column/row-parallel layers"},
+       {"reps", "N", "5", "timed calls per shape (the best is reported)"}}};
+  return spec;
+}
+
+int run_gemm_bench(const atlas::bench::Args& args) {
+  if (!args.positional.empty()) args.fail("unknown argument '" + args.positional.front() + "' (no deck: only device.* keys)");
+  std::map<std::string, long> opt;
+  for (const char* name : {"hidden", "seq-len", "batch", "vocab", "tp", "reps"})
+    opt[name] = args.integer(name, 1, 1 << 24);
+  // What the backend is and how many threads it runs are the deck's device.* keys.
+  for (const auto& o : args.overrides)
+    if (o.rfind("device.", 0) != 0) args.fail("'" + o + "': only device.* keys apply to this benchmark");
+  const Config deck = deck::parse("(atlas bench gemm)", "cluster.dcs = a\ncluster.gpus_per_dc = 1\nparallel.stages_per_dc = 1\n",
+                                  args.overrides);
+  const atlas::Backend kind = deck.device.backend;
   const int c = static_cast<int>(opt["hidden"]);
   const int tp = static_cast<int>(opt["tp"]);
-  const int n_tok = static_cast<int>(opt["seq_len"] * opt["batch"]);
+  const int n_tok = static_cast<int>(opt["seq-len"] * opt["batch"]);
   const int v = static_cast<int>(opt["vocab"]);
   const int reps = static_cast<int>(opt["reps"]);
-  if (c % tp != 0) {
-    std::fprintf(stderr, "atlas bench gemm: hidden = %d is not divisible by tp = %d\n", c, tp);
-    return 1;
-  }
+  if (c % tp != 0) args.fail(fmt::format("--hidden {} is not divisible by --tp {}", c, tp));
   const int cl = c / tp;
   const int ff = 4 * c / tp;
   using device::Trans;
@@ -86,17 +85,21 @@ int run_gemm_bench(const std::vector<std::string>& args) {
       {"lm_head dW", Trans::Yes, Trans::No, v, c, n_tok},
   };
 
-  DeviceCfg device_cfg;
-  device_cfg.backend = kind;
-  device_cfg.threads = static_cast<int>(opt["threads"]);
-  auto backend = device::make_backend(device_cfg);
+  auto backend = device::make_backend(deck.device);
   const char* reference = device::reference_gemm_name(kind);
   fmt::print("# atlas bench gemm: {} backend gemm vs bare {} ({}), best of {} calls\n",
              to_string(kind), reference, backend->describe(), reps);
   fmt::print("# model shapes: hidden {}, tp {}, seq_len x batch = {} tokens, vocab {}\n", c, tp,
              n_tok, v);
-  fmt::print("{:<14} {:>2} {:>6} {:>6} {:>6} {:>13} {:>13} {:>7}\n", "shape", "op", "m", "n", "k",
-             "backend GF/s", kind == atlas::Backend::Host ? "cblas GF/s" : "cublas GF/s", "ratio");
+  const atlas::bench::Table table({{"shape", "", 14, true},
+                                   {"op", "", 2},
+                                   {"m", "", 6},
+                                   {"n", "", 6},
+                                   {"k", "", 6},
+                                   {"backend", "GF/s", 13},
+                                   {kind == atlas::Backend::Host ? "cblas" : "cublas", "GF/s", 13},
+                                   {"ratio", "", 7}});
+  fmt::print("{}", table.head());
 
   double total_flops = 0.0;
   double total_backend_s = 0.0;
@@ -149,17 +152,18 @@ int run_gemm_bench(const std::vector<std::string>& args) {
     total_flops += flops;
     total_backend_s += best_backend;
     total_cblas_s += best_cblas;
-    fmt::print("{:<14} {}{} {:>6} {:>6} {:>6} {:>13.1f} {:>13.1f} {:>7.3f}\n", s.name,
-               s.ta == Trans::Yes ? 'T' : 'N', s.tb == Trans::Yes ? 'T' : 'N', s.m, s.n, s.k,
-               flops / best_backend * 1e-9, flops / best_cblas * 1e-9, best_cblas / best_backend);
+    fmt::print("{}", table.row({s.name, fmt::format("{}{}", s.ta == Trans::Yes ? 'T' : 'N', s.tb == Trans::Yes ? 'T' : 'N'),
+                                std::to_string(s.m), std::to_string(s.n), std::to_string(s.k),
+                                fmt::format("{:.1f}", flops / best_backend * 1e-9),
+                                fmt::format("{:.1f}", flops / best_cblas * 1e-9),
+                                fmt::format("{:.3f}", best_cblas / best_backend)}));
   }
   const double ratio = total_cblas_s / total_backend_s;
-  fmt::print("{:<14} {:>2} {:>6} {:>6} {:>6} {:>13.1f} {:>13.1f} {:>7.3f}\n", "overall", "", "",
-             "", "", total_flops / total_backend_s * 1e-9, total_flops / total_cblas_s * 1e-9,
-             ratio);
+  fmt::print("{}", table.row({"overall", "", "", "", "", fmt::format("{:.1f}", total_flops / total_backend_s * 1e-9),
+                              fmt::format("{:.1f}", total_flops / total_cblas_s * 1e-9), fmt::format("{:.3f}", ratio)}));
   const bool ok = ratio >= 0.7;
-  fmt::print("# {}: backend/{} throughput ratio {:.3f} (goal >= 0.7)\n", ok ? "OK" : "FAILED",
-             reference, ratio);
+  fmt::print("{}", atlas::bench::footer("gemm", fmt::format("backend/{} throughput ratio {:.3f} (goal >= 0.7): {}",
+                                                            reference, ratio, ok ? "OK" : "FAILED")));
   std::fflush(stdout);
   return ok ? 0 : 2;
 }

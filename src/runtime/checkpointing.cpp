@@ -123,6 +123,7 @@ io::WriteResult save_checkpoint(Trainer& trainer, const Config& cfg, const topo:
   }
   io::WriteOptions opt;
   opt.keep_last = cfg.ckpt.keep_last;
+  opt.transfer = io::transfer_of(cfg.ckpt.transfer);
   const int rank = comms.world.rank();
   const bool resumed = !cfg.run.resume.empty();
   opt.before_rename = [rank, steps_done, resumed](const std::string&) {

@@ -90,17 +90,18 @@ plan.gpu = h100
 )");
 }
 
-int run_sim_bench(const std::vector<std::string>& args) {
-  int repeat = 3;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--repeat" && i + 1 < args.size()) {
-      const auto v = units::parse_int(args[++i]);
-      if (!v || *v < 1) throw ConfigError("--repeat expects an integer >= 1, got '" + args[i] + "'");
-      repeat = static_cast<int>(*v);
-    } else {
-      throw ConfigError("atlas bench sim: unknown argument '" + args[i] + "' (accepted: --repeat N)");
-    }
-  }
+const atlas::bench::Spec& sim_bench_spec() {
+  static const atlas::bench::Spec spec{"sim", "simulator speed: one step of a 10,000-GPU job; a 1,024-GPU planner search",
+                                       "",
+                                       {{"repeat", "N", "3", "timed runs of each (the median is reported)"}}};
+  return spec;
+}
+
+int run_sim_bench(const atlas::bench::Args& args) {
+  if (!args.positional.empty() || !args.overrides.empty())
+    args.fail("unknown argument '" + (args.positional.empty() ? args.overrides : args.positional).front() +
+              "' (its jobs are built in: bench_step_config, bench_plan_config)");
+  const int repeat = args.integer("repeat", 1, 1000000);
 
   // ---- one simulated step at 10,000 GPUs ----
   const Config step_cfg = bench_step_config();
@@ -152,7 +153,9 @@ int run_sim_bench(const std::vector<std::string>& args) {
              pr.placed, pr.plans.size(), best.tp, best.pp, best.dp, best.micro_batch_size, best.step_ms / 1e3);
 
   const bool ok = median(step_s) <= 1.0 && median(plan_s) <= 10.0;
-  fmt::print("# targets: one step <= 1 s, one planner search <= 10 s: {}\n", ok ? "OK" : "FAILED");
+  fmt::print("{}", atlas::bench::footer("sim", fmt::format("one step {:.3f} s, one planner search {:.3f} s (targets "
+                                                           "<= 1 s, <= 10 s): {}",
+                                                           median(step_s), median(plan_s), ok ? "OK" : "FAILED")));
   return ok ? 0 : 1;
 }
 

@@ -21,6 +21,7 @@
 
 #include <fmt/format.h>
 
+#include "atlas/core/check.hpp"
 #include "atlas/core/env.hpp"
 #include "atlas/core/error.hpp"
 #include "atlas/core/log.hpp"
@@ -61,86 +62,72 @@ struct Opts {
   bool loopback = true;
 };
 
-[[noreturn]] void usage_error(const std::string& why) {
-  throw ConfigError("atlas bench wan: " + why +
-                    "\n  usage: atlas bench wan [DECK] [key=value ...] [--rails 1,2,4,8,16] "
-                    "[--auth mac,encrypt,crc] [--seconds S] [--warmup S] [--msg-bytes B] [--window N] "
-                    "[--loopback-seconds S] [--loopback-rounds N] [--no-iperf] [--no-mpi] [--no-loopback]");
-}
-
-Opts parse_args(const std::vector<std::string>& args) {
+Opts opts_of(const atlas::bench::Args& a) {
   Opts o;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= args.size()) usage_error("missing value after " + a);
-      return args[++i];
-    };
-    auto positive = [&](const std::string& v) {
-      const auto d = units::parse_double(v);
-      if (!d || *d <= 0) usage_error(a + " needs a positive number, got '" + v + "'");
-      return *d;
-    };
-    if (a == "--rails") {
-      o.rails.clear();
-      std::string v = value();
-      std::size_t pos = 0;
-      while (pos <= v.size()) {
-        const std::size_t c = std::min(v.find(',', pos), v.size());
-        const auto n = units::parse_int(v.substr(pos, c - pos));
-        if (!n || *n < 1 || *n > deck::limits::kMaxRails)
-          usage_error(fmt::format("--rails needs a list like 1,2,4,8,16 (1..{})", deck::limits::kMaxRails));
-        o.rails.push_back(static_cast<int>(*n));
-        pos = c + 1;
-      }
-    } else if (a == "--auth") {
-      o.auths.clear();
-      const std::string v = value();
-      std::size_t pos = 0;
-      while (pos <= v.size()) {
-        const std::size_t c = std::min(v.find(',', pos), v.size());
-        const std::string m = v.substr(pos, c - pos);
-        if (m == "mac") o.auths.push_back(WanAuth::Mac);
-        else if (m == "encrypt") o.auths.push_back(WanAuth::Encrypt);
-        else if (m == "crc") o.auths.push_back(WanAuth::Crc);
-        else usage_error("--auth needs a list of mac, encrypt, crc (e.g. mac,crc), got '" + v + "'");
-        pos = c + 1;
-      }
-    } else if (a == "--seconds") {
-      o.seconds = positive(value());
-    } else if (a == "--warmup") {
-      o.warmup = positive(value());
-    } else if (a == "--loopback-seconds") {
-      o.loopback_seconds = positive(value());
-    } else if (a == "--loopback-rounds") {
-      const auto n = units::parse_int(value());
-      if (!n || *n < 1 || *n > 100) usage_error("--loopback-rounds needs 1..100");
-      o.loopback_rounds = static_cast<int>(*n);
-    } else if (a == "--msg-bytes") {
-      const std::string v = value();
-      const auto b = units::parse_bytes(v);
-      if (!b || *b < 8) usage_error("--msg-bytes needs at least 8 bytes, got '" + v + "'");
-      o.msg_bytes = *b;
-    } else if (a == "--window") {
-      const auto n = units::parse_int(value());
-      if (!n || *n < 1 || *n > 64) usage_error("--window needs 1..64");
-      o.window = static_cast<int>(*n);
-    } else if (a == "--no-iperf") {
-      o.iperf = false;
-    } else if (a == "--no-mpi") {
-      o.mpi = false;
-    } else if (a == "--no-loopback") {
-      o.loopback = false;
-    } else if (a.find('=') != std::string::npos) {
-      o.overrides.push_back(a);
-    } else if (a.rfind("--", 0) != 0 && o.deck.empty()) {
-      o.deck = a;
-    } else {
-      usage_error("unknown argument '" + a + "'");
+  o.deck = a.deck();
+  o.overrides = a.overrides;
+  if (a.positional.size() > 1) a.fail("unknown argument '" + a.positional[1] + "' (one DECK at most)");
+  if (a.given("rails")) {
+    o.rails.clear();
+    for (const std::string& v : a.list("rails")) {
+      const auto n = units::parse_int(v);
+      if (!n || *n < 1 || *n > deck::limits::kMaxRails)
+        a.fail(fmt::format("--rails needs a list like 1,2,4,8,16 (1..{})", deck::limits::kMaxRails));
+      o.rails.push_back(static_cast<int>(*n));
     }
+    if (o.rails.empty())
+      a.fail(fmt::format("--rails needs a list like 1,2,4,8,16 (1..{})", deck::limits::kMaxRails));
   }
+  if (a.given("auth")) {
+    o.auths.clear();
+    for (const std::string& m : a.list("auth")) {
+      if (m == "mac") o.auths.push_back(WanAuth::Mac);
+      else if (m == "encrypt") o.auths.push_back(WanAuth::Encrypt);
+      else if (m == "crc") o.auths.push_back(WanAuth::Crc);
+      else a.fail("--auth needs a list of mac, encrypt, crc (e.g. mac,crc), got '" + a.text("auth") + "'");
+    }
+    if (o.auths.empty()) a.fail("--auth needs a list of mac, encrypt, crc (e.g. mac,crc), got ''");
+  }
+  auto positive = [&](const char* name) {
+    const std::string v = a.text(name);
+    const auto d = units::parse_double(v);
+    if (!d || *d <= 0) a.fail(fmt::format("--{} needs a positive number, got '{}'", name, v));
+    return *d;
+  };
+  o.seconds = positive("seconds");
+  o.warmup = positive("warmup");
+  o.loopback_seconds = positive("loopback-seconds");
+  o.loopback_rounds = a.integer("loopback-rounds", 1, 100);
+  o.msg_bytes = a.bytes("msg-bytes", 8, 16 * units::kGiB);
+  o.window = a.integer("window", 1, 64);
+  o.iperf = !a.flag("no-iperf");
+  o.mpi = !a.flag("no-mpi");
+  o.loopback = !a.flag("no-loopback");
   return o;
 }
+
+}  // namespace
+
+const atlas::bench::Spec& wan_bench_spec() {
+  static const atlas::bench::Spec spec{
+      "wan",
+      "multi-rail TCP vs one rail vs Open MPI vs iperf3 on the (emulated) WAN link (--latency: atlas bench latency)",
+      "[DECK] [key=value ...]",
+      {{"rails", "LIST", "1,2,4,8,16", "rail counts measured side by side"},
+       {"auth", "LIST", "mac,encrypt,crc", "frame protections measured side by side"},
+       {"seconds", "S", "3", "measured time per transport"},
+       {"warmup", "S", "1", "time streamed before measuring"},
+       {"msg-bytes", "BYTES", "1M", "message size"},
+       {"window", "N", "8", "messages in flight"},
+       {"loopback-seconds", "S", "0.5", "in-process loopback check: time per round"},
+       {"loopback-rounds", "N", "5", "in-process loopback check: rounds"},
+       {"no-iperf", "", "", "leave out iperf3"},
+       {"no-mpi", "", "", "leave out the Open MPI baseline"},
+       {"no-loopback", "", "", "leave out the in-process loopback check"}}};
+  return spec;
+}
+
+namespace {
 
 // ---- one measurement: a stream of messages, `window` in flight ----
 // Byte 0 of each message: 1 = data, 0 = last data, 2 = drain (matches the receiver's extra
@@ -263,7 +250,7 @@ double recv_stream(PeerTransport& t, int peer, const Opts& o, double warmup, dou
       }
       continue;
     }
-    if (stopped) throw Error(ExitCode::Internal, "bench: data message after the last one");
+    if (stopped) ATLAS_THROW(Internal, "bench: data message after the last one");
     const auto now = Clock::now();
     bytes += o.msg_bytes;
     if (!warmed && std::chrono::duration<double>(now - t0).count() >= warmup) {
@@ -378,7 +365,7 @@ std::pair<double, double> crypto_rate(FrameAuth auth, std::size_t len, double se
   const auto t1 = Clock::now();
   for (const auto& hdr : hdrs) {
     if (!rx.open_header(hdr).empty())
-      throw Error(ExitCode::Internal, "bench: a sealed frame failed its header tag");
+      ATLAS_THROW(Internal, "bench: a sealed frame failed its header tag");
     (void)rx.open_payload(wire.data(), len);  // one ciphertext for all: only the time counts
   }
   const double open = static_cast<double>(hdrs.size() * len) /
@@ -405,8 +392,20 @@ struct Row {
 }  // namespace
 
 int run_wan_bench(mpi::Environment& env, const std::vector<std::string>& args) {
-  if (std::find(args.begin(), args.end(), "--latency") != args.end()) return run_wan_latency_bench(env, args);
-  const Opts o = parse_args(args);
+  std::vector<std::string> words = args;
+  const auto latency = std::find(words.begin(), words.end(), "--latency");
+  const bool lat = latency != words.end();
+  if (lat) words.erase(latency);
+  const atlas::bench::Args parsed = atlas::bench::parse(lat ? wan_latency_bench_spec() : wan_bench_spec(), words);
+  if (env.world_rank() == 0) {
+    fmt::print("{}", atlas::bench::header(parsed));
+    std::fflush(stdout);
+  }
+  return lat ? run_wan_latency_bench(env, parsed) : run_wan_bench(env, parsed);
+}
+
+int run_wan_bench(mpi::Environment& env, const atlas::bench::Args& args) {
+  const Opts o = opts_of(args);
   const mpi::Comm world = mpi::Comm::world();
   const int me = world.rank();
   (void)env;
@@ -595,7 +594,7 @@ int run_wan_bench(mpi::Environment& env, const std::vector<std::string>& args) {
         mo.max_frame_bytes = cfg.wan.max_frame_bytes;
         mo.recv_timeout_s = cfg.wan.recv_timeout_s;
         mo.connect_timeout_s = cfg.wan.connect_timeout_s;
-        if (const char* e = std::getenv("ATLAS_WAN_TCP_CONGESTION"); e && *e) mo.tcp_congestion = e;  // as make_transport
+        mo.tcp_congestion = cfg.wan.tcp_congestion;  // as make_transport (rail_options)
         random_bytes(mo.secret);
         MultirailOptions ma = mo, mb = mo;
         ma.my_rank = 0;
@@ -746,7 +745,7 @@ Link setup_link(const mpi::Comm& world, const std::string& deck_path,
   if (const std::optional<std::string> e = env::get("ATLAS_WAN_DC")) {
     const auto v = units::parse_int(*e);
     if (!v || *v < 0 || *v >= ndc)
-      throw Error(ExitCode::Usage, fmt::format("ATLAS_WAN_DC='{}' is not a DC index of the deck (0..{})", *e, ndc - 1));
+      ATLAS_THROW(Usage, fmt::format("ATLAS_WAN_DC='{}' is not a DC index of the deck (0..{})", *e, ndc - 1));
     my_dc = static_cast<int>(*v);
   } else if (cfg.parallel.world_size() == np &&
              cfg.parallel.stages_per_dc.size() == static_cast<std::size_t>(ndc)) {

@@ -23,6 +23,7 @@
 
 #include <fmt/format.h>
 
+#include "atlas/core/check.hpp"
 #include "atlas/core/error.hpp"
 #include "atlas/core/units.hpp"
 #include "atlas/wan/bench.hpp"
@@ -41,7 +42,7 @@ struct Variant {
   Kind kind = Kind::Multirail;
   int rails = 1;
   std::uint64_t chunk = 0;
-  std::string cc;  // congestion-control request ("" = ATLAS_WAN_TCP_CONGESTION or "auto")
+  std::string cc;  // congestion-control request ("" = the deck's wan.tcp_congestion)
   [[nodiscard]] std::string name() const {
     switch (kind) {
       case Kind::Multirail: {
@@ -54,11 +55,8 @@ struct Variant {
     }
     return "?";
   }
-  [[nodiscard]] std::string request() const {
-    if (!cc.empty()) return cc;
-    const char* env = std::getenv("ATLAS_WAN_TCP_CONGESTION");
-    return env && *env ? env : "auto";
-  }
+  /// The congestion control this variant asks for: its own, else the deck's.
+  [[nodiscard]] std::string request(const WanCfg& deck) const { return cc.empty() ? deck.tcp_congestion : cc; }
 };
 
 struct LatOpts {
@@ -74,12 +72,12 @@ struct LatOpts {
   double max_ratio = 0;  // > 0: fail (exit 1) beyond this many times the ideal (see --max-ratio)
 };
 
+const atlas::bench::Args* g_args = nullptr;  // for usage_error, set while parsing
+
 [[noreturn]] void usage_error(const std::string& why) {
-  throw ConfigError(
-      "atlas bench wan --latency: " + why +
-      "\n  usage: atlas bench wan --latency [DECK] [key=value ...] [--msg-bytes B] [--count N] "
-      "[--warmup N] [--gap-ms G] [--both-ways] [--load N] [--max-ratio R] [--variants multirail:RAILS:CHUNK[:CC],mpi,tcp[:CC],...]"
-      "\n  CC: a TCP congestion control for that variant: auto (default), system, cubic, reno, bbr");
+  ATLAS_ASSERT(g_args != nullptr, "usage_error outside the option parsing");
+  g_args->fail(why + "\n  CC: a TCP congestion control for that variant: auto, system, cubic, reno, bbr "
+                     "(default: the deck's wan.tcp_congestion)");
 }
 
 std::vector<Variant> parse_variants(const std::string& v) {
@@ -117,60 +115,46 @@ std::vector<Variant> parse_variants(const std::string& v) {
   return out;
 }
 
-LatOpts parse_args(const std::vector<std::string>& args) {
+LatOpts opts_of(const atlas::bench::Args& a) {
+  g_args = &a;
   LatOpts o;
-  o.variants = parse_variants(
-      "multirail:1:32K,multirail:4:32K,multirail:1:256K,multirail:4:256K,multirail:4:32K:system,mpi,"
-      "tcp,tcp:system");
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= args.size()) usage_error("missing value after " + a);
-      return args[++i];
-    };
-    auto count = [&](int lo, int hi) {
-      const std::string v = value();
-      const auto n = units::parse_int(v);
-      if (!n || *n < lo || *n > hi) usage_error(fmt::format("{} needs {}..{}, got '{}'", a, lo, hi, v));
-      return static_cast<int>(*n);
-    };
-    if (a == "--latency") {
-      continue;
-    } else if (a == "--variants") {
-      o.variants = parse_variants(value());
-    } else if (a == "--msg-bytes") {
-      const std::string v = value();
-      const auto b = units::parse_bytes(v);
-      if (!b || *b < 16) usage_error("--msg-bytes needs at least 16 bytes, got '" + v + "'");
-      o.msg_bytes = *b;
-    } else if (a == "--count") {
-      o.count = count(1, 100000);
-    } else if (a == "--warmup") {
-      o.warmup = count(0, 1000);
-    } else if (a == "--gap-ms") {
-      const std::string v = value();
-      const auto d = units::parse_double(v);
-      if (!d || *d < 0 || *d > 10000) usage_error("--gap-ms needs 0..10000, got '" + v + "'");
-      o.gap_ms = *d;
-    } else if (a == "--both-ways") {
-      o.both_ways = true;
-    } else if (a == "--load") {
-      o.load = count(0, 64);
-    } else if (a == "--max-ratio") {
-      const std::string v = value();
-      const auto d = units::parse_double(v);
-      if (!d || *d < 1) usage_error("--max-ratio needs a number >= 1, got '" + v + "'");
-      o.max_ratio = *d;
-    } else if (a.find('=') != std::string::npos) {
-      o.overrides.push_back(a);
-    } else if (a.rfind("--", 0) != 0 && o.deck.empty()) {
-      o.deck = a;
-    } else {
-      usage_error("unknown argument '" + a + "'");
-    }
-  }
+  o.deck = a.deck();
+  o.overrides = a.overrides;
+  if (a.positional.size() > 1) usage_error("unknown argument '" + a.positional[1] + "' (one DECK at most)");
+  o.variants = parse_variants(a.text("variants"));
+  o.msg_bytes = a.bytes("msg-bytes", 16, 16 * units::kGiB);
+  o.count = a.integer("count", 1, 100000);
+  o.warmup = a.integer("warmup", 0, 1000);
+  o.gap_ms = a.number("gap-ms", 0, 10000);
+  o.both_ways = a.flag("both-ways");
+  o.load = a.integer("load", 0, 64);
+  if (a.given("max-ratio")) o.max_ratio = a.number("max-ratio", 1, 1e9);
+  g_args = nullptr;
   return o;
 }
+
+}  // namespace
+
+const atlas::bench::Spec& wan_latency_bench_spec() {
+  static const atlas::bench::Spec spec{
+      "latency",
+      "one WAN message at a time after idle gaps: multirail variants vs Open MPI vs one TCP socket (also: atlas "
+      "bench wan --latency)",
+      "[DECK] [key=value ...]",
+      {{"variants", "LIST",
+        "multirail:1:32K,multirail:4:32K,multirail:1:256K,multirail:4:256K,multirail:4:32K:system,mpi,tcp,tcp:system",
+        "what is measured side by side: multirail:RAILS:CHUNK[:CC], mpi, tcp[:CC]"},
+       {"msg-bytes", "BYTES", "128K", "message size"},
+       {"count", "N", "40", "messages per variant"},
+       {"warmup", "N", "2", "messages left out of the percentiles"},
+       {"gap-ms", "MS", "30", "idle gap before each message"},
+       {"both-ways", "", "", "also time the reverse direction"},
+       {"load", "N", "0", "spinning threads per measured rank (CPU contention, as in training)"},
+       {"max-ratio", "R", "", "exit 1 when a multirail p50 exceeds R x ideal (first message: 2R x)"}}};
+  return spec;
+}
+
+namespace {
 
 std::int64_t now_ns() {
   timespec ts{};
@@ -233,20 +217,20 @@ class TcpChannel final : public Channel {
       const ssize_t r = ::recv(m_fd.get(), m_buf + got, m_n - got, 0);
       if (r <= 0) {
         if (r < 0 && errno == EINTR) continue;
-        throw Error(ExitCode::Comm, fmt::format("bench tcp: receive failed: {}", r == 0 ? "peer closed" : std::strerror(errno)));
+        ATLAS_THROW(Comm, fmt::format("bench tcp: receive failed: {}", r == 0 ? "peer closed" : std::strerror(errno)));
       }
       got += static_cast<std::size_t>(r);
     }
     const std::uint8_t ack = 1;
     if (::send(m_fd.get(), &ack, 1, MSG_NOSIGNAL) != 1)
-      throw Error(ExitCode::Comm, fmt::format("bench tcp: ack send failed: {}", std::strerror(errno)));
+      ATLAS_THROW(Comm, fmt::format("bench tcp: ack send failed: {}", std::strerror(errno)));
   }
   void start_send(const std::uint8_t* buf, std::size_t n) override {
     for (std::size_t put = 0; put < n;) {
       const ssize_t w = ::send(m_fd.get(), buf + put, n - put, MSG_NOSIGNAL);
       if (w < 0) {
         if (errno == EINTR) continue;
-        throw Error(ExitCode::Comm, fmt::format("bench tcp: send failed: {}", std::strerror(errno)));
+        ATLAS_THROW(Comm, fmt::format("bench tcp: send failed: {}", std::strerror(errno)));
       }
       put += static_cast<std::size_t>(w);
     }
@@ -268,7 +252,7 @@ class TcpChannel final : public Channel {
       const ssize_t r = ::recv(m_fd.get(), &ack, 1, 0);
       if (r == 1) return;
       if (r < 0 && errno == EINTR) continue;
-      throw Error(ExitCode::Comm, fmt::format("bench tcp: ack receive failed: {}", r == 0 ? "peer closed" : std::strerror(errno)));
+      ATLAS_THROW(Comm, fmt::format("bench tcp: ack receive failed: {}", r == 0 ? "peer closed" : std::strerror(errno)));
     }
   }
 
@@ -281,7 +265,7 @@ class TcpChannel final : public Channel {
 void set_blocking(int fd) {
   const int flags = fcntl(fd, F_GETFL, 0);
   if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0)
-    throw Error(ExitCode::Comm, fmt::format("bench tcp: fcntl: {}", std::strerror(errno)));
+    ATLAS_THROW(Comm, fmt::format("bench tcp: fcntl: {}", std::strerror(errno)));
 }
 
 /// Collective over `world`: the receiver listens, the sender connects. Other ranks get null.
@@ -293,7 +277,7 @@ std::unique_ptr<Channel> make_tcp(const mpi::Comm& world, const bench::Link& lin
     listener = listen_tcp(link.host_r, 0, port);
     if (!cc.empty())
       if (const std::string why = set_congestion_control(listener.get(), cc); !why.empty())
-        throw Error(ExitCode::Comm, "bench tcp: " + why);
+        ATLAS_THROW(Comm, "bench tcp: " + why);
   }
   world.bcast(std::span<int>(&port, 1), link.receiver);
   Fd fd;
@@ -303,19 +287,19 @@ std::unique_ptr<Channel> make_tcp(const mpi::Comm& world, const bench::Link& lin
     fd = connect_tcp(resolve(link.host_r, port), in_progress, err, [&](int f) {
       if (!cc.empty())
         if (const std::string why = set_congestion_control(f, cc); !why.empty())
-          throw Error(ExitCode::Comm, "bench tcp: " + why);
+          ATLAS_THROW(Comm, "bench tcp: " + why);
     });
-    if (!fd.valid()) throw Error(ExitCode::Comm, "bench tcp: connect: " + err);
+    if (!fd.valid()) ATLAS_THROW(Comm, "bench tcp: connect: " + err);
     pollfd pf{fd.get(), POLLOUT, 0};
     if (in_progress && poll(&pf, 1, 10000) != 1)
-      throw Error(ExitCode::Comm, "bench tcp: connect timed out");
+      ATLAS_THROW(Comm, "bench tcp: connect timed out");
     if (const std::string e = connect_error(fd.get()); !e.empty())
-      throw Error(ExitCode::Comm, "bench tcp: connect: " + e);
+      ATLAS_THROW(Comm, "bench tcp: connect: " + e);
   } else if (me == link.receiver) {
     pollfd pf{listener.get(), POLLIN, 0};
-    if (poll(&pf, 1, 10000) != 1) throw Error(ExitCode::Comm, "bench tcp: nobody connected");
+    if (poll(&pf, 1, 10000) != 1) ATLAS_THROW(Comm, "bench tcp: nobody connected");
     fd = Fd(::accept(listener.get(), nullptr, nullptr));
-    if (!fd.valid()) throw Error(ExitCode::Comm, fmt::format("bench tcp: accept: {}", std::strerror(errno)));
+    if (!fd.valid()) ATLAS_THROW(Comm, fmt::format("bench tcp: accept: {}", std::strerror(errno)));
   }
   if (!fd.valid()) return nullptr;
   set_blocking(fd.get());
@@ -326,7 +310,7 @@ std::unique_ptr<Channel> make_tcp(const mpi::Comm& world, const bench::Link& lin
 /// Collective over `world`.
 std::unique_ptr<Channel> make_channel(const mpi::Comm& world, const bench::Link& link, const Variant& v) {
   const int me = world.rank();
-  if (v.kind == Kind::Tcp) return make_tcp(world, link, choose_congestion_control(v.request()).name);
+  if (v.kind == Kind::Tcp) return make_tcp(world, link, choose_congestion_control(v.request(link.cfg.wan)).name);
   std::vector<int> peers;
   if (me == 0) peers = {link.receiver};
   if (me == link.receiver) peers = {0};
@@ -337,20 +321,8 @@ std::unique_ptr<Channel> make_channel(const mpi::Comm& world, const bench::Link&
     w.chunk_bytes = v.chunk;
     w.max_frame_bytes = std::max(w.max_frame_bytes, v.chunk);
   }
-  // make_transport takes the rails' congestion control from the environment.
-  const char* old = std::getenv("ATLAS_WAN_TCP_CONGESTION");
-  const std::string saved = old ? old : "";
-  setenv("ATLAS_WAN_TCP_CONGESTION", v.request().c_str(), 1);
-  std::unique_ptr<PeerTransport> t;
-  try {
-    t = make_transport(w, link.cfg.cluster, world, link.my_dc, peers);
-  } catch (...) {
-    if (old) setenv("ATLAS_WAN_TCP_CONGESTION", saved.c_str(), 1);
-    else unsetenv("ATLAS_WAN_TCP_CONGESTION");
-    throw;
-  }
-  if (old) setenv("ATLAS_WAN_TCP_CONGESTION", saved.c_str(), 1);
-  else unsetenv("ATLAS_WAN_TCP_CONGESTION");
+  w.tcp_congestion = v.request(link.cfg.wan);
+  std::unique_ptr<PeerTransport> t = make_transport(w, link.cfg.cluster, world, link.my_dc, peers);
   if (peers.empty()) return nullptr;
   return std::make_unique<TransportChannel>(std::move(t), peers.front());
 }
@@ -366,10 +338,10 @@ void check(const std::vector<std::uint8_t>& b, std::uint64_t index, const std::s
   std::uint64_t got = 0;
   std::memcpy(&got, b.data() + 8, 8);
   if (got != index)
-    throw Error(ExitCode::Internal, fmt::format("bench {}: message #{} arrived where #{} was expected", what, got, index));
+    ATLAS_THROW(Internal, fmt::format("bench {}: message #{} arrived where #{} was expected", what, got, index));
   for (std::size_t k = 16; k < b.size(); ++k)
     if (b[k] != static_cast<std::uint8_t>(index * 131 + k * 7))
-      throw Error(ExitCode::Internal, fmt::format("bench {}: message #{} corrupt at byte {}", what, index, k));
+      ATLAS_THROW(Internal, fmt::format("bench {}: message #{} corrupt at byte {}", what, index, k));
 }
 
 /// `n` threads that spin on arithmetic until destroyed: the CPU contention of computing ranks.
@@ -474,9 +446,9 @@ std::vector<double> to_root(const mpi::Comm& world, int from, const std::vector<
 
 }  // namespace
 
-int run_wan_latency_bench(mpi::Environment& env, const std::vector<std::string>& args) {
+int run_wan_latency_bench(mpi::Environment& env, const atlas::bench::Args& args) {
   (void)env;
-  const LatOpts o = parse_args(args);
+  const LatOpts o = opts_of(args);
   const mpi::Comm world = mpi::Comm::world();
   const int me = world.rank();
   const bench::Link link = bench::setup_link(world, o.deck, o.overrides);
@@ -605,7 +577,7 @@ int run_wan_latency_bench(mpi::Environment& env, const std::vector<std::string>&
           over.push_back(fmt::format("{}: first message (fresh rails) {:.2f} ms > {:.1f} x {:.2f}", v.name(), first,
                                      2 * r, ideal_one));
       }
-      const CongestionChoice cc = choose_congestion_control(v.kind == Kind::Mpi ? "system" : v.request());
+      const CongestionChoice cc = choose_congestion_control(v.kind == Kind::Mpi ? "system" : v.request(link.cfg.wan));
       out(fmt::format("  {:<22} {:<6} {:>7.2f} | {:>7.2f} {:>7.2f} {:>7.2f} {:>7.2f} | {:>7.2f} {:>7.2f} | {:>6.2f} {:>6.2f}  {}",
                       v.name(), cc.name.empty() ? cc.system : cc.name, first, p50, pct(t1, 0.9), pct(t1, 0.99), pct(t1, 1.0), a50, pct(ta, 0.99),
                       ideal_one > 0 ? p50 / ideal_one : 0.0, ideal_ack > 0 ? a50 / ideal_ack : 0.0, note));

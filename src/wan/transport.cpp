@@ -243,6 +243,22 @@ std::vector<std::string> debug_make_transport_mpi_strings() {
   return g_sent;
 }
 
+MultirailOptions rail_options(const WanCfg& wan) {
+  MultirailOptions o;
+  o.auth = wan.auth == WanAuth::Crc       ? FrameAuth::Crc
+           : wan.auth == WanAuth::Encrypt ? FrameAuth::Encrypt
+                                          : FrameAuth::Mac;
+  o.rails = wan.rails;
+  o.chunk_bytes = wan.chunk_bytes;
+  o.max_frame_bytes = wan.max_frame_bytes;
+  o.recv_timeout_s = wan.recv_timeout_s;
+  o.connect_timeout_s = wan.connect_timeout_s;
+  o.eager_credit_bytes = std::max<std::uint64_t>(64 * units::kMiB, 4 * wan.chunk_bytes);
+  o.tcp_congestion = wan.tcp_congestion;
+  o.warmup_bytes = wan.warmup_bytes;
+  return o;
+}
+
 std::unique_ptr<PeerTransport> make_transport(const WanCfg& wan, const ClusterCfg& cluster,
                                               const mpi::Comm& world, int my_dc,
                                               const std::vector<int>& peers) {
@@ -258,19 +274,8 @@ std::unique_ptr<PeerTransport> make_transport(const WanCfg& wan, const ClusterCf
   // are exchanged (with the addresses, below); each pair of peers derives its own secret from
   // their shared X25519 secret and, when wan.key_file is set, the key file's bytes (which bind
   // it to the job: without them an active attacker on the MPI path could stand in the middle).
-  MultirailOptions o;
-
+  MultirailOptions o = rail_options(wan);
   o.my_rank = world.rank();
-  o.auth = wan.auth == WanAuth::Crc       ? FrameAuth::Crc
-           : wan.auth == WanAuth::Encrypt ? FrameAuth::Encrypt
-                                          : FrameAuth::Mac;
-  o.rails = wan.rails;
-  o.chunk_bytes = wan.chunk_bytes;
-  o.max_frame_bytes = wan.max_frame_bytes;
-  o.recv_timeout_s = wan.recv_timeout_s;
-  o.connect_timeout_s = wan.connect_timeout_s;
-  o.eager_credit_bytes = std::max<std::uint64_t>(64 * units::kMiB, 4 * wan.chunk_bytes);
-  if (const char* env = std::getenv("ATLAS_WAN_TCP_CONGESTION"); env && *env) o.tcp_congestion = env;
   // Errors below are collective-safe: every rank's outcome goes through mpi::agree before any
   // rank throws (a deck or key-file problem: ConfigError, exit 2; a transport that cannot start:
   // CollectiveError, Comm), each message naming the rank it happened on.
@@ -334,14 +339,6 @@ std::unique_ptr<PeerTransport> make_transport(const WanCfg& wan, const ClusterCf
   // a listener that does not exist yet.
   std::unique_ptr<MultirailTransport> t;
   on_this_rank("starting the WAN transport", "start its transport", [&] {
-    // Environment overrides (diagnostics and A/B runs; see docs/wan.md): checked here, so a bad
-    // value fails every rank together instead of leaving the others in the allgather.
-    if (const char* env = std::getenv("ATLAS_WAN_WARMUP_BYTES"); env && *env) {
-      const auto b = units::parse_bytes(env);
-      if (!b)
-        ATLAS_THROW(Comm, "ATLAS_WAN_WARMUP_BYTES='" << env << "' is not a byte count (e.g. 0, 256K, 1M)");
-      o.warmup_bytes = *b;
-    }
     t = std::make_unique<MultirailTransport>(o, peers);
   });
   const std::string mine = peers.empty() ? std::string() : fmt::format("{} {}", o.bind_host, t->listen_port());

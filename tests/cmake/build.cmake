@@ -11,3 +11,13 @@ add_test(NAME test_install
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/build/test_install.sh ${PROJECT_SOURCE_DIR}
           ${PROJECT_BINARY_DIR} ${CMAKE_COMMAND})
 set_tests_properties(test_install PROPERTIES LABELS unit TIMEOUT 120)
+
+# The architecture rules of docs/architecture.md (room includes, getenv, CUDA headers, the
+# runtime's independence of the schedule kind and the simulator, file sizes) hold on the tree,
+# and the checker reports a planted violation of each.
+add_test(NAME architecture_rules
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/architecture/check_rooms.sh ${PROJECT_SOURCE_DIR})
+set_tests_properties(architecture_rules PROPERTIES LABELS unit TIMEOUT 60)
+add_test(NAME architecture_rules_catch
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/architecture/test_check_rooms.sh ${PROJECT_SOURCE_DIR})
+set_tests_properties(architecture_rules_catch PROPERTIES LABELS unit TIMEOUT 60)

@@ -3,6 +3,12 @@
 atlas_unit_test(test_deck ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_deck.cpp)
 atlas_unit_test(test_core_file ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_core_file.cpp)
 atlas_unit_test(test_core_env ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_core_env.cpp)
+atlas_unit_test(test_bench_harness ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_bench_harness.cpp)
+# Every `atlas bench X` goes through the harness: the list, a bench's usage, the header; a
+# behaviour switch is a deck key (device.backend = cuda reaches make_backend: refused on a CPU build).
+add_test(NAME cli_bench_harness
+  COMMAND bash -c "set -u; b=$<TARGET_FILE:atlas>; out=$($b bench 2>&1); [[ $? == 1 ]] || exit 1; for n in wan latency gemm step schedules profile overlap ckpt sim fidelity bubbletea; do grep -q \"^  $n \" <<<\"$out\" || { echo \"$out\"; exit 1; }; done; out=$($b bench gemm --help) && grep -q 'usage: atlas bench gemm .*--reps N' <<<\"$out\" || exit 1; rc=0; out=$($b bench gemm --hidden 64 --seq-len 8 --batch 1 --vocab 64 --reps 1 device.threads=1 2>&1) || rc=$?; echo \"$out\"; [[ $rc == 0 || $rc == 2 ]] && grep -q '^# command: atlas bench gemm --hidden 64' <<<\"$out\" && grep -q '^# build: atlas' <<<\"$out\" && grep -q '^# machine: ' <<<\"$out\" && grep -q '^# atlas bench gemm: host backend gemm' <<<\"$out\" || exit 1; rc=0; out=$($b bench gemm --reps 1 device.backend=cuda 2>&1) || rc=$?; echo \"$out\"; grep -qE 'built without CUDA|no CUDA device is visible|^# atlas bench gemm: cuda backend' <<<\"$out\" || exit 1; rc=0; out=$($b bench gemm --reps 1 model.hidden=64 2>&1) || rc=$?; [[ $rc == 2 ]] && grep -q 'only device.\\* keys apply' <<<\"$out\" || exit 1; rc=0; out=$($b bench wan --latency --variants foo 2>&1) || rc=$?; echo \"$out\"; [[ $rc == 2 ]] && grep -q \"atlas bench latency: unknown variant 'foo'\" <<<\"$out\"")
+set_tests_properties(cli_bench_harness PROPERTIES LABELS unit TIMEOUT 120 WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 atlas_unit_test(test_layout ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_layout.cpp)
 atlas_unit_test(test_schedule ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_schedule.cpp)
 atlas_mpi_test(test_communicators SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/mpi/test_communicators.cpp NP 1 2 4 8)

@@ -99,6 +99,17 @@ class CudaCollective : public ::testing::Test {
   std::unique_ptr<Backend> be;
 };
 
+// device.nccl_timeout_s (formerly ATLAS_NCCL_TIMEOUT_S) reaches the backend whose NCCL
+// collectives it limits (make_cuda_collective passes it to nccl::Comm).
+TEST_F(CudaCollective, DeckNcclTimeoutReachesTheBackend) {
+  EXPECT_DOUBLE_EQ(cuda::nccl_timeout_s_of(*be), 300.0);
+  DeviceCfg cfg;
+  cfg.backend = atlas::Backend::Cuda;
+  cfg.nccl_timeout_s = 42.5;
+  const std::unique_ptr<Backend> other = make_backend(cfg);
+  EXPECT_DOUBLE_EQ(cuda::nccl_timeout_s_of(*other), 42.5);
+}
+
 TEST_F(CudaCollective, MakeCollectivePicksNcclOnlyWithOneGpuPerRankAndSumsExactly) {
   auto group = make_collective(world, *be);
   EXPECT_EQ(cuda::uses_nccl(*group), distinct_gpus);

@@ -63,5 +63,36 @@ TEST(CkptBench, RejectsUnknownAndMalformedOptions) {
   }
 }
 
+// The writer's MPI-IO transfers are the deck key ckpt.transfer (formerly --transfer): it reaches
+// the writer the bench measures, and training's (io::transfer_of); a bad value is refused.
+TEST(CkptBench, DeckKeyChoosesTheWritersTransfers) {
+  EXPECT_EQ(transfer_of(CkptTransfer::Auto), Transfer::Auto);
+  EXPECT_EQ(transfer_of(CkptTransfer::Collective), Transfer::Collective);
+  EXPECT_EQ(transfer_of(CkptTransfer::Independent), Transfer::Independent);
+  int argc = 1;
+  char name[] = "test";
+  char* args[] = {name, nullptr};
+  char** argv = args;
+  mpi::Environment env(argc, argv, mpi::ThreadLevel::Funneled);
+  const mpi::Comm world = mpi::Comm::world();
+  testing::SharedTempDir tmp(world);
+  ::testing::internal::CaptureStdout();
+  EXPECT_EQ(run_ckpt_bench(env, {"--size", "1M", "--tensors", "2", "--repeat", "1", "--dir", tmp.path() + "/b",
+                                 "ckpt.transfer=independent"}),
+            0);
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  if (world.rank() == 0) {
+    EXPECT_THAT(out, ::testing::HasSubstr("independent MPI-IO transfers"));
+  }
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(run_ckpt_bench(env, {"ckpt.transfer=sideways"}), 1);
+  EXPECT_EQ(run_ckpt_bench(env, {"ckpt.keep_last=2"}), 1);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  if (world.rank() == 0) {
+    EXPECT_THAT(err, ::testing::HasSubstr("ckpt.transfer = \"sideways\": expected one of: auto, collective, independent"));
+    EXPECT_THAT(err, ::testing::HasSubstr("only ckpt.transfer applies"));
+  }
+}
+
 }  // namespace
 }  // namespace atlas::io

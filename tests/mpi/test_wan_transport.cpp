@@ -129,6 +129,37 @@ TEST(WanTransportMpi, OneSidedPeerListIsACollectiveError) {
   }
 }
 
+// wan.tcp_congestion and wan.warmup_bytes (deck keys since #23, formerly environment variables)
+// reach the rails: rail_options carries them, and make_transport's rails use the congestion
+// control the deck names; one the kernel lacks fails every rank.
+TEST(WanTransportMpi, DeckCongestionControlAndWarmupReachTheRails) {
+  WanCfg w = wan_cfg(WanTransport::Multirail);
+  w.tcp_congestion = "reno";
+  w.warmup_bytes = 256 * 1024;
+  const MultirailOptions o = rail_options(w);
+  EXPECT_EQ(o.tcp_congestion, "reno");
+  EXPECT_EQ(o.warmup_bytes, 256u * 1024);
+  EXPECT_EQ(rail_options(wan_cfg(WanTransport::Multirail)).tcp_congestion, "auto");
+  EXPECT_EQ(rail_options(wan_cfg(WanTransport::Multirail)).warmup_bytes, 1024u * 1024);
+
+  const mpi::Comm world = mpi::Comm::world();
+  if (world.size() < 2) GTEST_SKIP() << "needs np >= 2";
+  const Split s = split_two_dcs(world);
+  {
+    auto t = make_transport(w, two_dcs(), world, s.my_dc, s.peers);
+    const auto* rails = dynamic_cast<const MultirailTransport*>(t.get());
+    ASSERT_NE(rails, nullptr);
+    EXPECT_THAT(rails->congestion_control_note(), HasSubstr("TCP congestion control: reno"));
+  }
+  w.tcp_congestion = "nosuchcc";
+  try {
+    auto t = make_transport(w, two_dcs(), world, s.my_dc, s.peers);
+    FAIL() << "expected an error on every rank";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("asked for 'nosuchcc'"));
+  }
+}
+
 
 // ---- issue 27, item 2: no secret in a capture of the job's traffic ----
 

@@ -138,6 +138,48 @@ TEST(Deck, TypeErrorsAndCrossFieldProblemsAreReportedTogether) {
   EXPECT_THAT(q, ::testing::Not(::testing::Contains(::testing::HasSubstr("not divisible"))));
 }
 
+// The behaviour switches that were environment variables before #23 are deck keys: defaults,
+// overrides, resolved.deck; a bad value is a config error naming the key.
+TEST(Deck, BehaviourSwitchesAreDeckKeys) {
+  const Config d = parse("mem", kMinimal, {});
+  EXPECT_EQ(d.wan.tcp_congestion, "auto");
+  EXPECT_EQ(d.wan.warmup_bytes, 1024u * 1024);
+  EXPECT_EQ(d.device.sched_batch, SchedBatch::Auto);
+  EXPECT_DOUBLE_EQ(d.device.nccl_timeout_s, 300.0);
+  EXPECT_EQ(d.ckpt.transfer, CkptTransfer::Auto);
+  EXPECT_EQ(parse("mem", kMinimal, {"ckpt.transfer=collective"}).ckpt.transfer, CkptTransfer::Collective);
+  EXPECT_THAT(problems_of("mem", kMinimal, -1, {"ckpt.transfer=fast"}),
+              ::testing::Contains(::testing::HasSubstr("ckpt.transfer = \"fast\": expected one of: auto, collective, independent")));
+  const Config c = parse("mem", kMinimal,
+                         {"wan.tcp_congestion=reno", "wan.warmup_bytes=0", "device.sched_batch=false",
+                          "device.nccl_timeout_s=42.5"});
+  EXPECT_EQ(c.wan.tcp_congestion, "reno");
+  EXPECT_EQ(c.wan.warmup_bytes, 0u);
+  EXPECT_EQ(c.device.sched_batch, SchedBatch::Off);
+  EXPECT_DOUBLE_EQ(c.device.nccl_timeout_s, 42.5);
+  EXPECT_EQ(parse("mem", kMinimal, {"device.sched_batch=true"}).device.sched_batch, SchedBatch::On);
+  const std::string resolved = resolved_deck(c);
+  for (const char* line : {"\nwan.tcp_congestion = reno\n", "\nwan.warmup_bytes = 0\n", "\ndevice.sched_batch = false\n",
+                           "\ndevice.nccl_timeout_s = 42.5\n"})
+    EXPECT_NE(resolved.find(line), std::string::npos) << line;
+  const std::string help = Schema::instance().help_text();
+  for (const char* key : {"wan.tcp_congestion", "wan.warmup_bytes", "device.sched_batch", "device.nccl_timeout_s"})
+    EXPECT_NE(help.find(key), std::string::npos) << key;
+}
+
+TEST(Deck, BadBehaviourSwitchesAreConfigErrors) {
+  const auto p = problems_of("mem", kMinimal, -1,
+                             {"wan.warmup_bytes=lots", "device.sched_batch=1", "device.nccl_timeout_s=0"});
+  ASSERT_EQ(p.size(), 3u) << ::testing::PrintToString(p);
+  EXPECT_THAT(p, ::testing::Contains(::testing::HasSubstr("wan.warmup_bytes = \"lots\": expected")));
+  EXPECT_THAT(p, ::testing::Contains(::testing::HasSubstr("device.sched_batch = \"1\": expected one of: auto, true, false")));
+  EXPECT_THAT(p, ::testing::Contains(::testing::HasSubstr("device.nccl_timeout_s = \"0\": expected a number in [0.001, 1000000]")));
+  for (const char* bad : {"BBR", "no such", "\"\"", "averyveryverylongname"}) {
+    const auto q = problems_of("mem", kMinimal, -1, {std::string("wan.tcp_congestion=") + bad});
+    EXPECT_THAT(q, ::testing::Contains(::testing::HasSubstr("is not a TCP congestion control name"))) << bad;
+  }
+}
+
 TEST(Deck, ResolvedDeckIsAValidDeckThatRoundTrips) {
   const Config a = parse("mem", std::string(kMinimal) + "wan.chunk_bytes = 3000\nrun.name = \"a b\"\n", {});
   const std::string resolved = resolved_deck(a);

@@ -270,11 +270,10 @@ TEST(BackendFactory, HostRanksOverridesTheNodeLocalSize) {
 }
 
 // Oversubscribed CPU hosts run under SCHED_BATCH (no wake-up preemption between ranks); an
-// undersubscribed one keeps its policy; ATLAS_SCHED_BATCH=0 / 1 override.
+// undersubscribed one keeps its policy; device.sched_batch = false / true override.
 TEST(HostScheduling, BatchOnlyWhenRanksOutnumberTheCores) {
   const int hw = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   ASSERT_EQ(std::getenv("ATLAS_HOST_RANKS"), nullptr);
-  ASSERT_EQ(std::getenv("ATLAS_SCHED_BATCH"), nullptr);
   const int before = ::sched_getscheduler(0);
   ASSERT_NE(before, SCHED_BATCH) << "the test starts under the default policy";
   sched_param p{};
@@ -282,16 +281,34 @@ TEST(HostScheduling, BatchOnlyWhenRanksOutnumberTheCores) {
   EXPECT_EQ(prepare_host_scheduling(), "");
   EXPECT_EQ(::sched_getscheduler(0), before);
   ::setenv("ATLAS_HOST_RANKS", std::to_string(4 * hw).c_str(), 1);
-  ::setenv("ATLAS_SCHED_BATCH", "0", 1);
-  EXPECT_EQ(prepare_host_scheduling(), "");
+  EXPECT_EQ(prepare_host_scheduling(SchedBatch::Off), "");
   EXPECT_EQ(::sched_getscheduler(0), before);
-  ::unsetenv("ATLAS_SCHED_BATCH");
   const std::string note = prepare_host_scheduling();
   EXPECT_NE(note.find(std::to_string(4 * hw) + " ranks share " + std::to_string(hw)), std::string::npos) << note;
   EXPECT_EQ(::sched_getscheduler(0), SCHED_BATCH);
   EXPECT_EQ(host_scheduling_note(), note);
   ::unsetenv("ATLAS_HOST_RANKS");
   ASSERT_EQ(::sched_setscheduler(0, before, &p), 0);  // back to the default for the other tests
+}
+
+// device.sched_batch reaches the process through make_backend: true switches to SCHED_BATCH even
+// with cores to spare, false switches back; auto leaves main's choice alone.
+TEST(HostScheduling, DeckKeyReachesMakeBackend) {
+  const int before = ::sched_getscheduler(0);
+  ASSERT_NE(before, SCHED_BATCH) << "the test starts under the default policy";
+  DeviceCfg cfg;
+  cfg.threads = 1;
+  cfg.sched_batch = SchedBatch::On;
+  (void)make_backend(cfg);
+  EXPECT_EQ(::sched_getscheduler(0), SCHED_BATCH);
+  EXPECT_NE(host_scheduling_note().find("SCHED_BATCH"), std::string::npos) << host_scheduling_note();
+  cfg.sched_batch = SchedBatch::Auto;
+  (void)make_backend(cfg);
+  EXPECT_EQ(::sched_getscheduler(0), SCHED_BATCH);
+  cfg.sched_batch = SchedBatch::Off;
+  (void)make_backend(cfg);
+  EXPECT_EQ(::sched_getscheduler(0), before);
+  EXPECT_EQ(host_scheduling_note(), "");
 }
 
 // Ranks on one machine (same boot id) in several autogroups that fill its hardware threads get a

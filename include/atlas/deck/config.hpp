@@ -133,13 +133,19 @@ struct WanCfg {
   std::uint64_t flow_window_bytes = 0;  ///< wan.flow_window_bytes: per-flow TCP window cap
   WanAuth auth = WanAuth::Mac;          ///< wan.auth: protection of every frame
   std::string key_file;                 ///< wan.key_file: owner-only job key ("" = none)
+  std::string tcp_congestion = "auto";  ///< wan.tcp_congestion: auto | system | an algorithm's name
+  std::uint64_t warmup_bytes = 1024 * 1024;  ///< wan.warmup_bytes: Pad bytes per new rail and direction
 };
+
+/// ckpt.transfer: how checkpoint writes move tensor data through MPI-IO (io::Transfer).
+enum class CkptTransfer { Auto, Collective, Independent };
 
 struct CkptCfg {
   std::string dir;            ///< ckpt.dir: "" = runs/NAME/ckpt
   int every_steps = 0;        ///< ckpt.every_steps: 0 = only the final one
   int keep_last = 3;          ///< ckpt.keep_last
   bool final = true;          ///< ckpt.final: write one after the last step
+  CkptTransfer transfer = CkptTransfer::Auto;  ///< ckpt.transfer
 };
 
 struct ProfileCfg {
@@ -149,9 +155,18 @@ struct ProfileCfg {
 
 enum class Backend { Host, Cuda };
 
+/// device.sched_batch: the host backend's Linux scheduling policy.
+enum class SchedBatch {
+  Auto,  ///< SCHED_BATCH when more ranks share this machine than it has hardware threads
+  On,    ///< always SCHED_BATCH
+  Off,   ///< never (the default policy)
+};
+
 struct DeviceCfg {
   Backend backend = Backend::Host;  ///< device.backend
   int threads = 0;                  ///< device.threads: host threads per rank; 0 = auto
+  SchedBatch sched_batch = SchedBatch::Auto;  ///< device.sched_batch
+  double nccl_timeout_s = 300.0;    ///< device.nccl_timeout_s: an NCCL set-up or operation's limit
 };
 
 struct BubbleTeaCfg {

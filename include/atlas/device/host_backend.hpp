@@ -23,9 +23,10 @@ namespace atlas::device {
 /// it has hardware threads (ATLAS_HOST_RANKS, else the MPI node-local size), the process switches
 /// to SCHED_BATCH: a rank waking from a poll then no longer preempts a rank that computes (measured
 /// on the default deck, 8 ranks on 2 cores: 182-184 -> 168-169 ms a step), and every thread started
-/// later inherits it. ATLAS_SCHED_BATCH=0 keeps the default policy, =1 forces SCHED_BATCH.
-/// Returns a line for the run's header, "" when nothing was changed.
-std::string prepare_host_scheduling();
+/// later inherits it (`mode` Auto). The deck key device.sched_batch chooses: make_backend calls it
+/// again with the deck's mode when that is not auto (false: back to the default policy, true:
+/// SCHED_BATCH). Returns a line for the run's header, "" when SCHED_BATCH is not in force.
+std::string prepare_host_scheduling(SchedBatch mode = SchedBatch::Auto);
 /// What prepare_host_scheduling did ("" if nothing or not called).
 [[nodiscard]] const std::string& host_scheduling_note();
 /// "BOOT_ID AUTOGROUP" of this process when kernel.sched_autogroup_enabled = 1 (every session a

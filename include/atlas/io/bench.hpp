@@ -4,6 +4,8 @@
 // their fsync, so the checkpoint's cost over raw disk speed is one number (goal: ratio >= 0.5).
 #pragma once
 
+#include "atlas/bench/harness.hpp"
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -53,10 +55,18 @@ struct CkptBenchReport {
 /// `keep`. Throws atlas::Error on I/O failure.
 [[nodiscard]] CkptBenchReport bench_ckpt(const mpi::Comm& comm, const CkptBenchOptions& options);
 
-/// Entry point for `atlas bench ckpt [--size 128M] [--tensors 24] [--repeat 3] [--dir DIR]
-/// [--transfer auto|collective|independent] [--split mixed|rows|cols] [--keep]`; `args` are the words after `ckpt`. Prints the table and the
-/// verdict on world rank 0. Returns 0, or 1 (usage) for an unknown or malformed option, with the
-/// reason on stderr. **Collective over MPI_COMM_WORLD.**
-int run_ckpt_bench(mpi::Environment& env, const std::vector<std::string>& args);
+/// `atlas bench ckpt`'s options: --size 128M, --tensors 24, --repeat 3, --dir DIR,
+/// --split mixed|rows|cols, --keep; the writer's MPI-IO transfers are the deck key ckpt.transfer
+/// (`atlas bench ckpt ckpt.transfer=collective`), as in training.
+[[nodiscard]] const atlas::bench::Spec& ckpt_bench_spec();
+
+/// Runs the benchmark with parsed options: prints the table and the verdict on world rank 0.
+/// Returns 0; a bad option value throws ConfigError (on every rank). **Collective over
+/// MPI_COMM_WORLD.**
+int run_ckpt_bench(mpi::Environment& env, const atlas::bench::Args& args);
+
+/// The same from the words after `ckpt`: returns 1 (usage) for an unknown or malformed option,
+/// with the reason on stderr. **Collective over MPI_COMM_WORLD.**
+int run_ckpt_bench(mpi::Environment& env, const std::vector<std::string>& words);
 
 }  // namespace atlas::io

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "atlas/core/error.hpp"
+#include "atlas/deck/config.hpp"
 #include "atlas/mpi/comm.hpp"
 
 namespace atlas::io {
@@ -115,6 +116,13 @@ enum class Transfer {
   Collective,
   Independent,  ///< only ranks holding a piece of a dataset touch it, strided or not
 };
+
+/// The deck's ckpt.transfer as a Transfer.
+[[nodiscard]] constexpr Transfer transfer_of(CkptTransfer t) {
+  return t == CkptTransfer::Collective ? Transfer::Collective
+         : t == CkptTransfer::Independent ? Transfer::Independent
+                                           : Transfer::Auto;
+}
 
 /// "DIR/step-000042.h5" (six digits, more when the step needs them).
 [[nodiscard]] std::string checkpoint_path(const std::string& dir, std::int64_t step);

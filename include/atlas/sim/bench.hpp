@@ -4,6 +4,8 @@
 // wires it into `atlas bench`; one process, no MPI.
 #pragma once
 
+#include "atlas/bench/harness.hpp"
+
 #include <string>
 #include <vector>
 
@@ -19,9 +21,12 @@ Config bench_step_config();
 /// a global batch of 512 sequences. A valid deck's Config.
 Config bench_plan_config();
 
+/// `atlas bench sim`'s options: --repeat N (default 3; the median is reported).
+[[nodiscard]] const atlas::bench::Spec& sim_bench_spec();
+
 /// Runs both benchmarks and prints what it measured (fixed-width, '#' comments, an OK/FAILED
-/// footer against the targets: one step <= 1 s, one search <= 10 s). `args`: optional
-/// "--repeat N" (default 3; the median is reported). Returns 0 when both targets are met.
-int run_sim_bench(const std::vector<std::string>& args);
+/// footer against the targets: one step <= 1 s, one search <= 10 s). Returns 0 when both targets
+/// are met. One process, no MPI.
+int run_sim_bench(const atlas::bench::Args& args);
 
 }  // namespace atlas::sim

@@ -39,8 +39,8 @@ struct MultirailOptions {
   int socket_buffer_bytes = 0;
   /// TCP congestion control of every rail: "auto" (the system's unless it is bbr, which paces
   /// bursty rails at about burst/RTT; then cubic or reno), "system", or an algorithm's name
-  /// (see choose_congestion_control in fd.hpp). make_transport takes it from the environment
-  /// variable ATLAS_WAN_TCP_CONGESTION when set.
+  /// (see choose_congestion_control in fd.hpp). make_transport takes it from the deck key
+  /// wan.tcp_congestion.
   std::string tcp_congestion = "auto";
   std::string bind_host = "127.0.0.1";        ///< listen address (cluster.bind_hosts[my_dc])
   int bind_port = 0;                          ///< 0 = kernel-chosen

@@ -126,6 +126,13 @@ Secret derive_pair_secret(std::span<const std::uint8_t, 32> x25519_shared,
                           std::span<const std::uint8_t, 32> pub_a, int rank_b,
                           std::span<const std::uint8_t, 32> pub_b);
 
+struct MultirailOptions;  // atlas/wan/multirail.hpp
+
+/// The multirail options a deck's wan.* keys give (frame protection, rails, chunk and frame
+/// sizes, timeouts, eager credit, wan.tcp_congestion, wan.warmup_bytes); make_transport adds this
+/// rank's identity, listen address and pair secrets. Not collective.
+MultirailOptions rail_options(const WanCfg& wan);
+
 /// Test hook: the strings this process sent over MPI in its last make_transport call, in order:
 /// its peer list ("1 3 "), its X25519 public key (64 lowercase hex digits; "" without peers), its
 /// listen address ("host port"). make_transport sends nothing else over MPI (an error line

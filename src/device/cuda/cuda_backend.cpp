@@ -74,7 +74,7 @@ int local_rank_from_env() {
   return 0;
 }
 
-std::unique_ptr<Backend> make_cuda_backend(const DeviceCfg& /*cfg: host threads do not apply*/) {
+std::unique_ptr<Backend> make_cuda_backend(const DeviceCfg& cfg) {
   const DeviceProbe probe = probe_devices();
   if (!probe.error.empty() || probe.count <= 0) {
     const std::optional<std::string> visible = env::get("CUDA_VISIBLE_DEVICES");
@@ -87,7 +87,10 @@ std::unique_ptr<Backend> make_cuda_backend(const DeviceCfg& /*cfg: host threads 
                        "lists them), or set device.backend = host");
   }
   const int local_rank = local_rank_from_env();
-  return std::make_unique<CudaBackend>(local_rank % probe.count, probe.count, local_rank);
+  // Host threads (device.threads) do not apply; the NCCL limit does.
+  auto backend = std::make_unique<CudaBackend>(local_rank % probe.count, probe.count, local_rank);
+  backend->set_nccl_timeout_s(cfg.nccl_timeout_s);
+  return backend;
 }
 
 int device_of(const Backend& backend) {
@@ -98,6 +101,11 @@ int device_of(const Backend& backend) {
 std::string pci_bus_id_of(const Backend& backend) {
   const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
   return cuda != nullptr ? cuda->pci_bus_id() : std::string();
+}
+
+double nccl_timeout_s_of(const Backend& backend) {
+  const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
+  return cuda != nullptr ? cuda->nccl_timeout_s() : 0.0;
 }
 
 namespace {

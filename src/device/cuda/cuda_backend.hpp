@@ -42,6 +42,9 @@ struct DeviceProbe {
 /// same host name and bus id share one GPU.
 [[nodiscard]] std::string pci_bus_id_of(const Backend& backend);
 
+/// The NCCL limit (device.nccl_timeout_s, seconds) of `backend` if it is a CUDA backend, else 0.
+[[nodiscard]] double nccl_timeout_s_of(const Backend& backend);
+
 /// True if `collective` (from device::make_collective) sums with NCCL; false for MPI (host
 /// memory) or MPI staged through host memory (several group members on one GPU).
 [[nodiscard]] bool uses_nccl(const device::Collective& collective);

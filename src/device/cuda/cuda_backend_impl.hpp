@@ -21,6 +21,10 @@ class CudaBackend final : public Backend {
   [[nodiscard]] atlas::Backend kind() const noexcept override { return atlas::Backend::Cuda; }
   [[nodiscard]] std::string describe() const override { return m_description; }
   [[nodiscard]] bool host_accessible() const noexcept override { return false; }
+  /// Seconds an NCCL set-up or operation on this backend's stream may take before the
+  /// communicator is aborted and an error thrown (device.nccl_timeout_s; docs/cuda.md).
+  [[nodiscard]] double nccl_timeout_s() const noexcept { return m_nccl_timeout_s; }
+  void set_nccl_timeout_s(double seconds) noexcept { m_nccl_timeout_s = seconds; }
 
   // ---- memory ----
   void upload(void* dst, const void* src, std::size_t bytes) override;
@@ -97,6 +101,7 @@ class CudaBackend final : public Backend {
   int m_device;
   std::string m_pci_bus_id;
   std::string m_description;
+  double m_nccl_timeout_s = 300.0;  // device.nccl_timeout_s's default
   Stream m_stream;
   CublasHandle m_cublas;
   DeviceArray<double> m_norm_scratch;  // sq_norm partial sums, then the total

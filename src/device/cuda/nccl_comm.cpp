@@ -32,7 +32,6 @@ namespace atlas::device::nccl {
 
 namespace {
 
-constexpr double kDefaultTimeoutS = 300.0;
 // Finalising at teardown gets a shorter leash: it runs while an error may be unwinding.
 constexpr double kFinalizeTimeoutS = 30.0;
 constexpr auto kPollInterval = std::chrono::microseconds(20);
@@ -49,17 +48,6 @@ std::string nccl_reason(ncclResult_t r, ncclComm_t comm) {
 }
 
 }  // namespace
-
-double default_timeout_s() {
-  const char* text = std::getenv("ATLAS_NCCL_TIMEOUT_S");
-  if (text == nullptr || *text == '\0') return kDefaultTimeoutS;
-  const auto value = units::parse_double(text);
-  if (!value || *value <= 0.0) {
-    ATLAS_THROW(Device, "ATLAS_NCCL_TIMEOUT_S = \"" << text
-                                                    << "\" is not a positive number of seconds");
-  }
-  return *value;
-}
 
 // ---- Comm ----
 
@@ -158,7 +146,7 @@ void Comm::wait_ready(const char* what) {
     if (seconds_since(t0) > m_timeout_s) {
       fail(fmt::format("{} (NCCL rank {} of {}) did not finish within {} s; aborted the "
                        "communicator\n  hint: a peer rank may have died or be stuck; "
-                       "NCCL_DEBUG=INFO shows the set-up, ATLAS_NCCL_TIMEOUT_S sets the limit",
+                       "NCCL_DEBUG=INFO shows the set-up, device.nccl_timeout_s sets the limit",
                        what, m_rank, m_size, m_timeout_s));
     }
     std::this_thread::sleep_for(kPollInterval);
@@ -190,7 +178,7 @@ void Comm::wait_until(const std::function<bool()>& done, const char* what) {
     if (seconds_since(t0) > m_timeout_s) {
       fail(fmt::format("{} (NCCL rank {} of {}) did not complete within {} s; aborted the "
                        "communicator\n  hint: a peer rank may have died or skipped the call; "
-                       "ATLAS_NCCL_TIMEOUT_S sets the limit",
+                       "device.nccl_timeout_s sets the limit",
                        what, m_rank, m_size, m_timeout_s));
     }
     std::this_thread::sleep_for(kPollInterval);
@@ -345,7 +333,7 @@ std::unique_ptr<device::Collective> make_cuda_collective(const mpi::Comm& comm, 
     }
     return make_staged_collective(comm, backend);
   }
-  return std::make_unique<Collective>(comm, *cuda, default_timeout_s());
+  return std::make_unique<Collective>(comm, *cuda, cuda->nccl_timeout_s());
 }
 
 [[maybe_unused]] const bool kRegistered =

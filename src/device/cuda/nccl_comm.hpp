@@ -23,10 +23,6 @@ class CudaBackend;
 
 namespace atlas::device::nccl {
 
-/// Seconds an NCCL set-up or operation may take before the communicator is aborted and an
-/// error thrown (ATLAS_NCCL_TIMEOUT_S overrides; see docs/cuda.md).
-[[nodiscard]] double default_timeout_s();
-
 /// An NCCL communicator with the members and ranks of an MPI communicator, on the device that is
 /// current on the calling thread. Not copyable or movable. Destroyed with ncclCommFinalize +
 /// ncclCommDestroy, or ncclCommAbort after an error or when finalising does not finish in time.
