@@ -155,7 +155,7 @@ TEST(WanTransportMpi, DeckCongestionControlAndWarmupReachTheRails) {
   try {
     auto t = make_transport(w, two_dcs(), world, s.my_dc, s.peers);
     FAIL() << "expected an error on every rank";
-  } catch (const Error& e) {
+  } catch (const CollectiveError& e) {  // agreed by every rank (mpi::agree)
     EXPECT_THAT(e.what(), HasSubstr("asked for 'nosuchcc'"));
   }
 }
