@@ -71,6 +71,10 @@ while IFS= read -r hit; do
   violation "${hit%%:*}:$(cut -d: -f2 <<<"$hit")" "training uses the simulator (the table comes from sched)"
 done < <(grep -rn 'sim::' src/runtime include/atlas/runtime src/app/train_cmd.cpp 2>/dev/null)
 
+while IFS= read -r hit; do
+  violation "${hit%%:*}:$(cut -d: -f2 <<<"$hit")" "the runtime reads BubbleTea's keys (its policy lives in bubbletea/)"
+done < <(grep -rnE '\.bubbletea\.' src/runtime include/atlas/runtime 2>/dev/null)
+
 # ---- file sizes ----
 while IFS= read -r f; do
   n=$(wc -l <"$f")

@@ -17,6 +17,7 @@ printf 'static const char* planted = std::getenv("HOME");\n' >>"$scratch/src/wan
 printf '#include <cuda_runtime.h>\n' >>"$scratch/src/model/rng.cpp"
 printf '// ScheduleKind::Atlas\n' >>"$scratch/src/runtime/boundary.cpp"
 printf 'void f() { atlas::sim::simulate(); }\n' >>"$scratch/src/runtime/profiler.cpp"
+printf 'bool g(const Config& c) { return c.bubbletea.watch_recv; }\n' >>"$scratch/src/runtime/checkpointing.cpp"
 for i in $(seq 1 1001); do echo "// padding $i"; done >"$scratch/src/core/big.cpp"
 mkdir -p "$scratch/src/newroom" && printf '// x\n' >"$scratch/src/newroom/x.cpp"
 
@@ -38,7 +39,9 @@ expect "src/runtime/boundary.cpp"
 expect "branches on the schedule kind"
 expect "src/runtime/profiler.cpp"
 expect "training uses the simulator"
+expect "src/runtime/checkpointing.cpp"
+expect "reads BubbleTea's keys"
 expect "src/core/big.cpp: 1001 lines"
 expect "room 'newroom' is not in docs/architecture.md's table"
-[ "$(grep -c . <<<"$out")" -eq 7 ] || { echo "FAIL: expected exactly 7 reports"; exit 1; }
+[ "$(grep -c . <<<"$out")" -eq 8 ] || { echo "FAIL: expected exactly 8 reports"; exit 1; }
 echo "PASS: every planted violation reported"
