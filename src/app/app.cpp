@@ -90,6 +90,16 @@ int run_app(mpi::Environment& env, int argc, char** argv) {
       std::fflush(stderr);
     }
     return static_cast<int>(e.code());
+  } catch (const HelpRequested& h) {
+    if (root) {
+      std::printf("usage: atlas %s DECK [key=value ...] [options]\n  %s\n", name.c_str(), cmd->summary);
+      if (!h.value_options.empty() || !h.flags.empty()) std::printf("\noptions:\n");
+      for (const auto& o : h.value_options) std::printf("  --%s VALUE\n", o.c_str());
+      for (const auto& f : h.flags) std::printf("  --%s\n", f.c_str());
+      std::printf("\nkey=value overrides a deck key (atlas %s --help-deck lists them); the command's\n"
+                  "documentation is in README.md and docs/.\n", name.c_str());
+    }
+    return 0;
   } catch (const UsageError& e) {
     if (root) std::fprintf(stderr, "ERROR: %s\n  hint: atlas %s --help\n", e.what(), name.c_str());
     return static_cast<int>(ExitCode::Usage);

@@ -31,6 +31,7 @@ Args parse_args(const std::vector<std::string>& words, const std::vector<std::st
   Args a;
   for (std::size_t i = 0; i < words.size(); ++i) {
     const std::string& w = words[i];
+    if (w == "--help" || w == "-h") throw HelpRequested{value_options, flags};
     if (w.rfind("--", 0) == 0) {
       const std::string name = w.substr(2);
       if (std::find(value_options.begin(), value_options.end(), name) != value_options.end()) {

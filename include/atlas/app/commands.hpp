@@ -21,6 +21,12 @@ class UsageError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// `--help` or `-h` after a subcommand: run_app prints the subcommand's options and exits 0.
+struct HelpRequested {
+  std::vector<std::string> value_options;  ///< --NAME VALUE
+  std::vector<std::string> flags;          ///< --NAME
+};
+
 struct Context {
   mpi::Environment& env;
   std::vector<std::string> args;  ///< argv after the subcommand name
@@ -38,7 +44,7 @@ struct Args {
 };
 
 /// Splits `words`; `value_options` name the --options that take a value. Throws UsageError on an
-/// option not in `value_options` or `flags`.
+/// option not in `value_options` or `flags`, and HelpRequested on --help / -h.
 Args parse_args(const std::vector<std::string>& words, const std::vector<std::string>& value_options,
                 const std::vector<std::string>& flags);
 
