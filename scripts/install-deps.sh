@@ -28,6 +28,13 @@ if [[ "${ATLAS_WITH_SLURM:-1}" == 1 ]]; then
   PACKAGES+=(slurmctld slurmd slurm-client munge)
 fi
 
+# Not Debian (an HPC cluster: modules, Spack, no dpkg): install nothing; `make build`'s configure
+# names each missing dependency and the CMake variable that points at it.
+if ! command -v dpkg-query >/dev/null 2>&1; then
+  echo "install-deps: no dpkg-query here (not Debian): installing nothing; the build names what is missing"
+  exit 0
+fi
+
 missing=()
 for p in "${PACKAGES[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

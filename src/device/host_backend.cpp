@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <string>
@@ -463,6 +464,27 @@ int local_ranks_from_env() {
 
 std::string g_sched_note;  // what prepare_host_scheduling did (the run header prints it)
 
+/// Sets `policy` on every thread of this process (sched_setscheduler changes one thread, and the
+/// deck's device.sched_batch is applied after MPI_Init and the BLAS pool started theirs). Returns
+/// 0, or the errno of the first thread that refused.
+int set_policy_all_threads(int policy) {
+  sched_param p{};
+  p.sched_priority = 0;
+  int first_error = 0;
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+    const auto tid = units::parse_int(task.path().filename().string());
+    if (!tid) continue;
+    const int current = ::sched_getscheduler(static_cast<pid_t>(*tid));
+    if (current < 0 || current == policy) continue;  // gone meanwhile, or already there
+    if (::sched_setscheduler(static_cast<pid_t>(*tid), policy, &p) != 0 && first_error == 0) first_error = errno;
+  }
+  if (ec) {  // no /proc: this thread only
+    if (::sched_getscheduler(0) != policy && ::sched_setscheduler(0, policy, &p) != 0) return errno;
+  }
+  return first_error;
+}
+
 }  // namespace
 
 int host_local_ranks() { return local_ranks_from_env(); }
@@ -470,17 +492,17 @@ int host_local_ranks() { return local_ranks_from_env(); }
 std::string prepare_host_scheduling(SchedBatch mode) {
   const int ranks = local_ranks_from_env();
   const int hw = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  sched_param p{};
-  p.sched_priority = 0;
-  if (mode == SchedBatch::Off || (mode == SchedBatch::Auto && ranks <= hw)) {
-    // device.sched_batch = false after main's automatic switch: back to the default policy.
-    if (::sched_getscheduler(0) == SCHED_BATCH) (void)::sched_setscheduler(0, SCHED_OTHER, &p);
+  // Auto with a core per rank leaves the policy alone (a user's `chrt -b` stays).
+  if (mode == SchedBatch::Auto && ranks <= hw) return g_sched_note = "";
+  if (mode == SchedBatch::Off) {
+    // device.sched_batch = false after main's automatic switch: every thread back to the default.
+    (void)set_policy_all_threads(SCHED_OTHER);
     return g_sched_note = "";
   }
-  if (::sched_setscheduler(0, SCHED_BATCH, &p) != 0) {
+  if (const int err = set_policy_all_threads(SCHED_BATCH); err != 0) {
     g_sched_note = fmt::format("# host: {} ranks share {} hardware threads; SCHED_BATCH refused ({}), default "
                                "scheduling\n",
-                               ranks, hw, std::strerror(errno));
+                               ranks, hw, std::strerror(err));
   } else {
     g_sched_note = fmt::format("# host: {} ranks share {} hardware threads: SCHED_BATCH (a rank waking from a poll "
                                "does not preempt one that computes; device.sched_batch = false turns it off)\n",

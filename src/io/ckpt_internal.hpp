@@ -13,6 +13,7 @@
 
 #include <hdf5.h>
 
+#include "atlas/core/check.hpp"
 #include "atlas/core/error.hpp"
 #include "atlas/io/checkpoint.hpp"
 #include "atlas/mpi/agree.hpp"
@@ -190,7 +191,7 @@ std::string run_on_root(const mpi::Comm& comm, F&& work) {
         } catch (const ChecksumMismatch&) {
           throw;
         } catch (const CollectiveError& e) {  // no other collective class crosses this boundary
-          throw Error(ExitCode::Internal, e.what());
+          ATLAS_THROW(Internal, e.what());
         }
       },
       [](const CollectiveError& e) {

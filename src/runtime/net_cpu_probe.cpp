@@ -15,6 +15,7 @@
 
 #include "atlas/core/check.hpp"
 #include "atlas/core/error.hpp"
+#include "atlas/mpi/tags.hpp"
 #include "atlas/wan/transport.hpp"
 
 namespace atlas::runtime {
@@ -85,8 +86,8 @@ NetCpuProbe probe_net_cpu(const mpi::Comm& world, const Config& cfg, int my_dc, 
     if (me == sender || me == receiver) {
       std::vector<wan::Handle> hs;
       for (std::int64_t i = 0; i < count; ++i)
-        hs.push_back(me == sender ? transport->isend(receiver, 7100 + r, buf.data(), buf.size())
-                                  : transport->irecv(sender, 7100 + r, buf.data(), buf.size()));
+        hs.push_back(me == sender ? transport->isend(receiver, mpi::tags::net_cpu_probe(r), buf.data(), buf.size())
+                                  : transport->irecv(sender, mpi::tags::net_cpu_probe(r), buf.data(), buf.size()));
       for (auto& h : hs) sleepy_wait(*transport, h, cfg.wan.recv_timeout_s, me == sender ? "send" : "receive");
     }
     sleepy_barrier(world);

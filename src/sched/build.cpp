@@ -251,7 +251,8 @@ std::string table_mismatch(const std::vector<std::uint64_t>& hash_of_rank) {
   }
   return fmt::format("the ranks built {} different schedule tables ({})\n"
                      "  hint: every rank must run the same binary and deck and find the same device profile "
-                     "(plan.profiles, or profiles/device/ under each rank's working directory)",
+                     "(rank 0 reads plan.profiles or profiles/device/ and broadcasts them with the deck: a "
+                     "rank that differs runs another binary or was given other key=value overrides)",
                      distinct.size(), groups);
 }
 

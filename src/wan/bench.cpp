@@ -587,14 +587,9 @@ int run_wan_bench(mpi::Environment& env, const atlas::bench::Args& args) {
       std::vector<LoopPair> pairs;
       for (WanAuth auth : o.auths)
       for (int rails : o.rails) {
-        MultirailOptions mo;
-        mo.auth = frame_auth(auth);
+        MultirailOptions mo = rail_options(cfg.wan);  // the deck's switches, as make_transport
+        mo.auth = frame_auth(auth);                   // the variants measured side by side
         mo.rails = rails;
-        mo.chunk_bytes = cfg.wan.chunk_bytes;
-        mo.max_frame_bytes = cfg.wan.max_frame_bytes;
-        mo.recv_timeout_s = cfg.wan.recv_timeout_s;
-        mo.connect_timeout_s = cfg.wan.connect_timeout_s;
-        mo.tcp_congestion = cfg.wan.tcp_congestion;  // as make_transport (rail_options)
         random_bytes(mo.secret);
         MultirailOptions ma = mo, mb = mo;
         ma.my_rank = 0;

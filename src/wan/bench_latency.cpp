@@ -29,6 +29,7 @@
 #include "atlas/wan/bench.hpp"
 #include "atlas/wan/fd.hpp"
 #include "atlas/wan/multirail.hpp"
+#include "atlas/deck/schema.hpp"
 #include "atlas/wan/transport.hpp"
 #include "bench_common.hpp"
 
@@ -103,7 +104,7 @@ std::vector<Variant> parse_variants(const std::string& v) {
       }
       const auto r = units::parse_int(rest.substr(0, k));
       const auto b = units::parse_bytes(rest.substr(k + 1));
-      if (!r || *r < 1 || *r > 64 || !b || *b < 1)
+      if (!r || *r < 1 || *r > deck::limits::kMaxRails || !b || *b < 1 || *b > deck::limits::kMaxChunkBytes)
         usage_error("bad variant '" + item + "' (multirail:RAILS:CHUNK, e.g. multirail:4:32K)");
       x.rails = static_cast<int>(*r);
       x.chunk = b.value();

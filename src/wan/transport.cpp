@@ -325,14 +325,16 @@ std::unique_ptr<PeerTransport> make_transport(const WanCfg& wan, const ClusterCf
   });
   {
     const auto keys = gather(world, peers.empty() ? std::string() : to_hex(my_pub));
-    for (int p : peers) {
-      std::array<std::uint8_t, 32> pub{};
-      if (!from_hex(keys[static_cast<std::size_t>(p)], pub))
-        ATLAS_THROW(Internal, "make_transport: rank " << p << " sent a malformed public key '"
-                                                      << keys[static_cast<std::size_t>(p)] << "'");
-      o.pair_secrets[p] =
-          derive_pair_secret(x25519_shared(my_key.get(), pub), key_file, world.rank(), my_pub, p, pub);
-    }
+    on_this_rank("deriving the WAN pair secrets", "derive its pair secrets", [&] {
+      for (int p : peers) {
+        std::array<std::uint8_t, 32> pub{};
+        if (!from_hex(keys[static_cast<std::size_t>(p)], pub))
+          ATLAS_THROW(Internal, "make_transport: rank " << p << " sent a malformed public key '"
+                                                        << keys[static_cast<std::size_t>(p)] << "'");
+        o.pair_secrets[p] =
+            derive_pair_secret(x25519_shared(my_key.get(), pub), key_file, world.rank(), my_pub, p, pub);
+      }
+    });
   }
 
   // Every rank with peers listens before the addresses are exchanged, so a connect never races

@@ -11,7 +11,6 @@
 
 #include "atlas/core/error.hpp"
 #include "atlas/device/collective.hpp"
-#include "atlas/device/collective.hpp"
 #include "atlas/device/host_backend.hpp"
 #include "atlas/mpi/comm.hpp"
 #include "unit/test_model_util.hpp"

@@ -8,6 +8,8 @@
 
 #include <sched.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <thread>
@@ -309,6 +311,39 @@ TEST(HostScheduling, DeckKeyReachesMakeBackend) {
   (void)make_backend(cfg);
   EXPECT_EQ(::sched_getscheduler(0), before);
   EXPECT_EQ(host_scheduling_note(), "");
+}
+
+// The deck's switch is applied after MPI_Init and the BLAS pool started their threads, so it must
+// reach threads that already run, not only the caller (sched_setscheduler changes one thread).
+TEST(HostScheduling, DeckKeyReachesThreadsStartedBefore) {
+  const int before = ::sched_getscheduler(0);
+  ASSERT_NE(before, SCHED_BATCH) << "the test starts under the default policy";
+  std::atomic<int> ask{0}, seen{-1};
+  std::thread early([&] {  // started before make_backend, like MPI's progress thread
+    for (int asked = 0; asked < 2;) {
+      if (ask.load() > asked) {
+        ++asked;
+        seen.store(::sched_getscheduler(0));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  const auto policy_of_early_thread = [&](int round) {
+    seen.store(-1);
+    ask.store(round);
+    while (seen.load() < 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return seen.load();
+  };
+  DeviceCfg cfg;
+  cfg.threads = 1;
+  cfg.sched_batch = SchedBatch::On;
+  (void)make_backend(cfg);
+  EXPECT_EQ(policy_of_early_thread(1), SCHED_BATCH);
+  cfg.sched_batch = SchedBatch::Off;
+  (void)make_backend(cfg);
+  EXPECT_EQ(policy_of_early_thread(2), before);
+  early.join();
+  EXPECT_EQ(::sched_getscheduler(0), before);
 }
 
 // Ranks on one machine (same boot id) in several autogroups that fill its hardware threads get a

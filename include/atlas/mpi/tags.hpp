@@ -51,6 +51,8 @@ inline constexpr int kBoundaryBase = 16;
 inline constexpr int kBubbleChunk = 1;    ///< bubbletea service communicator: an activation chunk
 inline constexpr int kBubbleRelease = 2;  ///< bubbletea service communicator: a request released
 inline constexpr int kWakeProbe = 911;    ///< runtime::wake_probe's ring, on the probe's communicator
+/// runtime::probe_net_cpu's burst of round `round` (a few rounds), on the probe's own transport.
+[[nodiscard]] constexpr int net_cpu_probe(int round) { return 7100 + round; }
 /// io checkpoint redistribution (the checkpoint's communicator): piece `index` of one tensor, at
 /// most one per rank that holds a shard of it.
 [[nodiscard]] constexpr int checkpoint_piece(int index) { return index; }
