@@ -2,12 +2,13 @@
 // The deck's device profile files: found, read, and broadcast with the deck.
 #include "atlas/deck/profiles.hpp"
 
-#include <span>
 #include <string>
 
+#include "atlas/core/check.hpp"
 #include "atlas/core/error.hpp"
 #include "atlas/core/paths.hpp"
 #include "atlas/deck/deck.hpp"
+#include "atlas/mpi/agree.hpp"
 
 namespace atlas::deck {
 
@@ -16,7 +17,13 @@ namespace fs = std::filesystem;
 std::vector<fs::path> device_profile_dirs() {
   // The working directory, then the data directories of the binary (<bin>/../share/atlas:
   // an installed tree's copies, or a build tree's links to the checkout): core/paths.hpp.
-  std::vector<fs::path> dirs{fs::current_path() / "profiles/device"};
+  std::error_code ec;
+  const fs::path cwd = fs::current_path(ec);
+  if (ec)
+    ATLAS_THROW(Io, "device profiles: cannot read the working directory to search profiles/device/ ("
+                        << ec.message() << "): run atlas from an existing directory, or name the files with "
+                                           "plan.profiles");
+  std::vector<fs::path> dirs{cwd / "profiles/device"};
   for (const fs::path& data : core::data_dirs()) dirs.push_back(data / "profiles/device");
   return dirs;
 }
@@ -51,27 +58,35 @@ void read_device_profiles(Config& cfg) {
 }
 
 void read_device_profiles(const mpi::Comm& comm, Config& cfg) {
-  std::vector<std::string> problems;
-  if (comm.rank() == 0) {
-    try {
-      read_device_profiles(cfg);
-    } catch (const ConfigError& e) {
-      problems = e.problems();
-    }
+  // Rank 0 reads the files once; every rank gets their bytes, or raises what rank 0 raised, as the
+  // same class (mpi::agree_on_root: a ConfigError, or any other failure such as a vanished
+  // working directory, never leaves the other ranks waiting). Packed as "<len>\n<path><len>\n<text>"...
+  const std::string packed = mpi::agree_on_root(comm, 0, [&] {
+    read_device_profiles(cfg);
+    std::string out;
+    for (const auto& f : cfg.device_profiles.files)
+      out += std::to_string(f.path.size()) + "\n" + f.path + std::to_string(f.text.size()) + "\n" + f.text;
+    return out;
+  });
+  if (comm.rank() == 0) return;
+  DeviceProfileFiles got;
+  std::size_t at = 0;
+  const auto field = [&]() {
+    const std::size_t nl = packed.find('\n', at);
+    ATLAS_ASSERT(nl != std::string::npos, "device profiles: malformed broadcast at byte " << at);
+    const std::size_t n = std::stoull(packed.substr(at, nl - at));
+    ATLAS_ASSERT(nl + 1 + n <= packed.size(), "device profiles: truncated broadcast at byte " << at);
+    at = nl + 1 + n;
+    return packed.substr(nl + 1, n);
+  };
+  while (at < packed.size()) {
+    ProfileFile f;
+    f.path = field();
+    f.text = field();
+    got.files.push_back(std::move(f));
   }
-  int counts[2] = {static_cast<int>(problems.size()), static_cast<int>(cfg.device_profiles.files.size())};
-  comm.bcast(std::span<int>(counts, 2), 0);
-  if (counts[0] > 0) {
-    problems.resize(static_cast<std::size_t>(counts[0]));
-    for (auto& p : problems) comm.bcast_string(p, 0);
-    throw ConfigError(problems);
-  }
-  cfg.device_profiles.files.resize(static_cast<std::size_t>(counts[1]));
-  for (auto& f : cfg.device_profiles.files) {
-    comm.bcast_string(f.path, 0);
-    comm.bcast_string(f.text, 0);
-  }
-  cfg.device_profiles.read = true;
+  got.read = true;
+  cfg.device_profiles = std::move(got);
 }
 
 }  // namespace atlas::deck

@@ -9,7 +9,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+
 #include "atlas/core/error.hpp"
+#include "atlas/deck/config.hpp"
+#include "atlas/deck/profiles.hpp"
 #include "atlas/mpi/agree.hpp"
 
 namespace atlas::mpi {
@@ -132,6 +138,49 @@ TEST(AgreeOnRoot, WhatTheRootThrewIsRaisedOnEveryRankAsTheSameClass) {
     EXPECT_EQ(e.problems(), std::vector<std::string>{"bits flipped"});
   }
   EXPECT_EQ(world.allreduce(1, MPI_SUM), world.size());
+}
+
+// The device profiles travel with the deck: rank 0 reads them once (here profiles/device/ of the
+// source tree) and every rank ends with its files, byte for byte.
+TEST(DeviceProfiles, RankZerosFilesReachEveryRank) {
+  const Comm world = Comm::world();
+  Config cfg;
+  deck::read_device_profiles(world, cfg);
+  ASSERT_TRUE(cfg.device_profiles.read);
+  std::string all;
+  for (const auto& f : cfg.device_profiles.files) all += f.path + "|" + f.text + "|";
+  std::string root = all;
+  world.bcast_string(root, 0);
+  EXPECT_EQ(all, root);
+  EXPECT_FALSE(cfg.device_profiles.files.empty()) << "no profiles/device/*.profile found from the build tree";
+}
+
+// A failure on rank 0 that is not a config error (its working directory is gone, so the search
+// cannot start) reaches every rank as the same error instead of leaving them in the broadcast.
+TEST(DeviceProfiles, ARootFailureThatIsNotAConfigErrorReachesEveryRank) {
+  const Comm world = Comm::world();
+  const std::filesystem::path back = std::filesystem::current_path();
+  std::string gone;
+  if (world.rank() == 0) {
+    char tmpl[] = "/tmp/atlas-cwd-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    gone = tmpl;
+    ASSERT_EQ(::chdir(tmpl), 0);
+    ASSERT_EQ(::rmdir(tmpl), 0);
+  }
+  Config cfg;
+  try {
+    deck::read_device_profiles(world, cfg);
+    ADD_FAILURE() << "rank " << world.rank() << ": no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::Io);
+    EXPECT_THAT(e.what(), testing::HasSubstr("cannot read the working directory to search profiles/device/"));
+    EXPECT_THAT(e.what(), testing::HasSubstr("plan.profiles"));
+  }
+  if (world.rank() == 0) {
+    ASSERT_EQ(::chdir(back.c_str()), 0);
+  }
+  EXPECT_EQ(world.allreduce(1, MPI_SUM), world.size());  // still in step
 }
 
 }  // namespace
