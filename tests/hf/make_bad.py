@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+# Writes a damaged copy of a Hugging Face model directory for the bad-input tests of
+# `atlas import --format hf`. usage: make_bad.py SRC_DIR DST_DIR KIND
+#   long_header   header length beyond the end of the file
+#   overlap       two tensors share bytes (the second tensor's range moved back by 4)
+#   dtype         an unknown dtype (F33)
+#   truncated     the last 100 bytes cut off
+#   relu          config.json: activation_function "relu"
+#   untied        config.json: tie_word_embeddings false
+#   extra         one more tensor the model does not have
+import json
+import os
+import shutil
+import struct
+import sys
+
+src, dst, kind = sys.argv[1:4]
+shutil.copytree(src, dst)
+st = os.path.join(dst, "model.safetensors")
+with open(st, "rb") as fh:
+    blob = fh.read()
+(hlen,) = struct.unpack("<Q", blob[:8])
+header = json.loads(blob[8:8 + hlen])
+data = blob[8 + hlen:]
+
+
+def write(header, data):
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(st, "wb") as fh:
+        fh.write(struct.pack("<Q", len(h)) + h + data)
+
+
+def config(key, value):
+    p = os.path.join(dst, "config.json")
+    with open(p) as fh:
+        c = json.load(fh)
+    c[key] = value
+    with open(p, "w") as fh:
+        json.dump(c, fh, indent=2)
+
+
+names = sorted((k for k in header if k != "__metadata__"), key=lambda k: header[k]["data_offsets"][0])
+if kind == "long_header":
+    with open(st, "wb") as fh:
+        fh.write(struct.pack("<Q", len(blob) + 10) + blob[8:])
+elif kind == "overlap":
+    b, e = header[names[1]]["data_offsets"]
+    header[names[1]]["data_offsets"] = [b - 4, e - 4]
+    write(header, data)
+elif kind == "dtype":
+    header[names[0]]["dtype"] = "F33"
+    write(header, data)
+elif kind == "truncated":
+    with open(st, "wb") as fh:
+        fh.write(blob[:-100])
+elif kind == "relu":
+    config("activation_function", "relu")
+elif kind == "untied":
+    config("tie_word_embeddings", False)
+elif kind == "extra":
+    end = len(data)
+    header["transformer.h.0.attn.q_norm.weight"] = {"dtype": "F32", "shape": [1], "data_offsets": [end, end + 4]}
+    write(header, data + struct.pack("<f", 1.0))
+else:
+    sys.exit("unknown kind " + kind)
