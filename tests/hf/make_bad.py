@@ -9,6 +9,10 @@
 #   relu          config.json: activation_function "relu"
 #   untied        config.json: tie_word_embeddings false
 #   extra         one more tensor the model does not have
+#   hub           (good) the layout of the published gpt2 files: GPT2Model names without the
+#                 "transformer." prefix, the causal-mask buffers h.N.attn.bias, an lm_head.weight
+#                 equal to wte
+#   hub_untied    the same with an lm_head.weight that differs from wte
 import json
 import os
 import shutil
@@ -63,5 +67,28 @@ elif kind == "extra":
     end = len(data)
     header["transformer.h.0.attn.q_norm.weight"] = {"dtype": "F32", "shape": [1], "data_offsets": [end, end + 4]}
     write(header, data + struct.pack("<f", 1.0))
+elif kind in ("hub", "hub_untied"):
+    cfg = json.load(open(os.path.join(dst, "config.json")))
+    T, L = cfg["n_positions"], cfg["n_layer"]
+    new, out, at = {"__metadata__": header["__metadata__"]}, b"", 0
+
+    def add(name, shape, raw):
+        global at, out
+        new[name] = {"dtype": "F32", "shape": shape, "data_offsets": [at, at + len(raw)]}
+        out += raw
+        at += len(raw)
+
+    for k in names:
+        b, e = header[k]["data_offsets"]
+        add(k[len("transformer."):], header[k]["shape"], data[b:e])
+    mask = b"".join(struct.pack("<f", 1.0 if j <= i else 0.0) for i in range(T) for j in range(T))
+    for l in range(L):
+        add("h.%d.attn.bias" % l, [1, 1, T, T], mask)
+    b, e = header["transformer.wte.weight"]["data_offsets"]
+    wte = data[b:e]
+    if kind == "hub_untied":
+        wte = struct.pack("<f", 0.5) + wte[4:]
+    add("lm_head.weight", header["transformer.wte.weight"]["shape"], wte)
+    write(new, out)
 else:
     sys.exit("unknown kind " + kind)

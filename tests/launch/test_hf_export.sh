@@ -43,12 +43,22 @@ check "independent reader: every name, shape, dtype and value" $PY tests/hf/chec
 check "GPT-2's forward pass on model.safetensors gives atlas's logits (1e-4)" \
   $PY tests/hf/gpt2_reference.py "$T/hf" "$T/logits.safetensors" 1e-4
 
+# Variants of the exported directory (tests/hf/make_bad.py): damaged ones and the hub layout.
+for kind in long_header overlap dtype truncated relu untied extra hub hub_untied; do
+  $PY tests/hf/make_bad.py "$T/hf" "$T/bad_$kind" "$kind"
+done
+
 # Import, export again: bitwise the same files.
 check "import exits 0" to "$T/import.out" atlas import --format hf "$T/hf" --out "$T/imported"
 check "import wrote step 0" test -f "$T/imported/step-000000.h5"
 check "export of the import" to "$T/export2.out" atlas export "$T/imported/step-000000.h5" --format hf --out "$T/hf2"
 check "import then export: model.safetensors bitwise" cmp "$T/hf/model.safetensors" "$T/hf2/model.safetensors"
 check "import then export: config.json bitwise" cmp "$T/hf/config.json" "$T/hf2/config.json"
+
+# The published gpt2 files' layout (no prefix, mask buffers, lm_head = wte) imports to the same.
+check "import of the hub layout" to "$T/import_hub.out" atlas import --format hf "$T/bad_hub" --out "$T/imported_hub"
+check "export of it" to "$T/export_hub.out" atlas export "$T/imported_hub/step-000000.h5" --format hf --out "$T/hf_hub"
+check "hub layout: the same model.safetensors" cmp "$T/hf/model.safetensors" "$T/hf_hub/model.safetensors"
 
 # Fine-tuning starts from the imported weights (step 0, fresh AdamW moments).
 train run.name=tune run.steps=2 ckpt.every_steps=0 run.resume="$T/imported/step-000000.h5" > "$T/tune.out" 2>&1
@@ -69,9 +79,6 @@ check "its hint" grep -q "hint: save the model with transformers' save_pretraine
 mkdir -p "$T/nost" && cp "$T/hf/config.json" "$T/nost/"
 check "missing model.safetensors" fails_with nost "safetensors file '$T/nost/model.safetensors' does not exist" \
   atlas import --format hf "$T/nost" --out "$T/x"
-for kind in long_header overlap dtype truncated relu untied extra; do
-  $PY tests/hf/make_bad.py "$T/hf" "$T/bad_$kind" "$kind"
-done
 ST="safetensors file '$T/bad_%s/model.safetensors'"
 check "header length past the end" fails_with long_header "$(printf "$ST" long_header): header length [0-9]+ runs past the end of the file.*" \
   atlas import --format hf "$T/bad_long_header" --out "$T/x"
@@ -88,6 +95,8 @@ check "untied head" fails_with untied "'$T/bad_untied/config.json': tie_word_emb
   atlas import --format hf "$T/bad_untied" --out "$T/x"
 check "a tensor GPT-2 does not have" fails_with extra "tensor 'transformer.h.0.attn.q_norm.weight' is not part of a GPT-2 model" \
   atlas import --format hf "$T/bad_extra" --out "$T/x"
+check "lm_head.weight that differs from wte" fails_with hub_untied \
+  "'$T/bad_hub_untied/model.safetensors': lm_head.weight differs from wte.weight" atlas import --format hf "$T/bad_hub_untied" --out "$T/x"
 check "nothing was written by the failed imports" test ! -e "$T/x/step-000000.h5"
 
 # A checkpoint of something else (atlas bench ckpt's synthetic tensors) is not exported.
