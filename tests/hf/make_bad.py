@@ -13,6 +13,8 @@
 #                 "transformer." prefix, the causal-mask buffers h.N.attn.bias, an lm_head.weight
 #                 equal to wte
 #   hub_untied    the same with an lm_head.weight that differs from wte
+#   bf16, f16     (good) every tensor stored as BF16 / F16 (BF16: the top 16 bits; F16: rounded)
+#   bf16_ref, f16_ref   (good) the same values stored as F32: import must give the same model
 import json
 import os
 import shutil
@@ -89,6 +91,23 @@ elif kind in ("hub", "hub_untied"):
     if kind == "hub_untied":
         wte = struct.pack("<f", 0.5) + wte[4:]
     add("lm_head.weight", header["transformer.wte.weight"]["shape"], wte)
+    write(new, out)
+elif kind in ("bf16", "f16", "bf16_ref", "f16_ref"):
+    new, out, at = {"__metadata__": header["__metadata__"]}, b"", 0
+    for k in names:
+        b, e = header[k]["data_offsets"]
+        vals = struct.unpack("<%df" % ((e - b) // 4), data[b:e])
+        if kind.startswith("bf16"):
+            words = [w >> 16 for w in struct.unpack("<%dI" % len(vals), data[b:e])]
+            raw = struct.pack("<%dH" % len(words), *words) if kind == "bf16" else \
+                struct.pack("<%dI" % len(words), *[w << 16 for w in words])
+        else:
+            half = struct.pack("<%de" % len(vals), *vals)
+            raw = half if kind == "f16" else struct.pack("<%df" % len(vals), *struct.unpack("<%de" % len(vals), half))
+        dtype = {"bf16": "BF16", "f16": "F16"}.get(kind, "F32")
+        new[k] = {"dtype": dtype, "shape": header[k]["shape"], "data_offsets": [at, at + len(raw)]}
+        out += raw
+        at += len(raw)
     write(new, out)
 else:
     sys.exit("unknown kind " + kind)

@@ -44,7 +44,7 @@ check "GPT-2's forward pass on model.safetensors gives atlas's logits (1e-4)" \
   $PY tests/hf/gpt2_reference.py "$T/hf" "$T/logits.safetensors" 1e-4
 
 # Variants of the exported directory (tests/hf/make_bad.py): damaged ones and the hub layout.
-for kind in long_header overlap dtype truncated relu untied extra hub hub_untied; do
+for kind in long_header overlap dtype truncated relu untied extra hub hub_untied bf16 bf16_ref f16 f16_ref; do
   $PY tests/hf/make_bad.py "$T/hf" "$T/bad_$kind" "$kind"
 done
 
@@ -59,6 +59,15 @@ check "import then export: config.json bitwise" cmp "$T/hf/config.json" "$T/hf2/
 check "import of the hub layout" to "$T/import_hub.out" atlas import --format hf "$T/bad_hub" --out "$T/imported_hub"
 check "export of it" to "$T/export_hub.out" atlas export "$T/imported_hub/step-000000.h5" --format hf --out "$T/hf_hub"
 check "hub layout: the same model.safetensors" cmp "$T/hf/model.safetensors" "$T/hf_hub/model.safetensors"
+
+# BF16 and F16 files import as their float32 values.
+for d in bf16 f16; do
+  check "$d: import" to "$T/import_$d.out" atlas import --format hf "$T/bad_$d" --out "$T/imported_$d"
+  check "$d: its float32 twin" to "$T/import_${d}_ref.out" atlas import --format hf "$T/bad_${d}_ref" --out "$T/imported_${d}_ref"
+  atlas export "$T/imported_$d/step-000000.h5" --format hf --out "$T/hf_$d" > /dev/null 2>&1
+  atlas export "$T/imported_${d}_ref/step-000000.h5" --format hf --out "$T/hf_${d}_ref" > /dev/null 2>&1
+  check "$d: the same model as its float32 twin" cmp "$T/hf_$d/model.safetensors" "$T/hf_${d}_ref/model.safetensors"
+done
 
 # Fine-tuning starts from the imported weights (step 0, fresh AdamW moments).
 train run.name=tune run.steps=2 ckpt.every_steps=0 run.resume="$T/imported/step-000000.h5" > "$T/tune.out" 2>&1
