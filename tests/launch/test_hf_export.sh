@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # `atlas export --format hf` and `atlas import --format hf` with the binary (docs/formats.md,
-# "Hugging Face export"): a 2-stage run's checkpoint is exported; an independent reader
+# "Hugging Face export"): a 2-stage run's checkpoint and a tp = 2 one are exported; an independent reader
 # (tests/hf/check_export.py: python3 struct/json, h5dump for the checkpoint) checks every name,
 # shape, dtype and value; transformers' GPT-2 forward pass written out in python
 # (tests/hf/gpt2_reference.py) on the exported file gives atlas's logits; import then export is bitwise; a run fine-tunes from the imported
@@ -42,6 +42,14 @@ check "export names what it wrote" grep -q "model.safetensors (28 tensors)" "$T/
 check "independent reader: every name, shape, dtype and value" $PY tests/hf/check_export.py "$T/hf" "$CKPT"
 check "GPT-2's forward pass on model.safetensors gives atlas's logits (1e-4)" \
   $PY tests/hf/gpt2_reference.py "$T/hf" "$T/logits.safetensors" 1e-4
+
+# A tensor-parallel checkpoint (tp = 2: qkv, fc, proj stored as boxes of two writers) too.
+timeout 120 "${MPI[@]}" "$ATLAS_BIN" train inputs/default.deck "parallel.stages_per_dc=1 0" "cluster.gpus_per_dc=2 0" \
+  parallel.dp_size=1 parallel.tp_size=2 "${SMALL[@]}" run.steps=1 ckpt.every_steps=0 train.eval_every_steps=0 \
+  run.out_dir="$T" run.name=tp > "$T/tp.out" 2>&1
+check "tp 2: export" to "$T/export_tp.out" atlas export "$T/tp/ckpt/step-000001.h5" --format hf --out "$T/hf_tp" --logits "$T/logits_tp.safetensors"
+check "tp 2: independent reader" $PY tests/hf/check_export.py "$T/hf_tp" "$T/tp/ckpt/step-000001.h5"
+check "tp 2: GPT-2's forward pass gives atlas's logits" $PY tests/hf/gpt2_reference.py "$T/hf_tp" "$T/logits_tp.safetensors" 1e-4
 
 # Variants of the exported directory (tests/hf/make_bad.py): damaged ones and the hub layout.
 for kind in long_header overlap dtype truncated relu untied extra hub hub_untied bf16 bf16_ref f16 f16_ref; do
