@@ -36,6 +36,8 @@ const CommandEntry kCommands[] = {
     {"report", "summarise a run directory (text + PNG Gantt chart)", cmd_report},
     {"bench", "side-by-side benchmarks: wan, gemm, step, ckpt, schedules, profile, sim, bubbletea", cmd_bench},
     {"profile", "measure per-block compute cost on this machine into profiles/", cmd_profile},
+    {"export", "write a checkpoint as a Hugging Face GPT-2 model (--format hf --out DIR)", cmd_export},
+    {"import", "a Hugging Face GPT-2 model directory to a checkpoint to fine-tune from", cmd_import},
 };
 
 void usage(FILE* out) {

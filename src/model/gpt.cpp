@@ -491,6 +491,20 @@ double StageModel::micro_loss(int micro) const {
   return it->second;
 }
 
+std::vector<float> StageModel::logits(int micro) {
+  ATLAS_ASSERT(is_last(), "logits asked of stage " << m_spec.stage << " of " << m_spec.pp);
+  const auto it = m_inflight.find(micro);
+  ATLAS_ASSERT(it != m_inflight.end(), "no activations for micro-batch " << micro);
+  const std::size_t n = tokens_per_micro();
+  device::Buffer out = m_backend.alloc_floats(n * static_cast<std::size_t>(m_vocab));
+  m_backend.gemm(Trans::No, Trans::Yes, static_cast<int>(n), m_vocab, m_hidden, 1.0F,
+                 at(it->second, m_layout.lnf), m_hidden, m_wte->value.f32(), m_hidden, 0.0F,
+                 out.f32(), m_vocab);
+  std::vector<float> host(n * static_cast<std::size_t>(m_vocab));
+  m_backend.download(host.data(), out.data(), host.size() * sizeof(float));
+  return host;
+}
+
 void StageModel::release(int micro) {
   auto it = m_inflight.find(micro);
   if (it == m_inflight.end()) return;

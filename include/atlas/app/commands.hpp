@@ -70,5 +70,7 @@ int cmd_simulate(Context& ctx);
 int cmd_report(Context& ctx);
 int cmd_bench(Context& ctx);
 int cmd_profile(Context& ctx);
+int cmd_export(Context& ctx);
+int cmd_import(Context& ctx);
 
 }  // namespace atlas::app

@@ -149,6 +149,11 @@ class StageModel {
   using GradsReady = std::function<void(std::span<ParamTensor* const>)>;
   void backward(int micro, const device::Buffer* grad_out, device::Buffer* grad_in,
                 const GradsReady* ready = nullptr);
+  /// Last stage: the LM-head logits [B*T, V] of micro-batch `micro` (forwarded, not yet
+  /// backwarded or released), recomputed from its saved final LayerNorm output with the
+  /// forward's own GEMM, as a host copy. For checks against other implementations (atlas export
+  /// --logits). Internal error when not the last stage or `micro` is not in flight.
+  [[nodiscard]] std::vector<float> logits(int micro);
   /// Drops the activations of a forward-only micro-batch (evaluation). No-op if none are held.
   void release(int micro);
   /// Zeroes every gradient and forgets the micro-batch losses.

@@ -1,0 +1,143 @@
+// SPDX-License-Identifier: MIT
+// `atlas export CKPT --format hf --out DIR` and `atlas import --format hf DIR --out CKPT_DIR
+// [--deck DECK] [key=value ...]`: wiring only (io/hf.hpp holds the formats and the mapping).
+// One process: both read and write whole tensors with serial HDF5 and MPI_COMM_SELF.
+#include <fmt/format.h>
+
+#include <filesystem>
+
+#include "atlas/app/commands.hpp"
+#include "atlas/core/check.hpp"
+#include "atlas/deck/deck.hpp"
+#include "atlas/device/backend.hpp"
+#include "atlas/io/hf.hpp"
+#include "atlas/model/gpt.hpp"
+
+namespace atlas::app {
+
+namespace {
+
+void one_process(const Context& ctx, const char* command) {
+  if (ctx.env.world_size() != 1)
+    throw UsageError(fmt::format("atlas {} runs as one process (started with {}); run it without mpirun",
+                                 command, ctx.env.world_size()));
+}
+
+void want_hf(const Args& a, const char* command) {
+  const std::string f = a.option("format");
+  if (f.empty()) throw UsageError(fmt::format("atlas {}: --format hf is required (the only format)", command));
+  if (f != "hf") throw UsageError(fmt::format("atlas {}: unknown --format '{}' (known: hf)", command, f));
+}
+
+/// --logits FILE: atlas's own logits (host backend) of the checkpoint on fixed tokens, for
+/// scripts/hf/check_logits.py to compare with transformers'. FILE is a safetensors file with
+/// "tokens" [T] (ids as F32, exact below 2^24) and "logits" [T, V].
+void write_logits(const std::string& ckpt, const io::CheckpointContents& contents, const ModelCfg& deck_model,
+                  const std::string& file) {
+  ModelCfg mc = deck_model;
+  const io::ModelShape& m = contents.meta.model;
+  mc.layers = static_cast<int>(m.layers);
+  mc.hidden = static_cast<int>(m.hidden);
+  mc.heads = static_cast<int>(m.heads);
+  mc.seq_len = static_cast<int>(m.seq_len);
+  mc.vocab = static_cast<int>(m.vocab);
+  mc.layers_per_stage.clear();
+  const std::unique_ptr<device::Backend> be = device::make_backend(DeviceCfg{});
+  model::StageModel sm(mc, 1, model::StageSpec{}, *be, nullptr, 0);
+  std::vector<io::ReadShard> shards;
+  for (auto& p : sm.params())
+    shards.push_back({p.name, p.full_shape, p.shard_offset, p.shard_shape, true, p.value.f32(), nullptr, nullptr});
+  io::ReadOptions ro;
+  ro.expect_model = m;
+  (void)io::read_checkpoint(mpi::Comm::self(), ckpt, shards, ro);
+  std::vector<std::int32_t> tokens(static_cast<std::size_t>(mc.seq_len));
+  std::vector<std::int32_t> targets(tokens.size());
+  for (std::size_t i = 0; i < tokens.size(); ++i)
+    tokens[i] = static_cast<std::int32_t>((i * 7919 + 13) % static_cast<std::size_t>(mc.vocab));
+  for (std::size_t i = 0; i < tokens.size(); ++i) targets[i] = tokens[(i + 1) % tokens.size()];
+  sm.forward(0, tokens.data(), targets.data(), nullptr, nullptr);
+  io::SafeTensor t{"tokens", {mc.seq_len}, std::vector<float>(tokens.begin(), tokens.end())};
+  io::SafeTensor l{"logits", {mc.seq_len, mc.vocab}, sm.logits(0)};
+  sm.release(0);
+  io::write_safetensors(file, {t, l}, {{"format", "pt"}, {"checkpoint", ckpt}});
+  fmt::print("# atlas logits on {} fixed tokens -> {}\n", mc.seq_len, file);
+}
+
+}  // namespace
+
+int cmd_export(Context& ctx) {
+  one_process(ctx, "export");
+  const Args a = parse_args(ctx.args, {"format", "out", "logits"}, {});
+  want_hf(a, "export");
+  if (a.positional.size() != 1)
+    throw UsageError("atlas export needs one checkpoint file: atlas export CKPT --format hf --out DIR");
+  const std::string out = a.option("out");
+  if (out.empty()) throw UsageError("atlas export: --out DIR is required");
+  const std::string& ckpt = a.positional[0];
+
+  // config.json's initializer_range and special tokens come from the checkpoint's own deck.
+  const io::CheckpointContents contents = io::inspect_checkpoint(ckpt);
+  io::Gpt2Config cfg;
+  cfg.gpt2_tokenizer = contents.meta.model.vocab == 50257;
+  ModelCfg deck_model;
+  try {
+    const Config deck_cfg = deck::parse(ckpt + ":/deck", contents.meta.deck, {});
+    deck_model = deck_cfg.model;
+    cfg.initializer_range = deck_cfg.model.init_std;
+    cfg.gpt2_tokenizer = deck_cfg.data.tokenizer == TokenizerKind::Gpt2;
+  } catch (const ConfigError&) {
+    // A deck of another atlas version: the defaults above.
+  }
+  const std::vector<std::string> names = io::export_hf(ckpt, out, cfg);
+  const auto& m = contents.meta.model;
+  fmt::print("# exported {} (step {}, {} layers, hidden {}, {} heads, seq_len {}, vocab {}) -> "
+             "{}/model.safetensors ({} tensors) + {}/config.json\n",
+             ckpt, contents.meta.step, m.layers, m.hidden, m.heads, m.seq_len, m.vocab, out,
+             names.size(), out);
+  if (const std::string f = a.option("logits"); !f.empty()) write_logits(ckpt, contents, deck_model, f);
+  return 0;
+}
+
+int cmd_import(Context& ctx) {
+  one_process(ctx, "import");
+  const Args a = parse_args(ctx.args, {"format", "out", "deck"}, {});
+  want_hf(a, "import");
+  if (a.positional.size() != 1)
+    throw UsageError("atlas import needs one model directory: atlas import --format hf DIR --out CKPT_DIR");
+  const std::string out = a.option("out");
+  if (out.empty()) throw UsageError("atlas import: --out CKPT_DIR is required");
+  const std::string& dir = a.positional[0];
+  const std::string config_path = (std::filesystem::path(dir) / "config.json").string();
+  const io::Gpt2Config hc = io::read_gpt2_config(config_path);
+
+  std::string deck_text;
+  std::optional<io::ModelShape> expect;
+  const std::string deck_path = a.option("deck");
+  if (!deck_path.empty()) {
+    const Config cfg = load_offline_deck(deck_path, a.overrides);
+    expect = io::ModelShape{cfg.model.layers, cfg.model.hidden, cfg.model.heads, cfg.model.seq_len,
+                            cfg.model.vocab};
+    deck_text = deck::resolved_deck(cfg);
+  } else {
+    const auto& m = hc.model;
+    std::vector<std::string> ov = {
+        fmt::format("model.layers={}", m.layers),   fmt::format("model.hidden={}", m.hidden),
+        fmt::format("model.heads={}", m.heads),     fmt::format("model.seq_len={}", m.seq_len),
+        fmt::format("model.vocab={}", m.vocab),     fmt::format("model.init_std={}", hc.initializer_range)};
+    // A deck needs a cluster; this one describes the model only (atlas train takes its own deck).
+    ov.emplace_back("cluster.dcs=local");
+    ov.emplace_back("cluster.gpus_per_dc=1");
+    ov.emplace_back("parallel.stages_per_dc=1");
+    if (hc.gpt2_tokenizer) ov.emplace_back("data.tokenizer=gpt2");
+    ov.insert(ov.end(), a.overrides.begin(), a.overrides.end());
+    deck_text = deck::resolved_deck(deck::parse(config_path, "", ov));
+  }
+  const std::string path = io::import_hf(dir, out, deck_text, expect);
+  const auto& m = hc.model;
+  fmt::print("# imported {} ({} layers, hidden {}, {} heads, n_positions {}, vocab {}) -> {}\n", dir,
+             m.layers, m.hidden, m.heads, m.seq_len, m.vocab, path);
+  fmt::print("# fine-tune from it: atlas train DECK run.resume={}  (the deck's model.* must match)\n", path);
+  return 0;
+}
+
+}  // namespace atlas::app
