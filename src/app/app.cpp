@@ -23,21 +23,22 @@ namespace {
 
 struct CommandEntry {
   const char* name;
+  const char* operands;  ///< what follows the name (atlas NAME --help)
   const char* summary;
   int (*run)(Context&);
 };
 
 // One line per subcommand (a new subcommand = one entry here + one file in src/app/).
 const CommandEntry kCommands[] = {
-    {"train", "train the deck's model (SPMD: mpirun -np N atlas train DECK)", cmd_train},
-    {"schedule", "print the static schedule tables (Gantt, step time, bubbles) for a deck", cmd_schedule},
-    {"plan", "pick DCs and GPU counts for a deck (what-if table)", cmd_plan},
-    {"simulate", "simulate the deck's job at scale (discrete events over the schedule table)", cmd_simulate},
-    {"report", "summarise a run directory (text + PNG Gantt chart)", cmd_report},
-    {"bench", "side-by-side benchmarks: wan, gemm, step, ckpt, schedules, profile, sim, bubbletea", cmd_bench},
-    {"profile", "measure per-block compute cost on this machine into profiles/", cmd_profile},
-    {"export", "write a checkpoint as a Hugging Face GPT-2 model (--format hf --out DIR)", cmd_export},
-    {"import", "a Hugging Face GPT-2 model directory to a checkpoint to fine-tune from", cmd_import},
+    {"train", "DECK [key=value ...]", "train the deck's model (SPMD: mpirun -np N atlas train DECK)", cmd_train},
+    {"schedule", "DECK [key=value ...]", "print the static schedule tables (Gantt, step time, bubbles) for a deck", cmd_schedule},
+    {"plan", "DECK [key=value ...]", "pick DCs and GPU counts for a deck (what-if table)", cmd_plan},
+    {"simulate", "DECK [key=value ...]", "simulate the deck's job at scale (discrete events over the schedule table)", cmd_simulate},
+    {"report", "RUN_DIR", "summarise a run directory (text + PNG Gantt chart)", cmd_report},
+    {"bench", "NAME [DECK] [key=value ...] (atlas bench NAME --help)", "side-by-side benchmarks: wan, gemm, step, ckpt, schedules, profile, sim, bubbletea", cmd_bench},
+    {"profile", "[key=value ...]", "measure per-block compute cost on this machine into profiles/", cmd_profile},
+    {"export", "CKPT --format hf --out DIR", "write a checkpoint as a Hugging Face GPT-2 model (--format hf --out DIR)", cmd_export},
+    {"import", "--format hf DIR --out CKPT_DIR [--deck DECK] [key=value ...]", "a Hugging Face GPT-2 model directory to a checkpoint to fine-tune from", cmd_import},
 };
 
 void usage(FILE* out) {
@@ -94,7 +95,7 @@ int run_app(mpi::Environment& env, int argc, char** argv) {
     return static_cast<int>(e.code());
   } catch (const HelpRequested& h) {
     if (root) {
-      std::printf("usage: atlas %s DECK [key=value ...] [options]\n  %s\n", name.c_str(), cmd->summary);
+      std::printf("usage: atlas %s %s [options]\n  %s\n", name.c_str(), cmd->operands, cmd->summary);
       if (!h.value_options.empty() || !h.flags.empty()) std::printf("\noptions:\n");
       for (const auto& o : h.value_options) std::printf("  --%s VALUE\n", o.c_str());
       for (const auto& f : h.flags) std::printf("  --%s\n", f.c_str());

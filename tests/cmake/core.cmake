@@ -46,6 +46,6 @@ set_tests_properties(cli_int_option_beyond_int PROPERTIES LABELS unit TIMEOUT 60
 # `atlas COMMAND --help` lists the command's options and exits 0 (it was "unknown option --help",
 # with a hint to run that very command), and so does -h; an unknown option still exits 1.
 add_test(NAME cli_command_help
-  COMMAND bash -c "set -u; for c in schedule simulate plan report train profile; do for h in --help -h; do rc=0; out=$($<TARGET_FILE:atlas> $c $h 2>&1) || rc=$?; echo \"$out\"; [[ $rc == 0 ]] && grep -q \"usage: atlas $c DECK\" <<<\"$out\" || exit 1; done; done; out=$($<TARGET_FILE:atlas> schedule --help); grep -q -- '--json VALUE' <<<\"$out\" && grep -q -- '--quiet' <<<\"$out\" || exit 1; rc=0; $<TARGET_FILE:atlas> schedule --nosuch 2>/dev/null || rc=$?; [[ $rc == 1 ]]"
+  COMMAND bash -c "set -u; for c in schedule simulate plan report train profile export import; do for h in --help -h; do rc=0; out=$($<TARGET_FILE:atlas> $c $h 2>&1) || rc=$?; echo \"$out\"; [[ $rc == 0 ]] && grep -q \"usage: atlas $c \" <<<\"$out\" || exit 1; done; done; $<TARGET_FILE:atlas> report --help | grep -q 'usage: atlas report RUN_DIR' || exit 1; $<TARGET_FILE:atlas> export --help | grep -q 'usage: atlas export CKPT --format hf --out DIR' || exit 1; out=$($<TARGET_FILE:atlas> schedule --help); grep -q -- '--json VALUE' <<<\"$out\" && grep -q -- '--quiet' <<<\"$out\" || exit 1; rc=0; $<TARGET_FILE:atlas> schedule --nosuch 2>/dev/null || rc=$?; [[ $rc == 1 ]]"
   WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(cli_command_help PROPERTIES LABELS unit TIMEOUT 60)
