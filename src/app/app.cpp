@@ -36,6 +36,7 @@ const CommandEntry kCommands[] = {
     {"report", "summarise a run directory (text + PNG Gantt chart)", cmd_report},
     {"bench", "side-by-side benchmarks: wan, gemm, step, ckpt, schedules, profile, sim, bubbletea", cmd_bench},
     {"profile", "measure per-block compute cost on this machine into profiles/", cmd_profile},
+    {"tokenize", "text files to llm.c token shards for data.format = shards (train_*.bin, val_*.bin)", cmd_tokenize},
 };
 
 void usage(FILE* out) {

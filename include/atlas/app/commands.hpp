@@ -70,5 +70,6 @@ int cmd_simulate(Context& ctx);
 int cmd_report(Context& ctx);
 int cmd_bench(Context& ctx);
 int cmd_profile(Context& ctx);
+int cmd_tokenize(Context& ctx);
 
 }  // namespace atlas::app
