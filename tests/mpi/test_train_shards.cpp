@@ -21,14 +21,14 @@ std::string gpt2_dir() {
   return (std::filesystem::path(env ? env : ATLAS_SOURCE_DIR) / "data/gpt2").string();
 }
 
-struct Run {
+struct RunResult {
   std::vector<double> losses;
   double val_loss = 0.0;
   double unigram = 0.0;
   int first_step = 0;
 };
 
-Run run(const Config& cfg, const mpi::Comm& world, int until, int save_after = -1) {
+RunResult run(const Config& cfg, const mpi::Comm& world, int until, int save_after = -1) {
   const topo::Layout layout(world.size(), cfg.parallel);
   const topo::Communicators comms = topo::Communicators::create(world, layout);
   const topo::Coord me = layout.coord(comms.world.rank());
@@ -37,7 +37,7 @@ Run run(const Config& cfg, const mpi::Comm& world, int until, int save_after = -
   auto wan = wan::make_transport(cfg.wan, cfg.cluster, comms.world, me.dc, layout.wan_peers(me));
   Profiler profiler(false, comms.world.rank(), 0);
   Trainer trainer(cfg, layout, comms, table, wan.get(), *backend, profiler);
-  Run out;
+  RunResult out;
   out.first_step = restore_checkpoint(trainer, cfg, comms).step;
   for (int s = out.first_step; s < until; ++s) {
     out.losses.push_back(trainer.train_step(s).loss);
@@ -106,8 +106,8 @@ TEST(TrainShards, ShardsTrainBitwiseLikeTheText) {
   if (world.size() > 2) GTEST_SKIP() << "runs at np 1 and 2";
   const std::string dir = brown_shards(world);
   const int dp = world.size();
-  const Run text = run(make_cfg(1, dp, {1}, 2, gpt2_keys()), world, 3);
-  const Run shards = run(make_cfg(1, dp, {1}, 2, shard_keys(dir)), world, 3);
+  const RunResult text = run(make_cfg(1, dp, {1}, 2, gpt2_keys()), world, 3);
+  const RunResult shards = run(make_cfg(1, dp, {1}, 2, shard_keys(dir)), world, 3);
   if (world.rank() == 0) {
     ASSERT_EQ(text.losses.size(), shards.losses.size());
     for (std::size_t s = 0; s < text.losses.size(); ++s) EXPECT_EQ(text.losses[s], shards.losses[s]) << "step " << s;
@@ -127,9 +127,9 @@ TEST(TrainShards, ResumeContinuesTheDataOrderExactly) {
     if (resume) k.push_back("run.resume=latest");
     return k;
   };
-  const Run full = run(make_cfg(1, dp, {1}, 2, keys("a", false)), world, 4);
+  const RunResult full = run(make_cfg(1, dp, {1}, 2, keys("a", false)), world, 4);
   (void)run(make_cfg(1, dp, {1}, 2, keys("b", false)), world, 2, /*save_after=*/2);
-  const Run resumed = run(make_cfg(1, dp, {1}, 2, keys("b", true)), world, 4);
+  const RunResult resumed = run(make_cfg(1, dp, {1}, 2, keys("b", true)), world, 4);
   if (world.rank() == 0) {
     EXPECT_EQ(resumed.first_step, 2);
     ASSERT_EQ(resumed.losses.size(), 2u);
