@@ -39,6 +39,8 @@ const CommandEntry kCommands[] = {
     {"profile", "[key=value ...]", "measure per-block compute cost on this machine into profiles/", cmd_profile},
     {"export", "CKPT --format hf --out DIR", "write a checkpoint as a Hugging Face GPT-2 model (--format hf --out DIR)", cmd_export},
     {"import", "--format hf DIR --out CKPT_DIR [--deck DECK] [key=value ...]", "a Hugging Face GPT-2 model directory to a checkpoint to fine-tune from", cmd_import},
+    {"tokenize", "TEXT... --out DIR [--tokenizer byte|gpt2] [--val-fraction F] [--shard-tokens N]",
+     "text files to llm.c token shards for data.format = shards (train_*.bin, val_*.bin)", cmd_tokenize},
 };
 
 void usage(FILE* out) {

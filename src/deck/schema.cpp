@@ -359,6 +359,11 @@ void build(Schema& schema) {
       .help("micro-batches per validation pass");
 
   // [data]
+  b.choice("data.format", &C::data, &DataCfg::format,
+           {{"text", DataFormat::Text}, {"shards", DataFormat::Shards}})
+      .def("text").help("text: tokenize data.corpus_dir at start-up, hold out data.val_fraction; "
+                        "shards: llm.c token shards named by data.train_shards and data.val_shards "
+                        "(atlas tokenize writes them; docs/formats.md)");
   b.field("data.corpus_dir", &C::data, &DataCfg::corpus_dir).def("data/brown")
       .help("directory of the Brown corpus text files (make data installs it)");
   b.choice("data.tokenizer", &C::data, &DataCfg::tokenizer,
@@ -369,7 +374,12 @@ void build(Schema& schema) {
       .help("directory holding the GPT-2 encoder.json and vocab.bpe (make data installs them); "
             "used when data.tokenizer = gpt2");
   b.field("data.val_fraction", &C::data, &DataCfg::val_fraction).def("0.05").min(0.001).max(0.5)
-      .help("fraction of the token stream held out for validation");
+      .help("fraction of the token stream held out for validation (data.format = text)");
+  b.field("data.train_shards", &C::data, &DataCfg::train_shards).def("\"\"")
+      .help("data.format = shards: glob patterns of the training shards (e.g. dir/train_*.bin), "
+            "read in name order, pattern by pattern");
+  b.field("data.val_shards", &C::data, &DataCfg::val_shards).def("\"\"")
+      .help("data.format = shards: glob patterns of the validation shards (e.g. dir/val_*.bin)");
 
   // [schedule]
   b.choice("schedule.kind", &C::schedule, &ScheduleCfg::kind,

@@ -2,6 +2,7 @@
 // Cross-field validation: every problem is collected, none is clamped or silently fixed.
 #include <cstdint>
 #include <set>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -149,6 +150,21 @@ void check_model(const Config& c, std::vector<std::string>& out) {
   }
 }
 
+void check_data(const Config& c, std::vector<std::string>& out) {
+  const bool shards = c.data.format == DataFormat::Shards;
+  for (const auto& [key, list] : {std::pair{"data.train_shards", &c.data.train_shards},
+                                  std::pair{"data.val_shards", &c.data.val_shards}}) {
+    if (shards && list->empty())
+      out.push_back(std::string("data.format = shards needs ") + key +
+                    " (glob patterns of token shards)\n  hint: write shards with `atlas tokenize "
+                    "TEXT... --out DIR` and set " + key + " = DIR/" +
+                    (key[5] == 't' ? "train" : "val") + "_*.bin");
+    if (!shards && !list->empty())
+      out.push_back(std::string(key) + " is set but data.format = text reads data.corpus_dir\n"
+                    "  hint: set data.format = shards to train from the shards");
+  }
+}
+
 void check_misc(const Config& c, const JobShape& shape, std::vector<std::string>& out) {
   if (c.train.min_lr > c.train.lr)
     out.push_back("train.min_lr = " + str(c.train.min_lr) + " is above train.lr = " + str(c.train.lr));
@@ -219,6 +235,7 @@ std::vector<std::string> validate(const Config& cfg, const JobShape& shape) {
   check_cluster(cfg, out);
   check_parallel(cfg, shape, out);
   check_model(cfg, out);
+  check_data(cfg, out);
   check_misc(cfg, shape, out);
   check_sizes(cfg, out);
   return out;

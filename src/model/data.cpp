@@ -15,6 +15,7 @@
 #include "atlas/core/check.hpp"
 #include "atlas/core/error.hpp"
 #include "atlas/model/rng.hpp"
+#include "atlas/model/shards.hpp"
 
 namespace atlas::model {
 
@@ -50,17 +51,17 @@ std::string data_hint() {
 }
 }  // namespace
 
-Corpus Corpus::load(const std::string& dir, const Encoder& encode) {
+std::vector<std::string> Corpus::text_files(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
     throw ConfigError(fmt::format("data.corpus_dir = '{}' {}\n{}", dir,
                                   fs::exists(dir, ec) ? "is not a directory" : "does not exist",
                                   data_hint()));
   }
-  std::vector<fs::path> files;
+  std::vector<std::string> files;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     if (entry.is_regular_file() && entry.path().extension() == ".txt")
-      files.push_back(entry.path());
+      files.push_back(entry.path().string());
   }
   if (ec) throw ConfigError(fmt::format("data.corpus_dir = '{}': {}", dir, ec.message()));
   if (files.empty()) {
@@ -68,10 +69,15 @@ Corpus Corpus::load(const std::string& dir, const Encoder& encode) {
                                   data_hint()));
   }
   std::sort(files.begin(), files.end());
+  return files;
+}
+
+Corpus Corpus::load(const std::string& dir, const Encoder& encode) {
+  const std::vector<std::string> files = text_files(dir);
   std::string text;
   for (const auto& path : files) {
     std::ifstream in(path, std::ios::binary);
-    if (!in) ATLAS_THROW(Io, "cannot read corpus file " << path.string());
+    if (!in) ATLAS_THROW(Io, "cannot read corpus file " << path);
     std::ostringstream os;
     os << in.rdbuf();
     text += os.str();
@@ -90,12 +96,16 @@ Corpus Corpus::from_text(std::string_view text, std::string origin, const Encode
   return c;
 }
 
+std::int64_t val_tokens_of(std::int64_t total, double val_fraction) {
+  return static_cast<std::int64_t>(std::floor(val_fraction * static_cast<double>(total)));
+}
+
 std::span<const std::int32_t> Corpus::split(Split which, double val_fraction) const {
   if (!(val_fraction >= 0.0 && val_fraction < 1.0)) {
     throw ConfigError(fmt::format("data.val_fraction = {} must be in [0, 1)", val_fraction));
   }
   const auto total = static_cast<std::int64_t>(m_tokens->size());
-  const auto val = static_cast<std::int64_t>(std::floor(val_fraction * static_cast<double>(total)));
+  const std::int64_t val = val_tokens_of(total, val_fraction);
   const std::span<const std::int32_t> all(*m_tokens);
   const auto train_len = static_cast<std::size_t>(total - val);
   return which == Split::Train ? all.first(train_len) : all.subspan(train_len);
@@ -137,6 +147,20 @@ DataLoader::DataLoader(const Corpus& corpus, Split which, double val_fraction,
       m_shape(shape),
       m_seed(seed),
       m_shuffle(shuffle) {
+  check_shape(static_cast<std::int64_t>(m_stream.size()), which, corpus.origin());
+}
+
+DataLoader::DataLoader(const ShardSet& shards, Split which, const LoaderShape& shape,
+                       std::uint64_t seed, bool shuffle)
+    : m_shards(std::make_shared<const ShardSet>(shards)),
+      m_shape(shape),
+      m_seed(seed),
+      m_shuffle(shuffle) {
+  check_shape(shards.size(), which, shards.origin());
+}
+
+void DataLoader::check_shape(std::int64_t len, Split which, const std::string& origin) {
+  const LoaderShape& shape = m_shape;
   ProblemList problems;
   if (shape.seq_len < 1)
     problems.add(fmt::format("model.seq_len = {} must be >= 1", shape.seq_len));
@@ -148,13 +172,15 @@ DataLoader::DataLoader(const Corpus& corpus, Split which, double val_fraction,
     problems.add(fmt::format("dp_rank {} is outside [0, {})", shape.dp_rank, shape.dp_size));
   }
   problems.throw_if_any();
-  const auto len = static_cast<std::int64_t>(m_stream.size());
   if (len < static_cast<std::int64_t>(shape.seq_len) + 1) {
+    const char* more = m_shards ? (which == Split::Val ? " or add tokens to data.val_shards"
+                                                       : " or add tokens to data.train_shards")
+                                : (which == Split::Val ? " or raise data.val_fraction"
+                                                       : " or use a larger corpus");
     throw ConfigError(fmt::format(
         "model.seq_len = {} needs at least {} tokens, but the {} split of {} has {} tokens\n"
         "  hint: lower model.seq_len{}",
-        shape.seq_len, shape.seq_len + 1, split_name(which), corpus.origin(), len,
-        which == Split::Val ? " or raise data.val_fraction" : " or use a larger corpus"));
+        shape.seq_len, shape.seq_len + 1, split_name(which), origin, len, more));
   }
   m_windows = (len - 1) / shape.seq_len;
 }
@@ -190,6 +216,13 @@ void DataLoader::fill(int micro, std::int32_t* tokens, std::int32_t* targets) co
   for (int b = 0; b < m_shape.micro_batch_size; ++b) {
     const auto start = static_cast<std::size_t>(sample_window(micro, b)) * t;
     const std::size_t out = static_cast<std::size_t>(b) * t;
+    if (m_shards) {
+      const auto s = static_cast<std::int64_t>(start);
+      const auto n = static_cast<std::int64_t>(t);
+      m_shards->copy(s, n, tokens + out);
+      m_shards->copy(s + 1, n, targets + out);
+      continue;
+    }
     std::copy_n(m_stream.begin() + static_cast<std::ptrdiff_t>(start), t, tokens + out);
     std::copy_n(m_stream.begin() + static_cast<std::ptrdiff_t>(start) + 1, t, targets + out);
   }
@@ -208,7 +241,7 @@ void DataLoader::restore(const DataPosition& pos) {
   }
   if (pos.epoch_samples != m_windows) {
     problems.add(fmt::format("the saved data position has {} samples per epoch, this run {}\n"
-                             "  hint: the corpus, data.val_fraction or model.seq_len changed "
+                             "  hint: the corpus (or shards), data.val_fraction or model.seq_len changed "
                              "since the checkpoint",
                              pos.epoch_samples, m_windows));
   }

@@ -13,6 +13,7 @@
 #include "atlas/core/log.hpp"
 #include "atlas/device/collective.hpp"
 #include "atlas/model/gpt2_tokenizer.hpp"
+#include "atlas/model/shards.hpp"
 #include "atlas/mpi/agree.hpp"
 #include "atlas/mpi/tags.hpp"
 
@@ -57,20 +58,33 @@ Trainer::Trainer(const Config& cfg, const topo::Layout& layout, const topo::Comm
       throw ConfigError("model.vocab = " + std::to_string(cfg.model.vocab) +
                         " is smaller than the byte tokenizer's 256 symbols\n  hint: set model.vocab = 256");
     if (!first && !last) return;
+    model::LoaderShape shape{cfg.model.seq_len, cfg.train.micro_batch_size, cfg.train.micro_batches,
+                             layout.dp_size(), m_me.dp};
+    model::LoaderShape vshape = shape;
+    vshape.micro_batches = cfg.train.eval_batches;
+    const auto seed = static_cast<std::uint64_t>(cfg.run.seed);
+    if (cfg.data.format == DataFormat::Shards) {
+      // Token shards (atlas tokenize or llm.c): memory-mapped, checked against model.vocab.
+      const model::ShardSet train = model::ShardSet::open(
+          model::expand_shard_globs(cfg.data.train_shards, "data.train_shards"), cfg.model.vocab,
+          "data.train_shards");
+      m_val_shards = std::make_shared<const model::ShardSet>(model::ShardSet::open(
+          model::expand_shard_globs(cfg.data.val_shards, "data.val_shards"), cfg.model.vocab,
+          "data.val_shards"));
+      m_train = std::make_unique<model::DataLoader>(train, model::Split::Train, shape, seed, true);
+      m_val = std::make_unique<model::DataLoader>(*m_val_shards, model::Split::Val, vshape, seed, false);
+      return;
+    }
     model::Corpus::Encoder encode;
     if (gpt2) {
       auto bpe = std::make_shared<model::Gpt2Tokenizer>(cfg.data.tokenizer_dir);
       encode = [bpe](std::string_view text) { return bpe->encode(text); };
     }
     m_corpus = model::Corpus::load(cfg.data.corpus_dir, encode);
-    model::LoaderShape shape{cfg.model.seq_len, cfg.train.micro_batch_size, cfg.train.micro_batches,
-                             layout.dp_size(), m_me.dp};
     m_train = std::make_unique<model::DataLoader>(m_corpus, model::Split::Train, cfg.data.val_fraction,
-                                                  shape, static_cast<std::uint64_t>(cfg.run.seed), true);
-    model::LoaderShape vshape = shape;
-    vshape.micro_batches = cfg.train.eval_batches;
+                                                  shape, seed, true);
     m_val = std::make_unique<model::DataLoader>(m_corpus, model::Split::Val, cfg.data.val_fraction,
-                                                vshape, static_cast<std::uint64_t>(cfg.run.seed), false);
+                                                vshape, seed, false);
   });
 
   // ---- intra-DC collectives (collective over tp_comm, then dp_comm): MPI on host memory,
@@ -141,6 +155,7 @@ Trainer::~Trainer() {
 
 double Trainer::validation_unigram_entropy() const {
   if (!m_val) return 0.0;
+  if (m_val_shards) return m_val_shards->unigram_entropy(m_cfg.model.vocab);
   return model::unigram_entropy(m_corpus.split(model::Split::Val, m_cfg.data.val_fraction), m_cfg.model.vocab);
 }
 

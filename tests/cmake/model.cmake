@@ -35,3 +35,17 @@ if(ATLAS_NODE)
 else()
   message(WARNING "node not found: the gpt2_equivalence test is not registered (Debian: nodejs)")
 endif()
+
+# Token-shard datasets (#26): the format, the loader over shards, bad shards (unit); Brown as
+# GPT-2 shards trains bitwise like the text and resumes exactly (MPI); atlas tokenize and
+# `atlas train` on shards end to end, with shards written by python3 (launch).
+atlas_unit_test(test_model_shards unit/test_model_shards.cpp)
+atlas_mpi_test(test_train_shards SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/mpi/test_train_shards.cpp
+  NP 1 2 TIMEOUT 300)
+foreach(np 1 2)
+  set_tests_properties(test_train_shards_np_${np} PROPERTIES FIXTURES_REQUIRED brown_corpus)
+endforeach()
+add_test(NAME test_tokenize
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/launch/test_tokenize.sh ${PROJECT_SOURCE_DIR} $<TARGET_FILE:atlas>)
+set_tests_properties(test_tokenize PROPERTIES LABELS mpi TIMEOUT 300 FIXTURES_REQUIRED brown_corpus
+  PROCESSORS 2)

@@ -72,5 +72,6 @@ int cmd_bench(Context& ctx);
 int cmd_profile(Context& ctx);
 int cmd_export(Context& ctx);
 int cmd_import(Context& ctx);
+int cmd_tokenize(Context& ctx);
 
 }  // namespace atlas::app

@@ -100,11 +100,20 @@ enum class TokenizerKind {
   Gpt2,  ///< GPT-2 byte-level BPE (vocabulary 50,257; files in data.tokenizer_dir)
 };
 
+/// data.format: where the token streams come from.
+enum class DataFormat {
+  Text,    ///< data.corpus_dir's text, tokenized at start-up, split by data.val_fraction
+  Shards,  ///< llm.c token shards (data.train_shards, data.val_shards), memory-mapped
+};
+
 struct DataCfg {
+  DataFormat format = DataFormat::Text;  ///< data.format
   std::string corpus_dir;               ///< data.corpus_dir: directory of Brown corpus files
   TokenizerKind tokenizer = TokenizerKind::Byte;  ///< data.tokenizer
   std::string tokenizer_dir;            ///< data.tokenizer_dir: encoder.json + vocab.bpe (gpt2)
   double val_fraction = 0.05;           ///< data.val_fraction: tail of the token stream held out
+  std::vector<std::string> train_shards;  ///< data.train_shards: glob patterns (format = shards)
+  std::vector<std::string> val_shards;    ///< data.val_shards: glob patterns (format = shards)
 };
 
 enum class ScheduleKind { GPipe, OneFOneB, Atlas };

@@ -25,6 +25,11 @@ class ByteTokenizer {
 
 enum class Split { Train, Val };
 
+class ShardSet;  // shards.hpp
+
+/// Tokens of a stream of `total` held out for validation (the tail): floor(val_fraction * total).
+[[nodiscard]] std::int64_t val_tokens_of(std::int64_t total, double val_fraction);
+
 /// A corpus as one token stream: every *.txt file of a directory, in file-name order,
 /// concatenated. Cheap to copy (the tokens are shared, immutable).
 class Corpus {
@@ -36,6 +41,9 @@ class Corpus {
   /// Throws atlas::ConfigError when the directory is missing or holds no text (hint:
   /// scripts/get-data.sh / make data).
   [[nodiscard]] static Corpus load(const std::string& dir, const Encoder& encode = {});
+  /// The files load() reads: every *.txt file under `dir`, in name order. Throws
+  /// atlas::ConfigError as load() does.
+  [[nodiscard]] static std::vector<std::string> text_files(const std::string& dir);
   /// A corpus from in-memory text (tests, tools), tokenized by `encode`.
   [[nodiscard]] static Corpus from_text(std::string_view text, std::string origin = "<memory>",
                                         const Encoder& encode = {});
@@ -86,6 +94,10 @@ class DataLoader {
   /// seq_len + 1 tokens, or on a bad shape.
   DataLoader(const Corpus& corpus, Split which, double val_fraction, const LoaderShape& shape,
              std::uint64_t seed, bool shuffle);
+  /// The same over a shard set (data.format = shards): the set is the split's whole stream.
+  /// Keeps the mapped shards alive.
+  DataLoader(const ShardSet& shards, Split which, const LoaderShape& shape, std::uint64_t seed,
+             bool shuffle);
 
   /// Fills `tokens` and `targets` (host arrays of B*T ids) with micro-batch `micro` of the
   /// current step for this replica.
@@ -106,9 +118,11 @@ class DataLoader {
 
  private:
   [[nodiscard]] std::int64_t window_of(std::int64_t slot) const;
+  void check_shape(std::int64_t len, Split which, const std::string& origin);
 
   std::shared_ptr<const std::vector<std::int32_t>> m_keep;
   std::span<const std::int32_t> m_stream;
+  std::shared_ptr<const ShardSet> m_shards;  ///< set: the stream is these shards, not m_stream
   LoaderShape m_shape;
   std::uint64_t m_seed;
   bool m_shuffle;

@@ -165,6 +165,7 @@ class Trainer {
   std::unique_ptr<model::StageModel> m_model;
   model::AdamW m_adamw;
   model::Corpus m_corpus;
+  std::shared_ptr<const model::ShardSet> m_val_shards;  ///< data.format = shards: the val stream
   std::unique_ptr<model::DataLoader> m_train;
   std::unique_ptr<model::DataLoader> m_val;
   std::unique_ptr<Boundary> m_boundary;

@@ -1,0 +1,96 @@
+// SPDX-License-Identifier: MIT
+// Token-shard datasets in llm.c's binary format (docs/formats.md): reading (memory-mapped,
+// checked against the model's vocabulary) and writing (atlas tokenize). Not the sample order:
+// the DataLoader (data.hpp) serves a shard set exactly as it serves a text corpus.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "atlas/model/data.hpp"
+
+namespace atlas::model {
+
+/// llm.c's token shard: a header of 256 little-endian int32 (magic, version, token count, the
+/// rest zero), then `count` tokens as little-endian uint16.
+struct ShardFormat {
+  static constexpr std::int32_t kMagic = 20240520;
+  static constexpr std::int32_t kVersion = 1;
+  static constexpr int kHeaderInts = 256;
+  static constexpr std::int64_t kHeaderBytes = kHeaderInts * 4;
+};
+
+/// Expands the glob patterns of deck key `key` (glob(3)); each pattern's matches in name order,
+/// the patterns in list order. Throws atlas::ConfigError naming the pattern and the fix when a
+/// pattern matches no file, or when the list is empty.
+[[nodiscard]] std::vector<std::string> expand_shard_globs(const std::vector<std::string>& patterns,
+                                                          std::string_view key);
+
+/// Token shards seen as one read-only stream: the files' tokens in list order. The files are
+/// memory-mapped (read-only, unmapped when the last copy goes); cheap to copy.
+class ShardSet {
+ public:
+  ShardSet() = default;
+  /// Maps `files` and checks each: the magic, the version, the header's token count against the
+  /// file size, and every token < `vocab`. Throws atlas::ConfigError naming the file (`key` is
+  /// the deck key the list came from, for the hint) and the fix.
+  [[nodiscard]] static ShardSet open(const std::vector<std::string>& files, int vocab,
+                                     std::string_view key);
+
+  /// Tokens in the stream.
+  [[nodiscard]] std::int64_t size() const noexcept { return m_total; }
+  [[nodiscard]] int file_count() const noexcept;
+  /// "N shards from FIRST" (messages).
+  [[nodiscard]] std::string origin() const;
+  /// Copies tokens [start, start + n) of the stream (across file ends) into `out`.
+  void copy(std::int64_t start, std::int64_t n, std::int32_t* out) const;
+  /// Unigram entropy of the stream in nats per token (as unigram_entropy of data.hpp).
+  [[nodiscard]] double unigram_entropy(int vocab) const;
+
+ private:
+  struct Mapping;
+  std::vector<std::shared_ptr<const Mapping>> m_files;
+  std::vector<std::int64_t> m_starts;  ///< stream offset of each file's first token
+  std::int64_t m_total = 0;
+};
+
+/// Writes `tokens` as shards `dir`/`prefix`_000000.bin, _000001.bin, ... of at most
+/// `shard_tokens` tokens each (one empty shard if `tokens` is empty). Returns the paths.
+/// Throws atlas::Error (Io) when a file cannot be written.
+std::vector<std::string> write_shards(std::span<const std::uint16_t> tokens, const std::string& dir,
+                                      const std::string& prefix, std::int64_t shard_tokens);
+
+/// What atlas tokenize does, as a library call.
+struct TokenizeJob {
+  std::vector<std::string> inputs;  ///< text files, or directories (their *.txt files in name order)
+  std::string out_dir;
+  Corpus::Encoder encode;           ///< empty = ByteTokenizer::encode
+  double val_fraction = 0.05;       ///< the tail held out, as data.val_fraction
+  std::int64_t shard_tokens = 100'000'000;
+  /// Called about once a second while encoding: (bytes read, bytes in all, tokens so far).
+  std::function<void(std::int64_t, std::int64_t, std::int64_t)> progress;
+};
+
+struct TokenizeResult {
+  int files = 0;
+  std::int64_t bytes = 0;
+  std::int64_t train_tokens = 0;
+  std::int64_t val_tokens = 0;
+  std::vector<std::string> train_shards;
+  std::vector<std::string> val_shards;
+};
+
+/// Encodes the inputs' text, concatenated in order, into the train shards (`out_dir`/train_*.bin)
+/// and the val shards (`out_dir`/val_*.bin, the tail, split as Corpus::split). The text is encoded
+/// in pieces cut only where GPT-2's pre-tokenization must cut too (a newline after a
+/// non-space ASCII character), so the tokens equal Corpus::load's on the same text.
+/// Throws atlas::ConfigError on a missing input, a bad fraction or shard size, a token that does
+/// not fit uint16.
+TokenizeResult tokenize_to_shards(const TokenizeJob& job);
+
+}  // namespace atlas::model

@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: MIT
+// `atlas tokenize TEXT... --out DIR [--tokenizer byte|gpt2] [--tokenizer-dir DIR]
+// [--val-fraction F] [--shard-tokens N]`: text files (or directories of .txt files) to llm.c token
+// shards DIR/train_NNNNNN.bin and DIR/val_NNNNNN.bin, for data.format = shards. Wiring only: the
+// encoding and the format are model/shards.cpp.
+#include <chrono>
+#include <cstdio>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "atlas/app/commands.hpp"
+#include "atlas/core/units.hpp"
+#include "atlas/model/gpt2_tokenizer.hpp"
+#include "atlas/model/shards.hpp"
+
+namespace atlas::app {
+
+int cmd_tokenize(Context& ctx) {
+  if (ctx.env.world_rank() != 0) return 0;
+  const Args args = parse_args(ctx.args, {"out", "tokenizer", "tokenizer-dir", "val-fraction", "shard-tokens"}, {});
+  if (args.positional.empty() || !args.overrides.empty())
+    throw UsageError("atlas tokenize needs text files or directories: atlas tokenize TEXT... --out DIR");
+  if (!args.flag("out")) throw UsageError("atlas tokenize needs --out DIR (where the shards go)");
+
+  model::TokenizeJob job;
+  job.inputs = args.positional;
+  job.out_dir = args.option("out");
+  const std::string kind = args.option("tokenizer", "byte");
+  if (kind == "gpt2") {
+    auto bpe = std::make_shared<model::Gpt2Tokenizer>(args.option("tokenizer-dir", "data/gpt2"));
+    job.encode = [bpe](std::string_view text) { return bpe->encode(text); };
+  } else if (kind != "byte") {
+    throw UsageError("--tokenizer must be byte or gpt2, not '" + kind + "'");
+  }
+  const std::string vf = args.option("val-fraction", "0.05");
+  const auto val_fraction = units::parse_double(vf);
+  if (!val_fraction) throw UsageError("--val-fraction expects a number in [0, 1), got '" + vf + "'");
+  job.val_fraction = *val_fraction;
+  job.shard_tokens = args.int_option("shard-tokens", 100'000'000);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto seconds = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  job.progress = [&](std::int64_t done, std::int64_t all, std::int64_t tokens) {
+    const double s = seconds();
+    fmt::print(stderr, "tokenize: {:.1f} of {:.1f} MiB, {} tokens, {:.3g} tokens/s\n",
+               static_cast<double>(done) / (1 << 20), static_cast<double>(all) / (1 << 20), tokens,
+               s > 0 ? static_cast<double>(tokens) / s : 0.0);
+  };
+  const model::TokenizeResult r = model::tokenize_to_shards(job);
+  const double s = seconds();
+  const std::int64_t tokens = r.train_tokens + r.val_tokens;
+  fmt::print("tokenized {} file(s), {} bytes, with the {} tokenizer: {} tokens in {:.2f} s "
+             "({:.3g} tokens/s, {:.3g} bytes/token)\n",
+             r.files, r.bytes, kind, tokens, s, s > 0 ? static_cast<double>(tokens) / s : 0.0,
+             tokens > 0 ? static_cast<double>(r.bytes) / static_cast<double>(tokens) : 0.0);
+  fmt::print("  train: {} tokens in {} shard(s) {}/train_*.bin\n", r.train_tokens, r.train_shards.size(),
+             job.out_dir);
+  fmt::print("  val:   {} tokens in {} shard(s) {}/val_*.bin (val fraction {})\n", r.val_tokens,
+             r.val_shards.size(), job.out_dir, job.val_fraction);
+  fmt::print("  deck:  data.format = shards  data.train_shards = {}/train_*.bin  data.val_shards = "
+             "{}/val_*.bin{}\n",
+             job.out_dir, job.out_dir, kind == "gpt2" ? "  data.tokenizer = gpt2  model.vocab = 50257" : "");
+  return 0;
+}
+
+}  // namespace atlas::app

@@ -1,0 +1,372 @@
+// SPDX-License-Identifier: MIT
+// Token shards in llm.c's format (shards.hpp): glob expansion, the read-only memory maps and
+// their checks, the writer, and atlas tokenize's streaming encoder. The sample order is the
+// DataLoader's (data.cpp), the same for text and shards.
+#include "atlas/model/shards.hpp"
+
+#include <fcntl.h>
+#include <glob.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include <fmt/format.h>
+
+#include "atlas/core/check.hpp"
+#include "atlas/core/error.hpp"
+
+namespace atlas::model {
+
+namespace fs = std::filesystem;
+
+static_assert(std::endian::native == std::endian::little,
+              "the shard format is little-endian; this reader maps the tokens as they are");
+
+namespace {
+
+std::string write_hint() {
+  return "  hint: write shards with `atlas tokenize TEXT... --out DIR` (docs/formats.md, token "
+         "shards), or fix the pattern";
+}
+
+}  // namespace
+
+// ---- globs ----
+
+std::vector<std::string> expand_shard_globs(const std::vector<std::string>& patterns,
+                                            std::string_view key) {
+  if (patterns.empty()) {
+    throw ConfigError(fmt::format("{} is empty, but data.format = shards needs it\n{}", key,
+                                  write_hint()));
+  }
+  std::vector<std::string> files;
+  for (const std::string& pattern : patterns) {
+    glob_t g{};
+    // No GLOB_ERR: a directory that does not exist is "matches no file", the clearer message.
+    const int rc = ::glob(pattern.c_str(), 0, nullptr, &g);
+    std::vector<std::string> found;
+    if (rc == 0) {
+      for (std::size_t i = 0; i < g.gl_pathc; ++i) found.emplace_back(g.gl_pathv[i]);
+    }
+    ::globfree(&g);
+    if (rc == GLOB_NOMATCH || (rc == 0 && found.empty())) {
+      throw ConfigError(fmt::format("{} = '{}' matches no file\n{}", key, pattern, write_hint()));
+    }
+    if (rc != 0) {
+      throw ConfigError(fmt::format("{} = '{}': cannot read the directories of the pattern ({})\n{}",
+                                    key, pattern, rc == GLOB_ABORTED ? "read error" : "out of memory",
+                                    write_hint()));
+    }
+    std::sort(found.begin(), found.end());  // glob sorts by the locale; name order is bytes
+    files.insert(files.end(), found.begin(), found.end());
+  }
+  return files;
+}
+
+// ---- the memory maps ----
+
+/// One shard file mapped read-only; unmapped by the destructor.
+struct ShardSet::Mapping {
+  std::string path;
+  const void* base = nullptr;
+  std::size_t bytes = 0;
+  std::span<const std::uint16_t> tokens;
+
+  Mapping() = default;
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  ~Mapping() {
+    if (base != nullptr) ::munmap(const_cast<void*>(base), bytes);
+  }
+};
+
+namespace {
+
+std::string fix_hint(std::string_view key) {
+  return fmt::format("  hint: write the shards again with `atlas tokenize TEXT... --out DIR`, or "
+                     "remove the file from {} (docs/formats.md, token shards)",
+                     key);
+}
+
+}  // namespace
+
+ShardSet ShardSet::open(const std::vector<std::string>& files, int vocab, std::string_view key) {
+  ShardSet set;
+  for (const std::string& path : files) {
+    auto m = std::make_shared<Mapping>();
+    m->path = path;
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      throw ConfigError(fmt::format("cannot open shard '{}' ({}): {}\n{}", path, key,
+                                    std::strerror(errno), fix_hint(key)));
+    }
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      ::close(fd);
+      throw ConfigError(fmt::format("shard '{}' ({}) is not a regular file\n{}", path, key,
+                                    fix_hint(key)));
+    }
+    const auto size = static_cast<std::int64_t>(st.st_size);
+    if (size < ShardFormat::kHeaderBytes) {
+      ::close(fd);
+      throw ConfigError(fmt::format(
+          "shard '{}' ({}) is {} bytes, shorter than the {}-byte header of an llm.c token shard\n{}",
+          path, key, size, ShardFormat::kHeaderBytes, fix_hint(key)));
+    }
+    void* base = ::mmap(nullptr, static_cast<std::size_t>(size), PROT_READ, MAP_PRIVATE, fd, 0);
+    const int map_errno = errno;
+    ::close(fd);
+    if (base == MAP_FAILED) {
+      throw ConfigError(fmt::format("cannot map shard '{}' ({}): {}", path, key,
+                                    std::strerror(map_errno)));
+    }
+    m->base = base;
+    m->bytes = static_cast<std::size_t>(size);
+    std::array<std::int32_t, 3> head{};
+    std::memcpy(head.data(), base, sizeof(head));
+    if (head[0] != ShardFormat::kMagic) {
+      throw ConfigError(fmt::format(
+          "shard '{}' ({}) starts with magic {}, not {} (llm.c's token shard format)\n"
+          "  hint: it is not a token shard (nanoGPT's headerless .bin files need the 1024-byte "
+          "header); write shards with `atlas tokenize TEXT... --out DIR`",
+          path, key, head[0], ShardFormat::kMagic));
+    }
+    if (head[1] != ShardFormat::kVersion) {
+      throw ConfigError(fmt::format(
+          "shard '{}' ({}) has format version {}; atlas reads version {} (uint16 tokens)\n"
+          "  hint: llm.c's version 2 holds uint32 tokens (Llama 3); write the shards with "
+          "`atlas tokenize` or a GPT-2 (uint16) writer",
+          path, key, head[1], ShardFormat::kVersion));
+    }
+    const std::int64_t count = head[2];
+    const std::int64_t expect = ShardFormat::kHeaderBytes + 2 * count;
+    if (count < 0 || expect != size) {
+      throw ConfigError(fmt::format(
+          "shard '{}' ({}): its header says {} tokens ({} bytes with the header), but the file is "
+          "{} bytes\n  hint: the file is truncated or was not written completely; write it again "
+          "with `atlas tokenize`",
+          path, key, count, expect, size));
+    }
+    m->tokens = std::span<const std::uint16_t>(
+        reinterpret_cast<const std::uint16_t*>(static_cast<const char*>(base) +
+                                               ShardFormat::kHeaderBytes),
+        static_cast<std::size_t>(count));
+    // Every token inside the vocabulary: a branch-free max first (vectorised), then the first
+    // offender only if there is one.
+    std::uint16_t top = 0;
+    for (const std::uint16_t t : m->tokens) top = std::max(top, t);
+    if (static_cast<int>(top) >= vocab) {
+      const auto it = std::find_if(m->tokens.begin(), m->tokens.end(),
+                                   [vocab](std::uint16_t t) { return static_cast<int>(t) >= vocab; });
+      const auto at = static_cast<std::int64_t>(it - m->tokens.begin());
+      throw ConfigError(fmt::format(
+          "shard '{}' ({}) holds token {} at token offset {} (byte offset {}), outside model.vocab "
+          "= {}\n  hint: the shard was written by a tokenizer with a larger vocabulary: set "
+          "data.tokenizer and model.vocab to the one that wrote it (gpt2: 50257), or write the "
+          "shards again with `atlas tokenize --tokenizer ...`",
+          path, key, *it, at, ShardFormat::kHeaderBytes + 2 * at, vocab));
+    }
+    set.m_starts.push_back(set.m_total);
+    set.m_total += count;
+    set.m_files.push_back(std::move(m));
+  }
+  return set;
+}
+
+int ShardSet::file_count() const noexcept { return static_cast<int>(m_files.size()); }
+
+std::string ShardSet::origin() const {
+  if (m_files.empty()) return "no shards";
+  if (m_files.size() == 1) return "shard " + m_files.front()->path;
+  return fmt::format("{} shards from {}", m_files.size(), m_files.front()->path);
+}
+
+void ShardSet::copy(std::int64_t start, std::int64_t n, std::int32_t* out) const {
+  ATLAS_ASSERT(start >= 0 && n >= 0 && start + n <= m_total,
+               "shard range [" << start << ", " << start + n << ") outside the stream of "
+                               << m_total << " tokens");
+  auto file = static_cast<std::size_t>(
+      std::upper_bound(m_starts.begin(), m_starts.end(), start) - m_starts.begin() - 1);
+  while (n > 0) {
+    const auto& toks = m_files[file]->tokens;
+    const std::int64_t within = start - m_starts[file];
+    const std::int64_t take = std::min<std::int64_t>(n, static_cast<std::int64_t>(toks.size()) - within);
+    for (std::int64_t i = 0; i < take; ++i) out[i] = toks[static_cast<std::size_t>(within + i)];
+    out += take;
+    start += take;
+    n -= take;
+    ++file;
+  }
+}
+
+double ShardSet::unigram_entropy(int vocab) const {
+  // The same sums in the same order as unigram_entropy (data.cpp): equal to the last bit.
+  std::vector<std::int64_t> counts(static_cast<std::size_t>(vocab), 0);
+  for (const auto& f : m_files)
+    for (const std::uint16_t id : f->tokens) ++counts[id];
+  const auto n = static_cast<double>(m_total);
+  double h = 0.0;
+  for (const std::int64_t c : counts) {
+    if (c == 0) continue;
+    const double p = static_cast<double>(c) / n;
+    h -= p * std::log(p);
+  }
+  return h;
+}
+
+// ---- writing ----
+
+std::vector<std::string> write_shards(std::span<const std::uint16_t> tokens, const std::string& dir,
+                                      const std::string& prefix, std::int64_t shard_tokens) {
+  ATLAS_ASSERT(shard_tokens >= 1 && shard_tokens <= INT32_MAX, "shard_tokens " << shard_tokens);
+  std::vector<std::string> paths;
+  std::size_t at = 0;
+  int index = 0;
+  do {
+    const std::size_t n = std::min(tokens.size() - at, static_cast<std::size_t>(shard_tokens));
+    const std::string path = (fs::path(dir) / fmt::format("{}_{:06d}.bin", prefix, index)).string();
+    const std::string tmp = path + ".tmp";
+    std::array<std::int32_t, ShardFormat::kHeaderInts> header{};
+    header[0] = ShardFormat::kMagic;
+    header[1] = ShardFormat::kVersion;
+    header[2] = static_cast<std::int32_t>(n);
+    {
+      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+      out.write(reinterpret_cast<const char*>(header.data()), sizeof(header));
+      out.write(reinterpret_cast<const char*>(tokens.data() + at),
+                static_cast<std::streamsize>(n * sizeof(std::uint16_t)));
+      out.close();
+      if (!out) ATLAS_THROW(Io, "cannot write shard " << tmp << ": " << std::strerror(errno));
+    }
+    std::error_code ec;
+    fs::rename(tmp, path, ec);
+    if (ec) ATLAS_THROW(Io, "cannot rename " << tmp << " to " << path << ": " << ec.message());
+    paths.push_back(path);
+    at += n;
+    ++index;
+  } while (at < tokens.size());
+  return paths;
+}
+
+// ---- atlas tokenize ----
+
+namespace {
+
+/// The end of the longest prefix of `text` that GPT-2's pre-tokenization cuts after whatever
+/// follows: just before a newline that follows a non-space ASCII character (every alternative of
+/// the pattern that matches such a character stops before a newline, and a match starting at the
+/// newline does not look back). 0 when there is none.
+std::size_t safe_cut(std::string_view text) {
+  for (std::size_t q = text.size(); q-- > 1;) {
+    const auto before = static_cast<unsigned char>(text[q - 1]);
+    if (text[q] == '\n' && before > 0x20 && before < 0x7f) return q;
+  }
+  return 0;
+}
+
+constexpr std::size_t kChunkBytes = std::size_t{4} << 20;
+
+}  // namespace
+
+TokenizeResult tokenize_to_shards(const TokenizeJob& job) {
+  if (!(job.val_fraction >= 0.0 && job.val_fraction < 1.0))
+    throw ConfigError(fmt::format("--val-fraction {} must be in [0, 1)", job.val_fraction));
+  if (job.shard_tokens < 1 || job.shard_tokens > INT32_MAX)
+    throw ConfigError(fmt::format("--shard-tokens {} must be in [1, {}] (the header's count is an "
+                                  "int32)", job.shard_tokens, INT32_MAX));
+  if (job.inputs.empty()) throw ConfigError("atlas tokenize needs at least one text file or directory");
+  // The files, in the order the text loader reads them.
+  std::vector<std::string> files;
+  for (const std::string& in : job.inputs) {
+    std::error_code ec;
+    if (fs::is_directory(in, ec)) {
+      for (auto& f : Corpus::text_files(in)) files.push_back(std::move(f));
+    } else if (fs::is_regular_file(in, ec)) {
+      files.push_back(in);
+    } else {
+      throw ConfigError(fmt::format("atlas tokenize: input '{}' {}\n  hint: name text files, or "
+                                    "directories of .txt files", in,
+                                    fs::exists(in, ec) ? "is not a file or directory" : "does not exist"));
+    }
+  }
+  TokenizeResult r;
+  r.files = static_cast<int>(files.size());
+  std::int64_t all_bytes = 0;
+  for (const auto& f : files) {
+    std::error_code ec;
+    all_bytes += static_cast<std::int64_t>(fs::file_size(f, ec));
+  }
+
+  std::vector<std::uint16_t> tokens;
+  const auto encode_into = [&](std::string_view text) {
+    const std::vector<std::int32_t> ids = job.encode ? job.encode(text) : ByteTokenizer::encode(text);
+    for (const std::int32_t id : ids) {
+      if (id < 0 || id > 0xFFFF) {
+        throw ConfigError(fmt::format("token id {} does not fit the shard format's uint16 tokens",
+                                      id));
+      }
+      tokens.push_back(static_cast<std::uint16_t>(id));
+    }
+  };
+  std::string buf;
+  std::vector<char> block(kChunkBytes);
+  auto last = std::chrono::steady_clock::now();
+  for (const std::string& path : files) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) ATLAS_THROW(Io, "cannot read text file " << path);
+    while (in) {
+      in.read(block.data(), static_cast<std::streamsize>(block.size()));
+      const auto got = static_cast<std::size_t>(in.gcount());
+      buf.append(block.data(), got);
+      r.bytes += static_cast<std::int64_t>(got);
+      if (buf.size() < kChunkBytes) continue;
+      if (const std::size_t q = safe_cut(buf); q > 0) {
+        encode_into(std::string_view(buf).substr(0, q));
+        buf.erase(0, q);
+      }
+      const auto now = std::chrono::steady_clock::now();
+      if (job.progress && now - last >= std::chrono::seconds(1)) {
+        job.progress(r.bytes - static_cast<std::int64_t>(buf.size()), all_bytes,
+                     static_cast<std::int64_t>(tokens.size()));
+        last = now;
+      }
+    }
+  }
+  encode_into(buf);
+  if (job.progress) job.progress(r.bytes, all_bytes, static_cast<std::int64_t>(tokens.size()));
+
+  // Write: the train split, then the val tail (Corpus::split's rule).
+  std::error_code ec;
+  fs::create_directories(job.out_dir, ec);
+  if (ec) ATLAS_THROW(Io, "cannot create " << job.out_dir << ": " << ec.message());
+  // Shards of an earlier run with more files would join this run's under a glob: remove them.
+  const std::regex ours(R"((train|val)_[0-9]{6}\.bin)");
+  for (const auto& entry : fs::directory_iterator(job.out_dir, ec)) {
+    if (entry.is_regular_file() && std::regex_match(entry.path().filename().string(), ours))
+      fs::remove(entry.path(), ec);
+  }
+  const auto total = static_cast<std::int64_t>(tokens.size());
+  r.val_tokens = val_tokens_of(total, job.val_fraction);
+  r.train_tokens = total - r.val_tokens;
+  const std::span<const std::uint16_t> all(tokens);
+  r.train_shards = write_shards(all.first(static_cast<std::size_t>(r.train_tokens)), job.out_dir,
+                                "train", job.shard_tokens);
+  if (r.val_tokens > 0) {
+    r.val_shards = write_shards(all.subspan(static_cast<std::size_t>(r.train_tokens)), job.out_dir,
+                                "val", job.shard_tokens);
+  }
+  return r;
+}
+
+}  // namespace atlas::model

@@ -1,0 +1,244 @@
+// SPDX-License-Identifier: MIT
+// Token shards (shards.hpp): the llm.c header as written, a set read back across file ends, the
+// DataLoader over shards serving exactly the text loader's batches (every replica, several
+// epochs), tokenize_to_shards's piecewise encoding equal to one encode of the whole text, and
+// every bad input a ConfigError naming the file and the fix: wrong magic, version, length, a
+// token outside the vocabulary, a glob that matches nothing.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+
+#include <unistd.h>
+
+#include "atlas/core/error.hpp"
+#include "atlas/model/data.hpp"
+#include "atlas/model/shards.hpp"
+
+namespace atlas::model {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+class TempDir {
+ public:
+  TempDir() : m_path(fs::temp_directory_path() / ("atlas_test_shards_" + std::to_string(::getpid()))) {
+    fs::remove_all(m_path);
+    fs::create_directories(m_path);
+  }
+  ~TempDir() { fs::remove_all(m_path); }
+  [[nodiscard]] std::string at(const std::string& name) const { return (m_path / name).string(); }
+
+ private:
+  fs::path m_path;
+};
+
+std::string synthetic_text(std::size_t n) {
+  std::string s;
+  const char* words[] = {"the ", "jury ", "said\n", "Friday ", "an ", "investigation ", "of "};
+  for (std::size_t i = 0; s.size() < n; ++i) s += words[(i * 7 + i / 3) % 7];
+  s.resize(n);
+  return s;
+}
+
+/// A shard file with the given header fields and tokens (as another program would write it).
+void write_raw(const std::string& path, std::int32_t magic, std::int32_t version, std::int32_t count,
+               const std::vector<std::uint16_t>& tokens) {
+  std::array<std::int32_t, 256> header{};
+  header[0] = magic;
+  header[1] = version;
+  header[2] = count;
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(header.data()), sizeof(header));
+  out.write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(tokens.size() * 2));
+}
+
+std::string config_error(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a ConfigError";
+  return {};
+}
+
+TEST(Shards, WriteIsTheLlmcLayoutAndReadsBackAcrossFiles) {
+  TempDir dir;
+  std::vector<std::uint16_t> tokens(20);
+  std::iota(tokens.begin(), tokens.end(), std::uint16_t{100});
+  const auto paths = write_shards(tokens, dir.at(""), "train", 7);
+  ASSERT_EQ(paths.size(), 3u);
+  EXPECT_EQ(paths[0], dir.at("train_000000.bin"));
+  EXPECT_EQ(fs::file_size(paths[0]), 1024u + 14u);
+  EXPECT_EQ(fs::file_size(paths[2]), 1024u + 12u);
+  std::ifstream in(paths[1], std::ios::binary);
+  std::array<std::int32_t, 256> header{};
+  in.read(reinterpret_cast<char*>(header.data()), sizeof(header));
+  EXPECT_EQ(header[0], 20240520);
+  EXPECT_EQ(header[1], 1);
+  EXPECT_EQ(header[2], 7);
+  EXPECT_EQ(header[3], 0);
+  std::uint16_t first = 0;
+  in.read(reinterpret_cast<char*>(&first), 2);
+  EXPECT_EQ(first, 107);
+
+  const ShardSet set = ShardSet::open(expand_shard_globs({dir.at("train_*.bin")}, "k"), 256, "k");
+  EXPECT_EQ(set.size(), 20);
+  EXPECT_EQ(set.file_count(), 3);
+  std::vector<std::int32_t> got(12);
+  set.copy(5, 12, got.data());  // crosses both file ends
+  for (int i = 0; i < 12; ++i) EXPECT_EQ(got[static_cast<std::size_t>(i)], 105 + i);
+}
+
+TEST(Shards, TheLoaderServesTheTextLoadersBatchesOnEveryReplica) {
+  TempDir dir;
+  const std::string text = synthetic_text(20000);
+  std::ofstream(dir.at("in.txt"), std::ios::binary) << text;
+  TokenizeJob job;
+  job.inputs = {dir.at("in.txt")};
+  job.out_dir = dir.at("out");
+  job.val_fraction = 0.1;
+  job.shard_tokens = 1111;
+  const TokenizeResult r = tokenize_to_shards(job);
+  EXPECT_EQ(r.train_tokens + r.val_tokens, 20000);
+  EXPECT_EQ(r.val_tokens, 2000);
+  EXPECT_EQ(r.train_shards.size(), 17u);
+  const Corpus c = Corpus::from_text(text);
+  const ShardSet train = ShardSet::open(expand_shard_globs({dir.at("out/train_*.bin")}, "t"), 256, "t");
+  const ShardSet val = ShardSet::open(expand_shard_globs({dir.at("out/val_*.bin")}, "v"), 256, "v");
+  EXPECT_EQ(val.unigram_entropy(256), unigram_entropy(c.split(Split::Val, 0.1), 256));
+  for (int d = 0; d < 2; ++d) {
+    const LoaderShape shape{.seq_len = 24, .micro_batch_size = 3, .micro_batches = 2, .dp_size = 2, .dp_rank = d};
+    DataLoader a(c, Split::Train, 0.1, shape, 7, true);
+    DataLoader b(train, Split::Train, shape, 7, true);
+    DataLoader va(c, Split::Val, 0.1, shape, 7, false);
+    DataLoader vb(val, Split::Val, shape, 7, false);
+    ASSERT_EQ(a.epoch_samples(), b.epoch_samples());
+    std::vector<std::int32_t> ta(72), ga(72), tb(72), gb(72);
+    for (int step = 0; step < 130; ++step) {  // several epochs of 749 windows
+      for (int m = 0; m < 2; ++m) {
+        a.fill(m, ta.data(), ga.data());
+        b.fill(m, tb.data(), gb.data());
+        ASSERT_EQ(ta, tb) << "step " << step;
+        ASSERT_EQ(ga, gb) << "step " << step;
+        va.fill(m, ta.data(), ga.data());
+        vb.fill(m, tb.data(), gb.data());
+        ASSERT_EQ(ta, tb);
+        ASSERT_EQ(ga, gb);
+      }
+      a.advance();
+      b.advance();
+    }
+    const DataPosition pos = b.position();
+    DataLoader c2(train, Split::Train, shape, 7, true);
+    c2.restore(pos);
+    c2.fill(1, tb.data(), gb.data());
+    a.fill(1, ta.data(), ga.data());
+    EXPECT_EQ(ta, tb);
+  }
+}
+
+TEST(Shards, TokenizeEncodesInPiecesLikeOneEncodeOfTheWholeText) {
+  // More than the 4 MiB piece, with an encoder whose ids depend on the context (a stand-in for a
+  // tokenizer that looks across piece ends): a cut anywhere but a safe newline changes the ids.
+  TempDir dir;
+  std::string text;
+  while (text.size() < (9u << 20)) text += synthetic_text(997) + "  \n\n x\n";
+  std::ofstream(dir.at("a.txt"), std::ios::binary) << text.substr(0, text.size() / 2);
+  std::ofstream(dir.at("b.txt"), std::ios::binary) << text.substr(text.size() / 2);
+  const auto encode = [](std::string_view t) {
+    std::vector<std::int32_t> ids;
+    std::size_t line = 0;
+    for (std::size_t i = 0; i < t.size(); ++i) {
+      // id = byte + 256 * (position in its line is odd, a newline at 0): a cut anywhere but
+      // before a newline shifts the parity
+      if (t[i] == '\n') line = 0;
+      ids.push_back(static_cast<unsigned char>(t[i]) + 256 * static_cast<int>(line % 2));
+      ++line;
+    }
+    return ids;
+  };
+  TokenizeJob job;
+  job.inputs = {dir.at("")};  // a directory: its .txt files in name order, as the text loader
+  job.out_dir = dir.at("out");
+  job.encode = encode;
+  job.shard_tokens = 1 << 20;
+  const TokenizeResult r = tokenize_to_shards(job);
+  const Corpus c = Corpus::load(dir.at(""), encode);
+  EXPECT_EQ(r.files, 2);
+  const ShardSet train = ShardSet::open(r.train_shards, 512, "t");
+  const ShardSet val = ShardSet::open(r.val_shards, 512, "v");
+  std::vector<std::int32_t> got(static_cast<std::size_t>(train.size() + val.size()));
+  train.copy(0, train.size(), got.data());
+  val.copy(0, val.size(), got.data() + train.size());
+  ASSERT_EQ(got.size(), c.tokens().size());
+  EXPECT_TRUE(std::equal(got.begin(), got.end(), c.tokens().begin()));
+}
+
+TEST(Shards, ShardsWrittenByAnotherProgramLoad) {
+  // The writer's own layout, not write_shards: header fields set one by one, uint16 tokens.
+  TempDir dir;
+  std::vector<std::uint16_t> toks = {50256, 15496, 995, 0, 50256};
+  write_raw(dir.at("x.bin"), 20240520, 1, 5, toks);
+  const ShardSet set = ShardSet::open({dir.at("x.bin")}, 50257, "data.train_shards");
+  std::vector<std::int32_t> got(5);
+  set.copy(0, 5, got.data());
+  EXPECT_EQ(got, (std::vector<std::int32_t>{50256, 15496, 995, 0, 50256}));
+}
+
+TEST(Shards, BadShardsAreConfigErrorsNamingTheFileAndTheFix) {
+  TempDir dir;
+  const std::vector<std::uint16_t> toks = {1, 2, 3, 4};
+  write_raw(dir.at("magic.bin"), 20240521, 1, 4, toks);
+  write_raw(dir.at("version.bin"), 20240520, 2, 4, toks);
+  write_raw(dir.at("length.bin"), 20240520, 1, 5, toks);
+  write_raw(dir.at("vocab.bin"), 20240520, 1, 4, {1, 2, 300, 4});
+  std::ofstream(dir.at("short.bin")) << "tiny";
+  const auto open1 = [&](const std::string& name) {
+    return [&dir, name] { (void)ShardSet::open({dir.at(name)}, 256, "data.train_shards"); };
+  };
+  std::string m = config_error(open1("magic.bin"));
+  EXPECT_THAT(m, HasSubstr(dir.at("magic.bin")));
+  EXPECT_THAT(m, HasSubstr("magic 20240521, not 20240520"));
+  EXPECT_THAT(m, HasSubstr("hint: "));
+  m = config_error(open1("version.bin"));
+  EXPECT_THAT(m, HasSubstr(dir.at("version.bin")));
+  EXPECT_THAT(m, HasSubstr("version 2; atlas reads version 1"));
+  EXPECT_THAT(m, HasSubstr("hint: "));
+  m = config_error(open1("length.bin"));
+  EXPECT_THAT(m, HasSubstr(dir.at("length.bin")));
+  EXPECT_THAT(m, HasSubstr("header says 5 tokens (1034 bytes with the header), but the file is 1032 bytes"));
+  EXPECT_THAT(m, HasSubstr("hint: "));
+  m = config_error(open1("short.bin"));
+  EXPECT_THAT(m, HasSubstr("shorter than the 1024-byte header"));
+  m = config_error(open1("vocab.bin"));
+  EXPECT_THAT(m, HasSubstr(dir.at("vocab.bin")));
+  EXPECT_THAT(m, HasSubstr("holds token 300 at token offset 2 (byte offset 1028), outside model.vocab = 256"));
+  EXPECT_THAT(m, HasSubstr("hint: "));
+  m = config_error([&] { (void)expand_shard_globs({dir.at("nothing_*.bin")}, "data.val_shards"); });
+  EXPECT_THAT(m, HasSubstr("data.val_shards = '" + dir.at("nothing_*.bin") + "' matches no file"));
+  EXPECT_THAT(m, HasSubstr("atlas tokenize"));
+  m = config_error([&] { (void)expand_shard_globs({}, "data.val_shards"); });
+  EXPECT_THAT(m, HasSubstr("data.val_shards is empty"));
+  m = config_error([&] { (void)ShardSet::open({dir.at("missing.bin")}, 256, "data.train_shards"); });
+  EXPECT_THAT(m, HasSubstr("cannot open shard '" + dir.at("missing.bin") + "'"));
+}
+
+TEST(Shards, ASplitShorterThanASampleNamesTheShardKey) {
+  TempDir dir;
+  write_raw(dir.at("v.bin"), 20240520, 1, 4, {1, 2, 3, 4});
+  const ShardSet set = ShardSet::open({dir.at("v.bin")}, 256, "data.val_shards");
+  const std::string m = config_error([&] {
+    DataLoader dl(set, Split::Val, LoaderShape{.seq_len = 8}, 1, false);
+  });
+  EXPECT_THAT(m, HasSubstr("add tokens to data.val_shards"));
+}
+
+}  // namespace
+}  // namespace atlas::model
