@@ -58,35 +58,19 @@ void read_device_profiles(Config& cfg) {
 }
 
 void read_device_profiles(const mpi::Comm& comm, Config& cfg) {
-  // Rank 0 reads the files once; every rank gets their bytes, or raises what rank 0 raised, as the
-  // same class (mpi::agree_on_root: a ConfigError, or any other failure such as a vanished
-  // working directory, never leaves the other ranks waiting). Packed as "<len>\n<path><len>\n<text>"...
-  const std::string packed = mpi::agree_on_root(comm, 0, [&] {
+  // Rank 0 reads the files once and every rank agrees on the outcome (mpi::agree_on_root: a
+  // ConfigError, or any other failure such as a vanished working directory, is raised on every
+  // rank alike, never leaving the others in a broadcast); then the files' bytes follow.
+  const std::string count = mpi::agree_on_root(comm, 0, [&] {
     read_device_profiles(cfg);
-    std::string out;
-    for (const auto& f : cfg.device_profiles.files)
-      out += std::to_string(f.path.size()) + "\n" + f.path + std::to_string(f.text.size()) + "\n" + f.text;
-    return out;
+    return std::to_string(cfg.device_profiles.files.size());
   });
-  if (comm.rank() == 0) return;
-  DeviceProfileFiles got;
-  std::size_t at = 0;
-  const auto field = [&]() {
-    const std::size_t nl = packed.find('\n', at);
-    ATLAS_ASSERT(nl != std::string::npos, "device profiles: malformed broadcast at byte " << at);
-    const std::size_t n = std::stoull(packed.substr(at, nl - at));
-    ATLAS_ASSERT(nl + 1 + n <= packed.size(), "device profiles: truncated broadcast at byte " << at);
-    at = nl + 1 + n;
-    return packed.substr(nl + 1, n);
-  };
-  while (at < packed.size()) {
-    ProfileFile f;
-    f.path = field();
-    f.text = field();
-    got.files.push_back(std::move(f));
+  cfg.device_profiles.files.resize(std::stoul(count));
+  for (auto& f : cfg.device_profiles.files) {
+    comm.bcast_string(f.path, 0);
+    comm.bcast_string(f.text, 0);
   }
-  got.read = true;
-  cfg.device_profiles = std::move(got);
+  cfg.device_profiles.read = true;
 }
 
 }  // namespace atlas::deck
