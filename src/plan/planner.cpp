@@ -17,6 +17,7 @@
 #include "atlas/core/units.hpp"
 #include "atlas/deck/deck.hpp"
 #include "atlas/deck/schema.hpp"
+#include "atlas/sched/memory.hpp"
 #include "atlas/sim/cost.hpp"
 #include "atlas/sim/simulator.hpp"
 #include "atlas/topo/layout.hpp"
@@ -384,6 +385,9 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
     p.tokens_per_s = r.tokens_per_s;
     p.utilization = r.compute_utilization;
     p.bubble_fraction = r.bubble_fraction;
+    // The atlas table may hold more micro-batches than 1F1B (its depth search stays within the
+    // device's memory): the plan's memory per GPU is the table's (sched/memory.hpp).
+    p.mem_bytes = std::max(p.mem_bytes, sched::memory_per_gpu(cost, r.table).peak_bytes);
     double price = 0.0;
     for (std::size_t dc = 0; dc < p.stages_per_dc.size(); ++dc)
       price += p.stages_per_dc[dc] * p.dp * p.tp * price_of(cfg, static_cast<int>(dc));

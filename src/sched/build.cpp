@@ -97,7 +97,10 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt) {
     const EngineResult r = run_engine(p);
     ++tried;
     if (r.deadlock) return;
-    if (r.makespan_ms < best_ms - 1e-9) {  // ties keep the earlier candidate: the shallower depth
+    // Ties keep the earlier candidate; a deeper depth (more memory) must gain more than 1e-6 of
+    // the step (float noise), else the shallower one stays.
+    const double margin = k.depth == best.depth ? 1e-9 : 1e-6 * best_ms;
+    if (!std::isfinite(best_ms) || r.makespan_ms < best_ms - margin) {
       best_ms = r.makespan_ms;
       best = k;
     }
