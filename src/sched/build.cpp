@@ -90,16 +90,17 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt) {
   AtlasChoice best;
   double best_ms = std::numeric_limits<double>::infinity();
   int tried = 0;
-  auto consider = [&](const AtlasChoice& k) {
+  auto consider = [&](const AtlasChoice& k, bool classic = false) {
     if (c.dp == 1 && k.stagger_ms > 0) return;  // one pipeline: nothing to stagger against
     ProgramMap map;
     EngineProgram p = program(k, map);
     const EngineResult r = run_engine(p);
     ++tried;
     if (r.deadlock) return;
-    // Ties keep the earlier candidate; a deeper depth (more memory) must gain more than 1e-6 of
-    // the step (float noise), else the shallower one stays.
-    const double margin = k.depth == best.depth ? 1e-9 : 1e-6 * best_ms;
+    // Ties keep the earlier candidate. Another depth (deeper: more memory) must gain more than
+    // 1e-4 of the step, else the shallower one stays; GPipe's own program (`classic`) only needs
+    // to be faster, so atlas is never slower than GPipe.
+    const double margin = k.depth == best.depth || classic ? 1e-9 : 1e-4 * best_ms;
     if (!std::isfinite(best_ms) || r.makespan_ms < best_ms - margin) {
       best_ms = r.makespan_ms;
       best = k;
@@ -133,7 +134,7 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt) {
     k.slots = opt.fixed_slots > 0 ? opt.fixed_slots : all_slots;
     k.tie_break = TieBreak::PipelineOrder;
     k.stagger_ms = 0.0;
-    consider(k);
+    consider(k, depth == detail::classic_depth(ScheduleKind::GPipe, c.pp, m));
   }
   // 3. A deeper depth won: its link policy again, one coordinate at a time (slot counts, then
   //    tie-break x stagger), not the whole grid: the search stays within ~1.5x of one grid.
