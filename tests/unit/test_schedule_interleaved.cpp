@@ -9,11 +9,13 @@
 #include "support/cost_models.hpp"
 
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "atlas/core/error.hpp"
 #include "atlas/deck/deck.hpp"
 #include "atlas/deck/profiles.hpp"
+#include "atlas/mpi/tags.hpp"
 #include "atlas/sched/schedule.hpp"
 #include "atlas/sim/cost.hpp"
 #include "atlas/sim/simulator.hpp"
@@ -233,6 +235,34 @@ TEST(InterleavedSim, TheDecksChunksCutTheBubbleAtTheSameComputeAndHoldMoreChunkP
     EXPECT_EQ(e.in_flight, want);
     EXPECT_NEAR(e.activation_bytes,
                 want * (6.0 / v) * sim::block_activation_bytes(cfg.model, 1, 8, prof), 1.0);
+  }
+}
+
+// ---- MPI tags ----
+
+TEST(InterleavedTags, EveryChunkHasItsOwnBoundaryTagsAndTheBoundIsChecked) {
+  namespace tags = mpi::tags;
+  // One chunk: the range as before.
+  EXPECT_EQ(tags::boundary(1, 3, 8), tags::boundary(1, 3, 8, 0, 1));
+  EXPECT_EQ(tags::pipeline_max(8, 2), tags::pipeline_max(8, 2, 1));
+  // v chunks: 2 v m boundary tags, all distinct, then the eval tags, all below pipeline_max.
+  std::set<int> seen;
+  const int m = 5, v = 3, eval = 2;
+  for (int flow : {0, 1})
+    for (int c = 0; c < v; ++c)
+      for (int i = 0; i < m; ++i) EXPECT_TRUE(seen.insert(tags::boundary(flow, i, m, c, v)).second);
+  for (int b = 0; b < eval; ++b)
+    for (int c = 0; c < v; ++c) EXPECT_TRUE(seen.insert(tags::eval(b, m, c, v)).second);
+  EXPECT_EQ(*seen.begin(), tags::kBoundaryBase);
+  EXPECT_EQ(*seen.rbegin(), tags::pipeline_max(m, eval, v));
+  // A deck whose chunks push the tags past MPI_TAG_UB is a config error naming the keys.
+  EXPECT_NO_THROW(tags::check_pipeline(8000, 10, 32767, 2));
+  try {
+    tags::check_pipeline(8000, 10, 32767, 3);
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), ::testing::AllOf(::testing::HasSubstr("schedule.virtual_stages = 3"),
+                                           ::testing::HasSubstr("lower train.micro_batches to at most 5453")));
   }
 }
 
