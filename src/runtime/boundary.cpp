@@ -68,8 +68,17 @@ Boundary::Boundary(const topo::Layout& layout, const topo::Communicators& comms,
     if ((s.kind == sched::SlotKind::WanSend || s.kind == sched::SlotKind::WanRecv) && !m_wan)
       ATLAS_THROW(Internal, "stage " << m_me.stage << " has a WAN boundary but no WAN transport");
   }
+  // With model chunks a link's order mixes stages: tokens go over the DC's ranks, and every rank
+  // of the DC takes part in the dup (collective over dc_comm) whether it sends over the WAN or not.
+  m_tokens_over_dc = table.virtual_stages > 1 && std::any_of(table.links.begin(), table.links.end(), [](const auto& l) {
+                       return l.mode == sched::LinkMode::Ordered;
+                     });
+  if (m_tokens_over_dc) {
+    m_dc_first_rank = layout.world_rank(layout.first_stage_of_dc(m_me.dc), 0, 0);
+    m_token_comm = comms.dc.dup();
+  }
   if (sends_over_wan) {
-    m_token_comm = comms.dp.dup();
+    if (!m_tokens_over_dc) m_token_comm = comms.dp.dup();
     m_sender = std::thread([this] { sender_loop(); });
   }
 }
@@ -341,9 +350,9 @@ void Boundary::finish_exchange_send() {
   });
 }
 
-void Boundary::send_token(int link, int pos, int to_dp) {
+void Boundary::send_token(int link, int pos, int to) {
   const int token = m_step;
-  ATLAS_MPI_CHECK(MPI_Send(&token, 1, MPI_INT, to_dp, token_tag(link, pos), m_token_comm.get()));
+  ATLAS_MPI_CHECK(MPI_Send(&token, 1, MPI_INT, to, token_tag(link, pos), m_token_comm.get()));
 }
 
 // ---- the sender thread ----
@@ -369,11 +378,12 @@ void Boundary::sender_loop() {
         if (link.mode != sched::LinkMode::Ordered) continue;
         const int pred = s.link_pos - link.slots;
         if (pred < 0) continue;
-        const int owner = link.order[static_cast<std::size_t>(pred)].dp;
-        if (owner == m_me.dp) continue;
+        const sched::LinkTransfer& owner = link.order[static_cast<std::size_t>(pred)];
+        if (is_mine(owner)) continue;
         const auto key = std::make_pair(s.link, pred);
         MPI_Request r = MPI_REQUEST_NULL;
-        ATLAS_MPI_CHECK(MPI_Irecv(&token_buf[key], 1, MPI_INT, owner, token_tag(s.link, pred), m_token_comm.get(), &r));
+        ATLAS_MPI_CHECK(MPI_Irecv(&token_buf[key], 1, MPI_INT, token_rank(owner), token_tag(s.link, pred),
+                                  m_token_comm.get(), &r));
         tokens[key] = r;
       }
     };
@@ -383,8 +393,7 @@ void Boundary::sender_loop() {
       if (link.mode != sched::LinkMode::Ordered) return true;
       const int pred = j.slot->link_pos - link.slots;
       if (pred < 0) return true;
-      const int owner = link.order[static_cast<std::size_t>(pred)].dp;
-      if (owner == m_me.dp) return own_done.count({j.slot->link, pred}) > 0;
+      if (is_mine(link.order[static_cast<std::size_t>(pred)])) return own_done.count({j.slot->link, pred}) > 0;
       auto it = tokens.find({j.slot->link, pred});
       ATLAS_ASSERT(it != tokens.end(), "no token receive for link " << j.slot->link << " position " << pred);
       if (it->second == MPI_REQUEST_NULL) return true;
@@ -456,8 +465,8 @@ void Boundary::sender_loop() {
         own_done.insert({s.link, s.link_pos});
         if (link.mode == sched::LinkMode::Ordered) {
           const auto succ = static_cast<std::size_t>(s.link_pos + link.slots);
-          if (succ < link.order.size() && link.order[succ].dp != m_me.dp)
-            send_token(s.link, s.link_pos, link.order[succ].dp);
+          if (succ < link.order.size() && !is_mine(link.order[succ]))
+            send_token(s.link, s.link_pos, token_rank(link.order[succ]));
         }
         SlotEvent e;
         e.world_rank = m_comms.world.rank();

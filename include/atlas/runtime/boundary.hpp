@@ -131,7 +131,16 @@ class Boundary {
   bool test_wan(wan::Handle& h);
   /// test_wan with back-off until `h` completes; after the timeout throws Comm "step N: what() within T s".
   void wait_wan(wan::Handle& h, const std::function<std::string()>& what);
-  void send_token(int link, int pos, int to_dp);
+  void send_token(int link, int pos, int to);
+  /// Whether transfer `x` of a link order is this rank's own.
+  [[nodiscard]] bool is_mine(const sched::LinkTransfer& x) const {
+    return x.src_stage == m_me.stage && x.dp == m_me.dp;
+  }
+  /// The rank on m_token_comm that sends transfer `x` (its DP index on dp_comm's duplicate; its
+  /// rank in the DC when links carry several stages' transfers).
+  [[nodiscard]] int token_rank(const sched::LinkTransfer& x) const {
+    return m_tokens_over_dc ? m_layout.world_rank(x.src_stage, x.dp, m_me.tp) - m_dc_first_rank : x.dp;
+  }
   [[nodiscard]] std::size_t index(sched::Flow flow, int micro, int chunk) const {
     return static_cast<std::size_t>(((flow == sched::Flow::Activation ? 0 : 1) * m_table.virtual_stages + chunk) *
                                         m_micro_batches + micro);
@@ -167,7 +176,12 @@ class Boundary {
 
   // ---- WAN sender thread ----
   std::mutex m_wan_mutex;  ///< serialises calls into the transport (main + sender thread)
-  mpi::Comm m_token_comm;  ///< dup of dp_comm: link-order tokens between the link's senders
+  /// Link-order tokens between a link's senders: a dup of dp_comm (the senders of a link are the DP
+  /// replicas of one stage) or, with model chunks on ordered links (a link then also carries the
+  /// last stage's hand-back to the first, so several stages send on it), a dup of dc_comm.
+  mpi::Comm m_token_comm;
+  bool m_tokens_over_dc = false;
+  int m_dc_first_rank = 0;  ///< world rank of dc_comm's rank 0 (the DC's ranks are contiguous)
   std::thread m_sender;
   std::mutex m_jobs_mutex;
   std::condition_variable m_jobs_cv;
