@@ -55,8 +55,9 @@ Boundary::Boundary(const topo::Layout& layout, const topo::Communicators& comms,
       m_me(layout.coord(comms.world.rank())),
       m_micro_batches(table.micro_batches) {
   const std::size_t floats = boundary_bytes / sizeof(float);
-  m_recv_bufs.assign(static_cast<std::size_t>(2 * m_micro_batches), std::vector<float>(floats));
-  m_send_bufs.assign(static_cast<std::size_t>(2 * m_micro_batches), std::vector<float>(floats));
+  const auto buffers = static_cast<std::size_t>(2 * m_micro_batches * table.virtual_stages);
+  m_recv_bufs.assign(buffers, std::vector<float>(floats));
+  m_send_bufs.assign(buffers, std::vector<float>(floats));
   for (const auto& l : table.links)
     m_link_stride = std::max(m_link_stride, static_cast<int>(l.order.size()) + 1);
   mpi::tags::check_tokens(static_cast<int>(table.links.size()), m_link_stride, m_micro_batches, mpi::tag_upper_bound());
@@ -67,8 +68,17 @@ Boundary::Boundary(const topo::Layout& layout, const topo::Communicators& comms,
     if ((s.kind == sched::SlotKind::WanSend || s.kind == sched::SlotKind::WanRecv) && !m_wan)
       ATLAS_THROW(Internal, "stage " << m_me.stage << " has a WAN boundary but no WAN transport");
   }
+  // With model chunks a link's order mixes stages: tokens go over the DC's ranks, and every rank
+  // of the DC takes part in the dup (collective over dc_comm) whether it sends over the WAN or not.
+  m_tokens_over_dc = table.virtual_stages > 1 && std::any_of(table.links.begin(), table.links.end(), [](const auto& l) {
+                       return l.mode == sched::LinkMode::Ordered;
+                     });
+  if (m_tokens_over_dc) {
+    m_dc_first_rank = layout.world_rank(layout.first_stage_of_dc(m_me.dc), 0, 0);
+    m_token_comm = comms.dc.dup();
+  }
   if (sends_over_wan) {
-    m_token_comm = comms.dp.dup();
+    if (!m_tokens_over_dc) m_token_comm = comms.dp.dup();
     m_sender = std::thread([this] { sender_loop(); });
   }
 }
@@ -81,8 +91,12 @@ Boundary::~Boundary() {
   // them. The job is being aborted in that case (run_app), so no buffer outlives the process.
 }
 
-float* Boundary::recv_buffer(sched::Flow flow, int micro) { return m_recv_bufs[index(flow, micro)].data(); }
-float* Boundary::send_buffer(sched::Flow flow, int micro) { return m_send_bufs[index(flow, micro)].data(); }
+float* Boundary::recv_buffer(sched::Flow flow, int micro, int chunk) {
+  return m_recv_bufs[index(flow, micro, chunk)].data();
+}
+float* Boundary::send_buffer(sched::Flow flow, int micro, int chunk) {
+  return m_send_bufs[index(flow, micro, chunk)].data();
+}
 
 int Boundary::neighbour(int stage) const { return m_layout.world_rank(stage, m_me.dp, m_me.tp); }
 
@@ -93,9 +107,9 @@ void Boundary::begin_step(int step) {
   m_recvs.reserve(static_cast<std::size_t>(2 * m_micro_batches));
   for (const auto& s : m_table.row(m_me.stage, m_me.dp)) {
     if (!sched::is_recv(s.kind)) continue;
-    RecvOp op{s.flow, s.micro, neighbour(s.peer_stage), s.kind == sched::SlotKind::WanRecv, {}, {}, false};
-    void* buf = recv_buffer(s.flow, s.micro);
-    const int tag = tag_of(s.flow, s.micro);
+    RecvOp op{s.flow, s.micro, s.chunk, neighbour(s.peer_stage), s.kind == sched::SlotKind::WanRecv, {}, {}, false};
+    void* buf = recv_buffer(s.flow, s.micro, s.chunk);
+    const int tag = tag_of(s);
     if (op.wan) {
       std::lock_guard lock(m_wan_mutex);
       op.handle = m_wan->irecv(op.peer, tag, buf, m_bytes);
@@ -115,7 +129,7 @@ void Boundary::begin_step(int step) {
 
 Boundary::RecvOp& Boundary::recv_op(const sched::Slot& slot) {
   for (auto& r : m_recvs)
-    if (r.flow == slot.flow && r.micro == slot.micro) return r;
+    if (r.flow == slot.flow && r.micro == slot.micro && r.chunk == slot.chunk) return r;
   ATLAS_THROW(Internal, "no receive posted for micro-batch " << slot.micro);
 }
 
@@ -163,8 +177,8 @@ bool Boundary::test_recv(const sched::Slot& slot) {
 
 void Boundary::post_send(const sched::Slot& slot, int slot_index) {
   const int peer = neighbour(slot.peer_stage);
-  const void* data = send_buffer(slot.flow, slot.micro);
-  const int tag = tag_of(slot.flow, slot.micro);
+  const void* data = send_buffer(slot.flow, slot.micro, slot.chunk);
+  const int tag = tag_of(slot);
   if (slot.kind == sched::SlotKind::LocalSend) {
     m_local_sends.push_back(m_comms.pp.isend(
         std::span<const std::byte>(static_cast<const std::byte*>(data), m_bytes), slot.peer_stage, tag));
@@ -336,9 +350,9 @@ void Boundary::finish_exchange_send() {
   });
 }
 
-void Boundary::send_token(int link, int pos, int to_dp) {
+void Boundary::send_token(int link, int pos, int to) {
   const int token = m_step;
-  ATLAS_MPI_CHECK(MPI_Send(&token, 1, MPI_INT, to_dp, token_tag(link, pos), m_token_comm.get()));
+  ATLAS_MPI_CHECK(MPI_Send(&token, 1, MPI_INT, to, token_tag(link, pos), m_token_comm.get()));
 }
 
 // ---- the sender thread ----
@@ -364,11 +378,12 @@ void Boundary::sender_loop() {
         if (link.mode != sched::LinkMode::Ordered) continue;
         const int pred = s.link_pos - link.slots;
         if (pred < 0) continue;
-        const int owner = link.order[static_cast<std::size_t>(pred)].dp;
-        if (owner == m_me.dp) continue;
+        const sched::LinkTransfer& owner = link.order[static_cast<std::size_t>(pred)];
+        if (is_mine(owner)) continue;
         const auto key = std::make_pair(s.link, pred);
         MPI_Request r = MPI_REQUEST_NULL;
-        ATLAS_MPI_CHECK(MPI_Irecv(&token_buf[key], 1, MPI_INT, owner, token_tag(s.link, pred), m_token_comm.get(), &r));
+        ATLAS_MPI_CHECK(MPI_Irecv(&token_buf[key], 1, MPI_INT, token_rank(owner), token_tag(s.link, pred),
+                                  m_token_comm.get(), &r));
         tokens[key] = r;
       }
     };
@@ -378,8 +393,7 @@ void Boundary::sender_loop() {
       if (link.mode != sched::LinkMode::Ordered) return true;
       const int pred = j.slot->link_pos - link.slots;
       if (pred < 0) return true;
-      const int owner = link.order[static_cast<std::size_t>(pred)].dp;
-      if (owner == m_me.dp) return own_done.count({j.slot->link, pred}) > 0;
+      if (is_mine(link.order[static_cast<std::size_t>(pred)])) return own_done.count({j.slot->link, pred}) > 0;
       auto it = tokens.find({j.slot->link, pred});
       ATLAS_ASSERT(it != tokens.end(), "no token receive for link " << j.slot->link << " position " << pred);
       if (it->second == MPI_REQUEST_NULL) return true;
@@ -451,8 +465,8 @@ void Boundary::sender_loop() {
         own_done.insert({s.link, s.link_pos});
         if (link.mode == sched::LinkMode::Ordered) {
           const auto succ = static_cast<std::size_t>(s.link_pos + link.slots);
-          if (succ < link.order.size() && link.order[succ].dp != m_me.dp)
-            send_token(s.link, s.link_pos, link.order[succ].dp);
+          if (succ < link.order.size() && !is_mine(link.order[succ]))
+            send_token(s.link, s.link_pos, token_rank(link.order[succ]));
         }
         SlotEvent e;
         e.world_rank = m_comms.world.rank();
