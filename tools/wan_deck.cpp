@@ -2,7 +2,8 @@
 // atlas-wan-deck: prints what the WAN emulation needs from a deck, as shell assignments
 // (eval-able): DC names, the one-way latency and bandwidth matrices, the per-flow window, and
 // how many of NP ranks each DC holds (the same rule as the rank layout: DCs in order, each
-// holding stages_per_dc x dp x tp ranks). Usage: atlas-wan-deck DECK [--np N] [key=value ...]
+// holding stages_per_dc x dp x tp ranks), the TCP flows per WAN transfer (WAN_RAILS) and the
+// compute backend (WAN_DEVICE_BACKEND). Usage: atlas-wan-deck DECK [--np N] [key=value ...]
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -64,6 +65,8 @@ int main(int argc, char** argv) {
     std::printf("WAN_FLOW_WINDOW_BYTES=%llu\n",
                 static_cast<unsigned long long>(cfg.wan.flow_window_bytes));
     std::printf("WAN_EMULATE=%s\n", cfg.wan.emulate == atlas::WanEmulation::Netns ? "netns" : "none");
+    std::printf("WAN_RAILS=%d\n", cfg.wan.transport == atlas::WanTransport::Multirail ? cfg.wan.rails : 1);
+    std::printf("WAN_DEVICE_BACKEND=%s\n", atlas::to_string(cfg.device.backend));
     if (np > 0) {
       // Ranks are ordered (dc, stage, dp, tp): DC d holds stages_per_dc[d] * dp * tp of them.
       std::vector<long> per_dc(static_cast<std::size_t>(n), 0);

@@ -18,6 +18,7 @@
 #        netns.sh rtt NAME FROM_DC TO_DC          (prints the median TCP-connect RTT in ms)
 #        netns.sh exec NAME DC COMMAND [ARGS..]   (inside DC's namespace, with its own hostname)
 #        netns.sh addr DC
+#        netns.sh cost NAME                       (the delayers' CPU time and the bytes they delayed)
 # Exit status 77 = this machine cannot emulate (the reason is printed).
 set -Eeuo pipefail
 
@@ -208,6 +209,41 @@ cmd_rtt() {
   echo "$out" | sed -n 's/.*median=\([0-9.]*\).*/\1/p'
 }
 
+# ---- cost: what the emulation's delayers spent so far ----
+# Each atlas-wan-delay's CPU time (utime + stime of /proc/PID/stat) and the bytes of the packets
+# its NFQUEUE rule passed (iptables counters), summed: prints "cpu_s BYTES" and a readable line on
+# stderr. tc's HTB shaping and the veths run in the kernel's softirqs and are not counted.
+cmd_cost() {
+  local name="$1"
+  local state="$STATE_ROOT/$name"
+  [[ -d $state ]] || die "no emulation named '$name'"
+  local tick cpu_ticks=0 bytes=0 pid stat
+  tick=$(getconf CLK_TCK)
+  if [[ -f $state/pids ]]; then
+    while read -r pid; do
+      stat=$(cat "/proc/$pid/stat" 2>/dev/null) || continue
+      stat=${stat##*) }  # the fields after "(comm) "; utime and stime are fields 14 and 15
+      read -r -a f <<<"$stat"
+      cpu_ticks=$((cpu_ticks + f[11] + f[12]))
+    done <"$state/pids"
+  fi
+  local dcs d
+  dcs=$(cat "$state/dcs")
+  for ((d = 0; d < dcs; d++)); do
+    local b
+    b=$(ip netns exec "$name-dc$d" iptables -L INPUT -v -x -n 2>/dev/null | awk '$3 == "NFQUEUE" { s += $2 } END { print s + 0 }')
+    bytes=$((bytes + b))
+  done
+  local cpu_s
+  cpu_s=$(awk -v t="$cpu_ticks" -v h="$tick" 'BEGIN { printf "%.2f", t / h }')
+  awk -v c="$cpu_s" -v b="$bytes" 'BEGIN {
+    gbit = b * 8 / 1e9
+    printf "netns.sh: emulation cost: atlas-wan-delay used %.2f CPU-s for %.3f Gbit delayed", c, gbit
+    if (gbit >= 0.01) printf " (%.3f CPU-s per Gbit, i.e. %.1f%% of a core per Gbit/s)", c / gbit, 100 * c / gbit
+    printf "\n" }' >&2
+  echo "$cpu_s $bytes"
+}
+
 # ---- exec ----
 cmd_exec() {
   local name="$1" d="$2"; shift 2
@@ -222,5 +258,6 @@ case "${1:-}" in
   rtt) shift; cmd_rtt "$@" ;;
   exec) shift; cmd_exec "$@" ;;
   addr) shift; addr "$1" ;;
+  cost) shift; cmd_cost "$@" ;;
   *) sed -n '2,/^set -Eeuo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2; exit 1 ;;
 esac

@@ -46,16 +46,6 @@ AUTOGROUP_MODE="${ATLAS_WAN_AUTOGROUP:-off}"
 [[ $AUTOGROUP_MODE == off || $AUTOGROUP_MODE == keep ]] ||
   { echo "run_emulated.sh: ATLAS_WAN_AUTOGROUP must be off or keep, not '$AUTOGROUP_MODE'" >&2; exit 1; }
 
-# ---- can we? ----
-set +e
-"$NETNS" check >/dev/null
-rc=$?
-set -e
-if [[ $rc -ne 0 ]]; then
-  "$NETNS" check || true  # prints the reason
-  exit "$rc"
-fi
-
 # ---- the deck's WAN ----
 [[ -x $ATLAS_BIN/atlas-wan-deck ]] || { echo "run_emulated.sh: $ATLAS_BIN/atlas-wan-deck missing (build first)" >&2; exit 1; }
 DECK_VARS=$("$ATLAS_BIN/atlas-wan-deck" "$DECK" --np "$NP" ${OVERRIDES[@]+"${OVERRIDES[@]}"})
@@ -72,9 +62,54 @@ for ((a = 0; a < N; a++)); do
 done
 read -r -a PER_DC <<<"$WAN_RANKS_PER_DC"
 
+# ---- do the deck's ranks fit this machine? (before anything is set up; no root needed) ----
+# Address plan: one address per DC on 10.77.0.0/24 (.1-.253; the bridge has none), every rank of a
+# DC on its DC's address with ports of its own. Descriptors: a rank holds up to one MPI TCP socket
+# per rank of the other DCs, wan.rails sockets each way per WAN peer (at most 3: two pipeline
+# neighbours and the tied-embedding partner) and about 64 more (shared memory, files, listeners).
+# Memory: an emulated-compute rank peaks near 40 MiB (test_emulated), counted as 96 MiB with
+# Open MPI's shared memory; a host-backend rank holds its model and is not estimated here.
+fits() {
+  local why=""
+  if [[ $N -gt 253 ]]; then
+    why="the deck has $N DCs, but the emulation's address plan (10.77.0.0/24, one address per DC) holds 253"
+  fi
+  local need_fd=$((64 + NP + 6 * WAN_RAILS)) have_fd
+  have_fd=$(ulimit -n)
+  if [[ -z $why && $have_fd != unlimited && $have_fd -lt $need_fd ]]; then
+    why="$NP ranks with wan.rails = $WAN_RAILS need about $need_fd open files per rank ($NP MPI peers + 6 x $WAN_RAILS WAN sockets + 64), but ulimit -n is $have_fd
+  hint: raise it (ulimit -n $need_fd) or run fewer ranks"
+  fi
+  if [[ -z $why && $WAN_DEVICE_BACKEND == emulated ]]; then
+    local avail_kb need_kb
+    avail_kb=$(awk '/^MemAvailable:/ { print $2 }' /proc/meminfo)
+    need_kb=$((NP * 96 * 1024))
+    if [[ -n $avail_kb && $need_kb -gt $avail_kb ]]; then
+      why="$NP emulated-compute ranks need about $((need_kb / 1024)) MiB (96 MiB each), but this machine has $((avail_kb / 1024)) MiB available
+  hint: run fewer ranks, or spread the job over a Slurm allocation (docs/emulated.md)"
+    fi
+  fi
+  if [[ -n $why ]]; then
+    echo "run_emulated.sh: $DECK: the job's ranks do not fit this machine's emulation: $why" >&2
+    exit 1
+  fi
+}
+fits
+
+# ---- can we? ----
+set +e
+"$NETNS" check >/dev/null
+rc=$?
+set -e
+if [[ $rc -ne 0 ]]; then
+  "$NETNS" check || true  # prints the reason
+  exit "$rc"
+fi
+
 NAME="aw$$"
 NAME="${NAME:0:10}"
 JOB_PID=""
+EMULATION_UP=0
 AUTOGROUP_FILE=/proc/sys/kernel/sched_autogroup_enabled
 AUTOGROUP_WAS=""
 cleanup() {
@@ -85,6 +120,8 @@ cleanup() {
     for _ in $(seq 1 30); do kill -0 "$JOB_PID" 2>/dev/null || break; sleep 0.1; done
     kill -KILL "$JOB_PID" 2>/dev/null || true
   fi
+  # What the emulation itself cost this machine (its delayers' CPU per Gbit delayed), then remove it.
+  if [[ $EMULATION_UP -eq 1 ]]; then "$NETNS" cost "$NAME" >/dev/null || true; fi
   "$NETNS" down "$NAME" 2>/dev/null || true  # also stops anything left inside the namespaces
   if [[ -n $AUTOGROUP_WAS ]]; then echo "$AUTOGROUP_WAS" >"$AUTOGROUP_FILE" 2>/dev/null || true; fi
   [[ $rc -ne 130 && $rc -ne 143 ]] || echo "run_emulated.sh: interrupted; emulation $NAME removed" >&2
@@ -95,6 +132,7 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 "$NETNS" up "$NAME" --dcs "$N" --latency-ms "$LAT" --bandwidth-gbps "$BW" --flow-window "$WAN_FLOW_WINDOW_BYTES"
+EMULATION_UP=1
 
 if [[ $AUTOGROUP_MODE == off && -w $AUTOGROUP_FILE && $(cat "$AUTOGROUP_FILE") == 1 ]]; then
   if echo 0 2>/dev/null >"$AUTOGROUP_FILE"; then

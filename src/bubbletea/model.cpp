@@ -281,6 +281,13 @@ void InferenceModel::forward_block(KvCache& cache, int n, int local) {
   ++m_chunk_blocks_done;
 }
 
+void InferenceModel::skip_block(int n, int local) {
+  ATLAS_ASSERT(n == m_chunk_n && local == m_chunk_blocks_done && local < m_range.count,
+               "inference block " << local << " of a " << n << "-token chunk skipped out of order (chunk of "
+                                  << m_chunk_n << " tokens, " << m_chunk_blocks_done << " blocks done)");
+  ++m_chunk_blocks_done;
+}
+
 void InferenceModel::forward_end(KvCache& cache, int n, float* act_out, float* logits) {
   ATLAS_ASSERT(n == m_chunk_n && m_chunk_blocks_done == m_range.count,
                "inference chunk ended after " << m_chunk_blocks_done << " of " << m_range.count << " blocks");

@@ -5,9 +5,11 @@
 #include "atlas/bubbletea/service.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <set>
+#include <thread>
 
 #include "atlas/core/check.hpp"
 
@@ -122,7 +124,14 @@ void Service::continue_chunk(const std::function<bool()>& stop, double t0) {
       record_chunk_event(h, t0, t1);
       return;
     }
-    m_model->forward_block(a.cache, h.n, m_running.blocks_done++);
+    if (m_cfg.device.backend == Backend::Emulated) {
+      // device.backend = emulated: the block takes its share of the chunk's predicted time, no
+      // arithmetic (the embedding, the head and the KV cache stay real; they are small).
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(m_cost.predict_ms(h.n, h.pos) / range.count));
+      m_model->skip_block(h.n, m_running.blocks_done++);
+    } else {
+      m_model->forward_block(a.cache, h.n, m_running.blocks_done++);
+    }
   }
   m_running.active = false;
   const bool last = h.chunk + 1 == h.n_chunks;

@@ -13,11 +13,11 @@ StepReport Trainer::train_step(int step) {
   using sched::SlotKind;
   StepReport r;
   r.step = step;
-  const bool first = m_model->is_first();
-  const bool last = m_model->is_last();
+  const bool first = m_me.stage == 0;
+  const bool last = m_me.stage == m_layout.pp_size() - 1;
   const int chunks = m_table.virtual_stages;
   const double t_step = m_profiler.now();
-  m_model->zero_grad();
+  if (!m_emu) m_model->zero_grad();
   m_boundary->begin_step(step);
   post_embedding_recv();
   post_loss_receives();
@@ -32,6 +32,10 @@ StepReport Trainer::train_step(int step) {
     double sums_s = 0.0;       // a bubble before AllReduce: the gradient sums started in it
     switch (slot.kind) {
       case SlotKind::Forward: {
+        if (m_emu) {  // no arithmetic: the slot's predicted time
+          emulate_compute(slot.duration_ms * 1e-3);
+          break;
+        }
         // With model chunks (interleaved 1F1B) only the first stage's chunk 0 embeds and only the
         // last stage's last chunk has the loss; every other chunk takes and gives a boundary tensor.
         const bool embed = first && slot.chunk == 0;
@@ -44,6 +48,10 @@ StepReport Trainer::train_step(int step) {
         break;
       }
       case SlotKind::Backward: {
+        if (m_emu) {
+          emulate_compute(slot.duration_ms * 1e-3);
+          break;
+        }
         // The step's last backward: each group of gradients it finishes goes into a bucket, and
         // a full bucket's DP sum starts at once (the sums run while earlier layers compute).
         const model::StageModel::GradsReady ready = [this](std::span<model::ParamTensor* const> ps) { pack_ready(ps); };
@@ -58,6 +66,7 @@ StepReport Trainer::train_step(int step) {
       case SlotKind::WanRecv:
       case SlotKind::LocalRecv: {
         spent_prefill = receive(step, slot, i, r);  // returns with the data in
+        if (m_emu) break;  // the tensor stays in the boundary's scratch buffer
         const std::size_t b = micro * static_cast<std::size_t>(chunks) + static_cast<std::size_t>(slot.chunk);
         device::Buffer& dst = slot.flow == sched::Flow::Activation ? m_act_in[b] : m_grad_out[b];
         m_backend.upload(dst.data(), m_boundary->recv_buffer(slot.flow, slot.micro, slot.chunk), dst.bytes());
@@ -65,9 +74,11 @@ StepReport Trainer::train_step(int step) {
       }
       case SlotKind::WanSend:
       case SlotKind::LocalSend: {
-        const std::size_t b = micro * static_cast<std::size_t>(chunks) + static_cast<std::size_t>(slot.chunk);
-        const device::Buffer& src = slot.flow == sched::Flow::Activation ? m_act_out[b] : m_grad_in[b];
-        m_backend.download(m_boundary->send_buffer(slot.flow, slot.micro, slot.chunk), src.data(), src.bytes());
+        if (!m_emu) {  // emulated: the boundary's scratch buffer goes as it is
+          const std::size_t b = micro * static_cast<std::size_t>(chunks) + static_cast<std::size_t>(slot.chunk);
+          const device::Buffer& src = slot.flow == sched::Flow::Activation ? m_act_out[b] : m_grad_in[b];
+          m_backend.download(m_boundary->send_buffer(slot.flow, slot.micro, slot.chunk), src.data(), src.bytes());
+        }
         m_boundary->post_send(slot, static_cast<int>(i));
         break;
       }

@@ -45,3 +45,14 @@ add_test(NAME test_bench_wan_bad_auth
   COMMAND bash -c "out=$($<TARGET_FILE:atlas> bench wan --auth mac,foo 2>&1); rc=$?; echo \"$out\"; [[ $rc -eq 2 ]] && grep -q \"\\-\\-auth needs a list of mac, encrypt, crc (e.g. mac,crc), got 'mac,foo'\" <<<\"$out\"")
 set_tests_properties(test_bench_wan_bad_auth PROPERTIES LABELS unit TIMEOUT 30
   ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+# 4 DCs, 16 ranks, emulated compute inside the emulated WAN (root): RTTs of all pairs, the
+# emulation's CPU cost stated, everything removed afterwards. Skipped (77) where not possible.
+add_test(NAME test_wan_emulated_4dc
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/launch/test_wan_emulated_4dc.sh ${PROJECT_SOURCE_DIR} $<TARGET_FILE:atlas>)
+set_tests_properties(test_wan_emulated_4dc PROPERTIES LABELS "netns" TIMEOUT 300 SKIP_RETURN_CODE 77 PROCESSORS 2
+  DEPENDS test_wan_netns)
+# run_emulated.sh refuses a job whose ranks do not fit this machine (descriptors per rank against
+# ulimit -n) before it sets anything up (no root needed).
+add_test(NAME test_run_emulated_does_not_fit
+  COMMAND bash -c "out=$(ulimit -n 100; ATLAS_BIN=${CMAKE_BINARY_DIR}/bin ${PROJECT_SOURCE_DIR}/scripts/wan/run_emulated.sh ${PROJECT_SOURCE_DIR}/scripts/wan/emulated_4dc.deck 64 parallel.dp_size=16 -- true 2>&1); rc=$?; echo \"$out\"; [[ $rc -eq 1 ]] && grep -q \"the job's ranks do not fit this machine's emulation: 64 ranks with wan.rails = 4 need about 152 open files per rank .* but ulimit -n is 100\" <<<\"$out\" && grep -q 'hint: raise it (ulimit -n 152) or run fewer ranks' <<<\"$out\"")
+set_tests_properties(test_run_emulated_does_not_fit PROPERTIES LABELS unit TIMEOUT 30)

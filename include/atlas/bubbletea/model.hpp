@@ -111,6 +111,9 @@ class InferenceModel {
   /// activations stay in its scratch). Same arguments and errors as forward().
   void forward_begin(KvCache& cache, int n, const std::int32_t* tokens, const float* act_in);
   void forward_block(KvCache& cache, int n, int local);
+  /// device.backend = emulated: block `local` of the chunk counts as done without any arithmetic
+  /// (its KV cache entries stay as they were). Same order rules as forward_block().
+  void skip_block(int n, int local);
   void forward_end(KvCache& cache, int n, float* act_out, float* logits);
 
   /// The first token of the greedy decode: index of the largest logit (lowest on ties).
