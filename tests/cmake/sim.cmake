@@ -44,3 +44,8 @@ atlas_cli_test(cli_simulate_bad_skip_steps "ERROR: --skip-steps must be >= 0"
                simulate inputs/sim_two_dc_cpu.deck --compute-from inputs --skip-steps -1)
 atlas_cli_test(cli_bench_fidelity_bad_warmup "ERROR: --warmup-steps 1: the in-situ warm-up run needs at least 2 steps"
                bench fidelity inputs/bubbletea_wan.deck --warmup-steps 1)
+# atlas bench validate: the published runs simulated (figures held by test_sim_validate).
+atlas_unit_test(test_sim_validate ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_sim_validate.cpp)
+atlas_cli_test(cli_bench_validate
+               "megatron21_t1_1008b +3072 +102.63 +[0-9.]+ +[-+][0-9.]+.*validate: published: 13 rows, mean \\|error\\| [0-9.]+%, max [0-9.]+%; llama3: 2 rows.*; other: 11 rows"
+               bench validate)
