@@ -413,6 +413,11 @@ void build(Schema& schema) {
       .min(0).max(16).help("largest pipeline stagger the atlas search tries, in WAN transfer times; 0 = auto (2)");
   b.field("schedule.atlas_slots", &C::schedule, &ScheduleCfg::atlas_slots).def("0").min(0).max(kMaxMicroBatches)
       .help("atlas: transfers a WAN link carries at once (1 = strict temporal sharing); 0 = searched");
+  b.field("schedule.virtual_stages", &C::schedule, &ScheduleCfg::virtual_stages).def("1").min(1).max(64)
+      .help("model chunks per pipeline stage (interleaved 1F1B, Megatron-LM's virtual pipeline stages): "
+            "chunk c of stage s holds the (c x stages + s)-th slice of the layers; the bubble drops "
+            "v-fold for v x the boundary transfers. 1 = plain 1f1b. Needs 1f1b or atlas, more than one "
+            "stage, layers per stage divisible by it and train.micro_batches a multiple of the stages");
 
   // [wan]
   b.choice("wan.transport", &C::wan, &WanCfg::transport,

@@ -150,6 +150,45 @@ void check_model(const Config& c, std::vector<std::string>& out) {
   }
 }
 
+/// schedule.virtual_stages (interleaved 1F1B) needs what Megatron-LM's interleaved schedule
+/// needs: a 1F1B-based schedule, more than one stage, every stage's layers in v equal chunks and
+/// the micro-batches in whole groups of pp.
+void check_virtual_stages(const Config& c, std::vector<std::string>& out) {
+  const int v = c.schedule.virtual_stages;
+  if (v <= 1) return;
+  const std::string key = "schedule.virtual_stages = " + std::to_string(v);
+  if (c.schedule.kind == ScheduleKind::GPipe)
+    out.push_back(key + " needs an interleaved 1F1B schedule, but schedule.kind = gpipe\n"
+                  "  hint: set schedule.kind = 1f1b (or atlas), or schedule.virtual_stages = 1");
+  const bool layout_ok = c.cluster.dc_count() <= limits::kMaxDcs &&
+                         c.parallel.stages_per_dc.size() == static_cast<std::size_t>(c.cluster.dc_count());
+  if (!layout_ok) return;
+  const int pp = c.parallel.pp_size();
+  if (pp < 2) {
+    out.push_back(key + " needs more than one pipeline stage, but the layout has " + std::to_string(pp) +
+                  "\n  hint: set schedule.virtual_stages = 1, or spread the layers over more stages "
+                  "(parallel.stages_per_dc)");
+    return;
+  }
+  for (int s = 0; s < pp; ++s) {
+    const bool listed = c.model.layers_per_stage.size() == static_cast<std::size_t>(pp);
+    if (!listed && !c.model.layers_per_stage.empty()) return;  // check_model reports the list
+    const int layers = listed ? c.model.layers_per_stage[static_cast<std::size_t>(s)] : c.model.layers / pp;
+    if (layers % v != 0) {
+      out.push_back(key + ": stage " + std::to_string(s) + " holds " + std::to_string(layers) +
+                    " layers, which do not split into " + std::to_string(v) + " equal chunks\n"
+                    "  hint: make every stage's layers (model.layers / stages, or model.layers_per_stage) a "
+                    "multiple of schedule.virtual_stages, or lower it");
+      break;
+    }
+  }
+  if (c.train.micro_batches % pp != 0)
+    out.push_back(key + " needs train.micro_batches (" + std::to_string(c.train.micro_batches) +
+                  ") to be a multiple of the " + std::to_string(pp) + " pipeline stages (as Megatron-LM's "
+                  "interleaved schedule does)\n  hint: set train.micro_batches = " +
+                  std::to_string((c.train.micro_batches + pp - 1) / pp * pp) + ", or schedule.virtual_stages = 1");
+}
+
 void check_data(const Config& c, std::vector<std::string>& out) {
   const bool shards = c.data.format == DataFormat::Shards;
   for (const auto& [key, list] : {std::pair{"data.train_shards", &c.data.train_shards},
@@ -218,7 +257,7 @@ void check_sizes(const Config& c, std::vector<std::string>& out) {
                   std::to_string(p.dp_size) + ") x parallel.tp_size (" + std::to_string(p.tp_size) + ") = " +
                   str(ranks) + " ranks, more than " + str(limits::kMaxRanks) +
                   "\n  hint: lower parallel.dp_size or parallel.tp_size");
-  const double slots = 6.0 * t.micro_batches * pp * p.dp_size;
+  const double slots = 6.0 * t.micro_batches * pp * p.dp_size * c.schedule.virtual_stages;
   if (slots > limits::kMaxScheduleSlots)
     out.push_back("train.micro_batches (" + std::to_string(t.micro_batches) +
                   ") x parallel.stages_per_dc (" + std::to_string(pp) + " stages) x parallel.dp_size (" +
@@ -235,6 +274,7 @@ std::vector<std::string> validate(const Config& cfg, const JobShape& shape) {
   check_cluster(cfg, out);
   check_parallel(cfg, shape, out);
   check_model(cfg, out);
+  check_virtual_stages(cfg, out);
   check_data(cfg, out);
   check_misc(cfg, shape, out);
   check_sizes(cfg, out);

@@ -141,6 +141,12 @@ StageModel::StageModel(const ModelCfg& cfg, int micro_batch_size, StageSpec spec
   m_first_layer = cfg.stage_first_layer(spec.stage, spec.pp);
   m_n_layers = cfg.stage_layers(spec.stage, spec.pp);
   m_total_layers = cfg.layers;
+  if (spec.chunks < 1 || m_n_layers % spec.chunks != 0) {
+    ATLAS_THROW(Config, "pipeline stage " << spec.stage << " holds " << m_n_layers << " layers, which do not split into "
+                                          << spec.chunks << " model chunks\n  hint: make every stage's layers a "
+                                                            "multiple of schedule.virtual_stages");
+  }
+  m_chunk_layers = m_n_layers / spec.chunks;
 
   build_params(seed);
   build_layout();
@@ -213,7 +219,7 @@ void StageModel::build_params(std::uint64_t seed) {
     add_param("wpe", {m_seq, c}, kReplicated, std_w, 0.0F, false, seed);
   }
   for (int i = 0; i < m_n_layers; ++i) {
-    const std::string h = fmt::format("h.{}.", m_first_layer + i);
+    const std::string h = fmt::format("h.{}.", chunk_first_layer(i / m_chunk_layers) + i % m_chunk_layers);
     add_param(h + "ln_1.weight", {c}, kReplicated, 0.0, 1.0F, false, seed);
     add_param(h + "ln_1.bias", {c}, kReplicated, 0.0, 0.0F, false, seed);
     add_param(h + "attn.qkv.weight", {3, c, c}, 1, std_w, 0.0F, false, seed);
@@ -239,7 +245,7 @@ void StageModel::build_params(std::uint64_t seed) {
   m_lnf_w = find_param("ln_f.weight");
   m_lnf_b = find_param("ln_f.bias");
   for (int i = 0; i < m_n_layers; ++i) {
-    const std::string h = fmt::format("h.{}.", m_first_layer + i);
+    const std::string h = fmt::format("h.{}.", chunk_first_layer(i / m_chunk_layers) + i % m_chunk_layers);
     auto get = [&](const char* suffix) { return find_param(h + suffix); };
     m_blocks.push_back(Block{get("ln_1.weight"), get("ln_1.bias"), get("attn.qkv.weight"),
                              get("attn.qkv.bias"), get("attn.proj.weight"), get("attn.proj.bias"),
@@ -254,8 +260,9 @@ void StageModel::build_layout() {
   const auto cl = static_cast<std::size_t>(m_local_hidden);
   const auto ff = static_cast<std::size_t>(m_local_ff);
   std::size_t cur = 0;
-  for (int i = 0; i <= m_n_layers; ++i) m_layout.res.push_back(take(cur, n * c));
-  for (int i = 0; i < m_n_layers; ++i) {
+  // One chunk's blocks: a micro-batch is in flight per chunk (the whole stage with one chunk).
+  for (int i = 0; i <= m_chunk_layers; ++i) m_layout.res.push_back(take(cur, n * c));
+  for (int i = 0; i < m_chunk_layers; ++i) {
     LayerSlots s{};
     s.ln1 = take(cur, n * c);
     s.mean1 = take(cur, n);
@@ -298,7 +305,8 @@ std::size_t StageModel::activation_bytes() const noexcept {
 }
 std::vector<int> StageModel::micros_in_flight() const {
   std::vector<int> ids;
-  for (const auto& [micro, st] : m_inflight) ids.push_back(micro);
+  for (const auto& [key, st] : m_inflight)
+    if (ids.empty() || ids.back() != key / m_spec.chunks) ids.push_back(key / m_spec.chunks);
   return ids;
 }
 
@@ -349,8 +357,15 @@ void StageModel::tp_allreduce(device::Buffer& buf) {
   if (m_spec.tp_size > 1) m_tp->allreduce_sum(buf, boundary_floats());
 }
 
-StageModel::MicroState& StageModel::start_micro(int micro) {
-  if (m_inflight.count(micro) != 0) {
+int StageModel::chunk_first_layer(int chunk) const noexcept {
+  // Virtual stage chunk * pp + stage: every chunk of every stage holds stage_layers / chunks
+  // blocks, so chunk c starts after c whole passes over the stages plus this stage's predecessors.
+  return (chunk * m_total_layers + m_first_layer) / m_spec.chunks;
+}
+
+StageModel::MicroState& StageModel::start_micro(int key) {
+  const int micro = key / m_spec.chunks;
+  if (m_inflight.count(key) != 0) {
     ATLAS_THROW(Internal, "stage " << m_spec.stage << ": forward of micro-batch " << micro
                                    << " while its previous forward has not been backwarded or "
                                       "released (the schedule runs a micro-batch twice)");
@@ -364,11 +379,14 @@ StageModel::MicroState& StageModel::start_micro(int micro) {
     if (is_first()) st.tokens = m_backend.alloc(tokens_per_micro() * sizeof(std::int32_t));
     if (is_last()) st.targets = m_backend.alloc(tokens_per_micro() * sizeof(std::int32_t));
   }
-  return m_inflight.emplace(micro, std::move(st)).first->second;
+  return m_inflight.emplace(key, std::move(st)).first->second;
 }
 
 void StageModel::forward(int micro, const std::int32_t* tokens, const std::int32_t* targets,
-                         const device::Buffer* act_in, device::Buffer* act_out) {
+                         const device::Buffer* act_in, device::Buffer* act_out, int chunk) {
+  ATLAS_ASSERT(chunk >= 0 && chunk < m_spec.chunks, "forward of chunk " << chunk << " of " << m_spec.chunks);
+  const bool embed = runs_embedding(chunk);
+  const bool head = runs_head(chunk);
   const std::size_t n = tokens_per_micro();
   const std::size_t boundary = boundary_floats();
   // Check every argument before touching any state, so a failure leaves the model unchanged.
@@ -393,24 +411,24 @@ void StageModel::forward(int micro, const std::int32_t* tokens, const std::int32
                                      << (b ? b->floats() : 0));
     }
   };
-  if (is_first()) check_ids(tokens, "tokens");
+  if (embed) check_ids(tokens, "tokens");
   else check_buf(act_in, "act_in");
-  if (is_last()) check_ids(targets, "targets");
+  if (head) check_ids(targets, "targets");
   else check_buf(act_out, "act_out");
 
-  MicroState& st = start_micro(micro);
+  MicroState& st = start_micro(key_of(micro, chunk));
   float* res0 = at(st, m_layout.res[0]);
-  if (is_first()) {
+  if (embed) {
     m_backend.upload(st.tokens.data(), tokens, n * sizeof(std::int32_t));
     m_backend.embedding_forward(res0, st.tokens.i32(), m_wte->value.f32(), m_wpe->value.f32(),
                                 m_batch, m_seq, m_hidden);
   } else {
     m_backend.copy(res0, act_in->data(), boundary * sizeof(float));
   }
-  for (int i = 0; i < m_n_layers; ++i) block_forward(i, st);
+  for (int i = 0; i < m_chunk_layers; ++i) block_forward(i, st, chunk);
 
-  const float* out = at(st, m_layout.res[static_cast<std::size_t>(m_n_layers)]);
-  if (!is_last()) {
+  const float* out = at(st, m_layout.res[static_cast<std::size_t>(m_chunk_layers)]);
+  if (!head) {
     m_backend.copy(act_out->data(), out, boundary * sizeof(float));
     return;
   }
@@ -432,8 +450,8 @@ void StageModel::forward(int micro, const std::int32_t* tokens, const std::int32
   m_losses[micro] = sum / static_cast<double>(n);
 }
 
-void StageModel::block_forward(int i, MicroState& st) {
-  const Block& p = m_blocks[static_cast<std::size_t>(i)];
+void StageModel::block_forward(int i, MicroState& st, int chunk) {
+  const Block& p = m_blocks[static_cast<std::size_t>(chunk * m_chunk_layers + i)];
   const LayerSlots& s = m_layout.layers[static_cast<std::size_t>(i)];
   const int n = static_cast<int>(tokens_per_micro());
   const int c = m_hidden;
@@ -493,7 +511,7 @@ double StageModel::micro_loss(int micro) const {
 
 std::vector<float> StageModel::logits(int micro) {
   ATLAS_ASSERT(is_last(), "logits asked of stage " << m_spec.stage << " of " << m_spec.pp);
-  const auto it = m_inflight.find(micro);
+  const auto it = m_inflight.find(key_of(micro, m_spec.chunks - 1));
   ATLAS_ASSERT(it != m_inflight.end(), "no activations for micro-batch " << micro);
   const std::size_t n = tokens_per_micro();
   device::Buffer out = m_backend.alloc_floats(n * static_cast<std::size_t>(m_vocab));
@@ -505,8 +523,8 @@ std::vector<float> StageModel::logits(int micro) {
   return host;
 }
 
-void StageModel::release(int micro) {
-  auto it = m_inflight.find(micro);
+void StageModel::release(int micro, int chunk) {
+  auto it = m_inflight.find(key_of(micro, chunk));
   if (it == m_inflight.end()) return;
   m_pool.push_back(std::move(it->second));
   m_inflight.erase(it);
@@ -515,8 +533,10 @@ void StageModel::release(int micro) {
 // ---- backward ----
 
 void StageModel::backward(int micro, const device::Buffer* grad_out, device::Buffer* grad_in,
-                          const GradsReady* ready) {
-  auto it = m_inflight.find(micro);
+                          const GradsReady* ready, int chunk) {
+  const bool embeds = runs_embedding(chunk);
+  const bool heads = runs_head(chunk);
+  auto it = m_inflight.find(key_of(micro, chunk));
   if (it == m_inflight.end()) {
     ATLAS_THROW(Internal, "stage " << m_spec.stage << ": backward of micro-batch " << micro
                                    << " without its forward");
@@ -529,15 +549,15 @@ void StageModel::backward(int micro, const device::Buffer* grad_out, device::Buf
                                      << (b ? b->floats() : 0));
     }
   };
-  if (!is_last()) check_buf(grad_out, "grad_out");
-  if (!is_first()) check_buf(grad_in, "grad_in");
+  if (!heads) check_buf(grad_out, "grad_out");
+  if (!embeds) check_buf(grad_in, "grad_in");
 
   MicroState& st = it->second;
   auto& be = m_backend;
   const int rows = static_cast<int>(tokens_per_micro());
   float* dres = m_dres.f32();
-  const float* top = at(st, m_layout.res[static_cast<std::size_t>(m_n_layers)]);
-  if (is_last()) {
+  const float* top = at(st, m_layout.res[static_cast<std::size_t>(m_chunk_layers)]);
+  if (heads) {
     // dlogits (in place of probs), tied head, final LayerNorm
     float* dlogits = at(st, m_layout.probs);
     const float* lnf = at(st, m_layout.lnf);
@@ -559,16 +579,16 @@ void StageModel::backward(int micro, const device::Buffer* grad_out, device::Buf
   } else {
     be.copy(dres, grad_out->data(), boundary * sizeof(float));
   }
-  for (int i = m_n_layers - 1; i >= 0; --i) {
-    block_backward(i, st);
+  for (int i = m_chunk_layers - 1; i >= 0; --i) {
+    block_backward(i, st, chunk);
     if (ready) {
-      const Block& b = m_blocks[static_cast<std::size_t>(i)];
+      const Block& b = m_blocks[static_cast<std::size_t>(chunk * m_chunk_layers + i)];
       ParamTensor* const block[] = {b.ln1_w, b.ln1_b, b.qkv_w, b.qkv_b, b.proj_w, b.proj_b,
                                     b.ln2_w, b.ln2_b, b.fc_w,  b.fc_b,  b.mp_w,   b.mp_b};
       (*ready)(block);
     }
   }
-  if (is_first()) {
+  if (embeds) {
     be.embedding_backward(m_wte->grad.f32(), m_wpe->grad.f32(), dres, st.tokens.i32(), m_batch,
                           m_seq, m_hidden);
     if (ready) {
@@ -578,11 +598,11 @@ void StageModel::backward(int micro, const device::Buffer* grad_out, device::Buf
   } else {
     be.copy(grad_in->data(), dres, boundary * sizeof(float));
   }
-  release(micro);
+  release(micro, chunk);
 }
 
-void StageModel::block_backward(int i, MicroState& st) {
-  const Block& p = m_blocks[static_cast<std::size_t>(i)];
+void StageModel::block_backward(int i, MicroState& st, int chunk) {
+  const Block& p = m_blocks[static_cast<std::size_t>(chunk * m_chunk_layers + i)];
   const LayerSlots& s = m_layout.layers[static_cast<std::size_t>(i)];
   const int n = static_cast<int>(tokens_per_micro());
   const int c = m_hidden;

@@ -34,9 +34,18 @@ int tag_upper_bound() {
 
 namespace tags {
 
-void check_pipeline(int micro_batches, int eval_batches, int tag_ub) {
-  const std::int64_t need = pipeline_max(micro_batches, eval_batches);
+void check_pipeline(int micro_batches, int eval_batches, int tag_ub, int chunks) {
+  const std::int64_t need = pipeline_max(micro_batches, eval_batches, chunks);
   if (need <= tag_ub) return;
+  if (chunks > 1) {
+    const std::int64_t fit = (std::int64_t{tag_ub} - kBoundaryBase + 1 - std::int64_t{chunks} * eval_batches) / (2 * chunks);
+    throw ConfigError(fmt::format(
+        "train.micro_batches = {}, train.eval_batches = {} and schedule.virtual_stages = {} need MPI message "
+        "tags up to {} (2 per micro-batch and 1 per eval batch, for each model chunk, plus {}), but this "
+        "MPI's MPI_TAG_UB is {}: lower train.micro_batches to at most {} (or schedule.virtual_stages, or "
+        "train.eval_batches), or run with an MPI whose tag bound is larger",
+        micro_batches, eval_batches, chunks, need, kBoundaryBase, tag_ub, fit > 0 ? fit : 0));
+  }
   const std::int64_t fit = (std::int64_t{tag_ub} - kBoundaryBase + 1 - eval_batches) / 2;
   throw ConfigError(fmt::format(
       "train.micro_batches = {} and train.eval_batches = {} need MPI message tags up to {} (2 per "

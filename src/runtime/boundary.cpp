@@ -55,8 +55,9 @@ Boundary::Boundary(const topo::Layout& layout, const topo::Communicators& comms,
       m_me(layout.coord(comms.world.rank())),
       m_micro_batches(table.micro_batches) {
   const std::size_t floats = boundary_bytes / sizeof(float);
-  m_recv_bufs.assign(static_cast<std::size_t>(2 * m_micro_batches), std::vector<float>(floats));
-  m_send_bufs.assign(static_cast<std::size_t>(2 * m_micro_batches), std::vector<float>(floats));
+  const auto buffers = static_cast<std::size_t>(2 * m_micro_batches * table.virtual_stages);
+  m_recv_bufs.assign(buffers, std::vector<float>(floats));
+  m_send_bufs.assign(buffers, std::vector<float>(floats));
   for (const auto& l : table.links)
     m_link_stride = std::max(m_link_stride, static_cast<int>(l.order.size()) + 1);
   mpi::tags::check_tokens(static_cast<int>(table.links.size()), m_link_stride, m_micro_batches, mpi::tag_upper_bound());
@@ -81,8 +82,12 @@ Boundary::~Boundary() {
   // them. The job is being aborted in that case (run_app), so no buffer outlives the process.
 }
 
-float* Boundary::recv_buffer(sched::Flow flow, int micro) { return m_recv_bufs[index(flow, micro)].data(); }
-float* Boundary::send_buffer(sched::Flow flow, int micro) { return m_send_bufs[index(flow, micro)].data(); }
+float* Boundary::recv_buffer(sched::Flow flow, int micro, int chunk) {
+  return m_recv_bufs[index(flow, micro, chunk)].data();
+}
+float* Boundary::send_buffer(sched::Flow flow, int micro, int chunk) {
+  return m_send_bufs[index(flow, micro, chunk)].data();
+}
 
 int Boundary::neighbour(int stage) const { return m_layout.world_rank(stage, m_me.dp, m_me.tp); }
 
@@ -93,9 +98,9 @@ void Boundary::begin_step(int step) {
   m_recvs.reserve(static_cast<std::size_t>(2 * m_micro_batches));
   for (const auto& s : m_table.row(m_me.stage, m_me.dp)) {
     if (!sched::is_recv(s.kind)) continue;
-    RecvOp op{s.flow, s.micro, neighbour(s.peer_stage), s.kind == sched::SlotKind::WanRecv, {}, {}, false};
-    void* buf = recv_buffer(s.flow, s.micro);
-    const int tag = tag_of(s.flow, s.micro);
+    RecvOp op{s.flow, s.micro, s.chunk, neighbour(s.peer_stage), s.kind == sched::SlotKind::WanRecv, {}, {}, false};
+    void* buf = recv_buffer(s.flow, s.micro, s.chunk);
+    const int tag = tag_of(s);
     if (op.wan) {
       std::lock_guard lock(m_wan_mutex);
       op.handle = m_wan->irecv(op.peer, tag, buf, m_bytes);
@@ -115,7 +120,7 @@ void Boundary::begin_step(int step) {
 
 Boundary::RecvOp& Boundary::recv_op(const sched::Slot& slot) {
   for (auto& r : m_recvs)
-    if (r.flow == slot.flow && r.micro == slot.micro) return r;
+    if (r.flow == slot.flow && r.micro == slot.micro && r.chunk == slot.chunk) return r;
   ATLAS_THROW(Internal, "no receive posted for micro-batch " << slot.micro);
 }
 
@@ -163,8 +168,8 @@ bool Boundary::test_recv(const sched::Slot& slot) {
 
 void Boundary::post_send(const sched::Slot& slot, int slot_index) {
   const int peer = neighbour(slot.peer_stage);
-  const void* data = send_buffer(slot.flow, slot.micro);
-  const int tag = tag_of(slot.flow, slot.micro);
+  const void* data = send_buffer(slot.flow, slot.micro, slot.chunk);
+  const int tag = tag_of(slot);
   if (slot.kind == sched::SlotKind::LocalSend) {
     m_local_sends.push_back(m_comms.pp.isend(
         std::span<const std::byte>(static_cast<const std::byte*>(data), m_bytes), slot.peer_stage, tag));

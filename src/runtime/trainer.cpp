@@ -94,18 +94,22 @@ Trainer::Trainer(const Config& cfg, const topo::Layout& layout, const topo::Comm
 
   // ---- model shard ----
   model::StageSpec spec{m_me.stage, pp, m_me.tp, layout.tp_size()};
+  spec.chunks = table.virtual_stages;  // interleaved 1F1B: this stage's model chunks
   m_model = std::make_unique<model::StageModel>(cfg.model, cfg.train.micro_batch_size, spec, backend,
                                                 m_tp.get(), static_cast<std::uint64_t>(cfg.run.seed));
   m_model->set_loss_scale(static_cast<float>(1.0 / (cfg.train.micro_batches * layout.dp_size())));
 
   const std::size_t floats = m_model->boundary_floats();
-  const auto m = static_cast<std::size_t>(cfg.train.micro_batches);
+  // Boundary tensors per (micro-batch, chunk), [micro * chunks + chunk]: with chunks every stage
+  // receives and sends (the last stage hands a micro-batch back to the first for the next chunk).
+  const int chunks = table.virtual_stages;
+  const auto m = static_cast<std::size_t>(cfg.train.micro_batches * chunks);
   for (std::size_t i = 0; i < m; ++i) {
-    if (!first) {
+    if (!first || chunks > 1) {
       m_act_in.push_back(backend.alloc_floats(floats));
       m_grad_in.push_back(backend.alloc_floats(floats));
     }
-    if (!last) {
+    if (!last || chunks > 1) {
       m_act_out.push_back(backend.alloc_floats(floats));
       m_grad_out.push_back(backend.alloc_floats(floats));
     }
@@ -116,12 +120,19 @@ Trainer::Trainer(const Config& cfg, const topo::Layout& layout, const topo::Comm
     m_buckets.emplace_back();
     m_buckets.back().buf = backend.alloc_floats(std::max<std::size_t>(1, cfg.train.dp_bucket_bytes / sizeof(float)));
     if (cfg.train.dp_overlap) {
+      // The last backward of each model chunk finishes that chunk's gradients: they go into
+      // buckets as it reports them (one chunk: the row's last backward). The chunks' last
+      // backwards run from the last chunk to the first, so the buckets are packed in the same
+      // order as with one chunk (head, blocks from the last to the first, embeddings).
       const auto& row = table.row(m_me.stage, m_me.dp);
+      std::vector<int> last_of_chunk(static_cast<std::size_t>(chunks), -1);
       for (std::size_t i = 0; i < row.size(); ++i)
-        if (row[i].kind == sched::SlotKind::Backward) m_last_backward = static_cast<int>(i);
+        if (row[i].kind == sched::SlotKind::Backward) last_of_chunk[static_cast<std::size_t>(row[i].chunk)] = static_cast<int>(i);
+      m_overlap_backwards = last_of_chunk;
+      std::sort(m_overlap_backwards.begin(), m_overlap_backwards.end());
     }
   }
-  mpi::tags::check_pipeline(cfg.train.micro_batches, cfg.train.eval_batches, mpi::tag_upper_bound());
+  mpi::tags::check_pipeline(cfg.train.micro_batches, cfg.train.eval_batches, mpi::tag_upper_bound(), chunks);
   m_boundary = std::make_unique<Boundary>(layout, comms, table, wan, profiler, floats * sizeof(float),
                                           cfg.wan.recv_timeout_s);
   {
@@ -290,21 +301,31 @@ double Trainer::evaluate() {
   device::Buffer out = m_backend.alloc_floats(floats);
   double loss = 0.0;
   if (m_val) m_val->rewind();
+  // With model chunks a batch visits the stages once per chunk, in virtual stage order (the last
+  // stage hands it back to the first): each exchange is a blocking pair along that chain.
+  const int chunks = m_table.virtual_stages;
+  const int pp = m_layout.pp_size();
   for (int m = 0; m < batches; ++m) {
     const int micro = 1000000 + m;  // never collides with a training micro-batch id
-    const int tag = mpi::tags::eval(m, m_cfg.train.micro_batches);
     if (first || last) m_val->fill(m, m_tokens.data(), m_targets.data());
-    if (!first) {
-      m_boundary->recv_blocking(m_me.stage - 1, tag, host.data(), floats * sizeof(float));
-      m_backend.upload(in.data(), host.data(), floats * sizeof(float));
-    }
-    m_model->forward(micro, first ? m_tokens.data() : nullptr, last ? m_targets.data() : nullptr,
-                     first ? nullptr : &in, last ? nullptr : &out);
-    if (last) loss += m_model->micro_loss(micro);
-    m_model->release(micro);
-    if (!last) {
-      m_backend.download(host.data(), out.data(), floats * sizeof(float));
-      m_boundary->send_blocking(m_me.stage + 1, tag, host.data(), floats * sizeof(float));
+    for (int c = 0; c < chunks; ++c) {
+      const int vs = c * pp + m_me.stage;  // virtual stage
+      const bool embed = vs == 0;
+      const bool head = vs == chunks * pp - 1;
+      if (!embed) {
+        const int tag = mpi::tags::eval(m, m_cfg.train.micro_batches, (vs - 1) / pp, chunks);
+        m_boundary->recv_blocking((vs - 1) % pp, tag, host.data(), floats * sizeof(float));
+        m_backend.upload(in.data(), host.data(), floats * sizeof(float));
+      }
+      m_model->forward(micro, embed ? m_tokens.data() : nullptr, head ? m_targets.data() : nullptr,
+                       embed ? nullptr : &in, head ? nullptr : &out, c);
+      if (head) loss += m_model->micro_loss(micro);
+      m_model->release(micro, c);
+      if (!head) {
+        const int tag = mpi::tags::eval(m, m_cfg.train.micro_batches, vs / pp, chunks);
+        m_backend.download(host.data(), out.data(), floats * sizeof(float));
+        m_boundary->send_blocking((vs + 1) % pp, tag, host.data(), floats * sizeof(float));
+      }
     }
   }
   if (last) loss = m_comms.dp.allreduce(loss / batches, MPI_SUM) / m_layout.dp_size();

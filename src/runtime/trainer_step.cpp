@@ -15,6 +15,7 @@ StepReport Trainer::train_step(int step) {
   r.step = step;
   const bool first = m_model->is_first();
   const bool last = m_model->is_last();
+  const int chunks = m_table.virtual_stages;
   const double t_step = m_profiler.now();
   m_model->zero_grad();
   m_boundary->begin_step(step);
@@ -31,32 +32,42 @@ StepReport Trainer::train_step(int step) {
     double sums_s = 0.0;       // a bubble before AllReduce: the gradient sums started in it
     switch (slot.kind) {
       case SlotKind::Forward: {
-        if (first || last) m_train->fill(slot.micro, m_tokens.data(), m_targets.data());
-        m_model->forward(slot.micro, first ? m_tokens.data() : nullptr, last ? m_targets.data() : nullptr,
-                         first ? nullptr : &m_act_in[micro], last ? nullptr : &m_act_out[micro]);
-        if (last && static_cast<int>(i) == m_last_forward) send_step_loss();
+        // With model chunks (interleaved 1F1B) only the first stage's chunk 0 embeds and only the
+        // last stage's last chunk has the loss; every other chunk takes and gives a boundary tensor.
+        const bool embed = first && slot.chunk == 0;
+        const bool head = last && slot.chunk == chunks - 1;
+        const std::size_t b = micro * static_cast<std::size_t>(chunks) + static_cast<std::size_t>(slot.chunk);
+        if (embed || head) m_train->fill(slot.micro, m_tokens.data(), m_targets.data());
+        m_model->forward(slot.micro, embed ? m_tokens.data() : nullptr, head ? m_targets.data() : nullptr,
+                         embed ? nullptr : &m_act_in[b], head ? nullptr : &m_act_out[b], slot.chunk);
+        if (head && static_cast<int>(i) == m_last_forward) send_step_loss();
         break;
       }
       case SlotKind::Backward: {
         // The step's last backward: each group of gradients it finishes goes into a bucket, and
         // a full bucket's DP sum starts at once (the sums run while earlier layers compute).
         const model::StageModel::GradsReady ready = [this](std::span<model::ParamTensor* const> ps) { pack_ready(ps); };
-        const bool overlap = static_cast<int>(i) == m_last_backward;
-        m_model->backward(slot.micro, last ? nullptr : &m_grad_out[micro], first ? nullptr : &m_grad_in[micro],
-                          overlap ? &ready : nullptr);
+        const bool overlap = std::binary_search(m_overlap_backwards.begin(), m_overlap_backwards.end(), static_cast<int>(i));
+        const bool embed = first && slot.chunk == 0;
+        const bool head = last && slot.chunk == chunks - 1;
+        const std::size_t b = micro * static_cast<std::size_t>(chunks) + static_cast<std::size_t>(slot.chunk);
+        m_model->backward(slot.micro, head ? nullptr : &m_grad_out[b], embed ? nullptr : &m_grad_in[b],
+                          overlap ? &ready : nullptr, slot.chunk);
         break;
       }
       case SlotKind::WanRecv:
       case SlotKind::LocalRecv: {
         spent_prefill = receive(step, slot, i, r);  // returns with the data in
-        device::Buffer& dst = slot.flow == sched::Flow::Activation ? m_act_in[micro] : m_grad_out[micro];
-        m_backend.upload(dst.data(), m_boundary->recv_buffer(slot.flow, slot.micro), dst.bytes());
+        const std::size_t b = micro * static_cast<std::size_t>(chunks) + static_cast<std::size_t>(slot.chunk);
+        device::Buffer& dst = slot.flow == sched::Flow::Activation ? m_act_in[b] : m_grad_out[b];
+        m_backend.upload(dst.data(), m_boundary->recv_buffer(slot.flow, slot.micro, slot.chunk), dst.bytes());
         break;
       }
       case SlotKind::WanSend:
       case SlotKind::LocalSend: {
-        const device::Buffer& src = slot.flow == sched::Flow::Activation ? m_act_out[micro] : m_grad_in[micro];
-        m_backend.download(m_boundary->send_buffer(slot.flow, slot.micro), src.data(), src.bytes());
+        const std::size_t b = micro * static_cast<std::size_t>(chunks) + static_cast<std::size_t>(slot.chunk);
+        const device::Buffer& src = slot.flow == sched::Flow::Activation ? m_act_out[b] : m_grad_in[b];
+        m_backend.download(m_boundary->send_buffer(slot.flow, slot.micro, slot.chunk), src.data(), src.bytes());
         m_boundary->post_send(slot, static_cast<int>(i));
         break;
       }

@@ -33,6 +33,12 @@ using detail::time_program;
 ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt) {
   ATLAS_ASSERT(c.pp >= 1 && c.dp >= 1 && opt.micro_batches >= 1, "empty schedule shape");
   const int m = opt.micro_batches;
+  if (opt.kind == ScheduleKind::GPipe && c.virtual_stages > 1) {
+    // GPipe does not interleave (nor does Megatron-LM): its table, for comparison, is the plain one.
+    CostModel plain = c;
+    plain.virtual_stages = 1;
+    return build_schedule(plain, opt);
+  }
   if (opt.kind != ScheduleKind::Atlas) {
     ProgramMap map;
     EngineProgram p = make_program(c, opt.kind, m, map);
@@ -56,7 +62,7 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt) {
   // Slots: 1 (pure temporal sharing), powers of two, enough to fill the link when one transfer's
   // rails cannot, and "all" (every transfer of a step at once: the concurrent-sharing timing,
   // which keeps the result no slower than 1F1B when hand-over round trips dominate).
-  const int all_slots = c.dp * m;
+  const int all_slots = c.dp * m * c.virtual_stages;
   std::vector<double> staggers{0.0};
   std::vector<TieBreak> ties{TieBreak::PipelineOrder};
   std::vector<int> slot_choices{max_slots};
@@ -122,7 +128,14 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt) {
   return t;
 }
 
-ScheduleTable retime(const ScheduleTable& table, const CostModel& c) {
+ScheduleTable retime(const ScheduleTable& table, const CostModel& cost) {
+  if (cost.virtual_stages != table.virtual_stages) {
+    // The table's model chunks (interleaved 1F1B) under this cost model's per-stage times.
+    CostModel chunked = cost;
+    chunked.virtual_stages = table.virtual_stages;
+    return retime(table, chunked);
+  }
+  const CostModel& c = cost;
   ATLAS_ASSERT(c.pp == table.pp && c.dp == table.dp && c.stage_dc == table.stage_dc,
                "retime: the cost model's shape (pp " << c.pp << ", dp " << c.dp
                                                      << ") differs from the table's (pp " << table.pp
@@ -141,7 +154,7 @@ ScheduleTable retime(const ScheduleTable& table, const CostModel& c) {
       chan.slots = link.slots;
       chan.order.clear();
       for (const auto& x : link.order)
-        chan.order.push_back(message_id(std::min(x.src_stage, x.dst_stage), x.dp, x.micro, x.flow, c.dp, m));
+        chan.order.push_back(message_id(virtual_boundary(x, c.pp), x.dp, x.micro, x.flow, c.dp, m));
     }
     p.worker_start_ms.assign(p.workers.size(), 0.0);
     for (int d = 0; d < c.dp; ++d) p.worker_start_ms[static_cast<std::size_t>(d)] = d * table.atlas.stagger_ms;
@@ -269,6 +282,7 @@ std::uint64_t ScheduleTable::structure_hash() const {
   mix(dp);
   mix(tp);
   mix(micro_batches);
+  if (virtual_stages > 1) mix(virtual_stages);  // one chunk: the hash as before chunks existed
   for (const auto& row : rows) {
     for (const auto& s : row) {
       if (s.kind == SlotKind::Idle) continue;  // bubbles depend on timing only
@@ -278,6 +292,7 @@ std::uint64_t ScheduleTable::structure_hash() const {
       mix(s.link);
       mix(s.link_pos);
       mix(s.bytes);
+      if (virtual_stages > 1) mix(s.chunk);
     }
     mix(-1);
   }
@@ -290,6 +305,7 @@ std::uint64_t ScheduleTable::structure_hash() const {
       mix(x.dp);
       mix(x.micro);
       mix(static_cast<int>(x.flow));
+      if (virtual_stages > 1) mix(x.chunk);
     }
   }
   return h;

@@ -198,6 +198,7 @@ CostModel cost_model(const Config& cfg, const topo::Layout& layout, const Device
   c.dp = layout.dp_size();
   c.tp = layout.tp_size();
   c.dc_count = layout.dc_count();
+  c.virtual_stages = cfg.schedule.virtual_stages;
   for (int s = 0; s < c.pp; ++s) c.stage_dc.push_back(layout.dc_of_stage(s));
 
   const ModelCfg& m = cfg.model;

@@ -54,6 +54,10 @@ std::string gantt(const ScheduleTable& t, const std::vector<std::string>& dc_nam
   out += fmt::format("# {} schedule, {} stages x dp {} (tp {}), {} micro-batches; step {:.3f} ms; "
                      "one column = {:.3f} ms\n",
                      to_string(t.kind), t.pp, t.dp, t.tp, t.micro_batches, t.step_ms, per_col);
+  if (t.virtual_stages > 1)
+    out += fmt::format("# interleaved: {} model chunks per stage (chunk c of stage s = virtual stage c x {} + s); "
+                       "a letter is one chunk's pass\n",
+                       t.virtual_stages, t.pp);
   out += "# legend: a-z forward of micro-batch 0-25, A-Z backward, = DP all-reduce, + optimizer, "
          "~ prefill, . idle; WAN rows: digit = pipeline (dp) using the link, * = several at once\n";
   std::size_t label_w = 0;
@@ -146,6 +150,7 @@ std::string to_json(const ScheduleTable& t, const std::vector<std::string>& dc_n
                      "\"step_ms\":{:.6f},\"mean_bubble_fraction\":{:.6f},\"structure_hash\":\"{:016x}\",",
                      to_string(t.kind), t.pp, t.dp, t.tp, t.micro_batches, t.step_ms,
                      t.mean_bubble_fraction(), t.structure_hash());
+  if (t.virtual_stages > 1) out += fmt::format("\"virtual_stages\":{},", t.virtual_stages);
   out += "\"dcs\":[";
   for (std::size_t i = 0; i < dc_names.size(); ++i) out += fmt::format("{}\"{}\"", i ? "," : "", dc_names[i]);
   out += "],\"rows\":[";
@@ -163,6 +168,8 @@ std::string to_json(const ScheduleTable& t, const std::vector<std::string>& dc_n
                              sl.peer_stage, sl.flow == Flow::Activation ? "activation" : "gradient",
                              sl.bytes, sl.link, sl.link_pos);
         if (sl.request >= 0) out += fmt::format(",\"request\":{},\"tokens\":{}", sl.request, sl.tokens);
+        if (t.virtual_stages > 1 && (is_compute(sl.kind) || sl.peer_stage >= 0))
+          out += fmt::format(",\"chunk\":{}", sl.chunk);
         out += "}";
         first = false;
       }
@@ -180,6 +187,10 @@ std::string to_json(const ScheduleTable& t, const std::vector<std::string>& dc_n
                          k ? "," : "", x.src_stage, x.dst_stage, x.dp, x.micro,
                          x.flow == Flow::Activation ? "activation" : "gradient", x.bytes, x.post_ms,
                          x.start_ms, x.end_ms, x.arrive_ms);
+      if (t.virtual_stages > 1) {  // the sender's chunk, inside the transfer's object
+        out.pop_back();
+        out += fmt::format(",\"chunk\":{}}}", x.chunk);
+      }
     }
     out += "]}";
   }

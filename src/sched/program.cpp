@@ -43,8 +43,6 @@ int message_id(int boundary, int dp_index, int micro, Flow flow, int dp, int m) 
   return ((boundary * dp + dp_index) * m + micro) * 2 + (flow == Flow::Gradient ? 1 : 0);
 }
 
-namespace {
-
 /// Who waits for whom in the two collectives that cross DCs (EngineProgram::sync_delay_ms), as
 /// the runtime runs them:
 ///  - group 0 with pp > 1, the tied embedding: the first and last stage each send their half as
@@ -106,9 +104,8 @@ void add_sync_delays(const CostModel& c, EngineProgram& p) {
   }
 }
 
-}  // namespace
-
 EngineProgram make_program(const CostModel& c, ScheduleKind kind, int m, ProgramMap& map) {
+  if (c.virtual_stages > 1) return make_interleaved_program(c, kind, m, map);
   EngineProgram p;
   const int pp = c.pp;
   const int dp = c.dp;
@@ -235,6 +232,7 @@ ScheduleTable to_table(const CostModel& c, ScheduleKind kind, int m, const Engin
   t.dp = c.dp;
   t.tp = c.tp;
   t.micro_batches = m;
+  t.virtual_stages = c.virtual_stages;
   t.stage_dc = c.stage_dc;
   t.step_ms = r.makespan_ms;
 
@@ -252,6 +250,7 @@ ScheduleTable to_table(const CostModel& c, ScheduleKind kind, int m, const Engin
       link.order.push_back({map.msg_src_stage[static_cast<std::size_t>(msg)],
                             map.msg_dst_stage[static_cast<std::size_t>(msg)], e.pipeline, e.micro,
                             e.flow, e.bytes, e.post_ms, e.start_ms, e.end_ms, e.arrive_ms});
+      link.order.back().chunk = e.chunk;
     }
     t.links.push_back(std::move(link));
   }
@@ -272,6 +271,7 @@ ScheduleTable to_table(const CostModel& c, ScheduleKind kind, int m, const Engin
       Slot s;
       s.kind = op.kind;
       s.micro = op.micro;
+      s.chunk = op.chunk;
       s.start_ms = ot.start_ms;
       s.duration_ms = ot.end_ms - ot.start_ms;
       if (op.type == EngineOp::Type::Send || op.type == EngineOp::Type::Recv) {

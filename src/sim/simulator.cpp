@@ -102,6 +102,7 @@ SimResult simulate_impl(const Config& deck, const Config& machine, const DeviceP
                         const SimOptions& opt) {
   const topo::Layout layout(deck.parallel.stages_per_dc, deck.parallel.dp_size, deck.parallel.tp_size);
   sched::CostModel cost = sched::cost_model(machine, layout, profile);
+  cost.virtual_stages = deck.schedule.virtual_stages;  // the deck's model chunks (interleaved 1F1B)
   if (!opt.stage_fwd_ms.empty() || !opt.stage_bwd_ms.empty()) {
     const auto pp = static_cast<std::size_t>(cost.pp);
     if (opt.stage_fwd_ms.size() != pp || opt.stage_bwd_ms.size() != pp)

@@ -147,6 +147,8 @@ struct ScheduleCfg {
   double device_tflops = 0.0;     ///< schedule.device_tflops: achieved FLOP/s for the estimate
   int atlas_max_stagger = 0;      ///< schedule.atlas_max_stagger: search bound (0 = auto)
   int atlas_slots = 0;            ///< schedule.atlas_slots: transfers per link at once (0 = search)
+  /// schedule.virtual_stages: model chunks per pipeline stage (interleaved 1F1B; 1 = plain).
+  int virtual_stages = 1;
 };
 
 enum class WanTransport { Multirail, Mpi };

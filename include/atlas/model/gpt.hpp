@@ -28,6 +28,10 @@ struct StageSpec {
   int pp = 1;       ///< pipeline stages of the model
   int tp_rank = 0;  ///< rank in the tensor-parallel group, 0 <= tp_rank < tp_size
   int tp_size = 1;  ///< tensor-parallel group size (must divide model.heads)
+  /// Model chunks of this stage (interleaved 1F1B, schedule.virtual_stages): chunk c holds the
+  /// layers of virtual stage c * pp + stage, stage_layers(stage) / chunks of them. The first
+  /// stage's chunk 0 runs the embeddings, the last stage's last chunk the head and the loss.
+  int chunks = 1;
 };
 
 /// One parameter tensor of this rank: its shard of a logical (full, unsharded) tensor, plus the
@@ -109,8 +113,12 @@ class StageModel {
   [[nodiscard]] const StageSpec& spec() const noexcept { return m_spec; }
   [[nodiscard]] bool is_first() const noexcept { return m_spec.stage == 0; }
   [[nodiscard]] bool is_last() const noexcept { return m_spec.stage == m_spec.pp - 1; }
-  [[nodiscard]] int first_layer() const noexcept { return m_first_layer; }
+  /// First block of chunk 0 (with one chunk: the stage's first block).
+  [[nodiscard]] int first_layer() const noexcept { return chunk_first_layer(0); }
+  /// Blocks of the stage, all chunks together.
   [[nodiscard]] int n_layers() const noexcept { return m_n_layers; }
+  /// First global block index of model chunk `chunk` (interleaved 1F1B; StageSpec::chunks).
+  [[nodiscard]] int chunk_first_layer(int chunk) const noexcept;
   [[nodiscard]] int micro_batch_size() const noexcept { return m_batch; }
   [[nodiscard]] int seq_len() const noexcept { return m_seq; }
   [[nodiscard]] int hidden() const noexcept { return m_hidden; }
@@ -132,8 +140,11 @@ class StageModel {
   /// the previous stage's act_out. Last stage: `targets` = host array of B*T ids, the loss is
   /// computed (micro_loss). Other stages: writes `act_out` (>= B*T*C floats). Unused arguments
   /// may be null. Keeps the activations for backward(micro). Collective over the TP group.
+  /// With chunks (StageSpec::chunks > 1) the pass runs model chunk `chunk` only; "first stage"
+  /// above means chunk 0 of stage 0 and "last stage" the last chunk of the last stage, and a
+  /// micro-batch is in flight per chunk.
   void forward(int micro, const std::int32_t* tokens, const std::int32_t* targets,
-               const device::Buffer* act_in, device::Buffer* act_out);
+               const device::Buffer* act_in, device::Buffer* act_out, int chunk = 0);
   /// Mean cross-entropy (nats/token, unscaled) of micro-batch `micro`; last stage only, valid
   /// from its forward until the next zero_grad().
   [[nodiscard]] double micro_loss(int micro) const;
@@ -147,15 +158,16 @@ class StageModel {
   /// the step's last backward those gradients are final, so their DP all-reduce can start while
   /// the rest of the backward runs.
   using GradsReady = std::function<void(std::span<ParamTensor* const>)>;
+  /// With chunks: the backward of model chunk `chunk`; `ready` reports that chunk's parameters.
   void backward(int micro, const device::Buffer* grad_out, device::Buffer* grad_in,
-                const GradsReady* ready = nullptr);
+                const GradsReady* ready = nullptr, int chunk = 0);
   /// Last stage: the LM-head logits [B*T, V] of micro-batch `micro` (forwarded, not yet
   /// backwarded or released), recomputed from its saved final LayerNorm output with the
   /// forward's own GEMM, as a host copy. For checks against other implementations (atlas export
   /// --logits). Internal error when not the last stage or `micro` is not in flight.
   [[nodiscard]] std::vector<float> logits(int micro);
   /// Drops the activations of a forward-only micro-batch (evaluation). No-op if none are held.
-  void release(int micro);
+  void release(int micro, int chunk = 0);
   /// Zeroes every gradient and forgets the micro-batch losses.
   void zero_grad();
 
@@ -214,9 +226,14 @@ class StageModel {
   void add_param(const std::string& name, std::vector<std::int64_t> full_shape, int shard_dim,
                  double init_std, float init_value, bool tied_copy, std::uint64_t seed);
   void build_layout();
-  MicroState& start_micro(int micro);
-  void block_forward(int local_layer, MicroState& st);
-  void block_backward(int local_layer, MicroState& st);
+  MicroState& start_micro(int key);
+  /// Block `local_layer` of model chunk `chunk` (m_blocks[chunk * m_chunk_layers + local_layer]).
+  void block_forward(int local_layer, MicroState& st, int chunk);
+  void block_backward(int local_layer, MicroState& st, int chunk);
+  /// Key of (micro, chunk) in m_inflight.
+  [[nodiscard]] int key_of(int micro, int chunk) const noexcept { return micro * m_spec.chunks + chunk; }
+  [[nodiscard]] bool runs_embedding(int chunk) const noexcept { return is_first() && chunk == 0; }
+  [[nodiscard]] bool runs_head(int chunk) const noexcept { return is_last() && chunk == m_spec.chunks - 1; }
   void tp_allreduce(device::Buffer& buf);
   [[nodiscard]] static float* at(MicroState& st, std::size_t offset) {
     return st.arena.f32() + offset;
@@ -229,6 +246,7 @@ class StageModel {
   int m_batch, m_seq, m_hidden, m_vocab, m_heads, m_local_heads, m_head_dim;
   int m_local_hidden, m_local_ff;  // C/tp and 4C/tp
   int m_first_layer, m_n_layers, m_total_layers;
+  int m_chunk_layers;  // blocks per model chunk (m_n_layers with one chunk)
   float m_loss_scale = 1.0F;
 
   std::vector<ParamTensor> m_params;

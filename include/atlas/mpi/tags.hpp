@@ -28,15 +28,23 @@ inline constexpr int kEmbedding = 2;     ///< tied-embedding gradient exchange, 
 /// First tag of the boundary tensors; below it only the fixed tags above.
 inline constexpr int kBoundaryBase = 16;
 /// Training boundary tensor of micro-batch `micro` (0 <= micro < micro_batches); `flow` 0 is the
-/// activation, 1 its gradient: [kBoundaryBase, kBoundaryBase + 2 * micro_batches).
-[[nodiscard]] constexpr int boundary(int flow, int micro, int micro_batches) {
-  return kBoundaryBase + flow * micro_batches + micro;
+/// activation, 1 its gradient. With model chunks (interleaved 1F1B, `chunks` =
+/// schedule.virtual_stages) a pair of ranks exchanges one tensor per chunk: `chunk` is that of the
+/// boundary's lower virtual stage (sched::virtual_boundary / pp), so both ends name it alike:
+/// [kBoundaryBase, kBoundaryBase + 2 * chunks * micro_batches); one chunk: the range as before.
+[[nodiscard]] constexpr int boundary(int flow, int micro, int micro_batches, int chunk = 0, int chunks = 1) {
+  return kBoundaryBase + (flow * chunks + chunk) * micro_batches + micro;
 }
-/// Eval forward of eval batch `m` (0 <= m < eval_batches): right after the training range.
-[[nodiscard]] constexpr int eval(int m, int micro_batches) { return kBoundaryBase + 2 * micro_batches + m; }
-/// The largest pipeline tag of a deck (train.micro_batches, train.eval_batches).
-[[nodiscard]] constexpr std::int64_t pipeline_max(int micro_batches, int eval_batches) {
-  return std::int64_t{kBoundaryBase} + 2 * std::int64_t{micro_batches} + std::int64_t{eval_batches} - 1;
+/// Eval forward of eval batch `m` (0 <= m < eval_batches) across the boundary of chunk `chunk`:
+/// right after the training range.
+[[nodiscard]] constexpr int eval(int m, int micro_batches, int chunk = 0, int chunks = 1) {
+  return kBoundaryBase + 2 * chunks * micro_batches + m * chunks + chunk;
+}
+/// The largest pipeline tag of a deck (train.micro_batches, train.eval_batches,
+/// schedule.virtual_stages).
+[[nodiscard]] constexpr std::int64_t pipeline_max(int micro_batches, int eval_batches, int chunks = 1) {
+  return std::int64_t{kBoundaryBase} + 2 * std::int64_t{chunks} * micro_batches +
+         std::int64_t{chunks} * eval_batches - 1;
 }
 
 // ---- link-order tokens: runtime::Boundary's duplicate of dp_comm, used for nothing else ----
@@ -60,7 +68,7 @@ inline constexpr int kWakeProbe = 911;    ///< runtime::wake_probe's ring, on th
 /// Throws ConfigError when the pipeline tags of a deck with `micro_batches` and `eval_batches`
 /// exceed `tag_ub` (this MPI's MPI_TAG_UB): the message names the bound, the deck keys and the
 /// largest train.micro_batches that fits. Not collective; every rank of a job decides the same.
-void check_pipeline(int micro_batches, int eval_batches, int tag_ub);
+void check_pipeline(int micro_batches, int eval_batches, int tag_ub, int chunks = 1);
 
 /// Throws ConfigError when the link-order tokens of a schedule table (`links` WAN links, the
 /// longest order stride - 1 transfers) exceed `tag_ub`, naming the bound and train.micro_batches

@@ -45,9 +45,10 @@ class Boundary {
   Boundary(const Boundary&) = delete;
   Boundary& operator=(const Boundary&) = delete;
 
-  /// Host staging buffer of one boundary tensor this rank receives / sends in a step.
-  [[nodiscard]] float* recv_buffer(sched::Flow flow, int micro);
-  [[nodiscard]] float* send_buffer(sched::Flow flow, int micro);
+  /// Host staging buffer of one boundary tensor this rank receives / sends in a step (`chunk`:
+  /// this rank's model chunk that consumes / produced it, Slot::chunk).
+  [[nodiscard]] float* recv_buffer(sched::Flow flow, int micro, int chunk = 0);
+  [[nodiscard]] float* send_buffer(sched::Flow flow, int micro, int chunk = 0);
 
   /// Posts every receive of the step (all micro-batches), so early senders never block.
   void begin_step(int step);
@@ -102,6 +103,7 @@ class Boundary {
   struct RecvOp {
     sched::Flow flow;
     int micro;
+    int chunk;    ///< this rank's model chunk (Slot::chunk)
     int peer;     ///< world rank
     bool wan;
     mpi::Request mpi;
@@ -114,8 +116,11 @@ class Boundary {
   [[nodiscard]] RecvOp& recv_op(const sched::Slot& slot);
   /// Tests `op` once (under the WAN lock for a WAN receive); true once it has arrived.
   bool test_op(RecvOp& op);
-  [[nodiscard]] int tag_of(sched::Flow flow, int micro) const {
-    return mpi::tags::boundary(flow == sched::Flow::Activation ? 0 : 1, micro, m_micro_batches);
+  /// The tag of a send or receive slot: both ends name the boundary's lower virtual stage's chunk.
+  [[nodiscard]] int tag_of(const sched::Slot& slot) const {
+    return mpi::tags::boundary(slot.flow == sched::Flow::Activation ? 0 : 1, slot.micro, m_micro_batches,
+                               sched::virtual_boundary(slot, m_me.stage, m_table.pp) / m_table.pp,
+                               m_table.virtual_stages);
   }
   [[nodiscard]] int token_tag(int link, int pos) const { return mpi::tags::token(link, pos, m_link_stride); }
   void sender_loop();
@@ -127,8 +132,9 @@ class Boundary {
   /// test_wan with back-off until `h` completes; after the timeout throws Comm "step N: what() within T s".
   void wait_wan(wan::Handle& h, const std::function<std::string()>& what);
   void send_token(int link, int pos, int to_dp);
-  [[nodiscard]] std::size_t index(sched::Flow flow, int micro) const {
-    return static_cast<std::size_t>((flow == sched::Flow::Activation ? 0 : 1) * m_micro_batches + micro);
+  [[nodiscard]] std::size_t index(sched::Flow flow, int micro, int chunk) const {
+    return static_cast<std::size_t>(((flow == sched::Flow::Activation ? 0 : 1) * m_table.virtual_stages + chunk) *
+                                        m_micro_batches + micro);
   }
 
   const topo::Layout& m_layout;

@@ -188,7 +188,9 @@ class Trainer {
   std::vector<Bucket> m_buckets;
   std::size_t m_open = 0;          ///< the bucket being packed
   std::size_t m_packed_params = 0; ///< parameters packed this step (all of them before the sums end)
-  int m_last_backward = -1;        ///< this row's last Backward slot: it starts the overlapped sums
+  /// The Backward slots that start the overlapped sums (train.dp_overlap): each model chunk's last
+  /// (one chunk: the row's last backward), in row order.
+  std::vector<int> m_overlap_backwards;
   int m_last_forward = -1;         ///< this row's last Forward slot: the last stage then sends the loss
   double m_loss_out = 0.0;         ///< last stage, TP lane 0: this replica's mean loss of the step
   mpi::Request m_loss_send;

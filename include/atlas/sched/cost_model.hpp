@@ -23,7 +23,10 @@ struct LinkCost {
 struct CostModel {
   int pp = 1, dp = 1, tp = 1, dc_count = 1;
   std::vector<int> stage_dc;          ///< stage -> DC
-  std::vector<double> fwd_ms;         ///< per stage, one micro-batch forward
+  /// Model chunks per stage (schedule.virtual_stages, interleaved 1F1B): chunk c of stage s is
+  /// virtual stage c * pp + s; one chunk's forward / backward is fwd_ms / bwd_ms divided by it.
+  int virtual_stages = 1;
+  std::vector<double> fwd_ms;         ///< per stage, one micro-batch forward (all its chunks)
   std::vector<double> bwd_ms;         ///< per stage, one micro-batch backward
   std::vector<double> allreduce_ms;   ///< per stage, DP gradient all-reduce
   /// Tied embedding (pp > 1): the first and last stage send each other their embedding gradient

@@ -31,6 +31,7 @@ struct EngineOp {
   double duration_ms = 0.0;  ///< Compute, and Sync once every member arrived
   int message = -1;          ///< Send/Recv
   int sync_group = -1;       ///< Sync
+  int chunk = 0;             ///< the model chunk the op belongs to (interleaved 1F1B; recorded)
 };
 
 struct EngineMessage {
@@ -39,6 +40,7 @@ struct EngineMessage {
   int pipeline = 0;         ///< DP index of the sender (tie-breaking and display)
   int micro = 0;
   Flow flow = Flow::Activation;
+  int chunk = 0;            ///< the sender's model chunk (interleaved 1F1B; display and identity)
   // ---- results ----
   double post_ms = -1.0;    ///< sender posted it
   double start_ms = -1.0;   ///< first byte on the link

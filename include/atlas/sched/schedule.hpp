@@ -27,6 +27,7 @@ struct LinkTransfer {
   Flow flow = Flow::Activation;
   std::int64_t bytes = 0;  ///< all TP lanes together
   double post_ms = 0, start_ms = 0, end_ms = 0, arrive_ms = 0;
+  int chunk = 0;           ///< the sender's model chunk (interleaved 1F1B; 0 otherwise)
 };
 
 /// One direction of a DC pair.
@@ -50,6 +51,7 @@ struct AtlasChoice {
 struct ScheduleTable {
   ScheduleKind kind = ScheduleKind::OneFOneB;
   int pp = 1, dp = 1, tp = 1, micro_batches = 1;
+  int virtual_stages = 1;               ///< model chunks per stage (interleaved 1F1B when > 1)
   std::vector<int> stage_dc;
   std::vector<std::vector<Slot>> rows;  ///< [stage * dp + dp_index]
   std::vector<WanLink> links;
@@ -105,6 +107,30 @@ ScheduleTable retime(const ScheduleTable& table, const CostModel& cost);
 
 /// The compute order (Forward/Backward, micro) of one stage: the schedule's core rule.
 std::vector<std::pair<SlotKind, int>> compute_order(ScheduleKind kind, int stage, int pp, int micro_batches);
+
+/// One compute slot of a stage with model chunks: Forward/Backward of `micro` through `chunk`.
+struct ChunkStep {
+  SlotKind kind = SlotKind::Forward;
+  int micro = 0;
+  int chunk = 0;
+};
+
+/// The compute order of one stage running `virtual_stages` model chunks (src/sched/interleaved.cpp).
+/// virtual_stages == 1: compute_order above, chunk 0. Else Megatron-LM's interleaved 1F1B
+/// (Narayanan et al. SC'21 §2.2.2): forwards k = 0 .. v*m-1 visit chunk (k mod p*v) / p with
+/// micro-batch (k / p*v) * p + k mod p, backwards the chunks in reverse; (p - stage - 1) * 2 +
+/// (v - 1) * p warm-up forwards (all of them when m == p), then one forward and one backward
+/// alternately, then the cool-down backwards. Per chunk, forwards and backwards run in micro-batch
+/// order, so every parameter accumulates its gradient in the same order as with one chunk.
+/// Needs kind != GPipe and micro_batches a multiple of pp when virtual_stages > 1 (Internal
+/// error otherwise; the deck's validation names the keys).
+std::vector<ChunkStep> compute_order(ScheduleKind kind, int stage, int pp, int micro_batches, int virtual_stages);
+
+/// The virtual boundary (0 <= b < virtual_stages * pp - 1, between virtual stages b and b + 1) a
+/// send or receive slot of `stage` crosses: activations go up from the sender, gradients down.
+[[nodiscard]] int virtual_boundary(const Slot& slot, int stage, int pp);
+/// The same for a link transfer (its chunk is the sender's).
+[[nodiscard]] int virtual_boundary(const LinkTransfer& x, int pp);
 
 /// BubbleTea's predicted use of the bubbles (input of place_prefill).
 struct PrefillPlan {

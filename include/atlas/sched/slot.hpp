@@ -65,6 +65,10 @@ struct Slot {
   int request = -1;          ///< Prefill: request id
   int tokens = 0;            ///< Prefill: prompt tokens in this slot
   std::uint8_t marks = 0;    ///< SlotMark bits (sched::mark_slots)
+  /// Forward/Backward/send/recv: which of this stage's model chunks the slot runs or feeds
+  /// (interleaved 1F1B, ScheduleTable::virtual_stages > 1: chunk c of stage s is virtual stage
+  /// c * pp + s); always 0 with one chunk per stage.
+  int chunk = 0;
 
   [[nodiscard]] bool has(SlotMark m) const { return (marks & static_cast<std::uint8_t>(m)) != 0; }
   void mark(SlotMark m) { marks = static_cast<std::uint8_t>(marks | static_cast<std::uint8_t>(m)); }
