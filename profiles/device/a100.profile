@@ -21,7 +21,7 @@ sequence_parallel         = true
 selective_recompute       = true
 fused_attention           = true
 gemm_min_dim              = 64 128 256 512 1024 2048 4096 8192
-gemm_fraction             = 0.22 0.36 0.5 0.6 0.66 0.71 0.74 0.76
+gemm_fraction             = 0.21 0.35 0.48 0.58 0.63 0.68 0.71 0.73
 source.peak_tflops = "NVIDIA A100 Tensor Core GPU datasheet (2021): BF16 312 TFLOPS dense (624 sparse)"
 source.memory_gib = "same datasheet: 80 GB HBM2e, 2,039 GB/s"
 source.nvlink_gbs = "same datasheet: NVLink 600 GB/s total = 300 GB/s per direction"

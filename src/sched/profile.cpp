@@ -467,7 +467,7 @@ DeviceProfile builtin_device_profile(GpuKind gpu) {
   p.sources.emplace_back("nvlink_efficiency", "NCCL all_reduce bus bandwidth of large messages inside one node (nccl-tests): "
                                               "about 235 GB/s on DGX A100 (0.78 x 300), 360 GB/s on DGX H100 (0.8 x 450)");
   if (gpu == GpuKind::A100) {
-    p.gemm_fraction = {0.22, 0.36, 0.5, 0.6, 0.66, 0.71, 0.74, 0.76};
+    p.gemm_fraction = {0.21, 0.35, 0.48, 0.58, 0.63, 0.68, 0.71, 0.73};
   } else {
     p.gemm_fraction = {0.15, 0.28, 0.42, 0.55, 0.65, 0.72, 0.76, 0.78};
   }
