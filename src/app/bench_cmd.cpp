@@ -31,7 +31,7 @@
 #include "atlas/sim/bench.hpp"
 #include "atlas/sim/insitu.hpp"
 #include "atlas/sim/simulator.hpp"
-#include "atlas/sim/validate.hpp"
+#include "atlas/sim/bench_validate.hpp"
 #include "atlas/topo/layout.hpp"
 #include "atlas/wan/bench.hpp"
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // `atlas bench validate` (see validate.hpp): published runs' decks simulated, predicted vs
 // published iteration time per row, mean and max error per group.
-#include "atlas/sim/validate.hpp"
+#include "atlas/sim/bench_validate.hpp"
 
 #include <algorithm>
 #include <chrono>

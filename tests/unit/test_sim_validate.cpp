@@ -9,7 +9,7 @@
 #include <filesystem>
 
 #include "atlas/core/error.hpp"
-#include "atlas/sim/validate.hpp"
+#include "atlas/sim/bench_validate.hpp"
 
 namespace atlas {
 namespace {
