@@ -10,6 +10,7 @@ usable_memory_fraction    = 0.9
 mem_bandwidth_gbs         = 4800
 nvlink_gbs                = 450
 nvlink_latency_us         = 3
+nvlink_efficiency         = 0.8
 bwd_over_fwd              = 2
 activation_bytes          = 2
 grad_bytes                = 2
@@ -18,6 +19,9 @@ optimizer_bytes_per_param = 28
 pipeline_scatter_gather   = true
 sequence_parallel         = true
 selective_recompute       = true
+fused_attention           = true
+gemm_min_dim              = 64 128 256 512 1024 2048 4096 8192
+gemm_fraction             = 0.15 0.28 0.42 0.55 0.65 0.72 0.76 0.78
 source.peak_tflops = "NVIDIA H200 Tensor Core GPU datasheet (2024): SXM BF16 1,979 TFLOPS with sparsity = 989 dense"
 source.memory_gib = "same datasheet: 141 GB HBM3e, 4.8 TB/s"
 source.nvlink_gbs = "same datasheet: NVLink 900 GB/s total = 450 GB/s per direction"
@@ -29,3 +33,6 @@ source.grad_bytes = "bf16 gradient all-reduce (generous to DP over the WAN; Mega
 source.pipeline_scatter_gather = "Megatron-LM sends 1/tp of a boundary tensor per TP rank (scatter-gather, Narayanan et al. SC'21)"
 source.usable_memory_fraction = "assumption: 10% for CUDA context, NCCL buffers, fragmentation"
 source.nvlink_latency_us = "assumption: ~3 us per ring step (small-message NCCL latency inside a node)"
+source.gemm_fraction = "achieved fraction of BF16 peak against the smallest GEMM dimension (m, n, k); shape from published cuBLAS sweeps (Anthony et al. 2024, arXiv:2401.14489, A100 and H100; NVIDIA's Matrix Multiplication Background guide: tile and wave quantization), levels checked by `atlas bench validate` (Megatron-LM SC'21 on A100, Llama 3 on H100)"
+source.fused_attention = "FlashAttention (Dao et al. 2022, arXiv:2205.14135), the default of current training stacks; decks of 2021-era runs set train.attention = unfused"
+source.nvlink_efficiency = "NCCL all_reduce bus bandwidth of large messages inside one node (nccl-tests): about 235 GB/s on DGX A100 (0.78 x 300), 360 GB/s on DGX H100 (0.8 x 450)"

@@ -31,6 +31,7 @@
 #include "atlas/sim/bench.hpp"
 #include "atlas/sim/insitu.hpp"
 #include "atlas/sim/simulator.hpp"
+#include "atlas/sim/bench_validate.hpp"
 #include "atlas/topo/layout.hpp"
 #include "atlas/wan/bench.hpp"
 
@@ -444,6 +445,9 @@ int bench_wan(Context& ctx, const bench::Args& args) { return wan::run_wan_bench
 int bench_latency(Context& ctx, const bench::Args& args) { return wan::run_wan_latency_bench(ctx.env, args); }
 int bench_bubbletea(Context& ctx, const bench::Args& args) { return bubbletea::run_bubbletea_bench(ctx.env, args); }
 int bench_sim(Context& ctx, const bench::Args& args) { return ctx.env.world_rank() == 0 ? sim::run_sim_bench(args) : 0; }
+int bench_validate(Context& ctx, const bench::Args& args) {
+  return ctx.env.world_rank() == 0 ? sim::run_validate_bench(args) : 0;
+}
 int bench_gemm(Context& ctx, const bench::Args& args) {
   return ctx.env.world_rank() == 0 ? model::run_gemm_bench(args) : 0;
 }
@@ -484,6 +488,7 @@ const std::vector<BenchEntry>& benches() {
       {io::ckpt_bench_spec(), bench_ckpt},
       {sim::sim_bench_spec(), bench_sim},
       {kFidelitySpec, bench_fidelity},
+      {sim::validate_bench_spec(), bench_validate},
       {bubbletea::bubbletea_bench_spec(), bench_bubbletea},
   };
   return all;

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // `atlas profile`: measure this machine's per-block compute cost into a device profile
 // (default profiles/device/host.profile); --show FILE checks and summarises a profile;
-// --wan FILE [--dcs "a b c"] prints the deck lines of those regions.
+// --wan FILE [--dcs "a b c"] prints the deck lines of those regions; --gemm times GEMMs of several
+// shapes on a backend (the profile's GEMM efficiency curve) and --update FILE writes it there.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -59,11 +60,79 @@ int wan_lines(const std::string& path, const std::string& dcs_text) {
   return 0;
 }
 
+/// `atlas profile --gemm`: GEMMs (L x L x d, d the smallest dimension) on the backend, median of
+/// `repeat` after a warm-up; prints the achieved rate per d and the curve's fraction against the
+/// peak (the `--update` profile's peak_tflops, else the best measured rate), and with --update
+/// rewrites that profile's gemm_min_dim / gemm_fraction. The backend computes in fp32 (host:
+/// OpenBLAS sgemm; cuda: cuBLAS), so on a GPU the curve's shape is measured, not the bf16 level.
+int gemm_curve(const Args& args, int threads, int repeat) {
+  const std::string kind = args.option("backend", "host");
+  if (kind != "host" && kind != "cuda") throw UsageError("--backend must be host or cuda");
+  DeviceCfg dev;
+  dev.backend = kind == "cuda" ? Backend::Cuda : Backend::Host;
+  dev.threads = threads;
+  auto backend = device::make_backend(dev);
+  // Small on the CPU (a few seconds with one thread), up to 8192 on a GPU.
+  const std::vector<int> dims = kind == "cuda" ? std::vector<int>{64, 128, 256, 512, 1024, 2048, 4096, 8192}
+                                               : std::vector<int>{16, 32, 64, 128, 256};
+  const int large = kind == "cuda" ? 8192 : 256;
+  const std::string update = args.option("update");
+  sim::DeviceProfile target;
+  if (!update.empty()) target = sim::parse_device_profile(update, deck::read_text_file(update, deck::kMaxDeckBytes, "profile"));
+  fmt::print("# GEMM efficiency curve on the {} backend (fp32), {} thread(s), median of {}: L x L x d, L = {}\n", kind,
+             threads, repeat, large);
+  fmt::print("# {:>6} {:>6} {:>6} {:>12} {:>12}\n", "d", "L", "L", "ms", "TFLOP/s");
+  std::vector<double> rates;
+  for (int d : dims) {
+    const int L = std::max(large, d);
+    device::Buffer a = backend->alloc_floats(static_cast<std::size_t>(L) * d);
+    device::Buffer b = backend->alloc_floats(static_cast<std::size_t>(d) * L);
+    device::Buffer c = backend->alloc_floats(static_cast<std::size_t>(L) * L);
+    backend->fill(a.f32(), 0.5f, static_cast<std::size_t>(L) * d);
+    backend->fill(b.f32(), 0.25f, static_cast<std::size_t>(L) * d);
+    std::vector<double> ms;
+    for (int r = 0; r <= repeat; ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      backend->gemm(device::Trans::No, device::Trans::No, L, L, d, 1.0f, a.f32(), d, b.f32(), L,
+                    0.0f, c.f32(), L);
+      backend->synchronize();
+      if (r > 0) ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(ms.begin(), ms.end());
+    const double med = ms[ms.size() / 2];
+    rates.push_back(2.0 * L * L * d / (med * 1e-3) / 1e12);
+    fmt::print("  {:>6} {:>6} {:>6} {:>12.4f} {:>12.5g}\n", d, L, L, med, rates.back());
+    std::fflush(stdout);
+  }
+  const double peak = target.peak_tflops > 0 ? target.peak_tflops : *std::max_element(rates.begin(), rates.end());
+  std::string dim_line;
+  std::string frac_line;
+  std::vector<double> fracs;
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    fracs.push_back(std::clamp(rates[i] / peak, 1e-6, 1.0));
+    dim_line += fmt::format("{}{}", i ? " " : "", dims[i]);
+    frac_line += fmt::format("{}{:.3g}", i ? " " : "", fracs.back());
+  }
+  fmt::print("gemm_min_dim              = {}\ngemm_fraction             = {}\n", dim_line, frac_line);
+  if (!update.empty()) {
+    target.gemm_min_dim.assign(dims.begin(), dims.end());
+    target.gemm_fraction = fracs;
+    bool found = false;
+    for (auto& [k, v] : target.sources)
+      if (k == "gemm_fraction") v = fmt::format("measured by `atlas profile --gemm --backend {}` (fp32)", kind), found = true;
+    if (!found) target.sources.emplace_back("gemm_fraction", fmt::format("measured by `atlas profile --gemm --backend {}` (fp32)", kind));
+    write_file_whole(update, sim::format_device_profile(target));
+    fmt::print("# wrote the curve (fractions of {:.4g} TFLOP/s) into {}\n", peak, update);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int cmd_profile(Context& ctx) {
   if (ctx.env.world_rank() != 0) return 0;
-  const Args args = parse_args(ctx.args, {"out", "threads", "repeat", "show", "wan", "dcs", "timer"}, {"quick"});
+  const Args args = parse_args(ctx.args, {"out", "threads", "repeat", "show", "wan", "dcs", "timer", "backend", "update"},
+                               {"quick", "gemm"});
   if (args.flag("show")) return show(args.option("show"));
   if (args.flag("wan")) return wan_lines(args.option("wan"), args.option("dcs"));
   if (!args.positional.empty()) throw UsageError("atlas profile takes no deck (options: --out FILE --quick --threads N)");
@@ -71,6 +140,7 @@ int cmd_profile(Context& ctx) {
   const int threads = args.int_option("threads", 1);
   const int repeat = args.int_option("repeat", 3);
   if (threads < 1 || repeat < 1) throw UsageError("--threads and --repeat must be >= 1");
+  if (args.flag("gemm")) return gemm_curve(args, threads, repeat);
   const std::string out = args.option("out", "profiles/device/host.profile");
   const auto shapes = sim::default_host_shapes(args.flag("quick"));
 

@@ -357,6 +357,23 @@ void build(Schema& schema) {
       .help("validation loss every N steps (and at the end); 0 = only at the end");
   b.field("train.eval_batches", &C::train, &TrainCfg::eval_batches).def("4").min(1).max(kMaxMicroBatches)
       .help("micro-batches per validation pass");
+  b.choice("train.recompute", &C::train, &TrainCfg::recompute,
+           {{"auto", Recompute::Auto}, {"none", Recompute::None}, {"selective", Recompute::Selective},
+            {"full", Recompute::Full}})
+      .def("auto").help("activation recomputation in the cost model (time and memory; the host runtime "
+                        "stores every activation): none, selective (the attention core, Korthikanti et al. "
+                        "2022), full (each block's forward again before its backward) or auto (the device "
+                        "profile's selective_recompute)");
+  b.choice("train.attention", &C::train, &TrainCfg::attention,
+           {{"auto", AttentionKernel::Auto}, {"fused", AttentionKernel::Fused}, {"unfused", AttentionKernel::Unfused}})
+      .def("auto").help("attention kernels in the cost model: fused (FlashAttention: compute-bound, no s x s "
+                        "tensor), unfused (QK^T, softmax, dropout, AV: Megatron-LM 2021) or auto (the device "
+                        "profile's fused_attention)");
+  b.choice("train.sequence_parallel", &C::train, &TrainCfg::sequence_parallel,
+           {{"auto", ProfileSwitch::Auto}, {"on", ProfileSwitch::On}, {"off", ProfileSwitch::Off}})
+      .def("auto").help("sequence parallelism in the cost model (Korthikanti et al. 2022): LayerNorm, dropout and "
+                        "their activations split over TP, the TP all-reduces become all-gathers and "
+                        "reduce-scatters; on, off or auto (the device profile's sequence_parallel)");
 
   // [data]
   b.choice("data.format", &C::data, &DataCfg::format,

@@ -49,6 +49,101 @@ double flow_window_bytes(const Config& cfg) {
                                        : kDefaultTcpWindowBytes;
 }
 
+namespace {
+
+/// Ring all-gather (= reduce-scatter) of `bytes` (the gathered size) over `n` members.
+double ring_allgather_ms(double bytes, int n, double bytes_per_ms, double latency_ms) {
+  if (n <= 1) return 0.0;
+  return (n - 1.0) / n * bytes / bytes_per_ms + (n - 1.0) * latency_ms;
+}
+
+/// Time of `m x k` by `k x n` and its two backward GEMMs (data gradient m x n -> m x k, weight
+/// gradient k x m by m x n), each on the profile's efficiency curve at its own shape.
+struct GemmPair {
+  double fwd = 0.0;
+  double bwd = 0.0;
+};
+GemmPair linear(const DeviceProfile& p, double m, double n, double k) {
+  return {p.gemm_ms(m, n, k), p.gemm_ms(m, k, n) + p.gemm_ms(k, n, m)};
+}
+
+/// The block from its kernels (a profile without a measured table, schedule.device_tflops unset):
+/// the four linears of one TP rank on the GEMM efficiency curve, the attention core (fused:
+/// compute-bound at the curve's head-dimension point; unfused: two batched GEMMs and a
+/// memory-bound softmax + dropout over the s x s scores), LayerNorms, bias + GELU, bias + dropout
+/// + residual against memory bandwidth (split over TP with sequence parallelism), the TP
+/// collectives (2 all-reduces per pass, or with sequence parallelism 2 all-gathers + 2
+/// reduce-scatters: the same bytes), recomputation (full: the forward again before the
+/// backward; selective: the attention core again).
+BlockCost kernel_block_cost(const Config& cfg, int tp, const DeviceProfile& p) {
+  const ModelCfg& m = cfg.model;
+  const double b = cfg.train.micro_batch_size;
+  const double s = m.seq_len;
+  const double T = b * s;
+  const double h = m.hidden;
+  const double t = tp;
+  const double d = h / std::max(m.heads, 1);
+  const double ab = p.activation_bytes;
+  BlockCost c;
+
+  // Linears: QKV (column-parallel), attention projection (row-parallel), MLP up and down.
+  const GemmPair qkv = linear(p, T, 3 * h / t, h);
+  const GemmPair proj = linear(p, T, h, h / t);
+  const GemmPair up = linear(p, T, 4 * h / t, h);
+  const GemmPair down = linear(p, T, h, 4 * h / t);
+  const double gemm_fwd = qkv.fwd + proj.fwd + up.fwd + down.fwd;
+  const double gemm_bwd = qkv.bwd + proj.bwd + up.bwd + down.bwd;
+
+  // Attention core over the rank's heads.
+  const double groups = b * m.heads / t;  // (sample, head) pairs on this rank
+  double attn_fwd = 0.0;
+  double attn_bwd = 0.0;
+  if (p.fused_attention) {
+    // Causal FlashAttention: half of the 4 b s^2 h / t FLOPs; backward 5 GEMMs to forward's 2.
+    const double flops = 0.5 * 4.0 * b * s * s * h / t;
+    attn_fwd = flops / (p.peak_tflops * 1e12 * std::max(p.gemm_efficiency(s, s, d), 1e-6)) * 1e3;
+    attn_bwd = 2.5 * attn_fwd;
+  } else {
+    const double scores = groups * s * s;  // elements of the s x s scores
+    attn_fwd = p.gemm_ms(s, s, d, groups) + p.gemm_ms(s, d, s, groups) +
+               p.memory_ms(scores * (4 * ab + 1));  // scale-mask-softmax r/w, dropout r/w + mask
+    attn_bwd = 2 * p.gemm_ms(s, d, s, groups) + 2 * p.gemm_ms(s, s, d, groups) +
+               p.memory_ms(scores * (6 * ab + 1));  // dropout and softmax backward
+  }
+
+  // Element-wise work: 2 LayerNorms (read + write), 2 bias-dropout-adds (2 reads, a write, a
+  // 1-byte mask) on the rank's share of the residual stream; bias + GELU on the MLP's 4h / t.
+  const double residual = T * h / (p.sequence_parallel ? t : 1.0);
+  const double elem_fwd = p.memory_ms(residual * (2 * 2 * ab + 2 * (3 * ab + 1)) + T * 4 * h / t * 2 * ab);
+  const double elem_bwd = 2.0 * elem_fwd;
+
+  // TP collectives of the block's activations (T x h): with sequence parallelism an all-gather
+  // before each of the two column-parallel linears and a reduce-scatter after each row-parallel
+  // one, else two all-reduces; per pass.
+  const double act = T * h * ab;
+  const double bw = p.nvlink_gbs * p.nvlink_efficiency * 1e9 / 1e3;
+  const double lat = p.nvlink_latency_us / 1e3;
+  c.tp_comm_ms = ring_allreduce_ms(act, tp, bw, lat);
+  const double comm = p.sequence_parallel ? 2.0 * 2.0 * ring_allgather_ms(act, tp, bw, lat) : 2.0 * c.tp_comm_ms;
+
+  const double compute_fwd = gemm_fwd + attn_fwd + elem_fwd;
+  double compute_bwd = gemm_bwd + attn_bwd + elem_bwd;
+  c.fwd_ms = compute_fwd + comm;
+  c.bwd_ms = compute_bwd + comm;
+  if (p.full_recompute) c.bwd_ms += c.fwd_ms;
+  else if (p.selective_recompute && !p.fused_attention) c.bwd_ms += attn_fwd;  // fused recomputes already
+
+  // LM head (vocab-parallel) and the fp32 cross-entropy over the rank's logits.
+  const GemmPair head = linear(p, T, static_cast<double>(m.vocab) / t, h);
+  const double logits = T * static_cast<double>(m.vocab) / t * 4.0;
+  c.head_fwd_ms = head.fwd + p.memory_ms(3 * logits);
+  c.head_bwd_ms = head.bwd + p.memory_ms(2 * logits);
+  c.flops_per_s = block_forward_flops(m, T) / t / (compute_fwd * 1e-3);
+  return c;
+}
+
+}  // namespace
+
 BlockCost block_cost(const Config& cfg, int tp, const DeviceProfile& p) {
   const ModelCfg& m = cfg.model;
   const double tokens = static_cast<double>(cfg.train.micro_batch_size) * m.seq_len;
@@ -62,8 +157,11 @@ BlockCost block_cost(const Config& cfg, int tp, const DeviceProfile& p) {
     c.head_fwd_ms = c.fwd_ms * head_flops / block_flops;
     c.head_bwd_ms = c.head_fwd_ms * cfg.schedule.bwd_over_fwd;
     c.flops_per_s = block_flops / tp / (c.fwd_ms * 1e-3);
+    if (p.full_recompute) c.bwd_ms += c.fwd_ms;
     return c;
   }
+  if (p.table.empty() && cfg.schedule.device_tflops <= 0) return kernel_block_cost(cfg, tp, p);
+  // A measured table (or schedule.device_tflops): the block's forward rate by its FLOPs.
   const double rank_flops = block_flops / tp;
   double ratio = p.bwd_ratio(rank_flops);
   if (cfg.schedule.device_tflops > 0) {
@@ -81,6 +179,7 @@ BlockCost block_cost(const Config& cfg, int tp, const DeviceProfile& p) {
   c.tp_comm_ms = ring_allreduce_ms(act, tp, p.nvlink_gbs * 1e9 / 1e3, p.nvlink_latency_us / 1e3);
   c.fwd_ms = compute_fwd + 2.0 * c.tp_comm_ms;
   c.bwd_ms = compute_bwd + 2.0 * c.tp_comm_ms;
+  if (p.full_recompute) c.bwd_ms += c.fwd_ms;
   c.head_fwd_ms = head_flops / tp / c.flops_per_s * 1e3;
   c.head_bwd_ms = c.head_fwd_ms * ratio;
   return c;

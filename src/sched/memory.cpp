@@ -16,10 +16,14 @@ namespace atlas::sched {
 double block_activation_bytes(const ModelCfg& m, int micro_batch_size, int tp, const DeviceProfile& p) {
   const double sbh = static_cast<double>(m.seq_len) * micro_batch_size * m.hidden;
   const double t = tp;
-  const double attn = 5.0 * m.heads * static_cast<double>(m.seq_len) / (m.hidden * t);  // scores, softmax, dropout
+  // Full recomputation keeps only each block's input (split over TP with sequence parallelism).
+  if (p.full_recompute) return sbh * p.activation_bytes / (p.sequence_parallel ? t : 1.0);
+  // Scores, softmax, dropout mask: none stored with selective recomputation or a fused kernel.
+  const bool no_scores = p.selective_recompute || p.fused_attention;
+  const double attn = no_scores ? 0.0 : 5.0 * m.heads * static_cast<double>(m.seq_len) / (m.hidden * t);
   double per = 0.0;
-  if (p.sequence_parallel) per = 34.0 / t + (p.selective_recompute ? 0.0 : attn);
-  else per = 10.0 + 24.0 / t + (p.selective_recompute ? 0.0 : attn);
+  if (p.sequence_parallel) per = 34.0 / t + attn;
+  else per = 10.0 + 24.0 / t + attn;
   return sbh * per * p.activation_bytes / 2.0;  // the paper's coefficients are for 16-bit values
 }
 

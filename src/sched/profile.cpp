@@ -156,6 +156,24 @@ double DeviceProfile::bwd_ratio(double fwd_flops) const {
   return interp(table_points(*this, true), std::log(std::max(fwd_flops, 1.0)));
 }
 
+double DeviceProfile::gemm_efficiency(double m, double n, double k) const {
+  if (gemm_min_dim.empty() || gemm_min_dim.size() != gemm_fraction.size()) return achievable_fraction;
+  std::vector<std::pair<double, double>> pts;
+  for (std::size_t i = 0; i < gemm_min_dim.size(); ++i)
+    pts.emplace_back(std::log(std::max(gemm_min_dim[i], 1.0)), gemm_fraction[i]);
+  std::sort(pts.begin(), pts.end());
+  return interp(pts, std::log(std::max(std::min({m, n, k}), 1.0)));
+}
+
+double DeviceProfile::gemm_ms(double m, double n, double k, double batch) const {
+  const double flops = 2.0 * m * n * k * batch;
+  const double compute_s = flops / (peak_tflops * 1e12 * std::max(gemm_efficiency(m, n, k), 1e-6));
+  const double bytes = (m * k + k * n + m * n) * batch * activation_bytes;
+  return std::max(compute_s, bytes / (mem_bandwidth_gbs * 1e9)) * 1e3;
+}
+
+double DeviceProfile::memory_ms(double bytes) const { return bytes / (mem_bandwidth_gbs * 1e9) * 1e3; }
+
 double DeviceProfile::usable_bytes() const {
   return memory_gib * static_cast<double>(units::kGiB) * usable_memory_fraction;
 }
@@ -211,6 +229,7 @@ DeviceProfile parse_device_profile(const std::string& file, const std::string& t
       {"mem_bandwidth_gbs", &DeviceProfile::mem_bandwidth_gbs},
       {"nvlink_gbs", &DeviceProfile::nvlink_gbs},
       {"nvlink_latency_us", &DeviceProfile::nvlink_latency_us},
+      {"nvlink_efficiency", &DeviceProfile::nvlink_efficiency},
       {"bwd_over_fwd", &DeviceProfile::bwd_over_fwd},
       {"activation_bytes", &DeviceProfile::activation_bytes},
       {"grad_bytes", &DeviceProfile::grad_bytes},
@@ -221,6 +240,11 @@ DeviceProfile parse_device_profile(const std::string& file, const std::string& t
       {"pipeline_scatter_gather", &DeviceProfile::pipeline_scatter_gather},
       {"sequence_parallel", &DeviceProfile::sequence_parallel},
       {"selective_recompute", &DeviceProfile::selective_recompute},
+      {"fused_attention", &DeviceProfile::fused_attention},
+  };
+  const std::map<std::string, std::vector<double> DeviceProfile::*> lists = {
+      {"gemm_min_dim", &DeviceProfile::gemm_min_dim},
+      {"gemm_fraction", &DeviceProfile::gemm_fraction},
   };
   std::vector<std::string> columns;
   for (const auto& l : lines) {
@@ -239,6 +263,8 @@ DeviceProfile parse_device_profile(const std::string& file, const std::string& t
       const auto v = units::parse_bool(l.value);
       if (!v) problems.push_back(fmt::format("{}:{}: {} = \"{}\": expected true or false", file, l.number, l.key, l.value));
       p.*(bit->second) = v.value_or(false);
+    } else if (auto lit = lists.find(l.key); lit != lists.end()) {
+      p.*(lit->second) = numbers(file, l, problems);
     } else if (l.key == "measured_threads") {
       p.measured_threads = static_cast<int>(number(file, l, problems));
     } else if (l.key.rfind("source.", 0) == 0) {
@@ -273,8 +299,19 @@ DeviceProfile parse_device_profile(const std::string& file, const std::string& t
   if (!(p.mem_bandwidth_gbs > 0)) problems.push_back(fmt::format("{}: mem_bandwidth_gbs must be > 0", file));
   if (!(p.usable_memory_fraction > 0 && p.usable_memory_fraction <= 1))
     problems.push_back(fmt::format("{}: usable_memory_fraction must be in (0, 1]", file));
+  if (!(p.nvlink_efficiency > 0 && p.nvlink_efficiency <= 1))
+    problems.push_back(fmt::format("{}: nvlink_efficiency must be in (0, 1]", file));
   if (!(p.activation_bytes > 0) || !(p.grad_bytes > 0))
     problems.push_back(fmt::format("{}: activation_bytes and grad_bytes must be > 0", file));
+  if (p.gemm_min_dim.size() != p.gemm_fraction.size())
+    problems.push_back(fmt::format("{}: gemm_min_dim has {} values but gemm_fraction has {}: the GEMM efficiency "
+                                   "curve needs one fraction per dimension", file, p.gemm_min_dim.size(),
+                                   p.gemm_fraction.size()));
+  for (double f : p.gemm_fraction)
+    if (!(f > 0 && f <= 1)) {
+      problems.push_back(fmt::format("{}: gemm_fraction has {:g}: fractions of peak must be in (0, 1]", file, f));
+      break;
+    }
   if (!problems.empty()) throw ConfigError(problems);
   return p;
 }
@@ -336,6 +373,7 @@ std::string format_device_profile(const DeviceProfile& p) {
   out += fmt::format("mem_bandwidth_gbs         = {:.6g}\n", p.mem_bandwidth_gbs);
   out += fmt::format("nvlink_gbs                = {:.6g}\n", p.nvlink_gbs);
   out += fmt::format("nvlink_latency_us         = {:.6g}\n", p.nvlink_latency_us);
+  if (p.nvlink_efficiency != 1.0) out += fmt::format("nvlink_efficiency         = {:.6g}\n", p.nvlink_efficiency);
   out += fmt::format("bwd_over_fwd              = {:.6g}\n", p.bwd_over_fwd);
   out += fmt::format("activation_bytes          = {:.6g}\n", p.activation_bytes);
   out += fmt::format("grad_bytes                = {:.6g}\n", p.grad_bytes);
@@ -344,6 +382,16 @@ std::string format_device_profile(const DeviceProfile& p) {
   out += fmt::format("pipeline_scatter_gather   = {}\n", p.pipeline_scatter_gather ? "true" : "false");
   out += fmt::format("sequence_parallel         = {}\n", p.sequence_parallel ? "true" : "false");
   out += fmt::format("selective_recompute       = {}\n", p.selective_recompute ? "true" : "false");
+  out += fmt::format("fused_attention           = {}\n", p.fused_attention ? "true" : "false");
+  if (!p.gemm_min_dim.empty()) {
+    auto join = [](const std::vector<double>& v) {
+      std::string t;
+      for (double x : v) t += fmt::format("{}{:g}", t.empty() ? "" : " ", x);
+      return t;
+    };
+    out += fmt::format("gemm_min_dim              = {}\n", join(p.gemm_min_dim));
+    out += fmt::format("gemm_fraction             = {}\n", join(p.gemm_fraction));
+  }
   if (p.measured_threads > 0) out += fmt::format("measured_threads          = {}\n", p.measured_threads);
   for (const auto& [k, v] : p.sources) out += fmt::format("source.{} = \"{}\"\n", k, v);
   if (!p.table.empty()) {
@@ -414,6 +462,23 @@ DeviceProfile builtin_device_profile(GpuKind gpu) {
                    {"nvlink_gbs", "same datasheet: NVLink 900 GB/s total = 450 GB/s per direction"}};
       break;
   }
+  p.gemm_min_dim = {64, 128, 256, 512, 1024, 2048, 4096, 8192};
+  p.nvlink_efficiency = gpu == GpuKind::A100 ? 0.78 : 0.8;
+  p.sources.emplace_back("nvlink_efficiency", "NCCL all_reduce bus bandwidth of large messages inside one node (nccl-tests): "
+                                              "about 235 GB/s on DGX A100 (0.78 x 300), 360 GB/s on DGX H100 (0.8 x 450)");
+  if (gpu == GpuKind::A100) {
+    p.gemm_fraction = {0.21, 0.35, 0.48, 0.58, 0.63, 0.68, 0.71, 0.73};
+  } else {
+    p.gemm_fraction = {0.15, 0.28, 0.42, 0.55, 0.65, 0.72, 0.76, 0.78};
+  }
+  p.sources.emplace_back("gemm_fraction",
+                         "achieved fraction of BF16 peak against the smallest GEMM dimension (m, n, k); shape "
+                         "from published cuBLAS sweeps (Anthony et al. 2024, arXiv:2401.14489, A100 and H100; "
+                         "NVIDIA's Matrix Multiplication Background guide: tile and wave quantization), levels "
+                         "checked by `atlas bench validate` (Megatron-LM SC'21 on A100, Llama 3 on H100)");
+  p.fused_attention = true;
+  p.sources.emplace_back("fused_attention", "FlashAttention (Dao et al. 2022, arXiv:2205.14135), the default of "
+                                            "current training stacks; decks of 2021-era runs set train.attention = unfused");
   p.achievable_fraction = 0.45;
   p.nvlink_latency_us = 3;
   p.activation_bytes = 2;
@@ -437,7 +502,10 @@ DeviceProfile builtin_device_profile(GpuKind gpu) {
   return p;
 }
 
-DeviceProfile device_profile(const Config& cfg) {
+namespace {
+
+/// The profile file (or built-in one) of plan.gpu, before the deck's train.* choices.
+DeviceProfile device_profile_of_files(const Config& cfg) {
   ATLAS_ASSERT(cfg.device_profiles.read,
                "the deck's device profile files were not read (deck::load reads them; after deck::parse call "
                "deck::read_device_profiles)");
@@ -468,6 +536,22 @@ DeviceProfile device_profile(const Config& cfg) {
   for (const auto& f : files)
     if (fs::path(f.path).stem().string() == want) return parse_device_profile(f.path, f.text);
   return builtin_device_profile(cfg.plan.gpu);
+}
+
+}  // namespace
+
+DeviceProfile device_profile(const Config& cfg) {
+  DeviceProfile p = device_profile_of_files(cfg);
+  switch (cfg.train.recompute) {
+    case Recompute::Auto: break;
+    case Recompute::None: p.selective_recompute = false; p.full_recompute = false; break;
+    case Recompute::Selective: p.selective_recompute = true; p.full_recompute = false; break;
+    case Recompute::Full: p.selective_recompute = false; p.full_recompute = true; break;
+  }
+  if (cfg.train.sequence_parallel != ProfileSwitch::Auto)
+    p.sequence_parallel = cfg.train.sequence_parallel == ProfileSwitch::On;
+  if (cfg.train.attention != AttentionKernel::Auto) p.fused_attention = cfg.train.attention == AttentionKernel::Fused;
+  return p;
 }
 
 }  // namespace atlas::sched

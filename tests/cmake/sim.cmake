@@ -22,7 +22,7 @@ atlas_cli_test(cli_simulate_profile_too_big "ERROR: --profile/--trace: .* events
 # A table that does not fit the device's memory: refused, naming the memory, the limit and the fix;
 # --ignore-memory times it anyway, flagged.
 add_test(NAME cli_simulate_memory_too_big
-  COMMAND bash -c "set -u; b=$<TARGET_FILE:atlas>; rc=0; out=$($b simulate inputs/plan_70b_4dc.deck schedule.kind=gpipe 2>&1) || rc=$?; echo \"$out\"; [[ $rc == 2 ]] && grep -q 'ERROR: the gpipe schedule needs 115.8 GiB per GPU (stage 3: .* 64 micro-batches in flight), more than the 72.0 GiB usable on h100' <<<\"$out\" && grep -q 'hint: fewer micro-batches in flight' <<<\"$out\" && grep -q 'atlas simulate --ignore-memory' <<<\"$out\" || exit 1; out=$($b simulate inputs/plan_70b_4dc.deck schedule.kind=gpipe --ignore-memory 2>&1) || exit 1; grep -q 'memory per GPU: 115.82 GiB (stage 3) of 72.00 GiB usable on h100: DOES NOT FIT' <<<\"$out\" || exit 1; out=$($b simulate inputs/plan_70b_4dc.deck 2>&1) || exit 1; grep -q 'memory per GPU: 36.12 GiB (stage 0) of 72.00 GiB usable on h100$' <<<\"$out\"")
+  COMMAND bash -c "set -u; b=$<TARGET_FILE:atlas>; rc=0; out=$($b simulate inputs/plan_70b_4dc.deck schedule.kind=gpipe 2>&1) || rc=$?; echo \"$out\"; [[ $rc == 2 ]] && grep -q 'ERROR: the gpipe schedule needs 115.8 GiB per GPU (stage 3: .* 64 micro-batches in flight), more than the 72.0 GiB usable on h100' <<<\"$out\" && grep -q 'hint: fewer micro-batches in flight' <<<\"$out\" && grep -q 'atlas simulate --ignore-memory' <<<\"$out\" || exit 1; out=$($b simulate inputs/plan_70b_4dc.deck schedule.kind=gpipe --ignore-memory 2>&1) || exit 1; grep -q 'memory per GPU: 115.82 GiB (stage 3) of 72.00 GiB usable on h100: DOES NOT FIT' <<<\"$out\" || exit 1; out=$($b simulate inputs/plan_70b_4dc.deck 2>&1) || exit 1; grep -q 'memory per GPU: 57.37 GiB (stage 0) of 72.00 GiB usable on h100$' <<<\"$out\"")
 set_tests_properties(cli_simulate_memory_too_big PROPERTIES LABELS unit TIMEOUT 60 WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 atlas_cli_test(cli_simulate_shared_host
                "shared hosts: 8 ranks per host on 2 cores \\(processor sharing\\); a waiting receiver's wake-up delay 1500 us per message while the cores are all busy.*; 4 ns of host CPU per WAN byte.*step_ms +[0-9.]+"
@@ -49,3 +49,13 @@ atlas_cli_test(cli_simulate_bad_skip_steps "ERROR: --skip-steps must be >= 0"
                simulate inputs/sim_two_dc_cpu.deck --compute-from inputs --skip-steps -1)
 atlas_cli_test(cli_bench_fidelity_bad_warmup "ERROR: --warmup-steps 1: the in-situ warm-up run needs at least 2 steps"
                bench fidelity inputs/bubbletea_wan.deck --warmup-steps 1)
+# atlas bench validate: the published runs simulated (figures held by test_sim_validate).
+atlas_unit_test(test_sim_validate ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_sim_validate.cpp)
+atlas_cli_test(cli_bench_validate
+               "megatron21_t1_1008b +3072 +102.63 +[0-9.]+ +[-+][0-9.]+.*validate: published: 15 rows, mean \\|error\\| [0-9.]+%, max [0-9.]+%; other: 11 rows"
+               bench validate)
+# atlas profile --gemm: the GEMM efficiency curve timed on the host backend and written into a profile.
+add_test(NAME cli_profile_gemm_curve
+  COMMAND bash -c "set -e; f=${CMAKE_BINARY_DIR}/gemm_curve.profile; cp profiles/device/h100.profile $f; out=$($<TARGET_FILE:atlas> profile --gemm --threads 1 --repeat 1 --update $f); echo \"$out\"; grep -Eq '^ +256 +256 +256 +[0-9.]+ +[0-9.e+-]+$' <<<\"$out\"; grep -q '^gemm_min_dim *= 16 32 64 128 256$' $f; grep -q 'measured by .atlas profile --gemm --backend host' $f; $<TARGET_FILE:atlas> profile --show $f | grep -q 'device profile h100'; rc=0; err=$($<TARGET_FILE:atlas> profile --gemm --backend tpu 2>&1) || rc=$?; echo \"$err\"; [[ $rc == 2 ]] && grep -q 'backend must be host or cuda' <<<\"$err\"; rm -f $f"
+  WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(cli_profile_gemm_curve PROPERTIES LABELS unit TIMEOUT 60)

@@ -91,6 +91,26 @@ TEST(DeviceProfile, EveryProblemIsReportedWithFileAndLine) {
   EXPECT_THAT(msg, HasSubstr("bad.profile:16: cannot read 'this line has no equals'"));
 }
 
+TEST(DeviceProfile, GemmCurveRoundTripsAndBadCurvesAreErrors) {
+  DeviceProfile p = parse_device_profile("t.profile", kDevice);
+  p.gemm_min_dim = {128, 1024};
+  p.gemm_fraction = {0.3, 0.7};
+  p.fused_attention = true;
+  p.nvlink_efficiency = 0.75;
+  const DeviceProfile q = parse_device_profile("round.profile", format_device_profile(p));
+  EXPECT_EQ(q.gemm_min_dim, p.gemm_min_dim);
+  EXPECT_EQ(q.gemm_fraction, p.gemm_fraction);
+  EXPECT_TRUE(q.fused_attention);
+  EXPECT_DOUBLE_EQ(q.nvlink_efficiency, 0.75);
+  const std::string msg = error_of([] {
+    parse_device_profile("bad.profile", std::string(kDevice) + "gemm_min_dim = 64 128\ngemm_fraction = 0.5 1.5 0.7\n"
+                                                                "nvlink_efficiency = 2\n");
+  });
+  EXPECT_THAT(msg, HasSubstr("bad.profile: gemm_min_dim has 2 values but gemm_fraction has 3"));
+  EXPECT_THAT(msg, HasSubstr("bad.profile: gemm_fraction has 1.5: fractions of peak must be in (0, 1]"));
+  EXPECT_THAT(msg, HasSubstr("bad.profile: nvlink_efficiency must be in (0, 1]"));
+}
+
 TEST(DeviceProfile, RejectsWrongFormatKindAndMissingNumbers) {
   EXPECT_THAT(error_of([] { parse_device_profile("x.profile", "format = atlas-profile 2\nkind = wan\n"); }),
               HasSubstr("first key must be 'format = atlas-profile 1'"));
@@ -139,6 +159,10 @@ TEST(DeviceProfile, BuiltInGpusAgreeWithTheProfileFiles) {
     EXPECT_DOUBLE_EQ(f.state_bytes_per_param, b.state_bytes_per_param) << b.name;
     EXPECT_EQ(f.sequence_parallel, b.sequence_parallel) << b.name;
     EXPECT_EQ(f.selective_recompute, b.selective_recompute) << b.name;
+    EXPECT_EQ(f.fused_attention, b.fused_attention) << b.name;
+    EXPECT_EQ(f.gemm_min_dim, b.gemm_min_dim) << b.name;
+    EXPECT_EQ(f.gemm_fraction, b.gemm_fraction) << b.name;
+    EXPECT_DOUBLE_EQ(f.nvlink_efficiency, b.nvlink_efficiency) << b.name;
     // Every number a planner depends on names its source.
     bool peak_source = false;
     for (const auto& [k, v] : f.sources) peak_source |= k == "peak_tflops" && v.find("datasheet") != std::string::npos;

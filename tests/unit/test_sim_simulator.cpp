@@ -248,9 +248,12 @@ TEST(SimCost, RingAllReduceAndTransferCapFormulas) {
   EXPECT_DOUBLE_EQ(transfer_cap_bytes_per_ms(1e9, 50.0, 2, 1e6), 2e6 / 100);  // 2 x window / RTT
 }
 
+// schedule.device_tflops: the block's FLOPs at that rate, backward schedule.bwd_over_fwd times it
+// (+ selective recompute), plus the TP all-reduces.
 TEST(SimCost, GpuBlockTimeIsFlopsOverRatePlusTpAllReduces) {
   Config cfg = deck(kTwoDc);
   cfg.schedule.fwd_ms_per_layer = 0;  // use the profile
+  cfg.schedule.device_tflops = 989 * 0.45;
   cfg.model.hidden = 4096;
   cfg.model.heads = 32;
   cfg.model.seq_len = 2048;
@@ -265,6 +268,135 @@ TEST(SimCost, GpuBlockTimeIsFlopsOverRatePlusTpAllReduces) {
   EXPECT_NEAR(b.fwd_ms, flops / rate * 1e3 + 2 * tp_ar, 1e-12);
   const double recompute = 4.0 * tokens * 2048 * 4096 / 8 / rate * 1e3;  // selective recompute
   EXPECT_NEAR(b.bwd_ms, 2 * flops / rate * 1e3 + recompute + 2 * tp_ar, 1e-12);
+}
+
+// The GEMM efficiency curve: interpolated in log(min(m, n, k)), clamped; a GEMM is the slower of
+// its FLOPs at that fraction of peak and its bytes against memory bandwidth.
+TEST(SimCost, GemmEfficiencyCurveAndRoofline) {
+  DeviceProfile p = builtin_device_profile(GpuKind::A100);
+  p.gemm_min_dim = {100, 10000};
+  p.gemm_fraction = {0.2, 0.8};
+  EXPECT_DOUBLE_EQ(p.gemm_efficiency(5000, 50, 5000), 0.2);       // clamped below
+  EXPECT_DOUBLE_EQ(p.gemm_efficiency(1e6, 1e6, 1e5), 0.8);        // clamped above
+  EXPECT_NEAR(p.gemm_efficiency(1000, 4096, 2048), 0.5, 1e-12);   // halfway in log
+  const double big = p.gemm_ms(16384, 16384, 16384);
+  EXPECT_NEAR(big, 2.0 * 16384 * 16384 * 16384 / (312e12 * 0.8) * 1e3, 1e-9);
+  // A matrix-vector product is memory-bound: bytes of A, x, y at 2,039 GB/s.
+  EXPECT_NEAR(p.gemm_ms(8192, 1, 8192), (8192.0 * 8192 + 8192 + 8192) * 2 / 2039e9 * 1e3, 1e-12);
+  p.gemm_min_dim.clear();
+  p.gemm_fraction.clear();
+  EXPECT_DOUBLE_EQ(p.gemm_efficiency(64, 64, 64), p.achievable_fraction);  // no curve
+}
+
+namespace {
+/// One block of a 4096-wide, 32-head model, seq 2048, micro-batch 1, under `p` at `tp`.
+BlockCost gpu_block(const DeviceProfile& p, int tp) {
+  Config cfg = deck(kTwoDc);
+  cfg.schedule.fwd_ms_per_layer = 0;
+  cfg.model.hidden = 4096;
+  cfg.model.heads = 32;
+  cfg.model.seq_len = 2048;
+  cfg.model.vocab = 50304;
+  cfg.train.micro_batch_size = 1;
+  return block_cost(cfg, tp, p);
+}
+}  // namespace
+
+// Without a measured table the block is its kernels: 4 linears on the curve, the attention core,
+// element-wise work against HBM bandwidth, the TP collectives. Hand-computed at tp 1 with a flat
+// curve (no TP traffic), unfused attention, no recomputation.
+TEST(SimCost, KernelBlockIsGemmsAttentionAndMemoryBoundWork) {
+  DeviceProfile p = builtin_device_profile(GpuKind::A100);
+  p.gemm_min_dim = {64};
+  p.gemm_fraction = {0.5};
+  p.fused_attention = false;
+  p.selective_recompute = false;
+  p.sequence_parallel = false;
+  const double T = 2048, h = 4096, s = 2048, d = 128, rate = 312e12 * 0.5, bw = 2039e9;
+  const auto gemm = [&](double m, double n, double k, double batch = 1) {
+    return std::max(2 * m * n * k * batch / rate, (m * k + k * n + m * n) * batch * 2 / bw) * 1e3;
+  };
+  const double linears = gemm(T, 3 * h, h) + gemm(T, h, h) + gemm(T, 4 * h, h) + gemm(T, h, 4 * h);
+  const double scores = 32 * s * s;
+  const double attn = gemm(s, s, d, 32) + gemm(s, d, s, 32) + scores * 9 / bw * 1e3;
+  const double elem = (T * h * (8 + 14) + T * 4 * h * 4) / bw * 1e3;
+  const BlockCost b = gpu_block(p, 1);
+  EXPECT_NEAR(b.fwd_ms, linears + attn + elem, 1e-9);
+  EXPECT_DOUBLE_EQ(b.tp_comm_ms, 0.0);
+  // Backward: each linear's data and weight gradient GEMMs (twice the FLOPs at these shapes).
+  EXPECT_GT(b.bwd_ms, 2 * linears);
+  EXPECT_LT(b.bwd_ms, 2 * (linears + attn + elem) + 1e-9);
+}
+
+// train.recompute in time: full runs the block's forward again before its backward; selective
+// the (unfused) attention core only; nothing with a fused attention kernel, which recomputes it
+// inside its own backward.
+TEST(SimCost, RecomputeModesInTime) {
+  DeviceProfile p = builtin_device_profile(GpuKind::A100);
+  p.fused_attention = false;
+  p.selective_recompute = false;
+  const BlockCost none = gpu_block(p, 8);
+  p.full_recompute = true;
+  const BlockCost full = gpu_block(p, 8);
+  EXPECT_NEAR(full.bwd_ms, none.bwd_ms + none.fwd_ms, 1e-12);
+  EXPECT_DOUBLE_EQ(full.fwd_ms, none.fwd_ms);
+  p.full_recompute = false;
+  p.selective_recompute = true;
+  const BlockCost sel = gpu_block(p, 8);
+  EXPECT_GT(sel.bwd_ms, none.bwd_ms);
+  EXPECT_LT(sel.bwd_ms - none.bwd_ms, 0.25 * none.fwd_ms);  // the attention core: a small part
+  p.fused_attention = true;
+  const BlockCost fused_sel = gpu_block(p, 8);
+  p.selective_recompute = false;
+  EXPECT_DOUBLE_EQ(fused_sel.bwd_ms, gpu_block(p, 8).bwd_ms);
+}
+
+// Sequence parallelism in time: the same TP bytes (all-gather + reduce-scatter = all-reduce) but
+// LayerNorm and dropout work split over TP, so the block is faster at tp 8, equal at tp 1.
+TEST(SimCost, SequenceParallelismSplitsElementwiseWorkKeepsTpBytes) {
+  DeviceProfile p = builtin_device_profile(GpuKind::H100);
+  p.sequence_parallel = false;
+  const BlockCost off = gpu_block(p, 8);
+  const BlockCost off1 = gpu_block(p, 1);
+  p.sequence_parallel = true;
+  const BlockCost on = gpu_block(p, 8);
+  EXPECT_DOUBLE_EQ(on.tp_comm_ms, off.tp_comm_ms);
+  EXPECT_LT(on.fwd_ms, off.fwd_ms);
+  EXPECT_LT(on.bwd_ms, off.bwd_ms);
+  EXPECT_DOUBLE_EQ(gpu_block(p, 1).fwd_ms, off1.fwd_ms);
+}
+
+// train.recompute, train.attention and train.sequence_parallel set the deck's profile; auto keeps
+// the file's choice. Memory per block follows Korthikanti et al. 2022.
+TEST(SimCost, DeckChoicesSetTheProfileAndActivationMemory) {
+  std::string text = kTwoDc;
+  text.replace(text.find("plan.gpu = host"), 15, "plan.gpu = a100");
+  Config cfg = deck(text);
+  DeviceProfile p = sched::device_profile(cfg);
+  EXPECT_TRUE(p.selective_recompute);
+  EXPECT_FALSE(p.full_recompute);
+  cfg.train.recompute = Recompute::Full;
+  cfg.train.attention = AttentionKernel::Unfused;
+  cfg.train.sequence_parallel = ProfileSwitch::Off;
+  p = sched::device_profile(cfg);
+  EXPECT_TRUE(p.full_recompute);
+  EXPECT_FALSE(p.selective_recompute);
+  EXPECT_FALSE(p.fused_attention);
+  EXPECT_FALSE(p.sequence_parallel);
+  ModelCfg m;
+  m.hidden = 4096;
+  m.heads = 32;
+  m.seq_len = 2048;
+  const double sbh = 2048.0 * 4096;
+  EXPECT_DOUBLE_EQ(sim::block_activation_bytes(m, 1, 8, p), 2 * sbh);  // the block's input only
+  cfg.train.recompute = Recompute::None;
+  p = sched::device_profile(cfg);
+  // No recomputation, no SP, unfused: s b h (10 + 24 / t + 5 a s / (h t)).
+  EXPECT_DOUBLE_EQ(sim::block_activation_bytes(m, 1, 8, p), sbh * (10 + 24.0 / 8 + 5.0 * 32 * 2048 / (4096 * 8)));
+  cfg.train.recompute = Recompute::Selective;
+  cfg.train.sequence_parallel = ProfileSwitch::On;
+  p = sched::device_profile(cfg);
+  EXPECT_DOUBLE_EQ(sim::block_activation_bytes(m, 1, 8, p), sbh * 34 / 8);
 }
 
 // ---- the deck path: the runtime's table re-timed ----

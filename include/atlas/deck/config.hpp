@@ -77,6 +77,25 @@ struct ModelCfg {
   [[nodiscard]] std::int64_t block_parameter_count() const;
 };
 
+/// train.recompute: what the backward recomputes instead of storing (the cost model's time and
+/// memory; the runtime itself stores every activation).
+enum class Recompute {
+  Auto,       ///< the device profile's selective_recompute (selective on GPU profiles, none on the host)
+  None,       ///< store every activation (Korthikanti et al. 2022: 34sbh + 5as^2b bytes per layer)
+  Selective,  ///< recompute the attention core only (no s x s activations stored)
+  Full,       ///< store each block's input, run its forward again before its backward
+};
+
+/// train.attention: the attention core's kernels in the cost model.
+enum class AttentionKernel {
+  Auto,     ///< the device profile's fused_attention
+  Fused,    ///< one fused kernel (FlashAttention): compute-bound, no s x s tensor in memory
+  Unfused,  ///< QK^T, softmax, dropout, AV as separate kernels (Megatron-LM 2021)
+};
+
+/// A switch whose default is the device profile's (train.sequence_parallel).
+enum class ProfileSwitch { Auto, On, Off };
+
 struct TrainCfg {
   int micro_batch_size = 1;             ///< train.micro_batch_size: samples per micro-batch
   int micro_batches = 1;                ///< train.micro_batches: per pipeline per step
@@ -92,6 +111,9 @@ struct TrainCfg {
   bool dp_overlap = true;               ///< train.dp_overlap: bucket sums start during backward
   int eval_every_steps = 0;             ///< train.eval_every_steps: 0 = never
   int eval_batches = 0;                 ///< train.eval_batches: micro-batches per evaluation
+  Recompute recompute = Recompute::Auto;            ///< train.recompute (cost model only)
+  AttentionKernel attention = AttentionKernel::Auto;  ///< train.attention (cost model only)
+  ProfileSwitch sequence_parallel = ProfileSwitch::Auto;  ///< train.sequence_parallel (cost model only)
 };
 
 /// data.tokenizer: how text becomes token ids.

@@ -36,6 +36,7 @@ struct DeviceProfile {
   double mem_bandwidth_gbs = 0.0;      ///< device memory bandwidth, GB/s (optimizer update)
   double nvlink_gbs = 0.0;             ///< per-GPU bandwidth to node peers, GB/s (TP all-reduce)
   double nvlink_latency_us = 0.0;      ///< per step of a TP ring
+  double nvlink_efficiency = 1.0;      ///< fraction of nvlink_gbs a large NCCL collective reaches (bus bandwidth)
   double bwd_over_fwd = 2.0;           ///< backward time / forward time (no measured table)
   double activation_bytes = 2.0;       ///< bytes per stored activation / boundary element
   double grad_bytes = 4.0;             ///< bytes per gradient element in the DP all-reduce
@@ -44,6 +45,16 @@ struct DeviceProfile {
   bool pipeline_scatter_gather = false; ///< each TP lane sends 1/tp of a boundary tensor
   bool sequence_parallel = false;      ///< activations outside attention/MLP split over TP too
   bool selective_recompute = false;    ///< attention scores recomputed in backward, not stored
+  /// Every block's forward run again before its backward (train.recompute = full; not a file key:
+  /// device_profile() sets it and selective_recompute from the deck).
+  bool full_recompute = false;
+  /// Attention core as one fused kernel (FlashAttention): compute-bound, no s x s tensor in device
+  /// memory. false: Megatron-LM 2021's unfused QK^T, softmax, dropout, AV (memory-bound softmax).
+  bool fused_attention = false;
+  /// GEMM efficiency curve: achieved fraction of peak_tflops against the smallest of a GEMM's
+  /// (m, n, k), interpolated in log(dimension) and clamped at the ends. Empty: achievable_fraction.
+  std::vector<double> gemm_min_dim;
+  std::vector<double> gemm_fraction;
   int measured_threads = 0;            ///< BLAS threads of the measured table (0 = n/a)
   std::vector<BlockPoint> table;       ///< measured blocks (may be empty)
   std::vector<std::pair<std::string, std::string>> sources;  ///< (key, where the number is from)
@@ -54,6 +65,13 @@ struct DeviceProfile {
   [[nodiscard]] double fwd_flops_per_s(double fwd_flops) const;
   /// Backward time / forward time at `fwd_flops` (measured ratio, else bwd_over_fwd).
   [[nodiscard]] double bwd_ratio(double fwd_flops) const;
+  /// Achieved fraction of peak of one GEMM of shape (m, n, k) (the curve at min(m, n, k)).
+  [[nodiscard]] double gemm_efficiency(double m, double n, double k) const;
+  /// Time in ms of `batch` GEMMs (m x k) * (k x n) of `activation_bytes` elements: the slower of
+  /// FLOPs at peak x gemm_efficiency and the bytes of A, B and C against mem_bandwidth_gbs.
+  [[nodiscard]] double gemm_ms(double m, double n, double k, double batch = 1.0) const;
+  /// Time in ms of memory-bound work moving `bytes` through device memory.
+  [[nodiscard]] double memory_ms(double bytes) const;
   /// Bytes the planner may fill on one device.
   [[nodiscard]] double usable_bytes() const;
 };
