@@ -273,7 +273,7 @@ int cmd_simulate(Context& ctx) {
     if (c.a_fits) {
       row(fmt::format("(a) DP across DCs, {} pipelines of {} stages, WAN all-reduce 1 flow", c.pipelines_a, c.stages_a),
           c.step_a_ms, c.util_a);
-      row("(a') the same, WAN all-reduce at full link capacity", c.step_a_cap_ms, c.util_a);
+      row("(a') the same, WAN all-reduce at full link capacity", c.step_a_cap_ms, c.util_a_cap);
     } else {
       fmt::print("  {:<58} {:>12}\n", "(a) DP across DCs", "no whole-model pipeline fits one DC's GPUs");
     }

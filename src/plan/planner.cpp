@@ -4,6 +4,9 @@
 #include "atlas/plan/planner.hpp"
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <functional>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -63,6 +66,59 @@ std::vector<double> permute_matrix(const std::vector<double>& m, const std::vect
 
 double price_of(const Config& cfg, int dc) {
   return cfg.cluster.price_per_gpu_hour.empty() ? 1.0 : cfg.cluster.price_per_gpu_hour[static_cast<std::size_t>(dc)];
+}
+
+/// Price of a plan's GPUs per hour (GPU-hours per hour without prices).
+double price_per_hour(const Config& cfg, const Plan& p) {
+  double price = 0.0;
+  for (std::size_t dc = 0; dc < p.stages_per_dc.size(); ++dc)
+    price += p.stages_per_dc[dc] * p.dp * p.tp * price_of(cfg, static_cast<int>(dc));
+  return price;
+}
+
+/// The sets of DCs the placement heuristic is tried in (bit dc = DC dc may hold stages): every
+/// non-empty set up to kAllSubsetsDcs DCs with GPUs; beyond that the largest-first prefixes, each
+/// DC alone, and every prefix without one of its DCs.
+constexpr int kAllSubsetsDcs = 6;
+/// Quick-timed plans per set of DCs (by estimate).
+constexpr int kPerDcSet = 2;
+/// Quick-timed plans within this factor of the deadline are fully re-timed (never slower).
+constexpr double kDeadlineSlack = 1.25;
+std::vector<std::uint64_t> dc_subsets(const std::vector<int>& free_gpus) {
+  std::vector<int> order;
+  for (std::size_t dc = 0; dc < free_gpus.size() && dc < 64; ++dc)
+    if (free_gpus[dc] > 0) order.push_back(static_cast<int>(dc));
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return free_gpus[static_cast<std::size_t>(a)] > free_gpus[static_cast<std::size_t>(b)];
+  });
+  std::vector<std::uint64_t> out;
+  const auto n = order.size();
+  if (n <= static_cast<std::size_t>(kAllSubsetsDcs)) {
+    for (std::uint64_t bits = 1; bits < (std::uint64_t{1} << n); ++bits) {
+      std::uint64_t set = 0;
+      for (std::size_t i = 0; i < n; ++i)
+        if ((bits >> i) & 1U) set |= std::uint64_t{1} << order[i];
+      out.push_back(set);
+    }
+    // Largest sets first: the full set's placement is the classic heuristic's.
+    std::stable_sort(out.begin(), out.end(), [](std::uint64_t a, std::uint64_t b) {
+      return std::popcount(a) > std::popcount(b);
+    });
+    return out;
+  }
+  std::uint64_t prefix = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    prefix |= std::uint64_t{1} << order[i];
+    out.push_back(prefix);
+    for (std::size_t j = 0; j < i; ++j) out.push_back(prefix & ~(std::uint64_t{1} << order[j]));
+  }
+  for (int dc : order) out.push_back(std::uint64_t{1} << dc);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  std::stable_sort(out.begin(), out.end(), [](std::uint64_t a, std::uint64_t b) {
+    return std::popcount(a) > std::popcount(b);
+  });
+  return out;
 }
 
 }  // namespace
@@ -234,10 +290,45 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
   const double intra_bpms = cfg.cluster.intra_bandwidth_gbps * 1e9 / 8.0 / 1e3;
   const double intra_lat = cfg.cluster.intra_latency_us / 1e3;
 
+  // Closed-form step estimate of a placed plan (pruning only) and its price at that estimate.
+  auto estimate = [&](Plan& p, const ModelCfg& mm) {
+    const sched::BlockCost& bc = block(p.tp, p.micro_batch_size);
+    const int pp = p.pp;
+    const int dp = p.dp;
+    const int m = p.micro_batches;
+    double t_max = 0.0;
+    double ar_max = 0.0;
+    for (int s = 0; s < pp; ++s) {
+      const int layers = mm.layers_per_stage[static_cast<std::size_t>(s)];
+      const bool last = s == pp - 1;
+      t_max = std::max(t_max, layers * (bc.fwd_ms + bc.bwd_ms) + (last ? bc.head_fwd_ms + bc.head_bwd_ms : 0.0));
+      const double params = sched::stage_params(mm, s, pp) / p.tp;
+      ar_max = std::max(ar_max, sched::ring_allreduce_ms(params * prof.grad_bytes, dp, intra_bpms, intra_lat) +
+                                    params * prof.optimizer_bytes_per_param / (prof.mem_bandwidth_gbs * 1e9) * 1e3);
+    }
+    const double xfer_bytes = static_cast<double>(p.micro_batch_size) * model.seq_len * model.hidden *
+                              prof.activation_bytes * (prof.pipeline_scatter_gather ? 1.0 : p.tp);
+    double fill = 0.0;
+    double wan_bound = 0.0;
+    for (std::size_t i = 1; i < p.dc_order.size(); ++i) {
+      const int a = p.dc_order[i - 1];
+      const int c = p.dc_order[i];
+      const double lat = latency_of(cfg, a, c);
+      const double cap = capacity_of(cfg, a, c);
+      const double one = sched::transfer_cap_bytes_per_ms(cap, lat, flows, window);
+      fill += 2.0 * (lat + xfer_bytes / one);
+      wan_bound = std::max(wan_bound, dp * m * xfer_bytes / std::min(cap, dp * one));
+    }
+    p.estimate_ms = std::max((m + pp - 1) * t_max + fill, wan_bound + (pp - 1) * t_max + fill) + ar_max;
+    p.cost_per_step = price_per_hour(cfg, p) * p.estimate_ms / 3.6e6;  // replaced by the simulated value
+  };
+
   std::vector<Plan> cands;
   int too_big = 0;  // shapes whose schedule table atlas could not hold (deck::limits)
   double smallest_unplaced_gpus = std::numeric_limits<double>::infinity();
   Plan smallest_unplaced;
+  const std::vector<int> free_gpus = cfg.cluster.gpus_per_dc;
+  const std::vector<std::uint64_t> subsets = dc_subsets(free_gpus);
   for (int tp : tps) {
     for (int pp = 1; pp <= std::min(model.layers, total / tp); ++pp) {
       ModelCfg mm = model;
@@ -252,6 +343,7 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
             ++too_big;
             continue;
           }
+          // Every plan's memory is checked here, and only here (sim::peak_memory).
           const sim::MemoryEstimate mem = sim::peak_memory(mm, pp, tp, b, m, ScheduleKind::Atlas, prof);
           if (mem.total() > usable) continue;
           ++res.fit_memory;
@@ -264,8 +356,23 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
           p.gpus = tp * pp * dp;
           p.mem_bytes = mem.total();
           p.layers_per_stage = mm.layers_per_stage;
-          auto placed = place_stages(cfg.cluster.gpus_per_dc, pp, dp * tp);
-          if (!placed) {
+          // The heuristic placement in every candidate set of DCs (all of them, each alone,
+          // the set without the largest, ...): each distinct placement is a candidate.
+          std::vector<std::vector<int>> seen;
+          for (std::uint64_t set : subsets) {
+            std::vector<int> masked = free_gpus;
+            for (std::size_t dc = 0; dc < masked.size(); ++dc)
+              if (((set >> dc) & 1U) == 0) masked[dc] = 0;
+            auto placed = place_stages(masked, pp, dp * tp);
+            if (!placed || std::find(seen.begin(), seen.end(), *placed) != seen.end()) continue;
+            seen.push_back(*placed);
+            Plan q = p;
+            q.stages_per_dc = *placed;
+            q.dc_order = chain_order(cfg, q.stages_per_dc);
+            estimate(q, mm);
+            cands.push_back(std::move(q));
+          }
+          if (seen.empty()) {
             if (p.gpus < smallest_unplaced_gpus) {
               smallest_unplaced_gpus = p.gpus;
               smallest_unplaced = p;
@@ -273,40 +380,6 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
             continue;
           }
           ++res.placed;
-          p.stages_per_dc = *placed;
-          p.dc_order = chain_order(cfg, p.stages_per_dc);
-
-          // ---- closed-form estimate (pruning only) ----
-          const sched::BlockCost& bc = block(tp, b);
-          double t_max = 0.0;
-          double ar_max = 0.0;
-          for (int s = 0; s < pp; ++s) {
-            const int layers = mm.layers_per_stage[static_cast<std::size_t>(s)];
-            const bool last = s == pp - 1;
-            t_max = std::max(t_max, layers * (bc.fwd_ms + bc.bwd_ms) + (last ? bc.head_fwd_ms + bc.head_bwd_ms : 0.0));
-            const double params = sched::stage_params(mm, s, pp) / tp;
-            ar_max = std::max(ar_max, sched::ring_allreduce_ms(params * prof.grad_bytes, dp, intra_bpms, intra_lat) +
-                                          params * prof.optimizer_bytes_per_param / (prof.mem_bandwidth_gbs * 1e9) * 1e3);
-          }
-          const double xfer_bytes = static_cast<double>(b) * model.seq_len * model.hidden * prof.activation_bytes *
-                                    (prof.pipeline_scatter_gather ? 1.0 : tp);
-          double fill = 0.0;
-          double wan_bound = 0.0;
-          for (std::size_t i = 1; i < p.dc_order.size(); ++i) {
-            const int a = p.dc_order[i - 1];
-            const int c = p.dc_order[i];
-            const double lat = latency_of(cfg, a, c);
-            const double cap = capacity_of(cfg, a, c);
-            const double one = sched::transfer_cap_bytes_per_ms(cap, lat, flows, window);
-            fill += 2.0 * (lat + xfer_bytes / one);
-            wan_bound = std::max(wan_bound, dp * m * xfer_bytes / std::min(cap, dp * one));
-          }
-          p.estimate_ms = std::max((m + pp - 1) * t_max + fill, wan_bound + (pp - 1) * t_max + fill) + ar_max;
-          double price = 0.0;
-          for (std::size_t dc = 0; dc < p.stages_per_dc.size(); ++dc)
-            price += p.stages_per_dc[dc] * dp * tp * price_of(cfg, static_cast<int>(dc));
-          p.cost_per_step = price * p.estimate_ms / 3.6e6;  // replaced by the simulated value
-          cands.push_back(std::move(p));
         }
       }
     }
@@ -319,9 +392,16 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
         "  hint: lower train.micro_batches",
         G, deck::limits::kMaxScheduleSlots));
   if (res.fit_memory == 0) {
-    // Report the most favourable shape: the largest tp and pp the cluster allows.
-    const int tp = tps.back();
-    const int pp = std::max(1, std::min(model.layers, total / tp));
+    // Report the shape with the most GPUs holding one model copy (ties: the larger tp).
+    int tp = tps.back();
+    int pp = std::max(1, std::min(model.layers, total / tp));
+    for (int t : tps) {
+      const int q = std::max(1, std::min(model.layers, total / t));
+      if (t * q > tp * pp || (t * q == tp * pp && t > tp)) {
+        tp = t;
+        pp = q;
+      }
+    }
     ModelCfg mm = model;
     mm.layers_per_stage = split_layers(model.layers, pp);
     const sim::MemoryEstimate e = sim::peak_memory(mm, pp, tp, 1, G, ScheduleKind::Atlas, prof);
@@ -338,36 +418,73 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
     for (std::size_t dc = 0; dc < cfg.cluster.dcs.size(); ++dc)
       free += fmt::format("{}{}={}", free.empty() ? "" : ", ", cfg.cluster.dcs[dc], cfg.cluster.gpus_per_dc[dc]);
     const Plan& s = smallest_unplaced;
+    const int largest_dc = *std::max_element(cfg.cluster.gpus_per_dc.begin(), cfg.cluster.gpus_per_dc.end());
+    // The hint names what would help this shape: a stage too big for every DC needs a bigger DC
+    // (or, with dp > 1, fewer DP pipelines); a global batch change never helps a dp-1 shape.
+    std::string hint;
+    if (s.dp * s.tp > largest_dc && s.dp == 1)
+      hint = fmt::format("a stage of tp {} GPUs must sit in one DC and the largest DC has {}: give one DC at least {} "
+                         "free GPUs, or use a larger-memory plan.gpu so a smaller tp fits",
+                         s.tp, largest_dc, s.tp);
+    else if (s.dp * s.tp > largest_dc)
+      hint = fmt::format("give one DC at least {} free GPUs, or lower the global batch (train.micro_batches) so fewer "
+                         "DP pipelines are needed",
+                         s.dp * s.tp);
+    else if (s.dp == 1)
+      hint = fmt::format("add GPUs (the stages need {} DC slots of {} GPUs), or use a larger-memory plan.gpu", s.pp, s.tp);
+    else
+      hint = "add GPUs, or lower the global batch (train.micro_batches) so fewer DP pipelines are needed";
     throw ConfigError(fmt::format(
         "no plan fits the free GPUs: the smallest shape that fits memory (tp {} x pp {} x dp {} = {} GPUs) "
-        "needs {} stages of {} GPUs each, every stage inside one DC, but the DCs have {}\n"
-        "  hint: add GPUs, or lower the global batch (train.micro_batches) so fewer DP pipelines fit",
-        s.tp, s.pp, s.dp, s.gpus, s.pp, s.dp * s.tp, free));
+        "needs {} stages of {} GPUs each, every stage inside one DC, but the DCs have {}\n  hint: {}",
+        s.tp, s.pp, s.dp, s.gpus, s.pp, s.dp * s.tp, free, hint));
   }
 
   // ---- simulate the promising plans ----
+  // Quick-simulated (one atlas candidate): the best estimates, the deck's own shape, the best
+  // estimates of every set of DCs (so single-DC plans and plans without the largest DC are
+  // timed), and with a deadline the cheapest plans near it. Fully re-timed (the whole atlas
+  // search; never slower than the quick timing): the plan.top fastest of the first three groups,
+  // the fastest of every set of DCs, and the cheapest quick-timed plans meeting the deadline, so
+  // a deadline only adds plans and never loses the fastest one.
   const int top = std::max(1, cfg.plan.top);
   const std::size_t k = static_cast<std::size_t>(opt.simulate_top > 0 ? opt.simulate_top : std::max(3 * top, 32));
   std::vector<std::size_t> idx(cands.size());
   std::iota(idx.begin(), idx.end(), 0);
-  std::vector<bool> pick(cands.size(), false);
+  enum Pick : char { None = 0, Base = 1, Deadline = 2 };
+  std::vector<char> pick(cands.size(), None);
   std::stable_sort(idx.begin(), idx.end(), [&](std::size_t a, std::size_t b) { return cands[a].estimate_ms < cands[b].estimate_ms; });
-  for (std::size_t i = 0; i < std::min(k, idx.size()); ++i) pick[idx[i]] = true;
-  // The deck's own shape is always simulated: the what-if table then shows where it stands.
-  for (std::size_t i = 0; i < cands.size(); ++i) {
+  for (std::size_t i = 0; i < std::min(k, idx.size()); ++i) pick[idx[i]] = Base;
+  auto set_of = [](const Plan& p) {
+    std::uint64_t set = 0;
+    for (std::size_t dc = 0; dc < p.stages_per_dc.size() && dc < 64; ++dc)
+      if (p.stages_per_dc[dc] > 0) set |= std::uint64_t{1} << dc;
+    return set;
+  };
+  {
+    std::map<std::uint64_t, int> per_set;
+    for (std::size_t i : idx)
+      if (per_set[set_of(cands[i])]++ < kPerDcSet) pick[i] = Base;
+  }
+  // The deck's own shape is always simulated (its best placement): the what-if table then shows
+  // where it stands.
+  for (std::size_t i : idx) {
     const Plan& p = cands[i];
     if (p.tp == cfg.parallel.tp_size && p.pp == cfg.parallel.pp_size() && p.dp == cfg.parallel.dp_size &&
-        p.micro_batch_size == cfg.train.micro_batch_size)
-      pick[i] = true;
+        p.micro_batch_size == cfg.train.micro_batch_size) {
+      pick[i] = Base;
+      break;
+    }
   }
   if (cfg.plan.deadline_s > 0) {
     // The cheapest plans whose estimate is near the deadline are candidates too.
-    std::stable_sort(idx.begin(), idx.end(), [&](std::size_t a, std::size_t b) { return cands[a].cost_per_step < cands[b].cost_per_step; });
+    std::vector<std::size_t> by_cost = idx;
+    std::stable_sort(by_cost.begin(), by_cost.end(), [&](std::size_t a, std::size_t b) { return cands[a].cost_per_step < cands[b].cost_per_step; });
     std::size_t added = 0;
-    for (std::size_t i : idx) {
+    for (std::size_t i : by_cost) {
       if (added >= k) break;
       if (cands[i].estimate_ms <= cfg.plan.deadline_s * 1e3 * 1.5) {
-        pick[i] = true;
+        if (pick[i] == None) pick[i] = Deadline;
         ++added;
       }
     }
@@ -380,26 +497,55 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
     const auto tokens = static_cast<double>(cfg.tokens_per_step());  // the deck's global batch, every plan's
     const sim::SimResult r = sim::simulate(cost, ScheduleKind::Atlas, p.micro_batches, tokens, full);
     p.simulated = true;
+    p.fully_timed = full;
     p.step_ms = r.step_ms;
     p.tokens_per_s = r.tokens_per_s;
     p.utilization = r.compute_utilization;
     p.bubble_fraction = r.bubble_fraction;
-    double price = 0.0;
-    for (std::size_t dc = 0; dc < p.stages_per_dc.size(); ++dc)
-      price += p.stages_per_dc[dc] * p.dp * p.tp * price_of(cfg, static_cast<int>(dc));
-    p.cost_per_step = price * p.step_ms / 3.6e6;
+    p.cost_per_step = price_per_hour(cfg, p) * p.step_ms / 3.6e6;
   };
+  std::vector<char> group;  // res.plans[i]'s Pick
   for (std::size_t i = 0; i < cands.size(); ++i)
-    if (pick[i]) {
+    if (pick[i] != None) {
       run(cands[i], false);
       res.plans.push_back(cands[i]);
+      group.push_back(pick[i]);
     }
+  if (opt.final_full_search) {
+    std::vector<std::size_t> order(res.plans.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return res.plans[a].step_ms < res.plans[b].step_ms; });
+    std::vector<bool> retime(res.plans.size(), false);
+    int base = 0;
+    std::map<std::uint64_t, bool> set_done;
+    int near = 0;
+    for (std::size_t i : order) {
+      const Plan& p = res.plans[i];
+      if (group[i] == Base && base < top) {
+        retime[i] = true;
+        ++base;
+      }
+      if (group[i] == Base && !set_done[set_of(p)]) {
+        retime[i] = true;
+        set_done[set_of(p)] = true;
+      }
+    }
+    if (cfg.plan.deadline_s > 0) {
+      std::vector<std::size_t> by_cost = order;
+      std::stable_sort(by_cost.begin(), by_cost.end(), [&](std::size_t a, std::size_t b) { return res.plans[a].cost_per_step < res.plans[b].cost_per_step; });
+      for (std::size_t i : by_cost)
+        if (near < top && res.plans[i].step_ms <= cfg.plan.deadline_s * 1e3 * kDeadlineSlack) {
+          retime[i] = true;
+          ++near;
+        }
+    }
+    for (std::size_t i = 0; i < res.plans.size(); ++i)
+      if (retime[i]) run(res.plans[i], true);
+  }
   auto by_step = [](const Plan& a, const Plan& b) { return a.step_ms < b.step_ms; };
   std::stable_sort(res.plans.begin(), res.plans.end(), by_step);
-  if (opt.final_full_search) {
-    for (std::size_t i = 0; i < std::min(res.plans.size(), static_cast<std::size_t>(top)); ++i) run(res.plans[i], true);
-    std::stable_sort(res.plans.begin(), res.plans.end(), by_step);
-  }
+  for (const Plan& p : res.plans)
+    ATLAS_ASSERT(p.mem_bytes <= usable, "the planner kept a plan that does not fit memory");
   res.best = 0;
   res.chosen = 0;
   if (cfg.plan.deadline_s > 0) {
@@ -412,7 +558,8 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
     }
     res.deadline_met = cheapest >= 0;
     if (cheapest >= 0) {
-      if (opt.final_full_search) run(res.plans[static_cast<std::size_t>(cheapest)], true);
+      Plan& c = res.plans[static_cast<std::size_t>(cheapest)];
+      if (opt.final_full_search && !c.fully_timed) run(c, true);
       res.chosen = cheapest;
     }
   }
@@ -424,6 +571,30 @@ std::string what_if_table(const PlanResult& r, const Config& cfg, int rows) {
   std::vector<int> shown;
   for (int i = 0; i < std::min(rows, static_cast<int>(r.plans.size())); ++i) shown.push_back(i);
   if (r.chosen >= rows) shown.push_back(r.chosen);
+  // The fastest plan in each DC alone and without the largest DC, when not among the rows.
+  const int n = cfg.cluster.dc_count();
+  int largest = 0;
+  for (int dc = 1; dc < n; ++dc)
+    if (cfg.cluster.gpus_per_dc[static_cast<std::size_t>(dc)] > cfg.cluster.gpus_per_dc[static_cast<std::size_t>(largest)]) largest = dc;
+  std::map<int, std::string> extra_note;
+  auto first_where = [&](const std::function<bool(const Plan&)>& f) {
+    for (std::size_t i = 0; i < r.plans.size(); ++i)
+      if (f(r.plans[i])) return static_cast<int>(i);
+    return -1;
+  };
+  auto used = [](const Plan& p, int dc) { return p.stages_per_dc[static_cast<std::size_t>(dc)] > 0; };
+  for (int dc = 0; dc < n && n > 1; ++dc) {
+    const int i = first_where([&](const Plan& p) { return used(p, dc) && p.dc_order.size() == 1; });
+    if (i >= 0) extra_note[i] = fmt::format("fastest in {} alone", cfg.cluster.dcs[static_cast<std::size_t>(dc)]);
+  }
+  if (n > 1) {
+    const int i = first_where([&](const Plan& p) { return !used(p, largest); });
+    if (i >= 0 && extra_note.count(i) == 0)
+      extra_note[i] = fmt::format("fastest without {}", cfg.cluster.dcs[static_cast<std::size_t>(largest)]);
+  }
+  for (const auto& [i, note] : extra_note)
+    if (std::find(shown.begin(), shown.end(), i) == shown.end()) shown.push_back(i);
+  std::sort(shown.begin(), shown.end());
   auto dcs_of = [&](const Plan& p) {
     std::string dcs;
     for (int dc : p.dc_order)
@@ -446,6 +617,7 @@ std::string what_if_table(const PlanResult& r, const Config& cfg, int rows) {
       note += std::string(note.empty() ? "" : ", ") + "the deck's shape";
     if (cfg.plan.deadline_s > 0 && i == r.chosen && r.deadline_met)
       note += std::string(note.empty() ? "" : ", ") + "cheapest within deadline";
+    if (auto it = extra_note.find(i); it != extra_note.end()) note += std::string(note.empty() ? "" : ", ") + it->second;
     out += fmt::format("  {:>3} {:<{}} {:>6} {:>3} {:>4} {:>4} {:>3} {:>5} {:>8.1f} {:>10.3f} {:>12.0f} {:>6.1f} {:>11.4g}  {}\n",
                        i + 1, dcs_of(p), width, p.gpus, p.tp, p.pp, p.dp, p.micro_batch_size, p.micro_batches,
                        gib(p.mem_bytes), p.step_ms / 1e3, p.tokens_per_s, 100.0 * p.utilization, p.cost_per_step, note);

@@ -29,6 +29,7 @@ struct Plan {
   double mem_bytes = 0.0;             ///< peak per-GPU memory (the fullest stage)
   double estimate_ms = 0.0;           ///< closed-form step estimate (used to prune)
   bool simulated = false;
+  bool fully_timed = false;           ///< step_ms from the whole atlas search (else one candidate)
   double step_ms = 0.0;               ///< simulated step time (atlas schedule)
   double tokens_per_s = 0.0;
   double utilization = 0.0;           ///< mean (forward + backward) / step
