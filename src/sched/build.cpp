@@ -69,6 +69,13 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt) {
   }
   slot_choices.push_back(all_slots);
   if (opt.fixed_slots > 0) slot_choices = {opt.fixed_slots};
+  // No WAN link: no transfer to share, every candidate times alike (the search kept the first).
+  const bool no_wan = base_map.channel_of.empty();
+  if (no_wan) {
+    staggers = {0.0};
+    ties = {TieBreak::PipelineOrder};
+    slot_choices = {opt.fixed_slots > 0 ? opt.fixed_slots : 1};
+  }
   std::sort(slot_choices.begin(), slot_choices.end());
   slot_choices.erase(std::unique(slot_choices.begin(), slot_choices.end()), slot_choices.end());
 
@@ -79,6 +86,12 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt) {
     for (TieBreak tie : ties)
       for (double stagger : staggers) {
         if (c.dp == 1 && stagger > 0) continue;  // one pipeline: nothing to stagger against
+        if (no_wan) {  // the one candidate: the frozen timing below is its timing
+          best.slots = slots;
+          best_ms = 0.0;
+          ++tried;
+          continue;
+        }
         ProgramMap map;
         EngineProgram p = make_program(c, ScheduleKind::Atlas, m, map);
         for (auto& ch : p.channels) {

@@ -4,6 +4,7 @@ atlas_unit_test(test_sim_profile ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_sim_profi
 atlas_unit_test(test_sim_simulator ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_sim_simulator.cpp)
 atlas_unit_test(test_sim_insitu ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_sim_insitu.cpp)
 atlas_unit_test(test_plan_planner ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_plan_planner.cpp)
+atlas_unit_test(test_sim_scale ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_sim_scale.cpp)
 
 # The commands end to end on the example decks (wiring, output, error exit): one process each.
 function(atlas_cli_test name regex)
