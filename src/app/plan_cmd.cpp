@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: MIT
 // `atlas plan DECK`: the ATLAS planner's what-if table and the chosen plan as a ready deck.
+#include <cstdio>
 #include <fstream>
 
 #include <fmt/format.h>
 
 #include "atlas/app/commands.hpp"
+#include "atlas/app/progress.hpp"
 #include "atlas/core/check.hpp"
 #include "atlas/core/file.hpp"
 #include "atlas/core/units.hpp"
@@ -13,12 +15,13 @@
 #include "atlas/plan/planner.hpp"
 #include "atlas/sched/profile.hpp"
 #include "atlas/sim/profile.hpp"
+#include "atlas/sim/sanity.hpp"
 
 namespace atlas::app {
 
 int cmd_plan(Context& ctx) {
   if (ctx.env.world_rank() != 0) return 0;
-  const Args args = parse_args(ctx.args, {"wan", "deck-out", "rows"}, {"quiet"});
+  const Args args = parse_args(ctx.args, {"wan", "deck-out", "rows", "progress-after"}, {"quiet"});
   const std::string path = deck_path(args, "plan");
   std::vector<std::string> overrides;
   if (args.flag("wan")) overrides = sim::wan_profile_overrides(args.option("wan"), path, args.overrides);
@@ -45,10 +48,18 @@ int cmd_plan(Context& ctx) {
              prof.path.empty() ? "built in" : prof.path, prof.peak_tflops, prof.achievable_fraction, prof.memory_gib,
              100 * prof.usable_memory_fraction);
 
-  const plan::PlanResult r = plan::search(cfg, prof);
+  plan::PlanResult r;
+  {
+    Progress progress("atlas plan", progress_after_s(args));
+    plan::PlanOptions opt;
+    opt.progress = progress.setter();
+    r = plan::search(cfg, prof, opt);
+  }
   fmt::print("# searched {} shapes (tp <= {}, every pp, dp dividing the global batch, micro-batch sizes): {} fit "
              "memory, {} placed, {} simulated, {:.2f} s\n",
              r.shapes, cfg.plan.max_tp, r.fit_memory, r.placed, r.plans.size(), r.seconds);
+  for (const auto& w : sim::sanity_warnings(cfg, r.plans[static_cast<std::size_t>(r.best)].step_ms))
+    std::fprintf(stderr, "WARNING: %s\n", w.c_str());
   if (!r.priced) fmt::print("# no cluster.price_per_gpu_hour: cost is in GPU-hours per step\n");
   const int rows = args.int_option("rows", cfg.plan.top);
   if (rows < 1) throw UsageError("--rows must be >= 1");

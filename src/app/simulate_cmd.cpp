@@ -3,6 +3,7 @@
 // busy/idle, bubble map, WAN use, tokens/s, optional JSON timeline); --compare runs designs
 // (a)-(d) for the deck; --grid runs the paper-reproduction grid and writes CSV + markdown.
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -11,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "atlas/app/commands.hpp"
+#include "atlas/app/progress.hpp"
 #include "atlas/core/check.hpp"
 #include "atlas/core/file.hpp"
 #include "atlas/core/units.hpp"
@@ -21,6 +23,7 @@
 #include "atlas/runtime/profile_writer.hpp"
 #include "atlas/sim/insitu.hpp"
 #include "atlas/sim/profile.hpp"
+#include "atlas/sim/sanity.hpp"
 #include "atlas/sim/simulator.hpp"
 
 namespace atlas::app {
@@ -248,7 +251,7 @@ int cmd_simulate(Context& ctx) {
   if (ctx.env.world_rank() != 0) return 0;
   const Args args = parse_args(ctx.args,
                                {"json", "width", "wan", "out", "models", "dcs", "latencies", "dps", "prefill-tokens",
-                                "rows", "profile", "trace", "steps", "compute-scale", "compute-from", "skip-steps"},
+                                "rows", "profile", "trace", "steps", "compute-scale", "compute-from", "skip-steps", "progress-after"},
                                {"search", "gantt", "compare", "grid", "quiet", "planner"});
   const std::string path = deck_path(args, "simulate");
   std::vector<std::string> overrides;
@@ -263,7 +266,11 @@ int cmd_simulate(Context& ctx) {
     plan::CompareOptions opt;
     opt.prefill_tokens = args.int_option("prefill-tokens", opt.prefill_tokens);
     opt.planner = true;
-    const plan::Comparison c = plan::compare_designs(cfg, prof, opt);
+    const plan::Comparison c = [&] {
+      Progress progress("atlas simulate --compare", progress_after_s(args));
+      progress.set("timing designs (a)-(d) and the planner's plan");
+      return plan::compare_designs(cfg, prof, opt);
+    }();
     fmt::print("# deck {}: {} GPUs (tp {} x pp {} x dp {}), {} micro-batches of {}, profile {}\n", path, c.gpus, c.tp,
                c.pp, c.dp, c.micro_batches, c.micro_batch_size, prof.name);
     fmt::print("# {:<58} {:>12} {:>10} {:>10}\n", "design", "step_s", "util%", "vs (c)");
@@ -297,7 +304,12 @@ int cmd_simulate(Context& ctx) {
   }
   std::string in_situ_note;
   if (args.flag("compute-from")) in_situ_note = compute_from_run(cfg, args, opt);
-  const sim::SimResult r = sim::simulate(cfg, prof, opt);
+  const sim::SimResult r = [&] {
+    Progress progress("atlas simulate", progress_after_s(args));
+    progress.set(fmt::format("timing the {} schedule table", opt.source == sim::TableSource::Deck ? "deck's" : "searched"));
+    return sim::simulate(cfg, prof, opt);
+  }();
+  for (const auto& w : sim::sanity_warnings(cfg, r.step_ms)) std::fprintf(stderr, "WARNING: %s\n", w.c_str());
   fmt::print("{}", in_situ_note);
   fmt::print("# deck {}: {}{}\n", path,
              opt.source == sim::TableSource::Deck ? "the runtime's schedule table, timed by the simulator"

@@ -330,6 +330,7 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
   const std::vector<int> free_gpus = cfg.cluster.gpus_per_dc;
   const std::vector<std::uint64_t> subsets = dc_subsets(free_gpus);
   for (int tp : tps) {
+    if (opt.progress) opt.progress(fmt::format("enumerating shapes (tp {}): {} candidate plans so far", tp, cands.size()));
     for (int pp = 1; pp <= std::min(model.layers, total / tp); ++pp) {
       ModelCfg mm = model;
       mm.layers_per_stage = split_layers(model.layers, pp);
@@ -504,9 +505,14 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
     p.bubble_fraction = r.bubble_fraction;
     p.cost_per_step = price_per_hour(cfg, p) * p.step_ms / 3.6e6;
   };
+  auto tell = [&](const std::string& what) {
+    if (opt.progress) opt.progress(what);
+  };
+  const auto quick_total = static_cast<std::size_t>(std::count_if(pick.begin(), pick.end(), [](char c) { return c != None; }));
   std::vector<char> group;  // res.plans[i]'s Pick
   for (std::size_t i = 0; i < cands.size(); ++i)
     if (pick[i] != None) {
+      tell(fmt::format("{} candidate plans; quick-timing plan {} of {}", cands.size(), res.plans.size() + 1, quick_total));
       run(cands[i], false);
       res.plans.push_back(cands[i]);
       group.push_back(pick[i]);
@@ -539,8 +545,14 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
           ++near;
         }
     }
+    const auto full_total = static_cast<std::size_t>(std::count(retime.begin(), retime.end(), true));
+    std::size_t done = 0;
     for (std::size_t i = 0; i < res.plans.size(); ++i)
-      if (retime[i]) run(res.plans[i], true);
+      if (retime[i]) {
+        tell(fmt::format("{} plans quick-timed; re-timing plan {} of {} with the whole atlas search", res.plans.size(),
+                         ++done, full_total));
+        run(res.plans[i], true);
+      }
   }
   auto by_step = [](const Plan& a, const Plan& b) { return a.step_ms < b.step_ms; };
   std::stable_sort(res.plans.begin(), res.plans.end(), by_step);

@@ -45,3 +45,12 @@ atlas_cli_test(cli_simulate_bad_skip_steps "ERROR: --skip-steps must be >= 0"
                simulate inputs/sim_two_dc_cpu.deck --compute-from inputs --skip-steps -1)
 atlas_cli_test(cli_bench_fidelity_bad_warmup "ERROR: --warmup-steps 1: the in-situ warm-up run needs at least 2 steps"
                bench fidelity inputs/bubbletea_wan.deck --warmup-steps 1)
+# Issue #25: a progress line on stderr for long work (--progress-after 0: from the start), and a
+# warning when a prediction cannot be real (1.27e15 parameters, a step of hours).
+atlas_cli_test(cli_plan_progress "atlas plan: .*\\([0-9]+ s\\).*atlas plan: done \\([0-9.]+ s\\)"
+               plan inputs/plan_13b_deadline.deck --quiet --progress-after 0)
+atlas_cli_test(cli_simulate_bad_progress_after "ERROR: --progress-after needs seconds in \\[0, 1e6\\]"
+               simulate inputs/sim_two_dc_cpu.deck --progress-after -1)
+atlas_cli_test(cli_simulate_absurd
+               "WARNING: the model has 1.27e\\+15 parameters .*WARNING: a predicted step of 2.33e\\+04 s \\(6.5 h"
+               simulate inputs/sim_gpt175b_4dc.deck model.hidden=1048576 model.heads=1024 schedule.kind=1f1b)

@@ -6,6 +6,7 @@
 // engine on the atlas table). One process, no MPI, no I/O.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -40,6 +41,9 @@ struct Plan {
 struct PlanOptions {
   int simulate_top = 0;          ///< plans simulated per ranking (0 = max(3 * plan.top, 32))
   bool final_full_search = true; ///< re-time the plan.top best with the whole atlas search
+  /// Told what the search is doing ("quick-timing plan 3 of 57"); may be empty. Called from the
+  /// searching thread; the caller shows it (atlas plan's progress line).
+  std::function<void(const std::string&)> progress;
 };
 
 struct PlanResult {
