@@ -12,6 +12,7 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <sstream>
 
 #include <fmt/format.h>
 
@@ -29,6 +30,9 @@ namespace atlas::plan {
 namespace {
 
 double gib(double bytes) { return bytes / static_cast<double>(units::kGiB); }
+
+/// A planning problem of the deck (exit code 2, printed as "ERROR: ...").
+[[noreturn]] void config_error(const std::string& msg) { throw ConfigError(msg); }
 
 double latency_of(const Config& cfg, int a, int b) {
   if (a == b) return 0.0;
@@ -188,7 +192,17 @@ std::vector<int> chain_order(const Config& cfg, const std::vector<int>& stages_p
   std::stable_sort(used.begin(), used.end(), [&](int a, int b) {
     return cfg.cluster.gpus_per_dc[static_cast<std::size_t>(a)] > cfg.cluster.gpus_per_dc[static_cast<std::size_t>(b)];
   });
-  if (used.size() <= 2 || used.size() > 8) return used;
+  // Data residency: the first stage (reads the data, holds the embedding) and the last (LM head,
+  // tied to the embedding) only in DCs that may hold them.
+  auto ends_ok = [&](const std::vector<int>& order) {
+    return order.empty() || (cfg.cluster.may_hold_data_of(order.front()) && cfg.cluster.may_hold_data_of(order.back()));
+  };
+  if (used.size() <= 2 || used.size() > 8) {
+    if (ends_ok(used)) return used;
+    std::vector<int> rev(used.rbegin(), used.rend());
+    if (ends_ok(rev)) return rev;
+    return {};
+  }
   std::vector<int> idx(used.size());
   std::iota(idx.begin(), idx.end(), 0);
   auto path = [&](const std::vector<int>& p) {
@@ -197,18 +211,67 @@ std::vector<int> chain_order(const Config& cfg, const std::vector<int>& stages_p
       sum += latency_of(cfg, used[static_cast<std::size_t>(p[i - 1])], used[static_cast<std::size_t>(p[i])]);
     return sum;
   };
-  std::vector<int> best = idx;
-  double best_sum = path(idx);
-  while (std::next_permutation(idx.begin(), idx.end())) {
+  auto mapped = [&](const std::vector<int>& p) {
+    std::vector<int> out;
+    for (int i : p) out.push_back(used[static_cast<std::size_t>(i)]);
+    return out;
+  };
+  std::vector<int> best;
+  double best_sum = std::numeric_limits<double>::infinity();
+  do {
+    if (!ends_ok(mapped(idx))) continue;
     const double s = path(idx);
     if (s < best_sum - 1e-9) {
       best_sum = s;
       best = idx;
     }
+  } while (std::next_permutation(idx.begin(), idx.end()));
+  return best.empty() ? std::vector<int>{} : mapped(best);
+}
+
+std::vector<int> powered_gpus(const Config& cfg, const sched::DeviceProfile& prof) {
+  std::vector<int> out = cfg.cluster.gpus_per_dc;
+  if (cfg.cluster.power_mw.empty()) return out;
+  if (!(prof.board_power_w > 0))
+    config_error((std::ostringstream() << "cluster.power_mw needs the device profile's board power, and " << prof.name
+                                                                                    << " has no board_power_w\n  hint: add "
+                                                                                       "board_power_w = WATTS to its profile").str());
+  for (std::size_t dc = 0; dc < out.size(); ++dc) {
+    const double per_gpu_w = prof.board_power_w * cfg.cluster.pue_of(static_cast<int>(dc));
+    const double fit = std::floor(cfg.cluster.power_mw[dc] * 1e6 / per_gpu_w + 1e-9);
+    out[dc] = static_cast<int>(std::min<double>(out[dc], fit));
   }
-  std::vector<int> out;
-  for (int i : best) out.push_back(used[static_cast<std::size_t>(i)]);
   return out;
+}
+
+double power_kw(const Config& cfg, const sched::DeviceProfile& prof, const Plan& p) {
+  double w = 0.0;
+  for (std::size_t dc = 0; dc < p.stages_per_dc.size(); ++dc)
+    w += static_cast<double>(p.stages_per_dc[dc]) * p.dp * p.tp * prof.board_power_w * cfg.cluster.pue_of(static_cast<int>(dc));
+  return w / 1e3;
+}
+
+double co2_kg_per_hour(const Config& cfg, const sched::DeviceProfile& prof, const Plan& p) {
+  if (cfg.cluster.carbon_g_per_kwh.empty()) return 0.0;
+  double g = 0.0;
+  for (std::size_t dc = 0; dc < p.stages_per_dc.size(); ++dc)
+    g += static_cast<double>(p.stages_per_dc[dc]) * p.dp * p.tp * prof.board_power_w / 1e3 *
+         cfg.cluster.pue_of(static_cast<int>(dc)) * cfg.cluster.carbon_g_per_kwh[dc];
+  return g / 1e3;
+}
+
+PlanObjective effective_objective(const Config& cfg) {
+  if (cfg.plan.objective != PlanObjective::Auto) return cfg.plan.objective;
+  return cfg.plan.deadline_s > 0 ? PlanObjective::Cost : PlanObjective::Time;
+}
+
+double objective_value(const Plan& p, PlanObjective o) {
+  switch (o) {
+    case PlanObjective::Cost: return p.cost_per_step;
+    case PlanObjective::Energy: return p.energy_kwh_per_step;
+    case PlanObjective::Carbon: return p.co2_kg_per_step;
+    default: return p.step_ms;
+  }
 }
 
 std::vector<int> split_layers(int layers, int pp) {
@@ -238,6 +301,12 @@ Config plan_config(const Config& base, const Plan& p) {
     c.cluster.price_per_gpu_hour = permute(base.cluster.price_per_gpu_hour, order);
   if (base.cluster.bind_hosts.size() == static_cast<std::size_t>(n))
     c.cluster.bind_hosts = permute(base.cluster.bind_hosts, order);
+  if (base.cluster.power_mw.size() == static_cast<std::size_t>(n)) c.cluster.power_mw = permute(base.cluster.power_mw, order);
+  if (base.cluster.pue.size() == static_cast<std::size_t>(n) && n > 1) c.cluster.pue = permute(base.cluster.pue, order);
+  if (base.cluster.carbon_g_per_kwh.size() == static_cast<std::size_t>(n))
+    c.cluster.carbon_g_per_kwh = permute(base.cluster.carbon_g_per_kwh, order);
+  if (base.cluster.may_hold_data.size() == static_cast<std::size_t>(n))
+    c.cluster.may_hold_data = permute(base.cluster.may_hold_data, order);
   c.parallel.stages_per_dc = permute(p.stages_per_dc, order);
   c.parallel.dp_size = p.dp;
   c.parallel.tp_size = p.tp;
@@ -262,10 +331,27 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
   res.priced = !cfg.cluster.price_per_gpu_hour.empty();
   const int G = res.global_batch;
   const ModelCfg& model = cfg.model;
-  const int total = std::accumulate(cfg.cluster.gpus_per_dc.begin(), cfg.cluster.gpus_per_dc.end(), 0);
-  if (total <= 0)
+  if (std::accumulate(cfg.cluster.gpus_per_dc.begin(), cfg.cluster.gpus_per_dc.end(), 0) <= 0)
     throw ConfigError("no plan fits: every DC in cluster.gpus_per_dc has zero free GPUs\n"
                       "  hint: give at least one DC its free GPU count");
+  const PlanObjective objective = effective_objective(cfg);
+  res.objective = objective;
+  if ((objective == PlanObjective::Energy || objective == PlanObjective::Carbon) && !(prof.board_power_w > 0))
+    config_error((std::ostringstream() << "plan.objective = " << (objective == PlanObjective::Energy ? "energy" : "carbon")
+                                            << " needs the device profile's board power, and " << prof.name
+                                            << " has no board_power_w\n  hint: add board_power_w = WATTS to its profile").str());
+  if (objective == PlanObjective::Carbon && cfg.cluster.carbon_g_per_kwh.empty())
+    config_error((std::ostringstream() << "plan.objective = carbon needs each DC's grid carbon intensity\n"
+                        "  hint: set cluster.carbon_g_per_kwh (gCO2/kWh, one per DC)").str());
+  // The GPUs the planner may use: the free ones each DC can power (cluster.power_mw).
+  const std::vector<int> free_gpus = powered_gpus(cfg, prof);
+  res.usable_gpus = free_gpus;
+  const int total = std::accumulate(free_gpus.begin(), free_gpus.end(), 0);
+  if (total <= 0)
+    config_error((std::ostringstream() << "no plan fits: cluster.power_mw powers no GPU in any DC (" << prof.name << ": "
+                                                                                    << prof.board_power_w
+                                                                                    << " W a GPU x cluster.pue)\n"
+                                                                                       "  hint: raise cluster.power_mw").str());
   const double usable = prof.usable_bytes();
 
   std::vector<int> tps;
@@ -290,6 +376,13 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
   const double intra_bpms = cfg.cluster.intra_bandwidth_gbps * 1e9 / 8.0 / 1e3;
   const double intra_lat = cfg.cluster.intra_latency_us / 1e3;
 
+  // Price, energy and emissions per step follow the step time.
+  auto set_step = [&](Plan& p, double step_ms) {
+    p.cost_per_step = price_per_hour(cfg, p) * step_ms / 3.6e6;
+    p.power_kw = power_kw(cfg, prof, p);
+    p.energy_kwh_per_step = p.power_kw * step_ms / 3.6e6;
+    p.co2_kg_per_step = co2_kg_per_hour(cfg, prof, p) * step_ms / 3.6e6;
+  };
   // Closed-form step estimate of a placed plan (pruning only) and its price at that estimate.
   auto estimate = [&](Plan& p, const ModelCfg& mm) {
     const sched::BlockCost& bc = block(p.tp, p.micro_batch_size);
@@ -320,14 +413,14 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
       wan_bound = std::max(wan_bound, dp * m * xfer_bytes / std::min(cap, dp * one));
     }
     p.estimate_ms = std::max((m + pp - 1) * t_max + fill, wan_bound + (pp - 1) * t_max + fill) + ar_max;
-    p.cost_per_step = price_per_hour(cfg, p) * p.estimate_ms / 3.6e6;  // replaced by the simulated value
+    set_step(p, p.estimate_ms);  // replaced by the simulated step
   };
 
   std::vector<Plan> cands;
   int too_big = 0;  // shapes whose schedule table atlas could not hold (deck::limits)
   double smallest_unplaced_gpus = std::numeric_limits<double>::infinity();
   Plan smallest_unplaced;
-  const std::vector<int> free_gpus = cfg.cluster.gpus_per_dc;
+  long long residency_rejected = 0;  // placements whose first/last stage would sit in a DC with may_hold_data 0
   const std::vector<std::uint64_t> subsets = dc_subsets(free_gpus);
   for (int tp : tps) {
     if (opt.progress) opt.progress(fmt::format("enumerating shapes (tp {}): {} candidate plans so far", tp, cands.size()));
@@ -370,6 +463,10 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
             Plan q = p;
             q.stages_per_dc = *placed;
             q.dc_order = chain_order(cfg, q.stages_per_dc);
+            if (q.dc_order.empty()) {
+              ++residency_rejected;
+              continue;
+            }
             estimate(q, mm);
             cands.push_back(std::move(q));
           }
@@ -413,6 +510,23 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
         "model.layers), raise plan.max_tp, or use a larger-memory plan.gpu",
         static_cast<double>(model.parameter_count()) / 1e9, gib(e.total()), tp, pp, gib(e.state_bytes),
         gib(e.activation_bytes), prof.name, prof.memory_gib, gib(usable)));
+  }
+  if (cands.empty() && residency_rejected > 0) {
+    std::string allowed;
+    std::string denied;
+    for (int dc = 0; dc < cfg.cluster.dc_count(); ++dc)
+      (cfg.cluster.may_hold_data_of(dc) ? allowed : denied) +=
+          fmt::format("{}{}", (cfg.cluster.may_hold_data_of(dc) ? allowed : denied).empty() ? "" : ", ",
+                      cfg.cluster.dcs[static_cast<std::size_t>(dc)]);
+    config_error((std::ostringstream() <<
+                "no plan meets the data-residency constraint cluster.may_hold_data: the first stage (reads the "
+                "training data, holds the embedding) and the last (LM head, tied to the embedding) must sit in "
+                "a DC marked 1 ("
+                    << (allowed.empty() ? std::string("none is") : allowed) << "), not in " << denied << "; "
+                    << residency_rejected << " placements that fit memory and the free GPUs put an end stage elsewhere"
+                    << "\n  hint: mark another DC 1 in cluster.may_hold_data, or add GPUs to "
+                    << (allowed.empty() ? std::string("a DC marked 1") : allowed)
+                    << " so a pipeline can start and end there").str());
   }
   if (cands.empty()) {
     std::string free;
@@ -477,14 +591,17 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
       break;
     }
   }
-  if (cfg.plan.deadline_s > 0) {
-    // The cheapest plans whose estimate is near the deadline are candidates too.
-    std::vector<std::size_t> by_cost = idx;
-    std::stable_sort(by_cost.begin(), by_cost.end(), [&](std::size_t a, std::size_t b) { return cands[a].cost_per_step < cands[b].cost_per_step; });
+  const bool deadline = cfg.plan.deadline_s > 0;
+  if (deadline || objective != PlanObjective::Time) {
+    // The plans best by the objective (estimated), near the deadline if any, are candidates too.
+    std::vector<std::size_t> by_obj = idx;
+    std::stable_sort(by_obj.begin(), by_obj.end(), [&](std::size_t a, std::size_t b) {
+      return objective_value(cands[a], objective) < objective_value(cands[b], objective);
+    });
     std::size_t added = 0;
-    for (std::size_t i : by_cost) {
+    for (std::size_t i : by_obj) {
       if (added >= k) break;
-      if (cands[i].estimate_ms <= cfg.plan.deadline_s * 1e3 * 1.5) {
+      if (!deadline || cands[i].estimate_ms <= cfg.plan.deadline_s * 1e3 * 1.5) {
         if (pick[i] == None) pick[i] = Deadline;
         ++added;
       }
@@ -503,7 +620,7 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
     p.tokens_per_s = r.tokens_per_s;
     p.utilization = r.compute_utilization;
     p.bubble_fraction = r.bubble_fraction;
-    p.cost_per_step = price_per_hour(cfg, p) * p.step_ms / 3.6e6;
+    set_step(p, p.step_ms);
   };
   auto tell = [&](const std::string& what) {
     if (opt.progress) opt.progress(what);
@@ -536,11 +653,13 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
         set_done[set_of(p)] = true;
       }
     }
-    if (cfg.plan.deadline_s > 0) {
-      std::vector<std::size_t> by_cost = order;
-      std::stable_sort(by_cost.begin(), by_cost.end(), [&](std::size_t a, std::size_t b) { return res.plans[a].cost_per_step < res.plans[b].cost_per_step; });
-      for (std::size_t i : by_cost)
-        if (near < top && res.plans[i].step_ms <= cfg.plan.deadline_s * 1e3 * kDeadlineSlack) {
+    if (deadline || objective != PlanObjective::Time) {
+      std::vector<std::size_t> by_obj = order;
+      std::stable_sort(by_obj.begin(), by_obj.end(), [&](std::size_t a, std::size_t b) {
+        return objective_value(res.plans[a], objective) < objective_value(res.plans[b], objective);
+      });
+      for (std::size_t i : by_obj)
+        if (near < top && (!deadline || res.plans[i].step_ms <= cfg.plan.deadline_s * 1e3 * kDeadlineSlack)) {
           retime[i] = true;
           ++near;
         }
@@ -560,20 +679,27 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
     ATLAS_ASSERT(p.mem_bytes <= usable, "the planner kept a plan that does not fit memory");
   res.best = 0;
   res.chosen = 0;
-  if (cfg.plan.deadline_s > 0) {
-    int cheapest = -1;
-    for (std::size_t i = 0; i < res.plans.size(); ++i) {
-      const Plan& p = res.plans[i];
-      if (p.step_ms > cfg.plan.deadline_s * 1e3) continue;
-      if (cheapest < 0 || p.cost_per_step < res.plans[static_cast<std::size_t>(cheapest)].cost_per_step - 1e-12)
-        cheapest = static_cast<int>(i);
+  if (deadline || objective != PlanObjective::Time) {
+    // The plan best by the objective among those meeting the deadline (ties: the faster).
+    auto pick_best = [&]() {
+      int chosen = -1;
+      for (std::size_t i = 0; i < res.plans.size(); ++i) {
+        const Plan& p = res.plans[i];
+        if (deadline && p.step_ms > cfg.plan.deadline_s * 1e3) continue;
+        if (chosen < 0 || objective_value(p, objective) <
+                              objective_value(res.plans[static_cast<std::size_t>(chosen)], objective) * (1 - 1e-12))
+          chosen = static_cast<int>(i);
+      }
+      return chosen;
+    };
+    int chosen = pick_best();
+    res.deadline_met = chosen >= 0;
+    if (chosen >= 0 && opt.final_full_search && !res.plans[static_cast<std::size_t>(chosen)].fully_timed) {
+      run(res.plans[static_cast<std::size_t>(chosen)], true);  // never slower: it still meets the deadline
+      std::stable_sort(res.plans.begin(), res.plans.end(), by_step);
+      chosen = pick_best();
     }
-    res.deadline_met = cheapest >= 0;
-    if (cheapest >= 0) {
-      Plan& c = res.plans[static_cast<std::size_t>(cheapest)];
-      if (opt.final_full_search && !c.fully_timed) run(c, true);
-      res.chosen = cheapest;
-    }
+    if (chosen >= 0) res.chosen = chosen;
   }
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return res;
@@ -617,9 +743,23 @@ std::string what_if_table(const PlanResult& r, const Config& cfg, int rows) {
   std::size_t width = 17;
   for (int i : shown) width = std::max(width, dcs_of(r.plans[static_cast<std::size_t>(i)]).size());
   const char* unit = r.priced ? "cost/step" : "GPU-h/step";
-  std::string out = fmt::format("# {:>3} {:<{}} {:>6} {:>3} {:>4} {:>4} {:>3} {:>5} {:>8} {:>10} {:>12} {:>6} {:>11}  {}\n",
-                                "#", "DCs used (stages)", width, "GPUs", "tp", "pp", "dp", "mbs", "mb", "GiB/GPU",
-                                "step_s", "tokens/s", "util%", unit, "note");
+  // Energy (GPUs x board power x PUE x step) when the profile knows its board power; emissions
+  // when the DCs' carbon intensities are given.
+  const bool energy = std::any_of(r.plans.begin(), r.plans.end(), [](const Plan& p) { return p.power_kw > 0; });
+  const bool carbon = energy && !cfg.cluster.carbon_g_per_kwh.empty();
+  std::string out = fmt::format("# {:>3} {:<{}} {:>6} {:>3} {:>4} {:>4} {:>3} {:>5} {:>8} {:>10} {:>12} {:>6} {:>11}", "#",
+                                "DCs used (stages)", width, "GPUs", "tp", "pp", "dp", "mbs", "mb", "GiB/GPU", "step_s",
+                                "tokens/s", "util%", unit);
+  if (energy) out += fmt::format(" {:>9} {:>10}", "kW", "kWh/step");
+  if (carbon) out += fmt::format(" {:>11}", "kgCO2/step");
+  out += "  note\n";
+  const char* chosen_note = nullptr;
+  switch (r.objective) {
+    case PlanObjective::Cost: chosen_note = "cheapest"; break;
+    case PlanObjective::Energy: chosen_note = "least energy"; break;
+    case PlanObjective::Carbon: chosen_note = "least CO2"; break;
+    default: chosen_note = cfg.plan.deadline_s > 0 ? "fastest" : nullptr; break;
+  }
   for (int i : shown) {
     const Plan& p = r.plans[static_cast<std::size_t>(i)];
     std::string note;
@@ -627,12 +767,15 @@ std::string what_if_table(const PlanResult& r, const Config& cfg, int rows) {
     if (p.tp == cfg.parallel.tp_size && p.pp == cfg.parallel.pp_size() && p.dp == cfg.parallel.dp_size &&
         p.micro_batch_size == cfg.train.micro_batch_size)
       note += std::string(note.empty() ? "" : ", ") + "the deck's shape";
-    if (cfg.plan.deadline_s > 0 && i == r.chosen && r.deadline_met)
-      note += std::string(note.empty() ? "" : ", ") + "cheapest within deadline";
+    if (chosen_note != nullptr && i == r.chosen && r.deadline_met)
+      note += std::string(note.empty() ? "" : ", ") + chosen_note + (cfg.plan.deadline_s > 0 ? " within deadline" : "");
     if (auto it = extra_note.find(i); it != extra_note.end()) note += std::string(note.empty() ? "" : ", ") + it->second;
-    out += fmt::format("  {:>3} {:<{}} {:>6} {:>3} {:>4} {:>4} {:>3} {:>5} {:>8.1f} {:>10.3f} {:>12.0f} {:>6.1f} {:>11.4g}  {}\n",
+    out += fmt::format("  {:>3} {:<{}} {:>6} {:>3} {:>4} {:>4} {:>3} {:>5} {:>8.1f} {:>10.3f} {:>12.0f} {:>6.1f} {:>11.4g}",
                        i + 1, dcs_of(p), width, p.gpus, p.tp, p.pp, p.dp, p.micro_batch_size, p.micro_batches,
-                       gib(p.mem_bytes), p.step_ms / 1e3, p.tokens_per_s, 100.0 * p.utilization, p.cost_per_step, note);
+                       gib(p.mem_bytes), p.step_ms / 1e3, p.tokens_per_s, 100.0 * p.utilization, p.cost_per_step);
+    if (energy) out += fmt::format(" {:>9.1f} {:>10.4g}", p.power_kw, p.energy_kwh_per_step);
+    if (carbon) out += fmt::format(" {:>11.4g}", p.co2_kg_per_step);
+    out += fmt::format("  {}\n", note);
   }
   return out;
 }

@@ -54,3 +54,7 @@ atlas_cli_test(cli_simulate_bad_progress_after "ERROR: --progress-after needs se
 atlas_cli_test(cli_simulate_absurd
                "WARNING: the model has 1.27e\\+15 parameters .*WARNING: a predicted step of 2.33e\\+04 s \\(6.5 h"
                simulate inputs/sim_gpt175b_4dc.deck model.hidden=1048576 model.heads=1024 schedule.kind=1f1b)
+# Issue #25: a data-residency constraint no plan can meet is a config error naming it.
+atlas_cli_test(cli_plan_residency_impossible
+               "ERROR: no plan meets the data-residency constraint cluster.may_hold_data: .*a DC marked 1 \\(eu-west-1\\)"
+               plan inputs/plan_70b_4dc.deck --quiet "cluster.may_hold_data=0 0 0 1" "cluster.gpus_per_dc=384 256 256 8")

@@ -35,6 +35,8 @@ std::string error_of(const std::function<void()>& f) {
     f();
   } catch (const ConfigError& e) {
     return e.what();
+  } catch (const Error& e) {  // ATLAS_THROW(Config, ...)
+    return e.code() == ExitCode::Config ? e.what() : std::string("(not a config error)");
   }
   return "(no ConfigError)";
 }
@@ -341,6 +343,121 @@ TEST(PlanErrors, AGlobalBatchPastTheLimitsIsAConfigErrorNotAnInternalOne) {
               HasSubstr("no plan fits: with a global batch of 10485760 sequences (parallel.dp_size x "
                         "train.micro_batches x train.micro_batch_size) every shape's schedule table has more "
                         "than 2000000 slots"));
+}
+
+// ---- power, energy, carbon, residency ----
+
+TEST(PlanPower, APowerCapLimitsTheGpusADcMayUse) {
+  // H100 board power 700 W x PUE 1.1 = 770 W a GPU. big: 6.16 kW / 770 W = 8 GPUs (of 64);
+  // mid: 0 MW = none; small: 1 MW = 1298 > 16, so its 16 free GPUs.
+  Config cfg = deck(kCluster, {"cluster.power_mw=0.00616 0 1", "cluster.pue=1.1"});
+  const sched::DeviceProfile prof = sched::device_profile(cfg);
+  EXPECT_EQ(prof.board_power_w, 700);
+  EXPECT_EQ(powered_gpus(cfg, prof), (std::vector<int>{8, 0, 16}));
+  const PlanResult r = search(cfg, prof);
+  EXPECT_EQ(r.usable_gpus, (std::vector<int>{8, 0, 16}));
+  for (const Plan& p : r.plans) {
+    EXPECT_LE(p.stages_per_dc[0] * p.dp * p.tp, 8);
+    EXPECT_EQ(p.stages_per_dc[1], 0);
+    EXPECT_LE(p.stages_per_dc[2] * p.dp * p.tp, 16);
+    // Within each budget: GPUs x 770 W <= power_mw.
+    EXPECT_LE(p.stages_per_dc[0] * p.dp * p.tp * 770.0, 6160.0 + 1e-9);
+  }
+  // Without the cap the fastest plan uses more than big's 8 powered GPUs there.
+  const PlanResult free_run = search(deck(kCluster), prof);
+  EXPECT_GT(free_run.plans[0].stages_per_dc[0] * free_run.plans[0].dp * free_run.plans[0].tp, 8);
+  // Caps that power nothing: a clear error.
+  Config none = deck(kCluster, {"cluster.power_mw=0 0 0"});
+  EXPECT_THAT(error_of([&] { (void)search(none, prof); }), HasSubstr("cluster.power_mw powers no GPU in any DC"));
+  // A budget without a board power to divide it by: a clear error.
+  sched::DeviceProfile no_power = prof;
+  no_power.board_power_w = 0;
+  EXPECT_THAT(error_of([&] { (void)powered_gpus(cfg, no_power); }), HasSubstr("has no board_power_w"));
+}
+
+TEST(PlanPower, EnergyAndEmissionsAddUp) {
+  // GPUs x 700 W x PUE (per DC) x step, and x gCO2/kWh per DC.
+  Config cfg = deck(kCluster, {"cluster.pue=1.1 1.3 1.5", "cluster.carbon_g_per_kwh=400 50 700"});
+  const sched::DeviceProfile prof = sched::device_profile(cfg);
+  const PlanResult r = search(cfg, prof);
+  const double pue[] = {1.1, 1.3, 1.5};
+  const double carbon[] = {400, 50, 700};
+  for (const Plan& p : r.plans) {
+    double kwh = 0.0;
+    double kg = 0.0;
+    for (int dc = 0; dc < 3; ++dc) {
+      const double e = p.stages_per_dc[static_cast<std::size_t>(dc)] * p.dp * p.tp * 0.7 * pue[dc] * p.step_ms / 3.6e6;
+      kwh += e;
+      kg += e * carbon[dc] / 1e3;
+    }
+    EXPECT_NEAR(p.energy_kwh_per_step, kwh, 1e-12 * kwh);
+    EXPECT_NEAR(p.co2_kg_per_step, kg, 1e-12 * kg);
+  }
+  // One plan by hand: 64 GPUs of big alone draw 64 x 0.7 kW x 1.1 = 49.28 kW.
+  for (const Plan& q : r.plans)
+    if (q.dc_order == std::vector<int>{0} && q.gpus == 64) {
+      EXPECT_NEAR(q.power_kw, 49.28, 1e-9);
+    }
+  const std::string table = what_if_table(r, cfg, 4);
+  EXPECT_THAT(table, HasSubstr("kWh/step"));
+  EXPECT_THAT(table, HasSubstr("kgCO2/step"));
+  // The objectives: the chosen plan is the least by each.
+  for (const auto& [name, obj] : std::vector<std::pair<std::string, PlanObjective>>{
+           {"energy", PlanObjective::Energy}, {"carbon", PlanObjective::Carbon}, {"cost", PlanObjective::Cost}}) {
+    Config c = deck(kCluster, {"cluster.pue=1.1 1.3 1.5", "cluster.carbon_g_per_kwh=400 50 700", "plan.objective=" + name});
+    const PlanResult o = search(c, prof);
+    EXPECT_EQ(o.objective, obj);
+    const Plan& chosen = o.plans[static_cast<std::size_t>(o.chosen)];
+    for (const Plan& q : o.plans) {
+      const double a = obj == PlanObjective::Energy ? q.energy_kwh_per_step
+                       : obj == PlanObjective::Carbon ? q.co2_kg_per_step : q.cost_per_step;
+      const double b = obj == PlanObjective::Energy ? chosen.energy_kwh_per_step
+                       : obj == PlanObjective::Carbon ? chosen.co2_kg_per_step : chosen.cost_per_step;
+      EXPECT_GE(a, b * (1 - 1e-9)) << name;
+    }
+  }
+  EXPECT_THAT(error_of([&] { (void)search(deck(kCluster, {"plan.objective=carbon"}), prof); }),
+              HasSubstr("plan.objective = carbon needs each DC's grid carbon intensity"));
+}
+
+TEST(PlanResidency, TheDataStagesStayInDcsThatMayHoldThem) {
+  // big may not hold the first or last stage: it may still hold middle stages.
+  Config cfg = deck(kCluster, {"cluster.may_hold_data=0 1 1"});
+  const sched::DeviceProfile prof = sched::device_profile(cfg);
+  const PlanResult r = search(cfg, prof);
+  ASSERT_FALSE(r.plans.empty());
+  bool middle_in_big = false;
+  for (const Plan& p : r.plans) {
+    EXPECT_NE(p.dc_order.front(), 0);
+    EXPECT_NE(p.dc_order.back(), 0);
+    middle_in_big = middle_in_big || p.stages_per_dc[0] > 0;
+  }
+  EXPECT_TRUE(middle_in_big);
+  // The emitted deck keeps the constraint with its DC.
+  const Config out = plan_config(cfg, r.plans[0]);
+  for (int dc = 0; dc < 3; ++dc)
+    EXPECT_EQ(out.cluster.may_hold_data_of(dc), out.cluster.dcs[static_cast<std::size_t>(dc)] != "big");
+  EXPECT_TRUE(out.cluster.may_hold_data_of(0));  // the pipeline starts in a DC that may
+}
+
+TEST(PlanResidency, AConstraintNoPlanCanMeetIsAClearError) {
+  // 64.9B parameters x 16 bytes = 121 GiB a GPU on small's 8 GPUs (72 GiB usable); only small
+  // may hold the end stages, and a pipeline over several DCs has its two ends in two DCs.
+  const std::string msg = error_of([] {
+    Config cfg = deck(kCluster, {"cluster.may_hold_data=0 0 1", "cluster.gpus_per_dc=64 32 8", "model.layers=80",
+                                 "model.hidden=8192", "model.heads=64"});
+    (void)search(cfg, sched::device_profile(cfg));
+  });
+  EXPECT_THAT(msg, HasSubstr("no plan meets the data-residency constraint cluster.may_hold_data"));
+  EXPECT_THAT(msg, HasSubstr("a DC marked 1 (small), not in big, mid"));
+  EXPECT_THAT(msg, HasSubstr("hint: mark another DC 1 in cluster.may_hold_data, or add GPUs to small"));
+  EXPECT_THAT(error_of([] {
+                Config cfg = deck(kCluster, {"cluster.may_hold_data=0 0 0"});
+                (void)search(cfg, sched::device_profile(cfg));
+              }),
+              HasSubstr("a DC marked 1 (none is)"));
+  EXPECT_THAT(error_of([] { (void)deck(kCluster, {"cluster.may_hold_data=1 0"}); }),
+              HasSubstr("cluster.may_hold_data has 2 entries; give none or one per DC (3)"));
 }
 
 // ---- designs ----
