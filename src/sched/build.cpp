@@ -82,6 +82,21 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt) {
   AtlasChoice best;
   double best_ms = std::numeric_limits<double>::infinity();
   int tried = 0;
+  // A bound for the search: the default candidate's makespan (no candidate slower than it can
+  // win); candidates stop once past it or past the best so far. The order of the search, and so
+  // the choice among equals, is unchanged.
+  double bound = std::numeric_limits<double>::infinity();
+  if (!no_wan && opt.full_search && opt.fixed_slots <= 0) {
+    ProgramMap map;
+    EngineProgram p = make_program(c, ScheduleKind::Atlas, m, map);
+    for (auto& ch : p.channels) {
+      ch.mode = LinkMode::OrderedFifo;
+      ch.slots = max_slots;
+      ch.tie_break = TieBreak::PipelineOrder;
+    }
+    const EngineResult r = run_engine(p);
+    if (!r.deadlock) bound = r.makespan_ms + 1e-9;
+  }
   for (int slots : slot_choices)
     for (TieBreak tie : ties)
       for (double stagger : staggers) {
@@ -101,9 +116,10 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt) {
         }
         p.worker_start_ms.assign(p.workers.size(), 0.0);
         for (int d = 0; d < c.dp; ++d) p.worker_start_ms[static_cast<std::size_t>(d)] = d * stagger;
+        p.stop_after_ms = std::min(best_ms, bound);  // a candidate past either cannot win: stop it there
         const EngineResult r = run_engine(p);
         ++tried;
-        if (r.deadlock) continue;
+        if (r.deadlock || r.stopped) continue;
         if (r.makespan_ms < best_ms - 1e-9) {
           best_ms = r.makespan_ms;
           best.stagger_ms = stagger;
