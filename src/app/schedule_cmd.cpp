@@ -15,6 +15,8 @@
 #include "atlas/core/file.hpp"
 #include "atlas/sched/schedule.hpp"
 #include "atlas/sched/cost_model.hpp"
+#include "atlas/sched/memory.hpp"
+#include "atlas/core/units.hpp"
 #include "atlas/topo/layout.hpp"
 
 namespace atlas::app {
@@ -57,14 +59,25 @@ int cmd_schedule(Context& ctx) {
   for (const auto& t : shown) {
     if (!args.flag("quiet")) fmt::print("\n{}", sched::gantt(t, cfg.cluster.dcs, width));
   }
-  fmt::print("\n# {:<8} {:>12} {:>14} {:>10}\n", "schedule", "step_ms", "mean_bubble_%", "vs_1f1b");
+  fmt::print("\n# {:<8} {:>12} {:>14} {:>10} {:>12} {:>16}\n", "schedule", "step_ms", "mean_bubble_%", "vs_1f1b",
+             "mem_GiB/GPU", "in_flight/stage");
   double onefoneb = 0.0;
   for (const auto& t : tables)
     if (t.kind == ScheduleKind::OneFOneB) onefoneb = t.step_ms;
-  for (const auto& t : tables)
-    fmt::print("  {:<8} {:>12.3f} {:>14.1f} {:>10}\n", to_string(t.kind), t.step_ms,
+  std::string misfits;
+  for (const auto& t : tables) {
+    // Memory per GPU: the fullest stage's state + its in-flight micro-batches' activations.
+    const sched::ScheduleMemory mem = sched::memory_per_gpu(cost, t);
+    std::string depth;
+    for (int d : mem.depth) depth += (depth.empty() ? "" : ",") + std::to_string(d);
+    fmt::print("  {:<8} {:>12.3f} {:>14.1f} {:>10} {:>12.2f} {:>16}{}\n", to_string(t.kind), t.step_ms,
                100.0 * t.mean_bubble_fraction(),
-               onefoneb > 0 ? fmt::format("{:.3f}", t.step_ms / onefoneb) : std::string("-"));
+               onefoneb > 0 ? fmt::format("{:.3f}", t.step_ms / onefoneb) : std::string("-"),
+               mem.peak_bytes / static_cast<double>(units::kGiB), depth, mem.fits() ? "" : "  DOES NOT FIT");
+    if (!mem.fits()) misfits += "# WARNING: " + sched::memory_misfit(mem, t, sched::device_profile(cfg).name) + "\n";
+  }
+  fmt::print("# memory limit: {:.2f} GiB usable per GPU ({})\n{}", cost.memory_limit_bytes / static_cast<double>(units::kGiB),
+             sched::device_profile(cfg).name, misfits);
 
   if (cfg.bubbletea.enabled) {
     fmt::print("\n# BubbleTea (predicted from FLOPs): chunks of {} prompt tokens, guard {:.2f} ms\n",

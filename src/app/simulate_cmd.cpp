@@ -21,6 +21,7 @@
 #include "atlas/plan/designs.hpp"
 #include "atlas/runtime/profile_reader.hpp"
 #include "atlas/runtime/profile_writer.hpp"
+#include "atlas/sched/memory.hpp"
 #include "atlas/sim/insitu.hpp"
 #include "atlas/sim/profile.hpp"
 #include "atlas/sim/sanity.hpp"
@@ -252,7 +253,7 @@ int cmd_simulate(Context& ctx) {
   const Args args = parse_args(ctx.args,
                                {"json", "width", "wan", "out", "models", "dcs", "latencies", "dps", "prefill-tokens",
                                 "rows", "profile", "trace", "steps", "compute-scale", "compute-from", "skip-steps", "progress-after"},
-                               {"search", "gantt", "compare", "grid", "quiet", "planner"});
+                               {"search", "gantt", "compare", "grid", "quiet", "planner", "ignore-memory"});
   const std::string path = deck_path(args, "simulate");
   std::vector<std::string> overrides;
   if (args.flag("wan")) overrides = sim::wan_profile_overrides(args.option("wan"), path, args.overrides);
@@ -310,7 +311,18 @@ int cmd_simulate(Context& ctx) {
     return sim::simulate(cfg, prof, opt);
   }();
   for (const auto& w : sim::sanity_warnings(cfg, r.step_ms)) std::fprintf(stderr, "WARNING: %s\n", w.c_str());
+  // A table that does not fit the device's memory is not a plan to time: refuse it, naming the
+  // memory, the limit and the fixes (--ignore-memory times it anyway, flagged).
+  const sched::ScheduleMemory mem = sched::memory_per_gpu(r.cost, r.table);
+  if (!mem.fits() && !args.flag("ignore-memory"))
+    throw ConfigError(sched::memory_misfit(mem, r.table, prof.name) +
+                      "\n  (atlas simulate --ignore-memory times it anyway)");
   fmt::print("{}", in_situ_note);
+  if (mem.known())
+    fmt::print("# memory per GPU: {:.2f} GiB (stage {}) of {:.2f} GiB usable on {}{}\n",
+               mem.peak_bytes / static_cast<double>(units::kGiB), mem.peak_stage,
+               mem.limit_bytes / static_cast<double>(units::kGiB), prof.name,
+               mem.fits() ? "" : ": DOES NOT FIT (--ignore-memory)");
   fmt::print("# deck {}: {}{}\n", path,
              opt.source == sim::TableSource::Deck ? "the runtime's schedule table, timed by the simulator"
                                                   : "a schedule table built from the simulator's costs (--search)",

@@ -21,6 +21,7 @@
 #include "atlas/core/units.hpp"
 #include "atlas/deck/deck.hpp"
 #include "atlas/deck/schema.hpp"
+#include "atlas/sched/memory.hpp"
 #include "atlas/sim/cost.hpp"
 #include "atlas/sim/simulator.hpp"
 #include "atlas/topo/layout.hpp"
@@ -620,6 +621,9 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
     p.tokens_per_s = r.tokens_per_s;
     p.utilization = r.compute_utilization;
     p.bubble_fraction = r.bubble_fraction;
+    // The atlas table may hold more micro-batches than 1F1B (its depth search stays within the
+    // device's memory): the plan's memory per GPU is the table's (sched/memory.hpp).
+    p.mem_bytes = std::max(p.mem_bytes, sched::memory_per_gpu(cost, r.table).peak_bytes);
     set_step(p, p.step_ms);
   };
   auto tell = [&](const std::string& what) {
@@ -675,8 +679,12 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
   }
   auto by_step = [](const Plan& a, const Plan& b) { return a.step_ms < b.step_ms; };
   std::stable_sort(res.plans.begin(), res.plans.end(), by_step);
-  for (const Plan& p : res.plans)
-    ATLAS_ASSERT(p.mem_bytes <= usable, "the planner kept a plan that does not fit memory");
+  // A plan whose timed table does not fit the device's memory is never chosen nor shown.
+  std::erase_if(res.plans, [&](const Plan& p) { return p.mem_bytes > usable; });
+  if (res.plans.empty())
+    throw ConfigError(fmt::format("no plan fits: every simulated plan's schedule table needs more than the {:.1f} GiB "
+                                  "usable on a {}\n  hint: add GPUs or use a larger-memory plan.gpu",
+                                  gib(usable), prof.name));
   res.best = 0;
   res.chosen = 0;
   if (deadline || objective != PlanObjective::Time) {

@@ -8,8 +8,11 @@
 // earliest-posted-first order with a tie-break rule; the first stage of pipeline d starts
 // d * stagger later. The search tries stagger in {0, 0.5, ..., max} WAN transfer times, the three
 // tie-break rules and the slot counts {1, ceil(capacity / per-transfer cap)}, times each
-// candidate with the engine, and keeps the fastest. The decided link orders are then frozen into
-// the table (LinkMode::Ordered) and re-timed; the runtime enforces exactly those orders.
+// candidate with the engine, and keeps the fastest; then deeper in-flight depths per stage (up to
+// GPipe's m, under the device's memory; depth.cpp), GPipe's and 1F1B's own concurrent sharing among
+// them, so atlas is never slower than either at equal or lower memory. The decided link orders
+// are then frozen into the table (LinkMode::Ordered) and re-timed; the runtime enforces exactly
+// those orders.
 #include "atlas/sched/schedule.hpp"
 
 #include <algorithm>
@@ -69,7 +72,7 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt) {
   }
   slot_choices.push_back(all_slots);
   if (opt.fixed_slots > 0) slot_choices = {opt.fixed_slots};
-  // No WAN link: no transfer to share, every candidate times alike (the search kept the first).
+  // No WAN link: no transfer to share, every link policy times alike (the search kept the first).
   const bool no_wan = base_map.channel_of.empty();
   if (no_wan) {
     staggers = {0.0};
@@ -79,66 +82,106 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt) {
   std::sort(slot_choices.begin(), slot_choices.end());
   slot_choices.erase(std::unique(slot_choices.begin(), slot_choices.end()), slot_choices.end());
 
+  // One candidate: in-flight depth per stage (depth.cpp), link policy (slots, tie-break), stagger.
+  auto program = [&](const AtlasChoice& k, ProgramMap& map) {
+    EngineProgram p = make_program(c, ScheduleKind::Atlas, m, map, k.depth);
+    for (auto& ch : p.channels) {
+      ch.mode = LinkMode::OrderedFifo;
+      ch.slots = k.slots;
+      ch.tie_break = k.tie_break;
+    }
+    p.worker_start_ms.assign(p.workers.size(), 0.0);
+    for (int d = 0; d < c.dp; ++d) p.worker_start_ms[static_cast<std::size_t>(d)] = d * k.stagger_ms;
+    return p;
+  };
   AtlasChoice best;
   double best_ms = std::numeric_limits<double>::infinity();
   int tried = 0;
-  // A bound for the search: the default candidate's makespan (no candidate slower than it can
-  // win); candidates stop once past it or past the best so far. The order of the search, and so
-  // the choice among equals, is unchanged.
+  // A bound for the search (set below): the default candidate's makespan. No candidate slower
+  // than it, or than the best so far, can win, so each stops once past either (the engine's
+  // stop_after_ms); the order of the search, and so the choice, is unchanged.
   double bound = std::numeric_limits<double>::infinity();
-  if (!no_wan && opt.full_search && opt.fixed_slots <= 0) {
+  auto consider = [&](const AtlasChoice& k, bool classic = false) {
+    if (c.dp == 1 && k.stagger_ms > 0) return;  // one pipeline: nothing to stagger against
     ProgramMap map;
-    EngineProgram p = make_program(c, ScheduleKind::Atlas, m, map);
-    for (auto& ch : p.channels) {
-      ch.mode = LinkMode::OrderedFifo;
-      ch.slots = max_slots;
-      ch.tie_break = TieBreak::PipelineOrder;
+    EngineProgram p = program(k, map);
+    p.stop_after_ms = std::min(best_ms, bound);
+    const EngineResult r = run_engine(p);
+    ++tried;
+    if (r.deadlock || r.stopped) return;
+    // Ties keep the earlier candidate. Another depth (deeper: more memory) must gain more than
+    // 1e-4 of the step, else the shallower one stays; GPipe's own program (`classic`) only needs
+    // to be faster, so atlas is never slower than GPipe.
+    const double margin = k.depth == best.depth || classic ? 1e-9 : 1e-4 * best_ms;
+    if (!std::isfinite(best_ms) || r.makespan_ms < best_ms - margin) {
+      best_ms = r.makespan_ms;
+      best = k;
     }
+  };
+  // The link policies at one depth: every slot count x tie-break x stagger.
+  auto search_links = [&](const std::vector<int>& depth) {
+    for (int slots : slot_choices)
+      for (TieBreak tie : ties)
+        for (double stagger : staggers) {
+          AtlasChoice k;
+          k.depth = depth;
+          k.slots = slots;
+          k.tie_break = tie;
+          k.stagger_ms = stagger;
+          consider(k);
+        }
+  };
+  // 1. 1F1B's depth (under the memory cap), every link policy.
+  const std::vector<int> base_depth = detail::fit_depth(detail::classic_depth(ScheduleKind::OneFOneB, c.pp, m),
+                                                        detail::memory_depth_cap(c, m));
+  if (!no_wan && opt.full_search && opt.fixed_slots <= 0) {
+    AtlasChoice k;
+    k.depth = base_depth;
+    k.slots = max_slots;
+    k.tie_break = TieBreak::PipelineOrder;
+    k.stagger_ms = 0.0;
+    ProgramMap map;
+    EngineProgram p = program(k, map);
     const EngineResult r = run_engine(p);
     if (!r.deadlock) bound = r.makespan_ms + 1e-9;
   }
-  for (int slots : slot_choices)
+  search_links(base_depth);
+  // 2. Deeper (up to GPipe's m, under the memory cap), each with the policy found in 1 and with
+  //    every transfer at once and no stagger (the classic concurrent sharing: GPipe's and 1F1B's
+  //    own timing is a candidate, so atlas is never slower than either at the same memory).
+  const AtlasChoice first = best;
+  for (const auto& depth : detail::depth_candidates(c, m, opt.full_search)) {
+    AtlasChoice k = first;
+    k.depth = depth;
+    consider(k);
+    k.slots = opt.fixed_slots > 0 ? opt.fixed_slots : all_slots;
+    k.tie_break = TieBreak::PipelineOrder;
+    k.stagger_ms = 0.0;
+    consider(k, depth == detail::classic_depth(ScheduleKind::GPipe, c.pp, m));
+  }
+  // 3. A deeper depth won: its link policy again, one coordinate at a time (slot counts, then
+  //    tie-break x stagger), not the whole grid: the search stays within ~1.5x of one grid.
+  if (best.depth != base_depth && std::isfinite(best_ms)) {
+    const AtlasChoice deep = best;
+    for (int slots : slot_choices) {
+      AtlasChoice k = deep;
+      k.slots = slots;
+      if (slots != deep.slots) consider(k);
+    }
+    const AtlasChoice sized = best;
     for (TieBreak tie : ties)
       for (double stagger : staggers) {
-        if (c.dp == 1 && stagger > 0) continue;  // one pipeline: nothing to stagger against
-        if (no_wan) {  // the one candidate: the frozen timing below is its timing
-          best.slots = slots;
-          best_ms = 0.0;
-          ++tried;
-          continue;
-        }
-        ProgramMap map;
-        EngineProgram p = make_program(c, ScheduleKind::Atlas, m, map);
-        for (auto& ch : p.channels) {
-          ch.mode = LinkMode::OrderedFifo;
-          ch.slots = slots;
-          ch.tie_break = tie;
-        }
-        p.worker_start_ms.assign(p.workers.size(), 0.0);
-        for (int d = 0; d < c.dp; ++d) p.worker_start_ms[static_cast<std::size_t>(d)] = d * stagger;
-        p.stop_after_ms = std::min(best_ms, bound);  // a candidate past either cannot win: stop it there
-        const EngineResult r = run_engine(p);
-        ++tried;
-        if (r.deadlock || r.stopped) continue;
-        if (r.makespan_ms < best_ms - 1e-9) {
-          best_ms = r.makespan_ms;
-          best.stagger_ms = stagger;
-          best.tie_break = tie;
-          best.slots = slots;
-        }
+        AtlasChoice k = sized;
+        k.tie_break = tie;
+        k.stagger_ms = stagger;
+        if (tie != sized.tie_break || stagger != sized.stagger_ms) consider(k);
       }
+  }
   ATLAS_ASSERT(std::isfinite(best_ms), "no atlas candidate finished");
 
   // Freeze the chosen candidate's link orders and time the table with them.
   ProgramMap map;
-  EngineProgram p = make_program(c, ScheduleKind::Atlas, m, map);
-  for (auto& ch : p.channels) {
-    ch.mode = LinkMode::OrderedFifo;
-    ch.slots = best.slots;
-    ch.tie_break = best.tie_break;
-  }
-  p.worker_start_ms.assign(p.workers.size(), 0.0);
-  for (int d = 0; d < c.dp; ++d) p.worker_start_ms[static_cast<std::size_t>(d)] = d * best.stagger_ms;
+  EngineProgram p = program(best, map);
   (void)run_engine(p);
   for (auto& ch : p.channels) {
     ch.order = ch.served;
@@ -158,7 +201,9 @@ ScheduleTable retime(const ScheduleTable& table, const CostModel& c) {
                                                      << ", dp " << table.dp << ")");
   const int m = table.micro_batches;
   ProgramMap map;
-  EngineProgram p = make_program(c, table.kind, m, map);
+  // An atlas table runs its chosen in-flight depth per stage (empty: the kind's compute order).
+  const std::vector<int> no_depth;
+  EngineProgram p = make_program(c, table.kind, m, map, table.kind == ScheduleKind::Atlas ? table.atlas.depth : no_depth);
   if (table.kind == ScheduleKind::Atlas) {
     // Freeze the table's link orders, exactly as build_schedule froze them.
     for (std::size_t ch = 0; ch < p.channels.size(); ++ch) {

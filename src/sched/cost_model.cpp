@@ -2,6 +2,7 @@
 // The schedule's cost model (see cost_model.hpp): compute from the device profile, TP all-reduces
 // over NVLink, DP ring all-reduce inside a DC, WAN links capped per TCP flow.
 #include "atlas/sched/cost_model.hpp"
+#include "atlas/sched/memory.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -143,6 +144,7 @@ CostModel cost_model(const Config& cfg, const topo::Layout& layout, const Device
     const LinkCost& l = c.link(c.stage_dc.front(), c.stage_dc.back());
     c.embed_sync_ms = l.latency_ms + bytes / std::min(l.capacity_bytes_per_ms, l.flow_cap_bytes_per_ms);
   }
+  apply_memory(c, cfg, p);  // memory per GPU and the device's limit (memory.hpp)
   return c;
 }
 

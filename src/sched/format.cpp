@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace atlas::sched {
 
@@ -122,7 +123,8 @@ std::string gantt(const ScheduleTable& t, const std::vector<std::string>& dc_nam
     out += fmt::format("# atlas choice: stagger {:.3f} ms, tie-break {}, {} transfer(s) at a time "
                        "per link; {} candidates; 1f1b with concurrent sharing: {:.3f} ms\n",
                        t.atlas.stagger_ms, tie_name(t.atlas.tie_break), t.atlas.slots,
-                       t.atlas.candidates_tried, t.atlas.baseline_1f1b_ms);
+                       t.atlas.candidates_tried, t.atlas.baseline_1f1b_ms) +
+           fmt::format("# atlas in-flight depth per stage (micro-batches held): {}\n", fmt::join(t.atlas.depth, ","));
   return out;
 }
 

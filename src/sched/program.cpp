@@ -108,7 +108,8 @@ void add_sync_delays(const CostModel& c, EngineProgram& p) {
 
 }  // namespace
 
-EngineProgram make_program(const CostModel& c, ScheduleKind kind, int m, ProgramMap& map) {
+EngineProgram make_program(const CostModel& c, ScheduleKind kind, int m, ProgramMap& map,
+                           const std::vector<int>& depth) {
   EngineProgram p;
   const int pp = c.pp;
   const int dp = c.dp;
@@ -185,7 +186,7 @@ EngineProgram make_program(const CostModel& c, ScheduleKind kind, int m, Program
   auto group_of = [pp](int s) { return (pp > 1 && s == pp - 1) ? 0 : s; };
   p.workers.resize(static_cast<std::size_t>(pp * dp));
   for (int s = 0; s < pp; ++s) {
-    const auto order = compute_order(kind, s, pp, m);
+    const auto order = depth.empty() ? compute_order(kind, s, pp, m) : depth_order(depth[static_cast<std::size_t>(s)], m);
     for (int d = 0; d < dp; ++d) {
       const int w = s * dp + d;
       p.sync_groups[static_cast<std::size_t>(group_of(s))].push_back(w);

@@ -27,8 +27,29 @@ struct ProgramMap {
 /// dp replica, micro-batch).
 int message_id(int boundary, int dp_index, int micro, Flow flow, int dp, int m);
 
-/// The engine program of one schedule kind under `c` with `m` micro-batches; fills `map`.
-EngineProgram make_program(const CostModel& c, ScheduleKind kind, int m, ProgramMap& map);
+/// The engine program of one schedule kind under `c` with `m` micro-batches; fills `map`. With
+/// `depth` (one per stage, depth.cpp) every stage runs depth_order(depth[stage], m) instead of
+/// the kind's compute_order.
+EngineProgram make_program(const CostModel& c, ScheduleKind kind, int m, ProgramMap& map,
+                           const std::vector<int>& depth = {});
+
+// ---- in-flight depth (depth.cpp) ----
+
+/// Compute order of a stage that holds at most `depth` micro-batches in flight: depth - 1 warm-up
+/// forwards, then one forward one backward, then the cool-down backwards. Depth pp - stage is
+/// 1F1B's order, depth m GPipe's.
+std::vector<std::pair<SlotKind, int>> depth_order(int depth, int m);
+/// The depths of a classic schedule: 1F1B (and atlas by default) min(pp - stage, m), GPipe m.
+std::vector<int> classic_depth(ScheduleKind kind, int pp, int m);
+/// Per stage the most micro-batches the device's memory allows (c.memory_limit_bytes; m when the
+/// model has no memory costs), at least 1.
+std::vector<int> memory_depth_cap(const CostModel& c, int m);
+/// `want` capped per stage and made non-increasing along the pipeline (a deeper next stage would
+/// deadlock), at least 1.
+std::vector<int> fit_depth(std::vector<int> want, const std::vector<int>& cap);
+/// The depths the atlas search tries beyond 1F1B's (capped by memory, distinct, shallowest
+/// first): 1F1B's + e for e = 1, 2, 4, ... (full search) and GPipe's.
+std::vector<std::vector<int>> depth_candidates(const CostModel& c, int m, bool full);
 
 /// Runs the engine on `p` and turns its times into a table. Internal error if it deadlocks.
 ScheduleTable time_program(const CostModel& c, ScheduleKind kind, int m, EngineProgram& p, const ProgramMap& map);

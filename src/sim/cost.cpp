@@ -5,16 +5,12 @@
 #include <algorithm>
 #include <cmath>
 
+#include "atlas/sched/memory.hpp"
+
 namespace atlas::sim {
 
 double block_activation_bytes(const ModelCfg& m, int micro_batch_size, int tp, const DeviceProfile& p) {
-  const double sbh = static_cast<double>(m.seq_len) * micro_batch_size * m.hidden;
-  const double t = tp;
-  const double attn = 5.0 * m.heads * static_cast<double>(m.seq_len) / (m.hidden * t);  // scores, softmax, dropout
-  double per = 0.0;
-  if (p.sequence_parallel) per = 34.0 / t + (p.selective_recompute ? 0.0 : attn);
-  else per = 10.0 + 24.0 / t + (p.selective_recompute ? 0.0 : attn);
-  return sbh * per * p.activation_bytes / 2.0;  // the paper's coefficients are for 16-bit values
+  return sched::block_activation_bytes(m, micro_batch_size, tp, p);  // the one formula (sched/memory.hpp)
 }
 
 MemoryEstimate stage_memory(const ModelCfg& m, int stage, int pp, int tp, int micro_batch_size,
@@ -24,7 +20,7 @@ MemoryEstimate stage_memory(const ModelCfg& m, int stage, int pp, int tp, int mi
   e.params = sched::stage_params(m, stage, pp) / tp;
   e.state_bytes = e.params * p.state_bytes_per_param;
   e.in_flight = kind == ScheduleKind::GPipe ? micro_batches : std::min(pp - stage, micro_batches);
-  e.activation_bytes = e.in_flight * m.stage_layers(stage, pp) * block_activation_bytes(m, micro_batch_size, tp, p);
+  e.activation_bytes = e.in_flight * m.stage_layers(stage, pp) * sched::block_activation_bytes(m, micro_batch_size, tp, p);
   if (stage == pp - 1)  // fp32 logits of one micro-batch for the loss (vocab-parallel)
     e.activation_bytes += 4.0 * m.seq_len * micro_batch_size * static_cast<double>(m.vocab) / tp;
   return e;

@@ -20,6 +20,11 @@ atlas_cli_test(cli_simulate_bad_compute_scale "ERROR: --compute-scale needs a nu
                simulate inputs/default.deck --compute-scale -1)
 atlas_cli_test(cli_simulate_profile_too_big "ERROR: --profile/--trace: .* events .* is more than 5e\\+07; use fewer --steps"
                simulate inputs/sim_gpt175b_4dc.deck --profile ${CMAKE_BINARY_DIR}/never_written.h5 --steps 1000)
+# A table that does not fit the device's memory: refused, naming the memory, the limit and the fix;
+# --ignore-memory times it anyway, flagged.
+add_test(NAME cli_simulate_memory_too_big
+  COMMAND bash -c "set -u; b=$<TARGET_FILE:atlas>; rc=0; out=$($b simulate inputs/plan_70b_4dc.deck schedule.kind=gpipe 2>&1) || rc=$?; echo \"$out\"; [[ $rc == 2 ]] && grep -q 'ERROR: the gpipe schedule needs 115.8 GiB per GPU (stage 3: .* 64 micro-batches in flight), more than the 72.0 GiB usable on h100' <<<\"$out\" && grep -q 'hint: fewer micro-batches in flight' <<<\"$out\" && grep -q 'atlas simulate --ignore-memory' <<<\"$out\" || exit 1; out=$($b simulate inputs/plan_70b_4dc.deck schedule.kind=gpipe --ignore-memory 2>&1) || exit 1; grep -q 'memory per GPU: 115.82 GiB (stage 3) of 72.00 GiB usable on h100: DOES NOT FIT' <<<\"$out\" || exit 1; out=$($b simulate inputs/plan_70b_4dc.deck 2>&1) || exit 1; grep -q 'memory per GPU: 36.12 GiB (stage 0) of 72.00 GiB usable on h100$' <<<\"$out\"")
+set_tests_properties(cli_simulate_memory_too_big PROPERTIES LABELS unit TIMEOUT 60 WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 atlas_cli_test(cli_simulate_shared_host
                "shared hosts: 8 ranks per host on 2 cores \\(processor sharing\\); a waiting receiver's wake-up delay 1500 us per message while the cores are all busy.*; 4 ns of host CPU per WAN byte.*step_ms +[0-9.]+"
                simulate inputs/default.deck cluster.host_wake_us=1500 cluster.cores_per_host=2 cluster.host_net_ns_per_byte=4)

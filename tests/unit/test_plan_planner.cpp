@@ -253,9 +253,11 @@ TEST(PlanSearch, APlanThatDoesNotFitMemoryIsNeverSimulated) {
     EXPECT_FALSE(p.tp == 1 && p.pp == 2 && p.dp == 4);
     ModelCfg m = cfg.model;
     m.layers_per_stage = p.layers_per_stage;
-    // The memory shown is the one estimate (sim::peak_memory), and it fits.
-    EXPECT_DOUBLE_EQ(p.mem_bytes,
-                     sim::peak_memory(m, p.pp, p.tp, p.micro_batch_size, p.micro_batches, ScheduleKind::Atlas, prof).total());
+    // The memory shown is at least the shape's estimate (sim::peak_memory: 1F1B's depth) and is
+    // the timed table's (sched::memory_per_gpu, deeper when the depth search holds more), and it fits.
+    EXPECT_GE(p.mem_bytes,
+              sim::peak_memory(m, p.pp, p.tp, p.micro_batch_size, p.micro_batches, ScheduleKind::Atlas, prof).total() *
+                  (1 - 1e-12));
     EXPECT_LE(p.mem_bytes, prof.usable_bytes());
   }
   EXPECT_THAT(what_if_table(r, cfg, 100), Not(HasSubstr("the deck's shape")));

@@ -46,6 +46,15 @@ struct CostModel {
   double wake_ms = 0.0;
   /// Shared hosts: host CPU per byte sent between DCs (both ends together; cluster.host_net_ns_per_byte).
   double net_ns_per_byte = 0.0;
+  /// Memory per GPU (sched/memory.hpp, filled by cost_model from the deck; empty in hand-built
+  /// models = unknown, no limit): per stage the weights + gradients + optimizer state, the
+  /// activations one in-flight micro-batch keeps, and what the stage keeps once (the last stage's
+  /// logits); the device's usable bytes (0 = no limit). The atlas search keeps its in-flight depth
+  /// under the limit.
+  std::vector<double> state_bytes;
+  std::vector<double> act_bytes_per_micro;
+  std::vector<double> fixed_act_bytes;
+  double memory_limit_bytes = 0.0;
 
   [[nodiscard]] const LinkCost& link(int src_dc, int dst_dc) const {
     return links[static_cast<std::size_t>(src_dc * dc_count + dst_dc)];

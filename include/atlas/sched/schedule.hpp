@@ -43,6 +43,9 @@ struct AtlasChoice {
   double stagger_ms = 0.0;       ///< pipeline d's first stage starts d * stagger_ms later
   TieBreak tie_break = TieBreak::PipelineOrder;
   int slots = 1;
+  /// Per stage: the most micro-batches in flight (activations held) the search chose, from
+  /// 1F1B's min(pp - stage, m) to GPipe's m, under the device's memory (sched/memory.hpp).
+  std::vector<int> depth;
   int candidates_tried = 0;
   double baseline_1f1b_ms = 0.0; ///< 1F1B with concurrent sharing, same cost model
 };

@@ -1,0 +1,58 @@
+// SPDX-License-Identifier: MIT
+// Memory per GPU of a schedule table: weights, gradients and optimizer state of the stage, plus
+// the activations of the micro-batches it holds at once (the table's in-flight depth per stage).
+// The one memory model: the atlas search keeps its depth under the device's limit with it, `atlas
+// schedule` prints it, `atlas simulate` and `atlas plan` check it, sim's planner model uses its
+// per-block formula. No I/O.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "atlas/deck/config.hpp"
+#include "atlas/sched/cost_model.hpp"
+#include "atlas/sched/profile.hpp"
+#include "atlas/topo/layout.hpp"
+
+namespace atlas::sched {
+
+struct ScheduleTable;
+
+/// Bytes one rank of a TP group stores per block per in-flight micro-batch, with sequence
+/// parallelism and selective recomputation (Korthikanti et al. 2022: 34 s b h / t, 16-bit).
+double block_activation_bytes(const ModelCfg& m, int micro_batch_size, int tp, const DeviceProfile& p);
+
+/// Fills the memory fields of `c` (state_bytes, act_bytes_per_micro, fixed_act_bytes per stage and
+/// memory_limit_bytes = the profile's usable bytes) for the deck's model on c's shape.
+void apply_memory(CostModel& c, const Config& cfg, const DeviceProfile& p);
+
+/// Per stage: the most micro-batches whose activations a replica of the stage holds at once (a
+/// forward stores them, the backward of the same micro-batch frees them), the max over the
+/// stage's DP replicas. 1F1B: min(pp - stage, m); GPipe: m.
+std::vector<int> in_flight_depth(const ScheduleTable& table);
+
+/// Bytes one GPU of `stage` holds with `depth` micro-batches in flight (0 if c has no memory costs).
+double stage_memory_bytes(const CostModel& c, int stage, int depth);
+
+/// The memory of a schedule on one GPU of each stage, and the device's limit.
+struct ScheduleMemory {
+  std::vector<int> depth;        ///< per stage, in_flight_depth
+  std::vector<double> bytes;     ///< per stage, stage_memory_bytes
+  int peak_stage = 0;            ///< the fullest stage
+  double peak_bytes = 0.0;       ///< its bytes: the schedule's memory per GPU
+  double peak_state_bytes = 0.0; ///< of which weights, gradients and optimizer state
+  double limit_bytes = 0.0;      ///< the device's usable memory (0 = unknown: no limit)
+  [[nodiscard]] bool known() const { return peak_bytes > 0.0; }
+  [[nodiscard]] bool fits() const { return limit_bytes <= 0.0 || peak_bytes <= limit_bytes; }
+};
+
+/// The memory of `table` under c's memory costs (CostModel::state_bytes etc.).
+ScheduleMemory memory_per_gpu(const CostModel& c, const ScheduleTable& table);
+/// The same for the deck's job: memory_per_gpu(cost_model(cfg, layout), table).
+ScheduleMemory memory_per_gpu(const Config& cfg, const topo::Layout& layout, const ScheduleTable& table);
+
+/// "" when `mem` fits; else one message naming the schedule, the memory per GPU, the stage, the
+/// in-flight depth, the limit and the fixes.
+std::string memory_misfit(const ScheduleMemory& mem, const ScheduleTable& table, const std::string& device_name);
+
+}  // namespace atlas::sched

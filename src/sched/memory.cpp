@@ -1,0 +1,99 @@
+// SPDX-License-Identifier: MIT
+// Memory per GPU of a schedule table (see memory.hpp): the stage's state plus the activations of
+// its in-flight micro-batches, read off the table's rows.
+#include "atlas/sched/memory.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "atlas/core/units.hpp"
+#include "atlas/sched/schedule.hpp"
+
+namespace atlas::sched {
+
+double block_activation_bytes(const ModelCfg& m, int micro_batch_size, int tp, const DeviceProfile& p) {
+  const double sbh = static_cast<double>(m.seq_len) * micro_batch_size * m.hidden;
+  const double t = tp;
+  const double attn = 5.0 * m.heads * static_cast<double>(m.seq_len) / (m.hidden * t);  // scores, softmax, dropout
+  double per = 0.0;
+  if (p.sequence_parallel) per = 34.0 / t + (p.selective_recompute ? 0.0 : attn);
+  else per = 10.0 + 24.0 / t + (p.selective_recompute ? 0.0 : attn);
+  return sbh * per * p.activation_bytes / 2.0;  // the paper's coefficients are for 16-bit values
+}
+
+void apply_memory(CostModel& c, const Config& cfg, const DeviceProfile& p) {
+  const ModelCfg& m = cfg.model;
+  const int mbs = cfg.train.micro_batch_size;
+  const double block = block_activation_bytes(m, mbs, c.tp, p);
+  c.state_bytes.clear();
+  c.act_bytes_per_micro.clear();
+  c.fixed_act_bytes.clear();
+  for (int s = 0; s < c.pp; ++s) {
+    c.state_bytes.push_back(stage_params(m, s, c.pp) / c.tp * p.state_bytes_per_param);
+    c.act_bytes_per_micro.push_back(m.stage_layers(s, c.pp) * block);
+    // fp32 logits of one micro-batch for the loss (vocab-parallel), held once on the last stage.
+    c.fixed_act_bytes.push_back(s == c.pp - 1 ? 4.0 * m.seq_len * mbs * static_cast<double>(m.vocab) / c.tp : 0.0);
+  }
+  c.memory_limit_bytes = p.usable_bytes();
+}
+
+std::vector<int> in_flight_depth(const ScheduleTable& t) {
+  std::vector<int> depth(static_cast<std::size_t>(t.pp), 0);
+  for (int s = 0; s < t.pp; ++s)
+    for (int d = 0; d < t.dp; ++d) {
+      int held = 0;
+      for (const Slot& sl : t.row(s, d)) {
+        if (sl.kind == SlotKind::Forward) ++held;
+        else if (sl.kind == SlotKind::Backward) --held;
+        depth[static_cast<std::size_t>(s)] = std::max(depth[static_cast<std::size_t>(s)], held);
+      }
+    }
+  return depth;
+}
+
+double stage_memory_bytes(const CostModel& c, int stage, int depth) {
+  const auto s = static_cast<std::size_t>(stage);
+  if (s >= c.state_bytes.size() || s >= c.act_bytes_per_micro.size()) return 0.0;
+  const double fixed = s < c.fixed_act_bytes.size() ? c.fixed_act_bytes[s] : 0.0;
+  return c.state_bytes[s] + depth * c.act_bytes_per_micro[s] + fixed;
+}
+
+ScheduleMemory memory_per_gpu(const CostModel& c, const ScheduleTable& table) {
+  ScheduleMemory mem;
+  mem.depth = in_flight_depth(table);
+  mem.limit_bytes = c.memory_limit_bytes;
+  for (int s = 0; s < table.pp; ++s) {
+    mem.bytes.push_back(stage_memory_bytes(c, s, mem.depth[static_cast<std::size_t>(s)]));
+    if (mem.bytes.back() > mem.peak_bytes) {
+      mem.peak_bytes = mem.bytes.back();
+      mem.peak_stage = s;
+    }
+  }
+  mem.peak_state_bytes = static_cast<std::size_t>(mem.peak_stage) < c.state_bytes.size()
+                             ? c.state_bytes[static_cast<std::size_t>(mem.peak_stage)]
+                             : 0.0;
+  return mem;
+}
+
+ScheduleMemory memory_per_gpu(const Config& cfg, const topo::Layout& layout, const ScheduleTable& table) {
+  return memory_per_gpu(cost_model(cfg, layout), table);
+}
+
+std::string memory_misfit(const ScheduleMemory& mem, const ScheduleTable& table, const std::string& device_name) {
+  if (mem.fits()) return {};
+  const auto gib = [](double b) { return b / static_cast<double>(units::kGiB); };
+  const int depth = mem.depth[static_cast<std::size_t>(mem.peak_stage)];
+  return fmt::format(
+      "the {} schedule needs {:.1f} GiB per GPU (stage {}: {:.1f} GiB of weights, gradients and optimizer state + "
+      "{:.1f} GiB of activations for {} micro-batch{} in flight), more than the {:.1f} GiB usable on {}\n"
+      "  hint: fewer micro-batches in flight (schedule.kind = 1f1b or atlas, which searches its depth under the "
+      "limit), a smaller train.micro_batch_size, more pipeline stages (parallel.stages_per_dc) or a larger "
+      "parallel.tp_size, or a device with more memory (plan.gpu, or memory_gib in its profile)",
+      to_string(table.kind), gib(mem.peak_bytes), mem.peak_stage, gib(mem.peak_state_bytes),
+      gib(mem.peak_bytes - mem.peak_state_bytes), depth, depth == 1 ? "" : "es", gib(mem.limit_bytes),
+      device_name);
+}
+
+}  // namespace atlas::sched
