@@ -16,6 +16,7 @@ activation_bytes          = 2
 grad_bytes                = 2
 state_bytes_per_param     = 16
 optimizer_bytes_per_param = 28
+board_power_w             = 400
 pipeline_scatter_gather   = true
 sequence_parallel         = true
 selective_recompute       = true
@@ -36,3 +37,4 @@ source.nvlink_latency_us = "assumption: ~3 us per ring step (small-message NCCL 
 source.gemm_fraction = "achieved fraction of BF16 peak against the smallest GEMM dimension (m, n, k); shape from published cuBLAS sweeps (Anthony et al. 2024, arXiv:2401.14489, A100 and H100; NVIDIA's Matrix Multiplication Background guide: tile and wave quantization), levels checked by `atlas bench validate` (Megatron-LM SC'21 on A100, Llama 3 on H100)"
 source.fused_attention = "FlashAttention (Dao et al. 2022, arXiv:2205.14135), the default of current training stacks; decks of 2021-era runs set train.attention = unfused"
 source.nvlink_efficiency = "NCCL all_reduce bus bandwidth of large messages inside one node (nccl-tests): about 235 GB/s on DGX A100 (0.78 x 300), 360 GB/s on DGX H100 (0.8 x 450)"
+source.board_power_w = "NVIDIA datasheet: A100 SXM4 max TDP 400 W (the budget a DC reserves per GPU; cluster.pue adds cooling)"

@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: MIT
 // `atlas plan DECK`: the ATLAS planner's what-if table and the chosen plan as a ready deck.
+#include <cstdio>
 #include <fstream>
 
 #include <fmt/format.h>
 
 #include "atlas/app/commands.hpp"
+#include "atlas/app/progress.hpp"
 #include "atlas/core/check.hpp"
 #include "atlas/core/file.hpp"
 #include "atlas/core/units.hpp"
@@ -13,12 +15,13 @@
 #include "atlas/plan/planner.hpp"
 #include "atlas/sched/profile.hpp"
 #include "atlas/sim/profile.hpp"
+#include "atlas/sim/sanity.hpp"
 
 namespace atlas::app {
 
 int cmd_plan(Context& ctx) {
   if (ctx.env.world_rank() != 0) return 0;
-  const Args args = parse_args(ctx.args, {"wan", "deck-out", "rows"}, {"quiet"});
+  const Args args = parse_args(ctx.args, {"wan", "deck-out", "rows", "progress-after"}, {"quiet"});
   const std::string path = deck_path(args, "plan");
   std::vector<std::string> overrides;
   if (args.flag("wan")) overrides = sim::wan_profile_overrides(args.option("wan"), path, args.overrides);
@@ -44,11 +47,44 @@ int cmd_plan(Context& ctx) {
   fmt::print("# profile {} ({}): {:.4g} TFLOP/s x {:.2f} achievable, {:g} GiB ({:.0f}% usable)\n", prof.name,
              prof.path.empty() ? "built in" : prof.path, prof.peak_tflops, prof.achievable_fraction, prof.memory_gib,
              100 * prof.usable_memory_fraction);
+  if (prof.board_power_w > 0)
+    fmt::print("# power: {:g} W a GPU (board) x PUE {}\n", prof.board_power_w, [&] {
+      std::string s;
+      for (int dc = 0; dc < (cfg.cluster.pue.size() > 1 ? cfg.cluster.dc_count() : 1); ++dc)
+        s += fmt::format("{}{:g}", dc ? " " : "", cfg.cluster.pue_of(dc));
+      return s;
+    }());
+  if (!cfg.cluster.power_mw.empty()) {
+    const std::vector<int> powered = plan::powered_gpus(cfg, prof);
+    std::string s;
+    for (std::size_t dc = 0; dc < powered.size(); ++dc)
+      s += fmt::format("{}{} {:g} MW = {} GPUs{}", dc ? ", " : "", cfg.cluster.dcs[dc], cfg.cluster.power_mw[dc], powered[dc],
+                       powered[dc] < cfg.cluster.gpus_per_dc[dc] ? fmt::format(" (of {} free)", cfg.cluster.gpus_per_dc[dc]) : "");
+    fmt::print("# power budgets (cluster.power_mw; GPUs x board power x PUE): {}\n", s);
+  }
+  if (!cfg.cluster.may_hold_data.empty()) {
+    std::string yes;
+    std::string no;
+    for (int dc = 0; dc < cfg.cluster.dc_count(); ++dc)
+      (cfg.cluster.may_hold_data_of(dc) ? yes : no) +=
+          fmt::format("{}{}", (cfg.cluster.may_hold_data_of(dc) ? yes : no).empty() ? "" : ", ", cfg.cluster.dcs[static_cast<std::size_t>(dc)]);
+    fmt::print("# data residency (cluster.may_hold_data): the first stage (reads the training data, holds the "
+               "embedding) and the last (LM head, tied to the embedding) only in {}; {} may hold middle stages only\n",
+               yes.empty() ? "none" : yes, no.empty() ? "no DC" : no);
+  }
 
-  const plan::PlanResult r = plan::search(cfg, prof);
+  plan::PlanResult r;
+  {
+    Progress progress("atlas plan", progress_after_s(args));
+    plan::PlanOptions opt;
+    opt.progress = progress.setter();
+    r = plan::search(cfg, prof, opt);
+  }
   fmt::print("# searched {} shapes (tp <= {}, every pp, dp dividing the global batch, micro-batch sizes): {} fit "
              "memory, {} placed, {} simulated, {:.2f} s\n",
              r.shapes, cfg.plan.max_tp, r.fit_memory, r.placed, r.plans.size(), r.seconds);
+  for (const auto& w : sim::sanity_warnings(cfg, r.plans[static_cast<std::size_t>(r.best)].step_ms))
+    std::fprintf(stderr, "WARNING: %s\n", w.c_str());
   if (!r.priced) fmt::print("# no cluster.price_per_gpu_hour: cost is in GPU-hours per step\n");
   const int rows = args.int_option("rows", cfg.plan.top);
   if (rows < 1) throw UsageError("--rows must be >= 1");
@@ -59,6 +95,16 @@ int cmd_plan(Context& ctx) {
                cfg.plan.deadline_s, r.plans[static_cast<std::size_t>(r.best)].step_ms / 1e3);
 
   const plan::Plan& chosen = r.plans[static_cast<std::size_t>(r.chosen)];
+  if (chosen.power_kw > 0) {
+    fmt::print("\n# the chosen plan draws {:.1f} kW (GPUs x board power x PUE): {:.4g} kWh a step", chosen.power_kw,
+               chosen.energy_kwh_per_step);
+    if (!cfg.cluster.carbon_g_per_kwh.empty()) fmt::print(", {:.4g} kg CO2 a step", chosen.co2_kg_per_step);
+    if (cfg.run.steps > 0) {
+      fmt::print("; run.steps = {}: {:.4g} MWh", cfg.run.steps, chosen.energy_kwh_per_step * cfg.run.steps / 1e3);
+      if (!cfg.cluster.carbon_g_per_kwh.empty()) fmt::print(", {:.4g} t CO2", chosen.co2_kg_per_step * cfg.run.steps / 1e3);
+    }
+    fmt::print("\n");
+  }
   const Config out = plan::plan_config(cfg, chosen);
   std::string text = fmt::format("# atlas plan of {}: {} GPUs, predicted step {:.3f} s, {:.0f} tokens/s, "
                                  "utilization {:.1f}%\n",

@@ -3,6 +3,7 @@
 // busy/idle, bubble map, WAN use, tokens/s, optional JSON timeline); --compare runs designs
 // (a)-(d) for the deck; --grid runs the paper-reproduction grid and writes CSV + markdown.
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -11,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "atlas/app/commands.hpp"
+#include "atlas/app/progress.hpp"
 #include "atlas/core/check.hpp"
 #include "atlas/core/file.hpp"
 #include "atlas/core/units.hpp"
@@ -22,6 +24,7 @@
 #include "atlas/sched/memory.hpp"
 #include "atlas/sim/insitu.hpp"
 #include "atlas/sim/profile.hpp"
+#include "atlas/sim/sanity.hpp"
 #include "atlas/sim/simulator.hpp"
 
 namespace atlas::app {
@@ -249,7 +252,7 @@ int cmd_simulate(Context& ctx) {
   if (ctx.env.world_rank() != 0) return 0;
   const Args args = parse_args(ctx.args,
                                {"json", "width", "wan", "out", "models", "dcs", "latencies", "dps", "prefill-tokens",
-                                "rows", "profile", "trace", "steps", "compute-scale", "compute-from", "skip-steps"},
+                                "rows", "profile", "trace", "steps", "compute-scale", "compute-from", "skip-steps", "progress-after"},
                                {"search", "gantt", "compare", "grid", "quiet", "planner", "ignore-memory"});
   const std::string path = deck_path(args, "simulate");
   std::vector<std::string> overrides;
@@ -264,7 +267,11 @@ int cmd_simulate(Context& ctx) {
     plan::CompareOptions opt;
     opt.prefill_tokens = args.int_option("prefill-tokens", opt.prefill_tokens);
     opt.planner = true;
-    const plan::Comparison c = plan::compare_designs(cfg, prof, opt);
+    const plan::Comparison c = [&] {
+      Progress progress("atlas simulate --compare", progress_after_s(args));
+      progress.set("timing designs (a)-(d) and the planner's plan");
+      return plan::compare_designs(cfg, prof, opt);
+    }();
     fmt::print("# deck {}: {} GPUs (tp {} x pp {} x dp {}), {} micro-batches of {}, profile {}\n", path, c.gpus, c.tp,
                c.pp, c.dp, c.micro_batches, c.micro_batch_size, prof.name);
     fmt::print("# {:<58} {:>12} {:>10} {:>10}\n", "design", "step_s", "util%", "vs (c)");
@@ -274,7 +281,7 @@ int cmd_simulate(Context& ctx) {
     if (c.a_fits) {
       row(fmt::format("(a) DP across DCs, {} pipelines of {} stages, WAN all-reduce 1 flow", c.pipelines_a, c.stages_a),
           c.step_a_ms, c.util_a);
-      row("(a') the same, WAN all-reduce at full link capacity", c.step_a_cap_ms, c.util_a);
+      row("(a') the same, WAN all-reduce at full link capacity", c.step_a_cap_ms, c.util_a_cap);
     } else {
       fmt::print("  {:<58} {:>12}\n", "(a) DP across DCs", "no whole-model pipeline fits one DC's GPUs");
     }
@@ -298,7 +305,12 @@ int cmd_simulate(Context& ctx) {
   }
   std::string in_situ_note;
   if (args.flag("compute-from")) in_situ_note = compute_from_run(cfg, args, opt);
-  const sim::SimResult r = sim::simulate(cfg, prof, opt);
+  const sim::SimResult r = [&] {
+    Progress progress("atlas simulate", progress_after_s(args));
+    progress.set(fmt::format("timing the {} schedule table", opt.source == sim::TableSource::Deck ? "deck's" : "searched"));
+    return sim::simulate(cfg, prof, opt);
+  }();
+  for (const auto& w : sim::sanity_warnings(cfg, r.step_ms)) std::fprintf(stderr, "WARNING: %s\n", w.c_str());
   // A table that does not fit the device's memory is not a plan to time: refuse it, naming the
   // memory, the limit and the fixes (--ignore-memory times it anyway, flagged).
   const sched::ScheduleMemory mem = sched::memory_per_gpu(r.cost, r.table);

@@ -290,6 +290,17 @@ void build(Schema& schema) {
       .help("latency inside a DC, microseconds (cost model)");
   b.field("cluster.price_per_gpu_hour", &C::cluster, &ClusterCfg::price_per_gpu_hour).def("\"\"")
       .min(0).max(1e6).help("price of one GPU-hour in each DC (for the planner's cost column)");
+  b.field("cluster.power_mw", &C::cluster, &ClusterCfg::power_mw).def("\"\"").min(0).max(1e6)
+      .help("peak-power budget of each DC, MW (GPUs x the device profile's board_power_w x cluster.pue); "
+            "the planner never uses more GPUs than it powers; empty = no budget");
+  b.field("cluster.pue", &C::cluster, &ClusterCfg::pue).def("1.2").min(1).max(10)
+      .help("power usage effectiveness (facility / IT power): one value for every DC, or one per DC");
+  b.field("cluster.carbon_g_per_kwh", &C::cluster, &ClusterCfg::carbon_g_per_kwh).def("\"\"").min(0).max(1e5)
+      .help("grid carbon intensity of each DC, gCO2/kWh (the planner's emissions column and objective); "
+            "empty = not known");
+  b.field("cluster.may_hold_data", &C::cluster, &ClusterCfg::may_hold_data).def("\"\"").min(0).max(1)
+      .help("data residency, per DC: 1 = may hold the stages that read the training data or hold the "
+            "embeddings (the first stage, and the last with the LM head), 0 = may not; empty = every DC may");
   b.field("cluster.bind_hosts", &C::cluster, &ClusterCfg::bind_hosts).def("127.0.0.1")
       .help("address the WAN transport listens on in each DC (one entry = all DCs)");
   b.field("cluster.ranks_per_host", &C::cluster, &ClusterCfg::ranks_per_host).def("0").min(0).max(kMaxGpusPerDc)
@@ -559,6 +570,12 @@ void build(Schema& schema) {
       .def("host").help("device cost profile used by plan, simulate and the schedule estimate");
   b.field("plan.deadline_s", &C::plan, &PlanCfg::deadline_s).def("0").min(0).max(kMaxSeconds)
       .help("if > 0, the planner picks the cheapest plan whose step time meets this");
+  b.choice("plan.objective", &C::plan, &PlanCfg::objective,
+           {{"auto", PlanObjective::Auto}, {"time", PlanObjective::Time}, {"cost", PlanObjective::Cost},
+            {"energy", PlanObjective::Energy}, {"carbon", PlanObjective::Carbon}})
+      .def("auto").help("what the chosen plan minimises (within plan.deadline_s if set): step time, price, "
+                        "energy (kWh, at cluster.pue) or emissions (cluster.carbon_g_per_kwh) per step; "
+                        "auto = time, or cost with a deadline");
   b.field("plan.max_tp", &C::plan, &PlanCfg::max_tp).def("8").min(1).max(1024)
       .help("largest tensor-parallel size the planner tries");
   b.field("plan.top", &C::plan, &PlanCfg::top).def("10").min(1).max(100)

@@ -65,6 +65,17 @@ void check_cluster(const Config& c, std::vector<std::string>& out) {
   if (!cl.price_per_gpu_hour.empty() && cl.price_per_gpu_hour.size() != static_cast<std::size_t>(n))
     out.push_back("cluster.price_per_gpu_hour has " + std::to_string(cl.price_per_gpu_hour.size()) +
                   " entries; give none or one per DC (" + std::to_string(n) + ")");
+  auto per_dc = [&](std::size_t size, const char* key) {
+    if (size != 0 && size != static_cast<std::size_t>(n))
+      out.push_back(std::string(key) + " has " + std::to_string(size) + " entries; give none or one per DC (" +
+                    std::to_string(n) + ")");
+  };
+  per_dc(cl.power_mw.size(), "cluster.power_mw");
+  per_dc(cl.carbon_g_per_kwh.size(), "cluster.carbon_g_per_kwh");
+  per_dc(cl.may_hold_data.size(), "cluster.may_hold_data");
+  if (cl.pue.size() > 1 && cl.pue.size() != static_cast<std::size_t>(n))
+    out.push_back("cluster.pue has " + std::to_string(cl.pue.size()) + " entries; give one (for every DC) or one per DC (" +
+                  std::to_string(n) + ")");
   if (cl.bind_hosts.size() != 1 && cl.bind_hosts.size() != static_cast<std::size_t>(n))
     out.push_back("cluster.bind_hosts has " + std::to_string(cl.bind_hosts.size()) +
                   " entries; give one (for every DC) or one per DC (" + std::to_string(n) + ")");

@@ -209,7 +209,9 @@ Comparison compare_designs(const Config& cfg, const sched::DeviceProfile& prof, 
       out.step_a_ms = r.step_ms;
       out.util_a = r.compute_utilization;
       for (auto& ar : cost.allreduce_ms) ar += out.wan_allreduce_cap_ms - out.wan_allreduce_ms;
-      out.step_a_cap_ms = sim::simulate(cost, ScheduleKind::OneFOneB, out.micro_batches_a, tokens).step_ms;
+      const sim::SimResult r_cap = sim::simulate(cost, ScheduleKind::OneFOneB, out.micro_batches_a, tokens);
+      out.step_a_cap_ms = r_cap.step_ms;
+      out.util_a_cap = r_cap.compute_utilization;
     }
   }
   return out;

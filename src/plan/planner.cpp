@@ -4,11 +4,15 @@
 #include "atlas/plan/planner.hpp"
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <functional>
 #include <chrono>
 #include <cmath>
 #include <limits>
 #include <map>
 #include <numeric>
+#include <sstream>
 
 #include <fmt/format.h>
 
@@ -27,6 +31,9 @@ namespace atlas::plan {
 namespace {
 
 double gib(double bytes) { return bytes / static_cast<double>(units::kGiB); }
+
+/// A planning problem of the deck (exit code 2, printed as "ERROR: ...").
+[[noreturn]] void config_error(const std::string& msg) { throw ConfigError(msg); }
 
 double latency_of(const Config& cfg, int a, int b) {
   if (a == b) return 0.0;
@@ -64,6 +71,59 @@ std::vector<double> permute_matrix(const std::vector<double>& m, const std::vect
 
 double price_of(const Config& cfg, int dc) {
   return cfg.cluster.price_per_gpu_hour.empty() ? 1.0 : cfg.cluster.price_per_gpu_hour[static_cast<std::size_t>(dc)];
+}
+
+/// Price of a plan's GPUs per hour (GPU-hours per hour without prices).
+double price_per_hour(const Config& cfg, const Plan& p) {
+  double price = 0.0;
+  for (std::size_t dc = 0; dc < p.stages_per_dc.size(); ++dc)
+    price += p.stages_per_dc[dc] * p.dp * p.tp * price_of(cfg, static_cast<int>(dc));
+  return price;
+}
+
+/// The sets of DCs the placement heuristic is tried in (bit dc = DC dc may hold stages): every
+/// non-empty set up to kAllSubsetsDcs DCs with GPUs; beyond that the largest-first prefixes, each
+/// DC alone, and every prefix without one of its DCs.
+constexpr int kAllSubsetsDcs = 6;
+/// Quick-timed plans per set of DCs (by estimate).
+constexpr int kPerDcSet = 2;
+/// Quick-timed plans within this factor of the deadline are fully re-timed (never slower).
+constexpr double kDeadlineSlack = 1.25;
+std::vector<std::uint64_t> dc_subsets(const std::vector<int>& free_gpus) {
+  std::vector<int> order;
+  for (std::size_t dc = 0; dc < free_gpus.size() && dc < 64; ++dc)
+    if (free_gpus[dc] > 0) order.push_back(static_cast<int>(dc));
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return free_gpus[static_cast<std::size_t>(a)] > free_gpus[static_cast<std::size_t>(b)];
+  });
+  std::vector<std::uint64_t> out;
+  const auto n = order.size();
+  if (n <= static_cast<std::size_t>(kAllSubsetsDcs)) {
+    for (std::uint64_t bits = 1; bits < (std::uint64_t{1} << n); ++bits) {
+      std::uint64_t set = 0;
+      for (std::size_t i = 0; i < n; ++i)
+        if ((bits >> i) & 1U) set |= std::uint64_t{1} << order[i];
+      out.push_back(set);
+    }
+    // Largest sets first: the full set's placement is the classic heuristic's.
+    std::stable_sort(out.begin(), out.end(), [](std::uint64_t a, std::uint64_t b) {
+      return std::popcount(a) > std::popcount(b);
+    });
+    return out;
+  }
+  std::uint64_t prefix = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    prefix |= std::uint64_t{1} << order[i];
+    out.push_back(prefix);
+    for (std::size_t j = 0; j < i; ++j) out.push_back(prefix & ~(std::uint64_t{1} << order[j]));
+  }
+  for (int dc : order) out.push_back(std::uint64_t{1} << dc);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  std::stable_sort(out.begin(), out.end(), [](std::uint64_t a, std::uint64_t b) {
+    return std::popcount(a) > std::popcount(b);
+  });
+  return out;
 }
 
 }  // namespace
@@ -133,7 +193,17 @@ std::vector<int> chain_order(const Config& cfg, const std::vector<int>& stages_p
   std::stable_sort(used.begin(), used.end(), [&](int a, int b) {
     return cfg.cluster.gpus_per_dc[static_cast<std::size_t>(a)] > cfg.cluster.gpus_per_dc[static_cast<std::size_t>(b)];
   });
-  if (used.size() <= 2 || used.size() > 8) return used;
+  // Data residency: the first stage (reads the data, holds the embedding) and the last (LM head,
+  // tied to the embedding) only in DCs that may hold them.
+  auto ends_ok = [&](const std::vector<int>& order) {
+    return order.empty() || (cfg.cluster.may_hold_data_of(order.front()) && cfg.cluster.may_hold_data_of(order.back()));
+  };
+  if (used.size() <= 2 || used.size() > 8) {
+    if (ends_ok(used)) return used;
+    std::vector<int> rev(used.rbegin(), used.rend());
+    if (ends_ok(rev)) return rev;
+    return {};
+  }
   std::vector<int> idx(used.size());
   std::iota(idx.begin(), idx.end(), 0);
   auto path = [&](const std::vector<int>& p) {
@@ -142,18 +212,67 @@ std::vector<int> chain_order(const Config& cfg, const std::vector<int>& stages_p
       sum += latency_of(cfg, used[static_cast<std::size_t>(p[i - 1])], used[static_cast<std::size_t>(p[i])]);
     return sum;
   };
-  std::vector<int> best = idx;
-  double best_sum = path(idx);
-  while (std::next_permutation(idx.begin(), idx.end())) {
+  auto mapped = [&](const std::vector<int>& p) {
+    std::vector<int> out;
+    for (int i : p) out.push_back(used[static_cast<std::size_t>(i)]);
+    return out;
+  };
+  std::vector<int> best;
+  double best_sum = std::numeric_limits<double>::infinity();
+  do {
+    if (!ends_ok(mapped(idx))) continue;
     const double s = path(idx);
     if (s < best_sum - 1e-9) {
       best_sum = s;
       best = idx;
     }
+  } while (std::next_permutation(idx.begin(), idx.end()));
+  return best.empty() ? std::vector<int>{} : mapped(best);
+}
+
+std::vector<int> powered_gpus(const Config& cfg, const sched::DeviceProfile& prof) {
+  std::vector<int> out = cfg.cluster.gpus_per_dc;
+  if (cfg.cluster.power_mw.empty()) return out;
+  if (!(prof.board_power_w > 0))
+    config_error((std::ostringstream() << "cluster.power_mw needs the device profile's board power, and " << prof.name
+                                                                                    << " has no board_power_w\n  hint: add "
+                                                                                       "board_power_w = WATTS to its profile").str());
+  for (std::size_t dc = 0; dc < out.size(); ++dc) {
+    const double per_gpu_w = prof.board_power_w * cfg.cluster.pue_of(static_cast<int>(dc));
+    const double fit = std::floor(cfg.cluster.power_mw[dc] * 1e6 / per_gpu_w + 1e-9);
+    out[dc] = static_cast<int>(std::min<double>(out[dc], fit));
   }
-  std::vector<int> out;
-  for (int i : best) out.push_back(used[static_cast<std::size_t>(i)]);
   return out;
+}
+
+double power_kw(const Config& cfg, const sched::DeviceProfile& prof, const Plan& p) {
+  double w = 0.0;
+  for (std::size_t dc = 0; dc < p.stages_per_dc.size(); ++dc)
+    w += static_cast<double>(p.stages_per_dc[dc]) * p.dp * p.tp * prof.board_power_w * cfg.cluster.pue_of(static_cast<int>(dc));
+  return w / 1e3;
+}
+
+double co2_kg_per_hour(const Config& cfg, const sched::DeviceProfile& prof, const Plan& p) {
+  if (cfg.cluster.carbon_g_per_kwh.empty()) return 0.0;
+  double g = 0.0;
+  for (std::size_t dc = 0; dc < p.stages_per_dc.size(); ++dc)
+    g += static_cast<double>(p.stages_per_dc[dc]) * p.dp * p.tp * prof.board_power_w / 1e3 *
+         cfg.cluster.pue_of(static_cast<int>(dc)) * cfg.cluster.carbon_g_per_kwh[dc];
+  return g / 1e3;
+}
+
+PlanObjective effective_objective(const Config& cfg) {
+  if (cfg.plan.objective != PlanObjective::Auto) return cfg.plan.objective;
+  return cfg.plan.deadline_s > 0 ? PlanObjective::Cost : PlanObjective::Time;
+}
+
+double objective_value(const Plan& p, PlanObjective o) {
+  switch (o) {
+    case PlanObjective::Cost: return p.cost_per_step;
+    case PlanObjective::Energy: return p.energy_kwh_per_step;
+    case PlanObjective::Carbon: return p.co2_kg_per_step;
+    default: return p.step_ms;
+  }
 }
 
 std::vector<int> split_layers(int layers, int pp) {
@@ -183,6 +302,12 @@ Config plan_config(const Config& base, const Plan& p) {
     c.cluster.price_per_gpu_hour = permute(base.cluster.price_per_gpu_hour, order);
   if (base.cluster.bind_hosts.size() == static_cast<std::size_t>(n))
     c.cluster.bind_hosts = permute(base.cluster.bind_hosts, order);
+  if (base.cluster.power_mw.size() == static_cast<std::size_t>(n)) c.cluster.power_mw = permute(base.cluster.power_mw, order);
+  if (base.cluster.pue.size() == static_cast<std::size_t>(n) && n > 1) c.cluster.pue = permute(base.cluster.pue, order);
+  if (base.cluster.carbon_g_per_kwh.size() == static_cast<std::size_t>(n))
+    c.cluster.carbon_g_per_kwh = permute(base.cluster.carbon_g_per_kwh, order);
+  if (base.cluster.may_hold_data.size() == static_cast<std::size_t>(n))
+    c.cluster.may_hold_data = permute(base.cluster.may_hold_data, order);
   c.parallel.stages_per_dc = permute(p.stages_per_dc, order);
   c.parallel.dp_size = p.dp;
   c.parallel.tp_size = p.tp;
@@ -207,10 +332,27 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
   res.priced = !cfg.cluster.price_per_gpu_hour.empty();
   const int G = res.global_batch;
   const ModelCfg& model = cfg.model;
-  const int total = std::accumulate(cfg.cluster.gpus_per_dc.begin(), cfg.cluster.gpus_per_dc.end(), 0);
-  if (total <= 0)
+  if (std::accumulate(cfg.cluster.gpus_per_dc.begin(), cfg.cluster.gpus_per_dc.end(), 0) <= 0)
     throw ConfigError("no plan fits: every DC in cluster.gpus_per_dc has zero free GPUs\n"
                       "  hint: give at least one DC its free GPU count");
+  const PlanObjective objective = effective_objective(cfg);
+  res.objective = objective;
+  if ((objective == PlanObjective::Energy || objective == PlanObjective::Carbon) && !(prof.board_power_w > 0))
+    config_error((std::ostringstream() << "plan.objective = " << (objective == PlanObjective::Energy ? "energy" : "carbon")
+                                            << " needs the device profile's board power, and " << prof.name
+                                            << " has no board_power_w\n  hint: add board_power_w = WATTS to its profile").str());
+  if (objective == PlanObjective::Carbon && cfg.cluster.carbon_g_per_kwh.empty())
+    config_error((std::ostringstream() << "plan.objective = carbon needs each DC's grid carbon intensity\n"
+                        "  hint: set cluster.carbon_g_per_kwh (gCO2/kWh, one per DC)").str());
+  // The GPUs the planner may use: the free ones each DC can power (cluster.power_mw).
+  const std::vector<int> free_gpus = powered_gpus(cfg, prof);
+  res.usable_gpus = free_gpus;
+  const int total = std::accumulate(free_gpus.begin(), free_gpus.end(), 0);
+  if (total <= 0)
+    config_error((std::ostringstream() << "no plan fits: cluster.power_mw powers no GPU in any DC (" << prof.name << ": "
+                                                                                    << prof.board_power_w
+                                                                                    << " W a GPU x cluster.pue)\n"
+                                                                                       "  hint: raise cluster.power_mw").str());
   const double usable = prof.usable_bytes();
 
   std::vector<int> tps;
@@ -235,11 +377,54 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
   const double intra_bpms = cfg.cluster.intra_bandwidth_gbps * 1e9 / 8.0 / 1e3;
   const double intra_lat = cfg.cluster.intra_latency_us / 1e3;
 
+  // Price, energy and emissions per step follow the step time.
+  auto set_step = [&](Plan& p, double step_ms) {
+    p.cost_per_step = price_per_hour(cfg, p) * step_ms / 3.6e6;
+    p.power_kw = power_kw(cfg, prof, p);
+    p.energy_kwh_per_step = p.power_kw * step_ms / 3.6e6;
+    p.co2_kg_per_step = co2_kg_per_hour(cfg, prof, p) * step_ms / 3.6e6;
+  };
+  // Closed-form step estimate of a placed plan (pruning only) and its price at that estimate.
+  auto estimate = [&](Plan& p, const ModelCfg& mm) {
+    const sched::BlockCost& bc = block(p.tp, p.micro_batch_size);
+    const int pp = p.pp;
+    const int dp = p.dp;
+    const int m = p.micro_batches;
+    double t_max = 0.0;
+    double ar_max = 0.0;
+    for (int s = 0; s < pp; ++s) {
+      const int layers = mm.layers_per_stage[static_cast<std::size_t>(s)];
+      const bool last = s == pp - 1;
+      t_max = std::max(t_max, layers * (bc.fwd_ms + bc.bwd_ms) + (last ? bc.head_fwd_ms + bc.head_bwd_ms : 0.0));
+      const double params = sched::stage_params(mm, s, pp) / p.tp;
+      ar_max = std::max(ar_max, sched::ring_allreduce_ms(params * prof.grad_bytes, dp, intra_bpms, intra_lat) +
+                                    params * prof.optimizer_bytes_per_param / (prof.mem_bandwidth_gbs * 1e9) * 1e3);
+    }
+    const double xfer_bytes = static_cast<double>(p.micro_batch_size) * model.seq_len * model.hidden *
+                              prof.activation_bytes * (prof.pipeline_scatter_gather ? 1.0 : p.tp);
+    double fill = 0.0;
+    double wan_bound = 0.0;
+    for (std::size_t i = 1; i < p.dc_order.size(); ++i) {
+      const int a = p.dc_order[i - 1];
+      const int c = p.dc_order[i];
+      const double lat = latency_of(cfg, a, c);
+      const double cap = capacity_of(cfg, a, c);
+      const double one = sched::transfer_cap_bytes_per_ms(cap, lat, flows, window);
+      fill += 2.0 * (lat + xfer_bytes / one);
+      wan_bound = std::max(wan_bound, dp * m * xfer_bytes / std::min(cap, dp * one));
+    }
+    p.estimate_ms = std::max((m + pp - 1) * t_max + fill, wan_bound + (pp - 1) * t_max + fill) + ar_max;
+    set_step(p, p.estimate_ms);  // replaced by the simulated step
+  };
+
   std::vector<Plan> cands;
   int too_big = 0;  // shapes whose schedule table atlas could not hold (deck::limits)
   double smallest_unplaced_gpus = std::numeric_limits<double>::infinity();
   Plan smallest_unplaced;
+  long long residency_rejected = 0;  // placements whose first/last stage would sit in a DC with may_hold_data 0
+  const std::vector<std::uint64_t> subsets = dc_subsets(free_gpus);
   for (int tp : tps) {
+    if (opt.progress) opt.progress(fmt::format("enumerating shapes (tp {}): {} candidate plans so far", tp, cands.size()));
     for (int pp = 1; pp <= std::min(model.layers, total / tp); ++pp) {
       ModelCfg mm = model;
       mm.layers_per_stage = split_layers(model.layers, pp);
@@ -253,6 +438,7 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
             ++too_big;
             continue;
           }
+          // Every plan's memory is checked here, and only here (sim::peak_memory).
           const sim::MemoryEstimate mem = sim::peak_memory(mm, pp, tp, b, m, ScheduleKind::Atlas, prof);
           if (mem.total() > usable) continue;
           ++res.fit_memory;
@@ -265,8 +451,27 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
           p.gpus = tp * pp * dp;
           p.mem_bytes = mem.total();
           p.layers_per_stage = mm.layers_per_stage;
-          auto placed = place_stages(cfg.cluster.gpus_per_dc, pp, dp * tp);
-          if (!placed) {
+          // The heuristic placement in every candidate set of DCs (all of them, each alone,
+          // the set without the largest, ...): each distinct placement is a candidate.
+          std::vector<std::vector<int>> seen;
+          for (std::uint64_t set : subsets) {
+            std::vector<int> masked = free_gpus;
+            for (std::size_t dc = 0; dc < masked.size(); ++dc)
+              if (((set >> dc) & 1U) == 0) masked[dc] = 0;
+            auto placed = place_stages(masked, pp, dp * tp);
+            if (!placed || std::find(seen.begin(), seen.end(), *placed) != seen.end()) continue;
+            seen.push_back(*placed);
+            Plan q = p;
+            q.stages_per_dc = *placed;
+            q.dc_order = chain_order(cfg, q.stages_per_dc);
+            if (q.dc_order.empty()) {
+              ++residency_rejected;
+              continue;
+            }
+            estimate(q, mm);
+            cands.push_back(std::move(q));
+          }
+          if (seen.empty()) {
             if (p.gpus < smallest_unplaced_gpus) {
               smallest_unplaced_gpus = p.gpus;
               smallest_unplaced = p;
@@ -274,40 +479,6 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
             continue;
           }
           ++res.placed;
-          p.stages_per_dc = *placed;
-          p.dc_order = chain_order(cfg, p.stages_per_dc);
-
-          // ---- closed-form estimate (pruning only) ----
-          const sched::BlockCost& bc = block(tp, b);
-          double t_max = 0.0;
-          double ar_max = 0.0;
-          for (int s = 0; s < pp; ++s) {
-            const int layers = mm.layers_per_stage[static_cast<std::size_t>(s)];
-            const bool last = s == pp - 1;
-            t_max = std::max(t_max, layers * (bc.fwd_ms + bc.bwd_ms) + (last ? bc.head_fwd_ms + bc.head_bwd_ms : 0.0));
-            const double params = sched::stage_params(mm, s, pp) / tp;
-            ar_max = std::max(ar_max, sched::ring_allreduce_ms(params * prof.grad_bytes, dp, intra_bpms, intra_lat) +
-                                          params * prof.optimizer_bytes_per_param / (prof.mem_bandwidth_gbs * 1e9) * 1e3);
-          }
-          const double xfer_bytes = static_cast<double>(b) * model.seq_len * model.hidden * prof.activation_bytes *
-                                    (prof.pipeline_scatter_gather ? 1.0 : tp);
-          double fill = 0.0;
-          double wan_bound = 0.0;
-          for (std::size_t i = 1; i < p.dc_order.size(); ++i) {
-            const int a = p.dc_order[i - 1];
-            const int c = p.dc_order[i];
-            const double lat = latency_of(cfg, a, c);
-            const double cap = capacity_of(cfg, a, c);
-            const double one = sched::transfer_cap_bytes_per_ms(cap, lat, flows, window);
-            fill += 2.0 * (lat + xfer_bytes / one);
-            wan_bound = std::max(wan_bound, dp * m * xfer_bytes / std::min(cap, dp * one));
-          }
-          p.estimate_ms = std::max((m + pp - 1) * t_max + fill, wan_bound + (pp - 1) * t_max + fill) + ar_max;
-          double price = 0.0;
-          for (std::size_t dc = 0; dc < p.stages_per_dc.size(); ++dc)
-            price += p.stages_per_dc[dc] * dp * tp * price_of(cfg, static_cast<int>(dc));
-          p.cost_per_step = price * p.estimate_ms / 3.6e6;  // replaced by the simulated value
-          cands.push_back(std::move(p));
         }
       }
     }
@@ -320,9 +491,16 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
         "  hint: lower train.micro_batches",
         G, deck::limits::kMaxScheduleSlots));
   if (res.fit_memory == 0) {
-    // Report the most favourable shape: the largest tp and pp the cluster allows.
-    const int tp = tps.back();
-    const int pp = std::max(1, std::min(model.layers, total / tp));
+    // Report the shape with the most GPUs holding one model copy (ties: the larger tp).
+    int tp = tps.back();
+    int pp = std::max(1, std::min(model.layers, total / tp));
+    for (int t : tps) {
+      const int q = std::max(1, std::min(model.layers, total / t));
+      if (t * q > tp * pp || (t * q == tp * pp && t > tp)) {
+        tp = t;
+        pp = q;
+      }
+    }
     ModelCfg mm = model;
     mm.layers_per_stage = split_layers(model.layers, pp);
     const sim::MemoryEstimate e = sim::peak_memory(mm, pp, tp, 1, G, ScheduleKind::Atlas, prof);
@@ -334,41 +512,98 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
         static_cast<double>(model.parameter_count()) / 1e9, gib(e.total()), tp, pp, gib(e.state_bytes),
         gib(e.activation_bytes), prof.name, prof.memory_gib, gib(usable)));
   }
+  if (cands.empty() && residency_rejected > 0) {
+    std::string allowed;
+    std::string denied;
+    for (int dc = 0; dc < cfg.cluster.dc_count(); ++dc)
+      (cfg.cluster.may_hold_data_of(dc) ? allowed : denied) +=
+          fmt::format("{}{}", (cfg.cluster.may_hold_data_of(dc) ? allowed : denied).empty() ? "" : ", ",
+                      cfg.cluster.dcs[static_cast<std::size_t>(dc)]);
+    config_error((std::ostringstream() <<
+                "no plan meets the data-residency constraint cluster.may_hold_data: the first stage (reads the "
+                "training data, holds the embedding) and the last (LM head, tied to the embedding) must sit in "
+                "a DC marked 1 ("
+                    << (allowed.empty() ? std::string("none is") : allowed) << "), not in " << denied << "; "
+                    << residency_rejected << " placements that fit memory and the free GPUs put an end stage elsewhere"
+                    << "\n  hint: mark another DC 1 in cluster.may_hold_data, or add GPUs to "
+                    << (allowed.empty() ? std::string("a DC marked 1") : allowed)
+                    << " so a pipeline can start and end there").str());
+  }
   if (cands.empty()) {
     std::string free;
     for (std::size_t dc = 0; dc < cfg.cluster.dcs.size(); ++dc)
       free += fmt::format("{}{}={}", free.empty() ? "" : ", ", cfg.cluster.dcs[dc], cfg.cluster.gpus_per_dc[dc]);
     const Plan& s = smallest_unplaced;
+    const int largest_dc = *std::max_element(cfg.cluster.gpus_per_dc.begin(), cfg.cluster.gpus_per_dc.end());
+    // The hint names what would help this shape: a stage too big for every DC needs a bigger DC
+    // (or, with dp > 1, fewer DP pipelines); a global batch change never helps a dp-1 shape.
+    std::string hint;
+    if (s.dp * s.tp > largest_dc && s.dp == 1)
+      hint = fmt::format("a stage of tp {} GPUs must sit in one DC and the largest DC has {}: give one DC at least {} "
+                         "free GPUs, or use a larger-memory plan.gpu so a smaller tp fits",
+                         s.tp, largest_dc, s.tp);
+    else if (s.dp * s.tp > largest_dc)
+      hint = fmt::format("give one DC at least {} free GPUs, or lower the global batch (train.micro_batches) so fewer "
+                         "DP pipelines are needed",
+                         s.dp * s.tp);
+    else if (s.dp == 1)
+      hint = fmt::format("add GPUs (the stages need {} DC slots of {} GPUs), or use a larger-memory plan.gpu", s.pp, s.tp);
+    else
+      hint = "add GPUs, or lower the global batch (train.micro_batches) so fewer DP pipelines are needed";
     throw ConfigError(fmt::format(
         "no plan fits the free GPUs: the smallest shape that fits memory (tp {} x pp {} x dp {} = {} GPUs) "
-        "needs {} stages of {} GPUs each, every stage inside one DC, but the DCs have {}\n"
-        "  hint: add GPUs, or lower the global batch (train.micro_batches) so fewer DP pipelines fit",
-        s.tp, s.pp, s.dp, s.gpus, s.pp, s.dp * s.tp, free));
+        "needs {} stages of {} GPUs each, every stage inside one DC, but the DCs have {}\n  hint: {}",
+        s.tp, s.pp, s.dp, s.gpus, s.pp, s.dp * s.tp, free, hint));
   }
 
   // ---- simulate the promising plans ----
+  // Quick-simulated (one atlas candidate): the best estimates, the deck's own shape, the best
+  // estimates of every set of DCs (so single-DC plans and plans without the largest DC are
+  // timed), and with a deadline the cheapest plans near it. Fully re-timed (the whole atlas
+  // search; never slower than the quick timing): the plan.top fastest of the first three groups,
+  // the fastest of every set of DCs, and the cheapest quick-timed plans meeting the deadline, so
+  // a deadline only adds plans and never loses the fastest one.
   const int top = std::max(1, cfg.plan.top);
   const std::size_t k = static_cast<std::size_t>(opt.simulate_top > 0 ? opt.simulate_top : std::max(3 * top, 32));
   std::vector<std::size_t> idx(cands.size());
   std::iota(idx.begin(), idx.end(), 0);
-  std::vector<bool> pick(cands.size(), false);
+  enum Pick : char { None = 0, Base = 1, Deadline = 2 };
+  std::vector<char> pick(cands.size(), None);
   std::stable_sort(idx.begin(), idx.end(), [&](std::size_t a, std::size_t b) { return cands[a].estimate_ms < cands[b].estimate_ms; });
-  for (std::size_t i = 0; i < std::min(k, idx.size()); ++i) pick[idx[i]] = true;
-  // The deck's own shape is always simulated: the what-if table then shows where it stands.
-  for (std::size_t i = 0; i < cands.size(); ++i) {
+  for (std::size_t i = 0; i < std::min(k, idx.size()); ++i) pick[idx[i]] = Base;
+  auto set_of = [](const Plan& p) {
+    std::uint64_t set = 0;
+    for (std::size_t dc = 0; dc < p.stages_per_dc.size() && dc < 64; ++dc)
+      if (p.stages_per_dc[dc] > 0) set |= std::uint64_t{1} << dc;
+    return set;
+  };
+  {
+    std::map<std::uint64_t, int> per_set;
+    for (std::size_t i : idx)
+      if (per_set[set_of(cands[i])]++ < kPerDcSet) pick[i] = Base;
+  }
+  // The deck's own shape is always simulated (its best placement): the what-if table then shows
+  // where it stands.
+  for (std::size_t i : idx) {
     const Plan& p = cands[i];
     if (p.tp == cfg.parallel.tp_size && p.pp == cfg.parallel.pp_size() && p.dp == cfg.parallel.dp_size &&
-        p.micro_batch_size == cfg.train.micro_batch_size)
-      pick[i] = true;
+        p.micro_batch_size == cfg.train.micro_batch_size) {
+      pick[i] = Base;
+      break;
+    }
   }
-  if (cfg.plan.deadline_s > 0) {
-    // The cheapest plans whose estimate is near the deadline are candidates too.
-    std::stable_sort(idx.begin(), idx.end(), [&](std::size_t a, std::size_t b) { return cands[a].cost_per_step < cands[b].cost_per_step; });
+  const bool deadline = cfg.plan.deadline_s > 0;
+  if (deadline || objective != PlanObjective::Time) {
+    // The plans best by the objective (estimated), near the deadline if any, are candidates too.
+    std::vector<std::size_t> by_obj = idx;
+    std::stable_sort(by_obj.begin(), by_obj.end(), [&](std::size_t a, std::size_t b) {
+      return objective_value(cands[a], objective) < objective_value(cands[b], objective);
+    });
     std::size_t added = 0;
-    for (std::size_t i : idx) {
+    for (std::size_t i : by_obj) {
       if (added >= k) break;
-      if (cands[i].estimate_ms <= cfg.plan.deadline_s * 1e3 * 1.5) {
-        pick[i] = true;
+      if (!deadline || cands[i].estimate_ms <= cfg.plan.deadline_s * 1e3 * 1.5) {
+        if (pick[i] == None) pick[i] = Deadline;
         ++added;
       }
     }
@@ -381,6 +616,7 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
     const auto tokens = static_cast<double>(cfg.tokens_per_step());  // the deck's global batch, every plan's
     const sim::SimResult r = sim::simulate(cost, ScheduleKind::Atlas, p.micro_batches, tokens, full);
     p.simulated = true;
+    p.fully_timed = full;
     p.step_ms = r.step_ms;
     p.tokens_per_s = r.tokens_per_s;
     p.utilization = r.compute_utilization;
@@ -388,37 +624,90 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
     // The atlas table may hold more micro-batches than 1F1B (its depth search stays within the
     // device's memory): the plan's memory per GPU is the table's (sched/memory.hpp).
     p.mem_bytes = std::max(p.mem_bytes, sched::memory_per_gpu(cost, r.table).peak_bytes);
-    double price = 0.0;
-    for (std::size_t dc = 0; dc < p.stages_per_dc.size(); ++dc)
-      price += p.stages_per_dc[dc] * p.dp * p.tp * price_of(cfg, static_cast<int>(dc));
-    p.cost_per_step = price * p.step_ms / 3.6e6;
+    set_step(p, p.step_ms);
   };
+  auto tell = [&](const std::string& what) {
+    if (opt.progress) opt.progress(what);
+  };
+  const auto quick_total = static_cast<std::size_t>(std::count_if(pick.begin(), pick.end(), [](char c) { return c != None; }));
+  std::vector<char> group;  // res.plans[i]'s Pick
   for (std::size_t i = 0; i < cands.size(); ++i)
-    if (pick[i]) {
+    if (pick[i] != None) {
+      tell(fmt::format("{} candidate plans; quick-timing plan {} of {}", cands.size(), res.plans.size() + 1, quick_total));
       run(cands[i], false);
       res.plans.push_back(cands[i]);
+      group.push_back(pick[i]);
     }
+  if (opt.final_full_search) {
+    std::vector<std::size_t> order(res.plans.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return res.plans[a].step_ms < res.plans[b].step_ms; });
+    std::vector<bool> retime(res.plans.size(), false);
+    int base = 0;
+    std::map<std::uint64_t, bool> set_done;
+    int near = 0;
+    for (std::size_t i : order) {
+      const Plan& p = res.plans[i];
+      if (group[i] == Base && base < top) {
+        retime[i] = true;
+        ++base;
+      }
+      if (group[i] == Base && !set_done[set_of(p)]) {
+        retime[i] = true;
+        set_done[set_of(p)] = true;
+      }
+    }
+    if (deadline || objective != PlanObjective::Time) {
+      std::vector<std::size_t> by_obj = order;
+      std::stable_sort(by_obj.begin(), by_obj.end(), [&](std::size_t a, std::size_t b) {
+        return objective_value(res.plans[a], objective) < objective_value(res.plans[b], objective);
+      });
+      for (std::size_t i : by_obj)
+        if (near < top && (!deadline || res.plans[i].step_ms <= cfg.plan.deadline_s * 1e3 * kDeadlineSlack)) {
+          retime[i] = true;
+          ++near;
+        }
+    }
+    const auto full_total = static_cast<std::size_t>(std::count(retime.begin(), retime.end(), true));
+    std::size_t done = 0;
+    for (std::size_t i = 0; i < res.plans.size(); ++i)
+      if (retime[i]) {
+        tell(fmt::format("{} plans quick-timed; re-timing plan {} of {} with the whole atlas search", res.plans.size(),
+                         ++done, full_total));
+        run(res.plans[i], true);
+      }
+  }
   auto by_step = [](const Plan& a, const Plan& b) { return a.step_ms < b.step_ms; };
   std::stable_sort(res.plans.begin(), res.plans.end(), by_step);
-  if (opt.final_full_search) {
-    for (std::size_t i = 0; i < std::min(res.plans.size(), static_cast<std::size_t>(top)); ++i) run(res.plans[i], true);
-    std::stable_sort(res.plans.begin(), res.plans.end(), by_step);
-  }
+  // A plan whose timed table does not fit the device's memory is never chosen nor shown.
+  std::erase_if(res.plans, [&](const Plan& p) { return p.mem_bytes > usable; });
+  if (res.plans.empty())
+    throw ConfigError(fmt::format("no plan fits: every simulated plan's schedule table needs more than the {:.1f} GiB "
+                                  "usable on a {}\n  hint: add GPUs or use a larger-memory plan.gpu",
+                                  gib(usable), prof.name));
   res.best = 0;
   res.chosen = 0;
-  if (cfg.plan.deadline_s > 0) {
-    int cheapest = -1;
-    for (std::size_t i = 0; i < res.plans.size(); ++i) {
-      const Plan& p = res.plans[i];
-      if (p.step_ms > cfg.plan.deadline_s * 1e3) continue;
-      if (cheapest < 0 || p.cost_per_step < res.plans[static_cast<std::size_t>(cheapest)].cost_per_step - 1e-12)
-        cheapest = static_cast<int>(i);
+  if (deadline || objective != PlanObjective::Time) {
+    // The plan best by the objective among those meeting the deadline (ties: the faster).
+    auto pick_best = [&]() {
+      int chosen = -1;
+      for (std::size_t i = 0; i < res.plans.size(); ++i) {
+        const Plan& p = res.plans[i];
+        if (deadline && p.step_ms > cfg.plan.deadline_s * 1e3) continue;
+        if (chosen < 0 || objective_value(p, objective) <
+                              objective_value(res.plans[static_cast<std::size_t>(chosen)], objective) * (1 - 1e-12))
+          chosen = static_cast<int>(i);
+      }
+      return chosen;
+    };
+    int chosen = pick_best();
+    res.deadline_met = chosen >= 0;
+    if (chosen >= 0 && opt.final_full_search && !res.plans[static_cast<std::size_t>(chosen)].fully_timed) {
+      run(res.plans[static_cast<std::size_t>(chosen)], true);  // never slower: it still meets the deadline
+      std::stable_sort(res.plans.begin(), res.plans.end(), by_step);
+      chosen = pick_best();
     }
-    res.deadline_met = cheapest >= 0;
-    if (cheapest >= 0) {
-      if (opt.final_full_search) run(res.plans[static_cast<std::size_t>(cheapest)], true);
-      res.chosen = cheapest;
-    }
+    if (chosen >= 0) res.chosen = chosen;
   }
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return res;
@@ -428,6 +717,30 @@ std::string what_if_table(const PlanResult& r, const Config& cfg, int rows) {
   std::vector<int> shown;
   for (int i = 0; i < std::min(rows, static_cast<int>(r.plans.size())); ++i) shown.push_back(i);
   if (r.chosen >= rows) shown.push_back(r.chosen);
+  // The fastest plan in each DC alone and without the largest DC, when not among the rows.
+  const int n = cfg.cluster.dc_count();
+  int largest = 0;
+  for (int dc = 1; dc < n; ++dc)
+    if (cfg.cluster.gpus_per_dc[static_cast<std::size_t>(dc)] > cfg.cluster.gpus_per_dc[static_cast<std::size_t>(largest)]) largest = dc;
+  std::map<int, std::string> extra_note;
+  auto first_where = [&](const std::function<bool(const Plan&)>& f) {
+    for (std::size_t i = 0; i < r.plans.size(); ++i)
+      if (f(r.plans[i])) return static_cast<int>(i);
+    return -1;
+  };
+  auto used = [](const Plan& p, int dc) { return p.stages_per_dc[static_cast<std::size_t>(dc)] > 0; };
+  for (int dc = 0; dc < n && n > 1; ++dc) {
+    const int i = first_where([&](const Plan& p) { return used(p, dc) && p.dc_order.size() == 1; });
+    if (i >= 0) extra_note[i] = fmt::format("fastest in {} alone", cfg.cluster.dcs[static_cast<std::size_t>(dc)]);
+  }
+  if (n > 1) {
+    const int i = first_where([&](const Plan& p) { return !used(p, largest); });
+    if (i >= 0 && extra_note.count(i) == 0)
+      extra_note[i] = fmt::format("fastest without {}", cfg.cluster.dcs[static_cast<std::size_t>(largest)]);
+  }
+  for (const auto& [i, note] : extra_note)
+    if (std::find(shown.begin(), shown.end(), i) == shown.end()) shown.push_back(i);
+  std::sort(shown.begin(), shown.end());
   auto dcs_of = [&](const Plan& p) {
     std::string dcs;
     for (int dc : p.dc_order)
@@ -438,9 +751,23 @@ std::string what_if_table(const PlanResult& r, const Config& cfg, int rows) {
   std::size_t width = 17;
   for (int i : shown) width = std::max(width, dcs_of(r.plans[static_cast<std::size_t>(i)]).size());
   const char* unit = r.priced ? "cost/step" : "GPU-h/step";
-  std::string out = fmt::format("# {:>3} {:<{}} {:>6} {:>3} {:>4} {:>4} {:>3} {:>5} {:>8} {:>10} {:>12} {:>6} {:>11}  {}\n",
-                                "#", "DCs used (stages)", width, "GPUs", "tp", "pp", "dp", "mbs", "mb", "GiB/GPU",
-                                "step_s", "tokens/s", "util%", unit, "note");
+  // Energy (GPUs x board power x PUE x step) when the profile knows its board power; emissions
+  // when the DCs' carbon intensities are given.
+  const bool energy = std::any_of(r.plans.begin(), r.plans.end(), [](const Plan& p) { return p.power_kw > 0; });
+  const bool carbon = energy && !cfg.cluster.carbon_g_per_kwh.empty();
+  std::string out = fmt::format("# {:>3} {:<{}} {:>6} {:>3} {:>4} {:>4} {:>3} {:>5} {:>8} {:>10} {:>12} {:>6} {:>11}", "#",
+                                "DCs used (stages)", width, "GPUs", "tp", "pp", "dp", "mbs", "mb", "GiB/GPU", "step_s",
+                                "tokens/s", "util%", unit);
+  if (energy) out += fmt::format(" {:>9} {:>10}", "kW", "kWh/step");
+  if (carbon) out += fmt::format(" {:>11}", "kgCO2/step");
+  out += "  note\n";
+  const char* chosen_note = nullptr;
+  switch (r.objective) {
+    case PlanObjective::Cost: chosen_note = "cheapest"; break;
+    case PlanObjective::Energy: chosen_note = "least energy"; break;
+    case PlanObjective::Carbon: chosen_note = "least CO2"; break;
+    default: chosen_note = cfg.plan.deadline_s > 0 ? "fastest" : nullptr; break;
+  }
   for (int i : shown) {
     const Plan& p = r.plans[static_cast<std::size_t>(i)];
     std::string note;
@@ -448,11 +775,15 @@ std::string what_if_table(const PlanResult& r, const Config& cfg, int rows) {
     if (p.tp == cfg.parallel.tp_size && p.pp == cfg.parallel.pp_size() && p.dp == cfg.parallel.dp_size &&
         p.micro_batch_size == cfg.train.micro_batch_size)
       note += std::string(note.empty() ? "" : ", ") + "the deck's shape";
-    if (cfg.plan.deadline_s > 0 && i == r.chosen && r.deadline_met)
-      note += std::string(note.empty() ? "" : ", ") + "cheapest within deadline";
-    out += fmt::format("  {:>3} {:<{}} {:>6} {:>3} {:>4} {:>4} {:>3} {:>5} {:>8.1f} {:>10.3f} {:>12.0f} {:>6.1f} {:>11.4g}  {}\n",
+    if (chosen_note != nullptr && i == r.chosen && r.deadline_met)
+      note += std::string(note.empty() ? "" : ", ") + chosen_note + (cfg.plan.deadline_s > 0 ? " within deadline" : "");
+    if (auto it = extra_note.find(i); it != extra_note.end()) note += std::string(note.empty() ? "" : ", ") + it->second;
+    out += fmt::format("  {:>3} {:<{}} {:>6} {:>3} {:>4} {:>4} {:>3} {:>5} {:>8.1f} {:>10.3f} {:>12.0f} {:>6.1f} {:>11.4g}",
                        i + 1, dcs_of(p), width, p.gpus, p.tp, p.pp, p.dp, p.micro_batch_size, p.micro_batches,
-                       gib(p.mem_bytes), p.step_ms / 1e3, p.tokens_per_s, 100.0 * p.utilization, p.cost_per_step, note);
+                       gib(p.mem_bytes), p.step_ms / 1e3, p.tokens_per_s, 100.0 * p.utilization, p.cost_per_step);
+    if (energy) out += fmt::format(" {:>9.1f} {:>10.4g}", p.power_kw, p.energy_kwh_per_step);
+    if (carbon) out += fmt::format(" {:>11.4g}", p.co2_kg_per_step);
+    out += fmt::format("  {}\n", note);
   }
   return out;
 }

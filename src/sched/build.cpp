@@ -78,6 +78,13 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt) {
   }
   slot_choices.push_back(all_slots);
   if (opt.fixed_slots > 0) slot_choices = {opt.fixed_slots};
+  // No WAN link: no transfer to share, every link policy times alike (the search kept the first).
+  const bool no_wan = base_map.channel_of.empty();
+  if (no_wan) {
+    staggers = {0.0};
+    ties = {TieBreak::PipelineOrder};
+    slot_choices = {opt.fixed_slots > 0 ? opt.fixed_slots : 1};
+  }
   std::sort(slot_choices.begin(), slot_choices.end());
   slot_choices.erase(std::unique(slot_choices.begin(), slot_choices.end()), slot_choices.end());
 
@@ -96,13 +103,18 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt) {
   AtlasChoice best;
   double best_ms = std::numeric_limits<double>::infinity();
   int tried = 0;
+  // A bound for the search (set below): the default candidate's makespan. No candidate slower
+  // than it, or than the best so far, can win, so each stops once past either (the engine's
+  // stop_after_ms); the order of the search, and so the choice, is unchanged.
+  double bound = std::numeric_limits<double>::infinity();
   auto consider = [&](const AtlasChoice& k, bool classic = false) {
     if (c.dp == 1 && k.stagger_ms > 0) return;  // one pipeline: nothing to stagger against
     ProgramMap map;
     EngineProgram p = program(k, map);
+    p.stop_after_ms = std::min(best_ms, bound);
     const EngineResult r = run_engine(p);
     ++tried;
-    if (r.deadlock) return;
+    if (r.deadlock || r.stopped) return;
     // Ties keep the earlier candidate. Another depth (deeper: more memory) must gain more than
     // 1e-4 of the step, else the shallower one stays; GPipe's own program (`classic`) only needs
     // to be faster, so atlas is never slower than GPipe.
@@ -128,6 +140,17 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt) {
   // 1. 1F1B's depth (under the memory cap), every link policy.
   const std::vector<int> base_depth = detail::fit_depth(detail::classic_depth(ScheduleKind::OneFOneB, c.pp, m),
                                                         detail::memory_depth_cap(c, m));
+  if (!no_wan && opt.full_search && opt.fixed_slots <= 0) {
+    AtlasChoice k;
+    k.depth = base_depth;
+    k.slots = max_slots;
+    k.tie_break = TieBreak::PipelineOrder;
+    k.stagger_ms = 0.0;
+    ProgramMap map;
+    EngineProgram p = program(k, map);
+    const EngineResult r = run_engine(p);
+    if (!r.deadlock) bound = r.makespan_ms + 1e-9;
+  }
   search_links(base_depth);
   // 2. Deeper (up to GPipe's m, under the memory cap), each with the policy found in 1 and with
   //    every transfer at once and no stagger (the classic concurrent sharing: GPipe's and 1F1B's

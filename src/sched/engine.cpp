@@ -92,6 +92,14 @@ class Engine {
       const Event e = m_pq.top();
       m_pq.pop();
       m_now = e.t;
+      if (m_now > m_p.stop_after_ms && !m_past_bound) {
+        m_past_bound = true;  // checked once: an unfinished worker ends after now, past the bound
+        for (std::size_t w = 0; w < m_pc.size(); ++w)
+          if (m_pc[w] < m_p.workers[w].size()) {
+            m_result.stopped = true;
+            return std::move(m_result);
+          }
+      }
       switch (e.type) {
         case Ev::Resume: advance(e.a); break;
         case Ev::Arrive: arrive(e.a); break;
@@ -521,6 +529,7 @@ class Engine {
   std::priority_queue<Event, std::vector<Event>, std::greater<>> m_pq;
   std::uint64_t m_seq = 0;
   double m_now = 0.0;
+  bool m_past_bound = false;
   std::vector<std::size_t> m_pc;
   std::vector<int> m_blocked_msg;
   std::vector<int> m_blocked_sync;

@@ -235,6 +235,7 @@ DeviceProfile parse_device_profile(const std::string& file, const std::string& t
       {"grad_bytes", &DeviceProfile::grad_bytes},
       {"state_bytes_per_param", &DeviceProfile::state_bytes_per_param},
       {"optimizer_bytes_per_param", &DeviceProfile::optimizer_bytes_per_param},
+      {"board_power_w", &DeviceProfile::board_power_w},
   };
   const std::map<std::string, bool DeviceProfile::*> bools = {
       {"pipeline_scatter_gather", &DeviceProfile::pipeline_scatter_gather},
@@ -379,6 +380,7 @@ std::string format_device_profile(const DeviceProfile& p) {
   out += fmt::format("grad_bytes                = {:.6g}\n", p.grad_bytes);
   out += fmt::format("state_bytes_per_param     = {:.6g}\n", p.state_bytes_per_param);
   out += fmt::format("optimizer_bytes_per_param = {:.6g}\n", p.optimizer_bytes_per_param);
+  if (p.board_power_w > 0) out += fmt::format("board_power_w             = {:.6g}\n", p.board_power_w);
   out += fmt::format("pipeline_scatter_gather   = {}\n", p.pipeline_scatter_gather ? "true" : "false");
   out += fmt::format("sequence_parallel         = {}\n", p.sequence_parallel ? "true" : "false");
   out += fmt::format("selective_recompute       = {}\n", p.selective_recompute ? "true" : "false");
@@ -430,34 +432,40 @@ DeviceProfile builtin_device_profile(GpuKind gpu) {
       return p;
     case GpuKind::A100:
       p.name = "a100";
+      p.board_power_w = 400;
       p.description = "NVIDIA A100 SXM4 80GB, BF16";
       p.peak_tflops = 312;
       p.memory_gib = 80;
       p.mem_bandwidth_gbs = 2039;
       p.nvlink_gbs = 300;
       p.sources = {{"peak_tflops", "NVIDIA A100 Tensor Core GPU datasheet (2021): BF16 312 TFLOPS dense (624 sparse)"},
+                   {"board_power_w", "same datasheet: A100 SXM4 max TDP 400 W"},
                    {"memory_gib", "same datasheet: 80 GB HBM2e, 2,039 GB/s"},
                    {"nvlink_gbs", "same datasheet: NVLink 600 GB/s total = 300 GB/s per direction"}};
       break;
     case GpuKind::H100:
       p.name = "h100";
+      p.board_power_w = 700;
       p.description = "NVIDIA H100 SXM5 80GB, BF16";
       p.peak_tflops = 989;
       p.memory_gib = 80;
       p.mem_bandwidth_gbs = 3350;
       p.nvlink_gbs = 450;
       p.sources = {{"peak_tflops", "NVIDIA H100 Tensor Core GPU datasheet (2023): SXM BF16 1,979 TFLOPS with sparsity = 989 dense"},
+                   {"board_power_w", "same datasheet: H100 SXM max TDP up to 700 W"},
                    {"memory_gib", "same datasheet: 80 GB HBM3, 3.35 TB/s"},
                    {"nvlink_gbs", "same datasheet: NVLink 900 GB/s total = 450 GB/s per direction"}};
       break;
     case GpuKind::H200:
       p.name = "h200";
+      p.board_power_w = 700;
       p.description = "NVIDIA H200 SXM 141GB, BF16";
       p.peak_tflops = 989;
       p.memory_gib = 141;
       p.mem_bandwidth_gbs = 4800;
       p.nvlink_gbs = 450;
       p.sources = {{"peak_tflops", "NVIDIA H200 Tensor Core GPU datasheet (2024): SXM BF16 1,979 TFLOPS with sparsity = 989 dense"},
+                   {"board_power_w", "same datasheet: H200 SXM max TDP up to 700 W"},
                    {"memory_gib", "same datasheet: 141 GB HBM3e, 4.8 TB/s"},
                    {"nvlink_gbs", "same datasheet: NVLink 900 GB/s total = 450 GB/s per direction"}};
       break;

@@ -4,6 +4,7 @@ atlas_unit_test(test_sim_profile ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_sim_profi
 atlas_unit_test(test_sim_simulator ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_sim_simulator.cpp)
 atlas_unit_test(test_sim_insitu ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_sim_insitu.cpp)
 atlas_unit_test(test_plan_planner ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_plan_planner.cpp)
+atlas_unit_test(test_sim_scale ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_sim_scale.cpp)
 
 # The commands end to end on the example decks (wiring, output, error exit): one process each.
 function(atlas_cli_test name regex)
@@ -59,3 +60,16 @@ add_test(NAME cli_profile_gemm_curve
   COMMAND bash -c "set -e; f=${CMAKE_BINARY_DIR}/gemm_curve.profile; cp profiles/device/h100.profile $f; out=$($<TARGET_FILE:atlas> profile --gemm --threads 1 --repeat 1 --update $f); echo \"$out\"; grep -Eq '^ +256 +256 +256 +[0-9.]+ +[0-9.e+-]+$' <<<\"$out\"; grep -q '^gemm_min_dim *= 16 32 64 128 256$' $f; grep -q 'measured by .atlas profile --gemm --backend host' $f; $<TARGET_FILE:atlas> profile --show $f | grep -q 'device profile h100'; rc=0; err=$($<TARGET_FILE:atlas> profile --gemm --backend tpu 2>&1) || rc=$?; echo \"$err\"; [[ $rc == 2 ]] && grep -q 'backend must be host or cuda' <<<\"$err\"; rm -f $f"
   WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(cli_profile_gemm_curve PROPERTIES LABELS unit TIMEOUT 60)
+# Issue #25: a progress line on stderr for long work (--progress-after 0: from the start), and a
+# warning when a prediction cannot be real (1.27e15 parameters, a step of hours).
+atlas_cli_test(cli_plan_progress "atlas plan: .*\\([0-9]+ s\\).*atlas plan: done \\([0-9.]+ s\\)"
+               plan inputs/plan_13b_deadline.deck --quiet --progress-after 0)
+atlas_cli_test(cli_simulate_bad_progress_after "ERROR: --progress-after needs seconds in \\[0, 1e6\\]"
+               simulate inputs/sim_two_dc_cpu.deck --progress-after -1)
+atlas_cli_test(cli_simulate_absurd
+               "WARNING: the model has 1.27e\\+15 parameters .*WARNING: a predicted step of 1.52e\\+04 s \\(4.2 h.*DOES NOT FIT"
+               simulate inputs/sim_gpt175b_4dc.deck model.hidden=1048576 model.heads=1024 schedule.kind=1f1b --ignore-memory)
+# Issue #25: a data-residency constraint no plan can meet is a config error naming it.
+atlas_cli_test(cli_plan_residency_impossible
+               "ERROR: no plan meets the data-residency constraint cluster.may_hold_data: .*a DC marked 1 \\(eu-west-1\\)"
+               plan inputs/plan_70b_4dc.deck --quiet "cluster.may_hold_data=0 0 0 1" "cluster.gpus_per_dc=384 256 256 8")

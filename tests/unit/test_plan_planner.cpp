@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
 
 #include "atlas/core/error.hpp"
@@ -19,6 +20,7 @@ namespace {
 
 using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 Config deck(const std::string& text, const std::vector<std::string>& overrides = {}) {
   deck::JobShape shape;
@@ -33,6 +35,8 @@ std::string error_of(const std::function<void()>& f) {
     f();
   } catch (const ConfigError& e) {
     return e.what();
+  } catch (const Error& e) {  // ATLAS_THROW(Config, ...)
+    return e.code() == ExitCode::Config ? e.what() : std::string("(not a config error)");
   }
   return "(no ConfigError)";
 }
@@ -179,6 +183,86 @@ TEST(PlanSearch, DeadlinePicksTheCheapestPlanThatMeetsIt) {
   EXPECT_EQ(none.chosen, none.best);
 }
 
+TEST(PlanSearch, ADeadlineNeverLosesTheFastestPlan) {
+  // Issue #25: with a deadline, cheap plans crowded the fastest one out of the full re-timing and
+  // the planner reported that no plan met a deadline the fastest plan meets.
+  Config cfg = deck(kCluster);
+  const sched::DeviceProfile prof = sched::device_profile(cfg);
+  const PlanResult free_run = search(cfg, prof);
+  const Plan& fastest = free_run.plans[0];
+  EXPECT_TRUE(fastest.fully_timed);
+  cfg.plan.deadline_s = fastest.step_ms * 1.0001 / 1e3;  // only the fastest few meet it
+  const PlanResult r = search(cfg, prof);
+  ASSERT_TRUE(r.deadline_met);
+  EXPECT_DOUBLE_EQ(r.plans[0].step_ms, fastest.step_ms);
+  EXPECT_LE(r.plans[static_cast<std::size_t>(r.chosen)].step_ms, cfg.plan.deadline_s * 1e3);
+  // Every plan fully timed without the deadline is fully timed, with the same step, with it.
+  for (const Plan& p : free_run.plans) {
+    if (!p.fully_timed) continue;
+    const auto same = std::find_if(r.plans.begin(), r.plans.end(), [&](const Plan& q) {
+      return q.tp == p.tp && q.pp == p.pp && q.dp == p.dp && q.micro_batch_size == p.micro_batch_size &&
+             q.stages_per_dc == p.stages_per_dc;
+    });
+    ASSERT_NE(same, r.plans.end());
+    EXPECT_TRUE(same->fully_timed);
+    EXPECT_DOUBLE_EQ(same->step_ms, p.step_ms);
+  }
+}
+
+TEST(PlanSearch, SingleDcPlansAndPlansWithoutTheLargestDcAreCandidates) {
+  // 'big' (64 GPUs) sits behind a 1 Gbit/s, 150 ms link. One 7B activation (2048 x 4096 bf16 =
+  // 16 MiB) takes 16.8e6 B / 125e6 B/s = 134 ms on that link, so a pipeline through 'big' pays
+  // 2 x 16 micro-batches x 134 ms > 4 s of transfers a step at dp 1 alone, while mid + small
+  // (48 GPUs) never touch it. "Largest DC first" could only ever start with 'big'.
+  Config cfg = deck(kCluster, {"cluster.latency_ms=0 150 150  150 0 15  150 15 0",
+                               "cluster.bandwidth_gbps=0 1 1  1 0 100  1 100 0"});
+  const sched::DeviceProfile prof = sched::device_profile(cfg);
+  const PlanResult r = search(cfg, prof);
+  auto alone = [&](int dc) {
+    return std::find_if(r.plans.begin(), r.plans.end(), [&](const Plan& p) {
+      return p.dc_order == std::vector<int>{dc};
+    }) != r.plans.end();
+  };
+  EXPECT_TRUE(alone(0));
+  EXPECT_TRUE(alone(1));
+  EXPECT_TRUE(alone(2));
+  const Plan& best = r.plans[0];
+  EXPECT_EQ(best.stages_per_dc[0] > 0 && best.dc_order.size() > 1, false)
+      << "the fastest plan crosses the slow link: " << what_if_table(r, cfg, 8);
+  const std::string table = what_if_table(r, cfg, 1);
+  EXPECT_THAT(table, HasSubstr("fastest in big alone"));
+  EXPECT_THAT(table, HasSubstr("fastest in mid alone"));
+  EXPECT_THAT(table, HasSubstr("fastest in small alone"));
+  EXPECT_THAT(table, ContainsRegex("fastest without big|fastest in (mid|small) alone"));
+  // With fast links everywhere the set of all DCs is still tried (the classic placement).
+  const PlanResult all = search(deck(kCluster), prof);
+  EXPECT_TRUE(std::any_of(all.plans.begin(), all.plans.end(), [](const Plan& p) { return p.dc_order.size() == 3; }));
+}
+
+TEST(PlanSearch, APlanThatDoesNotFitMemoryIsNeverSimulated) {
+  // 64 blocks of 4096 (12.9B parameters): the deck's own shape, tp 1 x pp 2 x dp 4, holds 6.4B
+  // parameters a GPU x 16 bytes = 103 GB = 96 GiB of weights, gradients and Adam state alone, more
+  // than an H100's 72 GiB usable. It must not be simulated (it used to be, as "the deck's shape").
+  Config cfg = deck(kCluster, {"model.layers=64", "parallel.tp_size=1"});
+  const sched::DeviceProfile prof = sched::device_profile(cfg);
+  ModelCfg mm = cfg.model;
+  mm.layers_per_stage = split_layers(64, 2);
+  EXPECT_GT(sim::peak_memory(mm, 2, 1, 1, 16, ScheduleKind::Atlas, prof).state_bytes, 96.0 * (1ull << 30));
+  const PlanResult r = search(cfg, prof);
+  for (const Plan& p : r.plans) {
+    EXPECT_FALSE(p.tp == 1 && p.pp == 2 && p.dp == 4);
+    ModelCfg m = cfg.model;
+    m.layers_per_stage = p.layers_per_stage;
+    // The memory shown is at least the shape's estimate (sim::peak_memory: 1F1B's depth) and is
+    // the timed table's (sched::memory_per_gpu, deeper when the depth search holds more), and it fits.
+    EXPECT_GE(p.mem_bytes,
+              sim::peak_memory(m, p.pp, p.tp, p.micro_batch_size, p.micro_batches, ScheduleKind::Atlas, prof).total() *
+                  (1 - 1e-12));
+    EXPECT_LE(p.mem_bytes, prof.usable_bytes());
+  }
+  EXPECT_THAT(what_if_table(r, cfg, 100), Not(HasSubstr("the deck's shape")));
+}
+
 // ---- errors ----
 
 TEST(PlanErrors, AModelThatFitsNoPlanSaysHowMuchItNeeds) {
@@ -192,6 +276,22 @@ TEST(PlanErrors, AModelThatFitsNoPlanSaysHowMuchItNeeds) {
                                  "the largest tp\\*pp \\(tp 8 x pp 2"));
   EXPECT_THAT(msg, HasSubstr("h100 has 80 GiB (72.0 GiB usable)"));
   EXPECT_THAT(msg, HasSubstr("hint:"));
+}
+
+TEST(PlanErrors, DcsTooSmallForOneStageGetAHintThatHelps) {
+  // 64.9B parameters on four DCs of 4 H100s: the smallest shape that fits memory is tp 8 x pp 2
+  // x dp 1; a stage of 8 GPUs fits no DC. Lowering the global batch cannot help a dp-1 shape.
+  const std::string msg = error_of([] {
+    Config cfg = deck(kCluster, {"cluster.dcs=a b c d", "cluster.gpus_per_dc=4 4 4 4",
+                                 "cluster.latency_ms=0 10 10 10  10 0 10 10  10 10 0 10  10 10 10 0",
+                                 "cluster.bandwidth_gbps=0 100 100 100  100 0 100 100  100 100 0 100  100 100 100 0", "cluster.price_per_gpu_hour=1 1 1 1",
+                                 "parallel.stages_per_dc=1 0 0 0", "parallel.dp_size=1", "parallel.tp_size=4",
+                                 "model.layers=80", "model.hidden=8192", "model.heads=64"});
+    (void)search(cfg, sched::device_profile(cfg));
+  });
+  EXPECT_THAT(msg, HasSubstr("(tp 8 x pp 2 x dp 1 = 16 GPUs) needs 2 stages of 8 GPUs each"));
+  EXPECT_THAT(msg, HasSubstr("hint: a stage of tp 8 GPUs must sit in one DC and the largest DC has 4"));
+  EXPECT_THAT(msg, Not(HasSubstr("global batch")));
 }
 
 TEST(PlanErrors, BadClustersAreCaughtWithClearMessages) {
@@ -247,6 +347,121 @@ TEST(PlanErrors, AGlobalBatchPastTheLimitsIsAConfigErrorNotAnInternalOne) {
                         "than 2000000 slots"));
 }
 
+// ---- power, energy, carbon, residency ----
+
+TEST(PlanPower, APowerCapLimitsTheGpusADcMayUse) {
+  // H100 board power 700 W x PUE 1.1 = 770 W a GPU. big: 6.16 kW / 770 W = 8 GPUs (of 64);
+  // mid: 0 MW = none; small: 1 MW = 1298 > 16, so its 16 free GPUs.
+  Config cfg = deck(kCluster, {"cluster.power_mw=0.00616 0 1", "cluster.pue=1.1"});
+  const sched::DeviceProfile prof = sched::device_profile(cfg);
+  EXPECT_EQ(prof.board_power_w, 700);
+  EXPECT_EQ(powered_gpus(cfg, prof), (std::vector<int>{8, 0, 16}));
+  const PlanResult r = search(cfg, prof);
+  EXPECT_EQ(r.usable_gpus, (std::vector<int>{8, 0, 16}));
+  for (const Plan& p : r.plans) {
+    EXPECT_LE(p.stages_per_dc[0] * p.dp * p.tp, 8);
+    EXPECT_EQ(p.stages_per_dc[1], 0);
+    EXPECT_LE(p.stages_per_dc[2] * p.dp * p.tp, 16);
+    // Within each budget: GPUs x 770 W <= power_mw.
+    EXPECT_LE(p.stages_per_dc[0] * p.dp * p.tp * 770.0, 6160.0 + 1e-9);
+  }
+  // Without the cap the fastest plan uses more than big's 8 powered GPUs there.
+  const PlanResult free_run = search(deck(kCluster), prof);
+  EXPECT_GT(free_run.plans[0].stages_per_dc[0] * free_run.plans[0].dp * free_run.plans[0].tp, 8);
+  // Caps that power nothing: a clear error.
+  Config none = deck(kCluster, {"cluster.power_mw=0 0 0"});
+  EXPECT_THAT(error_of([&] { (void)search(none, prof); }), HasSubstr("cluster.power_mw powers no GPU in any DC"));
+  // A budget without a board power to divide it by: a clear error.
+  sched::DeviceProfile no_power = prof;
+  no_power.board_power_w = 0;
+  EXPECT_THAT(error_of([&] { (void)powered_gpus(cfg, no_power); }), HasSubstr("has no board_power_w"));
+}
+
+TEST(PlanPower, EnergyAndEmissionsAddUp) {
+  // GPUs x 700 W x PUE (per DC) x step, and x gCO2/kWh per DC.
+  Config cfg = deck(kCluster, {"cluster.pue=1.1 1.3 1.5", "cluster.carbon_g_per_kwh=400 50 700"});
+  const sched::DeviceProfile prof = sched::device_profile(cfg);
+  const PlanResult r = search(cfg, prof);
+  const double pue[] = {1.1, 1.3, 1.5};
+  const double carbon[] = {400, 50, 700};
+  for (const Plan& p : r.plans) {
+    double kwh = 0.0;
+    double kg = 0.0;
+    for (int dc = 0; dc < 3; ++dc) {
+      const double e = p.stages_per_dc[static_cast<std::size_t>(dc)] * p.dp * p.tp * 0.7 * pue[dc] * p.step_ms / 3.6e6;
+      kwh += e;
+      kg += e * carbon[dc] / 1e3;
+    }
+    EXPECT_NEAR(p.energy_kwh_per_step, kwh, 1e-12 * kwh);
+    EXPECT_NEAR(p.co2_kg_per_step, kg, 1e-12 * kg);
+  }
+  // One plan by hand: 64 GPUs of big alone draw 64 x 0.7 kW x 1.1 = 49.28 kW.
+  for (const Plan& q : r.plans)
+    if (q.dc_order == std::vector<int>{0} && q.gpus == 64) {
+      EXPECT_NEAR(q.power_kw, 49.28, 1e-9);
+    }
+  const std::string table = what_if_table(r, cfg, 4);
+  EXPECT_THAT(table, HasSubstr("kWh/step"));
+  EXPECT_THAT(table, HasSubstr("kgCO2/step"));
+  // The objectives: the chosen plan is the least by each.
+  for (const auto& [name, obj] : std::vector<std::pair<std::string, PlanObjective>>{
+           {"energy", PlanObjective::Energy}, {"carbon", PlanObjective::Carbon}, {"cost", PlanObjective::Cost}}) {
+    Config c = deck(kCluster, {"cluster.pue=1.1 1.3 1.5", "cluster.carbon_g_per_kwh=400 50 700", "plan.objective=" + name});
+    const PlanResult o = search(c, prof);
+    EXPECT_EQ(o.objective, obj);
+    const Plan& chosen = o.plans[static_cast<std::size_t>(o.chosen)];
+    for (const Plan& q : o.plans) {
+      const double a = obj == PlanObjective::Energy ? q.energy_kwh_per_step
+                       : obj == PlanObjective::Carbon ? q.co2_kg_per_step : q.cost_per_step;
+      const double b = obj == PlanObjective::Energy ? chosen.energy_kwh_per_step
+                       : obj == PlanObjective::Carbon ? chosen.co2_kg_per_step : chosen.cost_per_step;
+      EXPECT_GE(a, b * (1 - 1e-9)) << name;
+    }
+  }
+  EXPECT_THAT(error_of([&] { (void)search(deck(kCluster, {"plan.objective=carbon"}), prof); }),
+              HasSubstr("plan.objective = carbon needs each DC's grid carbon intensity"));
+}
+
+TEST(PlanResidency, TheDataStagesStayInDcsThatMayHoldThem) {
+  // big may not hold the first or last stage: it may still hold middle stages.
+  Config cfg = deck(kCluster, {"cluster.may_hold_data=0 1 1"});
+  const sched::DeviceProfile prof = sched::device_profile(cfg);
+  const PlanResult r = search(cfg, prof);
+  ASSERT_FALSE(r.plans.empty());
+  bool middle_in_big = false;
+  for (const Plan& p : r.plans) {
+    EXPECT_NE(p.dc_order.front(), 0);
+    EXPECT_NE(p.dc_order.back(), 0);
+    middle_in_big = middle_in_big || p.stages_per_dc[0] > 0;
+  }
+  EXPECT_TRUE(middle_in_big);
+  // The emitted deck keeps the constraint with its DC.
+  const Config out = plan_config(cfg, r.plans[0]);
+  for (int dc = 0; dc < 3; ++dc)
+    EXPECT_EQ(out.cluster.may_hold_data_of(dc), out.cluster.dcs[static_cast<std::size_t>(dc)] != "big");
+  EXPECT_TRUE(out.cluster.may_hold_data_of(0));  // the pipeline starts in a DC that may
+}
+
+TEST(PlanResidency, AConstraintNoPlanCanMeetIsAClearError) {
+  // 64.9B parameters x 16 bytes = 121 GiB a GPU on small's 8 GPUs (72 GiB usable); only small
+  // may hold the end stages, and a pipeline over several DCs has its two ends in two DCs.
+  const std::string msg = error_of([] {
+    Config cfg = deck(kCluster, {"cluster.may_hold_data=0 0 1", "cluster.gpus_per_dc=64 32 8", "model.layers=80",
+                                 "model.hidden=8192", "model.heads=64"});
+    (void)search(cfg, sched::device_profile(cfg));
+  });
+  EXPECT_THAT(msg, HasSubstr("no plan meets the data-residency constraint cluster.may_hold_data"));
+  EXPECT_THAT(msg, HasSubstr("a DC marked 1 (small), not in big, mid"));
+  EXPECT_THAT(msg, HasSubstr("hint: mark another DC 1 in cluster.may_hold_data, or add GPUs to small"));
+  EXPECT_THAT(error_of([] {
+                Config cfg = deck(kCluster, {"cluster.may_hold_data=0 0 0"});
+                (void)search(cfg, sched::device_profile(cfg));
+              }),
+              HasSubstr("a DC marked 1 (none is)"));
+  EXPECT_THAT(error_of([] { (void)deck(kCluster, {"cluster.may_hold_data=1 0"}); }),
+              HasSubstr("cluster.may_hold_data has 2 entries; give none or one per DC (3)"));
+}
+
 // ---- designs ----
 
 TEST(PlanDesigns, DpAcrossDcsPaysTheRingAllReduceOverOneFlow) {
@@ -264,6 +479,10 @@ TEST(PlanDesigns, DpAcrossDcsPaysTheRingAllReduceOverOneFlow) {
   EXPECT_NEAR(c.wan_allreduce_ms, 2.0 * 1 / 2 * grad / one_flow + 2 * 20.0, 1e-6);
   EXPECT_NEAR(c.wan_allreduce_cap_ms, 2.0 * 1 / 2 * grad / (100e9 / 8 / 1e3) + 2 * 20.0, 1e-6);
   EXPECT_NEAR(c.step_a_ms - c.step_a_cap_ms, c.wan_allreduce_ms - c.wan_allreduce_cap_ms, 1e-6);
+  // (a') does the same compute in a shorter step: its utilization is (a)'s x step_a / step_a'
+  // (it used to print (a)'s).
+  EXPECT_NEAR(c.util_a_cap, c.util_a * c.step_a_ms / c.step_a_cap_ms, 1e-9);
+  EXPECT_GT(c.util_a_cap, c.util_a);
   EXPECT_GT(c.step_b_ms, 0);
   EXPECT_GT(c.step_c_ms, 0);
   EXPECT_GE(c.util_d, c.util_c);

@@ -27,6 +27,10 @@ struct ClusterCfg {
   double intra_bandwidth_gbps = 100.0;   ///< cluster.intra_bandwidth_gbps: inside a DC
   double intra_latency_us = 5.0;         ///< cluster.intra_latency_us: inside a DC
   std::vector<double> price_per_gpu_hour;  ///< cluster.price_per_gpu_hour: per DC (may be empty)
+  std::vector<double> power_mw;           ///< cluster.power_mw: per DC peak-power budget, MW (empty = none)
+  std::vector<double> pue;                ///< cluster.pue: power usage effectiveness, one for all DCs or per DC
+  std::vector<double> carbon_g_per_kwh;   ///< cluster.carbon_g_per_kwh: grid carbon intensity per DC (may be empty)
+  std::vector<int> may_hold_data;         ///< cluster.may_hold_data: 1/0 per DC, may it hold the data/embedding stages (empty = all)
   std::vector<std::string> bind_hosts;   ///< cluster.bind_hosts: WAN listen address per DC
   int ranks_per_host = 0;                ///< cluster.ranks_per_host: 0 = a device per rank
   double cores_per_host = 0.0;           ///< cluster.cores_per_host: 0 = this machine's threads
@@ -39,6 +43,14 @@ struct ClusterCfg {
   }
   [[nodiscard]] double bandwidth(int a, int b) const {
     return bandwidth_gbps[static_cast<std::size_t>(a * dc_count() + b)];
+  }
+  /// PUE of DC `dc` (one entry = every DC's).
+  [[nodiscard]] double pue_of(int dc) const {
+    return pue.empty() ? 1.0 : pue.size() == 1 ? pue[0] : pue[static_cast<std::size_t>(dc)];
+  }
+  /// May DC `dc` hold the stages that read the training data or hold the embedding (first, last)?
+  [[nodiscard]] bool may_hold_data_of(int dc) const {
+    return may_hold_data.empty() || may_hold_data[static_cast<std::size_t>(dc)] != 0;
   }
 };
 
@@ -229,10 +241,14 @@ struct BubbleTeaCfg {
 };
 
 enum class GpuKind { Host, A100, H100, H200 };
+/// What the planner minimises (plan.objective): auto = step time, or price when plan.deadline_s
+/// is set; energy and carbon per step at each DC's PUE (and grid carbon intensity).
+enum class PlanObjective { Auto, Time, Cost, Energy, Carbon };
 
 struct PlanCfg {
   GpuKind gpu = GpuKind::Host;      ///< plan.gpu: cost profile for plan/simulate
   double deadline_s = 0.0;          ///< plan.deadline_s: cheapest plan under this step time
+  PlanObjective objective = PlanObjective::Auto;  ///< plan.objective: what the chosen plan minimises
   int max_tp = 8;                   ///< plan.max_tp
   int top = 10;                     ///< plan.top: rows in the what-if table
   std::vector<std::string> profiles; ///< plan.profiles: device profile files (profiles/README.md)

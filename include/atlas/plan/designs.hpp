@@ -47,6 +47,7 @@ struct Comparison {
   double util_plan = 0.0;
   int plan_tp = 0, plan_pp = 0, plan_dp = 0, plan_gpus = 0, plan_dcs = 0;
   double util_a = 0.0, util_b = 0.0, util_c = 0.0, util_d = 0.0;
+  double util_a_cap = 0.0;            ///< (a'): (a) with the WAN all-reduce at full link capacity
   double tokens_per_step = 0.0;
   int gpus = 0;
 };

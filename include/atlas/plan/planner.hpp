@@ -6,6 +6,7 @@
 // engine on the atlas table). One process, no MPI, no I/O.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -29,22 +30,29 @@ struct Plan {
   double mem_bytes = 0.0;             ///< peak per-GPU memory (the fullest stage)
   double estimate_ms = 0.0;           ///< closed-form step estimate (used to prune)
   bool simulated = false;
+  bool fully_timed = false;           ///< step_ms from the whole atlas search (else one candidate)
   double step_ms = 0.0;               ///< simulated step time (atlas schedule)
   double tokens_per_s = 0.0;
   double utilization = 0.0;           ///< mean (forward + backward) / step
   double bubble_fraction = 0.0;
   double cost_per_step = 0.0;         ///< sum over DCs of GPUs * price per GPU-hour * step hours
+  double power_kw = 0.0;              ///< GPUs x board power x PUE (at full load), kW
+  double energy_kwh_per_step = 0.0;   ///< power_kw x step hours
+  double co2_kg_per_step = 0.0;       ///< sum over DCs of energy x grid carbon intensity (0 = not known)
 };
 
 struct PlanOptions {
   int simulate_top = 0;          ///< plans simulated per ranking (0 = max(3 * plan.top, 32))
   bool final_full_search = true; ///< re-time the plan.top best with the whole atlas search
+  /// Told what the search is doing ("quick-timing plan 3 of 57"); may be empty. Called from the
+  /// searching thread; the caller shows it (atlas plan's progress line).
+  std::function<void(const std::string&)> progress;
 };
 
 struct PlanResult {
   std::vector<Plan> plans;      ///< simulated plans, fastest first
   int best = -1;                ///< index of the fastest plan
-  int chosen = -1;              ///< plan.deadline_s > 0: cheapest plan meeting it, else best
+  int chosen = -1;              ///< the plan best by `objective` (within plan.deadline_s if set); else best
   bool deadline_met = true;     ///< false when no plan meets plan.deadline_s (chosen = best)
   long long shapes = 0;         ///< (tp, pp, dp, micro-batch size) shapes considered
   long long fit_memory = 0;     ///< of those, fitting every GPU's memory
@@ -52,6 +60,8 @@ struct PlanResult {
   int global_batch = 0;         ///< sequences per step, kept constant across plans
   bool priced = false;          ///< cluster.price_per_gpu_hour given (else cost is GPU-hours)
   std::string profile_name;
+  PlanObjective objective = PlanObjective::Time;  ///< what `chosen` minimises (plan.objective resolved)
+  std::vector<int> usable_gpus;  ///< per DC: free GPUs it can power (cluster.power_mw), what plans may use
   double seconds = 0.0;         ///< wall time of the search
 };
 
@@ -68,8 +78,14 @@ int global_batch(const Config& cfg);
 std::optional<std::vector<int>> place_stages(const std::vector<int>& free_gpus, int pp, int gpus_per_stage);
 
 /// Pipeline order of the DCs holding stages: the order with the least total one-way latency
-/// along the chain (exhaustive up to 8 DCs, else the placement order).
+/// along the chain (exhaustive up to 8 DCs, else the placement order or its reverse) whose first
+/// and last DC may hold the data/embedding stages (cluster.may_hold_data); empty if none can.
 std::vector<int> chain_order(const Config& cfg, const std::vector<int>& stages_per_dc);
+
+/// Per DC: the free GPUs it can power, min(gpus_per_dc, floor(power_mw x 1e6 / (board_power_w x
+/// pue))); the free GPUs without cluster.power_mw. ConfigError if a budget is set and the profile
+/// has no board power.
+std::vector<int> powered_gpus(const Config& cfg, const sched::DeviceProfile& profile);
 
 /// `layers` blocks over `pp` stages as evenly as possible (extra blocks to the middle stages).
 std::vector<int> split_layers(int layers, int pp);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -94,6 +95,9 @@ struct EngineProgram {
   /// the receiver's: while a flow runs at r bytes/ms it takes r * net_ns_per_byte / 1e6 cores
   /// from the compute ops there (at most 90% of the host).
   double net_ns_per_byte = 0.0;
+  /// A bound for searches: once the clock passes it with a worker still unfinished (so the
+  /// makespan will exceed it), the run stops with `stopped` set and partial times.
+  double stop_after_ms = std::numeric_limits<double>::infinity();
 };
 
 /// Per op: when the worker reached it, when it started (after waiting), when it ended.
@@ -107,6 +111,7 @@ struct EngineResult {
   std::vector<std::vector<OpTime>> ops;  ///< [worker][op]
   double makespan_ms = 0.0;
   bool deadlock = false;
+  bool stopped = false;                  ///< stopped past EngineProgram::stop_after_ms (makespan > it)
   std::string deadlock_reason;           ///< which workers wait on what
 };
 

@@ -42,6 +42,7 @@ struct DeviceProfile {
   double grad_bytes = 4.0;             ///< bytes per gradient element in the DP all-reduce
   double state_bytes_per_param = 16.0; ///< weights + grads + Adam moments (+ fp32 master)
   double optimizer_bytes_per_param = 28.0;  ///< memory traffic of one AdamW update
+  double board_power_w = 0.0;          ///< board power at full load, W (energy, power budgets; 0 = unknown)
   bool pipeline_scatter_gather = false; ///< each TP lane sends 1/tp of a boundary tensor
   bool sequence_parallel = false;      ///< activations outside attention/MLP split over TP too
   bool selective_recompute = false;    ///< attention scores recomputed in backward, not stored
