@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include "atlas/app/bench_ablation.hpp"
 #include "atlas/app/commands.hpp"
 #include "atlas/app/training_job.hpp"
 #include "atlas/bench/harness.hpp"
@@ -483,6 +484,7 @@ const std::vector<BenchEntry>& benches() {
       {sim::sim_bench_spec(), bench_sim},
       {kFidelitySpec, bench_fidelity},
       {bubbletea::bubbletea_bench_spec(), bench_bubbletea},
+      {ablation_bench_spec(), bench_ablation},
   };
   return all;
 }

@@ -310,7 +310,14 @@ void build(Schema& schema) {
   b.field("parallel.dp_size", &C::parallel, &ParallelCfg::dp_size).def("1").min(1).max(kMaxDp)
       .help("data-parallel pipelines (replicas of every stage, inside each DC)");
   b.field("parallel.stages_per_dc", &C::parallel, &ParallelCfg::stages_per_dc).required().min(0).max(kMaxStages)
-      .help("pipeline stages held by each DC, contiguous, e.g. 2 1 1 (0 = DC unused)");
+      .help("pipeline stages held by each DC, contiguous, e.g. 2 1 1 (0 = DC unused); with "
+            "parallel.dp_across_dcs the stages of each DC's own pipelines, the same in every DC");
+  b.field("parallel.dp_across_dcs", &C::parallel, &ParallelCfg::dp_across_dcs).def("false")
+      .help("data parallelism across DCs (the ablation's baseline, atlas bench ablation): every DC holds "
+            "whole pipelines of parallel.stages_per_dc[d] stages (equal in every DC), parallel.dp_size "
+            "counts the replicas of all DCs (a multiple of the DC count) and the DP gradient sums cross "
+            "the WAN over MPI (one TCP connection per peer), predicted as Open MPI's binomial in-place "
+            "iallreduce over the slowest DC link");
 
   // [model]
   b.field("model.layers", &C::model, &ModelCfg::layers).def("4").min(1).max(kMaxLayers)

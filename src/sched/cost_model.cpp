@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The schedule's cost model (see cost_model.hpp): compute from the device profile, TP all-reduces
-// over NVLink, DP ring all-reduce inside a DC, WAN links capped per TCP flow.
+// over NVLink, DP ring all-reduce inside a DC (or over the WAN with parallel.dp_across_dcs), WAN
+// links capped per TCP flow.
 #include "atlas/sched/cost_model.hpp"
 
 #include <algorithm>
@@ -46,6 +47,49 @@ int flows_per_transfer(const Config& cfg) {
 double flow_window_bytes(const Config& cfg) {
   return cfg.wan.flow_window_bytes > 0 ? static_cast<double>(cfg.wan.flow_window_bytes)
                                        : kDefaultTcpWindowBytes;
+}
+
+int binomial_rounds(int n) {
+  int r = 0;
+  while ((1 << r) < n) ++r;
+  return r;
+}
+
+double wan_binomial_allreduce_ms(double bytes, int dp, int dp_per_dc, const LinkCost& wan, double wan_rate,
+                                 double intra_latency_ms, double intra_bytes_per_ms, double wake_ms) {
+  if (dp <= 1) return 0.0;
+  const int rounds = binomial_rounds(dp);
+  // Replicas are numbered DC by DC, so the rounds of distance < dp_per_dc stay inside a DC when
+  // dp_per_dc is a power of two; every other round crosses the WAN.
+  const int local = (dp_per_dc & (dp_per_dc - 1)) == 0 ? binomial_rounds(dp_per_dc) : 0;
+  const int wan_rounds = rounds - local;
+  const double wan_round = wan.latency_ms + bytes / wan_rate + wake_ms;
+  const double local_round = intra_latency_ms + bytes / intra_bytes_per_ms + wake_ms;
+  return 2.0 * (wan_rounds * wan_round + local * local_round);
+}
+
+void wan_dp_allreduce(CostModel& c, const Config& cfg, const topo::Layout& layout) {
+  // The slowest DC pair of the job: the lowest rate of one transfer (each stage's and TP lane's
+  // sum runs at about the same time, pp x tp transfers share the link; each is one TCP flow of
+  // MPI's, capped by its window over the RTT) and the longest latency.
+  const int n = c.dc_count;
+  const double window = flow_window_bytes(cfg);
+  const int sharing = c.pp * c.tp;
+  LinkCost slow;
+  double rate = 0.0;
+  for (int a = 0; a < n; ++a)
+    for (int b = 0; b < n; ++b) {
+      if (a == b || layout.ranks_in_dc(a) == 0 || layout.ranks_in_dc(b) == 0) continue;
+      const LinkCost& l = c.link(a, b);
+      const double r = transfer_cap_bytes_per_ms(l.capacity_bytes_per_ms / sharing, l.latency_ms, 1, window);
+      if (rate == 0.0 || r < rate) rate = r;
+      slow.latency_ms = std::max(slow.latency_ms, l.latency_ms);
+    }
+  if (rate <= 0.0) return;
+  for (int s = 0; s < c.pp; ++s)
+    c.allreduce_ms[static_cast<std::size_t>(s)] =
+        wan_binomial_allreduce_ms(c.grad_bytes[static_cast<std::size_t>(s)], c.dp, layout.dp_per_dc(), slow, rate,
+                                  c.intra_latency_ms, c.intra_bytes_per_ms, c.wake_ms);
 }
 
 BlockCost block_cost(const Config& cfg, int tp, const DeviceProfile& p) {
@@ -118,6 +162,7 @@ CostModel cost_model(const Config& cfg, const topo::Layout& layout, const Device
     const double params = stage_params(m, s, c.pp) / c.tp;
     c.allreduce_ms.push_back(
         ring_allreduce_ms(params * p.grad_bytes, c.dp, c.intra_bytes_per_ms, c.intra_latency_ms + c.wake_ms));
+    c.grad_bytes.push_back(params * p.grad_bytes);
     c.optimizer_ms.push_back(params * p.optimizer_bytes_per_param / (p.mem_bandwidth_gbs * 1e9) * 1e3);
   }
 
@@ -135,6 +180,8 @@ CostModel cost_model(const Config& cfg, const topo::Layout& layout, const Device
       l.capacity_bytes_per_ms = a == b ? c.intra_bytes_per_ms : std::max(gbps, 1e-9) * 1e9 / 8.0 / 1e3;
       l.flow_cap_bytes_per_ms = transfer_cap_bytes_per_ms(l.capacity_bytes_per_ms, l.latency_ms, flows, window);
     }
+
+  if (layout.dp_across_dcs() && n > 1) wan_dp_allreduce(c, cfg, layout);
 
   // Tied embedding: the first and last stage sum their embedding gradients once per step (over
   // the WAN when they sit in different DCs: the one gradient that crosses it), as sched models it.

@@ -100,7 +100,7 @@ namespace {
 // The table from `deck` (the runtime's, or a search), timed with the costs of `machine`.
 SimResult simulate_impl(const Config& deck, const Config& machine, const DeviceProfile& profile,
                         const SimOptions& opt) {
-  const topo::Layout layout(deck.parallel.stages_per_dc, deck.parallel.dp_size, deck.parallel.tp_size);
+  const topo::Layout layout(deck.parallel);
   sched::CostModel cost = sched::cost_model(machine, layout, profile);
   if (!opt.stage_fwd_ms.empty() || !opt.stage_bwd_ms.empty()) {
     const auto pp = static_cast<std::size_t>(cost.pp);
