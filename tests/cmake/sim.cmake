@@ -44,3 +44,4 @@ atlas_cli_test(cli_simulate_bad_skip_steps "ERROR: --skip-steps must be >= 0"
                simulate inputs/sim_two_dc_cpu.deck --compute-from inputs --skip-steps -1)
 atlas_cli_test(cli_bench_fidelity_bad_warmup "ERROR: --warmup-steps 1: the in-situ warm-up run needs at least 2 steps"
                bench fidelity inputs/bubbletea_wan.deck --warmup-steps 1)
+atlas_unit_test(test_dp_across_dcs ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_dp_across_dcs.cpp)
