@@ -147,7 +147,9 @@ int bench_schedules(Context&, const bench::Args& args) {
                             fmt::format("{:.1f}", row.r.predicted_step_ms),
                             fmt::format("{:.3f}", row.r.mean_step_s * 1e3 / row.r.predicted_step_ms),
                             fmt::format("{:.1f}", 100 * row.r.measured_bubble),
-                            fmt::format("{:.1f}", 100 * row.r.predicted_bubble), fmt::format("{:.4f}", row.r.losses.back())}));
+                            fmt::format("{:.1f}", 100 * row.r.predicted_bubble),
+                            // device.backend = emulated computes no loss
+                            std::isfinite(row.r.losses.back()) ? fmt::format("{:.4f}", row.r.losses.back()) : "n/a"}));
   const auto& g = rows[0].r;
   const auto& o = rows[1].r;
   const auto& a = rows[2].r;

@@ -192,7 +192,8 @@ JobResult run_training_job(const Config& cfg, const mpi::Comm& world, const JobO
       runtime::maybe_inject_kill("ATLAS_FAULT_KILL", comms.world.rank(), step, !cfg.run.resume.empty());
       runtime::maybe_inject_hang("ATLAS_FAULT_HANG", comms.world.rank(), step, !cfg.run.resume.empty());
       runtime::maybe_inject_config_error("ATLAS_FAULT_CONFIG_ERROR", comms.world.rank(), step, !cfg.run.resume.empty());
-      if (runtime::fault_requested("ATLAS_FAULT_NAN", comms.world.rank(), step, !cfg.run.resume.empty()))
+      if (runtime::fault_requested("ATLAS_FAULT_NAN", comms.world.rank(), step, !cfg.run.resume.empty()) &&
+          !trainer.emulated())
         trainer.model().poison_first_parameter();
       runtime::StepReport rep = trainer.train_step(step);
       if (runtime::fault_requested("ATLAS_FAULT_NAN_LOSS", comms.world.rank(), step, !cfg.run.resume.empty()))
@@ -200,11 +201,13 @@ JobResult run_training_job(const Config& cfg, const mpi::Comm& world, const JobO
       if (bubbletea) bubbletea->after_step(rep);
       const bool last = step + 1 == cfg.run.steps;
       std::optional<double> val;
-      if (last || (cfg.train.eval_every_steps > 0 && (step + 1) % cfg.train.eval_every_steps == 0))
+      // An emulated run computes no loss: no evaluation (the deck refuses train.eval_every_steps).
+      if (!trainer.emulated() && (last || (cfg.train.eval_every_steps > 0 && (step + 1) % cfg.train.eval_every_steps == 0)))
         val = trainer.evaluate();
       out.step(rep, val, trainer.tokens_per_step(), comms);
-      check_finite(rep, val, out.logged(step, val.has_value()) || out.checkpoint_due(step + 1, last), comms.world, out,
-                   first_bad_loss);
+      if (!trainer.emulated())  // no loss, no gradient norm to check
+        check_finite(rep, val, out.logged(step, val.has_value()) || out.checkpoint_due(step + 1, last), comms.world, out,
+                     first_bad_loss);
       out.maybe_checkpoint(trainer, comms, step + 1, last);
       result.losses.push_back(rep.loss);
       if (val) result.final_val_loss = *val;

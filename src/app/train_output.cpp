@@ -31,6 +31,9 @@ namespace fs = std::filesystem;
 namespace {
 
 /// `text` as the inside of a JSON string.
+/// A JSON number with 6 decimals, or null when not finite (an emulated run's loss).
+std::string json_number(double v) { return std::isfinite(v) ? fmt::format("{:.6f}", v) : std::string("null"); }
+
 std::string json_escape(const std::string& text) {
   std::string out;
   for (const char ch : text) {
@@ -132,6 +135,9 @@ int TrainOutput::resume(runtime::Trainer& trainer, const topo::Communicators& co
 }
 
 void TrainOutput::columns() {
+  if (emulated())
+    print("# device.backend = emulated: no arithmetic, each compute slot sleeps its predicted time; loss n/a "
+          "(emulated compute)\n");
   print("# columns: loss = training loss of the step, val = validation loss, tok/s and step_ms of rank 0, bubble% = job\n"
         "#   mean of 1 - (compute + prefill) / step, comp/intra/wan_ms = rank 0's compute, intra-DC wait, WAN wait,\n"
         "#   wan_MB/s = the whole job's WAN bytes over the step time, prefill = BubbleTea tokens\n");
@@ -170,8 +176,10 @@ void TrainOutput::step(const runtime::StepReport& r, std::optional<double> val, 
     const double job_bubble = 100.0 * (1.0 - job[0] / n);
     // WAN throughput: bytes of every WAN send of the step over the step's wall time.
     const double job_wan_mb_s = job[1] / r.step_s / 1e6;
-    print(fmt::format("  {:>5} {:>8.4f} {:>8} {:>9.2e} {:>9.0f} {:>8.1f} {:>7.1f} {:>8.1f} {:>8.1f} {:>8.1f} {:>8.1f} {:>8}\n",
-                      r.step, r.loss, val_s, r.lr, tok_s, r.step_s * 1e3, job_bubble, r.compute_s * 1e3, r.intra_s * 1e3,
+    // An emulated run computes no loss (device.backend = emulated): the column says so.
+    const std::string loss_s = emulated() ? std::string("n/a") : fmt::format("{:.4f}", r.loss);
+    print(fmt::format("  {:>5} {:>8} {:>8} {:>9.2e} {:>9.0f} {:>8.1f} {:>7.1f} {:>8.1f} {:>8.1f} {:>8.1f} {:>8.1f} {:>8}\n",
+                      r.step, loss_s, val_s, r.lr, tok_s, r.step_s * 1e3, job_bubble, r.compute_s * 1e3, r.intra_s * 1e3,
                       r.wan_s * 1e3, job_wan_mb_s, r.prefill_tokens));
   }
   errno = 0;
@@ -286,17 +294,22 @@ std::vector<runtime::SlotEvent> TrainOutput::finish(runtime::Trainer& trainer, c
                      m_cfg.profile.enabled ? " and profile.h5" : "");
   }
   write_file_whole((fs::path(m_dir) / "run.json").string(),
-              fmt::format("{{\"run\":\"{}\",\"status\":\"OK\",\"steps\":{},\"first_loss\":{:.6f},\"final_loss\":{:.6f},"
+              fmt::format("{{\"run\":\"{}\",\"status\":\"OK\",\"steps\":{},\"first_loss\":{},\"final_loss\":{},"
                           "\"final_val_loss\":{},\"mean_step_ms\":{:.3f},\"predicted_step_ms\":{:.3f},"
                           "\"schedule\":\"{}\",\"world_size\":{},\"wan_bytes\":{},\"prefill_tokens\":{}}}\n",
-                          json_escape(m_cfg.run.name), m_cfg.run.steps, m_first_loss, m_last_loss,
+                          json_escape(m_cfg.run.name), m_cfg.run.steps, json_number(m_first_loss),
+                          json_number(m_last_loss),
                           m_last_val ? fmt::format("{:.6f}", *m_last_val) : std::string("null"), mean_step * 1e3,
                           table.step_ms, to_string(m_cfg.schedule.kind), layout.world_size(), wan_bytes,
                           m_prefill_tokens));
-  s += fmt::format("# OK: {} steps, loss {:.4f} -> {:.4f}, val {} (unigram entropy of the validation text: {:.4f} "
-                   "nats/token); results in {}/\n",
-                   m_timed_steps, m_first_loss, m_last_loss, m_last_val ? fmt::format("{:.4f}", *m_last_val) : "-",
-                   entropy, m_dir);
+  if (emulated())
+    s += fmt::format("# OK: {} steps, loss n/a (emulated compute: device.backend = emulated); results in {}/\n",
+                     m_timed_steps, m_dir);
+  else
+    s += fmt::format("# OK: {} steps, loss {:.4f} -> {:.4f}, val {} (unigram entropy of the validation text: {:.4f} "
+                     "nats/token); results in {}/\n",
+                     m_timed_steps, m_first_loss, m_last_loss, m_last_val ? fmt::format("{:.4f}", *m_last_val) : "-",
+                     entropy, m_dir);
   print(s);
   return events;
 }

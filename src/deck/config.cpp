@@ -71,7 +71,14 @@ const char* to_string(WanTransport t) {
   return t == WanTransport::Multirail ? "multirail" : "mpi";
 }
 
-const char* to_string(Backend b) { return b == Backend::Host ? "host" : "cuda"; }
+const char* to_string(Backend b) {
+  switch (b) {
+    case Backend::Host: return "host";
+    case Backend::Cuda: return "cuda";
+    case Backend::Emulated: return "emulated";
+  }
+  return "?";
+}
 
 const char* to_string(GpuKind g) {
   switch (g) {

@@ -462,8 +462,11 @@ void build(Schema& schema) {
 
   // [device]
   b.choice("device.backend", &C::device, &DeviceCfg::backend,
-           {{"host", Backend::Host}, {"cuda", Backend::Cuda}})
-      .def("host").help("compute backend: host (OpenBLAS, the reference) or cuda");
+           {{"host", Backend::Host}, {"cuda", Backend::Cuda}, {"emulated", Backend::Emulated}})
+      .def("host").help("compute backend: host (OpenBLAS, the reference), cuda, or emulated: no arithmetic, each "
+                        "forward, backward and optimizer step sleeps the time the table predicts for it while every "
+                        "message (boundaries, DP all-reduce, WAN) moves at its real size; rehearses a job's "
+                        "communication at scale (docs/emulated.md). No loss, no checkpoints, no evaluation");
   b.field("device.threads", &C::device, &DeviceCfg::threads).def("0").min(0).max(4096)
       .help("host backend threads per rank; 0 = cores / ranks on this machine (ATLAS_HOST_RANKS if set, "
             "else the MPI node-local size)");

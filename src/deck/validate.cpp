@@ -199,6 +199,20 @@ void check_misc(const Config& c, const JobShape& shape, std::vector<std::string>
   if (c.device.backend == Backend::Cuda && !shape.cuda_built)
     out.push_back("device.backend = cuda, but this binary was built without CUDA\n"
                   "  hint: rebuild with the cuda-release preset (make cuda)");
+  if (c.device.backend == Backend::Emulated) {
+    // Emulated compute holds no parameters and computes no loss: nothing to save, restore or evaluate.
+    const char* why = "device.backend = emulated computes no parameters and no loss";
+    if (c.ckpt.every_steps > 0 || c.ckpt.final)
+      out.push_back(std::string(why) + ", so it has no checkpoint to write (ckpt.every_steps = " +
+                    std::to_string(c.ckpt.every_steps) + ", ckpt.final = " + (c.ckpt.final ? "true" : "false") +
+                    ")\n  hint: set ckpt.every_steps = 0 and ckpt.final = false, or use device.backend = host");
+    if (!c.run.resume.empty())
+      out.push_back(std::string(why) + ", so it cannot resume from a checkpoint (run.resume = " + c.run.resume +
+                    ")\n  hint: remove run.resume, or use device.backend = host");
+    if (c.train.eval_every_steps > 0)
+      out.push_back(std::string(why) + ", so it cannot evaluate (train.eval_every_steps = " +
+                    std::to_string(c.train.eval_every_steps) + ")\n  hint: set train.eval_every_steps = 0");
+  }
   const auto& bt = c.bubbletea;
   if (bt.enabled) {
     if (bt.heads > 0 && bt.hidden % bt.heads != 0)

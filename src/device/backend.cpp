@@ -62,7 +62,7 @@ void register_backend_factory(atlas::Backend kind, BackendFactory factory) {
 }
 
 bool backend_available(atlas::Backend kind) {
-  return kind == atlas::Backend::Host || registry()[slot(kind)] != nullptr;
+  return kind == atlas::Backend::Host || kind == atlas::Backend::Emulated || registry()[slot(kind)] != nullptr;
 }
 
 std::unique_ptr<Backend> make_backend(const DeviceCfg& cfg) {
@@ -75,6 +75,13 @@ std::unique_ptr<Backend> make_backend(const DeviceCfg& cfg) {
       // main applied the automatic policy before any thread started; the deck may override it.
       if (cfg.sched_batch != SchedBatch::Auto) (void)prepare_host_scheduling(cfg.sched_batch);
       return make_host_backend(cfg.threads);
+    case atlas::Backend::Emulated:
+      // No arithmetic happens (the runtime sleeps each compute slot's predicted time); one host
+      // thread serves the host-memory buffers of the DP sums and a BubbleTea service. Ranks that
+      // sleep need prompt wake-ups, not SCHED_BATCH's protection of computing ranks: main's
+      // automatic switch is undone unless the deck asks for it.
+      (void)prepare_host_scheduling(cfg.sched_batch == SchedBatch::On ? SchedBatch::On : SchedBatch::Off);
+      return make_host_backend(1);
     case atlas::Backend::Cuda: {
       const BackendFactory factory = registry()[slot(cfg.backend)];
       if (factory == nullptr) {

@@ -44,7 +44,7 @@ constexpr const char* kPeerTimeoutHint =
 
 Boundary::Boundary(const topo::Layout& layout, const topo::Communicators& comms,
                    const sched::ScheduleTable& table, wan::PeerTransport* wan, Profiler& profiler,
-                   std::size_t boundary_bytes, double recv_timeout_s)
+                   std::size_t boundary_bytes, double recv_timeout_s, bool scratch)
     : m_layout(layout),
       m_comms(comms),
       m_table(table),
@@ -54,9 +54,10 @@ Boundary::Boundary(const topo::Layout& layout, const topo::Communicators& comms,
       m_timeout_s(recv_timeout_s),
       m_me(layout.coord(comms.world.rank())),
       m_micro_batches(table.micro_batches) {
-  const std::size_t floats = boundary_bytes / sizeof(float);
-  m_recv_bufs.assign(static_cast<std::size_t>(2 * m_micro_batches), std::vector<float>(floats));
-  m_send_bufs.assign(static_cast<std::size_t>(2 * m_micro_batches), std::vector<float>(floats));
+  const std::size_t floats = (boundary_bytes + sizeof(float) - 1) / sizeof(float);
+  const auto buffers = static_cast<std::size_t>(scratch ? 1 : 2 * m_micro_batches);
+  m_recv_bufs.assign(buffers, std::vector<float>(floats));
+  m_send_bufs.assign(buffers, std::vector<float>(floats));
   for (const auto& l : table.links)
     m_link_stride = std::max(m_link_stride, static_cast<int>(l.order.size()) + 1);
   mpi::tags::check_tokens(static_cast<int>(table.links.size()), m_link_stride, m_micro_batches, mpi::tag_upper_bound());
@@ -81,8 +82,12 @@ Boundary::~Boundary() {
   // them. The job is being aborted in that case (run_app), so no buffer outlives the process.
 }
 
-float* Boundary::recv_buffer(sched::Flow flow, int micro) { return m_recv_bufs[index(flow, micro)].data(); }
-float* Boundary::send_buffer(sched::Flow flow, int micro) { return m_send_bufs[index(flow, micro)].data(); }
+float* Boundary::recv_buffer(sched::Flow flow, int micro) {
+  return m_recv_bufs[m_recv_bufs.size() == 1 ? 0 : index(flow, micro)].data();
+}
+float* Boundary::send_buffer(sched::Flow flow, int micro) {
+  return m_send_bufs[m_send_bufs.size() == 1 ? 0 : index(flow, micro)].data();
+}
 
 int Boundary::neighbour(int stage) const { return m_layout.world_rank(stage, m_me.dp, m_me.tp); }
 

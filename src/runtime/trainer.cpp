@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "atlas/core/check.hpp"
 #include "atlas/core/log.hpp"
@@ -40,6 +41,7 @@ Trainer::Trainer(const Config& cfg, const topo::Layout& layout, const topo::Comm
       m_me(layout.coord(comms.world.rank())),
       m_adamw(cfg.train) {
   const int pp = layout.pp_size();
+  if (cfg.device.backend == Backend::Emulated) m_emu = emulated_stage(cfg, layout, table, m_me.stage);
   const bool first = m_me.stage == 0;
   const bool last = m_me.stage == pp - 1;
   // ---- communicators beyond the four of the layout (collective over world) ----
@@ -57,7 +59,7 @@ Trainer::Trainer(const Config& cfg, const topo::Layout& layout, const topo::Comm
     if (!gpt2 && cfg.model.vocab < model::ByteTokenizer::kVocab)
       throw ConfigError("model.vocab = " + std::to_string(cfg.model.vocab) +
                         " is smaller than the byte tokenizer's 256 symbols\n  hint: set model.vocab = 256");
-    if (!first && !last) return;
+    if ((!first && !last) || m_emu) return;  // emulated compute reads no data
     model::LoaderShape shape{cfg.model.seq_len, cfg.train.micro_batch_size, cfg.train.micro_batches,
                              layout.dp_size(), m_me.dp};
     model::LoaderShape vshape = shape;
@@ -89,41 +91,53 @@ Trainer::Trainer(const Config& cfg, const topo::Layout& layout, const topo::Comm
 
   // ---- intra-DC collectives (collective over tp_comm, then dp_comm): MPI on host memory,
   // NCCL on the CUDA backend, chosen by the device room ----
-  if (layout.tp_size() > 1) m_tp = device::make_collective(comms.tp, backend);
+  // (emulated: the TP sums are inside the forward and backward times; the DP sums run for real)
+  if (layout.tp_size() > 1 && !m_emu) m_tp = device::make_collective(comms.tp, backend);
   if (layout.dp_size() > 1) m_dp = device::make_collective(comms.dp, backend);
 
-  // ---- model shard ----
-  model::StageSpec spec{m_me.stage, pp, m_me.tp, layout.tp_size()};
-  m_model = std::make_unique<model::StageModel>(cfg.model, cfg.train.micro_batch_size, spec, backend,
-                                                m_tp.get(), static_cast<std::uint64_t>(cfg.run.seed));
-  m_model->set_loss_scale(static_cast<float>(1.0 / (cfg.train.micro_batches * layout.dp_size())));
-
-  const std::size_t floats = m_model->boundary_floats();
-  const auto m = static_cast<std::size_t>(cfg.train.micro_batches);
-  for (std::size_t i = 0; i < m; ++i) {
-    if (!first) {
-      m_act_in.push_back(backend.alloc_floats(floats));
-      m_grad_in.push_back(backend.alloc_floats(floats));
-    }
-    if (!last) {
-      m_act_out.push_back(backend.alloc_floats(floats));
-      m_grad_out.push_back(backend.alloc_floats(floats));
-    }
-  }
-  m_tokens.resize(m_model->tokens_per_micro());
-  m_targets.resize(m_model->tokens_per_micro());
-  if (m_dp) {
-    m_buckets.emplace_back();
-    m_buckets.back().buf = backend.alloc_floats(std::max<std::size_t>(1, cfg.train.dp_bucket_bytes / sizeof(float)));
-    if (cfg.train.dp_overlap) {
-      const auto& row = table.row(m_me.stage, m_me.dp);
-      for (std::size_t i = 0; i < row.size(); ++i)
-        if (row[i].kind == sched::SlotKind::Backward) m_last_backward = static_cast<int>(i);
-    }
-  }
   mpi::tags::check_pipeline(cfg.train.micro_batches, cfg.train.eval_batches, mpi::tag_upper_bound());
-  m_boundary = std::make_unique<Boundary>(layout, comms, table, wan, profiler, floats * sizeof(float),
-                                          cfg.wan.recv_timeout_s);
+  if (m_emu) {
+    // No model, no parameter tensors: two scratch DP buckets and one buffer per boundary direction.
+    if (m_dp)
+      for (int k = 0; k < 2; ++k) {
+        m_buckets.emplace_back();
+        m_buckets.back().buf = backend.alloc_floats(m_emu->bucket_floats);
+      }
+    m_boundary = std::make_unique<Boundary>(layout, comms, table, wan, profiler, m_emu->boundary_bytes,
+                                            cfg.wan.recv_timeout_s, true);
+  } else {
+    // ---- model shard ----
+    model::StageSpec spec{m_me.stage, pp, m_me.tp, layout.tp_size()};
+    m_model = std::make_unique<model::StageModel>(cfg.model, cfg.train.micro_batch_size, spec, backend,
+                                                  m_tp.get(), static_cast<std::uint64_t>(cfg.run.seed));
+    m_model->set_loss_scale(static_cast<float>(1.0 / (cfg.train.micro_batches * layout.dp_size())));
+
+    const std::size_t floats = m_model->boundary_floats();
+    const auto m = static_cast<std::size_t>(cfg.train.micro_batches);
+    for (std::size_t i = 0; i < m; ++i) {
+      if (!first) {
+        m_act_in.push_back(backend.alloc_floats(floats));
+        m_grad_in.push_back(backend.alloc_floats(floats));
+      }
+      if (!last) {
+        m_act_out.push_back(backend.alloc_floats(floats));
+        m_grad_out.push_back(backend.alloc_floats(floats));
+      }
+    }
+    m_tokens.resize(m_model->tokens_per_micro());
+    m_targets.resize(m_model->tokens_per_micro());
+    if (m_dp) {
+      m_buckets.emplace_back();
+      m_buckets.back().buf = backend.alloc_floats(std::max<std::size_t>(1, cfg.train.dp_bucket_bytes / sizeof(float)));
+      if (cfg.train.dp_overlap) {
+        const auto& row = table.row(m_me.stage, m_me.dp);
+        for (std::size_t i = 0; i < row.size(); ++i)
+          if (row[i].kind == sched::SlotKind::Backward) m_last_backward = static_cast<int>(i);
+      }
+    }
+    m_boundary = std::make_unique<Boundary>(layout, comms, table, wan, profiler, floats * sizeof(float),
+                                            cfg.wan.recv_timeout_s);
+  }
   {
     const auto& row = table.row(m_me.stage, m_me.dp);
     for (std::size_t i = 0; i < row.size(); ++i)
@@ -164,9 +178,13 @@ std::int64_t Trainer::tokens_per_step() const {
 }
 
 void Trainer::post_embedding_recv() {
-  if (m_embed_wan_partner >= 0)
-    m_boundary->post_exchange_recv(m_embed_wan_partner, kEmbeddingTag,
-                                   static_cast<std::size_t>(m_model->tied_embedding()->shard_numel()));
+  if (m_embed_wan_partner >= 0) m_boundary->post_exchange_recv(m_embed_wan_partner, kEmbeddingTag, embed_floats());
+}
+
+std::size_t Trainer::embed_floats() {
+  if (m_emu) return m_emu->embed_floats;
+  const model::ParamTensor* wte = m_model->tied_embedding();
+  return wte ? static_cast<std::size_t>(wte->shard_numel()) : 0;
 }
 
 // ---- the tied-embedding exchange ----
@@ -175,8 +193,7 @@ void Trainer::all_reduce_gradients(const Boundary::WaitHook& fill) {
   if (!m_sums_started) start_gradient_sums();
   m_sums_started = false;
   if (!m_embed.null()) {
-    model::ParamTensor* wte = m_model->tied_embedding();
-    const auto n = static_cast<std::size_t>(wte->shard_numel());
+    const std::size_t n = embed_floats();
     std::vector<float>& host = m_embed_host;
     const int partner = m_layout.embedding_partner(m_me);
     if (m_embed_wan_partner >= 0) {
@@ -188,12 +205,16 @@ void Trainer::all_reduce_gradients(const Boundary::WaitHook& fill) {
       mpi::Request sum = m_embed.iallreduce_sum(std::span<float>(host));
       wait_bounded(sum, [&] { return "the tied-embedding gradient sum with rank " + std::to_string(partner); });
     }
-    m_backend.upload(wte->grad.data(), host.data(), n * sizeof(float));
+    if (!m_emu) m_backend.upload(m_model->tied_embedding()->grad.data(), host.data(), n * sizeof(float));
   }
 }
 
 void Trainer::start_gradient_sums() {
   m_sums_started = true;
+  if (m_emu) {
+    emulated_gradient_sums();
+    return;
+  }
   auto& params = m_model->params();
   // DP: bucketed in-place sums over dp_comm (inside the DC), each bucket packed from the
   // gradients in the backend's memory and unpacked after its sum (on a device backend, on the
@@ -232,7 +253,7 @@ void Trainer::start_gradient_sums() {
 // pipeline spans DCs) does not wait a WAN trip for it at the end of every step. Each DP replica's
 // last stage (TP lane 0) sends its mean over the micro-batches; rank 0 averages them in DP order.
 void Trainer::send_step_loss() {
-  if (m_me.tp != 0) return;
+  if (m_me.tp != 0 || m_emu) return;
   double loss = 0.0;
   for (int m = 0; m < m_cfg.train.micro_batches; ++m) loss += m_model->micro_loss(m);
   m_loss_out = loss / m_cfg.train.micro_batches;
@@ -240,7 +261,7 @@ void Trainer::send_step_loss() {
 }
 
 void Trainer::post_loss_receives() {
-  if (m_comms.world.rank() != 0) return;
+  if (m_comms.world.rank() != 0 || m_emu) return;
   const int dp = m_layout.dp_size();
   m_loss_in.assign(static_cast<std::size_t>(dp), 0.0);
   m_loss_recvs.clear();
@@ -262,6 +283,7 @@ void Trainer::wait_bounded(mpi::Request& req, const std::function<std::string()>
 }
 
 double Trainer::step_loss() {
+  if (m_emu) return std::numeric_limits<double>::quiet_NaN();  // no loss is computed
   if (m_comms.world.rank() != 0) {
     // A null request (no loss to send from this rank) completes at once.
     wait_bounded(m_loss_send, [] { return std::string("sending the step's loss to rank 0"); });
@@ -281,6 +303,7 @@ double Trainer::step_loss() {
 // ---- evaluation ----
 
 double Trainer::evaluate() {
+  ATLAS_ASSERT(!m_emu, "evaluate() on an emulated run (deck validation refuses train.eval_every_steps there)");
   const bool first = m_model->is_first();
   const bool last = m_model->is_last();
   const int batches = m_cfg.train.eval_batches;

@@ -64,7 +64,7 @@ void Trainer::finish_buckets() {
 
 double Trainer::clip_and_step(int step, const Boundary::WaitHook& fill, double& wait_s) {
   double& sq = m_norm_sq;  // a member: an abandoned sum (wait_bounded) keeps its buffer
-  sq = m_model->local_grad_sq_norm();
+  sq = m_emu ? 0.0 : m_model->local_grad_sq_norm();
   const double t0 = m_profiler.now();
   mpi::Request sum = m_replica.iallreduce_sum(std::span<double>(&sq, 1));
   // The pipeline's sum crosses every DC it spans: a WAN round trip BubbleTea may fill.
@@ -72,6 +72,10 @@ double Trainer::clip_and_step(int step, const Boundary::WaitHook& fill, double& 
   wait_bounded(sum, [] { return std::string("the gradient-norm sum over the pipeline"); });
   wait_s = m_profiler.now() - t0;
   wait_over();  // before the optimizer's own work
+  if (m_emu) {
+    emulate_compute(m_emu->optimizer_s);  // the AdamW step's predicted time; no gradient, no norm
+    return 0.0;
+  }
   const double norm = std::sqrt(sq);
   const double scale = model::clip_scale(norm, m_cfg.train.grad_clip);
   const double lr = model::lr_at(step, m_cfg.train, m_cfg.run.steps);

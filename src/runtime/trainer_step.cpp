@@ -13,10 +13,10 @@ StepReport Trainer::train_step(int step) {
   using sched::SlotKind;
   StepReport r;
   r.step = step;
-  const bool first = m_model->is_first();
-  const bool last = m_model->is_last();
+  const bool first = m_me.stage == 0;
+  const bool last = m_me.stage == m_layout.pp_size() - 1;
   const double t_step = m_profiler.now();
-  m_model->zero_grad();
+  if (!m_emu) m_model->zero_grad();
   m_boundary->begin_step(step);
   post_embedding_recv();
   post_loss_receives();
@@ -31,6 +31,10 @@ StepReport Trainer::train_step(int step) {
     double sums_s = 0.0;       // a bubble before AllReduce: the gradient sums started in it
     switch (slot.kind) {
       case SlotKind::Forward: {
+        if (m_emu) {  // no arithmetic: the slot's predicted time
+          emulate_compute(slot.duration_ms * 1e-3);
+          break;
+        }
         if (first || last) m_train->fill(slot.micro, m_tokens.data(), m_targets.data());
         m_model->forward(slot.micro, first ? m_tokens.data() : nullptr, last ? m_targets.data() : nullptr,
                          first ? nullptr : &m_act_in[micro], last ? nullptr : &m_act_out[micro]);
@@ -38,6 +42,10 @@ StepReport Trainer::train_step(int step) {
         break;
       }
       case SlotKind::Backward: {
+        if (m_emu) {
+          emulate_compute(slot.duration_ms * 1e-3);
+          break;
+        }
         // The step's last backward: each group of gradients it finishes goes into a bucket, and
         // a full bucket's DP sum starts at once (the sums run while earlier layers compute).
         const model::StageModel::GradsReady ready = [this](std::span<model::ParamTensor* const> ps) { pack_ready(ps); };
@@ -49,14 +57,17 @@ StepReport Trainer::train_step(int step) {
       case SlotKind::WanRecv:
       case SlotKind::LocalRecv: {
         spent_prefill = receive(step, slot, i, r);  // returns with the data in
+        if (m_emu) break;  // the tensor stays in the boundary's scratch buffer
         device::Buffer& dst = slot.flow == sched::Flow::Activation ? m_act_in[micro] : m_grad_out[micro];
         m_backend.upload(dst.data(), m_boundary->recv_buffer(slot.flow, slot.micro), dst.bytes());
         break;
       }
       case SlotKind::WanSend:
       case SlotKind::LocalSend: {
-        const device::Buffer& src = slot.flow == sched::Flow::Activation ? m_act_out[micro] : m_grad_in[micro];
-        m_backend.download(m_boundary->send_buffer(slot.flow, slot.micro), src.data(), src.bytes());
+        if (!m_emu) {  // emulated: the boundary's scratch buffer goes as it is
+          const device::Buffer& src = slot.flow == sched::Flow::Activation ? m_act_out[micro] : m_grad_in[micro];
+          m_backend.download(m_boundary->send_buffer(slot.flow, slot.micro), src.data(), src.bytes());
+        }
         m_boundary->post_send(slot, static_cast<int>(i));
         break;
       }

@@ -47,6 +47,8 @@ class TrainOutput {
   /// True when step `step` (0-based) gets a printed row: every run.log_every_steps steps, the
   /// last step, and every step with a validation loss.
   [[nodiscard]] bool logged(int step, bool evaluated) const;
+  /// device.backend = emulated: no loss to print.
+  [[nodiscard]] bool emulated() const { return m_cfg.device.backend == Backend::Emulated; }
   /// Collective over comms.world on logged steps (job-wide bubble and WAN figures); rank 0
   /// prints one progress row and writes one metrics.csv line (rank 0's timings). `val_loss` is
   /// empty on steps without an evaluation (a NaN one is a diverged model, printed as nan).

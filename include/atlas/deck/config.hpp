@@ -175,7 +175,8 @@ struct ProfileCfg {
   bool trace_json = true;     ///< profile.trace_json: also write trace.json (Perfetto)
 };
 
-enum class Backend { Host, Cuda };
+/// device.backend. Emulated: no arithmetic; each compute slot sleeps its predicted time (runtime/emulated.hpp).
+enum class Backend { Host, Cuda, Emulated };
 
 /// device.sched_batch: the host backend's Linux scheduling policy.
 enum class SchedBatch {

@@ -38,9 +38,11 @@ class Boundary {
   /// `wan` carries the cross-DC boundaries (may be null when this rank has none). Starts the
   /// WAN sender thread when this rank sends over a WAN link. Not collective.
   /// Requires MPI_THREAD_MULTIPLE when the sender thread runs (token passing on `token_comm`).
+  /// `scratch`: one receive and one send buffer serve every micro-batch (emulated compute, whose
+  /// tensors nobody reads: the messages keep their size, the memory does not grow with m).
   Boundary(const topo::Layout& layout, const topo::Communicators& comms,
            const sched::ScheduleTable& table, wan::PeerTransport* wan, Profiler& profiler,
-           std::size_t boundary_bytes, double recv_timeout_s);
+           std::size_t boundary_bytes, double recv_timeout_s, bool scratch = false);
   ~Boundary();
   Boundary(const Boundary&) = delete;
   Boundary& operator=(const Boundary&) = delete;

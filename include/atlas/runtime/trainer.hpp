@@ -5,6 +5,8 @@
 // table's slot marks say where the stagger is and which waits a BubbleFiller may fill. Files:
 // trainer.cpp (set-up, the step's loss, evaluation, the tied-embedding exchange), trainer_step.cpp
 // (the walk of the row), trainer_gradients.cpp (DP buckets, clipping, AdamW), trainer_gather.cpp.
+// With device.backend = emulated the same walk runs without a model (trainer_emulated.cpp): each
+// compute slot sleeps its predicted time, every message moves at its real size.
 #pragma once
 
 #include <cstddef>
@@ -22,6 +24,7 @@
 #include "atlas/model/gpt.hpp"
 #include "atlas/model/optimizer.hpp"
 #include "atlas/runtime/boundary.hpp"
+#include "atlas/runtime/emulated.hpp"
 #include "atlas/runtime/profiler.hpp"
 #include "atlas/sched/schedule.hpp"
 #include "atlas/topo/communicators.hpp"
@@ -91,8 +94,11 @@ class Trainer {
   /// One optimizer step following the table. Collective over comms.world.
   StepReport train_step(int step);
   /// Mean validation loss over train.eval_batches micro-batches per pipeline (forward only).
-  /// Collective over comms.world; the value is valid on world rank 0.
+  /// Collective over comms.world; the value is valid on world rank 0. Not on an emulated run.
   double evaluate();
+  /// device.backend = emulated: no model, no loss (StepReport::loss is NaN), compute slots sleep
+  /// their predicted time. model() and optimizer() must not be used then.
+  [[nodiscard]] bool emulated() const noexcept { return m_emu.has_value(); }
 
   void set_bubble_filler(BubbleFiller* f) { m_filler = f; }
 
@@ -146,6 +152,12 @@ class Trainer {
   /// Waits for `req` at most wan.recv_timeout_s; then abandons it and throws Comm naming what().
   void wait_bounded(mpi::Request& req, const std::function<std::string()>& what);
   void post_loss_receives();
+  // ---- emulated compute (trainer_emulated.cpp) ----
+  /// The DP sums of the stage's gradient size in bucket-sized pieces from two scratch buckets
+  /// (two sums in flight), and our half of the tied-embedding exchange from a scratch buffer.
+  void emulated_gradient_sums();
+  /// The tied embedding's gradient floats (this rank's shard; 0 without one).
+  [[nodiscard]] std::size_t embed_floats();
 
   const Config& m_cfg;
   const topo::Layout& m_layout;
@@ -199,6 +211,7 @@ class Trainer {
   std::vector<float> m_embed_host; ///< the tied-embedding sum's host buffer
   int m_buckets_step = 0, m_buckets_early = 0;  ///< the last all-reduce's buckets (StepReport)
   BubbleFiller* m_filler = nullptr;
+  std::optional<EmulatedStage> m_emu;  ///< device.backend = emulated: sizes and times of this stage
 };
 
 }  // namespace atlas::runtime

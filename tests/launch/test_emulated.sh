@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# device.backend = emulated end to end with the binary, on loopback: (1) 4 ranks, 2 DCs x 1 stage
+# x dp 2: the measured mean step is within 15% of the table's prediction (compute sleeps its
+# predicted time; the WAN of the deck is made fast, since loopback adds no latency), the progress
+# line and the footer say the loss is n/a; (2) a 3.2-billion-parameter deck (2 ranks, 1.6 B
+# parameters each) peaks below 256 MiB per rank: no parameter tensor is allocated; (3) a
+# checkpoint on an emulated run is refused with exit code 2 naming ckpt.final. Removes its temp dir.
+# usage: test_emulated.sh SOURCE_DIR ATLAS_BIN
+set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+launch_setup test_emulated.sh emulated-test "$@"
+MPI=(mpirun --mca btl self,vader,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo)
+EMU=(device.backend=emulated ckpt.final=false run.out_dir="$T" profile.enabled=false)
+
+# ---- (1) 4 ranks, measured vs predicted ----
+timeout 120 "${MPI[@]}" -np 4 "$ATLAS_BIN" train inputs/sim_two_dc_cpu.deck "${EMU[@]}" run.name=emu4 \
+  run.steps=8 run.log_every_steps=1 "cluster.latency_ms=0 0 0 0" "cluster.bandwidth_gbps=0 10 10 0" \
+  schedule.fwd_ms_per_layer=6 > "$T/emu4.out" 2>&1
+rc=$?
+check "the 4-rank emulated run succeeds (rc $rc)" test "$rc" -eq 0
+line=$(grep -E '^# mean step [0-9.]+ ms \(table predicted [0-9.]+ ms\)' "$T/emu4.out")
+measured=$(sed -E 's/^# mean step ([0-9.]+) ms.*/\1/' <<<"$line")
+predicted=$(sed -E 's/.*table predicted ([0-9.]+) ms.*/\1/' <<<"$line")
+echo "emulated 4 ranks: measured ${measured:-?} ms, predicted ${predicted:-?} ms"
+check "measured step within 15% of the prediction ($measured vs $predicted ms)" \
+  awk -v m="${measured:-0}" -v p="${predicted:-0}" 'BEGIN { exit !(p > 50 && m / p > 0.85 && m / p < 1.15) }'
+check "the progress line says the loss is n/a" grep -Eq '^ +7 +n/a ' "$T/emu4.out"
+check "the footer says so" grep -q 'loss n/a (emulated compute' "$T/emu4.out"
+check "run.json has a null loss" grep -q '"first_loss":null' "$T/emu4/run.json"
+check "the WAN carried the boundary tensors" grep -Eq 'WAN bytes sent [1-9]' "$T/emu4.out"
+
+# ---- (2) memory does not grow with the model: 16 blocks of 12 x 4096^2 = 3.2 B parameters (a real
+# host run would hold 1.6 B parameters, gradients and AdamW moments per rank: 26 GB) ----
+timeout 120 "${MPI[@]}" -np 2 /usr/bin/time -f "maxrss_kb %M" "$ATLAS_BIN" train inputs/sim_two_dc_cpu.deck \
+  "${EMU[@]}" run.name=emubig run.steps=3 parallel.dp_size=1 model.layers=16 model.hidden=4096 model.heads=32 \
+  train.micro_batch_size=1 train.micro_batches=2 schedule.fwd_ms_per_layer=1 plan.gpu=h100 > "$T/emubig.out" 2>&1
+rc=$?
+check "the 3.2 B-parameter emulated run succeeds (rc $rc)" test "$rc" -eq 0
+peak=$(awk '$1 == "maxrss_kb" { if ($2 > m) m = $2 } END { print m + 0 }' "$T/emubig.out")
+echo "emulated 3.2 B parameters: peak RSS per rank ${peak} KiB"
+check "peak RSS per rank below 256 MiB (${peak} KiB)" test "$peak" -gt 0 -a "$peak" -lt $((256 * 1024))
+
+# ---- (3) a checkpoint on an emulated run: a config error naming the key ----
+timeout 60 "${MPI[@]}" -np 4 "$ATLAS_BIN" train inputs/sim_two_dc_cpu.deck device.backend=emulated \
+  run.out_dir="$T" run.name=emuckpt > "$T/emuckpt.out" 2>&1
+rc=$?
+check "emulated + ckpt.final = true exits with code 2 (got $rc)" test "$rc" -eq 2
+check "naming ckpt.final and the fix" grep -q 'hint: set ckpt.every_steps = 0 and ckpt.final = false' "$T/emuckpt.out"
+launch_finish
