@@ -317,7 +317,7 @@ void build(Schema& schema) {
             "whole pipelines of parallel.stages_per_dc[d] stages (equal in every DC), parallel.dp_size "
             "counts the replicas of all DCs (a multiple of the DC count) and the DP gradient sums cross "
             "the WAN over MPI (one TCP connection per peer), predicted as Open MPI's binomial in-place "
-            "iallreduce over the slowest DC link");
+            "iallreduce, each round at its DC pair's latency and one TCP flow's rate");
 
   // [model]
   b.field("model.layers", &C::model, &ModelCfg::layers).def("4").min(1).max(kMaxLayers)

@@ -95,6 +95,10 @@ void check_parallel(const Config& c, const JobShape& shape, std::vector<std::str
                       "\n  hint: e.g. parallel.stages_per_dc = " + std::to_string(p.pp_size()));
         return;
       }
+    if (c.bubbletea.enabled)
+      out.push_back("parallel.dp_across_dcs = true with bubbletea.enabled = true: BubbleTea fills the bubbles of a "
+                    "pipeline that crosses DCs, and here none does\n  hint: set bubbletea.enabled = false (atlas "
+                    "bench ablation runs row (a) without it)");
     if (p.dp_size % n != 0) {
       out.push_back("parallel.dp_across_dcs = true: parallel.dp_size = " + std::to_string(p.dp_size) +
                     " must be a multiple of the " + std::to_string(n) +

@@ -49,47 +49,35 @@ double flow_window_bytes(const Config& cfg) {
                                        : kDefaultTcpWindowBytes;
 }
 
-int binomial_rounds(int n) {
-  int r = 0;
-  while ((1 << r) < n) ++r;
-  return r;
-}
-
-double wan_binomial_allreduce_ms(double bytes, int dp, int dp_per_dc, const LinkCost& wan, double wan_rate,
-                                 double intra_latency_ms, double intra_bytes_per_ms, double wake_ms) {
+double wan_binomial_allreduce_ms(const CostModel& c, double bytes, int dp, int dp_per_dc, int sharing,
+                                 double window_bytes) {
   if (dp <= 1) return 0.0;
-  const int rounds = binomial_rounds(dp);
-  // Replicas are numbered DC by DC, so the rounds of distance < dp_per_dc stay inside a DC when
-  // dp_per_dc is a power of two; every other round crosses the WAN.
-  const int local = (dp_per_dc & (dp_per_dc - 1)) == 0 ? binomial_rounds(dp_per_dc) : 0;
-  const int wan_rounds = rounds - local;
-  const double wan_round = wan.latency_ms + bytes / wan_rate + wake_ms;
-  const double local_round = intra_latency_ms + bytes / intra_bytes_per_ms + wake_ms;
-  return 2.0 * (wan_rounds * wan_round + local * local_round);
+  // Replicas are numbered DC by DC (dp_per_dc each). Round k of the binomial reduce pairs replica
+  // i (a multiple of 2^(k+1)) with i + 2^k; the broadcast retraces the same edges. A round lasts
+  // as long as its slowest edge: inside a DC the intra-DC cost, between DCs a and b the latency
+  // plus the bytes at one TCP flow's rate, min(capacity / sharing, window / RTT).
+  double total = 0.0;
+  for (int d = 1; d < dp; d *= 2) {
+    double round = 0.0;
+    for (int i = 0; i + d < dp; i += 2 * d) {
+      const int a = i / dp_per_dc, b = (i + d) / dp_per_dc;
+      double t = c.intra_latency_ms + bytes / c.intra_bytes_per_ms;
+      if (a != b) {
+        const LinkCost& l = c.link(a, b);
+        t = l.latency_ms + bytes / transfer_cap_bytes_per_ms(l.capacity_bytes_per_ms / sharing, l.latency_ms, 1, window_bytes);
+      }
+      round = std::max(round, t + c.wake_ms);
+    }
+    total += round;
+  }
+  return 2.0 * total;
 }
 
 void wan_dp_allreduce(CostModel& c, const Config& cfg, const topo::Layout& layout) {
-  // The slowest DC pair of the job: the lowest rate of one transfer (each stage's and TP lane's
-  // sum runs at about the same time, pp x tp transfers share the link; each is one TCP flow of
-  // MPI's, capped by its window over the RTT) and the longest latency.
-  const int n = c.dc_count;
-  const double window = flow_window_bytes(cfg);
-  const int sharing = c.pp * c.tp;
-  LinkCost slow;
-  double rate = 0.0;
-  for (int a = 0; a < n; ++a)
-    for (int b = 0; b < n; ++b) {
-      if (a == b || layout.ranks_in_dc(a) == 0 || layout.ranks_in_dc(b) == 0) continue;
-      const LinkCost& l = c.link(a, b);
-      const double r = transfer_cap_bytes_per_ms(l.capacity_bytes_per_ms / sharing, l.latency_ms, 1, window);
-      if (rate == 0.0 || r < rate) rate = r;
-      slow.latency_ms = std::max(slow.latency_ms, l.latency_ms);
-    }
-  if (rate <= 0.0) return;
+  // Each stage's and TP lane's sum runs at about the same time: pp x tp flows share a link.
   for (int s = 0; s < c.pp; ++s)
-    c.allreduce_ms[static_cast<std::size_t>(s)] =
-        wan_binomial_allreduce_ms(c.grad_bytes[static_cast<std::size_t>(s)], c.dp, layout.dp_per_dc(), slow, rate,
-                                  c.intra_latency_ms, c.intra_bytes_per_ms, c.wake_ms);
+    c.allreduce_ms[static_cast<std::size_t>(s)] = wan_binomial_allreduce_ms(
+        c, c.grad_bytes[static_cast<std::size_t>(s)], c.dp, layout.dp_per_dc(), c.pp * c.tp, flow_window_bytes(cfg));
 }
 
 BlockCost block_cost(const Config& cfg, int tp, const DeviceProfile& p) {

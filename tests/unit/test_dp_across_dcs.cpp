@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // parallel.dp_across_dcs (atlas bench ablation's row a): the DP sum's cost over the WAN (Open MPI's
-// binomial in-place iallreduce over the slowest DC link), the deck's checks, and the bar chart the
+// binomial in-place iallreduce, each round at its DC pair's cost), the deck's checks, and the bar chart the
 // benchmark writes (a PNG of the stated size).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -53,9 +53,29 @@ TEST(DpAcrossDcs, TheDpSumCrossesTheSlowestWanLink) {
     const double rate = sched::transfer_cap_bytes_per_ms(l.capacity_bytes_per_ms / (cdp.pp * cdp.tp), l.latency_ms, 1,
                                                          sched::flow_window_bytes(dp));
     const double want = 2.0 * ((l.latency_ms + bytes / rate) + (cdp.intra_latency_ms + bytes / cdp.intra_bytes_per_ms));
+    EXPECT_NEAR(sched::wan_binomial_allreduce_ms(cdp, bytes, 4, 2, cdp.pp * cdp.tp, sched::flow_window_bytes(dp)), want,
+                1e-9 * want);
     EXPECT_NEAR(cdp.allreduce_ms[i], want, 1e-9 * want);
     EXPECT_GT(cdp.allreduce_ms[i], 40.0);  // at least the two WAN latencies
   }
+  // Four DCs, one replica each: round 1 pairs DC 0-1 and 2-3, round 2 DC 0-2; each round at its
+  // slowest pair (a fast pair in the same round waits for nothing).
+  sched::CostModel four = cdp;
+  four.dc_count = 4;
+  four.links.assign(16, sched::LinkCost{});
+  const auto set = [&](int a, int b, double lat) {
+    four.links[static_cast<std::size_t>(a * 4 + b)] = {lat, 1e5, 1e5};
+    four.links[static_cast<std::size_t>(b * 4 + a)] = {lat, 1e5, 1e5};
+  };
+  set(0, 1, 10.0);
+  set(2, 3, 40.0);
+  set(0, 2, 25.0);
+  set(0, 3, 99.0);  // never an edge of the tree
+  set(1, 2, 99.0);
+  set(1, 3, 99.0);
+  const double w = 1e12;  // no window cap
+  const double r4 = sched::wan_binomial_allreduce_ms(four, 1e5, 4, 1, 1, w);
+  EXPECT_NEAR(r4, 2.0 * ((40.0 + 1.0 + four.wake_ms) + (25.0 + 1.0 + four.wake_ms)), 1e-9);
   // The pipeline-parallel layout sums inside each DC only.
   for (double ms : cpp.allreduce_ms) EXPECT_LT(ms, 5.0);
   // A shared window caps one TCP flow: a small window makes the WAN sum slower.

@@ -90,15 +90,16 @@ double stage_params(const ModelCfg& m, int stage, int pp);
 double ring_allreduce_ms(double bytes, int n, double bytes_per_ms, double latency_ms);
 
 /// Time of Open MPI's in-place MPI_Iallreduce (libnbc: a binomial reduce, then a binomial
-/// broadcast, the whole `bytes` in each round) over `dp` replicas numbered DC by DC, `dp_per_dc`
-/// in each: the rounds inside a DC at the intra-DC cost, the others over `wan` at `wan_rate`
-/// bytes/ms, each round plus the wake-up delay. What parallel.dp_across_dcs pays per stage.
-double wan_binomial_allreduce_ms(double bytes, int dp, int dp_per_dc, const LinkCost& wan, double wan_rate,
-                                 double intra_latency_ms, double intra_bytes_per_ms, double wake_ms);
+/// broadcast over the same edges, the whole `bytes` in each round) over `dp` replicas numbered DC
+/// by DC, `dp_per_dc` in each: every round as long as its slowest edge, inside a DC at the
+/// intra-DC cost, between DCs a and b at c.link(a, b)'s latency plus the bytes at one TCP flow's
+/// rate, min(capacity / sharing, window / RTT); each round plus the wake-up delay. What
+/// parallel.dp_across_dcs pays per stage.
+double wan_binomial_allreduce_ms(const CostModel& c, double bytes, int dp, int dp_per_dc, int sharing,
+                                 double window_bytes);
 
-/// parallel.dp_across_dcs: sets every stage's allreduce_ms to wan_binomial_allreduce_ms over the
-/// job's slowest DC pair (pp x tp sums share its capacity; one TCP flow each, capped by the window
-/// over the RTT). Needs the links set.
+/// parallel.dp_across_dcs: sets every stage's allreduce_ms to wan_binomial_allreduce_ms (pp x tp
+/// sums share each link: one per stage and TP lane). Needs the links set.
 void wan_dp_allreduce(CostModel& c, const Config& cfg, const topo::Layout& layout);
 
 /// The rate of one WAN transfer on a link: min(capacity, flows * window / RTT).
