@@ -4,6 +4,7 @@
 #include "atlas/deck/schema.hpp"
 
 #include <algorithm>
+#include <tuple>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -651,21 +652,24 @@ const KeySpec* Schema::find(std::string_view key) const {
 }
 
 std::vector<std::string> Schema::suggestions(std::string_view key) const {
-  std::vector<std::pair<std::size_t, std::string>> scored;
+  // (closeness, whole-key edit distance as the tie-break: "parallel.dp" -> dp_size before
+  // dp_across_dcs, both containing "dp", key)
+  std::vector<std::tuple<std::size_t, std::size_t, std::string>> scored;
   const std::string_view tail = key.substr(key.find('.') == std::string_view::npos ? 0 : key.find('.') + 1);
   for (const auto& k : m_keys) {
-    std::size_t d = edit_distance(key, k.key);
+    const std::size_t whole = edit_distance(key, k.key);
+    std::size_t d = whole;
     // A key in the wrong section, a shortened name ("wan.rail" -> "wan.rails") or one with the
     // same stem ("wan.rail_count" -> "wan.rails") is close too.
     const std::string ktail = k.key.substr(k.key.find('.') + 1);
     d = std::min(d, edit_distance(tail, ktail) + 1);
     if (!tail.empty() && ktail.find(tail) != std::string::npos) d = std::min<std::size_t>(d, 2);
     if (common_prefix(tail, ktail) >= 4) d = std::min<std::size_t>(d, 2);
-    if (d <= std::max<std::size_t>(2, key.size() / 4)) scored.emplace_back(d, k.key);
+    if (d <= std::max<std::size_t>(2, key.size() / 4)) scored.emplace_back(d, whole, k.key);
   }
   std::sort(scored.begin(), scored.end());
   std::vector<std::string> out;
-  for (std::size_t i = 0; i < scored.size() && i < 3; ++i) out.push_back(scored[i].second);
+  for (std::size_t i = 0; i < scored.size() && i < 3; ++i) out.push_back(std::get<2>(scored[i]));
   return out;
 }
 
