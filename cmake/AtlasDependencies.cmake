@@ -144,6 +144,13 @@ if(NOT TARGET atlas::isal)
     "PKG_CONFIG_PATH, or -DISAL_INCLUDE_DIR=... -DISAL_LIBRARY=...")
 endif()
 
+# ---- libpng: atlas bench ablation's bar chart (src/bench/png.cpp) ----
+find_package(PNG QUIET)
+if(NOT TARGET PNG::PNG)
+  atlas_missing("libpng (png.h, libpng16)" "libpng-dev"
+    "-DPNG_PNG_INCLUDE_DIR=/path/to/include -DPNG_LIBRARY=/path/to/libpng16.so")
+endif()
+
 # ---- GoogleTest (only for the test suites) ----
 if(ATLAS_ENABLE_TESTS)
   find_package(GTest QUIET)

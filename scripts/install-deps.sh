@@ -15,6 +15,7 @@ PACKAGES=(
   libfmt-dev
   libssl-dev libisal-dev
   libpcre2-dev
+  libpng-dev
   iproute2 iptables libnetfilter-queue-dev iperf3 procps
   python3 python3-h5py python3-matplotlib python3-jsonschema
 )

@@ -68,13 +68,12 @@ int main(int argc, char** argv) {
     std::printf("WAN_RAILS=%d\n", cfg.wan.transport == atlas::WanTransport::Multirail ? cfg.wan.rails : 1);
     std::printf("WAN_DEVICE_BACKEND=%s\n", atlas::to_string(cfg.device.backend));
     if (np > 0) {
-      // Ranks are ordered (dc, stage, dp, tp): DC d holds stages_per_dc[d] * dp * tp of them.
+      // Ranks are ordered (dc, stage, dp, tp): DC d holds ParallelCfg::ranks_in_dc(d) of them.
       std::vector<long> per_dc(static_cast<std::size_t>(n), 0);
       const auto& p = cfg.parallel;
       if (p.stages_per_dc.size() == static_cast<std::size_t>(n) && p.world_size() == np) {
         for (int d = 0; d < n; ++d)
-          per_dc[static_cast<std::size_t>(d)] =
-              static_cast<long>(p.stages_per_dc[static_cast<std::size_t>(d)]) * p.dp_size * p.tp_size;
+          per_dc[static_cast<std::size_t>(d)] = static_cast<long>(p.ranks_in_dc(d));
       } else {
         std::fprintf(stderr, "atlas-wan-deck: %s: the layout (parallel.*) holds %d ranks, not %ld "
                              "(np); set parallel.stages_per_dc/dp_size/tp_size to match\n",

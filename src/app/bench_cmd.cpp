@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include "atlas/app/bench_ablation.hpp"
 #include "atlas/app/commands.hpp"
 #include "atlas/app/training_job.hpp"
 #include "atlas/bench/harness.hpp"
@@ -490,6 +491,7 @@ const std::vector<BenchEntry>& benches() {
       {kFidelitySpec, bench_fidelity},
       {sim::validate_bench_spec(), bench_validate},
       {bubbletea::bubbletea_bench_spec(), bench_bubbletea},
+      {ablation_bench_spec(), bench_ablation},
   };
   return all;
 }

@@ -26,7 +26,7 @@ int cmd_schedule(Context& ctx) {
   const Args args = parse_args(ctx.args, {"json", "width", "kind", "png"}, {"quiet"});
   const std::string path = deck_path(args, "schedule");
   const Config cfg = load_offline_deck(path, args.overrides);
-  const topo::Layout layout(cfg.parallel.stages_per_dc, cfg.parallel.dp_size, cfg.parallel.tp_size);
+  const topo::Layout layout(cfg.parallel);
   // The cost model `atlas train` uses (the deck's device profile), so the tables shown are the
   // ones a run executes.
   const sched::CostModel cost = sched::cost_model(cfg, layout);

@@ -107,7 +107,7 @@ int run_grid(const Config& base, const sched::DeviceProfile& prof, const Args& a
 /// Utilization per stage = (forward + backward + the optimizer's own time + prefill) / step, as
 /// the runtime counts it (the gradient norm's WAN wait is not busy). Returns the filled table.
 sched::ScheduleTable simulate_bubbletea(const Config& cfg, const sim::SimResult& r) {
-  const topo::Layout layout(cfg.parallel.stages_per_dc, cfg.parallel.dp_size, cfg.parallel.tp_size);
+  const topo::Layout layout(cfg.parallel);
   const sched::PrefillPlan plan = bubbletea::prefill_plan(cfg, layout, r.table);
   const sched::ScheduleTable filled = sched::place_prefill(r.table, plan);
   fmt::print("\n# BubbleTea (predicted): chunks of {} prompt tokens, guard {:.2f} ms, demand {}; training step "
@@ -162,7 +162,7 @@ sched::ScheduleTable simulate_bubbletea(const Config& cfg, const sim::SimResult&
 void write_simulated_profile(const Config& cfg, const sim::SimResult& r, const Args& args) {
   const int steps = args.int_option("steps", 3);
   if (steps < 1 || steps > 1000) throw UsageError("--steps must be in [1, 1000]");
-  const topo::Layout layout(cfg.parallel.stages_per_dc, cfg.parallel.dp_size, cfg.parallel.tp_size);
+  const topo::Layout layout(cfg.parallel);
   std::size_t per_step = 0;
   for (const auto& row : r.table.rows) per_step += row.size();
   const double events = static_cast<double>(per_step) * r.table.tp * steps;

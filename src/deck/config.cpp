@@ -31,12 +31,12 @@ std::int64_t ModelCfg::parameter_count() const {
 
 std::string ParallelCfg::size_mismatch(int job_ranks) const {
   // In 64 bits: this runs on unvalidated decks too, whose product may not fit an int.
-  std::int64_t need = 0;
-  for (int v : stages_per_dc) need += v;
+  std::int64_t need = pp_size();
   need *= static_cast<std::int64_t>(dp_size) * tp_size;
   if (need == job_ranks) return {};
   std::string stages;
-  for (int v : stages_per_dc) stages += (stages.empty() ? "" : "+") + std::to_string(v);
+  for (int v : stages_per_dc) stages += (stages.empty() ? "" : (dp_across_dcs ? "|" : "+")) + std::to_string(v);
+  if (dp_across_dcs) stages += " in every DC, parallel.dp_across_dcs";
   return "parallel layout needs stages(" + stages + " = " + std::to_string(pp_size()) +
          ") * dp_size(" + std::to_string(dp_size) + ") * tp_size(" + std::to_string(tp_size) +
          ") = " + std::to_string(need) + " ranks, but the job has " + std::to_string(job_ranks) +

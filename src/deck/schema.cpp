@@ -4,6 +4,7 @@
 #include "atlas/deck/schema.hpp"
 
 #include <algorithm>
+#include <tuple>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -321,7 +322,14 @@ void build(Schema& schema) {
   b.field("parallel.dp_size", &C::parallel, &ParallelCfg::dp_size).def("1").min(1).max(kMaxDp)
       .help("data-parallel pipelines (replicas of every stage, inside each DC)");
   b.field("parallel.stages_per_dc", &C::parallel, &ParallelCfg::stages_per_dc).required().min(0).max(kMaxStages)
-      .help("pipeline stages held by each DC, contiguous, e.g. 2 1 1 (0 = DC unused)");
+      .help("pipeline stages held by each DC, contiguous, e.g. 2 1 1 (0 = DC unused); with "
+            "parallel.dp_across_dcs the stages of each DC's own pipelines, the same in every DC");
+  b.field("parallel.dp_across_dcs", &C::parallel, &ParallelCfg::dp_across_dcs).def("false")
+      .help("data parallelism across DCs (the ablation's baseline, atlas bench ablation): every DC holds "
+            "whole pipelines of parallel.stages_per_dc[d] stages (equal in every DC), parallel.dp_size "
+            "counts the replicas of all DCs (a multiple of the DC count) and the DP gradient sums cross "
+            "the WAN over MPI (one TCP connection per peer), predicted as Open MPI's binomial in-place "
+            "iallreduce, each round at its DC pair's latency and one TCP flow's rate");
 
   // [model]
   b.field("model.layers", &C::model, &ModelCfg::layers).def("4").min(1).max(kMaxLayers)
@@ -683,21 +691,24 @@ const KeySpec* Schema::find(std::string_view key) const {
 }
 
 std::vector<std::string> Schema::suggestions(std::string_view key) const {
-  std::vector<std::pair<std::size_t, std::string>> scored;
+  // (closeness, whole-key edit distance as the tie-break: "parallel.dp" -> dp_size before
+  // dp_across_dcs, both containing "dp", key)
+  std::vector<std::tuple<std::size_t, std::size_t, std::string>> scored;
   const std::string_view tail = key.substr(key.find('.') == std::string_view::npos ? 0 : key.find('.') + 1);
   for (const auto& k : m_keys) {
-    std::size_t d = edit_distance(key, k.key);
+    const std::size_t whole = edit_distance(key, k.key);
+    std::size_t d = whole;
     // A key in the wrong section, a shortened name ("wan.rail" -> "wan.rails") or one with the
     // same stem ("wan.rail_count" -> "wan.rails") is close too.
     const std::string ktail = k.key.substr(k.key.find('.') + 1);
     d = std::min(d, edit_distance(tail, ktail) + 1);
     if (!tail.empty() && ktail.find(tail) != std::string::npos) d = std::min<std::size_t>(d, 2);
     if (common_prefix(tail, ktail) >= 4) d = std::min<std::size_t>(d, 2);
-    if (d <= std::max<std::size_t>(2, key.size() / 4)) scored.emplace_back(d, k.key);
+    if (d <= std::max<std::size_t>(2, key.size() / 4)) scored.emplace_back(d, whole, k.key);
   }
   std::sort(scored.begin(), scored.end());
   std::vector<std::string> out;
-  for (std::size_t i = 0; i < scored.size() && i < 3; ++i) out.push_back(scored[i].second);
+  for (std::size_t i = 0; i < scored.size() && i < 3; ++i) out.push_back(std::get<2>(scored[i]));
   return out;
 }
 

@@ -95,19 +95,41 @@ void check_parallel(const Config& c, const JobShape& shape, std::vector<std::str
     out.push_back("parallel.stages_per_dc places no stage in any DC: the pipeline needs at least one");
     return;
   }
+  if (p.dp_across_dcs) {
+    for (int dc = 0; dc < n; ++dc)
+      if (p.stages_per_dc[static_cast<std::size_t>(dc)] != p.stages_per_dc[0]) {
+        out.push_back("parallel.dp_across_dcs = true: parallel.stages_per_dc must give every DC the same "
+                      "stage count (each DC holds whole pipelines), but DC '" +
+                      c.cluster.dcs[static_cast<std::size_t>(dc)] + "' has " +
+                      std::to_string(p.stages_per_dc[static_cast<std::size_t>(dc)]) + " and DC '" +
+                      c.cluster.dcs[0] + "' " + std::to_string(p.stages_per_dc[0]) +
+                      "\n  hint: e.g. parallel.stages_per_dc = " + std::to_string(p.pp_size()));
+        return;
+      }
+    if (c.bubbletea.enabled)
+      out.push_back("parallel.dp_across_dcs = true with bubbletea.enabled = true: BubbleTea fills the bubbles of a "
+                    "pipeline that crosses DCs, and here none does\n  hint: set bubbletea.enabled = false (atlas "
+                    "bench ablation runs row (a) without it)");
+    if (p.dp_size % n != 0) {
+      out.push_back("parallel.dp_across_dcs = true: parallel.dp_size = " + std::to_string(p.dp_size) +
+                    " must be a multiple of the " + std::to_string(n) +
+                    " DCs (each holds dp_size / DCs replicas)\n  hint: parallel.dp_size = " +
+                    std::to_string(n * std::max(1, p.dp_size / n)));
+      return;
+    }
+  }
   if (p.tp_size > c.cluster.gpus_per_node)
     out.push_back("parallel.tp_size = " + std::to_string(p.tp_size) + " exceeds cluster.gpus_per_node = " +
                   std::to_string(c.cluster.gpus_per_node) +
                   ": tensor parallelism must stay inside a node");
   if (c.cluster.gpus_per_dc.size() == static_cast<std::size_t>(n)) {
     for (int dc = 0; dc < n; ++dc) {
-      const std::int64_t need = static_cast<std::int64_t>(p.stages_per_dc[static_cast<std::size_t>(dc)]) *
-                                p.dp_size * p.tp_size;
+      const std::int64_t need = p.ranks_in_dc(dc);
       const int have = c.cluster.gpus_per_dc[static_cast<std::size_t>(dc)];
       if (need > have)
         out.push_back("DC '" + c.cluster.dcs[static_cast<std::size_t>(dc)] + "' holds " +
                       std::to_string(p.stages_per_dc[static_cast<std::size_t>(dc)]) +
-                      " stages x dp " + std::to_string(p.dp_size) + " x tp " +
+                      " stages x dp " + std::to_string(p.dp_across_dcs ? p.dp_size / n : p.dp_size) + " x tp " +
                       std::to_string(p.tp_size) + " = " + std::to_string(need) +
                       " GPUs but cluster.gpus_per_dc gives it " + std::to_string(have) +
                       "\n  hint: move stages to another DC or lower dp/tp (atlas plan suggests a layout)");

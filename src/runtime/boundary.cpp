@@ -227,7 +227,7 @@ BoundaryStats Boundary::end_step() {
 }
 
 void Boundary::send_blocking(int stage, int tag, const void* data, std::size_t bytes) {
-  if (m_layout.dc_of_stage(stage) == m_me.dc) {
+  if (m_layout.dc_of(stage, m_me.dp) == m_me.dc) {
     m_comms.pp.send(std::span<const std::byte>(static_cast<const std::byte*>(data), bytes), stage, tag);
     return;
   }
@@ -241,7 +241,7 @@ void Boundary::send_blocking(int stage, int tag, const void* data, std::size_t b
 }
 
 void Boundary::recv_blocking(int stage, int tag, void* data, std::size_t bytes) {
-  if (m_layout.dc_of_stage(stage) == m_me.dc) {
+  if (m_layout.dc_of(stage, m_me.dp) == m_me.dc) {
     m_comms.pp.recv(std::span<std::byte>(static_cast<std::byte*>(data), bytes), stage, tag);
     return;
   }

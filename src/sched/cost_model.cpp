@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The schedule's cost model (see cost_model.hpp): compute from the device profile, TP all-reduces
-// over NVLink, DP ring all-reduce inside a DC, WAN links capped per TCP flow.
+// over NVLink, DP ring all-reduce inside a DC (or over the WAN with parallel.dp_across_dcs), WAN
+// links capped per TCP flow.
 #include "atlas/sched/cost_model.hpp"
 #include "atlas/sched/memory.hpp"
 
@@ -143,6 +144,36 @@ BlockCost kernel_block_cost(const Config& cfg, int tp, const DeviceProfile& p) {
 }
 
 }  // namespace
+double wan_binomial_allreduce_ms(const CostModel& c, double bytes, int dp, int dp_per_dc, int sharing,
+                                 double window_bytes) {
+  if (dp <= 1) return 0.0;
+  // Replicas are numbered DC by DC (dp_per_dc each). Round k of the binomial reduce pairs replica
+  // i (a multiple of 2^(k+1)) with i + 2^k; the broadcast retraces the same edges. A round lasts
+  // as long as its slowest edge: inside a DC the intra-DC cost, between DCs a and b the latency
+  // plus the bytes at one TCP flow's rate, min(capacity / sharing, window / RTT).
+  double total = 0.0;
+  for (int d = 1; d < dp; d *= 2) {
+    double round = 0.0;
+    for (int i = 0; i + d < dp; i += 2 * d) {
+      const int a = i / dp_per_dc, b = (i + d) / dp_per_dc;
+      double t = c.intra_latency_ms + bytes / c.intra_bytes_per_ms;
+      if (a != b) {
+        const LinkCost& l = c.link(a, b);
+        t = l.latency_ms + bytes / transfer_cap_bytes_per_ms(l.capacity_bytes_per_ms / sharing, l.latency_ms, 1, window_bytes);
+      }
+      round = std::max(round, t + c.wake_ms);
+    }
+    total += round;
+  }
+  return 2.0 * total;
+}
+
+void wan_dp_allreduce(CostModel& c, const Config& cfg, const topo::Layout& layout) {
+  // Each stage's and TP lane's sum runs at about the same time: pp x tp flows share a link.
+  for (int s = 0; s < c.pp; ++s)
+    c.allreduce_ms[static_cast<std::size_t>(s)] = wan_binomial_allreduce_ms(
+        c, c.grad_bytes[static_cast<std::size_t>(s)], c.dp, layout.dp_per_dc(), c.pp * c.tp, flow_window_bytes(cfg));
+}
 
 BlockCost block_cost(const Config& cfg, int tp, const DeviceProfile& p) {
   const ModelCfg& m = cfg.model;
@@ -219,6 +250,7 @@ CostModel cost_model(const Config& cfg, const topo::Layout& layout, const Device
     const double params = stage_params(m, s, c.pp) / c.tp;
     c.allreduce_ms.push_back(
         ring_allreduce_ms(params * p.grad_bytes, c.dp, c.intra_bytes_per_ms, c.intra_latency_ms + c.wake_ms));
+    c.grad_bytes.push_back(params * p.grad_bytes);
     c.optimizer_ms.push_back(params * p.optimizer_bytes_per_param / (p.mem_bandwidth_gbs * 1e9) * 1e3);
   }
 
@@ -236,6 +268,8 @@ CostModel cost_model(const Config& cfg, const topo::Layout& layout, const Device
       l.capacity_bytes_per_ms = a == b ? c.intra_bytes_per_ms : std::max(gbps, 1e-9) * 1e9 / 8.0 / 1e3;
       l.flow_cap_bytes_per_ms = transfer_cap_bytes_per_ms(l.capacity_bytes_per_ms, l.latency_ms, flows, window);
     }
+
+  if (layout.dp_across_dcs() && n > 1) wan_dp_allreduce(c, cfg, layout);
 
   // Tied embedding: the first and last stage sum their embedding gradients once per step (over
   // the WAN when they sit in different DCs: the one gradient that crosses it), as sched models it.

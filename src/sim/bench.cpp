@@ -106,7 +106,7 @@ int run_sim_bench(const atlas::bench::Args& args) {
   // ---- one simulated step at 10,000 GPUs ----
   const Config step_cfg = bench_step_config();
   const DeviceProfile prof = sched::device_profile(step_cfg);
-  const topo::Layout layout(step_cfg.parallel.stages_per_dc, step_cfg.parallel.dp_size, step_cfg.parallel.tp_size);
+  const topo::Layout layout(step_cfg.parallel);
   fmt::print("# bench sim: {} GPUs ({} DCs, tp {} x pp {} x dp {}), {:.0f}B parameters, {} micro-batches, "
              "profile {}\n",
              layout.world_size(), layout.dc_count(), layout.tp_size(), layout.pp_size(), layout.dp_size(),

@@ -100,7 +100,7 @@ namespace {
 // The table from `deck` (the runtime's, or a search), timed with the costs of `machine`.
 SimResult simulate_impl(const Config& deck, const Config& machine, const DeviceProfile& profile,
                         const SimOptions& opt) {
-  const topo::Layout layout(deck.parallel.stages_per_dc, deck.parallel.dp_size, deck.parallel.tp_size);
+  const topo::Layout layout(deck.parallel);
   sched::CostModel cost = sched::cost_model(machine, layout, profile);
   cost.virtual_stages = deck.schedule.virtual_stages;  // the deck's model chunks (interleaved 1F1B)
   if (!opt.stage_fwd_ms.empty() || !opt.stage_bwd_ms.empty()) {

@@ -52,6 +52,11 @@ add_test(NAME test_wan_flood
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/launch/test_wan_flood.sh ${PROJECT_SOURCE_DIR} $<TARGET_FILE:atlas>)
 set_tests_properties(test_wan_flood PROPERTIES LABELS mpi TIMEOUT 300 FIXTURES_REQUIRED brown_corpus PROCESSORS 2)
 atlas_unit_test(test_slot_marks ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_slot_marks.cpp)
+# atlas bench ablation on loopback at 4 ranks: the five rows with every column, the footer, a valid
+# PNG of the stated size; a 1-DC deck and unequal stage counts are clear config errors.
+add_test(NAME test_bench_ablation
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/launch/test_bench_ablation.sh ${PROJECT_SOURCE_DIR} $<TARGET_FILE:atlas>)
+set_tests_properties(test_bench_ablation PROPERTIES LABELS mpi TIMEOUT 300 FIXTURES_REQUIRED brown_corpus PROCESSORS 2)
 # device.backend = emulated: 4 ranks on loopback within 15% of the table's step, memory that does
 # not grow with the model (a 3.2 B-parameter deck below 256 MiB per rank), checkpoints refused.
 add_test(NAME test_emulated

@@ -73,3 +73,4 @@ atlas_cli_test(cli_simulate_absurd
 atlas_cli_test(cli_plan_residency_impossible
                "ERROR: no plan meets the data-residency constraint cluster.may_hold_data: .*a DC marked 1 \\(eu-west-1\\)"
                plan inputs/plan_70b_4dc.deck --quiet "cluster.may_hold_data=0 0 0 1" "cluster.gpus_per_dc=384 256 256 8")
+atlas_unit_test(test_dp_across_dcs ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_dp_across_dcs.cpp)

@@ -41,8 +41,7 @@ int run(int argc, char** argv) {
   atlas::Config cfg =
       atlas::deck::parse_and_validate(deck, atlas::deck::read_text_file(deck), overrides, shape);
   atlas::deck::read_device_profiles(cfg);
-  const atlas::topo::Layout layout(cfg.parallel.stages_per_dc, cfg.parallel.dp_size,
-                                   cfg.parallel.tp_size);
+  const atlas::topo::Layout layout(cfg.parallel);
   const atlas::sched::ScheduleTable table = atlas::sched::build_schedule(cfg, layout);
 
   std::vector<SlotEvent> events;

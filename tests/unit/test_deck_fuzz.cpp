@@ -241,7 +241,7 @@ int schedule_pipeline(const Mutant& m, std::string& messages) {
     shape.cuda_built = false;
     Config cfg = parse_and_validate("mutant.deck", m.text, m.overrides, shape);
     read_device_profiles(cfg);
-    const topo::Layout layout(cfg.parallel.stages_per_dc, cfg.parallel.dp_size, cfg.parallel.tp_size);
+    const topo::Layout layout(cfg.parallel);  // the deck's layout, parallel.dp_across_dcs included
     const sched::CostModel cost = sched::cost_model(cfg, layout);
     std::vector<ScheduleKind> kinds{ScheduleKind::GPipe, ScheduleKind::OneFOneB};
     // The atlas search times many candidate tables: only on the smaller tables, to bound the run.

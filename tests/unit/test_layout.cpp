@@ -124,5 +124,47 @@ TEST(Layout, RejectsShapeThatDoesNotFillTheJob) {
   EXPECT_THROW(Layout({0, 0}, 1, 1), ConfigError);
 }
 
+// parallel.dp_across_dcs: every DC holds whole pipelines of a contiguous range of replicas; the
+// DP group crosses DCs, the pipeline never does.
+TEST(Layout, DpAcrossDcsHoldsWholePipelinesPerDc) {
+  for (const std::vector<int>& spd : {std::vector<int>{1, 1}, {2, 2}, {3, 3, 3}, {2, 2, 2, 2}})
+    for (int dpl : {1, 2, 3})
+      for (int tp : {1, 2}) {
+        const int ndc = static_cast<int>(spd.size());
+        const Layout l(spd, dpl * ndc, tp, true);
+        ASSERT_TRUE(l.dp_across_dcs());
+        EXPECT_EQ(l.pp_size(), spd[0]);
+        EXPECT_EQ(l.dp_per_dc(), dpl);
+        EXPECT_EQ(l.world_size(), spd[0] * dpl * ndc * tp);
+        int prev_dc = 0;
+        for (int r = 0; r < l.world_size(); ++r) {
+          const Coord c = l.coord(r);
+          EXPECT_EQ(l.world_rank(c), r);
+          EXPECT_EQ(c.dc, c.dp / dpl);              // replica d lives in DC d / dpl
+          EXPECT_EQ(c.dc, l.dc_of(c.stage, c.dp));
+          EXPECT_GE(c.dc, prev_dc);                 // DCs hold contiguous rank ranges
+          prev_dc = c.dc;
+          EXPECT_TRUE(l.wan_peers(c).empty());      // no pipeline boundary crosses a DC
+          for (int m : l.members(Group::Pipeline, c)) EXPECT_EQ(l.coord(m).dc, c.dc);
+          for (int m : l.members(Group::Dc, c)) EXPECT_EQ(l.coord(m).dc, c.dc);
+          EXPECT_EQ(static_cast<int>(l.members(Group::Dc, c).size()), l.ranks_in_dc(c.dc));
+          std::set<int> dcs;
+          for (int m : l.members(Group::Data, c)) dcs.insert(l.coord(m).dc);
+          EXPECT_EQ(static_cast<int>(dcs.size()), ndc);  // the DP sum crosses every DC
+        }
+        for (int s = 0; s + 1 < l.pp_size(); ++s) EXPECT_FALSE(l.crosses_dc(s));
+      }
+  ParallelCfg p;
+  p.stages_per_dc = {2, 2};
+  p.dp_size = 4;
+  p.dp_across_dcs = true;
+  EXPECT_EQ(p.pp_size(), 2);
+  EXPECT_EQ(p.world_size(), 8);
+  EXPECT_EQ(p.ranks_in_dc(1), 4);
+  EXPECT_EQ(Layout(8, p).ranks_in_dc(0), 4);
+  EXPECT_THROW(Layout({2, 1}, 2, 1, true), ConfigError);  // unequal stage counts
+  EXPECT_THROW(Layout({1, 1}, 3, 1, true), ConfigError);  // dp not a multiple of the DCs
+}
+
 }  // namespace
 }  // namespace atlas::topo

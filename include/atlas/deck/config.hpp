@@ -3,6 +3,7 @@
 // after parsing touches deck strings. Units are in the field names, as in the deck keys.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -58,11 +59,23 @@ struct ParallelCfg {
   int tp_size = 1;                  ///< parallel.tp_size: tensor-parallel ranks per stage replica
   int dp_size = 1;                  ///< parallel.dp_size: data-parallel pipelines
   std::vector<int> stages_per_dc;   ///< parallel.stages_per_dc: contiguous stages held by each DC
+  /// parallel.dp_across_dcs: every DC holds whole pipelines (stages_per_dc[d] stages each, the
+  /// same in every DC) and dp_size counts the replicas of all DCs together (dp_size / DCs per
+  /// DC); the DP gradient sums cross the WAN (over MPI), no pipeline boundary does.
+  bool dp_across_dcs = false;
 
+  /// Pipeline stages: the sum of stages_per_dc, or with dp_across_dcs the stages of one DC's
+  /// pipelines (the largest entry: validation makes them equal).
   [[nodiscard]] int pp_size() const {
     int s = 0;
-    for (int v : stages_per_dc) s += v;
+    for (int v : stages_per_dc) s = dp_across_dcs ? std::max(s, v) : s + v;
     return s;
+  }
+  /// Ranks held by DC `dc` (stages x dp x tp, or with dp_across_dcs stages x dp / DCs x tp).
+  [[nodiscard]] std::int64_t ranks_in_dc(int dc) const {
+    const auto n = static_cast<std::int64_t>(stages_per_dc.size());
+    const std::int64_t dp = dp_across_dcs ? dp_size / std::max<std::int64_t>(n, 1) : dp_size;
+    return static_cast<std::int64_t>(stages_per_dc[static_cast<std::size_t>(dc)]) * dp * tp_size;
   }
   /// Ranks of the layout. Fits an int once the deck is validated (deck::limits::kMaxRanks).
   [[nodiscard]] int world_size() const { return pp_size() * dp_size * tp_size; }

@@ -29,6 +29,7 @@ struct CostModel {
   std::vector<double> fwd_ms;         ///< per stage, one micro-batch forward (all its chunks)
   std::vector<double> bwd_ms;         ///< per stage, one micro-batch backward
   std::vector<double> allreduce_ms;   ///< per stage, DP gradient all-reduce
+  std::vector<double> grad_bytes;     ///< per stage, the gradient one rank sums over DP (bytes)
   /// Tied embedding (pp > 1): the first and last stage send each other their embedding gradient
   /// in the AllReduce slot; this is one way (latency + bytes), the wake-up added by the program.
   /// Each waits for the other's half only: the later one finds it there.
@@ -99,6 +100,19 @@ double stage_params(const ModelCfg& m, int stage, int pp);
 /// Time of a ring all-reduce of `bytes` over `n` members: 2(n-1)/n * bytes / bandwidth plus
 /// 2(n-1) latencies. 0 for n <= 1.
 double ring_allreduce_ms(double bytes, int n, double bytes_per_ms, double latency_ms);
+
+/// Time of Open MPI's in-place MPI_Iallreduce (libnbc: a binomial reduce, then a binomial
+/// broadcast over the same edges, the whole `bytes` in each round) over `dp` replicas numbered DC
+/// by DC, `dp_per_dc` in each: every round as long as its slowest edge, inside a DC at the
+/// intra-DC cost, between DCs a and b at c.link(a, b)'s latency plus the bytes at one TCP flow's
+/// rate, min(capacity / sharing, window / RTT); each round plus the wake-up delay. What
+/// parallel.dp_across_dcs pays per stage.
+double wan_binomial_allreduce_ms(const CostModel& c, double bytes, int dp, int dp_per_dc, int sharing,
+                                 double window_bytes);
+
+/// parallel.dp_across_dcs: sets every stage's allreduce_ms to wan_binomial_allreduce_ms (pp x tp
+/// sums share each link: one per stage and TP lane). Needs the links set.
+void wan_dp_allreduce(CostModel& c, const Config& cfg, const topo::Layout& layout);
 
 /// The rate of one WAN transfer on a link: min(capacity, flows * window / RTT).
 double transfer_cap_bytes_per_ms(double capacity_bytes_per_ms, double one_way_latency_ms, int flows,

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // Pure arithmetic over the parallel layout: world rank <-> (dc, stage, dp, tp), group members and
 // split colors. No MPI here, so it can be tested exhaustively. World ranks are ordered by
-// (dc, stage, dp, tp) with tp fastest; a DC holds a contiguous range of pipeline stages.
+// (dc, stage, dp, tp) with tp fastest; a DC holds a contiguous range of pipeline stages, or with
+// dp_across_dcs whole pipelines (every stage) for a contiguous range of dp replicas.
 #pragma once
 
 #include <string>
@@ -23,7 +24,7 @@ struct Coord {
 /// The communicator groups of DESIGN.md §3.
 enum class Group {
   Tensor,    ///< same dc, stage, dp: the TP shards of one stage replica
-  Data,      ///< same stage, tp: the DP replicas of a stage (inside one DC)
+  Data,      ///< same stage, tp: the DP replicas of a stage (inside one DC; across DCs with dp_across_dcs)
   Pipeline,  ///< same dp, tp: one pipeline, crosses DCs
   Dc,        ///< every rank of one DC
 };
@@ -32,7 +33,11 @@ class Layout {
  public:
   /// A layout of `stages_per_dc` (one entry per DC, 0 allowed), `dp_size` and `tp_size`.
   /// Throws ConfigError if the shape is empty or a size is not positive.
-  Layout(std::vector<int> stages_per_dc, int dp_size, int tp_size);
+  /// With `dp_across_dcs` every DC holds stages_per_dc[d] stages (all equal: pp) of dp_size / DCs
+  /// replicas each (dp_size a multiple of the DC count); the pipeline never crosses a DC.
+  Layout(std::vector<int> stages_per_dc, int dp_size, int tp_size, bool dp_across_dcs = false);
+  /// The deck's layout (parallel.*), without a job size.
+  explicit Layout(const ParallelCfg& parallel);
   /// The deck's layout; throws ConfigError (with the deck's hint) if it does not fill
   /// `world_size` ranks exactly.
   Layout(int world_size, const ParallelCfg& parallel);
@@ -43,13 +48,21 @@ class Layout {
   [[nodiscard]] int tp_size() const noexcept { return m_tp; }
   [[nodiscard]] int dc_count() const noexcept { return static_cast<int>(m_stages_per_dc.size()); }
   [[nodiscard]] const std::vector<int>& stages_per_dc() const noexcept { return m_stages_per_dc; }
+  /// True when DP replicas are spread over the DCs (parallel.dp_across_dcs).
+  [[nodiscard]] bool dp_across_dcs() const noexcept { return m_dp_across; }
+  /// DP replicas held by one DC: dp_size, or dp_size / DCs with dp_across_dcs.
+  [[nodiscard]] int dp_per_dc() const noexcept { return m_dp_across ? m_dp / dc_count() : m_dp; }
 
   [[nodiscard]] Coord coord(int world_rank) const;
   [[nodiscard]] int world_rank(const Coord& c) const;
   /// World rank of (stage, dp, tp); the DC follows from the stage.
   [[nodiscard]] int world_rank(int stage, int dp, int tp) const;
 
+  /// The DC of `stage`; with dp_across_dcs every DC holds every stage and this is the DC of
+  /// replica 0 (DC 0): use coord(rank).dc for a rank's own DC.
   [[nodiscard]] int dc_of_stage(int stage) const;
+  /// The DC of the rank at (stage, dp): the stage's, or with dp_across_dcs the replica's.
+  [[nodiscard]] int dc_of(int stage, int dp) const;
   [[nodiscard]] int first_stage_of_dc(int dc) const;
   /// True when the boundary between `stage` and `stage + 1` crosses a DC (a WAN link).
   [[nodiscard]] bool crosses_dc(int stage) const;
@@ -78,6 +91,7 @@ class Layout {
   int m_pp = 0;
   int m_dp = 1;
   int m_tp = 1;
+  bool m_dp_across = false;
 };
 
 }  // namespace atlas::topo

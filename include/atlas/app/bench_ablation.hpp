@@ -1,0 +1,16 @@
+// SPDX-License-Identifier: MIT
+// `atlas bench ablation DECK`: the paper's ablation as real runs of one deck inside one MPI job
+// (src/app/bench_ablation.cpp). Registered in src/app/bench_cmd.cpp.
+#pragma once
+
+#include "atlas/app/commands.hpp"
+#include "atlas/bench/harness.hpp"
+
+namespace atlas::app {
+
+/// Its Spec: operands "DECK [key=value ...]", options --steps, --png, --png-size.
+const bench::Spec& ablation_bench_spec();
+/// Collective: runs the five rows (a)-(e) and prints the table on rank 0; writes the PNG.
+int bench_ablation(Context& ctx, const bench::Args& args);
+
+}  // namespace atlas::app
