@@ -37,16 +37,6 @@ std::string trim(std::string_view s) {
   return std::string(s.substr(b, e - b + 1));
 }
 
-/// Drops a '#' comment that is not inside a quoted string.
-std::string strip_comment(const std::string& line) {
-  bool quoted = false;
-  for (std::size_t i = 0; i < line.size(); ++i) {
-    if (line[i] == '"') quoted = !quoted;
-    if (line[i] == '#' && !quoted) return line.substr(0, i);
-  }
-  return line;
-}
-
 bool valid_key(const std::string& k) {
   if (k.empty() || k.front() == '.' || k.back() == '.') return false;
   for (char c : k)
@@ -149,6 +139,16 @@ void boost_recognise(const std::string& file, const std::string& text,
 }
 
 }  // namespace
+
+std::string strip_comment(const std::string& line) {
+  bool quoted = false;
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    if (line[i] == '"') quoted = !quoted;
+    if (line[i] == '#' && !quoted) return line.substr(0, i);
+  }
+  return line;
+}
+
 
 namespace {
 

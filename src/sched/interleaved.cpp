@@ -120,13 +120,7 @@ EngineProgram make_interleaved_program(const CostModel& c, ScheduleKind kind, in
         }
 
   // Shared hosts, sync groups, all-reduce and optimizer: as make_program (per physical stage).
-  if (c.ranks_per_host > 0) {
-    const int hosts = (pp * dp * c.tp + c.ranks_per_host - 1) / c.ranks_per_host;
-    p.host_cores.assign(static_cast<std::size_t>(hosts), c.cores_per_host);
-    p.worker_host.resize(static_cast<std::size_t>(pp * dp));
-    p.worker_cores.assign(static_cast<std::size_t>(pp * dp), static_cast<double>(c.tp));
-    for (int w = 0; w < pp * dp; ++w) p.worker_host[static_cast<std::size_t>(w)] = (w * c.tp) / c.ranks_per_host;
-  }
+  add_shared_hosts(c, p);
   p.sync_groups.resize(static_cast<std::size_t>(pp + dp));
   auto group_of = [pp](int s) { return (pp > 1 && s == pp - 1) ? 0 : s; };
   p.workers.resize(static_cast<std::size_t>(pp * dp));

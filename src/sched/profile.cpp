@@ -15,6 +15,7 @@
 #include "atlas/core/check.hpp"
 #include "atlas/core/error.hpp"
 #include "atlas/core/units.hpp"
+#include "atlas/deck/deck.hpp"
 #include "atlas/deck/schema.hpp"
 #include "atlas/sched/cost_model.hpp"
 
@@ -42,17 +43,7 @@ std::vector<Line> read_lines(const std::string& file, const std::string& text,
   int number = 0;
   while (std::getline(in, raw)) {
     ++number;
-    // Strip a comment: '#' outside double quotes.
-    bool quoted = false;
-    std::size_t cut = raw.size();
-    for (std::size_t i = 0; i < raw.size(); ++i) {
-      if (raw[i] == '"') quoted = !quoted;
-      if (raw[i] == '#' && !quoted) {
-        cut = i;
-        break;
-      }
-    }
-    std::string line = raw.substr(0, cut);
+    std::string line = deck::strip_comment(raw);
     auto trim = [](std::string s) {
       const auto b = s.find_first_not_of(" \t\r");
       if (b == std::string::npos) return std::string();
@@ -61,7 +52,7 @@ std::vector<Line> read_lines(const std::string& file, const std::string& text,
     };
     line = trim(line);
     if (line.empty()) continue;
-    if (quoted) {
+    if (std::count(line.begin(), line.end(), '"') % 2 != 0) {  // an unterminated quoted string
       problems.push_back(fmt::format("{}:{}: unterminated quoted string", file, number));
       continue;
     }

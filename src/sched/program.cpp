@@ -104,6 +104,19 @@ void add_sync_delays(const CostModel& c, EngineProgram& p) {
   }
 }
 
+/// Shared hosts (CostModel::ranks_per_host > 0): row (stage, d) holds world ranks
+/// (stage*dp + d)*tp .. +tp-1 (tp fastest), all on one host when ranks_per_host is a multiple of
+/// tp; its compute op uses tp cores at full speed.
+void add_shared_hosts(const CostModel& c, EngineProgram& p) {
+  if (c.ranks_per_host <= 0) return;
+  const int pp = c.pp, dp = c.dp;
+  const int hosts = (pp * dp * c.tp + c.ranks_per_host - 1) / c.ranks_per_host;
+  p.host_cores.assign(static_cast<std::size_t>(hosts), c.cores_per_host);
+  p.worker_host.resize(static_cast<std::size_t>(pp * dp));
+  p.worker_cores.assign(static_cast<std::size_t>(pp * dp), static_cast<double>(c.tp));
+  for (int w = 0; w < pp * dp; ++w) p.worker_host[static_cast<std::size_t>(w)] = (w * c.tp) / c.ranks_per_host;
+}
+
 EngineProgram make_program(const CostModel& c, ScheduleKind kind, int m, ProgramMap& map,
                            const std::vector<int>& depth) {
   if (c.virtual_stages > 1) return make_interleaved_program(c, kind, m, map);
@@ -170,15 +183,7 @@ EngineProgram make_program(const CostModel& c, ScheduleKind kind, int m, Program
 
   // All-reduce sync groups: the DP replicas of a stage. With pp > 1 the first and last stage
   // also sum their tied embedding gradients there, so they meet in one group.
-  // Shared hosts: row (stage, d) holds world ranks (stage*dp + d)*tp .. +tp-1 (tp fastest), all on
-  // one host when ranks_per_host is a multiple of tp; its compute op uses tp cores at full speed.
-  if (c.ranks_per_host > 0) {
-    const int hosts = (pp * dp * c.tp + c.ranks_per_host - 1) / c.ranks_per_host;
-    p.host_cores.assign(static_cast<std::size_t>(hosts), c.cores_per_host);
-    p.worker_host.resize(static_cast<std::size_t>(pp * dp));
-    p.worker_cores.assign(static_cast<std::size_t>(pp * dp), static_cast<double>(c.tp));
-    for (int w = 0; w < pp * dp; ++w) p.worker_host[static_cast<std::size_t>(w)] = (w * c.tp) / c.ranks_per_host;
-  }
+  add_shared_hosts(c, p);
   p.sync_groups.resize(static_cast<std::size_t>(pp + dp));
   auto group_of = [pp](int s) { return (pp > 1 && s == pp - 1) ? 0 : s; };
   p.workers.resize(static_cast<std::size_t>(pp * dp));

@@ -56,6 +56,9 @@ std::vector<std::vector<int>> depth_candidates(const CostModel& c, int m, bool f
 /// boundaries. make_program calls it when c.virtual_stages > 1.
 EngineProgram make_interleaved_program(const CostModel& c, ScheduleKind kind, int m, ProgramMap& map);
 
+/// Shared hosts (CPU backend, c.ranks_per_host > 0): which host each worker's compute shares.
+void add_shared_hosts(const CostModel& c, EngineProgram& p);
+
 /// Fills p.sync_delay_ms (the collectives that cross DCs) for p's sync groups as make_program
 /// builds them (group 0 = the first and last stage, then one per stage, then pp + d per pipeline).
 void add_sync_delays(const CostModel& c, EngineProgram& p);

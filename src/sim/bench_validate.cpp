@@ -42,17 +42,7 @@ std::vector<RunLine> read_runs(const std::string& file) {
   int number = 0;
   while (std::getline(in, raw)) {
     ++number;
-    // '#' outside the quoted source starts a comment.
-    bool quoted = false;
-    std::size_t cut = raw.size();
-    for (std::size_t i = 0; i < raw.size(); ++i) {
-      if (raw[i] == '"') quoted = !quoted;
-      if (raw[i] == '#' && !quoted) {
-        cut = i;
-        break;
-      }
-    }
-    std::istringstream line(raw.substr(0, cut));
+    std::istringstream line(deck::strip_comment(raw));
     RunLine r;
     r.number = number;
     std::string t;

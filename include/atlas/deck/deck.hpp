@@ -38,6 +38,10 @@ inline constexpr std::uint64_t kMaxDeckBytes = 16ull * 1024 * 1024;
 /// regular file (a FIFO, a device such as /dev/zero, a directory) or has more than `max_bytes`.
 /// Never blocks: a FIFO is refused without waiting for a writer. `kind_of_file` names the file in
 /// messages ("cannot read deck 'x'", "cannot read device profile 'x'").
+/// `line` without a '#' comment that is not inside a double-quoted string (decks, device
+/// profiles, validation lists).
+std::string strip_comment(const std::string& line);
+
 std::string read_text_file(const std::string& path, std::uint64_t max_bytes = kMaxDeckBytes,
                            const std::string& kind_of_file = "deck");
 
