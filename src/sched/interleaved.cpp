@@ -62,62 +62,9 @@ EngineProgram make_interleaved_program(const CostModel& c, ScheduleKind kind, in
   const int dp = c.dp;
   const int v = c.virtual_stages;
   const int vstages = pp * v;
-  // The engine's wake-ups as in make_program (program.cpp: the same runtime underneath).
-  p.intra_latency_ms = c.intra_latency_ms;
-  p.intra_bytes_per_ms = c.intra_bytes_per_ms;
-  p.wake_ms = c.wake_ms;
-  p.wan_wake_ms = 3.0 * c.wake_ms;
-  p.idle_wake_ms = std::min(c.wake_ms, 0.1);
-  p.net_ns_per_byte = c.net_ns_per_byte;
-  const std::int64_t bytes = c.act_bytes * c.tp;
+  // The wake-ups, WAN channels and the boundaries of the pp x v virtual stages as make_program's.
+  add_boundaries(c, v, m, p, map);
   auto dc_of = [&](int vs) { return c.stage_dc[static_cast<std::size_t>(vs % pp)]; };
-
-  // Channels: one per DC pair direction that some virtual boundary crosses (the last stage's
-  // hand-back to the first stage included), in boundary order.
-  for (int b = 0; b + 1 < vstages; ++b) {
-    const int a = dc_of(b);
-    const int z = dc_of(b + 1);
-    if (a == z) continue;
-    for (auto [x, y] : {std::pair{a, z}, std::pair{z, a}}) {
-      if (map.channel_of.count({x, y})) continue;
-      map.channel_of[{x, y}] = static_cast<int>(p.channels.size());
-      const LinkCost& l = c.link(x, y);
-      EngineChannel ch;
-      ch.latency_ms = l.latency_ms;
-      ch.capacity_bytes_per_ms = l.capacity_bytes_per_ms;
-      ch.flow_cap_bytes_per_ms = l.flow_cap_bytes_per_ms;
-      ch.handover_ms = 2.0 * l.latency_ms;
-      p.channels.push_back(ch);
-      map.link_src_dc.push_back(x);
-      map.link_dst_dc.push_back(y);
-    }
-  }
-
-  const int boundaries = vstages - 1;
-  p.messages.resize(static_cast<std::size_t>(boundaries * dp * m * 2));
-  map.msg_link.assign(p.messages.size(), -1);
-  map.msg_src_stage.assign(p.messages.size(), 0);
-  map.msg_dst_stage.assign(p.messages.size(), 0);
-  for (int b = 0; b < boundaries; ++b)
-    for (int d = 0; d < dp; ++d)
-      for (int i = 0; i < m; ++i)
-        for (Flow f : {Flow::Activation, Flow::Gradient}) {
-          const int id = message_id(b, d, i, f, dp, m);
-          auto& msg = p.messages[static_cast<std::size_t>(id)];
-          const int src = f == Flow::Activation ? b : b + 1;  // virtual stages
-          const int dst = f == Flow::Activation ? b + 1 : b;
-          const int a = dc_of(src);
-          const int z = dc_of(dst);
-          msg.channel = a == z ? -1 : map.channel_of.at({a, z});
-          msg.bytes = bytes;
-          msg.pipeline = d;
-          msg.micro = i;
-          msg.flow = f;
-          msg.chunk = src / pp;
-          map.msg_link[static_cast<std::size_t>(id)] = msg.channel;
-          map.msg_src_stage[static_cast<std::size_t>(id)] = src % pp;
-          map.msg_dst_stage[static_cast<std::size_t>(id)] = dst % pp;
-        }
 
   // Shared hosts, sync groups, all-reduce and optimizer: as make_program (per physical stage).
   add_shared_hosts(c, p);

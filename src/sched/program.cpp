@@ -104,6 +104,75 @@ void add_sync_delays(const CostModel& c, EngineProgram& p) {
   }
 }
 
+/// What every engine program shares: the wake-ups, one WAN channel per DC pair direction that a
+/// boundary crosses, and the boundary messages of `pp x v` virtual stages (v = 1: the stages),
+/// virtual stage vs on physical stage vs % pp, model chunk vs / pp.
+void add_boundaries(const CostModel& c, int v, int m, EngineProgram& p, ProgramMap& map) {
+  const int pp = c.pp;
+  const int dp = c.dp;
+  const int vstages = pp * v;
+  p.intra_latency_ms = c.intra_latency_ms;
+  p.intra_bytes_per_ms = c.intra_bytes_per_ms;
+  // A waiting receiver runs wake_ms after its data is in. An intra-DC message (MPI) wakes one
+  // thread, the receiver; a WAN message three in turn: the sender's progress thread (to write
+  // it), the receiver's (to read it) and the receiver.
+  p.wake_ms = c.wake_ms;
+  p.wan_wake_ms = 3.0 * c.wake_ms;
+  // With a core free a waiting thread runs at its next poll: the runtime's back-off sleeps at
+  // most 0.2 ms (runtime/boundary.cpp kMainMaxPollUs), 0.1 ms on average.
+  p.idle_wake_ms = std::min(c.wake_ms, 0.1);
+  p.net_ns_per_byte = c.net_ns_per_byte;
+  const std::int64_t bytes = c.act_bytes * c.tp;
+  auto dc_of = [&](int vs) { return c.stage_dc[static_cast<std::size_t>(vs % pp)]; };
+
+  // Channels: one per DC pair direction that some boundary crosses (with chunks, the last
+  // stage's hand-back to the first included), in boundary order.
+  for (int s = 0; s + 1 < vstages; ++s) {
+    const int a = dc_of(s);
+    const int b = dc_of(s + 1);
+    if (a == b) continue;
+    for (auto [x, y] : {std::pair{a, b}, std::pair{b, a}}) {
+      if (map.channel_of.count({x, y})) continue;
+      map.channel_of[{x, y}] = static_cast<int>(p.channels.size());
+      const LinkCost& l = c.link(x, y);
+      EngineChannel ch;
+      ch.latency_ms = l.latency_ms;
+      ch.capacity_bytes_per_ms = l.capacity_bytes_per_ms;
+      ch.flow_cap_bytes_per_ms = l.flow_cap_bytes_per_ms;
+      ch.handover_ms = 2.0 * l.latency_ms;  // ordered links: hand-over after the sender's ack
+      p.channels.push_back(ch);
+      map.link_src_dc.push_back(x);
+      map.link_dst_dc.push_back(y);
+    }
+  }
+
+  const int boundaries = std::max(vstages - 1, 0);
+  p.messages.resize(static_cast<std::size_t>(boundaries * dp * m * 2));
+  map.msg_link.assign(p.messages.size(), -1);
+  map.msg_src_stage.assign(p.messages.size(), 0);
+  map.msg_dst_stage.assign(p.messages.size(), 0);
+  for (int s = 0; s < boundaries; ++s)
+    for (int d = 0; d < dp; ++d)
+      for (int i = 0; i < m; ++i)
+        for (Flow f : {Flow::Activation, Flow::Gradient}) {
+          const int id = message_id(s, d, i, f, dp, m);
+          auto& msg = p.messages[static_cast<std::size_t>(id)];
+          const int src = f == Flow::Activation ? s : s + 1;  // virtual stages
+          const int dst = f == Flow::Activation ? s + 1 : s;
+          const int a = dc_of(src);
+          const int b = dc_of(dst);
+          msg.channel = a == b ? -1 : map.channel_of.at({a, b});
+          msg.bytes = bytes;
+          msg.pipeline = d;
+          msg.micro = i;
+          msg.flow = f;
+          msg.chunk = src / pp;
+          map.msg_link[static_cast<std::size_t>(id)] = msg.channel;
+          map.msg_src_stage[static_cast<std::size_t>(id)] = src % pp;
+          map.msg_dst_stage[static_cast<std::size_t>(id)] = dst % pp;
+        }
+}
+
 /// Shared hosts (CostModel::ranks_per_host > 0): row (stage, d) holds world ranks
 /// (stage*dp + d)*tp .. +tp-1 (tp fastest), all on one host when ranks_per_host is a multiple of
 /// tp; its compute op uses tp cores at full speed.
@@ -123,63 +192,7 @@ EngineProgram make_program(const CostModel& c, ScheduleKind kind, int m, Program
   EngineProgram p;
   const int pp = c.pp;
   const int dp = c.dp;
-  p.intra_latency_ms = c.intra_latency_ms;
-  p.intra_bytes_per_ms = c.intra_bytes_per_ms;
-  // A waiting receiver runs wake_ms after its data is in. An intra-DC message (MPI) wakes one
-  // thread, the receiver; a WAN message three in turn: the sender's progress thread (to write
-  // it), the receiver's (to read it) and the receiver.
-  p.wake_ms = c.wake_ms;
-  p.wan_wake_ms = 3.0 * c.wake_ms;
-  // With a core free a waiting thread runs at its next poll: the runtime's back-off sleeps at
-  // most 0.2 ms (runtime/boundary.cpp kMainMaxPollUs), 0.1 ms on average.
-  p.idle_wake_ms = std::min(c.wake_ms, 0.1);
-  p.net_ns_per_byte = c.net_ns_per_byte;
-  const std::int64_t bytes = c.act_bytes * c.tp;
-
-  // Channels: one per DC pair direction that some boundary crosses.
-  for (int s = 0; s + 1 < pp; ++s) {
-    const int a = c.stage_dc[static_cast<std::size_t>(s)];
-    const int b = c.stage_dc[static_cast<std::size_t>(s + 1)];
-    if (a == b) continue;
-    for (auto [x, y] : {std::pair{a, b}, std::pair{b, a}}) {
-      if (map.channel_of.count({x, y})) continue;
-      map.channel_of[{x, y}] = static_cast<int>(p.channels.size());
-      const LinkCost& l = c.link(x, y);
-      EngineChannel ch;
-      ch.latency_ms = l.latency_ms;
-      ch.capacity_bytes_per_ms = l.capacity_bytes_per_ms;
-      ch.flow_cap_bytes_per_ms = l.flow_cap_bytes_per_ms;
-      ch.handover_ms = 2.0 * l.latency_ms;  // ordered links: hand-over after the sender's ack
-      p.channels.push_back(ch);
-      map.link_src_dc.push_back(x);
-      map.link_dst_dc.push_back(y);
-    }
-  }
-
-  const int boundaries = std::max(pp - 1, 0);
-  p.messages.resize(static_cast<std::size_t>(boundaries * dp * m * 2));
-  map.msg_link.assign(p.messages.size(), -1);
-  map.msg_src_stage.assign(p.messages.size(), 0);
-  map.msg_dst_stage.assign(p.messages.size(), 0);
-  for (int s = 0; s < boundaries; ++s)
-    for (int d = 0; d < dp; ++d)
-      for (int i = 0; i < m; ++i)
-        for (Flow f : {Flow::Activation, Flow::Gradient}) {
-          const int id = message_id(s, d, i, f, dp, m);
-          auto& msg = p.messages[static_cast<std::size_t>(id)];
-          const int src = f == Flow::Activation ? s : s + 1;
-          const int dst = f == Flow::Activation ? s + 1 : s;
-          const int a = c.stage_dc[static_cast<std::size_t>(src)];
-          const int b = c.stage_dc[static_cast<std::size_t>(dst)];
-          msg.channel = a == b ? -1 : map.channel_of.at({a, b});
-          msg.bytes = bytes;
-          msg.pipeline = d;
-          msg.micro = i;
-          msg.flow = f;
-          map.msg_link[static_cast<std::size_t>(id)] = msg.channel;
-          map.msg_src_stage[static_cast<std::size_t>(id)] = src;
-          map.msg_dst_stage[static_cast<std::size_t>(id)] = dst;
-        }
+  add_boundaries(c, 1, m, p, map);
 
   // All-reduce sync groups: the DP replicas of a stage. With pp > 1 the first and last stage
   // also sum their tied embedding gradients there, so they meet in one group.

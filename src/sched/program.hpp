@@ -56,6 +56,9 @@ std::vector<std::vector<int>> depth_candidates(const CostModel& c, int m, bool f
 /// boundaries. make_program calls it when c.virtual_stages > 1.
 EngineProgram make_interleaved_program(const CostModel& c, ScheduleKind kind, int m, ProgramMap& map);
 
+/// The wake-ups, WAN channels and boundary messages of pp x v virtual stages (v = 1: the stages).
+void add_boundaries(const CostModel& c, int v, int m, EngineProgram& p, ProgramMap& map);
+
 /// Shared hosts (CPU backend, c.ranks_per_host > 0): which host each worker's compute shares.
 void add_shared_hosts(const CostModel& c, EngineProgram& p);
 
