@@ -83,14 +83,17 @@ class Canvas {
     for (int y = std::min(y0, y1); y < std::max(y0, y1); ++y)
       for (int x = std::min(x0, x1); x < std::max(x0, x1); ++x) set(x, y, c);
   }
+  /// The 5 x 7 glyph of `ch` (lower case drawn as upper case, except 'x'; '?' when the font lacks it).
+  static const char* glyph(char ch) {
+    if (ch >= 'a' && ch <= 'z' && ch != 'x') ch = static_cast<char>(ch - 'a' + 'A');
+    const auto it = font().find(ch);
+    return it != font().end() ? it->second : font().at('?');
+  }
   /// Width in pixels of `s` at `scale`.
   static int text_width(const std::string& s, int scale) { return static_cast<int>(s.size()) * 6 * scale; }
   void text(int x, int y, const std::string& s, int scale, Rgb c) {
     for (char ch : s) {
-      char k = ch;
-      if (k >= 'a' && k <= 'z' && k != 'x') k = static_cast<char>(k - 'a' + 'A');
-      const auto it = font().find(k);
-      const char* g = it != font().end() ? it->second : font().at('?');
+      const char* g = glyph(ch);
       for (int row = 0; row < 7; ++row)
         for (int col = 0; col < 5; ++col)
           if (g[row * 5 + col] == '#') rect(x + col * scale, y + row * scale, x + (col + 1) * scale, y + (row + 1) * scale, c);
@@ -101,10 +104,7 @@ class Canvas {
   void text_up(int x, int y_bottom, const std::string& s, int scale, Rgb c) {
     int y = y_bottom;
     for (char ch : s) {
-      char k = ch;
-      if (k >= 'a' && k <= 'z' && k != 'x') k = static_cast<char>(k - 'a' + 'A');
-      const auto it = font().find(k);
-      const char* g = it != font().end() ? it->second : font().at('?');
+      const char* g = glyph(ch);
       for (int row = 0; row < 7; ++row)
         for (int col = 0; col < 5; ++col)
           if (g[row * 5 + col] == '#')

@@ -486,14 +486,7 @@ void Engine::conn_failed(Conn* c, const std::string& why) {
   if (was_current) s.warm = true;  // a rail lost while warming does not hold up the connect
   // Requeue everything not acknowledged: it is resent on the surviving rails (warm-up frames
   // are not).
-  for (OutFrame& f : c->q) {
-    if (!f.reliable || f.type == FrameType::Pad) continue;
-    if (f.type == FrameType::Data) p.resend.push_back(std::move(f.chunk));
-    else if (f.type == FrameType::Credit) p.credit_dirty = true;
-    else p.ctrl.push_back(f.ctrl);
-  }
-  c->q.clear();
-  c->sealed = 0;
+  requeue_unacknowledged(p, c);
   // A chunk this connection was writing in place is free for another copy.
   if (c->in_payload && (c->dest_kind == Dest::Direct || c->dest_kind == Dest::Unexpected)) {
     auto it = p.in.find(c->cur.msg_id);
@@ -515,13 +508,7 @@ void Engine::conn_failed(Conn* c, const std::string& why) {
   p.dirty = true;
 }
 
-void Engine::on_bye(Conn* c) {
-  Peer& p = peer_of(c);
-  RailSlot& s = p.rails[static_cast<std::size_t>(c->rail)];
-  if (s.conn == c) {
-    s.closed_by_peer = true;
-    s.warm = true;
-  }
+void Engine::requeue_unacknowledged(Peer& p, Conn* c) {
   for (OutFrame& f : c->q) {
     if (!f.reliable || f.type == FrameType::Pad) continue;
     if (f.type == FrameType::Data) p.resend.push_back(std::move(f.chunk));
@@ -530,6 +517,16 @@ void Engine::on_bye(Conn* c) {
   }
   c->q.clear();
   c->sealed = 0;
+}
+
+void Engine::on_bye(Conn* c) {
+  Peer& p = peer_of(c);
+  RailSlot& s = p.rails[static_cast<std::size_t>(c->rail)];
+  if (s.conn == c) {
+    s.closed_by_peer = true;
+    s.warm = true;
+  }
+  requeue_unacknowledged(p, c);
   ::shutdown(c->fd.get(), SHUT_WR);
   close_conn(c);
   bool any = false;

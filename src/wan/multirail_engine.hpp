@@ -363,6 +363,10 @@ class Engine {
   void conn_failed(Conn* c, const std::string& why);
   void close_conn(Conn* c);
   void on_bye(Conn* c);
+  /// Everything reliable still queued on `c` goes back to its peer: data chunks to resend on
+  /// the other rails, a credit update marked due again, control frames requeued (pads and
+  /// warm-up frames are dropped); `c`'s queue is emptied.
+  void requeue_unacknowledged(Peer& p, Conn* c);
 
   // output
   Conn* least_loaded(Peer& p, bool for_data);
