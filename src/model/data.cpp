@@ -258,7 +258,10 @@ double unigram_entropy(std::span<const std::int32_t> tokens, int vocab) {
     ATLAS_ASSERT(id >= 0 && id < vocab, "token " << id << " outside [0, " << vocab << ")");
     ++counts[static_cast<std::size_t>(id)];
   }
-  const auto n = static_cast<double>(tokens.size());
+  return entropy_of_counts(counts, static_cast<double>(tokens.size()));
+}
+
+double entropy_of_counts(std::span<const std::int64_t> counts, double n) {
   double h = 0.0;
   for (const std::int64_t c : counts) {
     if (c == 0) continue;

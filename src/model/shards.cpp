@@ -215,14 +215,7 @@ double ShardSet::unigram_entropy(int vocab) const {
   std::vector<std::int64_t> counts(static_cast<std::size_t>(vocab), 0);
   for (const auto& f : m_files)
     for (const std::uint16_t id : f->tokens) ++counts[id];
-  const auto n = static_cast<double>(m_total);
-  double h = 0.0;
-  for (const std::int64_t c : counts) {
-    if (c == 0) continue;
-    const double p = static_cast<double>(c) / n;
-    h -= p * std::log(p);
-  }
-  return h;
+  return entropy_of_counts(counts, static_cast<double>(m_total));
 }
 
 // ---- writing ----

@@ -133,5 +133,8 @@ class DataLoader {
 /// Unigram (order-0) entropy of a token stream in nats per token: the loss floor of a model that
 /// ignores context.
 [[nodiscard]] double unigram_entropy(std::span<const std::int32_t> tokens, int vocab);
+/// -sum p log p over token counts (`n` = their total), in nats: the one sum (and order) behind
+/// unigram_entropy and ShardSet::unigram_entropy, so both give the same bits.
+[[nodiscard]] double entropy_of_counts(std::span<const std::int64_t> counts, double n);
 
 }  // namespace atlas::model
