@@ -80,6 +80,23 @@ const char* to_string(Backend b) {
   return "?";
 }
 
+const char* to_string(Precision p) {
+  switch (p) {
+    case Precision::Auto: return "auto";
+    case Precision::Fp32: return "fp32";
+    case Precision::Tf32: return "tf32";
+    case Precision::Bf16: return "bf16";
+  }
+  return "?";
+}
+
+Precision effective_precision(const DeviceCfg& d) noexcept {
+  if (d.precision != Precision::Auto) return d.precision;
+  return d.backend == Backend::Cuda ? Precision::Bf16 : Precision::Fp32;
+}
+
+int activation_bytes(Precision p) noexcept { return p == Precision::Bf16 ? 2 : 4; }
+
 const char* to_string(GpuKind g) {
   switch (g) {
     case GpuKind::Host: return "host";

@@ -501,6 +501,14 @@ void build(Schema& schema) {
                         "forward, backward and optimizer step sleeps the time the table predicts for it while every "
                         "message (boundaries, DP all-reduce, WAN) moves at its real size; rehearses a job's "
                         "communication at scale (docs/emulated.md). No loss, no checkpoints, no evaluation");
+  b.choice("device.precision", &C::device, &DeviceCfg::precision,
+           {{"auto", Precision::Auto}, {"fp32", Precision::Fp32}, {"tf32", Precision::Tf32},
+            {"bf16", Precision::Bf16}})
+      .def("auto").help("numbers of matmul inputs: fp32 (the reference), tf32 or bf16 (inputs rounded to nearest "
+                        "even, fp32 accumulation; master weights, gradients, AdamW state and LayerNorm/softmax/"
+                        "cross-entropy statistics stay fp32; bf16 pipeline boundaries travel as bf16, half the "
+                        "bytes). auto = bf16 on cuda, fp32 on host and emulated. The host backend emulates tf32 "
+                        "and bf16 bit for bit in its matmul inputs (docs/precision.md)");
   b.field("device.threads", &C::device, &DeviceCfg::threads).def("0").min(0).max(4096)
       .help("host backend threads per rank; 0 = cores / ranks on this machine (ATLAS_HOST_RANKS if set, "
             "else the MPI node-local size)");

@@ -214,6 +214,11 @@ struct ProfileCfg {
 /// device.backend. Emulated: no arithmetic; each compute slot sleeps its predicted time (runtime/emulated.hpp).
 enum class Backend { Host, Cuda, Emulated };
 
+/// device.precision: the numbers of matmul inputs and activations. Fp32 is the reference; Tf32 and
+/// Bf16 round every matmul input (round-to-nearest-even) with fp32 accumulation, master weights,
+/// optimizer state and normalisation statistics (docs/precision.md). Auto = Bf16 on cuda, else Fp32.
+enum class Precision { Auto, Fp32, Tf32, Bf16 };
+
 /// device.sched_batch: the host backend's Linux scheduling policy.
 enum class SchedBatch {
   Auto,  ///< SCHED_BATCH when more ranks share this machine than it has hardware threads
@@ -225,6 +230,7 @@ struct DeviceCfg {
   Backend backend = Backend::Host;  ///< device.backend
   int threads = 0;                  ///< device.threads: host threads per rank; 0 = auto
   SchedBatch sched_batch = SchedBatch::Auto;  ///< device.sched_batch
+  Precision precision = Precision::Auto;      ///< device.precision (see effective_precision)
   double nccl_timeout_s = 300.0;    ///< device.nccl_timeout_s: an NCCL set-up or operation's limit
 };
 
@@ -315,5 +321,12 @@ const char* to_string(ScheduleKind k);
 const char* to_string(WanTransport t);
 const char* to_string(Backend b);
 const char* to_string(GpuKind g);
+const char* to_string(Precision p);
+
+/// device.precision with Auto resolved: Bf16 on the cuda backend, Fp32 on host and emulated.
+[[nodiscard]] Precision effective_precision(const DeviceCfg& d) noexcept;
+/// Bytes of one activation element on the wire and in activation memory at precision `p`
+/// (2 for Bf16, 4 otherwise: a Tf32 value travels as fp32).
+[[nodiscard]] int activation_bytes(Precision p) noexcept;
 
 }  // namespace atlas
