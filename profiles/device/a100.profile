@@ -4,6 +4,8 @@ kind                      = device
 name                      = a100
 description               = "NVIDIA A100 SXM4 80GB, BF16"
 peak_tflops               = 312
+peak_tflops_tf32          = 156
+peak_tflops_fp32          = 19.5
 achievable_fraction       = 0.45
 memory_gib                = 80
 usable_memory_fraction    = 0.9
@@ -24,6 +26,7 @@ fused_attention           = true
 gemm_min_dim              = 64 128 256 512 1024 2048 4096 8192
 gemm_fraction             = 0.21 0.35 0.48 0.58 0.63 0.68 0.71 0.73
 source.peak_tflops = "NVIDIA A100 Tensor Core GPU datasheet (2021): BF16 312 TFLOPS dense (624 sparse)"
+source.peak_tflops_tf32 = "NVIDIA A100 datasheet (2021): TF32 156 TFLOPS dense (312 sparse), FP32 19.5 TFLOPS; both only for the MFU of tf32/fp32 runs"
 source.memory_gib = "same datasheet: 80 GB HBM2e, 2,039 GB/s"
 source.nvlink_gbs = "same datasheet: NVLink 600 GB/s total = 300 GB/s per direction"
 source.achievable_fraction = "0.45: Narayanan et al., SC'21 (Megatron-LM, arXiv:2104.04473) reach 44-52% of A100 peak for 145B-1T GPT models; Jiang et al., NSDI'24 (MegaScale) report 55.2% MFU for 175B on 12,288 GPUs"

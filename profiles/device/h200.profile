@@ -4,6 +4,8 @@ kind                      = device
 name                      = h200
 description               = "NVIDIA H200 SXM 141GB, BF16"
 peak_tflops               = 989
+peak_tflops_tf32          = 494.5
+peak_tflops_fp32          = 67
 achievable_fraction       = 0.45
 memory_gib                = 141
 usable_memory_fraction    = 0.9
@@ -24,6 +26,7 @@ fused_attention           = true
 gemm_min_dim              = 64 128 256 512 1024 2048 4096 8192
 gemm_fraction             = 0.15 0.28 0.42 0.55 0.65 0.72 0.76 0.78
 source.peak_tflops = "NVIDIA H200 Tensor Core GPU datasheet (2024): SXM BF16 1,979 TFLOPS with sparsity = 989 dense"
+source.peak_tflops_tf32 = "NVIDIA H200 datasheet (2024): SXM TF32 989 TFLOPS with sparsity = 494.5 dense, FP32 67 TFLOPS; both only for the MFU of tf32/fp32 runs"
 source.memory_gib = "same datasheet: 141 GB HBM3e, 4.8 TB/s"
 source.nvlink_gbs = "same datasheet: NVLink 900 GB/s total = 450 GB/s per direction"
 source.achievable_fraction = "0.45: Narayanan et al., SC'21 (Megatron-LM, arXiv:2104.04473) reach 44-52% of A100 peak for 145B-1T GPT models; Jiang et al., NSDI'24 (MegaScale) report 55.2% MFU for 175B on 12,288 GPUs"

@@ -25,6 +25,8 @@
 #include "atlas/mpi/tags.hpp"
 #include "atlas/runtime/fault.hpp"
 #include "atlas/runtime/trainer.hpp"
+#include "atlas/sched/mfu.hpp"
+#include "atlas/sched/profile.hpp"
 #include "atlas/sched/schedule.hpp"
 #include "atlas/topo/communicators.hpp"
 #include "atlas/wan/transport.hpp"
@@ -134,7 +136,14 @@ JobResult run_training_job(const Config& cfg, const mpi::Comm& world, const JobO
   out.text(map);
 
   std::unique_ptr<device::Backend> backend = device::make_backend(cfg.device);
-  const sched::ScheduleTable table = sched::build_schedule(cfg, layout);
+  // The table is costed for the device the run is on (rank 0's, so every rank builds one table).
+  std::string device_name = backend->describe();
+  comms.world.bcast_string(device_name, 0);
+  const sched::RunCosting costing = sched::run_costing(cfg, device_name);
+  Config costed = cfg;
+  costed.plan.gpu = costing.gpu;
+  out.text(costing.note);
+  const sched::ScheduleTable table = sched::build_schedule(costed, layout);
 
   // ---- pre-flight validation ----
   const auto hash = static_cast<unsigned long long>(table.structure_hash());
@@ -166,7 +175,7 @@ JobResult run_training_job(const Config& cfg, const mpi::Comm& world, const JobO
   // ---- BubbleTea: inference prefill in the bubbles (bubbletea.enabled; collective set-up) ----
   std::unique_ptr<bubbletea::Service> bubbletea;
   if (cfg.bubbletea.enabled) {
-    bubbletea = std::make_unique<bubbletea::Service>(cfg, layout, comms, table, *backend, profiler);
+    bubbletea = std::make_unique<bubbletea::Service>(costed, layout, comms, table, *backend, profiler);
     trainer.set_bubble_filler(bubbletea.get());
     out.text(bubbletea->setup_summary());
   }
@@ -181,6 +190,11 @@ JobResult run_training_job(const Config& cfg, const mpi::Comm& world, const JobO
   int timed = 0;
   profiler.sync_epoch(comms.world);
   if (bubbletea) bubbletea->start();
+  if (cfg.device.backend == Backend::Cuda) {  // MFU on a GPU (docs/gpu.md)
+    const Precision precision = effective_precision(cfg.device);
+    out.mfu_basis(sched::model_flops_per_token(cfg.model), sched::peak_flops(sched::device_profile(costed), precision),
+                  world.size(), fmt::format("the {} profile's dense {} peak", to_string(costing.gpu), to_string(precision)));
+  }
   out.columns();
   // A collective error raised inside the loop by some ranks only (the others wait for them in a
   // receive) is settled here, while the transport they wait on still stands: otherwise its
@@ -235,7 +249,7 @@ JobResult run_training_job(const Config& cfg, const mpi::Comm& world, const JobO
     out.text(bubbletea::format_report(report, cfg.cluster.dcs));
     if (root) bubbletea::write_json(report, (fs::path(cfg.run_dir()) / "bubbletea.json").string());
   }
-  result.events = out.finish(trainer, comms, layout, table, profiler, *transport);
+  result.events = out.finish(trainer, comms, layout, table, profiler, *transport, *backend);
   const double util = timed_time.utilization();
   result.measured_utilization = comms.world.allreduce(util, MPI_SUM) / world.size();
   result.measured_bubble = 1.0 - result.measured_utilization;

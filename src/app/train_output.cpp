@@ -23,6 +23,7 @@
 #include "atlas/mpi/comm.hpp"
 #include "atlas/core/units.hpp"
 #include "atlas/runtime/checkpointing.hpp"
+#include "atlas/sched/mfu.hpp"
 
 namespace atlas::app {
 
@@ -50,6 +51,21 @@ std::string json_escape(const std::string& text) {
 }
 
 /// errno's text after a failed stream operation ("" when errno says nothing).
+/// "# peak memory per rank (...): r0 1.2 GiB, r1 ..." (at most 16 ranks named, then the largest).
+std::string peak_memory_line(const std::vector<unsigned long long>& peaks, const device::Backend& backend) {
+  const char* what = backend.kind() == Backend::Cuda ? "device Buffers' high-water mark"
+                                                     : "the rank's peak resident set";
+  std::string list;
+  unsigned long long top = 0;
+  std::size_t top_rank = 0;
+  for (std::size_t i = 0; i < peaks.size(); ++i) {
+    if (peaks[i] > top) top = peaks[i], top_rank = i;
+    if (i < 16) list += fmt::format("{}r{} {}", list.empty() ? "" : ", ", i, units::format_bytes_human(static_cast<double>(peaks[i])));
+  }
+  if (peaks.size() > 16) list += fmt::format(", ... (largest: r{} {})", top_rank, units::format_bytes_human(static_cast<double>(top)));
+  return fmt::format("# peak memory per rank ({}): {}\n", what, list);
+}
+
 std::string errno_text() { return errno != 0 ? std::string(": ") + std::strerror(errno) : std::string(); }
 
 
@@ -134,6 +150,14 @@ int TrainOutput::resume(runtime::Trainer& trainer, const topo::Communicators& co
   return r.step;
 }
 
+void TrainOutput::mfu_basis(double flops_per_token, double peak_flops, int devices, const std::string& basis) {
+  m_mfu_flops_per_token = flops_per_token;
+  m_mfu_peak_flops = peak_flops * devices;
+  print(fmt::format("# mfu% = tok/s x {:.4g} model FLOPs per token (6 N + 12 L T C, docs/gpu.md) / ({} x {:.4g} "
+                    "TFLOP/s, {})\n",
+                    flops_per_token, devices, peak_flops / 1e12, basis));
+}
+
 void TrainOutput::columns() {
   if (emulated())
     print("# device.backend = emulated: no arithmetic, each compute slot sleeps its predicted time; loss n/a "
@@ -141,9 +165,9 @@ void TrainOutput::columns() {
   print("# columns: loss = training loss of the step, val = validation loss, tok/s and step_ms of rank 0, bubble% = job\n"
         "#   mean of 1 - (compute + prefill) / step, comp/intra/wan_ms = rank 0's compute, intra-DC wait, WAN wait,\n"
         "#   wan_MB/s = the whole job's WAN bytes over the step time, prefill = BubbleTea tokens\n");
-  print(fmt::format("# {:>5} {:>8} {:>8} {:>9} {:>9} {:>8} {:>7} {:>8} {:>8} {:>8} {:>8} {:>8}\n", "step", "loss",
+  print(fmt::format("# {:>5} {:>8} {:>8} {:>9} {:>9} {:>8} {:>7} {:>8} {:>8} {:>8} {:>8} {:>8}{}\n", "step", "loss",
                     "val", "lr", "tok/s", "step_ms", "bubble%", "comp_ms", "intra_ms", "wan_ms", "wan_MB/s",
-                    "prefill"));
+                    "prefill", m_mfu_peak_flops > 0 ? fmt::format(" {:>6}", "mfu%") : std::string()));
 }
 
 bool TrainOutput::logged(int step, bool evaluated) const {
@@ -167,6 +191,8 @@ void TrainOutput::step(const runtime::StepReport& r, std::optional<double> val, 
   ++m_timed_steps;
   m_prefill_tokens += r.prefill_tokens;
   const double tok_s = static_cast<double>(tokens_per_step) / r.step_s;
+  const double mfu = sched::mfu(tok_s, m_mfu_flops_per_token, m_mfu_peak_flops, 1);
+  m_sum_mfu += mfu;
   const double bubble_r0 = 100.0 * (1.0 - (r.compute_s + r.prefill_s) / r.step_s);
   m_steps.push_back({r.step, r.loss, r.step_s, tok_s, bubble_r0 / 100.0, r.prefill_tokens});
   const double wan_mb_s_r0 = r.boundary.wan_send_busy_s > 0 ? r.boundary.wan_bytes_sent / r.boundary.wan_send_busy_s / 1e6 : 0.0;
@@ -178,9 +204,10 @@ void TrainOutput::step(const runtime::StepReport& r, std::optional<double> val, 
     const double job_wan_mb_s = job[1] / r.step_s / 1e6;
     // An emulated run computes no loss (device.backend = emulated): the column says so.
     const std::string loss_s = emulated() ? std::string("n/a") : fmt::format("{:.4f}", r.loss);
-    print(fmt::format("  {:>5} {:>8} {:>8} {:>9.2e} {:>9.0f} {:>8.1f} {:>7.1f} {:>8.1f} {:>8.1f} {:>8.1f} {:>8.1f} {:>8}\n",
+    print(fmt::format("  {:>5} {:>8} {:>8} {:>9.2e} {:>9.0f} {:>8.1f} {:>7.1f} {:>8.1f} {:>8.1f} {:>8.1f} {:>8.1f} {:>8}{}\n",
                       r.step, loss_s, val_s, r.lr, tok_s, r.step_s * 1e3, job_bubble, r.compute_s * 1e3, r.intra_s * 1e3,
-                      r.wan_s * 1e3, job_wan_mb_s, r.prefill_tokens));
+                      r.wan_s * 1e3, job_wan_mb_s, r.prefill_tokens,
+                      m_mfu_peak_flops > 0 ? fmt::format(" {:>6.1f}", 100.0 * mfu) : std::string()));
   }
   errno = 0;
   m_metrics << fmt::format("{},{:.6f},{},{:.6e},{:.6f},{:.1f},{:.3f},{:.2f},{:.3f},{:.3f},{:.3f},{:.3f},{}\n", r.step, r.loss,
@@ -266,7 +293,8 @@ std::string rank_time_table(const std::vector<RankTime>& ranks, const topo::Layo
 
 std::vector<runtime::SlotEvent> TrainOutput::finish(runtime::Trainer& trainer, const topo::Communicators& comms,
                                                     const topo::Layout& layout, const sched::ScheduleTable& table,
-                                                    runtime::Profiler& profiler, wan::PeerTransport& wan) {
+                                                    runtime::Profiler& profiler, wan::PeerTransport& wan,
+                                                    const device::Backend& backend) {
   const double entropy = trainer.validation_unigram_entropy();
   auto events = profiler.gather(comms.world, 0);
   if (m_cfg.profile.enabled) write_profile(comms, layout, table, events);
@@ -277,6 +305,11 @@ std::vector<runtime::SlotEvent> TrainOutput::finish(runtime::Trainer& trainer, c
   std::vector<double> all(m_root ? mine.size() * static_cast<std::size_t>(comms.world.size()) : 0);
   ATLAS_MPI_CHECK(MPI_Gather(mine.data(), static_cast<int>(mine.size()), MPI_DOUBLE, all.data(),
                              static_cast<int>(mine.size()), MPI_DOUBLE, 0, comms.world.get()));
+  // Every rank's peak memory (host: its resident set; a GPU: its Buffers' high-water mark).
+  const auto peak_mine = static_cast<unsigned long long>(backend.peak_bytes());
+  std::vector<unsigned long long> peaks(m_root ? static_cast<std::size_t>(comms.world.size()) : 0);
+  ATLAS_MPI_CHECK(MPI_Gather(&peak_mine, 1, MPI_UNSIGNED_LONG_LONG, peaks.data(), 1, MPI_UNSIGNED_LONG_LONG, 0,
+                             comms.world.get()));
   if (!m_root) return events;
   std::vector<RankTime> ranks(static_cast<std::size_t>(comms.world.size()));
   for (std::size_t i = 0; i < ranks.size(); ++i) {
@@ -287,6 +320,11 @@ std::vector<runtime::SlotEvent> TrainOutput::finish(runtime::Trainer& trainer, c
   const double mean_step = m_timed_steps ? m_sum_step_s / m_timed_steps : 0.0;
   s += fmt::format("# mean step {:.1f} ms (table predicted {:.1f} ms); WAN bytes sent {}\n", mean_step * 1e3,
                    table.step_ms, wan_bytes);
+  s += peak_memory_line(peaks, backend);
+  const double mean_mfu = m_timed_steps > 0 && m_mfu_peak_flops > 0 ? m_sum_mfu / m_timed_steps : -1.0;
+  if (mean_mfu >= 0) s += fmt::format("# mean MFU {:.1f}%\n", 100.0 * mean_mfu);
+  std::string peaks_json;
+  for (const unsigned long long b : peaks) peaks_json += fmt::format("{}{}", peaks_json.empty() ? "" : ",", b);
   if (m_cfg.profile.enabled && m_cfg.profile.trace_json) {
     write_file_whole((fs::path(m_dir) / "trace.json").string(),
                 runtime::chrome_trace_json(events, runtime::trace_labels(layout, table, m_cfg.cluster.dcs)));
@@ -296,12 +334,14 @@ std::vector<runtime::SlotEvent> TrainOutput::finish(runtime::Trainer& trainer, c
   write_file_whole((fs::path(m_dir) / "run.json").string(),
               fmt::format("{{\"run\":\"{}\",\"status\":\"OK\",\"steps\":{},\"first_loss\":{},\"final_loss\":{},"
                           "\"final_val_loss\":{},\"mean_step_ms\":{:.3f},\"predicted_step_ms\":{:.3f},"
-                          "\"schedule\":\"{}\",\"world_size\":{},\"wan_bytes\":{},\"prefill_tokens\":{}}}\n",
+                          "\"schedule\":\"{}\",\"world_size\":{},\"wan_bytes\":{},\"prefill_tokens\":{},"
+                          "\"tokens_per_step\":{},\"mfu\":{},\"peak_memory_bytes\":[{}]}}\n",
                           json_escape(m_cfg.run.name), m_cfg.run.steps, json_number(m_first_loss),
                           json_number(m_last_loss),
                           m_last_val ? fmt::format("{:.6f}", *m_last_val) : std::string("null"), mean_step * 1e3,
                           table.step_ms, to_string(m_cfg.schedule.kind), layout.world_size(), wan_bytes,
-                          m_prefill_tokens));
+                          m_prefill_tokens, static_cast<long long>(m_cfg.tokens_per_step()),
+                          mean_mfu >= 0 ? fmt::format("{:.6f}", mean_mfu) : std::string("null"), peaks_json));
   if (emulated())
     s += fmt::format("# OK: {} steps, loss n/a (emulated compute: device.backend = emulated); results in {}/\n",
                      m_timed_steps, m_dir);

@@ -20,6 +20,7 @@
 #include "atlas/deck/deck.hpp"
 #include "atlas/device/backend.hpp"
 #include "atlas/runtime/trainer.hpp"
+#include "atlas/sched/profile.hpp"
 #include "atlas/sched/schedule.hpp"
 #include "atlas/sim/simulator.hpp"
 #include "atlas/topo/communicators.hpp"
@@ -143,13 +144,20 @@ int run_bubbletea_bench(mpi::Environment& env, const atlas::bench::Args& args) {
   // As atlas train: a binary that carries the CUDA backend accepts device.backend = cuda.
   shape.cuda_built = device::backend_available(atlas::Backend::Cuda);
   overrides.push_back("bubbletea.enabled=true");  // validate the [bubbletea] section too
-  const Config cfg = deck::load(world, path, overrides, shape);
-  if (warmup >= cfg.run.steps)
+  const Config base_cfg = deck::load(world, path, overrides, shape);
+  if (warmup >= base_cfg.run.steps)
     throw ConfigError(fmt::format("bench bubbletea: --warmup {} leaves none of run.steps = {} to time", warmup,
-                                  cfg.run.steps));
-  const topo::Layout layout(world.size(), cfg.parallel);
+                                  base_cfg.run.steps));
+  const topo::Layout layout(world.size(), base_cfg.parallel);
   const topo::Communicators comms = topo::Communicators::create(world, layout);
-  std::unique_ptr<device::Backend> backend = device::make_backend(cfg.device);
+  std::unique_ptr<device::Backend> backend = device::make_backend(base_cfg.device);
+  // As atlas train: the table costed for the device the run is on (rank 0's).
+  std::string device_name = backend->describe();
+  world.bcast_string(device_name, 0);
+  const sched::RunCosting costing = sched::run_costing(base_cfg, device_name);
+  Config cfg = base_cfg;
+  cfg.plan.gpu = costing.gpu;
+  if (root) fmt::print("{}", costing.note);
   const sched::ScheduleTable table = sched::build_schedule(cfg, layout);
   if (root)
     fmt::print("# bench bubbletea: deck {}, {} ranks ({} DCs, {} stages x dp {} x tp {}), schedule {}, {} steps per run "

@@ -31,7 +31,10 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
 Buffer::~Buffer() { reset(); }
 
 void Buffer::reset() noexcept {
-  if (m_ptr != nullptr && m_owner != nullptr) m_owner->release(m_ptr, m_bytes);
+  if (m_ptr != nullptr && m_owner != nullptr) {
+    m_owner->release(m_ptr, m_bytes);
+    m_owner->forget(m_bytes);
+  }
   m_owner = nullptr;
   m_ptr = nullptr;
   m_bytes = 0;
@@ -42,6 +45,11 @@ Buffer Backend::alloc(std::size_t bytes) {
   void* ptr = allocate(bytes);
   ATLAS_ASSERT(ptr != nullptr, "backend " << describe() << " returned null for " << bytes
                                           << " bytes");
+  // The high-water mark of the bytes held (a racing pair of allocations may both raise it).
+  const std::size_t live = m_live_bytes.fetch_add(bytes) + bytes;
+  std::size_t peak = m_peak_bytes.load();
+  while (live > peak && !m_peak_bytes.compare_exchange_weak(peak, live)) {
+  }
   return Buffer(this, ptr, bytes);
 }
 

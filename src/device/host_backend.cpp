@@ -6,6 +6,7 @@
 
 #include <cblas.h>
 #include <sched.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -50,6 +51,13 @@ class HostBackend final : public Backend {
     return fmt::format("host (OpenBLAS, {} thread{})", m_threads, m_threads == 1 ? "" : "s");
   }
   [[nodiscard]] bool host_accessible() const noexcept override { return true; }
+  /// The rank's peak resident set (Linux reports ru_maxrss in KiB): its Buffers, the model's
+  /// host-side state, MPI and the libraries, as `atlas bench` and the tests read it.
+  [[nodiscard]] std::size_t peak_bytes() const override {
+    rusage u{};
+    if (getrusage(RUSAGE_SELF, &u) != 0) return buffer_peak_bytes();
+    return std::max(static_cast<std::size_t>(u.ru_maxrss) * 1024, buffer_peak_bytes());
+  }
 
   // ---- memory ----
   void upload(void* dst, const void* src, std::size_t bytes) override {

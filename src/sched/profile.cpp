@@ -5,6 +5,7 @@
 #include "atlas/sched/profile.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -214,6 +215,8 @@ DeviceProfile parse_device_profile(const std::string& file, const std::string& t
   std::map<std::string, int> seen;
   const std::map<std::string, double DeviceProfile::*> nums = {
       {"peak_tflops", &DeviceProfile::peak_tflops},
+      {"peak_tflops_tf32", &DeviceProfile::peak_tflops_tf32},
+      {"peak_tflops_fp32", &DeviceProfile::peak_tflops_fp32},
       {"achievable_fraction", &DeviceProfile::achievable_fraction},
       {"memory_gib", &DeviceProfile::memory_gib},
       {"usable_memory_fraction", &DeviceProfile::usable_memory_fraction},
@@ -359,6 +362,8 @@ std::string format_device_profile(const DeviceProfile& p) {
   out += fmt::format("name                      = {}\n", p.name);
   out += fmt::format("description               = \"{}\"\n", p.description);
   out += fmt::format("peak_tflops               = {:.6g}\n", p.peak_tflops);
+  if (p.peak_tflops_tf32 > 0) out += fmt::format("peak_tflops_tf32          = {:.6g}\n", p.peak_tflops_tf32);
+  if (p.peak_tflops_fp32 > 0) out += fmt::format("peak_tflops_fp32          = {:.6g}\n", p.peak_tflops_fp32);
   out += fmt::format("achievable_fraction       = {:.6g}\n", p.achievable_fraction);
   out += fmt::format("memory_gib                = {:.6g}\n", p.memory_gib);
   out += fmt::format("usable_memory_fraction    = {:.6g}\n", p.usable_memory_fraction);
@@ -423,6 +428,8 @@ DeviceProfile builtin_device_profile(GpuKind gpu) {
       return p;
     case GpuKind::A100:
       p.name = "a100";
+      p.peak_tflops_tf32 = 156;
+      p.peak_tflops_fp32 = 19.5;
       p.board_power_w = 400;
       p.description = "NVIDIA A100 SXM4 80GB, BF16";
       p.peak_tflops = 312;
@@ -432,10 +439,13 @@ DeviceProfile builtin_device_profile(GpuKind gpu) {
       p.sources = {{"peak_tflops", "NVIDIA A100 Tensor Core GPU datasheet (2021): BF16 312 TFLOPS dense (624 sparse)"},
                    {"board_power_w", "same datasheet: A100 SXM4 max TDP 400 W"},
                    {"memory_gib", "same datasheet: 80 GB HBM2e, 2,039 GB/s"},
+                   {"peak_tflops_tf32", "NVIDIA A100 datasheet (2021): TF32 156 TFLOPS dense (312 sparse), FP32 19.5 TFLOPS"},
                    {"nvlink_gbs", "same datasheet: NVLink 600 GB/s total = 300 GB/s per direction"}};
       break;
     case GpuKind::H100:
       p.name = "h100";
+      p.peak_tflops_tf32 = 494.5;
+      p.peak_tflops_fp32 = 67;
       p.board_power_w = 700;
       p.description = "NVIDIA H100 SXM5 80GB, BF16";
       p.peak_tflops = 989;
@@ -445,10 +455,13 @@ DeviceProfile builtin_device_profile(GpuKind gpu) {
       p.sources = {{"peak_tflops", "NVIDIA H100 Tensor Core GPU datasheet (2023): SXM BF16 1,979 TFLOPS with sparsity = 989 dense"},
                    {"board_power_w", "same datasheet: H100 SXM max TDP up to 700 W"},
                    {"memory_gib", "same datasheet: 80 GB HBM3, 3.35 TB/s"},
+                   {"peak_tflops_tf32", "NVIDIA H100 datasheet (2023): SXM TF32 989 TFLOPS with sparsity = 494.5 dense, FP32 67 TFLOPS"},
                    {"nvlink_gbs", "same datasheet: NVLink 900 GB/s total = 450 GB/s per direction"}};
       break;
     case GpuKind::H200:
       p.name = "h200";
+      p.peak_tflops_tf32 = 494.5;
+      p.peak_tflops_fp32 = 67;
       p.board_power_w = 700;
       p.description = "NVIDIA H200 SXM 141GB, BF16";
       p.peak_tflops = 989;
@@ -458,6 +471,7 @@ DeviceProfile builtin_device_profile(GpuKind gpu) {
       p.sources = {{"peak_tflops", "NVIDIA H200 Tensor Core GPU datasheet (2024): SXM BF16 1,979 TFLOPS with sparsity = 989 dense"},
                    {"board_power_w", "same datasheet: H200 SXM max TDP up to 700 W"},
                    {"memory_gib", "same datasheet: 141 GB HBM3e, 4.8 TB/s"},
+                   {"peak_tflops_tf32", "NVIDIA H200 datasheet (2024): SXM TF32 989 TFLOPS with sparsity = 494.5 dense, FP32 67 TFLOPS"},
                    {"nvlink_gbs", "same datasheet: NVLink 900 GB/s total = 450 GB/s per direction"}};
       break;
   }
@@ -550,7 +564,40 @@ DeviceProfile device_profile(const Config& cfg) {
   if (cfg.train.sequence_parallel != ProfileSwitch::Auto)
     p.sequence_parallel = cfg.train.sequence_parallel == ProfileSwitch::On;
   if (cfg.train.attention != AttentionKernel::Auto) p.fused_attention = cfg.train.attention == AttentionKernel::Fused;
+  // A GPU run costed with a GPU profile stores and sends its activations in device.precision's
+  // width (bf16: 2 bytes, fp32 and tf32: 4), whatever the profile assumed; other runs keep the
+  // profile's.
+  if (cfg.device.backend == Backend::Cuda && cfg.plan.gpu != GpuKind::Host)
+    p.activation_bytes = activation_bytes(effective_precision(cfg.device));
   return p;
+}
+
+std::optional<GpuKind> gpu_kind_of_device(std::string_view device_name) {
+  std::string lower(device_name);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (GpuKind g : {GpuKind::A100, GpuKind::H100, GpuKind::H200})
+    if (lower.find(to_string(g)) != std::string::npos) return g;
+  return std::nullopt;
+}
+
+RunCosting run_costing(const Config& cfg, std::string_view device_name) {
+  const char* measure = "atlas profile --gemm --backend cuda --update profiles/device/{}.profile";
+  if (cfg.device.backend != Backend::Cuda || cfg.plan.gpu != GpuKind::Host)
+    return {cfg.plan.gpu,
+            cfg.device.backend == Backend::Cuda
+                ? fmt::format("# table costed with the {} device profile (plan.gpu); measure its GEMM curve with `{}`\n",
+                              to_string(cfg.plan.gpu), fmt::format(fmt::runtime(measure), to_string(cfg.plan.gpu)))
+                : std::string()};
+  const std::optional<GpuKind> found = gpu_kind_of_device(device_name);
+  const GpuKind gpu = found.value_or(GpuKind::H100);
+  const std::string why =
+      found ? std::string("the GPU it runs on")
+            : fmt::format("no a100/h100/h200 in the device's name '{}': the nearest built-in GPU profile; set plan.gpu "
+                          "to a profile of this GPU",
+                          device_name.empty() ? std::string_view("(not known)") : device_name);
+  return {gpu, fmt::format("# table costed with the {} device profile (device.backend = cuda leaves plan.gpu = host: "
+                           "{}); measure its GEMM curve with `{}`\n",
+                           to_string(gpu), why, fmt::format(fmt::runtime(measure), to_string(gpu)))};
 }
 
 }  // namespace atlas::sched

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "atlas/deck/config.hpp"
+#include "atlas/device/backend.hpp"
 #include "atlas/runtime/profile_writer.hpp"
 #include "atlas/runtime/trainer.hpp"
 #include "atlas/sched/schedule.hpp"
@@ -43,6 +44,9 @@ class TrainOutput {
   void schedule(const sched::ScheduleTable& table);
   /// Collective over comms.world: restores run.resume (if set); returns the first step to run.
   int resume(runtime::Trainer& trainer, const topo::Communicators& comms);
+  /// Before columns(): adds an MFU column to the progress line (a GPU run): `flops_per_token` of
+  /// the model over `devices` x `peak_flops` (sched/mfu.hpp); `basis` says which peak, printed once.
+  void mfu_basis(double flops_per_token, double peak_flops, int devices, const std::string& basis);
   void columns();
   /// True when step `step` (0-based) gets a printed row: every run.log_every_steps steps, the
   /// last step, and every step with a validation loss.
@@ -63,11 +67,12 @@ class TrainOutput {
   /// Collective over comms.world: a checkpoint after `steps_done` steps when the deck asks.
   void maybe_checkpoint(runtime::Trainer& trainer, const topo::Communicators& comms, int steps_done, bool last);
   /// Collective over comms.world: gathers the profile, writes profile.h5 / trace.json / run.json,
-  /// prints the per-rank summary and the OK footer. Returns every rank's slots on rank 0 (empty
-  /// elsewhere, and when profile.enabled = false).
+  /// prints the per-rank summary, every rank's peak memory (`backend`.peak_bytes()) and the OK
+  /// footer. Returns every rank's slots on rank 0 (empty elsewhere, and when profile.enabled = false).
   std::vector<runtime::SlotEvent> finish(runtime::Trainer& trainer, const topo::Communicators& comms,
                                          const topo::Layout& layout, const sched::ScheduleTable& table,
-                                         runtime::Profiler& profiler, wan::PeerTransport& wan);
+                                         runtime::Profiler& profiler, wan::PeerTransport& wan,
+                                         const device::Backend& backend);
 
  private:
   const Config& m_cfg;
@@ -82,6 +87,9 @@ class TrainOutput {
   double m_sum_step_s = 0.0;
   int m_timed_steps = 0;
   std::int64_t m_prefill_tokens = 0;
+  double m_mfu_flops_per_token = 0.0;  // mfu_basis(): 0 = no MFU column
+  double m_mfu_peak_flops = 0.0;       // all devices together
+  double m_sum_mfu = 0.0;              // over the steps, for the footer
   RankTime m_mine;  // every rank: its own budget, gathered at the end
   std::vector<runtime::StepRow> m_steps;
   void print(const std::string& s);

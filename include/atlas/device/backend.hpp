@@ -5,6 +5,7 @@
 // src/device/cuda/ and registers itself through register_backend_factory(). No CUDA types here.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -57,6 +58,14 @@ class Backend {
   [[nodiscard]] Buffer alloc(std::size_t bytes);
   /// Allocates `count` fp32 elements (zero-filled).
   [[nodiscard]] Buffer alloc_floats(std::size_t count) { return alloc(count * sizeof(float)); }
+  /// The most bytes this backend's Buffers have held at once (its allocator's high-water mark,
+  /// counted in alloc() and Buffer release; a device backend's cudaMalloc'd bytes, without the
+  /// CUDA context or library workspaces).
+  [[nodiscard]] std::size_t buffer_peak_bytes() const noexcept { return m_peak_bytes.load(); }
+  /// The peak memory of this rank's device so far, in bytes, for the run footer: the host backend
+  /// the process's peak resident set (getrusage), which includes everything besides Buffers; the
+  /// default (a device backend) buffer_peak_bytes().
+  [[nodiscard]] virtual std::size_t peak_bytes() const { return buffer_peak_bytes(); }
   /// Copies `bytes` from host memory `src` to device address `dst`. Synchronous for `src`.
   virtual void upload(void* dst, const void* src, std::size_t bytes) = 0;
   /// Copies `bytes` from device address `src` to host memory `dst`; returns when `dst` is valid.
@@ -153,6 +162,10 @@ class Backend {
 
  private:
   friend class Buffer;
+  /// Buffer's release: the bytes no longer held (see buffer_peak_bytes).
+  void forget(std::size_t bytes) noexcept { m_live_bytes.fetch_sub(bytes); }
+  std::atomic<std::size_t> m_live_bytes{0};
+  std::atomic<std::size_t> m_peak_bytes{0};
 };
 
 /// Builds a backend of `cfg.backend` kind. Host: always available; threads from cfg.threads

@@ -6,7 +6,9 @@
 // deck's device profiles) and sim/profile.hpp (--wan files).
 #pragma once
 
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "atlas/deck/config.hpp"
@@ -30,6 +32,8 @@ struct DeviceProfile {
   std::string description;
   std::string path;                    ///< file it was read from ("" = built in)
   double peak_tflops = 0.0;            ///< dense peak of the training dtype, TFLOP/s
+  double peak_tflops_tf32 = 0.0;       ///< dense TF32 tensor-core peak, TFLOP/s (0: not given; MFU only)
+  double peak_tflops_fp32 = 0.0;       ///< fp32 (no tensor cores) peak, TFLOP/s (0: not given; MFU only)
   double achievable_fraction = 0.0;    ///< fraction of the peak a transformer block reaches
   double memory_gib = 0.0;             ///< device memory, GiB
   double usable_memory_fraction = 0.9; ///< what the planner may fill (context, fragmentation)
@@ -110,5 +114,19 @@ DeviceProfile builtin_device_profile(GpuKind gpu);
 /// plan.gpu (ConfigError if none is); else the profiles/device/<plan.gpu>.profile found; else the
 /// built-in one. Internal error if the files were never read. No I/O.
 DeviceProfile device_profile(const Config& cfg);
+
+/// The GPU kind a CUDA device's name names ("... NVIDIA H200 ..." -> H200; A100, H100, H200,
+/// case-insensitive), or nullopt.
+[[nodiscard]] std::optional<GpuKind> gpu_kind_of_device(std::string_view device_name);
+
+/// Which device profile costs a run's table, and a line saying so.
+struct RunCosting {
+  GpuKind gpu = GpuKind::Host;
+  std::string note;  ///< "# table costed with ...\n", with how to measure a profile
+};
+/// The costing of a run on `device_name` (the backend's describe(); "" when not known): plan.gpu,
+/// except for a device.backend = cuda deck that leaves plan.gpu = host (whose profile prices a
+/// GPU step ~1000x too long): the GPU the name names, else h100 (said in the note). Pure.
+[[nodiscard]] RunCosting run_costing(const Config& cfg, std::string_view device_name);
 
 }  // namespace atlas::sched
