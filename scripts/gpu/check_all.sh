@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# THE one script for the GPU host (issue #22; how to get there: docs/gpu.md): every GPU check and
+# benchmark that belong together, in one go, within ~10 minutes. Each step is bounded with
+# `timeout` (never beyond what is left of ATLAS_CHECK_BUDGET_S, default 570 s: a step that cannot
+# start in time is SKIPped); every step's output goes to $OUT/gpu.log, the measured profile and the
+# peer benchmark's tables to $OUT/; a PASS/FAIL/SKIP summary ends the log and stdout.
+#   Steps: every gpu test binary (test_cuda*, test_nccl*; the MPI ones at np 1 and 2), atlas train
+#   inputs/gpt2_124m_gpu.deck (a few steps), a 2-rank 2-DC pipeline run on the GPU, atlas bench
+#   bubbletea with cuda (2 ranks), the PyTorch peer benchmark at micro-batch 8 and 16
+#   (bench/run_peer.sh), atlas profile --gemm --backend cuda --update (a copy of
+#   profiles/device/h200.profile, in $OUT), the Hugging Face logits check of issue #26 on the
+#   pipeline run's checkpoint.
+# usage, from the checkout root on the GPU host (after `make cuda && ../shared/gpu/bundle.sh
+# build-cuda .gpu` on a development machine, and the checkout + .gpu/ carried over):
+#   OUT=/tmp/gpu scripts/gpu/check_all.sh [STEP ...]      (STEP: a name of the summary; default all)
+# Exit status: 0 when every step that ran passed, 1 otherwise.
+set -uo pipefail
+CHECKOUT=$(pwd)
+OUT=${OUT:-/tmp/atlas_gpu_check}
+mkdir -p "$OUT"
+LOG=$OUT/gpu.log
+: > "$LOG"
+BUDGET=${ATLAS_CHECK_BUDGET_S:-570}
+START=$SECONDS
+if [[ -z ${ATLAS_BUNDLE:-} ]]; then
+  [[ -f .gpu/env.sh ]] || { echo "check_all.sh: no .gpu/env.sh here and ATLAS_BUNDLE unset: run from the checkout root (docs/gpu.md)" | tee -a "$LOG" >&2; exit 2; }
+  # shellcheck disable=SC1091
+  source .gpu/env.sh >> "$LOG" 2>&1
+fi
+ATLAS=$ATLAS_BUNDLE/bin/atlas
+SRC=${ATLAS_SOURCE_DIR:-$CHECKOUT}
+T=$OUT/work
+mkdir -p "$T"
+# PyTorch must not see the bundle's libraries (what env.sh's atlas_python does).
+py() { LD_LIBRARY_PATH="${ATLAS_ORIG_LD_LIBRARY_PATH-${LD_LIBRARY_PATH:-}}" python3 "$@"; }
+export -f py 2>/dev/null || true
+MPIRUN=(mpirun -np 2 --oversubscribe)
+ONLY=("$@")
+declare -a SUMMARY=()
+failed=0
+
+{
+  echo "# check_all.sh $(date -u +%FT%TZ) on $(hostname); checkout $CHECKOUT ($(git -C "$CHECKOUT" rev-parse --short HEAD 2>/dev/null || echo '?'))"
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 || true
+  [[ -d $SRC/data/brown ]] || echo "# WARNING: $SRC/data/brown is missing (bundle.sh copies data/: a symbolic link there is copied as a link): the training steps will fail"
+} >> "$LOG" 2>&1
+
+# step NAME SECONDS COMMAND...: runs COMMAND (in $SRC) under timeout, logs it, records the verdict.
+step() {
+  local name=$1 bound=$2; shift 2
+  if [[ ${#ONLY[@]} -gt 0 && ! " ${ONLY[*]} " == *" $name "* ]]; then return 0; fi
+  local left=$((BUDGET - (SECONDS - START)))
+  if ((left < 15)); then
+    SUMMARY+=("SKIP  $name (the ${BUDGET} s budget is spent)")
+    echo "=== $name: SKIP (budget spent)" >> "$LOG"
+    return 0
+  fi
+  ((bound > left)) && bound=$left
+  echo "=== $name (timeout ${bound} s): $*" >> "$LOG"
+  local t0=$SECONDS rc=0
+  (cd "$SRC" && timeout -k 10 "$bound" "$@") >> "$LOG" 2>&1 || rc=$?
+  local dt=$((SECONDS - t0)) verdict=PASS
+  if ((rc == 124 || rc == 137)); then verdict=FAIL; name="$name (timed out after ${bound} s)"
+  elif ((rc != 0)); then verdict=FAIL; name="$name (exit $rc)"; fi
+  [[ $verdict == FAIL ]] && failed=1
+  SUMMARY+=("$(printf '%-5s %s, %d s' "$verdict" "$name" "$dt")")
+  echo "=== $verdict $name, $dt s" >> "$LOG"
+}
+
+# ---- 1. every GPU test binary (the MPI ones of tests/cmake/gpu.cmake at np 1 and 2) ----
+mpi_tests=" $(sed -n 's/^ *atlas_mpi_test(\(test_[a-z_]*\).*LABELS gpu.*/\1/p' "$SRC/tests/cmake/gpu.cmake" 2>/dev/null | tr '\n' ' ') "
+[[ $mpi_tests == "  " ]] && mpi_tests=" test_nccl_comm test_cuda_train "
+for t in "$ATLAS_BUNDLE"/bin/test_cuda* "$ATLAS_BUNDLE"/bin/test_nccl*; do
+  [[ -x $t ]] || continue
+  n=$(basename "$t")
+  step "$n" 180 "$t"
+  [[ $mpi_tests == *" $n "* ]] && step "${n}_np2" 240 "${MPIRUN[@]}" "$t"
+done
+
+# ---- 2. atlas train on the GPU: GPT-2 124M (3 steps of llm.c's 524,288-token batch) ----
+step train_gpt2_124m 200 "$ATLAS" train inputs/gpt2_124m_gpu.deck run.steps=3 train.eval_every_steps=0 \
+  ckpt.every_steps=0 ckpt.final=false run.out_dir="$T" run.name=gpt2_124m
+
+# ---- 3. a 2-rank 2-DC pipeline on the GPU (ranks share it); its checkpoint feeds step 7 ----
+step pipeline_2dc 120 "${MPIRUN[@]}" "$ATLAS" train inputs/default.deck device.backend=cuda \
+  "parallel.stages_per_dc=1 1" "cluster.gpus_per_dc=1 1" parallel.dp_size=1 run.steps=20 \
+  train.eval_every_steps=10 ckpt.every_steps=0 ckpt.final=true run.out_dir="$T" run.name=pipeline_2dc
+
+# ---- 4. BubbleTea's benchmark with the CUDA backend ----
+step bench_bubbletea_cuda 150 "${MPIRUN[@]}" "$ATLAS" bench bubbletea inputs/bubbletea_loopback.deck \
+  device.backend=cuda run.steps=12 --repeats 1 --warmup 2 run.out_dir="$T"
+
+# ---- 5. the PyTorch peer, side by side, micro-batch 8 and 16 (tables in $OUT/peer_mb*.txt) ----
+peer() {
+  local mb=$1 modes=$2
+  "$CHECKOUT/bench/run_peer.sh" --micro-batch "$mb" --steps 15 --modes "$modes" --out "$T/peer" | tee "$OUT/peer_mb$mb.txt"
+}
+export -f peer
+export CHECKOUT OUT T
+step peer_mb8 200 bash -c 'peer 8 "fp32 bf16 compile"'
+step peer_mb16 150 bash -c 'peer 16 "bf16 compile"'
+
+# ---- 6. a GPU profile measured: the GEMM curve of cuBLAS into a copy of h200.profile ----
+cp "$SRC/profiles/device/h200.profile" "$OUT/h200.profile"
+step profile_gemm_cuda 90 "$ATLAS" profile --gemm --backend cuda --update "$OUT/h200.profile"
+
+# ---- 7. issue #26: the exported model's logits in transformers (the pipeline run's checkpoint) ----
+hf_check() {
+  local ckpt
+  ckpt=$(ls "$T"/pipeline_2dc/ckpt/step-*.h5 2>/dev/null | tail -1)
+  [[ -n $ckpt ]] || { echo "no checkpoint of the pipeline_2dc step in $T/pipeline_2dc/ckpt"; return 1; }
+  "$ATLAS" export "$ckpt" --format hf --out "$T/hf" --logits "$T/logits.safetensors" &&
+    py scripts/hf/check_logits.py "$ckpt" "$T/hf" "$T/logits.safetensors"
+}
+export -f hf_check
+export ATLAS
+step hf_logits 90 bash -c hf_check
+
+# ---- summary ----
+{
+  echo "# summary ($((SECONDS - START)) s of a ${BUDGET} s budget; log $LOG):"
+  for s in "${SUMMARY[@]}"; do echo "  $s"; done
+  for mb in 8 16; do [[ -f $OUT/peer_mb$mb.txt ]] && grep -A8 '^# micro-batch' "$OUT/peer_mb$mb.txt"; done
+} | tee -a "$LOG"
+exit $failed
