@@ -152,7 +152,7 @@ def build(torch, s, attention):
             for blk in self.blocks:
                 x = blk(x)
             logits = self.ln_f(x) @ self.wte.weight.t()  # tied output embedding
-            return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
+            return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
     return GPT()
 
