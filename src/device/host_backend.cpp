@@ -47,7 +47,8 @@ std::size_t extent(Trans t, int rows, int cols, int ld) {
   const int stored_rows = t == Trans::Yes ? cols : rows;
   const int stored_cols = t == Trans::Yes ? rows : cols;
   if (stored_rows == 0 || stored_cols == 0) return 0;
-  return static_cast<std::size_t>(stored_rows - 1) * static_cast<std::size_t>(ld) + static_cast<std::size_t>(stored_cols);
+  return static_cast<std::size_t>(stored_rows - 1) * static_cast<std::size_t>(ld) +
+         static_cast<std::size_t>(stored_cols);
 }
 
 class HostBackend final : public Backend {
@@ -502,8 +503,9 @@ class HostBackend final : public Backend {
         }
         // softmax backward, then the scaled dot product
         for (int t2 = 0; t2 <= t; ++t2) {
-          const float dpre = P == Precision::Fp32 ? att[t2] * (datt[static_cast<std::size_t>(t2)] - weighted) * scale
-                                                  : round_as<P>(att[t2] * (datt[static_cast<std::size_t>(t2)] - weighted)) * scale;
+          const float dp = datt[static_cast<std::size_t>(t2)];
+          const float dpre = P == Precision::Fp32 ? att[t2] * (dp - weighted) * scale
+                                                  : round_as<P>(att[t2] * (dp - weighted)) * scale;
           const float* k = qkv + base + t2 * row + orow;
           float* dk = dqkv + base + t2 * row + orow;
           for (int d = 0; d < hd; ++d) {
