@@ -82,7 +82,7 @@ std::unique_ptr<Backend> make_backend(const DeviceCfg& cfg) {
     case atlas::Backend::Host:
       // main applied the automatic policy before any thread started; the deck may override it.
       if (cfg.sched_batch != SchedBatch::Auto) (void)prepare_host_scheduling(cfg.sched_batch);
-      return make_host_backend(cfg.threads);
+      return make_host_backend(cfg.threads, effective_precision(cfg));
     case atlas::Backend::Emulated:
       // No arithmetic happens (the runtime sleeps each compute slot's predicted time); one host
       // thread serves the host-memory buffers of the DP sums and a BubbleTea service. Ranks that

@@ -25,6 +25,7 @@
 #include "atlas/core/env.hpp"
 #include "atlas/core/check.hpp"
 #include "atlas/core/units.hpp"
+#include "atlas/device/rounding.hpp"
 
 namespace atlas::device {
 
@@ -42,13 +43,28 @@ constexpr std::size_t kParallelWork = std::size_t{1} << 16;
 
 int col_blocks(int cols) { return (cols + kColBlock - 1) / kColBlock; }
 
+// Row-major storage extent (elements) of an operand op(X)[rows, cols] stored with row stride ld.
+std::size_t extent(Trans t, int rows, int cols, int ld) {
+  const int stored_rows = t == Trans::Yes ? cols : rows;
+  const int stored_cols = t == Trans::Yes ? rows : cols;
+  if (stored_rows == 0 || stored_cols == 0) return 0;
+  return static_cast<std::size_t>(stored_rows - 1) * static_cast<std::size_t>(ld) +
+         static_cast<std::size_t>(stored_cols);
+}
+
 class HostBackend final : public Backend {
  public:
-  explicit HostBackend(int threads) : m_threads(threads) { openblas_set_num_threads(threads); }
+  HostBackend(int threads, Precision precision) : m_threads(threads), m_precision(precision) {
+    ATLAS_ASSERT(precision != Precision::Auto, "the host backend needs a resolved precision (effective_precision)");
+    openblas_set_num_threads(threads);
+  }
 
   [[nodiscard]] atlas::Backend kind() const noexcept override { return atlas::Backend::Host; }
   [[nodiscard]] std::string describe() const override {
-    return fmt::format("host (OpenBLAS, {} thread{})", m_threads, m_threads == 1 ? "" : "s");
+    const char* emulation = m_precision == Precision::Bf16   ? ", bf16 matmul inputs emulated"
+                            : m_precision == Precision::Tf32 ? ", tf32 matmul inputs emulated"
+                                                             : "";
+    return fmt::format("host (OpenBLAS, {} thread{}{})", m_threads, m_threads == 1 ? "" : "s", emulation);
   }
   [[nodiscard]] bool host_accessible() const noexcept override { return true; }
   /// The rank's peak resident set (Linux reports ru_maxrss in KiB): its Buffers, the model's
@@ -85,6 +101,11 @@ class HostBackend final : public Backend {
   void gemm(Trans trans_a, Trans trans_b, int m, int n, int k, float alpha, const float* a,
             int lda, const float* b, int ldb, float beta, float* c, int ldc) override {
     if (m == 0 || n == 0) return;
+    if (m_precision != Precision::Fp32 && k > 0) {
+      // docs/precision.md: both operands rounded (RNE) into reusable scratch, products and sums fp32.
+      a = rounded(a, extent(trans_a, m, k, lda), m_gemm_a);
+      b = rounded(b, extent(trans_b, k, n, ldb), m_gemm_b);
+    }
     cblas_sgemm(CblasRowMajor, trans_a == Trans::Yes ? CblasTrans : CblasNoTrans,
                 trans_b == Trans::Yes ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb,
                 beta, c, ldc);
@@ -241,95 +262,33 @@ class HostBackend final : public Backend {
   }
   void attention_forward(float* out, float* saved, const float* qkv, int batch, int seq,
                          int heads, int head_dim, float* /*workspace*/) override {
-    const int hd = head_dim;
-    const std::size_t row = 3 * static_cast<std::size_t>(heads) * hd;  // qkv floats per token
-    const std::size_t orow = static_cast<std::size_t>(heads) * hd;
-    const float scale = 1.0F / std::sqrt(static_cast<float>(hd));
-    const std::ptrdiff_t total = static_cast<std::ptrdiff_t>(batch) * heads * seq;
-#pragma omp parallel for num_threads(m_threads) \
-    schedule(dynamic, 4) if (parallel(static_cast<std::size_t>(total) * seq * hd))
-    for (std::ptrdiff_t idx = 0; idx < total; ++idx) {
-      const int t = static_cast<int>(idx % seq);
-      const int h = static_cast<int>((idx / seq) % heads);
-      const int b = static_cast<int>(idx / (static_cast<std::ptrdiff_t>(seq) * heads));
-      const float* q = qkv + (static_cast<std::size_t>(b) * seq + t) * row + h * hd;
-      float* att = saved + ((static_cast<std::size_t>(b) * heads + h) * seq + t) * seq;
-      float maxv = -INFINITY;
-      for (int t2 = 0; t2 <= t; ++t2) {
-        const float* k = qkv + (static_cast<std::size_t>(b) * seq + t2) * row + orow + h * hd;
-        float dot = 0.0F;
-        for (int d = 0; d < hd; ++d) dot += q[d] * k[d];
-        dot *= scale;
-        att[t2] = dot;
-        maxv = std::max(maxv, dot);
-      }
-      float sum = 0.0F;
-      for (int t2 = 0; t2 <= t; ++t2) {
-        att[t2] = std::exp(att[t2] - maxv);
-        sum += att[t2];
-      }
-      const float inv = 1.0F / sum;
-      for (int t2 = 0; t2 <= t; ++t2) att[t2] *= inv;
-      for (int t2 = t + 1; t2 < seq; ++t2) att[t2] = 0.0F;
-      float* o = out + (static_cast<std::size_t>(b) * seq + t) * orow + h * hd;
-      for (int d = 0; d < hd; ++d) o[d] = 0.0F;
-      for (int t2 = 0; t2 <= t; ++t2) {
-        const float* v =
-            qkv + (static_cast<std::size_t>(b) * seq + t2) * row + 2 * orow + h * hd;
-        const float a = att[t2];
-        for (int d = 0; d < hd; ++d) o[d] += a * v[d];
-      }
+    if (m_precision == Precision::Fp32) {
+      attention_forward_impl<Precision::Fp32>(out, saved, qkv, batch, seq, heads, head_dim);
+      return;
     }
+    // docs/precision.md: q, k, v rounded; scores and softmax in fp32; P rounded before P.V.
+    const float* rqkv = rounded(qkv, 3 * static_cast<std::size_t>(batch) * seq * heads * head_dim, m_att_qkv);
+    if (m_precision == Precision::Bf16)
+      attention_forward_impl<Precision::Bf16>(out, saved, rqkv, batch, seq, heads, head_dim);
+    else
+      attention_forward_impl<Precision::Tf32>(out, saved, rqkv, batch, seq, heads, head_dim);
   }
-  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* /*out*/,
+  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                           const float* saved, int batch, int seq, int heads, int head_dim,
                           float* /*workspace*/) override {
-    const int hd = head_dim;
-    const std::size_t row = 3 * static_cast<std::size_t>(heads) * hd;
-    const std::size_t orow = static_cast<std::size_t>(heads) * hd;
-    const float scale = 1.0F / std::sqrt(static_cast<float>(hd));
-    // One (b, h) per iteration: it owns the q/k/v slices of head h of sample b, so no races.
-#pragma omp parallel for num_threads(m_threads) \
-    schedule(static) if (parallel(2 * static_cast<std::size_t>(batch) * heads * seq * seq * hd))
-    for (int bh = 0; bh < batch * heads; ++bh) {
-      const int b = bh / heads;
-      const int h = bh % heads;
-      std::vector<float> datt(static_cast<std::size_t>(seq));
-      const std::size_t base = static_cast<std::size_t>(b) * seq * row + h * hd;
-      for (int t = 0; t < seq; ++t) {
-        float* dq = dqkv + base + t * row;
-        for (int d = 0; d < hd; ++d) dq[d] = dq[orow + d] = dq[2 * orow + d] = 0.0F;
-      }
-      for (int t = 0; t < seq; ++t) {
-        const float* att = saved + ((static_cast<std::size_t>(b) * heads + h) * seq + t) * seq;
-        const float* dy = dout + (static_cast<std::size_t>(b) * seq + t) * orow + h * hd;
-        const float* q = qkv + base + t * row;
-        float* dq = dqkv + base + t * row;
-        // dL/datt and dL/dv
-        float weighted = 0.0F;
-        for (int t2 = 0; t2 <= t; ++t2) {
-          const float* v = qkv + base + t2 * row + 2 * orow;
-          float* dv = dqkv + base + t2 * row + 2 * orow;
-          float dot = 0.0F;
-          for (int d = 0; d < hd; ++d) {
-            dot += dy[d] * v[d];
-            dv[d] += att[t2] * dy[d];
-          }
-          datt[static_cast<std::size_t>(t2)] = dot;
-          weighted += att[t2] * dot;
-        }
-        // softmax backward, then the scaled dot product
-        for (int t2 = 0; t2 <= t; ++t2) {
-          const float dpre = att[t2] * (datt[static_cast<std::size_t>(t2)] - weighted) * scale;
-          const float* k = qkv + base + t2 * row + orow;
-          float* dk = dqkv + base + t2 * row + orow;
-          for (int d = 0; d < hd; ++d) {
-            dq[d] += dpre * k[d];
-            dk[d] += dpre * q[d];
-          }
-        }
-      }
+    if (m_precision == Precision::Fp32) {
+      attention_backward_impl<Precision::Fp32>(dqkv, dout, qkv, out, saved, batch, seq, heads, head_dim);
+      return;
     }
+    // docs/precision.md: q, k, v and dout rounded; P rounded before dV = P^T.dO; dP, the row sums
+    // and dS in fp32; dS rounded before dQ = dS.K and dK = dS^T.Q.
+    const std::size_t tokens = static_cast<std::size_t>(batch) * seq;
+    const float* rqkv = rounded(qkv, 3 * tokens * heads * head_dim, m_att_qkv);
+    const float* rdout = rounded(dout, tokens * heads * head_dim, m_att_dout);
+    if (m_precision == Precision::Bf16)
+      attention_backward_impl<Precision::Bf16>(dqkv, rdout, rqkv, out, saved, batch, seq, heads, head_dim);
+    else
+      attention_backward_impl<Precision::Tf32>(dqkv, rdout, rqkv, out, saved, batch, seq, heads, head_dim);
   }
 
   void embedding_forward(float* out, const std::int32_t* tokens, const float* wte,
@@ -436,6 +395,137 @@ class HostBackend final : public Backend {
     return m_threads > 1 && work >= kParallelWork;
   }
 
+  // x rounded to precision P's matmul input (the identity for Fp32).
+  template <Precision P>
+  static float round_as(float x) noexcept {
+    if constexpr (P == Precision::Bf16) return round_to_bf16(x);
+    else if constexpr (P == Precision::Tf32) return round_to_tf32(x);
+    else return x;
+  }
+
+  // The first n elements of x rounded to this backend's precision, in `scratch` (grown to the
+  // largest n seen, never shrunk: no allocation per call once warm). Returns scratch's data.
+  const float* rounded(const float* x, std::size_t n, std::vector<float>& scratch) {
+    if (scratch.size() < n) scratch.resize(n);
+    float* r = scratch.data();
+    const auto count = static_cast<std::ptrdiff_t>(n);
+    if (m_precision == Precision::Bf16) {
+#pragma omp parallel for num_threads(m_threads) schedule(static) if (parallel(n))
+      for (std::ptrdiff_t i = 0; i < count; ++i) r[i] = round_to_bf16(x[i]);
+    } else {
+#pragma omp parallel for num_threads(m_threads) schedule(static) if (parallel(n))
+      for (std::ptrdiff_t i = 0; i < count; ++i) r[i] = round_to_tf32(x[i]);
+    }
+    return r;
+  }
+
+  // Causal attention forward (see Backend::attention_forward). P = Fp32: the reference; else `qkv`
+  // holds rounded values and P is rounded before P.V (the stored probabilities stay fp32).
+  template <Precision P>
+  void attention_forward_impl(float* out, float* saved, const float* qkv, int batch, int seq, int heads,
+                              int head_dim) {
+    const int hd = head_dim;
+    const std::size_t row = 3 * static_cast<std::size_t>(heads) * hd;  // qkv floats per token
+    const std::size_t orow = static_cast<std::size_t>(heads) * hd;
+    const float scale = 1.0F / std::sqrt(static_cast<float>(hd));
+    const std::ptrdiff_t total = static_cast<std::ptrdiff_t>(batch) * heads * seq;
+#pragma omp parallel for num_threads(m_threads) \
+    schedule(dynamic, 4) if (parallel(static_cast<std::size_t>(total) * seq * hd))
+    for (std::ptrdiff_t idx = 0; idx < total; ++idx) {
+      const int t = static_cast<int>(idx % seq);
+      const int h = static_cast<int>((idx / seq) % heads);
+      const int b = static_cast<int>(idx / (static_cast<std::ptrdiff_t>(seq) * heads));
+      const float* q = qkv + (static_cast<std::size_t>(b) * seq + t) * row + h * hd;
+      float* att = saved + ((static_cast<std::size_t>(b) * heads + h) * seq + t) * seq;
+      float maxv = -INFINITY;
+      for (int t2 = 0; t2 <= t; ++t2) {
+        const float* k = qkv + (static_cast<std::size_t>(b) * seq + t2) * row + orow + h * hd;
+        float dot = 0.0F;
+        for (int d = 0; d < hd; ++d) dot += q[d] * k[d];
+        dot *= scale;
+        att[t2] = dot;
+        maxv = std::max(maxv, dot);
+      }
+      float sum = 0.0F;
+      for (int t2 = 0; t2 <= t; ++t2) {
+        att[t2] = std::exp(att[t2] - maxv);
+        sum += att[t2];
+      }
+      const float inv = 1.0F / sum;
+      for (int t2 = 0; t2 <= t; ++t2) att[t2] *= inv;
+      for (int t2 = t + 1; t2 < seq; ++t2) att[t2] = 0.0F;
+      float* o = out + (static_cast<std::size_t>(b) * seq + t) * orow + h * hd;
+      for (int d = 0; d < hd; ++d) o[d] = 0.0F;
+      for (int t2 = 0; t2 <= t; ++t2) {
+        const float* v =
+            qkv + (static_cast<std::size_t>(b) * seq + t2) * row + 2 * orow + h * hd;
+        const float a = round_as<P>(att[t2]);
+        for (int d = 0; d < hd; ++d) o[d] += a * v[d];
+      }
+    }
+  }
+  // Attention backward (see Backend::attention_backward). P = Fp32: the reference (the row sum
+  // is sum_t2 P dP). Else `qkv` and `dout` hold rounded values, the row sum is rowsum(dO * O) (as a
+  // fused kernel computes it), P is rounded for dV and dS for dQ and dK.
+  template <Precision P>
+  void attention_backward_impl(float* dqkv, const float* dout, const float* qkv, [[maybe_unused]] const float* out,
+                               const float* saved, int batch, int seq, int heads, int head_dim) {
+    const int hd = head_dim;
+    const std::size_t row = 3 * static_cast<std::size_t>(heads) * hd;
+    const std::size_t orow = static_cast<std::size_t>(heads) * hd;
+    const float scale = 1.0F / std::sqrt(static_cast<float>(hd));
+    // One (b, h) per iteration: it owns the q/k/v slices of head h of sample b, so no races.
+#pragma omp parallel for num_threads(m_threads) \
+    schedule(static) if (parallel(2 * static_cast<std::size_t>(batch) * heads * seq * seq * hd))
+    for (int bh = 0; bh < batch * heads; ++bh) {
+      const int b = bh / heads;
+      const int h = bh % heads;
+      std::vector<float> datt(static_cast<std::size_t>(seq));
+      const std::size_t base = static_cast<std::size_t>(b) * seq * row + h * hd;
+      for (int t = 0; t < seq; ++t) {
+        float* dq = dqkv + base + t * row;
+        for (int d = 0; d < hd; ++d) dq[d] = dq[orow + d] = dq[2 * orow + d] = 0.0F;
+      }
+      for (int t = 0; t < seq; ++t) {
+        const float* att = saved + ((static_cast<std::size_t>(b) * heads + h) * seq + t) * seq;
+        const float* dy = dout + (static_cast<std::size_t>(b) * seq + t) * orow + h * hd;
+        const float* q = qkv + base + t * row;
+        float* dq = dqkv + base + t * row;
+        // dL/datt and dL/dv
+        float weighted = 0.0F;
+        if constexpr (P != Precision::Fp32) {
+          const float* o = out + (static_cast<std::size_t>(b) * seq + t) * orow + h * hd;
+          for (int d = 0; d < hd; ++d) weighted += dy[d] * o[d];
+        }
+        for (int t2 = 0; t2 <= t; ++t2) {
+          const float* v = qkv + base + t2 * row + 2 * orow;
+          float* dv = dqkv + base + t2 * row + 2 * orow;
+          const float p = round_as<P>(att[t2]);
+          float dot = 0.0F;
+          for (int d = 0; d < hd; ++d) {
+            dot += dy[d] * v[d];
+            dv[d] += p * dy[d];
+          }
+          datt[static_cast<std::size_t>(t2)] = dot;
+          if constexpr (P == Precision::Fp32) weighted += att[t2] * dot;
+        }
+        // softmax backward, then the scaled dot product
+        for (int t2 = 0; t2 <= t; ++t2) {
+          const float dp = datt[static_cast<std::size_t>(t2)];
+          const float dpre = P == Precision::Fp32 ? att[t2] * (dp - weighted) * scale
+                                                  : round_as<P>(att[t2] * (dp - weighted)) * scale;
+          const float* k = qkv + base + t2 * row + orow;
+          float* dk = dqkv + base + t2 * row + orow;
+          for (int d = 0; d < hd; ++d) {
+            dq[d] += dpre * k[d];
+            dk[d] += dpre * q[d];
+          }
+        }
+      }
+    }
+  }
+
+
   static constexpr float kGeluScale = 0.7978845608028654F;  // sqrt(2/pi)
 
   // tanh through one expf: 1 - 2 / (exp(2u) + 1). Several times cheaper than tanhf (which goes
@@ -454,6 +544,9 @@ class HostBackend final : public Backend {
   }
 
   int m_threads;
+  Precision m_precision;
+  // Rounded copies of matmul inputs (bf16/tf32 emulation only; empty at fp32).
+  std::vector<float> m_gemm_a, m_gemm_b, m_att_qkv, m_att_dout;
 };
 
 /// Ranks that share this machine's cores. ATLAS_HOST_RANKS first: in the emulated WAN every DC is a
@@ -558,8 +651,8 @@ int resolve_host_threads(int requested) {
   return std::max(1, hw / local_ranks_from_env());
 }
 
-std::unique_ptr<Backend> make_host_backend(int threads) {
-  return std::make_unique<HostBackend>(resolve_host_threads(threads));
+std::unique_ptr<Backend> make_host_backend(int threads, Precision precision) {
+  return std::make_unique<HostBackend>(resolve_host_threads(threads), precision);
 }
 
 }  // namespace atlas::device

@@ -401,7 +401,7 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
                                     params * prof.optimizer_bytes_per_param / (prof.mem_bandwidth_gbs * 1e9) * 1e3);
     }
     const double xfer_bytes = static_cast<double>(p.micro_batch_size) * model.seq_len * model.hidden *
-                              prof.activation_bytes * (prof.pipeline_scatter_gather ? 1.0 : p.tp);
+                              sched::boundary_element_bytes(cfg, prof) * (prof.pipeline_scatter_gather ? 1.0 : p.tp);
     double fill = 0.0;
     double wan_bound = 0.0;
     for (std::size_t i = 1; i < p.dc_order.size(); ++i) {

@@ -13,6 +13,7 @@
 #include "atlas/core/check.hpp"
 #include "atlas/core/log.hpp"
 #include "atlas/device/collective.hpp"
+#include "atlas/device/rounding.hpp"
 #include "atlas/model/gpt2_tokenizer.hpp"
 #include "atlas/model/shards.hpp"
 #include "atlas/mpi/agree.hpp"
@@ -146,7 +147,10 @@ Trainer::Trainer(const Config& cfg, const topo::Layout& layout, const topo::Comm
         std::sort(m_overlap_backwards.begin(), m_overlap_backwards.end());
       }
     }
-    m_boundary = std::make_unique<Boundary>(layout, comms, table, wan, profiler, floats * sizeof(float),
+    m_bf16_wire = effective_precision(cfg.device) == Precision::Bf16;
+    if (m_bf16_wire) m_wire_stage.resize(floats);
+    m_boundary = std::make_unique<Boundary>(layout, comms, table, wan, profiler,
+                                            floats * static_cast<std::size_t>(activation_bytes(effective_precision(cfg.device))),
                                             cfg.wan.recv_timeout_s);
   }
   {
@@ -313,13 +317,36 @@ double Trainer::step_loss() {
 
 // ---- evaluation ----
 
+void Trainer::to_wire(void* wire, const device::Buffer& src) {
+  if (!m_bf16_wire) {
+    m_backend.download(wire, src.data(), src.bytes());
+    return;
+  }
+  ATLAS_ASSERT(src.floats() == m_wire_stage.size(), "boundary tensor of " << src.floats() << " floats, wire stage of "
+                                                                           << m_wire_stage.size());
+  m_backend.download(m_wire_stage.data(), src.data(), src.bytes());
+  device::pack_bf16(m_wire_stage.data(), wire, m_wire_stage.size());
+}
+
+void Trainer::from_wire(device::Buffer& dst, const void* wire) {
+  if (!m_bf16_wire) {
+    m_backend.upload(dst.data(), wire, dst.bytes());
+    return;
+  }
+  ATLAS_ASSERT(dst.floats() == m_wire_stage.size(), "boundary tensor of " << dst.floats() << " floats, wire stage of "
+                                                                           << m_wire_stage.size());
+  device::unpack_bf16(wire, m_wire_stage.data(), m_wire_stage.size());
+  m_backend.upload(dst.data(), m_wire_stage.data(), dst.bytes());
+}
+
 double Trainer::evaluate() {
   ATLAS_ASSERT(!m_emu, "evaluate() on an emulated run (deck validation refuses train.eval_every_steps there)");
   const bool first = m_model->is_first();
   const bool last = m_model->is_last();
   const int batches = m_cfg.train.eval_batches;
   const std::size_t floats = m_model->boundary_floats();
-  std::vector<float> host(floats);
+  const std::size_t wire_bytes = floats * (m_bf16_wire ? 2 : sizeof(float));
+  std::vector<float> host(floats);  // the wire format (bf16 uses its first half)
   device::Buffer in = m_backend.alloc_floats(floats);
   device::Buffer out = m_backend.alloc_floats(floats);
   double loss = 0.0;
@@ -337,8 +364,8 @@ double Trainer::evaluate() {
       const bool head = vs == chunks * pp - 1;
       if (!embed) {
         const int tag = mpi::tags::eval(m, m_cfg.train.micro_batches, (vs - 1) / pp, chunks);
-        m_boundary->recv_blocking((vs - 1) % pp, tag, host.data(), floats * sizeof(float));
-        m_backend.upload(in.data(), host.data(), floats * sizeof(float));
+        m_boundary->recv_blocking((vs - 1) % pp, tag, host.data(), wire_bytes);
+        from_wire(in, host.data());
       }
       m_model->forward(micro, embed ? m_tokens.data() : nullptr, head ? m_targets.data() : nullptr,
                        embed ? nullptr : &in, head ? nullptr : &out, c);
@@ -346,8 +373,8 @@ double Trainer::evaluate() {
       m_model->release(micro, c);
       if (!head) {
         const int tag = mpi::tags::eval(m, m_cfg.train.micro_batches, vs / pp, chunks);
-        m_backend.download(host.data(), out.data(), floats * sizeof(float));
-        m_boundary->send_blocking((vs + 1) % pp, tag, host.data(), floats * sizeof(float));
+        to_wire(host.data(), out);
+        m_boundary->send_blocking((vs + 1) % pp, tag, host.data(), wire_bytes);
       }
     }
   }

@@ -69,7 +69,7 @@ StepReport Trainer::train_step(int step) {
         if (m_emu) break;  // the tensor stays in the boundary's scratch buffer
         const std::size_t b = micro * static_cast<std::size_t>(chunks) + static_cast<std::size_t>(slot.chunk);
         device::Buffer& dst = slot.flow == sched::Flow::Activation ? m_act_in[b] : m_grad_out[b];
-        m_backend.upload(dst.data(), m_boundary->recv_buffer(slot.flow, slot.micro, slot.chunk), dst.bytes());
+        from_wire(dst, m_boundary->recv_buffer(slot.flow, slot.micro, slot.chunk));
         break;
       }
       case SlotKind::WanSend:
@@ -77,7 +77,7 @@ StepReport Trainer::train_step(int step) {
         if (!m_emu) {  // emulated: the boundary's scratch buffer goes as it is
           const std::size_t b = micro * static_cast<std::size_t>(chunks) + static_cast<std::size_t>(slot.chunk);
           const device::Buffer& src = slot.flow == sched::Flow::Activation ? m_act_out[b] : m_grad_in[b];
-          m_backend.download(m_boundary->send_buffer(slot.flow, slot.micro, slot.chunk), src.data(), src.bytes());
+          to_wire(m_boundary->send_buffer(slot.flow, slot.micro, slot.chunk), src);
         }
         m_boundary->post_send(slot, static_cast<int>(i));
         break;

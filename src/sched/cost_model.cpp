@@ -224,6 +224,11 @@ double stage_params(const ModelCfg& m, int stage, int pp) {
   return p;
 }
 
+double boundary_element_bytes(const Config& cfg, const DeviceProfile& p) {
+  if (cfg.device.precision == Precision::Auto && cfg.device.backend != Backend::Cuda) return p.activation_bytes;
+  return activation_bytes(effective_precision(cfg.device));
+}
+
 CostModel cost_model(const Config& cfg, const topo::Layout& layout, const DeviceProfile& p) {
   CostModel c;
   c.pp = layout.pp_size();
@@ -239,7 +244,7 @@ CostModel cost_model(const Config& cfg, const topo::Layout& layout, const Device
   c.intra_bytes_per_ms = cfg.cluster.intra_bandwidth_gbps * 1e9 / 8.0 / 1e3;
   c.intra_latency_ms = cfg.cluster.intra_latency_us / 1e3;
   const double lane_share = p.pipeline_scatter_gather ? c.tp : 1;
-  c.act_bytes = static_cast<std::int64_t>(std::ceil(tokens * m.hidden * p.activation_bytes / lane_share));
+  c.act_bytes = static_cast<std::int64_t>(std::ceil(tokens * m.hidden * boundary_element_bytes(cfg, p) / lane_share));
   apply_host_sharing(c, cfg);  // ranks per host, cores, the wake-up delay per message step
 
   for (int s = 0; s < c.pp; ++s) {

@@ -37,7 +37,10 @@ std::string prepare_host_scheduling(SchedBatch mode = SchedBatch::Auto);
 [[nodiscard]] std::string autogroup_note(const std::vector<std::string>& groups, int rank);
 
 /// A host backend running `threads` OpenMP threads (0 = resolve_host_threads(0)). Also sets the
-/// OpenBLAS thread count of this process to the same number.
-[[nodiscard]] std::unique_ptr<Backend> make_host_backend(int threads);
+/// OpenBLAS thread count of this process to the same number. `precision` (resolved, not Auto):
+/// Fp32 is the reference; Bf16 / Tf32 emulate the GPU's matmul numerics (docs/precision.md): every
+/// gemm operand and the attention's matmul operands rounded round-to-nearest-even into scratch
+/// the backend keeps, products and sums in fp32, storage fp32.
+[[nodiscard]] std::unique_ptr<Backend> make_host_backend(int threads, Precision precision = Precision::Fp32);
 
 }  // namespace atlas::device

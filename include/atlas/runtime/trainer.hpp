@@ -181,6 +181,14 @@ class Trainer {
   std::unique_ptr<model::DataLoader> m_train;
   std::unique_ptr<model::DataLoader> m_val;
   std::unique_ptr<Boundary> m_boundary;
+  /// Boundary tensors travel as bf16 (device.precision = bf16, docs/precision.md): rounded RNE at
+  /// the sender, widened at the receiver, half the bytes. Else fp32 as stored.
+  bool m_bf16_wire = false;
+  std::vector<float> m_wire_stage;  ///< fp32 host copy of one boundary tensor (bf16 wire only)
+  /// Device tensor `src` into the wire format at `wire` (2 or 4 bytes a float).
+  void to_wire(void* wire, const device::Buffer& src);
+  /// The wire format at `wire` into device tensor `dst` (fp32).
+  void from_wire(device::Buffer& dst, const void* wire);
   std::vector<device::Buffer> m_act_in, m_act_out, m_grad_in, m_grad_out;  // per micro-batch
   std::vector<std::int32_t> m_tokens, m_targets;
   /// One DP all-reduce bucket (train.dp_bucket_bytes) in the backend's memory and the gradient

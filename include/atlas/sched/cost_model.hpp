@@ -127,6 +127,12 @@ double flow_window_bytes(const Config& cfg);
 /// (0 cores = the hardware threads of this machine), and the wake-up and network CPU costs.
 void apply_host_sharing(CostModel& cost, const Config& cfg);
 
+/// Bytes of one pipeline boundary element on the wire (docs/precision.md): activation_bytes of
+/// device.precision when the deck names one (bf16 2, fp32/tf32 4), bf16 for device.precision =
+/// auto on cuda (the runtime sends bf16 there), else the profile's activation_bytes (host 4; the
+/// GPU profiles assume bf16, 2), so decks without the key keep their tables.
+[[nodiscard]] double boundary_element_bytes(const Config& cfg, const DeviceProfile& profile);
+
 /// The cost model of the deck's job on `layout` under `profile`: compute from the profile (plus
 /// the TP all-reduces), boundary tensors, the DP ring all-reduce inside a DC, WAN links capped per
 /// TCP flow, the tied-embedding sync.

@@ -1,0 +1,12 @@
+# SPDX-License-Identifier: MIT
+# device.precision (#22, docs/precision.md): the bf16/tf32 rounding helpers, the host backend's
+# emulation of the GPU's matmul numerics, emulated-bf16 training against fp32, bf16 boundaries.
+atlas_unit_test(test_device_rounding unit/test_device_rounding.cpp)
+atlas_unit_test(test_device_precision unit/test_device_precision.cpp)
+atlas_unit_test(test_model_precision unit/test_model_precision.cpp)
+atlas_mpi_test(test_train_precision SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/mpi/test_train_precision.cpp
+  NP 1 2 TIMEOUT 120)
+foreach(np 1 2)
+  set_tests_properties(test_train_precision_np_${np} PROPERTIES FIXTURES_REQUIRED brown_corpus)
+endforeach()
+atlas_unit_test(test_sched_precision unit/test_sched_precision.cpp)
