@@ -65,15 +65,13 @@ void poison() { std::memset(fl::smem, 0xff, sizeof fl::smem); }  // NaN as float
 template <class E, int Dp>
 void emu_forward(std::vector<float>& out, std::vector<float>& lse, const std::vector<float>& qkv,
                  const Shape& s) {
-  using L = fl::FwdLayout<E, Dp, fl::kFwdKeys<Dp>>;
-  const dim3 grid(static_cast<unsigned>((s.seq + L::kBr - 1) / L::kBr),
-                  static_cast<unsigned>(s.heads), static_cast<unsigned>(s.batch));
-  const float scale = 1.0F / std::sqrt(static_cast<float>(s.head_dim));
+  using F = fl::ForwardLaunch<E, Dp>;
+  static_assert(F::Layout::kBytes <= sizeof fl::smem);
   cuda_emu::launch(
-      grid, dim3(L::kWarps * 32),
+      F::grid(s.batch, s.seq, s.heads), dim3(F::kThreadsPerBlock),
       [&] {
-        fl::flash_forward_kernel<E, Dp, fl::kFwdKeys<Dp>>(out.data(), lse.data(), qkv.data(),
-                                                          s.seq, s.heads, s.head_dim, scale);
+        F::kernel()(out.data(), lse.data(), qkv.data(), s.seq, s.heads, s.head_dim,
+                    fl::attention_scale(s.head_dim));
       },
       poison);
 }
@@ -82,22 +80,19 @@ template <class E, int Dp>
 void emu_backward(std::vector<float>& dqkv, const std::vector<float>& dout,
                   const std::vector<float>& qkv, const std::vector<float>& out,
                   const std::vector<float>& lse, const Shape& s) {
+  using B = fl::BackwardLaunch<E, Dp>;
+  static_assert(B::Layout::kBytes <= sizeof fl::smem);
   std::vector<float> delta(static_cast<std::size_t>(s.batch) * s.heads * s.seq, NAN);
   const int rows = s.batch * s.seq * s.heads;
-  cuda_emu::launch(dim3(static_cast<unsigned>((rows + 7) / 8)), dim3(256), [&] {
-    fl::flash_backward_prep_kernel<E>(delta.data(), dqkv.data(), dout.data(), out.data(), rows,
-                                      s.seq, s.heads, s.head_dim);
+  cuda_emu::launch(B::prep_grid(rows), dim3(B::kPrepThreads), [&] {
+    B::prep_kernel()(delta.data(), dqkv.data(), dout.data(), out.data(), rows, s.seq, s.heads,
+                     s.head_dim);
   });
-  using L = fl::BwdLayout<E, Dp, fl::kBwdWarps<Dp>>;
-  const dim3 grid(static_cast<unsigned>((s.seq + L::kTile - 1) / L::kTile),
-                  static_cast<unsigned>(s.heads), static_cast<unsigned>(s.batch));
-  const float scale = 1.0F / std::sqrt(static_cast<float>(s.head_dim));
   cuda_emu::launch(
-      grid, dim3(fl::kBwdWarps<Dp> * 32),
+      B::grid(s.batch, s.seq, s.heads), dim3(B::kThreadsPerBlock),
       [&] {
-        fl::flash_backward_kernel<E, Dp, fl::kBwdWarps<Dp>>(dqkv.data(), dout.data(), qkv.data(),
-                                                            lse.data(), delta.data(), s.seq,
-                                                            s.heads, s.head_dim, scale);
+        B::kernel()(dqkv.data(), dout.data(), qkv.data(), lse.data(), delta.data(), s.seq,
+                    s.heads, s.head_dim, fl::attention_scale(s.head_dim));
       },
       poison);
 }

@@ -16,10 +16,6 @@ namespace atlas::device::cuda::kernels {
 namespace {
 
 using flash::bf16;
-using flash::BwdLayout;
-using flash::FwdLayout;
-using flash::kBwdWarps;
-using flash::kFwdKeys;
 
 // ---- launchers ----
 
@@ -42,14 +38,11 @@ void allow_shared(Kernel kernel, std::size_t bytes, const char* what) {
 template <class E, int Dp>
 void forward_as(float* out, float* lse, const float* qkv, int batch, int seq, int heads,
                 int head_dim, cudaStream_t stream) {
-  using L = FwdLayout<E, Dp, kFwdKeys<Dp>>;
-  auto* kernel = &flash::flash_forward_kernel<E, Dp, kFwdKeys<Dp>>;
-  allow_shared(kernel, L::kBytes, "the fused attention forward");
-  const dim3 grid(static_cast<unsigned>((seq + L::kBr - 1) / L::kBr), static_cast<unsigned>(heads),
-                  static_cast<unsigned>(batch));
-  const float scale = 1.0F / std::sqrt(static_cast<float>(head_dim));
-  kernel<<<grid, L::kWarps * kWarp, L::kBytes, stream>>>(out, lse, qkv, seq, heads, head_dim,
-                                                         scale);
+  using F = flash::ForwardLaunch<E, Dp>;
+  auto* kernel = F::kernel();
+  allow_shared(kernel, F::Layout::kBytes, "the fused attention forward");
+  kernel<<<F::grid(batch, seq, heads), F::kThreadsPerBlock, F::Layout::kBytes, stream>>>(
+      out, lse, qkv, seq, heads, head_dim, flash::attention_scale(head_dim));
   ATLAS_CUDA_CHECK_LAUNCH();
 }
 
@@ -57,19 +50,15 @@ template <class E, int Dp>
 void backward_as(float* dqkv, float* delta, const float* dout, const float* qkv, const float* out,
                  const float* lse, int batch, int seq, int heads, int head_dim,
                  cudaStream_t stream) {
+  using B = flash::BackwardLaunch<E, Dp>;
   const int rows = batch * seq * heads;
-  flash::flash_backward_prep_kernel<E><<<static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock),
-                                  kThreads, 0, stream>>>(delta, dqkv, dout, out, rows, seq, heads,
-                                                         head_dim);
+  B::prep_kernel()<<<B::prep_grid(rows), B::kPrepThreads, 0, stream>>>(delta, dqkv, dout, out,
+                                                                      rows, seq, heads, head_dim);
   ATLAS_CUDA_CHECK_LAUNCH();
-  using L = BwdLayout<E, Dp, kBwdWarps<Dp>>;
-  auto* kernel = &flash::flash_backward_kernel<E, Dp, kBwdWarps<Dp>>;
-  allow_shared(kernel, L::kBytes, "the fused attention backward");
-  const dim3 grid(static_cast<unsigned>((seq + L::kTile - 1) / L::kTile),
-                  static_cast<unsigned>(heads), static_cast<unsigned>(batch));
-  const float scale = 1.0F / std::sqrt(static_cast<float>(head_dim));
-  kernel<<<grid, kBwdWarps<Dp> * kWarp, L::kBytes, stream>>>(dqkv, dout, qkv, lse, delta, seq,
-                                                             heads, head_dim, scale);
+  auto* kernel = B::kernel();
+  allow_shared(kernel, B::Layout::kBytes, "the fused attention backward");
+  kernel<<<B::grid(batch, seq, heads), B::kThreadsPerBlock, B::Layout::kBytes, stream>>>(
+      dqkv, dout, qkv, lse, delta, seq, heads, head_dim, flash::attention_scale(head_dim));
   ATLAS_CUDA_CHECK_LAUNCH();
 }
 

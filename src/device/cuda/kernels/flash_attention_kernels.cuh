@@ -450,4 +450,39 @@ __global__ void __launch_bounds__(kWarps * kWarp)
   }
 }
 
+// ---- launch geometry (the launchers and the emulation test use these) ----
+
+/// 1/sqrt(D), as the host backend computes it.
+inline float attention_scale(int head_dim) { return 1.0F / std::sqrt(static_cast<float>(head_dim)); }
+
+/// Forward: one block per (query tile, head, sample).
+template <class E, int Dp>
+struct ForwardLaunch {
+  using Layout = FwdLayout<E, Dp, kFwdKeys<Dp>>;
+  static constexpr int kThreadsPerBlock = Layout::kWarps * kWarp;
+  static constexpr auto kernel() { return &flash_forward_kernel<E, Dp, kFwdKeys<Dp>>; }
+  static dim3 grid(int batch, int seq, int heads) {
+    return dim3(static_cast<unsigned>((seq + Layout::kBr - 1) / Layout::kBr),
+                static_cast<unsigned>(heads), static_cast<unsigned>(batch));
+  }
+};
+
+/// Backward: the prep kernel (one warp per (b, t, h) row), then one block per (key tile, head,
+/// sample).
+template <class E, int Dp>
+struct BackwardLaunch {
+  using Layout = BwdLayout<E, Dp, kBwdWarps<Dp>>;
+  static constexpr int kThreadsPerBlock = kBwdWarps<Dp> * kWarp;
+  static constexpr int kPrepThreads = kThreads;
+  static constexpr auto kernel() { return &flash_backward_kernel<E, Dp, kBwdWarps<Dp>>; }
+  static constexpr auto prep_kernel() { return &flash_backward_prep_kernel<E>; }
+  static dim3 prep_grid(int rows) {
+    return dim3(static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock));
+  }
+  static dim3 grid(int batch, int seq, int heads) {
+    return dim3(static_cast<unsigned>((seq + Layout::kTile - 1) / Layout::kTile),
+                static_cast<unsigned>(heads), static_cast<unsigned>(batch));
+  }
+};
+
 }  // namespace atlas::device::cuda::kernels::flash
