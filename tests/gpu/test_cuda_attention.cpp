@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -199,6 +201,57 @@ TEST_F(CudaAttention, LongSequenceFitsWhereTheUnfusedPathWouldNot) {
   const Outcome o = run(*cuda_be, s, qkv, dout);
   for (const float x : o.out) ASSERT_TRUE(std::isfinite(x));
   for (const float x : o.dqkv) ASSERT_TRUE(std::isfinite(x));
+}
+
+TEST_F(CudaAttention, PrintsFusedVsUnfusedTimeSideBySide) {
+  // GPT-2 124M's attention at micro-batch 8 (T = 1024, 12 heads of 64). A measurement, not an
+  // assertion: forward + backward, median of 10 after 3 warm-ups, each path on the same data.
+  const Shape s{8, 1024, 12, 64};
+  const auto qkv = random_vec(s.tokens() * 3 * s.hd(), 90, -2.0F, 2.0F);
+  const auto dout = random_vec(s.tokens() * s.hd(), 91);
+  struct Mode {
+    const char* name;
+    bool fused, bf16;
+  };
+  double fp32_unfused_ms = 0.0;
+  for (const Mode m : {Mode{"unfused fp32", false, false}, Mode{"fused fp32", true, false},
+                       Mode{"fused bf16", true, true}}) {
+    cuda().set_attention_options({m.fused, m.bf16});
+    Buffer q = testutil::upload(*cuda_be, qkv);
+    Buffer dy = testutil::upload(*cuda_be, dout);
+    Buffer out = cuda_be->alloc_floats(s.tokens() * s.hd());
+    Buffer dq = cuda_be->alloc_floats(s.tokens() * 3 * s.hd());
+    Buffer saved = cuda_be->alloc_floats(
+        cuda_be->attention_saved_floats(s.batch, s.seq, s.heads, s.head_dim));
+    Buffer ws = cuda_be->alloc_floats(
+        cuda_be->attention_workspace_floats(s.batch, s.seq, s.heads, s.head_dim));
+    std::vector<double> ms;
+    for (int i = 0; i < 13; ++i) {
+      cuda_be->synchronize();
+      const auto t0 = std::chrono::steady_clock::now();
+      cuda_be->attention_forward(out.f32(), saved.f32(), q.f32(), s.batch, s.seq, s.heads,
+                                 s.head_dim, ws.f32());
+      cuda_be->attention_backward(dq.f32(), dy.f32(), q.f32(), out.f32(), saved.f32(), s.batch,
+                                  s.seq, s.heads, s.head_dim, ws.f32());
+      cuda_be->synchronize();
+      const double t = std::chrono::duration<double, std::milli>(
+                           std::chrono::steady_clock::now() - t0)
+                           .count();
+      if (i >= 3) ms.push_back(t);
+    }
+    std::sort(ms.begin(), ms.end());
+    const double median = ms[ms.size() / 2];
+    if (!m.fused) fp32_unfused_ms = median;
+    // Causal attention FLOPs: forward 2 GEMMs, backward 5 (half of each under the mask).
+    const double flops = 7.0 * 2.0 * s.batch * s.heads * static_cast<double>(s.seq) * s.seq *
+                         s.head_dim * 0.5;
+    std::printf("attention %s, %s: %.3f ms forward+backward, %.1f TFLOP/s, %.2f x unfused fp32, "
+                "saved %zu floats\n",
+                s.tag().c_str(), m.name, median, flops / (median * 1e-3) / 1e12,
+                fp32_unfused_ms / median, saved.floats());
+    const std::size_t rows = static_cast<std::size_t>(s.batch) * s.heads * s.seq;
+    EXPECT_EQ(saved.floats(), m.fused ? rows : rows * s.seq) << m.name;
+  }
 }
 
 }  // namespace
