@@ -64,23 +64,76 @@ __device__ void load_tile(E* tile, int ld, const float* g, std::size_t row, int 
   }
 }
 
-/// One warp: C[16 x N] (= or, with kAccumulate, +=) A[16 x K] . B[K x N]. A is row-major
-/// (a[r * lda + k]) or, with kATrans, stored column-major (a[k * lda + r]); B is row-major
-/// (b[k * ldb + n]) or, with kBTrans, stored as its transpose (b[n * ldb + k]); C is float,
-/// row-major. fp32: scalar FMA, lane owns columns lane, lane + 32, ...; bf16: 16x16x16 wmma
-/// fragments with fp32 accumulators. N and K are multiples of 32 and 16.
-template <class E, int N, int K, bool kATrans, bool kBTrans, bool kAccumulate>
-__device__ __forceinline__ void warp_mm(float* c, int ldc, const E* a, int lda, const E* b,
-                                        int ldb) {
+// ---- one warp's 16-row tile products ----
+// A StripAcc is a warp's fp32 accumulator of a 16 x N strip, in registers: fp32, lane owns
+// columns lane, lane + 32, ... of every row; bf16, N/16 wmma accumulator fragments. warp_mma
+// adds A[16 x K] . B[K x N] to it: A row-major (a[r * lda + k]) or, with kATrans, stored
+// column-major (a[k * lda + r]); B row-major (b[k * ldb + n]) or, with kBTrans, stored as its
+// transpose (b[n * ldb + k]). fp32: scalar FMA; bf16: 16x16x16 wmma with fp32 accumulation.
+// acc_load / acc_store move the strip from / to a float row-major tile. N and K are multiples
+// of 32 and 16. The bf16 path needs sm_80; the build targets sm_80 and sm_90 only.
+
+template <class E, int N, bool = kIsFloat<E>>
+struct StripAcc {  // fp32
+  float v[kStrip][N / kWarp];
+};
+template <class E, int N>
+struct StripAcc<E, N, false> {  // bf16
+  nvcuda::wmma::fragment<nvcuda::wmma::accumulator, kStrip, kStrip, kStrip, float> f[N / kStrip];
+};
+
+template <class E, int N>
+__device__ __forceinline__ void acc_zero(StripAcc<E, N>& acc) {
+  if constexpr (kIsFloat<E>) {
+#pragma unroll
+    for (int r = 0; r < kStrip; ++r)
+#pragma unroll
+      for (int j = 0; j < N / kWarp; ++j) acc.v[r][j] = 0.0F;
+  } else {
+#pragma unroll
+    for (int j = 0; j < N / kStrip; ++j) nvcuda::wmma::fill_fragment(acc.f[j], 0.0F);
+  }
+}
+
+template <class E, int N>
+__device__ __forceinline__ void acc_load(StripAcc<E, N>& acc, const float* c, int ldc) {
+  if constexpr (kIsFloat<E>) {
+    const int lane = static_cast<int>(threadIdx.x) % kWarp;
+#pragma unroll
+    for (int r = 0; r < kStrip; ++r)
+#pragma unroll
+      for (int j = 0; j < N / kWarp; ++j) acc.v[r][j] = c[r * ldc + lane + kWarp * j];
+  } else {
+#pragma unroll
+    for (int j = 0; j < N / kStrip; ++j)
+      nvcuda::wmma::load_matrix_sync(acc.f[j], c + kStrip * j, static_cast<unsigned>(ldc),
+                                     nvcuda::wmma::mem_row_major);
+  }
+}
+
+template <class E, int N>
+__device__ __forceinline__ void acc_store(float* c, int ldc, const StripAcc<E, N>& acc) {
+  if constexpr (kIsFloat<E>) {
+    const int lane = static_cast<int>(threadIdx.x) % kWarp;
+#pragma unroll
+    for (int r = 0; r < kStrip; ++r)
+#pragma unroll
+      for (int j = 0; j < N / kWarp; ++j) c[r * ldc + lane + kWarp * j] = acc.v[r][j];
+  } else {
+#pragma unroll
+    for (int j = 0; j < N / kStrip; ++j)
+      nvcuda::wmma::store_matrix_sync(c + kStrip * j, acc.f[j], static_cast<unsigned>(ldc),
+                                      nvcuda::wmma::mem_row_major);
+  }
+}
+
+template <class E, int N, int K, bool kATrans, bool kBTrans>
+__device__ __forceinline__ void warp_mma(StripAcc<E, N>& acc, const E* a, int lda, const E* b,
+                                         int ldb) {
   static_assert(N % kWarp == 0 && K % kStrip == 0, "tile shapes");
   if constexpr (kIsFloat<E>) {
     constexpr int kCols = N / kWarp;
     const int lane = static_cast<int>(threadIdx.x) % kWarp;
-    float acc[kStrip][kCols];
-#pragma unroll
-    for (int r = 0; r < kStrip; ++r)
-#pragma unroll
-      for (int j = 0; j < kCols; ++j) acc[r][j] = kAccumulate ? c[r * ldc + lane + kWarp * j] : 0.0F;
 #pragma unroll 4
     for (int k = 0; k < K; ++k) {
       float bv[kCols];
@@ -93,49 +146,44 @@ __device__ __forceinline__ void warp_mm(float* c, int ldc, const E* a, int lda, 
       for (int r = 0; r < kStrip; ++r) {
         const float av = kATrans ? a[k * lda + r] : a[r * lda + k];
 #pragma unroll
-        for (int j = 0; j < kCols; ++j) acc[r][j] = fmaf(av, bv[j], acc[r][j]);
+        for (int j = 0; j < kCols; ++j) acc.v[r][j] = fmaf(av, bv[j], acc.v[r][j]);
       }
     }
-#pragma unroll
-    for (int r = 0; r < kStrip; ++r)
-#pragma unroll
-      for (int j = 0; j < kCols; ++j) c[r * ldc + lane + kWarp * j] = acc[r][j];
   } else {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-    __trap();  // bf16 wmma needs sm_80; the build targets sm_80 and sm_90 only
+    __trap();
 #else
     namespace wmma = nvcuda::wmma;
     using ALayout = std::conditional_t<kATrans, wmma::col_major, wmma::row_major>;
     using BLayout = std::conditional_t<kBTrans, wmma::col_major, wmma::row_major>;
-    constexpr int kFrags = N / kStrip;
-    wmma::fragment<wmma::accumulator, kStrip, kStrip, kStrip, float> acc[kFrags];
-#pragma unroll
-    for (int j = 0; j < kFrags; ++j) {
-      if constexpr (kAccumulate) {
-        wmma::load_matrix_sync(acc[j], c + kStrip * j, static_cast<unsigned>(ldc),
-                               wmma::mem_row_major);
-      } else {
-        wmma::fill_fragment(acc[j], 0.0F);
-      }
-    }
 #pragma unroll 2
     for (int k = 0; k < K; k += kStrip) {
       wmma::fragment<wmma::matrix_a, kStrip, kStrip, kStrip, bf16, ALayout> fa;
       wmma::load_matrix_sync(fa, kATrans ? a + k * lda : a + k, static_cast<unsigned>(lda));
 #pragma unroll
-      for (int j = 0; j < kFrags; ++j) {
+      for (int j = 0; j < N / kStrip; ++j) {
         wmma::fragment<wmma::matrix_b, kStrip, kStrip, kStrip, bf16, BLayout> fb;
         wmma::load_matrix_sync(fb, kBTrans ? b + kStrip * j * ldb + k : b + k * ldb + kStrip * j,
                                static_cast<unsigned>(ldb));
-        wmma::mma_sync(acc[j], fa, fb, acc[j]);
+        wmma::mma_sync(acc.f[j], fa, fb, acc.f[j]);
       }
     }
-#pragma unroll
-    for (int j = 0; j < kFrags; ++j)
-      wmma::store_matrix_sync(c + kStrip * j, acc[j], static_cast<unsigned>(ldc),
-                              wmma::mem_row_major);
 #endif
   }
+}
+
+/// C[16 x N] (= or, with kAccumulate, +=) A . B through shared memory (float tile C).
+template <class E, int N, int K, bool kATrans, bool kBTrans, bool kAccumulate>
+__device__ __forceinline__ void warp_mm(float* c, int ldc, const E* a, int lda, const E* b,
+                                        int ldb) {
+  StripAcc<E, N> acc;
+  if constexpr (kAccumulate) {
+    acc_load(acc, c, ldc);
+  } else {
+    acc_zero(acc);
+  }
+  warp_mma<E, N, K, kATrans, kBTrans>(acc, a, lda, b, ldb);
+  acc_store(c, ldc, acc);
 }
 
 // ---- forward ----
@@ -302,8 +350,9 @@ __global__ void flash_backward_prep_kernel(float* delta, float* dqkv, const floa
 
 /// Shared memory of the backward (key and query tiles both kTile = 16 * kWarps rows): K, V of
 /// the block's key tile and Q, dO of the current query tile (E); S^T and dP^T [keys x queries]
-/// (float); P^T and dS^T (E; for fp32 they overwrite S^T and dP^T in place); the dK and dV
-/// accumulators and the dQ partial product [kTile x Dp] (float); lse and delta of the queries.
+/// (float); P^T and dS^T (E; for fp32 they overwrite S^T and dP^T in place); the dQ partial
+/// product [kTile x Dp] (float; for bf16 over S^T where it fits: S^T is dead by then), which
+/// also stages dK and dV (accumulated in registers) on their way out; lse and delta.
 template <class E, int Dp, int kWarps>
 struct BwdLayout {
   static constexpr int kTile = kStrip * kWarps;
@@ -315,6 +364,7 @@ struct BwdLayout {
   static constexpr std::size_t kTileT = sizeof(float) * kTile * kLdT;
   static constexpr std::size_t kTilePt = sizeof(E) * kTile * kLdPt;
   static constexpr std::size_t kTileG = sizeof(float) * kTile * kLdG;
+  static constexpr bool kDqOverSt = !kIsFloat<E> && kTileG <= kTileT;
   static constexpr std::size_t kK = 0;
   static constexpr std::size_t kV = align128(kK + kTileE);
   static constexpr std::size_t kQ = align128(kV + kTileE);
@@ -323,17 +373,16 @@ struct BwdLayout {
   static constexpr std::size_t kDPt = align128(kSt + kTileT);
   static constexpr std::size_t kPt = kIsFloat<E> ? kSt : align128(kDPt + kTileT);
   static constexpr std::size_t kDSt = kIsFloat<E> ? kDPt : align128(kPt + kTilePt);
-  static constexpr std::size_t kDK = align128(kIsFloat<E> ? kDPt + kTileT : kDSt + kTilePt);
-  static constexpr std::size_t kDV = align128(kDK + kTileG);
-  static constexpr std::size_t kDQ = align128(kDV + kTileG);
-  static constexpr std::size_t kLse = align128(kDQ + kTileG);
+  static constexpr std::size_t kEnd = align128(kIsFloat<E> ? kDPt + kTileT : kDSt + kTilePt);
+  static constexpr std::size_t kDQ = kDqOverSt ? kSt : kEnd;
+  static constexpr std::size_t kLse = align128(kDqOverSt ? kEnd : kDQ + kTileG);
   static constexpr std::size_t kDelta = align128(kLse + sizeof(float) * kTile);
   static constexpr std::size_t kBytes = align128(kDelta + sizeof(float) * kTile);
 };
 
 /// One block per (key tile, head, sample): loops over the query tiles at or after the key tile
 /// (causal), recomputes P = exp(scale S - lse), accumulates dV += P^T dO and dK += dS^T Q in
-/// shared memory (written once at the end: deterministic) and adds dQ = dS K into dqkv with
+/// registers (written once at the end: deterministic) and adds dQ = dS K into dqkv with
 /// atomicAdd. dS = P (dP - delta) scale, dP = dO V^T.
 template <class E, int Dp, int kWarps>
 __global__ void __launch_bounds__(kWarps * kWarp)
@@ -350,8 +399,6 @@ __global__ void __launch_bounds__(kWarps * kWarp)
   float* dpt = reinterpret_cast<float*>(smem + L::kDPt);
   E* pt = reinterpret_cast<E*>(smem + L::kPt);
   E* dst = reinterpret_cast<E*>(smem + L::kDSt);
-  float* dks = reinterpret_cast<float*>(smem + L::kDK);
-  float* dvs = reinterpret_cast<float*>(smem + L::kDV);
   float* dqs = reinterpret_cast<float*>(smem + L::kDQ);
   float* lse_s = reinterpret_cast<float*>(smem + L::kLse);
   float* delta_s = reinterpret_cast<float*>(smem + L::kDelta);
@@ -374,14 +421,14 @@ __global__ void __launch_bounds__(kWarps * kWarp)
 
   load_tile<E, Dp, kTile>(ks, L::kLdE, kg, row, k0, seq, head_dim);
   load_tile<E, Dp, kTile>(vs, L::kLdE, vg, row, k0, seq, head_dim);
-  for (int i = static_cast<int>(threadIdx.x); i < kTile * L::kLdG; i += static_cast<int>(blockDim.x)) {
-    dks[i] = 0.0F;
-    dvs[i] = 0.0F;
-  }
 
   const int warp = static_cast<int>(threadIdx.x) / kWarp;
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
   const int r0 = warp * kStrip;  // this warp's keys (and, for dQ, queries) in the tile
+  StripAcc<E, Dp> dk_acc;
+  StripAcc<E, Dp> dv_acc;
+  acc_zero(dk_acc);
+  acc_zero(dv_acc);
   const int n_tiles = (seq + kTile - 1) / kTile;
   for (int qt = kt; qt < n_tiles; ++qt) {
     const int q0 = qt * kTile;
@@ -419,10 +466,8 @@ __global__ void __launch_bounds__(kWarps * kWarp)
     }
     __syncwarp();
     // dV += P^T dO, dK += dS^T Q (this warp's keys)
-    warp_mm<E, Dp, kTile, false, false, true>(dvs + r0 * L::kLdG, L::kLdG, pt + r0 * L::kLdPt,
-                                              L::kLdPt, dos, L::kLdE);
-    warp_mm<E, Dp, kTile, false, false, true>(dks + r0 * L::kLdG, L::kLdG, dst + r0 * L::kLdPt,
-                                              L::kLdPt, qs, L::kLdE);
+    warp_mma<E, Dp, kTile, false, false>(dv_acc, pt + r0 * L::kLdPt, L::kLdPt, dos, L::kLdE);
+    warp_mma<E, Dp, kTile, false, false>(dk_acc, dst + r0 * L::kLdPt, L::kLdPt, qs, L::kLdE);
     __syncthreads();  // dS^T complete: every warp's keys
     // dQ for this warp's queries: dS (= dS^T read column-major) times K
     warp_mm<E, Dp, kTile, true, false, false>(dqs + r0 * L::kLdG, L::kLdG, dst + r0, L::kLdPt,
@@ -437,15 +482,19 @@ __global__ void __launch_bounds__(kWarps * kWarp)
     }
   }
 
-  __syncwarp();
-  for (int r = 0; r < kStrip; ++r) {
-    const int key = k0 + r0 + r;
-    if (key >= seq) break;
-    const float* dkr = dks + (r0 + r) * L::kLdG;
-    const float* dvr = dvs + (r0 + r) * L::kLdG;
-    for (int d = lane; d < head_dim; d += kWarp) {
-      dkg[static_cast<std::size_t>(key) * row + d] = dkr[d];
-      dvg[static_cast<std::size_t>(key) * row + d] = dvr[d];
+  // dK, dV out through this warp's rows of the dQ scratch (no other warp reads them now; over
+  // S^T, which no warp reads after the last iteration's barrier).
+  float* stage = dqs + r0 * L::kLdG;
+  float* grads[2] = {dkg, dvg};
+  for (int which = 0; which < 2; ++which) {
+    __syncwarp();
+    acc_store(stage, L::kLdG, which == 0 ? dk_acc : dv_acc);
+    __syncwarp();
+    for (int r = 0; r < kStrip; ++r) {
+      const int key = k0 + r0 + r;
+      if (key >= seq) break;  // uniform over the warp; later rows are past seq too
+      for (int d = lane; d < head_dim; d += kWarp)
+        grads[which][static_cast<std::size_t>(key) * row + d] = stage[r * L::kLdG + d];
     }
   }
 }
