@@ -200,6 +200,7 @@ const Shape kShapes[] = {
     {1, 70, 1, 128}, // the 32-key tiles of D = 128
     {1, 33, 2, 48},  // D padded to 64
     {2, 40, 1, 8},   // small D padded to 32
+    {2, 100, 2, 64}, // several samples and heads over two tiles
 };
 
 struct Result {
@@ -215,21 +216,42 @@ Result run(const Shape& s, const std::vector<float>& qkv, const std::vector<floa
   return r;
 }
 
+/// Inputs, both numerics and the reference of every shape, computed once for both tests.
+struct Case {
+  Shape s;
+  std::vector<float> qkv, dout;
+  Result fp32, bf16;
+  Ref want;
+};
+const std::vector<Case>& cases() {
+  static const std::vector<Case> all = [] {
+    std::vector<Case> v;
+    for (const Shape& s : kShapes) {
+      Case c{s, random_vec(s.tokens() * 3 * s.hd(), 50, -2.0F, 2.0F),
+             random_vec(s.tokens() * s.hd(), 51), {}, {}, {}};
+      c.fp32 = run<float>(s, c.qkv, c.dout);
+      c.bf16 = run<fl::bf16>(s, c.qkv, c.dout);
+      c.want = reference(c.qkv, c.dout, s);
+      v.push_back(std::move(c));
+    }
+    return v;
+  }();
+  return all;
+}
+
 TEST(FlashAttentionEmulated, Fp32MatchesTheDoubleReferenceAndTheHostBackend) {
   auto host = atlas::device::make_host_backend(1);
-  for (const Shape& s : kShapes) {
-    const auto qkv = random_vec(s.tokens() * 3 * s.hd(), 50, -2.0F, 2.0F);
-    const auto dout = random_vec(s.tokens() * s.hd(), 51);
-    const Result got = run<float>(s, qkv, dout);
-    const Ref want = reference(qkv, dout, s);
+  for (const Case& c : cases()) {
+    const Shape& s = c.s;
+    const Result& got = c.fp32;
     // fp32 FMA against double: sums of up to T (softmax, P.V) and D (scores) fp32 terms.
-    EXPECT_LE(rel(got.out, want.out), 1e-5) << s.tag();
-    EXPECT_LE(absdiff(got.lse, want.lse), 1e-5) << s.tag();
-    EXPECT_LE(rel(got.dqkv, want.dqkv), 1e-4) << s.tag();
+    EXPECT_LE(rel(got.out, c.want.out), 1e-5) << s.tag();
+    EXPECT_LE(absdiff(got.lse, c.want.lse), 1e-5) << s.tag();
+    EXPECT_LE(rel(got.dqkv, c.want.dqkv), 1e-4) << s.tag();
 
     // The host backend (unfused, materialised probabilities) on the same inputs.
-    auto hq = atlas::testutil::upload(*host, qkv);
-    auto hdy = atlas::testutil::upload(*host, dout);
+    auto hq = atlas::testutil::upload(*host, c.qkv);
+    auto hdy = atlas::testutil::upload(*host, c.dout);
     auto hout = host->alloc_floats(s.tokens() * s.hd());
     auto hdqkv = host->alloc_floats(s.tokens() * 3 * s.hd());
     auto saved = host->alloc_floats(host->attention_saved_floats(s.batch, s.seq, s.heads, s.head_dim));
@@ -244,15 +266,11 @@ TEST(FlashAttentionEmulated, Fp32MatchesTheDoubleReferenceAndTheHostBackend) {
 }
 
 TEST(FlashAttentionEmulated, Bf16IsWithinTheBf16ToleranceAndRoundsItsOperands) {
-  for (const Shape& s : kShapes) {
-    const auto qkv = random_vec(s.tokens() * 3 * s.hd(), 50, -2.0F, 2.0F);
-    const auto dout = random_vec(s.tokens() * s.hd(), 51);
-    const Result got = run<fl::bf16>(s, qkv, dout);
-    const Result fp32 = run<float>(s, qkv, dout);
-    const Ref want = reference(qkv, dout, s);
-    const double e_out = rel(got.out, want.out);
-    const double e_lse = absdiff(got.lse, want.lse);
-    const double e_dqkv = rel(got.dqkv, want.dqkv);
+  for (const Case& c : cases()) {
+    const Shape& s = c.s;
+    const double e_out = rel(c.bf16.out, c.want.out);
+    const double e_lse = absdiff(c.bf16.lse, c.want.lse);
+    const double e_dqkv = rel(c.bf16.dqkv, c.want.dqkv);
     std::cout << "bf16 " << s.tag() << ": out " << e_out << ", lse " << e_lse << ", dqkv "
               << e_dqkv << " (max-norm relative; lse absolute)\n";
     // bf16 operands (8-bit mantissa, relative rounding 2^-9) with fp32 accumulation: the
@@ -260,7 +278,7 @@ TEST(FlashAttentionEmulated, Bf16IsWithinTheBf16ToleranceAndRoundsItsOperands) {
     EXPECT_LE(e_out, 2e-2) << s.tag();
     EXPECT_LE(e_lse, 5e-2) << s.tag();
     EXPECT_LE(e_dqkv, 5e-2) << s.tag();
-    EXPECT_NE(got.out, fp32.out) << s.tag() << ": bf16 must round its operands";
+    EXPECT_NE(c.bf16.out, c.fp32.out) << s.tag() << ": bf16 must round its operands";
   }
 }
 
