@@ -6,6 +6,9 @@
 // the kernels are in flash_attention_kernels.cuh. Not here: the unfused reference (attention.cu).
 #include <cmath>
 #include <cstddef>
+#include <mutex>
+#include <set>
+#include <utility>
 
 #include "atlas/core/check.hpp"
 #include "flash_attention.hpp"
@@ -19,12 +22,17 @@ using flash::bf16;
 
 // ---- launchers ----
 
-/// Dynamic shared memory beyond the 48 KiB default must be opted into per kernel; fails with
-/// a clear message if the device offers less than `bytes`.
+/// Dynamic shared memory beyond the 48 KiB default must be opted into per kernel and device;
+/// done once per (kernel, device), so later launches (and CUDA graph captures) make no such call.
+/// Fails with a clear message if the device offers less than `bytes`.
 template <class Kernel>
 void allow_shared(Kernel kernel, std::size_t bytes, const char* what) {
   int device = 0;
   ATLAS_CUDA_CHECK(cudaGetDevice(&device));
+  static std::mutex mutex;
+  static std::set<std::pair<const void*, int>> done;
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (done.count({reinterpret_cast<const void*>(kernel), device}) != 0) return;
   int optin = 0;
   ATLAS_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   if (bytes > static_cast<std::size_t>(optin))
@@ -33,6 +41,7 @@ void allow_shared(Kernel kernel, std::size_t bytes, const char* what) {
                              << "\n  hint: run on an sm_80 or newer GPU (A100, H100, H200)");
   ATLAS_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  done.insert({reinterpret_cast<const void*>(kernel), device});
 }
 
 template <class E, int Dp>
