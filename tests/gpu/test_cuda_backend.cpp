@@ -17,6 +17,7 @@
 #include "atlas/device/backend.hpp"
 #include "atlas/device/host_backend.hpp"
 #include "cuda_backend.hpp"
+#include "cuda_backend_impl.hpp"
 #include "unit/test_model_util.hpp"
 
 namespace atlas::device {
@@ -279,6 +280,9 @@ TEST_F(CudaVsHost, GeluForwardAndBackwardInPlace) {
 }
 
 TEST_F(CudaVsHost, CausalAttentionForwardAndBackward) {
+  // The unfused fp32 path (it saves the probabilities, as the host does); the fused kernel is
+  // compared with both in test_cuda_attention.
+  dynamic_cast<cuda::CudaBackend&>(*cuda_be).set_attention_options({false, false});
   struct Shape {
     int batch, seq, heads, head_dim;
   };

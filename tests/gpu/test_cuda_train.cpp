@@ -65,7 +65,8 @@ TEST(CudaTrain, FewStepsMatchTheHostBackend) {
     const Outcome host =
         train(make_cfg(sh.tp, sh.dp, sh.stages_per_dc, kMicro, {"train.dp_bucket_bytes=4K"}), world, kSteps);
     const Outcome cuda = train(make_cfg(sh.tp, sh.dp, sh.stages_per_dc, kMicro,
-                                        {"device.backend=cuda", "train.dp_bucket_bytes=4K"}),
+                                        {"device.backend=cuda", "device.precision=fp32",
+                                         "train.dp_bucket_bytes=4K"}),
                                world, kSteps);
     if (sh.dp > 1) {
       for (const StepReport& r : cuda.reports) EXPECT_GE(r.dp_buckets_early, r.dp_buckets - 1) << sh.name;

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The CUDA backend: device selection, memory, cuBLAS GEMMs (row-major through the usual
-// transpose trick), attention as cuBLAS strided-batched GEMMs around the softmax kernels, and
-// the registration of its factory with device::make_backend().
+// transpose trick), the registration of its factory with device::make_backend(). Attention is
+// in cuda_attention.cpp.
 #include "cuda_backend.hpp"
 
 #include <climits>
@@ -90,6 +90,7 @@ std::unique_ptr<Backend> make_cuda_backend(const DeviceCfg& cfg) {
   // Host threads (device.threads) do not apply; the NCCL limit does.
   auto backend = std::make_unique<CudaBackend>(local_rank % probe.count, probe.count, local_rank);
   backend->set_nccl_timeout_s(cfg.nccl_timeout_s);
+  backend->set_attention_options({true, effective_precision(cfg) == Precision::Bf16});
   return backend;
 }
 
@@ -272,81 +273,7 @@ void CudaBackend::gelu_backward(float* din, const float* in, const float* dout, 
   kernels::gelu_backward(din, in, dout, n, m_stream.get());
 }
 
-std::size_t CudaBackend::attention_saved_floats(int batch, int seq, int heads,
-                                                int /*head_dim*/) const {
-  return static_cast<std::size_t>(batch) * static_cast<std::size_t>(heads) *
-         static_cast<std::size_t>(seq) * static_cast<std::size_t>(seq);
-}
-
-std::size_t CudaBackend::attention_workspace_floats(int batch, int seq, int heads,
-                                                    int head_dim) const {
-  return attention_saved_floats(batch, seq, heads, head_dim);
-}
-
-// qkv [B,T,3,H,D]: head h of sample b is a T x D matrix with row stride 3HD starting at
-// qkv + b*T*3HD + h*D (queries), + HD (keys), + 2HD (values); consecutive heads are D apart, so
-// one strided-batched GEMM per sample covers all H heads.
-void CudaBackend::attention_forward(float* out, float* saved, const float* qkv, int batch,
-                                    int seq, int heads, int head_dim, float* /*workspace*/) {
-  const int t = seq;
-  const int d = head_dim;
-  const long long row = 3LL * heads * d;
-  const long long orow = static_cast<long long>(heads) * d;
-  const long long tt = static_cast<long long>(t) * t;
-  const float scale = 1.0F / std::sqrt(static_cast<float>(d));
-  for (int b = 0; b < batch; ++b) {
-    const float* q = qkv + b * t * row;
-    // scores = scale * Q K^T for every (t, t2); the softmax masks t2 > t.
-    gemm_batched(Trans::No, Trans::Yes, t, t, d, scale, q, static_cast<int>(row), d, q + orow,
-                 static_cast<int>(row), d, 0.0F, saved + b * heads * tt, t, tt, heads);
-  }
-  kernels::causal_softmax_forward(saved, batch * heads * t, t, m_stream.get());
-  for (int b = 0; b < batch; ++b) {
-    const float* v = qkv + b * t * row + 2 * orow;
-    // out_h = P_h V_h into out [B,T,H,D]
-    gemm_batched(Trans::No, Trans::No, t, d, t, 1.0F, saved + b * heads * tt, t, tt, v,
-                 static_cast<int>(row), d, 0.0F, out + b * t * orow, static_cast<int>(orow), d,
-                 heads);
-  }
-}
-
-void CudaBackend::attention_backward(float* dqkv, const float* dout, const float* qkv,
-                                     const float* /*out*/, const float* saved, int batch,
-                                     int seq, int heads, int head_dim, float* workspace) {
-  const int t = seq;
-  const int d = head_dim;
-  const long long row = 3LL * heads * d;
-  const long long orow = static_cast<long long>(heads) * d;
-  const long long tt = static_cast<long long>(t) * t;
-  const float scale = 1.0F / std::sqrt(static_cast<float>(d));
-  ATLAS_ASSERT(workspace != nullptr || batch * heads * tt == 0,
-               "attention_backward on the cuda backend needs attention_workspace_floats() = "
-                   << batch * heads * tt << " floats of workspace");
-  for (int b = 0; b < batch; ++b) {
-    const float* v = qkv + b * t * row + 2 * orow;
-    const float* p = saved + b * heads * tt;
-    const float* dy = dout + b * t * orow;
-    float* dv = dqkv + b * t * row + 2 * orow;
-    // dV_h = P_h^T dY_h (overwrites the value slice of dqkv)
-    gemm_batched(Trans::Yes, Trans::No, t, d, t, 1.0F, p, t, tt, dy, static_cast<int>(orow), d,
-                 0.0F, dv, static_cast<int>(row), d, heads);
-    // dP_h = dY_h V_h^T
-    gemm_batched(Trans::No, Trans::Yes, t, t, d, 1.0F, dy, static_cast<int>(orow), d, v,
-                 static_cast<int>(row), d, 0.0F, workspace + b * heads * tt, t, tt, heads);
-  }
-  // dS = P * (dP - rowsum(P * dP)) * scale, in place in the workspace
-  kernels::causal_softmax_backward(workspace, saved, batch * heads * t, t, scale, m_stream.get());
-  for (int b = 0; b < batch; ++b) {
-    const float* q = qkv + b * t * row;
-    const float* ds = workspace + b * heads * tt;
-    float* dq = dqkv + b * t * row;
-    // dQ_h = dS_h K_h, dK_h = dS_h^T Q_h (overwrite the query and key slices)
-    gemm_batched(Trans::No, Trans::No, t, d, t, 1.0F, ds, t, tt, q + orow, static_cast<int>(row),
-                 d, 0.0F, dq, static_cast<int>(row), d, heads);
-    gemm_batched(Trans::Yes, Trans::No, t, d, t, 1.0F, ds, t, tt, q, static_cast<int>(row), d,
-                 0.0F, dq + orow, static_cast<int>(row), d, heads);
-  }
-}
+// attention_*: cuda_attention.cpp (fused flash kernel, unfused reference).
 
 void CudaBackend::embedding_forward(float* out, const std::int32_t* tokens, const float* wte,
                                     const float* wpe, int batch, int seq, int channels) {

@@ -50,10 +50,10 @@ class CudaBackend final : public Backend {
                           const float* rstd, int rows, int cols) override;
   void gelu_forward(float* out, const float* in, std::size_t n) override;
   void gelu_backward(float* din, const float* in, const float* dout, std::size_t n) override;
-  /// Probabilities [B,H,T,T] (as on the host).
+  /// Fused: the log-sum-exp [B,H,T]; unfused: the probabilities [B,H,T,T] (as on the host).
   [[nodiscard]] std::size_t attention_saved_floats(int batch, int seq, int heads,
                                                    int head_dim) const override;
-  /// dL/d(probabilities) [B,H,T,T] during the backward pass.
+  /// Fused: rowsum(dout * out) [B,H,T]; unfused: dL/d(probabilities) [B,H,T,T].
   [[nodiscard]] std::size_t attention_workspace_floats(int batch, int seq, int heads,
                                                        int head_dim) const override;
   void attention_forward(float* out, float* saved, const float* qkv, int batch, int seq,
@@ -82,6 +82,15 @@ class CudaBackend final : public Backend {
   [[nodiscard]] const std::string& pci_bus_id() const noexcept { return m_pci_bus_id; }
   /// Makes this backend's device current on the calling thread.
   void make_current() const;
+  /// How attention runs (docs/attention.md): the fused flash kernel with fp32 or bf16 numerics,
+  /// or (fused = false, and for head_dim > 128) the unfused fp32 reference. Set by the factory
+  /// from device.precision; tests switch it. Allocate `saved` after changing it.
+  struct AttentionOptions {
+    bool fused = true;
+    bool bf16 = false;
+  };
+  void set_attention_options(AttentionOptions options) noexcept { m_attention = options; }
+  [[nodiscard]] AttentionOptions attention_options() const noexcept { return m_attention; }
 
  protected:
   void* allocate(std::size_t bytes) override;
@@ -94,6 +103,13 @@ class CudaBackend final : public Backend {
                     const float* a, int lda, long long stride_a, const float* b, int ldb,
                     long long stride_b, float beta, float* c, int ldc, long long stride_c,
                     int batch);
+  /// True if attention of this head_dim takes the fused kernel (notes the fallback once).
+  [[nodiscard]] bool fused_attention(int head_dim) const;
+  void attention_forward_unfused(float* out, float* saved, const float* qkv, int batch, int seq,
+                                 int heads, int head_dim);
+  void attention_backward_unfused(float* dqkv, const float* dout, const float* qkv,
+                                  const float* saved, int batch, int seq, int heads, int head_dim,
+                                  float* workspace);
   /// Throws atlas::Error (Internal) naming the first row with an out-of-range target, if a
   /// cross-entropy kernel flagged one (synchronises the stream).
   void check_targets(const std::int32_t* targets, int vocab);
@@ -108,6 +124,7 @@ class CudaBackend final : public Backend {
   DeviceArray<int> m_bad_row;          // first row with an out-of-range target (INT_MAX: none)
   PinnedArray<double> m_host_double;
   PinnedArray<int> m_host_int;
+  AttentionOptions m_attention;
 };
 
 }  // namespace atlas::device::cuda

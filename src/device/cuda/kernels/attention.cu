@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
-// The row-wise halves of causal attention: the masked softmax of the scaled scores (forward) and
-// the softmax backward (backward). The matrix products around them are cuBLAS strided-batched
-// GEMMs issued by the backend. One warp per query row.
+// The row-wise halves of the UNFUSED causal attention (the fp32 reference, and the path for
+// head_dim > 128): the masked softmax of the scaled scores (forward) and the softmax backward.
+// The matrix products around them are cuBLAS strided-batched GEMMs issued by the backend
+// (cuda_attention.cpp). One warp per query row. The fused kernel: flash_attention*.
 #include <cmath>
 
 #include "common.cuh"
