@@ -53,7 +53,7 @@ void Backend::linear_forward(float* out, float* pre_act, const float* in, const 
   ATLAS_ASSERT(!gelu || pre_act != nullptr, "linear_forward with GELU needs a pre_act buffer");
   float* y = gelu ? pre_act : out;
   gemm(Trans::No, Trans::Yes, rows, out_f, in_f, 1.0F, in, in_f, w, in_f, 0.0F, y, out_f);
-  add_bias(y, bias, rows, out_f);
+  if (bias != nullptr) add_bias(y, bias, rows, out_f);
   if (gelu) {
     gelu_forward(out, pre_act, static_cast<std::size_t>(rows) * static_cast<std::size_t>(out_f));
   }
@@ -64,7 +64,7 @@ void Backend::linear_backward(float* din, float* dweight, float* dbias, const fl
                               int in_f, int out_f, Activation in_act) {
   const bool gelu = in_act == Activation::Gelu;
   ATLAS_ASSERT(!gelu || in_pre != nullptr, "linear_backward through GELU needs in_pre");
-  bias_grad(dbias, dout, rows, out_f);
+  if (dbias != nullptr) bias_grad(dbias, dout, rows, out_f);
   gemm(Trans::Yes, Trans::No, out_f, in_f, rows, 1.0F, dout, out_f, in, in_f, 1.0F, dweight,
        in_f);
   gemm(Trans::No, Trans::No, rows, in_f, out_f, 1.0F, dout, out_f, w, in_f, 0.0F, din, in_f);

@@ -442,8 +442,8 @@ void StageModel::forward(int micro, const std::int32_t* tokens, const std::int32
   m_backend.upload(st.targets.data(), targets, n * sizeof(std::int32_t));
   m_backend.layernorm_forward(lnf, at(st, m_layout.lnf_mean), at(st, m_layout.lnf_rstd), out,
                               m_lnf_w->value.f32(), m_lnf_b->value.f32(), rows, m_hidden);
-  m_backend.gemm(Trans::No, Trans::Yes, rows, m_vocab, m_hidden, 1.0F, lnf, m_hidden,
-                 m_wte->value.f32(), m_hidden, 0.0F, probs, m_vocab);
+  m_backend.linear_forward(probs, nullptr, lnf, m_wte->value.f32(), nullptr, rows, m_hidden,
+                           m_vocab, device::Activation::None);  // logits (tied head, no bias)
   // Loss and dlogits in one pass over the logits (replaced in place by their gradient, which
   // backward() then uses): the loss scale is the one set when the forward runs.
   m_backend.softmax_xent_fused(losses, probs, probs, st.targets.i32(), rows, m_vocab,
@@ -480,8 +480,9 @@ void StageModel::block_forward(int i, MicroState& st, int chunk) {
                     device::Activation::None);
   be.attention_forward(atty, at(st, s.att), qkv, m_batch, m_seq, m_local_heads, m_head_dim,
                        m_att_ws.f32());
-  be.gemm(Trans::No, Trans::Yes, n, c, cl, 1.0F, atty, cl, p.proj_w->value.f32(), cl, 0.0F,
-          m_tp_buf.f32(), c);
+  // proj without its bias: that is added after the TP sum (row-parallel)
+  be.linear_forward(m_tp_buf.f32(), nullptr, atty, p.proj_w->value.f32(), nullptr, n, cl, c,
+                    device::Activation::None);
   tp_allreduce(m_tp_buf);
   // x2 = x + proj + bias (the bias after the TP sum: it is replicated), then ln2 = LN(x2)
   be.residual_layernorm_forward(x2, ln2, at(st, s.mean2), at(st, s.rstd2), x, m_tp_buf.f32(),
@@ -491,8 +492,8 @@ void StageModel::block_forward(int i, MicroState& st, int chunk) {
   // MLP: out = x2 + proj(gelu(fc(ln2(x2))))  (fc column-parallel, proj row-parallel)
   be.linear_forward(gelu, fc, ln2, p.fc_w->value.f32(), p.fc_b->value.f32(), n, c, ff,
                     device::Activation::Gelu);
-  be.gemm(Trans::No, Trans::Yes, n, c, ff, 1.0F, gelu, ff, p.mp_w->value.f32(), ff, 0.0F,
-          m_tp_buf.f32(), c);
+  be.linear_forward(m_tp_buf.f32(), nullptr, gelu, p.mp_w->value.f32(), nullptr, n, ff, c,
+                    device::Activation::None);
   tp_allreduce(m_tp_buf);
   be.residual_layernorm_forward(out, nullptr, nullptr, nullptr, x2, m_tp_buf.f32(),
                                 p.mp_b->value.f32(), nullptr, nullptr, n, c);
@@ -564,10 +565,9 @@ void StageModel::backward(int micro, const device::Buffer* grad_out, device::Buf
     // final LayerNorm
     const float* dlogits = at(st, m_layout.probs);
     const float* lnf = at(st, m_layout.lnf);
-    be.gemm(Trans::Yes, Trans::No, m_vocab, m_hidden, rows, 1.0F, dlogits, m_vocab, lnf,
-            m_hidden, 1.0F, m_wte->grad.f32(), m_hidden);
-    be.gemm(Trans::No, Trans::No, rows, m_hidden, m_vocab, 1.0F, dlogits, m_vocab,
-            m_wte->value.f32(), m_hidden, 0.0F, m_tp_buf.f32(), m_hidden);
+    be.linear_backward(m_tp_buf.f32(), m_wte->grad.f32(), nullptr, dlogits, lnf,
+                       m_wte->value.f32(), nullptr, rows, m_hidden, m_vocab,
+                       device::Activation::None);
     be.fill(dres, 0.0F, boundary);
     be.layernorm_backward(dres, m_lnf_w->grad.f32(), m_lnf_b->grad.f32(), m_tp_buf.f32(), top,
                           m_lnf_w->value.f32(), at(st, m_layout.lnf_mean),

@@ -89,6 +89,31 @@ TEST_F(FusedDefaults, LinearBackwardIsBiasGradTwoGemmsGeluBackward) {
   }
 }
 
+TEST_F(FusedDefaults, WithoutBiasTheLinearCallsAreTheirGemms) {
+  // The tied LM head and the row-parallel projections: no bias (added after the TP sum).
+  const auto x = random_vec(kRows * kIn, 30);
+  const auto w = random_vec(kOut * kIn, 31, -0.5F, 0.5F);
+  const auto dy = random_vec(kRows * kOut, 32);
+  const auto dw0 = random_vec(kOut * kIn, 33);
+  Buffer in = upload(*be, x), wt = upload(*be, w), dout = upload(*be, dy);
+  Buffer out = be->alloc_floats(kRows * kOut), ref = be->alloc_floats(kRows * kOut);
+  be->linear_forward(out.f32(), nullptr, in.f32(), wt.f32(), nullptr, kRows, kIn, kOut,
+                     Activation::None);
+  be->gemm(Trans::No, Trans::Yes, kRows, kOut, kIn, 1.0F, in.f32(), kIn, wt.f32(), kIn, 0.0F,
+           ref.f32(), kOut);
+  expect_bitwise(download(*be, out), download(*be, ref), "out");
+  Buffer din = be->alloc_floats(kRows * kIn), dw = upload(*be, dw0);
+  be->linear_backward(din.f32(), dw.f32(), nullptr, dout.f32(), in.f32(), wt.f32(), nullptr,
+                      kRows, kIn, kOut, Activation::None);
+  Buffer rdin = be->alloc_floats(kRows * kIn), rdw = upload(*be, dw0);
+  be->gemm(Trans::Yes, Trans::No, kOut, kIn, kRows, 1.0F, dout.f32(), kOut, in.f32(), kIn, 1.0F,
+           rdw.f32(), kIn);
+  be->gemm(Trans::No, Trans::No, kRows, kIn, kOut, 1.0F, dout.f32(), kOut, wt.f32(), kIn, 0.0F,
+           rdin.f32(), kIn);
+  expect_bitwise(download(*be, din), download(*be, rdin), "din");
+  expect_bitwise(download(*be, dw), download(*be, rdw), "dweight");
+}
+
 TEST_F(FusedDefaults, GeluNeedsItsSavedBuffer) {
   Buffer a = be->alloc_floats(kRows * kIn), w = be->alloc_floats(kOut * kIn),
          b = be->alloc_floats(kOut), out = be->alloc_floats(kRows * kOut);

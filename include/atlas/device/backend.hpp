@@ -172,14 +172,17 @@ class Backend {
   // host backend relies on this). A device backend overrides them with fewer passes over memory
   // (GEMM epilogues, one kernel); it then matches the sequence within its usual tolerances.
 
-  /// Linear layer: out[rows, out_f] = act(in[rows, in_f] . w[out_f, in_f]^T + bias[out_f]).
-  /// act = None: `pre_act` is unused (may be null). act = Gelu: pre_act[rows, out_f] receives the
-  /// value before GELU (kept for linear_backward). Default: gemm into (act ? pre_act : out),
-  /// add_bias, then gelu_forward(out, pre_act). No pointer may alias another.
+  /// Linear layer: out[rows, out_f] = act(in[rows, in_f] . w[out_f, in_f]^T + bias[out_f]);
+  /// bias may be null (no bias). act = None: `pre_act` is unused (may be null). act = Gelu:
+  /// pre_act[rows, out_f] receives the value before GELU (kept for linear_backward). Default:
+  /// gemm into (act ? pre_act : out), add_bias (if any), then gelu_forward(out, pre_act). No
+  /// pointer may alias another. A device backend may keep a converted copy of `w` until `w` is
+  /// next written by upload, copy, fill, scale, adamw_update(_multi) or a collective sum, or its
+  /// memory is freed: weights must change only through those calls.
   virtual void linear_forward(float* out, float* pre_act, const float* in, const float* w,
                               const float* bias, int rows, int in_f, int out_f, Activation act);
   /// Backward of y = in . w^T + b (see linear_forward), where `in` = in_act(in_pre):
-  /// dbias[out_f] += sum_r dout[r, :]; dweight[out_f, in_f] += dout^T . in;
+  /// dbias[out_f] += sum_r dout[r, :] (skipped if dbias is null); dweight[out_f, in_f] += dout^T . in;
   /// din[rows, in_f] = dout . w (OVERWRITTEN), then, if in_act = Gelu, din *= gelu'(in_pre)
   /// (in_pre [rows, in_f], the pre-activation linear_forward saved; unused for None).
   /// Default: bias_grad, gemm (dweight), gemm (din), gelu_backward(din, in_pre, din).

@@ -113,6 +113,11 @@ std::string pci_bus_id_of(const Backend& backend) {
   return cuda != nullptr ? cuda->pci_bus_id() : std::string();
 }
 
+long epilogue_fallbacks_of(const Backend& backend) {
+  const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
+  return cuda != nullptr ? cuda->epilogue_fallbacks() : -1;
+}
+
 double nccl_timeout_s_of(const Backend& backend) {
   const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
   return cuda != nullptr ? cuda->nccl_timeout_s() : 0.0;
@@ -185,13 +190,15 @@ void* CudaBackend::allocate(std::size_t bytes) {
   return ptr;
 }
 
-void CudaBackend::release(void* ptr, std::size_t /*bytes*/) noexcept {
+void CudaBackend::release(void* ptr, std::size_t bytes) noexcept {
+  m_lt.invalidate(ptr, bytes, /*release=*/true);  // a later allocation may reuse the address
   // cudaFree waits for the device; an error here (a failed context) cannot be acted upon.
   (void)cudaFree(ptr);
 }
 
 void CudaBackend::upload(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
+  m_lt.invalidate(dst, bytes);
   ATLAS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, m_stream.get()));
   // The contract says the source may be reused on return; pageable memory gives no such promise.
   m_stream.synchronize();
@@ -205,14 +212,17 @@ void CudaBackend::download(void* dst, const void* src, std::size_t bytes) {
 
 void CudaBackend::copy(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
+  m_lt.invalidate(dst, bytes);
   ATLAS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, m_stream.get()));
 }
 
 void CudaBackend::fill(float* x, float value, std::size_t n) {
+  m_lt.invalidate(x, n * sizeof(float));
   kernels::fill(x, value, n, m_stream.get());
 }
 
 void CudaBackend::scale(float* x, float alpha, std::size_t n) {
+  m_lt.invalidate(x, n * sizeof(float));
   kernels::scale(x, alpha, n, m_stream.get());
 }
 
@@ -427,6 +437,7 @@ void CudaBackend::check_targets(const std::int32_t* targets, int vocab) {
 
 void CudaBackend::adamw_update(float* param, const float* grad, float* m, float* v, std::size_t n,
                                const AdamWArgs& a) {
+  m_lt.invalidate(param, n * sizeof(float));
   const kernels::AdamW args{a.lr,           a.beta1,          a.beta2,
                             a.eps,          a.weight_decay,   a.bias_correction1,
                             a.bias_correction2, a.grad_scale};
@@ -439,8 +450,12 @@ void CudaBackend::linear_forward(float* out, float* pre_act, const float* in, co
                                  const float* bias, int rows, int in_f, int out_f,
                                  Activation act) {
   const bool gelu = act == Activation::Gelu;
+  if (bias == nullptr && !gelu && m_lt.precision() == Precision::Fp32) {
+    gemm(Trans::No, Trans::Yes, rows, out_f, in_f, 1.0F, in, in_f, w, in_f, 0.0F, out, out_f);
+    return;
+  }
   // The GELU epilogue's saved pre-activation needs a leading dimension divisible by 8.
-  if (!gelu || out_f % 8 == 0) {
+  if ((!gelu || out_f % 8 == 0) && (bias != nullptr || !gelu) && in_f > 0) {
     LtCall call;
     call.trans_b = Trans::Yes;
     call.m = rows;
@@ -452,9 +467,10 @@ void CudaBackend::linear_forward(float* out, float* pre_act, const float* in, co
     call.ldb = in_f;
     call.c = out;
     call.ldc = out_f;
-    call.epilogue = gelu ? Epilogue::GeluAuxBias : Epilogue::Bias;
+    call.epilogue = gelu ? Epilogue::GeluAuxBias : bias != nullptr ? Epilogue::Bias : Epilogue::None;
     call.bias = bias;
     call.aux = gelu ? pre_act : nullptr;
+    call.cache_b = true;  // w: a weight (its bf16 copy is kept until w is written)
     if (m_lt.run(call)) return;
   }
   Backend::linear_forward(out, pre_act, in, w, bias, rows, in_f, out_f, act);
@@ -487,12 +503,15 @@ void CudaBackend::linear_backward(float* din, float* dweight, float* dbias, cons
   dw.beta = 1.0F;
   dw.c = dweight;
   dw.ldc = in_f;
-  dw.epilogue = Epilogue::BgradA;
-  dw.bias_grad = dbias_scratch(static_cast<std::size_t>(out_f));
-  if (m_lt.run(dw)) {
+  // BGRADB only at fp32: at bf16 it would sum the bf16-rounded dout, and the precision contract
+  // (docs/precision.md) keeps the bias gradient a sum of the fp32 values (as the host does).
+  const bool bgrad = m_lt.precision() == Precision::Fp32 && dbias != nullptr;
+  dw.epilogue = bgrad ? Epilogue::BgradA : Epilogue::None;
+  dw.bias_grad = bgrad ? dbias_scratch(static_cast<std::size_t>(out_f)) : nullptr;
+  if (bgrad && m_lt.run(dw)) {
     kernels::add(dbias, dbias, dw.bias_grad, static_cast<std::size_t>(out_f), m_stream.get());
   } else {
-    bias_grad(dbias, dout, rows, out_f);
+    if (dbias != nullptr) bias_grad(dbias, dout, rows, out_f);
     gemm(Trans::Yes, Trans::No, out_f, in_f, rows, 1.0F, dout, out_f, in, in_f, 1.0F, dweight,
          in_f);
   }
@@ -509,11 +528,13 @@ void CudaBackend::linear_backward(float* din, float* dweight, float* dbias, cons
   dx.ldc = in_f;
   dx.epilogue = gelu ? Epilogue::Dgelu : Epilogue::None;
   dx.aux = const_cast<float*>(in_pre);  // read, not written, by DGELU
-  if (gelu && (in_f % 8 != 0 || !m_lt.run(dx))) {
-    gemm(Trans::No, Trans::No, rows, in_f, out_f, 1.0F, dout, out_f, w, in_f, 0.0F, din, in_f);
+  dx.cache_b = true;                    // w: a weight
+  // fp32 without GELU: cublasSgemm, as gemm() (exact fp32, TF32 off).
+  const bool lt = (gelu && in_f % 8 == 0) || (!gelu && m_lt.precision() != Precision::Fp32);
+  if (lt && out_f > 0 && m_lt.run(dx)) return;
+  gemm(Trans::No, Trans::No, rows, in_f, out_f, 1.0F, dout, out_f, w, in_f, 0.0F, din, in_f);
+  if (gelu) {
     gelu_backward(din, in_pre, din, static_cast<std::size_t>(rows) * static_cast<std::size_t>(in_f));
-  } else if (!gelu) {
-    gemm(Trans::No, Trans::No, rows, in_f, out_f, 1.0F, dout, out_f, w, in_f, 0.0F, din, in_f);
   }
 }
 
@@ -571,6 +592,7 @@ void CudaBackend::adamw_update_multi(std::span<const AdamWTensor> tensors, const
   for (const AdamWTensor& t : tensors) {
     entries.push_back({t.param, t.grad, t.m, t.v, t.weight_decay});
     sizes.push_back(t.n);
+    m_lt.invalidate(t.param, t.n * sizeof(float));
   }
   prepare_table(m_adamw_table, entries, sizes);
   const kernels::AdamW args{a.lr,           a.beta1,          a.beta2,

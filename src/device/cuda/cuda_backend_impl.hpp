@@ -106,6 +106,9 @@ class CudaBackend final : public Backend {
   // ---- CUDA specifics (src/device/cuda/ only) ----
   [[nodiscard]] cudaStream_t stream() const noexcept { return m_stream.get(); }
   [[nodiscard]] cublasHandle_t cublas() const noexcept { return m_cublas.get(); }
+  /// Drops the converted (bf16) weight copies that overlap [ptr, ptr + bytes): for writes made
+  /// outside the Backend calls (the NCCL collective's sums).
+  void weights_written(const void* ptr, std::size_t bytes) noexcept { m_lt.invalidate(ptr, bytes); }
   [[nodiscard]] int device() const noexcept { return m_device; }
   [[nodiscard]] const std::string& pci_bus_id() const noexcept { return m_pci_bus_id; }
   /// Makes this backend's device current on the calling thread.

@@ -64,13 +64,54 @@ LtGemm::~LtGemm() {
   if (m_handle != nullptr) (void)cublasLtDestroy(m_handle);
 }
 
+void LtGemm::invalidate(const void* ptr, std::size_t bytes, bool release) noexcept {
+  if (m_weights.empty() || bytes == 0) return;
+  const auto* lo = static_cast<const unsigned char*>(ptr);
+  const unsigned char* hi = lo + bytes;
+  // Entries start below hi; one that starts below lo may still reach into the range.
+  auto it = m_weights.lower_bound(reinterpret_cast<const float*>(hi));
+  while (it != m_weights.begin()) {
+    --it;
+    const auto* start = reinterpret_cast<const unsigned char*>(it->first);
+    const unsigned char* end = start + it->second.copy.size() * sizeof(float);
+    if (end <= lo) continue;
+    if (release) {
+      it = m_weights.erase(it);  // cudaFree waits for any GEMM still reading the copy
+    } else {
+      // Kept allocated: the next conversion is ordered after every GEMM that read it (one stream).
+      it->second.valid = false;
+    }
+  }
+}
+
+std::size_t LtGemm::cached_bytes() const noexcept {
+  std::size_t bytes = 0;
+  for (const auto& [ptr, w] : m_weights)
+    if (w.valid) bytes += w.copy.size() * sizeof(__nv_bfloat16);
+  return bytes;
+}
+
 const void* LtGemm::operand(const float* src, int rows_stored, int cols, int ld,
-                            DeviceArray<__nv_bfloat16>& ws) {
+                            DeviceArray<__nv_bfloat16>& ws, bool cache) {
   if (m_precision != Precision::Bf16) return src;
   // The stored extent, ld kept: the bf16 copy has the fp32 operand's layout.
   const std::size_t extent =
       static_cast<std::size_t>(rows_stored - 1) * static_cast<std::size_t>(ld) +
       static_cast<std::size_t>(cols);
+  if (cache) {
+    auto it = m_weights.find(src);
+    if (it != m_weights.end() && it->second.copy.size() != extent) {
+      m_weights.erase(it);
+      it = m_weights.end();
+    }
+    if (it == m_weights.end()) it = m_weights.emplace(src, WeightCopy{DeviceArray<__nv_bfloat16>(extent), false}).first;
+    WeightCopy& w = it->second;
+    if (!w.valid) {
+      kernels::to_bf16(w.copy.get(), src, extent, m_stream);
+      w.valid = true;
+    }
+    return w.copy.get();
+  }
   if (ws.size() < extent) {
     // cudaFree (in the old array's destructor) waits for the device: no call still reads it.
     ws = DeviceArray<__nv_bfloat16>();
@@ -169,8 +210,10 @@ bool LtGemm::run(const LtCall& call) {
 
   const bool ta = call.trans_a == Trans::Yes;
   const bool tb = call.trans_b == Trans::Yes;
-  const void* a = operand(call.a, ta ? call.k : call.m, ta ? call.m : call.k, call.lda, m_bf16_a);
-  const void* b = operand(call.b, tb ? call.n : call.k, tb ? call.k : call.n, call.ldb, m_bf16_b);
+  const void* a =
+      operand(call.a, ta ? call.k : call.m, ta ? call.m : call.k, call.lda, m_bf16_a, false);
+  const void* b = operand(call.b, tb ? call.n : call.k, tb ? call.k : call.n, call.ldb, m_bf16_b,
+                          call.cache_b);
   if (!plan.ok) {
     // A plain GEMM cuBLASLt has no algorithm for (odd leading dimensions of bf16 operands):
     // cuBLAS's GEMM on the same operands and compute type.

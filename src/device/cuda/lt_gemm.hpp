@@ -45,6 +45,9 @@ struct LtCall {
   const float* bias = nullptr;  ///< Bias, GeluAuxBias: n elements
   float* bias_grad = nullptr;   ///< BgradA: m elements
   float* aux = nullptr;         ///< GeluAuxBias (written) / Dgelu (read): [m, n], row stride ldc
+  /// B is a weight: at bf16 its converted copy is kept (per address and extent) and reused
+  /// until invalidate() covers it.
+  bool cache_b = false;
 };
 
 class LtGemm {
@@ -62,6 +65,13 @@ class LtGemm {
   /// A plain (Epilogue::None) call with k > 0 always runs: where cuBLASLt has no algorithm it
   /// goes through cublasGemmEx on the same operands and compute type.
   bool run(const LtCall& call);
+  /// Marks every cached bf16 weight copy overlapping [ptr, ptr + bytes) stale (the backend calls
+  /// this for every write it makes: upload, copy, fill, scale, AdamW, collective sums); a stale
+  /// copy is converted again, in place, at its next use. `release` = true (the memory is being
+  /// freed) frees the copies instead.
+  void invalidate(const void* ptr, std::size_t bytes, bool release = false) noexcept;
+  /// Bytes of cached bf16 weight copies (tests).
+  [[nodiscard]] std::size_t cached_bytes() const noexcept;
   /// Calls with an epilogue that returned false so far (the GPU tests print it).
   [[nodiscard]] long fallbacks() const noexcept { return m_fallbacks; }
 
@@ -77,7 +87,8 @@ class LtGemm {
   };
   Plan& plan_for(const LtCall& call);
   /// The operand at the GEMM's input type: `src` itself (fp32, tf32) or its bf16 copy in `ws`.
-  const void* operand(const float* src, int rows_stored, int cols, int ld, DeviceArray<__nv_bfloat16>& ws);
+  const void* operand(const float* src, int rows_stored, int cols, int ld,
+                      DeviceArray<__nv_bfloat16>& ws, bool cache);
 
   cudaStream_t m_stream;
   cublasHandle_t m_cublas;
@@ -87,6 +98,11 @@ class LtGemm {
   DeviceArray<__nv_bfloat16> m_bf16_a;
   DeviceArray<__nv_bfloat16> m_bf16_b;
   std::map<Key, Plan> m_plans;
+  struct WeightCopy {
+    DeviceArray<__nv_bfloat16> copy;  // extent = copy.size() fp32 elements from the key address
+    bool valid = false;
+  };
+  std::map<const float*, WeightCopy> m_weights;  // bf16 copies by fp32 address
   long m_fallbacks = 0;
 };
 
