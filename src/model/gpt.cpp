@@ -440,8 +440,10 @@ void StageModel::forward(int micro, const std::int32_t* tokens, const std::int32
   float* probs = at(st, m_layout.probs);
   float* losses = at(st, m_layout.losses);
   m_backend.upload(st.targets.data(), targets, n * sizeof(std::int32_t));
-  m_backend.layernorm_forward(lnf, at(st, m_layout.lnf_mean), at(st, m_layout.lnf_rstd), out,
-                              m_lnf_w->value.f32(), m_lnf_b->value.f32(), rows, m_hidden);
+  if (m_chunk_layers == 0) {  // else the last block's residual call did it (block_forward)
+    m_backend.layernorm_forward(lnf, at(st, m_layout.lnf_mean), at(st, m_layout.lnf_rstd), out,
+                                m_lnf_w->value.f32(), m_lnf_b->value.f32(), rows, m_hidden);
+  }
   m_backend.linear_forward(probs, nullptr, lnf, m_wte->value.f32(), nullptr, rows, m_hidden,
                            m_vocab, device::Activation::None);  // logits (tied head, no bias)
   // Loss and dlogits in one pass over the logits (replaced in place by their gradient, which
@@ -473,9 +475,12 @@ void StageModel::block_forward(int i, MicroState& st, int chunk) {
   float* gelu = at(st, s.gelu);
   auto& be = m_backend;
 
-  // attention: x2 = x + proj(attn(qkv(ln1(x))))  (qkv column-parallel, proj row-parallel)
-  be.layernorm_forward(ln1, at(st, s.mean1), at(st, s.rstd1), x, p.ln1_w->value.f32(),
-                       p.ln1_b->value.f32(), n, c);
+  // attention: x2 = x + proj(attn(qkv(ln1(x))))  (qkv column-parallel, proj row-parallel);
+  // ln1 of a block after the first was written by the previous block's residual call
+  if (i == 0) {
+    be.layernorm_forward(ln1, at(st, s.mean1), at(st, s.rstd1), x, p.ln1_w->value.f32(),
+                         p.ln1_b->value.f32(), n, c);
+  }
   be.linear_forward(qkv, nullptr, ln1, p.qkv_w->value.f32(), p.qkv_b->value.f32(), n, c, 3 * cl,
                     device::Activation::None);
   be.attention_forward(atty, at(st, s.att), qkv, m_batch, m_seq, m_local_heads, m_head_dim,
@@ -495,8 +500,31 @@ void StageModel::block_forward(int i, MicroState& st, int chunk) {
   be.linear_forward(m_tp_buf.f32(), nullptr, gelu, p.mp_w->value.f32(), nullptr, n, ff, c,
                     device::Activation::None);
   tp_allreduce(m_tp_buf);
-  be.residual_layernorm_forward(out, nullptr, nullptr, nullptr, x2, m_tp_buf.f32(),
-                                p.mp_b->value.f32(), nullptr, nullptr, n, c);
+  // out = x2 + proj + bias, fused with the LayerNorm that reads it next: the next block's ln1,
+  // or ln_f after the last block of the head chunk (the same calls in the same order as before)
+  float* next_ln = nullptr;
+  float* next_mean = nullptr;
+  float* next_rstd = nullptr;
+  const ParamTensor* next_w = nullptr;
+  const ParamTensor* next_b = nullptr;
+  if (i + 1 < m_chunk_layers) {
+    const Block& q = m_blocks[static_cast<std::size_t>(chunk * m_chunk_layers + i + 1)];
+    const LayerSlots& t = m_layout.layers[static_cast<std::size_t>(i) + 1];
+    next_ln = at(st, t.ln1);
+    next_mean = at(st, t.mean1);
+    next_rstd = at(st, t.rstd1);
+    next_w = q.ln1_w;
+    next_b = q.ln1_b;
+  } else if (runs_head(chunk)) {
+    next_ln = at(st, m_layout.lnf);
+    next_mean = at(st, m_layout.lnf_mean);
+    next_rstd = at(st, m_layout.lnf_rstd);
+    next_w = m_lnf_w;
+    next_b = m_lnf_b;
+  }
+  be.residual_layernorm_forward(out, next_ln, next_mean, next_rstd, x2, m_tp_buf.f32(),
+                                p.mp_b->value.f32(), next_w ? next_w->value.f32() : nullptr,
+                                next_b ? next_b->value.f32() : nullptr, n, c);
 }
 
 double StageModel::micro_loss(int micro) const {

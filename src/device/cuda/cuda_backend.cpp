@@ -529,6 +529,7 @@ void CudaBackend::linear_backward(float* din, float* dweight, float* dbias, cons
   dx.epilogue = gelu ? Epilogue::Dgelu : Epilogue::None;
   dx.aux = const_cast<float*>(in_pre);  // read, not written, by DGELU
   dx.cache_b = true;                    // w: a weight
+  dx.reuse_a = true;                    // dout, as the dW GEMM just converted it
   // fp32 without GELU: cublasSgemm, as gemm() (exact fp32, TF32 off).
   const bool lt = (gelu && in_f % 8 == 0) || (!gelu && m_lt.precision() != Precision::Fp32);
   if (lt && out_f > 0 && m_lt.run(dx)) return;

@@ -210,8 +210,16 @@ bool LtGemm::run(const LtCall& call) {
 
   const bool ta = call.trans_a == Trans::Yes;
   const bool tb = call.trans_b == Trans::Yes;
-  const void* a =
-      operand(call.a, ta ? call.k : call.m, ta ? call.m : call.k, call.lda, m_bf16_a, false);
+  const int a_rows = ta ? call.k : call.m;
+  const int a_cols = ta ? call.m : call.k;
+  const std::size_t a_extent = static_cast<std::size_t>(a_rows - 1) * static_cast<std::size_t>(call.lda) +
+                               static_cast<std::size_t>(a_cols);
+  const bool reuse = m_precision == Precision::Bf16 && call.reuse_a && call.a == m_last_a &&
+                     a_extent == m_last_a_extent;
+  const void* a = reuse ? m_bf16_a.get()
+                        : operand(call.a, a_rows, a_cols, call.lda, m_bf16_a, false);
+  m_last_a = call.a;
+  m_last_a_extent = a_extent;
   const void* b = operand(call.b, tb ? call.n : call.k, tb ? call.k : call.n, call.ldb, m_bf16_b,
                           call.cache_b);
   if (!plan.ok) {

@@ -48,6 +48,9 @@ struct LtCall {
   /// B is a weight: at bf16 its converted copy is kept (per address and extent) and reused
   /// until invalidate() covers it.
   bool cache_b = false;
+  /// A (same address and extent) is unchanged since the previous run() converted it: its bf16
+  /// workspace copy is reused (linear_backward's two GEMMs on dout).
+  bool reuse_a = false;
 };
 
 class LtGemm {
@@ -103,6 +106,8 @@ class LtGemm {
     bool valid = false;
   };
   std::map<const float*, WeightCopy> m_weights;  // bf16 copies by fp32 address
+  const float* m_last_a = nullptr;  // what m_bf16_a holds (address, extent)
+  std::size_t m_last_a_extent = 0;
   long m_fallbacks = 0;
 };
 
