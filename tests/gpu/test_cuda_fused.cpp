@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // The CUDA backend's fused calls and precisions against the host backend (label gpu):
-// - at fp32, each fused call (cuBLASLt epilogues, fused.cu kernels) vs the host's default, which
-//   composes the unfused calls; tolerances stated at each check;
+// - at fp32, each fused call (cuBLASLt BIAS / BGRADB epilogues, fused.cu kernels; GELU by the
+//   backend's kernel) vs the host's default, which composes the unfused calls; tolerances stated
+//   at each check;
 // - at bf16, GEMMs and linear layers vs the host on inputs rounded to bf16 here (RNE): bf16 x
 //   bf16 products are exact in fp32, so only the fp32 summation order differs; and vs the
 //   unrounded fp32 host with a bf16 tolerance (and a lower bound: the rounding really happens);
@@ -115,8 +116,8 @@ TEST_F(CudaFused, LinearForwardBiasAndGeluEpilogues) {
         outs[i] = down(*be, out);
         pres[i++] = down(*be, pre);
       }
-      // fp32 GEMM in another order: 1e-5 of the max-norm; cuBLASLt's GELU (tanh form) vs the
-      // host's expf-based tanh: 1e-5 more.
+      // fp32 GEMM in another order: 1e-5 of the max-norm; at fp32 GELU is the backend's kernel
+      // with the host's formula (1e-5 relative): 2e-5.
       EXPECT_LE(rel(outs[1], outs[0]), 2e-5) << "out " << tag;
       if (act == Activation::Gelu) {
         EXPECT_LE(rel(pres[1], pres[0]), 1e-5) << "pre_act " << tag;
@@ -334,8 +335,10 @@ TEST_F(CudaFused, Bf16LinearLayersMatchTheHostOnRoundedOperands) {
   // Operands already bf16: rounding them again changes nothing, so only summation order (and
   // the GELU formula) differ.
   EXPECT_LE(rel(pre[1], pre[0]), 1e-5) << "pre_act";
-  EXPECT_LE(rel(out[1], out[0]), 2e-5) << "out";
-  EXPECT_LE(rel(din[1], din[0]), 2e-5) << "din";
+  // cuBLASLt's GELU / DGELU epilogues (used below fp32) may use the hardware tanh approximation
+  // (about 2^-11 relative): 1e-3 of the max-norm.
+  EXPECT_LE(rel(out[1], out[0]), 1e-3) << "out (GELU epilogue)";
+  EXPECT_LE(rel(din[1], din[0]), 1e-3) << "din (DGELU epilogue)";
   EXPECT_LE(rel(dw[1], dw[0]), 1e-5) << "dweight";
   EXPECT_LE(rel(db[1], db[0]), 1e-6) << "dbias (fp32 values, double sum, as the host)";
 }

@@ -454,6 +454,13 @@ void CudaBackend::linear_forward(float* out, float* pre_act, const float* in, co
     gemm(Trans::No, Trans::Yes, rows, out_f, in_f, 1.0F, in, in_f, w, in_f, 0.0F, out, out_f);
     return;
   }
+  // fp32 is the reference: GELU by the backend's own kernel (the host's formula), not cuBLASLt's
+  // epilogue, which may use the hardware tanh approximation; the bias still rides on the GEMM.
+  if (gelu && bias != nullptr && m_lt.precision() == Precision::Fp32 && in_f > 0) {
+    linear_forward(pre_act, nullptr, in, w, bias, rows, in_f, out_f, Activation::None);
+    gelu_forward(out, pre_act, static_cast<std::size_t>(rows) * static_cast<std::size_t>(out_f));
+    return;
+  }
   // The GELU epilogue's saved pre-activation needs a leading dimension divisible by 8.
   if ((!gelu || out_f % 8 == 0) && (bias != nullptr || !gelu) && in_f > 0) {
     LtCall call;
@@ -531,7 +538,8 @@ void CudaBackend::linear_backward(float* din, float* dweight, float* dbias, cons
   dx.cache_b = true;                    // w: a weight
   dx.reuse_a = true;                    // dout, as the dW GEMM just converted it
   // fp32 without GELU: cublasSgemm, as gemm() (exact fp32, TF32 off).
-  const bool lt = (gelu && in_f % 8 == 0) || (!gelu && m_lt.precision() != Precision::Fp32);
+  // At fp32, cublasSgemm and the backend's GELU kernel (the host's formula), as gemm() does.
+  const bool lt = m_lt.precision() != Precision::Fp32 && (!gelu || in_f % 8 == 0);
   if (lt && out_f > 0 && m_lt.run(dx)) return;
   gemm(Trans::No, Trans::No, rows, in_f, out_f, 1.0F, dout, out_f, w, in_f, 0.0F, din, in_f);
   if (gelu) {
