@@ -52,7 +52,7 @@ set_target_properties(atlas_cuda PROPERTIES
   POSITION_INDEPENDENT_CODE ON)
 target_include_directories(atlas_cuda PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/src/device/cuda)
 target_link_libraries(atlas_cuda
-  PUBLIC atlas_core CUDA::cudart CUDA::cublas NCCL::NCCL
+  PUBLIC atlas_core CUDA::cudart CUDA::cublas CUDA::cublasLt NCCL::NCCL
   PRIVATE atlas_warnings)
 # nvcc: host-compiler warnings as errors like the rest of the tree, and nvcc's own warnings too.
 target_compile_options(atlas_cuda PRIVATE

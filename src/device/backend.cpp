@@ -53,6 +53,63 @@ Buffer Backend::alloc(std::size_t bytes) {
   return Buffer(this, ptr, bytes);
 }
 
+// ---- fused calls: defaults that compose the unfused calls ----
+
+void Backend::linear_forward(float* out, float* pre_act, const float* in, const float* w,
+                             const float* bias, int rows, int in_f, int out_f, Activation act) {
+  const bool gelu = act == Activation::Gelu;
+  ATLAS_ASSERT(!gelu || pre_act != nullptr, "linear_forward with GELU needs a pre_act buffer");
+  float* y = gelu ? pre_act : out;
+  gemm(Trans::No, Trans::Yes, rows, out_f, in_f, 1.0F, in, in_f, w, in_f, 0.0F, y, out_f);
+  if (bias != nullptr) add_bias(y, bias, rows, out_f);
+  if (gelu) {
+    gelu_forward(out, pre_act, static_cast<std::size_t>(rows) * static_cast<std::size_t>(out_f));
+  }
+}
+
+void Backend::linear_backward(float* din, float* dweight, float* dbias, const float* dout,
+                              const float* in, const float* w, const float* in_pre, int rows,
+                              int in_f, int out_f, Activation in_act) {
+  const bool gelu = in_act == Activation::Gelu;
+  ATLAS_ASSERT(!gelu || in_pre != nullptr, "linear_backward through GELU needs in_pre");
+  if (dbias != nullptr) bias_grad(dbias, dout, rows, out_f);
+  gemm(Trans::Yes, Trans::No, out_f, in_f, rows, 1.0F, dout, out_f, in, in_f, 1.0F, dweight,
+       in_f);
+  gemm(Trans::No, Trans::No, rows, in_f, out_f, 1.0F, dout, out_f, w, in_f, 0.0F, din, in_f);
+  if (gelu) {
+    gelu_backward(din, in_pre, din, static_cast<std::size_t>(rows) * static_cast<std::size_t>(in_f));
+  }
+}
+
+void Backend::residual_layernorm_forward(float* res, float* ln_out, float* mean, float* rstd,
+                                         const float* x, const float* delta, const float* bias,
+                                         const float* ln_weight, const float* ln_bias, int rows,
+                                         int cols) {
+  add(res, x, delta, static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols));
+  if (bias != nullptr) add_bias(res, bias, rows, cols);
+  if (ln_out != nullptr) layernorm_forward(ln_out, mean, rstd, res, ln_weight, ln_bias, rows, cols);
+}
+
+void Backend::softmax_xent_fused(float* losses, float* dlogits, const float* logits,
+                                 const std::int32_t* targets, int rows, int vocab, float scale) {
+  softmax_xent_forward(losses, dlogits, logits, targets, rows, vocab);
+  softmax_xent_backward(dlogits, dlogits, targets, rows, vocab, scale);
+}
+
+void Backend::adamw_update_multi(std::span<const AdamWTensor> tensors, const AdamWArgs& args) {
+  AdamWArgs one = args;
+  for (const AdamWTensor& t : tensors) {
+    one.weight_decay = t.weight_decay;
+    adamw_update(t.param, t.grad, t.m, t.v, t.n, one);
+  }
+}
+
+double Backend::sq_norm_multi(std::span<const ConstFloats> ranges) {
+  double sum = 0.0;
+  for (const ConstFloats& r : ranges) sum += sq_norm(r.data, r.n);
+  return sum;
+}
+
 // ---- factory registry ----
 
 namespace {

@@ -339,11 +339,13 @@ std::int64_t StageModel::local_parameter_count() const {
 }
 
 double StageModel::local_grad_sq_norm() const {
-  double sum = 0.0;
+  // One call over every counted gradient: a device backend waits for the host once, not per tensor.
+  std::vector<device::ConstFloats> grads;
+  grads.reserve(m_params.size());
   for (const auto& p : m_params) {
-    if (p.counts_in_norm) sum += m_backend.sq_norm(p.grad.f32(), p.grad.floats());
+    if (p.counts_in_norm) grads.push_back({p.grad.f32(), p.grad.floats()});
   }
-  return sum;
+  return m_backend.sq_norm_multi(grads);
 }
 
 void StageModel::zero_grad() {
@@ -438,11 +440,16 @@ void StageModel::forward(int micro, const std::int32_t* tokens, const std::int32
   float* probs = at(st, m_layout.probs);
   float* losses = at(st, m_layout.losses);
   m_backend.upload(st.targets.data(), targets, n * sizeof(std::int32_t));
-  m_backend.layernorm_forward(lnf, at(st, m_layout.lnf_mean), at(st, m_layout.lnf_rstd), out,
-                              m_lnf_w->value.f32(), m_lnf_b->value.f32(), rows, m_hidden);
-  m_backend.gemm(Trans::No, Trans::Yes, rows, m_vocab, m_hidden, 1.0F, lnf, m_hidden,
-                 m_wte->value.f32(), m_hidden, 0.0F, probs, m_vocab);
-  m_backend.softmax_xent_forward(losses, probs, probs, st.targets.i32(), rows, m_vocab);
+  if (m_chunk_layers == 0) {  // else the last block's residual call did it (block_forward)
+    m_backend.layernorm_forward(lnf, at(st, m_layout.lnf_mean), at(st, m_layout.lnf_rstd), out,
+                                m_lnf_w->value.f32(), m_lnf_b->value.f32(), rows, m_hidden);
+  }
+  m_backend.linear_forward(probs, nullptr, lnf, m_wte->value.f32(), nullptr, rows, m_hidden,
+                           m_vocab, device::Activation::None);  // logits (tied head, no bias)
+  // Loss and dlogits in one pass over the logits (replaced in place by their gradient, which
+  // backward() then uses): the loss scale is the one set when the forward runs.
+  m_backend.softmax_xent_fused(losses, probs, probs, st.targets.i32(), rows, m_vocab,
+                               m_loss_scale / static_cast<float>(rows));
   std::vector<float> host(n);
   m_backend.download(host.data(), losses, n * sizeof(float));
   double sum = 0.0;
@@ -457,7 +464,6 @@ void StageModel::block_forward(int i, MicroState& st, int chunk) {
   const int c = m_hidden;
   const int cl = m_local_hidden;
   const int ff = m_local_ff;
-  const std::size_t nc = tokens_per_micro() * static_cast<std::size_t>(c);
   const float* x = at(st, m_layout.res[static_cast<std::size_t>(i)]);
   float* out = at(st, m_layout.res[static_cast<std::size_t>(i) + 1]);
   float* ln1 = at(st, s.ln1);
@@ -469,31 +475,56 @@ void StageModel::block_forward(int i, MicroState& st, int chunk) {
   float* gelu = at(st, s.gelu);
   auto& be = m_backend;
 
-  // attention: x2 = x + proj(attn(qkv(ln1(x))))  (qkv column-parallel, proj row-parallel)
-  be.layernorm_forward(ln1, at(st, s.mean1), at(st, s.rstd1), x, p.ln1_w->value.f32(),
-                       p.ln1_b->value.f32(), n, c);
-  be.gemm(Trans::No, Trans::Yes, n, 3 * cl, c, 1.0F, ln1, c, p.qkv_w->value.f32(), c, 0.0F, qkv,
-          3 * cl);
-  be.add_bias(qkv, p.qkv_b->value.f32(), n, 3 * cl);
+  // attention: x2 = x + proj(attn(qkv(ln1(x))))  (qkv column-parallel, proj row-parallel);
+  // ln1 of a block after the first was written by the previous block's residual call
+  if (i == 0) {
+    be.layernorm_forward(ln1, at(st, s.mean1), at(st, s.rstd1), x, p.ln1_w->value.f32(),
+                         p.ln1_b->value.f32(), n, c);
+  }
+  be.linear_forward(qkv, nullptr, ln1, p.qkv_w->value.f32(), p.qkv_b->value.f32(), n, c, 3 * cl,
+                    device::Activation::None);
   be.attention_forward(atty, at(st, s.att), qkv, m_batch, m_seq, m_local_heads, m_head_dim,
                        m_att_ws.f32());
-  be.gemm(Trans::No, Trans::Yes, n, c, cl, 1.0F, atty, cl, p.proj_w->value.f32(), cl, 0.0F,
-          m_tp_buf.f32(), c);
+  // proj without its bias: that is added after the TP sum (row-parallel)
+  be.linear_forward(m_tp_buf.f32(), nullptr, atty, p.proj_w->value.f32(), nullptr, n, cl, c,
+                    device::Activation::None);
   tp_allreduce(m_tp_buf);
-  be.add(x2, x, m_tp_buf.f32(), nc);
-  be.add_bias(x2, p.proj_b->value.f32(), n, c);
+  // x2 = x + proj + bias (the bias after the TP sum: it is replicated), then ln2 = LN(x2)
+  be.residual_layernorm_forward(x2, ln2, at(st, s.mean2), at(st, s.rstd2), x, m_tp_buf.f32(),
+                                p.proj_b->value.f32(), p.ln2_w->value.f32(),
+                                p.ln2_b->value.f32(), n, c);
 
   // MLP: out = x2 + proj(gelu(fc(ln2(x2))))  (fc column-parallel, proj row-parallel)
-  be.layernorm_forward(ln2, at(st, s.mean2), at(st, s.rstd2), x2, p.ln2_w->value.f32(),
-                       p.ln2_b->value.f32(), n, c);
-  be.gemm(Trans::No, Trans::Yes, n, ff, c, 1.0F, ln2, c, p.fc_w->value.f32(), c, 0.0F, fc, ff);
-  be.add_bias(fc, p.fc_b->value.f32(), n, ff);
-  be.gelu_forward(gelu, fc, static_cast<std::size_t>(n) * ff);
-  be.gemm(Trans::No, Trans::Yes, n, c, ff, 1.0F, gelu, ff, p.mp_w->value.f32(), ff, 0.0F,
-          m_tp_buf.f32(), c);
+  be.linear_forward(gelu, fc, ln2, p.fc_w->value.f32(), p.fc_b->value.f32(), n, c, ff,
+                    device::Activation::Gelu);
+  be.linear_forward(m_tp_buf.f32(), nullptr, gelu, p.mp_w->value.f32(), nullptr, n, ff, c,
+                    device::Activation::None);
   tp_allreduce(m_tp_buf);
-  be.add(out, x2, m_tp_buf.f32(), nc);
-  be.add_bias(out, p.mp_b->value.f32(), n, c);
+  // out = x2 + proj + bias, fused with the LayerNorm that reads it next: the next block's ln1,
+  // or ln_f after the last block of the head chunk (the same calls in the same order as before)
+  float* next_ln = nullptr;
+  float* next_mean = nullptr;
+  float* next_rstd = nullptr;
+  const ParamTensor* next_w = nullptr;
+  const ParamTensor* next_b = nullptr;
+  if (i + 1 < m_chunk_layers) {
+    const Block& q = m_blocks[static_cast<std::size_t>(chunk * m_chunk_layers + i + 1)];
+    const LayerSlots& t = m_layout.layers[static_cast<std::size_t>(i) + 1];
+    next_ln = at(st, t.ln1);
+    next_mean = at(st, t.mean1);
+    next_rstd = at(st, t.rstd1);
+    next_w = q.ln1_w;
+    next_b = q.ln1_b;
+  } else if (runs_head(chunk)) {
+    next_ln = at(st, m_layout.lnf);
+    next_mean = at(st, m_layout.lnf_mean);
+    next_rstd = at(st, m_layout.lnf_rstd);
+    next_w = m_lnf_w;
+    next_b = m_lnf_b;
+  }
+  be.residual_layernorm_forward(out, next_ln, next_mean, next_rstd, x2, m_tp_buf.f32(),
+                                p.mp_b->value.f32(), next_w ? next_w->value.f32() : nullptr,
+                                next_b ? next_b->value.f32() : nullptr, n, c);
 }
 
 double StageModel::micro_loss(int micro) const {
@@ -558,15 +589,13 @@ void StageModel::backward(int micro, const device::Buffer* grad_out, device::Buf
   float* dres = m_dres.f32();
   const float* top = at(st, m_layout.res[static_cast<std::size_t>(m_chunk_layers)]);
   if (heads) {
-    // dlogits (in place of probs), tied head, final LayerNorm
-    float* dlogits = at(st, m_layout.probs);
+    // tied head (dlogits: the forward's softmax_xent_fused left them in place of the logits),
+    // final LayerNorm
+    const float* dlogits = at(st, m_layout.probs);
     const float* lnf = at(st, m_layout.lnf);
-    be.softmax_xent_backward(dlogits, dlogits, st.targets.i32(), rows, m_vocab,
-                             m_loss_scale / static_cast<float>(rows));
-    be.gemm(Trans::Yes, Trans::No, m_vocab, m_hidden, rows, 1.0F, dlogits, m_vocab, lnf,
-            m_hidden, 1.0F, m_wte->grad.f32(), m_hidden);
-    be.gemm(Trans::No, Trans::No, rows, m_hidden, m_vocab, 1.0F, dlogits, m_vocab,
-            m_wte->value.f32(), m_hidden, 0.0F, m_tp_buf.f32(), m_hidden);
+    be.linear_backward(m_tp_buf.f32(), m_wte->grad.f32(), nullptr, dlogits, lnf,
+                       m_wte->value.f32(), nullptr, rows, m_hidden, m_vocab,
+                       device::Activation::None);
     be.fill(dres, 0.0F, boundary);
     be.layernorm_backward(dres, m_lnf_w->grad.f32(), m_lnf_b->grad.f32(), m_tp_buf.f32(), top,
                           m_lnf_w->value.f32(), at(st, m_layout.lnf_mean),
@@ -624,30 +653,22 @@ void StageModel::block_backward(int i, MicroState& st, int chunk) {
   auto& be = m_backend;
 
   // MLP (dres = dL/dout, replicated over TP)
-  be.bias_grad(p.mp_b->grad.f32(), dres, n, c);
-  be.gemm(Trans::Yes, Trans::No, c, ff, n, 1.0F, dres, c, gelu, ff, 1.0F, p.mp_w->grad.f32(), ff);
-  be.gemm(Trans::No, Trans::No, n, ff, c, 1.0F, dres, c, p.mp_w->value.f32(), ff, 0.0F, dfc, ff);
-  be.gelu_backward(dfc, fc, dfc, static_cast<std::size_t>(n) * ff);
-  be.bias_grad(p.fc_b->grad.f32(), dfc, n, ff);
-  be.gemm(Trans::Yes, Trans::No, ff, c, n, 1.0F, dfc, ff, ln2, c, 1.0F, p.fc_w->grad.f32(), c);
-  be.gemm(Trans::No, Trans::No, n, c, ff, 1.0F, dfc, ff, p.fc_w->value.f32(), c, 0.0F, dtp, c);
+  // dfc = dL/d(fc pre-activation): the GELU backward rides on the proj's input gradient
+  be.linear_backward(dfc, p.mp_w->grad.f32(), p.mp_b->grad.f32(), dres, gelu,
+                     p.mp_w->value.f32(), fc, n, ff, c, device::Activation::Gelu);
+  be.linear_backward(dtp, p.fc_w->grad.f32(), p.fc_b->grad.f32(), dfc, ln2, p.fc_w->value.f32(),
+                     nullptr, n, c, ff, device::Activation::None);
   tp_allreduce(m_tp_buf);  // column-parallel input gradient
   be.layernorm_backward(dres, p.ln2_w->grad.f32(), p.ln2_b->grad.f32(), dtp, x2,
                         p.ln2_w->value.f32(), at(st, s.mean2), at(st, s.rstd2), n, c);
 
   // attention (dres = dL/dx2)
-  be.bias_grad(p.proj_b->grad.f32(), dres, n, c);
-  be.gemm(Trans::Yes, Trans::No, c, cl, n, 1.0F, dres, c, atty, cl, 1.0F, p.proj_w->grad.f32(),
-          cl);
-  be.gemm(Trans::No, Trans::No, n, cl, c, 1.0F, dres, c, p.proj_w->value.f32(), cl, 0.0F, datty,
-          cl);
+  be.linear_backward(datty, p.proj_w->grad.f32(), p.proj_b->grad.f32(), dres, atty,
+                     p.proj_w->value.f32(), nullptr, n, cl, c, device::Activation::None);
   be.attention_backward(dqkv, datty, qkv, atty, at(st, s.att), m_batch, m_seq, m_local_heads,
                         m_head_dim, m_att_ws.f32());
-  be.bias_grad(p.qkv_b->grad.f32(), dqkv, n, 3 * cl);
-  be.gemm(Trans::Yes, Trans::No, 3 * cl, c, n, 1.0F, dqkv, 3 * cl, ln1, c, 1.0F,
-          p.qkv_w->grad.f32(), c);
-  be.gemm(Trans::No, Trans::No, n, c, 3 * cl, 1.0F, dqkv, 3 * cl, p.qkv_w->value.f32(), c, 0.0F,
-          dtp, c);
+  be.linear_backward(dtp, p.qkv_w->grad.f32(), p.qkv_b->grad.f32(), dqkv, ln1,
+                     p.qkv_w->value.f32(), nullptr, n, c, 3 * cl, device::Activation::None);
   tp_allreduce(m_tp_buf);
   be.layernorm_backward(dres, p.ln1_w->grad.f32(), p.ln1_b->grad.f32(), dtp, x,
                         p.ln1_w->value.f32(), at(st, s.mean1), at(st, s.rstd1), n, c);

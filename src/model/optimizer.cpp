@@ -38,11 +38,15 @@ void AdamW::step(std::vector<ParamTensor>& params, device::Backend& backend, dou
   args.bias_correction1 = static_cast<float>(1.0 - std::pow(m_train.beta1, t));
   args.bias_correction2 = static_cast<float>(1.0 - std::pow(m_train.beta2, t));
   args.grad_scale = static_cast<float>(grad_scale);
+  // One call over every tensor (one launch on a device backend).
+  std::vector<device::AdamWTensor> tensors;
+  tensors.reserve(params.size());
   for (auto& p : params) {
-    args.weight_decay = p.decay ? static_cast<float>(m_train.weight_decay) : 0.0F;
-    backend.adamw_update(p.value.f32(), p.grad.f32(), p.adam_m.f32(), p.adam_v.f32(),
-                         p.value.floats(), args);
+    tensors.push_back({p.value.f32(), p.grad.f32(), p.adam_m.f32(), p.adam_v.f32(),
+                       p.value.floats(),
+                       p.decay ? static_cast<float>(m_train.weight_decay) : 0.0F});
   }
+  backend.adamw_update_multi(tensors, args);
 }
 
 }  // namespace atlas::model

@@ -20,6 +20,15 @@ if(ATLAS_ENABLE_CUDA)
     WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(test_cuda_backend test_cuda_factory PROPERTIES LABELS gpu TIMEOUT 120)
 
+  # The fused calls (cuBLASLt epilogues, fused kernels) and the bf16/tf32 GEMMs vs the host.
+  add_executable(test_cuda_fused gpu/test_cuda_fused.cpp)
+  target_link_libraries(test_cuda_fused PRIVATE atlas_cuda atlas_core atlas_warnings
+    GTest::gtest_main GTest::gmock)
+  target_include_directories(test_cuda_fused PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}
+    ${PROJECT_SOURCE_DIR}/src/device/cuda)
+  add_test(NAME test_cuda_fused COMMAND test_cuda_fused WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(test_cuda_fused PROPERTIES LABELS gpu TIMEOUT 120)
+
   # NCCL (or staged MPI when ranks share a GPU) all-reduce through device::make_collective.
   atlas_mpi_test(test_nccl_comm SOURCES gpu/test_nccl_comm.cpp NP 1 2 LABELS gpu TIMEOUT 120)
   # A few training steps of a tiny model, cuda vs host, at np 1 and 2 (tp, dp, pipeline).
@@ -32,7 +41,7 @@ if(ATLAS_ENABLE_CUDA)
     set_tests_properties(test_cuda_train_np_${np} PROPERTIES FIXTURES_REQUIRED brown_corpus)
   endforeach()
   # Every test of these binaries needs a GPU: without one, ctest lists them as skipped.
-  set_tests_properties(test_cuda_backend test_nccl_comm_np_1 test_nccl_comm_np_2
+  set_tests_properties(test_cuda_backend test_cuda_fused test_nccl_comm_np_1 test_nccl_comm_np_2
     test_cuda_train_np_1 test_cuda_train_np_2 PROPERTIES
     SKIP_REGULAR_EXPRESSION "no CUDA device visible")
 endif()

@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: MIT
 # Tests of the model/ and device/ rooms (host backend, GPT layers, optimizer, data, TP over MPI).
 atlas_unit_test(test_device_host unit/test_device_host.cpp)
+# The fused Backend calls' defaults == the unfused sequences, bitwise, on the host backend.
+atlas_unit_test(test_device_fused unit/test_device_fused.cpp)
 atlas_unit_test(test_model_layers unit/test_model_layers.cpp)
 atlas_unit_test(test_model_gpt unit/test_model_gpt.cpp)
 atlas_unit_test(test_model_optimizer unit/test_model_optimizer.cpp)

@@ -84,6 +84,7 @@ class CudaVsHost : public ::testing::Test {
     if (!reason.empty()) GTEST_SKIP() << "no CUDA device visible (" << reason << "): skipped";
     DeviceCfg cfg;
     cfg.backend = atlas::Backend::Cuda;
+    cfg.precision = Precision::Fp32;  // these comparisons are fp32 vs fp32 (auto is bf16 on cuda)
     cuda_be = make_backend(cfg);
     host_be = make_host_backend(2);
   }

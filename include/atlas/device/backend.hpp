@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "atlas/deck/config.hpp"
@@ -29,6 +30,26 @@ struct AdamWArgs {
   float bias_correction1 = 1.0F;   ///< 1 - beta1^t (t = 1-based step count)
   float bias_correction2 = 1.0F;   ///< 1 - beta2^t
   float grad_scale = 1.0F;         ///< gradient multiplier (global-norm clipping)
+};
+
+/// Activation applied after a linear layer's bias (Backend::linear_forward).
+enum class Activation { None, Gelu };
+
+/// One tensor of a multi-tensor AdamW step (Backend::adamw_update_multi): n elements of each
+/// array, and the decoupled decay of this tensor (0 for tensors that are not decayed).
+struct AdamWTensor {
+  float* param = nullptr;
+  const float* grad = nullptr;
+  float* m = nullptr;
+  float* v = nullptr;
+  std::size_t n = 0;
+  float weight_decay = 0.0F;
+};
+
+/// A read-only fp32 range on the device (Backend::sq_norm_multi).
+struct ConstFloats {
+  const float* data = nullptr;
+  std::size_t n = 0;
 };
 
 /// The compute device of one rank. Not thread-safe: one thread issues all calls. All pointers are
@@ -153,6 +174,51 @@ class Backend {
   /// param -= lr * ((m / bc1) / (sqrt(v / bc2) + eps) + weight_decay * param).
   virtual void adamw_update(float* param, const float* grad, float* m, float* v, std::size_t n,
                             const AdamWArgs& args) = 0;
+
+  // ---- fused calls ----
+  // Each has a default (src/device/backend.cpp) that issues the calls above in the order stated,
+  // so a backend that does not override one gives bit-for-bit the results of that sequence (the
+  // host backend relies on this). A device backend overrides them with fewer passes over memory
+  // (GEMM epilogues, one kernel); it then matches the sequence within its usual tolerances.
+
+  /// Linear layer: out[rows, out_f] = act(in[rows, in_f] . w[out_f, in_f]^T + bias[out_f]);
+  /// bias may be null (no bias). act = None: `pre_act` is unused (may be null). act = Gelu:
+  /// pre_act[rows, out_f] receives the value before GELU (kept for linear_backward). Default:
+  /// gemm into (act ? pre_act : out), add_bias (if any), then gelu_forward(out, pre_act). No
+  /// pointer may alias another. A device backend may keep a converted copy of `w` until `w` is
+  /// next written by upload, copy, fill, scale, adamw_update(_multi) or a collective sum, or its
+  /// memory is freed: weights must change only through those calls.
+  virtual void linear_forward(float* out, float* pre_act, const float* in, const float* w,
+                              const float* bias, int rows, int in_f, int out_f, Activation act);
+  /// Backward of y = in . w^T + b (see linear_forward), where `in` = in_act(in_pre):
+  /// dbias[out_f] += sum_r dout[r, :] (skipped if dbias is null); dweight[out_f, in_f] += dout^T . in;
+  /// din[rows, in_f] = dout . w (OVERWRITTEN), then, if in_act = Gelu, din *= gelu'(in_pre)
+  /// (in_pre [rows, in_f], the pre-activation linear_forward saved; unused for None).
+  /// Default: bias_grad, gemm (dweight), gemm (din), gelu_backward(din, in_pre, din).
+  virtual void linear_backward(float* din, float* dweight, float* dbias, const float* dout,
+                               const float* in, const float* w, const float* in_pre, int rows,
+                               int in_f, int out_f, Activation in_act);
+  /// Residual add, optional bias, optional LayerNorm: res[r, c] = x[r, c] + delta[r, c], then
+  /// res[r, c] += bias[c] if bias is not null, then, if ln_out is not null,
+  /// layernorm_forward(ln_out, mean, rstd, res, ln_weight, ln_bias, rows, cols). `res` may
+  /// alias `x` or `delta`. Default: add, add_bias, layernorm_forward.
+  virtual void residual_layernorm_forward(float* res, float* ln_out, float* mean, float* rstd,
+                                          const float* x, const float* delta, const float* bias,
+                                          const float* ln_weight, const float* ln_bias, int rows,
+                                          int cols);
+  /// Softmax cross-entropy, loss and gradient in one call: losses[r] = -log softmax(logits[r])
+  /// [targets[r]], and dlogits = (softmax(logits) - onehot(targets)) * scale. dlogits may alias
+  /// logits (the usual use: the logits are read once and replaced by their gradient).
+  /// Default: softmax_xent_forward(losses, dlogits, logits), then
+  /// softmax_xent_backward(dlogits, dlogits, targets, rows, vocab, scale).
+  virtual void softmax_xent_fused(float* losses, float* dlogits, const float* logits,
+                                  const std::int32_t* targets, int rows, int vocab, float scale);
+  /// AdamW over every tensor of `tensors` with the shared scalars of `args` (its weight_decay is
+  /// ignored: each tensor carries its own). Default: adamw_update per tensor, in order.
+  virtual void adamw_update_multi(std::span<const AdamWTensor> tensors, const AdamWArgs& args);
+  /// Sum of squares over every range of `ranges` (double). Synchronous; one host wait in a
+  /// device backend. Default: sum of sq_norm per range, in order, starting from 0.0.
+  [[nodiscard]] virtual double sq_norm_multi(std::span<const ConstFloats> ranges);
 
  protected:
   /// Backend-specific allocation: `bytes` > 0, zero-filled, 64-byte aligned; throws on failure.

@@ -131,7 +131,8 @@ class StageModel {
 
   // ---- training ----
   /// Multiplier of the loss gradient (the runtime sets 1 / (micro_batches * dp_size) so the
-  /// accumulated gradient is that of the mean loss over the global batch). Default 1.
+  /// accumulated gradient is that of the mean loss over the global batch). Default 1. The last
+  /// stage computes dlogits during forward(), so the scale in force then is the one used.
   void set_loss_scale(float scale) noexcept { m_loss_scale = scale; }
   [[nodiscard]] float loss_scale() const noexcept { return m_loss_scale; }
 

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
-// The CUDA backend: device selection, memory, cuBLAS GEMMs (row-major through the usual
-// transpose trick), the registration of its factory with device::make_backend(). Attention is
-// in cuda_attention.cpp.
+// The CUDA backend: device selection, memory, GEMMs at device.precision (cuBLAS fp32 or
+// cuBLASLt, row-major through the usual transpose trick), the fused calls, and the registration
+// of its factory with device::make_backend(). Attention is in cuda_attention.cpp.
 #include "cuda_backend.hpp"
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdlib>
@@ -31,18 +32,26 @@ int activate(int device) {
   return device;
 }
 
+std::string describe_precision(Precision p) {
+  switch (p) {
+    case Precision::Tf32: return "GEMMs tf32 (cuBLASLt)";
+    case Precision::Bf16: return "GEMMs bf16 in, fp32 accumulate (cuBLASLt)";
+    default: return "GEMMs fp32, TF32 off";
+  }
+}
+
 std::string describe_device(int device, int count, int local_rank, const cudaDeviceProp& prop,
-                            cublasHandle_t handle) {
+                            cublasHandle_t handle, Precision precision) {
   int cublas_version = 0;
   ATLAS_CUBLAS_CHECK(cublasGetVersion(handle, &cublas_version));
   int runtime = 0;
   ATLAS_CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
   return fmt::format("cuda (device {} of {} for local rank {}: {}, {}, sm_{}{}, CUDA {}.{}, "
-                     "cuBLAS {}, TF32 off)",
+                     "cuBLAS {}, {})",
                      device, count, local_rank, prop.name,
                      units::format_bytes_human(static_cast<double>(prop.totalGlobalMem)),
                      prop.major, prop.minor, runtime / 1000, (runtime % 1000) / 10,
-                     cublas_version);
+                     cublas_version, describe_precision(precision));
 }
 
 }  // namespace
@@ -88,7 +97,8 @@ std::unique_ptr<Backend> make_cuda_backend(const DeviceCfg& cfg) {
   }
   const int local_rank = local_rank_from_env();
   // Host threads (device.threads) do not apply; the NCCL limit does.
-  auto backend = std::make_unique<CudaBackend>(local_rank % probe.count, probe.count, local_rank);
+  auto backend = std::make_unique<CudaBackend>(local_rank % probe.count, probe.count, local_rank,
+                                               effective_precision(cfg));
   backend->set_nccl_timeout_s(cfg.nccl_timeout_s);
   backend->set_attention_options({true, effective_precision(cfg) == Precision::Bf16});
   return backend;
@@ -102,6 +112,11 @@ int device_of(const Backend& backend) {
 std::string pci_bus_id_of(const Backend& backend) {
   const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
   return cuda != nullptr ? cuda->pci_bus_id() : std::string();
+}
+
+long epilogue_fallbacks_of(const Backend& backend) {
+  const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
+  return cuda != nullptr ? cuda->epilogue_fallbacks() : -1;
 }
 
 double nccl_timeout_s_of(const Backend& backend) {
@@ -118,19 +133,22 @@ std::unique_ptr<Backend> factory(const DeviceCfg& cfg) { return make_cuda_backen
 
 // ---- CudaBackend ----
 
-CudaBackend::CudaBackend(int device, int device_count, int local_rank)
+CudaBackend::CudaBackend(int device, int device_count, int local_rank, Precision precision)
     : m_device(activate(device)),
       m_cublas(m_stream.get()),
       m_norm_scratch(kNormMaxBlocks + 1),
       m_bad_row(1),
       m_host_double(1),
-      m_host_int(1) {
+      m_host_int(1),
+      m_lt(m_stream.get(), m_cublas.get(),
+           precision == Precision::Auto ? Precision::Bf16 : precision) {
   cudaDeviceProp prop{};
   ATLAS_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
   char bus[32] = {};
   ATLAS_CUDA_CHECK(cudaDeviceGetPCIBusId(bus, static_cast<int>(sizeof bus) - 1, device));
   m_pci_bus_id = bus;
-  m_description = describe_device(device, device_count, local_rank, prop, m_cublas.get());
+  m_description = describe_device(device, device_count, local_rank, prop, m_cublas.get(),
+                                  m_lt.precision());
   m_host_int[0] = INT_MAX;
   ATLAS_CUDA_CHECK(cudaMemcpyAsync(m_bad_row.get(), m_host_int.get(), sizeof(int),
                                    cudaMemcpyHostToDevice, m_stream.get()));
@@ -173,13 +191,15 @@ void* CudaBackend::allocate(std::size_t bytes) {
   return ptr;
 }
 
-void CudaBackend::release(void* ptr, std::size_t /*bytes*/) noexcept {
+void CudaBackend::release(void* ptr, std::size_t bytes) noexcept {
+  m_lt.invalidate(ptr, bytes, /*release=*/true);  // a later allocation may reuse the address
   // cudaFree waits for the device; an error here (a failed context) cannot be acted upon.
   (void)cudaFree(ptr);
 }
 
 void CudaBackend::upload(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
+  m_lt.invalidate(dst, bytes);
   ATLAS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, m_stream.get()));
   // The contract says the source may be reused on return; pageable memory gives no such promise.
   m_stream.synchronize();
@@ -193,14 +213,17 @@ void CudaBackend::download(void* dst, const void* src, std::size_t bytes) {
 
 void CudaBackend::copy(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
+  m_lt.invalidate(dst, bytes);
   ATLAS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, m_stream.get()));
 }
 
 void CudaBackend::fill(float* x, float value, std::size_t n) {
+  m_lt.invalidate(x, n * sizeof(float));
   kernels::fill(x, value, n, m_stream.get());
 }
 
 void CudaBackend::scale(float* x, float alpha, std::size_t n) {
+  m_lt.invalidate(x, n * sizeof(float));
   kernels::scale(x, alpha, n, m_stream.get());
 }
 
@@ -214,6 +237,25 @@ void CudaBackend::gemm(Trans trans_a, Trans trans_b, int m, int n, int k, float 
                        const float* a, int lda, const float* b, int ldb, float beta, float* c,
                        int ldc) {
   if (m == 0 || n == 0) return;
+  if (m_lt.precision() != Precision::Fp32 && k > 0) {
+    // tf32 / bf16: every operand at the run's precision (docs/precision.md).
+    LtCall call;
+    call.trans_a = trans_a;
+    call.trans_b = trans_b;
+    call.m = m;
+    call.n = n;
+    call.k = k;
+    call.alpha = alpha;
+    call.a = a;
+    call.lda = lda;
+    call.b = b;
+    call.ldb = ldb;
+    call.beta = beta;
+    call.c = c;
+    call.ldc = ldc;
+    (void)m_lt.run(call);  // Epilogue::None with k > 0: always issued
+    return;
+  }
   ATLAS_CUBLAS_CHECK(cublasSgemm(m_cublas.get(), op(trans_b), op(trans_a), n, m, k, &alpha, b,
                                  ldb, a, lda, &beta, c, ldc));
 }
@@ -322,10 +364,202 @@ void CudaBackend::check_targets(const std::int32_t* targets, int vocab) {
 
 void CudaBackend::adamw_update(float* param, const float* grad, float* m, float* v, std::size_t n,
                                const AdamWArgs& a) {
+  m_lt.invalidate(param, n * sizeof(float));
   const kernels::AdamW args{a.lr,           a.beta1,          a.beta2,
                             a.eps,          a.weight_decay,   a.bias_correction1,
                             a.bias_correction2, a.grad_scale};
   kernels::adamw(param, grad, m, v, n, args, m_stream.get());
+}
+
+// ---- fused calls ----
+
+void CudaBackend::linear_forward(float* out, float* pre_act, const float* in, const float* w,
+                                 const float* bias, int rows, int in_f, int out_f,
+                                 Activation act) {
+  const bool gelu = act == Activation::Gelu;
+  if (bias == nullptr && !gelu && m_lt.precision() == Precision::Fp32) {
+    gemm(Trans::No, Trans::Yes, rows, out_f, in_f, 1.0F, in, in_f, w, in_f, 0.0F, out, out_f);
+    return;
+  }
+  // fp32 is the reference: GELU by the backend's own kernel (the host's formula), not cuBLASLt's
+  // epilogue, which may use the hardware tanh approximation; the bias still rides on the GEMM.
+  if (gelu && bias != nullptr && m_lt.precision() == Precision::Fp32 && in_f > 0) {
+    linear_forward(pre_act, nullptr, in, w, bias, rows, in_f, out_f, Activation::None);
+    gelu_forward(out, pre_act, static_cast<std::size_t>(rows) * static_cast<std::size_t>(out_f));
+    return;
+  }
+  // The GELU epilogue's saved pre-activation needs a leading dimension divisible by 8.
+  if ((!gelu || out_f % 8 == 0) && (bias != nullptr || !gelu) && in_f > 0) {
+    LtCall call;
+    call.trans_b = Trans::Yes;
+    call.m = rows;
+    call.n = out_f;
+    call.k = in_f;
+    call.a = in;
+    call.lda = in_f;
+    call.b = w;
+    call.ldb = in_f;
+    call.c = out;
+    call.ldc = out_f;
+    call.epilogue = gelu ? Epilogue::GeluAuxBias : bias != nullptr ? Epilogue::Bias : Epilogue::None;
+    call.bias = bias;
+    call.aux = gelu ? pre_act : nullptr;
+    call.cache_b = true;  // w: a weight (its bf16 copy is kept until w is written)
+    if (m_lt.run(call)) return;
+  }
+  Backend::linear_forward(out, pre_act, in, w, bias, rows, in_f, out_f, act);
+}
+
+float* CudaBackend::dbias_scratch(std::size_t n) {
+  if (m_dbias_scratch.size() < n) {
+    m_dbias_scratch = DeviceArray<float>();  // cudaFree waits for any reader
+    m_dbias_scratch = DeviceArray<float>(n);
+  }
+  return m_dbias_scratch.get();
+}
+
+void CudaBackend::linear_backward(float* din, float* dweight, float* dbias, const float* dout,
+                                  const float* in, const float* w, const float* in_pre, int rows,
+                                  int in_f, int out_f, Activation in_act) {
+  const bool gelu = in_act == Activation::Gelu;
+  ATLAS_ASSERT(!gelu || in_pre != nullptr, "linear_backward through GELU needs in_pre");
+  // dweight += dout^T in, with dbias = sum over rows of dout from the same pass (BGRADB writes,
+  // so it lands in scratch and is added: dbias accumulates over micro-batches).
+  LtCall dw;
+  dw.trans_a = Trans::Yes;
+  dw.m = out_f;
+  dw.n = in_f;
+  dw.k = rows;
+  dw.a = dout;
+  dw.lda = out_f;
+  dw.b = in;
+  dw.ldb = in_f;
+  dw.beta = 1.0F;
+  dw.c = dweight;
+  dw.ldc = in_f;
+  // BGRADB only at fp32: at bf16 it would sum the bf16-rounded dout, and the precision contract
+  // (docs/precision.md) keeps the bias gradient a sum of the fp32 values (as the host does).
+  const bool bgrad = m_lt.precision() == Precision::Fp32 && dbias != nullptr;
+  dw.epilogue = bgrad ? Epilogue::BgradA : Epilogue::None;
+  dw.bias_grad = bgrad ? dbias_scratch(static_cast<std::size_t>(out_f)) : nullptr;
+  if (bgrad && m_lt.run(dw)) {
+    kernels::add(dbias, dbias, dw.bias_grad, static_cast<std::size_t>(out_f), m_stream.get());
+  } else {
+    if (dbias != nullptr) bias_grad(dbias, dout, rows, out_f);
+    gemm(Trans::Yes, Trans::No, out_f, in_f, rows, 1.0F, dout, out_f, in, in_f, 1.0F, dweight,
+         in_f);
+  }
+  // din = dout w, times gelu'(in_pre) in the epilogue when the input went through GELU.
+  LtCall dx;
+  dx.m = rows;
+  dx.n = in_f;
+  dx.k = out_f;
+  dx.a = dout;
+  dx.lda = out_f;
+  dx.b = w;
+  dx.ldb = in_f;
+  dx.c = din;
+  dx.ldc = in_f;
+  dx.epilogue = gelu ? Epilogue::Dgelu : Epilogue::None;
+  dx.aux = const_cast<float*>(in_pre);  // read, not written, by DGELU
+  dx.cache_b = true;                    // w: a weight
+  dx.reuse_a = true;                    // dout, as the dW GEMM just converted it
+  // fp32 without GELU: cublasSgemm, as gemm() (exact fp32, TF32 off).
+  // At fp32, cublasSgemm and the backend's GELU kernel (the host's formula), as gemm() does.
+  const bool lt = m_lt.precision() != Precision::Fp32 && (!gelu || in_f % 8 == 0);
+  if (lt && out_f > 0 && m_lt.run(dx)) return;
+  gemm(Trans::No, Trans::No, rows, in_f, out_f, 1.0F, dout, out_f, w, in_f, 0.0F, din, in_f);
+  if (gelu) {
+    gelu_backward(din, in_pre, din, static_cast<std::size_t>(rows) * static_cast<std::size_t>(in_f));
+  }
+}
+
+void CudaBackend::residual_layernorm_forward(float* res, float* ln_out, float* mean, float* rstd,
+                                             const float* x, const float* delta,
+                                             const float* bias, const float* ln_weight,
+                                             const float* ln_bias, int rows, int cols) {
+  kernels::residual_layernorm_forward(res, ln_out, mean, rstd, x, delta, bias, ln_weight, ln_bias,
+                                      rows, cols, m_stream.get());
+}
+
+void CudaBackend::softmax_xent_fused(float* losses, float* dlogits, const float* logits,
+                                     const std::int32_t* targets, int rows, int vocab,
+                                     float scale) {
+  kernels::softmax_xent_fused(losses, dlogits, logits, targets, rows, vocab, scale,
+                              m_bad_row.get(), m_stream.get());
+  check_targets(targets, vocab);
+}
+
+void CudaBackend::prepare_table(TensorTable& table,
+                                const std::vector<kernels::TensorEntry>& entries,
+                                const std::vector<std::size_t>& sizes) {
+  auto same = [](const kernels::TensorEntry& x, const kernels::TensorEntry& y) {
+    return x.param == y.param && x.grad == y.grad && x.m == y.m && x.v == y.v &&
+           x.weight_decay == y.weight_decay;
+  };
+  if (table.sizes == sizes &&
+      std::equal(entries.begin(), entries.end(), table.entries.begin(), table.entries.end(), same))
+    return;
+  std::vector<kernels::Chunk> chunks;
+  for (std::size_t t = 0; t < sizes.size(); ++t) {
+    for (std::size_t start = 0; start < sizes[t]; start += kernels::kChunkElements) {
+      const std::size_t count = std::min(kernels::kChunkElements, sizes[t] - start);
+      chunks.push_back({static_cast<int>(t), static_cast<unsigned>(count), start});
+    }
+  }
+  // Launches issued with the old table may still read it: wait before replacing it.
+  m_stream.synchronize();
+  if (table.d_entries.size() < entries.size())
+    table.d_entries = DeviceArray<kernels::TensorEntry>(entries.size());
+  if (table.d_chunks.size() < chunks.size())
+    table.d_chunks = DeviceArray<kernels::Chunk>(chunks.size());
+  upload(table.d_entries.get(), entries.data(), entries.size() * sizeof(kernels::TensorEntry));
+  upload(table.d_chunks.get(), chunks.data(), chunks.size() * sizeof(kernels::Chunk));
+  table.entries = entries;
+  table.sizes = sizes;
+  table.chunk_count = static_cast<int>(chunks.size());
+}
+
+void CudaBackend::adamw_update_multi(std::span<const AdamWTensor> tensors, const AdamWArgs& a) {
+  std::vector<kernels::TensorEntry> entries;
+  std::vector<std::size_t> sizes;
+  entries.reserve(tensors.size());
+  sizes.reserve(tensors.size());
+  for (const AdamWTensor& t : tensors) {
+    entries.push_back({t.param, t.grad, t.m, t.v, t.weight_decay});
+    sizes.push_back(t.n);
+    m_lt.invalidate(t.param, t.n * sizeof(float));
+  }
+  prepare_table(m_adamw_table, entries, sizes);
+  const kernels::AdamW args{a.lr,           a.beta1,          a.beta2,
+                            a.eps,          a.weight_decay,   a.bias_correction1,
+                            a.bias_correction2, a.grad_scale};
+  kernels::adamw_multi(m_adamw_table.d_entries.get(), m_adamw_table.d_chunks.get(),
+                       m_adamw_table.chunk_count, args, m_stream.get());
+}
+
+double CudaBackend::sq_norm_multi(std::span<const ConstFloats> ranges) {
+  std::vector<kernels::TensorEntry> entries;
+  std::vector<std::size_t> sizes;
+  entries.reserve(ranges.size());
+  sizes.reserve(ranges.size());
+  for (const ConstFloats& r : ranges) {
+    entries.push_back({nullptr, r.data, nullptr, nullptr, 0.0F});
+    sizes.push_back(r.n);
+  }
+  prepare_table(m_norm_table, entries, sizes);
+  const auto need = static_cast<std::size_t>(m_norm_table.chunk_count) + 1;
+  if (m_norm_partials.size() < need) {
+    m_norm_partials = DeviceArray<double>();
+    m_norm_partials = DeviceArray<double>(need);
+  }
+  double* total = m_norm_partials.get() + (need - 1);
+  kernels::sq_norm_multi(m_norm_table.d_entries.get(), m_norm_table.d_chunks.get(),
+                         m_norm_table.chunk_count, m_norm_partials.get(), total, m_stream.get());
+  ATLAS_CUDA_CHECK(cudaMemcpyAsync(m_host_double.get(), total, sizeof(double),
+                                   cudaMemcpyDeviceToHost, m_stream.get()));
+  m_stream.synchronize();
+  return m_host_double[0];
 }
 
 }  // namespace atlas::device::cuda

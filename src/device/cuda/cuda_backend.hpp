@@ -42,6 +42,10 @@ struct DeviceProbe {
 /// same host name and bus id share one GPU.
 [[nodiscard]] std::string pci_bus_id_of(const Backend& backend);
 
+/// Fused GEMM calls of `backend` that cuBLASLt refused so far (composed of unfused calls
+/// instead); -1 if not a CUDA backend. The GPU tests print it.
+[[nodiscard]] long epilogue_fallbacks_of(const Backend& backend);
+
 /// The NCCL limit (device.nccl_timeout_s, seconds) of `backend` if it is a CUDA backend, else 0.
 [[nodiscard]] double nccl_timeout_s_of(const Backend& backend);
 

@@ -1,20 +1,25 @@
 // SPDX-License-Identifier: MIT
-// The CUDA backend class: cuBLAS for GEMMs (fp32, TF32 off), the kernels of kernels/*.cu for the
-// rest, one non-blocking stream per backend that every call (and NCCL) is issued on. Internal
+// The CUDA backend class: GEMMs at device.precision (fp32 through cuBLAS with TF32 off; tf32 and
+// bf16 through cuBLASLt, lt_gemm.hpp), the fused Backend calls (cuBLASLt epilogues, fused.cu),
+// the kernels of kernels/*.cu for the rest, one non-blocking stream per backend that every call (and NCCL) is issued on. Internal
 // to src/device/cuda/; everyone else sees device::Backend.
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "atlas/device/backend.hpp"
 #include "cuda_handles.hpp"
+#include "kernels.hpp"
+#include "lt_gemm.hpp"
 
 namespace atlas::device::cuda {
 
 class CudaBackend final : public Backend {
  public:
   /// Runs on `device` (of `device_count` visible); `local_rank` is only reported by describe().
-  CudaBackend(int device, int device_count, int local_rank);
+  /// `precision` (resolved, not Auto) applies to every GEMM but the attention's.
+  CudaBackend(int device, int device_count, int local_rank, Precision precision = Precision::Fp32);
   ~CudaBackend() override;
 
   // ---- identity ----
@@ -75,9 +80,35 @@ class CudaBackend final : public Backend {
   void adamw_update(float* param, const float* grad, float* m, float* v, std::size_t n,
                     const AdamWArgs& args) override;
 
+  // ---- fused calls ----
+  /// cuBLASLt BIAS / GELU_AUX_BIAS epilogue (the unfused default where cuBLASLt has none).
+  void linear_forward(float* out, float* pre_act, const float* in, const float* w,
+                      const float* bias, int rows, int in_f, int out_f, Activation act) override;
+  /// dweight with the BGRADB epilogue (dbias through a scratch vector, then added), din with
+  /// the DGELU epilogue when in_act = Gelu.
+  void linear_backward(float* din, float* dweight, float* dbias, const float* dout,
+                       const float* in, const float* w, const float* in_pre, int rows, int in_f,
+                       int out_f, Activation in_act) override;
+  void residual_layernorm_forward(float* res, float* ln_out, float* mean, float* rstd,
+                                  const float* x, const float* delta, const float* bias,
+                                  const float* ln_weight, const float* ln_bias, int rows,
+                                  int cols) override;
+  void softmax_xent_fused(float* losses, float* dlogits, const float* logits,
+                          const std::int32_t* targets, int rows, int vocab, float scale) override;
+  /// One launch over a device-side table (re-uploaded only when the tensor list changes).
+  void adamw_update_multi(std::span<const AdamWTensor> tensors, const AdamWArgs& args) override;
+  /// One launch, one fixed-order sum, one host wait.
+  [[nodiscard]] double sq_norm_multi(std::span<const ConstFloats> ranges) override;
+  [[nodiscard]] Precision precision() const noexcept { return m_lt.precision(); }
+  /// Fused GEMM calls that cuBLASLt refused, so far (composed of unfused calls instead).
+  [[nodiscard]] long epilogue_fallbacks() const noexcept { return m_lt.fallbacks(); }
+
   // ---- CUDA specifics (src/device/cuda/ only) ----
   [[nodiscard]] cudaStream_t stream() const noexcept { return m_stream.get(); }
   [[nodiscard]] cublasHandle_t cublas() const noexcept { return m_cublas.get(); }
+  /// Drops the converted (bf16) weight copies that overlap [ptr, ptr + bytes): for writes made
+  /// outside the Backend calls (the NCCL collective's sums).
+  void weights_written(const void* ptr, std::size_t bytes) noexcept { m_lt.invalidate(ptr, bytes); }
   [[nodiscard]] int device() const noexcept { return m_device; }
   [[nodiscard]] const std::string& pci_bus_id() const noexcept { return m_pci_bus_id; }
   /// Makes this backend's device current on the calling thread.
@@ -110,6 +141,20 @@ class CudaBackend final : public Backend {
   void attention_backward_unfused(float* dqkv, const float* dout, const float* qkv,
                                   const float* saved, int batch, int seq, int heads, int head_dim,
                                   float* workspace);
+  /// A multi-tensor table on the device, kept while the same tensors are passed again.
+  struct TensorTable {
+    std::vector<kernels::TensorEntry> entries;  // host copy of the device table
+    std::vector<std::size_t> sizes;
+    int chunk_count = 0;
+    DeviceArray<kernels::TensorEntry> d_entries;
+    DeviceArray<kernels::Chunk> d_chunks;
+  };
+  /// Makes `table` describe `entries` (sizes[i] elements each); uploads only on a change.
+  void prepare_table(TensorTable& table, const std::vector<kernels::TensorEntry>& entries,
+                     const std::vector<std::size_t>& sizes);
+  /// `n` floats of the backend's bias-gradient scratch.
+  float* dbias_scratch(std::size_t n);
+
   /// Throws atlas::Error (Internal) naming the first row with an out-of-range target, if a
   /// cross-entropy kernel flagged one (synchronises the stream).
   void check_targets(const std::int32_t* targets, int vocab);
@@ -125,6 +170,11 @@ class CudaBackend final : public Backend {
   PinnedArray<double> m_host_double;
   PinnedArray<int> m_host_int;
   AttentionOptions m_attention;
+  LtGemm m_lt;
+  DeviceArray<float> m_dbias_scratch;
+  TensorTable m_adamw_table;
+  TensorTable m_norm_table;
+  DeviceArray<double> m_norm_partials;
 };
 
 }  // namespace atlas::device::cuda

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 namespace atlas::device::cuda::kernels {
@@ -67,5 +68,41 @@ void softmax_xent_forward(float* losses, float* probs, const float* logits,
                           cudaStream_t stream);
 void softmax_xent_backward(float* dlogits, const float* probs, const std::int32_t* targets,
                            int rows, int vocab, float scale, int* bad_row, cudaStream_t stream);
+
+// ---- fused kernels (fused.cu) ----
+/// One tensor of a multi-tensor table (adamw_multi uses every field, sq_norm_multi only grad).
+struct TensorEntry {
+  float* param;
+  const float* grad;
+  float* m;
+  float* v;
+  float weight_decay;
+};
+/// A block's share of the table: elements [start, start + count) of tensor `tensor`.
+struct Chunk {
+  int tensor;
+  unsigned count;
+  std::size_t start;
+};
+/// Elements per chunk of a multi-tensor table (one block each).
+constexpr std::size_t kChunkElements = 16384;
+
+/// out[i] = bf16(in[i]), round to nearest even (NaN stays NaN).
+void to_bf16(__nv_bfloat16* out, const float* in, std::size_t n, cudaStream_t stream);
+/// Backend::residual_layernorm_forward (bias and ln_out may be null; then mean, rstd unused).
+void residual_layernorm_forward(float* res, float* ln_out, float* mean, float* rstd,
+                                const float* x, const float* delta, const float* bias,
+                                const float* ln_weight, const float* ln_bias, int rows, int cols,
+                                cudaStream_t stream);
+/// Backend::softmax_xent_fused; bad targets as softmax_xent_forward (through *bad_row).
+void softmax_xent_fused(float* losses, float* dlogits, const float* logits,
+                        const std::int32_t* targets, int rows, int vocab, float scale,
+                        int* bad_row, cudaStream_t stream);
+/// AdamW over every chunk of a device-side table, one launch (args.weight_decay unused).
+void adamw_multi(const TensorEntry* tensors, const Chunk* chunks, int chunk_count,
+                 const AdamW& args, cudaStream_t stream);
+/// partial[c] = sum of grad^2 over chunk c (double), then out[0] = their sum in a fixed order.
+void sq_norm_multi(const TensorEntry* tensors, const Chunk* chunks, int chunk_count,
+                   double* partial, double* out, cudaStream_t stream);
 
 }  // namespace atlas::device::cuda::kernels

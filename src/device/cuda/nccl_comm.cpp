@@ -238,6 +238,7 @@ void Collective::check_buffer(const Buffer& buf, std::size_t count) const {
 void Collective::allreduce_sum(Buffer& buf, std::size_t count) {
   if (count == 0) return;
   check_buffer(buf, count);
+  m_backend.weights_written(buf.data(), count * sizeof(float));  // no stale bf16 copy survives
   m_comm.allreduce_sum(buf.f32(), count, m_backend.stream());
 }
 
@@ -301,6 +302,7 @@ std::unique_ptr<device::PendingSum> Collective::start_allreduce_sum(Buffer& buf,
   const Event packed;
   ATLAS_CUDA_CHECK(cudaEventRecord(packed.e, m_backend.stream()));
   ATLAS_CUDA_CHECK(cudaStreamWaitEvent(m_side, packed.e, 0));
+  m_backend.weights_written(buf.data(), count * sizeof(float));
   m_comm.enqueue_allreduce_sum(buf.f32(), count, m_side);
   auto done = std::make_unique<Event>();
   ATLAS_CUDA_CHECK(cudaEventRecord(done->e, m_side));
