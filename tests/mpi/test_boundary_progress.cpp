@@ -2,9 +2,9 @@
 // Intra-DC boundary sends progress while the sender computes (issue 24): two stages in one DC,
 // emulated compute, GPipe order, so the last stage runs its backwards back to back and posts each
 // gradient (256 KiB: above every eager limit, an MPI rendezvous) just before its next long
-// backward. Each gradient must reach stage 0, already waiting for it, well within that backward;
-// without a progress thread it arrived only when the sender next called into MPI (one backward
-// later). The times are the profile's (one clock on one machine); the run takes about 2 s.
+// backward. Each gradient must reach stage 0, already waiting for it, within that backward;
+// without a progress thread it arrived only when the sender next waited in MPI (after its
+// remaining backwards). The times are the profile's (one clock on one machine); about 2 s.
 #include <gtest/gtest.h>
 
 #include <iostream>
@@ -56,8 +56,10 @@ TEST(BoundaryProgress, GradientReachesTheWaitingStageWhileTheSenderComputes) {
   ASSERT_GT(backward_ms, 30.0) << "the deck's backward slots are too short to show a stall";
   ASSERT_EQ(posted.size(), static_cast<std::size_t>(kSteps * 4));
   // Every gradient but a step's last is followed on the sender by another backward (the last one
-  // by the all-reduce, which calls into MPI anyway). The bound: half a backward slot, where a
-  // stalled send arrives a whole backward late.
+  // by the all-reduce, which calls into MPI anyway). The bound: one backward slot. A stalled send
+  // arrives when its sender next waits in MPI, after its remaining backwards (147-152 ms here,
+  // three slots); a progressed one within a poll (0.1-1.8 ms), so a loaded machine's late
+  // wake-ups keep a wide margin.
   int judged = 0;
   for (const auto& [key, s] : posted) {
     if (key.second == 3) continue;
@@ -68,7 +70,7 @@ TEST(BoundaryProgress, GradientReachesTheWaitingStageWhileTheSenderComputes) {
     const double late_ms = (r.end_s - s.end_s) * 1e3;
     std::cout << "step " << key.first << " micro " << key.second << ": gradient in " << late_ms
               << " ms after its post (backward slot " << backward_ms << " ms)\n";
-    EXPECT_LT(late_ms, backward_ms / 2)
+    EXPECT_LT(late_ms, backward_ms)
         << "step " << key.first << ": the gradient of micro-batch " << key.second << " posted at "
         << s.end_s * 1e3 << " ms arrived at " << r.end_s * 1e3 << " ms, " << late_ms
         << " ms later (a backward slot is " << backward_ms << " ms): the send did not progress while its sender computed";
