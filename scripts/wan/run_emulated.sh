@@ -14,7 +14,13 @@
 # Environment: ATLAS_BIN (tools dir, default build/bin), ATLAS_WAN_MPIRUN_ARGS (extra mpirun
 # arguments), ATLAS_WAN_BTL (default self,vader,tcp), ATLAS_WAN_BIND (mpirun --bind-to, default
 # none: the emulated DCs share one machine, and a rank's threads should not share one core),
-# ATLAS_WAN_RTT_TOLERANCE (fraction, 0.25), ATLAS_WAN_AUTOGROUP (off: default, keep).
+# ATLAS_WAN_RTT_TOLERANCE (fraction, 0.25), ATLAS_WAN_AUTOGROUP (off: default, keep),
+# ATLAS_WAN_SINGLE_COPY (Open MPI's btl_vader_single_copy_mechanism inside a DC: cma where this
+# shell may use process_vm_readv (no seccomp filter, Yama ptrace_scope absent or 0), else none).
+# Single copy: a DC is one node here, and without it every intra-DC message above 4 KiB went as
+# 32 KiB fragments that move only while both ranks call MPI; ranks that poll with back-off (and
+# wait for a core) then took 25-75 ms for a 0.8 MB DP sum the cost model gives 0.1 ms
+# (issue 24: default.deck emulated, gpipe 1.46-2.1x its prediction; with cma 1.00-1.07x).
 # Scheduler: with kernel.sched_autogroup_enabled = 1 every session is a scheduling group of its
 # own, and Open MPI starts each DC's ranks in their own; a group's weight on a core follows its
 # load there, so a rank's helper threads (WAN progress, sender) woken on a core where another
@@ -43,6 +49,14 @@ shift
 [[ -r $DECK ]] || { echo "run_emulated.sh: cannot read deck '$DECK'" >&2; exit 1; }
 [[ $NP =~ ^[0-9]+$ && $NP -ge 1 ]] || { echo "run_emulated.sh: NP must be a positive integer" >&2; exit 1; }
 AUTOGROUP_MODE="${ATLAS_WAN_AUTOGROUP:-off}"
+SINGLE_COPY="${ATLAS_WAN_SINGLE_COPY:-}"
+if [[ -z $SINGLE_COPY ]]; then
+  SINGLE_COPY=none  # containers' seccomp profiles (Docker's default) refuse process_vm_readv
+  if awk '/^Seccomp:/ { exit !($2 == 0) }' /proc/self/status 2>/dev/null &&
+    [[ $(cat /proc/sys/kernel/yama/ptrace_scope 2>/dev/null || echo 0) == 0 ]]; then SINGLE_COPY=cma; fi
+fi
+[[ $SINGLE_COPY == cma || $SINGLE_COPY == none ]] ||
+  { echo "run_emulated.sh: ATLAS_WAN_SINGLE_COPY must be cma or none, not '$SINGLE_COPY'" >&2; exit 1; }
 [[ $AUTOGROUP_MODE == off || $AUTOGROUP_MODE == keep ]] ||
   { echo "run_emulated.sh: ATLAS_WAN_AUTOGROUP must be off or keep, not '$AUTOGROUP_MODE'" >&2; exit 1; }
 
@@ -192,7 +206,7 @@ export ATLAS_HOST_RANKS=${ATLAS_HOST_RANKS:-$NP}
 first_dc=0
 while [[ ${PER_DC[$first_dc]} -eq 0 ]]; do first_dc=$((first_dc + 1)); done
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-echo "run_emulated.sh: $NP ranks, per DC: ${PER_DC[*]}; command: $*" >&2
+echo "run_emulated.sh: $NP ranks, per DC: ${PER_DC[*]}; intra-DC single copy: $SINGLE_COPY; command: $*" >&2
 # In the background with `wait`, so Ctrl-C or a TERM reaches our trap at once (bash runs traps
 # only between commands) and the trap stops mpirun before removing the namespaces.
 # shellcheck disable=SC2086
@@ -200,7 +214,7 @@ echo "run_emulated.sh: $NP ranks, per DC: ${PER_DC[*]}; command: $*" >&2
   --mca plm_rsh_agent "$AGENT" --mca plm_rsh_no_tree_spawn 1 \
   --bind-to "${ATLAS_WAN_BIND:-none}" --mca btl "${ATLAS_WAN_BTL:-self,vader,tcp}" \
   --mca btl_tcp_if_include "10.77.0.0/24" --mca oob_tcp_if_include "10.77.0.0/24" \
-  --mca btl_vader_single_copy_mechanism none "${YIELD_ARGS[@]}" -x ATLAS_HOST_RANKS \
+  --mca btl_vader_single_copy_mechanism "$SINGLE_COPY" "${YIELD_ARGS[@]}" -x ATLAS_HOST_RANKS \
   ${ATLAS_WAN_MPIRUN_ARGS:-} "$@" <&0 &
 JOB_PID=$!
 set +e

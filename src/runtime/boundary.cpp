@@ -3,7 +3,8 @@
 // the schedule reaches them. WAN sends run on a sender thread so that a transfer finishing while
 // this rank computes hands the link to the next pipeline at once (the token is not delayed by a
 // long forward pass). The thread only ever starts a transfer when the table says the link is
-// free for it: own previous transfer done, or the previous sender's token received.
+// free for it: own previous transfer done, or the previous sender's token received. Intra-DC
+// sends are MPI isends kept moving by a local progress thread while the rank computes.
 #include "atlas/runtime/boundary.hpp"
 
 #include <chrono>
@@ -36,6 +37,10 @@ class Backoff {
 };
 constexpr int kMainMaxPollUs = 200;    // the main thread: on the critical path
 constexpr int kSenderMaxPollUs = 500;  // the sender thread: token hand-over latency
+/// The local progress thread: a pending intra-DC send moves on within this of its receiver's
+/// answer (the rendezvous handshake), at a few microseconds of CPU per poll. It polls only while
+/// a send is pending (from its post until the receiver has taken the data).
+constexpr int kProgressMaxPollUs = 200;
 /// The hint of every wait on a peer that timed out.
 constexpr const char* kPeerTimeoutHint =
     "hint: the peer may have died or hung, or be waiting itself on a rank upstream (the other ranks' errors "
@@ -81,12 +86,24 @@ Boundary::Boundary(const topo::Layout& layout, const topo::Communicators& comms,
     if (!m_tokens_over_dc) m_token_comm = comms.dp.dup();
     m_sender = std::thread([this] { sender_loop(); });
   }
+  const auto& row = table.row(m_me.stage, m_me.dp);
+  const bool sends_locally =
+      std::any_of(row.begin(), row.end(), [](const sched::Slot& s) { return s.kind == sched::SlotKind::LocalSend; });
+  int thread_level = MPI_THREAD_SINGLE;
+  ATLAS_MPI_CHECK(MPI_Query_thread(&thread_level));
+  // Without MPI_THREAD_MULTIPLE the main thread's waits progress the sends (the stall stays).
+  if (sends_locally && thread_level == MPI_THREAD_MULTIPLE) m_progress = std::thread([this] { progress_loop(); });
 }
 
 Boundary::~Boundary() {
   m_stop = true;
   m_jobs_cv.notify_all();
+  {
+    std::lock_guard lock(m_local_mutex);  // the progress thread checks m_stop under it
+  }
+  m_local_cv.notify_all();
   if (m_sender.joinable()) m_sender.join();
+  if (m_progress.joinable()) m_progress.join();
   // Receives still pending here mean the step failed; their Request/Handle destructors report
   // them. The job is being aborted in that case (run_app), so no buffer outlives the process.
 }
@@ -151,11 +168,8 @@ void Boundary::wait_recv(const sched::Slot& slot) {
   auto last_progress = start;
   Backoff backoff(kMainMaxPollUs);
   while (!test_op(op)) {
-    progress_local_sends();
-    {
-      std::lock_guard lock(m_error_mutex);
-      if (m_sender_error) std::rethrow_exception(m_sender_error);
-    }
+    if (!m_progress.joinable()) progress_local_sends();
+    rethrow_thread_error();
     const double waited = std::chrono::duration<double>(Clock::now() - last_progress).count();
     if (waited > m_timeout_s) {
       const topo::Coord peer = m_layout.coord(op.peer);
@@ -171,7 +185,8 @@ void Boundary::wait_recv(const sched::Slot& slot) {
 
 bool Boundary::test_recv(const sched::Slot& slot) {
   if (test_op(recv_op(slot))) return true;
-  progress_local_sends();  // a filler may test for long: our rendezvous sends must not stall
+  // A filler may test for long: our rendezvous sends must not stall (the progress thread's job).
+  if (!m_progress.joinable()) progress_local_sends();
   return false;
 }
 
@@ -180,8 +195,14 @@ void Boundary::post_send(const sched::Slot& slot, int slot_index) {
   const void* data = send_buffer(slot.flow, slot.micro, slot.chunk);
   const int tag = tag_of(slot);
   if (slot.kind == sched::SlotKind::LocalSend) {
-    m_local_sends.push_back(m_comms.pp.isend(
-        std::span<const std::byte>(static_cast<const std::byte*>(data), m_bytes), slot.peer_stage, tag));
+    mpi::Request r = m_comms.pp.isend(std::span<const std::byte>(static_cast<const std::byte*>(data), m_bytes),
+                                      slot.peer_stage, tag);
+    {
+      std::lock_guard lock(m_local_mutex);
+      m_local_sends.push_back(std::move(r));
+      m_local_pending = true;
+    }
+    m_local_cv.notify_one();
     m_stats.local_bytes_sent += static_cast<std::int64_t>(m_bytes);
     return;
   }
@@ -193,8 +214,19 @@ void Boundary::post_send(const sched::Slot& slot, int slot_index) {
 
 BoundaryStats Boundary::end_step() {
   finish_exchange_send();
-  for (auto& r : m_local_sends) r.wait_polling(kMainMaxPollUs);
-  m_local_sends.clear();
+  {
+    const auto start = Clock::now();
+    Backoff backoff(kMainMaxPollUs);
+    while (!progress_local_sends()) {
+      rethrow_thread_error();
+      if (std::chrono::duration<double>(Clock::now() - start).count() > m_timeout_s)
+        ATLAS_THROW(Comm, "step " << m_step << ": intra-DC boundary sends did not complete within " << m_timeout_s
+                                  << " s\n  " << kPeerTimeoutHint);
+      backoff.pause();
+    }
+    std::lock_guard lock(m_local_mutex);
+    m_local_sends.clear();
+  }
   // Every receive of the step was consumed by a wait_recv; check, so a table bug fails loudly.
   for (const auto& r : m_recvs) ATLAS_ASSERT(r.done, "receive of micro-batch " << r.micro << " never consumed");
   if (m_sender.joinable()) {
@@ -206,10 +238,7 @@ BoundaryStats Boundary::end_step() {
     }
     Backoff backoff(kMainMaxPollUs);
     while (m_jobs_completed.load() < posted) {
-      {
-        std::lock_guard lock(m_error_mutex);
-        if (m_sender_error) std::rethrow_exception(m_sender_error);
-      }
+      rethrow_thread_error();
       if (std::chrono::duration<double>(Clock::now() - start).count() > m_timeout_s)
         ATLAS_THROW(Comm, "step " << m_step << ": " << posted - m_jobs_completed.load() << " of " << posted
                                   << " WAN sends did not complete within " << m_timeout_s << " s");
@@ -254,10 +283,48 @@ void Boundary::recv_blocking(int stage, int tag, void* data, std::size_t bytes) 
   m_wan->wait(h);
 }
 
-void Boundary::progress_local_sends() {
-  // MPI moves a large (rendezvous) message only while its sender calls into MPI: a rank that waits
-  // on the WAN transport must keep its pending intra-DC sends going, or their receivers stall.
-  for (auto& r : m_local_sends) (void)r.test();
+bool Boundary::progress_local_sends() {
+  // MPI moves a large (rendezvous) message only while its sender calls into MPI: without the
+  // progress thread, a rank that waits on the WAN transport must keep its pending intra-DC sends
+  // going, or their receivers stall.
+  std::lock_guard lock(m_local_mutex);
+  bool all_done = true;
+  for (auto& r : m_local_sends)
+    if (r.pending() && !r.test()) all_done = false;
+  if (all_done) m_local_pending = false;
+  return all_done;
+}
+
+void Boundary::rethrow_thread_error() {
+  std::lock_guard lock(m_error_mutex);
+  if (m_sender_error) std::rethrow_exception(m_sender_error);
+}
+
+// ---- the local progress thread ----
+
+void Boundary::progress_loop() {
+  try {
+    Backoff backoff(kProgressMaxPollUs);
+    std::unique_lock lock(m_local_mutex);
+    while (true) {
+      m_local_cv.wait(lock, [this] { return m_stop || m_local_pending; });
+      if (m_stop) break;
+      bool all_done = true;
+      for (auto& r : m_local_sends)
+        if (r.pending() && !r.test()) all_done = false;
+      if (all_done) {  // sleep until the next post
+        m_local_pending = false;
+        backoff.reset();
+        continue;
+      }
+      lock.unlock();  // the main thread may post (or end the step) meanwhile
+      backoff.pause();
+      lock.lock();
+    }
+  } catch (...) {
+    std::lock_guard lock(m_error_mutex);
+    if (!m_sender_error) m_sender_error = std::current_exception();
+  }
 }
 
 bool Boundary::test_wan(wan::Handle& h) {
@@ -266,8 +333,8 @@ bool Boundary::test_wan(wan::Handle& h) {
     if (m_wan->test(h)) return true;
   }
   // Our rendezvous sends inside the DC move only while we call MPI, and their receiver may be
-  // what the WAN peer waits on.
-  progress_local_sends();
+  // what the WAN peer waits on (the progress thread's job when it runs).
+  if (!m_progress.joinable()) progress_local_sends();
   return false;
 }
 
@@ -345,6 +412,7 @@ bool Boundary::exchange_arrived() {
 }
 
 void Boundary::finish_exchange_send() {
+  if (!m_wan) return;  // no WAN transport: no exchange was ever sent
   wait_wan(m_exchange_send, [this] {
     return "our half of the gradient exchange with rank " + std::to_string(m_exchange_peer) + " was not acknowledged";
   });

@@ -13,6 +13,9 @@ foreach(np 1 2 4)
 endforeach()
 atlas_mpi_test(test_train_profile SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/mpi/test_train_profile.cpp NP 4 TIMEOUT 120)
 set_tests_properties(test_train_profile_np_4 PROPERTIES FIXTURES_REQUIRED brown_corpus)
+# Intra-DC boundary sends progress while their sender computes (issue 24): 2 ranks, emulated
+# compute, GPipe; each gradient reaches the waiting stage within one backward slot (~2 s).
+atlas_mpi_test(test_boundary_progress SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/mpi/test_boundary_progress.cpp NP 2 TIMEOUT 60)
 # A rank killed mid-run (and mid-checkpoint) is restarted by the launcher from the latest
 # checkpoint and ends with the uninterrupted run's loss curve.
 add_test(NAME test_kill_restart

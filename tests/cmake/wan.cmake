@@ -40,6 +40,9 @@ set_tests_properties(test_wan_netns PROPERTIES LABELS "netns" TIMEOUT 120 SKIP_R
 add_test(NAME test_run_emulated_bad_autogroup
   COMMAND bash -c "out=$(ATLAS_WAN_AUTOGROUP=sometimes ${PROJECT_SOURCE_DIR}/scripts/wan/run_emulated.sh ${PROJECT_SOURCE_DIR}/inputs/bubbletea_loopback.deck 2 -- true 2>&1); rc=$?; echo \"$out\"; [[ $rc -eq 1 ]] && grep -q \"ATLAS_WAN_AUTOGROUP must be off or keep, not 'sometimes'\" <<<\"$out\"")
 set_tests_properties(test_run_emulated_bad_autogroup PROPERTIES LABELS unit TIMEOUT 30)
+add_test(NAME test_run_emulated_bad_single_copy
+  COMMAND bash -c "out=$(ATLAS_WAN_SINGLE_COPY=xpmem ${PROJECT_SOURCE_DIR}/scripts/wan/run_emulated.sh ${PROJECT_SOURCE_DIR}/inputs/bubbletea_loopback.deck 2 -- true 2>&1); rc=$?; echo \"$out\"; [[ $rc -eq 1 ]] && grep -q \"ATLAS_WAN_SINGLE_COPY must be cma or none, not 'xpmem'\" <<<\"$out\"")
+set_tests_properties(test_run_emulated_bad_single_copy PROPERTIES LABELS unit TIMEOUT 30)
 # bench wan refuses an unknown frame protection mode before it starts anything (exit 2).
 add_test(NAME test_bench_wan_bad_auth
   COMMAND bash -c "out=$($<TARGET_FILE:atlas> bench wan --auth mac,foo 2>&1); rc=$?; echo \"$out\"; [[ $rc -eq 2 ]] && grep -q \"\\-\\-auth needs a list of mac, encrypt, crc (e.g. mac,crc), got 'mac,foo'\" <<<\"$out\"")

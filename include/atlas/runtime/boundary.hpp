@@ -36,7 +36,8 @@ struct BoundaryStats {
 class Boundary {
  public:
   /// `wan` carries the cross-DC boundaries (may be null when this rank has none). Starts the
-  /// WAN sender thread when this rank sends over a WAN link. Not collective.
+  /// WAN sender thread when this rank sends over a WAN link, and the local progress thread when
+  /// it sends inside its DC (and MPI provides MPI_THREAD_MULTIPLE). Not collective.
   /// Requires MPI_THREAD_MULTIPLE when the sender thread runs (token passing on `token_comm`).
   /// `scratch`: one receive and one send buffer serve every micro-batch (emulated compute, whose
   /// tensors nobody reads: the messages keep their size, the memory does not grow with m).
@@ -61,7 +62,8 @@ class Boundary {
   /// Keeps this rank's pending intra-DC sends moving while it says false.
   [[nodiscard]] bool test_recv(const sched::Slot& slot);
   /// Posts the tensor in send_buffer() for `slot` (a LocalSend/WanSend). WAN sends go to the
-  /// sender thread, which honours the link order; local sends are MPI isends. Returns at once.
+  /// sender thread, which honours the link order; local sends are MPI isends that the local
+  /// progress thread keeps moving while this rank computes. Returns at once.
   void post_send(const sched::Slot& slot, int slot_index);
   /// Waits for every send of the step (the buffers are reused next step) and returns the stats.
   BoundaryStats end_step();
@@ -126,7 +128,12 @@ class Boundary {
   }
   [[nodiscard]] int token_tag(int link, int pos) const { return mpi::tags::token(link, pos, m_link_stride); }
   void sender_loop();
-  void progress_local_sends();
+  /// The local progress thread: while an intra-DC send is pending, MPI_Test it with back-off.
+  void progress_loop();
+  /// Tests every pending intra-DC send once (under m_local_mutex); true when none is pending.
+  bool progress_local_sends();
+  /// Rethrows an error of the sender or the progress thread on the calling (main) thread.
+  void rethrow_thread_error();
   /// Waits (bounded by the timeout) until the partner acknowledged our half of the last exchange_sum.
   void finish_exchange_send();
   /// Tests a WAN handle once (under the WAN lock); while it is pending, progresses our intra-DC sends.
@@ -162,7 +169,6 @@ class Boundary {
   std::vector<std::vector<float>> m_recv_bufs;
   std::vector<std::vector<float>> m_send_bufs;
   std::vector<RecvOp> m_recvs;
-  std::vector<mpi::Request> m_local_sends;
   BoundaryStats m_stats;
   // exchange_sum's half in flight until end_step (its completion is the partner's ack; empty once done).
   std::vector<float> m_exchange_out;
@@ -191,8 +197,19 @@ class Boundary {
   int m_jobs_posted = 0;              ///< this step
   std::atomic<int> m_jobs_completed{0};
   std::atomic<bool> m_stop{false};
-  std::exception_ptr m_sender_error;  ///< set by the sender thread, rethrown on the main thread
+  std::exception_ptr m_sender_error;  ///< set by the sender or progress thread, rethrown on the main thread
   std::mutex m_error_mutex;
+
+  // ---- local progress thread ----
+  // MPI moves a rendezvous message (an intra-DC boundary tensor: above the eager limit) only
+  // while its sender calls into MPI. A rank that computes (or sleeps, emulated) makes no MPI call,
+  // so a send posted before a long slot would reach its receiver only after it: this thread
+  // tests the step's pending local sends while any is pending, and sleeps on m_local_cv otherwise.
+  std::thread m_progress;
+  std::mutex m_local_mutex;  ///< guards m_local_sends and m_local_pending
+  std::condition_variable m_local_cv;
+  std::vector<mpi::Request> m_local_sends;  ///< this step's intra-DC sends (completed ones are null)
+  bool m_local_pending = false;             ///< a send was posted since the last test found all done
   std::vector<SlotEvent> m_send_events;  ///< completed WAN sends (appended by the sender thread)
 };
 
