@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -107,22 +108,78 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt) {
   // than it, or than the best so far, can win, so each stops once past either (the engine's
   // stop_after_ms); the order of the search, and so the choice, is unchanged.
   double bound = std::numeric_limits<double>::infinity();
+  // What the search already knows, so that it runs the engine only where the answer may differ
+  // (the choice, the tried count and the table stay exactly those of running every candidate):
+  //  - each timed candidate's outcome, by (depth, slots, tie-break, stagger): the engine is
+  //    deterministic, so a candidate met again is that outcome. A run that stopped past the
+  //    search's bound stops again (the bound only falls); one that finished with makespan M is
+  //    stopped iff M > the bound now (exactly the engine's test), else compared as if timed;
+  //  - a run in which no tie-break decided anything (EngineResult::tie_break_used false) is the
+  //    run of every tie-break rule at that (depth, slots, stagger): stored under tie-break -1;
+  //  - a lower bound on the makespan from the WAN links alone (bytes, slots, per-transfer rate,
+  //    hand-over): a candidate whose bound already loses is not timed (it would stop or lose).
+  struct Outcome {
+    bool finished = false;  // false: deadlocked or stopped past the bound
+    double makespan_ms = 0.0;
+  };
+  std::map<std::tuple<std::vector<int>, int, int, double>, Outcome> outcomes;
+  // Per channel: its transfers' count and bytes (every boundary transfer of a step is one size).
+  std::vector<std::pair<double, double>> link_load(base.channels.size(), {0.0, 0.0});
+  for (const auto& msg : base.messages)
+    if (msg.channel >= 0) {
+      auto& [n, bytes] = link_load[static_cast<std::size_t>(msg.channel)];
+      n += 1.0;
+      bytes = std::max(bytes, static_cast<double>(msg.bytes));
+    }
+  // The last transfer of a link with `slots` at a time ends, and arrives, no earlier than this:
+  // the busiest slot carries ceil(n / slots) transfers, each at most the per-flow rate and each
+  // but the last followed by a hand-over; and the link carries n x bytes at most at min(capacity,
+  // slots x per-flow cap).
+  auto links_bound = [&](int slots) {
+    double lb = 0.0;
+    for (std::size_t ch = 0; ch < base.channels.size(); ++ch) {
+      const auto& l = base.channels[ch];
+      const auto [n, bytes] = link_load[ch];
+      if (n <= 0) continue;
+      const double one = bytes / std::min(l.capacity_bytes_per_ms, l.flow_cap_bytes_per_ms);
+      const double q = std::ceil(n / slots);
+      const double serial = q * one + (q - 1.0) * l.handover_ms;
+      const double volume = n * bytes / std::min(l.capacity_bytes_per_ms, slots * l.flow_cap_bytes_per_ms);
+      lb = std::max(lb, std::max(serial, volume) + l.latency_ms);
+    }
+    return lb * (1.0 - 1e-9);  // rounding: the engine sums the same times in another order
+  };
   auto consider = [&](const AtlasChoice& k, bool classic = false) {
     if (c.dp == 1 && k.stagger_ms > 0) return;  // one pipeline: nothing to stagger against
-    ProgramMap map;
-    EngineProgram p = program(k, map);
-    p.stop_after_ms = std::min(best_ms, bound);
-    const EngineResult r = run_engine(p);
     ++tried;
-    if (r.deadlock || r.stopped) return;
     // Ties keep the earlier candidate. Another depth (deeper: more memory) must gain more than
     // 1e-4 of the step, else the shallower one stays; GPipe's own program (`classic`) only needs
     // to be faster, so atlas is never slower than GPipe.
     const double margin = k.depth == best.depth || classic ? 1e-9 : 1e-4 * best_ms;
-    if (!std::isfinite(best_ms) || r.makespan_ms < best_ms - margin) {
-      best_ms = r.makespan_ms;
-      best = k;
+    const double stop_after = std::min(best_ms, bound);
+    auto take = [&](double makespan_ms) {
+      if (!std::isfinite(best_ms) || makespan_ms < best_ms - margin) {
+        best_ms = makespan_ms;
+        best = k;
+      }
+    };
+    const auto key = std::make_tuple(k.depth, k.slots, static_cast<int>(k.tie_break), k.stagger_ms);
+    auto known = outcomes.find(key);
+    if (known == outcomes.end()) known = outcomes.find(std::make_tuple(k.depth, k.slots, -1, k.stagger_ms));
+    if (known != outcomes.end()) {
+      if (known->second.finished && !(known->second.makespan_ms > stop_after)) take(known->second.makespan_ms);
+      return;
     }
+    const double lb = links_bound(k.slots);
+    if (lb > stop_after || (std::isfinite(best_ms) && lb >= best_ms - margin)) return;  // cannot win
+    ProgramMap map;
+    EngineProgram p = program(k, map);
+    p.stop_after_ms = stop_after;
+    const EngineResult r = run_engine(p);
+    const Outcome o{!r.deadlock && !r.stopped, r.makespan_ms};
+    outcomes[key] = o;
+    if (!r.tie_break_used) outcomes[std::make_tuple(k.depth, k.slots, -1, k.stagger_ms)] = o;
+    if (o.finished) take(r.makespan_ms);
   };
   // The link policies at one depth: every slot count x tie-break x stagger.
   auto search_links = [&](const std::vector<int>& depth) {
@@ -150,6 +207,10 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt) {
     EngineProgram p = program(k, map);
     const EngineResult r = run_engine(p);
     if (!r.deadlock) bound = r.makespan_ms + 1e-9;
+    // The same candidate comes again in the grid below: this is its outcome (nothing stopped it).
+    const Outcome o{!r.deadlock, r.makespan_ms};
+    outcomes[std::make_tuple(k.depth, k.slots, static_cast<int>(k.tie_break), k.stagger_ms)] = o;
+    if (!r.tie_break_used) outcomes[std::make_tuple(k.depth, k.slots, -1, k.stagger_ms)] = o;
   }
   search_links(base_depth);
   // 2. Deeper (up to GPipe's m, under the memory cap), each with the policy found in 1 and with
