@@ -122,6 +122,7 @@ class Engine {
         for (std::size_t w = 0; w < m_pc.size(); ++w)
           if (m_pc[w] < m_p.workers[w].size()) {
             m_result.stopped = true;
+            m_result.events = m_seq;
             return std::move(m_result);
           }
       }
@@ -149,6 +150,7 @@ class Engine {
       }
     }
     finish();
+    m_result.events = m_seq;
     return std::move(m_result);
   }
 

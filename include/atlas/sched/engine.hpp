@@ -116,6 +116,7 @@ struct EngineResult {
   /// flows (activation and gradient) among them: only then can the tie-break rule change the run.
   /// False: every TieBreak gives this very run (the atlas search times one of them).
   bool tie_break_used = false;
+  std::uint64_t events = 0;              ///< events the run processed or queued (its work)
   std::string deadlock_reason;           ///< which workers wait on what
 };
 
