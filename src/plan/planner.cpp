@@ -618,7 +618,8 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
     const topo::Layout layout(pc.parallel.stages_per_dc, pc.parallel.dp_size, pc.parallel.tp_size);
     const sched::CostModel cost = sched::cost_model(pc, layout, prof);
     const auto tokens = static_cast<double>(cfg.tokens_per_step());  // the deck's global batch, every plan's
-    const sim::SimResult r = sim::simulate(cost, ScheduleKind::Atlas, p.micro_batches, tokens, full);
+    // No 1F1B baseline: the planner never shows it (the atlas table is the same without it).
+    const sim::SimResult r = sim::simulate(cost, ScheduleKind::Atlas, p.micro_batches, tokens, full, false);
     p.simulated = true;
     p.fully_timed = full;
     p.step_ms = r.step_ms;

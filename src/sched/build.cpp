@@ -102,9 +102,14 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
   // Baseline: 1F1B with concurrent sharing under the same cost model.
   ProgramMap base_map;
   EngineProgram base = make_program(cp, ScheduleKind::OneFOneB, m, base_map);
-  const ScheduleTable base_table = time_program(cp, ScheduleKind::OneFOneB, m, base, base_map);
-  const double baseline = base_table.step_ms;
-  std::uint64_t events = base_table.atlas.engine_events;
+  // (Its program also tells the search the links: channels, transfers, bytes.)
+  std::uint64_t events = 0;
+  double baseline = 0.0;
+  if (opt.baseline_1f1b) {
+    const ScheduleTable base_table = time_program(cp, ScheduleKind::OneFOneB, m, base, base_map);
+    baseline = base_table.step_ms;
+    events = base_table.atlas.engine_events;
+  }
   int timed = 0;
 
   // Candidate parameters. One WAN transfer's time at full rate sets the stagger unit.

@@ -92,6 +92,9 @@ struct ScheduleOptions {
   double max_stagger_transfers = 2.0;  ///< atlas: largest stagger tried, in WAN transfer times
   bool full_search = true;             ///< atlas: try every candidate (else one sensible default)
   int fixed_slots = 0;                 ///< atlas: > 0 = only this many transfers per link at once
+  /// atlas: time 1F1B too, for AtlasChoice::baseline_1f1b_ms (false: it stays 0, one engine run
+  /// saved; the choice and the table are the same either way).
+  bool baseline_1f1b = true;
 };
 
 /// Builds the table for a cost model. Throws atlas::Error (Internal) if the program deadlocks,
