@@ -4,6 +4,10 @@
 #include "atlas/plan/planner.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <exception>
+#include <mutex>
+#include <thread>
 #include <bit>
 #include <cstdint>
 #include <functional>
@@ -614,7 +618,8 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
     const topo::Layout layout(pc.parallel.stages_per_dc, pc.parallel.dp_size, pc.parallel.tp_size);
     const sched::CostModel cost = sched::cost_model(pc, layout, prof);
     const auto tokens = static_cast<double>(cfg.tokens_per_step());  // the deck's global batch, every plan's
-    const sim::SimResult r = sim::simulate(cost, ScheduleKind::Atlas, p.micro_batches, tokens, full);
+    // No 1F1B baseline: the planner never shows it (the atlas table is the same without it).
+    const sim::SimResult r = sim::simulate(cost, ScheduleKind::Atlas, p.micro_batches, tokens, full, false);
     p.simulated = true;
     p.fully_timed = full;
     p.step_ms = r.step_ms;
@@ -626,18 +631,51 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
     p.mem_bytes = std::max(p.mem_bytes, sched::memory_per_gpu(cost, r.table).peak_bytes);
     set_step(p, p.step_ms);
   };
+  std::mutex tell_mutex;
   auto tell = [&](const std::string& what) {
+    const std::lock_guard<std::mutex> lock(tell_mutex);
     if (opt.progress) opt.progress(what);
   };
-  const auto quick_total = static_cast<std::size_t>(std::count_if(pick.begin(), pick.end(), [](char c) { return c != None; }));
+  // Times plans[i] for every i in `which` on up to opt.threads threads (each plan's run touches
+  // only that plan), telling `what(n)` before the n-th (1-based) starts.
+  const unsigned hw = std::max(1U, std::thread::hardware_concurrency());
+  const auto threads = static_cast<std::size_t>(opt.threads > 0 ? opt.threads : static_cast<int>(std::min(hw, 8U)));
+  auto run_all = [&](std::vector<Plan>& plans, const std::vector<std::size_t>& which, bool full,
+                     const std::function<std::string(std::size_t)>& what) {
+    std::atomic<std::size_t> next{0};
+    std::exception_ptr failed;
+    std::mutex failed_mutex;
+    auto work = [&] {
+      for (std::size_t n = next++; n < which.size(); n = next++) {
+        tell(what(n + 1));
+        try {
+          run(plans[which[n]], full);
+        } catch (...) {
+          const std::lock_guard<std::mutex> lock(failed_mutex);
+          if (!failed) failed = std::current_exception();
+          next = which.size();
+        }
+      }
+    };
+    std::vector<std::thread> pool;
+    for (std::size_t t = 1; t < std::min(threads, which.size()); ++t) pool.emplace_back(work);
+    work();
+    for (auto& th : pool) th.join();
+    if (failed) std::rethrow_exception(failed);
+  };
   std::vector<char> group;  // res.plans[i]'s Pick
   for (std::size_t i = 0; i < cands.size(); ++i)
     if (pick[i] != None) {
-      tell(fmt::format("{} candidate plans; quick-timing plan {} of {}", cands.size(), res.plans.size() + 1, quick_total));
-      run(cands[i], false);
       res.plans.push_back(cands[i]);
       group.push_back(pick[i]);
     }
+  {
+    std::vector<std::size_t> all(res.plans.size());
+    std::iota(all.begin(), all.end(), 0);
+    run_all(res.plans, all, false, [&](std::size_t n) {
+      return fmt::format("{} candidate plans; quick-timing plan {} of {}", cands.size(), n, all.size());
+    });
+  }
   if (opt.final_full_search) {
     std::vector<std::size_t> order(res.plans.size());
     std::iota(order.begin(), order.end(), 0);
@@ -668,14 +706,13 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
           ++near;
         }
     }
-    const auto full_total = static_cast<std::size_t>(std::count(retime.begin(), retime.end(), true));
-    std::size_t done = 0;
+    std::vector<std::size_t> which;
     for (std::size_t i = 0; i < res.plans.size(); ++i)
-      if (retime[i]) {
-        tell(fmt::format("{} plans quick-timed; re-timing plan {} of {} with the whole atlas search", res.plans.size(),
-                         ++done, full_total));
-        run(res.plans[i], true);
-      }
+      if (retime[i]) which.push_back(i);
+    run_all(res.plans, which, true, [&](std::size_t n) {
+      return fmt::format("{} plans quick-timed; re-timing plan {} of {} with the whole atlas search", res.plans.size(),
+                         n, which.size());
+    });
   }
   auto by_step = [](const Plan& a, const Plan& b) { return a.step_ms < b.step_ms; };
   std::stable_sort(res.plans.begin(), res.plans.end(), by_step);

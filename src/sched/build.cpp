@@ -18,6 +18,8 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <memory>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -33,25 +35,82 @@ using detail::time_program;
 
 // ---- building ----
 
+namespace {
+
+/// Whether every DP replica of a stage is timed exactly alike, so that one replica per stage
+/// stands for all: every stage in one DC (no WAN link: each boundary message a fixed-cost
+/// intra-DC transfer, no stagger to try), each worker on its own device (no shared host whose
+/// cores replicas would share unevenly), more than one replica. Identical workers that start
+/// together then get the same times in the engine: their messages cost the same, and each
+/// collective (a stage's DP barrier, the tied-embedding exchange, a pipeline's gradient norm)
+/// gives its members the same times whatever the number of replicas, since every replica reaches
+/// it at the same instant (a max over copies of one number is that number). The tables are equal
+/// to the bit (test_sim_scale compares both paths). Not so with a WAN link (replicas share it and
+/// wait for one another) or shared hosts: those are timed replica by replica.
+bool replicas_alike(const CostModel& c) {
+  if (c.dp <= 1 || c.ranks_per_host > 0) return false;
+  return std::all_of(c.stage_dc.begin(), c.stage_dc.end(), [&](int dc) { return dc == c.stage_dc.front(); });
+}
+
+/// The cost model the engine programs are built from: `c` with one replica when replicas_alike.
+CostModel program_model(const CostModel& c, bool alike) {
+  CostModel one = c;
+  if (alike) one.dp = 1;
+  return one;
+}
+
+/// A table of one replica per stage (program_model) with each row copied to all `dp` replicas.
+ScheduleTable with_replicas(ScheduleTable t, int dp) {
+  if (t.dp == dp) return t;
+  ATLAS_ASSERT(t.dp == 1 && t.links.empty(), "with_replicas: a table of " << t.dp << " replicas with " << t.links.size()
+                                                                         << " WAN links");
+  std::vector<std::vector<Slot>> rows;
+  rows.reserve(static_cast<std::size_t>(t.pp) * static_cast<std::size_t>(dp));
+  for (int s = 0; s < t.pp; ++s)
+    for (int d = 0; d < dp; ++d) rows.push_back(t.rows[static_cast<std::size_t>(s)]);
+  t.rows = std::move(rows);
+  t.dp = dp;
+  return t;  // marks follow from each row's kinds and stage (mark_slots): copied with the rows
+}
+
+}  // namespace
+
+bool one_replica_per_stage(const CostModel& c) { return replicas_alike(c); }
+
 ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt) {
+  return build_schedule(c, opt, replicas_alike(c));
+}
+
+ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, bool one_replica) {
+  ATLAS_ASSERT(!one_replica || replicas_alike(c), "build_schedule: replicas that are not alike timed as one");
   ATLAS_ASSERT(c.pp >= 1 && c.dp >= 1 && opt.micro_batches >= 1, "empty schedule shape");
   const int m = opt.micro_batches;
   if (opt.kind == ScheduleKind::GPipe && c.virtual_stages > 1) {
     // GPipe does not interleave (nor does Megatron-LM): its table, for comparison, is the plain one.
     CostModel plain = c;
     plain.virtual_stages = 1;
-    return build_schedule(plain, opt);
+    return build_schedule(plain, opt, one_replica);
   }
+  // The engine programs' model: one replica per stage when they are all alike (replicas_alike).
+  const CostModel cp = program_model(c, one_replica);
   if (opt.kind != ScheduleKind::Atlas) {
     ProgramMap map;
-    EngineProgram p = make_program(c, opt.kind, m, map);
-    return time_program(c, opt.kind, m, p, map);
+    EngineProgram p = make_program(cp, opt.kind, m, map);
+    return with_replicas(time_program(cp, opt.kind, m, p, map), c.dp);
   }
 
   // Baseline: 1F1B with concurrent sharing under the same cost model.
   ProgramMap base_map;
-  EngineProgram base = make_program(c, ScheduleKind::OneFOneB, m, base_map);
-  const double baseline = time_program(c, ScheduleKind::OneFOneB, m, base, base_map).step_ms;
+  EngineProgram base = make_program(cp, ScheduleKind::OneFOneB, m, base_map);
+  // (Its program also tells the search the links: channels, transfers, bytes.)
+  std::uint64_t events = 0;
+  double baseline = 0.0;
+  if (opt.baseline_1f1b) {
+    const ScheduleTable base_table = time_program(cp, ScheduleKind::OneFOneB, m, base, base_map);
+    baseline = base_table.step_ms;
+    events = base_table.atlas.engine_events;
+  }
+  int timed = 0;
 
   // Candidate parameters. One WAN transfer's time at full rate sets the stagger unit.
   double transfer_ms = 0.0;
@@ -90,14 +149,14 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt) {
 
   // One candidate: in-flight depth per stage (depth.cpp), link policy (slots, tie-break), stagger.
   auto program = [&](const AtlasChoice& k, ProgramMap& map) {
-    EngineProgram p = make_program(c, ScheduleKind::Atlas, m, map, k.depth);
+    EngineProgram p = make_program(cp, ScheduleKind::Atlas, m, map, k.depth);
     for (auto& ch : p.channels) {
       ch.mode = LinkMode::OrderedFifo;
       ch.slots = k.slots;
       ch.tie_break = k.tie_break;
     }
     p.worker_start_ms.assign(p.workers.size(), 0.0);
-    for (int d = 0; d < c.dp; ++d) p.worker_start_ms[static_cast<std::size_t>(d)] = d * k.stagger_ms;
+    for (int d = 0; d < cp.dp; ++d) p.worker_start_ms[static_cast<std::size_t>(d)] = d * k.stagger_ms;
     return p;
   };
   AtlasChoice best;
@@ -107,22 +166,91 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt) {
   // than it, or than the best so far, can win, so each stops once past either (the engine's
   // stop_after_ms); the order of the search, and so the choice, is unchanged.
   double bound = std::numeric_limits<double>::infinity();
+  // What the search already knows, so that it runs the engine only where the answer may differ
+  // (the choice, the tried count and the table stay exactly those of running every candidate):
+  //  - each timed candidate's outcome, by (depth, slots, tie-break, stagger): the engine is
+  //    deterministic, so a candidate met again is that outcome. A run that stopped past the
+  //    search's bound stops again (the bound only falls); one that finished with makespan M is
+  //    stopped iff M > the bound now (exactly the engine's test), else compared as if timed;
+  //  - a run in which no tie-break decided anything (EngineResult::tie_break_used false) is the
+  //    run of every tie-break rule at that (depth, slots, stagger): stored under tie-break -1;
+  //  - a lower bound on the makespan from the WAN links alone (bytes, slots, per-transfer rate,
+  //    hand-over): a candidate whose bound already loses is not timed (it would stop or lose).
+  struct Outcome {
+    bool finished = false;  // false: deadlocked or stopped past the bound
+    double makespan_ms = 0.0;
+    // Finished: each channel's served order (the order the table freezes if this one wins).
+    std::shared_ptr<const std::vector<std::vector<int>>> served;
+  };
+  auto outcome_of = [](const EngineResult& r, const EngineProgram& p, bool finished) {
+    Outcome o{finished, r.makespan_ms, nullptr};
+    if (finished) {
+      auto served = std::make_shared<std::vector<std::vector<int>>>();
+      for (const auto& ch : p.channels) served->push_back(ch.served);
+      o.served = std::move(served);
+    }
+    return o;
+  };
+  std::map<std::tuple<std::vector<int>, int, int, double>, Outcome> outcomes;
+  // Per channel: its transfers' count and bytes (every boundary transfer of a step is one size).
+  std::vector<std::pair<double, double>> link_load(base.channels.size(), {0.0, 0.0});
+  for (const auto& msg : base.messages)
+    if (msg.channel >= 0) {
+      auto& [n, bytes] = link_load[static_cast<std::size_t>(msg.channel)];
+      n += 1.0;
+      bytes = std::max(bytes, static_cast<double>(msg.bytes));
+    }
+  // The last transfer of a link with `slots` at a time ends, and arrives, no earlier than this:
+  // the busiest slot carries ceil(n / slots) transfers, each at most the per-flow rate and each
+  // but the last followed by a hand-over; and the link carries n x bytes at most at min(capacity,
+  // slots x per-flow cap).
+  auto links_bound = [&](int slots) {
+    double lb = 0.0;
+    for (std::size_t ch = 0; ch < base.channels.size(); ++ch) {
+      const auto& l = base.channels[ch];
+      const auto [n, bytes] = link_load[ch];
+      if (n <= 0) continue;
+      const double one = bytes / std::min(l.capacity_bytes_per_ms, l.flow_cap_bytes_per_ms);
+      const double q = std::ceil(n / slots);
+      const double serial = q * one + (q - 1.0) * l.handover_ms;
+      const double volume = n * bytes / std::min(l.capacity_bytes_per_ms, slots * l.flow_cap_bytes_per_ms);
+      lb = std::max(lb, std::max(serial, volume) + l.latency_ms);
+    }
+    return lb * (1.0 - 1e-9);  // rounding: the engine sums the same times in another order
+  };
   auto consider = [&](const AtlasChoice& k, bool classic = false) {
     if (c.dp == 1 && k.stagger_ms > 0) return;  // one pipeline: nothing to stagger against
-    ProgramMap map;
-    EngineProgram p = program(k, map);
-    p.stop_after_ms = std::min(best_ms, bound);
-    const EngineResult r = run_engine(p);
     ++tried;
-    if (r.deadlock || r.stopped) return;
     // Ties keep the earlier candidate. Another depth (deeper: more memory) must gain more than
     // 1e-4 of the step, else the shallower one stays; GPipe's own program (`classic`) only needs
     // to be faster, so atlas is never slower than GPipe.
     const double margin = k.depth == best.depth || classic ? 1e-9 : 1e-4 * best_ms;
-    if (!std::isfinite(best_ms) || r.makespan_ms < best_ms - margin) {
-      best_ms = r.makespan_ms;
-      best = k;
+    const double stop_after = std::min(best_ms, bound);
+    auto take = [&](double makespan_ms) {
+      if (!std::isfinite(best_ms) || makespan_ms < best_ms - margin) {
+        best_ms = makespan_ms;
+        best = k;
+      }
+    };
+    const auto key = std::make_tuple(k.depth, k.slots, static_cast<int>(k.tie_break), k.stagger_ms);
+    auto known = outcomes.find(key);
+    if (known == outcomes.end()) known = outcomes.find(std::make_tuple(k.depth, k.slots, -1, k.stagger_ms));
+    if (known != outcomes.end()) {
+      if (known->second.finished && !(known->second.makespan_ms > stop_after)) take(known->second.makespan_ms);
+      return;
     }
+    const double lb = links_bound(k.slots);
+    if (lb > stop_after || (std::isfinite(best_ms) && lb >= best_ms - margin)) return;  // cannot win
+    ProgramMap map;
+    EngineProgram p = program(k, map);
+    p.stop_after_ms = stop_after;
+    const EngineResult r = run_engine(p);
+    events += r.events;
+    ++timed;
+    const Outcome o = outcome_of(r, p, !r.deadlock && !r.stopped);
+    outcomes[key] = o;
+    if (!r.tie_break_used) outcomes[std::make_tuple(k.depth, k.slots, -1, k.stagger_ms)] = o;
+    if (o.finished) take(r.makespan_ms);
   };
   // The link policies at one depth: every slot count x tie-break x stagger.
   auto search_links = [&](const std::vector<int>& depth) {
@@ -149,7 +277,13 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt) {
     ProgramMap map;
     EngineProgram p = program(k, map);
     const EngineResult r = run_engine(p);
+    events += r.events;
+    ++timed;
     if (!r.deadlock) bound = r.makespan_ms + 1e-9;
+    // The same candidate comes again in the grid below: this is its outcome (nothing stopped it).
+    const Outcome o = outcome_of(r, p, !r.deadlock);
+    outcomes[std::make_tuple(k.depth, k.slots, static_cast<int>(k.tie_break), k.stagger_ms)] = o;
+    if (!r.tie_break_used) outcomes[std::make_tuple(k.depth, k.slots, -1, k.stagger_ms)] = o;
   }
   search_links(base_depth);
   // 2. Deeper (up to GPipe's m, under the memory cap), each with the policy found in 1 and with
@@ -185,27 +319,42 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt) {
   }
   ATLAS_ASSERT(std::isfinite(best_ms), "no atlas candidate finished");
 
-  // Freeze the chosen candidate's link orders and time the table with them.
+  // Freeze the chosen candidate's link orders (as its run served them: the engine is
+  // deterministic, so a run again would serve the same) and time the table with them.
   ProgramMap map;
   EngineProgram p = program(best, map);
-  (void)run_engine(p);
+  auto won = outcomes.find(std::make_tuple(best.depth, best.slots, static_cast<int>(best.tie_break), best.stagger_ms));
+  if (won == outcomes.end() || !won->second.served)
+    won = outcomes.find(std::make_tuple(best.depth, best.slots, -1, best.stagger_ms));
+  if (won != outcomes.end() && won->second.served && won->second.served->size() == p.channels.size()) {
+    for (std::size_t ch = 0; ch < p.channels.size(); ++ch) p.channels[ch].served = (*won->second.served)[ch];
+  } else {
+    events += run_engine(p).events;
+  }
   for (auto& ch : p.channels) {
     ch.order = ch.served;
     ch.mode = LinkMode::Ordered;
   }
-  ScheduleTable t = time_program(c, ScheduleKind::Atlas, m, p, map);
+  ScheduleTable t = with_replicas(time_program(cp, ScheduleKind::Atlas, m, p, map), c.dp);
   best.candidates_tried = tried;
+  best.candidates_timed = timed;
+  best.engine_events = events + t.atlas.engine_events;
   best.baseline_1f1b_ms = baseline;
   t.atlas = best;
   return t;
 }
 
 ScheduleTable retime(const ScheduleTable& table, const CostModel& cost) {
+  return retime(table, cost, replicas_alike(cost));
+}
+
+ScheduleTable retime(const ScheduleTable& table, const CostModel& cost, bool one_replica) {
+  ATLAS_ASSERT(!one_replica || replicas_alike(cost), "retime: replicas that are not alike timed as one");
   if (cost.virtual_stages != table.virtual_stages) {
     // The table's model chunks (interleaved 1F1B) under this cost model's per-stage times.
     CostModel chunked = cost;
     chunked.virtual_stages = table.virtual_stages;
-    return retime(table, chunked);
+    return retime(table, chunked, one_replica);
   }
   const CostModel& c = cost;
   ATLAS_ASSERT(c.pp == table.pp && c.dp == table.dp && c.stage_dc == table.stage_dc,
@@ -216,7 +365,8 @@ ScheduleTable retime(const ScheduleTable& table, const CostModel& cost) {
   ProgramMap map;
   // An atlas table runs its chosen in-flight depth per stage (empty: the kind's compute order).
   const std::vector<int> no_depth;
-  EngineProgram p = make_program(c, table.kind, m, map, table.kind == ScheduleKind::Atlas ? table.atlas.depth : no_depth);
+  const CostModel cp = program_model(c, one_replica);  // one replica per stage (replicas_alike)
+  EngineProgram p = make_program(cp, table.kind, m, map, table.kind == ScheduleKind::Atlas ? table.atlas.depth : no_depth);
   if (table.kind == ScheduleKind::Atlas) {
     // Freeze the table's link orders, exactly as build_schedule froze them.
     for (std::size_t ch = 0; ch < p.channels.size(); ++ch) {
@@ -231,9 +381,9 @@ ScheduleTable retime(const ScheduleTable& table, const CostModel& cost) {
         chan.order.push_back(message_id(virtual_boundary(x, c.pp), x.dp, x.micro, x.flow, c.dp, m));
     }
     p.worker_start_ms.assign(p.workers.size(), 0.0);
-    for (int d = 0; d < c.dp; ++d) p.worker_start_ms[static_cast<std::size_t>(d)] = d * table.atlas.stagger_ms;
+    for (int d = 0; d < cp.dp; ++d) p.worker_start_ms[static_cast<std::size_t>(d)] = d * table.atlas.stagger_ms;
   }
-  ScheduleTable t = time_program(c, table.kind, m, p, map);
+  ScheduleTable t = with_replicas(time_program(cp, table.kind, m, p, map), c.dp);
   t.atlas = table.atlas;
   return t;
 }

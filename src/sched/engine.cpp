@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <limits>
 #include <queue>
 #include <sstream>
@@ -38,9 +39,33 @@ struct HostState {
   int version = 0;
 };
 
+/// OrderedFifo's service key of a waiting transfer: earliest posted first, then the tie-break's
+/// flow priority, pipeline, micro-batch, message id (unique: a total order).
+struct WaitKey {
+  double post_ms;
+  int pri;
+  int pipeline;
+  int micro;
+  int msg;
+  bool operator>(const WaitKey& o) const {
+    return std::tie(post_ms, pri, pipeline, micro, msg) > std::tie(o.post_ms, o.pri, o.pipeline, o.micro, o.msg);
+  }
+};
+
+/// Transfers posted at one instant and still waiting, per flow (OrderedFifo: posts come in time
+/// order, so a link's groups form a queue).
+struct PostGroup {
+  double post_ms = 0.0;
+  int activations = 0;
+  int gradients = 0;
+};
+
 struct LinkState {
   std::vector<int> active;
-  std::vector<int> waiting;   // OrderedFifo: posted, not started
+  // OrderedFifo: posted, not started, as a min-heap on WaitKey (the service order), and the
+  // same transfers grouped by post instant (to tell whether a tie-break decided a choice).
+  std::priority_queue<WaitKey, std::vector<WaitKey>, std::greater<>> waiting;
+  std::deque<PostGroup> groups;
   std::size_t next_order = 0; // Ordered: next position in `order`
   int holding = 0;            // ordered: finished transfers whose slot is not handed over yet
   double last_update = 0.0;
@@ -97,6 +122,7 @@ class Engine {
         for (std::size_t w = 0; w < m_pc.size(); ++w)
           if (m_pc[w] < m_p.workers[w].size()) {
             m_result.stopped = true;
+            m_result.events = m_seq;
             return std::move(m_result);
           }
       }
@@ -124,6 +150,7 @@ class Engine {
       }
     }
     finish();
+    m_result.events = m_seq;
     return std::move(m_result);
   }
 
@@ -398,7 +425,14 @@ class Engine {
       net_after();
       return;
     }
-    if (ch.mode == LinkMode::OrderedFifo) ls.waiting.push_back(msg);
+    if (ch.mode == LinkMode::OrderedFifo) {
+      int pri = 0;
+      if (ch.tie_break == TieBreak::GradientsFirst) pri = m.flow == Flow::Gradient ? 0 : 1;
+      if (ch.tie_break == TieBreak::ActivationsFirst) pri = m.flow == Flow::Activation ? 0 : 1;
+      ls.waiting.push(WaitKey{m.post_ms, pri, m.pipeline, m.micro, msg});
+      if (ls.groups.empty() || ls.groups.back().post_ms != m.post_ms) ls.groups.push_back(PostGroup{m.post_ms, 0, 0});
+      ++(m.flow == Flow::Gradient ? ls.groups.back().gradients : ls.groups.back().activations);
+    }
     if (!ls.dispatch_pending) {
       ls.dispatch_pending = true;
       push(m_now, 1, Ev::Dispatch, static_cast<int>(c), 0);
@@ -487,17 +521,15 @@ class Engine {
       }
     } else if (ch.mode == LinkMode::OrderedFifo) {
       while (static_cast<int>(ls.active.size()) + ls.holding < ch.slots && !ls.waiting.empty()) {
-        auto key = [&](int msg) {
-          const auto& m = m_p.messages[static_cast<std::size_t>(msg)];
-          int pri = 0;
-          if (ch.tie_break == TieBreak::GradientsFirst) pri = m.flow == Flow::Gradient ? 0 : 1;
-          if (ch.tie_break == TieBreak::ActivationsFirst) pri = m.flow == Flow::Activation ? 0 : 1;
-          return std::make_tuple(m.post_ms, pri, m.pipeline, m.micro, msg);
-        };
-        auto best = std::min_element(ls.waiting.begin(), ls.waiting.end(),
-                                     [&](int a, int b) { return key(a) < key(b); });
-        const int msg = *best;
-        ls.waiting.erase(best);
+        const int msg = ls.waiting.top().msg;
+        ls.waiting.pop();
+        // The earliest waiting transfers are the front group (posts come in time order).
+        PostGroup& g = ls.groups.front();
+        ATLAS_ASSERT(g.post_ms == m_p.messages[static_cast<std::size_t>(msg)].post_ms,
+                     "engine: link " << c << " served a transfer out of its post order");
+        if (g.activations > 0 && g.gradients > 0) m_result.tie_break_used = true;
+        --(m_p.messages[static_cast<std::size_t>(msg)].flow == Flow::Gradient ? g.gradients : g.activations);
+        if (g.activations == 0 && g.gradients == 0) ls.groups.pop_front();
         start_flow(c, msg);
       }
     }

@@ -317,7 +317,9 @@ ScheduleTable time_program(const CostModel& c, ScheduleKind kind, int m, EngineP
   const EngineResult r = run_engine(p);
   if (r.deadlock)
     ATLAS_THROW(Internal, "schedule program for " << to_string(kind) << " deadlocks: " << r.deadlock_reason);
-  return to_table(c, kind, m, p, r, map);
+  ScheduleTable t = to_table(c, kind, m, p, r, map);
+  t.atlas.engine_events = r.events;  // the run's work (build_schedule sums an atlas search's)
+  return t;
 }
 
 }  // namespace detail

@@ -88,11 +88,12 @@ SimResult measure(const sched::ScheduleTable& t, const sched::CostModel& cost, d
 }
 
 SimResult simulate(const sched::CostModel& cost, ScheduleKind kind, int micro_batches, double tokens,
-                   bool atlas_full_search) {
+                   bool atlas_full_search, bool atlas_baseline) {
   sched::ScheduleOptions o;
   o.kind = kind;
   o.micro_batches = micro_batches;
   o.full_search = atlas_full_search;
+  o.baseline_1f1b = atlas_baseline;
   return measure(sched::build_schedule(cost, o), cost, tokens);
 }
 

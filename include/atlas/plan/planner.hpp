@@ -44,9 +44,12 @@ struct Plan {
 struct PlanOptions {
   int simulate_top = 0;          ///< plans simulated per ranking (0 = max(3 * plan.top, 32))
   bool final_full_search = true; ///< re-time the plan.top best with the whole atlas search
-  /// Told what the search is doing ("quick-timing plan 3 of 57"); may be empty. Called from the
-  /// searching thread; the caller shows it (atlas plan's progress line).
+  /// Told what the search is doing ("quick-timing plan 3 of 57"); may be empty. Called from any
+  /// of the search's threads, one call at a time; the caller shows it (atlas plan's progress line).
   std::function<void(const std::string&)> progress;
+  /// Threads that time plans at once (each plan's simulation is independent and deterministic, so
+  /// the result is the same for any count); 0 = the machine's hardware threads, at most 8.
+  int threads = 0;
 };
 
 struct PlanResult {

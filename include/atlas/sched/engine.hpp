@@ -112,6 +112,11 @@ struct EngineResult {
   double makespan_ms = 0.0;
   bool deadlock = false;
   bool stopped = false;                  ///< stopped past EngineProgram::stop_after_ms (makespan > it)
+  /// Whether an OrderedFifo link ever chose among transfers posted at the same instant with both
+  /// flows (activation and gradient) among them: only then can the tie-break rule change the run.
+  /// False: every TieBreak gives this very run (the atlas search times one of them).
+  bool tie_break_used = false;
+  std::uint64_t events = 0;              ///< events the run processed or queued (its work)
   std::string deadlock_reason;           ///< which workers wait on what
 };
 

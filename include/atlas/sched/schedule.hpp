@@ -48,6 +48,11 @@ struct AtlasChoice {
   /// 1F1B's min(pp - stage, m) to GPipe's m, under the device's memory (sched/memory.hpp).
   std::vector<int> depth;
   int candidates_tried = 0;
+  /// Of those, the ones the engine timed (the others were known from a run already made, or lost
+  /// on a lower bound: build.cpp), and the engine events of the whole build (the search, the
+  /// 1F1B baseline and the final timing): its work, which the scale tests bound.
+  int candidates_timed = 0;
+  std::uint64_t engine_events = 0;
   double baseline_1f1b_ms = 0.0; ///< 1F1B with concurrent sharing, same cost model
 };
 
@@ -87,11 +92,22 @@ struct ScheduleOptions {
   double max_stagger_transfers = 2.0;  ///< atlas: largest stagger tried, in WAN transfer times
   bool full_search = true;             ///< atlas: try every candidate (else one sensible default)
   int fixed_slots = 0;                 ///< atlas: > 0 = only this many transfers per link at once
+  /// atlas: time 1F1B too, for AtlasChoice::baseline_1f1b_ms (false: it stays 0, one engine run
+  /// saved; the choice and the table are the same either way).
+  bool baseline_1f1b = true;
 };
 
 /// Builds the table for a cost model. Throws atlas::Error (Internal) if the program deadlocks,
-/// which would be a bug in the program generator.
+/// which would be a bug in the program generator. Where one_replica_per_stage(cost), it times one
+/// DP replica per stage and copies its rows to the others (the same table, to the bit).
 ScheduleTable build_schedule(const CostModel& cost, const ScheduleOptions& opt);
+/// Whether build_schedule and retime time one DP replica per stage for all (the fast path at
+/// scale): every stage in one DC (no WAN link for replicas to share), no shared hosts
+/// (cost.ranks_per_host = 0), dp > 1. Elsewhere every replica is timed.
+[[nodiscard]] bool one_replica_per_stage(const CostModel& cost);
+/// build_schedule with the path given: one_replica = false times every replica (the full path,
+/// which tests compare the fast one with); true needs one_replica_per_stage(cost) (else Internal).
+ScheduleTable build_schedule(const CostModel& cost, const ScheduleOptions& opt, bool one_replica);
 /// The options a deck gives a table of kind `kind` (micro-batches, the atlas stagger cap, fixed
 /// slots): what training, atlas schedule, atlas simulate and the tests build with.
 [[nodiscard]] ScheduleOptions schedule_options(const Config& cfg, ScheduleKind kind);
@@ -107,6 +123,8 @@ ScheduleTable build_schedule(const Config& cfg, const topo::Layout& layout);
 /// the same stagger), timed by the engine. The table's shape (pp, dp, stage_dc) must match the
 /// cost model's, else atlas::Error (Internal). The result has the table's structure_hash().
 ScheduleTable retime(const ScheduleTable& table, const CostModel& cost);
+/// retime with the path given (as build_schedule's one_replica).
+ScheduleTable retime(const ScheduleTable& table, const CostModel& cost, bool one_replica);
 
 /// The compute order (Forward/Backward, micro) of one stage: the schedule's core rule.
 std::vector<std::pair<SlotKind, int>> compute_order(ScheduleKind kind, int stage, int pp, int micro_batches);

@@ -84,9 +84,11 @@ SimResult simulate_on(const Config& deck, const Config& machine, const SimOption
 /// Same, with an explicit profile for the machine.
 SimResult simulate_on(const Config& deck, const Config& machine, const DeviceProfile& profile,
                       const SimOptions& opt = {});
-/// Builds and times a table straight from a cost model (tests, planner, designs).
+/// Builds and times a table straight from a cost model (tests, planner, designs). With
+/// atlas_baseline false an atlas table is built without timing 1F1B for comparison
+/// (AtlasChoice::baseline_1f1b_ms stays 0; the planner, which never shows it, saves that run).
 SimResult simulate(const sched::CostModel& cost, ScheduleKind kind, int micro_batches,
-                   double tokens_per_step, bool atlas_full_search = true);
+                   double tokens_per_step, bool atlas_full_search = true, bool atlas_baseline = true);
 
 /// What the simulator predicts for a deck; the fidelity bench compares it with a real run.
 struct Prediction {
