@@ -31,6 +31,18 @@ Config parse_text(const char* name, const std::string& text) {
   return cfg;
 }
 
+/// The GPT-3 175B model, atlas schedule, 16 rails and the H100 profile of the step and scale decks.
+constexpr const char* kGpt175bAtlas = R"(
+model.layers = 96
+model.hidden = 12288
+model.heads = 96
+model.seq_len = 2048
+model.vocab = 50304
+schedule.kind = atlas
+wan.rails = 16
+plan.gpu = h100
+)";
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -53,17 +65,9 @@ cluster.intra_bandwidth_gbps = 400
 parallel.stages_per_dc = 4 4 4 4
 parallel.dp_size = 78
 parallel.tp_size = 8
-model.layers = 96
-model.hidden = 12288
-model.heads = 96
-model.seq_len = 2048
-model.vocab = 50304
 train.micro_batch_size = 1
 train.micro_batches = 64
-schedule.kind = atlas
-wan.rails = 16
-plan.gpu = h100
-)");
+)" + std::string(kGpt175bAtlas));
 }
 
 Config bench_plan_config() {
@@ -113,17 +117,9 @@ cluster.gpus_per_node = 8
 cluster.intra_bandwidth_gbps = 400
 parallel.dp_size = 784
 parallel.tp_size = 8
-model.layers = 96
-model.hidden = 12288
-model.heads = 96
-model.seq_len = 2048
-model.vocab = 50304
 train.micro_batch_size = 4
 train.micro_batches = 16
-schedule.kind = atlas
-wan.rails = 16
-plan.gpu = h100
-)");
+)" + kGpt175bAtlas);
 }
 
 const atlas::bench::Spec& sim_bench_spec() {
