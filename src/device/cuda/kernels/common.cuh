@@ -46,6 +46,17 @@ __device__ T block_sum(T v, T* shared) {
   return total;
 }
 
+/// One block of kThreads threads adds `count` partial sums in a fixed order (deterministic) into
+/// out[0]. A template so that every kernel file may launch it (kernels do not link across files).
+template <class T>
+__global__ void sum_partials_kernel(const T* partial, int count, T* out) {
+  __shared__ T shared[kWarpsPerBlock];
+  T acc = 0;
+  for (int i = static_cast<int>(threadIdx.x); i < count; i += kThreads) acc += partial[i];
+  acc = block_sum(acc, shared);
+  if (threadIdx.x == 0) out[0] = acc;
+}
+
 /// Max over a block of kThreads threads; every thread gets the result.
 __device__ inline float block_max(float v, float* shared) {
   const int lane = threadIdx.x % kWarp;

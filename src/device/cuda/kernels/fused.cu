@@ -128,15 +128,6 @@ __global__ void sq_norm_multi_kernel(const TensorEntry* tensors, const Chunk* ch
   if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
 
-// One block adds the partials in a fixed order (deterministic).
-__global__ void sum_partials_fixed_kernel(const double* partial, int count, double* out) {
-  __shared__ double shared[kWarpsPerBlock];
-  double acc = 0.0;
-  for (int i = static_cast<int>(threadIdx.x); i < count; i += kThreads) acc += partial[i];
-  acc = block_sum(acc, shared);
-  if (threadIdx.x == 0) out[0] = acc;
-}
-
 }  // namespace
 
 void to_bf16(__nv_bfloat16* out, const float* in, std::size_t n, cudaStream_t stream) {
@@ -182,7 +173,7 @@ void sq_norm_multi(const TensorEntry* tensors, const Chunk* chunks, int chunk_co
   sq_norm_multi_kernel<<<static_cast<unsigned>(chunk_count), kThreads, 0, stream>>>(tensors,
                                                                                     chunks, partial);
   ATLAS_CUDA_CHECK_LAUNCH();
-  sum_partials_fixed_kernel<<<1, kThreads, 0, stream>>>(partial, chunk_count, out);
+  sum_partials_kernel<double><<<1, kThreads, 0, stream>>>(partial, chunk_count, out);
   ATLAS_CUDA_CHECK_LAUNCH();
 }
 

@@ -24,14 +24,6 @@ __global__ void sq_norm_partial_kernel(const float* x, std::size_t n, double* pa
   if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
 
-__global__ void sum_partials_kernel(const double* partial, int count, double* out) {
-  __shared__ double shared[kWarpsPerBlock];
-  double acc = 0.0;
-  for (int i = static_cast<int>(threadIdx.x); i < count; i += kThreads) acc += partial[i];
-  acc = block_sum(acc, shared);
-  if (threadIdx.x == 0) out[0] = acc;
-}
-
 // Block (kColTile, kRowLanes): thread (tx, ty) sums rows ty, ty + kRowLanes, ... of column
 // blockIdx.x * kColTile + tx; the kRowLanes partial sums are then added in a fixed order.
 __global__ void column_sum_kernel(float* dbias, const float* dout, int rows, int cols) {
@@ -64,7 +56,7 @@ void sq_norm(const float* x, std::size_t n, double* partial, double* out, cudaSt
   const int blocks = sq_norm_blocks(n);
   sq_norm_partial_kernel<<<blocks, kThreads, 0, stream>>>(x, n, partial);
   ATLAS_CUDA_CHECK_LAUNCH();
-  sum_partials_kernel<<<1, kThreads, 0, stream>>>(partial, blocks, out);
+  sum_partials_kernel<double><<<1, kThreads, 0, stream>>>(partial, blocks, out);
   ATLAS_CUDA_CHECK_LAUNCH();
 }
 
