@@ -645,7 +645,10 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
     std::atomic<std::size_t> next{0};
     std::exception_ptr failed;
     std::mutex failed_mutex;
-    auto work = [&] {
+    // A thread that runs out of plans gives its place to the atlas searches still running
+    // (sched::take_search_threads): the spawned ones took a place from the pool, the caller's is
+    // its own.
+    auto work = [&](bool from_pool) {
       for (std::size_t n = next++; n < which.size(); n = next++) {
         tell(what(n + 1));
         try {
@@ -656,11 +659,15 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
           next = which.size();
         }
       }
+      sched::give_search_threads(from_pool ? 1 : 0);
     };
     std::vector<std::thread> pool;
-    for (std::size_t t = 1; t < std::min(threads, which.size()); ++t) pool.emplace_back(work);
-    work();
+    for (std::size_t t = 1; t < std::min(threads, which.size()); ++t)
+      pool.emplace_back(work, sched::take_search_threads(1) == 1);
+    work(false);
+    if (!pool.empty()) sched::give_search_threads(1);  // the caller waits: its place is free
     for (auto& th : pool) th.join();
+    if (!pool.empty()) sched::take_search_threads(1);
     if (failed) std::rethrow_exception(failed);
   };
   std::vector<char> group;  // res.plans[i]'s Pick

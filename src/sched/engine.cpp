@@ -78,6 +78,8 @@ class Engine {
   explicit Engine(EngineProgram& p) : m_p(p) {
     const std::size_t nw = p.workers.size();
     m_pc.assign(nw, 0);
+    for (std::size_t w = 0; w < nw; ++w) m_workers_done += p.workers[w].empty() ? 1 : 0;
+    if (m_workers_done == nw) m_result.pcs_done_ms = 0.0;
     m_blocked_msg.assign(nw, -1);
     m_blocked_sync.assign(nw, -1);
     m_result.ops.resize(nw);
@@ -161,6 +163,12 @@ class Engine {
 
   // ---- workers ----
 
+  /// Moves worker w to its next op; the clock at which the last worker passed its last op is
+  /// EngineResult::pcs_done_ms (what a stop bound tests: run()).
+  void bump(std::size_t w) {
+    if (++m_pc[w] == m_p.workers[w].size() && ++m_workers_done == m_pc.size()) m_result.pcs_done_ms = m_now;
+  }
+
   void advance(int w) {
     auto& ops = m_p.workers[static_cast<std::size_t>(w)];
     auto& pc = m_pc[static_cast<std::size_t>(w)];
@@ -181,7 +189,7 @@ class Engine {
             return;  // host_done resumes the worker
           }
           ot = {m_now, m_now, m_now + op.duration_ms};
-          ++pc;
+          bump(static_cast<std::size_t>(w));
           if (op.duration_ms > 0.0) {
             push(ot.end_ms, 0, Ev::Resume, w, 0);
             return;
@@ -191,12 +199,12 @@ class Engine {
         case EngineOp::Type::Send:
           ot = {m_now, m_now, m_now};
           post(op.message);
-          ++pc;
+          bump(static_cast<std::size_t>(w));
           break;
         case EngineOp::Type::Recv:
           if (m_arrived[static_cast<std::size_t>(op.message)]) {
             ot = {m_now, m_now, m_now};
-            ++pc;
+            bump(static_cast<std::size_t>(w));
             break;
           }
           ot.reach_ms = m_now;
@@ -247,7 +255,7 @@ class Engine {
               mop.end_ms = ready + d;
             }
             m_blocked_sync[mw] = -1;
-            ++m_pc[mw];
+            bump(mw);
             if (members[i] != w) push(mop.end_ms, 0, Ev::Resume, members[i], 0);
             else mine_end = mop.end_ms;
           }
@@ -289,7 +297,7 @@ class Engine {
     m_blocked_msg[w] = -1;
     auto& ot = m_result.ops[w][m_pc[w]];
     ot.start_ms = ot.end_ms = m_now;
-    ++m_pc[w];
+    bump(w);
     advance(r);
   }
 
@@ -361,7 +369,7 @@ class Engine {
     for (int w : done) {
       const auto ww = static_cast<std::size_t>(w);
       m_result.ops[ww][m_pc[ww]].end_ms = m_now;
-      ++m_pc[ww];
+      bump(ww);
       push(m_now, 0, Ev::Resume, w, 0);
     }
   }
@@ -527,7 +535,10 @@ class Engine {
         PostGroup& g = ls.groups.front();
         ATLAS_ASSERT(g.post_ms == m_p.messages[static_cast<std::size_t>(msg)].post_ms,
                      "engine: link " << c << " served a transfer out of its post order");
-        if (g.activations > 0 && g.gradients > 0) m_result.tie_break_used = true;
+        if (g.activations > 0 && g.gradients > 0 && !m_result.tie_break_used) {
+          m_result.tie_break_used = true;
+          m_result.tie_break_first_ms = m_now;
+        }
         --(m_p.messages[static_cast<std::size_t>(msg)].flow == Flow::Gradient ? g.gradients : g.activations);
         if (g.activations == 0 && g.gradients == 0) ls.groups.pop_front();
         start_flow(c, msg);
@@ -562,6 +573,7 @@ class Engine {
   std::uint64_t m_seq = 0;
   double m_now = 0.0;
   bool m_past_bound = false;
+  std::size_t m_workers_done = 0;  // workers past their last op (bump)
   std::vector<std::size_t> m_pc;
   std::vector<int> m_blocked_msg;
   std::vector<int> m_blocked_sync;
