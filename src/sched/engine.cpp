@@ -68,6 +68,9 @@ struct LinkState {
   std::deque<PostGroup> groups;
   std::size_t next_order = 0; // Ordered: next position in `order`
   int holding = 0;            // ordered: finished transfers whose slot is not handed over yet
+  // The least remaining bytes of the active flows (+inf: none). All drain at one rate, and
+  // x -> fl(x - d) is monotone, so it follows each update exactly: the scan it saves gave the same.
+  double least = std::numeric_limits<double>::infinity();
   double last_update = 0.0;
   int version = 0;
   bool dispatch_pending = false;
@@ -451,7 +454,9 @@ class Engine {
     auto& m = m_p.messages[static_cast<std::size_t>(msg)];
     m.start_ms = m_now;
     m_remaining[static_cast<std::size_t>(msg)] = static_cast<double>(m.bytes);
-    m_links[static_cast<std::size_t>(c)].active.push_back(msg);
+    auto& started = m_links[static_cast<std::size_t>(c)];
+    started.active.push_back(msg);
+    started.least = std::min(started.least, static_cast<double>(m.bytes));
     m_p.channels[static_cast<std::size_t>(c)].served.push_back(msg);
   }
 
@@ -466,8 +471,11 @@ class Engine {
     auto& ls = m_links[static_cast<std::size_t>(c)];
     const double r = rate(c);
     const double dt = m_now - ls.last_update;
-    if (dt > 0.0)
-      for (int msg : ls.active) m_remaining[static_cast<std::size_t>(msg)] -= r * dt;
+    if (dt > 0.0 && !ls.active.empty()) {
+      const double drained = r * dt;
+      for (int msg : ls.active) m_remaining[static_cast<std::size_t>(msg)] -= drained;
+      ls.least -= drained;
+    }
     ls.last_update = m_now;
   }
 
@@ -475,10 +483,8 @@ class Engine {
     auto& ls = m_links[static_cast<std::size_t>(c)];
     ++ls.version;
     if (ls.active.empty()) return;
-    double least = std::numeric_limits<double>::infinity();
-    for (int msg : ls.active) least = std::min(least, m_remaining[static_cast<std::size_t>(msg)]);
     const double r = rate(c);
-    push(m_now + std::max(0.0, least) / r, 0, Ev::FlowDone, c, ls.version);
+    push(m_now + std::max(0.0, ls.least) / r, 0, Ev::FlowDone, c, ls.version);
   }
 
   void flow_done(int c, int version) {
@@ -488,6 +494,7 @@ class Engine {
     const auto& ch = m_p.channels[static_cast<std::size_t>(c)];
     std::vector<int> still;
     const double r = rate(c);
+    ls.least = std::numeric_limits<double>::infinity();
     for (int msg : ls.active) {
       auto& m = m_p.messages[static_cast<std::size_t>(msg)];
       // A flow whose remainder is rounding noise, or would finish within the clock's
@@ -504,6 +511,7 @@ class Engine {
         }
       } else {
         still.push_back(msg);
+        ls.least = std::min(ls.least, rem);
       }
     }
     ls.active.swap(still);
