@@ -18,10 +18,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <exception>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <thread>
 #include <tuple>
@@ -361,16 +359,16 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
         if (extra > 0) {
           const double stop_after = std::min(best_ms, bound);
           std::vector<Run> runs(wave.size());
+          // A run that throws is left out: the serial search times it again only if it comes to
+          // it, and fails there as it would without threads.
+          std::vector<char> failed(wave.size(), 0);
           std::atomic<std::size_t> next{0};
-          std::exception_ptr failed;
-          std::mutex failed_mutex;
           auto work = [&] {
             for (std::size_t n = next++; n < wave.size(); n = next++) {
               try {
                 runs[n] = time_candidate(list[wave[n]].k, stop_after);
               } catch (...) {
-                const std::lock_guard<std::mutex> lock(failed_mutex);
-                if (!failed) failed = std::current_exception();
+                failed[n] = 1;
               }
             }
           };
@@ -379,10 +377,9 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
           work();
           for (auto& th : pool) th.join();
           if (opt.search_threads <= 1) give_search_threads(extra);
-          if (failed) std::rethrow_exception(failed);
           for (std::size_t n = 0; n < wave.size(); ++n) {
             const AtlasChoice& y = list[wave[n]].k;
-            ahead[key_of(y, static_cast<int>(y.tie_break))] = std::move(runs[n]);
+            if (failed[n] == 0) ahead[key_of(y, static_cast<int>(y.tie_break))] = std::move(runs[n]);
           }
         }
       }
