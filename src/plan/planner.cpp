@@ -640,12 +640,26 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
   // only that plan), telling `what(n)` before the n-th (1-based) starts.
   const unsigned hw = std::max(1U, std::thread::hardware_concurrency());
   const auto threads = static_cast<std::size_t>(opt.threads > 0 ? opt.threads : static_cast<int>(std::min(hw, 8U)));
-  auto run_all = [&](std::vector<Plan>& plans, const std::vector<std::size_t>& which, bool full,
+  auto run_all = [&](std::vector<Plan>& plans, const std::vector<std::size_t>& which_in, bool full,
                      const std::function<std::string(std::size_t)>& what) {
+    // The costliest runs first, so that the last ones to finish are short (the plans and their
+    // results are the same in any order): a plan over several DCs times every replica row
+    // (pp x dp), one in one DC a replica per stage (sched::one_replica_per_stage), each over its
+    // micro-batches.
+    std::vector<std::size_t> which = which_in;
+    auto work_of = [&](std::size_t i) {
+      const Plan& p = plans[i];
+      const bool multi = std::popcount(set_of(p)) > 1;
+      return static_cast<double>(p.pp) * (multi ? p.dp : 1) * p.micro_batches;
+    };
+    std::stable_sort(which.begin(), which.end(), [&](std::size_t a, std::size_t b) { return work_of(a) > work_of(b); });
     std::atomic<std::size_t> next{0};
     std::exception_ptr failed;
     std::mutex failed_mutex;
-    auto work = [&] {
+    // A thread that runs out of plans gives its place to the atlas searches still running
+    // (sched::take_search_threads): the spawned ones took a place from the pool, the caller's is
+    // its own.
+    auto work = [&](bool from_pool) {
       for (std::size_t n = next++; n < which.size(); n = next++) {
         tell(what(n + 1));
         try {
@@ -656,11 +670,15 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
           next = which.size();
         }
       }
+      sched::give_search_threads(from_pool ? 1 : 0);
     };
     std::vector<std::thread> pool;
-    for (std::size_t t = 1; t < std::min(threads, which.size()); ++t) pool.emplace_back(work);
-    work();
+    for (std::size_t t = 1; t < std::min(threads, which.size()); ++t)
+      pool.emplace_back(work, sched::take_search_threads(1) == 1);
+    work(false);
+    if (!pool.empty()) sched::give_search_threads(1);  // the caller waits: its place is free
     for (auto& th : pool) th.join();
+    if (!pool.empty()) sched::take_search_threads(1);
     if (failed) std::rethrow_exception(failed);
   };
   std::vector<char> group;  // res.plans[i]'s Pick

@@ -16,9 +16,12 @@
 #include "atlas/sched/schedule.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <map>
 #include <memory>
+#include <set>
+#include <thread>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -36,6 +39,10 @@ using detail::time_program;
 // ---- building ----
 
 namespace {
+
+/// Engine events of the default atlas candidate above which the search times candidates on the
+/// process's threads (search_threads = 0): ~0.1 s of engine work, far more than a thread's start.
+constexpr std::uint64_t kSpeculateEvents = 500000;
 
 /// Whether every DP replica of a stage is timed exactly alike, so that one replica per stage
 /// stands for all: every stage in one DC (no WAN link: each boundary message a fixed-cost
@@ -76,6 +83,29 @@ ScheduleTable with_replicas(ScheduleTable t, int dp) {
 }  // namespace
 
 bool one_replica_per_stage(const CostModel& c) { return replicas_alike(c); }
+
+namespace {
+/// The process's threads for speculative atlas candidates beyond the caller's own: min(hardware
+/// threads, 8) - 1 (each concurrent run holds its own engine program: ~150 MB at 100k GPUs).
+std::atomic<int>& search_thread_pool() {
+  static std::atomic<int> pool{static_cast<int>(std::min(std::max(1U, std::thread::hardware_concurrency()), 8U)) - 1};
+  return pool;
+}
+}  // namespace
+
+int take_search_threads(int most) {
+  auto& pool = search_thread_pool();
+  int have = pool.load();
+  while (have > 0 && most > 0) {
+    const int got = std::min(have, most);
+    if (pool.compare_exchange_weak(have, have - got)) return got;
+  }
+  return 0;
+}
+
+void give_search_threads(int n) {
+  if (n > 0) search_thread_pool() += n;
+}
 
 ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt) {
   return build_schedule(c, opt, replicas_alike(c));
@@ -218,13 +248,53 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
     }
     return lb * (1.0 - 1e-9);  // rounding: the engine sums the same times in another order
   };
+  // Speculative runs (ScheduleOptions::search_threads): candidates timed ahead, on threads, with
+  // the stop bound of that moment, which is >= the one the serial search gives them later (bounds
+  // only fall). `consider` takes such a run as the run with its own bound would have been: the
+  // engine is deterministic and the bound only acts at the first event past it, so the same run
+  // up to there. A run that finished with makespan M (every worker past its last op at P) is that
+  // run if M <= S or P <= S, else it would have stopped; a stopped one used a tie-break iff it
+  // did at or before S (EngineResult::tie_break_first_ms, pcs_done_ms). So the choice, the tried
+  // and timed counts and the table are those of the serial search for any thread count; only
+  // engine_events (the work done) grows by the runs the serial search would not have made.
+  struct Run {
+    double stop_ms = 0.0;
+    bool deadlock = false, stopped = false, tie_used = false;
+    double makespan_ms = 0.0, tie_first_ms = 0.0, pcs_done_ms = 0.0;
+    std::uint64_t events = 0;
+    std::shared_ptr<const std::vector<std::vector<int>>> served;  // finished runs only
+  };
+  using Key = std::tuple<std::vector<int>, int, int, double>;
+  auto key_of = [](const AtlasChoice& k, int tie) { return std::make_tuple(k.depth, k.slots, tie, k.stagger_ms); };
+  std::map<Key, Run> ahead;
+  auto time_candidate = [&](const AtlasChoice& k, double stop_after) {
+    ProgramMap map;
+    EngineProgram p = program(k, map);
+    p.stop_after_ms = stop_after;
+    const EngineResult r = run_engine(p);
+    Run run{stop_after, r.deadlock, r.stopped, r.tie_break_used, r.makespan_ms, r.tie_break_first_ms, r.pcs_done_ms,
+            r.events, nullptr};
+    if (!r.deadlock && !r.stopped) run.served = outcome_of(r, p, true).served;
+    return run;
+  };
+  // Ties keep the earlier candidate. Another depth (deeper: more memory) must gain more than
+  // 1e-4 of the step, else the shallower one stays; GPipe's own program (`classic`) only needs
+  // to be faster, so atlas is never slower than GPipe.
+  auto margin_of = [&](const AtlasChoice& k, bool classic) {
+    return k.depth == best.depth || classic ? 1e-9 : 1e-4 * best_ms;
+  };
+  // Whether `consider` would run the engine for k now (not known, not lost on the links' bound).
+  auto would_time = [&](const AtlasChoice& k, bool classic) {
+    if (c.dp == 1 && k.stagger_ms > 0) return false;
+    if (outcomes.count(key_of(k, static_cast<int>(k.tie_break))) > 0 || outcomes.count(key_of(k, -1)) > 0) return false;
+    const double stop_after = std::min(best_ms, bound);
+    const double lb = links_bound(k.slots);
+    return !(lb > stop_after || (std::isfinite(best_ms) && lb >= best_ms - margin_of(k, classic)));
+  };
   auto consider = [&](const AtlasChoice& k, bool classic = false) {
     if (c.dp == 1 && k.stagger_ms > 0) return;  // one pipeline: nothing to stagger against
     ++tried;
-    // Ties keep the earlier candidate. Another depth (deeper: more memory) must gain more than
-    // 1e-4 of the step, else the shallower one stays; GPipe's own program (`classic`) only needs
-    // to be faster, so atlas is never slower than GPipe.
-    const double margin = k.depth == best.depth || classic ? 1e-9 : 1e-4 * best_ms;
+    const double margin = margin_of(k, classic);
     const double stop_after = std::min(best_ms, bound);
     auto take = [&](double makespan_ms) {
       if (!std::isfinite(best_ms) || makespan_ms < best_ms - margin) {
@@ -241,19 +311,84 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
     }
     const double lb = links_bound(k.slots);
     if (lb > stop_after || (std::isfinite(best_ms) && lb >= best_ms - margin)) return;  // cannot win
-    ProgramMap map;
-    EngineProgram p = program(k, map);
-    p.stop_after_ms = stop_after;
-    const EngineResult r = run_engine(p);
-    events += r.events;
+    Run run;
+    const auto early = ahead.find(key);
+    if (early != ahead.end()) {
+      run = std::move(early->second);
+      ahead.erase(early);
+      ATLAS_ASSERT(run.stop_ms >= stop_after, "atlas search: a speculative run under a lower bound than the search's");
+    } else {
+      run = time_candidate(k, stop_after);
+    }
+    events += run.events;
     ++timed;
-    const Outcome o = outcome_of(r, p, !r.deadlock && !r.stopped);
+    // The run with bound stop_after (the same run when run.stop_ms == stop_after).
+    const bool finished = !run.deadlock && !run.stopped &&
+                          (!(run.makespan_ms > stop_after) || !(run.pcs_done_ms > stop_after));
+    const bool tie_used = finished ? run.tie_used : run.tie_first_ms <= stop_after;
+    const Outcome o{finished, run.makespan_ms, finished ? run.served : nullptr};
     outcomes[key] = o;
-    if (!r.tie_break_used) outcomes[std::make_tuple(k.depth, k.slots, -1, k.stagger_ms)] = o;
-    if (o.finished) take(r.makespan_ms);
+    if (!tie_used) outcomes[std::make_tuple(k.depth, k.slots, -1, k.stagger_ms)] = o;
+    if (o.finished) take(run.makespan_ms);
+  };
+  // Threads for speculation: explicit, or the process's pool where one run is long enough to pay
+  // for a thread (set after the default candidate's run below).
+  bool speculate = opt.search_threads > 1;
+  // Considers list[i] in order; before one the engine must time, times it and the next ones the
+  // engine would time (as things stand; one per depth, slots and stagger, since the run of one
+  // tie-break may stand for the others) at once on threads.
+  struct Cand {
+    AtlasChoice k;
+    bool classic = false;
+  };
+  auto search_list = [&](const std::vector<Cand>& list) {
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const Cand& x = list[i];
+      if (speculate && ahead.count(key_of(x.k, static_cast<int>(x.k.tie_break))) == 0 && would_time(x.k, x.classic)) {
+        const int most = opt.search_threads > 1 ? opt.search_threads : 8;
+        std::vector<std::size_t> wave{i};
+        std::set<std::tuple<std::vector<int>, int, double>> triples{{x.k.depth, x.k.slots, x.k.stagger_ms}};
+        for (std::size_t j = i + 1; j < list.size() && static_cast<int>(wave.size()) < most; ++j) {
+          const Cand& y = list[j];
+          if (ahead.count(key_of(y.k, static_cast<int>(y.k.tie_break))) > 0 || !would_time(y.k, y.classic)) continue;
+          if (triples.insert({y.k.depth, y.k.slots, y.k.stagger_ms}).second) wave.push_back(j);
+        }
+        const int extra = opt.search_threads > 1 ? static_cast<int>(wave.size()) - 1
+                                                 : take_search_threads(static_cast<int>(wave.size()) - 1);
+        wave.resize(static_cast<std::size_t>(1 + extra));
+        if (extra > 0) {
+          const double stop_after = std::min(best_ms, bound);
+          std::vector<Run> runs(wave.size());
+          // A run that throws is left out: the serial search times it again only if it comes to
+          // it, and fails there as it would without threads.
+          std::vector<char> failed(wave.size(), 0);
+          std::atomic<std::size_t> next{0};
+          auto work = [&] {
+            for (std::size_t n = next++; n < wave.size(); n = next++) {
+              try {
+                runs[n] = time_candidate(list[wave[n]].k, stop_after);
+              } catch (...) {
+                failed[n] = 1;
+              }
+            }
+          };
+          std::vector<std::thread> pool;
+          for (int t = 0; t < extra; ++t) pool.emplace_back(work);
+          work();
+          for (auto& th : pool) th.join();
+          if (opt.search_threads <= 1) give_search_threads(extra);
+          for (std::size_t n = 0; n < wave.size(); ++n) {
+            const AtlasChoice& y = list[wave[n]].k;
+            if (failed[n] == 0) ahead[key_of(y, static_cast<int>(y.tie_break))] = std::move(runs[n]);
+          }
+        }
+      }
+      consider(x.k, x.classic);
+    }
   };
   // The link policies at one depth: every slot count x tie-break x stagger.
   auto search_links = [&](const std::vector<int>& depth) {
+    std::vector<Cand> list;
     for (int slots : slot_choices)
       for (TieBreak tie : ties)
         for (double stagger : staggers) {
@@ -262,8 +397,9 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
           k.slots = slots;
           k.tie_break = tie;
           k.stagger_ms = stagger;
-          consider(k);
+          list.push_back({k, false});
         }
+    search_list(list);
   };
   // 1. 1F1B's depth (under the memory cap), every link policy.
   const std::vector<int> base_depth = detail::fit_depth(detail::classic_depth(ScheduleKind::OneFOneB, c.pp, m),
@@ -280,6 +416,8 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
     events += r.events;
     ++timed;
     if (!r.deadlock) bound = r.makespan_ms + 1e-9;
+    // One run long enough to pay for threads (work, not time: the same for every machine).
+    if (opt.search_threads == 0 && r.events >= kSpeculateEvents) speculate = true;
     // The same candidate comes again in the grid below: this is its outcome (nothing stopped it).
     const Outcome o = outcome_of(r, p, !r.deadlock);
     outcomes[std::make_tuple(k.depth, k.slots, static_cast<int>(k.tie_break), k.stagger_ms)] = o;
@@ -290,32 +428,40 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
   //    every transfer at once and no stagger (the classic concurrent sharing: GPipe's and 1F1B's
   //    own timing is a candidate, so atlas is never slower than either at the same memory).
   const AtlasChoice first = best;
-  for (const auto& depth : detail::depth_candidates(c, m, opt.full_search)) {
-    AtlasChoice k = first;
-    k.depth = depth;
-    consider(k);
-    k.slots = opt.fixed_slots > 0 ? opt.fixed_slots : all_slots;
-    k.tie_break = TieBreak::PipelineOrder;
-    k.stagger_ms = 0.0;
-    consider(k, depth == detail::classic_depth(ScheduleKind::GPipe, c.pp, m));
+  {
+    std::vector<Cand> list;
+    for (const auto& depth : detail::depth_candidates(c, m, opt.full_search)) {
+      AtlasChoice k = first;
+      k.depth = depth;
+      list.push_back({k, false});
+      k.slots = opt.fixed_slots > 0 ? opt.fixed_slots : all_slots;
+      k.tie_break = TieBreak::PipelineOrder;
+      k.stagger_ms = 0.0;
+      list.push_back({k, depth == detail::classic_depth(ScheduleKind::GPipe, c.pp, m)});
+    }
+    search_list(list);
   }
   // 3. A deeper depth won: its link policy again, one coordinate at a time (slot counts, then
   //    tie-break x stagger), not the whole grid: the search stays within ~1.5x of one grid.
   if (best.depth != base_depth && std::isfinite(best_ms)) {
     const AtlasChoice deep = best;
+    std::vector<Cand> list;
     for (int slots : slot_choices) {
       AtlasChoice k = deep;
       k.slots = slots;
-      if (slots != deep.slots) consider(k);
+      if (slots != deep.slots) list.push_back({k, false});
     }
+    search_list(list);
     const AtlasChoice sized = best;
+    list.clear();
     for (TieBreak tie : ties)
       for (double stagger : staggers) {
         AtlasChoice k = sized;
         k.tie_break = tie;
         k.stagger_ms = stagger;
-        if (tie != sized.tie_break || stagger != sized.stagger_ms) consider(k);
+        if (tie != sized.tie_break || stagger != sized.stagger_ms) list.push_back({k, false});
       }
+    search_list(list);
   }
   ATLAS_ASSERT(std::isfinite(best_ms), "no atlas candidate finished");
 

@@ -68,6 +68,9 @@ struct LinkState {
   std::deque<PostGroup> groups;
   std::size_t next_order = 0; // Ordered: next position in `order`
   int holding = 0;            // ordered: finished transfers whose slot is not handed over yet
+  // The least remaining bytes of the active flows (+inf: none). All drain at one rate, and
+  // x -> fl(x - d) is monotone, so it follows each update exactly: the scan it saves gave the same.
+  double least = std::numeric_limits<double>::infinity();
   double last_update = 0.0;
   int version = 0;
   bool dispatch_pending = false;
@@ -78,6 +81,8 @@ class Engine {
   explicit Engine(EngineProgram& p) : m_p(p) {
     const std::size_t nw = p.workers.size();
     m_pc.assign(nw, 0);
+    for (std::size_t w = 0; w < nw; ++w) m_workers_done += p.workers[w].empty() ? 1 : 0;
+    if (m_workers_done == nw) m_result.pcs_done_ms = 0.0;
     m_blocked_msg.assign(nw, -1);
     m_blocked_sync.assign(nw, -1);
     m_result.ops.resize(nw);
@@ -161,6 +166,12 @@ class Engine {
 
   // ---- workers ----
 
+  /// Moves worker w to its next op; the clock at which the last worker passed its last op is
+  /// EngineResult::pcs_done_ms (what a stop bound tests: run()).
+  void bump(std::size_t w) {
+    if (++m_pc[w] == m_p.workers[w].size() && ++m_workers_done == m_pc.size()) m_result.pcs_done_ms = m_now;
+  }
+
   void advance(int w) {
     auto& ops = m_p.workers[static_cast<std::size_t>(w)];
     auto& pc = m_pc[static_cast<std::size_t>(w)];
@@ -181,7 +192,7 @@ class Engine {
             return;  // host_done resumes the worker
           }
           ot = {m_now, m_now, m_now + op.duration_ms};
-          ++pc;
+          bump(static_cast<std::size_t>(w));
           if (op.duration_ms > 0.0) {
             push(ot.end_ms, 0, Ev::Resume, w, 0);
             return;
@@ -191,12 +202,12 @@ class Engine {
         case EngineOp::Type::Send:
           ot = {m_now, m_now, m_now};
           post(op.message);
-          ++pc;
+          bump(static_cast<std::size_t>(w));
           break;
         case EngineOp::Type::Recv:
           if (m_arrived[static_cast<std::size_t>(op.message)]) {
             ot = {m_now, m_now, m_now};
-            ++pc;
+            bump(static_cast<std::size_t>(w));
             break;
           }
           ot.reach_ms = m_now;
@@ -247,7 +258,7 @@ class Engine {
               mop.end_ms = ready + d;
             }
             m_blocked_sync[mw] = -1;
-            ++m_pc[mw];
+            bump(mw);
             if (members[i] != w) push(mop.end_ms, 0, Ev::Resume, members[i], 0);
             else mine_end = mop.end_ms;
           }
@@ -289,7 +300,7 @@ class Engine {
     m_blocked_msg[w] = -1;
     auto& ot = m_result.ops[w][m_pc[w]];
     ot.start_ms = ot.end_ms = m_now;
-    ++m_pc[w];
+    bump(w);
     advance(r);
   }
 
@@ -361,7 +372,7 @@ class Engine {
     for (int w : done) {
       const auto ww = static_cast<std::size_t>(w);
       m_result.ops[ww][m_pc[ww]].end_ms = m_now;
-      ++m_pc[ww];
+      bump(ww);
       push(m_now, 0, Ev::Resume, w, 0);
     }
   }
@@ -443,7 +454,9 @@ class Engine {
     auto& m = m_p.messages[static_cast<std::size_t>(msg)];
     m.start_ms = m_now;
     m_remaining[static_cast<std::size_t>(msg)] = static_cast<double>(m.bytes);
-    m_links[static_cast<std::size_t>(c)].active.push_back(msg);
+    auto& started = m_links[static_cast<std::size_t>(c)];
+    started.active.push_back(msg);
+    started.least = std::min(started.least, static_cast<double>(m.bytes));
     m_p.channels[static_cast<std::size_t>(c)].served.push_back(msg);
   }
 
@@ -458,8 +471,11 @@ class Engine {
     auto& ls = m_links[static_cast<std::size_t>(c)];
     const double r = rate(c);
     const double dt = m_now - ls.last_update;
-    if (dt > 0.0)
-      for (int msg : ls.active) m_remaining[static_cast<std::size_t>(msg)] -= r * dt;
+    if (dt > 0.0 && !ls.active.empty()) {
+      const double drained = r * dt;
+      for (int msg : ls.active) m_remaining[static_cast<std::size_t>(msg)] -= drained;
+      ls.least -= drained;
+    }
     ls.last_update = m_now;
   }
 
@@ -467,10 +483,8 @@ class Engine {
     auto& ls = m_links[static_cast<std::size_t>(c)];
     ++ls.version;
     if (ls.active.empty()) return;
-    double least = std::numeric_limits<double>::infinity();
-    for (int msg : ls.active) least = std::min(least, m_remaining[static_cast<std::size_t>(msg)]);
     const double r = rate(c);
-    push(m_now + std::max(0.0, least) / r, 0, Ev::FlowDone, c, ls.version);
+    push(m_now + std::max(0.0, ls.least) / r, 0, Ev::FlowDone, c, ls.version);
   }
 
   void flow_done(int c, int version) {
@@ -480,6 +494,7 @@ class Engine {
     const auto& ch = m_p.channels[static_cast<std::size_t>(c)];
     std::vector<int> still;
     const double r = rate(c);
+    ls.least = std::numeric_limits<double>::infinity();
     for (int msg : ls.active) {
       auto& m = m_p.messages[static_cast<std::size_t>(msg)];
       // A flow whose remainder is rounding noise, or would finish within the clock's
@@ -496,6 +511,7 @@ class Engine {
         }
       } else {
         still.push_back(msg);
+        ls.least = std::min(ls.least, rem);
       }
     }
     ls.active.swap(still);
@@ -527,7 +543,10 @@ class Engine {
         PostGroup& g = ls.groups.front();
         ATLAS_ASSERT(g.post_ms == m_p.messages[static_cast<std::size_t>(msg)].post_ms,
                      "engine: link " << c << " served a transfer out of its post order");
-        if (g.activations > 0 && g.gradients > 0) m_result.tie_break_used = true;
+        if (g.activations > 0 && g.gradients > 0 && !m_result.tie_break_used) {
+          m_result.tie_break_used = true;
+          m_result.tie_break_first_ms = m_now;
+        }
         --(m_p.messages[static_cast<std::size_t>(msg)].flow == Flow::Gradient ? g.gradients : g.activations);
         if (g.activations == 0 && g.gradients == 0) ls.groups.pop_front();
         start_flow(c, msg);
@@ -562,6 +581,7 @@ class Engine {
   std::uint64_t m_seq = 0;
   double m_now = 0.0;
   bool m_past_bound = false;
+  std::size_t m_workers_done = 0;  // workers past their last op (bump)
   std::vector<std::size_t> m_pc;
   std::vector<int> m_blocked_msg;
   std::vector<int> m_blocked_sync;

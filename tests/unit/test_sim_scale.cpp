@@ -200,6 +200,49 @@ TEST(AtlasSearch, TimesOnlyTheCandidatesThatMayWin) {
   EXPECT_GT(t.atlas.candidates_timed, 0);
 }
 
+TEST(AtlasSearch, CandidatesOnThreadsChooseAsTheSerialSearch) {
+  // Speculative runs on 2 and 4 threads (timed ahead under a looser stop bound, taken as the run
+  // the serial search would make): the same choice, counts and table as one thread, on WAN-bound
+  // synthetic decks (links, stagger, tie-breaks, deeper depths) and the multi-DC example decks.
+  std::vector<std::pair<std::string, CostModel>> cases;
+  cases.emplace_back("4 DCs dp 16", testing::uniform_cost_model({1, 1, 1, 1}, 16, 2.0, 4.0, 4 << 20, 1e5, 2.5e4, 20.0));
+  cases.emplace_back("2 DCs dp 4", testing::uniform_cost_model({2, 2}, 4, 2.0, 4.0, 1 << 20, 1e5, 5e4, 10.0));
+  cases.emplace_back("3 DCs dp 8", testing::uniform_cost_model({1, 1, 2}, 8, 2.0, 4.0, 1 << 20, 1e6, 1e5, 30.0));
+  const fs::path root = fs::path(ATLAS_SOURCE_DIR);
+  const fs::path here = fs::current_path();
+  fs::current_path(root);  // decks name profiles relative to the checkout
+  for (const char* deck : {"inputs/sim_gpt175b_4dc.deck", "inputs/plan_70b_4dc.deck", "inputs/atlas_wan_bound.deck",
+                           "inputs/three_dc_cpu.deck"}) {
+    deck::JobShape shape;
+    shape.world_size = -1;
+    shape.cuda_built = true;
+    Config cfg = deck::parse_and_validate(deck, deck::read_text_file(deck), {}, shape);
+    deck::read_device_profiles(cfg);
+    const topo::Layout layout(cfg.parallel.stages_per_dc, cfg.parallel.dp_size, cfg.parallel.tp_size);
+    cases.emplace_back(deck, cost_model(cfg, layout));
+  }
+  fs::current_path(here);
+  int speculated = 0;
+  for (const auto& [what, c] : cases) {
+    ScheduleOptions o;
+    o.kind = ScheduleKind::Atlas;
+    o.micro_batches = 8;
+    o.search_threads = 1;
+    const ScheduleTable serial = build_schedule(c, o);
+    for (int threads : {2, 4}) {
+      o.search_threads = threads;
+      const ScheduleTable t = build_schedule(c, o);
+      expect_same_table(serial, t, what + ", " + std::to_string(threads) + " threads");
+      EXPECT_EQ(serial.atlas.candidates_timed, t.atlas.candidates_timed) << what;
+      // Speculation only adds runs (those the serial search would have skipped).
+      EXPECT_GE(t.atlas.engine_events, serial.atlas.engine_events) << what;
+      speculated += t.atlas.engine_events > serial.atlas.engine_events ? 1 : 0;
+    }
+  }
+  // Some runs were made ahead under a looser bound (the conversion above was exercised).
+  EXPECT_GT(speculated, 2);
+}
+
 TEST(AtlasScale, A100kGpuDeckInOneDcIsBuiltWithOneReplicaPerStage) {
   // 175B on 100,352 GPUs in one DC (16 stages x dp 784 x tp 8, 16 micro-batches of 4): the
   // engine's work is that of one replica per stage (not a wall-clock bound): the whole atlas

@@ -116,6 +116,12 @@ struct EngineResult {
   /// flows (activation and gradient) among them: only then can the tie-break rule change the run.
   /// False: every TieBreak gives this very run (the atlas search times one of them).
   bool tie_break_used = false;
+  /// The clock at the first such choice (infinity: none). A run stopped at a lower bound S would
+  /// have used a tie-break iff this is <= S: the atlas search's speculative runs (build.cpp).
+  double tie_break_first_ms = std::numeric_limits<double>::infinity();
+  /// The clock at which every worker had passed its last op (its last compute may still run):
+  /// a run with stop_after_ms = S stops iff it meets an event past S while this is > S.
+  double pcs_done_ms = std::numeric_limits<double>::infinity();
   std::uint64_t events = 0;              ///< events the run processed or queued (its work)
   std::string deadlock_reason;           ///< which workers wait on what
 };

@@ -95,7 +95,18 @@ struct ScheduleOptions {
   /// atlas: time 1F1B too, for AtlasChoice::baseline_1f1b_ms (false: it stays 0, one engine run
   /// saved; the choice and the table are the same either way).
   bool baseline_1f1b = true;
+  /// atlas: candidates timed at once, speculatively (build.cpp): 1 = one after another; N > 1 =
+  /// N threads; 0 = the process's spare threads (take_search_threads) where one candidate's run is
+  /// long. The choice, the counts of candidates tried and timed and the table are the same for
+  /// every value; only AtlasChoice::engine_events counts the extra runs.
+  int search_threads = 0;
 };
+
+/// The process's spare threads for the atlas search (min(hardware threads, 8) - 1 in all): takes
+/// up to `most` (returns how many; never waits), and gives them back. Callers that run work on
+/// threads of their own (the planner) take them too, so that searches only add threads that idle.
+int take_search_threads(int most);
+void give_search_threads(int n);
 
 /// Builds the table for a cost model. Throws atlas::Error (Internal) if the program deadlocks,
 /// which would be a bug in the program generator. Where one_replica_per_stage(cost), it times one
