@@ -19,23 +19,18 @@
 #include "cuda_backend.hpp"
 #include "cuda_backend_impl.hpp"
 #include "flash_attention.hpp"
+#include "gpu/cuda_test_util.hpp"
+#include "support/attention_shape.hpp"
 #include "unit/test_model_util.hpp"
 
 namespace atlas::device {
 namespace {
 
 using testutil::max_rel_diff;
+using testutil::no_device_reason;
 using testutil::random_vec;
 
-struct Shape {
-  int batch, seq, heads, head_dim;
-  [[nodiscard]] std::string tag() const {
-    return "B" + std::to_string(batch) + " T" + std::to_string(seq) + " H" +
-           std::to_string(heads) + " D" + std::to_string(head_dim);
-  }
-  [[nodiscard]] std::size_t tokens() const { return static_cast<std::size_t>(batch) * seq; }
-  [[nodiscard]] std::size_t hd() const { return static_cast<std::size_t>(heads) * head_dim; }
-};
+using Shape = testutil::AttentionShape;
 
 // ---- without a GPU: the sizes the backend reports come from these rules ----
 
@@ -51,13 +46,6 @@ TEST(CudaAttentionSizes, FusedStateIsLinearInSeqLen) {
 }
 
 // ---- on a GPU ----
-
-std::string no_device_reason() {
-  const cuda::DeviceProbe probe = cuda::probe_devices();
-  if (!probe.error.empty()) return "cudaGetDeviceCount returned " + probe.error;
-  if (probe.count == 0) return "cudaGetDeviceCount found 0 devices";
-  return "";
-}
 
 struct Outcome {
   std::vector<float> out, dqkv;

@@ -18,19 +18,14 @@
 #include "atlas/device/host_backend.hpp"
 #include "cuda_backend.hpp"
 #include "cuda_backend_impl.hpp"
+#include "gpu/cuda_test_util.hpp"
 #include "unit/test_model_util.hpp"
 
 namespace atlas::device {
 namespace {
 
+using testutil::no_device_reason;
 using testutil::random_vec;
-
-std::string no_device_reason() {
-  const cuda::DeviceProbe probe = cuda::probe_devices();
-  if (!probe.error.empty()) return "cudaGetDeviceCount returned " + probe.error;
-  if (probe.count == 0) return "cudaGetDeviceCount found 0 devices";
-  return "";
-}
 
 // ---- checks that need no GPU ----
 

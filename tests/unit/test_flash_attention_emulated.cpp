@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "atlas/device/host_backend.hpp"
+#include "support/attention_shape.hpp"
 #include "unit/test_model_util.hpp"
 // After the atlas headers: the shim defines CUDA's vocabulary (threadIdx, __device__, ...).
 #include "flash_attention_kernels.cuh"
@@ -48,15 +49,7 @@ static_assert(fl::BwdLayout<fl::bf16, 32, fl::kBwdWarps<32>>::kBytes <= kSm80Sha
 static_assert(fl::BwdLayout<fl::bf16, 64, fl::kBwdWarps<64>>::kBytes <= kSm80SharedOptin);
 static_assert(fl::BwdLayout<fl::bf16, 128, fl::kBwdWarps<128>>::kBytes <= kSm80SharedOptin);
 
-struct Shape {
-  int batch, seq, heads, head_dim;
-  [[nodiscard]] std::string tag() const {
-    return "B" + std::to_string(batch) + " T" + std::to_string(seq) + " H" +
-           std::to_string(heads) + " D" + std::to_string(head_dim);
-  }
-  [[nodiscard]] std::size_t tokens() const { return static_cast<std::size_t>(batch) * seq; }
-  [[nodiscard]] std::size_t hd() const { return static_cast<std::size_t>(heads) * head_dim; }
-};
+using Shape = atlas::testutil::AttentionShape;
 
 void poison() { std::memset(fl::smem, 0xff, sizeof fl::smem); }  // NaN as float and as bf16
 
