@@ -4,6 +4,8 @@
 // BubbleFiller gets; the filler decides what to do in them.
 #include "atlas/runtime/trainer.hpp"
 
+#include "atlas/core/check.hpp"
+
 #include <algorithm>
 #include <thread>
 
@@ -63,6 +65,10 @@ StepReport Trainer::train_step(int step) {
                           overlap ? &ready : nullptr, slot.chunk);
         break;
       }
+      case SlotKind::BackwardInput:
+      case SlotKind::BackwardWeight:
+        ATLAS_THROW(Internal, "stage " << m_me.stage << ": a " << sched::to_string(slot.kind)
+                                       << " slot, but no schedule emits split backwards yet");
       case SlotKind::WanRecv:
       case SlotKind::LocalRecv: {
         spent_prefill = receive(step, slot, i, r);  // returns with the data in

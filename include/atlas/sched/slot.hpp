@@ -19,15 +19,25 @@ enum class SlotKind : std::uint8_t {
   Optimizer,  ///< gradient clipping + AdamW step
   Prefill,    ///< BubbleTea: an inference prefill (chunk) placed in a bubble
   Idle,       ///< predicted wait: a bubble
+  /// Zero-bubble split of a backward (schedule.split_backward): the activation-gradient half (B),
+  /// which gives the previous stage its gradient; its weight-gradient half runs later in a
+  /// BackwardWeight slot (W) of the same micro-batch and chunk. Appended after Idle so that the
+  /// kind numbers stored in profiles stay.
+  BackwardInput,
+  BackwardWeight,  ///< the weight-gradient half (W) of a split backward: fills waits
 };
 
-inline constexpr int kSlotKindCount = 10;
+inline constexpr int kSlotKindCount = 12;
 inline constexpr const char* kSlotKindNames[kSlotKindCount] = {
     "forward", "backward", "wan_send", "wan_recv", "local_send", "local_recv",
-    "all_reduce", "optimizer", "prefill", "idle"};
+    "all_reduce", "optimizer", "prefill", "idle", "backward_input", "backward_weight"};
 
 constexpr const char* to_string(SlotKind k) { return kSlotKindNames[static_cast<int>(k)]; }
-constexpr bool is_compute(SlotKind k) { return k == SlotKind::Forward || k == SlotKind::Backward; }
+/// A backward or either half of a split one.
+constexpr bool is_backward(SlotKind k) {
+  return k == SlotKind::Backward || k == SlotKind::BackwardInput || k == SlotKind::BackwardWeight;
+}
+constexpr bool is_compute(SlotKind k) { return k == SlotKind::Forward || is_backward(k); }
 constexpr bool is_send(SlotKind k) { return k == SlotKind::WanSend || k == SlotKind::LocalSend; }
 constexpr bool is_recv(SlotKind k) { return k == SlotKind::WanRecv || k == SlotKind::LocalRecv; }
 
