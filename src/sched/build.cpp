@@ -402,8 +402,7 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
     search_list(list);
   };
   // 1. 1F1B's depth (under the memory cap), every link policy.
-  const std::vector<int> base_depth = detail::fit_depth(detail::classic_depth(ScheduleKind::OneFOneB, c.pp, m),
-                                                        detail::memory_depth_cap(c, m));
+  const std::vector<int> base_depth = detail::atlas_base_depth(c, m);
   if (!no_wan && opt.full_search && opt.fixed_slots <= 0) {
     AtlasChoice k;
     k.depth = base_depth;
@@ -437,7 +436,7 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
       k.slots = opt.fixed_slots > 0 ? opt.fixed_slots : all_slots;
       k.tie_break = TieBreak::PipelineOrder;
       k.stagger_ms = 0.0;
-      list.push_back({k, depth == detail::classic_depth(ScheduleKind::GPipe, c.pp, m)});
+      list.push_back({k, detail::is_gpipe_depth(c, m, depth)});
     }
     search_list(list);
   }

@@ -128,7 +128,8 @@ std::string gantt(const ScheduleTable& t, const std::vector<std::string>& dc_nam
                        "per link; {} candidates; 1f1b with concurrent sharing: {:.3f} ms\n",
                        t.atlas.stagger_ms, tie_name(t.atlas.tie_break), t.atlas.slots,
                        t.atlas.candidates_tried, t.atlas.baseline_1f1b_ms) +
-           fmt::format("# atlas in-flight depth per stage (micro-batches held): {}\n", fmt::join(t.atlas.depth, ","));
+           fmt::format("# atlas in-flight depth per stage ({} held): {}\n",
+                       t.virtual_stages > 1 ? "chunk passes" : "micro-batches", fmt::join(t.atlas.depth, ","));
   return out;
 }
 

@@ -22,26 +22,10 @@ std::vector<ChunkStep> compute_order(ScheduleKind kind, int stage, int pp, int m
   ATLAS_ASSERT(kind != ScheduleKind::GPipe && pp > 1 && m % pp == 0,
                "interleaved 1F1B needs a 1F1B-based schedule, pp > 1 and micro-batches a multiple of pp (pp "
                    << pp << ", micro-batches " << m << ", virtual stages " << v << ")");
-  // Megatron-LM's forward_backward_pipelining_with_interleaving: the k-th forward (backward) of
-  // the stage, 0 <= k < v*m, runs micro-batch (k / pv) * p + k % p through chunk (k % pv) / p
-  // (backwards: the chunks in reverse order).
-  const int total = v * m;
-  const int pv = pp * v;
-  auto step = [&](int k, bool forward) {
-    const int in_group = k % pv;
-    const int chunk = in_group / pp;
-    return ChunkStep{forward ? SlotKind::Forward : SlotKind::Backward, (k / pv) * pp + k % pp,
-                     forward ? chunk : v - 1 - chunk};
-  };
-  const int warmup = m == pp ? total : std::min(total, (pp - stage - 1) * 2 + (v - 1) * pp);
-  out.reserve(static_cast<std::size_t>(2 * total));
-  for (int k = 0; k < warmup; ++k) out.push_back(step(k, true));
-  for (int k = 0; k < total - warmup; ++k) {
-    out.push_back(step(warmup + k, true));
-    out.push_back(step(k, false));
-  }
-  for (int k = total - warmup; k < total; ++k) out.push_back(step(k, false));
-  return out;
+  // Megatron-LM's (pp - stage - 1) * 2 + (v - 1) * pp warm-up chunk forwards (all of them when
+  // m == pp): the depth of its first steady forward (detail::classic_depth).
+  return detail::interleaved_depth_order(
+      detail::classic_depth(kind, pp, m, v)[static_cast<std::size_t>(stage)], pp, m, v);
 }
 
 int virtual_boundary(const Slot& slot, int stage, int pp) {
@@ -56,7 +40,33 @@ int virtual_boundary(const LinkTransfer& x, int pp) {
 
 namespace detail {
 
-EngineProgram make_interleaved_program(const CostModel& c, ScheduleKind kind, int m, ProgramMap& map) {
+std::vector<ChunkStep> interleaved_depth_order(int depth, int pp, int m, int v) {
+  // Megatron-LM's forward_backward_pipelining_with_interleaving: the k-th forward (backward) of
+  // the stage, 0 <= k < v*m, runs micro-batch (k / pv) * p + k % p through chunk (k % pv) / p
+  // (backwards: the chunks in reverse order); depth - 1 warm-up forwards (depth v m: every
+  // forward first, the same order as v m - 1), then one forward and one backward alternately.
+  std::vector<ChunkStep> out;
+  const int total = v * m;
+  const int pv = pp * v;
+  auto step = [&](int k, bool forward) {
+    const int in_group = k % pv;
+    const int chunk = in_group / pp;
+    return ChunkStep{forward ? SlotKind::Forward : SlotKind::Backward, (k / pv) * pp + k % pp,
+                     forward ? chunk : v - 1 - chunk};
+  };
+  const int warmup = std::clamp(depth - 1, 0, total);
+  out.reserve(static_cast<std::size_t>(2 * total));
+  for (int k = 0; k < warmup; ++k) out.push_back(step(k, true));
+  for (int k = 0; k < total - warmup; ++k) {
+    out.push_back(step(warmup + k, true));
+    out.push_back(step(k, false));
+  }
+  for (int k = total - warmup; k < total; ++k) out.push_back(step(k, false));
+  return out;
+}
+
+EngineProgram make_interleaved_program(const CostModel& c, ScheduleKind kind, int m, ProgramMap& map,
+                                       const std::vector<int>& depth) {
   EngineProgram p;
   const int pp = c.pp;
   const int dp = c.dp;
@@ -72,7 +82,8 @@ EngineProgram make_interleaved_program(const CostModel& c, ScheduleKind kind, in
   auto group_of = [pp](int s) { return (pp > 1 && s == pp - 1) ? 0 : s; };
   p.workers.resize(static_cast<std::size_t>(pp * dp));
   for (int s = 0; s < pp; ++s) {
-    const auto order = compute_order(kind, s, pp, m, v);
+    const auto order = depth.empty() ? compute_order(kind, s, pp, m, v)
+                                     : interleaved_depth_order(depth[static_cast<std::size_t>(s)], pp, m, v);
     // One chunk's compute: the stage's divided evenly (the deck's layers split evenly over chunks).
     const double fwd = c.fwd_ms[static_cast<std::size_t>(s)] / v;
     const double bwd = c.bwd_ms[static_cast<std::size_t>(s)] / v;

@@ -57,11 +57,13 @@ std::vector<int> in_flight_depth(const ScheduleTable& t) {
   return depth;
 }
 
-double stage_memory_bytes(const CostModel& c, int stage, int depth) {
+double stage_memory_bytes(const CostModel& c, int stage, int depth, int chunks) {
   const auto s = static_cast<std::size_t>(stage);
   if (s >= c.state_bytes.size() || s >= c.act_bytes_per_micro.size()) return 0.0;
+  // The logits once: only the chunk that holds the LM head computes them, and the schedule runs
+  // its backward before its next forward (depth_order, interleaved_depth_order).
   const double fixed = s < c.fixed_act_bytes.size() ? c.fixed_act_bytes[s] : 0.0;
-  return c.state_bytes[s] + depth * c.act_bytes_per_micro[s] + fixed;
+  return c.state_bytes[s] + depth * c.act_bytes_per_micro[s] / std::max(chunks, 1) + fixed;
 }
 
 ScheduleMemory memory_per_gpu(const CostModel& c, const ScheduleTable& table) {
@@ -69,7 +71,7 @@ ScheduleMemory memory_per_gpu(const CostModel& c, const ScheduleTable& table) {
   mem.depth = in_flight_depth(table);
   mem.limit_bytes = c.memory_limit_bytes;
   for (int s = 0; s < table.pp; ++s) {
-    mem.bytes.push_back(stage_memory_bytes(c, s, mem.depth[static_cast<std::size_t>(s)]));
+    mem.bytes.push_back(stage_memory_bytes(c, s, mem.depth[static_cast<std::size_t>(s)], table.virtual_stages));
     if (mem.bytes.back() > mem.peak_bytes) {
       mem.peak_bytes = mem.bytes.back();
       mem.peak_stage = s;
@@ -91,12 +93,13 @@ std::string memory_misfit(const ScheduleMemory& mem, const ScheduleTable& table,
   const int depth = mem.depth[static_cast<std::size_t>(mem.peak_stage)];
   return fmt::format(
       "the {} schedule needs {:.1f} GiB per GPU (stage {}: {:.1f} GiB of weights, gradients and optimizer state + "
-      "{:.1f} GiB of activations for {} micro-batch{} in flight), more than the {:.1f} GiB usable on {}\n"
+      "{:.1f} GiB of activations for {} {}{} in flight), more than the {:.1f} GiB usable on {}\n"
       "  hint: fewer micro-batches in flight (schedule.kind = 1f1b or atlas, which searches its depth under the "
       "limit), a smaller train.micro_batch_size, more pipeline stages (parallel.stages_per_dc) or a larger "
       "parallel.tp_size, or a device with more memory (plan.gpu, or memory_gib in its profile)",
       to_string(table.kind), gib(mem.peak_bytes), mem.peak_stage, gib(mem.peak_state_bytes),
-      gib(mem.peak_bytes - mem.peak_state_bytes), depth, depth == 1 ? "" : "es", gib(mem.limit_bytes),
+      gib(mem.peak_bytes - mem.peak_state_bytes), depth, table.virtual_stages > 1 ? "chunk pass" : "micro-batch",
+      depth == 1 ? "" : "es", gib(mem.limit_bytes),
       device_name);
 }
 

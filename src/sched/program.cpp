@@ -188,7 +188,7 @@ void add_shared_hosts(const CostModel& c, EngineProgram& p) {
 
 EngineProgram make_program(const CostModel& c, ScheduleKind kind, int m, ProgramMap& map,
                            const std::vector<int>& depth) {
-  if (c.virtual_stages > 1) return make_interleaved_program(c, kind, m, map);
+  if (c.virtual_stages > 1) return make_interleaved_program(c, kind, m, map, depth);
   EngineProgram p;
   const int pp = c.pp;
   const int dp = c.dp;

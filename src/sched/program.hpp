@@ -40,21 +40,34 @@ EngineProgram make_program(const CostModel& c, ScheduleKind kind, int m, Program
 /// 1F1B's order, depth m GPipe's.
 std::vector<std::pair<SlotKind, int>> depth_order(int depth, int m);
 /// The depths of a classic schedule: 1F1B (and atlas by default) min(pp - stage, m), GPipe m.
-std::vector<int> classic_depth(ScheduleKind kind, int pp, int m);
-/// Per stage the most micro-batches the device's memory allows (c.memory_limit_bytes; m when the
-/// model has no memory costs), at least 1.
+/// With v > 1 model chunks (kind != GPipe), in chunk passes: interleaved 1F1B's
+/// min(v m, 2 (pp - stage - 1) + (v - 1) pp + 1), v m when m == pp.
+std::vector<int> classic_depth(ScheduleKind kind, int pp, int m, int v = 1);
+/// Per stage the most micro-batches (chunk passes when c.virtual_stages > 1) the device's memory
+/// allows (c.memory_limit_bytes; all v m when the model has no memory costs), at least 1.
 std::vector<int> memory_depth_cap(const CostModel& c, int m);
 /// `want` capped per stage and made non-increasing along the pipeline (a deeper next stage would
-/// deadlock), at least 1.
-std::vector<int> fit_depth(std::vector<int> want, const std::vector<int>& cap);
+/// deadlock), at least 1. With v > 1 chunks, also at least interleaved 1F1B's depth, at most v m,
+/// and stage 0 at most 2 pp deeper than the last stage: the deadlock-free depths (docs/schedules.md).
+std::vector<int> fit_depth(std::vector<int> want, const std::vector<int>& cap, int v = 1, int m = 0);
+/// The atlas search's first depth: 1F1B's (interleaved 1F1B's with chunks) fitted to the memory.
+std::vector<int> atlas_base_depth(const CostModel& c, int m);
+/// Whether `depth` is GPipe's own order (every stage m deep, one chunk).
+bool is_gpipe_depth(const CostModel& c, int m, const std::vector<int>& depth);
 /// The depths the atlas search tries beyond 1F1B's (capped by memory, distinct, shallowest
-/// first): 1F1B's + e for e = 1, 2, 4, ... (full search) and GPipe's.
+/// first): 1F1B's + e for e = 1, 2, 4, ... (full search) and every forward first (GPipe's order
+/// with one chunk); in chunk passes with c.virtual_stages > 1.
 std::vector<std::vector<int>> depth_candidates(const CostModel& c, int m, bool full);
+/// The compute order of a stage running v model chunks with `depth` chunk passes in flight:
+/// Megatron-LM's interleaved order with depth - 1 warm-up forwards (interleaved.cpp).
+std::vector<ChunkStep> interleaved_depth_order(int depth, int pp, int m, int v);
 
 /// Interleaved 1F1B (c.virtual_stages > 1; src/sched/interleaved.cpp): the program of stages that
 /// each run c.virtual_stages model chunks; message ids are message_id over the virtual
-/// boundaries. make_program calls it when c.virtual_stages > 1.
-EngineProgram make_interleaved_program(const CostModel& c, ScheduleKind kind, int m, ProgramMap& map);
+/// boundaries. make_program calls it when c.virtual_stages > 1. With `depth` (chunk passes per
+/// stage) every stage runs interleaved_depth_order instead of the kind's compute_order.
+EngineProgram make_interleaved_program(const CostModel& c, ScheduleKind kind, int m, ProgramMap& map,
+                                       const std::vector<int>& depth = {});
 
 /// The wake-ups, WAN channels and boundary messages of pp x v virtual stages (v = 1: the stages).
 void add_boundaries(const CostModel& c, int v, int m, EngineProgram& p, ProgramMap& map);

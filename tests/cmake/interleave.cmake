@@ -8,3 +8,7 @@ atlas_mpi_test(test_train_interleaved SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/mpi/te
 foreach(np 2 4)
   set_tests_properties(test_train_interleaved_np_${np} PROPERTIES FIXTURES_REQUIRED brown_corpus)
 endforeach()
+# The atlas search's depth with model chunks: deadlock-free depths (exhaustive on small shapes, the
+# engine over a sweep), a WAN-bound case that goes deeper within memory, memory per GPU with chunks.
+atlas_unit_test(test_schedule_depth_chunks unit/test_schedule_depth_chunks.cpp)
+target_include_directories(test_schedule_depth_chunks PRIVATE ${PROJECT_SOURCE_DIR}/src/sched)

@@ -28,11 +28,15 @@ void apply_memory(CostModel& c, const Config& cfg, const DeviceProfile& p);
 
 /// Per stage: the most micro-batches whose activations a replica of the stage holds at once (a
 /// forward stores them, the backward of the same micro-batch frees them), the max over the
-/// stage's DP replicas. 1F1B: min(pp - stage, m); GPipe: m.
+/// stage's DP replicas. 1F1B: min(pp - stage, m); GPipe: m. With model chunks (interleaved
+/// 1F1B) it counts chunk passes (a micro-batch through one chunk).
 std::vector<int> in_flight_depth(const ScheduleTable& table);
 
-/// Bytes one GPU of `stage` holds with `depth` micro-batches in flight (0 if c has no memory costs).
-double stage_memory_bytes(const CostModel& c, int stage, int depth);
+/// Bytes one GPU of `stage` holds with `depth` micro-batches in flight (0 if c has no memory costs):
+/// its state, depth x its activations per micro-batch and the last stage's logits once. With
+/// `chunks` model chunks, `depth` counts chunk passes of 1/chunks of those activations each; the
+/// logits stay once (only the chunk with the LM head holds them).
+double stage_memory_bytes(const CostModel& c, int stage, int depth, int chunks = 1);
 
 /// The memory of a schedule on one GPU of each stage, and the device's limit.
 struct ScheduleMemory {
@@ -46,7 +50,8 @@ struct ScheduleMemory {
   [[nodiscard]] bool fits() const { return limit_bytes <= 0.0 || peak_bytes <= limit_bytes; }
 };
 
-/// The memory of `table` under c's memory costs (CostModel::state_bytes etc.).
+/// The memory of `table` under c's memory costs (CostModel::state_bytes etc.), with the table's
+/// model chunks (ScheduleTable::virtual_stages: a gpipe table has none whatever c's).
 ScheduleMemory memory_per_gpu(const CostModel& c, const ScheduleTable& table);
 /// The same for the deck's job: memory_per_gpu(cost_model(cfg, layout), table).
 ScheduleMemory memory_per_gpu(const Config& cfg, const topo::Layout& layout, const ScheduleTable& table);
