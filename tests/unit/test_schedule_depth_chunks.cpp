@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <exception>
+#include <filesystem>
 #include <map>
 #include <random>
 #include <set>
@@ -15,8 +17,11 @@
 
 #include "support/cost_models.hpp"
 
+#include "atlas/deck/deck.hpp"
+#include "atlas/deck/profiles.hpp"
 #include "atlas/sched/memory.hpp"
 #include "atlas/sched/schedule.hpp"
+#include "atlas/topo/layout.hpp"
 #include "program.hpp"  // src/sched: detail:: depth functions
 
 namespace atlas::sched {
@@ -250,6 +255,53 @@ TEST(DepthChunks, MemoryPerGpuCountsChunkPassesAndTheLogitsOnce) {
   const ScheduleTable g = table(chunked, ScheduleKind::GPipe, 4, 2);
   EXPECT_EQ(g.virtual_stages, 1);
   EXPECT_DOUBLE_EQ(memory_per_gpu(chunked, g).bytes[0], 1.4e9);
+}
+
+
+// Every example deck that allows schedule.virtual_stages = 2 (layers divisible, 1f1b or atlas,
+// micro-batches a multiple of pp), under its own cost model: atlas over chunks is no slower than
+// interleaved 1F1B and holds no more memory per GPU (its depth search stays within 1F1B's memory
+// where 1F1B fits, within the device where only deeper fits). The 100k-GPU-class decks are left
+// to the sweep above (seconds each).
+TEST(DepthChunks, AtlasIsNeverSlowerThanInterleaved1F1BOnTheExampleDecks) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::path(ATLAS_SOURCE_DIR);
+  const fs::path here = fs::current_path();
+  fs::current_path(root);  // decks name profiles and data relative to the checkout
+  int decks = 0;
+  for (const auto& entry : fs::directory_iterator(root / "inputs")) {
+    if (entry.path().extension() != ".deck") continue;
+    const std::string name = entry.path().filename().string();
+    deck::JobShape shape;
+    shape.world_size = -1;
+    shape.cuda_built = true;  // the table does not depend on the backend
+    Config cfg;
+    try {
+      cfg = deck::parse_and_validate(name, deck::read_text_file(entry.path().string()),
+                                     {"schedule.virtual_stages=2", "schedule.kind=1f1b"}, shape);
+    } catch (const std::exception&) {
+      continue;  // the deck does not split into 2 chunks (the message is test_schedule_interleaved's)
+    }
+    deck::read_device_profiles(cfg);
+    const topo::Layout layout(cfg.parallel.stages_per_dc, cfg.parallel.dp_size, cfg.parallel.tp_size);
+    const CostModel c = cost_model(cfg, layout);
+    if (static_cast<long>(c.pp) * c.dp * cfg.train.micro_batches > 4096) continue;
+    ASSERT_EQ(c.virtual_stages, 2) << name;
+    const ScheduleTable f = build_schedule(c, schedule_options(cfg, ScheduleKind::OneFOneB));
+    const ScheduleTable a = build_schedule(c, schedule_options(cfg, ScheduleKind::Atlas));
+    ASSERT_EQ(a.virtual_stages, 2) << name;
+    const ScheduleMemory mf = memory_per_gpu(c, f), ma = memory_per_gpu(c, a);
+    EXPECT_LE(a.step_ms, f.step_ms * (1 + 1e-9)) << name << ": atlas " << a.step_ms << " 1f1b " << f.step_ms;
+    EXPECT_EQ(in_flight_depth(a), a.atlas.depth) << name;
+    if (mf.fits()) {
+      EXPECT_TRUE(ma.fits()) << name << ": " << memory_misfit(ma, a, "the deck's device");
+    } else {
+      EXPECT_LE(ma.peak_bytes, mf.peak_bytes) << name;
+    }
+    ++decks;
+  }
+  fs::current_path(here);
+  EXPECT_GE(decks, 8);
 }
 
 }  // namespace
