@@ -84,6 +84,29 @@ TEST(TrainInterleaved, AtlasOverChunksRunsWithTheSameLosses) {
   }
 }
 
+// A WAN of 5 ms one way (in the cost model; the run itself is local): the atlas search goes deeper
+// than interleaved 1F1B (more chunk passes in flight, sched/depth.cpp), and the runtime walks that
+// order with the same losses and gradients as one chunk.
+TEST(TrainInterleaved, AtlasOverChunksAtADeeperDepthRunsWithTheSameLosses) {
+  const mpi::Comm world = mpi::Comm::world();
+  if (shapes(world.size()).empty()) GTEST_SKIP() << "runs at np 2 and 4";
+  const Shape sh = shapes(world.size()).back();
+  int pp = 0;
+  for (int x : sh.stages_per_dc) pp += x;
+  const int m = 2 * pp;
+  const std::vector<std::string> base{"model.layers=8", "cluster.latency_ms=0 5 5 0"};
+  const Outcome one = train(make_cfg(1, sh.dp, sh.stages_per_dc, m, base), world, 3);
+  std::vector<std::string> extra = base;
+  extra.insert(extra.end(), {"schedule.kind=atlas", "schedule.virtual_stages=2"});
+  const Config cfg = make_cfg(1, sh.dp, sh.stages_per_dc, m, extra);
+  const sched::ScheduleTable table = sched::build_schedule(cfg, topo::Layout(world.size(), cfg.parallel));
+  ASSERT_EQ(table.virtual_stages, 2);
+  // Interleaved 1F1B holds 2 (pp - 1) + pp + 1 chunk passes on stage 0; atlas chose more.
+  EXPECT_GT(table.atlas.depth.front(), 2 * (pp - 1) + pp + 1) << name(sh);
+  const Outcome got = train(cfg, world, 3);
+  if (world.rank() == 0) expect_same_curves(got, one, name(sh) + " atlas v 2, deeper");
+}
+
 TEST(TrainInterleaved, ACheckpointMovesBetweenChunkCounts) {
   const mpi::Comm world = mpi::Comm::world();
   if (shapes(world.size()).empty()) GTEST_SKIP() << "runs at np 2 and 4";
