@@ -134,6 +134,22 @@ TEST(DepthChunks, TheDepthsFitDepthKeepsAreDeadlockFreeExhaustively) {
         }
       }
   EXPECT_GT(checked, 1000);
+  // Larger shapes, sampled: whatever the search wants (any depths, or D0 + e everywhere), what
+  // fit_depth keeps completes (pp 2-8, v 2-4, m = pp ... 4 pp).
+  std::mt19937 rng(2);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  for (int i = 0; i < 500; ++i) {
+    const int pp = pick(2, 8), v = pick(2, 4), m = pp * pick(1, 4), total = v * m;
+    const std::vector<int> d0 = detail::classic_depth(ScheduleKind::OneFOneB, pp, m, v);
+    std::vector<int> want(static_cast<std::size_t>(pp));
+    const int e = pick(0, total);
+    const bool uniform = pick(0, 1) == 0;
+    for (int s = 0; s < pp; ++s)
+      want[static_cast<std::size_t>(s)] = uniform ? d0[static_cast<std::size_t>(s)] + e : pick(1, total);
+    const std::vector<int> cap(static_cast<std::size_t>(pp), pick(1, total));
+    const std::vector<int> d = detail::fit_depth(want, cap, v, m);
+    ASSERT_TRUE(completes(d, pp, m, v)) << "pp " << pp << " v " << v << " m " << m << " depth " << d[0] << ".." << d.back();
+  }
   // pp 2, v 2, m 4 (D0 = 5, 3): a last stage deeper than the first, or a first stage 5 deeper
   // than the last, deadlocks; fit_depth turns both into deadlock-free ones.
   EXPECT_FALSE(completes({5, 6}, 2, 4, 2));
