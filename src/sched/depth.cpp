@@ -76,9 +76,9 @@ std::vector<int> fit_depth(std::vector<int> want, const std::vector<int>& cap, i
   // warm-up, for a forward the last stage runs only after a backward that waits for stage 0).
   const int pp = static_cast<int>(want.size());
   const int total = v * m;
-  const std::vector<int> floor = classic_depth(ScheduleKind::OneFOneB, pp, m, v);
+  const std::vector<int> least = classic_depth(ScheduleKind::OneFOneB, pp, m, v);
   for (std::size_t s = 0; s < want.size(); ++s) {
-    want[s] = std::max(floor[s], std::min({want[s], cap[s], total}));
+    want[s] = std::max(least[s], std::min({want[s], cap[s], total}));
     if (s > 0) want[s] = std::min(want[s], want[s - 1]);
   }
   const int most = want.back() + 2 * pp;
