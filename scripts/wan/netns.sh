@@ -108,8 +108,13 @@ cmd_up() {
     # compute slot into several round trips). Pipeline traffic is bursty by nature.
     ip netns exec "$ns" sysctl -qw net.ipv4.tcp_slow_start_after_idle=0
     if [[ $window -gt 0 ]]; then
-      # The stated per-flow limit: every TCP flow's window (receive and send buffer) is capped.
-      ip netns exec "$ns" sysctl -qw net.ipv4.tcp_rmem="4096 $window $window"
+      # The stated per-flow limit: every TCP flow holds at most W = wan.flow_window_bytes in
+      # flight, bounded by its send buffer (tcp_wmem max = W: sent but unacknowledged bytes stay
+      # in it). The receive buffer must not be the bound: the kernel (6.x) advertises only
+      # rcvbuf x scaling_ratio (payload / truesize of the received packets, 0.76 measured here)
+      # as window, so a buffer of W let 195 KiB of a 256 KiB tensor fly and the rest waited one
+      # more round trip. 4 W covers any ratio down to 1/4 (docs/wan.md section 4).
+      ip netns exec "$ns" sysctl -qw net.ipv4.tcp_rmem="4096 $((4 * window)) $((4 * window))"
       ip netns exec "$ns" sysctl -qw net.ipv4.tcp_wmem="4096 $window $window"
     fi
     # Rate: one HTB class per destination DC; everything else (ARP) unshaped.
