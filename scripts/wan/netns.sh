@@ -116,6 +116,15 @@ cmd_up() {
       # more round trip. 4 W covers any ratio down to 1/4 (docs/wan.md section 4).
       ip netns exec "$ns" sysctl -qw net.ipv4.tcp_rmem="4096 $((4 * window)) $((4 * window))"
       ip netns exec "$ns" sysctl -qw net.ipv4.tcp_wmem="4096 $window $window"
+      # A warm window from the first byte, as the cost model assumes (rate window / RTT): the
+      # route's initial congestion and receive windows are 2 W, so the congestion window never
+      # binds before the send buffer does. Without them a flow grew its window by slow start, and
+      # cubic's HyStart left it where queueing delay first rose: rails that warmed up side by side
+      # (16 ranks at once) kept windows of 113-163 segments (164-236 KB < 256 KiB), and a tensor
+      # on such a rail took an extra round trip. A loss (cubic: x 0.7) still leaves 1.4 W.
+      local segs=$(((2 * window + 1447) / 1448))
+      ip -n "$ns" route change "$SUBNET_PREFIX.0/24" dev eth0 proto kernel scope link src "$(addr "$d")" \
+        initcwnd "$segs" initrwnd "$segs"
     fi
     # Rate: one HTB class per destination DC; everything else (ARP) unshaped.
     tc -n "$ns" qdisc add dev eth0 root handle 1: htb default 999
