@@ -108,9 +108,23 @@ cmd_up() {
     # compute slot into several round trips). Pipeline traffic is bursty by nature.
     ip netns exec "$ns" sysctl -qw net.ipv4.tcp_slow_start_after_idle=0
     if [[ $window -gt 0 ]]; then
-      # The stated per-flow limit: every TCP flow's window (receive and send buffer) is capped.
-      ip netns exec "$ns" sysctl -qw net.ipv4.tcp_rmem="4096 $window $window"
+      # The stated per-flow limit: every TCP flow holds at most W = wan.flow_window_bytes in
+      # flight, bounded by its send buffer (tcp_wmem max = W: sent but unacknowledged bytes stay
+      # in it). The receive buffer must not be the bound: the kernel (6.x) advertises only
+      # rcvbuf x scaling_ratio (payload / truesize of the received packets, 0.76 measured here)
+      # as window, so a buffer of W let 195 KiB of a 256 KiB tensor fly and the rest waited one
+      # more round trip. 4 W covers any ratio down to 1/4 (docs/wan.md section 4).
+      ip netns exec "$ns" sysctl -qw net.ipv4.tcp_rmem="4096 $((4 * window)) $((4 * window))"
       ip netns exec "$ns" sysctl -qw net.ipv4.tcp_wmem="4096 $window $window"
+      # A warm window from the first byte, as the cost model assumes (rate window / RTT): the
+      # route's initial congestion and receive windows are 2 W, so the congestion window never
+      # binds before the send buffer does. Without them a flow grew its window by slow start, and
+      # cubic's HyStart left it where queueing delay first rose: rails that warmed up side by side
+      # (16 ranks at once) kept windows of 113-163 segments (164-236 KB < 256 KiB), and a tensor
+      # on such a rail took an extra round trip. A loss (cubic: x 0.7) still leaves 1.4 W.
+      local segs=$(((2 * window + 1447) / 1448))
+      ip -n "$ns" route change "$SUBNET_PREFIX.0/24" dev eth0 proto kernel scope link src "$(addr "$d")" \
+        initcwnd "$segs" initrwnd "$segs"
     fi
     # Rate: one HTB class per destination DC; everything else (ARP) unshaped.
     tc -n "$ns" qdisc add dev eth0 root handle 1: htb default 999
