@@ -286,6 +286,21 @@ void StageModel::build_layout() {
     m_layout.losses = take(cur, n);
   }
   m_layout.total = cur;
+
+  // split backward: what backward_input keeps for backward_weight (the same size for every chunk,
+  // so one pool serves them all)
+  std::size_t wcur = 0;
+  for (int i = 0; i < m_chunk_layers; ++i) {
+    WeightSlots w{};
+    w.mp = take(wcur, n * c);
+    w.fc = take(wcur, n * ff);
+    w.proj = take(wcur, n * c);
+    w.qkv = take(wcur, n * 3 * cl);
+    m_wlayout.layers.push_back(w);
+  }
+  if (is_first()) m_wlayout.embed = take(wcur, n * c);
+  m_wlayout.total = wcur;
+  m_last_weight_micro.assign(static_cast<std::size_t>(m_spec.chunks), std::numeric_limits<int>::min());
 }
 
 // ---- shape and memory ----
@@ -301,7 +316,15 @@ std::size_t StageModel::activation_bytes_per_micro() const noexcept {
                                               tokens_per_micro() * sizeof(std::int32_t);
 }
 std::size_t StageModel::activation_bytes() const noexcept {
-  return m_inflight.size() * activation_bytes_per_micro();
+  return m_inflight.size() * activation_bytes_per_micro() + m_wgrads.size() * weight_grad_bytes_per_micro();
+}
+std::size_t StageModel::weight_grad_bytes_per_micro() const noexcept {
+  return m_wlayout.total * sizeof(float);
+}
+std::vector<int> StageModel::weight_grads_pending() const {
+  std::vector<int> keys;
+  for (const auto& [key, buf] : m_wgrads) keys.push_back(key);
+  return keys;
 }
 std::vector<int> StageModel::micros_in_flight() const {
   std::vector<int> ids;
@@ -349,8 +372,17 @@ double StageModel::local_grad_sq_norm() const {
 }
 
 void StageModel::zero_grad() {
+  if (!m_wgrads.empty()) {
+    const int key = m_wgrads.begin()->first;
+    ATLAS_THROW(Internal, "stage " << m_spec.stage << ": zero_grad with " << m_wgrads.size()
+                                   << " backward_weight call(s) pending (micro-batch "
+                                   << key / m_spec.chunks << ", chunk " << key % m_spec.chunks
+                                   << " first): their weight gradients would be lost (the "
+                                      "schedule must run every W before the step ends)");
+  }
   for (auto& p : m_params) m_backend.fill(p.grad.f32(), 0.0F, p.grad.floats());
   m_losses.clear();
+  std::fill(m_last_weight_micro.begin(), m_last_weight_micro.end(), std::numeric_limits<int>::min());
 }
 
 // ---- forward ----
@@ -381,6 +413,7 @@ StageModel::MicroState& StageModel::start_micro(int key) {
     if (is_first()) st.tokens = m_backend.alloc(tokens_per_micro() * sizeof(std::int32_t));
     if (is_last()) st.targets = m_backend.alloc(tokens_per_micro() * sizeof(std::int32_t));
   }
+  st.input_done = false;
   return m_inflight.emplace(key, std::move(st)).first->second;
 }
 
@@ -555,7 +588,12 @@ std::vector<float> StageModel::logits(int micro) {
 }
 
 void StageModel::release(int micro, int chunk) {
-  auto it = m_inflight.find(key_of(micro, chunk));
+  const int key = key_of(micro, chunk);
+  if (auto w = m_wgrads.find(key); w != m_wgrads.end()) {
+    m_wgrad_pool.push_back(std::move(w->second));
+    m_wgrads.erase(w);
+  }
+  auto it = m_inflight.find(key);
   if (it == m_inflight.end()) return;
   m_pool.push_back(std::move(it->second));
   m_inflight.erase(it);
@@ -565,18 +603,103 @@ void StageModel::release(int micro, int chunk) {
 
 void StageModel::backward(int micro, const device::Buffer* grad_out, device::Buffer* grad_in,
                           const GradsReady* ready, int chunk) {
+  run_backward(micro, grad_out, grad_in, ready, chunk, "backward", nullptr);
+  release(micro, chunk);
+}
+
+void StageModel::backward_input(int micro, const device::Buffer* grad_out, device::Buffer* grad_in,
+                                int chunk) {
+  ATLAS_ASSERT(chunk >= 0 && chunk < m_spec.chunks, "backward_input of chunk " << chunk << " of " << m_spec.chunks);
+  const int key = key_of(micro, chunk);
+  device::Buffer keep;
+  if (!m_wgrad_pool.empty()) {
+    keep = std::move(m_wgrad_pool.back());
+    m_wgrad_pool.pop_back();
+  } else {
+    keep = m_backend.alloc_floats(m_wlayout.total);
+  }
+  try {
+    run_backward(micro, grad_out, grad_in, nullptr, chunk, "backward_input", keep.f32());
+  } catch (...) {
+    m_wgrad_pool.push_back(std::move(keep));
+    throw;
+  }
+  m_inflight.at(key).input_done = true;
+  m_wgrads.emplace(key, std::move(keep));
+}
+
+void StageModel::backward_weight(int micro, const GradsReady* ready, int chunk) {
+  ATLAS_ASSERT(chunk >= 0 && chunk < m_spec.chunks, "backward_weight of chunk " << chunk << " of " << m_spec.chunks);
+  const int key = key_of(micro, chunk);
+  int& last = m_last_weight_micro[static_cast<std::size_t>(chunk)];
+  const auto it = m_inflight.find(key);
+  const auto w = m_wgrads.find(key);
+  if (it == m_inflight.end() || w == m_wgrads.end()) {
+    ATLAS_THROW(Internal, "stage " << m_spec.stage << ": backward_weight of micro-batch " << micro << " (chunk "
+                                   << chunk << ") without a pending backward_input"
+                                   << (micro == last ? ": its W already ran (W twice)"
+                                                     : ": W before its B, or W twice")
+                                   << " (the schedule's B/W slots are out of order)");
+  }
+  if (micro <= last) {
+    ATLAS_THROW(Internal, "stage " << m_spec.stage << ": backward_weight of micro-batch " << micro << " (chunk "
+                                   << chunk << ") after that of micro-batch " << last
+                                   << ": the W's of a chunk must run in increasing micro order (each "
+                                      "weight then sums its micro-batches in backward()'s order)");
+  }
+  MicroState& st = it->second;
+  const float* keep = w->second.f32();
+  auto& be = m_backend;
+  const int rows = static_cast<int>(tokens_per_micro());
+  if (runs_head(chunk)) {
+    be.linear_backward_weight(m_wte->grad.f32(), nullptr, at(st, m_layout.probs), at(st, m_layout.lnf), rows,
+                              m_hidden, m_vocab);
+    if (ready) {
+      ParamTensor* const head[] = {m_lnf_w, m_lnf_b, m_wte};
+      (*ready)(std::span<ParamTensor* const>(head, is_first() ? 2 : 3));
+    }
+  }
+  for (int i = m_chunk_layers - 1; i >= 0; --i) {
+    block_weight(i, st, chunk, keep);
+    if (ready) {
+      const Block& b = m_blocks[static_cast<std::size_t>(chunk * m_chunk_layers + i)];
+      ParamTensor* const block[] = {b.ln1_w, b.ln1_b, b.qkv_w, b.qkv_b, b.proj_w, b.proj_b,
+                                    b.ln2_w, b.ln2_b, b.fc_w,  b.fc_b,  b.mp_w,   b.mp_b};
+      (*ready)(block);
+    }
+  }
+  if (runs_embedding(chunk)) {
+    be.embedding_backward(m_wte->grad.f32(), m_wpe->grad.f32(), keep + m_wlayout.embed, st.tokens.i32(), m_batch,
+                          m_seq, m_hidden);
+    if (ready) {
+      ParamTensor* const embed[] = {m_wte, m_wpe};
+      (*ready)(embed);
+    }
+  }
+  last = micro;
+  release(micro, chunk);
+}
+
+void StageModel::run_backward(int micro, const device::Buffer* grad_out, device::Buffer* grad_in,
+                              const GradsReady* ready, int chunk, const char* what, float* keep) {
   const bool embeds = runs_embedding(chunk);
   const bool heads = runs_head(chunk);
+  const bool split = keep != nullptr;
   auto it = m_inflight.find(key_of(micro, chunk));
   if (it == m_inflight.end()) {
-    ATLAS_THROW(Internal, "stage " << m_spec.stage << ": backward of micro-batch " << micro
+    ATLAS_THROW(Internal, "stage " << m_spec.stage << ": " << what << " of micro-batch " << micro
                                    << " without its forward");
   }
+  if (it->second.input_done) {
+    ATLAS_THROW(Internal, "stage " << m_spec.stage << ": " << what << " of micro-batch " << micro << " (chunk "
+                                   << chunk << ") after its backward_input (B twice, or B and a whole "
+                                      "backward): its backward_weight is pending");
+  }
   const std::size_t boundary = boundary_floats();
-  auto check_buf = [&](const device::Buffer* b, const char* what) {
+  auto check_buf = [&](const device::Buffer* b, const char* name) {
     if (b == nullptr || b->floats() < boundary) {
-      ATLAS_THROW(Internal, "stage " << m_spec.stage << ": backward(micro " << micro << ") needs "
-                                     << what << " of " << boundary << " floats, got "
+      ATLAS_THROW(Internal, "stage " << m_spec.stage << ": " << what << "(micro " << micro << ") needs "
+                                     << name << " of " << boundary << " floats, got "
                                      << (b ? b->floats() : 0));
     }
   };
@@ -590,10 +713,10 @@ void StageModel::backward(int micro, const device::Buffer* grad_out, device::Buf
   const float* top = at(st, m_layout.res[static_cast<std::size_t>(m_chunk_layers)]);
   if (heads) {
     // tied head (dlogits: the forward's softmax_xent_fused left them in place of the logits),
-    // final LayerNorm
+    // final LayerNorm; split: the head's weight gradient is W's (dlogits stay in the arena)
     const float* dlogits = at(st, m_layout.probs);
     const float* lnf = at(st, m_layout.lnf);
-    be.linear_backward(m_tp_buf.f32(), m_wte->grad.f32(), nullptr, dlogits, lnf,
+    be.linear_backward(m_tp_buf.f32(), split ? nullptr : m_wte->grad.f32(), nullptr, dlogits, lnf,
                        m_wte->value.f32(), nullptr, rows, m_hidden, m_vocab,
                        device::Activation::None);
     be.fill(dres, 0.0F, boundary);
@@ -609,7 +732,7 @@ void StageModel::backward(int micro, const device::Buffer* grad_out, device::Buf
     be.copy(dres, grad_out->data(), boundary * sizeof(float));
   }
   for (int i = m_chunk_layers - 1; i >= 0; --i) {
-    block_backward(i, st, chunk);
+    block_backward(i, st, chunk, keep);
     if (ready) {
       const Block& b = m_blocks[static_cast<std::size_t>(chunk * m_chunk_layers + i)];
       ParamTensor* const block[] = {b.ln1_w, b.ln1_b, b.qkv_w, b.qkv_b, b.proj_w, b.proj_b,
@@ -618,8 +741,12 @@ void StageModel::backward(int micro, const device::Buffer* grad_out, device::Buf
     }
   }
   if (embeds) {
-    be.embedding_backward(m_wte->grad.f32(), m_wpe->grad.f32(), dres, st.tokens.i32(), m_batch,
-                          m_seq, m_hidden);
+    if (split) {
+      be.copy(keep + m_wlayout.embed, dres, boundary * sizeof(float));  // W's embedding gradient
+    } else {
+      be.embedding_backward(m_wte->grad.f32(), m_wpe->grad.f32(), dres, st.tokens.i32(), m_batch,
+                            m_seq, m_hidden);
+    }
     if (ready) {
       ParamTensor* const embed[] = {m_wte, m_wpe};
       (*ready)(embed);
@@ -627,10 +754,9 @@ void StageModel::backward(int micro, const device::Buffer* grad_out, device::Buf
   } else {
     be.copy(grad_in->data(), dres, boundary * sizeof(float));
   }
-  release(micro, chunk);
 }
 
-void StageModel::block_backward(int i, MicroState& st, int chunk) {
+void StageModel::block_backward(int i, MicroState& st, int chunk, float* keep) {
   const Block& p = m_blocks[static_cast<std::size_t>(chunk * m_chunk_layers + i)];
   const LayerSlots& s = m_layout.layers[static_cast<std::size_t>(i)];
   const int n = static_cast<int>(tokens_per_micro());
@@ -651,27 +777,61 @@ void StageModel::block_backward(int i, MicroState& st, int chunk) {
   float* dqkv = m_dqkv.f32();
   float* datty = m_datty.f32();
   auto& be = m_backend;
+  // Split (keep): the input half only; the output gradients of the four linears are what their
+  // weight gradients need besides the saved inputs, so they are kept (dfc and dqkv written there
+  // directly, the two residual-stream ones copied) and the weight/bias gradients are skipped.
+  const bool split = keep != nullptr;
+  const std::size_t res_bytes = static_cast<std::size_t>(n) * static_cast<std::size_t>(c) * sizeof(float);
+  float* keep_mp = nullptr;
+  float* keep_proj = nullptr;
+  if (split) {
+    const WeightSlots& w = m_wlayout.layers[static_cast<std::size_t>(i)];
+    keep_mp = keep + w.mp;
+    keep_proj = keep + w.proj;
+    dfc = keep + w.fc;
+    dqkv = keep + w.qkv;
+  }
+  auto wgrad = [split](ParamTensor* t) { return split ? nullptr : t->grad.f32(); };
 
   // MLP (dres = dL/dout, replicated over TP)
   // dfc = dL/d(fc pre-activation): the GELU backward rides on the proj's input gradient
-  be.linear_backward(dfc, p.mp_w->grad.f32(), p.mp_b->grad.f32(), dres, gelu,
-                     p.mp_w->value.f32(), fc, n, ff, c, device::Activation::Gelu);
-  be.linear_backward(dtp, p.fc_w->grad.f32(), p.fc_b->grad.f32(), dfc, ln2, p.fc_w->value.f32(),
-                     nullptr, n, c, ff, device::Activation::None);
+  if (split) be.copy(keep_mp, dres, res_bytes);
+  be.linear_backward(dfc, wgrad(p.mp_w), wgrad(p.mp_b), dres, gelu, p.mp_w->value.f32(), fc, n, ff, c,
+                     device::Activation::Gelu);
+  be.linear_backward(dtp, wgrad(p.fc_w), wgrad(p.fc_b), dfc, ln2, p.fc_w->value.f32(), nullptr, n, c, ff,
+                     device::Activation::None);
   tp_allreduce(m_tp_buf);  // column-parallel input gradient
   be.layernorm_backward(dres, p.ln2_w->grad.f32(), p.ln2_b->grad.f32(), dtp, x2,
                         p.ln2_w->value.f32(), at(st, s.mean2), at(st, s.rstd2), n, c);
 
   // attention (dres = dL/dx2)
-  be.linear_backward(datty, p.proj_w->grad.f32(), p.proj_b->grad.f32(), dres, atty,
-                     p.proj_w->value.f32(), nullptr, n, cl, c, device::Activation::None);
+  if (split) be.copy(keep_proj, dres, res_bytes);
+  be.linear_backward(datty, wgrad(p.proj_w), wgrad(p.proj_b), dres, atty, p.proj_w->value.f32(), nullptr, n,
+                     cl, c, device::Activation::None);
   be.attention_backward(dqkv, datty, qkv, atty, at(st, s.att), m_batch, m_seq, m_local_heads,
                         m_head_dim, m_att_ws.f32());
-  be.linear_backward(dtp, p.qkv_w->grad.f32(), p.qkv_b->grad.f32(), dqkv, ln1,
-                     p.qkv_w->value.f32(), nullptr, n, c, 3 * cl, device::Activation::None);
+  be.linear_backward(dtp, wgrad(p.qkv_w), wgrad(p.qkv_b), dqkv, ln1, p.qkv_w->value.f32(), nullptr, n, c,
+                     3 * cl, device::Activation::None);
   tp_allreduce(m_tp_buf);
   be.layernorm_backward(dres, p.ln1_w->grad.f32(), p.ln1_b->grad.f32(), dtp, x,
                         p.ln1_w->value.f32(), at(st, s.mean1), at(st, s.rstd1), n, c);
+}
+
+void StageModel::block_weight(int i, MicroState& st, int chunk, const float* keep) {
+  const Block& p = m_blocks[static_cast<std::size_t>(chunk * m_chunk_layers + i)];
+  const LayerSlots& s = m_layout.layers[static_cast<std::size_t>(i)];
+  const WeightSlots& w = m_wlayout.layers[static_cast<std::size_t>(i)];
+  const int n = static_cast<int>(tokens_per_micro());
+  const int c = m_hidden;
+  const int cl = m_local_hidden;
+  const int ff = m_local_ff;
+  auto& be = m_backend;
+  // The weight halves of block_backward's four linear_backward calls, in the same order, each
+  // from its kept output gradient and the forward's saved input.
+  be.linear_backward_weight(p.mp_w->grad.f32(), p.mp_b->grad.f32(), keep + w.mp, at(st, s.gelu), n, ff, c);
+  be.linear_backward_weight(p.fc_w->grad.f32(), p.fc_b->grad.f32(), keep + w.fc, at(st, s.ln2), n, c, ff);
+  be.linear_backward_weight(p.proj_w->grad.f32(), p.proj_b->grad.f32(), keep + w.proj, at(st, s.atty), n, cl, c);
+  be.linear_backward_weight(p.qkv_w->grad.f32(), p.qkv_b->grad.f32(), keep + w.qkv, at(st, s.ln1), n, c, 3 * cl);
 }
 
 }  // namespace atlas::model

@@ -162,18 +162,60 @@ class StageModel {
   /// With chunks: the backward of model chunk `chunk`; `ready` reports that chunk's parameters.
   void backward(int micro, const device::Buffer* grad_out, device::Buffer* grad_in,
                 const GradsReady* ready = nullptr, int chunk = 0);
+
+  // ---- split backward (zero-bubble; schedule.split_backward, docs/schedules.md) ----
+  // backward() in two calls: backward_input (B) gives the previous stage its gradient at once,
+  // backward_weight (W) computes the weight gradients later, in a wait. For every micro-batch
+  // and chunk, B then W (later, after any other forwards and B's) give bit for bit the
+  // gradients and grad_in of backward(), provided each parameter receives its micro-batches in
+  // backward()'s order: per chunk the W's run in increasing micro order (checked) and the B's
+  // in the order the backwards would have run. (With pp = 1 and chunks > 1 the tied "wte" takes
+  // the head chunk's and the embedding chunk's W's: their interleaving must also be backward()'s.)
+
+  /// The input-gradient half (B) of backward(micro, grad_out, grad_in, -, chunk): same
+  /// arguments, the same grad_in. Computes every input gradient (the linears' din, attention,
+  /// GELU, LayerNorm, the TP sums) and the LayerNorm parameters' gradients (ln_1, ln_2, ln_f:
+  /// one kernel gives them together with the LayerNorm's input gradient, and they are cheap);
+  /// no linear weight or bias gradient and no embedding gradient. Keeps the micro-batch's
+  /// activations and, in a pooled buffer of weight_grad_bytes_per_micro(), the linears' output
+  /// gradients (and on the first stage's chunk 0 the embeddings' output gradient) for
+  /// backward_weight. Collective over the TP group. Internal error: no forward, or B twice.
+  void backward_input(int micro, const device::Buffer* grad_out, device::Buffer* grad_in,
+                      int chunk = 0);
+  /// The weight-gradient half (W) of micro-batch `micro`'s backward, after its backward_input:
+  /// every linear's weight and bias gradient (the tied LM head's included) and the embeddings'
+  /// (wte, wpe: with pp = 1 "wte" is also the head's weight, and both contributions must land
+  /// in backward()'s order), accumulated into ParamTensor::grad; then the micro-batch's
+  /// activations and kept gradients are released. `ready` as in backward(): the same groups in
+  /// the same order (the LayerNorm parameters' gradients are final since the B's). Not
+  /// collective (no TP sum). Internal error: no backward_input pending for (micro, chunk) (W
+  /// before its B, or twice), or a micro below one whose W already ran for this chunk since
+  /// zero_grad() (W's out of micro order).
+  void backward_weight(int micro, const GradsReady* ready = nullptr, int chunk = 0);
+  /// Bytes of the output gradients one (micro-batch, chunk) keeps from backward_input to
+  /// backward_weight: per block B*T*(2C + 4C/tp + 3C/tp) floats (mlp.proj's and attn.proj's
+  /// output gradients, mlp.fc's and attn.qkv's), plus B*T*C on the first stage (the embeddings').
+  [[nodiscard]] std::size_t weight_grad_bytes_per_micro() const noexcept;
+  /// (micro, chunk) pairs between their backward_input and backward_weight, as keys
+  /// micro * chunks + chunk in increasing order.
+  [[nodiscard]] std::vector<int> weight_grads_pending() const;
+
   /// Last stage: the LM-head logits [B*T, V] of micro-batch `micro` (forwarded, not yet
   /// backwarded or released), recomputed from its saved final LayerNorm output with the
   /// forward's own GEMM, as a host copy. For checks against other implementations (atlas export
   /// --logits). Internal error when not the last stage or `micro` is not in flight.
   [[nodiscard]] std::vector<float> logits(int micro);
   /// Drops the activations of a forward-only micro-batch (evaluation). No-op if none are held.
+  /// Also drops a pending backward_weight's kept gradients.
   void release(int micro, int chunk = 0);
-  /// Zeroes every gradient and forgets the micro-batch losses.
+  /// Zeroes every gradient and forgets the micro-batch losses (and the W order). Internal error
+  /// while a backward_weight is pending (its gradients would be lost).
   void zero_grad();
 
   // ---- memory ----
-  /// Bytes of activations currently held for micro-batches in flight.
+  /// Bytes of activations currently held for micro-batches in flight (forwarded, not yet
+  /// backwarded, or between backward_input and backward_weight), plus the output gradients kept
+  /// for the pending backward_weight calls.
   [[nodiscard]] std::size_t activation_bytes() const noexcept;
   /// Bytes of activations one micro-batch in flight holds.
   [[nodiscard]] std::size_t activation_bytes_per_micro() const noexcept;
@@ -221,6 +263,18 @@ class StageModel {
     device::Buffer arena;    ///< ArenaLayout::total floats
     device::Buffer tokens;   ///< int32 [B*T] (first stage)
     device::Buffer targets;  ///< int32 [B*T] (last stage)
+    bool input_done = false; ///< backward_input ran; backward_weight is pending
+  };
+  /// Float offsets of one block's kept output gradients (split backward) in a weight-gradient
+  /// buffer: dL/d of mlp.proj's output [B*T, C], of mlp.fc's pre-activation [B*T, 4C/tp], of
+  /// attn.proj's output [B*T, C] and of attn.qkv's output [B*T, 3C/tp].
+  struct WeightSlots {
+    std::size_t mp, fc, proj, qkv;
+  };
+  struct WeightLayout {
+    std::vector<WeightSlots> layers;  ///< per block of a chunk
+    std::size_t embed = 0;            ///< first stage: dL/d(embedding output) [B*T, C]
+    std::size_t total = 0;
   };
 
   void build_params(std::uint64_t seed);
@@ -230,7 +284,14 @@ class StageModel {
   MicroState& start_micro(int key);
   /// Block `local_layer` of model chunk `chunk` (m_blocks[chunk * m_chunk_layers + local_layer]).
   void block_forward(int local_layer, MicroState& st, int chunk);
-  void block_backward(int local_layer, MicroState& st, int chunk);
+  /// `keep` null: the whole backward of the block. Else the input half (split backward): no
+  /// linear weight/bias gradient; the linears' output gradients go to `keep` (WeightLayout).
+  void block_backward(int local_layer, MicroState& st, int chunk, float* keep = nullptr);
+  /// The weight half of block `local_layer` from the output gradients block_backward kept.
+  void block_weight(int local_layer, MicroState& st, int chunk, const float* keep);
+  /// backward() and backward_input(): `keep` as in block_backward; `ready` only when not split.
+  void run_backward(int micro, const device::Buffer* grad_out, device::Buffer* grad_in,
+                    const GradsReady* ready, int chunk, const char* what, float* keep);
   /// Key of (micro, chunk) in m_inflight.
   [[nodiscard]] int key_of(int micro, int chunk) const noexcept { return micro * m_spec.chunks + chunk; }
   [[nodiscard]] bool runs_embedding(int chunk) const noexcept { return is_first() && chunk == 0; }
@@ -262,6 +323,12 @@ class StageModel {
   std::map<int, MicroState> m_inflight;
   std::vector<MicroState> m_pool;
   std::map<int, double> m_losses;
+  // split backward: the kept output gradients per pending (micro, chunk) key, their pool, and
+  // per chunk the last micro whose backward_weight ran since zero_grad()
+  WeightLayout m_wlayout;
+  std::map<int, device::Buffer> m_wgrads;
+  std::vector<device::Buffer> m_wgrad_pool;
+  std::vector<int> m_last_weight_micro;
 
   // scratch shared by all micro-batches (calls never overlap)
   device::Buffer m_dres, m_tp_buf, m_dqkv, m_datty, m_dfc, m_att_ws;
