@@ -4,3 +4,11 @@
 # bit for bit (TP > 1 over MPI too), the misuse errors, the runtime's row check, and real
 # training on a split table with the unsplit run's losses.
 atlas_unit_test(test_split_backward unit/test_split_backward.cpp)
+# TP > 1: every TP shard's split backward against its whole backward, bit for bit.
+atlas_mpi_test(test_model_split_tp SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/mpi/test_model_split_tp.cpp NP 2 TIMEOUT 60)
+# Training on a table rewritten into B + W slots: the unsplit run's losses and gradients.
+atlas_mpi_test(test_train_split_backward SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/mpi/test_train_split_backward.cpp
+  NP 2 4 TIMEOUT 180)
+foreach(np 2 4)
+  set_tests_properties(test_train_split_backward_np_${np} PROPERTIES FIXTURES_REQUIRED brown_corpus)
+endforeach()
