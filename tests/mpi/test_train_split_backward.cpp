@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: MIT
 // Real training on a split-backward table (the zero-bubble slot contract, docs/schedules.md):
-// the built 1F1B (or interleaved) table is rewritten by the test-only split_backwards()
+// the built 1F1B, interleaved or atlas table is rewritten by the test-only split_backwards()
 // (tests/support/split_backward.hpp: each Backward -> BackwardInput, its BackwardWeight deferred
 // past the next B) and handed to the Trainer as any table; every step's loss, the first step's
 // full gradient and parameters must equal the unsplit run's bit for bit. np 2: 2 stages in 2 DCs
-// (v 1 and 2); np 4: dp 2 (the DP sums overlap the chunk's last W) and 2 stages per DC. Also an
-// emulated run (device.backend = emulated) walks a split table, sleeping every slot's time.
+// (1f1b v 1 and 2, atlas); np 4: dp 2 (the DP sums overlap the chunk's last W) and 2 stages per
+// DC. Also an emulated run (device.backend = emulated) walks a split table, sleeping every
+// slot's time.
 #include "train_fixture.hpp"
 
 #include <algorithm>
@@ -61,7 +62,7 @@ Outcome train(const Config& cfg, const mpi::Comm& world, int steps, bool split) 
 std::string name(const Shape& sh, int v) {
   std::string s = "dp " + std::to_string(sh.dp) + " stages_per_dc";
   for (int x : sh.stages_per_dc) s += " " + std::to_string(x);
-  return s + " v " + std::to_string(v);
+  return s + (v == 0 ? " atlas" : " 1f1b v " + std::to_string(v));
 }
 
 TEST(TrainSplitBackward, ASplitTableTrainsWithTheUnsplitLossesAndGradientsBitwise) {
@@ -70,10 +71,11 @@ TEST(TrainSplitBackward, ASplitTableTrainsWithTheUnsplitLossesAndGradientsBitwis
   for (const Shape& sh : shapes(world.size())) {
     int pp = 0;
     for (int x : sh.stages_per_dc) pp += x;
-    for (int v : {1, 2}) {
+    for (int v : {0, 1, 2}) {  // v 0: atlas (ordered WAN links, a stagger), one chunk
       if (v > 1 && pp > 2) continue;  // one interleaved shape is enough
       const Config cfg = make_cfg(1, sh.dp, sh.stages_per_dc, 2 * pp,
-                                  {"model.layers=8", "schedule.virtual_stages=" + std::to_string(v),
+                                  {"model.layers=8", "schedule.virtual_stages=" + std::to_string(std::max(v, 1)),
+                                   v == 0 ? "schedule.kind=atlas" : "schedule.kind=1f1b",
                                    "train.dp_bucket_bytes=4096"});  // several buckets: some start early
       const Outcome whole = train(cfg, world, 3, false);
       const Outcome split = train(cfg, world, 3, true);
