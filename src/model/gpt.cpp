@@ -287,19 +287,6 @@ void StageModel::build_layout() {
   }
   m_layout.total = cur;
 
-  // split backward: what backward_input keeps for backward_weight (the same size for every chunk,
-  // so one pool serves them all)
-  std::size_t wcur = 0;
-  for (int i = 0; i < m_chunk_layers; ++i) {
-    WeightSlots w{};
-    w.mp = take(wcur, n * c);
-    w.fc = take(wcur, n * ff);
-    w.proj = take(wcur, n * c);
-    w.qkv = take(wcur, n * 3 * cl);
-    m_wlayout.layers.push_back(w);
-  }
-  if (is_first()) m_wlayout.embed = take(wcur, n * c);
-  m_wlayout.total = wcur;
   m_last_weight_micro.assign(static_cast<std::size_t>(m_spec.chunks), std::numeric_limits<int>::min());
 }
 
@@ -316,14 +303,12 @@ std::size_t StageModel::activation_bytes_per_micro() const noexcept {
                                               tokens_per_micro() * sizeof(std::int32_t);
 }
 std::size_t StageModel::activation_bytes() const noexcept {
-  return m_inflight.size() * activation_bytes_per_micro() + m_wgrads.size() * weight_grad_bytes_per_micro();
-}
-std::size_t StageModel::weight_grad_bytes_per_micro() const noexcept {
-  return m_wlayout.total * sizeof(float);
+  return m_inflight.size() * activation_bytes_per_micro();
 }
 std::vector<int> StageModel::weight_grads_pending() const {
   std::vector<int> keys;
-  for (const auto& [key, buf] : m_wgrads) keys.push_back(key);
+  for (const auto& [key, st] : m_inflight)
+    if (st.input_done) keys.push_back(key);
   return keys;
 }
 std::vector<int> StageModel::micros_in_flight() const {
@@ -372,9 +357,9 @@ double StageModel::local_grad_sq_norm() const {
 }
 
 void StageModel::zero_grad() {
-  if (!m_wgrads.empty()) {
-    const int key = m_wgrads.begin()->first;
-    ATLAS_THROW(Internal, "stage " << m_spec.stage << ": zero_grad with " << m_wgrads.size()
+  if (const std::vector<int> pending = weight_grads_pending(); !pending.empty()) {
+    const int key = pending.front();
+    ATLAS_THROW(Internal, "stage " << m_spec.stage << ": zero_grad with " << pending.size()
                                    << " backward_weight call(s) pending (micro-batch "
                                    << key / m_spec.chunks << ", chunk " << key % m_spec.chunks
                                    << " first): their weight gradients would be lost (the "
@@ -588,12 +573,7 @@ std::vector<float> StageModel::logits(int micro) {
 }
 
 void StageModel::release(int micro, int chunk) {
-  const int key = key_of(micro, chunk);
-  if (auto w = m_wgrads.find(key); w != m_wgrads.end()) {
-    m_wgrad_pool.push_back(std::move(w->second));
-    m_wgrads.erase(w);
-  }
-  auto it = m_inflight.find(key);
+  auto it = m_inflight.find(key_of(micro, chunk));
   if (it == m_inflight.end()) return;
   m_pool.push_back(std::move(it->second));
   m_inflight.erase(it);
@@ -603,29 +583,15 @@ void StageModel::release(int micro, int chunk) {
 
 void StageModel::backward(int micro, const device::Buffer* grad_out, device::Buffer* grad_in,
                           const GradsReady* ready, int chunk) {
-  run_backward(micro, grad_out, grad_in, ready, chunk, "backward", nullptr);
+  run_backward(micro, grad_out, grad_in, ready, chunk, "backward", false);
   release(micro, chunk);
 }
 
 void StageModel::backward_input(int micro, const device::Buffer* grad_out, device::Buffer* grad_in,
                                 int chunk) {
   ATLAS_ASSERT(chunk >= 0 && chunk < m_spec.chunks, "backward_input of chunk " << chunk << " of " << m_spec.chunks);
-  const int key = key_of(micro, chunk);
-  device::Buffer keep;
-  if (!m_wgrad_pool.empty()) {
-    keep = std::move(m_wgrad_pool.back());
-    m_wgrad_pool.pop_back();
-  } else {
-    keep = m_backend.alloc_floats(m_wlayout.total);
-  }
-  try {
-    run_backward(micro, grad_out, grad_in, nullptr, chunk, "backward_input", keep.f32());
-  } catch (...) {
-    m_wgrad_pool.push_back(std::move(keep));
-    throw;
-  }
-  m_inflight.at(key).input_done = true;
-  m_wgrads.emplace(key, std::move(keep));
+  run_backward(micro, grad_out, grad_in, nullptr, chunk, "backward_input", true);
+  m_inflight.at(key_of(micro, chunk)).input_done = true;
 }
 
 void StageModel::backward_weight(int micro, const GradsReady* ready, int chunk) {
@@ -633,8 +599,7 @@ void StageModel::backward_weight(int micro, const GradsReady* ready, int chunk) 
   const int key = key_of(micro, chunk);
   int& last = m_last_weight_micro[static_cast<std::size_t>(chunk)];
   const auto it = m_inflight.find(key);
-  const auto w = m_wgrads.find(key);
-  if (it == m_inflight.end() || w == m_wgrads.end()) {
+  if (it == m_inflight.end() || !it->second.input_done) {
     ATLAS_THROW(Internal, "stage " << m_spec.stage << ": backward_weight of micro-batch " << micro << " (chunk "
                                    << chunk << ") without a pending backward_input"
                                    << (micro == last ? ": its W already ran (W twice)"
@@ -648,7 +613,6 @@ void StageModel::backward_weight(int micro, const GradsReady* ready, int chunk) 
                                       "weight then sums its micro-batches in backward()'s order)");
   }
   MicroState& st = it->second;
-  const float* keep = w->second.f32();
   auto& be = m_backend;
   const int rows = static_cast<int>(tokens_per_micro());
   if (runs_head(chunk)) {
@@ -660,7 +624,7 @@ void StageModel::backward_weight(int micro, const GradsReady* ready, int chunk) 
     }
   }
   for (int i = m_chunk_layers - 1; i >= 0; --i) {
-    block_weight(i, st, chunk, keep);
+    block_weight(i, st, chunk);
     if (ready) {
       const Block& b = m_blocks[static_cast<std::size_t>(chunk * m_chunk_layers + i)];
       ParamTensor* const block[] = {b.ln1_w, b.ln1_b, b.qkv_w, b.qkv_b, b.proj_w, b.proj_b,
@@ -669,7 +633,8 @@ void StageModel::backward_weight(int micro, const GradsReady* ready, int chunk) 
     }
   }
   if (runs_embedding(chunk)) {
-    be.embedding_backward(m_wte->grad.f32(), m_wpe->grad.f32(), keep + m_wlayout.embed, st.tokens.i32(), m_batch,
+    // the embeddings' output gradient, which backward_input left over res[0]
+    be.embedding_backward(m_wte->grad.f32(), m_wpe->grad.f32(), at(st, m_layout.res[0]), st.tokens.i32(), m_batch,
                           m_seq, m_hidden);
     if (ready) {
       ParamTensor* const embed[] = {m_wte, m_wpe};
@@ -681,10 +646,9 @@ void StageModel::backward_weight(int micro, const GradsReady* ready, int chunk) 
 }
 
 void StageModel::run_backward(int micro, const device::Buffer* grad_out, device::Buffer* grad_in,
-                              const GradsReady* ready, int chunk, const char* what, float* keep) {
+                              const GradsReady* ready, int chunk, const char* what, bool split) {
   const bool embeds = runs_embedding(chunk);
   const bool heads = runs_head(chunk);
-  const bool split = keep != nullptr;
   auto it = m_inflight.find(key_of(micro, chunk));
   if (it == m_inflight.end()) {
     ATLAS_THROW(Internal, "stage " << m_spec.stage << ": " << what << " of micro-batch " << micro
@@ -732,7 +696,7 @@ void StageModel::run_backward(int micro, const device::Buffer* grad_out, device:
     be.copy(dres, grad_out->data(), boundary * sizeof(float));
   }
   for (int i = m_chunk_layers - 1; i >= 0; --i) {
-    block_backward(i, st, chunk, keep);
+    block_backward(i, st, chunk, split);
     if (ready) {
       const Block& b = m_blocks[static_cast<std::size_t>(chunk * m_chunk_layers + i)];
       ParamTensor* const block[] = {b.ln1_w, b.ln1_b, b.qkv_w, b.qkv_b, b.proj_w, b.proj_b,
@@ -742,7 +706,8 @@ void StageModel::run_backward(int micro, const device::Buffer* grad_out, device:
   }
   if (embeds) {
     if (split) {
-      be.copy(keep + m_wlayout.embed, dres, boundary * sizeof(float));  // W's embedding gradient
+      // W's embedding gradient, over the embedding output (block 0's backward consumed it)
+      be.copy(at(st, m_layout.res[0]), dres, boundary * sizeof(float));
     } else {
       be.embedding_backward(m_wte->grad.f32(), m_wpe->grad.f32(), dres, st.tokens.i32(), m_batch,
                             m_seq, m_hidden);
@@ -756,7 +721,7 @@ void StageModel::run_backward(int micro, const device::Buffer* grad_out, device:
   }
 }
 
-void StageModel::block_backward(int i, MicroState& st, int chunk, float* keep) {
+void StageModel::block_backward(int i, MicroState& st, int chunk, bool split) {
   const Block& p = m_blocks[static_cast<std::size_t>(chunk * m_chunk_layers + i)];
   const LayerSlots& s = m_layout.layers[static_cast<std::size_t>(i)];
   const int n = static_cast<int>(tokens_per_micro());
@@ -777,27 +742,23 @@ void StageModel::block_backward(int i, MicroState& st, int chunk, float* keep) {
   float* dqkv = m_dqkv.f32();
   float* datty = m_datty.f32();
   auto& be = m_backend;
-  // Split (keep): the input half only; the output gradients of the four linears are what their
-  // weight gradients need besides the saved inputs, so they are kept (dfc and dqkv written there
-  // directly, the two residual-stream ones copied) and the weight/bias gradients are skipped.
-  const bool split = keep != nullptr;
-  const std::size_t res_bytes = static_cast<std::size_t>(n) * static_cast<std::size_t>(c) * sizeof(float);
-  float* keep_mp = nullptr;
-  float* keep_proj = nullptr;
-  if (split) {
-    const WeightSlots& w = m_wlayout.layers[static_cast<std::size_t>(i)];
-    keep_mp = keep + w.mp;
-    keep_proj = keep + w.proj;
-    dfc = keep + w.fc;
-    dqkv = keep + w.qkv;
-  }
+  // Split: the input half only (no linear weight/bias gradient). The four linears' output
+  // gradients, which their weight gradients need besides the saved inputs, are copied over
+  // activations this backward has consumed (so W costs no memory beyond the arena): the block's
+  // output res[i+1] (the next block's input, whose backward ran first, or the chunk's top),
+  // fc (read by the GELU backward), x2 (read by ln_2's backward), qkv (read by attention's).
+  const auto nn = static_cast<std::size_t>(n);
+  auto keep = [&](std::size_t slot, const float* src, std::size_t floats) {
+    if (split) be.copy(at(st, slot), src, floats * sizeof(float));
+  };
   auto wgrad = [split](ParamTensor* t) { return split ? nullptr : t->grad.f32(); };
 
   // MLP (dres = dL/dout, replicated over TP)
   // dfc = dL/d(fc pre-activation): the GELU backward rides on the proj's input gradient
-  if (split) be.copy(keep_mp, dres, res_bytes);
+  keep(m_layout.res[static_cast<std::size_t>(i) + 1], dres, nn * static_cast<std::size_t>(c));
   be.linear_backward(dfc, wgrad(p.mp_w), wgrad(p.mp_b), dres, gelu, p.mp_w->value.f32(), fc, n, ff, c,
                      device::Activation::Gelu);
+  keep(s.fc, dfc, nn * static_cast<std::size_t>(ff));
   be.linear_backward(dtp, wgrad(p.fc_w), wgrad(p.fc_b), dfc, ln2, p.fc_w->value.f32(), nullptr, n, c, ff,
                      device::Activation::None);
   tp_allreduce(m_tp_buf);  // column-parallel input gradient
@@ -805,11 +766,12 @@ void StageModel::block_backward(int i, MicroState& st, int chunk, float* keep) {
                         p.ln2_w->value.f32(), at(st, s.mean2), at(st, s.rstd2), n, c);
 
   // attention (dres = dL/dx2)
-  if (split) be.copy(keep_proj, dres, res_bytes);
+  keep(s.x2, dres, nn * static_cast<std::size_t>(c));
   be.linear_backward(datty, wgrad(p.proj_w), wgrad(p.proj_b), dres, atty, p.proj_w->value.f32(), nullptr, n,
                      cl, c, device::Activation::None);
   be.attention_backward(dqkv, datty, qkv, atty, at(st, s.att), m_batch, m_seq, m_local_heads,
                         m_head_dim, m_att_ws.f32());
+  keep(s.qkv, dqkv, nn * 3 * static_cast<std::size_t>(cl));
   be.linear_backward(dtp, wgrad(p.qkv_w), wgrad(p.qkv_b), dqkv, ln1, p.qkv_w->value.f32(), nullptr, n, c,
                      3 * cl, device::Activation::None);
   tp_allreduce(m_tp_buf);
@@ -817,21 +779,21 @@ void StageModel::block_backward(int i, MicroState& st, int chunk, float* keep) {
                         p.ln1_w->value.f32(), at(st, s.mean1), at(st, s.rstd1), n, c);
 }
 
-void StageModel::block_weight(int i, MicroState& st, int chunk, const float* keep) {
+void StageModel::block_weight(int i, MicroState& st, int chunk) {
   const Block& p = m_blocks[static_cast<std::size_t>(chunk * m_chunk_layers + i)];
   const LayerSlots& s = m_layout.layers[static_cast<std::size_t>(i)];
-  const WeightSlots& w = m_wlayout.layers[static_cast<std::size_t>(i)];
   const int n = static_cast<int>(tokens_per_micro());
   const int c = m_hidden;
   const int cl = m_local_hidden;
   const int ff = m_local_ff;
   auto& be = m_backend;
   // The weight halves of block_backward's four linear_backward calls, in the same order, each
-  // from its kept output gradient and the forward's saved input.
-  be.linear_backward_weight(p.mp_w->grad.f32(), p.mp_b->grad.f32(), keep + w.mp, at(st, s.gelu), n, ff, c);
-  be.linear_backward_weight(p.fc_w->grad.f32(), p.fc_b->grad.f32(), keep + w.fc, at(st, s.ln2), n, c, ff);
-  be.linear_backward_weight(p.proj_w->grad.f32(), p.proj_b->grad.f32(), keep + w.proj, at(st, s.atty), n, cl, c);
-  be.linear_backward_weight(p.qkv_w->grad.f32(), p.qkv_b->grad.f32(), keep + w.qkv, at(st, s.ln1), n, c, 3 * cl);
+  // from the output gradient it kept (block_backward) and the forward's saved input.
+  const float* d_mp = at(st, m_layout.res[static_cast<std::size_t>(i) + 1]);
+  be.linear_backward_weight(p.mp_w->grad.f32(), p.mp_b->grad.f32(), d_mp, at(st, s.gelu), n, ff, c);
+  be.linear_backward_weight(p.fc_w->grad.f32(), p.fc_b->grad.f32(), at(st, s.fc), at(st, s.ln2), n, c, ff);
+  be.linear_backward_weight(p.proj_w->grad.f32(), p.proj_b->grad.f32(), at(st, s.x2), at(st, s.atty), n, cl, c);
+  be.linear_backward_weight(p.qkv_w->grad.f32(), p.qkv_b->grad.f32(), at(st, s.qkv), at(st, s.ln1), n, c, 3 * cl);
 }
 
 }  // namespace atlas::model

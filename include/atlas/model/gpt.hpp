@@ -177,9 +177,11 @@ class StageModel {
   /// GELU, LayerNorm, the TP sums) and the LayerNorm parameters' gradients (ln_1, ln_2, ln_f:
   /// one kernel gives them together with the LayerNorm's input gradient, and they are cheap);
   /// no linear weight or bias gradient and no embedding gradient. Keeps the micro-batch's
-  /// activations and, in a pooled buffer of weight_grad_bytes_per_micro(), the linears' output
-  /// gradients (and on the first stage's chunk 0 the embeddings' output gradient) for
-  /// backward_weight. Collective over the TP group. Internal error: no forward, or B twice.
+  /// activations for backward_weight, and writes what W needs beyond them (the linears' output
+  /// gradients; on the first stage's chunk 0 the embeddings' output gradient) over activations
+  /// it has consumed (a block's output, x2, the fc pre-activation, qkv; the embedding output):
+  /// no memory beyond the activations, which are now held until W. Collective over the TP
+  /// group. Internal error: no forward, or B twice.
   void backward_input(int micro, const device::Buffer* grad_out, device::Buffer* grad_in,
                       int chunk = 0);
   /// The weight-gradient half (W) of micro-batch `micro`'s backward, after its backward_input:
@@ -192,10 +194,6 @@ class StageModel {
   /// before its B, or twice), or a micro below one whose W already ran for this chunk since
   /// zero_grad() (W's out of micro order).
   void backward_weight(int micro, const GradsReady* ready = nullptr, int chunk = 0);
-  /// Bytes of the output gradients one (micro-batch, chunk) keeps from backward_input to
-  /// backward_weight: per block B*T*(2C + 4C/tp + 3C/tp) floats (mlp.proj's and attn.proj's
-  /// output gradients, mlp.fc's and attn.qkv's), plus B*T*C on the first stage (the embeddings').
-  [[nodiscard]] std::size_t weight_grad_bytes_per_micro() const noexcept;
   /// (micro, chunk) pairs between their backward_input and backward_weight, as keys
   /// micro * chunks + chunk in increasing order.
   [[nodiscard]] std::vector<int> weight_grads_pending() const;
@@ -206,7 +204,7 @@ class StageModel {
   /// --logits). Internal error when not the last stage or `micro` is not in flight.
   [[nodiscard]] std::vector<float> logits(int micro);
   /// Drops the activations of a forward-only micro-batch (evaluation). No-op if none are held.
-  /// Also drops a pending backward_weight's kept gradients.
+  /// Also drops a micro-batch whose backward_weight is pending (its weight gradients are lost).
   void release(int micro, int chunk = 0);
   /// Zeroes every gradient and forgets the micro-batch losses (and the W order). Internal error
   /// while a backward_weight is pending (its gradients would be lost).
@@ -214,8 +212,7 @@ class StageModel {
 
   // ---- memory ----
   /// Bytes of activations currently held for micro-batches in flight (forwarded, not yet
-  /// backwarded, or between backward_input and backward_weight), plus the output gradients kept
-  /// for the pending backward_weight calls.
+  /// backwarded, or between backward_input and backward_weight).
   [[nodiscard]] std::size_t activation_bytes() const noexcept;
   /// Bytes of activations one micro-batch in flight holds.
   [[nodiscard]] std::size_t activation_bytes_per_micro() const noexcept;
@@ -265,17 +262,7 @@ class StageModel {
     device::Buffer targets;  ///< int32 [B*T] (last stage)
     bool input_done = false; ///< backward_input ran; backward_weight is pending
   };
-  /// Float offsets of one block's kept output gradients (split backward) in a weight-gradient
-  /// buffer: dL/d of mlp.proj's output [B*T, C], of mlp.fc's pre-activation [B*T, 4C/tp], of
-  /// attn.proj's output [B*T, C] and of attn.qkv's output [B*T, 3C/tp].
-  struct WeightSlots {
-    std::size_t mp, fc, proj, qkv;
-  };
-  struct WeightLayout {
-    std::vector<WeightSlots> layers;  ///< per block of a chunk
-    std::size_t embed = 0;            ///< first stage: dL/d(embedding output) [B*T, C]
-    std::size_t total = 0;
-  };
+
 
   void build_params(std::uint64_t seed);
   void add_param(const std::string& name, std::vector<std::int64_t> full_shape, int shard_dim,
@@ -284,14 +271,17 @@ class StageModel {
   MicroState& start_micro(int key);
   /// Block `local_layer` of model chunk `chunk` (m_blocks[chunk * m_chunk_layers + local_layer]).
   void block_forward(int local_layer, MicroState& st, int chunk);
-  /// `keep` null: the whole backward of the block. Else the input half (split backward): no
-  /// linear weight/bias gradient; the linears' output gradients go to `keep` (WeightLayout).
-  void block_backward(int local_layer, MicroState& st, int chunk, float* keep = nullptr);
+  /// `split` false: the whole backward of the block. True: the input half (split backward): no
+  /// linear weight/bias gradient; the four linears' output gradients are written over arena
+  /// slots this backward has consumed, for block_weight: dL/d of mlp.proj's output over the
+  /// block's output res[i+1], of mlp.fc's pre-activation over fc, of attn.proj's output over
+  /// x2, of attn.qkv's output over qkv.
+  void block_backward(int local_layer, MicroState& st, int chunk, bool split = false);
   /// The weight half of block `local_layer` from the output gradients block_backward kept.
-  void block_weight(int local_layer, MicroState& st, int chunk, const float* keep);
-  /// backward() and backward_input(): `keep` as in block_backward; `ready` only when not split.
+  void block_weight(int local_layer, MicroState& st, int chunk);
+  /// backward() and backward_input(); `ready` only when not split.
   void run_backward(int micro, const device::Buffer* grad_out, device::Buffer* grad_in,
-                    const GradsReady* ready, int chunk, const char* what, float* keep);
+                    const GradsReady* ready, int chunk, const char* what, bool split);
   /// Key of (micro, chunk) in m_inflight.
   [[nodiscard]] int key_of(int micro, int chunk) const noexcept { return micro * m_spec.chunks + chunk; }
   [[nodiscard]] bool runs_embedding(int chunk) const noexcept { return is_first() && chunk == 0; }
@@ -323,11 +313,7 @@ class StageModel {
   std::map<int, MicroState> m_inflight;
   std::vector<MicroState> m_pool;
   std::map<int, double> m_losses;
-  // split backward: the kept output gradients per pending (micro, chunk) key, their pool, and
-  // per chunk the last micro whose backward_weight ran since zero_grad()
-  WeightLayout m_wlayout;
-  std::map<int, device::Buffer> m_wgrads;
-  std::vector<device::Buffer> m_wgrad_pool;
+  // split backward: per chunk the last micro whose backward_weight ran since zero_grad()
   std::vector<int> m_last_weight_micro;
 
   // scratch shared by all micro-batches (calls never overlap)
