@@ -286,6 +286,8 @@ void StageModel::build_layout() {
     m_layout.losses = take(cur, n);
   }
   m_layout.total = cur;
+
+  m_last_weight_micro.assign(static_cast<std::size_t>(m_spec.chunks), std::numeric_limits<int>::min());
 }
 
 // ---- shape and memory ----
@@ -302,6 +304,12 @@ std::size_t StageModel::activation_bytes_per_micro() const noexcept {
 }
 std::size_t StageModel::activation_bytes() const noexcept {
   return m_inflight.size() * activation_bytes_per_micro();
+}
+std::vector<int> StageModel::weight_grads_pending() const {
+  std::vector<int> keys;
+  for (const auto& [key, st] : m_inflight)
+    if (st.input_done) keys.push_back(key);
+  return keys;
 }
 std::vector<int> StageModel::micros_in_flight() const {
   std::vector<int> ids;
@@ -349,8 +357,17 @@ double StageModel::local_grad_sq_norm() const {
 }
 
 void StageModel::zero_grad() {
+  if (const std::vector<int> pending = weight_grads_pending(); !pending.empty()) {
+    const int key = pending.front();
+    ATLAS_THROW(Internal, "stage " << m_spec.stage << ": zero_grad with " << pending.size()
+                                   << " backward_weight call(s) pending (micro-batch "
+                                   << key / m_spec.chunks << ", chunk " << key % m_spec.chunks
+                                   << " first): their weight gradients would be lost (the "
+                                      "schedule must run every W before the step ends)");
+  }
   for (auto& p : m_params) m_backend.fill(p.grad.f32(), 0.0F, p.grad.floats());
   m_losses.clear();
+  std::fill(m_last_weight_micro.begin(), m_last_weight_micro.end(), std::numeric_limits<int>::min());
 }
 
 // ---- forward ----
@@ -381,6 +398,7 @@ StageModel::MicroState& StageModel::start_micro(int key) {
     if (is_first()) st.tokens = m_backend.alloc(tokens_per_micro() * sizeof(std::int32_t));
     if (is_last()) st.targets = m_backend.alloc(tokens_per_micro() * sizeof(std::int32_t));
   }
+  st.input_done = false;
   return m_inflight.emplace(key, std::move(st)).first->second;
 }
 
@@ -565,18 +583,87 @@ void StageModel::release(int micro, int chunk) {
 
 void StageModel::backward(int micro, const device::Buffer* grad_out, device::Buffer* grad_in,
                           const GradsReady* ready, int chunk) {
+  run_backward(micro, grad_out, grad_in, ready, chunk, "backward", false);
+  release(micro, chunk);
+}
+
+void StageModel::backward_input(int micro, const device::Buffer* grad_out, device::Buffer* grad_in,
+                                int chunk) {
+  ATLAS_ASSERT(chunk >= 0 && chunk < m_spec.chunks, "backward_input of chunk " << chunk << " of " << m_spec.chunks);
+  run_backward(micro, grad_out, grad_in, nullptr, chunk, "backward_input", true);
+  m_inflight.at(key_of(micro, chunk)).input_done = true;
+}
+
+void StageModel::backward_weight(int micro, const GradsReady* ready, int chunk) {
+  ATLAS_ASSERT(chunk >= 0 && chunk < m_spec.chunks, "backward_weight of chunk " << chunk << " of " << m_spec.chunks);
+  const int key = key_of(micro, chunk);
+  int& last = m_last_weight_micro[static_cast<std::size_t>(chunk)];
+  const auto it = m_inflight.find(key);
+  if (it == m_inflight.end() || !it->second.input_done) {
+    ATLAS_THROW(Internal, "stage " << m_spec.stage << ": backward_weight of micro-batch " << micro << " (chunk "
+                                   << chunk << ") without a pending backward_input"
+                                   << (micro == last ? ": its W already ran (W twice)"
+                                                     : ": W before its B, or W twice")
+                                   << " (the schedule's B/W slots are out of order)");
+  }
+  if (micro <= last) {
+    ATLAS_THROW(Internal, "stage " << m_spec.stage << ": backward_weight of micro-batch " << micro << " (chunk "
+                                   << chunk << ") after that of micro-batch " << last
+                                   << ": the W's of a chunk must run in increasing micro order (each "
+                                      "weight then sums its micro-batches in backward()'s order)");
+  }
+  MicroState& st = it->second;
+  auto& be = m_backend;
+  const int rows = static_cast<int>(tokens_per_micro());
+  if (runs_head(chunk)) {
+    be.linear_backward_weight(m_wte->grad.f32(), nullptr, at(st, m_layout.probs), at(st, m_layout.lnf), rows,
+                              m_hidden, m_vocab);
+    if (ready) {
+      ParamTensor* const head[] = {m_lnf_w, m_lnf_b, m_wte};
+      (*ready)(std::span<ParamTensor* const>(head, is_first() ? 2 : 3));
+    }
+  }
+  for (int i = m_chunk_layers - 1; i >= 0; --i) {
+    block_weight(i, st, chunk);
+    if (ready) {
+      const Block& b = m_blocks[static_cast<std::size_t>(chunk * m_chunk_layers + i)];
+      ParamTensor* const block[] = {b.ln1_w, b.ln1_b, b.qkv_w, b.qkv_b, b.proj_w, b.proj_b,
+                                    b.ln2_w, b.ln2_b, b.fc_w,  b.fc_b,  b.mp_w,   b.mp_b};
+      (*ready)(block);
+    }
+  }
+  if (runs_embedding(chunk)) {
+    // the embeddings' output gradient, which backward_input left over res[0]
+    be.embedding_backward(m_wte->grad.f32(), m_wpe->grad.f32(), at(st, m_layout.res[0]), st.tokens.i32(), m_batch,
+                          m_seq, m_hidden);
+    if (ready) {
+      ParamTensor* const embed[] = {m_wte, m_wpe};
+      (*ready)(embed);
+    }
+  }
+  last = micro;
+  release(micro, chunk);
+}
+
+void StageModel::run_backward(int micro, const device::Buffer* grad_out, device::Buffer* grad_in,
+                              const GradsReady* ready, int chunk, const char* what, bool split) {
   const bool embeds = runs_embedding(chunk);
   const bool heads = runs_head(chunk);
   auto it = m_inflight.find(key_of(micro, chunk));
   if (it == m_inflight.end()) {
-    ATLAS_THROW(Internal, "stage " << m_spec.stage << ": backward of micro-batch " << micro
+    ATLAS_THROW(Internal, "stage " << m_spec.stage << ": " << what << " of micro-batch " << micro
                                    << " without its forward");
   }
+  if (it->second.input_done) {
+    ATLAS_THROW(Internal, "stage " << m_spec.stage << ": " << what << " of micro-batch " << micro << " (chunk "
+                                   << chunk << ") after its backward_input (B twice, or B and a whole "
+                                      "backward): its backward_weight is pending");
+  }
   const std::size_t boundary = boundary_floats();
-  auto check_buf = [&](const device::Buffer* b, const char* what) {
+  auto check_buf = [&](const device::Buffer* b, const char* name) {
     if (b == nullptr || b->floats() < boundary) {
-      ATLAS_THROW(Internal, "stage " << m_spec.stage << ": backward(micro " << micro << ") needs "
-                                     << what << " of " << boundary << " floats, got "
+      ATLAS_THROW(Internal, "stage " << m_spec.stage << ": " << what << "(micro " << micro << ") needs "
+                                     << name << " of " << boundary << " floats, got "
                                      << (b ? b->floats() : 0));
     }
   };
@@ -590,10 +677,10 @@ void StageModel::backward(int micro, const device::Buffer* grad_out, device::Buf
   const float* top = at(st, m_layout.res[static_cast<std::size_t>(m_chunk_layers)]);
   if (heads) {
     // tied head (dlogits: the forward's softmax_xent_fused left them in place of the logits),
-    // final LayerNorm
+    // final LayerNorm; split: the head's weight gradient is W's (dlogits stay in the arena)
     const float* dlogits = at(st, m_layout.probs);
     const float* lnf = at(st, m_layout.lnf);
-    be.linear_backward(m_tp_buf.f32(), m_wte->grad.f32(), nullptr, dlogits, lnf,
+    be.linear_backward(m_tp_buf.f32(), split ? nullptr : m_wte->grad.f32(), nullptr, dlogits, lnf,
                        m_wte->value.f32(), nullptr, rows, m_hidden, m_vocab,
                        device::Activation::None);
     be.fill(dres, 0.0F, boundary);
@@ -609,7 +696,7 @@ void StageModel::backward(int micro, const device::Buffer* grad_out, device::Buf
     be.copy(dres, grad_out->data(), boundary * sizeof(float));
   }
   for (int i = m_chunk_layers - 1; i >= 0; --i) {
-    block_backward(i, st, chunk);
+    block_backward(i, st, chunk, split);
     if (ready) {
       const Block& b = m_blocks[static_cast<std::size_t>(chunk * m_chunk_layers + i)];
       ParamTensor* const block[] = {b.ln1_w, b.ln1_b, b.qkv_w, b.qkv_b, b.proj_w, b.proj_b,
@@ -618,8 +705,13 @@ void StageModel::backward(int micro, const device::Buffer* grad_out, device::Buf
     }
   }
   if (embeds) {
-    be.embedding_backward(m_wte->grad.f32(), m_wpe->grad.f32(), dres, st.tokens.i32(), m_batch,
-                          m_seq, m_hidden);
+    if (split) {
+      // W's embedding gradient, over the embedding output (block 0's backward consumed it)
+      be.copy(at(st, m_layout.res[0]), dres, boundary * sizeof(float));
+    } else {
+      be.embedding_backward(m_wte->grad.f32(), m_wpe->grad.f32(), dres, st.tokens.i32(), m_batch,
+                            m_seq, m_hidden);
+    }
     if (ready) {
       ParamTensor* const embed[] = {m_wte, m_wpe};
       (*ready)(embed);
@@ -627,10 +719,9 @@ void StageModel::backward(int micro, const device::Buffer* grad_out, device::Buf
   } else {
     be.copy(grad_in->data(), dres, boundary * sizeof(float));
   }
-  release(micro, chunk);
 }
 
-void StageModel::block_backward(int i, MicroState& st, int chunk) {
+void StageModel::block_backward(int i, MicroState& st, int chunk, bool split) {
   const Block& p = m_blocks[static_cast<std::size_t>(chunk * m_chunk_layers + i)];
   const LayerSlots& s = m_layout.layers[static_cast<std::size_t>(i)];
   const int n = static_cast<int>(tokens_per_micro());
@@ -651,27 +742,58 @@ void StageModel::block_backward(int i, MicroState& st, int chunk) {
   float* dqkv = m_dqkv.f32();
   float* datty = m_datty.f32();
   auto& be = m_backend;
+  // Split: the input half only (no linear weight/bias gradient). The four linears' output
+  // gradients, which their weight gradients need besides the saved inputs, are copied over
+  // activations this backward has consumed (so W costs no memory beyond the arena): the block's
+  // output res[i+1] (the next block's input, whose backward ran first, or the chunk's top),
+  // fc (read by the GELU backward), x2 (read by ln_2's backward), qkv (read by attention's).
+  const auto nn = static_cast<std::size_t>(n);
+  auto keep = [&](std::size_t slot, const float* src, std::size_t floats) {
+    if (split) be.copy(at(st, slot), src, floats * sizeof(float));
+  };
+  auto wgrad = [split](ParamTensor* t) { return split ? nullptr : t->grad.f32(); };
 
   // MLP (dres = dL/dout, replicated over TP)
   // dfc = dL/d(fc pre-activation): the GELU backward rides on the proj's input gradient
-  be.linear_backward(dfc, p.mp_w->grad.f32(), p.mp_b->grad.f32(), dres, gelu,
-                     p.mp_w->value.f32(), fc, n, ff, c, device::Activation::Gelu);
-  be.linear_backward(dtp, p.fc_w->grad.f32(), p.fc_b->grad.f32(), dfc, ln2, p.fc_w->value.f32(),
-                     nullptr, n, c, ff, device::Activation::None);
+  keep(m_layout.res[static_cast<std::size_t>(i) + 1], dres, nn * static_cast<std::size_t>(c));
+  be.linear_backward(dfc, wgrad(p.mp_w), wgrad(p.mp_b), dres, gelu, p.mp_w->value.f32(), fc, n, ff, c,
+                     device::Activation::Gelu);
+  keep(s.fc, dfc, nn * static_cast<std::size_t>(ff));
+  be.linear_backward(dtp, wgrad(p.fc_w), wgrad(p.fc_b), dfc, ln2, p.fc_w->value.f32(), nullptr, n, c, ff,
+                     device::Activation::None);
   tp_allreduce(m_tp_buf);  // column-parallel input gradient
   be.layernorm_backward(dres, p.ln2_w->grad.f32(), p.ln2_b->grad.f32(), dtp, x2,
                         p.ln2_w->value.f32(), at(st, s.mean2), at(st, s.rstd2), n, c);
 
   // attention (dres = dL/dx2)
-  be.linear_backward(datty, p.proj_w->grad.f32(), p.proj_b->grad.f32(), dres, atty,
-                     p.proj_w->value.f32(), nullptr, n, cl, c, device::Activation::None);
+  keep(s.x2, dres, nn * static_cast<std::size_t>(c));
+  be.linear_backward(datty, wgrad(p.proj_w), wgrad(p.proj_b), dres, atty, p.proj_w->value.f32(), nullptr, n,
+                     cl, c, device::Activation::None);
   be.attention_backward(dqkv, datty, qkv, atty, at(st, s.att), m_batch, m_seq, m_local_heads,
                         m_head_dim, m_att_ws.f32());
-  be.linear_backward(dtp, p.qkv_w->grad.f32(), p.qkv_b->grad.f32(), dqkv, ln1,
-                     p.qkv_w->value.f32(), nullptr, n, c, 3 * cl, device::Activation::None);
+  keep(s.qkv, dqkv, nn * 3 * static_cast<std::size_t>(cl));
+  be.linear_backward(dtp, wgrad(p.qkv_w), wgrad(p.qkv_b), dqkv, ln1, p.qkv_w->value.f32(), nullptr, n, c,
+                     3 * cl, device::Activation::None);
   tp_allreduce(m_tp_buf);
   be.layernorm_backward(dres, p.ln1_w->grad.f32(), p.ln1_b->grad.f32(), dtp, x,
                         p.ln1_w->value.f32(), at(st, s.mean1), at(st, s.rstd1), n, c);
+}
+
+void StageModel::block_weight(int i, MicroState& st, int chunk) {
+  const Block& p = m_blocks[static_cast<std::size_t>(chunk * m_chunk_layers + i)];
+  const LayerSlots& s = m_layout.layers[static_cast<std::size_t>(i)];
+  const int n = static_cast<int>(tokens_per_micro());
+  const int c = m_hidden;
+  const int cl = m_local_hidden;
+  const int ff = m_local_ff;
+  auto& be = m_backend;
+  // The weight halves of block_backward's four linear_backward calls, in the same order, each
+  // from the output gradient it kept (block_backward) and the forward's saved input.
+  const float* d_mp = at(st, m_layout.res[static_cast<std::size_t>(i) + 1]);
+  be.linear_backward_weight(p.mp_w->grad.f32(), p.mp_b->grad.f32(), d_mp, at(st, s.gelu), n, ff, c);
+  be.linear_backward_weight(p.fc_w->grad.f32(), p.fc_b->grad.f32(), at(st, s.fc), at(st, s.ln2), n, c, ff);
+  be.linear_backward_weight(p.proj_w->grad.f32(), p.proj_b->grad.f32(), at(st, s.x2), at(st, s.atty), n, cl, c);
+  be.linear_backward_weight(p.qkv_w->grad.f32(), p.qkv_b->grad.f32(), at(st, s.qkv), at(st, s.ln1), n, c, 3 * cl);
 }
 
 }  // namespace atlas::model

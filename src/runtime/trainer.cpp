@@ -9,6 +9,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
+
+#include <fmt/format.h>
 
 #include "atlas/core/check.hpp"
 #include "atlas/core/log.hpp"
@@ -30,6 +33,51 @@ constexpr int kEmbeddingTag = mpi::tags::kEmbedding;
 
 }  // namespace
 
+void check_split_backward_row(const std::vector<sched::Slot>& row, int stage, int dp) {
+  using sched::SlotKind;
+  bool whole = false;
+  bool split = false;
+  bool all_reduced = false;
+  std::map<std::pair<int, int>, int> open;  // (chunk, micro) -> slot index of its B, W pending
+  std::map<int, int> last_w;                // chunk -> micro of its last W
+  auto where = [&](std::size_t i, const sched::Slot& s) {
+    return fmt::format("stage {} (dp {}) slot {}: {} of micro-batch {} chunk {}", stage, dp, i,
+                       sched::to_string(s.kind), s.micro, s.chunk);
+  };
+  for (std::size_t i = 0; i < row.size(); ++i) {
+    const sched::Slot& s = row[i];
+    // The gradient sums start at the AllReduce slot, or at an ExchangeBubble bubble before it.
+    if (s.kind == SlotKind::AllReduce || s.has(sched::SlotMark::ExchangeBubble)) all_reduced = true;
+    if (s.kind == SlotKind::Backward) whole = true;
+    if (s.kind != SlotKind::BackwardInput && s.kind != SlotKind::BackwardWeight) continue;
+    split = true;
+    const std::pair<int, int> key{s.chunk, s.micro};
+    if (s.kind == SlotKind::BackwardInput) {
+      if (!open.emplace(key, static_cast<int>(i)).second)
+        ATLAS_THROW(Internal, where(i, s) << " while the previous B of it has no W yet (the split-backward contract)");
+      continue;
+    }
+    if (open.erase(key) == 0)
+      ATLAS_THROW(Internal, where(i, s) << " without a B before it (the split-backward contract: one B, then one W)");
+    if (all_reduced)
+      ATLAS_THROW(Internal, where(i, s) << " after the AllReduce slot or the bubble marked ExchangeBubble before it "
+                                           "(every W comes before the gradient sums start)");
+    const auto l = last_w.find(s.chunk);
+    if (l != last_w.end() && s.micro < l->second)
+      ATLAS_THROW(Internal, where(i, s) << " after the W of micro-batch " << l->second
+                                        << " (a chunk's W's come in increasing micro order)");
+    last_w[s.chunk] = s.micro;
+  }
+  if (whole && split)
+    ATLAS_THROW(Internal, fmt::format("stage {} (dp {}): the row mixes Backward with BackwardInput/BackwardWeight slots "
+                                      "(a row is either split or not)", stage, dp));
+  if (!open.empty()) {
+    const auto& [key, i] = *open.begin();
+    ATLAS_THROW(Internal, where(static_cast<std::size_t>(i), row[static_cast<std::size_t>(i)])
+                              << " has no W after it (its weight gradients would never be computed)");
+  }
+}
+
 Trainer::Trainer(const Config& cfg, const topo::Layout& layout, const topo::Communicators& comms,
                  const sched::ScheduleTable& table, wan::PeerTransport* wan, device::Backend& backend,
                  Profiler& profiler)
@@ -42,6 +90,7 @@ Trainer::Trainer(const Config& cfg, const topo::Layout& layout, const topo::Comm
       m_me(layout.coord(comms.world.rank())),
       m_adamw(cfg.train) {
   const int pp = layout.pp_size();
+  check_split_backward_row(table.row(m_me.stage, m_me.dp), m_me.stage, m_me.dp);
   if (cfg.device.backend == Backend::Emulated) m_emu = emulated_stage(cfg, layout, table, m_me.stage);
   const bool first = m_me.stage == 0;
   const bool last = m_me.stage == pp - 1;
@@ -138,11 +187,14 @@ Trainer::Trainer(const Config& cfg, const topo::Layout& layout, const topo::Comm
         // The last backward of each model chunk finishes that chunk's gradients: they go into
         // buckets as it reports them (one chunk: the row's last backward). The chunks' last
         // backwards run from the last chunk to the first, so the buckets are packed in the same
-        // order as with one chunk (head, blocks from the last to the first, embeddings).
+        // order as with one chunk (head, blocks from the last to the first, embeddings). A split
+        // row (BackwardInput + BackwardWeight, never with Backward) finishes them in the chunk's
+        // last W: the weight gradients come last, every B of the chunk ran before it.
         const auto& row = table.row(m_me.stage, m_me.dp);
         std::vector<int> last_of_chunk(static_cast<std::size_t>(chunks), -1);
         for (std::size_t i = 0; i < row.size(); ++i)
-          if (row[i].kind == sched::SlotKind::Backward) last_of_chunk[static_cast<std::size_t>(row[i].chunk)] = static_cast<int>(i);
+          if (row[i].kind == sched::SlotKind::Backward || row[i].kind == sched::SlotKind::BackwardWeight)
+            last_of_chunk[static_cast<std::size_t>(row[i].chunk)] = static_cast<int>(i);
         m_overlap_backwards = last_of_chunk;
         std::sort(m_overlap_backwards.begin(), m_overlap_backwards.end());
       }

@@ -4,8 +4,6 @@
 // BubbleFiller gets; the filler decides what to do in them.
 #include "atlas/runtime/trainer.hpp"
 
-#include "atlas/core/check.hpp"
-
 #include <algorithm>
 #include <thread>
 
@@ -65,10 +63,31 @@ StepReport Trainer::train_step(int step) {
                           overlap ? &ready : nullptr, slot.chunk);
         break;
       }
-      case SlotKind::BackwardInput:
-      case SlotKind::BackwardWeight:
-        ATLAS_THROW(Internal, "stage " << m_me.stage << ": a " << sched::to_string(slot.kind)
-                                       << " slot, but no schedule emits split backwards yet");
+      case SlotKind::BackwardInput: {
+        // Split backward (the zero-bubble slot contract, docs/schedules.md): B gives the previous
+        // stage its gradient (the send follows it); the weight gradients wait for the W slot.
+        if (m_emu) {
+          emulate_compute(slot.duration_ms * 1e-3);
+          break;
+        }
+        const bool embed = first && slot.chunk == 0;
+        const bool head = last && slot.chunk == chunks - 1;
+        const std::size_t b = micro * static_cast<std::size_t>(chunks) + static_cast<std::size_t>(slot.chunk);
+        m_model->backward_input(slot.micro, head ? nullptr : &m_grad_out[b], embed ? nullptr : &m_grad_in[b],
+                                slot.chunk);
+        break;
+      }
+      case SlotKind::BackwardWeight: {
+        if (m_emu) {
+          emulate_compute(slot.duration_ms * 1e-3);
+          break;
+        }
+        // A chunk's last W finishes its gradients: with train.dp_overlap its buckets start here.
+        const model::StageModel::GradsReady ready = [this](std::span<model::ParamTensor* const> ps) { pack_ready(ps); };
+        const bool overlap = std::binary_search(m_overlap_backwards.begin(), m_overlap_backwards.end(), static_cast<int>(i));
+        m_model->backward_weight(slot.micro, overlap ? &ready : nullptr, slot.chunk);
+        break;
+      }
       case SlotKind::WanRecv:
       case SlotKind::LocalRecv: {
         spent_prefill = receive(step, slot, i, r);  // returns with the data in
@@ -134,6 +153,8 @@ StepReport Trainer::train_step(int step) {
     switch (slot.kind) {
       case SlotKind::Forward:
       case SlotKind::Backward:
+      case SlotKind::BackwardInput:
+      case SlotKind::BackwardWeight:
       case SlotKind::Optimizer: {
         const double wait = std::max(0.0, norm_wait_s - spent_prefill);
         r.compute_s += own - wait;

@@ -194,10 +194,20 @@ class Backend {
   /// dbias[out_f] += sum_r dout[r, :] (skipped if dbias is null); dweight[out_f, in_f] += dout^T . in;
   /// din[rows, in_f] = dout . w (OVERWRITTEN), then, if in_act = Gelu, din *= gelu'(in_pre)
   /// (in_pre [rows, in_f], the pre-activation linear_forward saved; unused for None).
-  /// Default: bias_grad, gemm (dweight), gemm (din), gelu_backward(din, in_pre, din).
+  /// dweight = null (dbias must then be null too): din only, the input-gradient half (B) of a
+  /// split backward (schedule.split_backward); linear_backward_weight then gives the rest.
+  /// Default: linear_backward_weight (when dweight is given), gemm (din), gelu_backward(din,
+  /// in_pre, din): bias_grad, gemm (dweight), gemm (din), gelu_backward.
   virtual void linear_backward(float* din, float* dweight, float* dbias, const float* dout,
                                const float* in, const float* w, const float* in_pre, int rows,
                                int in_f, int out_f, Activation in_act);
+  /// The weight-gradient half (W) of linear_backward, from the same dout and in:
+  /// dbias[out_f] += sum_r dout[r, :] (skipped if dbias is null), dweight[out_f, in_f] +=
+  /// dout^T . in. Bit for bit what linear_backward adds to dweight and dbias for the same
+  /// arguments (a backend computes them the same way in both calls), so B's din-only
+  /// linear_backward plus this call equal one linear_backward. Default: bias_grad, gemm (dweight).
+  virtual void linear_backward_weight(float* dweight, float* dbias, const float* dout,
+                                      const float* in, int rows, int in_f, int out_f);
   /// Residual add, optional bias, optional LayerNorm: res[r, c] = x[r, c] + delta[r, c], then
   /// res[r, c] += bias[c] if bias is not null, then, if ln_out is not null,
   /// layernorm_forward(ln_out, mean, rstd, res, ln_weight, ln_bias, rows, cols). `res` may

@@ -162,18 +162,57 @@ class StageModel {
   /// With chunks: the backward of model chunk `chunk`; `ready` reports that chunk's parameters.
   void backward(int micro, const device::Buffer* grad_out, device::Buffer* grad_in,
                 const GradsReady* ready = nullptr, int chunk = 0);
+
+  // ---- split backward (zero-bubble; schedule.split_backward, docs/schedules.md) ----
+  // backward() in two calls: backward_input (B) gives the previous stage its gradient at once,
+  // backward_weight (W) computes the weight gradients later, in a wait. For every micro-batch
+  // and chunk, B then W (later, after any other forwards and B's) give bit for bit the
+  // gradients and grad_in of backward(), provided each parameter receives its micro-batches in
+  // backward()'s order: per chunk the W's run in increasing micro order (checked) and the B's
+  // in the order the backwards would have run. (With pp = 1 and chunks > 1 the tied "wte" takes
+  // the head chunk's and the embedding chunk's W's: their interleaving must also be backward()'s.)
+
+  /// The input-gradient half (B) of backward(micro, grad_out, grad_in, -, chunk): same
+  /// arguments, the same grad_in. Computes every input gradient (the linears' din, attention,
+  /// GELU, LayerNorm, the TP sums) and the LayerNorm parameters' gradients (ln_1, ln_2, ln_f:
+  /// one kernel gives them together with the LayerNorm's input gradient, and they are cheap);
+  /// no linear weight or bias gradient and no embedding gradient. Keeps the micro-batch's
+  /// activations for backward_weight, and writes what W needs beyond them (the linears' output
+  /// gradients; on the first stage's chunk 0 the embeddings' output gradient) over activations
+  /// it has consumed (a block's output, x2, the fc pre-activation, qkv; the embedding output):
+  /// no memory beyond the activations, which are now held until W. Collective over the TP
+  /// group. Internal error: no forward, or B twice.
+  void backward_input(int micro, const device::Buffer* grad_out, device::Buffer* grad_in,
+                      int chunk = 0);
+  /// The weight-gradient half (W) of micro-batch `micro`'s backward, after its backward_input:
+  /// every linear's weight and bias gradient (the tied LM head's included) and the embeddings'
+  /// (wte, wpe: with pp = 1 "wte" is also the head's weight, and both contributions must land
+  /// in backward()'s order), accumulated into ParamTensor::grad; then the micro-batch's
+  /// activations and kept gradients are released. `ready` as in backward(): the same groups in
+  /// the same order (the LayerNorm parameters' gradients are final since the B's). Not
+  /// collective (no TP sum). Internal error: no backward_input pending for (micro, chunk) (W
+  /// before its B, or twice), or a micro below one whose W already ran for this chunk since
+  /// zero_grad() (W's out of micro order).
+  void backward_weight(int micro, const GradsReady* ready = nullptr, int chunk = 0);
+  /// (micro, chunk) pairs between their backward_input and backward_weight, as keys
+  /// micro * chunks + chunk in increasing order.
+  [[nodiscard]] std::vector<int> weight_grads_pending() const;
+
   /// Last stage: the LM-head logits [B*T, V] of micro-batch `micro` (forwarded, not yet
   /// backwarded or released), recomputed from its saved final LayerNorm output with the
   /// forward's own GEMM, as a host copy. For checks against other implementations (atlas export
   /// --logits). Internal error when not the last stage or `micro` is not in flight.
   [[nodiscard]] std::vector<float> logits(int micro);
   /// Drops the activations of a forward-only micro-batch (evaluation). No-op if none are held.
+  /// Also drops a micro-batch whose backward_weight is pending (its weight gradients are lost).
   void release(int micro, int chunk = 0);
-  /// Zeroes every gradient and forgets the micro-batch losses.
+  /// Zeroes every gradient and forgets the micro-batch losses (and the W order). Internal error
+  /// while a backward_weight is pending (its gradients would be lost).
   void zero_grad();
 
   // ---- memory ----
-  /// Bytes of activations currently held for micro-batches in flight.
+  /// Bytes of activations currently held for micro-batches in flight (forwarded, not yet
+  /// backwarded, or between backward_input and backward_weight).
   [[nodiscard]] std::size_t activation_bytes() const noexcept;
   /// Bytes of activations one micro-batch in flight holds.
   [[nodiscard]] std::size_t activation_bytes_per_micro() const noexcept;
@@ -221,7 +260,9 @@ class StageModel {
     device::Buffer arena;    ///< ArenaLayout::total floats
     device::Buffer tokens;   ///< int32 [B*T] (first stage)
     device::Buffer targets;  ///< int32 [B*T] (last stage)
+    bool input_done = false; ///< backward_input ran; backward_weight is pending
   };
+
 
   void build_params(std::uint64_t seed);
   void add_param(const std::string& name, std::vector<std::int64_t> full_shape, int shard_dim,
@@ -230,7 +271,17 @@ class StageModel {
   MicroState& start_micro(int key);
   /// Block `local_layer` of model chunk `chunk` (m_blocks[chunk * m_chunk_layers + local_layer]).
   void block_forward(int local_layer, MicroState& st, int chunk);
-  void block_backward(int local_layer, MicroState& st, int chunk);
+  /// `split` false: the whole backward of the block. True: the input half (split backward): no
+  /// linear weight/bias gradient; the four linears' output gradients are written over arena
+  /// slots this backward has consumed, for block_weight: dL/d of mlp.proj's output over the
+  /// block's output res[i+1], of mlp.fc's pre-activation over fc, of attn.proj's output over
+  /// x2, of attn.qkv's output over qkv.
+  void block_backward(int local_layer, MicroState& st, int chunk, bool split = false);
+  /// The weight half of block `local_layer` from the output gradients block_backward kept.
+  void block_weight(int local_layer, MicroState& st, int chunk);
+  /// backward() and backward_input(); `ready` only when not split.
+  void run_backward(int micro, const device::Buffer* grad_out, device::Buffer* grad_in,
+                    const GradsReady* ready, int chunk, const char* what, bool split);
   /// Key of (micro, chunk) in m_inflight.
   [[nodiscard]] int key_of(int micro, int chunk) const noexcept { return micro * m_spec.chunks + chunk; }
   [[nodiscard]] bool runs_embedding(int chunk) const noexcept { return is_first() && chunk == 0; }
@@ -262,6 +313,8 @@ class StageModel {
   std::map<int, MicroState> m_inflight;
   std::vector<MicroState> m_pool;
   std::map<int, double> m_losses;
+  // split backward: per chunk the last micro whose backward_weight ran since zero_grad()
+  std::vector<int> m_last_weight_micro;
 
   // scratch shared by all micro-batches (calls never overlap)
   device::Buffer m_dres, m_tp_buf, m_dqkv, m_datty, m_dfc, m_att_ws;

@@ -81,6 +81,14 @@ class BubbleFiller {
   [[nodiscard]] virtual bool watches_exchange_bubbles() const { return false; }
 };
 
+/// The zero-bubble slot contract (docs/schedules.md, "split backward") on one table row: a row
+/// has only Backward slots or only BackwardInput (B) + BackwardWeight (W) slots; every B has one
+/// W of the same micro-batch and chunk later in the row, and every W one B before it; per chunk
+/// the W's come in increasing micro order; every W comes before the row's AllReduce slot and
+/// before a bubble marked ExchangeBubble (the gradient sums may start there).
+/// Throws Internal naming the first violation (a schedule bug). `stage`, `dp`: for the message.
+void check_split_backward_row(const std::vector<sched::Slot>& row, int stage, int dp);
+
 class Trainer {
  public:
   /// Collective over comms.world (creates the embedding and replica communicators). Builds this

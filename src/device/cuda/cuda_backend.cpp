@@ -418,11 +418,8 @@ float* CudaBackend::dbias_scratch(std::size_t n) {
   return m_dbias_scratch.get();
 }
 
-void CudaBackend::linear_backward(float* din, float* dweight, float* dbias, const float* dout,
-                                  const float* in, const float* w, const float* in_pre, int rows,
-                                  int in_f, int out_f, Activation in_act) {
-  const bool gelu = in_act == Activation::Gelu;
-  ATLAS_ASSERT(!gelu || in_pre != nullptr, "linear_backward through GELU needs in_pre");
+void CudaBackend::linear_backward_weight(float* dweight, float* dbias, const float* dout,
+                                         const float* in, int rows, int in_f, int out_f) {
   // dweight += dout^T in, with dbias = sum over rows of dout from the same pass (BGRADB writes,
   // so it lands in scratch and is added: dbias accumulates over micro-batches).
   LtCall dw;
@@ -449,6 +446,18 @@ void CudaBackend::linear_backward(float* din, float* dweight, float* dbias, cons
     gemm(Trans::Yes, Trans::No, out_f, in_f, rows, 1.0F, dout, out_f, in, in_f, 1.0F, dweight,
          in_f);
   }
+}
+
+void CudaBackend::linear_backward(float* din, float* dweight, float* dbias, const float* dout,
+                                  const float* in, const float* w, const float* in_pre, int rows,
+                                  int in_f, int out_f, Activation in_act) {
+  const bool gelu = in_act == Activation::Gelu;
+  ATLAS_ASSERT(!gelu || in_pre != nullptr, "linear_backward through GELU needs in_pre");
+  ATLAS_ASSERT(dweight != nullptr || dbias == nullptr,
+               "linear_backward with a bias gradient but no weight gradient (a split backward's "
+               "input half gives neither)");
+  // dweight null: the input half of a split backward (linear_backward_weight runs later).
+  if (dweight != nullptr) linear_backward_weight(dweight, dbias, dout, in, rows, in_f, out_f);
   // din = dout w, times gelu'(in_pre) in the epilogue when the input went through GELU.
   LtCall dx;
   dx.m = rows;
@@ -463,7 +472,9 @@ void CudaBackend::linear_backward(float* din, float* dweight, float* dbias, cons
   dx.epilogue = gelu ? Epilogue::Dgelu : Epilogue::None;
   dx.aux = const_cast<float*>(in_pre);  // read, not written, by DGELU
   dx.cache_b = true;                    // w: a weight
-  dx.reuse_a = true;                    // dout, as the dW GEMM just converted it
+  // dout, as the dW GEMM just converted it (not in a split backward's input half: the last
+  // conversion may then be of other data at the same address)
+  dx.reuse_a = dweight != nullptr;
   // fp32 without GELU: cublasSgemm, as gemm() (exact fp32, TF32 off).
   // At fp32, cublasSgemm and the backend's GELU kernel (the host's formula), as gemm() does.
   const bool lt = m_lt.precision() != Precision::Fp32 && (!gelu || in_f % 8 == 0);

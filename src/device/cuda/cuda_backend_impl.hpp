@@ -89,6 +89,9 @@ class CudaBackend final : public Backend {
   void linear_backward(float* din, float* dweight, float* dbias, const float* dout,
                        const float* in, const float* w, const float* in_pre, int rows, int in_f,
                        int out_f, Activation in_act) override;
+  /// dweight (and dbias) as linear_backward computes them: the same BGRADB call.
+  void linear_backward_weight(float* dweight, float* dbias, const float* dout, const float* in,
+                              int rows, int in_f, int out_f) override;
   void residual_layernorm_forward(float* res, float* ln_out, float* mean, float* rstd,
                                   const float* x, const float* delta, const float* bias,
                                   const float* ln_weight, const float* ln_bias, int rows,
