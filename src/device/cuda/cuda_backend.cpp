@@ -229,6 +229,15 @@ void CudaBackend::scale(float* x, float alpha, std::size_t n) {
 
 void CudaBackend::synchronize() { m_stream.synchronize(); }
 
+void CudaBackend::to_bf16(Bf16Bits* out, const float* in, std::size_t n) {
+  kernels::to_bf16(reinterpret_cast<__nv_bfloat16*>(out), in, n, m_stream.get());
+}
+
+void CudaBackend::from_bf16(float* out, const Bf16Bits* in, std::size_t n) {
+  m_lt.invalidate(out, n * sizeof(float));
+  kernels::from_bf16(out, reinterpret_cast<const __nv_bfloat16*>(in), n, m_stream.get());
+}
+
 // ---- dense algebra ----
 
 // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands and the
@@ -268,6 +277,35 @@ void CudaBackend::gemm_batched(Trans trans_a, Trans trans_b, int m, int n, int k
   ATLAS_CUBLAS_CHECK(cublasSgemmStridedBatched(m_cublas.get(), op(trans_b), op(trans_a), n, m, k,
                                                &alpha, b, ldb, stride_b, a, lda, stride_a, &beta,
                                                c, ldc, stride_c, batch));
+}
+
+void CudaBackend::gemm_bf16_b(Trans trans_a, Trans trans_b, int m, int n, int k, float alpha,
+                              const float* a, int lda, const Bf16Bits* b, int ldb, float beta,
+                              float* c, int ldc) {
+  if (m == 0 || n == 0) return;
+  ATLAS_ASSERT(m_lt.precision() == Precision::Bf16,
+               "gemm_bf16_b at precision " << to_string(m_lt.precision())
+                                           << ": bf16-stored operands are used only at bf16");
+  if (k == 0) {  // C = beta C: no operand is read
+    ATLAS_CUBLAS_CHECK(cublasSgemm(m_cublas.get(), op(trans_b), op(trans_a), n, m, k, &alpha,
+                                   a, std::max(1, ldb), a, lda, &beta, c, ldc));
+    return;
+  }
+  LtCall call;
+  call.trans_a = trans_a;
+  call.trans_b = trans_b;
+  call.m = m;
+  call.n = n;
+  call.k = k;
+  call.alpha = alpha;
+  call.a = a;
+  call.lda = lda;
+  call.b_bf16 = reinterpret_cast<const __nv_bfloat16*>(b);
+  call.ldb = ldb;
+  call.beta = beta;
+  call.c = c;
+  call.ldc = ldc;
+  (void)m_lt.run(call);  // Epilogue::None with k > 0: always issued
 }
 
 void CudaBackend::add_bias(float* out, const float* bias, int rows, int cols) {
@@ -449,6 +487,27 @@ void CudaBackend::linear_backward(float* din, float* dweight, float* dbias, cons
     gemm(Trans::Yes, Trans::No, out_f, in_f, rows, 1.0F, dout, out_f, in, in_f, 1.0F, dweight,
          in_f);
   }
+  linear_backward_din(din, dout, w, in_pre, rows, in_f, out_f, in_act);
+}
+
+void CudaBackend::linear_backward_bf16_in(float* din, float* dweight, float* dbias,
+                                          const float* dout, const Bf16Bits* in, const float* w,
+                                          const float* in_pre, int rows, int in_f, int out_f,
+                                          Activation in_act) {
+  ATLAS_ASSERT(in_act != Activation::Gelu || in_pre != nullptr,
+               "linear_backward through GELU needs in_pre");
+  // bf16 only (gemm_bf16_b checks): the bias gradient sums the fp32 dout (bias_grad), and
+  // dweight += dout^T in reads the stored bf16 `in` as it is.
+  if (dbias != nullptr) bias_grad(dbias, dout, rows, out_f);
+  gemm_bf16_b(Trans::Yes, Trans::No, out_f, in_f, rows, 1.0F, dout, out_f, in, in_f, 1.0F,
+              dweight, in_f);
+  linear_backward_din(din, dout, w, in_pre, rows, in_f, out_f, in_act);
+}
+
+void CudaBackend::linear_backward_din(float* din, const float* dout, const float* w,
+                                      const float* in_pre, int rows, int in_f, int out_f,
+                                      Activation in_act) {
+  const bool gelu = in_act == Activation::Gelu;
   // din = dout w, times gelu'(in_pre) in the epilogue when the input went through GELU.
   LtCall dx;
   dx.m = rows;
