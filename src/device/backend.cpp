@@ -81,6 +81,19 @@ void Backend::linear_backward(float* din, float* dweight, float* dbias, const fl
   }
 }
 
+void Backend::linear_forward_bf16_in(float* out, float* pre_act, const Bf16Bits* in,
+                                     const float* w, const float* bias, int rows, int in_f,
+                                     int out_f, Activation act) {
+  const bool gelu = act == Activation::Gelu;
+  ATLAS_ASSERT(!gelu || pre_act != nullptr, "linear_forward with GELU needs a pre_act buffer");
+  float* y = gelu ? pre_act : out;
+  gemm_bf16_a(Trans::No, Trans::Yes, rows, out_f, in_f, 1.0F, in, in_f, w, in_f, 0.0F, y, out_f);
+  if (bias != nullptr) add_bias(y, bias, rows, out_f);
+  if (gelu) {
+    gelu_forward(out, pre_act, static_cast<std::size_t>(rows) * static_cast<std::size_t>(out_f));
+  }
+}
+
 void Backend::linear_backward_bf16_in(float* din, float* dweight, float* dbias,
                                       const float* dout, const Bf16Bits* in, const float* w,
                                       const float* in_pre, int rows, int in_f, int out_f,

@@ -135,6 +135,18 @@ class HostBackend final : public Backend {
                 trans_b == Trans::Yes ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda,
                 m_gemm_b.data(), ldb, beta, c, ldc);
   }
+  // A widened into the gemm's A scratch (exact), B rounded as gemm() rounds it.
+  void gemm_bf16_a(Trans trans_a, Trans trans_b, int m, int n, int k, float alpha, const Bf16Bits* a,
+                   int lda, const float* b, int ldb, float beta, float* c, int ldc) override {
+    if (m == 0 || n == 0) return;
+    const std::size_t na = k > 0 ? extent(trans_a, m, k, lda) : 0;
+    if (m_gemm_a.size() < na) m_gemm_a.resize(na);
+    from_bf16(m_gemm_a.data(), a, na);
+    if (m_precision != Precision::Fp32 && k > 0) b = rounded(b, extent(trans_b, k, n, ldb), m_gemm_b);
+    cblas_sgemm(CblasRowMajor, trans_a == Trans::Yes ? CblasTrans : CblasNoTrans,
+                trans_b == Trans::Yes ? CblasTrans : CblasNoTrans, m, n, k, alpha,
+                m_gemm_a.data(), lda, b, ldb, beta, c, ldc);
+  }
   void add_bias(float* out, const float* bias, int rows, int cols) override {
 #pragma omp parallel for num_threads(m_threads) \
     schedule(static) if (parallel(static_cast<std::size_t>(rows) * cols))

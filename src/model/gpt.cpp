@@ -455,9 +455,14 @@ void StageModel::forward(int micro, const std::int32_t* tokens, const std::int32
     m_backend.layernorm_forward(lnf, at(st, m_layout.lnf_mean), at(st, m_layout.lnf_rstd), out,
                                 m_lnf_w->value.f32(), m_lnf_b->value.f32(), rows, m_hidden);
   }
-  if (m_bf16_acts) m_backend.to_bf16(at_bf16(st, m_layout.lnf), lnf, boundary);
-  m_backend.linear_forward(probs, nullptr, lnf, m_wte->value.f32(), nullptr, rows, m_hidden,
-                           m_vocab, device::Activation::None);  // logits (tied head, no bias)
+  if (m_bf16_acts) {  // rounded into its slot, which the GEMM reads (as block_forward)
+    m_backend.to_bf16(at_bf16(st, m_layout.lnf), lnf, boundary);
+    m_backend.linear_forward_bf16_in(probs, nullptr, at_bf16(st, m_layout.lnf), m_wte->value.f32(),
+                                     nullptr, rows, m_hidden, m_vocab, device::Activation::None);
+  } else {
+    m_backend.linear_forward(probs, nullptr, lnf, m_wte->value.f32(), nullptr, rows, m_hidden,
+                             m_vocab, device::Activation::None);  // logits (tied head, no bias)
+  }
   // Loss and dlogits in one pass over the logits (replaced in place by their gradient, which
   // backward() then uses): the loss scale is the one set when the forward runs.
   m_backend.softmax_xent_fused(losses, probs, probs, st.targets.i32(), rows, m_vocab,
@@ -478,9 +483,10 @@ void StageModel::block_forward(int i, MicroState& st, int chunk) {
   const int ff = m_local_ff;
   const float* x = at(st, m_layout.res[static_cast<std::size_t>(i)]);
   float* out = at(st, m_layout.res[static_cast<std::size_t>(i) + 1]);
-  // The fp32 values the forward computes with: the arena's slots, or, for the slots stored as
-  // bf16, staging in the backward's scratch (m_dres, m_dfc), rounded into the slot after use
-  // (the GEMMs and the attention round them to bf16 themselves: bitwise the same either way).
+  // The fp32 values the forward computes: the arena's slots, or, for the slots stored as bf16,
+  // staging in the backward's scratch (m_dres, m_dfc), rounded into the slot; the GEMMs then
+  // read the slot, the attention the staged q/k/v (both round to bf16 themselves: bitwise the
+  // same either way).
   const bool b16 = m_bf16_acts;
   const auto nn = static_cast<std::size_t>(n);
   float* ln1 = b16 ? m_dres.f32() : at(st, s.ln1);
@@ -491,6 +497,19 @@ void StageModel::block_forward(int i, MicroState& st, int chunk) {
   float* fc = at(st, s.fc);
   float* gelu = b16 ? m_dfc.f32() : at(st, s.gelu);
   auto& be = m_backend;
+  // A linear layer on the fp32 `in`; with bf16 storage `in` (staged) is first rounded into its
+  // arena slot, which the GEMM then reads (on a device: no second rounding pass over `in`).
+  auto linear_forward = [&](float* y, float* pre, const float* in, std::size_t slot, const ParamTensor* w,
+                            const ParamTensor* b, int in_f, int out_f, device::Activation act) {
+    const float* bias = b != nullptr ? b->value.f32() : nullptr;
+    if (!b16) {
+      be.linear_forward(y, pre, in, w->value.f32(), bias, n, in_f, out_f, act);
+      return;
+    }
+    device::Bf16Bits* stored = at_bf16(st, slot);
+    be.to_bf16(stored, in, nn * static_cast<std::size_t>(in_f));
+    be.linear_forward_bf16_in(y, pre, stored, w->value.f32(), bias, n, in_f, out_f, act);
+  };
 
   // attention: x2 = x + proj(attn(qkv(ln1(x))))  (qkv column-parallel, proj row-parallel);
   // ln1 of a block after the first was written by the previous block's residual call
@@ -498,9 +517,7 @@ void StageModel::block_forward(int i, MicroState& st, int chunk) {
     be.layernorm_forward(ln1, at(st, s.mean1), at(st, s.rstd1), x, p.ln1_w->value.f32(),
                          p.ln1_b->value.f32(), n, c);
   }
-  if (b16) be.to_bf16(at_bf16(st, s.ln1), ln1, nn * static_cast<std::size_t>(c));
-  be.linear_forward(qkv, nullptr, ln1, p.qkv_w->value.f32(), p.qkv_b->value.f32(), n, c, 3 * cl,
-                    device::Activation::None);
+  linear_forward(qkv, nullptr, ln1, s.ln1, p.qkv_w, p.qkv_b, c, 3 * cl, device::Activation::None);
   be.attention_forward(atty, at(st, s.att), qkv, m_batch, m_seq, m_local_heads, m_head_dim,
                        m_att_ws.f32());
   if (b16) be.to_bf16(at_bf16(st, s.qkv), qkv, nn * 3 * static_cast<std::size_t>(cl));
@@ -514,12 +531,8 @@ void StageModel::block_forward(int i, MicroState& st, int chunk) {
                                 p.ln2_b->value.f32(), n, c);
 
   // MLP: out = x2 + proj(gelu(fc(ln2(x2))))  (fc column-parallel, proj row-parallel)
-  if (b16) be.to_bf16(at_bf16(st, s.ln2), ln2, nn * static_cast<std::size_t>(c));
-  be.linear_forward(gelu, fc, ln2, p.fc_w->value.f32(), p.fc_b->value.f32(), n, c, ff,
-                    device::Activation::Gelu);
-  if (b16) be.to_bf16(at_bf16(st, s.gelu), gelu, nn * static_cast<std::size_t>(ff));
-  be.linear_forward(m_tp_buf.f32(), nullptr, gelu, p.mp_w->value.f32(), nullptr, n, ff, c,
-                    device::Activation::None);
+  linear_forward(gelu, fc, ln2, s.ln2, p.fc_w, p.fc_b, c, ff, device::Activation::Gelu);
+  linear_forward(m_tp_buf.f32(), nullptr, gelu, s.gelu, p.mp_w, nullptr, ff, c, device::Activation::None);
   tp_allreduce(m_tp_buf);
   // out = x2 + proj + bias, fused with the LayerNorm that reads it next: the next block's ln1,
   // or ln_f after the last block of the head chunk (the same calls in the same order as before)

@@ -351,6 +351,29 @@ TEST_F(CudaFused, Bf16StoredOperandsMatchTheFp32OperandCalls) {
     EXPECT_EQ(din[1], din[0]) << "din (the same call)";
     EXPECT_EQ(db[1], db[0]) << "dbias (the same kernel)";
   }
+  // linear_forward with the stored bf16 input vs linear_forward with its fp32 input
+  for (Activation act : {Activation::None, Activation::Gelu}) {
+    const auto bias = random_vec(static_cast<std::size_t>(out_f), 54);
+    Buffer bx = up(*bf16, x), bw = up(*bf16, random_vec(w.size(), 55, -0.3F, 0.3F)), bb = up(*bf16, bias);
+    Buffer b16 = bf16->alloc(x.size() * sizeof(Bf16Bits));
+    bf16->to_bf16(b16.bf16(), bx.f32(), x.size());
+    std::vector<float> y[2], p[2];
+    for (int k = 0; k < 2; ++k) {
+      Buffer by = bf16->alloc_floats(static_cast<std::size_t>(rows) * out_f);
+      Buffer bp = bf16->alloc_floats(static_cast<std::size_t>(rows) * out_f);
+      if (k == 0) {
+        bf16->linear_forward(by.f32(), bp.f32(), bx.f32(), bw.f32(), bb.f32(), rows, in_f, out_f, act);
+      } else {
+        bf16->linear_forward_bf16_in(by.f32(), bp.f32(), b16.bf16(), bw.f32(), bb.f32(), rows, in_f, out_f, act);
+      }
+      y[k] = down(*bf16, by);
+      p[k] = down(*bf16, bp);
+    }
+    EXPECT_LE(rel(y[1], y[0]), 1e-5) << "linear_forward_bf16_in out";
+    if (act == Activation::Gelu) {
+      EXPECT_LE(rel(p[1], p[0]), 1e-5) << "linear_forward_bf16_in pre_act";
+    }
+  }
   // at fp32 the bf16-operand GEMM is refused (the model stores bf16 only at bf16)
   fp32 = make(Precision::Fp32);
   Buffer a = up(*fp32, dy), c = fp32->alloc_floats(w.size());

@@ -221,7 +221,7 @@ TEST(Bf16Storage, ArenaShrinksByTheHandComputedBytes) {
               per_micro[0], 100.0 * static_cast<double>(expected) / static_cast<double>(per_micro[1]));
 }
 
-TEST(Bf16Storage, GemmWithABf16OperandEqualsTheFp32Gemm) {
+TEST(Bf16Storage, GemmsWithABf16OperandEqualTheFp32Gemm) {
   for (Precision p : {Precision::Bf16, Precision::Fp32}) {
     auto be = device::make_host_backend(1, p);
     const int m = 5, n = 7, k = 9;
@@ -249,6 +249,15 @@ TEST(Bf16Storage, GemmWithABf16OperandEqualsTheFp32Gemm) {
     const std::vector<float> r1 = host_copy(*be, c1);
     const std::vector<float> r2 = host_copy(*be, c2);
     EXPECT_EQ(std::memcmp(r1.data(), r2.data(), r1.size() * sizeof(float)), 0) << to_string(p);
+    // the same with the bf16 operand on the left: C^T [n, m] = B^T A (gemm_bf16_a)
+    device::Buffer c3 = be->alloc_floats(static_cast<std::size_t>(n) * m);
+    device::Buffer c4 = be->alloc_floats(static_cast<std::size_t>(n) * m);
+    be->gemm(device::Trans::Yes, device::Trans::No, n, m, k, 1.0F, db.f32(), n, da.f32(), m, 0.0F, c3.f32(), m);
+    be->gemm_bf16_a(device::Trans::Yes, device::Trans::No, n, m, k, 1.0F, db16.bf16(), n, da.f32(), m, 0.0F,
+                    c4.f32(), m);
+    const std::vector<float> r3 = host_copy(*be, c3);
+    const std::vector<float> r4 = host_copy(*be, c4);
+    EXPECT_EQ(std::memcmp(r3.data(), r4.data(), r3.size() * sizeof(float)), 0) << "gemm_bf16_a " << to_string(p);
   }
 }
 

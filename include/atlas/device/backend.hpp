@@ -124,6 +124,10 @@ class Backend {
   virtual void gemm_bf16_b(Trans trans_a, Trans trans_b, int m, int n, int k, float alpha,
                            const float* a, int lda, const Bf16Bits* b, int ldb, float beta,
                            float* c, int ldc) = 0;
+  /// gemm_bf16_b with the A operand stored as bf16 instead (B fp32, rounded as gemm does).
+  virtual void gemm_bf16_a(Trans trans_a, Trans trans_b, int m, int n, int k, float alpha,
+                           const Bf16Bits* a, int lda, const float* b, int ldb, float beta,
+                           float* c, int ldc) = 0;
   /// out[r, c] += bias[c] for r < rows, c < cols.
   virtual void add_bias(float* out, const float* bias, int rows, int cols) = 0;
   /// dbias[c] += sum_r dout[r, c] (the bias gradient; accumulates).
@@ -216,6 +220,13 @@ class Backend {
   virtual void linear_backward(float* din, float* dweight, float* dbias, const float* dout,
                                const float* in, const float* w, const float* in_pre, int rows,
                                int in_f, int out_f, Activation in_act);
+  /// linear_forward (above) whose input `in` [rows, in_f] is stored as bf16 (the forward GEMM
+  /// reads it through gemm_bf16_a: on a device, no rounding pass over `in`). Only where
+  /// precision() is Bf16. Default: gemm_bf16_a into (act ? pre_act : out), add_bias (if any),
+  /// then gelu_forward(out, pre_act).
+  virtual void linear_forward_bf16_in(float* out, float* pre_act, const Bf16Bits* in,
+                                      const float* w, const float* bias, int rows, int in_f,
+                                      int out_f, Activation act);
   /// linear_backward (above) whose input `in` [rows, in_f] is stored as bf16 (the dweight GEMM
   /// reads it through gemm_bf16_b; everything else as linear_backward). Only where precision()
   /// is Bf16. Default: bias_grad, gemm_bf16_b (dweight), gemm (din), gelu_backward.

@@ -308,6 +308,35 @@ void CudaBackend::gemm_bf16_b(Trans trans_a, Trans trans_b, int m, int n, int k,
   (void)m_lt.run(call);  // Epilogue::None with k > 0: always issued
 }
 
+void CudaBackend::gemm_bf16_a(Trans trans_a, Trans trans_b, int m, int n, int k, float alpha,
+                              const Bf16Bits* a, int lda, const float* b, int ldb, float beta,
+                              float* c, int ldc) {
+  if (m == 0 || n == 0) return;
+  ATLAS_ASSERT(m_lt.precision() == Precision::Bf16,
+               "gemm_bf16_a at precision " << to_string(m_lt.precision())
+                                           << ": bf16-stored operands are used only at bf16");
+  if (k == 0) {  // C = beta C: no operand is read
+    ATLAS_CUBLAS_CHECK(cublasSgemm(m_cublas.get(), op(trans_b), op(trans_a), n, m, k, &alpha,
+                                   b, ldb, b, std::max(1, lda), &beta, c, ldc));
+    return;
+  }
+  LtCall call;
+  call.trans_a = trans_a;
+  call.trans_b = trans_b;
+  call.m = m;
+  call.n = n;
+  call.k = k;
+  call.alpha = alpha;
+  call.a_bf16 = reinterpret_cast<const __nv_bfloat16*>(a);
+  call.lda = lda;
+  call.b = b;
+  call.ldb = ldb;
+  call.beta = beta;
+  call.c = c;
+  call.ldc = ldc;
+  (void)m_lt.run(call);  // Epilogue::None with k > 0: always issued
+}
+
 void CudaBackend::add_bias(float* out, const float* bias, int rows, int cols) {
   kernels::add_bias(out, bias, rows, cols, m_stream.get());
 }
@@ -488,6 +517,35 @@ void CudaBackend::linear_backward(float* din, float* dweight, float* dbias, cons
          in_f);
   }
   linear_backward_din(din, dout, w, in_pre, rows, in_f, out_f, in_act);
+}
+
+void CudaBackend::linear_forward_bf16_in(float* out, float* pre_act, const Bf16Bits* in,
+                                         const float* w, const float* bias, int rows, int in_f,
+                                         int out_f, Activation act) {
+  ATLAS_ASSERT(m_lt.precision() == Precision::Bf16,
+               "linear_forward_bf16_in at precision " << to_string(m_lt.precision())
+                                                      << ": bf16-stored operands are used only at bf16");
+  const bool gelu = act == Activation::Gelu;
+  // As linear_forward at bf16, with cuBLASLt reading the stored bf16 input as it is.
+  if ((!gelu || out_f % 8 == 0) && (bias != nullptr || !gelu) && in_f > 0) {
+    LtCall call;
+    call.trans_b = Trans::Yes;
+    call.m = rows;
+    call.n = out_f;
+    call.k = in_f;
+    call.a_bf16 = reinterpret_cast<const __nv_bfloat16*>(in);
+    call.lda = in_f;
+    call.b = w;
+    call.ldb = in_f;
+    call.c = out;
+    call.ldc = out_f;
+    call.epilogue = gelu ? Epilogue::GeluAuxBias : bias != nullptr ? Epilogue::Bias : Epilogue::None;
+    call.bias = bias;
+    call.aux = gelu ? pre_act : nullptr;
+    call.cache_b = true;  // w: a weight (its bf16 copy is kept until w is written)
+    if (m_lt.run(call)) return;
+  }
+  Backend::linear_forward_bf16_in(out, pre_act, in, w, bias, rows, in_f, out_f, act);
 }
 
 void CudaBackend::linear_backward_bf16_in(float* din, float* dweight, float* dbias,

@@ -47,6 +47,10 @@ class CudaBackend final : public Backend {
   /// cuBLASLt with B read as bf16 directly (bf16 precision only).
   void gemm_bf16_b(Trans trans_a, Trans trans_b, int m, int n, int k, float alpha, const float* a,
                    int lda, const Bf16Bits* b, int ldb, float beta, float* c, int ldc) override;
+  /// cuBLASLt with A read as bf16 directly (bf16 precision only).
+  void gemm_bf16_a(Trans trans_a, Trans trans_b, int m, int n, int k, float alpha,
+                   const Bf16Bits* a, int lda, const float* b, int ldb, float beta, float* c,
+                   int ldc) override;
   void add_bias(float* out, const float* bias, int rows, int cols) override;
   void bias_grad(float* dbias, const float* dout, int rows, int cols) override;
   void add(float* out, const float* a, const float* b, std::size_t n) override;
@@ -94,6 +98,10 @@ class CudaBackend final : public Backend {
   void linear_backward(float* din, float* dweight, float* dbias, const float* dout,
                        const float* in, const float* w, const float* in_pre, int rows, int in_f,
                        int out_f, Activation in_act) override;
+  /// linear_forward's cuBLASLt epilogues with the bf16 `in` read directly (bf16 precision only).
+  void linear_forward_bf16_in(float* out, float* pre_act, const Bf16Bits* in, const float* w,
+                              const float* bias, int rows, int in_f, int out_f,
+                              Activation act) override;
   /// linear_backward with the dweight GEMM reading the bf16 `in` directly (bf16 precision only).
   void linear_backward_bf16_in(float* din, float* dweight, float* dbias, const float* dout,
                                const Bf16Bits* in, const float* w, const float* in_pre, int rows,
