@@ -89,6 +89,39 @@ void Backend::linear_backward_weight(float* dweight, float* dbias, const float* 
        in_f);
 }
 
+void Backend::linear_forward_bf16_in(float* out, float* pre_act, const Bf16Bits* in,
+                                     const float* w, const float* bias, int rows, int in_f,
+                                     int out_f, Activation act) {
+  const bool gelu = act == Activation::Gelu;
+  ATLAS_ASSERT(!gelu || pre_act != nullptr, "linear_forward with GELU needs a pre_act buffer");
+  float* y = gelu ? pre_act : out;
+  gemm_bf16_a(Trans::No, Trans::Yes, rows, out_f, in_f, 1.0F, in, in_f, w, in_f, 0.0F, y, out_f);
+  if (bias != nullptr) add_bias(y, bias, rows, out_f);
+  if (gelu) {
+    gelu_forward(out, pre_act, static_cast<std::size_t>(rows) * static_cast<std::size_t>(out_f));
+  }
+}
+
+void Backend::linear_backward_bf16_in(float* din, float* dweight, float* dbias,
+                                      const float* dout, const Bf16Bits* in, const float* w,
+                                      const float* in_pre, int rows, int in_f, int out_f,
+                                      Activation in_act) {
+  const bool gelu = in_act == Activation::Gelu;
+  ATLAS_ASSERT(!gelu || in_pre != nullptr, "linear_backward through GELU needs in_pre");
+  if (dweight != nullptr) linear_backward_weight_bf16_in(dweight, dbias, dout, in, rows, in_f, out_f);
+  gemm(Trans::No, Trans::No, rows, in_f, out_f, 1.0F, dout, out_f, w, in_f, 0.0F, din, in_f);
+  if (gelu) {
+    gelu_backward(din, in_pre, din, static_cast<std::size_t>(rows) * static_cast<std::size_t>(in_f));
+  }
+}
+
+void Backend::linear_backward_weight_bf16_in(float* dweight, float* dbias, const float* dout,
+                                             const Bf16Bits* in, int rows, int in_f, int out_f) {
+  if (dbias != nullptr) bias_grad(dbias, dout, rows, out_f);
+  gemm_bf16_b(Trans::Yes, Trans::No, out_f, in_f, rows, 1.0F, dout, out_f, in, in_f, 1.0F,
+              dweight, in_f);
+}
+
 void Backend::residual_layernorm_forward(float* res, float* ln_out, float* mean, float* rstd,
                                          const float* x, const float* delta, const float* bias,
                                          const float* ln_weight, const float* ln_bias, int rows,

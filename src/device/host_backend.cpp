@@ -67,6 +67,7 @@ class HostBackend final : public Backend {
     return fmt::format("host (OpenBLAS, {} thread{}{})", m_threads, m_threads == 1 ? "" : "s", emulation);
   }
   [[nodiscard]] bool host_accessible() const noexcept override { return true; }
+  [[nodiscard]] Precision precision() const noexcept override { return m_precision; }
   /// The rank's peak resident set (Linux reports ru_maxrss in KiB): its Buffers, the model's
   /// host-side state, MPI and the libraries, as `atlas bench` and the tests read it.
   [[nodiscard]] std::size_t peak_bytes() const override {
@@ -96,6 +97,16 @@ class HostBackend final : public Backend {
     for (std::ptrdiff_t i = 0; i < count; ++i) x[i] *= alpha;
   }
   void synchronize() override {}
+  void to_bf16(Bf16Bits* out, const float* in, std::size_t n) override {
+    const auto count = static_cast<std::ptrdiff_t>(n);
+#pragma omp parallel for num_threads(m_threads) schedule(static) if (parallel(n))
+    for (std::ptrdiff_t i = 0; i < count; ++i) out[i] = float_to_bf16_bits(in[i]);
+  }
+  void from_bf16(float* out, const Bf16Bits* in, std::size_t n) override {
+    const auto count = static_cast<std::ptrdiff_t>(n);
+#pragma omp parallel for num_threads(m_threads) schedule(static) if (parallel(n))
+    for (std::ptrdiff_t i = 0; i < count; ++i) out[i] = bf16_bits_to_float(in[i]);
+  }
 
   // ---- dense algebra ----
   void gemm(Trans trans_a, Trans trans_b, int m, int n, int k, float alpha, const float* a,
@@ -109,6 +120,32 @@ class HostBackend final : public Backend {
     cblas_sgemm(CblasRowMajor, trans_a == Trans::Yes ? CblasTrans : CblasNoTrans,
                 trans_b == Trans::Yes ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb,
                 beta, c, ldc);
+  }
+  // B widened (exactly) into the scratch gemm() rounds B into, then the fp32 gemm of A at this
+  // backend's precision: bitwise gemm() of the tensor B was rounded from, at Bf16 (and at Tf32,
+  // whose rounding keeps every bf16 value).
+  void gemm_bf16_b(Trans trans_a, Trans trans_b, int m, int n, int k, float alpha, const float* a,
+                   int lda, const Bf16Bits* b, int ldb, float beta, float* c, int ldc) override {
+    if (m == 0 || n == 0) return;
+    const std::size_t nb = k > 0 ? extent(trans_b, k, n, ldb) : 0;
+    if (m_gemm_b.size() < nb) m_gemm_b.resize(nb);
+    from_bf16(m_gemm_b.data(), b, nb);
+    if (m_precision != Precision::Fp32 && k > 0) a = rounded(a, extent(trans_a, m, k, lda), m_gemm_a);
+    cblas_sgemm(CblasRowMajor, trans_a == Trans::Yes ? CblasTrans : CblasNoTrans,
+                trans_b == Trans::Yes ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda,
+                m_gemm_b.data(), ldb, beta, c, ldc);
+  }
+  // A widened into the gemm's A scratch (exact), B rounded as gemm() rounds it.
+  void gemm_bf16_a(Trans trans_a, Trans trans_b, int m, int n, int k, float alpha, const Bf16Bits* a,
+                   int lda, const float* b, int ldb, float beta, float* c, int ldc) override {
+    if (m == 0 || n == 0) return;
+    const std::size_t na = k > 0 ? extent(trans_a, m, k, lda) : 0;
+    if (m_gemm_a.size() < na) m_gemm_a.resize(na);
+    from_bf16(m_gemm_a.data(), a, na);
+    if (m_precision != Precision::Fp32 && k > 0) b = rounded(b, extent(trans_b, k, n, ldb), m_gemm_b);
+    cblas_sgemm(CblasRowMajor, trans_a == Trans::Yes ? CblasTrans : CblasNoTrans,
+                trans_b == Trans::Yes ? CblasTrans : CblasNoTrans, m, n, k, alpha,
+                m_gemm_a.data(), lda, b, ldb, beta, c, ldc);
   }
   void add_bias(float* out, const float* bias, int rows, int cols) override {
 #pragma omp parallel for num_threads(m_threads) \

@@ -148,6 +148,7 @@ StageModel::StageModel(const ModelCfg& cfg, int micro_batch_size, StageSpec spec
   }
   m_chunk_layers = m_n_layers / spec.chunks;
 
+  m_bf16_acts = m_backend.precision() == Precision::Bf16 && !spec.fp32_activations;
   build_params(seed);
   build_layout();
 
@@ -260,35 +261,48 @@ void StageModel::build_layout() {
   const auto cl = static_cast<std::size_t>(m_local_hidden);
   const auto ff = static_cast<std::size_t>(m_local_ff);
   std::size_t cur = 0;
+  // A slot of `elements` values: fp32, or bf16 (2 bytes, half the 4-byte units) for the tensors
+  // backward reads only as GEMM operands when stores_bf16_activations().
+  auto slot = [&](const char* name, int layer, std::size_t elements, bool gemm_only) {
+    const bool bf16 = gemm_only && m_bf16_acts;
+    m_layout.saved.push_back({name, layer, elements, bf16 ? 2 : 4});
+    return take(cur, bf16 ? (elements + 1) / 2 : elements);
+  };
   // One chunk's blocks: a micro-batch is in flight per chunk (the whole stage with one chunk).
-  for (int i = 0; i <= m_chunk_layers; ++i) m_layout.res.push_back(take(cur, n * c));
+  for (int i = 0; i <= m_chunk_layers; ++i) m_layout.res.push_back(slot("res", i, n * c, false));
   for (int i = 0; i < m_chunk_layers; ++i) {
     LayerSlots s{};
-    s.ln1 = take(cur, n * c);
-    s.mean1 = take(cur, n);
-    s.rstd1 = take(cur, n);
-    s.qkv = take(cur, n * 3 * cl);
-    s.att = take(cur, m_backend.attention_saved_floats(m_batch, m_seq, m_local_heads, m_head_dim));
-    s.atty = take(cur, n * cl);
-    s.x2 = take(cur, n * c);
-    s.ln2 = take(cur, n * c);
-    s.mean2 = take(cur, n);
-    s.rstd2 = take(cur, n);
-    s.fc = take(cur, n * ff);
-    s.gelu = take(cur, n * ff);
+    s.ln1 = slot("ln1", i, n * c, true);
+    s.mean1 = slot("mean1", i, n, false);
+    s.rstd1 = slot("rstd1", i, n, false);
+    s.qkv = slot("qkv", i, n * 3 * cl, true);  // the attention reads q, k, v rounded
+    // A split backward keeps the fp32 q/k/v gradient in this slot for W (block_backward): at bf16
+    // storage the slot's other half is reserved too, so it holds n * 3 * cl floats.
+    if (m_bf16_acts && m_spec.split_backward) take(cur, (n * 3 * cl + 1) / 2);
+    s.att = slot("att", i, m_backend.attention_saved_floats(m_batch, m_seq, m_local_heads, m_head_dim), false);
+    s.atty = slot("atty", i, n * cl, false);  // also the attention backward's fp32 O
+    s.x2 = slot("x2", i, n * c, false);
+    s.ln2 = slot("ln2", i, n * c, true);
+    s.mean2 = slot("mean2", i, n, false);
+    s.rstd2 = slot("rstd2", i, n, false);
+    s.fc = slot("fc", i, n * ff, false);  // the GELU pre-activation (gelu_backward)
+    s.gelu = slot("gelu", i, n * ff, true);
     m_layout.layers.push_back(s);
   }
   if (is_last()) {
-    m_layout.lnf = take(cur, n * c);
-    m_layout.lnf_mean = take(cur, n);
-    m_layout.lnf_rstd = take(cur, n);
-    m_layout.probs = take(cur, n * static_cast<std::size_t>(m_vocab));
-    m_layout.losses = take(cur, n);
+    m_layout.lnf = slot("lnf", -1, n * c, true);
+    m_layout.lnf_mean = slot("lnf_mean", -1, n, false);
+    m_layout.lnf_rstd = slot("lnf_rstd", -1, n, false);
+    // the logits, then in place their gradient (fp32: the forward's cross-entropy reads them)
+    m_layout.probs = slot("probs", -1, n * static_cast<std::size_t>(m_vocab), false);
+    m_layout.losses = slot("losses", -1, n, false);
   }
   m_layout.total = cur;
 
   m_last_weight_micro.assign(static_cast<std::size_t>(m_spec.chunks), std::numeric_limits<int>::min());
 }
+
+std::vector<StageModel::SavedTensor> StageModel::saved_tensors() const { return m_layout.saved; }
 
 // ---- shape and memory ----
 
@@ -454,7 +468,7 @@ void StageModel::forward(int micro, const std::int32_t* tokens, const std::int32
   }
   // final LayerNorm, tied LM head, softmax cross-entropy
   const int rows = static_cast<int>(n);
-  float* lnf = at(st, m_layout.lnf);
+  float* lnf = m_bf16_acts ? m_dres.f32() : at(st, m_layout.lnf);  // fp32 (staged if bf16)
   float* probs = at(st, m_layout.probs);
   float* losses = at(st, m_layout.losses);
   m_backend.upload(st.targets.data(), targets, n * sizeof(std::int32_t));
@@ -462,8 +476,14 @@ void StageModel::forward(int micro, const std::int32_t* tokens, const std::int32
     m_backend.layernorm_forward(lnf, at(st, m_layout.lnf_mean), at(st, m_layout.lnf_rstd), out,
                                 m_lnf_w->value.f32(), m_lnf_b->value.f32(), rows, m_hidden);
   }
-  m_backend.linear_forward(probs, nullptr, lnf, m_wte->value.f32(), nullptr, rows, m_hidden,
-                           m_vocab, device::Activation::None);  // logits (tied head, no bias)
+  if (m_bf16_acts) {  // rounded into its slot, which the GEMM reads (as block_forward)
+    m_backend.to_bf16(at_bf16(st, m_layout.lnf), lnf, boundary);
+    m_backend.linear_forward_bf16_in(probs, nullptr, at_bf16(st, m_layout.lnf), m_wte->value.f32(),
+                                     nullptr, rows, m_hidden, m_vocab, device::Activation::None);
+  } else {
+    m_backend.linear_forward(probs, nullptr, lnf, m_wte->value.f32(), nullptr, rows, m_hidden,
+                             m_vocab, device::Activation::None);  // logits (tied head, no bias)
+  }
   // Loss and dlogits in one pass over the logits (replaced in place by their gradient, which
   // backward() then uses): the loss scale is the one set when the forward runs.
   m_backend.softmax_xent_fused(losses, probs, probs, st.targets.i32(), rows, m_vocab,
@@ -484,14 +504,33 @@ void StageModel::block_forward(int i, MicroState& st, int chunk) {
   const int ff = m_local_ff;
   const float* x = at(st, m_layout.res[static_cast<std::size_t>(i)]);
   float* out = at(st, m_layout.res[static_cast<std::size_t>(i) + 1]);
-  float* ln1 = at(st, s.ln1);
-  float* qkv = at(st, s.qkv);
+  // The fp32 values the forward computes: the arena's slots, or, for the slots stored as bf16,
+  // staging in the backward's scratch (m_dres, m_dfc), rounded into the slot; the GEMMs then
+  // read the slot, the attention the staged q/k/v (both round to bf16 themselves: bitwise the
+  // same either way).
+  const bool b16 = m_bf16_acts;
+  const auto nn = static_cast<std::size_t>(n);
+  float* ln1 = b16 ? m_dres.f32() : at(st, s.ln1);
+  float* qkv = b16 ? m_dfc.f32() : at(st, s.qkv);
   float* atty = at(st, s.atty);
   float* x2 = at(st, s.x2);
-  float* ln2 = at(st, s.ln2);
+  float* ln2 = b16 ? m_dres.f32() : at(st, s.ln2);
   float* fc = at(st, s.fc);
-  float* gelu = at(st, s.gelu);
+  float* gelu = b16 ? m_dfc.f32() : at(st, s.gelu);
   auto& be = m_backend;
+  // A linear layer on the fp32 `in`; with bf16 storage `in` (staged) is first rounded into its
+  // arena slot, which the GEMM then reads (on a device: no second rounding pass over `in`).
+  auto linear_forward = [&](float* y, float* pre, const float* in, std::size_t slot, const ParamTensor* w,
+                            const ParamTensor* b, int in_f, int out_f, device::Activation act) {
+    const float* bias = b != nullptr ? b->value.f32() : nullptr;
+    if (!b16) {
+      be.linear_forward(y, pre, in, w->value.f32(), bias, n, in_f, out_f, act);
+      return;
+    }
+    device::Bf16Bits* stored = at_bf16(st, slot);
+    be.to_bf16(stored, in, nn * static_cast<std::size_t>(in_f));
+    be.linear_forward_bf16_in(y, pre, stored, w->value.f32(), bias, n, in_f, out_f, act);
+  };
 
   // attention: x2 = x + proj(attn(qkv(ln1(x))))  (qkv column-parallel, proj row-parallel);
   // ln1 of a block after the first was written by the previous block's residual call
@@ -499,10 +538,10 @@ void StageModel::block_forward(int i, MicroState& st, int chunk) {
     be.layernorm_forward(ln1, at(st, s.mean1), at(st, s.rstd1), x, p.ln1_w->value.f32(),
                          p.ln1_b->value.f32(), n, c);
   }
-  be.linear_forward(qkv, nullptr, ln1, p.qkv_w->value.f32(), p.qkv_b->value.f32(), n, c, 3 * cl,
-                    device::Activation::None);
+  linear_forward(qkv, nullptr, ln1, s.ln1, p.qkv_w, p.qkv_b, c, 3 * cl, device::Activation::None);
   be.attention_forward(atty, at(st, s.att), qkv, m_batch, m_seq, m_local_heads, m_head_dim,
                        m_att_ws.f32());
+  if (b16) be.to_bf16(at_bf16(st, s.qkv), qkv, nn * 3 * static_cast<std::size_t>(cl));
   // proj without its bias: that is added after the TP sum (row-parallel)
   be.linear_forward(m_tp_buf.f32(), nullptr, atty, p.proj_w->value.f32(), nullptr, n, cl, c,
                     device::Activation::None);
@@ -513,10 +552,8 @@ void StageModel::block_forward(int i, MicroState& st, int chunk) {
                                 p.ln2_b->value.f32(), n, c);
 
   // MLP: out = x2 + proj(gelu(fc(ln2(x2))))  (fc column-parallel, proj row-parallel)
-  be.linear_forward(gelu, fc, ln2, p.fc_w->value.f32(), p.fc_b->value.f32(), n, c, ff,
-                    device::Activation::Gelu);
-  be.linear_forward(m_tp_buf.f32(), nullptr, gelu, p.mp_w->value.f32(), nullptr, n, ff, c,
-                    device::Activation::None);
+  linear_forward(gelu, fc, ln2, s.ln2, p.fc_w, p.fc_b, c, ff, device::Activation::Gelu);
+  linear_forward(m_tp_buf.f32(), nullptr, gelu, s.gelu, p.mp_w, nullptr, ff, c, device::Activation::None);
   tp_allreduce(m_tp_buf);
   // out = x2 + proj + bias, fused with the LayerNorm that reads it next: the next block's ln1,
   // or ln_f after the last block of the head chunk (the same calls in the same order as before)
@@ -528,13 +565,13 @@ void StageModel::block_forward(int i, MicroState& st, int chunk) {
   if (i + 1 < m_chunk_layers) {
     const Block& q = m_blocks[static_cast<std::size_t>(chunk * m_chunk_layers + i + 1)];
     const LayerSlots& t = m_layout.layers[static_cast<std::size_t>(i) + 1];
-    next_ln = at(st, t.ln1);
+    next_ln = b16 ? m_dres.f32() : at(st, t.ln1);
     next_mean = at(st, t.mean1);
     next_rstd = at(st, t.rstd1);
     next_w = q.ln1_w;
     next_b = q.ln1_b;
   } else if (runs_head(chunk)) {
-    next_ln = at(st, m_layout.lnf);
+    next_ln = b16 ? m_dres.f32() : at(st, m_layout.lnf);
     next_mean = at(st, m_layout.lnf_mean);
     next_rstd = at(st, m_layout.lnf_rstd);
     next_w = m_lnf_w;
@@ -564,9 +601,15 @@ std::vector<float> StageModel::logits(int micro) {
   ATLAS_ASSERT(it != m_inflight.end(), "no activations for micro-batch " << micro);
   const std::size_t n = tokens_per_micro();
   device::Buffer out = m_backend.alloc_floats(n * static_cast<std::size_t>(m_vocab));
-  m_backend.gemm(Trans::No, Trans::Yes, static_cast<int>(n), m_vocab, m_hidden, 1.0F,
-                 at(it->second, m_layout.lnf), m_hidden, m_wte->value.f32(), m_hidden, 0.0F,
-                 out.f32(), m_vocab);
+  device::Buffer widened;  // the bf16-stored ln_f as fp32 (exact; the GEMM rounds to bf16 anyway)
+  const float* lnf = at(it->second, m_layout.lnf);
+  if (m_bf16_acts) {
+    widened = m_backend.alloc_floats(boundary_floats());
+    m_backend.from_bf16(widened.f32(), at_bf16(it->second, m_layout.lnf), boundary_floats());
+    lnf = widened.f32();
+  }
+  m_backend.gemm(Trans::No, Trans::Yes, static_cast<int>(n), m_vocab, m_hidden, 1.0F, lnf,
+                 m_hidden, m_wte->value.f32(), m_hidden, 0.0F, out.f32(), m_vocab);
   std::vector<float> host(n * static_cast<std::size_t>(m_vocab));
   m_backend.download(host.data(), out.data(), host.size() * sizeof(float));
   return host;
@@ -590,6 +633,11 @@ void StageModel::backward(int micro, const device::Buffer* grad_out, device::Buf
 void StageModel::backward_input(int micro, const device::Buffer* grad_out, device::Buffer* grad_in,
                                 int chunk) {
   ATLAS_ASSERT(chunk >= 0 && chunk < m_spec.chunks, "backward_input of chunk " << chunk << " of " << m_spec.chunks);
+  if (m_bf16_acts && !m_spec.split_backward) {
+    ATLAS_THROW(Internal, "stage " << m_spec.stage << ": backward_input at bf16 activation storage, but the model "
+                                   << "was built without StageSpec::split_backward (the q/k/v gradient W needs has "
+                                      "no room in its bf16 slot): build it with split_backward = true");
+  }
   run_backward(micro, grad_out, grad_in, nullptr, chunk, "backward_input", true);
   m_inflight.at(key_of(micro, chunk)).input_done = true;
 }
@@ -616,8 +664,13 @@ void StageModel::backward_weight(int micro, const GradsReady* ready, int chunk) 
   auto& be = m_backend;
   const int rows = static_cast<int>(tokens_per_micro());
   if (runs_head(chunk)) {
-    be.linear_backward_weight(m_wte->grad.f32(), nullptr, at(st, m_layout.probs), at(st, m_layout.lnf), rows,
-                              m_hidden, m_vocab);
+    if (m_bf16_acts) {
+      be.linear_backward_weight_bf16_in(m_wte->grad.f32(), nullptr, at(st, m_layout.probs),
+                                        at_bf16(st, m_layout.lnf), rows, m_hidden, m_vocab);
+    } else {
+      be.linear_backward_weight(m_wte->grad.f32(), nullptr, at(st, m_layout.probs), at(st, m_layout.lnf), rows,
+                                m_hidden, m_vocab);
+    }
     if (ready) {
       ParamTensor* const head[] = {m_lnf_w, m_lnf_b, m_wte};
       (*ready)(std::span<ParamTensor* const>(head, is_first() ? 2 : 3));
@@ -679,10 +732,16 @@ void StageModel::run_backward(int micro, const device::Buffer* grad_out, device:
     // tied head (dlogits: the forward's softmax_xent_fused left them in place of the logits),
     // final LayerNorm; split: the head's weight gradient is W's (dlogits stay in the arena)
     const float* dlogits = at(st, m_layout.probs);
-    const float* lnf = at(st, m_layout.lnf);
-    be.linear_backward(m_tp_buf.f32(), split ? nullptr : m_wte->grad.f32(), nullptr, dlogits, lnf,
-                       m_wte->value.f32(), nullptr, rows, m_hidden, m_vocab,
-                       device::Activation::None);
+    float* dwte = split ? nullptr : m_wte->grad.f32();
+    if (m_bf16_acts) {
+      be.linear_backward_bf16_in(m_tp_buf.f32(), dwte, nullptr, dlogits, at_bf16(st, m_layout.lnf),
+                                 m_wte->value.f32(), nullptr, rows, m_hidden, m_vocab,
+                                 device::Activation::None);
+    } else {
+      be.linear_backward(m_tp_buf.f32(), dwte, nullptr, dlogits, at(st, m_layout.lnf),
+                         m_wte->value.f32(), nullptr, rows, m_hidden, m_vocab,
+                         device::Activation::None);
+    }
     be.fill(dres, 0.0F, boundary);
     be.layernorm_backward(dres, m_lnf_w->grad.f32(), m_lnf_b->grad.f32(), m_tp_buf.f32(), top,
                           m_lnf_w->value.f32(), at(st, m_layout.lnf_mean),
@@ -729,13 +788,10 @@ void StageModel::block_backward(int i, MicroState& st, int chunk, bool split) {
   const int cl = m_local_hidden;
   const int ff = m_local_ff;
   const float* x = at(st, m_layout.res[static_cast<std::size_t>(i)]);
-  const float* ln1 = at(st, s.ln1);
   const float* qkv = at(st, s.qkv);
   const float* atty = at(st, s.atty);
   const float* x2 = at(st, s.x2);
-  const float* ln2 = at(st, s.ln2);
   const float* fc = at(st, s.fc);
-  const float* gelu = at(st, s.gelu);
   float* dres = m_dres.f32();  // holds dL/d(block output) on entry, dL/dx on exit
   float* dtp = m_tp_buf.f32();
   float* dfc = m_dfc.f32();
@@ -746,34 +802,48 @@ void StageModel::block_backward(int i, MicroState& st, int chunk, bool split) {
   // gradients, which their weight gradients need besides the saved inputs, are copied over
   // activations this backward has consumed (so W costs no memory beyond the arena): the block's
   // output res[i+1] (the next block's input, whose backward ran first, or the chunk's top),
-  // fc (read by the GELU backward), x2 (read by ln_2's backward), qkv (read by attention's).
+  // fc (read by the GELU backward), x2 (read by ln_2's backward), qkv (read by attention's; at
+  // bf16 storage its slot is reserved at fp32 size when StageSpec::split_backward).
   const auto nn = static_cast<std::size_t>(n);
   auto keep = [&](std::size_t slot, const float* src, std::size_t floats) {
     if (split) be.copy(at(st, slot), src, floats * sizeof(float));
   };
   auto wgrad = [split](ParamTensor* t) { return split ? nullptr : t->grad.f32(); };
+  // linear_backward whose input is the saved activation in `slot` (bf16 or fp32, build_layout)
+  auto linear_backward = [&](float* din, ParamTensor* w, ParamTensor* b, const float* dout,
+                             std::size_t slot, const float* in_pre, int in_f, int out_f,
+                             device::Activation act) {
+    if (m_bf16_acts) {
+      be.linear_backward_bf16_in(din, wgrad(w), wgrad(b), dout, at_bf16(st, slot),
+                                 w->value.f32(), in_pre, n, in_f, out_f, act);
+    } else {
+      be.linear_backward(din, wgrad(w), wgrad(b), dout, at(st, slot), w->value.f32(), in_pre, n,
+                         in_f, out_f, act);
+    }
+  };
 
   // MLP (dres = dL/dout, replicated over TP)
   // dfc = dL/d(fc pre-activation): the GELU backward rides on the proj's input gradient
   keep(m_layout.res[static_cast<std::size_t>(i) + 1], dres, nn * static_cast<std::size_t>(c));
-  be.linear_backward(dfc, wgrad(p.mp_w), wgrad(p.mp_b), dres, gelu, p.mp_w->value.f32(), fc, n, ff, c,
-                     device::Activation::Gelu);
+  linear_backward(dfc, p.mp_w, p.mp_b, dres, s.gelu, fc, ff, c, device::Activation::Gelu);
   keep(s.fc, dfc, nn * static_cast<std::size_t>(ff));
-  be.linear_backward(dtp, wgrad(p.fc_w), wgrad(p.fc_b), dfc, ln2, p.fc_w->value.f32(), nullptr, n, c, ff,
-                     device::Activation::None);
+  linear_backward(dtp, p.fc_w, p.fc_b, dfc, s.ln2, nullptr, c, ff, device::Activation::None);
   tp_allreduce(m_tp_buf);  // column-parallel input gradient
   be.layernorm_backward(dres, p.ln2_w->grad.f32(), p.ln2_b->grad.f32(), dtp, x2,
                         p.ln2_w->value.f32(), at(st, s.mean2), at(st, s.rstd2), n, c);
 
   // attention (dres = dL/dx2)
   keep(s.x2, dres, nn * static_cast<std::size_t>(c));
-  be.linear_backward(datty, wgrad(p.proj_w), wgrad(p.proj_b), dres, atty, p.proj_w->value.f32(), nullptr, n,
-                     cl, c, device::Activation::None);
+  be.linear_backward(datty, wgrad(p.proj_w), wgrad(p.proj_b), dres, atty, p.proj_w->value.f32(),
+                     nullptr, n, cl, c, device::Activation::None);
+  if (m_bf16_acts) {  // widened (exactly) into m_dfc, free again after the MLP's backward
+    be.from_bf16(dfc, at_bf16(st, s.qkv), nn * 3 * static_cast<std::size_t>(cl));
+    qkv = dfc;
+  }
   be.attention_backward(dqkv, datty, qkv, atty, at(st, s.att), m_batch, m_seq, m_local_heads,
                         m_head_dim, m_att_ws.f32());
   keep(s.qkv, dqkv, nn * 3 * static_cast<std::size_t>(cl));
-  be.linear_backward(dtp, wgrad(p.qkv_w), wgrad(p.qkv_b), dqkv, ln1, p.qkv_w->value.f32(), nullptr, n, c,
-                     3 * cl, device::Activation::None);
+  linear_backward(dtp, p.qkv_w, p.qkv_b, dqkv, s.ln1, nullptr, c, 3 * cl, device::Activation::None);
   tp_allreduce(m_tp_buf);
   be.layernorm_backward(dres, p.ln1_w->grad.f32(), p.ln1_b->grad.f32(), dtp, x,
                         p.ln1_w->value.f32(), at(st, s.mean1), at(st, s.rstd1), n, c);
@@ -789,11 +859,19 @@ void StageModel::block_weight(int i, MicroState& st, int chunk) {
   auto& be = m_backend;
   // The weight halves of block_backward's four linear_backward calls, in the same order, each
   // from the output gradient it kept (block_backward) and the forward's saved input.
-  const float* d_mp = at(st, m_layout.res[static_cast<std::size_t>(i) + 1]);
-  be.linear_backward_weight(p.mp_w->grad.f32(), p.mp_b->grad.f32(), d_mp, at(st, s.gelu), n, ff, c);
-  be.linear_backward_weight(p.fc_w->grad.f32(), p.fc_b->grad.f32(), at(st, s.fc), at(st, s.ln2), n, c, ff);
-  be.linear_backward_weight(p.proj_w->grad.f32(), p.proj_b->grad.f32(), at(st, s.x2), at(st, s.atty), n, cl, c);
-  be.linear_backward_weight(p.qkv_w->grad.f32(), p.qkv_b->grad.f32(), at(st, s.qkv), at(st, s.ln1), n, c, 3 * cl);
+  // `in` from its slot: bf16 where build_layout stores it so (gemm_only slots at bf16), else fp32
+  auto weight = [&](ParamTensor* w, ParamTensor* b, const float* dout, std::size_t slot, bool gemm_only,
+                    int in_f, int out_f) {
+    if (gemm_only && m_bf16_acts) {
+      be.linear_backward_weight_bf16_in(w->grad.f32(), b->grad.f32(), dout, at_bf16(st, slot), n, in_f, out_f);
+    } else {
+      be.linear_backward_weight(w->grad.f32(), b->grad.f32(), dout, at(st, slot), n, in_f, out_f);
+    }
+  };
+  weight(p.mp_w, p.mp_b, at(st, m_layout.res[static_cast<std::size_t>(i) + 1]), s.gelu, true, ff, c);
+  weight(p.fc_w, p.fc_b, at(st, s.fc), s.ln2, true, c, ff);
+  weight(p.proj_w, p.proj_b, at(st, s.x2), s.atty, false, cl, c);
+  weight(p.qkv_w, p.qkv_b, at(st, s.qkv), s.ln1, true, c, 3 * cl);
 }
 
 }  // namespace atlas::model

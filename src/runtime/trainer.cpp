@@ -159,6 +159,9 @@ Trainer::Trainer(const Config& cfg, const topo::Layout& layout, const topo::Comm
     // ---- model shard ----
     model::StageSpec spec{m_me.stage, pp, m_me.tp, layout.tp_size()};
     spec.chunks = table.virtual_stages;  // interleaved 1F1B: this stage's model chunks
+    const auto& my_row = table.row(m_me.stage, m_me.dp);
+    spec.split_backward = std::any_of(my_row.begin(), my_row.end(),
+                                      [](const sched::Slot& sl) { return sl.kind == sched::SlotKind::BackwardInput; });
     m_model = std::make_unique<model::StageModel>(cfg.model, cfg.train.micro_batch_size, spec, backend,
                                                   m_tp.get(), static_cast<std::uint64_t>(cfg.run.seed));
     m_model->set_loss_scale(static_cast<float>(1.0 / (cfg.train.micro_batches * layout.dp_size())));

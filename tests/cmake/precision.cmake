@@ -4,6 +4,9 @@
 atlas_unit_test(test_device_rounding unit/test_device_rounding.cpp)
 atlas_unit_test(test_device_precision unit/test_device_precision.cpp)
 atlas_unit_test(test_model_precision unit/test_model_precision.cpp)
+atlas_unit_test(test_model_bf16_storage unit/test_model_bf16_storage.cpp)
+atlas_mpi_test(test_model_bf16_storage_tp SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/mpi/test_model_bf16_storage_tp.cpp
+  NP 1 2 TIMEOUT 60)
 atlas_mpi_test(test_train_precision SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/mpi/test_train_precision.cpp
   NP 1 2 TIMEOUT 120)
 foreach(np 1 2)

@@ -300,6 +300,89 @@ TEST_F(CudaFused, Bf16GemmRoundsEveryOperandAndAccumulatesInFp32) {
   }
 }
 
+// bf16 activation storage (docs/precision.md, "Storage of saved activations"): to_bf16 / from_bf16
+// round and widen as the host does, bitwise; gemm_bf16_b and linear_backward_bf16_in (cuBLASLt
+// reading the stored bf16 B directly) match the fp32-operand calls on the same values.
+TEST_F(CudaFused, Bf16StoredOperandsMatchTheFp32OperandCalls) {
+  bf16 = make(Precision::Bf16);
+  const int rows = 96, in_f = 80, out_f = 64;
+  const auto x = random_vec(static_cast<std::size_t>(rows) * in_f, 50);
+  const auto dy = random_vec(static_cast<std::size_t>(rows) * out_f, 51);
+  const auto w = random_vec(static_cast<std::size_t>(out_f) * in_f, 52, -0.3F, 0.3F);
+  const auto pre = random_vec(static_cast<std::size_t>(rows) * in_f, 53);
+  // rounding and widening, bitwise vs the host
+  std::vector<std::uint16_t> bits[2];
+  std::vector<float> wide[2];
+  int i = 0;
+  for (Backend* be : {host.get(), bf16.get()}) {
+    Buffer bx = up(*be, x);
+    Buffer b16 = be->alloc(x.size() * sizeof(Bf16Bits));
+    Buffer back = be->alloc_floats(x.size());
+    be->to_bf16(b16.bf16(), bx.f32(), x.size());
+    be->from_bf16(back.f32(), b16.bf16(), x.size());
+    bits[i].resize(x.size());
+    be->download(bits[i].data(), b16.data(), b16.bytes());
+    wide[i++] = down(*be, back);
+  }
+  EXPECT_EQ(bits[1], bits[0]) << "to_bf16";
+  EXPECT_EQ(wide[1], rounded(x)) << "from_bf16";
+  // linear_backward with the stored bf16 input vs linear_backward with its fp32 input
+  for (Activation act : {Activation::None, Activation::Gelu}) {
+    Buffer bx = up(*bf16, x), bdy = up(*bf16, dy), bw = up(*bf16, w), bpre = up(*bf16, pre);
+    Buffer b16 = bf16->alloc(x.size() * sizeof(Bf16Bits));
+    bf16->to_bf16(b16.bf16(), bx.f32(), x.size());
+    std::vector<float> din[2], dw[2], db[2];
+    for (int k = 0; k < 2; ++k) {
+      Buffer bdin = bf16->alloc_floats(x.size()), bdw = bf16->alloc_floats(w.size()),
+             bdb = bf16->alloc_floats(static_cast<std::size_t>(out_f));
+      if (k == 0) {
+        bf16->linear_backward(bdin.f32(), bdw.f32(), bdb.f32(), bdy.f32(), bx.f32(), bw.f32(),
+                              bpre.f32(), rows, in_f, out_f, act);
+      } else {
+        bf16->linear_backward_bf16_in(bdin.f32(), bdw.f32(), bdb.f32(), bdy.f32(), b16.bf16(),
+                                      bw.f32(), bpre.f32(), rows, in_f, out_f, act);
+      }
+      din[k] = down(*bf16, bdin);
+      dw[k] = down(*bf16, bdw);
+      db[k] = down(*bf16, bdb);
+    }
+    // the same bf16 operands; only the GEMM's algorithm may differ: 1e-5 of the max-norm
+    EXPECT_LE(rel(dw[1], dw[0]), 1e-5) << "dweight";
+    EXPECT_EQ(din[1], din[0]) << "din (the same call)";
+    EXPECT_EQ(db[1], db[0]) << "dbias (the same kernel)";
+  }
+  // linear_forward with the stored bf16 input vs linear_forward with its fp32 input
+  for (Activation act : {Activation::None, Activation::Gelu}) {
+    const auto bias = random_vec(static_cast<std::size_t>(out_f), 54);
+    Buffer bx = up(*bf16, x), bw = up(*bf16, random_vec(w.size(), 55, -0.3F, 0.3F)), bb = up(*bf16, bias);
+    Buffer b16 = bf16->alloc(x.size() * sizeof(Bf16Bits));
+    bf16->to_bf16(b16.bf16(), bx.f32(), x.size());
+    std::vector<float> y[2], p[2];
+    for (int k = 0; k < 2; ++k) {
+      Buffer by = bf16->alloc_floats(static_cast<std::size_t>(rows) * out_f);
+      Buffer bp = bf16->alloc_floats(static_cast<std::size_t>(rows) * out_f);
+      if (k == 0) {
+        bf16->linear_forward(by.f32(), bp.f32(), bx.f32(), bw.f32(), bb.f32(), rows, in_f, out_f, act);
+      } else {
+        bf16->linear_forward_bf16_in(by.f32(), bp.f32(), b16.bf16(), bw.f32(), bb.f32(), rows, in_f, out_f, act);
+      }
+      y[k] = down(*bf16, by);
+      p[k] = down(*bf16, bp);
+    }
+    EXPECT_LE(rel(y[1], y[0]), 1e-5) << "linear_forward_bf16_in out";
+    if (act == Activation::Gelu) {
+      EXPECT_LE(rel(p[1], p[0]), 1e-5) << "linear_forward_bf16_in pre_act";
+    }
+  }
+  // at fp32 the bf16-operand GEMM is refused (the model stores bf16 only at bf16)
+  fp32 = make(Precision::Fp32);
+  Buffer a = up(*fp32, dy), c = fp32->alloc_floats(w.size());
+  Buffer b16 = fp32->alloc(x.size() * sizeof(Bf16Bits));
+  EXPECT_THROW(fp32->gemm_bf16_b(Trans::Yes, Trans::No, out_f, in_f, rows, 1.0F, a.f32(), out_f,
+                                 b16.bf16(), in_f, 1.0F, c.f32(), in_f),
+               Error);
+}
+
 TEST_F(CudaFused, Bf16LinearLayersMatchTheHostOnRoundedOperands) {
   bf16 = make(Precision::Bf16);
   const int rows = 128, in_f = 96, out_f = 256;

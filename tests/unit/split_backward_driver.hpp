@@ -38,7 +38,9 @@ inline std::vector<std::int32_t> seeded_ids(std::size_t n, int vocab, std::uint6
 /// every TP rank); units run in micro-major order (micro 0 chunk 0, micro 0 chunk 1, ...).
 inline StageRun run_stage(const ModelCfg& cfg, int batch, const model::StageSpec& spec, device::Backend& be,
                           device::Collective* tp, bool split, int micros) {
-  model::StageModel model(cfg, batch, spec, be, tp, 4321);
+  model::StageSpec built = spec;
+  built.split_backward = split;  // at bf16 storage: room for the q/k/v gradient W keeps
+  model::StageModel model(cfg, batch, built, be, tp, 4321);
   model.set_loss_scale(1.0F / static_cast<float>(micros));
   model.zero_grad();
   const std::size_t n = model.tokens_per_micro();

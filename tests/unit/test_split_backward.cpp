@@ -116,8 +116,17 @@ TEST(SplitBackward, InputThenDeferredWeightHalvesEqualTheWholeBackwardBitwise) {
         // Memory: right after the first B two units are in flight: the first's activations stay
         // until its W, and what W needs beyond them is written over activations B consumed.
         model::StageModel m(cfg, kBatch, spec, *be, nullptr, 1);
+        model::StageSpec split_spec = spec;
+        split_spec.split_backward = true;
+        model::StageModel ms(cfg, kBatch, split_spec, *be, nullptr, 1);
         EXPECT_EQ(whole.bytes_after_first_b, m.activation_bytes_per_micro()) << what;
-        EXPECT_EQ(split.bytes_after_first_b, 2 * m.activation_bytes_per_micro()) << what;
+        EXPECT_EQ(split.bytes_after_first_b, 2 * ms.activation_bytes_per_micro()) << what;
+        // bf16 storage: a split model reserves the q/k/v slot at fp32 size (the other half of
+        // n * 3C floats, in 16-float units, per layer of a chunk); fp32: the same arena.
+        const std::size_t qkv_half = (m.tokens_per_micro() * 3 * static_cast<std::size_t>(cfg.hidden) / 2 + 15) / 16 * 16 * 4;
+        const auto layers = static_cast<std::size_t>(m.n_layers() / chunks);
+        EXPECT_EQ(ms.activation_bytes_per_micro() - m.activation_bytes_per_micro(),
+                  prec == Precision::Bf16 ? layers * qkv_half : 0U) << what;
       }
     }
   }
@@ -142,6 +151,21 @@ class SplitMisuse : public ::testing::Test {
   model::StageModel model{tiny_cfg(), kBatch, model::StageSpec{}, *be, nullptr, 7};
   std::vector<std::int32_t> tok = testutil::seeded_ids(kBatch * 4, 11, 3);
 };
+
+TEST(SplitBackward, Bf16StorageWithoutTheSplitSpecIsAnInternalError) {
+  auto be = device::make_host_backend(1, Precision::Bf16);
+  model::StageModel model{tiny_cfg(), kBatch, model::StageSpec{}, *be, nullptr, 7};
+  const std::vector<std::int32_t> tok = testutil::seeded_ids(kBatch * 4, 11, 3);
+  model.set_loss_scale(0.5F);
+  model.forward(0, tok.data(), tok.data(), nullptr, nullptr);
+  try {
+    model.backward_input(0, nullptr, nullptr);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::Internal) << e.what();
+    EXPECT_THAT(e.what(), HasSubstr("built without StageSpec::split_backward"));
+  }
+}
 
 TEST_F(SplitMisuse, WBeforeItsBIsAnInternalError) {
   expect_internal([&] { model.backward_weight(0); }, "backward_weight of micro-batch 0 (chunk 0) without a pending backward_input");

@@ -54,7 +54,7 @@ struct ConstFloats {
 
 /// The compute device of one rank. Not thread-safe: one thread issues all calls. All pointers are
 /// device addresses obtained from Buffers of *this backend* (plus element offsets); all tensors
-/// are fp32 (tokens/targets int32), row-major, densely packed unless a leading dimension is given.
+/// are fp32 (tokens/targets int32; the `Bf16Bits` operands of the calls that say so), row-major, densely packed unless a leading dimension is given.
 /// Calls may be asynchronous on a device backend: results are visible to later calls on this
 /// backend at once, and to the host after download() or synchronize(). No call is collective.
 /// Output pointers may alias inputs only where a call says so.
@@ -72,6 +72,10 @@ class Backend {
   [[nodiscard]] virtual std::string describe() const = 0;
   /// True if Buffer memory is ordinary host memory (MPI may read it directly).
   [[nodiscard]] virtual bool host_accessible() const noexcept = 0;
+  /// The numbers of the matmul inputs (device.precision, resolved: never Auto). At Bf16 the model
+  /// stores the activations that backward reads only as GEMM operands in bf16
+  /// (docs/precision.md, "Storage").
+  [[nodiscard]] virtual Precision precision() const noexcept = 0;
 
   // ---- memory ----
   /// Allocates `bytes` (may be 0: an empty Buffer), zero-filled, 64-byte aligned.
@@ -99,6 +103,11 @@ class Backend {
   virtual void scale(float* x, float alpha, std::size_t n) = 0;
   /// Waits until every issued call has finished (no-op on the host).
   virtual void synchronize() = 0;
+  /// out[i] = the bf16 bits of in[i], round-to-nearest-even (rounding.hpp's float_to_bf16_bits:
+  /// NaN stays NaN, no flush of denormals) for i < n: storing an activation in bf16.
+  virtual void to_bf16(Bf16Bits* out, const float* in, std::size_t n) = 0;
+  /// out[i] = the fp32 value of the bf16 in[i] (exact) for i < n.
+  virtual void from_bf16(float* out, const Bf16Bits* in, std::size_t n) = 0;
 
   // ---- dense algebra ----
   /// Row-major C[m,n] = alpha * op(A)[m,k] * op(B)[k,n] + beta * C, op = transpose if Yes.
@@ -106,6 +115,19 @@ class Backend {
   virtual void gemm(Trans trans_a, Trans trans_b, int m, int n, int k, float alpha,
                     const float* a, int lda, const float* b, int ldb, float beta, float* c,
                     int ldc) = 0;
+  /// gemm (above) whose B operand is stored as bf16 (b: ldb-strided bf16 values). The product is
+  /// the one gemm gives for the widened (exact fp32) B: at bf16 bitwise the same as gemm on the
+  /// fp32 tensor B was rounded from, since gemm rounds its operands to bf16 first. A device
+  /// backend reads B as bf16 directly (no conversion pass). Used only where precision() is Bf16
+  /// (the model stores bf16 activations only then); a device backend may refuse (Internal)
+  /// otherwise.
+  virtual void gemm_bf16_b(Trans trans_a, Trans trans_b, int m, int n, int k, float alpha,
+                           const float* a, int lda, const Bf16Bits* b, int ldb, float beta,
+                           float* c, int ldc) = 0;
+  /// gemm_bf16_b with the A operand stored as bf16 instead (B fp32, rounded as gemm does).
+  virtual void gemm_bf16_a(Trans trans_a, Trans trans_b, int m, int n, int k, float alpha,
+                           const Bf16Bits* a, int lda, const float* b, int ldb, float beta,
+                           float* c, int ldc) = 0;
   /// out[r, c] += bias[c] for r < rows, c < cols.
   virtual void add_bias(float* out, const float* bias, int rows, int cols) = 0;
   /// dbias[c] += sum_r dout[r, c] (the bias gradient; accumulates).
@@ -208,6 +230,25 @@ class Backend {
   /// linear_backward plus this call equal one linear_backward. Default: bias_grad, gemm (dweight).
   virtual void linear_backward_weight(float* dweight, float* dbias, const float* dout,
                                       const float* in, int rows, int in_f, int out_f);
+  /// linear_forward (above) whose input `in` [rows, in_f] is stored as bf16 (the forward GEMM
+  /// reads it through gemm_bf16_a: on a device, no rounding pass over `in`). Only where
+  /// precision() is Bf16. Default: gemm_bf16_a into (act ? pre_act : out), add_bias (if any),
+  /// then gelu_forward(out, pre_act).
+  virtual void linear_forward_bf16_in(float* out, float* pre_act, const Bf16Bits* in,
+                                      const float* w, const float* bias, int rows, int in_f,
+                                      int out_f, Activation act);
+  /// linear_backward (above) whose input `in` [rows, in_f] is stored as bf16 (the dweight GEMM
+  /// reads it through gemm_bf16_b; everything else as linear_backward). Only where precision()
+  /// is Bf16. A null dweight (and dbias) gives din only, as linear_backward's split input half.
+  /// Default: linear_backward_weight_bf16_in (if dweight), gemm (din), gelu_backward.
+  virtual void linear_backward_bf16_in(float* din, float* dweight, float* dbias,
+                                       const float* dout, const Bf16Bits* in, const float* w,
+                                       const float* in_pre, int rows, int in_f, int out_f,
+                                       Activation in_act);
+  /// linear_backward_weight (the split backward's W half) with `in` stored as bf16: bit for bit
+  /// what linear_backward_bf16_in adds to dweight and dbias. Default: bias_grad, gemm_bf16_b.
+  virtual void linear_backward_weight_bf16_in(float* dweight, float* dbias, const float* dout,
+                                              const Bf16Bits* in, int rows, int in_f, int out_f);
   /// Residual add, optional bias, optional LayerNorm: res[r, c] = x[r, c] + delta[r, c], then
   /// res[r, c] += bias[c] if bias is not null, then, if ln_out is not null,
   /// layernorm_forward(ln_out, mean, rstd, res, ln_weight, ln_bias, rows, cols). `res` may

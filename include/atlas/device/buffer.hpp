@@ -11,6 +11,11 @@ namespace atlas::device {
 
 class Backend;
 
+/// The bits of one bf16 value (8-bit exponent, 7-bit mantissa; the high half of an fp32): the
+/// element type of activations stored in bf16 (docs/precision.md, "Storage"). Device memory
+/// holds these; include/atlas/device/rounding.hpp converts on the host.
+using Bf16Bits = std::uint16_t;
+
 /// An owned, 64-byte aligned, zero-filled allocation made by Backend::alloc(). Move-only.
 /// The owning Backend must outlive every Buffer it allocated.
 class Buffer {
@@ -40,6 +45,8 @@ class Buffer {
   [[nodiscard]] const std::int32_t* i32() const noexcept {
     return static_cast<const std::int32_t*>(m_ptr);
   }
+  [[nodiscard]] Bf16Bits* bf16() noexcept { return static_cast<Bf16Bits*>(m_ptr); }
+  [[nodiscard]] const Bf16Bits* bf16() const noexcept { return static_cast<const Bf16Bits*>(m_ptr); }
 
  private:
   friend class Backend;

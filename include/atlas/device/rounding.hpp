@@ -2,7 +2,7 @@
 // fp32 -> bf16 / tf32 rounding (round-to-nearest-even) for the precision contract of
 // docs/precision.md: the host backend's bf16/tf32 emulation, the bf16 pipeline boundary wire
 // format and the tests. Plain C++ (no CUDA types): the .cu side uses __float2bfloat16_rn, which
-// rounds the same way. Not for anything else: storage stays fp32.
+// rounds the same way. (Device-side bf16 storage of activations goes through Backend::to_bf16.)
 #pragma once
 
 #include <bit>

@@ -32,6 +32,14 @@ struct StageSpec {
   /// layers of virtual stage c * pp + stage, stage_layers(stage) / chunks of them. The first
   /// stage's chunk 0 runs the embeddings, the last stage's last chunk the head and the loss.
   int chunks = 1;
+  /// Keep every saved activation fp32 even when the backend computes at bf16 (the reference of
+  /// the bf16-storage tests: losses are bitwise the same either way). Default: bf16 storage at
+  /// bf16 (StageModel::stores_bf16_activations).
+  bool fp32_activations = false;
+  /// The schedule splits this stage's backwards (backward_input + backward_weight): at bf16
+  /// activation storage the q/k/v slot is then reserved at fp32 size, for the q/k/v gradient that
+  /// backward_input keeps there for backward_weight (without it backward_input refuses at bf16).
+  bool split_backward = false;
 };
 
 /// One parameter tensor of this rank: its shard of a logical (full, unsharded) tensor, plus the
@@ -218,6 +226,21 @@ class StageModel {
   [[nodiscard]] std::size_t activation_bytes_per_micro() const noexcept;
   /// Micro-batch ids whose activations are held (forwarded, not yet backwarded/released).
   [[nodiscard]] std::vector<int> micros_in_flight() const;
+  /// True when the activations that backward reads only as GEMM operands (ln1, qkv, ln2, gelu,
+  /// ln_f) are stored as bf16: the backend's precision() is Bf16 (docs/precision.md, "Storage").
+  [[nodiscard]] bool stores_bf16_activations() const noexcept { return m_bf16_acts; }
+  /// One saved tensor of a micro-batch in flight (per block, `layer` = the chunk-local block, -1
+  /// for the stage's own tensors): its name (res, ln1, mean1, rstd1, qkv, att, atty, x2, ln2,
+  /// mean2, rstd2, fc, gelu, lnf, lnf_mean, lnf_rstd, probs, losses), elements and bytes per
+  /// element (2: bf16, 4: fp32). Their sum, rounded up to 64-byte slots, is
+  /// activation_bytes_per_micro() less the token ids.
+  struct SavedTensor {
+    std::string name;
+    int layer = -1;
+    std::size_t elements = 0;
+    int element_bytes = 4;
+  };
+  [[nodiscard]] std::vector<SavedTensor> saved_tensors() const;
 
   // ---- parameters ----
   [[nodiscard]] std::vector<ParamTensor>& params() noexcept { return m_params; }
@@ -254,6 +277,7 @@ class StageModel {
     std::vector<LayerSlots> layers;
     std::size_t lnf = 0, lnf_mean = 0, lnf_rstd = 0, probs = 0, losses = 0;
     std::size_t total = 0;
+    std::vector<SavedTensor> saved;  // saved_tensors()
   };
   /// Everything one micro-batch in flight keeps between its forward and backward.
   struct MicroState {
@@ -290,6 +314,10 @@ class StageModel {
   [[nodiscard]] static float* at(MicroState& st, std::size_t offset) {
     return st.arena.f32() + offset;
   }
+  /// A bf16 slot of the arena (stores_bf16_activations(); offsets stay in 4-byte units).
+  [[nodiscard]] static device::Bf16Bits* at_bf16(MicroState& st, std::size_t offset) {
+    return reinterpret_cast<device::Bf16Bits*>(st.arena.f32() + offset);
+  }
 
   ModelCfg m_cfg;
   StageSpec m_spec;
@@ -300,6 +328,7 @@ class StageModel {
   int m_first_layer, m_n_layers, m_total_layers;
   int m_chunk_layers;  // blocks per model chunk (m_n_layers with one chunk)
   float m_loss_scale = 1.0F;
+  bool m_bf16_acts = false;  // stores_bf16_activations()
 
   std::vector<ParamTensor> m_params;
   std::vector<Block> m_blocks;
@@ -316,7 +345,10 @@ class StageModel {
   // split backward: per chunk the last micro whose backward_weight ran since zero_grad()
   std::vector<int> m_last_weight_micro;
 
-  // scratch shared by all micro-batches (calls never overlap)
+  // scratch shared by all micro-batches (calls never overlap; no call reads what an earlier call
+  // left there). With bf16 activations the forward also stages the fp32 values of the bf16
+  // slots in m_dres (ln1, ln2, ln_f: [B*T, C]) and m_dfc (qkv, gelu), and block_backward widens
+  // qkv into m_dfc for the attention backward.
   device::Buffer m_dres, m_tp_buf, m_dqkv, m_datty, m_dfc, m_att_ws;
 };
 

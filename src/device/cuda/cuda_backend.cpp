@@ -229,6 +229,15 @@ void CudaBackend::scale(float* x, float alpha, std::size_t n) {
 
 void CudaBackend::synchronize() { m_stream.synchronize(); }
 
+void CudaBackend::to_bf16(Bf16Bits* out, const float* in, std::size_t n) {
+  kernels::to_bf16(reinterpret_cast<__nv_bfloat16*>(out), in, n, m_stream.get());
+}
+
+void CudaBackend::from_bf16(float* out, const Bf16Bits* in, std::size_t n) {
+  m_lt.invalidate(out, n * sizeof(float));
+  kernels::from_bf16(out, reinterpret_cast<const __nv_bfloat16*>(in), n, m_stream.get());
+}
+
 // ---- dense algebra ----
 
 // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands and the
@@ -268,6 +277,64 @@ void CudaBackend::gemm_batched(Trans trans_a, Trans trans_b, int m, int n, int k
   ATLAS_CUBLAS_CHECK(cublasSgemmStridedBatched(m_cublas.get(), op(trans_b), op(trans_a), n, m, k,
                                                &alpha, b, ldb, stride_b, a, lda, stride_a, &beta,
                                                c, ldc, stride_c, batch));
+}
+
+void CudaBackend::gemm_bf16_b(Trans trans_a, Trans trans_b, int m, int n, int k, float alpha,
+                              const float* a, int lda, const Bf16Bits* b, int ldb, float beta,
+                              float* c, int ldc) {
+  if (m == 0 || n == 0) return;
+  ATLAS_ASSERT(m_lt.precision() == Precision::Bf16,
+               "gemm_bf16_b at precision " << to_string(m_lt.precision())
+                                           << ": bf16-stored operands are used only at bf16");
+  if (k == 0) {  // C = beta C: no operand is read
+    ATLAS_CUBLAS_CHECK(cublasSgemm(m_cublas.get(), op(trans_b), op(trans_a), n, m, k, &alpha,
+                                   a, std::max(1, ldb), a, lda, &beta, c, ldc));
+    return;
+  }
+  LtCall call;
+  call.trans_a = trans_a;
+  call.trans_b = trans_b;
+  call.m = m;
+  call.n = n;
+  call.k = k;
+  call.alpha = alpha;
+  call.a = a;
+  call.lda = lda;
+  call.b_bf16 = reinterpret_cast<const __nv_bfloat16*>(b);
+  call.ldb = ldb;
+  call.beta = beta;
+  call.c = c;
+  call.ldc = ldc;
+  (void)m_lt.run(call);  // Epilogue::None with k > 0: always issued
+}
+
+void CudaBackend::gemm_bf16_a(Trans trans_a, Trans trans_b, int m, int n, int k, float alpha,
+                              const Bf16Bits* a, int lda, const float* b, int ldb, float beta,
+                              float* c, int ldc) {
+  if (m == 0 || n == 0) return;
+  ATLAS_ASSERT(m_lt.precision() == Precision::Bf16,
+               "gemm_bf16_a at precision " << to_string(m_lt.precision())
+                                           << ": bf16-stored operands are used only at bf16");
+  if (k == 0) {  // C = beta C: no operand is read
+    ATLAS_CUBLAS_CHECK(cublasSgemm(m_cublas.get(), op(trans_b), op(trans_a), n, m, k, &alpha,
+                                   b, ldb, b, std::max(1, lda), &beta, c, ldc));
+    return;
+  }
+  LtCall call;
+  call.trans_a = trans_a;
+  call.trans_b = trans_b;
+  call.m = m;
+  call.n = n;
+  call.k = k;
+  call.alpha = alpha;
+  call.a_bf16 = reinterpret_cast<const __nv_bfloat16*>(a);
+  call.lda = lda;
+  call.b = b;
+  call.ldb = ldb;
+  call.beta = beta;
+  call.c = c;
+  call.ldc = ldc;
+  (void)m_lt.run(call);  // Epilogue::None with k > 0: always issued
 }
 
 void CudaBackend::add_bias(float* out, const float* bias, int rows, int cols) {
@@ -458,6 +525,57 @@ void CudaBackend::linear_backward(float* din, float* dweight, float* dbias, cons
                "input half gives neither)");
   // dweight null: the input half of a split backward (linear_backward_weight runs later).
   if (dweight != nullptr) linear_backward_weight(dweight, dbias, dout, in, rows, in_f, out_f);
+  linear_backward_din(din, dout, w, in_pre, rows, in_f, out_f, in_act, dweight != nullptr);
+}
+
+void CudaBackend::linear_forward_bf16_in(float* out, float* pre_act, const Bf16Bits* in,
+                                         const float* w, const float* bias, int rows, int in_f,
+                                         int out_f, Activation act) {
+  ATLAS_ASSERT(m_lt.precision() == Precision::Bf16,
+               "linear_forward_bf16_in at precision " << to_string(m_lt.precision())
+                                                      << ": bf16-stored operands are used only at bf16");
+  const bool gelu = act == Activation::Gelu;
+  // As linear_forward at bf16, with cuBLASLt reading the stored bf16 input as it is.
+  if ((!gelu || out_f % 8 == 0) && (bias != nullptr || !gelu) && in_f > 0) {
+    LtCall call;
+    call.trans_b = Trans::Yes;
+    call.m = rows;
+    call.n = out_f;
+    call.k = in_f;
+    call.a_bf16 = reinterpret_cast<const __nv_bfloat16*>(in);
+    call.lda = in_f;
+    call.b = w;
+    call.ldb = in_f;
+    call.c = out;
+    call.ldc = out_f;
+    call.epilogue = gelu ? Epilogue::GeluAuxBias : bias != nullptr ? Epilogue::Bias : Epilogue::None;
+    call.bias = bias;
+    call.aux = gelu ? pre_act : nullptr;
+    call.cache_b = true;  // w: a weight (its bf16 copy is kept until w is written)
+    if (m_lt.run(call)) return;
+  }
+  Backend::linear_forward_bf16_in(out, pre_act, in, w, bias, rows, in_f, out_f, act);
+}
+
+void CudaBackend::linear_backward_bf16_in(float* din, float* dweight, float* dbias,
+                                          const float* dout, const Bf16Bits* in, const float* w,
+                                          const float* in_pre, int rows, int in_f, int out_f,
+                                          Activation in_act) {
+  ATLAS_ASSERT(in_act != Activation::Gelu || in_pre != nullptr,
+               "linear_backward through GELU needs in_pre");
+  // bf16 only (gemm_bf16_b checks): the bias gradient sums the fp32 dout (bias_grad), and
+  // dweight += dout^T in reads the stored bf16 `in` as it is.
+  // A null dweight: the input half of a split backward (linear_backward_weight_bf16_in later).
+  ATLAS_ASSERT(dweight != nullptr || dbias == nullptr,
+               "linear_backward_bf16_in with a bias gradient but no weight gradient");
+  if (dweight != nullptr) linear_backward_weight_bf16_in(dweight, dbias, dout, in, rows, in_f, out_f);
+  linear_backward_din(din, dout, w, in_pre, rows, in_f, out_f, in_act, dweight != nullptr);
+}
+
+void CudaBackend::linear_backward_din(float* din, const float* dout, const float* w,
+                                      const float* in_pre, int rows, int in_f, int out_f,
+                                      Activation in_act, bool reuse_dout) {
+  const bool gelu = in_act == Activation::Gelu;
   // din = dout w, times gelu'(in_pre) in the epilogue when the input went through GELU.
   LtCall dx;
   dx.m = rows;
@@ -474,7 +592,7 @@ void CudaBackend::linear_backward(float* din, float* dweight, float* dbias, cons
   dx.cache_b = true;                    // w: a weight
   // dout, as the dW GEMM just converted it (not in a split backward's input half: the last
   // conversion may then be of other data at the same address)
-  dx.reuse_a = dweight != nullptr;
+  dx.reuse_a = reuse_dout;
   // fp32 without GELU: cublasSgemm, as gemm() (exact fp32, TF32 off).
   // At fp32, cublasSgemm and the backend's GELU kernel (the host's formula), as gemm() does.
   const bool lt = m_lt.precision() != Precision::Fp32 && (!gelu || in_f % 8 == 0);

@@ -38,10 +38,19 @@ class CudaBackend final : public Backend {
   void fill(float* x, float value, std::size_t n) override;
   void scale(float* x, float alpha, std::size_t n) override;
   void synchronize() override;
+  void to_bf16(Bf16Bits* out, const float* in, std::size_t n) override;
+  void from_bf16(float* out, const Bf16Bits* in, std::size_t n) override;
 
   // ---- dense algebra ----
   void gemm(Trans trans_a, Trans trans_b, int m, int n, int k, float alpha, const float* a,
             int lda, const float* b, int ldb, float beta, float* c, int ldc) override;
+  /// cuBLASLt with B read as bf16 directly (bf16 precision only).
+  void gemm_bf16_b(Trans trans_a, Trans trans_b, int m, int n, int k, float alpha, const float* a,
+                   int lda, const Bf16Bits* b, int ldb, float beta, float* c, int ldc) override;
+  /// cuBLASLt with A read as bf16 directly (bf16 precision only).
+  void gemm_bf16_a(Trans trans_a, Trans trans_b, int m, int n, int k, float alpha,
+                   const Bf16Bits* a, int lda, const float* b, int ldb, float beta, float* c,
+                   int ldc) override;
   void add_bias(float* out, const float* bias, int rows, int cols) override;
   void bias_grad(float* dbias, const float* dout, int rows, int cols) override;
   void add(float* out, const float* a, const float* b, std::size_t n) override;
@@ -92,6 +101,14 @@ class CudaBackend final : public Backend {
   /// dweight (and dbias) as linear_backward computes them: the same BGRADB call.
   void linear_backward_weight(float* dweight, float* dbias, const float* dout, const float* in,
                               int rows, int in_f, int out_f) override;
+  /// linear_forward's cuBLASLt epilogues with the bf16 `in` read directly (bf16 precision only).
+  void linear_forward_bf16_in(float* out, float* pre_act, const Bf16Bits* in, const float* w,
+                              const float* bias, int rows, int in_f, int out_f,
+                              Activation act) override;
+  /// linear_backward with the dweight GEMM reading the bf16 `in` directly (bf16 precision only).
+  void linear_backward_bf16_in(float* din, float* dweight, float* dbias, const float* dout,
+                               const Bf16Bits* in, const float* w, const float* in_pre, int rows,
+                               int in_f, int out_f, Activation in_act) override;
   void residual_layernorm_forward(float* res, float* ln_out, float* mean, float* rstd,
                                   const float* x, const float* delta, const float* bias,
                                   const float* ln_weight, const float* ln_bias, int rows,
@@ -102,7 +119,7 @@ class CudaBackend final : public Backend {
   void adamw_update_multi(std::span<const AdamWTensor> tensors, const AdamWArgs& args) override;
   /// One launch, one fixed-order sum, one host wait.
   [[nodiscard]] double sq_norm_multi(std::span<const ConstFloats> ranges) override;
-  [[nodiscard]] Precision precision() const noexcept { return m_lt.precision(); }
+  [[nodiscard]] Precision precision() const noexcept override { return m_lt.precision(); }
   /// Fused GEMM calls that cuBLASLt refused, so far (composed of unfused calls instead).
   [[nodiscard]] long epilogue_fallbacks() const noexcept { return m_lt.fallbacks(); }
 
@@ -158,6 +175,10 @@ class CudaBackend final : public Backend {
   /// `n` floats of the backend's bias-gradient scratch.
   float* dbias_scratch(std::size_t n);
 
+  /// din = dout w (times gelu'(in_pre) when in_act = Gelu): linear_backward's second half.
+  /// reuse_dout: the dW GEMM right before converted dout (its bf16 copy is reused).
+  void linear_backward_din(float* din, const float* dout, const float* w, const float* in_pre,
+                           int rows, int in_f, int out_f, Activation in_act, bool reuse_dout);
   /// Throws atlas::Error (Internal) naming the first row with an out-of-range target, if a
   /// cross-entropy kernel flagged one (synchronises the stream).
   void check_targets(const std::int32_t* targets, int vocab);

@@ -89,6 +89,8 @@ constexpr std::size_t kChunkElements = 16384;
 
 /// out[i] = bf16(in[i]), round to nearest even (NaN stays NaN).
 void to_bf16(__nv_bfloat16* out, const float* in, std::size_t n, cudaStream_t stream);
+/// out[i] = the fp32 value of in[i] (exact).
+void from_bf16(float* out, const __nv_bfloat16* in, std::size_t n, cudaStream_t stream);
 /// Backend::residual_layernorm_forward (bias and ln_out may be null; then mean, rstd unused).
 void residual_layernorm_forward(float* res, float* ln_out, float* mean, float* rstd,
                                 const float* x, const float* delta, const float* bias,

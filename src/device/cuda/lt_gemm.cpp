@@ -123,10 +123,13 @@ const void* LtGemm::operand(const float* src, int rows_stored, int cols, int ld,
 
 LtGemm::Plan& LtGemm::plan_for(const LtCall& call) {
   const std::uint32_t align =
-      alignment_of({call.a, call.b, call.c, call.bias, call.bias_grad, call.aux});
+      alignment_of({call.a, call.b, call.c, call.bias, call.bias_grad, call.aux, call.b_bf16,
+                    call.a_bf16});
   const Key key{static_cast<int>(call.trans_a), static_cast<int>(call.trans_b), call.m, call.n,
                 call.k, call.lda, call.ldb, call.ldc, static_cast<int>(call.epilogue) * 512 +
-                                                          static_cast<int>(align),
+                                                          static_cast<int>(align) +
+                                                          (call.b_bf16 != nullptr ? 1 << 20 : 0) +
+                                                          (call.a_bf16 != nullptr ? 1 << 21 : 0),
                 call.beta != 0.0F};
   auto [it, inserted] = m_plans.try_emplace(key);
   Plan& plan = it->second;
@@ -166,8 +169,9 @@ LtGemm::Plan& LtGemm::plan_for(const LtCall& call) {
   const std::size_t ws = kWorkspaceBytes;
   cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
-  // Operands in bf16 workspaces are 256-byte aligned; fp32 operands as the caller's addresses.
-  const std::uint32_t in_align = bf16 ? 256U : align;
+  // Operands in bf16 workspaces are 256-byte aligned; fp32 operands and a caller's bf16 A or B
+  // (a_bf16, b_bf16) as the caller's addresses (align covers them all).
+  const std::uint32_t in_align = bf16 && call.b_bf16 == nullptr && call.a_bf16 == nullptr ? 256U : align;
   for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
                     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES}) {
     if (st == CUBLAS_STATUS_SUCCESS)
@@ -214,14 +218,24 @@ bool LtGemm::run(const LtCall& call) {
   const int a_cols = ta ? call.m : call.k;
   const std::size_t a_extent = static_cast<std::size_t>(a_rows - 1) * static_cast<std::size_t>(call.lda) +
                                static_cast<std::size_t>(a_cols);
-  const bool reuse = m_precision == Precision::Bf16 && call.reuse_a && call.a == m_last_a &&
-                     a_extent == m_last_a_extent;
-  const void* a = reuse ? m_bf16_a.get()
-                        : operand(call.a, a_rows, a_cols, call.lda, m_bf16_a, false);
-  m_last_a = call.a;
-  m_last_a_extent = a_extent;
-  const void* b = operand(call.b, tb ? call.n : call.k, tb ? call.k : call.n, call.ldb, m_bf16_b,
-                          call.cache_b);
+  ATLAS_ASSERT(call.a_bf16 == nullptr || m_precision == Precision::Bf16,
+               "a bf16-stored GEMM operand at precision " << to_string(m_precision)
+                                                          << " (bf16 storage is used only at bf16)");
+  const void* a = call.a_bf16;
+  if (a == nullptr) {  // else m_bf16_a (and what it holds: m_last_a) stays as it is
+    const bool reuse = m_precision == Precision::Bf16 && call.reuse_a && call.a == m_last_a &&
+                       a_extent == m_last_a_extent;
+    a = reuse ? m_bf16_a.get() : operand(call.a, a_rows, a_cols, call.lda, m_bf16_a, false);
+    m_last_a = call.a;
+    m_last_a_extent = a_extent;
+  }
+  ATLAS_ASSERT(call.b_bf16 == nullptr || m_precision == Precision::Bf16,
+               "a bf16-stored GEMM operand at precision " << to_string(m_precision)
+                                                          << " (bf16 storage is used only at bf16)");
+  const void* b = call.b_bf16 != nullptr
+                      ? static_cast<const void*>(call.b_bf16)
+                      : operand(call.b, tb ? call.n : call.k, tb ? call.k : call.n, call.ldb,
+                                m_bf16_b, call.cache_b);
   if (!plan.ok) {
     // A plain GEMM cuBLASLt has no algorithm for (odd leading dimensions of bf16 operands):
     // cuBLAS's GEMM on the same operands and compute type.

@@ -48,6 +48,11 @@ struct LtCall {
   /// B is a weight: at bf16 its converted copy is kept (per address and extent) and reused
   /// until invalidate() covers it.
   bool cache_b = false;
+  /// B already stored as bf16 (bf16 precision only): read as it is (no conversion), and `b`
+  /// is ignored. Backend::gemm_bf16_b / linear_backward_bf16_in (bf16-stored activations).
+  const __nv_bfloat16* b_bf16 = nullptr;
+  /// A already stored as bf16 (bf16 precision only), as b_bf16; `a` and reuse_a are ignored.
+  const __nv_bfloat16* a_bf16 = nullptr;
   /// A (same address and extent) is unchanged since the previous run() converted it: its bf16
   /// workspace copy is reused (linear_backward's two GEMMs on dout).
   bool reuse_a = false;

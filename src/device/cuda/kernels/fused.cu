@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-// Fused kernels of the CUDA backend: fp32 -> bf16 conversion of GEMM operands (RNE), residual
+// Fused kernels of the CUDA backend: fp32 <-> bf16 conversion (GEMM operands, bf16-stored
+// activations; RNE one way, exact the other), residual
 // add + bias + LayerNorm, softmax cross-entropy loss and gradient in one pass, and the
 // multi-tensor AdamW step and squared norm over a device-side chunk table. Formulas follow the
 // host backend's unfused calls (docs: Backend's fused calls); not for attention (attention.cu).
@@ -20,6 +21,12 @@ __global__ void to_bf16_kernel(__nv_bfloat16* out, const float* in, std::size_t 
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
        i += std::size_t{gridDim.x} * blockDim.x)
     out[i] = __float2bfloat16_rn(in[i]);  // round to nearest even; NaN stays NaN
+}
+
+__global__ void from_bf16_kernel(float* out, const __nv_bfloat16* in, std::size_t n) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x)
+    out[i] = __bfloat162float(in[i]);  // exact
 }
 
 // One warp per row. res = (x + delta) + bias, rounded as the host's add then add_bias; then the
@@ -133,6 +140,12 @@ __global__ void sq_norm_multi_kernel(const TensorEntry* tensors, const Chunk* ch
 void to_bf16(__nv_bfloat16* out, const float* in, std::size_t n, cudaStream_t stream) {
   if (n == 0) return;
   to_bf16_kernel<<<grid_for(n), kThreads, 0, stream>>>(out, in, n);
+  ATLAS_CUDA_CHECK_LAUNCH();
+}
+
+void from_bf16(float* out, const __nv_bfloat16* in, std::size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  from_bf16_kernel<<<grid_for(n), kThreads, 0, stream>>>(out, in, n);
   ATLAS_CUDA_CHECK_LAUNCH();
 }
 
