@@ -522,6 +522,7 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
         if (extra > 0 && k.hold == depth) continue;
         if (bytes > plain_bytes * (1 + 1e-12)) continue;  // more memory than the unsplit choice
         list.push_back({k, false});
+        if (no_wan) continue;  // every link policy times alike
         k.slots = opt.fixed_slots > 0 ? opt.fixed_slots : all_slots;
         k.tie_break = TieBreak::PipelineOrder;
         k.stagger_ms = 0.0;
