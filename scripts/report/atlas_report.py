@@ -32,10 +32,11 @@ FORMAT_VERSION = 1
 
 # The slot kinds in sched::SlotKind order (also stored in the file as slot_kind_names).
 SLOT_KINDS = ["forward", "backward", "wan_send", "wan_recv", "local_send", "local_recv",
-              "all_reduce", "optimizer", "prefill", "idle"]
+              "all_reduce", "optimizer", "prefill", "idle", "backward_input", "backward_weight"]
 # Where each kind's time goes in the per-rank summary.
 CATEGORY_OF_KIND = {
     "forward": "compute", "backward": "compute", "optimizer": "compute",
+    "backward_input": "compute", "backward_weight": "compute",  # a split backward's B and W
     "local_recv": "intra_dc", "all_reduce": "intra_dc",
     "wan_recv": "wan_wait",
     "idle": "idle",
@@ -47,6 +48,7 @@ KIND_COLORS = {
     "forward": "#4C72B0", "backward": "#DD8452", "wan_send": "#C44E52", "wan_recv": "#F2B8B8",
     "local_send": "#55A868", "local_recv": "#B5DFC0", "all_reduce": "#8172B3",
     "optimizer": "#937860", "prefill": "#DA8BC3", "idle": "#E5E5E5",
+    "backward_input": "#DD8452", "backward_weight": "#8C613C",
 }
 LINK_COLOR = "#C44E52"
 

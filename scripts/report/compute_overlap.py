@@ -18,7 +18,7 @@ import collections
 import json
 import sys
 
-COMPUTE = ("forward", "backward")
+COMPUTE = ("forward", "backward", "backward_input", "backward_weight")
 
 
 def compute_slots(events, skip_steps):

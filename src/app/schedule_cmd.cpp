@@ -73,7 +73,8 @@ int cmd_schedule(Context& ctx) {
     fmt::print("  {:<8} {:>12.3f} {:>14.1f} {:>10} {:>12.2f} {:>16}{}\n", to_string(t.kind), t.step_ms,
                100.0 * t.mean_bubble_fraction(),
                onefoneb > 0 ? fmt::format("{:.3f}", t.step_ms / onefoneb) : std::string("-"),
-               mem.peak_bytes / static_cast<double>(units::kGiB), depth, mem.fits() ? "" : "  DOES NOT FIT");
+               mem.peak_bytes / static_cast<double>(units::kGiB), depth,
+               std::string(sched::is_split(t) ? "  split B+W" : "") + (mem.fits() ? "" : "  DOES NOT FIT"));
     if (!mem.fits()) misfits += "# WARNING: " + sched::memory_misfit(mem, t, sched::device_profile(cfg).name) + "\n";
   }
   fmt::print("# memory limit: {:.2f} GiB usable per GPU ({})\n{}", cost.memory_limit_bytes / static_cast<double>(units::kGiB),

@@ -437,6 +437,13 @@ void build(Schema& schema) {
             "chunk c of stage s holds the (c x stages + s)-th slice of the layers; the bubble drops "
             "v-fold for v x the boundary transfers. 1 = plain 1f1b. Needs 1f1b or atlas, more than one "
             "stage, layers per stage divisible by it and train.micro_batches a multiple of the stages");
+  b.choice("schedule.split_backward", &C::schedule, &ScheduleCfg::split_backward,
+           {{"auto", SplitBackward::Auto}, {"on", SplitBackward::On}, {"off", SplitBackward::Off}})
+      .def("auto")
+      .help("zero-bubble split of each backward into its activation-gradient half (sent on at once) and its "
+            "weight-gradient half, which runs later and fills waits: auto = the atlas search keeps it where "
+            "the predicted step is lower at no more memory; on = every schedule kind splits; off = never. "
+            "on needs schedule.virtual_stages = 1");
 
   // [wan]
   b.choice("wan.transport", &C::wan, &WanCfg::transport,

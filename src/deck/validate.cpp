@@ -190,6 +190,11 @@ void check_virtual_stages(const Config& c, std::vector<std::string>& out) {
   const int v = c.schedule.virtual_stages;
   if (v <= 1) return;
   const std::string key = "schedule.virtual_stages = " + std::to_string(v);
+  if (c.schedule.split_backward == SplitBackward::On)
+    out.push_back(key + " cannot run with schedule.split_backward = on: the zero-bubble split of the backward "
+                  "is built for one model chunk per stage\n"
+                  "  hint: set schedule.split_backward = auto (no split with chunks) or off, or "
+                  "schedule.virtual_stages = 1");
   if (c.schedule.kind == ScheduleKind::GPipe)
     out.push_back(key + " needs an interleaved 1F1B schedule, but schedule.kind = gpipe\n"
                   "  hint: set schedule.kind = 1f1b (or atlas), or schedule.virtual_stages = 1");

@@ -27,6 +27,7 @@
 #include <fmt/format.h>
 
 #include "atlas/core/check.hpp"
+#include "atlas/sched/memory.hpp"
 #include "program.hpp"
 
 namespace atlas::sched {
@@ -121,13 +122,28 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
     plain.virtual_stages = 1;
     return build_schedule(plain, opt, one_replica);
   }
+  if (opt.split == SplitBackward::On && c.virtual_stages > 1)
+    ATLAS_THROW(Config, "schedule.split_backward = on cannot run with schedule.virtual_stages = "
+                            << c.virtual_stages << " (the split backward is built for one model chunk per stage)\n"
+                            << "  hint: set schedule.split_backward = auto or off, or schedule.virtual_stages = 1");
   // The engine programs' model: one replica per stage when they are all alike (replicas_alike).
   const CostModel cp = program_model(c, one_replica);
   if (opt.kind != ScheduleKind::Atlas) {
     ProgramMap map;
+    if (opt.split == SplitBackward::On) {
+      // Every W before the forward that would hold more than the kind's own depth: its memory.
+      detail::SplitSpec spec;
+      spec.hold = detail::classic_depth(opt.kind, c.pp, m);
+      EngineProgram p = make_program(cp, opt.kind, m, map, {}, &spec);
+      return with_replicas(time_program(cp, opt.kind, m, p, map), c.dp);
+    }
     EngineProgram p = make_program(cp, opt.kind, m, map);
     return with_replicas(time_program(cp, opt.kind, m, p, map), c.dp);
   }
+  // The split: On splits every candidate (holding each depth's own micro-batches); Auto tries it
+  // after the unsplit search (step 4 below); no split with model chunks.
+  const bool split_all = opt.split == SplitBackward::On;
+  const bool split_try = opt.split == SplitBackward::Auto && c.virtual_stages == 1;
 
   // Baseline: 1F1B with concurrent sharing under the same cost model.
   ProgramMap base_map;
@@ -179,7 +195,9 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
 
   // One candidate: in-flight depth per stage (depth.cpp), link policy (slots, tie-break), stagger.
   auto program = [&](const AtlasChoice& k, ProgramMap& map) {
-    EngineProgram p = make_program(cp, ScheduleKind::Atlas, m, map, k.depth);
+    detail::SplitSpec spec;
+    if (k.split || split_all) spec.hold = k.hold.empty() ? k.depth : k.hold;
+    EngineProgram p = make_program(cp, ScheduleKind::Atlas, m, map, k.depth, spec.hold.empty() ? nullptr : &spec);
     for (auto& ch : p.channels) {
       ch.mode = LinkMode::OrderedFifo;
       ch.slots = k.slots;
@@ -222,6 +240,14 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
     return o;
   };
   std::map<std::tuple<std::vector<int>, int, int, double>, Outcome> outcomes;
+  // The depth part of a candidate's key: its depth, and with the split its hold too.
+  auto depth_key = [](const AtlasChoice& k) {
+    if (!k.split) return k.depth;
+    std::vector<int> key = k.depth;
+    key.push_back(-1);
+    key.insert(key.end(), k.hold.begin(), k.hold.end());
+    return key;
+  };
   // Per channel: its transfers' count and bytes (every boundary transfer of a step is one size).
   std::vector<std::pair<double, double>> link_load(base.channels.size(), {0.0, 0.0});
   for (const auto& msg : base.messages)
@@ -265,7 +291,7 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
     std::shared_ptr<const std::vector<std::vector<int>>> served;  // finished runs only
   };
   using Key = std::tuple<std::vector<int>, int, int, double>;
-  auto key_of = [](const AtlasChoice& k, int tie) { return std::make_tuple(k.depth, k.slots, tie, k.stagger_ms); };
+  auto key_of = [&](const AtlasChoice& k, int tie) { return std::make_tuple(depth_key(k), k.slots, tie, k.stagger_ms); };
   std::map<Key, Run> ahead;
   auto time_candidate = [&](const AtlasChoice& k, double stop_after) {
     ProgramMap map;
@@ -281,6 +307,7 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
   // 1e-4 of the step, else the shallower one stays; GPipe's own program (`classic`) only needs
   // to be faster, so atlas is never slower than GPipe.
   auto margin_of = [&](const AtlasChoice& k, bool classic) {
+    if (k.split != best.split) return 1e-4 * best_ms;  // the split must gain as a deeper depth does
     return k.depth == best.depth || classic ? 1e-9 : 1e-4 * best_ms;
   };
   // Whether `consider` would run the engine for k now (not known, not lost on the links' bound).
@@ -302,9 +329,9 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
         best = k;
       }
     };
-    const auto key = std::make_tuple(k.depth, k.slots, static_cast<int>(k.tie_break), k.stagger_ms);
+    const auto key = key_of(k, static_cast<int>(k.tie_break));
     auto known = outcomes.find(key);
-    if (known == outcomes.end()) known = outcomes.find(std::make_tuple(k.depth, k.slots, -1, k.stagger_ms));
+    if (known == outcomes.end()) known = outcomes.find(key_of(k, -1));
     if (known != outcomes.end()) {
       if (known->second.finished && !(known->second.makespan_ms > stop_after)) take(known->second.makespan_ms);
       return;
@@ -328,7 +355,7 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
     const bool tie_used = finished ? run.tie_used : run.tie_first_ms <= stop_after;
     const Outcome o{finished, run.makespan_ms, finished ? run.served : nullptr};
     outcomes[key] = o;
-    if (!tie_used) outcomes[std::make_tuple(k.depth, k.slots, -1, k.stagger_ms)] = o;
+    if (!tie_used) outcomes[key_of(k, -1)] = o;
     if (o.finished) take(run.makespan_ms);
   };
   // Threads for speculation: explicit, or the process's pool where one run is long enough to pay
@@ -347,11 +374,11 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
       if (speculate && ahead.count(key_of(x.k, static_cast<int>(x.k.tie_break))) == 0 && would_time(x.k, x.classic)) {
         const int most = opt.search_threads > 1 ? opt.search_threads : 8;
         std::vector<std::size_t> wave{i};
-        std::set<std::tuple<std::vector<int>, int, double>> triples{{x.k.depth, x.k.slots, x.k.stagger_ms}};
+        std::set<std::tuple<std::vector<int>, int, double>> triples{{depth_key(x.k), x.k.slots, x.k.stagger_ms}};
         for (std::size_t j = i + 1; j < list.size() && static_cast<int>(wave.size()) < most; ++j) {
           const Cand& y = list[j];
           if (ahead.count(key_of(y.k, static_cast<int>(y.k.tie_break))) > 0 || !would_time(y.k, y.classic)) continue;
-          if (triples.insert({y.k.depth, y.k.slots, y.k.stagger_ms}).second) wave.push_back(j);
+          if (triples.insert({depth_key(y.k), y.k.slots, y.k.stagger_ms}).second) wave.push_back(j);
         }
         const int extra = opt.search_threads > 1 ? static_cast<int>(wave.size()) - 1
                                                  : take_search_threads(static_cast<int>(wave.size()) - 1);
@@ -419,8 +446,8 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
     if (opt.search_threads == 0 && r.events >= kSpeculateEvents) speculate = true;
     // The same candidate comes again in the grid below: this is its outcome (nothing stopped it).
     const Outcome o = outcome_of(r, p, !r.deadlock);
-    outcomes[std::make_tuple(k.depth, k.slots, static_cast<int>(k.tie_break), k.stagger_ms)] = o;
-    if (!r.tie_break_used) outcomes[std::make_tuple(k.depth, k.slots, -1, k.stagger_ms)] = o;
+    outcomes[key_of(k, static_cast<int>(k.tie_break))] = o;
+    if (!r.tie_break_used) outcomes[key_of(k, -1)] = o;
   }
   search_links(base_depth);
   // 2. Deeper (up to GPipe's m, under the memory cap), each with the policy found in 1 and with
@@ -442,7 +469,7 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
   }
   // 3. A deeper depth won: its link policy again, one coordinate at a time (slot counts, then
   //    tie-break x stagger), not the whole grid: the search stays within ~1.5x of one grid.
-  if (best.depth != base_depth && std::isfinite(best_ms)) {
+  auto refine = [&] {
     const AtlasChoice deep = best;
     std::vector<Cand> list;
     for (int slots : slot_choices) {
@@ -461,6 +488,51 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
         if (tie != sized.tie_break || stagger != sized.stagger_ms) list.push_back({k, false});
       }
     search_list(list);
+  };
+  if (best.depth != base_depth && std::isfinite(best_ms)) refine();
+  // 4. schedule.split_backward = auto: the split backward at each depth tried, holding the depth's
+  //    own micro-batches or one more per stage, with the link policy found and with the classic
+  //    concurrent sharing; kept only at no more memory than the unsplit choice (its bound: the
+  //    held micro-batches) and where it gains more than 1e-4 of the step; then its link policy
+  //    again as in 3.
+  if (split_try && std::isfinite(best_ms)) {
+    const AtlasChoice plain = best;
+    const std::vector<int> cap = detail::memory_depth_cap(c, m);
+    double plain_bytes = 0.0;
+    for (int s = 0; s < c.pp; ++s)
+      plain_bytes = std::max(plain_bytes, stage_memory_bytes(c, s, plain.depth[static_cast<std::size_t>(s)]));
+    std::vector<std::vector<int>> depths{plain.depth};
+    if (base_depth != plain.depth) depths.push_back(base_depth);
+    for (const auto& d : detail::depth_candidates(c, m, opt.full_search))
+      if (std::find(depths.begin(), depths.end(), d) == depths.end()) depths.push_back(d);
+    std::vector<Cand> list;
+    for (const auto& depth : depths)
+      for (int extra : {0, 1}) {
+        AtlasChoice k = plain;
+        k.depth = depth;
+        k.split = true;
+        k.hold = depth;
+        double bytes = 0.0;
+        for (int s = 0; s < c.pp; ++s) {
+          auto& h = k.hold[static_cast<std::size_t>(s)];
+          h = std::min({h + extra, m, std::max(h, cap[static_cast<std::size_t>(s)])});
+          bytes = std::max(bytes, stage_memory_bytes(c, s, h));
+        }
+        if (extra > 0 && k.hold == depth) continue;
+        if (bytes > plain_bytes * (1 + 1e-12)) continue;  // more memory than the unsplit choice
+        list.push_back({k, false});
+        if (no_wan) continue;  // every link policy times alike
+        k.slots = opt.fixed_slots > 0 ? opt.fixed_slots : all_slots;
+        k.tie_break = TieBreak::PipelineOrder;
+        k.stagger_ms = 0.0;
+        list.push_back({k, false});
+      }
+    search_list(list);
+    if (best.split) refine();
+  }
+  if (split_all) {
+    best.split = true;
+    if (best.hold.empty()) best.hold = best.depth;
   }
   ATLAS_ASSERT(std::isfinite(best_ms), "no atlas candidate finished");
 
@@ -468,9 +540,8 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
   // deterministic, so a run again would serve the same) and time the table with them.
   ProgramMap map;
   EngineProgram p = program(best, map);
-  auto won = outcomes.find(std::make_tuple(best.depth, best.slots, static_cast<int>(best.tie_break), best.stagger_ms));
-  if (won == outcomes.end() || !won->second.served)
-    won = outcomes.find(std::make_tuple(best.depth, best.slots, -1, best.stagger_ms));
+  auto won = outcomes.find(key_of(best, static_cast<int>(best.tie_break)));
+  if (won == outcomes.end() || !won->second.served) won = outcomes.find(key_of(best, -1));
   if (won != outcomes.end() && won->second.served && won->second.served->size() == p.channels.size()) {
     for (std::size_t ch = 0; ch < p.channels.size(); ++ch) p.channels[ch].served = (*won->second.served)[ch];
   } else {
@@ -511,7 +582,11 @@ ScheduleTable retime(const ScheduleTable& table, const CostModel& cost, bool one
   // An atlas table runs its chosen in-flight depth per stage (empty: the kind's compute order).
   const std::vector<int> no_depth;
   const CostModel cp = program_model(c, one_replica);  // one replica per stage (replicas_alike)
-  EngineProgram p = make_program(cp, table.kind, m, map, table.kind == ScheduleKind::Atlas ? table.atlas.depth : no_depth);
+  // A split table's compute order, its W included, is fixed: the table's (its runtime's) order.
+  detail::SplitSpec spec;
+  if (is_split(table)) spec.fixed = detail::table_compute_orders(table, cp.dp);
+  EngineProgram p = make_program(cp, table.kind, m, map, table.kind == ScheduleKind::Atlas ? table.atlas.depth : no_depth,
+                                 spec.fixed.empty() ? nullptr : &spec);
   if (table.kind == ScheduleKind::Atlas) {
     // Freeze the table's link orders, exactly as build_schedule froze them.
     for (std::size_t ch = 0; ch < p.channels.size(); ++ch) {
@@ -539,6 +614,7 @@ ScheduleOptions schedule_options(const Config& cfg, ScheduleKind kind) {
   opt.micro_batches = cfg.train.micro_batches;
   if (cfg.schedule.atlas_max_stagger > 0) opt.max_stagger_transfers = cfg.schedule.atlas_max_stagger;
   opt.fixed_slots = cfg.schedule.atlas_slots;
+  opt.split = cfg.schedule.split_backward;
   return opt;
 }
 
@@ -602,6 +678,13 @@ double ScheduleTable::mean_bubble_fraction() const {
   for (int s = 0; s < pp; ++s)
     for (int d = 0; d < dp; ++d) sum += bubble_fraction(s, d);
   return sum / (pp * dp);
+}
+
+bool is_split(const ScheduleTable& t) {
+  for (const auto& row : t.rows)
+    for (const Slot& sl : row)
+      if (sl.kind == SlotKind::BackwardInput) return true;
+  return false;
 }
 
 int ScheduleTable::link_index(int src_dc, int dst_dc) const {

@@ -16,6 +16,19 @@ double block_forward_flops(const ModelCfg& m, double tokens) {
   return 24.0 * tokens * h * h + 4.0 * tokens * m.seq_len * h;
 }
 
+double block_weight_grad_fraction(const ModelCfg& m) {
+  const double h = m.hidden;
+  const double linear = 24.0 * h * h;        // per token
+  const double attention = 4.0 * m.seq_len * h;  // per token
+  return linear / (2.0 * (linear + attention));
+}
+
+double CostModel::bwd_weight_ms(int stage) const {
+  const auto s = static_cast<std::size_t>(stage);
+  const double share = s < weight_grad_share.size() ? weight_grad_share[s] : kDefaultWeightGradShare;
+  return bwd_ms[s] * share;
+}
+
 double device_flops(const Config& cfg) {
   if (cfg.schedule.device_tflops > 0) return cfg.schedule.device_tflops * 1e12;
   const DeviceProfile p = builtin_device_profile(cfg.plan.gpu);
@@ -131,6 +144,9 @@ BlockCost kernel_block_cost(const Config& cfg, int tp, const DeviceProfile& p) {
   double compute_bwd = gemm_bwd + attn_bwd + elem_bwd;
   c.fwd_ms = compute_fwd + comm;
   c.bwd_ms = compute_bwd + comm;
+  // The zero-bubble W: each linear's weight-gradient GEMM (k x m by m x n), at its own shape.
+  c.bwd_weight_ms = p.gemm_ms(h, 3 * h / t, T) + p.gemm_ms(h / t, h, T) + p.gemm_ms(h, 4 * h / t, T) +
+                    p.gemm_ms(4 * h / t, h, T);
   if (p.full_recompute) c.bwd_ms += c.fwd_ms;
   else if (p.selective_recompute && !p.fused_attention) c.bwd_ms += attn_fwd;  // fused recomputes already
 
@@ -139,6 +155,7 @@ BlockCost kernel_block_cost(const Config& cfg, int tp, const DeviceProfile& p) {
   const double logits = T * static_cast<double>(m.vocab) / t * 4.0;
   c.head_fwd_ms = head.fwd + p.memory_ms(3 * logits);
   c.head_bwd_ms = head.bwd + p.memory_ms(2 * logits);
+  c.head_bwd_weight_ms = p.gemm_ms(h, static_cast<double>(m.vocab) / t, T);
   c.flops_per_s = block_forward_flops(m, T) / t / (compute_fwd * 1e-3);
   return c;
 }
@@ -188,6 +205,9 @@ BlockCost block_cost(const Config& cfg, int tp, const DeviceProfile& p) {
     c.head_fwd_ms = c.fwd_ms * head_flops / block_flops;
     c.head_bwd_ms = c.head_fwd_ms * cfg.schedule.bwd_over_fwd;
     c.flops_per_s = block_flops / tp / (c.fwd_ms * 1e-3);
+    // The same FLOP fractions split the measured backward (recompute, added below, is B's).
+    c.bwd_weight_ms = c.bwd_ms * block_weight_grad_fraction(m);
+    c.head_bwd_weight_ms = 0.5 * c.head_bwd_ms;  // the head's dW GEMM is half its backward
     if (p.full_recompute) c.bwd_ms += c.fwd_ms;
     return c;
   }
@@ -203,6 +223,7 @@ BlockCost block_cost(const Config& cfg, int tp, const DeviceProfile& p) {
   }
   const double compute_fwd = rank_flops / c.flops_per_s * 1e3;
   double compute_bwd = compute_fwd * ratio;
+  c.bwd_weight_ms = compute_bwd * block_weight_grad_fraction(m);  // before recompute: that is B's
   if (p.selective_recompute) compute_bwd += 4.0 * tokens * m.seq_len * m.hidden / tp / c.flops_per_s * 1e3;
   // Two all-reduces (or all-gather + reduce-scatter with sequence parallelism: the same bytes)
   // of the block's activations per pass, over the node's links.
@@ -213,6 +234,7 @@ BlockCost block_cost(const Config& cfg, int tp, const DeviceProfile& p) {
   if (p.full_recompute) c.bwd_ms += c.fwd_ms;
   c.head_fwd_ms = head_flops / tp / c.flops_per_s * 1e3;
   c.head_bwd_ms = c.head_fwd_ms * ratio;
+  c.head_bwd_weight_ms = 0.5 * c.head_bwd_ms;
   return c;
 }
 
@@ -252,6 +274,8 @@ CostModel cost_model(const Config& cfg, const topo::Layout& layout, const Device
     const bool last = s == c.pp - 1;
     c.fwd_ms.push_back(layers * block.fwd_ms + (last ? block.head_fwd_ms : 0.0));
     c.bwd_ms.push_back(layers * block.bwd_ms + (last ? block.head_bwd_ms : 0.0));
+    const double weight = layers * block.bwd_weight_ms + (last ? block.head_bwd_weight_ms : 0.0);
+    c.weight_grad_share.push_back(c.bwd_ms.back() > 0 ? std::clamp(weight / c.bwd_ms.back(), 0.0, 1.0) : 0.0);
     const double params = stage_params(m, s, c.pp) / c.tp;
     c.allreduce_ms.push_back(
         ring_allreduce_ms(params * p.grad_bytes, c.dp, c.intra_bytes_per_ms, c.intra_latency_ms + c.wake_ms));

@@ -85,6 +85,9 @@ class Engine {
     if (m_workers_done == nw) m_result.pcs_done_ms = 0.0;
     m_blocked_msg.assign(nw, -1);
     m_blocked_sync.assign(nw, -1);
+    m_defer_next.assign(nw, 0);
+    m_running_deferred.assign(nw, -1);
+    for (std::size_t w = 0; w < nw; ++w) m_defer_next[w] = next_deferred(w, 0);
     m_result.ops.resize(nw);
     for (std::size_t w = 0; w < nw; ++w) m_result.ops[w].resize(p.workers[w].size());
     m_links.resize(p.channels.size());
@@ -172,6 +175,44 @@ class Engine {
     if (++m_pc[w] == m_p.workers[w].size() && ++m_workers_done == m_pc.size()) m_result.pcs_done_ms = m_now;
   }
 
+  /// The first deferred op of worker w at or after index `from` (the list's size: none).
+  std::size_t next_deferred(std::size_t w, std::size_t from) const {
+    const auto& ops = m_p.workers[w];
+    while (from < ops.size() && !ops[from].deferred) ++from;
+    return from;
+  }
+
+  /// Worker w's next op is a receive whose message has not arrived: runs its oldest pending
+  /// deferred op (EngineOp::deferred) instead, if any, and says whether it did. Always, even where
+  /// the message may come before the op ends: every W runs before the step's AllReduce anyway, so
+  /// a wait it fills is time the row does not spend at its end, and it delays the receive by at
+  /// most one W (on the example decks this beat running it only when it ends before the message's
+  /// earliest arrival, and only when the arrival is not known yet: docs/schedules.md).
+  bool run_deferred(int w) {
+    const auto ww = static_cast<std::size_t>(w);
+    auto& ops = m_p.workers[ww];
+    const std::size_t i = m_defer_next[ww];
+    if (i >= ops.size()) return false;
+    const EngineOp& op = ops[i];
+    if (op.after >= 0 && m_pc[ww] <= static_cast<std::size_t>(op.after)) return false;  // not pending yet
+    m_defer_next[ww] = next_deferred(ww, i + 1);
+    OpTime& ot = m_result.ops[ww][i];
+    const int host = ww < m_p.worker_host.size() ? m_p.worker_host[ww] : -1;
+    if (host >= 0 && op.duration_ms > 0.0) {
+      ot.reach_ms = ot.start_ms = m_now;
+      ot.ran_before = static_cast<int>(m_pc[ww]);
+      host_update(host);
+      m_work_left[ww] = op.duration_ms * m_p.worker_cores[ww];
+      m_hosts[static_cast<std::size_t>(host)].active.push_back(w);
+      m_running_deferred[ww] = static_cast<int>(i);
+      host_reschedule(host);
+      return true;  // host_done resumes the worker
+    }
+    ot = {m_now, m_now, m_now + op.duration_ms, static_cast<int>(m_pc[ww])};
+    push(ot.end_ms, 0, Ev::Resume, w, 0);
+    return true;
+  }
+
   void advance(int w) {
     auto& ops = m_p.workers[static_cast<std::size_t>(w)];
     auto& pc = m_pc[static_cast<std::size_t>(w)];
@@ -179,6 +220,13 @@ class Engine {
     while (pc < ops.size()) {
       const EngineOp& op = ops[pc];
       OpTime& ot = times[pc];
+      if (op.deferred) {
+        if (pc < m_defer_next[static_cast<std::size_t>(w)]) {  // it ran early (run_deferred)
+          bump(static_cast<std::size_t>(w));
+          continue;
+        }
+        m_defer_next[static_cast<std::size_t>(w)] = next_deferred(static_cast<std::size_t>(w), pc + 1);
+      }
       switch (op.type) {
         case EngineOp::Type::Compute: {
           const int host = static_cast<std::size_t>(w) < m_p.worker_host.size() ? m_p.worker_host[static_cast<std::size_t>(w)] : -1;
@@ -210,6 +258,7 @@ class Engine {
             bump(static_cast<std::size_t>(w));
             break;
           }
+          if (m_defer_next[static_cast<std::size_t>(w)] < ops.size() && run_deferred(w)) return;
           ot.reach_ms = m_now;
           m_blocked_msg[static_cast<std::size_t>(w)] = op.message;
           return;
@@ -371,6 +420,12 @@ class Engine {
     host_reschedule(h);
     for (int w : done) {
       const auto ww = static_cast<std::size_t>(w);
+      if (m_running_deferred[ww] >= 0) {  // a deferred op that ran early: the pc stays
+        m_result.ops[ww][static_cast<std::size_t>(m_running_deferred[ww])].end_ms = m_now;
+        m_running_deferred[ww] = -1;
+        push(m_now, 0, Ev::Resume, w, 0);
+        continue;
+      }
       m_result.ops[ww][m_pc[ww]].end_ms = m_now;
       bump(ww);
       push(m_now, 0, Ev::Resume, w, 0);
@@ -585,6 +640,8 @@ class Engine {
   std::vector<std::size_t> m_pc;
   std::vector<int> m_blocked_msg;
   std::vector<int> m_blocked_sync;
+  std::vector<std::size_t> m_defer_next;  // per worker: its oldest deferred op not run yet
+  std::vector<int> m_running_deferred;     // per worker: the deferred op running early (host path), -1
   std::vector<LinkState> m_links;
   std::vector<double> m_remaining;
   std::vector<bool> m_arrived;

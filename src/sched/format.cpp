@@ -22,6 +22,8 @@ char slot_char(const Slot& s) {
   switch (s.kind) {
     case SlotKind::Forward: return static_cast<char>('a' + s.micro % 26);
     case SlotKind::Backward: return static_cast<char>('A' + s.micro % 26);
+    case SlotKind::BackwardInput: return static_cast<char>('A' + s.micro % 26);  // B: as a backward
+    case SlotKind::BackwardWeight: return '#';  // W: weight gradients (split backward)
     case SlotKind::AllReduce: return '=';
     case SlotKind::Optimizer: return '+';
     case SlotKind::Prefill: return '~';
@@ -130,6 +132,11 @@ std::string gantt(const ScheduleTable& t, const std::vector<std::string>& dc_nam
                        t.atlas.candidates_tried, t.atlas.baseline_1f1b_ms) +
            fmt::format("# atlas in-flight depth per stage ({} held): {}\n",
                        t.virtual_stages > 1 ? "chunk passes" : "micro-batches", fmt::join(t.atlas.depth, ","));
+  if (t.kind == ScheduleKind::Atlas && t.atlas.split)
+    out += fmt::format("# atlas split backward: most micro-batches held per stage {}\n", fmt::join(t.atlas.hold, ","));
+  if (is_split(t))
+    out += "# split backward: an upper-case letter is a backward's activation-gradient half (B), '#' its "
+           "weight-gradient half (W)\n";
   return out;
 }
 
@@ -143,7 +150,8 @@ std::string summary(const ScheduleTable& t, const std::vector<std::string>& dc_n
                          dc_name(dc_names, t.stage_dc[static_cast<std::size_t>(s)]), s, d, busy,
                          t.step_ms - busy, 100.0 * t.bubble_fraction(s, d));
     }
-  out += fmt::format("# step {:.3f} ms, mean bubble {:.1f}%\n", t.step_ms, 100.0 * t.mean_bubble_fraction());
+  out += fmt::format("# step {:.3f} ms, mean bubble {:.1f}%{}\n", t.step_ms, 100.0 * t.mean_bubble_fraction(),
+                     is_split(t) ? ", backward split (B + W)" : "");
   return out;
 }
 
@@ -154,6 +162,7 @@ std::string to_json(const ScheduleTable& t, const std::vector<std::string>& dc_n
                      to_string(t.kind), t.pp, t.dp, t.tp, t.micro_batches, t.step_ms,
                      t.mean_bubble_fraction(), t.structure_hash());
   if (t.virtual_stages > 1) out += fmt::format("\"virtual_stages\":{},", t.virtual_stages);
+  if (is_split(t)) out += "\"split_backward\":true,";  // rows hold backward_input / backward_weight
   out += "\"dcs\":[";
   for (std::size_t i = 0; i < dc_names.size(); ++i) out += fmt::format("{}\"{}\"", i ? "," : "", dc_names[i]);
   out += "],\"rows\":[";

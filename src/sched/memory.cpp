@@ -50,7 +50,8 @@ std::vector<int> in_flight_depth(const ScheduleTable& t) {
       int held = 0;
       for (const Slot& sl : t.row(s, d)) {
         if (sl.kind == SlotKind::Forward) ++held;
-        else if (sl.kind == SlotKind::Backward) --held;
+        // A backward frees them; split, its W does (its B still needs the layers' inputs for W).
+        else if (sl.kind == SlotKind::Backward || sl.kind == SlotKind::BackwardWeight) --held;
         depth[static_cast<std::size_t>(s)] = std::max(depth[static_cast<std::size_t>(s)], held);
       }
     }

@@ -186,9 +186,23 @@ void add_shared_hosts(const CostModel& c, EngineProgram& p) {
   for (int w = 0; w < pp * dp; ++w) p.worker_host[static_cast<std::size_t>(w)] = (w * c.tp) / c.ranks_per_host;
 }
 
+std::vector<std::vector<std::pair<SlotKind, int>>> table_compute_orders(const ScheduleTable& t, int program_dp) {
+  std::vector<std::vector<std::pair<SlotKind, int>>> out;
+  for (int s = 0; s < t.pp; ++s)
+    for (int d = 0; d < program_dp; ++d) {
+      auto& order = out.emplace_back();
+      for (const Slot& sl : t.row(s, program_dp == t.dp ? d : 0))
+        if (is_compute(sl.kind)) order.emplace_back(sl.kind, sl.micro);
+    }
+  return out;
+}
+
 EngineProgram make_program(const CostModel& c, ScheduleKind kind, int m, ProgramMap& map,
-                           const std::vector<int>& depth) {
-  if (c.virtual_stages > 1) return make_interleaved_program(c, kind, m, map, depth);
+                           const std::vector<int>& depth, const SplitSpec* split) {
+  if (c.virtual_stages > 1) {
+    ATLAS_ASSERT(split == nullptr, "the split backward with model chunks (schedule.virtual_stages > 1)");
+    return make_interleaved_program(c, kind, m, map, depth);
+  }
   EngineProgram p;
   const int pp = c.pp;
   const int dp = c.dp;
@@ -211,7 +225,25 @@ EngineProgram make_program(const CostModel& c, ScheduleKind kind, int m, Program
         if (send) return wan ? SlotKind::WanSend : SlotKind::LocalSend;
         return wan ? SlotKind::WanRecv : SlotKind::LocalRecv;
       };
-      for (const auto& [k, i] : order) {
+      // The split backward (SplitSpec): where each micro-batch's B stands, and its W not placed yet.
+      std::vector<int> b_op(static_cast<std::size_t>(m), -1);
+      int next_w = 0;
+      const int hold = split != nullptr && split->fixed.empty() ? split->hold[static_cast<std::size_t>(s)] : m;
+      auto add_weight = [&](int i, bool deferred) {
+        EngineOp op{EngineOp::Type::Compute, SlotKind::BackwardWeight, i, c.bwd_weight_ms(s), -1, -1};
+        op.deferred = deferred;
+        op.after = b_op[static_cast<std::size_t>(i)];
+        ATLAS_ASSERT(op.after >= 0, "split backward: the W of micro-batch " << i << " of stage " << s << " before its B");
+        ops.push_back(op);
+      };
+      const auto& steps = split != nullptr && !split->fixed.empty() ? split->fixed[static_cast<std::size_t>(w)] : order;
+      for (const auto& [k, i] : steps) {
+        if (k == SlotKind::BackwardWeight) {  // a table's fixed place (retime)
+          add_weight(i, false);
+          continue;
+        }
+        if (k == SlotKind::Forward && split != nullptr && split->fixed.empty())
+          for (; next_w <= i - hold; ++next_w) add_weight(next_w, true);  // W's deadline: memory
         if (k == SlotKind::Forward) {
           if (s > 0)
             ops.push_back({EngineOp::Type::Recv, comm_kind(s - 1, false), i, 0.0,
@@ -224,12 +256,19 @@ EngineProgram make_program(const CostModel& c, ScheduleKind kind, int m, Program
           if (s + 1 < pp)
             ops.push_back({EngineOp::Type::Recv, comm_kind(s + 1, false), i, 0.0,
                            message_id(s, d, i, Flow::Gradient, dp, m), -1});
-          ops.push_back({EngineOp::Type::Compute, SlotKind::Backward, i, c.bwd_ms[static_cast<std::size_t>(s)], -1, -1});
+          if (split != nullptr) {
+            b_op[static_cast<std::size_t>(i)] = static_cast<int>(ops.size());
+            ops.push_back({EngineOp::Type::Compute, SlotKind::BackwardInput, i, c.bwd_input_ms(s), -1, -1});
+          } else {
+            ops.push_back({EngineOp::Type::Compute, SlotKind::Backward, i, c.bwd_ms[static_cast<std::size_t>(s)], -1, -1});
+          }
           if (s > 0)
             ops.push_back({EngineOp::Type::Send, comm_kind(s - 1, true), i, 0.0,
                            message_id(s - 1, d, i, Flow::Gradient, dp, m), -1});
         }
       }
+      if (split != nullptr && split->fixed.empty())
+        for (; next_w < m; ++next_w) add_weight(next_w, true);  // every W before the AllReduce
       ops.push_back({EngineOp::Type::Sync, SlotKind::AllReduce, -1, c.allreduce_ms[static_cast<std::size_t>(s)], -1, group_of(s)});
       p.sync_groups[static_cast<std::size_t>(pp + d)].push_back(w);
       ops.push_back({EngineOp::Type::Sync, SlotKind::Optimizer, -1, c.optimizer_ms[static_cast<std::size_t>(s)], -1,
@@ -283,7 +322,25 @@ ScheduleTable to_table(const CostModel& c, ScheduleKind kind, int m, const Engin
       if (until > cursor + kEps) row.push_back(Slot{SlotKind::Idle, -1, cursor, until - cursor});
       cursor = std::max(cursor, until);
     };
-    for (std::size_t i = 0; i < p.workers[w].size(); ++i) {
+    // The executed order: a deferred op (the split backward's W) that ran early stands before
+    // the op it ran before (OpTime::ran_before), in the order they ran.
+    const std::size_t n = p.workers[w].size();
+    std::vector<std::size_t> seq;
+    seq.reserve(n);
+    std::vector<std::vector<std::size_t>> early;
+    for (std::size_t i = 0; i < n; ++i)
+      if (r.ops[w][i].ran_before >= 0) {
+        if (early.empty()) early.resize(n);
+        early[static_cast<std::size_t>(r.ops[w][i].ran_before)].push_back(i);
+      }
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!early.empty()) {
+        for (std::size_t e : early[i]) seq.push_back(e);
+        if (r.ops[w][i].ran_before >= 0) continue;
+      }
+      seq.push_back(i);
+    }
+    for (const std::size_t i : seq) {
       const EngineOp& op = p.workers[w][i];
       const OpTime& ot = r.ops[w][i];
       idle_until(ot.start_ms);

@@ -27,11 +27,28 @@ struct ProgramMap {
 /// dp replica, micro-batch).
 int message_id(int boundary, int dp_index, int micro, Flow flow, int dp, int m);
 
+/// The zero-bubble split of the backward (schedule.split_backward) in an engine program: each
+/// Backward becomes its BackwardInput (B: the gradient sent on at once) and BackwardWeight (W).
+struct SplitSpec {
+  /// Per stage: the most micro-batches whose activations a replica holds at once (a forward
+  /// stores them, the W of the same micro-batch frees them): W(i) stands, deferred
+  /// (EngineOp::deferred), right before the forward of micro-batch i + hold (or before the
+  /// AllReduce), and runs earlier in the waits of the receives before it. At least the depth.
+  std::vector<int> hold;
+  /// Per worker (retime): its executed compute order from a table (Forward, BackwardInput,
+  /// BackwardWeight, micro), W at fixed places. Non-empty: `hold` is not used.
+  std::vector<std::vector<std::pair<SlotKind, int>>> fixed;
+};
+
 /// The engine program of one schedule kind under `c` with `m` micro-batches; fills `map`. With
 /// `depth` (one per stage, depth.cpp) every stage runs depth_order(depth[stage], m) instead of
-/// the kind's compute_order.
+/// the kind's compute_order. With `split`, each backward is split (SplitSpec; one chunk only).
 EngineProgram make_program(const CostModel& c, ScheduleKind kind, int m, ProgramMap& map,
-                           const std::vector<int>& depth = {});
+                           const std::vector<int>& depth = {}, const SplitSpec* split = nullptr);
+
+/// A table's executed compute order per worker of a program with `program_dp` replicas per stage
+/// (SplitSpec::fixed; one replica stands for all when program_dp < table.dp).
+std::vector<std::vector<std::pair<SlotKind, int>>> table_compute_orders(const ScheduleTable& t, int program_dp);
 
 // ---- in-flight depth (depth.cpp) ----
 

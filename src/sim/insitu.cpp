@@ -10,9 +10,7 @@
 namespace atlas::sim {
 namespace {
 
-bool computes(sched::SlotKind k) {
-  return k == sched::SlotKind::Forward || k == sched::SlotKind::Backward || k == sched::SlotKind::Prefill;
-}
+bool computes(sched::SlotKind k) { return sched::is_compute(k) || k == sched::SlotKind::Prefill; }
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -52,26 +50,49 @@ InSituCompute insitu_compute(const std::vector<ComputeSpan>& spans, int pp, cons
   std::map<int, std::vector<const ComputeSpan*>> by_host;
   for (const auto& s : spans)
     if (computes(s.kind)) by_host[host_of(s)].push_back(&s);
-  std::vector<std::vector<double>> alone_f(static_cast<std::size_t>(pp)), alone_b(static_cast<std::size_t>(pp));
-  std::vector<double> min_f(static_cast<std::size_t>(pp), -1.0), min_b(static_cast<std::size_t>(pp), -1.0);
+  // Per kind (forward, backward, and a split backward's B and W: schedule.split_backward), per stage.
+  constexpr int kF = 0, kB = 1, kBi = 2, kBw = 3;
+  auto kind_index = [](sched::SlotKind k) {
+    switch (k) {
+      case sched::SlotKind::Forward: return kF;
+      case sched::SlotKind::Backward: return kB;
+      case sched::SlotKind::BackwardInput: return kBi;
+      case sched::SlotKind::BackwardWeight: return kBw;
+      default: return -1;
+    }
+  };
+  std::vector<std::vector<std::vector<double>>> alone(4, std::vector<std::vector<double>>(static_cast<std::size_t>(pp)));
+  std::vector<std::vector<double>> low(4, std::vector<double>(static_cast<std::size_t>(pp), -1.0));
   InSituCompute r;
   for (const auto& s : spans) {
-    if ((s.kind != sched::SlotKind::Forward && s.kind != sched::SlotKind::Backward) || s.step < first_step) continue;
+    const int k = kind_index(s.kind);
+    if (k < 0 || s.step < first_step) continue;
     if (s.stage < 0 || s.stage >= pp)
       ATLAS_THROW(Config, "in-situ compute: a slot of stage " << s.stage << " in a " << pp << "-stage pipeline");
-    const bool fwd = s.kind == sched::SlotKind::Forward;
     const auto st = static_cast<std::size_t>(s.stage);
     const double ms = (s.end_s - s.start_s) * 1e3;
-    double& lo = fwd ? min_f[st] : min_b[st];
+    double& lo = low[static_cast<std::size_t>(k)][st];
     lo = lo < 0 ? ms : std::min(lo, ms);
     ++r.slots;
     if (shared_hosts &&
         peak_overlap(s.start_s, s.end_s, by_host[host_of(s)], &s) > static_cast<int>(cores_per_host + 1e-9))
       continue;
-    (fwd ? alone_f : alone_b)[st].push_back(ms);
+    alone[static_cast<std::size_t>(k)][st].push_back(ms);
   }
+  auto& alone_f = alone[kF];
+  auto& alone_b = alone[kB];
+  auto& min_f = low[kF];
+  auto& min_b = low[kB];
   for (int st = 0; st < pp; ++st) {
     const auto i = static_cast<std::size_t>(st);
+    // A split backward: its B's and W's medians add up to the backward (B + W = the backward).
+    if (min_b[i] < 0 && low[kBi][i] >= 0 && low[kBw][i] >= 0) {
+      min_b[i] = low[kBi][i] + low[kBw][i];
+      if (!alone[kBi][i].empty() && !alone[kBw][i].empty()) {
+        const double b = median(alone[kBi][i]), w = median(alone[kBw][i]);
+        alone_b[i].assign(std::min(alone[kBi][i].size(), alone[kBw][i].size()), b + w);
+      }
+    }
     if (min_f[i] < 0 || min_b[i] < 0)
       ATLAS_THROW(Config, "in-situ compute: stage " << st << " ran no forward or backward slot (profile.enabled = "
                                                         "false, or no step from " << first_step << " on?)");

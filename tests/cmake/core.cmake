@@ -14,6 +14,9 @@ atlas_unit_test(test_schedule ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_schedule.cpp
 # The atlas search over the in-flight depth under the device's memory: never slower than gpipe or
 # 1f1b at equal or lower memory (every example deck, a seeded sweep); memory per GPU of a table.
 atlas_unit_test(test_schedule_depth ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_schedule_depth.cpp)
+# The zero-bubble split of the backward (schedule.split_backward): the slot contract for every kind
+# on every example deck, B + W = the backward, W filling WAN waits, memory held until W.
+atlas_unit_test(test_schedule_split ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_schedule_split.cpp)
 atlas_mpi_test(test_communicators SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/mpi/test_communicators.cpp NP 1 2 4 8)
 atlas_unit_test(test_mpi_tags ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_mpi_tags.cpp)
 atlas_mpi_test(test_agree SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/mpi/test_agree.cpp NP 1 2 3)

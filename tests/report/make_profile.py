@@ -14,7 +14,7 @@ import h5py
 import numpy as np
 
 SLOT_KINDS = ["forward", "backward", "wan_send", "wan_recv", "local_send", "local_recv",
-              "all_reduce", "optimizer", "prefill", "idle"]
+              "all_reduce", "optimizer", "prefill", "idle", "backward_input", "backward_weight"]
 K = {name: i for i, name in enumerate(SLOT_KINDS)}
 INT_COLUMNS = ["world_rank", "step", "slot_index", "kind", "micro", "peer", "link", "request"]
 FLOAT_COLUMNS = ["start_s", "end_s", "complete_s", "predicted_start_ms", "predicted_ms"]

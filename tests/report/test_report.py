@@ -235,7 +235,7 @@ class Report(unittest.TestCase):
             if k["predicted_ms"] > 0:
                 self.assertAlmostEqual(k["ratio"], scale, places=6, msg=k["kind"])
         # Utilization of each rank, recomputed from the table's row: busy / the row's span.
-        compute = {"forward", "backward", "optimizer", "prefill"}
+        compute = {"forward", "backward", "backward_input", "backward_weight", "optimizer", "prefill"}
         self.assertEqual(len(s["ranks"]), table["pp"] * table["dp"] * table["tp"])
         for r in s["ranks"]:
             row = next(x for x in table["rows"] if x["stage"] == r["stage"] and x["dp"] == r["dp"])
@@ -277,7 +277,7 @@ class Report(unittest.TestCase):
         self.assertEqual(s["steps"], [0, 1])
         self.assertAlmostEqual(s["step_time"]["measured_mean_ms"], table["step_ms"], places=6)
         self.assertAlmostEqual(s["step_time"]["ratio"], 1.0, places=9)
-        compute = {"forward", "backward", "optimizer", "prefill"}
+        compute = {"forward", "backward", "backward_input", "backward_weight", "optimizer", "prefill"}
         self.assertEqual(len(s["ranks"]), table["pp"] * table["dp"] * table["tp"])
         for r in s["ranks"]:
             row = next(x for x in table["rows"] if x["stage"] == r["stage"] and x["dp"] == r["dp"])

@@ -28,6 +28,7 @@ ScheduleTable table(const CostModel& c, ScheduleKind k, int m, bool full = true)
   o.kind = k;
   o.micro_batches = m;
   o.full_search = full;
+  o.split = SplitBackward::Auto;  // as decks do: atlas may split its backward (never gpipe or 1f1b)
   return build_schedule(c, o);
 }
 

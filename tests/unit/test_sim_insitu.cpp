@@ -69,6 +69,19 @@ TEST(InSitu, MediansOfTheSlotsThatRanUnshared) {
   EXPECT_NEAR(two.fwd_ms[1], 7.5, 1e-9);
 }
 
+// A split backward (schedule.split_backward): its B and W slots' medians add up to the backward.
+TEST(InSitu, ASplitBackwardIsItsBPlusItsW) {
+  const std::vector<ComputeSpan> s = {
+      span(0, 0, SlotKind::Forward, 0, 4),         span(0, 0, SlotKind::BackwardInput, 10, 13),
+      span(0, 0, SlotKind::BackwardInput, 20, 25), span(0, 0, SlotKind::BackwardInput, 30, 34),
+      span(0, 0, SlotKind::BackwardWeight, 40, 42), span(0, 0, SlotKind::BackwardWeight, 50, 53),
+  };
+  const InSituCompute r = insitu_compute(s, 1, {}, 0.0);
+  EXPECT_EQ(r.slots, 6);
+  EXPECT_NEAR(r.bwd_ms[0], 4.0 + 2.5, 1e-9);  // B: 3, 5, 4; W: 2, 3
+  EXPECT_EQ(r.bwd_samples[0], 2);
+}
+
 TEST(InSitu, BadInputIsAClearError) {
   // A stage without a forward or backward slot (a profile that recorded nothing).
   const std::vector<ComputeSpan> only0 = {span(0, 0, SlotKind::Forward, 0, 1), span(0, 0, SlotKind::Backward, 1, 3)};

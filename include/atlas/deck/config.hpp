@@ -164,6 +164,9 @@ struct DataCfg {
 };
 
 enum class ScheduleKind { GPipe, OneFOneB, Atlas };
+/// schedule.split_backward: the zero-bubble split of each backward into its activation-gradient
+/// (BackwardInput) and weight-gradient (BackwardWeight) halves (docs/schedules.md).
+enum class SplitBackward { Auto, On, Off };
 
 struct ScheduleCfg {
   ScheduleKind kind = ScheduleKind::OneFOneB;  ///< schedule.kind
@@ -174,6 +177,9 @@ struct ScheduleCfg {
   int atlas_slots = 0;            ///< schedule.atlas_slots: transfers per link at once (0 = search)
   /// schedule.virtual_stages: model chunks per pipeline stage (interleaved 1F1B; 1 = plain).
   int virtual_stages = 1;
+  /// schedule.split_backward: auto = the atlas search keeps the split where it is faster at no
+  /// more memory; on = every schedule kind splits; off = tables as without the split.
+  SplitBackward split_backward = SplitBackward::Auto;
 };
 
 enum class WanTransport { Multirail, Mpi };

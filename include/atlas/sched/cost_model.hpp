@@ -28,6 +28,10 @@ struct CostModel {
   int virtual_stages = 1;
   std::vector<double> fwd_ms;         ///< per stage, one micro-batch forward (all its chunks)
   std::vector<double> bwd_ms;         ///< per stage, one micro-batch backward
+  /// Per stage, the share of bwd_ms that is weight-gradient work (the zero-bubble split's W: the
+  /// dW GEMMs; the rest, B, computes the activation gradient the previous stage waits for, plus
+  /// any recompute and the TP all-reduces). Empty: kDefaultWeightGradShare (hand-built models).
+  std::vector<double> weight_grad_share;
   std::vector<double> allreduce_ms;   ///< per stage, DP gradient all-reduce
   std::vector<double> grad_bytes;     ///< per stage, the gradient one rank sums over DP (bytes)
   /// Tied embedding (pp > 1): the first and last stage send each other their embedding gradient
@@ -60,6 +64,12 @@ struct CostModel {
   std::vector<double> fixed_act_bytes;
   double memory_limit_bytes = 0.0;
 
+  /// The zero-bubble split of stage `stage`'s backward: W = bwd_ms x weight_grad_share (the
+  /// weight gradients) and B = bwd_ms - W (the activation gradient); B + W = bwd_ms.
+  [[nodiscard]] double bwd_weight_ms(int stage) const;
+  [[nodiscard]] double bwd_input_ms(int stage) const {
+    return bwd_ms[static_cast<std::size_t>(stage)] - bwd_weight_ms(stage);
+  }
   [[nodiscard]] const LinkCost& link(int src_dc, int dst_dc) const {
     return links[static_cast<std::size_t>(src_dc * dc_count + dst_dc)];
   }
@@ -68,6 +78,10 @@ struct CostModel {
     return intra_latency_ms + static_cast<double>(bytes) / intra_bytes_per_ms;
   }
 };
+
+/// Weight-gradient share of a backward when the cost model does not say (hand-built models): a
+/// transformer block's dW GEMMs are half its backward's FLOPs less the attention core's share.
+inline constexpr double kDefaultWeightGradShare = 0.5;
 
 /// Default per-TCP-flow window when the deck sets no cap: Linux's default tcp_rmem maximum.
 inline constexpr double kDefaultTcpWindowBytes = 6.0 * 1024 * 1024;
@@ -79,8 +93,17 @@ struct BlockCost {
   double tp_comm_ms = 0.0;   ///< one TP all-reduce of the block's activations (inside fwd/bwd)
   double head_fwd_ms = 0.0;  ///< LM head + loss of one micro-batch (vocab-parallel over TP)
   double head_bwd_ms = 0.0;
+  /// Of bwd_ms and head_bwd_ms: the weight-gradient GEMMs (the zero-bubble split's W; the rest is
+  /// B: activation gradients, recompute, TP all-reduces).
+  double bwd_weight_ms = 0.0;
+  double head_bwd_weight_ms = 0.0;
   double flops_per_s = 0.0;  ///< achieved forward FLOP/s used
 };
+
+/// Share of a block's backward compute (without recompute) that is weight-gradient GEMMs, by
+/// FLOPs: the linears' dW (24 T h^2, as many as their forward) over the backward's 2 x (24 T h^2
+/// + 4 T s h) (the attention core's two matmuls have no weights).
+double block_weight_grad_fraction(const ModelCfg& m);
 
 /// FLOPs of one transformer block's forward for `tokens` tokens (whole block, before TP split).
 double block_forward_flops(const ModelCfg& m, double tokens);

@@ -33,6 +33,12 @@ struct EngineOp {
   int message = -1;          ///< Send/Recv
   int sync_group = -1;       ///< Sync
   int chunk = 0;             ///< the model chunk the op belongs to (interleaved 1F1B; recorded)
+  /// Compute only: deferrable work (the zero-bubble W, SlotKind::BackwardWeight). It stands at its
+  /// latest position in the list (a deadline) and becomes pending once op `after` of the same
+  /// worker has run. A worker whose next op is a receive whose message has not arrived runs its
+  /// oldest pending deferred op first. Deferred ops run in list order.
+  bool deferred = false;
+  int after = -1;
 };
 
 struct EngineMessage {
@@ -105,6 +111,9 @@ struct OpTime {
   double reach_ms = 0.0;
   double start_ms = 0.0;
   double end_ms = 0.0;
+  /// A deferred op (EngineOp::deferred) that ran early: the index of the op it ran before (the
+  /// worker's executed order puts it there); -1 = it ran at its place in the list.
+  int ran_before = -1;
 };
 
 struct EngineResult {

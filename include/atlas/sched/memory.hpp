@@ -27,9 +27,10 @@ double block_activation_bytes(const ModelCfg& m, int micro_batch_size, int tp, c
 void apply_memory(CostModel& c, const Config& cfg, const DeviceProfile& p);
 
 /// Per stage: the most micro-batches whose activations a replica of the stage holds at once (a
-/// forward stores them, the backward of the same micro-batch frees them), the max over the
-/// stage's DP replicas. 1F1B: min(pp - stage, m); GPipe: m. With model chunks (interleaved
-/// 1F1B) it counts chunk passes (a micro-batch through one chunk).
+/// forward stores them, the backward of the same micro-batch frees them; with the split backward
+/// its W does, B frees nothing), the max over the stage's DP replicas. 1F1B: min(pp - stage, m);
+/// GPipe: m. With model chunks (interleaved 1F1B) it counts chunk passes (a micro-batch through
+/// one chunk).
 std::vector<int> in_flight_depth(const ScheduleTable& table);
 
 /// Bytes one GPU of `stage` holds with `depth` micro-batches in flight (0 if c has no memory costs):

@@ -47,6 +47,10 @@ struct AtlasChoice {
   /// Per stage: the most micro-batches in flight (activations held) the search chose, from
   /// 1F1B's min(pp - stage, m) to GPipe's m, under the device's memory (sched/memory.hpp).
   std::vector<int> depth;
+  /// Whether the backward is split (schedule.split_backward: on, or auto where it won) and, per
+  /// stage, the most micro-batches held with it (a W frees a micro-batch's activations; >= depth).
+  bool split = false;
+  std::vector<int> hold;
   int candidates_tried = 0;
   /// Of those, the ones the engine timed (the others were known from a run already made, or lost
   /// on a lower bound: build.cpp), and the engine events of the whole build (the search, the
@@ -81,6 +85,10 @@ struct ScheduleTable {
   [[nodiscard]] std::uint64_t structure_hash() const;
 };
 
+/// Whether a table's backwards are split (schedule.split_backward: its rows hold BackwardInput and
+/// BackwardWeight slots instead of Backward ones).
+[[nodiscard]] bool is_split(const ScheduleTable& table);
+
 /// "" when every rank's structure hash (index = world rank) is the same; else one message that
 /// lists each distinct hash with the ranks that built it ("ranks 0-3, 6") and the likely causes,
 /// for a config error every rank raises alike.
@@ -100,6 +108,11 @@ struct ScheduleOptions {
   /// long. The choice, the counts of candidates tried and timed and the table are the same for
   /// every value; only AtlasChoice::engine_events counts the extra runs.
   int search_threads = 0;
+  /// The zero-bubble split of the backward (schedule.split_backward; docs/schedules.md): Off =
+  /// the tables as without it; On = every kind's backwards split (one model chunk only, else
+  /// ConfigError); Auto = atlas also tries the split and keeps it where the predicted step is
+  /// lower at no more memory (gpipe and 1f1b unsplit). Off by default here; decks default to auto.
+  SplitBackward split = SplitBackward::Off;
 };
 
 /// The process's spare threads for the atlas search (min(hardware threads, 8) - 1 in all): takes
