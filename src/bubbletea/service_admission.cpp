@@ -5,13 +5,12 @@
 #include "atlas/bubbletea/service.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <functional>
 #include <set>
-#include <thread>
 
 #include "atlas/core/check.hpp"
+#include "atlas/runtime/emulated.hpp"
 
 namespace atlas::bubbletea {
 
@@ -125,9 +124,10 @@ void Service::continue_chunk(const std::function<bool()>& stop, double t0) {
       return;
     }
     if (m_cfg.device.backend == Backend::Emulated) {
-      // device.backend = emulated: the block takes its share of the chunk's predicted time, no
+      // device.backend = emulated: the block takes its share of the chunk's calibrated time (not
+      // the online prediction, which learns the sleep's overshoot: following it ran away), no
       // arithmetic (the embedding, the head and the KV cache stay real; they are small).
-      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(m_cost.predict_ms(h.n, h.pos) / range.count));
+      runtime::emulate_compute(m_cost.emulated_ms(h.n, h.pos) * 1e-3 / range.count);
       m_model->skip_block(h.n, m_running.blocks_done++);
     } else {
       m_model->forward_block(a.cache, h.n, m_running.blocks_done++);
