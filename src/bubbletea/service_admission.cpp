@@ -62,7 +62,8 @@ bool Service::run_one(double remaining_ms, const std::function<bool()>& stop) {
       const Request& r = m_requests[static_cast<std::size_t>(*it)];
       const std::uint64_t need = m_reserve_per_token * r.prompt.size();
       if (m_reserved + need > m_reserve_budget) break;  // memory: first come, first served
-      if (m_in_flight >= 2 * m_size) break;  // keep the pipeline's inner queues short
+      // Keep the pipeline's inner queues short (bubbletea.max_in_flight; 0: 2 x DC ranks).
+      if (m_in_flight >= (m_cfg.bubbletea.max_in_flight > 0 ? m_cfg.bubbletea.max_in_flight : 2 * m_size)) break;
       ChunkHeader h = header_for(r, 0);
       if (m_cost.predict_ms(h.n, h.pos) > remaining_ms) continue;
       m_reserved += need;

@@ -24,3 +24,9 @@ add_test(NAME cli_bench_bubbletea_emulated
   COMMAND bash -c "set -u; rc=0; out=$(timeout 120 ${MPIEXEC_EXECUTABLE} -np 2 --oversubscribe $<TARGET_FILE:atlas> bench bubbletea inputs/bubbletea_loopback.deck device.backend=emulated ckpt.final=false run.steps=3 --repeats 1 --warmup 1 2>&1) || rc=$?; echo \"$out (exit $rc)\"; [[ $rc == 0 ]] && grep -q '^# losses with BubbleTea on and off: n/a (emulated compute: no loss)$' <<<\"$out\" && grep -q 'final loss n/a (emulated compute)' <<<\"$out\" && ! grep -q DIFFERENT <<<\"$out\""
   WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(cli_bench_bubbletea_emulated PROPERTIES LABELS unit TIMEOUT 150 PROCESSORS 2)
+
+# bubbletea.max_in_flight: a negative count is refused by the deck (a ConfigError naming the key).
+add_test(NAME cli_bubbletea_max_in_flight_negative
+  COMMAND bash -c "out=$($<TARGET_FILE:atlas> schedule inputs/ablation_2dc_16.deck bubbletea.max_in_flight=-1 2>&1); rc=$?; echo \"$out (exit $rc)\"; [[ $rc != 0 ]] && grep -q 'bubbletea.max_in_flight' <<<\"$out\""
+  WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(cli_bubbletea_max_in_flight_negative PROPERTIES LABELS unit TIMEOUT 30)
