@@ -146,6 +146,7 @@ PrefillCost calibrate(InferenceModel& model, int repeats) {
     if (raw > 0) worst = std::max(worst, s.ms / raw);
   }
   best.scale = worst;
+  best.calibrated_scale = worst;
   return best;
 }
 

@@ -5,13 +5,12 @@
 #include "atlas/bubbletea/service.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <functional>
 #include <set>
-#include <thread>
 
 #include "atlas/core/check.hpp"
+#include "atlas/runtime/emulated.hpp"
 
 namespace atlas::bubbletea {
 
@@ -63,7 +62,8 @@ bool Service::run_one(double remaining_ms, const std::function<bool()>& stop) {
       const Request& r = m_requests[static_cast<std::size_t>(*it)];
       const std::uint64_t need = m_reserve_per_token * r.prompt.size();
       if (m_reserved + need > m_reserve_budget) break;  // memory: first come, first served
-      if (m_in_flight >= 2 * m_size) break;  // keep the pipeline's inner queues short
+      // Keep the pipeline's inner queues short (bubbletea.max_in_flight; 0: 2 x DC ranks).
+      if (m_in_flight >= (m_cfg.bubbletea.max_in_flight > 0 ? m_cfg.bubbletea.max_in_flight : 2 * m_size)) break;
       ChunkHeader h = header_for(r, 0);
       if (m_cost.predict_ms(h.n, h.pos) > remaining_ms) continue;
       m_reserved += need;
@@ -125,9 +125,10 @@ void Service::continue_chunk(const std::function<bool()>& stop, double t0) {
       return;
     }
     if (m_cfg.device.backend == Backend::Emulated) {
-      // device.backend = emulated: the block takes its share of the chunk's predicted time, no
+      // device.backend = emulated: the block takes its share of the chunk's calibrated time (not
+      // the online prediction, which learns the sleep's overshoot: following it ran away), no
       // arithmetic (the embedding, the head and the KV cache stay real; they are small).
-      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(m_cost.predict_ms(h.n, h.pos) / range.count));
+      runtime::emulate_compute(m_cost.emulated_ms(h.n, h.pos) * 1e-3 / range.count);
       m_model->skip_block(h.n, m_running.blocks_done++);
     } else {
       m_model->forward_block(a.cache, h.n, m_running.blocks_done++);

@@ -585,6 +585,11 @@ void build(Schema& schema) {
       .help("KV-cache memory cap per rank (binary suffixes)");
   b.field("bubbletea.chunk_tokens", &C::bubbletea, &BubbleTeaCfg::chunk_tokens).def("0").min(0).max(kMaxTokens)
       .help("chunked prefill: tokens per chunk; 0 = whole prompts");
+  b.field("bubbletea.max_in_flight", &C::bubbletea, &BubbleTeaCfg::max_in_flight).def("0").min(0).max(1000000)
+      .help("requests being prefilled at once per DC (admitted, last rank not yet done); 0 = 2 x the DC's "
+            "ranks. A request stays in the DC's inference pipeline while its chunks cross every rank in "
+            "their bubbles, so this bounds prefill throughput when requests queue; kv_cap_bytes still "
+            "bounds their memory");
 
   // [plan]
   b.choice("plan.gpu", &C::plan, &PlanCfg::gpu,

@@ -25,3 +25,9 @@ add_test(NAME cli_bench_bubbletea_emulated
   WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(cli_bench_bubbletea_emulated PROPERTIES LABELS mpi TIMEOUT 150 PROCESSORS 2
   ENVIRONMENT "${ATLAS_MPIEXEC_ENV}")
+
+# bubbletea.max_in_flight: a negative count is refused by the deck (a ConfigError naming the key).
+add_test(NAME cli_bubbletea_max_in_flight_negative
+  COMMAND bash -c "out=$($<TARGET_FILE:atlas> schedule inputs/ablation_2dc_16.deck bubbletea.max_in_flight=-1 2>&1); rc=$?; echo \"$out (exit $rc)\"; [[ $rc != 0 ]] && grep -q 'bubbletea.max_in_flight' <<<\"$out\""
+  WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(cli_bubbletea_max_in_flight_negative PROPERTIES LABELS unit TIMEOUT 30)

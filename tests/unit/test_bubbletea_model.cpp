@@ -299,6 +299,24 @@ TEST_F(InferModel, CalibratedCostPredictsTheChunks) {
   // A machine that got slower for good is followed.
   for (int i = 0; i < 32; ++i) cost.observe(8, 3, 3.0 * cost.raw_ms(8, 3));
   EXPECT_NEAR(cost.scale, 3.0, 1e-12);
+  // The emulated compute time stays the calibrated one whatever the online scale learned.
+  EXPECT_NEAR(cost.emulated_ms(8, 3), cost.raw_ms(8, 3) * before, 1e-12);
+}
+
+TEST(PrefillCostEmulated, SleepOvershootDoesNotRunAway) {
+  // device.backend = emulated sleeps emulated_ms per chunk; each sleep overshoots by a fixed
+  // wake-up delay. The scale settles at (sleep + overshoot) / raw. Sleeping predict_ms instead
+  // (before the fix) compounded the overshoot every few chunks up to the clamp (100).
+  PrefillCost cost;
+  cost.per_token_ms = 0.05;
+  cost.scale = cost.calibrated_scale = 1.2;
+  const double overshoot_ms = 0.1;
+  for (int i = 0; i < 2000; ++i) cost.observe(16, 0, cost.emulated_ms(16, 0) + overshoot_ms);
+  EXPECT_NEAR(cost.scale, 1.2 + overshoot_ms / cost.raw_ms(16, 0), 1e-9);
+  PrefillCost old = cost;
+  old.scale = 1.2;
+  for (int i = 0; i < 2000; ++i) old.observe(16, 0, old.predict_ms(16, 0) + overshoot_ms);
+  EXPECT_GT(old.scale, 10.0);  // what following predict_ms did
 }
 
 }  // namespace

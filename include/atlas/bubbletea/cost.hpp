@@ -23,11 +23,18 @@ struct PrefillCost {
   double per_token_ms = 0.0;
   double per_pair_ms = 0.0;
   double scale = 1.0;
+  /// `scale` as calibrated, before any observe(): what device.backend = emulated sleeps for a
+  /// chunk (emulated_ms). The emulated duration must not follow the online scale: the sleep's
+  /// own overshoot would raise the scale, which lengthens the next sleep, and so on (the scale
+  /// ran away to the clamp and prefill to 1.5k tokens/s in the 2-DC ablation, docs/emulated.md).
+  double calibrated_scale = 1.0;
 
   [[nodiscard]] double raw_ms(int n, int pos) const {
     return fixed_ms + per_token_ms * n + per_pair_ms * static_cast<double>(n) * (pos + n);
   }
   [[nodiscard]] double predict_ms(int n, int pos) const { return raw_ms(n, pos) * scale; }
+  /// The emulated compute time of a chunk (device.backend = emulated): fixed by the calibration.
+  [[nodiscard]] double emulated_ms(int n, int pos) const { return raw_ms(n, pos) * calibrated_scale; }
   /// Online correction after a chunk took `actual_ms`: once 8 chunks were seen, `scale` is the
   /// 90th percentile of actual / raw over the last kWindow chunks, so a chunk slowed once (the
   /// OS, a noisy neighbour) does not stop prefill, and a machine that got slower is followed.

@@ -263,6 +263,7 @@ struct BubbleTeaCfg {
   double wan_wait_quantile = 0.5;   ///< bubbletea.wan_wait_quantile: budget of a WAN wait inside a training slot
   std::uint64_t kv_cap_bytes = 0;   ///< bubbletea.kv_cap_bytes: KV-cache memory cap per rank
   int chunk_tokens = 0;             ///< bubbletea.chunk_tokens: chunked prefill; 0 = whole
+  int max_in_flight = 0;            ///< bubbletea.max_in_flight: requests being prefilled per DC; 0 = 2 x DC ranks
 };
 
 enum class GpuKind { Host, A100, H100, H200 };
