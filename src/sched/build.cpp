@@ -126,12 +126,14 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
   if (opt.kind != ScheduleKind::Atlas) {
     ProgramMap map;
     EngineProgram p = make_program(cp, opt.kind, m, map);
+    p.reference = opt.reference_engine;
     return with_replicas(time_program(cp, opt.kind, m, p, map), c.dp);
   }
 
   // Baseline: 1F1B with concurrent sharing under the same cost model.
   ProgramMap base_map;
   EngineProgram base = make_program(cp, ScheduleKind::OneFOneB, m, base_map);
+  base.reference = opt.reference_engine;
   // (Its program also tells the search the links: channels, transfers, bytes.)
   std::uint64_t events = 0;
   double baseline = 0.0;
@@ -180,6 +182,7 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
   // One candidate: in-flight depth per stage (depth.cpp), link policy (slots, tie-break), stagger.
   auto program = [&](const AtlasChoice& k, ProgramMap& map) {
     EngineProgram p = make_program(cp, ScheduleKind::Atlas, m, map, k.depth);
+    p.reference = opt.reference_engine;
     for (auto& ch : p.channels) {
       ch.mode = LinkMode::OrderedFifo;
       ch.slots = k.slots;

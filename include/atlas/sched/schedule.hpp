@@ -100,6 +100,8 @@ struct ScheduleOptions {
   /// long. The choice, the counts of candidates tried and timed and the table are the same for
   /// every value; only AtlasChoice::engine_events counts the extra runs.
   int search_threads = 0;
+  /// Testing: every engine run without its shortcuts (EngineProgram::reference): the same table.
+  bool reference_engine = false;
 };
 
 /// The process's spare threads for the atlas search (min(hardware threads, 8) - 1 in all): takes
