@@ -209,22 +209,33 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
   //    run of every tie-break rule at that (depth, slots, stagger): stored under tie-break -1;
   //  - a lower bound on the makespan from the WAN links alone (bytes, slots, per-transfer rate,
   //    hand-over): a candidate whose bound already loses is not timed (it would stop or lose).
+  // A finished run's times (its result and its messages'): the table of the winner, which a
+  // run with its served orders frozen would time again to the bit (at each instant an Ordered
+  // link starts the transfers its order names next, all posted: those OrderedFifo started).
+  struct Timed {
+    EngineResult result;
+    std::vector<EngineMessage> messages;
+  };
   struct Outcome {
     bool finished = false;  // false: deadlocked or stopped past the bound
     double makespan_ms = 0.0;
     // Finished: each channel's served order (the order the table freezes if this one wins).
     std::shared_ptr<const std::vector<std::vector<int>>> served;
+    // Finished and still able to win (dropped once the best is faster): the run's times.
+    std::shared_ptr<const Timed> timed;
   };
-  auto outcome_of = [](const EngineResult& r, const EngineProgram& p, bool finished) {
-    Outcome o{finished, r.makespan_ms, nullptr};
+  auto outcome_of = [&](EngineResult&& r, EngineProgram& p, bool finished) {
+    Outcome o{finished, r.makespan_ms, nullptr, nullptr};
     if (finished) {
       auto served = std::make_shared<std::vector<std::vector<int>>>();
       for (const auto& ch : p.channels) served->push_back(ch.served);
       o.served = std::move(served);
+      if (!opt.reference_engine) o.timed = std::make_shared<const Timed>(Timed{std::move(r), std::move(p.messages)});
     }
     return o;
   };
   std::map<std::tuple<std::vector<int>, int, int, double>, Outcome> outcomes;
+  std::shared_ptr<const Timed> best_timed;  // the best candidate's run (null: not kept)
   // Per channel: its transfers' count and bytes (every boundary transfer of a step is one size).
   std::vector<std::pair<double, double>> link_load(base.channels.size(), {0.0, 0.0});
   for (const auto& msg : base.messages)
@@ -266,6 +277,7 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
     double makespan_ms = 0.0, tie_first_ms = 0.0, pcs_done_ms = 0.0;
     std::uint64_t events = 0;
     std::shared_ptr<const std::vector<std::vector<int>>> served;  // finished runs only
+    std::shared_ptr<const Timed> timed;                             // finished runs only
   };
   using Key = std::tuple<std::vector<int>, int, int, double>;
   auto key_of = [](const AtlasChoice& k, int tie) { return std::make_tuple(k.depth, k.slots, tie, k.stagger_ms); };
@@ -274,10 +286,14 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
     ProgramMap map;
     EngineProgram p = program(k, map);
     p.stop_after_ms = stop_after;
-    const EngineResult r = run_engine(p);
+    EngineResult r = run_engine(p);
     Run run{stop_after, r.deadlock, r.stopped, r.tie_break_used, r.makespan_ms, r.tie_break_first_ms, r.pcs_done_ms,
-            r.events, nullptr};
-    if (!r.deadlock && !r.stopped) run.served = outcome_of(r, p, true).served;
+            r.events, nullptr, nullptr};
+    if (!r.deadlock && !r.stopped) {
+      Outcome o = outcome_of(std::move(r), p, true);
+      run.served = std::move(o.served);
+      run.timed = std::move(o.timed);
+    }
     return run;
   };
   // Ties keep the earlier candidate. Another depth (deeper: more memory) must gain more than
@@ -294,22 +310,31 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
     const double lb = links_bound(k.slots);
     return !(lb > stop_after || (std::isfinite(best_ms) && lb >= best_ms - margin_of(k, classic)));
   };
+  // A known outcome is taken only if faster than the best (by a margin): the times of the others
+  // are dropped (the best's own are kept in best_timed: its table).
+  auto drop_losers = [&] {
+    for (auto& [key, o] : outcomes)
+      if (o.timed && !(o.makespan_ms < best_ms)) o.timed.reset();
+  };
   auto consider = [&](const AtlasChoice& k, bool classic = false) {
     if (c.dp == 1 && k.stagger_ms > 0) return;  // one pipeline: nothing to stagger against
     ++tried;
     const double margin = margin_of(k, classic);
     const double stop_after = std::min(best_ms, bound);
-    auto take = [&](double makespan_ms) {
+    auto take = [&](double makespan_ms, const std::shared_ptr<const Timed>& times) {
       if (!std::isfinite(best_ms) || makespan_ms < best_ms - margin) {
         best_ms = makespan_ms;
         best = k;
+        best_timed = times;
       }
     };
     const auto key = std::make_tuple(k.depth, k.slots, static_cast<int>(k.tie_break), k.stagger_ms);
     auto known = outcomes.find(key);
     if (known == outcomes.end()) known = outcomes.find(std::make_tuple(k.depth, k.slots, -1, k.stagger_ms));
     if (known != outcomes.end()) {
-      if (known->second.finished && !(known->second.makespan_ms > stop_after)) take(known->second.makespan_ms);
+      if (known->second.finished && !(known->second.makespan_ms > stop_after))
+        take(known->second.makespan_ms, known->second.timed);
+      drop_losers();
       return;
     }
     const double lb = links_bound(k.slots);
@@ -329,10 +354,11 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
     const bool finished = !run.deadlock && !run.stopped &&
                           (!(run.makespan_ms > stop_after) || !(run.pcs_done_ms > stop_after));
     const bool tie_used = finished ? run.tie_used : run.tie_first_ms <= stop_after;
-    const Outcome o{finished, run.makespan_ms, finished ? run.served : nullptr};
+    const Outcome o{finished, run.makespan_ms, finished ? run.served : nullptr, finished ? run.timed : nullptr};
     outcomes[key] = o;
     if (!tie_used) outcomes[std::make_tuple(k.depth, k.slots, -1, k.stagger_ms)] = o;
-    if (o.finished) take(run.makespan_ms);
+    if (o.finished) take(run.makespan_ms, o.timed);
+    drop_losers();
   };
   // Threads for speculation: explicit, or the process's pool where one run is long enough to pay
   // for a thread (set after the default candidate's run below).
@@ -415,16 +441,18 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
     k.stagger_ms = 0.0;
     ProgramMap map;
     EngineProgram p = program(k, map);
-    const EngineResult r = run_engine(p);
+    EngineResult r = run_engine(p);
     events += r.events;
     ++timed;
     if (!r.deadlock) bound = r.makespan_ms + 1e-9;
     // One run long enough to pay for threads (work, not time: the same for every machine).
     if (opt.search_threads == 0 && r.events >= kSpeculateEvents) speculate = true;
     // The same candidate comes again in the grid below: this is its outcome (nothing stopped it).
-    const Outcome o = outcome_of(r, p, !r.deadlock);
+    const bool tie_used = r.tie_break_used;
+    const bool finished = !r.deadlock;
+    const Outcome o = outcome_of(std::move(r), p, finished);
     outcomes[std::make_tuple(k.depth, k.slots, static_cast<int>(k.tie_break), k.stagger_ms)] = o;
-    if (!r.tie_break_used) outcomes[std::make_tuple(k.depth, k.slots, -1, k.stagger_ms)] = o;
+    if (!tie_used) outcomes[std::make_tuple(k.depth, k.slots, -1, k.stagger_ms)] = o;
   }
   search_links(base_depth);
   // 2. Deeper (up to GPipe's m, under the memory cap), each with the policy found in 1 and with
@@ -469,13 +497,16 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
   ATLAS_ASSERT(std::isfinite(best_ms), "no atlas candidate finished");
 
   // Freeze the chosen candidate's link orders (as its run served them: the engine is
-  // deterministic, so a run again would serve the same) and time the table with them.
+  // deterministic, so a run again would serve the same) and time the table with them: the
+  // winner's own run where it was kept (best_timed; the frozen run would time it again to the
+  // bit), else a run of the frozen program.
   ProgramMap map;
   EngineProgram p = program(best, map);
   auto won = outcomes.find(std::make_tuple(best.depth, best.slots, static_cast<int>(best.tie_break), best.stagger_ms));
   if (won == outcomes.end() || !won->second.served)
     won = outcomes.find(std::make_tuple(best.depth, best.slots, -1, best.stagger_ms));
-  if (won != outcomes.end() && won->second.served && won->second.served->size() == p.channels.size()) {
+  const bool known = won != outcomes.end() && won->second.served && won->second.served->size() == p.channels.size();
+  if (known) {
     for (std::size_t ch = 0; ch < p.channels.size(); ++ch) p.channels[ch].served = (*won->second.served)[ch];
   } else {
     events += run_engine(p).events;
@@ -484,7 +515,13 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
     ch.order = ch.served;
     ch.mode = LinkMode::Ordered;
   }
-  ScheduleTable t = with_replicas(time_program(cp, ScheduleKind::Atlas, m, p, map), c.dp);
+  ScheduleTable t;
+  if (known && best_timed && best_timed->messages.size() == p.messages.size()) {
+    p.messages = best_timed->messages;
+    t = with_replicas(detail::to_table(cp, ScheduleKind::Atlas, m, p, best_timed->result, map), c.dp);
+  } else {
+    t = with_replicas(time_program(cp, ScheduleKind::Atlas, m, p, map), c.dp);
+  }
   best.candidates_tried = tried;
   best.candidates_timed = timed;
   best.engine_events = events + t.atlas.engine_events;

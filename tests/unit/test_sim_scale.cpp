@@ -245,9 +245,10 @@ TEST(AtlasSearch, CandidatesOnThreadsChooseAsTheSerialSearch) {
 
 TEST(EngineShortcuts, EqualTheReferenceEngineToTheBit) {
   // The engine's shortcuts (the WAN flows that finish are a prefix of the active ones when all
-  // have one size) against the engine without them (ScheduleOptions::reference_engine): the same
-  // tables, choices and engine events (the same events, only fewer flows looked at), for every
-  // kind on WAN-bound synthetic decks, an interleaved one and the multi-DC example decks.
+  // have one size; the atlas table from the winner's own run, not a run of its frozen orders)
+  // against the engine without them (ScheduleOptions::reference_engine): the same tables and
+  // choices, no more engine events, for every kind on WAN-bound synthetic decks, an interleaved
+  // one and the multi-DC example decks.
   std::vector<std::pair<std::string, CostModel>> cases;
   cases.emplace_back("4 DCs dp 16", testing::uniform_cost_model({1, 1, 1, 1}, 16, 2.0, 4.0, 4 << 20, 1e5, 2.5e4, 20.0));
   cases.emplace_back("2 DCs dp 4", testing::uniform_cost_model({2, 2}, 4, 2.0, 4.0, 1 << 20, 1e5, 5e4, 10.0));
@@ -281,7 +282,11 @@ TEST(EngineShortcuts, EqualTheReferenceEngineToTheBit) {
       const std::string label = what + ", " + to_string(kind);
       expect_same_table(fast, reference, label);
       EXPECT_EQ(fast.atlas.candidates_timed, reference.atlas.candidates_timed) << label;
-      EXPECT_EQ(fast.atlas.engine_events, reference.atlas.engine_events) << label;
+      if (kind == ScheduleKind::Atlas) {
+        EXPECT_LT(fast.atlas.engine_events, reference.atlas.engine_events) << label;  // no frozen re-run
+      } else {
+        EXPECT_EQ(fast.atlas.engine_events, reference.atlas.engine_events) << label;  // the same events
+      }
       for (std::size_t l = 0; l < fast.links.size() && l < reference.links.size(); ++l) {
         const auto& x = fast.links[l].order;
         const auto& y = reference.links[l].order;
