@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -106,6 +107,68 @@ int take_search_threads(int most) {
 void give_search_threads(int n) {
   if (n > 0) search_thread_pool() += n;
 }
+
+namespace detail {
+/// A finished run's times (its result and its messages'): the table of the winner, which a run
+/// with its served orders frozen would time again to the bit (at each instant an Ordered link
+/// starts the transfers its order names next, all posted: those OrderedFifo started).
+struct Timed {
+  EngineResult result;
+  std::vector<EngineMessage> messages;
+};
+/// One candidate's engine run under the stop bound stop_ms, as the atlas search uses it.
+struct Run {
+  double stop_ms = 0.0;
+  bool deadlock = false, stopped = false, tie_used = false;
+  double makespan_ms = 0.0, tie_first_ms = 0.0, pcs_done_ms = 0.0;
+  std::uint64_t events = 0;
+  std::shared_ptr<const std::vector<std::vector<int>>> served;  // finished runs only
+  std::shared_ptr<const Timed> timed;                             // finished runs only
+  bool earlier = false;  // from an earlier search (SearchRuns): its bound may be the lower one
+};
+/// A candidate: (depth, slots, tie-break, stagger).
+using RunKey = std::tuple<std::vector<int>, int, int, double>;
+}  // namespace detail
+
+struct SearchRuns {
+  std::uint64_t model = 0;  // model_print of the cost model and micro-batches the runs are of
+  std::map<detail::RunKey, detail::Run> runs;  // without their times (Run::timed)
+};
+
+namespace {
+/// A fingerprint of what an engine program of `c` with m micro-batches depends on (SearchRuns:
+/// runs of another model are not taken).
+std::uint64_t model_print(const CostModel& c, int m, std::size_t messages) {
+  std::uint64_t h = 1469598103934665603ULL;  // FNV-1a over the values' bytes
+  auto mix = [&h](std::uint64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (v >> (8 * i)) & 0xffU;
+      h *= 1099511628211ULL;
+    }
+  };
+  auto mixd = [&](double x) { mix(std::bit_cast<std::uint64_t>(x)); };
+  for (int v : {c.pp, c.dp, c.tp, c.dc_count, c.virtual_stages, m, c.ranks_per_host}) mix(static_cast<std::uint64_t>(v));
+  mix(messages);
+  mix(static_cast<std::uint64_t>(c.act_bytes));
+  for (int dc : c.stage_dc) mix(static_cast<std::uint64_t>(dc));
+  for (const auto* v : {&c.fwd_ms, &c.bwd_ms, &c.allreduce_ms, &c.optimizer_ms, &c.grad_bytes, &c.state_bytes,
+                        &c.act_bytes_per_micro, &c.fixed_act_bytes}) {
+    mix(v->size());
+    for (double x : *v) mixd(x);
+  }
+  for (const LinkCost& l : c.links) {
+    mixd(l.latency_ms);
+    mixd(l.capacity_bytes_per_ms);
+    mixd(l.flow_cap_bytes_per_ms);
+  }
+  for (double x : {c.embed_sync_ms, c.intra_latency_ms, c.intra_bytes_per_ms, c.cores_per_host, c.wake_ms,
+                   c.net_ns_per_byte, c.memory_limit_bytes})
+    mixd(x);
+  return h;
+}
+}  // namespace
+
+std::shared_ptr<SearchRuns> new_search_runs() { return std::make_shared<SearchRuns>(); }
 
 ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt) {
   return build_schedule(c, opt, replicas_alike(c));
@@ -209,13 +272,7 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
   //    run of every tie-break rule at that (depth, slots, stagger): stored under tie-break -1;
   //  - a lower bound on the makespan from the WAN links alone (bytes, slots, per-transfer rate,
   //    hand-over): a candidate whose bound already loses is not timed (it would stop or lose).
-  // A finished run's times (its result and its messages'): the table of the winner, which a
-  // run with its served orders frozen would time again to the bit (at each instant an Ordered
-  // link starts the transfers its order names next, all posted: those OrderedFifo started).
-  struct Timed {
-    EngineResult result;
-    std::vector<EngineMessage> messages;
-  };
+  using detail::Timed;
   struct Outcome {
     bool finished = false;  // false: deadlocked or stopped past the bound
     double makespan_ms = 0.0;
@@ -271,17 +328,32 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
   // did at or before S (EngineResult::tie_break_first_ms, pcs_done_ms). So the choice, the tried
   // and timed counts and the table are those of the serial search for any thread count; only
   // engine_events (the work done) grows by the runs the serial search would not have made.
-  struct Run {
-    double stop_ms = 0.0;
-    bool deadlock = false, stopped = false, tie_used = false;
-    double makespan_ms = 0.0, tie_first_ms = 0.0, pcs_done_ms = 0.0;
-    std::uint64_t events = 0;
-    std::shared_ptr<const std::vector<std::vector<int>>> served;  // finished runs only
-    std::shared_ptr<const Timed> timed;                             // finished runs only
-  };
-  using Key = std::tuple<std::vector<int>, int, int, double>;
+  using detail::Run;
+  using Key = detail::RunKey;
   auto key_of = [](const AtlasChoice& k, int tie) { return std::make_tuple(k.depth, k.slots, tie, k.stagger_ms); };
   std::map<Key, Run> ahead;
+  int earlier = 0;  // runs taken from an earlier search (AtlasChoice::candidates_earlier)
+  // Runs of an earlier search of this cost model (ScheduleOptions::runs: the planner's quick
+  // timing of a plan, before its full search): taken as speculative runs are, where their bound is
+  // not below the search's (a run under a bound at or above S is the run under S, as below).
+  const bool memo = opt.runs != nullptr && !opt.reference_engine;
+  if (memo) {
+    SearchRuns& sr = *opt.runs;
+    const std::uint64_t model = model_print(cp, m, base.messages.size());
+    if (sr.model != model) sr = SearchRuns{model, {}};  // another model's runs: not these
+    for (const auto& [key, run] : sr.runs) {
+      Run r = run;
+      r.earlier = true;
+      ahead.emplace(key, std::move(r));
+    }
+  }
+  auto remember = [&](const Key& key, const Run& run) {
+    if (!memo) return;
+    Run r = run;
+    r.timed = nullptr;  // the served orders only: a table is made from times kept in this search
+    r.earlier = false;
+    opt.runs->runs[key] = std::move(r);
+  };
   auto time_candidate = [&](const AtlasChoice& k, double stop_after) {
     ProgramMap map;
     EngineProgram p = program(k, map);
@@ -340,14 +412,20 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
     const double lb = links_bound(k.slots);
     if (lb > stop_after || (std::isfinite(best_ms) && lb >= best_ms - margin)) return;  // cannot win
     Run run;
-    const auto early = ahead.find(key);
+    auto early = ahead.find(key);
+    if (early != ahead.end() && early->second.earlier && early->second.stop_ms < stop_after) {
+      ahead.erase(early);  // an earlier search's run under a lower bound: not this run
+      early = ahead.end();
+    }
     if (early != ahead.end()) {
       run = std::move(early->second);
       ahead.erase(early);
+      earlier += run.earlier ? 1 : 0;
       ATLAS_ASSERT(run.stop_ms >= stop_after, "atlas search: a speculative run under a lower bound than the search's");
     } else {
       run = time_candidate(k, stop_after);
     }
+    remember(key, run);
     events += run.events;
     ++timed;
     // The run with bound stop_after (the same run when run.stop_ms == stop_after).
@@ -439,20 +517,29 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
     k.slots = max_slots;
     k.tie_break = TieBreak::PipelineOrder;
     k.stagger_ms = 0.0;
-    ProgramMap map;
-    EngineProgram p = program(k, map);
-    EngineResult r = run_engine(p);
+    // Unbounded (an earlier search's run of it, where it made one without a bound).
+    const double none = std::numeric_limits<double>::infinity();
+    const Key key = key_of(k, static_cast<int>(k.tie_break));
+    Run r;
+    const auto early = ahead.find(key);
+    if (early != ahead.end() && early->second.earlier && !(early->second.stop_ms < none)) {
+      r = std::move(early->second);
+      ahead.erase(early);
+      ++earlier;
+    } else {
+      r = time_candidate(k, none);
+    }
+    remember(key, r);
     events += r.events;
     ++timed;
     if (!r.deadlock) bound = r.makespan_ms + 1e-9;
     // One run long enough to pay for threads (work, not time: the same for every machine).
     if (opt.search_threads == 0 && r.events >= kSpeculateEvents) speculate = true;
     // The same candidate comes again in the grid below: this is its outcome (nothing stopped it).
-    const bool tie_used = r.tie_break_used;
     const bool finished = !r.deadlock;
-    const Outcome o = outcome_of(std::move(r), p, finished);
-    outcomes[std::make_tuple(k.depth, k.slots, static_cast<int>(k.tie_break), k.stagger_ms)] = o;
-    if (!tie_used) outcomes[std::make_tuple(k.depth, k.slots, -1, k.stagger_ms)] = o;
+    const Outcome o{finished, r.makespan_ms, finished ? r.served : nullptr, finished ? r.timed : nullptr};
+    outcomes[key] = o;
+    if (!r.tie_used) outcomes[std::make_tuple(k.depth, k.slots, -1, k.stagger_ms)] = o;
   }
   search_links(base_depth);
   // 2. Deeper (up to GPipe's m, under the memory cap), each with the policy found in 1 and with
@@ -524,6 +611,7 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
   }
   best.candidates_tried = tried;
   best.candidates_timed = timed;
+  best.candidates_earlier = earlier;
   best.engine_events = events + t.atlas.engine_events;
   best.baseline_1f1b_ms = baseline;
   t.atlas = best;

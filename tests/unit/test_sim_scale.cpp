@@ -299,6 +299,61 @@ TEST(EngineShortcuts, EqualTheReferenceEngineToTheBit) {
     }
 }
 
+TEST(AtlasSearch, RunsOfAnEarlierSearchChooseAsWithout) {
+  // The planner's quick timing of a plan, then its whole search, sharing their engine runs
+  // (ScheduleOptions::runs): the whole search takes the quick one's runs (their stop bounds are
+  // at or above its own, or they are timed again) and chooses, counts and times as without them.
+  std::vector<std::pair<std::string, CostModel>> cases;
+  cases.emplace_back("4 DCs dp 16", testing::uniform_cost_model({1, 1, 1, 1}, 16, 2.0, 4.0, 4 << 20, 1e5, 2.5e4, 20.0));
+  cases.emplace_back("2 DCs dp 4", testing::uniform_cost_model({2, 2}, 4, 2.0, 4.0, 1 << 20, 1e5, 5e4, 10.0));
+  cases.emplace_back("3 DCs dp 8", testing::uniform_cost_model({1, 1, 2}, 8, 2.0, 4.0, 1 << 20, 1e6, 1e5, 30.0));
+  const fs::path root = fs::path(ATLAS_SOURCE_DIR);
+  const fs::path here = fs::current_path();
+  fs::current_path(root);  // decks name profiles relative to the checkout
+  for (const char* deck : {"inputs/sim_gpt175b_4dc.deck", "inputs/plan_70b_4dc.deck", "inputs/atlas_wan_bound.deck"}) {
+    deck::JobShape shape;
+    shape.world_size = -1;
+    shape.cuda_built = true;
+    Config cfg = deck::parse_and_validate(deck, deck::read_text_file(deck), {}, shape);
+    deck::read_device_profiles(cfg);
+    const topo::Layout layout(cfg.parallel.stages_per_dc, cfg.parallel.dp_size, cfg.parallel.tp_size);
+    cases.emplace_back(deck, cost_model(cfg, layout));
+  }
+  fs::current_path(here);
+  int taken = 0;
+  for (const auto& [what, c] : cases)
+    for (int threads : {1, 2}) {
+      ScheduleOptions o;
+      o.kind = ScheduleKind::Atlas;
+      o.micro_batches = 8;
+      o.baseline_1f1b = false;
+      o.search_threads = threads;
+      const ScheduleTable alone = build_schedule(c, o);
+      o.runs = new_search_runs();
+      o.full_search = false;
+      const ScheduleTable quick = build_schedule(c, o);
+      o.full_search = true;
+      const ScheduleTable full = build_schedule(c, o);
+      const std::string label = what + ", " + std::to_string(threads) + " threads";
+      expect_same_table(alone, full, label);
+      EXPECT_EQ(alone.atlas.candidates_timed, full.atlas.candidates_timed) << label;
+      EXPECT_EQ(quick.atlas.candidates_earlier, 0) << label;
+      EXPECT_LE(full.atlas.candidates_earlier, quick.atlas.candidates_timed) << label;
+      taken += full.atlas.candidates_earlier;
+      // A store of another cost model is cleared, not used.
+      CostModel other = c;
+      other.fwd_ms.back() *= 1.5;
+      o.runs = new_search_runs();
+      (void)build_schedule(c, o);
+      expect_same_table(build_schedule(other, o), [&] {
+        ScheduleOptions p = o;
+        p.runs = nullptr;
+        return build_schedule(other, p);
+      }(), label + ", another model");
+    }
+  EXPECT_GT(taken, 6);
+}
+
 TEST(AtlasScale, A100kGpuDeckInOneDcIsBuiltWithOneReplicaPerStage) {
   // 175B on 100,352 GPUs in one DC (16 stages x dp 784 x tp 8, 16 micro-batches of 4): the
   // engine's work is that of one replica per stage (not a wall-clock bound): the whole atlas
