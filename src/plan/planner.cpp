@@ -613,13 +613,16 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
     }
   }
 
-  auto run = [&](Plan& p, bool full) {
+  // Per plan (res.plans' index), the atlas search's engine runs of its quick timing, which its
+  // whole search takes again instead of timing them (sched::ScheduleOptions::runs; same plans).
+  std::vector<std::shared_ptr<sched::SearchRuns>> runs_of;
+  auto run = [&](Plan& p, bool full, const std::shared_ptr<sched::SearchRuns>& runs) {
     const Config pc = plan_config(cfg, p);
     const topo::Layout layout(pc.parallel.stages_per_dc, pc.parallel.dp_size, pc.parallel.tp_size);
     const sched::CostModel cost = sched::cost_model(pc, layout, prof);
     const auto tokens = static_cast<double>(cfg.tokens_per_step());  // the deck's global batch, every plan's
     // No 1F1B baseline: the planner never shows it (the atlas table is the same without it).
-    const sim::SimResult r = sim::simulate(cost, ScheduleKind::Atlas, p.micro_batches, tokens, full, false);
+    const sim::SimResult r = sim::simulate(cost, ScheduleKind::Atlas, p.micro_batches, tokens, full, false, runs);
     p.simulated = true;
     p.fully_timed = full;
     p.step_ms = r.step_ms;
@@ -663,7 +666,7 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
       for (std::size_t n = next++; n < which.size(); n = next++) {
         tell(what(n + 1));
         try {
-          run(plans[which[n]], full);
+          run(plans[which[n]], full, runs_of[which[n]]);
         } catch (...) {
           const std::lock_guard<std::mutex> lock(failed_mutex);
           if (!failed) failed = std::current_exception();
@@ -687,6 +690,8 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
       res.plans.push_back(cands[i]);
       group.push_back(pick[i]);
     }
+  runs_of.resize(res.plans.size());
+  for (auto& runs : runs_of) runs = sched::new_search_runs();
   {
     std::vector<std::size_t> all(res.plans.size());
     std::iota(all.begin(), all.end(), 0);
@@ -758,7 +763,7 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
     int chosen = pick_best();
     res.deadline_met = chosen >= 0;
     if (chosen >= 0 && opt.final_full_search && !res.plans[static_cast<std::size_t>(chosen)].fully_timed) {
-      run(res.plans[static_cast<std::size_t>(chosen)], true);  // never slower: it still meets the deadline
+      run(res.plans[static_cast<std::size_t>(chosen)], true, nullptr);  // never slower: it still meets the deadline
       std::stable_sort(res.plans.begin(), res.plans.end(), by_step);
       chosen = pick_best();
     }

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -108,6 +109,69 @@ void give_search_threads(int n) {
   if (n > 0) search_thread_pool() += n;
 }
 
+namespace detail {
+/// A finished run's times (its result and its messages'): the table of the winner, which a run
+/// with its served orders frozen would time again to the bit (at each instant an Ordered link
+/// starts the transfers its order names next, all posted: those OrderedFifo started).
+struct Timed {
+  EngineResult result;
+  std::vector<EngineMessage> messages;
+};
+/// One candidate's engine run under the stop bound stop_ms, as the atlas search uses it.
+struct Run {
+  double stop_ms = 0.0;
+  bool deadlock = false, stopped = false, tie_used = false;
+  double makespan_ms = 0.0, tie_first_ms = 0.0, pcs_done_ms = 0.0;
+  std::uint64_t events = 0;
+  std::shared_ptr<const std::vector<std::vector<int>>> served;  // finished runs only
+  std::shared_ptr<const Timed> timed;                             // finished runs only
+  bool earlier = false;  // from an earlier search (SearchRuns): its bound may be the lower one
+};
+/// A candidate: (depth, slots, tie-break, stagger).
+using RunKey = std::tuple<std::vector<int>, int, int, double>;
+}  // namespace detail
+
+struct SearchRuns {
+  std::uint64_t model = 0;  // model_print of the cost model and micro-batches the runs are of
+  std::map<detail::RunKey, detail::Run> runs;  // without their times (Run::timed)
+};
+
+namespace {
+/// A fingerprint of what an engine program of `c` with m micro-batches depends on (SearchRuns:
+/// runs of another model are not taken).
+std::uint64_t model_print(const CostModel& c, int m, std::size_t messages, int split) {
+  std::uint64_t h = 1469598103934665603ULL;  // FNV-1a over the values' bytes
+  auto mix = [&h](std::uint64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (v >> (8 * i)) & 0xffU;
+      h *= 1099511628211ULL;
+    }
+  };
+  auto mixd = [&](double x) { mix(std::bit_cast<std::uint64_t>(x)); };
+  for (int v : {c.pp, c.dp, c.tp, c.dc_count, c.virtual_stages, m, c.ranks_per_host}) mix(static_cast<std::uint64_t>(v));
+  mix(messages);
+  mix(static_cast<std::uint64_t>(split));  // ScheduleOptions::split: every candidate split or not
+  mix(static_cast<std::uint64_t>(c.act_bytes));
+  for (int dc : c.stage_dc) mix(static_cast<std::uint64_t>(dc));
+  for (const auto* v : {&c.fwd_ms, &c.bwd_ms, &c.allreduce_ms, &c.optimizer_ms, &c.grad_bytes, &c.state_bytes,
+                        &c.act_bytes_per_micro, &c.fixed_act_bytes, &c.weight_grad_share}) {
+    mix(v->size());
+    for (double x : *v) mixd(x);
+  }
+  for (const LinkCost& l : c.links) {
+    mixd(l.latency_ms);
+    mixd(l.capacity_bytes_per_ms);
+    mixd(l.flow_cap_bytes_per_ms);
+  }
+  for (double x : {c.embed_sync_ms, c.intra_latency_ms, c.intra_bytes_per_ms, c.cores_per_host, c.wake_ms,
+                   c.net_ns_per_byte, c.memory_limit_bytes})
+    mixd(x);
+  return h;
+}
+}  // namespace
+
+std::shared_ptr<SearchRuns> new_search_runs() { return std::make_shared<SearchRuns>(); }
+
 ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt) {
   return build_schedule(c, opt, replicas_alike(c));
 }
@@ -138,6 +202,7 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
       return with_replicas(time_program(cp, opt.kind, m, p, map), c.dp);
     }
     EngineProgram p = make_program(cp, opt.kind, m, map);
+    p.reference = opt.reference_engine;
     return with_replicas(time_program(cp, opt.kind, m, p, map), c.dp);
   }
   // The split: On splits every candidate (holding each depth's own micro-batches); Auto tries it
@@ -148,6 +213,7 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
   // Baseline: 1F1B with concurrent sharing under the same cost model.
   ProgramMap base_map;
   EngineProgram base = make_program(cp, ScheduleKind::OneFOneB, m, base_map);
+  base.reference = opt.reference_engine;
   // (Its program also tells the search the links: channels, transfers, bytes.)
   std::uint64_t events = 0;
   double baseline = 0.0;
@@ -198,6 +264,7 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
     detail::SplitSpec spec;
     if (k.split || split_all) spec.hold = k.hold.empty() ? k.depth : k.hold;
     EngineProgram p = make_program(cp, ScheduleKind::Atlas, m, map, k.depth, spec.hold.empty() ? nullptr : &spec);
+    p.reference = opt.reference_engine;
     for (auto& ch : p.channels) {
       ch.mode = LinkMode::OrderedFifo;
       ch.slots = k.slots;
@@ -224,18 +291,22 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
   //    run of every tie-break rule at that (depth, slots, stagger): stored under tie-break -1;
   //  - a lower bound on the makespan from the WAN links alone (bytes, slots, per-transfer rate,
   //    hand-over): a candidate whose bound already loses is not timed (it would stop or lose).
+  using detail::Timed;
   struct Outcome {
     bool finished = false;  // false: deadlocked or stopped past the bound
     double makespan_ms = 0.0;
     // Finished: each channel's served order (the order the table freezes if this one wins).
     std::shared_ptr<const std::vector<std::vector<int>>> served;
+    // Finished and still able to win (dropped once the best is faster): the run's times.
+    std::shared_ptr<const Timed> timed;
   };
-  auto outcome_of = [](const EngineResult& r, const EngineProgram& p, bool finished) {
-    Outcome o{finished, r.makespan_ms, nullptr};
+  auto outcome_of = [&](EngineResult&& r, EngineProgram& p, bool finished) {
+    Outcome o{finished, r.makespan_ms, nullptr, nullptr};
     if (finished) {
       auto served = std::make_shared<std::vector<std::vector<int>>>();
       for (const auto& ch : p.channels) served->push_back(ch.served);
       o.served = std::move(served);
+      if (!opt.reference_engine) o.timed = std::make_shared<const Timed>(Timed{std::move(r), std::move(p.messages)});
     }
     return o;
   };
@@ -248,6 +319,7 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
     key.insert(key.end(), k.hold.begin(), k.hold.end());
     return key;
   };
+  std::shared_ptr<const Timed> best_timed;  // the best candidate's run (null: not kept)
   // Per channel: its transfers' count and bytes (every boundary transfer of a step is one size).
   std::vector<std::pair<double, double>> link_load(base.channels.size(), {0.0, 0.0});
   for (const auto& msg : base.messages)
@@ -283,24 +355,44 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
   // did at or before S (EngineResult::tie_break_first_ms, pcs_done_ms). So the choice, the tried
   // and timed counts and the table are those of the serial search for any thread count; only
   // engine_events (the work done) grows by the runs the serial search would not have made.
-  struct Run {
-    double stop_ms = 0.0;
-    bool deadlock = false, stopped = false, tie_used = false;
-    double makespan_ms = 0.0, tie_first_ms = 0.0, pcs_done_ms = 0.0;
-    std::uint64_t events = 0;
-    std::shared_ptr<const std::vector<std::vector<int>>> served;  // finished runs only
-  };
-  using Key = std::tuple<std::vector<int>, int, int, double>;
+  using detail::Run;
+  using Key = detail::RunKey;
   auto key_of = [&](const AtlasChoice& k, int tie) { return std::make_tuple(depth_key(k), k.slots, tie, k.stagger_ms); };
   std::map<Key, Run> ahead;
+  int earlier = 0;  // runs taken from an earlier search (AtlasChoice::candidates_earlier)
+  // Runs of an earlier search of this cost model (ScheduleOptions::runs: the planner's quick
+  // timing of a plan, before its full search): taken as speculative runs are, where their bound is
+  // not below the search's (a run under a bound at or above S is the run under S, as below).
+  const bool memo = opt.runs != nullptr && !opt.reference_engine;
+  if (memo) {
+    SearchRuns& sr = *opt.runs;
+    const std::uint64_t model = model_print(cp, m, base.messages.size(), static_cast<int>(opt.split));
+    if (sr.model != model) sr = SearchRuns{model, {}};  // another model's runs: not these
+    for (const auto& [key, run] : sr.runs) {
+      Run r = run;
+      r.earlier = true;
+      ahead.emplace(key, std::move(r));
+    }
+  }
+  auto remember = [&](const Key& key, const Run& run) {
+    if (!memo) return;
+    Run r = run;
+    r.timed = nullptr;  // the served orders only: a table is made from times kept in this search
+    r.earlier = false;
+    opt.runs->runs[key] = std::move(r);
+  };
   auto time_candidate = [&](const AtlasChoice& k, double stop_after) {
     ProgramMap map;
     EngineProgram p = program(k, map);
     p.stop_after_ms = stop_after;
-    const EngineResult r = run_engine(p);
+    EngineResult r = run_engine(p);
     Run run{stop_after, r.deadlock, r.stopped, r.tie_break_used, r.makespan_ms, r.tie_break_first_ms, r.pcs_done_ms,
-            r.events, nullptr};
-    if (!r.deadlock && !r.stopped) run.served = outcome_of(r, p, true).served;
+            r.events, nullptr, nullptr};
+    if (!r.deadlock && !r.stopped) {
+      Outcome o = outcome_of(std::move(r), p, true);
+      run.served = std::move(o.served);
+      run.timed = std::move(o.timed);
+    }
     return run;
   };
   // Ties keep the earlier candidate. Another depth (deeper: more memory) must gain more than
@@ -318,45 +410,61 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
     const double lb = links_bound(k.slots);
     return !(lb > stop_after || (std::isfinite(best_ms) && lb >= best_ms - margin_of(k, classic)));
   };
+  // A known outcome is taken only if faster than the best (by a margin): the times of the others
+  // are dropped (the best's own are kept in best_timed: its table).
+  auto drop_losers = [&] {
+    for (auto& [key, o] : outcomes)
+      if (o.timed && !(o.makespan_ms < best_ms)) o.timed.reset();
+  };
   auto consider = [&](const AtlasChoice& k, bool classic = false) {
     if (c.dp == 1 && k.stagger_ms > 0) return;  // one pipeline: nothing to stagger against
     ++tried;
     const double margin = margin_of(k, classic);
     const double stop_after = std::min(best_ms, bound);
-    auto take = [&](double makespan_ms) {
+    auto take = [&](double makespan_ms, const std::shared_ptr<const Timed>& times) {
       if (!std::isfinite(best_ms) || makespan_ms < best_ms - margin) {
         best_ms = makespan_ms;
         best = k;
+        best_timed = times;
       }
     };
     const auto key = key_of(k, static_cast<int>(k.tie_break));
     auto known = outcomes.find(key);
     if (known == outcomes.end()) known = outcomes.find(key_of(k, -1));
     if (known != outcomes.end()) {
-      if (known->second.finished && !(known->second.makespan_ms > stop_after)) take(known->second.makespan_ms);
+      if (known->second.finished && !(known->second.makespan_ms > stop_after))
+        take(known->second.makespan_ms, known->second.timed);
+      drop_losers();
       return;
     }
     const double lb = links_bound(k.slots);
     if (lb > stop_after || (std::isfinite(best_ms) && lb >= best_ms - margin)) return;  // cannot win
     Run run;
-    const auto early = ahead.find(key);
+    auto early = ahead.find(key);
+    if (early != ahead.end() && early->second.earlier && early->second.stop_ms < stop_after) {
+      ahead.erase(early);  // an earlier search's run under a lower bound: not this run
+      early = ahead.end();
+    }
     if (early != ahead.end()) {
       run = std::move(early->second);
       ahead.erase(early);
+      earlier += run.earlier ? 1 : 0;
       ATLAS_ASSERT(run.stop_ms >= stop_after, "atlas search: a speculative run under a lower bound than the search's");
     } else {
       run = time_candidate(k, stop_after);
     }
+    remember(key, run);
     events += run.events;
     ++timed;
     // The run with bound stop_after (the same run when run.stop_ms == stop_after).
     const bool finished = !run.deadlock && !run.stopped &&
                           (!(run.makespan_ms > stop_after) || !(run.pcs_done_ms > stop_after));
     const bool tie_used = finished ? run.tie_used : run.tie_first_ms <= stop_after;
-    const Outcome o{finished, run.makespan_ms, finished ? run.served : nullptr};
+    const Outcome o{finished, run.makespan_ms, finished ? run.served : nullptr, finished ? run.timed : nullptr};
     outcomes[key] = o;
     if (!tie_used) outcomes[key_of(k, -1)] = o;
-    if (o.finished) take(run.makespan_ms);
+    if (o.finished) take(run.makespan_ms, o.timed);
+    drop_losers();
   };
   // Threads for speculation: explicit, or the process's pool where one run is long enough to pay
   // for a thread (set after the default candidate's run below).
@@ -436,18 +544,29 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
     k.slots = max_slots;
     k.tie_break = TieBreak::PipelineOrder;
     k.stagger_ms = 0.0;
-    ProgramMap map;
-    EngineProgram p = program(k, map);
-    const EngineResult r = run_engine(p);
+    // Unbounded (an earlier search's run of it, where it made one without a bound).
+    const double none = std::numeric_limits<double>::infinity();
+    const Key key = key_of(k, static_cast<int>(k.tie_break));
+    Run r;
+    const auto early = ahead.find(key);
+    if (early != ahead.end() && early->second.earlier && !(early->second.stop_ms < none)) {
+      r = std::move(early->second);
+      ahead.erase(early);
+      ++earlier;
+    } else {
+      r = time_candidate(k, none);
+    }
+    remember(key, r);
     events += r.events;
     ++timed;
     if (!r.deadlock) bound = r.makespan_ms + 1e-9;
     // One run long enough to pay for threads (work, not time: the same for every machine).
     if (opt.search_threads == 0 && r.events >= kSpeculateEvents) speculate = true;
     // The same candidate comes again in the grid below: this is its outcome (nothing stopped it).
-    const Outcome o = outcome_of(r, p, !r.deadlock);
-    outcomes[key_of(k, static_cast<int>(k.tie_break))] = o;
-    if (!r.tie_break_used) outcomes[key_of(k, -1)] = o;
+    const bool finished = !r.deadlock;
+    const Outcome o{finished, r.makespan_ms, finished ? r.served : nullptr, finished ? r.timed : nullptr};
+    outcomes[key] = o;
+    if (!r.tie_used) outcomes[key_of(k, -1)] = o;
   }
   search_links(base_depth);
   // 2. Deeper (up to GPipe's m, under the memory cap), each with the policy found in 1 and with
@@ -530,6 +649,7 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
     search_list(list);
     if (best.split) refine();
   }
+  const AtlasChoice searched = best;  // its key in the search's outcomes
   if (split_all) {
     best.split = true;
     if (best.hold.empty()) best.hold = best.depth;
@@ -537,12 +657,15 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
   ATLAS_ASSERT(std::isfinite(best_ms), "no atlas candidate finished");
 
   // Freeze the chosen candidate's link orders (as its run served them: the engine is
-  // deterministic, so a run again would serve the same) and time the table with them.
+  // deterministic, so a run again would serve the same) and time the table with them: the
+  // winner's own run where it was kept (best_timed; the frozen run would time it again to the
+  // bit), else a run of the frozen program.
   ProgramMap map;
   EngineProgram p = program(best, map);
-  auto won = outcomes.find(key_of(best, static_cast<int>(best.tie_break)));
-  if (won == outcomes.end() || !won->second.served) won = outcomes.find(key_of(best, -1));
-  if (won != outcomes.end() && won->second.served && won->second.served->size() == p.channels.size()) {
+  auto won = outcomes.find(key_of(searched, static_cast<int>(searched.tie_break)));
+  if (won == outcomes.end() || !won->second.served) won = outcomes.find(key_of(searched, -1));
+  const bool known = won != outcomes.end() && won->second.served && won->second.served->size() == p.channels.size();
+  if (known) {
     for (std::size_t ch = 0; ch < p.channels.size(); ++ch) p.channels[ch].served = (*won->second.served)[ch];
   } else {
     events += run_engine(p).events;
@@ -551,9 +674,16 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
     ch.order = ch.served;
     ch.mode = LinkMode::Ordered;
   }
-  ScheduleTable t = with_replicas(time_program(cp, ScheduleKind::Atlas, m, p, map), c.dp);
+  ScheduleTable t;
+  if (known && best_timed && best_timed->messages.size() == p.messages.size()) {
+    p.messages = best_timed->messages;
+    t = with_replicas(detail::to_table(cp, ScheduleKind::Atlas, m, p, best_timed->result, map), c.dp);
+  } else {
+    t = with_replicas(time_program(cp, ScheduleKind::Atlas, m, p, map), c.dp);
+  }
   best.candidates_tried = tried;
   best.candidates_timed = timed;
+  best.candidates_earlier = earlier;
   best.engine_events = events + t.atlas.engine_events;
   best.baseline_1f1b_ms = baseline;
   t.atlas = best;

@@ -20,16 +20,55 @@ namespace {
 
 enum class Ev : std::uint8_t { Resume, Arrive, Wake, FlowDone, Dispatch, HostDone, Release };
 
+/// An event. Events run in (t, phase, sequence) order: `key` = phase << 62 | sequence << 3 | type
+/// (the sequence is unique, so the key orders as (phase, sequence) did), 24 bytes.
 struct Event {
   double t;
-  int phase;
-  std::uint64_t seq;
-  Ev type;
+  std::uint64_t key;
   int a;
   int b;
-  bool operator>(const Event& o) const {
-    return std::tie(t, phase, seq) > std::tie(o.t, o.phase, o.seq);
+  Ev type() const { return static_cast<Ev>(key & 7U); }
+  bool before(const Event& o) const { return t < o.t || (t == o.t && key < o.key); }
+};
+
+/// Pending events as a 4-ary min-heap (half the levels of a binary heap, and a node's children
+/// share cache lines). The order is total, so events pop in the order of any priority queue.
+class EventQueue {
+ public:
+  bool empty() const { return m_heap.empty(); }
+  const Event& top() const { return m_heap.front(); }
+  void push(const Event& e) {
+    std::size_t i = m_heap.size();
+    m_heap.push_back(e);
+    while (i > 0) {
+      const std::size_t parent = (i - 1) / 4;
+      if (!e.before(m_heap[parent])) break;
+      m_heap[i] = m_heap[parent];
+      i = parent;
+    }
+    m_heap[i] = e;
   }
+  void pop() {
+    const Event last = m_heap.back();
+    m_heap.pop_back();
+    const std::size_t n = m_heap.size();
+    if (n == 0) return;
+    std::size_t i = 0;
+    for (;;) {
+      const std::size_t first = 4 * i + 1;
+      if (first >= n) break;
+      std::size_t least = first;
+      for (std::size_t j = first + 1, end = std::min(first + 4, n); j < end; ++j)
+        if (m_heap[j].before(m_heap[least])) least = j;
+      if (!m_heap[least].before(last)) break;
+      m_heap[i] = m_heap[least];
+      i = least;
+    }
+    m_heap[i] = last;
+  }
+
+ private:
+  std::vector<Event> m_heap;
 };
 
 /// One shared host: the compute ops running on it, as fluid flows of core-milliseconds.
@@ -61,7 +100,21 @@ struct PostGroup {
 };
 
 struct LinkState {
+  // The active flows in start order from `head` (a finished prefix is skipped, and erased in
+  // bulk): their message ids and, side by side, their remaining bytes (a drain is one pass over
+  // contiguous doubles).
   std::vector<int> active;
+  std::vector<double> remaining;
+  std::size_t head = 0;
+  // Whether every active flow has the size `bytes` (every boundary transfer of a program has).
+  // Then the remainders are non-decreasing in start order: each began at `bytes`, at or above
+  // every older one's remainder, and all take the same subtractions since (x -> fl(x - d) is
+  // monotone). So the flows that finish at an event are a prefix and the least remainder is the
+  // first one's: flow_done looks at those only, and gets what the scan of all would have.
+  bool uniform = true;
+  std::int64_t bytes = 0;
+  std::size_t active_count() const { return active.size() - head; }
+  bool idle() const { return head == active.size(); }
   // OrderedFifo: posted, not started, as a min-heap on WaitKey (the service order), and the
   // same transfers grouped by post instant (to tell whether a tie-break decided a choice).
   std::priority_queue<WaitKey, std::vector<WaitKey>, std::greater<>> waiting;
@@ -91,7 +144,6 @@ class Engine {
     m_result.ops.resize(nw);
     for (std::size_t w = 0; w < nw; ++w) m_result.ops[w].resize(p.workers[w].size());
     m_links.resize(p.channels.size());
-    m_remaining.assign(p.messages.size(), 0.0);
     m_arrived.assign(p.messages.size(), false);
     m_posted.assign(p.messages.size(), false);
     m_sync_count.assign(p.sync_groups.size(), 0);
@@ -119,11 +171,13 @@ class Engine {
     std::size_t ops = 0;
     for (const auto& w : m_p.workers) ops += w.size();
     const std::uint64_t limit = 64 * (ops + m_p.messages.size() * (m_p.channels.size() + 4)) + 1000000;
+    ATLAS_ASSERT(limit < (std::uint64_t{1} << 59), "schedule engine: a program of " << ops << " ops is too large to time");
     while (!m_pq.empty()) {
       ATLAS_ASSERT(m_seq < limit, "schedule engine made " << m_seq << " events for " << ops
                                                           << " ops: timing does not converge");
       const Event e = m_pq.top();
       m_pq.pop();
+      const Ev type = e.type();
       m_now = e.t;
       if (m_now > m_p.stop_after_ms && !m_past_bound) {
         m_past_bound = true;  // checked once: an unfinished worker ends after now, past the bound
@@ -134,7 +188,7 @@ class Engine {
             return std::move(m_result);
           }
       }
-      switch (e.type) {
+      switch (type) {
         case Ev::Resume: advance(e.a); break;
         case Ev::Arrive: arrive(e.a); break;
         case Ev::Wake: wake(e.a); break;
@@ -164,7 +218,7 @@ class Engine {
 
  private:
   void push(double t, int phase, Ev type, int a, int b) {
-    m_pq.push(Event{t, phase, m_seq++, type, a, b});
+    m_pq.push(Event{t, static_cast<std::uint64_t>(phase) << 62 | m_seq++ << 3 | static_cast<std::uint64_t>(type), a, b});
   }
 
   // ---- workers ----
@@ -453,8 +507,9 @@ class Engine {
     std::vector<double> taken(m_hosts.size(), 0.0);
     for (std::size_t c = 0; c < m_links.size(); ++c) {
       const double cores = rate(static_cast<int>(c)) * m_p.net_ns_per_byte / 1e6;
-      for (int msg : m_links[c].active) {
-        const auto m = static_cast<std::size_t>(msg);
+      const auto& ls = m_links[c];
+      for (std::size_t a = ls.head; a < ls.active.size(); ++a) {
+        const auto m = static_cast<std::size_t>(ls.active[a]);
         for (int h : {host_of(m_sender[m]), host_of(m_receiver[m])})
           if (h >= 0) taken[static_cast<std::size_t>(h)] += 0.5 * cores;
       }
@@ -508,16 +563,25 @@ class Engine {
   void start_flow(int c, int msg) {
     auto& m = m_p.messages[static_cast<std::size_t>(msg)];
     m.start_ms = m_now;
-    m_remaining[static_cast<std::size_t>(msg)] = static_cast<double>(m.bytes);
     auto& started = m_links[static_cast<std::size_t>(c)];
+    if (started.idle()) {
+      started.active.clear();
+      started.remaining.clear();
+      started.head = 0;
+      started.uniform = true;
+      started.bytes = m.bytes;
+    } else if (m.bytes != started.bytes) {
+      started.uniform = false;
+    }
     started.active.push_back(msg);
+    started.remaining.push_back(static_cast<double>(m.bytes));
     started.least = std::min(started.least, static_cast<double>(m.bytes));
     m_p.channels[static_cast<std::size_t>(c)].served.push_back(msg);
   }
 
   double rate(int c) const {
     const auto& ch = m_p.channels[static_cast<std::size_t>(c)];
-    const auto n = m_links[static_cast<std::size_t>(c)].active.size();
+    const auto n = m_links[static_cast<std::size_t>(c)].active_count();
     if (n == 0) return 0.0;
     return std::min(ch.flow_cap_bytes_per_ms, ch.capacity_bytes_per_ms / static_cast<double>(n));
   }
@@ -526,9 +590,10 @@ class Engine {
     auto& ls = m_links[static_cast<std::size_t>(c)];
     const double r = rate(c);
     const double dt = m_now - ls.last_update;
-    if (dt > 0.0 && !ls.active.empty()) {
+    if (dt > 0.0 && !ls.idle()) {
       const double drained = r * dt;
-      for (int msg : ls.active) m_remaining[static_cast<std::size_t>(msg)] -= drained;
+      double* rem = ls.remaining.data();
+      for (std::size_t a = ls.head, n = ls.remaining.size(); a < n; ++a) rem[a] -= drained;
       ls.least -= drained;
     }
     ls.last_update = m_now;
@@ -537,7 +602,7 @@ class Engine {
   void reschedule(int c) {
     auto& ls = m_links[static_cast<std::size_t>(c)];
     ++ls.version;
-    if (ls.active.empty()) return;
+    if (ls.idle()) return;
     const double r = rate(c);
     push(m_now + std::max(0.0, ls.least) / r, 0, Ev::FlowDone, c, ls.version);
   }
@@ -547,29 +612,53 @@ class Engine {
     if (version != ls.version) return;
     update(c);
     const auto& ch = m_p.channels[static_cast<std::size_t>(c)];
-    std::vector<int> still;
     const double r = rate(c);
     ls.least = std::numeric_limits<double>::infinity();
-    for (int msg : ls.active) {
+    // A flow whose remainder is rounding noise, or would finish within the clock's resolution, is
+    // complete (otherwise the event would repeat at the same instant forever). Monotone in the
+    // remainder: with uniform sizes the finished flows are a prefix (LinkState::uniform).
+    auto finished = [&](double rem, std::int64_t bytes) {
+      return rem <= 1e-9 * static_cast<double>(bytes) + 1e-9 || rem / r <= 1e-12 * std::max(1.0, m_now);
+    };
+    auto finish = [&](int msg) {
       auto& m = m_p.messages[static_cast<std::size_t>(msg)];
-      // A flow whose remainder is rounding noise, or would finish within the clock's
-      // resolution, is complete (otherwise the event would repeat at the same instant forever).
-      const double rem = m_remaining[static_cast<std::size_t>(msg)];
-      if (rem <= 1e-9 * static_cast<double>(m.bytes) + 1e-9 || rem / r <= 1e-12 * std::max(1.0, m_now)) {
-        m.end_ms = m_now;
-        m.arrive_ms = m_now + ch.latency_ms;
-        push(m.arrive_ms, 0, Ev::Arrive, msg, 0);
-        if (ch.mode != LinkMode::Shared && ch.handover_ms > 0.0) {
-          // The next transfer may start once the sender has learnt this one completed.
-          ++ls.holding;
-          push(m_now + ch.handover_ms, 0, Ev::Release, c, 0);
-        }
-      } else {
-        still.push_back(msg);
-        ls.least = std::min(ls.least, rem);
+      m.end_ms = m_now;
+      m.arrive_ms = m_now + ch.latency_ms;
+      push(m.arrive_ms, 0, Ev::Arrive, msg, 0);
+      if (ch.mode != LinkMode::Shared && ch.handover_ms > 0.0) {
+        // The next transfer may start once the sender has learnt this one completed.
+        ++ls.holding;
+        push(m_now + ch.handover_ms, 0, Ev::Release, c, 0);
       }
+    };
+    const std::size_t n = ls.active.size();
+    if (ls.uniform && !m_p.reference) {
+      std::size_t a = ls.head;
+      for (; a < n && finished(ls.remaining[a], ls.bytes); ++a) finish(ls.active[a]);
+      ls.head = a;
+      if (a < n) ls.least = ls.remaining[a];
+    } else {
+      std::size_t kept = ls.head;
+      for (std::size_t a = ls.head; a < n; ++a) {
+        const int msg = ls.active[a];
+        const double rem = ls.remaining[a];
+        if (finished(rem, m_p.messages[static_cast<std::size_t>(msg)].bytes)) {
+          finish(msg);
+        } else {
+          ls.active[kept] = msg;
+          ls.remaining[kept++] = rem;
+          ls.least = std::min(ls.least, rem);
+        }
+      }
+      ls.active.resize(kept);
+      ls.remaining.resize(kept);
     }
-    ls.active.swap(still);
+    if (ls.head >= 4096 && 2 * ls.head >= ls.active.size()) {  // the skipped prefix, in bulk
+      const auto h = static_cast<std::ptrdiff_t>(ls.head);
+      ls.active.erase(ls.active.begin(), ls.active.begin() + h);
+      ls.remaining.erase(ls.remaining.begin(), ls.remaining.begin() + h);
+      ls.head = 0;
+    }
     try_start(c);
     reschedule(c);
   }
@@ -586,12 +675,12 @@ class Engine {
     auto& ch = m_p.channels[static_cast<std::size_t>(c)];
     auto& ls = m_links[static_cast<std::size_t>(c)];
     if (ch.mode == LinkMode::Ordered) {
-      while (static_cast<int>(ls.active.size()) + ls.holding < ch.slots && ls.next_order < ch.order.size() &&
+      while (static_cast<int>(ls.active_count()) + ls.holding < ch.slots && ls.next_order < ch.order.size() &&
              m_posted[static_cast<std::size_t>(ch.order[ls.next_order])]) {
         start_flow(c, ch.order[ls.next_order++]);
       }
     } else if (ch.mode == LinkMode::OrderedFifo) {
-      while (static_cast<int>(ls.active.size()) + ls.holding < ch.slots && !ls.waiting.empty()) {
+      while (static_cast<int>(ls.active_count()) + ls.holding < ch.slots && !ls.waiting.empty()) {
         const int msg = ls.waiting.top().msg;
         ls.waiting.pop();
         // The earliest waiting transfers are the front group (posts come in time order).
@@ -632,7 +721,7 @@ class Engine {
 
   EngineProgram& m_p;
   EngineResult m_result;
-  std::priority_queue<Event, std::vector<Event>, std::greater<>> m_pq;
+  EventQueue m_pq;
   std::uint64_t m_seq = 0;
   double m_now = 0.0;
   bool m_past_bound = false;
@@ -643,7 +732,6 @@ class Engine {
   std::vector<std::size_t> m_defer_next;  // per worker: its oldest deferred op not run yet
   std::vector<int> m_running_deferred;     // per worker: the deferred op running early (host path), -1
   std::vector<LinkState> m_links;
-  std::vector<double> m_remaining;
   std::vector<bool> m_arrived;
   std::vector<bool> m_posted;
   std::vector<int> m_sync_count;

@@ -279,8 +279,6 @@ EngineProgram make_program(const CostModel& c, ScheduleKind kind, int m, Program
   return p;
 }
 
-namespace {
-
 /// Turns engine times into the table's rows and links.
 ScheduleTable to_table(const CostModel& c, ScheduleKind kind, int m, const EngineProgram& p,
                        const EngineResult& r, const ProgramMap& map) {
@@ -366,8 +364,6 @@ ScheduleTable to_table(const CostModel& c, ScheduleKind kind, int m, const Engin
   mark_slots(t);  // what the runtime does beyond the order (slot.hpp: SlotMark)
   return t;
 }
-
-}  // namespace
 
 ScheduleTable time_program(const CostModel& c, ScheduleKind kind, int m, EngineProgram& p,
                            const ProgramMap& map) {

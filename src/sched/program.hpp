@@ -96,6 +96,10 @@ void add_shared_hosts(const CostModel& c, EngineProgram& p);
 /// builds them (group 0 = the first and last stage, then one per stage, then pp + d per pipeline).
 void add_sync_delays(const CostModel& c, EngineProgram& p);
 
+/// The table of a finished run `r` of `p` (its messages' and channels' results filled).
+ScheduleTable to_table(const CostModel& c, ScheduleKind kind, int m, const EngineProgram& p, const EngineResult& r,
+                       const ProgramMap& map);
+
 /// Runs the engine on `p` and turns its times into a table. Internal error if it deadlocks.
 ScheduleTable time_program(const CostModel& c, ScheduleKind kind, int m, EngineProgram& p, const ProgramMap& map);
 

@@ -88,8 +88,9 @@ SimResult measure(const sched::ScheduleTable& t, const sched::CostModel& cost, d
 }
 
 SimResult simulate(const sched::CostModel& cost, ScheduleKind kind, int micro_batches, double tokens,
-                   bool atlas_full_search, bool atlas_baseline) {
+                   bool atlas_full_search, bool atlas_baseline, const std::shared_ptr<sched::SearchRuns>& atlas_runs) {
   sched::ScheduleOptions o;
+  o.runs = atlas_runs;
   o.kind = kind;
   o.micro_batches = micro_batches;
   o.full_search = atlas_full_search;

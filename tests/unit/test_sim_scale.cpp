@@ -243,6 +243,117 @@ TEST(AtlasSearch, CandidatesOnThreadsChooseAsTheSerialSearch) {
   EXPECT_GT(speculated, 2);
 }
 
+TEST(EngineShortcuts, EqualTheReferenceEngineToTheBit) {
+  // The engine's shortcuts (the WAN flows that finish are a prefix of the active ones when all
+  // have one size; the atlas table from the winner's own run, not a run of its frozen orders)
+  // against the engine without them (ScheduleOptions::reference_engine): the same tables and
+  // choices, no more engine events, for every kind on WAN-bound synthetic decks, an interleaved
+  // one and the multi-DC example decks.
+  std::vector<std::pair<std::string, CostModel>> cases;
+  cases.emplace_back("4 DCs dp 16", testing::uniform_cost_model({1, 1, 1, 1}, 16, 2.0, 4.0, 4 << 20, 1e5, 2.5e4, 20.0));
+  cases.emplace_back("2 DCs dp 4", testing::uniform_cost_model({2, 2}, 4, 2.0, 4.0, 1 << 20, 1e5, 5e4, 10.0));
+  cases.emplace_back("3 DCs dp 8", testing::uniform_cost_model({1, 1, 2}, 8, 2.0, 4.0, 1 << 20, 1e6, 1e5, 30.0));
+  CostModel chunks = testing::uniform_cost_model({2, 2}, 3, 2.0, 4.0, 1 << 20, 1e5, 5e4, 10.0);
+  chunks.virtual_stages = 2;
+  cases.emplace_back("2 DCs dp 3 v 2", chunks);
+  const fs::path root = fs::path(ATLAS_SOURCE_DIR);
+  const fs::path here = fs::current_path();
+  fs::current_path(root);  // decks name profiles relative to the checkout
+  for (const char* deck : {"inputs/sim_gpt175b_4dc.deck", "inputs/plan_70b_4dc.deck", "inputs/atlas_wan_bound.deck",
+                           "inputs/three_dc_cpu.deck"}) {
+    deck::JobShape shape;
+    shape.world_size = -1;
+    shape.cuda_built = true;
+    Config cfg = deck::parse_and_validate(deck, deck::read_text_file(deck), {}, shape);
+    deck::read_device_profiles(cfg);
+    const topo::Layout layout(cfg.parallel.stages_per_dc, cfg.parallel.dp_size, cfg.parallel.tp_size);
+    cases.emplace_back(deck, cost_model(cfg, layout));
+  }
+  fs::current_path(here);
+  for (const auto& [what, c] : cases)
+    for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Atlas}) {
+      ScheduleOptions o;
+      o.kind = kind;
+      o.micro_batches = 8;
+      o.search_threads = 1;
+      const ScheduleTable fast = build_schedule(c, o);
+      o.reference_engine = true;
+      const ScheduleTable reference = build_schedule(c, o);
+      const std::string label = what + ", " + to_string(kind);
+      expect_same_table(fast, reference, label);
+      EXPECT_EQ(fast.atlas.candidates_timed, reference.atlas.candidates_timed) << label;
+      if (kind == ScheduleKind::Atlas) {
+        EXPECT_LT(fast.atlas.engine_events, reference.atlas.engine_events) << label;  // no frozen re-run
+      } else {
+        EXPECT_EQ(fast.atlas.engine_events, reference.atlas.engine_events) << label;  // the same events
+      }
+      for (std::size_t l = 0; l < fast.links.size() && l < reference.links.size(); ++l) {
+        const auto& x = fast.links[l].order;
+        const auto& y = reference.links[l].order;
+        ASSERT_EQ(x.size(), y.size()) << label;
+        for (std::size_t i = 0; i < x.size(); ++i)
+          ASSERT_TRUE(x[i].start_ms == y[i].start_ms && x[i].end_ms == y[i].end_ms && x[i].arrive_ms == y[i].arrive_ms &&
+                      x[i].post_ms == y[i].post_ms && x[i].micro == y[i].micro && x[i].dp == y[i].dp)
+              << label << " link " << l << " transfer " << i;
+      }
+    }
+}
+
+TEST(AtlasSearch, RunsOfAnEarlierSearchChooseAsWithout) {
+  // The planner's quick timing of a plan, then its whole search, sharing their engine runs
+  // (ScheduleOptions::runs): the whole search takes the quick one's runs (their stop bounds are
+  // at or above its own, or they are timed again) and chooses, counts and times as without them.
+  std::vector<std::pair<std::string, CostModel>> cases;
+  cases.emplace_back("4 DCs dp 16", testing::uniform_cost_model({1, 1, 1, 1}, 16, 2.0, 4.0, 4 << 20, 1e5, 2.5e4, 20.0));
+  cases.emplace_back("2 DCs dp 4", testing::uniform_cost_model({2, 2}, 4, 2.0, 4.0, 1 << 20, 1e5, 5e4, 10.0));
+  cases.emplace_back("3 DCs dp 8", testing::uniform_cost_model({1, 1, 2}, 8, 2.0, 4.0, 1 << 20, 1e6, 1e5, 30.0));
+  const fs::path root = fs::path(ATLAS_SOURCE_DIR);
+  const fs::path here = fs::current_path();
+  fs::current_path(root);  // decks name profiles relative to the checkout
+  for (const char* deck : {"inputs/sim_gpt175b_4dc.deck", "inputs/plan_70b_4dc.deck", "inputs/atlas_wan_bound.deck"}) {
+    deck::JobShape shape;
+    shape.world_size = -1;
+    shape.cuda_built = true;
+    Config cfg = deck::parse_and_validate(deck, deck::read_text_file(deck), {}, shape);
+    deck::read_device_profiles(cfg);
+    const topo::Layout layout(cfg.parallel.stages_per_dc, cfg.parallel.dp_size, cfg.parallel.tp_size);
+    cases.emplace_back(deck, cost_model(cfg, layout));
+  }
+  fs::current_path(here);
+  int taken = 0;
+  for (const auto& [what, c] : cases)
+    for (int threads : {1, 2}) {
+      ScheduleOptions o;
+      o.kind = ScheduleKind::Atlas;
+      o.micro_batches = 8;
+      o.baseline_1f1b = false;
+      o.search_threads = threads;
+      const ScheduleTable alone = build_schedule(c, o);
+      o.runs = new_search_runs();
+      o.full_search = false;
+      const ScheduleTable quick = build_schedule(c, o);
+      o.full_search = true;
+      const ScheduleTable full = build_schedule(c, o);
+      const std::string label = what + ", " + std::to_string(threads) + " threads";
+      expect_same_table(alone, full, label);
+      EXPECT_EQ(alone.atlas.candidates_timed, full.atlas.candidates_timed) << label;
+      EXPECT_EQ(quick.atlas.candidates_earlier, 0) << label;
+      EXPECT_LE(full.atlas.candidates_earlier, quick.atlas.candidates_timed) << label;
+      taken += full.atlas.candidates_earlier;
+      // A store of another cost model is cleared, not used.
+      CostModel other = c;
+      other.fwd_ms.back() *= 1.5;
+      o.runs = new_search_runs();
+      (void)build_schedule(c, o);
+      expect_same_table(build_schedule(other, o), [&] {
+        ScheduleOptions p = o;
+        p.runs = nullptr;
+        return build_schedule(other, p);
+      }(), label + ", another model");
+    }
+  EXPECT_GT(taken, 6);
+}
+
 TEST(AtlasScale, A100kGpuDeckInOneDcIsBuiltWithOneReplicaPerStage) {
   // 175B on 100,352 GPUs in one DC (16 stages x dp 784 x tp 8, 16 micro-batches of 4): the
   // engine's work is that of one replica per stage (not a wall-clock bound): the whole atlas

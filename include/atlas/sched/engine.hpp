@@ -104,6 +104,9 @@ struct EngineProgram {
   /// A bound for searches: once the clock passes it with a worker still unfinished (so the
   /// makespan will exceed it), the run stops with `stopped` set and partial times.
   double stop_after_ms = std::numeric_limits<double>::infinity();
+  /// Testing: time without the engine's shortcuts (at each WAN completion every active flow is
+  /// looked at, not only those that can finish). The results are the same to the bit.
+  bool reference = false;
 };
 
 /// Per op: when the worker reached it, when it started (after waiting), when it ended.

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,7 @@ struct AtlasChoice {
   /// on a lower bound: build.cpp), and the engine events of the whole build (the search, the
   /// 1F1B baseline and the final timing): its work, which the scale tests bound.
   int candidates_timed = 0;
+  int candidates_earlier = 0;  ///< of those timed, runs an earlier search made (ScheduleOptions::runs)
   std::uint64_t engine_events = 0;
   double baseline_1f1b_ms = 0.0; ///< 1F1B with concurrent sharing, same cost model
 };
@@ -94,6 +96,9 @@ struct ScheduleTable {
 /// for a config error every rank raises alike.
 [[nodiscard]] std::string table_mismatch(const std::vector<std::uint64_t>& hash_of_rank);
 
+/// Engine runs of atlas searches kept for a later search of the same cost model (opaque).
+struct SearchRuns;
+
 struct ScheduleOptions {
   ScheduleKind kind = ScheduleKind::OneFOneB;
   int micro_batches = 1;
@@ -113,7 +118,17 @@ struct ScheduleOptions {
   /// ConfigError); Auto = atlas also tries the split and keeps it where the predicted step is
   /// lower at no more memory (gpipe and 1f1b unsplit). Off by default here; decks default to auto.
   SplitBackward split = SplitBackward::Off;
+  /// Testing: every engine run without its shortcuts (EngineProgram::reference): the same table.
+  bool reference_engine = false;
+  /// atlas: the engine runs of earlier searches of the same cost model and micro-batches (the
+  /// planner's quick timing of a plan, then its whole search): a search takes those it would make
+  /// (a run under a stop bound at or above its own is that run), and adds its own. The choice,
+  /// the counts and the table are those without it. Null: none kept.
+  std::shared_ptr<SearchRuns> runs;
 };
+
+/// A new, empty store of atlas search runs (ScheduleOptions::runs).
+std::shared_ptr<SearchRuns> new_search_runs();
 
 /// The process's spare threads for the atlas search (min(hardware threads, 8) - 1 in all): takes
 /// up to `most` (returns how many; never waits), and gives them back. Callers that run work on

@@ -88,7 +88,8 @@ SimResult simulate_on(const Config& deck, const Config& machine, const DevicePro
 /// atlas_baseline false an atlas table is built without timing 1F1B for comparison
 /// (AtlasChoice::baseline_1f1b_ms stays 0; the planner, which never shows it, saves that run).
 SimResult simulate(const sched::CostModel& cost, ScheduleKind kind, int micro_batches,
-                   double tokens_per_step, bool atlas_full_search = true, bool atlas_baseline = true);
+                   double tokens_per_step, bool atlas_full_search = true, bool atlas_baseline = true,
+                   const std::shared_ptr<sched::SearchRuns>& atlas_runs = nullptr);
 
 /// What the simulator predicts for a deck; the fidelity bench compares it with a real run.
 struct Prediction {
