@@ -19,22 +19,11 @@ using testing::make_cfg;
 using testing::Outcome;
 using testing::train;
 
-struct Shape {
-  int dp;
-  std::vector<int> stages_per_dc;
-};
+using Shape = testing::PipelineShape;
 
-std::vector<Shape> shapes(int np) {
-  if (np == 2) return {{1, {1, 1}}};
-  if (np == 4) return {{2, {1, 1}}, {1, {2, 2}}};
-  return {};
-}
+std::vector<Shape> shapes(int np) { return testing::two_dc_shapes(np); }
 
-std::string name(const Shape& sh) {
-  std::string s = "dp " + std::to_string(sh.dp) + " stages_per_dc";
-  for (int x : sh.stages_per_dc) s += " " + std::to_string(x);
-  return s;
-}
+std::string name(const Shape& sh) { return testing::shape_name(sh); }
 
 void expect_same_curves(const Outcome& got, const Outcome& ref, const std::string& what) {
   ASSERT_EQ(got.losses.size(), ref.losses.size()) << what;

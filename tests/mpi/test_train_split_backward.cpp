@@ -19,16 +19,9 @@ namespace {
 using testing::make_cfg;
 using testing::Outcome;
 
-struct Shape {
-  int dp;
-  std::vector<int> stages_per_dc;
-};
+using Shape = testing::PipelineShape;
 
-std::vector<Shape> shapes(int np) {
-  if (np == 2) return {{1, {1, 1}}};
-  if (np == 4) return {{2, {1, 1}}, {1, {2, 2}}};
-  return {};
-}
+std::vector<Shape> shapes(int np) { return testing::two_dc_shapes(np); }
 
 /// testing::train without checkpoints, on the deck's table or its split rewrite.
 Outcome train(const Config& cfg, const mpi::Comm& world, int steps, bool split) {
@@ -60,9 +53,7 @@ Outcome train(const Config& cfg, const mpi::Comm& world, int steps, bool split) 
 }
 
 std::string name(const Shape& sh, int v) {
-  std::string s = "dp " + std::to_string(sh.dp) + " stages_per_dc";
-  for (int x : sh.stages_per_dc) s += " " + std::to_string(x);
-  return s + (v == 0 ? " atlas" : " 1f1b v " + std::to_string(v));
+  return testing::shape_name(sh) + (v == 0 ? " atlas" : " 1f1b v " + std::to_string(v));
 }
 
 TEST(TrainSplitBackward, ASplitTableTrainsWithTheUnsplitLossesAndGradientsBitwise) {

@@ -89,6 +89,27 @@ inline Outcome train(const Config& cfg, const mpi::Comm& world, int until, int s
 }
 
 /// A fresh temporary directory name shared by all ranks of `world` (rank 0 makes it).
+/// A pipeline layout across 2 DCs: dp replicas of stages_per_dc stages in each DC.
+struct PipelineShape {
+  int dp;
+  std::vector<int> stages_per_dc;
+};
+
+/// The 2-DC layouts the pipeline tests train at: np 2, 2 stages over 2 DCs; np 4, dp 2 of them,
+/// and 2 stages per DC. None at other sizes (the test skips).
+inline std::vector<PipelineShape> two_dc_shapes(int np) {
+  if (np == 2) return {{1, {1, 1}}};
+  if (np == 4) return {{2, {1, 1}}, {1, {2, 2}}};
+  return {};
+}
+
+/// "dp D stages_per_dc S0 S1": a shape's name for failure messages.
+inline std::string shape_name(const PipelineShape& sh) {
+  std::string s = "dp " + std::to_string(sh.dp) + " stages_per_dc";
+  for (int x : sh.stages_per_dc) s += " " + std::to_string(x);
+  return s;
+}
+
 inline std::string shared_temp_dir(const mpi::Comm& world, const std::string& stem) {
   std::string dir;
   if (world.rank() == 0) {

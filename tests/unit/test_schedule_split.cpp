@@ -13,6 +13,7 @@
 #include <string>
 
 #include "support/cost_models.hpp"
+#include "support/deck_error.hpp"
 
 #include "atlas/core/error.hpp"
 #include "atlas/deck/deck.hpp"
@@ -297,19 +298,7 @@ TEST(SplitBackward, IsRefusedWithModelChunksAndAutoDoesNotSplitThem) {
 }
 
 std::string deck_error(const std::vector<std::string>& overrides) {
-  const std::string text =
-      "cluster.dcs = a b\ncluster.gpus_per_dc = 2 2\ncluster.latency_ms = 0 10 10 0\n"
-      "cluster.bandwidth_gbps = 100 1 1 100\nparallel.stages_per_dc = 2 2\nparallel.dp_size = 1\n"
-      "model.layers = 8\nmodel.hidden = 64\nmodel.heads = 4\nmodel.seq_len = 16\nmodel.vocab = 256\n"
-      "train.micro_batches = 8\n";
-  try {
-    deck::JobShape shape;
-    shape.world_size = 4;
-    (void)deck::parse_and_validate("test.deck", text, overrides, shape);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
+  return atlas::testing::two_dc_deck_error(overrides);
 }
 
 TEST(SplitBackward, TheDeckKeyAndItsChecks) {

@@ -282,13 +282,29 @@ void CudaBackend::gemm_batched(Trans trans_a, Trans trans_b, int m, int n, int k
 void CudaBackend::gemm_bf16_b(Trans trans_a, Trans trans_b, int m, int n, int k, float alpha,
                               const float* a, int lda, const Bf16Bits* b, int ldb, float beta,
                               float* c, int ldc) {
+  gemm_stored_bf16("gemm_bf16_b", trans_a, trans_b, m, n, k, alpha, a, nullptr, lda, nullptr, b, ldb,
+                   beta, c, ldc);
+}
+
+void CudaBackend::gemm_bf16_a(Trans trans_a, Trans trans_b, int m, int n, int k, float alpha,
+                              const Bf16Bits* a, int lda, const float* b, int ldb, float beta,
+                              float* c, int ldc) {
+  gemm_stored_bf16("gemm_bf16_a", trans_a, trans_b, m, n, k, alpha, nullptr, a, lda, b, nullptr, ldb,
+                   beta, c, ldc);
+}
+
+void CudaBackend::gemm_stored_bf16(const char* what, Trans trans_a, Trans trans_b, int m, int n,
+                                   int k, float alpha, const float* a, const Bf16Bits* a_bf16,
+                                   int lda, const float* b, const Bf16Bits* b_bf16, int ldb,
+                                   float beta, float* c, int ldc) {
   if (m == 0 || n == 0) return;
   ATLAS_ASSERT(m_lt.precision() == Precision::Bf16,
-               "gemm_bf16_b at precision " << to_string(m_lt.precision())
-                                           << ": bf16-stored operands are used only at bf16");
-  if (k == 0) {  // C = beta C: no operand is read
-    ATLAS_CUBLAS_CHECK(cublasSgemm(m_cublas.get(), op(trans_b), op(trans_a), n, m, k, &alpha,
-                                   a, std::max(1, ldb), a, lda, &beta, c, ldc));
+               what << " at precision " << to_string(m_lt.precision())
+                    << ": bf16-stored operands are used only at bf16");
+  if (k == 0) {  // C = beta C: no operand is read (cublasSgemm gets the fp32 one twice)
+    const float* any = a != nullptr ? a : b;
+    ATLAS_CUBLAS_CHECK(cublasSgemm(m_cublas.get(), op(trans_b), op(trans_a), n, m, k, &alpha, any,
+                                   std::max(1, ldb), any, std::max(1, lda), &beta, c, ldc));
     return;
   }
   LtCall call;
@@ -299,37 +315,10 @@ void CudaBackend::gemm_bf16_b(Trans trans_a, Trans trans_b, int m, int n, int k,
   call.k = k;
   call.alpha = alpha;
   call.a = a;
-  call.lda = lda;
-  call.b_bf16 = reinterpret_cast<const __nv_bfloat16*>(b);
-  call.ldb = ldb;
-  call.beta = beta;
-  call.c = c;
-  call.ldc = ldc;
-  (void)m_lt.run(call);  // Epilogue::None with k > 0: always issued
-}
-
-void CudaBackend::gemm_bf16_a(Trans trans_a, Trans trans_b, int m, int n, int k, float alpha,
-                              const Bf16Bits* a, int lda, const float* b, int ldb, float beta,
-                              float* c, int ldc) {
-  if (m == 0 || n == 0) return;
-  ATLAS_ASSERT(m_lt.precision() == Precision::Bf16,
-               "gemm_bf16_a at precision " << to_string(m_lt.precision())
-                                           << ": bf16-stored operands are used only at bf16");
-  if (k == 0) {  // C = beta C: no operand is read
-    ATLAS_CUBLAS_CHECK(cublasSgemm(m_cublas.get(), op(trans_b), op(trans_a), n, m, k, &alpha,
-                                   b, ldb, b, std::max(1, lda), &beta, c, ldc));
-    return;
-  }
-  LtCall call;
-  call.trans_a = trans_a;
-  call.trans_b = trans_b;
-  call.m = m;
-  call.n = n;
-  call.k = k;
-  call.alpha = alpha;
-  call.a_bf16 = reinterpret_cast<const __nv_bfloat16*>(a);
+  call.a_bf16 = reinterpret_cast<const __nv_bfloat16*>(a_bf16);
   call.lda = lda;
   call.b = b;
+  call.b_bf16 = reinterpret_cast<const __nv_bfloat16*>(b_bf16);
   call.ldb = ldb;
   call.beta = beta;
   call.c = c;

@@ -154,6 +154,12 @@ class CudaBackend final : public Backend {
                     const float* a, int lda, long long stride_a, const float* b, int ldb,
                     long long stride_b, float beta, float* c, int ldc, long long stride_c,
                     int batch);
+  /// gemm_bf16_a / gemm_bf16_b: one operand stored as bf16 (a or a_bf16, b or b_bf16 set);
+  /// `what` names the caller in the precision check.
+  void gemm_stored_bf16(const char* what, Trans trans_a, Trans trans_b, int m, int n, int k,
+                        float alpha, const float* a, const Bf16Bits* a_bf16, int lda,
+                        const float* b, const Bf16Bits* b_bf16, int ldb, float beta, float* c,
+                        int ldc);
   /// True if attention of this head_dim takes the fused kernel (notes the fallback once).
   [[nodiscard]] bool fused_attention(int head_dim) const;
   void attention_forward_unfused(float* out, float* saved, const float* qkv, int batch, int seq,
