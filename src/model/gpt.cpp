@@ -289,6 +289,7 @@ void StageModel::build_layout() {
     s.gelu = slot("gelu", i, n * ff, true);
     m_layout.layers.push_back(s);
   }
+  m_layout.body = cur;
   if (is_last()) {
     m_layout.lnf = slot("lnf", -1, n * c, true);
     m_layout.lnf_mean = slot("lnf_mean", -1, n, false);
@@ -312,12 +313,14 @@ std::size_t StageModel::tokens_per_micro() const noexcept {
 std::size_t StageModel::boundary_floats() const noexcept {
   return tokens_per_micro() * static_cast<std::size_t>(m_hidden);
 }
-std::size_t StageModel::activation_bytes_per_micro() const noexcept {
-  return m_layout.total * sizeof(float) + (is_first() || is_last() ? 2 : 0) *
-                                              tokens_per_micro() * sizeof(std::int32_t);
+std::size_t StageModel::activation_bytes_per_micro(int chunk) const noexcept {
+  return arena_floats(chunk) * sizeof(float) +
+         (is_first() || is_last() ? 2 : 0) * tokens_per_micro() * sizeof(std::int32_t);
 }
 std::size_t StageModel::activation_bytes() const noexcept {
-  return m_inflight.size() * activation_bytes_per_micro();
+  std::size_t bytes = 0;
+  for (const auto& [key, st] : m_inflight) bytes += activation_bytes_per_micro(key % m_spec.chunks);
+  return bytes;
 }
 std::vector<int> StageModel::weight_grads_pending() const {
   std::vector<int> keys;
@@ -404,11 +407,13 @@ StageModel::MicroState& StageModel::start_micro(int key) {
                                       "released (the schedule runs a micro-batch twice)");
   }
   MicroState st;
-  if (!m_pool.empty()) {
-    st = std::move(m_pool.back());
-    m_pool.pop_back();
+  const std::size_t floats = arena_floats(key % m_spec.chunks);
+  std::vector<MicroState>& pool = floats == m_layout.total ? m_pool : m_body_pool;
+  if (!pool.empty()) {
+    st = std::move(pool.back());
+    pool.pop_back();
   } else {
-    st.arena = m_backend.alloc_floats(m_layout.total);
+    st.arena = m_backend.alloc_floats(floats);
     if (is_first()) st.tokens = m_backend.alloc(tokens_per_micro() * sizeof(std::int32_t));
     if (is_last()) st.targets = m_backend.alloc(tokens_per_micro() * sizeof(std::int32_t));
   }
@@ -618,7 +623,7 @@ std::vector<float> StageModel::logits(int micro) {
 void StageModel::release(int micro, int chunk) {
   auto it = m_inflight.find(key_of(micro, chunk));
   if (it == m_inflight.end()) return;
-  m_pool.push_back(std::move(it->second));
+  (arena_floats(chunk) == m_layout.total ? m_pool : m_body_pool).push_back(std::move(it->second));
   m_inflight.erase(it);
 }
 

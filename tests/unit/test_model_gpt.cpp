@@ -372,6 +372,31 @@ TEST_F(Gpt, BadShapesAreConfigErrorsListingEveryProblem) {
   }
 }
 
+TEST_F(Gpt, OnlyTheChunkThatRunsTheHeadHoldsTheHeadsActivations) {
+  // Last of 2 stages with 2 model chunks (4 layers, one per chunk): chunk 0's arena has no head
+  // slots (lnf, its statistics, the logits, the losses), chunk 1's has them, once per pass.
+  ModelCfg cfg = tiny_cfg();
+  cfg.layers = 4;
+  StageSpec spec{1, 2, 0, 1};
+  spec.chunks = 2;
+  StageModel model(cfg, kBatch, spec, *be, nullptr, kSeed);
+  const std::size_t n = model.tokens_per_micro();
+  auto r16 = [](std::size_t x) { return (x + 15) / 16 * 16; };  // slots are 64-byte aligned
+  const std::size_t head =
+      (r16(n * static_cast<std::size_t>(cfg.hidden)) + 3 * r16(n) + r16(n * static_cast<std::size_t>(cfg.vocab))) *
+      sizeof(float);
+  Buffer act_in = be->alloc_floats(model.boundary_floats());
+  Buffer act_out = be->alloc_floats(model.boundary_floats());
+  be->fill(act_in.f32(), 0.5F, model.boundary_floats());
+  const auto tgt = random_ids(n, cfg.vocab, 6);
+  model.set_loss_scale(1.0F);
+  model.forward(0, nullptr, nullptr, &act_in, &act_out, 0);
+  EXPECT_EQ(model.activation_bytes(), model.activation_bytes_per_micro() - head);
+  model.forward(0, nullptr, tgt.data(), &act_in, nullptr, 1);
+  EXPECT_EQ(model.activation_bytes(), 2 * model.activation_bytes_per_micro() - head);
+  EXPECT_TRUE(std::isfinite(model.micro_loss(0)));
+}
+
 TEST_F(Gpt, ScheduleMistakesAndBadTokensAreReported) {
   const ModelCfg cfg = tiny_cfg();
   StageModel model(cfg, kBatch, StageSpec{}, *be, nullptr, kSeed);

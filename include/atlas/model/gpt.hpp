@@ -222,8 +222,13 @@ class StageModel {
   /// Bytes of activations currently held for micro-batches in flight (forwarded, not yet
   /// backwarded, or between backward_input and backward_weight).
   [[nodiscard]] std::size_t activation_bytes() const noexcept;
-  /// Bytes of activations one micro-batch in flight holds.
-  [[nodiscard]] std::size_t activation_bytes_per_micro() const noexcept;
+  /// Bytes of activations one micro-batch in flight holds (with model chunks: in the chunk that
+  /// runs the head, the most; the last stage's other chunks hold no head slots, arena_floats).
+  [[nodiscard]] std::size_t activation_bytes_per_micro() const noexcept {
+    return activation_bytes_per_micro(m_spec.chunks - 1);
+  }
+  /// Bytes of activations one micro-batch in flight holds in `chunk`.
+  [[nodiscard]] std::size_t activation_bytes_per_micro(int chunk) const noexcept;
   /// Micro-batch ids whose activations are held (forwarded, not yet backwarded/released).
   [[nodiscard]] std::vector<int> micros_in_flight() const;
   /// True when the activations that backward reads only as GEMM operands (ln1, qkv, ln2, gelu,
@@ -277,11 +282,14 @@ class StageModel {
     std::vector<LayerSlots> layers;
     std::size_t lnf = 0, lnf_mean = 0, lnf_rstd = 0, probs = 0, losses = 0;
     std::size_t total = 0;
+    /// Where the last stage's head slots (lnf ... losses) begin: the arena of a chunk that does
+    /// not run the head (model chunks) ends here; total elsewhere.
+    std::size_t body = 0;
     std::vector<SavedTensor> saved;  // saved_tensors()
   };
   /// Everything one micro-batch in flight keeps between its forward and backward.
   struct MicroState {
-    device::Buffer arena;    ///< ArenaLayout::total floats
+    device::Buffer arena;    ///< arena_floats(chunk) floats
     device::Buffer tokens;   ///< int32 [B*T] (first stage)
     device::Buffer targets;  ///< int32 [B*T] (last stage)
     bool input_done = false; ///< backward_input ran; backward_weight is pending
@@ -310,6 +318,11 @@ class StageModel {
   [[nodiscard]] int key_of(int micro, int chunk) const noexcept { return micro * m_spec.chunks + chunk; }
   [[nodiscard]] bool runs_embedding(int chunk) const noexcept { return is_first() && chunk == 0; }
   [[nodiscard]] bool runs_head(int chunk) const noexcept { return is_last() && chunk == m_spec.chunks - 1; }
+  /// Floats of a micro-batch's arena in `chunk`: without the head's slots where the chunk does
+  /// not run the head (the last stage's other chunks), so the logits are held once per pass.
+  [[nodiscard]] std::size_t arena_floats(int chunk) const noexcept {
+    return is_last() && !runs_head(chunk) ? m_layout.body : m_layout.total;
+  }
   void tp_allreduce(device::Buffer& buf);
   [[nodiscard]] static float* at(MicroState& st, std::size_t offset) {
     return st.arena.f32() + offset;
@@ -340,7 +353,8 @@ class StageModel {
   // activation arena layout and the micro-batches in flight
   ArenaLayout m_layout;
   std::map<int, MicroState> m_inflight;
-  std::vector<MicroState> m_pool;
+  std::vector<MicroState> m_pool;       // released arenas of ArenaLayout::total floats
+  std::vector<MicroState> m_body_pool;  // released arenas of chunks without the head (body)
   std::map<int, double> m_losses;
   // split backward: per chunk the last micro whose backward_weight ran since zero_grad()
   std::vector<int> m_last_weight_micro;
