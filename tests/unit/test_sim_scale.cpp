@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -200,10 +201,9 @@ TEST(AtlasSearch, TimesOnlyTheCandidatesThatMayWin) {
   EXPECT_GT(t.atlas.candidates_timed, 0);
 }
 
-TEST(AtlasSearch, CandidatesOnThreadsChooseAsTheSerialSearch) {
-  // Speculative runs on 2 and 4 threads (timed ahead under a looser stop bound, taken as the run
-  // the serial search would make): the same choice, counts and table as one thread, on WAN-bound
-  // synthetic decks (links, stagger, tie-breaks, deeper depths) and the multi-DC example decks.
+/// WAN-bound cases for the atlas search tests: three synthetic multi-DC cost models (links,
+/// stagger, tie-breaks, deeper depths), then each of `decks` (example decks, read from the checkout).
+std::vector<std::pair<std::string, CostModel>> wan_search_cases(std::initializer_list<const char*> decks) {
   std::vector<std::pair<std::string, CostModel>> cases;
   cases.emplace_back("4 DCs dp 16", testing::uniform_cost_model({1, 1, 1, 1}, 16, 2.0, 4.0, 4 << 20, 1e5, 2.5e4, 20.0));
   cases.emplace_back("2 DCs dp 4", testing::uniform_cost_model({2, 2}, 4, 2.0, 4.0, 1 << 20, 1e5, 5e4, 10.0));
@@ -211,8 +211,7 @@ TEST(AtlasSearch, CandidatesOnThreadsChooseAsTheSerialSearch) {
   const fs::path root = fs::path(ATLAS_SOURCE_DIR);
   const fs::path here = fs::current_path();
   fs::current_path(root);  // decks name profiles relative to the checkout
-  for (const char* deck : {"inputs/sim_gpt175b_4dc.deck", "inputs/plan_70b_4dc.deck", "inputs/atlas_wan_bound.deck",
-                           "inputs/three_dc_cpu.deck"}) {
+  for (const char* deck : decks) {
     deck::JobShape shape;
     shape.world_size = -1;
     shape.cuda_built = true;
@@ -222,6 +221,16 @@ TEST(AtlasSearch, CandidatesOnThreadsChooseAsTheSerialSearch) {
     cases.emplace_back(deck, cost_model(cfg, layout));
   }
   fs::current_path(here);
+  return cases;
+}
+
+TEST(AtlasSearch, CandidatesOnThreadsChooseAsTheSerialSearch) {
+  // Speculative runs on 2 and 4 threads (timed ahead under a looser stop bound, taken as the run
+  // the serial search would make): the same choice, counts and table as one thread, on WAN-bound
+  // synthetic decks (links, stagger, tie-breaks, deeper depths) and the multi-DC example decks.
+  std::vector<std::pair<std::string, CostModel>> cases =
+      wan_search_cases({"inputs/sim_gpt175b_4dc.deck", "inputs/plan_70b_4dc.deck", "inputs/atlas_wan_bound.deck",
+                        "inputs/three_dc_cpu.deck"});
   int speculated = 0;
   for (const auto& [what, c] : cases) {
     ScheduleOptions o;
@@ -249,27 +258,12 @@ TEST(EngineShortcuts, EqualTheReferenceEngineToTheBit) {
   // against the engine without them (ScheduleOptions::reference_engine): the same tables and
   // choices, no more engine events, for every kind on WAN-bound synthetic decks, an interleaved
   // one and the multi-DC example decks.
-  std::vector<std::pair<std::string, CostModel>> cases;
-  cases.emplace_back("4 DCs dp 16", testing::uniform_cost_model({1, 1, 1, 1}, 16, 2.0, 4.0, 4 << 20, 1e5, 2.5e4, 20.0));
-  cases.emplace_back("2 DCs dp 4", testing::uniform_cost_model({2, 2}, 4, 2.0, 4.0, 1 << 20, 1e5, 5e4, 10.0));
-  cases.emplace_back("3 DCs dp 8", testing::uniform_cost_model({1, 1, 2}, 8, 2.0, 4.0, 1 << 20, 1e6, 1e5, 30.0));
+  std::vector<std::pair<std::string, CostModel>> cases =
+      wan_search_cases({"inputs/sim_gpt175b_4dc.deck", "inputs/plan_70b_4dc.deck", "inputs/atlas_wan_bound.deck",
+                        "inputs/three_dc_cpu.deck"});
   CostModel chunks = testing::uniform_cost_model({2, 2}, 3, 2.0, 4.0, 1 << 20, 1e5, 5e4, 10.0);
   chunks.virtual_stages = 2;
   cases.emplace_back("2 DCs dp 3 v 2", chunks);
-  const fs::path root = fs::path(ATLAS_SOURCE_DIR);
-  const fs::path here = fs::current_path();
-  fs::current_path(root);  // decks name profiles relative to the checkout
-  for (const char* deck : {"inputs/sim_gpt175b_4dc.deck", "inputs/plan_70b_4dc.deck", "inputs/atlas_wan_bound.deck",
-                           "inputs/three_dc_cpu.deck"}) {
-    deck::JobShape shape;
-    shape.world_size = -1;
-    shape.cuda_built = true;
-    Config cfg = deck::parse_and_validate(deck, deck::read_text_file(deck), {}, shape);
-    deck::read_device_profiles(cfg);
-    const topo::Layout layout(cfg.parallel.stages_per_dc, cfg.parallel.dp_size, cfg.parallel.tp_size);
-    cases.emplace_back(deck, cost_model(cfg, layout));
-  }
-  fs::current_path(here);
   for (const auto& [what, c] : cases)
     for (ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Atlas}) {
       ScheduleOptions o;
@@ -303,23 +297,8 @@ TEST(AtlasSearch, RunsOfAnEarlierSearchChooseAsWithout) {
   // The planner's quick timing of a plan, then its whole search, sharing their engine runs
   // (ScheduleOptions::runs): the whole search takes the quick one's runs (their stop bounds are
   // at or above its own, or they are timed again) and chooses, counts and times as without them.
-  std::vector<std::pair<std::string, CostModel>> cases;
-  cases.emplace_back("4 DCs dp 16", testing::uniform_cost_model({1, 1, 1, 1}, 16, 2.0, 4.0, 4 << 20, 1e5, 2.5e4, 20.0));
-  cases.emplace_back("2 DCs dp 4", testing::uniform_cost_model({2, 2}, 4, 2.0, 4.0, 1 << 20, 1e5, 5e4, 10.0));
-  cases.emplace_back("3 DCs dp 8", testing::uniform_cost_model({1, 1, 2}, 8, 2.0, 4.0, 1 << 20, 1e6, 1e5, 30.0));
-  const fs::path root = fs::path(ATLAS_SOURCE_DIR);
-  const fs::path here = fs::current_path();
-  fs::current_path(root);  // decks name profiles relative to the checkout
-  for (const char* deck : {"inputs/sim_gpt175b_4dc.deck", "inputs/plan_70b_4dc.deck", "inputs/atlas_wan_bound.deck"}) {
-    deck::JobShape shape;
-    shape.world_size = -1;
-    shape.cuda_built = true;
-    Config cfg = deck::parse_and_validate(deck, deck::read_text_file(deck), {}, shape);
-    deck::read_device_profiles(cfg);
-    const topo::Layout layout(cfg.parallel.stages_per_dc, cfg.parallel.dp_size, cfg.parallel.tp_size);
-    cases.emplace_back(deck, cost_model(cfg, layout));
-  }
-  fs::current_path(here);
+  std::vector<std::pair<std::string, CostModel>> cases =
+      wan_search_cases({"inputs/sim_gpt175b_4dc.deck", "inputs/plan_70b_4dc.deck", "inputs/atlas_wan_bound.deck"});
   int taken = 0;
   for (const auto& [what, c] : cases)
     for (int threads : {1, 2}) {

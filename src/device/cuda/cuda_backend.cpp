@@ -444,26 +444,32 @@ void CudaBackend::linear_forward(float* out, float* pre_act, const float* in, co
     gelu_forward(out, pre_act, static_cast<std::size_t>(rows) * static_cast<std::size_t>(out_f));
     return;
   }
-  // The GELU epilogue's saved pre-activation needs a leading dimension divisible by 8.
-  if ((!gelu || out_f % 8 == 0) && (bias != nullptr || !gelu) && in_f > 0) {
-    LtCall call;
-    call.trans_b = Trans::Yes;
-    call.m = rows;
-    call.n = out_f;
-    call.k = in_f;
-    call.a = in;
-    call.lda = in_f;
-    call.b = w;
-    call.ldb = in_f;
-    call.c = out;
-    call.ldc = out_f;
-    call.epilogue = gelu ? Epilogue::GeluAuxBias : bias != nullptr ? Epilogue::Bias : Epilogue::None;
-    call.bias = bias;
-    call.aux = gelu ? pre_act : nullptr;
-    call.cache_b = true;  // w: a weight (its bf16 copy is kept until w is written)
-    if (m_lt.run(call)) return;
-  }
+  if (lt_linear_forward(out, pre_act, in, nullptr, w, bias, rows, in_f, out_f, gelu)) return;
   Backend::linear_forward(out, pre_act, in, w, bias, rows, in_f, out_f, act);
+}
+
+bool CudaBackend::lt_linear_forward(float* out, float* pre_act, const float* in,
+                                    const Bf16Bits* in_bf16, const float* w, const float* bias,
+                                    int rows, int in_f, int out_f, bool gelu) {
+  // The GELU epilogue's saved pre-activation needs a leading dimension divisible by 8.
+  if ((gelu && out_f % 8 != 0) || (gelu && bias == nullptr) || in_f <= 0) return false;
+  LtCall call;
+  call.trans_b = Trans::Yes;
+  call.m = rows;
+  call.n = out_f;
+  call.k = in_f;
+  call.a = in;
+  call.a_bf16 = reinterpret_cast<const __nv_bfloat16*>(in_bf16);
+  call.lda = in_f;
+  call.b = w;
+  call.ldb = in_f;
+  call.c = out;
+  call.ldc = out_f;
+  call.epilogue = gelu ? Epilogue::GeluAuxBias : bias != nullptr ? Epilogue::Bias : Epilogue::None;
+  call.bias = bias;
+  call.aux = gelu ? pre_act : nullptr;
+  call.cache_b = true;  // w: a weight (its bf16 copy is kept until w is written)
+  return m_lt.run(call);
 }
 
 float* CudaBackend::dbias_scratch(std::size_t n) {
@@ -523,26 +529,8 @@ void CudaBackend::linear_forward_bf16_in(float* out, float* pre_act, const Bf16B
   ATLAS_ASSERT(m_lt.precision() == Precision::Bf16,
                "linear_forward_bf16_in at precision " << to_string(m_lt.precision())
                                                       << ": bf16-stored operands are used only at bf16");
-  const bool gelu = act == Activation::Gelu;
   // As linear_forward at bf16, with cuBLASLt reading the stored bf16 input as it is.
-  if ((!gelu || out_f % 8 == 0) && (bias != nullptr || !gelu) && in_f > 0) {
-    LtCall call;
-    call.trans_b = Trans::Yes;
-    call.m = rows;
-    call.n = out_f;
-    call.k = in_f;
-    call.a_bf16 = reinterpret_cast<const __nv_bfloat16*>(in);
-    call.lda = in_f;
-    call.b = w;
-    call.ldb = in_f;
-    call.c = out;
-    call.ldc = out_f;
-    call.epilogue = gelu ? Epilogue::GeluAuxBias : bias != nullptr ? Epilogue::Bias : Epilogue::None;
-    call.bias = bias;
-    call.aux = gelu ? pre_act : nullptr;
-    call.cache_b = true;  // w: a weight (its bf16 copy is kept until w is written)
-    if (m_lt.run(call)) return;
-  }
+  if (lt_linear_forward(out, pre_act, nullptr, in, w, bias, rows, in_f, out_f, act == Activation::Gelu)) return;
   Backend::linear_forward_bf16_in(out, pre_act, in, w, bias, rows, in_f, out_f, act);
 }
 

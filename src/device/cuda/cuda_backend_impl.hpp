@@ -154,6 +154,10 @@ class CudaBackend final : public Backend {
                     const float* a, int lda, long long stride_a, const float* b, int ldb,
                     long long stride_b, float beta, float* c, int ldc, long long stride_c,
                     int batch);
+  /// linear_forward's cuBLASLt call (BIAS or GELU_AUX_BIAS epilogue; `in` or the stored bf16
+  /// `in_bf16`); false where the epilogue does not apply or cuBLASLt refused (the caller falls back).
+  bool lt_linear_forward(float* out, float* pre_act, const float* in, const Bf16Bits* in_bf16,
+                         const float* w, const float* bias, int rows, int in_f, int out_f, bool gelu);
   /// gemm_bf16_a / gemm_bf16_b: one operand stored as bf16 (a or a_bf16, b or b_bf16 set);
   /// `what` names the caller in the precision check.
   void gemm_stored_bf16(const char* what, Trans trans_a, Trans trans_b, int m, int n, int k,
