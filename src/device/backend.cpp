@@ -108,6 +108,9 @@ void Backend::linear_backward_bf16_in(float* din, float* dweight, float* dbias,
                                       Activation in_act) {
   const bool gelu = in_act == Activation::Gelu;
   ATLAS_ASSERT(!gelu || in_pre != nullptr, "linear_backward through GELU needs in_pre");
+  ATLAS_ASSERT(dweight != nullptr || dbias == nullptr,
+               "linear_backward_bf16_in with a bias gradient but no weight gradient (a split "
+               "backward's input half gives neither)");
   if (dweight != nullptr) linear_backward_weight_bf16_in(dweight, dbias, dout, in, rows, in_f, out_f);
   gemm(Trans::No, Trans::No, rows, in_f, out_f, 1.0F, dout, out_f, w, in_f, 0.0F, din, in_f);
   if (gelu) {

@@ -91,6 +91,17 @@ TEST(SplitBackward, ABiasGradientWithoutAWeightGradientIsAnInternalError) {
     EXPECT_EQ(e.code(), ExitCode::Internal);
     EXPECT_THAT(e.what(), HasSubstr("a bias gradient but no weight gradient"));
   }
+  // the same with the input stored as bf16 (bf16 activation storage)
+  auto be16 = device::make_host_backend(1, Precision::Bf16);
+  Buffer a16 = be16->alloc_floats(4), w16 = be16->alloc_floats(4), b16 = be16->alloc_floats(2), d16 = be16->alloc_floats(4);
+  try {
+    be16->linear_backward_bf16_in(d16.f32(), nullptr, b16.f32(), a16.f32(), a16.bf16(), w16.f32(), nullptr, 2, 2, 2,
+                                  device::Activation::None);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::Internal);
+    EXPECT_THAT(e.what(), HasSubstr("linear_backward_bf16_in with a bias gradient but no weight gradient"));
+  }
 }
 
 // ---- model ----
