@@ -95,6 +95,16 @@ int cmd_plan(Context& ctx) {
                cfg.plan.deadline_s, r.plans[static_cast<std::size_t>(r.best)].step_ms / 1e3);
 
   const plan::Plan& chosen = r.plans[static_cast<std::size_t>(r.chosen)];
+  {
+    const SplitBackward split = cfg.schedule.split_backward;
+    const char* setting = split == SplitBackward::On    ? "on"
+                          : split == SplitBackward::Off ? "off"
+                          : chosen.split_backward      ? "auto: the split won"
+                                                        : "auto: the split did not win";
+    fmt::print("\n# the chosen plan's atlas table {} (schedule.split_backward = {})\n",
+               chosen.split_backward ? "splits the backward into B + W (zero-bubble)" : "does not split the backward",
+               setting);
+  }
   if (chosen.power_kw > 0) {
     fmt::print("\n# the chosen plan draws {:.1f} kW (GPUs x board power x PUE): {:.4g} kWh a step", chosen.power_kw,
                chosen.energy_kwh_per_step);
@@ -107,8 +117,9 @@ int cmd_plan(Context& ctx) {
   }
   const Config out = plan::plan_config(cfg, chosen);
   std::string text = fmt::format("# atlas plan of {}: {} GPUs, predicted step {:.3f} s, {:.0f} tokens/s, "
-                                 "utilization {:.1f}%\n",
-                                 path, chosen.gpus, chosen.step_ms / 1e3, chosen.tokens_per_s, 100 * chosen.utilization);
+                                 "utilization {:.1f}%{}\n",
+                                 path, chosen.gpus, chosen.step_ms / 1e3, chosen.tokens_per_s, 100 * chosen.utilization,
+                                 chosen.split_backward ? ", backward split (B + W)" : "");
   text += deck::resolved_deck(out);
   if (args.flag("deck-out")) {
     const std::string file = args.option("deck-out");

@@ -616,14 +616,31 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
   // Per plan (res.plans' index), the atlas search's engine runs of its quick timing, which its
   // whole search takes again instead of timing them (sched::ScheduleOptions::runs; same plans).
   std::vector<std::shared_ptr<sched::SearchRuns>> runs_of;
-  auto run = [&](Plan& p, bool full, const std::shared_ptr<sched::SearchRuns>& runs) {
+  // Times plan p with the atlas search (full: the whole search, else one candidate) and `split`
+  // (schedule.split_backward's On / Auto / Off for this run; see `split_pass` below).
+  auto run = [&](Plan& p, bool full, SplitBackward split, const std::shared_ptr<sched::SearchRuns>& runs) {
     const Config pc = plan_config(cfg, p);
     const topo::Layout layout(pc.parallel.stages_per_dc, pc.parallel.dp_size, pc.parallel.tp_size);
     const sched::CostModel cost = sched::cost_model(pc, layout, prof);
     const auto tokens = static_cast<double>(cfg.tokens_per_step());  // the deck's global batch, every plan's
     // No 1F1B baseline: the planner never shows it (the atlas table is the same without it).
-    const sim::SimResult r = sim::simulate(cost, ScheduleKind::Atlas, p.micro_batches, tokens, full, false, runs);
+    sched::ScheduleOptions so;
+    so.kind = ScheduleKind::Atlas;
+    so.micro_batches = p.micro_batches;
+    so.full_search = full;
+    so.baseline_1f1b = false;
+    so.split = split;
+    so.runs = runs;
+    const sim::SimResult r = sim::measure(sched::build_schedule(cost, so), cost, tokens);
     p.simulated = true;
+    p.split_backward = sched::is_split(r.table);
+    // No table of this plan, split or not, is faster than its busiest row's work (compute,
+    // all-reduce, optimizer: the split moves W, it does not shrink it) nor than its busiest WAN
+    // link's bytes at the link's capacity (the split sends the same bytes).
+    double floor_ms = 0.0;
+    for (int s = 0; s < r.table.pp; ++s)
+      for (int d = 0; d < r.table.dp; ++d) floor_ms = std::max(floor_ms, r.table.busy_ms(s, d));
+    p.step_floor_ms = std::max(floor_ms, r.max_link_utilization * r.step_ms);
     p.fully_timed = full;
     p.step_ms = r.step_ms;
     p.tokens_per_s = r.tokens_per_s;
@@ -631,7 +648,8 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
     p.bubble_fraction = r.bubble_fraction;
     // The atlas table may hold more micro-batches than 1F1B (its depth search stays within the
     // device's memory): the plan's memory per GPU is the table's (sched/memory.hpp).
-    p.mem_bytes = std::max(p.mem_bytes, sched::memory_per_gpu(cost, r.table).peak_bytes);
+    const double table_bytes = sched::memory_per_gpu(cost, r.table).peak_bytes;
+    p.mem_bytes = p.split_backward ? table_bytes : std::max(p.mem_bytes, table_bytes);
     set_step(p, p.step_ms);
   };
   std::mutex tell_mutex;
@@ -644,7 +662,8 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
   const unsigned hw = std::max(1U, std::thread::hardware_concurrency());
   const auto threads = static_cast<std::size_t>(opt.threads > 0 ? opt.threads : static_cast<int>(std::min(hw, 8U)));
   auto run_all = [&](std::vector<Plan>& plans, const std::vector<std::size_t>& which_in, bool full,
-                     const std::function<std::string(std::size_t)>& what) {
+                     const std::function<std::string(std::size_t)>& what,
+                     const std::function<SplitBackward(bool)>& split_of) {
     // The costliest runs first, so that the last ones to finish are short (the plans and their
     // results are the same in any order): a plan over several DCs times every replica row
     // (pp x dp), one in one DC a replica per stage (sched::one_replica_per_stage), each over its
@@ -666,7 +685,7 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
       for (std::size_t n = next++; n < which.size(); n = next++) {
         tell(what(n + 1));
         try {
-          run(plans[which[n]], full, runs_of[which[n]]);
+          run(plans[which[n]], full, split_of(full), runs_of[which[n]]);
         } catch (...) {
           const std::lock_guard<std::mutex> lock(failed_mutex);
           if (!failed) failed = std::current_exception();
@@ -684,6 +703,50 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
     if (!pool.empty()) sched::take_search_threads(1);
     if (failed) std::rethrow_exception(failed);
   };
+  // schedule.split_backward: on splits every candidate of every run; off never. auto is tried as
+  // `atlas simulate` tries it (the whole search keeps the split where it wins at no more memory),
+  // but not on every plan: the plans are quick-timed and re-timed unsplit (as with off), then
+  // split_pass gives the whole search with auto to each re-timed plan that could still become the
+  // chosen one: whose step floor (step_floor_ms: no split beats it) is below the best plan's step
+  // by the objective, within the deadline. The search takes the unsplit runs again
+  // (ScheduleOptions::runs), so it times only the split candidates. Auto on every run cost ~1.6x.
+  const SplitBackward deck_split = cfg.schedule.split_backward;
+  const auto unsplit_first = [&](bool) { return deck_split == SplitBackward::Auto ? SplitBackward::Off : deck_split; };
+  const auto split_pass = [&](const std::vector<std::size_t>& timed) {
+    if (deck_split != SplitBackward::Auto || timed.empty()) return;
+    const bool dl = cfg.plan.deadline_s > 0;
+    auto in_time = [&](double step_ms) { return !dl || step_ms <= cfg.plan.deadline_s * 1e3; };
+    const bool any_in_time =
+        std::any_of(timed.begin(), timed.end(), [&](std::size_t i) { return in_time(res.plans[i].step_ms); });
+    // What a plan is ranked by: the objective among plans within the deadline; the step where none is.
+    const PlanObjective rank_by = any_in_time ? objective : PlanObjective::Time;
+    double best = std::numeric_limits<double>::infinity();
+    for (std::size_t i : timed)
+      if (!any_in_time || in_time(res.plans[i].step_ms)) best = std::min(best, objective_value(res.plans[i], rank_by));
+    std::vector<std::size_t> which;
+    for (std::size_t i : timed) {
+      Plan floor = res.plans[i];
+      floor.step_ms = floor.step_floor_ms;
+      set_step(floor, floor.step_ms);
+      if ((!any_in_time || in_time(floor.step_ms)) && objective_value(floor, rank_by) < best * (1 - 1e-4)) which.push_back(i);
+    }
+    // The split is tried by the quick search (around 1F1B's depth, with the default and the
+    // concurrent link policies): the whole search with auto cost the 1,024-GPU deck ~0.25 s more,
+    // over its 1 s budget. A split table replaces the whole unsplit search's only where faster.
+    std::vector<Plan> trial = res.plans;
+    run_all(
+        trial, which, false,
+        [&](std::size_t n) {
+          return fmt::format("{} plans re-timed; trying the split backward on plan {} of {}", timed.size(), n,
+                             which.size());
+        },
+        [](bool) { return SplitBackward::Auto; });
+    for (std::size_t i : which)
+      if (trial[i].split_backward && trial[i].step_ms < res.plans[i].step_ms * (1 - 1e-4)) {
+        trial[i].fully_timed = true;
+        res.plans[i] = trial[i];
+      }
+  };
   std::vector<char> group;  // res.plans[i]'s Pick
   for (std::size_t i = 0; i < cands.size(); ++i)
     if (pick[i] != None) {
@@ -695,9 +758,10 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
   {
     std::vector<std::size_t> all(res.plans.size());
     std::iota(all.begin(), all.end(), 0);
-    run_all(res.plans, all, false, [&](std::size_t n) {
-      return fmt::format("{} candidate plans; quick-timing plan {} of {}", cands.size(), n, all.size());
-    });
+    run_all(
+        res.plans, all, false,
+        [&](std::size_t n) { return fmt::format("{} candidate plans; quick-timing plan {} of {}", cands.size(), n, all.size()); },
+        unsplit_first);
   }
   if (opt.final_full_search) {
     std::vector<std::size_t> order(res.plans.size());
@@ -732,10 +796,14 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
     std::vector<std::size_t> which;
     for (std::size_t i = 0; i < res.plans.size(); ++i)
       if (retime[i]) which.push_back(i);
-    run_all(res.plans, which, true, [&](std::size_t n) {
-      return fmt::format("{} plans quick-timed; re-timing plan {} of {} with the whole atlas search", res.plans.size(),
-                         n, which.size());
-    });
+    run_all(
+        res.plans, which, true,
+        [&](std::size_t n) {
+          return fmt::format("{} plans quick-timed; re-timing plan {} of {} with the whole atlas search",
+                             res.plans.size(), n, which.size());
+        },
+        unsplit_first);
+    split_pass(which);
   }
   auto by_step = [](const Plan& a, const Plan& b) { return a.step_ms < b.step_ms; };
   std::stable_sort(res.plans.begin(), res.plans.end(), by_step);
@@ -763,7 +831,7 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
     int chosen = pick_best();
     res.deadline_met = chosen >= 0;
     if (chosen >= 0 && opt.final_full_search && !res.plans[static_cast<std::size_t>(chosen)].fully_timed) {
-      run(res.plans[static_cast<std::size_t>(chosen)], true, nullptr);  // never slower: it still meets the deadline
+      run(res.plans[static_cast<std::size_t>(chosen)], true, deck_split, nullptr);  // never slower: still in time
       std::stable_sort(res.plans.begin(), res.plans.end(), by_step);
       chosen = pick_best();
     }
@@ -838,6 +906,7 @@ std::string what_if_table(const PlanResult& r, const Config& cfg, int rows) {
     if (chosen_note != nullptr && i == r.chosen && r.deadline_met)
       note += std::string(note.empty() ? "" : ", ") + chosen_note + (cfg.plan.deadline_s > 0 ? " within deadline" : "");
     if (auto it = extra_note.find(i); it != extra_note.end()) note += std::string(note.empty() ? "" : ", ") + it->second;
+    if (p.split_backward) note += std::string(note.empty() ? "" : ", ") + "split backward";
     out += fmt::format("  {:>3} {:<{}} {:>6} {:>3} {:>4} {:>4} {:>3} {:>5} {:>8.1f} {:>10.3f} {:>12.0f} {:>6.1f} {:>11.4g}",
                        i + 1, dcs_of(p), width, p.gpus, p.tp, p.pp, p.dp, p.micro_batch_size, p.micro_batches,
                        gib(p.mem_bytes), p.step_ms / 1e3, p.tokens_per_s, 100.0 * p.utilization, p.cost_per_step);

@@ -150,7 +150,9 @@ std::uint64_t model_print(const CostModel& c, int m, std::size_t messages, int s
   auto mixd = [&](double x) { mix(std::bit_cast<std::uint64_t>(x)); };
   for (int v : {c.pp, c.dp, c.tp, c.dc_count, c.virtual_stages, m, c.ranks_per_host}) mix(static_cast<std::uint64_t>(v));
   mix(messages);
-  mix(static_cast<std::uint64_t>(split));  // ScheduleOptions::split: every candidate split or not
+  // ScheduleOptions::split: On splits every candidate under its unsplit key; Off and Auto build the
+  // same program for a key (Auto's split candidates have keys of their own), so share their runs.
+  mix(static_cast<std::uint64_t>(split == static_cast<int>(SplitBackward::On)));
   mix(static_cast<std::uint64_t>(c.act_bytes));
   for (int dc : c.stage_dc) mix(static_cast<std::uint64_t>(dc));
   for (const auto* v : {&c.fwd_ms, &c.bwd_ms, &c.allreduce_ms, &c.optimizer_ms, &c.grad_bytes, &c.state_bytes,

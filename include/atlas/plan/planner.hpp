@@ -31,6 +31,8 @@ struct Plan {
   double estimate_ms = 0.0;           ///< closed-form step estimate (used to prune)
   bool simulated = false;
   bool fully_timed = false;           ///< step_ms from the whole atlas search (else one candidate)
+  bool split_backward = false;        ///< the timed table splits the backward (B + W; schedule.split_backward)
+  double step_floor_ms = 0.0;         ///< no table of this plan is faster: busiest row's work, busiest WAN link's bytes
   double step_ms = 0.0;               ///< simulated step time (atlas schedule)
   double tokens_per_s = 0.0;
   double utilization = 0.0;           ///< mean (forward + backward) / step
