@@ -36,6 +36,11 @@ atlas_cli_test(cli_simulate_wan "us-east-1 -> eu-west-1"
 atlas_cli_test(cli_plan_deadline "cheapest within deadline.*the plan as a deck.*parallel.stages_per_dc"
                plan inputs/plan_13b_deadline.deck)
 atlas_cli_test(cli_plan_70b "fastest" plan inputs/plan_70b_4dc.deck --quiet)
+# Issue #25: the planner tries the zero-bubble split backward (schedule.split_backward = auto) and says so.
+atlas_cli_test(cli_plan_split "us-east-1:12 .*fastest.*split backward.*the chosen plan's atlas table splits the backward into B \\+ W \\(zero-bubble\\) \\(schedule.split_backward = auto: the split won\\)"
+               plan inputs/plan_70b_4dc.deck --quiet)
+atlas_cli_test(cli_plan_split_off "the chosen plan's atlas table does not split the backward \\(schedule.split_backward = off\\)"
+               plan inputs/plan_70b_4dc.deck --quiet schedule.split_backward=off)
 atlas_cli_test(cli_plan_no_fit "ERROR: no plan fits: the model .* needs .* GiB per GPU"
                plan inputs/plan_70b_4dc.deck "cluster.gpus_per_dc=8 8 0 0" model.layers=96 model.hidden=12288 model.heads=96)
 atlas_cli_test(cli_profile_show "device profile h100.*datasheet" profile --show profiles/device/h100.profile)

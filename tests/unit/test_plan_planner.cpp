@@ -239,6 +239,38 @@ TEST(PlanSearch, SingleDcPlansAndPlansWithoutTheLargestDcAreCandidates) {
   EXPECT_TRUE(std::any_of(all.plans.begin(), all.plans.end(), [](const Plan& p) { return p.dc_order.size() == 3; }));
 }
 
+TEST(PlanSearch, TriesTheSplitBackwardAndOffKeepsTheUnsplitPlan) {
+  // kCluster's fastest plan (big:4, tp 4 x pp 4 x dp 4, 16 micro-batches) has bubbles that the
+  // zero-bubble split fills with W: with schedule.split_backward = auto (the default) the planner
+  // tries it and its table splits; with off the planner picks the plan it picked before the split
+  // was tried (0.264 s a step, same shape), and no table splits.
+  const Config on_cfg = deck(kCluster);
+  ASSERT_EQ(on_cfg.schedule.split_backward, SplitBackward::Auto);
+  const sched::DeviceProfile prof = sched::device_profile(on_cfg);
+  const PlanResult split = search(on_cfg, prof);
+  const Plan& a = split.plans[static_cast<std::size_t>(split.chosen)];
+  const Config off_cfg = deck(kCluster, {"schedule.split_backward=off"});
+  const PlanResult plain = search(off_cfg, prof);
+  const Plan& b = plain.plans[static_cast<std::size_t>(plain.chosen)];
+
+  EXPECT_TRUE(a.split_backward) << what_if_table(split, on_cfg, 4);
+  EXPECT_LT(a.step_ms, b.step_ms * (1 - 1e-4)) << "the split must gain to be kept";
+  EXPECT_GE(a.step_ms, a.step_floor_ms);
+  const std::string table = what_if_table(split, on_cfg, 4);
+  EXPECT_THAT(table, ContainsRegex("  1 big:4 [^\n]* fastest, fastest in big alone, split backward"));
+
+  EXPECT_FALSE(b.split_backward);
+  EXPECT_EQ(b.dc_order, std::vector<int>{0});
+  EXPECT_EQ(b.stages_per_dc, (std::vector<int>{4, 0, 0}));
+  EXPECT_EQ(std::vector<int>({b.tp, b.pp, b.dp, b.micro_batch_size, b.micro_batches}),
+            std::vector<int>({4, 4, 4, 1, 16}));
+  EXPECT_NEAR(b.step_ms, 264.0, 0.5);
+  for (const Plan& p : plain.plans) EXPECT_FALSE(p.split_backward);
+  EXPECT_THAT(what_if_table(plain, off_cfg, 4), Not(HasSubstr("split backward")));
+  // The plan's deck keeps the deck's setting, so `atlas simulate` of it searches the split too.
+  EXPECT_EQ(plan_config(on_cfg, a).schedule.split_backward, SplitBackward::Auto);
+}
+
 TEST(PlanSearch, APlanThatDoesNotFitMemoryIsNeverSimulated) {
   // 64 blocks of 4096 (12.9B parameters): the deck's own shape, tp 1 x pp 2 x dp 4, holds 6.4B
   // parameters a GPU x 16 bytes = 103 GB = 96 GiB of weights, gradients and Adam state alone, more
