@@ -663,7 +663,7 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
   const auto threads = static_cast<std::size_t>(opt.threads > 0 ? opt.threads : static_cast<int>(std::min(hw, 8U)));
   auto run_all = [&](std::vector<Plan>& plans, const std::vector<std::size_t>& which_in, bool full,
                      const std::function<std::string(std::size_t)>& what,
-                     const std::function<SplitBackward(bool)>& split_of) {
+                     SplitBackward split) {
     // The costliest runs first, so that the last ones to finish are short (the plans and their
     // results are the same in any order): a plan over several DCs times every replica row
     // (pp x dp), one in one DC a replica per stage (sched::one_replica_per_stage), each over its
@@ -685,7 +685,7 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
       for (std::size_t n = next++; n < which.size(); n = next++) {
         tell(what(n + 1));
         try {
-          run(plans[which[n]], full, split_of(full), runs_of[which[n]]);
+          run(plans[which[n]], full, split, runs_of[which[n]]);
         } catch (...) {
           const std::lock_guard<std::mutex> lock(failed_mutex);
           if (!failed) failed = std::current_exception();
@@ -703,15 +703,15 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
     if (!pool.empty()) sched::take_search_threads(1);
     if (failed) std::rethrow_exception(failed);
   };
-  // schedule.split_backward: on splits every candidate of every run; off never. auto is tried as
-  // `atlas simulate` tries it (the whole search keeps the split where it wins at no more memory),
-  // but not on every plan: the plans are quick-timed and re-timed unsplit (as with off), then
-  // split_pass gives the whole search with auto to each re-timed plan that could still become the
-  // chosen one: whose step floor (step_floor_ms: no split beats it) is below the best plan's step
-  // by the objective, within the deadline. The search takes the unsplit runs again
-  // (ScheduleOptions::runs), so it times only the split candidates. Auto on every run cost ~1.6x.
+  // schedule.split_backward: on splits every candidate of every run; off never. auto: the plans
+  // are quick-timed and re-timed unsplit (as with off), then split_pass tries the split on each
+  // re-timed plan that could still become the chosen one: whose step floor (step_floor_ms: no
+  // split beats it) beats the best plan by the objective, within the deadline. The try is the
+  // quick search with auto (it takes the plan's earlier runs again, ScheduleOptions::runs, and
+  // times the split candidates); a split table replaces the unsplit one only where faster. Auto in
+  // every run cost the 1,024-GPU deck ~1.6x, auto in the whole re-timing search ~1.3x.
   const SplitBackward deck_split = cfg.schedule.split_backward;
-  const auto unsplit_first = [&](bool) { return deck_split == SplitBackward::Auto ? SplitBackward::Off : deck_split; };
+  const SplitBackward unsplit_first = deck_split == SplitBackward::Auto ? SplitBackward::Off : deck_split;
   const auto split_pass = [&](const std::vector<std::size_t>& timed) {
     if (deck_split != SplitBackward::Auto || timed.empty()) return;
     const bool dl = cfg.plan.deadline_s > 0;
@@ -740,7 +740,7 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
           return fmt::format("{} plans re-timed; trying the split backward on plan {} of {}", timed.size(), n,
                              which.size());
         },
-        [](bool) { return SplitBackward::Auto; });
+        SplitBackward::Auto);
     for (std::size_t i : which)
       if (trial[i].split_backward && trial[i].step_ms < res.plans[i].step_ms * (1 - 1e-4)) {
         trial[i].fully_timed = true;
