@@ -32,7 +32,8 @@ TEST(Validate, PublishedRunsWithinTheIssuesBoundsAndFast) {
   EXPECT_LE(pub.mean_abs_error, 0.05);
   EXPECT_LE(pub.max_abs_error, 0.10);
   // Further published runs (Korthikanti'22 full and selective recompute, MT-NLG 530B): held at
-  // their present errors (mean 8%, max 21%: MT-NLG's DeepSpeed runs are slower than the model).
+  // their present errors (mean 8%, max 21%: MT-NLG's DeepSpeed runs are slower than the model, cause
+  // open: docs/bench.md, "MT-NLG 530B").
   const sim::ValidationSummary other = sim::summarize(rows, "other");
   EXPECT_EQ(other.rows, 11);
   EXPECT_LE(other.mean_abs_error, 0.10);
