@@ -11,7 +11,9 @@
 #include <fstream>
 #include <vector>
 
+#include "atlas/app/bench_ablation.hpp"
 #include "atlas/bench/chart.hpp"
+#include "atlas/bench/harness.hpp"
 #include "atlas/core/error.hpp"
 #include "atlas/deck/deck.hpp"
 #include "atlas/deck/profiles.hpp"
@@ -134,6 +136,30 @@ TEST(BarChart, WritesAPngOfTheStatedSize) {
   EXPECT_THROW(bench::write_bar_chart_png(path.string(), c), ConfigError);
   c.width = 640;
   EXPECT_THROW(bench::write_bar_chart_png("/nonexistent-dir/x.png", c), Error);
+}
+
+TEST(BenchAblationRows, DefaultIsEveryRowAndAListPicksSome) {
+  const auto rows = [](std::vector<std::string> w) {
+    w.insert(w.begin(), "inputs/ablation_2dc_16.deck");
+    return app::ablation_rows(bench::parse(app::ablation_bench_spec(), w));
+  };
+  EXPECT_EQ(rows({}), "abcde");
+  EXPECT_EQ(rows({"--rows", "a,d"}), "ad");
+  EXPECT_EQ(rows({"--rows", "d,a"}), "ad");  // table order whatever the list's
+  EXPECT_EQ(rows({"--rows", "c"}), "c");
+  const auto bad = [&](const std::string& list, const std::string& why) {
+    try {
+      (void)rows({"--rows", list});
+      ADD_FAILURE() << list << " accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr(why)) << list;
+    }
+  };
+  bad("a,f", "--rows a,f: 'f' is not a row; the rows are a, b, c, d, e (e.g. --rows a,d)");
+  bad("ad", "--rows ad: 'ad' is not a row");
+  bad("a,,d", "--rows a,,d: '' is not a row");
+  bad("d,d", "--rows d,d: row d is named twice");
+  bad("", "--rows: no row named");
 }
 
 }  // namespace
