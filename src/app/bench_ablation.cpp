@@ -2,8 +2,9 @@
 // `atlas bench ablation DECK`: the paper's ablation as real runs of one deck, each row the same
 // model and global batch on the same ranks (the same ranks per DC, so one emulated WAN serves
 // them all), measured beside the simulator's prediction of the same table:
-//   (a) DP across DCs: every DC holds whole pipelines, the gradients summed over the WAN by Open
-//       MPI (parallel.dp_across_dcs; one TCP connection per peer, as PyTorch/Gloo would);
+//   (a) DP across DCs: every DC holds whole pipelines, the gradients summed over the WAN by a ring
+//       over MPI point-to-point (parallel.dp_across_dcs; one TCP connection per peer, as
+//       PyTorch/Gloo would: device::make_ring_collective);
 //   (b) PP across DCs, 1F1B, one TCP connection per peer (wan.rails = 1), transfers sharing each
 //       link concurrently (Varuna-like);
 //   (c) (b) over the deck's multi-rail (wan.rails);
@@ -188,13 +189,15 @@ int bench_ablation(Context&, const bench::Args& args) {
       row.pred.bubble_fraction = 1.0 - busy / static_cast<double>(sr.stages.size()) / sr.step_ms;
     }
     // WAN bytes per step: the table's WAN transfers (the simulator's links), or for (a) the DP
-    // sums' (a binomial reduce and broadcast cross DCs - 1 tree edges each way per stage and lane).
+    // sums' (the ring, device::make_ring_collective: each of its DCs WAN edges carries 2 (dp - 1)
+    // pieces of grad / dp per stage and lane).
     const sim::SimResult deck_wan = sim::simulate(cfg);
     row.wan_bytes = sim::prediction(deck_wan).wan_bytes_per_step;
     if (cfg.parallel.dp_across_dcs) {
       double grad = 0.0;
       for (double b : deck_wan.cost.grad_bytes) grad += b;
-      row.wan_bytes = 2.0 * (ndc - 1) * grad * cfg.parallel.tp_size;
+      const double dp = cfg.parallel.dp_size;
+      row.wan_bytes = ndc * 2.0 * (dp - 1) / dp * grad * cfg.parallel.tp_size;
     }
     row.run = run_training_job(cfg, world, quiet);
   }
