@@ -131,11 +131,11 @@ inline constexpr double kMpiEagerLimitBytes = 64.0 * 1024.0;
 /// Time of the DP sum across DCs (parallel.dp_across_dcs) as the runtime runs it
 /// (device::make_ring_collective: a ring over point-to-point, as Gloo): `dp` replicas numbered DC
 /// by DC, `dp_per_dc` in each, ring i -> i + 1 mod dp; 2 (dp - 1) steps of bytes / dp, each as long
-/// as its slowest edge plus the wake-up delay: inside a DC the intra-DC cost; between DCs a and b
-/// c.link(a, b)'s latency, plus a round trip when the piece exceeds kMpiEagerLimitBytes
-/// (rendezvous), plus the piece's first `window_bytes` at capacity / sharing and the rest at one
-/// TCP flow's rate, min(capacity / sharing, window / RTT). `sharing`: the sums that cross a link
-/// at once.
+/// as its slowest edge plus the wake-up delay: inside a DC the intra-DC transfer; between DCs a
+/// and b a round trip of c.link(a, b) when the piece exceeds kMpiEagerLimitBytes (rendezvous), plus
+/// the piece's first `window_bytes` at capacity / sharing and the rest at one TCP flow's rate,
+/// min(capacity / sharing, window / RTT); plus the largest one-way latency of the ring once (the
+/// steps overlap by it). `sharing`: the sums that cross a link at once.
 double wan_ring_allreduce_ms(const CostModel& c, double bytes, int dp, int dp_per_dc, int sharing, double window_bytes);
 
 /// parallel.dp_across_dcs: sets every stage's allreduce_ms to wan_ring_allreduce_ms (pp x tp
