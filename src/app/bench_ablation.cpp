@@ -2,8 +2,9 @@
 // `atlas bench ablation DECK`: the paper's ablation as real runs of one deck, each row the same
 // model and global batch on the same ranks (the same ranks per DC, so one emulated WAN serves
 // them all), measured beside the simulator's prediction of the same table:
-//   (a) DP across DCs: every DC holds whole pipelines, the gradients summed over the WAN by Open
-//       MPI (parallel.dp_across_dcs; one TCP connection per peer, as PyTorch/Gloo would);
+//   (a) DP across DCs: every DC holds whole pipelines, the gradients summed over the WAN by a ring
+//       over MPI point-to-point (parallel.dp_across_dcs; one TCP connection per peer, as
+//       PyTorch/Gloo would: device::make_ring_collective);
 //   (b) PP across DCs, 1F1B, one TCP connection per peer (wan.rails = 1), transfers sharing each
 //       link concurrently (Varuna-like);
 //   (c) (b) over the deck's multi-rail (wan.rails);
@@ -76,9 +77,24 @@ const bench::Spec& ablation_bench_spec() {
       "(e) BubbleTea",
       "DECK [key=value ...]",
       {{"steps", "N", "8", "steps of each training run (the first is not timed)"},
+       {"rows", "LIST", "a,b,c,d,e", "the rows to run, e.g. a,d (the others are left out of the table and chart)"},
        {"png", "FILE", "bench_ablation.png", "the bar chart (measured beside predicted step per row); \"\" = none"},
        {"png-size", "WxH", "800x480", "the chart's size in pixels"}}};
   return spec;
+}
+
+std::string ablation_rows(const bench::Args& args) {
+  const std::string all = "abcde";
+  std::string out;
+  for (const std::string& r : args.list("rows")) {
+    if (r.size() != 1 || all.find(r) == std::string::npos)
+      args.fail("--rows " + args.text("rows") + ": '" + r + "' is not a row; the rows are a, b, c, d, e (e.g. --rows a,d)");
+    if (out.find(r) != std::string::npos) args.fail("--rows " + args.text("rows") + ": row " + r + " is named twice");
+    out += r;
+  }
+  if (out.empty()) args.fail("--rows: no row named; the rows are a, b, c, d, e (e.g. --rows a,d)");
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 int bench_ablation(Context&, const bench::Args& args) {
@@ -87,6 +103,7 @@ int bench_ablation(Context&, const bench::Args& args) {
   const std::string steps = "run.steps=" + std::to_string(args.integer("steps", 2, 1000000000));
   const std::string png = args.text("png");
   const auto [png_w, png_h] = parse_size(args);
+  const std::string wanted = ablation_rows(args);
   const Config base = load(world, args, kQuiet);
   const int ndc = base.cluster.dc_count();
   const auto& sp = base.parallel.stages_per_dc;
@@ -137,6 +154,8 @@ int bench_ablation(Context&, const bench::Args& args) {
        {}, {}, 0.0},
   };
 
+  std::erase_if(rows, [&](const Row& r) { return wanted.find(r.id) == std::string::npos; });
+
   // The prediction is for the network the job really runs on (as bench fidelity): the deck's WAN
   // inside the emulation (scripts/wan/run_emulated.sh), else loopback between the "DCs"; host
   // ranks share this machine's cores, emulated and GPU ranks compute at the deck's costs.
@@ -170,13 +189,15 @@ int bench_ablation(Context&, const bench::Args& args) {
       row.pred.bubble_fraction = 1.0 - busy / static_cast<double>(sr.stages.size()) / sr.step_ms;
     }
     // WAN bytes per step: the table's WAN transfers (the simulator's links), or for (a) the DP
-    // sums' (a binomial reduce and broadcast cross DCs - 1 tree edges each way per stage and lane).
+    // sums' (the ring, device::make_ring_collective: each of its DCs WAN edges carries 2 (dp - 1)
+    // pieces of grad / dp per stage and lane).
     const sim::SimResult deck_wan = sim::simulate(cfg);
     row.wan_bytes = sim::prediction(deck_wan).wan_bytes_per_step;
     if (cfg.parallel.dp_across_dcs) {
       double grad = 0.0;
       for (double b : deck_wan.cost.grad_bytes) grad += b;
-      row.wan_bytes = 2.0 * (ndc - 1) * grad * cfg.parallel.tp_size;
+      const double dp = cfg.parallel.dp_size;
+      row.wan_bytes = ndc * 2.0 * (dp - 1) / dp * grad * cfg.parallel.tp_size;
     }
     row.run = run_training_job(cfg, world, quiet);
   }
@@ -211,15 +232,20 @@ int bench_ablation(Context&, const bench::Args& args) {
                         {"meas_util", "%", 12},
                         {"pred_util", "%", 12}});
   fmt::print("{}", t.head());
-  const double a_meas = rows[0].run.mean_step_s * 1e3, a_pred = rows[0].pred.step_ms;
+  // vs_a needs row (a), vs_prev the row just before in the full order; "-" where it did not run.
+  const Row* a = rows.front().id == "a" ? &rows.front() : nullptr;
+  const auto ratio = [](const Row* x, const Row& r, bool pred) {
+    if (x == nullptr) return std::string("-");
+    return pred ? fmt::format("{:.3f}", x->pred.step_ms / r.pred.step_ms)
+                : fmt::format("{:.3f}", x->run.mean_step_s / r.run.mean_step_s);
+  };
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const auto& r = rows[i];
+    const Row* prev = i > 0 && rows[i - 1].id[0] + 1 == r.id[0] ? &rows[i - 1] : nullptr;
     const double meas = r.run.mean_step_s * 1e3, pred = r.pred.step_ms;
-    const double prev_meas = i ? rows[i - 1].run.mean_step_s * 1e3 : meas, prev_pred = i ? rows[i - 1].pred.step_ms : pred;
     fmt::print("{}", t.row({r.id, r.what, fmt::format("{:.1f}", meas), fmt::format("{:.1f}", pred),
-                            fmt::format("{:.3f}", meas / pred), fmt::format("{:.3f}", a_meas / meas),
-                            fmt::format("{:.3f}", a_pred / pred), i ? fmt::format("{:.3f}", prev_meas / meas) : "-",
-                            i ? fmt::format("{:.3f}", prev_pred / pred) : "-", fmt::format("{:.2f}", r.wan_bytes / 1e6),
+                            fmt::format("{:.3f}", meas / pred), ratio(a, r, false), ratio(a, r, true),
+                            ratio(prev, r, false), ratio(prev, r, true), fmt::format("{:.2f}", r.wan_bytes / 1e6),
                             fmt::format("{:.1f}", 100 * r.run.measured_bubble),
                             fmt::format("{:.1f}", 100 * r.pred.bubble_fraction),
                             fmt::format("{:.1f}", 100 * r.run.measured_utilization),
@@ -236,15 +262,26 @@ int bench_ablation(Context&, const bench::Args& args) {
     bench::write_bar_chart_png(png, chart);
     fmt::print("# chart: {} ({}x{} PNG, libpng; measured beside predicted step per row)\n", png, png_w, png_h);
   }
-  const auto step = [&](int i) { return rows[static_cast<std::size_t>(i)].run.mean_step_s; };
-  const auto pstep = [&](int i) { return rows[static_cast<std::size_t>(i)].pred.step_ms; };
-  const double gain_meas = step(2) / step(3), gain_pred = pstep(2) / pstep(3);
-  fmt::print("ablation: (d) atlas vs (a) DP across DCs measured {:.2f} x (predicted {:.2f} x); atlas gain over (c) "
-             "measured {:.3f} x, predicted {:.3f} x (measured/predicted gain {:.2f}); (e) BubbleTea vs (d) step "
-             "{:+.1f}%\n",
-             step(0) / step(3), pstep(0) / pstep(3), gain_meas, gain_pred,
-             gain_meas / gain_pred,
-             100.0 * (step(4) / step(3) - 1.0));
+  // The footer: what the rows that ran allow.
+  const auto find = [&](char id) -> const Row* {
+    for (const auto& r : rows)
+      if (r.id[0] == id) return &r;
+    return nullptr;
+  };
+  const Row *ra = find('a'), *rc = find('c'), *rd = find('d'), *re = find('e');
+  std::vector<std::string> foot;
+  if (ra && rd)
+    foot.push_back(fmt::format("(d) atlas vs (a) DP across DCs measured {:.2f} x (predicted {:.2f} x)",
+                               ra->run.mean_step_s / rd->run.mean_step_s, ra->pred.step_ms / rd->pred.step_ms));
+  if (rc && rd) {
+    const double gain_meas = rc->run.mean_step_s / rd->run.mean_step_s, gain_pred = rc->pred.step_ms / rd->pred.step_ms;
+    foot.push_back(fmt::format("atlas gain over (c) measured {:.3f} x, predicted {:.3f} x (measured/predicted gain "
+                               "{:.2f})",
+                               gain_meas, gain_pred, gain_meas / gain_pred));
+  }
+  if (rd && re) foot.push_back(fmt::format("(e) BubbleTea vs (d) step {:+.1f}%", 100.0 * (re->run.mean_step_s / rd->run.mean_step_s - 1.0)));
+  for (const auto& r : rows) foot.push_back(fmt::format("({}) measured/predicted {:.3f}", r.id, r.run.mean_step_s * 1e3 / r.pred.step_ms));
+  fmt::print("ablation: {}\n", fmt::join(foot, "; "));
   return 0;
 }
 

@@ -328,8 +328,8 @@ void build(Schema& schema) {
       .help("data parallelism across DCs (the ablation's baseline, atlas bench ablation): every DC holds "
             "whole pipelines of parallel.stages_per_dc[d] stages (equal in every DC), parallel.dp_size "
             "counts the replicas of all DCs (a multiple of the DC count) and the DP gradient sums cross "
-            "the WAN over MPI (one TCP connection per peer), predicted as Open MPI's binomial in-place "
-            "iallreduce, each round at its DC pair's latency and one TCP flow's rate");
+            "the WAN as a ring over MPI point-to-point (one TCP connection per peer, as Gloo; host memory), "
+            "each of its steps at its slowest DC pair's round trip and one TCP flow's rate");
 
   // [model]
   b.field("model.layers", &C::model, &ModelCfg::layers).def("4").min(1).max(kMaxLayers)

@@ -143,7 +143,11 @@ Trainer::Trainer(const Config& cfg, const topo::Layout& layout, const topo::Comm
   // NCCL on the CUDA backend, chosen by the device room ----
   // (emulated: the TP sums are inside the forward and backward times; the DP sums run for real)
   if (layout.tp_size() > 1 && !m_emu) m_tp = device::make_collective(comms.tp, backend);
-  if (layout.dp_size() > 1) m_dp = device::make_collective(comms.dp, backend);
+  // DP across DCs on host memory: the ring over point-to-point (as Gloo), not MPI's collective
+  // (device::make_ring_collective says why); sched::wan_dp_allreduce predicts it.
+  if (layout.dp_size() > 1)
+    m_dp = layout.dp_across_dcs() && backend.host_accessible() ? device::make_ring_collective(comms.dp)
+                                                                : device::make_collective(comms.dp, backend);
 
   mpi::tags::check_pipeline(cfg.train.micro_batches, cfg.train.eval_batches, mpi::tag_upper_bound(), table.virtual_stages);
   if (m_emu) {

@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 # atlas bench ablation end to end on loopback (no namespaces): a 2-DC deck at 4 ranks prints the
 # five rows (a)-(e) with every column, the footer, and a valid PNG of the stated size; a 1-DC deck
-# and a deck whose DCs hold different stage counts are clear config errors (exit 2) on every rank.
+# and a deck whose DCs hold different stage counts are clear config errors (exit 2) on every rank, as is
+# --rows naming a row that does not exist.
 # usage: test_bench_ablation.sh SOURCE_DIR ATLAS_BIN
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -48,4 +49,8 @@ timeout 60 "${MPI[@]}" "$ATLAS_BIN" bench ablation "$DECK" "parallel.stages_per_
   "cluster.gpus_per_dc=4 4" model.layers=4 run.out_dir="$T/runs" > "$T/unequal.out" 2>&1
 check "unequal stage counts name row (a)'s need" \
   grep -q "parallel.stages_per_dc = 3 1: row (a) needs the same stage count in every DC" "$T/unequal.out"
+timeout 60 "${MPI[@]}" "$ATLAS_BIN" bench ablation "$DECK" --rows a,x run.out_dir="$T/runs" > "$T/rows.out" 2>&1
+echo $? > "$T/rows.rc"
+check "--rows with a bad letter exits 2 (exit $(cat "$T/rows.rc"))" test "$(cat "$T/rows.rc")" -eq 2
+check "--rows names the bad letter and the rows" grep -q "\-\-rows a,x: 'x' is not a row; the rows are a, b, c, d, e" "$T/rows.out"
 launch_finish

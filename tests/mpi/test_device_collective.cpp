@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // device::make_collective on the host backend (MPI directly on the buffers) and the staged
-// collective (download, MPI_Allreduce, upload) that device backends fall back to: both sum
+// collective (download, MPI_Allreduce, upload) that device backends fall back to, and the ring
+// over point-to-point (DP across DCs): all sum
 // rank-dependent values exactly over MPI_COMM_WORLD at any np, and refuse foreign buffers.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -83,6 +84,7 @@ TEST(DeviceCollective, StartedSumsInFlightTogetherAreExact) {
   std::vector<std::unique_ptr<device::Collective>> groups;
   groups.push_back(make_collective(world, *be));
   groups.push_back(make_staged_collective(world, *be));
+  groups.push_back(make_ring_collective(world));  // several in flight: each sum its own tag
   for (auto& group : groups) {
     const std::size_t sizes[] = {1, 1000, 100000};
     std::vector<Buffer> bufs;
@@ -96,6 +98,24 @@ TEST(DeviceCollective, StartedSumsInFlightTogetherAreExact) {
       EXPECT_TRUE(sums[k]->test());
       EXPECT_EQ(testutil::download(*be, bufs[k]), expected_sum(world.size(), sizes[k], sizes[k])) << sizes[k];
     }
+  }
+}
+
+// The ring over point-to-point (DP across DCs): exact sums for counts below, at and above the
+// member count, the remainder in the last member's piece, and only the first `count` floats.
+TEST(DeviceCollective, RingCollectiveSumsExactly) {
+  const mpi::Comm world = mpi::Comm::world();
+  auto be = make_host_backend(1);
+  auto ring = make_ring_collective(world);
+  EXPECT_EQ(ring->size(), world.size());
+  EXPECT_EQ(ring->rank(), world.rank());
+  for (std::size_t count : {std::size_t{1}, std::size_t{2}, std::size_t{3}, std::size_t{777}, std::size_t{1000}}) {
+    const std::size_t n = 1000;
+    Buffer buf = testutil::upload(*be, values(world.rank(), n));
+    ring->allreduce_sum(buf, count);
+    std::vector<float> want = expected_sum(world.size(), n, count);
+    for (std::size_t i = count; i < n; ++i) want[i] = values(world.rank(), n)[i];
+    EXPECT_EQ(testutil::download(*be, buf), want) << count;
   }
 }
 

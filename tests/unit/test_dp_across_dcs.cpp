@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// parallel.dp_across_dcs (atlas bench ablation's row a): the DP sum's cost over the WAN (Open MPI's
-// binomial in-place iallreduce, each round at its DC pair's cost), the deck's checks, and the bar chart the
+// parallel.dp_across_dcs (atlas bench ablation's row a): the DP sum's cost over the WAN (the
+// runtime's ring over point-to-point, each step at its slowest edge's cost), the deck's checks, and the bar chart the
 // benchmark writes (a PNG of the stated size).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -11,7 +11,9 @@
 #include <fstream>
 #include <vector>
 
+#include "atlas/app/bench_ablation.hpp"
 #include "atlas/bench/chart.hpp"
+#include "atlas/bench/harness.hpp"
 #include "atlas/core/error.hpp"
 #include "atlas/deck/deck.hpp"
 #include "atlas/deck/profiles.hpp"
@@ -45,37 +47,47 @@ TEST(DpAcrossDcs, TheDpSumCrossesTheSlowestWanLink) {
   ASSERT_EQ(dp.parallel.pp_size(), 2);
   const sched::CostModel cpp = sched::cost_model(pp, topo::Layout(pp.parallel));
   const sched::CostModel cdp = sched::cost_model(dp, topo::Layout(dp.parallel));
-  // 4 replicas, 2 per DC: one binomial round inside a DC and one over the WAN, each way.
+  // 4 replicas, 2 per DC, the ring 0 -> 1 -> 2 -> 3 -> 0: edges 1 -> 2 and 3 -> 0 cross the WAN;
+  // 6 steps of a quarter each, as long as a WAN edge (rendezvous, first window at the link's
+  // share, the rest at one flow's rate), and the latency once.
   for (int s = 0; s < cdp.pp; ++s) {
     const auto i = static_cast<std::size_t>(s);
-    const double bytes = cdp.grad_bytes[i];
+    const double piece = cdp.grad_bytes[i] / 4;
+    ASSERT_GT(piece, sched::kMpiEagerLimitBytes);
     const sched::LinkCost& l = cdp.link(0, 1);
-    const double rate = sched::transfer_cap_bytes_per_ms(l.capacity_bytes_per_ms / (cdp.pp * cdp.tp), l.latency_ms, 1,
-                                                         sched::flow_window_bytes(dp));
-    const double want = 2.0 * ((l.latency_ms + bytes / rate) + (cdp.intra_latency_ms + bytes / cdp.intra_bytes_per_ms));
-    EXPECT_NEAR(sched::wan_binomial_allreduce_ms(cdp, bytes, 4, 2, cdp.pp * cdp.tp, sched::flow_window_bytes(dp)), want,
-                1e-9 * want);
+    const double w = sched::flow_window_bytes(dp), share = l.capacity_bytes_per_ms / (cdp.pp * cdp.tp);
+    const double burst = std::min(piece, w);
+    const double edge = 2 * l.latency_ms + burst / share +
+                        (piece - burst) / sched::transfer_cap_bytes_per_ms(share, l.latency_ms, 1, w);
+    const double want = 6.0 * (edge + cdp.wake_ms) + l.latency_ms;
+    EXPECT_NEAR(sched::wan_ring_allreduce_ms(cdp, 4 * piece, 4, 2, cdp.pp * cdp.tp, w), want, 1e-9 * want);
     EXPECT_NEAR(cdp.allreduce_ms[i], want, 1e-9 * want);
-    EXPECT_GT(cdp.allreduce_ms[i], 40.0);  // at least the two WAN latencies
+    EXPECT_GT(cdp.allreduce_ms[i], 6 * 40.0 + 20.0);  // a rendezvous round trip per step, a latency once
   }
-  // Four DCs, one replica each: round 1 pairs DC 0-1 and 2-3, round 2 DC 0-2; each round at its
-  // slowest pair (a fast pair in the same round waits for nothing).
+  // Four DCs, one replica each: the ring's edges are 0 -> 1, 1 -> 2, 2 -> 3, 3 -> 0 (never 0-2 or
+  // 1-3); each step as long as the slowest of them. Hand-computed: 1e5 bytes/ms links, no wake-up.
   sched::CostModel four = cdp;
   four.dc_count = 4;
+  four.wake_ms = 0.0;
   four.links.assign(16, sched::LinkCost{});
   const auto set = [&](int a, int b, double lat) {
     four.links[static_cast<std::size_t>(a * 4 + b)] = {lat, 1e5, 1e5};
     four.links[static_cast<std::size_t>(b * 4 + a)] = {lat, 1e5, 1e5};
   };
   set(0, 1, 10.0);
+  set(1, 2, 15.0);
   set(2, 3, 40.0);
-  set(0, 2, 25.0);
-  set(0, 3, 99.0);  // never an edge of the tree
-  set(1, 2, 99.0);
+  set(3, 0, 25.0);
+  set(0, 2, 99.0);  // never an edge of the ring
   set(1, 3, 99.0);
-  const double w = 1e12;  // no window cap
-  const double r4 = sched::wan_binomial_allreduce_ms(four, 1e5, 4, 1, 1, w);
-  EXPECT_NEAR(r4, 2.0 * ((40.0 + 1.0 + four.wake_ms) + (25.0 + 1.0 + four.wake_ms)), 1e-9);
+  // 4e4 bytes: pieces of 1e4 under the eager limit, no window cap: 6 x 0.1 ms + the slowest
+  // edge's latency (40, edge 2 -> 3) once.
+  EXPECT_NEAR(sched::wan_ring_allreduce_ms(four, 4e4, 4, 1, 1, 1e12), 40.6, 1e-9);
+  // 4e6 bytes, a 256 KiB window: pieces of 1e6; edge 2 -> 3 per step: 80 (rendezvous) +
+  // 262144 / 1e5 + (1e6 - 262144) / (262144 / 80 ms) = 307.79722 ms; 6 steps + 40 = 1886.78332 ms.
+  EXPECT_NEAR(sched::wan_ring_allreduce_ms(four, 4e6, 4, 1, 1, 262144.0), 1886.78332, 1e-4);
+  // Two sums sharing the link halve the first window's rate only (the rest is window-bound).
+  EXPECT_NEAR(sched::wan_ring_allreduce_ms(four, 4e6, 4, 1, 2, 262144.0), 1886.78332 + 6 * 2.62144, 1e-4);
   // The pipeline-parallel layout sums inside each DC only.
   for (double ms : cpp.allreduce_ms) EXPECT_LT(ms, 5.0);
   // A shared window caps one TCP flow: a small window makes the WAN sum slower.
@@ -134,6 +146,30 @@ TEST(BarChart, WritesAPngOfTheStatedSize) {
   EXPECT_THROW(bench::write_bar_chart_png(path.string(), c), ConfigError);
   c.width = 640;
   EXPECT_THROW(bench::write_bar_chart_png("/nonexistent-dir/x.png", c), Error);
+}
+
+TEST(BenchAblationRows, DefaultIsEveryRowAndAListPicksSome) {
+  const auto rows = [](std::vector<std::string> w) {
+    w.insert(w.begin(), "inputs/ablation_2dc_16.deck");
+    return app::ablation_rows(bench::parse(app::ablation_bench_spec(), w));
+  };
+  EXPECT_EQ(rows({}), "abcde");
+  EXPECT_EQ(rows({"--rows", "a,d"}), "ad");
+  EXPECT_EQ(rows({"--rows", "d,a"}), "ad");  // table order whatever the list's
+  EXPECT_EQ(rows({"--rows", "c"}), "c");
+  const auto bad = [&](const std::string& list, const std::string& why) {
+    try {
+      (void)rows({"--rows", list});
+      ADD_FAILURE() << list << " accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr(why)) << list;
+    }
+  };
+  bad("a,f", "--rows a,f: 'f' is not a row; the rows are a, b, c, d, e (e.g. --rows a,d)");
+  bad("ad", "--rows ad: 'ad' is not a row");
+  bad("a,,d", "--rows a,,d: '' is not a row");
+  bad("d,d", "--rows d,d: row d is named twice");
+  bad("", "--rows: no row named");
 }
 
 }  // namespace

@@ -78,6 +78,19 @@ class MpiCollective final : public Collective {
 };
 
 
+/// A collective over `comm` (host memory) that sums with a ring of point-to-point messages, as
+/// Gloo does, instead of the MPI library's MPI_Iallreduce: a reduce-scatter then an all-gather,
+/// 2 (p - 1) steps of count / p floats (the last member's piece takes the remainder), in each step
+/// every member sends one piece to the next member and receives one from the previous (ring
+/// order = rank order in `comm`). For DP replicas across DCs (parallel.dp_across_dcs), numbered DC
+/// by DC: the ring then crosses each DC boundary with one flow per step, where Open MPI's in-place
+/// sum (libnbc: a binomial reduce and broadcast of the whole buffer, whose broadcast sends it over
+/// two or more WAN edges at once) ran 1.4-2x its binomial prediction. sched::wan_ring_allreduce_ms
+/// is its cost. Sums progress in test() / wait() (each finished step posts the next); several may
+/// be in flight (each has its own tag). **Collective over `comm`** (dups it); keeps nothing of
+/// `comm` after.
+[[nodiscard]] std::unique_ptr<Collective> make_ring_collective(const mpi::Comm& comm);
+
 /// The collective that sums `backend`'s buffers over the ranks of `comm`:
 /// - host-accessible memory: MpiCollective (MPI directly on the buffers);
 /// - otherwise the factory registered for backend.kind() (CUDA: NCCL, or staged MPI when two

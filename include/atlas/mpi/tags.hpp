@@ -58,6 +58,10 @@ inline constexpr int kBoundaryBase = 16;
 // ---- other communicators, each used by one purpose ----
 inline constexpr int kBubbleChunk = 1;    ///< bubbletea service communicator: an activation chunk
 inline constexpr int kBubbleRelease = 2;  ///< bubbletea service communicator: a request released
+/// device::make_ring_collective's pieces, on its own dup of dp_comm: sum number k of the collective
+/// uses kRingSumBase + k % kRingSumTags (at most two are in flight).
+inline constexpr int kRingSumBase = 1;
+inline constexpr int kRingSumTags = 1024;
 inline constexpr int kWakeProbe = 911;    ///< runtime::wake_probe's ring, on the probe's communicator
 /// runtime::probe_net_cpu's burst of round `round` (a few rounds), on the probe's own transport.
 [[nodiscard]] constexpr int net_cpu_probe(int round) { return 7100 + round; }

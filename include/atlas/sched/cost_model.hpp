@@ -124,16 +124,21 @@ double stage_params(const ModelCfg& m, int stage, int pp);
 /// 2(n-1) latencies. 0 for n <= 1.
 double ring_allreduce_ms(double bytes, int n, double bytes_per_ms, double latency_ms);
 
-/// Time of Open MPI's in-place MPI_Iallreduce (libnbc: a binomial reduce, then a binomial
-/// broadcast over the same edges, the whole `bytes` in each round) over `dp` replicas numbered DC
-/// by DC, `dp_per_dc` in each: every round as long as its slowest edge, inside a DC at the
-/// intra-DC cost, between DCs a and b at c.link(a, b)'s latency plus the bytes at one TCP flow's
-/// rate, min(capacity / sharing, window / RTT); each round plus the wake-up delay. What
-/// parallel.dp_across_dcs pays per stage.
-double wan_binomial_allreduce_ms(const CostModel& c, double bytes, int dp, int dp_per_dc, int sharing,
-                                 double window_bytes);
+/// Open MPI's eager limit over TCP (btl_tcp_eager_limit): a larger message waits a round trip
+/// for its receiver's acknowledgement before the rest of its bytes leave (rendezvous).
+inline constexpr double kMpiEagerLimitBytes = 64.0 * 1024.0;
 
-/// parallel.dp_across_dcs: sets every stage's allreduce_ms to wan_binomial_allreduce_ms (pp x tp
+/// Time of the DP sum across DCs (parallel.dp_across_dcs) as the runtime runs it
+/// (device::make_ring_collective: a ring over point-to-point, as Gloo): `dp` replicas numbered DC
+/// by DC, `dp_per_dc` in each, ring i -> i + 1 mod dp; 2 (dp - 1) steps of bytes / dp, each as long
+/// as its slowest edge plus the wake-up delay: inside a DC the intra-DC transfer; between DCs a
+/// and b a round trip of c.link(a, b) when the piece exceeds kMpiEagerLimitBytes (rendezvous), plus
+/// the piece's first `window_bytes` at capacity / sharing and the rest at one TCP flow's rate,
+/// min(capacity / sharing, window / RTT); plus the largest one-way latency of the ring once (the
+/// steps overlap by it). `sharing`: the sums that cross a link at once.
+double wan_ring_allreduce_ms(const CostModel& c, double bytes, int dp, int dp_per_dc, int sharing, double window_bytes);
+
+/// parallel.dp_across_dcs: sets every stage's allreduce_ms to wan_ring_allreduce_ms (pp x tp
 /// sums share each link: one per stage and TP lane). Needs the links set.
 void wan_dp_allreduce(CostModel& c, const Config& cfg, const topo::Layout& layout);
 
