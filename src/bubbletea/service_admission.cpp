@@ -173,6 +173,13 @@ void Service::continue_chunk(const std::function<bool()>& stop, double t0) {
       rec.prompt_tokens = h.prompt_tokens;
       rec.max_new_tokens = h.max_new_tokens;
       rec.tokens = {f.first_token};
+      if (m_emulated) {
+        // No worker: the decode is timed on the DC's decode clock (one request after another).
+        const EmulatedDecoder::Timing t = m_decoder.submit(f.first_token_s, h.prompt_tokens, h.max_new_tokens);
+        rec.decode_wait_s = t.wait_s;
+        rec.decode_s = t.decode_s;
+        rec.tokens.assign(static_cast<std::size_t>(std::max(1, h.max_new_tokens)), f.first_token);
+      }
     }
     track_memory();  // the cache and its handoff frame, both held at this moment
     m_active.erase(it);

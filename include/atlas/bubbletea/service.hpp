@@ -170,6 +170,8 @@ class Service final : public WaitFiller {
   runtime::Profiler& m_profiler;
   ServiceOptions m_opt;
 
+  bool m_emulated = false;  ///< device.backend = emulated: no arithmetic, no decode worker
+  EmulatedDecoder m_decoder;  ///< emulated, the DC's last rank: the decode worker's clock
   mpi::Comm m_comm;  ///< a dup of the DC communicator: inference activations and releases only
   int m_index = 0;   ///< position in the DC's inference pipeline (= dc rank)
   int m_size = 1;
