@@ -289,7 +289,7 @@ void InferenceModel::forward_block(KvCache& cache, int n, int local) {
   ATLAS_ASSERT(n == m_chunk_n && local == m_chunk_blocks_done && local < m_range.count,
                "inference block " << local << " of a " << n << "-token chunk out of order (chunk of " << m_chunk_n
                                   << " tokens, " << m_chunk_blocks_done << " blocks done)");
-  block(local, cache, n, m_x.f32());
+  if (!m_emulated) block(local, cache, n, m_x.f32());  // emulated: no arithmetic
   ++m_chunk_blocks_done;
 }
 

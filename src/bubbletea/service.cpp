@@ -167,6 +167,7 @@ Service::Service(const Config& cfg, const topo::Layout& layout, const topo::Comm
   std::stable_sort(m_mine.begin(), m_mine.end(), [this](int a, int b) {
     return m_requests[static_cast<std::size_t>(a)].arrival_s < m_requests[static_cast<std::size_t>(b)].arrival_s;
   });
+  m_waiting = WaitQueue(static_cast<int>(m_mine.size()));
 
   // ---- this rank's inference layers ----
   const InferShape shape = InferShape::from(bt);

@@ -5,6 +5,7 @@
 atlas_unit_test(test_bubbletea_model unit/test_bubbletea_model.cpp)
 atlas_unit_test(test_bubbletea_requests unit/test_bubbletea_requests.cpp)
 atlas_unit_test(test_bubbletea_budget unit/test_bubbletea_budget.cpp)
+atlas_unit_test(test_bubbletea_emulated unit/test_bubbletea_emulated.cpp)
 atlas_unit_test(test_bubbletea_decode unit/test_bubbletea_decode.cpp)
 add_dependencies(test_bubbletea_decode atlas-decode-worker)
 target_compile_definitions(test_bubbletea_decode PRIVATE ATLAS_DECODE_WORKER_EXE="$<TARGET_FILE:atlas-decode-worker>")
