@@ -33,6 +33,7 @@ namespace {
 struct RunResult {
   bool on = false;
   std::vector<double> step_s;     ///< per step, slowest rank
+  std::vector<double> end_s;      ///< per step, when its last rank ended it (profiler clock, synced)
   std::vector<double> losses;     ///< rank 0
   std::vector<RankStats> ranks;   ///< compute/prefill/wall per rank (timed steps only)
   Report report;                  ///< BubbleTea's (on runs)
@@ -67,6 +68,7 @@ RunResult run_once(const Config& base, bool on, int warmup, const topo::Layout& 
     if (service) service->after_step(rep);
     r.losses.push_back(rep.loss);
     r.step_s.push_back(rep.step_s);  // the slowest rank's, after the run: no barrier between steps
+    r.end_s.push_back(profiler.now());  // the last rank's, after the run
     if (step < warmup) continue;
     ++mine.steps;
     mine.wall_s += rep.step_s;
@@ -80,6 +82,8 @@ RunResult run_once(const Config& base, bool on, int warmup, const topo::Layout& 
     r.report = service->finish();
   }
   ATLAS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, r.step_s.data(), static_cast<int>(r.step_s.size()), MPI_DOUBLE, MPI_MAX,
+                                comms.world.get()));
+  ATLAS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, r.end_s.data(), static_cast<int>(r.end_s.size()), MPI_DOUBLE, MPI_MAX,
                                 comms.world.get()));
   const std::string line = fmt::format("{} {} {} {} {} {}", mine.steps, mine.wall_s, mine.compute_s, mine.prefill_s,
                                        mine.idle_s, mine.comm_s);
@@ -190,6 +194,23 @@ int run_bubbletea_bench(mpi::Environment& env, const atlas::bench::Args& args) {
   }
   const Summary off = summarize(steps_off), on = summarize(steps_on);
   const double slowdown = off.mean > 0 ? on.mean / off.mean - 1.0 : 0.0;
+  // Training's rate: the job's time from the end of the last warm-up step (its last rank's) to the
+  // end of the last step (its last rank's), over the timed steps. The per-step figures above take,
+  // step by step, the slowest rank's own step; without a barrier between steps a rank whose step
+  // ends late (it used its slack: a bubble at the end of its row) starts the next one late and has
+  // it short, so that maximum counts every rank's long steps and none of their short ones: it grows
+  // with how unevenly the ranks' step boundaries move, not only with how slow training is.
+  std::vector<double> elapsed_off, elapsed_on, pair_slowdown;
+  for (const auto& x : runs) {
+    const double begin = warmup > 0 ? x.end_s[static_cast<std::size_t>(warmup) - 1] : 0.0;  // 0: the synced start
+    const double slowest = (x.end_s.back() - begin) /
+                           static_cast<double>(x.end_s.size() - static_cast<std::size_t>(warmup));
+    (x.on ? elapsed_on : elapsed_off).push_back(slowest);
+    if (x.on && elapsed_off.size() == elapsed_on.size() && elapsed_off.back() > 0)
+      pair_slowdown.push_back(slowest / elapsed_off.back() - 1.0);
+  }
+  const Summary eoff = summarize(elapsed_off), eon = summarize(elapsed_on), pairs = summarize(pair_slowdown);
+  const double slowdown_elapsed = eoff.mean > 0 ? eon.mean / eoff.mean - 1.0 : 0.0;
   const double slowdown_median = off.median > 0 ? on.median / off.median - 1.0 : 0.0;
   const int n = layout.world_size();
   std::vector<RankStats> sum_off(static_cast<std::size_t>(n)), sum_on(static_cast<std::size_t>(n));
@@ -263,6 +284,10 @@ int run_bubbletea_bench(mpi::Environment& env, const atlas::bench::Args& args) {
                      "{:.2f}, {} steps): slowdown {:+.2f}% of the mean, {:+.2f}% of the median (goal <= 2%)\n",
                      off.mean * 1e3, off.sd * 1e3, off.median * 1e3, off.n, on.mean * 1e3, on.sd * 1e3, on.median * 1e3,
                      on.n, 100.0 * slowdown, 100.0 * slowdown_median);
+    s += fmt::format("# training rate (each run: the job's time from the last warm-up step's end to the last step's, per step): off {:.2f} "
+                     "ms, on {:.2f} ms: slowdown {:+.2f}% (per pair: mean {:+.2f}%, sd {:.2f}%, {} pairs)\n",
+                     eoff.mean * 1e3, eon.mean * 1e3, 100.0 * slowdown_elapsed, 100.0 * pairs.mean, 100.0 * pairs.sd,
+                     pairs.n);
     s += fmt::format("# utilization (training + prefill busy) / wall, all ranks: off {:.1f}%, on {:.1f}% (goal >= 94%)\n",
                      100.0 * overall(sum_off), 100.0 * overall(sum_on));
     s += fmt::format("# prefill: {} prompt tokens in {:.2f} s of training = {:.0f} tokens/s; requests {} prefilled ({} "
@@ -275,9 +300,9 @@ int run_bubbletea_bench(mpi::Environment& env, const atlas::bench::Args& args) {
                      : losses_equal ? "bitwise equal"
                                     : "DIFFERENT (BubbleTea changed training: a bug)");
     s += atlas::bench::footer(
-        "bubbletea", fmt::format("step {:+.2f}% (mean), utilization {:.1f}% -> {:.1f}%, prefill {:.0f} tokens/s, "
-                                 "TTFT p50 {:.1f} ms; losses {}",
-                                 100.0 * slowdown, 100.0 * overall(sum_off), 100.0 * overall(sum_on),
+        "bubbletea", fmt::format("step {:+.2f}% (mean; training rate {:+.2f}%), utilization {:.1f}% -> {:.1f}%, "
+                                 "prefill {:.0f} tokens/s, TTFT p50 {:.1f} ms; losses {}",
+                                 100.0 * slowdown, 100.0 * slowdown_elapsed, 100.0 * overall(sum_off), 100.0 * overall(sum_on),
                                  bt_wall > 0 ? static_cast<double>(tokens) / bt_wall : 0.0, quant(0.5) * 1e3,
                                  emulated ? "n/a" : losses_equal ? "bitwise equal" : "DIFFERENT"));
     std::fputs(s.c_str(), stdout);
@@ -287,11 +312,11 @@ int run_bubbletea_bench(mpi::Environment& env, const atlas::bench::Args& args) {
     write_file_whole((std::filesystem::path(cfg.run_dir()) / "bubbletea_bench.json").string(),
                      fmt::format("{{\"deck\":\"{}\",\"ranks\":{},\"steps\":{},\"warmup\":{},\"repeats\":{},\"step_ms_off\":{:.4f},"
                        "\"step_ms_on\":{:.4f},\"median_step_ms_off\":{:.4f},\"median_step_ms_on\":{:.4f},\"slowdown\":{:.5f},"
-                       "\"slowdown_median\":{:.5f},\"utilization_off\":{:.5f},\"utilization_on\":{:.5f},"
+                       "\"slowdown_median\":{:.5f},\"step_ms_off_rate\":{:.4f},\"step_ms_on_rate\":{:.4f},\"slowdown_rate\":{:.5f},\"utilization_off\":{:.5f},\"utilization_on\":{:.5f},"
                        "\"prefill_tokens_per_s\":{:.1f},\"ttft_p50_ms\":{:.3f},\"ttft_p99_ms\":{:.3f},\"served\":{},"
                        "\"requests\":{},\"losses_equal\":{}}}\n",
                        path, n, cfg.run.steps, warmup, repeats, off.mean * 1e3, on.mean * 1e3, off.median * 1e3,
-                       on.median * 1e3, slowdown, slowdown_median,
+                       on.median * 1e3, slowdown, slowdown_median, eoff.mean * 1e3, eon.mean * 1e3, slowdown_elapsed,
                        overall(sum_off), overall(sum_on), bt_wall > 0 ? static_cast<double>(tokens) / bt_wall : 0.0,
                        quant(0.5) * 1e3, quant(0.99) * 1e3, served, total, emulated ? "null" : losses_equal ? "true" : "false"));
   }

@@ -166,6 +166,15 @@ PrefillCost estimate_cost(const Config& cfg, int layers, bool head) {
   return c;
 }
 
+EmulatedDecoder::Timing EmulatedDecoder::submit(double first_token_s, int prompt_tokens, int max_new_tokens) {
+  Timing t;
+  for (int k = 1; k < max_new_tokens; ++k) t.decode_s += m_cost.predict_ms(1, prompt_tokens + k - 1) * 1e-3;
+  const double begin = std::max(m_free_s, first_token_s);
+  t.wait_s = begin - first_token_s;
+  m_free_s = begin + t.decode_s;
+  return t;
+}
+
 int planned_chunk_tokens(const BubbleTeaCfg& cfg) {
   return cfg.chunk_tokens > 0 ? cfg.chunk_tokens : std::max(1, (cfg.prompt_tokens_min + cfg.prompt_tokens_max) / 2);
 }

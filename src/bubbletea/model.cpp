@@ -55,7 +55,7 @@ std::size_t KvCache::bytes() const {
   std::size_t b = 0;
   for (const auto& x : k) b += x.bytes();
   for (const auto& x : v) b += x.bytes();
-  return b;
+  return b + modelled_bytes;
 }
 
 std::vector<int> chunk_sizes(int prompt_tokens, int chunk_tokens) {
@@ -70,8 +70,8 @@ std::vector<int> chunk_sizes(int prompt_tokens, int chunk_tokens) {
 // ---- construction ----
 
 InferenceModel::InferenceModel(const InferShape& shape, LayerRange range, device::Backend& backend,
-                               int max_chunk)
-    : m_shape(shape), m_range(range), m_backend(backend), m_max_chunk(max_chunk) {
+                               int max_chunk, bool emulated)
+    : m_shape(shape), m_range(range), m_backend(backend), m_max_chunk(max_chunk), m_emulated(emulated) {
   ProblemList problems;
   if (shape.layers < 1 || shape.hidden < 1 || shape.heads < 1 || shape.context < 1 || shape.vocab < 1)
     problems.add(fmt::format("bubbletea model sizes must be positive (layers {}, hidden {}, heads {}, "
@@ -130,6 +130,7 @@ InferenceModel::InferenceModel(const InferShape& shape, LayerRange range, device
                                    ptr(h + "mlp.fc.bias"), ptr(h + "mlp.proj.weight"), ptr(h + "mlp.proj.bias")});
   }
 
+  if (emulated) return;  // shape only: no scratch
   const auto n = static_cast<std::size_t>(max_chunk);
   const auto cs = static_cast<std::size_t>(c);
   m_x = backend.alloc_floats(n * cs);
@@ -161,7 +162,7 @@ void InferenceModel::add(const std::string& name, std::vector<std::int64_t> shap
   p.name = name;
   p.shape = shape;
   p.file_shape = std::move(shape);
-  p.value = m_backend.alloc_floats(static_cast<std::size_t>(numel(p.shape)));
+  if (!m_emulated) p.value = m_backend.alloc_floats(static_cast<std::size_t>(numel(p.shape)));
   m_params.push_back(std::move(p));
 }
 
@@ -172,6 +173,7 @@ InferParam* InferenceModel::find(const std::string& name) {
 }
 
 void InferenceModel::init_random(std::uint64_t seed, double init_std) {
+  if (m_emulated) return;
   const double std_resid = init_std / std::sqrt(2.0 * m_shape.layers);
   for (auto& p : m_params) {
     const auto n = static_cast<std::size_t>(numel(p.shape));
@@ -199,6 +201,7 @@ void InferenceModel::init_random(std::uint64_t seed, double init_std) {
 
 void InferenceModel::set_param(const std::string& name, std::span<const float> values) {
   InferParam* p = find(name);
+  if (m_emulated) ATLAS_THROW(Internal, "tensor '" << name << "': an emulated inference model holds no values");
   if (!p) ATLAS_THROW(Internal, "inference layers [" << m_range.first << ", " << m_range.first + m_range.count
                                                      << ") hold no tensor named '" << name << "'");
   if (static_cast<std::int64_t>(values.size()) != numel(p->shape))
@@ -208,7 +211,9 @@ void InferenceModel::set_param(const std::string& name, std::span<const float> v
 
 std::size_t InferenceModel::weight_bytes() const {
   std::size_t b = 0;
-  for (const auto& p : m_params) b += p.value.bytes();
+  // An emulated model allocates nothing but stands for its tensors (the memory cap counts them).
+  for (const auto& p : m_params)
+    b += m_emulated ? static_cast<std::size_t>(numel(p.shape)) * sizeof(float) : p.value.bytes();
   return b;
 }
 
@@ -230,6 +235,10 @@ KvCache InferenceModel::make_cache(int capacity) const {
                                          << m_shape.context << "]");
   KvCache c;
   c.capacity = capacity;
+  if (m_emulated) {
+    c.modelled_bytes = kv_bytes_per_token() * static_cast<std::size_t>(capacity);
+    return c;
+  }
   const std::size_t floats = static_cast<std::size_t>(capacity) * static_cast<std::size_t>(m_shape.hidden);
   for (int i = 0; i < m_range.count; ++i) {
     c.k.push_back(m_backend.alloc_floats(floats));
@@ -252,7 +261,7 @@ void InferenceModel::forward_begin(KvCache& cache, int n, const std::int32_t* to
   const std::size_t nc = static_cast<std::size_t>(n) * static_cast<std::size_t>(c);
   if (n < 1 || n > m_max_chunk)
     ATLAS_THROW(Internal, "inference chunk of " << n << " tokens is outside [1, " << m_max_chunk << "]");
-  if (cache.len + n > cache.capacity || static_cast<int>(cache.k.size()) != m_range.count)
+  if (cache.len + n > cache.capacity || (!m_emulated && static_cast<int>(cache.k.size()) != m_range.count))
     ATLAS_THROW(Config, "inference chunk at positions [" << cache.len << ", " << cache.len + n
                                                          << ") does not fit its KV cache of " << cache.capacity
                                                          << " positions (bubbletea.context = " << m_shape.context << ")");
@@ -263,11 +272,14 @@ void InferenceModel::forward_begin(KvCache& cache, int n, const std::int32_t* to
       if (tokens[i] < 0 || tokens[i] >= m_shape.vocab)
         ATLAS_THROW(Config, "prompt token " << tokens[i] << " at position " << pos + i
                                             << " is outside the inference vocabulary [0, " << m_shape.vocab << ")");
-    m_backend.upload(m_tokens.data(), tokens, static_cast<std::size_t>(n) * sizeof(std::int32_t));
-    m_backend.embedding_forward(m_x.f32(), m_tokens.i32(), m_wte, m_wpe + static_cast<std::size_t>(pos) * c, 1, n, c);
+    if (!m_emulated) {
+      m_backend.upload(m_tokens.data(), tokens, static_cast<std::size_t>(n) * sizeof(std::int32_t));
+      m_backend.embedding_forward(m_x.f32(), m_tokens.i32(), m_wte, m_wpe + static_cast<std::size_t>(pos) * c, 1, n,
+                                  c);
+    }
   } else {
     if (!act_in) ATLAS_THROW(Internal, "a non-embedding rank's forward needs the previous rank's activations");
-    m_backend.upload(m_x.data(), act_in, nc * sizeof(float));
+    if (!m_emulated) m_backend.upload(m_x.data(), act_in, nc * sizeof(float));
   }
   m_chunk_n = n;
   m_chunk_blocks_done = 0;
@@ -277,7 +289,7 @@ void InferenceModel::forward_block(KvCache& cache, int n, int local) {
   ATLAS_ASSERT(n == m_chunk_n && local == m_chunk_blocks_done && local < m_range.count,
                "inference block " << local << " of a " << n << "-token chunk out of order (chunk of " << m_chunk_n
                                   << " tokens, " << m_chunk_blocks_done << " blocks done)");
-  block(local, cache, n, m_x.f32());
+  if (!m_emulated) block(local, cache, n, m_x.f32());  // emulated: no arithmetic
   ++m_chunk_blocks_done;
 }
 
@@ -298,10 +310,14 @@ void InferenceModel::forward_end(KvCache& cache, int n, float* act_out, float* l
 
   if (!m_range.has_head) {
     if (!act_out) ATLAS_THROW(Internal, "a non-head rank's forward needs an output buffer");
-    m_backend.download(act_out, m_x.data(), nc * sizeof(float));
+    if (!m_emulated) m_backend.download(act_out, m_x.data(), nc * sizeof(float));  // emulated: left as it is
     return;
   }
   if (!logits) return;
+  if (m_emulated) {  // no arithmetic: every logit 0 (the greedy first token is id 0)
+    std::fill(logits, logits + m_shape.vocab, 0.0F);
+    return;
+  }
   // Final LayerNorm and the tied LM head on the chunk's last token only.
   m_backend.layernorm_forward(m_ln.f32(), m_mean.f32(), m_rstd.f32(), m_x.f32() + nc - c, m_lnf_w, m_lnf_b, 1, c);
   m_backend.gemm(Trans::No, Trans::Yes, 1, m_shape.vocab, c, 1.0F, m_ln.f32(), c, m_wte, c, 0.0F, m_logits.f32(),

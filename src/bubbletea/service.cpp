@@ -133,6 +133,7 @@ Service::Service(const Config& cfg, const topo::Layout& layout, const topo::Comm
   const mpi::Comm& world = comms.world;
   const topo::Coord me = layout.coord(world.rank());
   const BubbleTeaCfg& bt = cfg.bubbletea;
+  m_emulated = cfg.device.backend == Backend::Emulated;
   m_comm = comms.dc.dup();
   m_row = &table.row(me.stage, me.dp);
   m_index = m_comm.rank();
@@ -166,6 +167,7 @@ Service::Service(const Config& cfg, const topo::Layout& layout, const topo::Comm
   std::stable_sort(m_mine.begin(), m_mine.end(), [this](int a, int b) {
     return m_requests[static_cast<std::size_t>(a)].arrival_s < m_requests[static_cast<std::size_t>(b)].arrival_s;
   });
+  m_waiting = WaitQueue(static_cast<int>(m_mine.size()));
 
   // ---- this rank's inference layers ----
   const InferShape shape = InferShape::from(bt);
@@ -173,9 +175,11 @@ Service::Service(const Config& cfg, const topo::Layout& layout, const topo::Comm
   LayerRange range;
   collective(world, [&] {
     range = split_layers(bt.layers, m_size, m_index);
-    m_model = std::make_unique<InferenceModel>(shape, range, backend, max_chunk);
+    m_model = std::make_unique<InferenceModel>(shape, range, backend, max_chunk, m_emulated);
   });
-  if (bt.weights.empty() || bt.weights == "random") {
+  if (m_emulated) {
+    // device.backend = emulated: the model is its shape (no values); bubbletea.weights is not read.
+  } else if (bt.weights.empty() || bt.weights == "random") {
     m_model->init_random(static_cast<std::uint64_t>(cfg.run.seed), cfg.model.init_std);
   } else {
     load_checkpoint(world, bt.weights, *m_model);
@@ -220,20 +224,30 @@ Service::Service(const Config& cfg, const topo::Layout& layout, const topo::Comm
               "is filled up to the schedule table's prediction (training slows down where the real bubble is "
               "shorter)");
 
-  // ---- cost model (measured here, on this rank's backend) ----
-  m_cost = calibrate(*m_model, m_opt.calibration_repeats);
+  // ---- cost model (measured here, on this rank's backend; emulated: the FLOP estimate) ----
+  if (m_emulated) {
+    // Nothing to measure: a chunk takes what the FLOP estimate at the training cost model's rate
+    // says (the same cost `atlas schedule` places Prefill slots with), so the deck's inference
+    // model (bubbletea.layers/hidden/vocab) sets the work, whatever its size.
+    m_cost = estimate_cost(cfg, range.count, range.has_head);
+    m_cost.scale = m_cost.calibrated_scale = 1.0;
+    if (range.has_head) m_decoder = EmulatedDecoder(estimate_cost(cfg, bt.layers, true));
+  } else {
+    m_cost = calibrate(*m_model, m_opt.calibration_repeats);
+  }
 
   // ---- the DC's decode worker: started by DC rank 0; every rank connects and sends weights ----
+  // (emulated: none; the DC's last rank times each decode on m_decoder, a clock, not a process)
   int port = 0;
-  collective(world, [&] {
+  if (!m_emulated) collective(world, [&] {
     if (m_index != 0) return;
     const std::string program = m_opt.worker_program.empty() ? default_worker_program() : m_opt.worker_program;
     m_worker = WorkerProcess::spawn(program, host_of_dc(cfg.cluster, me.dc), m_opt.worker_threads, m_opt.worker_nice,
                                     m_opt.timeout_s);
     port = m_worker.port();
   });
-  m_comm.bcast(std::span<int>(&port, 1), 0);
-  collective(world, [&] {
+  if (!m_emulated) m_comm.bcast(std::span<int>(&port, 1), 0);
+  if (!m_emulated) collective(world, [&] {
     const wan::SockAddr addr = wan::resolve(host_of_dc(cfg.cluster, me.dc), port);
     bool in_progress = false;
     std::string err;
@@ -279,11 +293,14 @@ Service::Service(const Config& cfg, const topo::Layout& layout, const topo::Comm
       m_cost.per_token_ms, m_cost.fixed_ms, m_cost.scale);
   m_summary = fmt::format(
       "# BubbleTea: inference GPT {} blocks x {} hidden, {} heads, context {}, vocab {}, weights {}; {} requests ({}); "
-      "chunks of {} tokens, guard {:.2f} ms, memory cap {} per rank; one decode worker per DC\n",
-      bt.layers, bt.hidden, bt.heads, bt.context, bt.vocab, bt.weights.empty() ? "random" : bt.weights,
+      "chunks of {} tokens, guard {:.2f} ms, memory cap {} per rank; {}\n",
+      bt.layers, bt.hidden, bt.heads, bt.context, bt.vocab,
+      m_emulated ? std::string("none (emulated)") : bt.weights.empty() ? std::string("random") : bt.weights,
       m_requests.size(), bt.trace.empty() ? fmt::format("Poisson {:.1f}/s", bt.rate_per_s) : bt.trace,
       bt.chunk_tokens > 0 ? std::to_string(bt.chunk_tokens) : std::string("whole prompt"), bt.guard_ms,
-      units::format_bytes_human(static_cast<double>(bt.kv_cap_bytes)));
+      units::format_bytes_human(static_cast<double>(bt.kv_cap_bytes)),
+      m_emulated ? "emulated compute: prefill sleeps the FLOP estimate, decode is timed, not run"
+                 : "one decode worker per DC");
   for (const auto& l : world.allgather_strings(line)) m_summary += l;
 
   // ---- accounting ----

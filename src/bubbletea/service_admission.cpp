@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <set>
 
 #include "atlas/core/check.hpp"
@@ -15,9 +16,13 @@
 namespace atlas::bubbletea {
 
 void Service::admit_arrivals(double now_job) {
+  const int chunk_tokens = m_cfg.bubbletea.chunk_tokens;
   while (m_next_arrival < m_mine.size() &&
-         m_requests[static_cast<std::size_t>(m_mine[m_next_arrival])].arrival_s <= now_job)
-    m_waiting.push_back(m_mine[m_next_arrival++]);
+         m_requests[static_cast<std::size_t>(m_mine[m_next_arrival])].arrival_s <= now_job) {
+    const auto p = static_cast<int>(m_requests[static_cast<std::size_t>(m_mine[m_next_arrival])].prompt.size());
+    m_waiting.push(static_cast<int>(m_next_arrival), chunk_tokens > 0 ? std::min(chunk_tokens, p) : p, p);
+    ++m_next_arrival;
+  }
 }
 
 bool Service::run_one(double remaining_ms, const std::function<bool()>& stop) {
@@ -58,17 +63,22 @@ bool Service::run_one(double remaining_ms, const std::function<bool()>& stop) {
       run_chunk(h, r.prompt.data() + h.pos, nullptr, stop);
       return true;
     }
-    for (auto it = m_waiting.begin(); it != m_waiting.end(); ++it) {
-      const Request& r = m_requests[static_cast<std::size_t>(*it)];
+    // Keep the pipeline's inner queues short (bubbletea.max_in_flight; 0: 2 x DC ranks).
+    if (m_in_flight >= (m_cfg.bubbletea.max_in_flight > 0 ? m_cfg.bubbletea.max_in_flight : 2 * m_size)) return false;
+    // The earliest arrival whose first chunk fits, unless an earlier one does not fit the memory
+    // reservation (first come, first served): O(log n) on the queue (WaitQueue), where a scan of
+    // a queue of thousands, at every chunk, took the cores training wakes up on.
+    const long long max_prompt = m_reserve_per_token > 0
+                                     ? static_cast<long long>((m_reserve_budget - m_reserved) / m_reserve_per_token)
+                                     : std::numeric_limits<long long>::max();
+    const int slot = m_waiting.pick(max_prompt, [&](int n) { return m_cost.predict_ms(n, 0) <= remaining_ms; });
+    if (slot >= 0) {
+      const Request& r = m_requests[static_cast<std::size_t>(m_mine[static_cast<std::size_t>(slot)])];
       const std::uint64_t need = m_reserve_per_token * r.prompt.size();
-      if (m_reserved + need > m_reserve_budget) break;  // memory: first come, first served
-      // Keep the pipeline's inner queues short (bubbletea.max_in_flight; 0: 2 x DC ranks).
-      if (m_in_flight >= (m_cfg.bubbletea.max_in_flight > 0 ? m_cfg.bubbletea.max_in_flight : 2 * m_size)) break;
       ChunkHeader h = header_for(r, 0);
-      if (m_cost.predict_ms(h.n, h.pos) > remaining_ms) continue;
       m_reserved += need;
       ++m_in_flight;
-      m_waiting.erase(it);
+      m_waiting.erase(slot);
       RequestRecord& rec = m_records[r.id];
       rec.start_s = job_now();
       h.start_s = rec.start_s;
@@ -173,6 +183,13 @@ void Service::continue_chunk(const std::function<bool()>& stop, double t0) {
       rec.prompt_tokens = h.prompt_tokens;
       rec.max_new_tokens = h.max_new_tokens;
       rec.tokens = {f.first_token};
+      if (m_emulated) {
+        // No worker: the decode is timed on the DC's decode clock (one request after another).
+        const EmulatedDecoder::Timing t = m_decoder.submit(f.first_token_s, h.prompt_tokens, h.max_new_tokens);
+        rec.decode_wait_s = t.wait_s;
+        rec.decode_s = t.decode_s;
+        rec.tokens.assign(static_cast<std::size_t>(std::max(1, h.max_new_tokens)), f.first_token);
+      }
     }
     track_memory();  // the cache and its handoff frame, both held at this moment
     m_active.erase(it);

@@ -5,6 +5,7 @@
 atlas_unit_test(test_bubbletea_model unit/test_bubbletea_model.cpp)
 atlas_unit_test(test_bubbletea_requests unit/test_bubbletea_requests.cpp)
 atlas_unit_test(test_bubbletea_budget unit/test_bubbletea_budget.cpp)
+atlas_unit_test(test_bubbletea_emulated unit/test_bubbletea_emulated.cpp)
 atlas_unit_test(test_bubbletea_decode unit/test_bubbletea_decode.cpp)
 add_dependencies(test_bubbletea_decode atlas-decode-worker)
 target_compile_definitions(test_bubbletea_decode PRIVATE ATLAS_DECODE_WORKER_EXE="$<TARGET_FILE:atlas-decode-worker>")
@@ -19,9 +20,10 @@ foreach(np 1 2 3 4)
   set_tests_properties(test_bubbletea_service_np_${np} PROPERTIES FIXTURES_REQUIRED brown_corpus)
 endforeach()
 # `atlas bench bubbletea` with device.backend = emulated: no loss to compare (every run's is NaN, and
-# NaN != NaN made the bench report "DIFFERENT" and exit 6); it says n/a and exits 0 (issue 24).
+# NaN != NaN made the bench report "DIFFERENT" and exit 6); it says n/a and exits 0 (issue 24). It
+# also prints training's rate (the job's time per step) and its slowdown per off/on pair.
 add_test(NAME cli_bench_bubbletea_emulated
-  COMMAND bash -c "set -u; rc=0; out=$(timeout 120 ${MPIEXEC_EXECUTABLE} -np 2 --oversubscribe $<TARGET_FILE:atlas> bench bubbletea inputs/bubbletea_loopback.deck device.backend=emulated ckpt.final=false run.steps=3 --repeats 1 --warmup 1 2>&1) || rc=$?; echo \"$out (exit $rc)\"; [[ $rc == 0 ]] && grep -q '^# losses with BubbleTea on and off: n/a (emulated compute: no loss)$' <<<\"$out\" && grep -q 'final loss n/a (emulated compute)' <<<\"$out\" && ! grep -q DIFFERENT <<<\"$out\""
+  COMMAND bash -c "set -u; rc=0; out=$(timeout 120 ${MPIEXEC_EXECUTABLE} -np 2 --oversubscribe $<TARGET_FILE:atlas> bench bubbletea inputs/bubbletea_loopback.deck device.backend=emulated ckpt.final=false run.steps=3 --repeats 1 --warmup 1 2>&1) || rc=$?; echo \"$out (exit $rc)\"; [[ $rc == 0 ]] && grep -q '^# losses with BubbleTea on and off: n/a (emulated compute: no loss)$' <<<\"$out\" && grep -q 'final loss n/a (emulated compute)' <<<\"$out\" && grep -Eq '^# training rate .*: off [0-9.]+ ms, on [0-9.]+ ms: slowdown [-+][0-9.]+% \\(per pair: mean [-+][0-9.]+%, sd [0-9.]+%, 1 pairs\\)$' <<<\"$out\" && ! grep -q DIFFERENT <<<\"$out\""
   WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(cli_bench_bubbletea_emulated PROPERTIES LABELS mpi TIMEOUT 150 PROCESSORS 2
   ENVIRONMENT "${ATLAS_MPIEXEC_ENV}")

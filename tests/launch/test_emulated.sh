@@ -66,6 +66,9 @@ rc=$?
 check "the emulated BubbleTea run succeeds (rc $rc)" test "$rc" -eq 0
 check "it prefilled prompt tokens in the bubbles" grep -Eq '^# prefill: [1-9][0-9]* prompt tokens' "$T/emubt.out"
 check "and says the loss is n/a" grep -q 'loss n/a (emulated compute' "$T/emubt.out"
+check "its inference side is emulated too (no weights, no decode worker)" \
+  grep -q 'weights none (emulated).*decode is timed, not run' "$T/emubt.out"
+check "and its decodes are timed" grep -Eq '^# requests: .* decoded [1-9]' "$T/emubt.out"
 
 # ---- (3) a checkpoint on an emulated run: a config error naming the key ----
 timeout 60 "${MPI[@]}" -np 4 "$ATLAS_BIN" train inputs/sim_two_dc_cpu.deck device.backend=emulated \

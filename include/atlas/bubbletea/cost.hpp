@@ -56,6 +56,28 @@ struct PrefillCost {
 /// schedule.device_tflops / plan.gpu). For `atlas schedule`, which measures nothing.
 [[nodiscard]] PrefillCost estimate_cost(const Config& cfg, int layers, bool head);
 
+/// device.backend = emulated: a DC's decode worker as a clock, not a process. One server decodes
+/// the DC's requests one after another in the order their first tokens came; each new token
+/// after the first takes `whole_model`'s time for one token at its position (the FLOP estimate
+/// of every block and the head, estimate_cost). Nothing runs and nothing sleeps: the request's
+/// decode wait and time are what the worker would report.
+class EmulatedDecoder {
+ public:
+  struct Timing {
+    double wait_s = 0.0;    ///< from the first token until the server took the request
+    double decode_s = 0.0;  ///< its max_new_tokens - 1 decode steps
+  };
+  EmulatedDecoder() = default;
+  explicit EmulatedDecoder(const PrefillCost& whole_model) : m_cost(whole_model) {}
+  /// The request whose first token came at `first_token_s` (job clock) with a prompt of
+  /// `prompt_tokens`, decoding to `max_new_tokens` in all (the first one included).
+  Timing submit(double first_token_s, int prompt_tokens, int max_new_tokens);
+
+ private:
+  PrefillCost m_cost;
+  double m_free_s = 0.0;  ///< when the server finishes what it has taken
+};
+
 /// The tokens of one predicted Prefill slot: bubbletea.chunk_tokens, or the mean generated
 /// prompt length when chunking is off.
 [[nodiscard]] int planned_chunk_tokens(const BubbleTeaCfg& cfg);

@@ -47,9 +47,10 @@ struct LayerRange {
 /// positions x hidden floats (row = position, channel = head * head_dim + d). `len` positions
 /// are filled. Device memory on the model's backend.
 struct KvCache {
-  std::vector<device::Buffer> k, v;  ///< one Buffer per local block
+  std::vector<device::Buffer> k, v;  ///< one Buffer per local block (none on an emulated model)
   int capacity = 0;
   int len = 0;
+  std::size_t modelled_bytes = 0;  ///< an emulated model's cache: the bytes it stands for, not allocated
   [[nodiscard]] std::size_t bytes() const;
 };
 
@@ -66,8 +67,13 @@ struct InferParam {
 class InferenceModel {
  public:
   /// `max_chunk` = the most tokens one forward() call may carry (sizes the scratch buffers).
+  /// `emulated` (device.backend = emulated): the model has its shape and no storage: no weight,
+  /// scratch or KV buffer is allocated (weight_bytes() and KvCache::bytes() report what they stand
+  /// for), and forward_* do the bookkeeping (positions, order checks) without arithmetic, so a
+  /// paper-sized inference model costs a rank nothing; the caller sleeps the chunk's time.
   /// Throws ConfigError when hidden is not a multiple of heads or a size is not positive.
-  InferenceModel(const InferShape& shape, LayerRange range, device::Backend& backend, int max_chunk);
+  InferenceModel(const InferShape& shape, LayerRange range, device::Backend& backend, int max_chunk,
+                 bool emulated = false);
   InferenceModel(const InferenceModel&) = delete;
   InferenceModel& operator=(const InferenceModel&) = delete;
 
@@ -75,10 +81,12 @@ class InferenceModel {
   [[nodiscard]] const LayerRange& range() const noexcept { return m_range; }
   [[nodiscard]] int max_chunk() const noexcept { return m_max_chunk; }
   [[nodiscard]] device::Backend& backend() const noexcept { return m_backend; }
+  [[nodiscard]] bool emulated() const noexcept { return m_emulated; }
 
   /// Random weights from the training model's rule, keyed by (seed, tensor name, flat index):
   /// matrices ~ N(0, init_std), residual projections ~ N(0, init_std / sqrt(2 * layers)),
   /// LayerNorm weights 1, biases 0. The same seed gives the same tensors on any layer split.
+  /// Does nothing on an emulated model (it holds no values).
   void init_random(std::uint64_t seed, double init_std);
   /// This rank's tensors (for a checkpoint read or to ship weights to a decode worker).
   [[nodiscard]] std::vector<InferParam>& params() noexcept { return m_params; }
@@ -135,6 +143,7 @@ class InferenceModel {
   LayerRange m_range;
   device::Backend& m_backend;
   int m_max_chunk;
+  bool m_emulated = false;
   std::vector<InferParam> m_params;
   std::vector<BlockParams> m_blocks;
   const float* m_wte = nullptr;

@@ -27,6 +27,7 @@
 #include "atlas/mpi/tags.hpp"
 #include "atlas/runtime/profiler.hpp"
 #include "atlas/bubbletea/wait_filler.hpp"
+#include "atlas/bubbletea/wait_queue.hpp"
 #include "atlas/runtime/trainer.hpp"
 #include "atlas/sched/schedule.hpp"
 #include "atlas/topo/communicators.hpp"
@@ -170,6 +171,8 @@ class Service final : public WaitFiller {
   runtime::Profiler& m_profiler;
   ServiceOptions m_opt;
 
+  bool m_emulated = false;  ///< device.backend = emulated: no arithmetic, no decode worker
+  EmulatedDecoder m_decoder;  ///< emulated, the DC's last rank: the decode worker's clock
   mpi::Comm m_comm;  ///< a dup of the DC communicator: inference activations and releases only
   int m_index = 0;   ///< position in the DC's inference pipeline (= dc rank)
   int m_size = 1;
@@ -180,7 +183,7 @@ class Service final : public WaitFiller {
   std::vector<Request> m_requests;    ///< every request of the job (id order)
   std::vector<int> m_mine;            ///< ids of this DC's requests, in arrival order
   std::size_t m_next_arrival = 0;     ///< next of m_mine not yet arrived
-  std::deque<int> m_waiting;          ///< arrived, not started (dispatcher)
+  WaitQueue m_waiting;                ///< arrived, not started (dispatcher): positions in m_mine
   std::vector<int> m_started;         ///< started, chunks left at index 0 (dispatcher)
   std::map<std::int64_t, Active> m_active;
   std::deque<Incoming> m_ready;       ///< received chunks waiting for a bubble (index > 0)
