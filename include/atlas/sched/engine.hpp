@@ -65,6 +65,15 @@ struct EngineChannel {
   /// sender knows it completed (an acknowledgement: one round trip) and hands the link on.
   double handover_ms = 0.0;
   TieBreak tie_break = TieBreak::PipelineOrder;
+  /// The transfers of one peer pair (sender worker, receiver worker) are on the wire one after
+  /// another, in the order the link admitted them: one TCP connection, or one bundle of rails, of
+  /// at most flow_cap_bytes_per_ms per pair.
+  bool per_pair = true;
+  /// Bytes one peer pair can have on the wire at once (its rails' TCP windows); 0 = not known. When
+  /// every transfer of the link fits, a transfer leaves in one burst at the link's rate (in its
+  /// turn), and a pair's next transfer may start once the bytes it started before are
+  /// acknowledged at flow_cap_bytes_per_ms (windows per round trip): LinkState::burst.
+  double window_bytes = 0.0;
   std::vector<int> order;      ///< Ordered: message ids in service order
   std::vector<int> served;     ///< result: message ids in the order they started
 };
