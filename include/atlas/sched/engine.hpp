@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // A discrete-event engine that times a pipeline program: workers run ordered op lists (compute,
 // post a send, wait for a receive, join a sync group), messages cross intra-DC channels (fixed
-// cost) or WAN links (fluid max-min sharing with a per-flow cap, or a static service order).
+// cost) or WAN links (fluids served in post order, each capped per flow, window-sized transfers
+// as bursts, one peer pair's transfers in turn; or a static service order: docs/schedules.md).
 // The schedule table and the simulator both time programs with it; neither duplicates it.
 #pragma once
 
@@ -15,7 +16,8 @@
 namespace atlas::sched {
 
 enum class LinkMode : std::uint8_t {
-  Shared,      ///< every posted transfer is active at once; max-min fair share, capped per flow
+  Shared,      ///< every posted transfer is admitted at once; a peer pair's go on the wire in turn
+               ///< (EngineChannel::per_pair), the link serves them in start order, each capped
   Ordered,     ///< transfers start in `order`, at most `slots` at once (ATLAS temporal sharing)
   OrderedFifo, ///< like Ordered, but the order is decided on the fly: earliest-posted first,
                ///< ties by `tie_break`; the decided order is written to `served`
