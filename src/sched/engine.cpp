@@ -102,10 +102,10 @@ struct PostGroup {
 
 struct LinkState {
   // The active flows (on the wire) in start order from `head` (a finished prefix is skipped, and
-  // erased in bulk): their message ids and, side by side, their remaining bytes. The link serves
-  // them in that order (docs/schedules.md, "The engine"): the flow at position i (from head) gets
-  // rate_at(i) = min(cap, what the flows before it leave of the capacity), so only the first
-  // `served()` flows drain, and an update touches those only.
+  // erased in bulk): their message ids and, side by side, their remaining bytes. A link of bursts
+  // serves them in that order (docs/schedules.md, "The engine"): the flow at position i (from head)
+  // gets rate_at(i) = min(cap, what the flows before it leave of the capacity), so only the first
+  // `served()` flows drain, and an update touches those only. Any other link shares fairly (`fair`).
   std::vector<int> active;
   std::vector<double> remaining;
   std::size_t head = 0;
@@ -125,8 +125,16 @@ struct LinkState {
   bool burst = false;  // window-sized transfers (EngineChannel::window_bytes): cap = capacity, pairs gated
   std::size_t active_count() const { return active.size() - head; }
   bool idle() const { return head == active.size(); }
-  double rate_at(std::size_t pos) const { return pos < full ? cap : (pos == full ? partial : 0.0); }
-  std::size_t served() const { return std::min(active_count(), full + (partial > 0.0 ? 1 : 0)); }
+  // Fair sharing (a link whose transfers do not all fit the pair's windows, or with no window
+  // stated): every active flow gets min(cap, capacity / n), as concurrent TCP flows that pace
+  // each other share a bottleneck; only window-sized bursts sit in the link's queue in order.
+  bool fair = false;
+  double capacity = 0.0;
+  double rate_at(std::size_t pos) const {
+    if (fair) return std::min(cap, capacity / static_cast<double>(std::max<std::size_t>(1, active_count())));
+    return pos < full ? cap : (pos == full ? partial : 0.0);
+  }
+  std::size_t served() const { return fair ? active_count() : std::min(active_count(), full + (partial > 0.0 ? 1 : 0)); }
   // Posted, not admitted yet, as a min-heap on WaitKey (the service order: Shared admits every
   // waiting transfer at the dispatch of its instant, in this order; OrderedFifo up to its slots),
   // and for OrderedFifo the same transfers grouped by post instant (to tell whether a tie-break
@@ -182,6 +190,8 @@ class Engine {
       for (const auto& m : p.messages)
         if (m.channel == static_cast<int>(c) && static_cast<double>(m.bytes) > ch.window_bytes) ls.burst = false;
       if (ls.burst) ls.cap = cap;
+      ls.fair = !ls.burst;
+      ls.capacity = cap;
       const double n = std::floor(cap / ls.cap);
       ls.full = n >= 1e9 ? std::size_t{1000000000} : std::max<std::size_t>(1, static_cast<std::size_t>(n));
       ls.partial = cap - static_cast<double>(ls.full) * ls.cap;
@@ -697,7 +707,12 @@ class Engine {
       double* rem = ls.remaining.data() + ls.head;
       const std::size_t n = ls.served();
       const double full = ls.cap * dt;
-      for (std::size_t i = 0; i < n; ++i) rem[i] -= i < ls.full ? full : ls.partial * dt;
+      if (ls.fair) {
+        const double drained = ls.rate_at(0) * dt;
+        for (std::size_t i = 0; i < n; ++i) rem[i] -= drained;
+      } else {
+        for (std::size_t i = 0; i < n; ++i) rem[i] -= i < ls.full ? full : ls.partial * dt;
+      }
     }
     ls.last_update = m_now;
   }

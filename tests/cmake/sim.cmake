@@ -67,7 +67,7 @@ atlas_cli_test(cli_plan_progress "atlas plan: .*\\([0-9]+ s\\).*atlas plan: done
 atlas_cli_test(cli_simulate_bad_progress_after "ERROR: --progress-after needs seconds in \\[0, 1e6\\]"
                simulate inputs/sim_two_dc_cpu.deck --progress-after -1)
 atlas_cli_test(cli_simulate_absurd
-               "WARNING: the model has 1.27e\\+15 parameters .*WARNING: a predicted step of 1.48e\\+04 s \\(4.1 h.*DOES NOT FIT"
+               "WARNING: the model has 1.27e\\+15 parameters .*WARNING: a predicted step of 1.52e\\+04 s \\(4.2 h.*DOES NOT FIT"
                simulate inputs/sim_gpt175b_4dc.deck model.hidden=1048576 model.heads=1024 schedule.kind=1f1b --ignore-memory)
 # Issue #25: a data-residency constraint no plan can meet is a config error naming it.
 atlas_cli_test(cli_plan_residency_impossible

@@ -35,7 +35,7 @@ ScheduleTable table(const CostModel& c, ScheduleKind k, int m) {
 
 // ---- engine ----
 
-TEST(Engine, SharedLinkServesInPostOrderEachFlowCapped) {
+TEST(Engine, SharedLinkWithoutBurstsSharesFairlyEachFlowCapped) {
   EngineProgram p;
   EngineChannel ch;
   ch.capacity_bytes_per_ms = 100.0;
@@ -54,15 +54,14 @@ TEST(Engine, SharedLinkServesInPostOrderEachFlowCapped) {
                {{EngineOp::Type::Recv, SlotKind::WanRecv, 0, 0.0, 1, -1}}};
   const auto r = run_engine(p);
   ASSERT_FALSE(r.deadlock);
-  // Served in post order (ties: pipeline, micro-batch, message), each capped: message 0 gets its
-  // cap, 80 bytes/ms, and message 1 the 20 left: 0 is done at 100 / 80 = 1.25 ms (arrives 6.25);
-  // 1 has 100 - 1.25 x 20 = 75 left, then alone at 80: done at 1.25 + 75 / 80 = 2.1875, arrives
-  // 7.1875. (Processor sharing gave both 50 bytes/ms: done at 2 ms together.)
-  EXPECT_DOUBLE_EQ(p.messages[0].end_ms, 1.25);
-  EXPECT_DOUBLE_EQ(p.messages[1].end_ms, 2.1875);
-  EXPECT_DOUBLE_EQ(p.messages[1].arrive_ms, 7.1875);
-  EXPECT_DOUBLE_EQ(r.ops[2][0].start_ms, 6.25);
-  EXPECT_DOUBLE_EQ(r.ops[3][0].start_ms, 7.1875);
+  // No window stated (window_bytes = 0): the transfers are not bursts, so the two flows share the
+  // link fairly, each capped: min(80, 100 / 2) = 50 bytes/ms, both done at 100 / 50 = 2 ms,
+  // arriving at 7. (Served in post order, 0 would end at 1.25 ms: only bursts queue in order.)
+  EXPECT_DOUBLE_EQ(p.messages[0].end_ms, 2.0);
+  EXPECT_DOUBLE_EQ(p.messages[1].end_ms, 2.0);
+  EXPECT_DOUBLE_EQ(p.messages[1].arrive_ms, 7.0);
+  EXPECT_DOUBLE_EQ(r.ops[2][0].start_ms, 7.0);
+  EXPECT_DOUBLE_EQ(r.ops[3][0].start_ms, 7.0);
 
   // One flow alone is capped at 80 bytes/ms.
   p.messages.resize(1);
@@ -133,8 +132,8 @@ TEST(Engine, WindowSizedTransfersLeaveInBurstsInPostOrder) {
   EXPECT_DOUBLE_EQ(big.messages[0].end_ms, 2000.0 / 25.0);
 }
 
-// Without a known window (window_bytes = 0) a peer pair's transfers go one after another, each at
-// the pair's cap; other pairs take what is left, in post order.
+// Without a known window (window_bytes = 0) a peer pair's transfers go one after another; the
+// pairs share the link fairly, each at most at its cap.
 TEST(Engine, APeerPairsTransfersGoOneAfterAnother) {
   EngineProgram p;
   EngineChannel ch;
@@ -155,13 +154,13 @@ TEST(Engine, APeerPairsTransfersGoOneAfterAnother) {
                {{T::Recv, SlotKind::WanRecv, 0, 0.0, 2, -1}}};
   p.messages[1].micro = 1;
   ASSERT_FALSE(run_engine(p).deadlock);
-  // 0 at 60 (cap) from 0 to 2 ms; 2 at the 40 left until 2 ms (80 bytes), then at 60: 40 / 60
-  // more, done at 2 + 2/3; 1 starts when 0 ends (2 ms), first with the 40 that 2 leaves (until
-  // 2 + 2/3: 26.67 bytes), then at 60: done at 2 + 2/3 + (120 - 80/3) / 60 = 4.2222 ms.
-  EXPECT_DOUBLE_EQ(p.messages[0].end_ms, 2.0);
-  EXPECT_DOUBLE_EQ(p.messages[1].start_ms, 2.0);
-  EXPECT_NEAR(p.messages[2].end_ms, 2.0 + 2.0 / 3.0, 1e-12);
-  EXPECT_NEAR(p.messages[1].end_ms, 2.0 + 2.0 / 3.0 + (120.0 - 80.0 / 3.0) / 60.0, 1e-12);
+  // 0 and 2 (different pairs) share the link fairly: min(60, 100 / 2) = 50 each, both done at
+  // 120 / 50 = 2.4 ms; 1 waits behind 0 (its pair's connection) and starts at 2.4, alone at its
+  // cap 60: done at 2.4 + 120 / 60 = 4.4 ms.
+  EXPECT_DOUBLE_EQ(p.messages[0].end_ms, 2.4);
+  EXPECT_DOUBLE_EQ(p.messages[1].start_ms, 2.4);
+  EXPECT_NEAR(p.messages[2].end_ms, 2.4, 1e-12);
+  EXPECT_NEAR(p.messages[1].end_ms, 4.4, 1e-12);
 }
 
 TEST(Engine, OrderedLinkServesOneAtATimeInTheGivenOrder) {

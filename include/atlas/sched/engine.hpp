@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 // A discrete-event engine that times a pipeline program: workers run ordered op lists (compute,
 // post a send, wait for a receive, join a sync group), messages cross intra-DC channels (fixed
-// cost) or WAN links (fluids served in post order, each capped per flow, window-sized transfers
-// as bursts, one peer pair's transfers in turn; or a static service order: docs/schedules.md).
+// cost) or WAN links (fluids: window-sized transfers as bursts served in post order, larger ones
+// or unknown windows shared fairly, each capped per flow, one peer pair's transfers in turn; or a
+// static service order: docs/schedules.md).
 // The schedule table and the simulator both time programs with it; neither duplicates it.
 #pragma once
 
@@ -17,7 +18,8 @@ namespace atlas::sched {
 
 enum class LinkMode : std::uint8_t {
   Shared,      ///< every posted transfer is admitted at once; a peer pair's go on the wire in turn
-               ///< (EngineChannel::per_pair), the link serves them in start order, each capped
+               ///< (EngineChannel::per_pair); bursts are served in start order, other flows
+               ///< share the link fairly, each capped
   Ordered,     ///< transfers start in `order`, at most `slots` at once (ATLAS temporal sharing)
   OrderedFifo, ///< like Ordered, but the order is decided on the fly: earliest-posted first,
                ///< ties by `tie_break`; the decided order is written to `served`
