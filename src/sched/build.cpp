@@ -164,6 +164,7 @@ std::uint64_t model_print(const CostModel& c, int m, std::size_t messages, int s
     mixd(l.latency_ms);
     mixd(l.capacity_bytes_per_ms);
     mixd(l.flow_cap_bytes_per_ms);
+    mixd(l.window_bytes);
   }
   for (double x : {c.embed_sync_ms, c.intra_latency_ms, c.intra_bytes_per_ms, c.cores_per_host, c.wake_ms,
                    c.net_ns_per_byte, c.memory_limit_bytes})
@@ -268,7 +269,9 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
     EngineProgram p = make_program(cp, ScheduleKind::Atlas, m, map, k.depth, spec.hold.empty() ? nullptr : &spec);
     p.reference = opt.reference_engine;
     for (auto& ch : p.channels) {
-      ch.mode = LinkMode::OrderedFifo;
+      // Every transfer at once is the concurrent sharing of gpipe and 1f1b, link model included
+      // (LinkMode::Shared: peer pairs' windows, docs/schedules.md "The engine").
+      ch.mode = k.slots >= all_slots ? LinkMode::Shared : LinkMode::OrderedFifo;
       ch.slots = k.slots;
       ch.tie_break = k.tie_break;
     }
@@ -331,19 +334,22 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
       bytes = std::max(bytes, static_cast<double>(msg.bytes));
     }
   // The last transfer of a link with `slots` at a time ends, and arrives, no earlier than this:
-  // the busiest slot carries ceil(n / slots) transfers, each at most the per-flow rate and each
-  // but the last followed by a hand-over; and the link carries n x bytes at most at min(capacity,
-  // slots x per-flow cap).
+  // the busiest slot carries ceil(n / slots) transfers, each at most one transfer's top rate (the
+  // link's for a window-sized burst, else the per-flow cap: the engine's LinkState::burst) and
+  // each but the last followed by a hand-over; and the link carries n x bytes at most at
+  // min(capacity, slots x that rate). Every transfer at once (LinkMode::Shared) has no slots.
   auto links_bound = [&](int slots) {
     double lb = 0.0;
     for (std::size_t ch = 0; ch < base.channels.size(); ++ch) {
       const auto& l = base.channels[ch];
       const auto [n, bytes] = link_load[ch];
       if (n <= 0) continue;
-      const double one = bytes / std::min(l.capacity_bytes_per_ms, l.flow_cap_bytes_per_ms);
-      const double q = std::ceil(n / slots);
+      const bool burst = l.window_bytes > 0.0 && bytes <= l.window_bytes;
+      const double top = burst ? l.capacity_bytes_per_ms : std::min(l.capacity_bytes_per_ms, l.flow_cap_bytes_per_ms);
+      const double one = bytes / top;
+      const double q = slots >= all_slots ? 1.0 : std::ceil(n / slots);
       const double serial = q * one + (q - 1.0) * l.handover_ms;
-      const double volume = n * bytes / std::min(l.capacity_bytes_per_ms, slots * l.flow_cap_bytes_per_ms);
+      const double volume = n * bytes / std::min(l.capacity_bytes_per_ms, slots * top);
       lb = std::max(lb, std::max(serial, volume) + l.latency_ms);
     }
     return lb * (1.0 - 1e-9);  // rounding: the engine sums the same times in another order
@@ -674,7 +680,7 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
   }
   for (auto& ch : p.channels) {
     ch.order = ch.served;
-    ch.mode = LinkMode::Ordered;
+    if (ch.mode != LinkMode::Shared) ch.mode = LinkMode::Ordered;
   }
   ScheduleTable t;
   if (known && best_timed && best_timed->messages.size() == p.messages.size()) {
@@ -726,7 +732,7 @@ ScheduleTable retime(const ScheduleTable& table, const CostModel& cost, bool one
       ATLAS_ASSERT(li >= 0, "retime: the table has no link " << map.link_src_dc[ch] << "->" << map.link_dst_dc[ch]);
       const WanLink& link = table.links[static_cast<std::size_t>(li)];
       auto& chan = p.channels[ch];
-      chan.mode = LinkMode::Ordered;
+      chan.mode = link.mode == LinkMode::Shared ? LinkMode::Shared : LinkMode::Ordered;
       chan.slots = link.slots;
       chan.order.clear();
       for (const auto& x : link.order)

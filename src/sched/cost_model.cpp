@@ -302,6 +302,7 @@ CostModel cost_model(const Config& cfg, const topo::Layout& layout, const Device
       const double gbps = bscalar ? cfg.cluster.bandwidth_gbps[0] : cfg.cluster.bandwidth(a, b);
       l.capacity_bytes_per_ms = a == b ? c.intra_bytes_per_ms : std::max(gbps, 1e-9) * 1e9 / 8.0 / 1e3;
       l.flow_cap_bytes_per_ms = transfer_cap_bytes_per_ms(l.capacity_bytes_per_ms, l.latency_ms, flows, window);
+      l.window_bytes = a == b ? 0.0 : flows * window;
     }
 
   if (layout.dp_across_dcs() && n > 1) wan_dp_allreduce(c, cfg, layout);

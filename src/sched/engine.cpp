@@ -8,6 +8,7 @@
 #include <cmath>
 #include <deque>
 #include <limits>
+#include <map>
 #include <queue>
 #include <sstream>
 #include <tuple>
@@ -18,7 +19,7 @@ namespace atlas::sched {
 
 namespace {
 
-enum class Ev : std::uint8_t { Resume, Arrive, Wake, FlowDone, Dispatch, HostDone, Release };
+enum class Ev : std::uint8_t { Resume, Arrive, Wake, FlowDone, Dispatch, HostDone, Release, PairGate };
 
 /// An event. Events run in (t, phase, sequence) order: `key` = phase << 62 | sequence << 3 | type
 /// (the sequence is unique, so the key orders as (phase, sequence) did), 24 bytes.
@@ -100,30 +101,49 @@ struct PostGroup {
 };
 
 struct LinkState {
-  // The active flows in start order from `head` (a finished prefix is skipped, and erased in
-  // bulk): their message ids and, side by side, their remaining bytes (a drain is one pass over
-  // contiguous doubles).
+  // The active flows (on the wire) in start order from `head` (a finished prefix is skipped, and
+  // erased in bulk): their message ids and, side by side, their remaining bytes. A link of bursts
+  // serves them in that order (docs/schedules.md, "The engine"): the flow at position i (from head)
+  // gets rate_at(i) = min(cap, what the flows before it leave of the capacity), so only the first
+  // `served()` flows drain, and an update touches those only. Any other link shares fairly (`fair`).
   std::vector<int> active;
   std::vector<double> remaining;
   std::size_t head = 0;
   // Whether every active flow has the size `bytes` (every boundary transfer of a program has).
   // Then the remainders are non-decreasing in start order: each began at `bytes`, at or above
-  // every older one's remainder, and all take the same subtractions since (x -> fl(x - d) is
-  // monotone). So the flows that finish at an event are a prefix and the least remainder is the
-  // first one's: flow_done looks at those only, and gets what the scan of all would have.
+  // every older one's remainder, and since its rate is never above an older one's it takes
+  // subtractions no larger (x, d -> fl(x - d) is monotone). So the flows that finish at an event
+  // are a prefix, and the first flow finishes first: flow_done looks at those only, and gets what
+  // the scan of all would have.
   bool uniform = true;
   std::int64_t bytes = 0;
+  // Per position: `full` flows at the per-flow cap `cap`, then one at `partial` (the capacity
+  // they leave; 0: none), the rest wait (rate 0).
+  double cap = 0.0;
+  double partial = 0.0;
+  std::size_t full = 1;
+  bool burst = false;  // window-sized transfers (EngineChannel::window_bytes): cap = capacity, pairs gated
   std::size_t active_count() const { return active.size() - head; }
   bool idle() const { return head == active.size(); }
-  // OrderedFifo: posted, not started, as a min-heap on WaitKey (the service order), and the
-  // same transfers grouped by post instant (to tell whether a tie-break decided a choice).
+  // Fair sharing (a link whose transfers do not all fit the pair's windows, or with no window
+  // stated): every active flow gets min(cap, capacity / n), as concurrent TCP flows that pace
+  // each other share a bottleneck; only window-sized bursts sit in the link's queue in order.
+  bool fair = false;
+  double capacity = 0.0;
+  double rate_at(std::size_t pos) const {
+    if (fair) return std::min(cap, capacity / static_cast<double>(std::max<std::size_t>(1, active_count())));
+    return pos < full ? cap : (pos == full ? partial : 0.0);
+  }
+  std::size_t served() const { return fair ? active_count() : std::min(active_count(), full + (partial > 0.0 ? 1 : 0)); }
+  // Posted, not admitted yet, as a min-heap on WaitKey (the service order: Shared admits every
+  // waiting transfer at the dispatch of its instant, in this order; OrderedFifo up to its slots),
+  // and for OrderedFifo the same transfers grouped by post instant (to tell whether a tie-break
+  // decided a choice).
   std::priority_queue<WaitKey, std::vector<WaitKey>, std::greater<>> waiting;
   std::deque<PostGroup> groups;
   std::size_t next_order = 0; // Ordered: next position in `order`
   int holding = 0;            // ordered: finished transfers whose slot is not handed over yet
-  // The least remaining bytes of the active flows (+inf: none). All drain at one rate, and
-  // x -> fl(x - d) is monotone, so it follows each update exactly: the scan it saves gave the same.
-  double least = std::numeric_limits<double>::infinity();
+  int queued = 0;             // admitted, waiting behind an earlier transfer of their peer pair
   double last_update = 0.0;
   int version = 0;
   bool dispatch_pending = false;
@@ -159,6 +179,34 @@ class Engine {
         else if (op.type == EngineOp::Type::Send) m_sender[static_cast<std::size_t>(op.message)] = static_cast<int>(w);
     for (auto& m : p.messages) m.post_ms = m.start_ms = m.end_ms = m.arrive_ms = -1.0;
     for (auto& c : p.channels) c.served.clear();
+    // Per link: how its capacity goes to the flows in start order (LinkState::rate_at).
+    for (std::size_t c = 0; c < p.channels.size(); ++c) {
+      const auto& ch = p.channels[c];
+      auto& ls = m_links[c];
+      const double cap = ch.capacity_bytes_per_ms;
+      ls.cap = std::min(ch.flow_cap_bytes_per_ms, cap);
+      // Window-sized transfers leave in bursts: each at the link's rate, in its turn.
+      ls.burst = ch.window_bytes > 0.0;
+      for (const auto& m : p.messages)
+        if (m.channel == static_cast<int>(c) && static_cast<double>(m.bytes) > ch.window_bytes) ls.burst = false;
+      if (ls.burst) ls.cap = cap;
+      ls.fair = !ls.burst;
+      ls.capacity = cap;
+      const double n = std::floor(cap / ls.cap);
+      ls.full = n >= 1e9 ? std::size_t{1000000000} : std::max<std::size_t>(1, static_cast<std::size_t>(n));
+      ls.partial = cap - static_cast<double>(ls.full) * ls.cap;
+      if (!(ls.partial > 1e-9 * cap)) ls.partial = 0.0;
+    }
+    // Peer pairs (sender, receiver): one per (sender worker, receiver worker) of a WAN message.
+    m_pair.assign(p.messages.size(), -1);
+    std::map<std::pair<int, int>, int> pairs;
+    for (std::size_t i = 0; i < p.messages.size(); ++i)
+      if (p.messages[i].channel >= 0)
+        m_pair[i] = pairs.emplace(std::pair{m_sender[i], m_receiver[i]}, static_cast<int>(pairs.size())).first->second;
+    m_pair_busy.assign(pairs.size(), 0);
+    m_pair_gate.assign(pairs.size(), 0.0);
+    m_pair_queue.resize(pairs.size());
+    m_pair_head.assign(pairs.size(), 0);
   }
 
   EngineResult run() {
@@ -203,6 +251,11 @@ class Engine {
           net_after();
           break;
         case Ev::HostDone: host_done(e.a, e.b); break;
+        case Ev::PairGate:
+          net_before();
+          pair_gate(e.a, e.b);
+          net_after();
+          break;
         case Ev::Release:
           net_before();
           --m_links[static_cast<std::size_t>(e.a)].holding;
@@ -506,10 +559,10 @@ class Engine {
     if (!m_net_on) return;
     std::vector<double> taken(m_hosts.size(), 0.0);
     for (std::size_t c = 0; c < m_links.size(); ++c) {
-      const double cores = rate(static_cast<int>(c)) * m_p.net_ns_per_byte / 1e6;
       const auto& ls = m_links[c];
-      for (std::size_t a = ls.head; a < ls.active.size(); ++a) {
-        const auto m = static_cast<std::size_t>(ls.active[a]);
+      for (std::size_t i = 0, n = ls.served(); i < n; ++i) {
+        const double cores = ls.rate_at(i) * m_p.net_ns_per_byte / 1e6;
+        const auto m = static_cast<std::size_t>(ls.active[ls.head + i]);
         for (int h : {host_of(m_sender[m]), host_of(m_receiver[m])})
           if (h >= 0) taken[static_cast<std::size_t>(h)] += 0.5 * cores;
       }
@@ -538,21 +591,18 @@ class Engine {
     const auto c = static_cast<std::size_t>(m.channel);
     auto& ch = m_p.channels[c];
     auto& ls = m_links[c];
-    update(static_cast<int>(c));
-    if (ch.mode == LinkMode::Shared) {
-      net_before();
-      start_flow(static_cast<int>(c), msg);
-      reschedule(static_cast<int>(c));
-      net_after();
-      return;
-    }
-    if (ch.mode == LinkMode::OrderedFifo) {
+    if (ch.mode != LinkMode::Ordered) {
+      // Shared: every transfer posted at this instant is admitted at its dispatch, in pipeline
+      // order (so the order in which posts of one instant reach the link does not depend on the
+      // order of their events); OrderedFifo: by its tie-break, up to its slots.
       int pri = 0;
-      if (ch.tie_break == TieBreak::GradientsFirst) pri = m.flow == Flow::Gradient ? 0 : 1;
-      if (ch.tie_break == TieBreak::ActivationsFirst) pri = m.flow == Flow::Activation ? 0 : 1;
+      if (ch.mode == LinkMode::OrderedFifo && ch.tie_break == TieBreak::GradientsFirst) pri = m.flow == Flow::Gradient ? 0 : 1;
+      if (ch.mode == LinkMode::OrderedFifo && ch.tie_break == TieBreak::ActivationsFirst) pri = m.flow == Flow::Activation ? 0 : 1;
       ls.waiting.push(WaitKey{m.post_ms, pri, m.pipeline, m.micro, msg});
-      if (ls.groups.empty() || ls.groups.back().post_ms != m.post_ms) ls.groups.push_back(PostGroup{m.post_ms, 0, 0});
-      ++(m.flow == Flow::Gradient ? ls.groups.back().gradients : ls.groups.back().activations);
+      if (ch.mode == LinkMode::OrderedFifo) {
+        if (ls.groups.empty() || ls.groups.back().post_ms != m.post_ms) ls.groups.push_back(PostGroup{m.post_ms, 0, 0});
+        ++(m.flow == Flow::Gradient ? ls.groups.back().gradients : ls.groups.back().activations);
+      }
     }
     if (!ls.dispatch_pending) {
       ls.dispatch_pending = true;
@@ -560,9 +610,81 @@ class Engine {
     }
   }
 
+  /// A transfer takes its place on link c (Shared: at its post's dispatch; Ordered, OrderedFifo:
+  /// when its slot comes). With EngineChannel::per_pair it goes on the wire after the transfers of
+  /// its peer pair admitted before it (pair_try).
+  void admit(int c, int msg) {
+    const auto& ch = m_p.channels[static_cast<std::size_t>(c)];
+    if (!ch.per_pair || ch.mode != LinkMode::Shared) {
+      start_flow(c, msg);
+      return;
+    }
+    const auto pr = static_cast<std::size_t>(m_pair[static_cast<std::size_t>(msg)]);
+    m_pair_queue[pr].push_back(msg);
+    ++m_links[static_cast<std::size_t>(c)].queued;
+    pair_try(c, static_cast<int>(pr));
+  }
+
+  /// Starts the next admitted transfer of peer pair pr on link c if its connection lets it: with
+  /// bursts (LinkState::burst) once the pair's window has room, i.e. the bytes of its transfers
+  /// started before, at flow_cap (rails x window / RTT), have been acknowledged; else once the
+  /// pair's previous transfer ended.
+  void pair_try(int c, int pr) {
+    const auto p = static_cast<std::size_t>(pr);
+    auto& q = m_pair_queue[p];
+    auto& h = m_pair_head[p];
+    auto& ls = m_links[static_cast<std::size_t>(c)];
+    if (h == q.size()) return;
+    if (ls.burst) {
+      if (m_now < m_pair_gate[p]) {
+        if (!m_pair_busy[p]) {
+          m_pair_busy[p] = 1;  // a gate event is pending
+          push(m_pair_gate[p], 0, Ev::PairGate, c, pr);
+        }
+        return;
+      }
+    } else if (m_pair_busy[p]) {
+      return;
+    }
+    const int msg = q[h++];
+    if (h == q.size()) {
+      q.clear();
+      h = 0;
+    }
+    --ls.queued;
+    start_flow(c, msg);
+    const auto& ch = m_p.channels[static_cast<std::size_t>(c)];
+    if (ls.burst) {
+      m_pair_gate[p] = m_now + static_cast<double>(m_p.messages[static_cast<std::size_t>(msg)].bytes) / ch.flow_cap_bytes_per_ms;
+      if (h != 0) {
+        m_pair_busy[p] = 1;
+        push(m_pair_gate[p], 0, Ev::PairGate, c, pr);
+      }
+    } else {
+      m_pair_busy[p] = 1;
+    }
+  }
+
+  void pair_gate(int c, int pr) {
+    m_pair_busy[static_cast<std::size_t>(pr)] = 0;
+    update(c);
+    pair_try(c, pr);
+    reschedule(c);
+  }
+
+  /// A transfer of link c ended: without bursts the next one of its peer pair starts (per_pair).
+  void pair_next(int c, int msg) {
+    const auto& ch = m_p.channels[static_cast<std::size_t>(c)];
+    if (!ch.per_pair || ch.mode != LinkMode::Shared || m_links[static_cast<std::size_t>(c)].burst) return;
+    const int pr = m_pair[static_cast<std::size_t>(msg)];
+    m_pair_busy[static_cast<std::size_t>(pr)] = 0;
+    pair_try(c, pr);
+  }
+
   void start_flow(int c, int msg) {
     auto& m = m_p.messages[static_cast<std::size_t>(msg)];
     m.start_ms = m_now;
+    m_p.channels[static_cast<std::size_t>(c)].served.push_back(msg);
     auto& started = m_links[static_cast<std::size_t>(c)];
     if (started.idle()) {
       started.active.clear();
@@ -575,36 +697,37 @@ class Engine {
     }
     started.active.push_back(msg);
     started.remaining.push_back(static_cast<double>(m.bytes));
-    started.least = std::min(started.least, static_cast<double>(m.bytes));
-    m_p.channels[static_cast<std::size_t>(c)].served.push_back(msg);
   }
 
-  double rate(int c) const {
-    const auto& ch = m_p.channels[static_cast<std::size_t>(c)];
-    const auto n = m_links[static_cast<std::size_t>(c)].active_count();
-    if (n == 0) return 0.0;
-    return std::min(ch.flow_cap_bytes_per_ms, ch.capacity_bytes_per_ms / static_cast<double>(n));
-  }
-
+  /// Drains the served flows of link c up to now, each at its position's rate.
   void update(int c) {
     auto& ls = m_links[static_cast<std::size_t>(c)];
-    const double r = rate(c);
     const double dt = m_now - ls.last_update;
     if (dt > 0.0 && !ls.idle()) {
-      const double drained = r * dt;
-      double* rem = ls.remaining.data();
-      for (std::size_t a = ls.head, n = ls.remaining.size(); a < n; ++a) rem[a] -= drained;
-      ls.least -= drained;
+      double* rem = ls.remaining.data() + ls.head;
+      const std::size_t n = ls.served();
+      const double full = ls.cap * dt;
+      if (ls.fair) {
+        const double drained = ls.rate_at(0) * dt;
+        for (std::size_t i = 0; i < n; ++i) rem[i] -= drained;
+      } else {
+        for (std::size_t i = 0; i < n; ++i) rem[i] -= i < ls.full ? full : ls.partial * dt;
+      }
     }
     ls.last_update = m_now;
   }
 
+  /// The next completion on link c: the first flow's with uniform sizes (LinkState::uniform),
+  /// else the earliest of the served flows'.
   void reschedule(int c) {
     auto& ls = m_links[static_cast<std::size_t>(c)];
     ++ls.version;
     if (ls.idle()) return;
-    const double r = rate(c);
-    push(m_now + std::max(0.0, ls.least) / r, 0, Ev::FlowDone, c, ls.version);
+    double next = std::max(0.0, ls.remaining[ls.head]) / ls.rate_at(0);
+    if (!ls.uniform || m_p.reference)
+      for (std::size_t i = 1, n = ls.served(); i < n; ++i)
+        next = std::min(next, std::max(0.0, ls.remaining[ls.head + i]) / ls.rate_at(i));
+    push(m_now + next, 0, Ev::FlowDone, c, ls.version);
   }
 
   void flow_done(int c, int version) {
@@ -612,15 +735,36 @@ class Engine {
     if (version != ls.version) return;
     update(c);
     const auto& ch = m_p.channels[static_cast<std::size_t>(c)];
-    const double r = rate(c);
-    ls.least = std::numeric_limits<double>::infinity();
-    // A flow whose remainder is rounding noise, or would finish within the clock's resolution, is
-    // complete (otherwise the event would repeat at the same instant forever). Monotone in the
-    // remainder: with uniform sizes the finished flows are a prefix (LinkState::uniform).
-    auto finished = [&](double rem, std::int64_t bytes) {
-      return rem <= 1e-9 * static_cast<double>(bytes) + 1e-9 || rem / r <= 1e-12 * std::max(1.0, m_now);
+    // A flow whose remainder is rounding noise, or would finish within the clock's resolution at
+    // its rate (r, by its position before this event), is complete (otherwise the event would
+    // repeat at the same instant forever). With uniform sizes the finished flows are a prefix
+    // (LinkState::uniform): a flow further back has no less left and no more rate.
+    auto finished = [&](double rem, std::int64_t bytes, double r) {
+      return rem <= 1e-9 * static_cast<double>(bytes) + 1e-9 || (r > 0.0 && rem / r <= 1e-12 * std::max(1.0, m_now));
     };
-    auto finish = [&](int msg) {
+    std::vector<int>& done = m_done;
+    done.clear();
+    const std::size_t n = ls.active.size();
+    if (ls.uniform && !m_p.reference) {
+      std::size_t a = ls.head;
+      for (; a < n && finished(ls.remaining[a], ls.bytes, ls.rate_at(a - ls.head)); ++a) done.push_back(ls.active[a]);
+      ls.head = a;
+    } else {
+      std::size_t kept = ls.head;
+      for (std::size_t a = ls.head; a < n; ++a) {
+        const int msg = ls.active[a];
+        const double rem = ls.remaining[a];
+        if (finished(rem, m_p.messages[static_cast<std::size_t>(msg)].bytes, ls.rate_at(a - ls.head))) {
+          done.push_back(msg);
+        } else {
+          ls.active[kept] = msg;
+          ls.remaining[kept++] = rem;
+        }
+      }
+      ls.active.resize(kept);
+      ls.remaining.resize(kept);
+    }
+    for (int msg : done) {
       auto& m = m_p.messages[static_cast<std::size_t>(msg)];
       m.end_ms = m_now;
       m.arrive_ms = m_now + ch.latency_ms;
@@ -630,28 +774,6 @@ class Engine {
         ++ls.holding;
         push(m_now + ch.handover_ms, 0, Ev::Release, c, 0);
       }
-    };
-    const std::size_t n = ls.active.size();
-    if (ls.uniform && !m_p.reference) {
-      std::size_t a = ls.head;
-      for (; a < n && finished(ls.remaining[a], ls.bytes); ++a) finish(ls.active[a]);
-      ls.head = a;
-      if (a < n) ls.least = ls.remaining[a];
-    } else {
-      std::size_t kept = ls.head;
-      for (std::size_t a = ls.head; a < n; ++a) {
-        const int msg = ls.active[a];
-        const double rem = ls.remaining[a];
-        if (finished(rem, m_p.messages[static_cast<std::size_t>(msg)].bytes)) {
-          finish(msg);
-        } else {
-          ls.active[kept] = msg;
-          ls.remaining[kept++] = rem;
-          ls.least = std::min(ls.least, rem);
-        }
-      }
-      ls.active.resize(kept);
-      ls.remaining.resize(kept);
     }
     if (ls.head >= 4096 && 2 * ls.head >= ls.active.size()) {  // the skipped prefix, in bulk
       const auto h = static_cast<std::ptrdiff_t>(ls.head);
@@ -659,6 +781,7 @@ class Engine {
       ls.remaining.erase(ls.remaining.begin(), ls.remaining.begin() + h);
       ls.head = 0;
     }
+    for (int msg : done) pair_next(c, msg);
     try_start(c);
     reschedule(c);
   }
@@ -674,10 +797,16 @@ class Engine {
   void try_start(int c) {
     auto& ch = m_p.channels[static_cast<std::size_t>(c)];
     auto& ls = m_links[static_cast<std::size_t>(c)];
-    if (ch.mode == LinkMode::Ordered) {
+    if (ch.mode == LinkMode::Shared) {
+      while (!ls.waiting.empty()) {
+        const int msg = ls.waiting.top().msg;
+        ls.waiting.pop();
+        admit(c, msg);
+      }
+    } else if (ch.mode == LinkMode::Ordered) {
       while (static_cast<int>(ls.active_count()) + ls.holding < ch.slots && ls.next_order < ch.order.size() &&
              m_posted[static_cast<std::size_t>(ch.order[ls.next_order])]) {
-        start_flow(c, ch.order[ls.next_order++]);
+        admit(c, ch.order[ls.next_order++]);
       }
     } else if (ch.mode == LinkMode::OrderedFifo) {
       while (static_cast<int>(ls.active_count()) + ls.holding < ch.slots && !ls.waiting.empty()) {
@@ -693,7 +822,7 @@ class Engine {
         }
         --(m_p.messages[static_cast<std::size_t>(msg)].flow == Flow::Gradient ? g.gradients : g.activations);
         if (g.activations == 0 && g.gradients == 0) ls.groups.pop_front();
-        start_flow(c, msg);
+        admit(c, msg);
       }
     }
   }
@@ -737,6 +866,12 @@ class Engine {
   std::vector<int> m_sync_count;
   std::vector<int> m_receiver;  // message -> the worker that receives it
   std::vector<int> m_sender;    // message -> the worker that sends it
+  std::vector<int> m_pair;      // WAN message -> its peer pair (sender, receiver), else -1
+  std::vector<char> m_pair_busy;               // per pair: a transfer on its link (bursts: a gate pending)
+  std::vector<double> m_pair_gate;             // per pair (bursts): when its window has room again
+  std::vector<std::vector<int>> m_pair_queue;  // per pair: admitted transfers waiting behind it
+  std::vector<std::size_t> m_pair_head;        // per pair: the next of m_pair_queue to start
+  std::vector<int> m_done;      // flow_done's finished transfers (kept: no allocation per event)
   std::vector<double> m_net_cores;  // per host: cores the running WAN flows take
   bool m_net_on = false;
   std::vector<HostState> m_hosts;

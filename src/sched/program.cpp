@@ -139,6 +139,7 @@ void add_boundaries(const CostModel& c, int v, int m, EngineProgram& p, ProgramM
       ch.latency_ms = l.latency_ms;
       ch.capacity_bytes_per_ms = l.capacity_bytes_per_ms;
       ch.flow_cap_bytes_per_ms = l.flow_cap_bytes_per_ms;
+      ch.window_bytes = l.window_bytes;
       ch.handover_ms = 2.0 * l.latency_ms;  // ordered links: hand-over after the sender's ack
       p.channels.push_back(ch);
       map.link_src_dc.push_back(x);

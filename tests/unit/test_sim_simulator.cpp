@@ -143,10 +143,11 @@ TEST(SimClosedForm, GradientNormFollowsTheBinomialTrees) {
 }
 
 TEST(SimClosedForm, PureWanBoundPipeline) {
-  // GPipe over two DCs with free compute: stage 0 posts all m activations at t = 0; they share
-  // the link (max-min fair, each capped per flow) and all land at max(m X / C, X / c) + L; the
-  // gradients then do the same the other way; the optimizer then sums the gradient norm over
-  // both DCs (one round trip, 2 L). Step = 2 max(m X / C, X / c) + 2 L + 2 L.
+  // GPipe over two DCs with free compute: stage 0 posts all m activations at t = 0; one peer pair
+  // sends them one after another at min(C, c) (its connection's cap; the link serves its flows in
+  // post order), so the last lands at m X / min(C, c) + L; the gradients then do the same the
+  // other way; the optimizer then sums the gradient norm over both DCs (one round trip, 2 L).
+  // Step = 2 m X / min(C, c) + 2 L + 2 L. (Processor sharing, before: max(m X / C, X / c).)
   const double x = 6e6;  // bytes per transfer
   const double lat = 25.0;
   for (int m : {1, 2, 5, 16}) {
@@ -154,7 +155,7 @@ TEST(SimClosedForm, PureWanBoundPipeline) {
       const double cap = 1e6;
       const sched::CostModel c = model({1, 1}, 1, 0.0, 0.0, static_cast<std::int64_t>(x), cap, flow_cap, lat);
       const SimResult r = simulate(c, ScheduleKind::GPipe, m, 1.0);
-      const double one_way = std::max(m * x / cap, x / flow_cap);
+      const double one_way = m * x / std::min(cap, flow_cap);
       EXPECT_NEAR(r.step_ms, 2 * one_way + 2 * lat + 2 * lat, 1e-9) << "m=" << m << " flow_cap=" << flow_cap;
       ASSERT_EQ(r.links.size(), 2u);
       for (const auto& l : r.links) {

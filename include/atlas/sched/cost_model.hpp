@@ -18,6 +18,8 @@ struct LinkCost {
   double latency_ms = 0.0;          ///< one-way propagation delay
   double capacity_bytes_per_ms = 0; ///< link capacity
   double flow_cap_bytes_per_ms = 0; ///< one transfer's max rate (rails x per-TCP-flow cap)
+  /// Bytes one peer pair can have on the wire at once: rails x the per-flow window (0: unknown).
+  double window_bytes = 0;
 };
 
 struct CostModel {

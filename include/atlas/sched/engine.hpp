@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
 // A discrete-event engine that times a pipeline program: workers run ordered op lists (compute,
 // post a send, wait for a receive, join a sync group), messages cross intra-DC channels (fixed
-// cost) or WAN links (fluid max-min sharing with a per-flow cap, or a static service order).
+// cost) or WAN links (fluids: window-sized transfers as bursts served in post order, larger ones
+// or unknown windows shared fairly, each capped per flow, one peer pair's transfers in turn; or a
+// static service order: docs/schedules.md).
 // The schedule table and the simulator both time programs with it; neither duplicates it.
 #pragma once
 
@@ -15,7 +17,9 @@
 namespace atlas::sched {
 
 enum class LinkMode : std::uint8_t {
-  Shared,      ///< every posted transfer is active at once; max-min fair share, capped per flow
+  Shared,      ///< every posted transfer is admitted at once; a peer pair's go on the wire in turn
+               ///< (EngineChannel::per_pair); bursts are served in start order, other flows
+               ///< share the link fairly, each capped
   Ordered,     ///< transfers start in `order`, at most `slots` at once (ATLAS temporal sharing)
   OrderedFifo, ///< like Ordered, but the order is decided on the fly: earliest-posted first,
                ///< ties by `tie_break`; the decided order is written to `served`
@@ -65,6 +69,15 @@ struct EngineChannel {
   /// sender knows it completed (an acknowledgement: one round trip) and hands the link on.
   double handover_ms = 0.0;
   TieBreak tie_break = TieBreak::PipelineOrder;
+  /// The transfers of one peer pair (sender worker, receiver worker) are on the wire one after
+  /// another, in the order the link admitted them: one TCP connection, or one bundle of rails, of
+  /// at most flow_cap_bytes_per_ms per pair.
+  bool per_pair = true;
+  /// Bytes one peer pair can have on the wire at once (its rails' TCP windows); 0 = not known. When
+  /// every transfer of the link fits, a transfer leaves in one burst at the link's rate (in its
+  /// turn), and a pair's next transfer may start once the bytes it started before are
+  /// acknowledged at flow_cap_bytes_per_ms (windows per round trip): LinkState::burst.
+  double window_bytes = 0.0;
   std::vector<int> order;      ///< Ordered: message ids in service order
   std::vector<int> served;     ///< result: message ids in the order they started
 };
