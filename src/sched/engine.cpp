@@ -614,11 +614,16 @@ class Engine {
   /// when its slot comes). With EngineChannel::per_pair it goes on the wire after the transfers of
   /// its peer pair admitted before it (pair_try).
   void admit(int c, int msg) {
-    const auto& ch = m_p.channels[static_cast<std::size_t>(c)];
-    if (!ch.per_pair || ch.mode != LinkMode::Shared) {
+    auto& ch = m_p.channels[static_cast<std::size_t>(c)];
+    // Ordered links of bursts gate pairs too: the runtime starts a transfer when its turn and
+    // slot come (the table's order, recorded here), and the pair's rails put it on the wire once
+    // their windows have room; it holds its slot meanwhile (LinkState::queued).
+    const bool gated = ch.mode == LinkMode::Shared || m_links[static_cast<std::size_t>(c)].burst;
+    if (!ch.per_pair || !gated) {
       start_flow(c, msg);
       return;
     }
+    if (ch.mode != LinkMode::Shared) ch.served.push_back(msg);
     const auto pr = static_cast<std::size_t>(m_pair[static_cast<std::size_t>(msg)]);
     m_pair_queue[pr].push_back(msg);
     ++m_links[static_cast<std::size_t>(c)].queued;
@@ -652,8 +657,8 @@ class Engine {
       h = 0;
     }
     --ls.queued;
-    start_flow(c, msg);
     const auto& ch = m_p.channels[static_cast<std::size_t>(c)];
+    start_flow(c, msg, ch.mode == LinkMode::Shared);
     if (ls.burst) {
       m_pair_gate[p] = m_now + static_cast<double>(m_p.messages[static_cast<std::size_t>(msg)].bytes) / ch.flow_cap_bytes_per_ms;
       if (h != 0) {
@@ -681,10 +686,11 @@ class Engine {
     pair_try(c, pr);
   }
 
-  void start_flow(int c, int msg) {
+  /// record: the link's served order takes it now (false: it took it at its admission).
+  void start_flow(int c, int msg, bool record = true) {
     auto& m = m_p.messages[static_cast<std::size_t>(msg)];
     m.start_ms = m_now;
-    m_p.channels[static_cast<std::size_t>(c)].served.push_back(msg);
+    if (record) m_p.channels[static_cast<std::size_t>(c)].served.push_back(msg);
     auto& started = m_links[static_cast<std::size_t>(c)];
     if (started.idle()) {
       started.active.clear();
@@ -804,12 +810,12 @@ class Engine {
         admit(c, msg);
       }
     } else if (ch.mode == LinkMode::Ordered) {
-      while (static_cast<int>(ls.active_count()) + ls.holding < ch.slots && ls.next_order < ch.order.size() &&
+      while (static_cast<int>(ls.active_count()) + ls.holding + ls.queued < ch.slots && ls.next_order < ch.order.size() &&
              m_posted[static_cast<std::size_t>(ch.order[ls.next_order])]) {
         admit(c, ch.order[ls.next_order++]);
       }
     } else if (ch.mode == LinkMode::OrderedFifo) {
-      while (static_cast<int>(ls.active_count()) + ls.holding < ch.slots && !ls.waiting.empty()) {
+      while (static_cast<int>(ls.active_count()) + ls.holding + ls.queued < ch.slots && !ls.waiting.empty()) {
         const int msg = ls.waiting.top().msg;
         ls.waiting.pop();
         // The earliest waiting transfers are the front group (posts come in time order).

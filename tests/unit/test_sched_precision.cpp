@@ -3,6 +3,9 @@
 // halves them (the table's slot bytes, `atlas schedule`'s boundary line, the emulated backend's
 // messages); decks without the key keep their profile's bytes (their tables stay the same).
 #include <gtest/gtest.h>
+#include <sys/prctl.h>
+
+#include <thread>
 
 #include "atlas/deck/deck.hpp"
 #include "atlas/deck/profiles.hpp"
@@ -72,6 +75,23 @@ TEST(PrecisionCost, EmulatedComputeSendsTheTablesBf16Messages) {
     const runtime::EmulatedStage e = runtime::emulated_stage(cfg, layout, table, 0);
     EXPECT_EQ(e.boundary_bytes, static_cast<std::size_t>((std::string(p) == "bf16" ? 2 : 4) * 2 * 64 * 256)) << p;
   }
+}
+
+// Emulated compute sleeps to a deadline once per slot; the default timer slack (50 us) let each
+// end up to that late, and tens of slots sit on a step's critical path (issue 24, docs/emulated.md
+// "Ordered links gate peer pairs too"). A sleeping thread asks for a slack of 1 ns.
+TEST(EmulatedCompute, SleepsToItsDeadlineWithATimerSlackOfOneNanosecond) {
+  long slack = -1;
+  double slept = 0.0;
+  std::thread t([&] {
+    const double t0 = runtime::monotonic_s();
+    runtime::emulate_compute(2e-4);
+    slept = runtime::monotonic_s() - t0;
+    slack = prctl(PR_GET_TIMERSLACK, 0UL, 0UL, 0UL, 0UL);
+  });
+  t.join();
+  EXPECT_GE(slept, 2e-4);
+  EXPECT_EQ(slack, 1);
 }
 
 }  // namespace
