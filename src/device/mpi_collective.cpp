@@ -97,13 +97,7 @@ class RingSum final : public PendingSum {
     }
     return true;
   }
-  void wait() override {
-    int sleep_us = 10;
-    while (!test()) {
-      std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
-      sleep_us = std::min(sleep_us * 2, 200);
-    }
-  }
+  void wait() override { wait_polling(); }
   bool settle(double max_s) noexcept override {
     try {
       if (test_for(max_s)) return true;
@@ -166,6 +160,14 @@ class MpiRingCollective final : public Collective {
 std::unique_ptr<Collective> make_ring_collective(const mpi::Comm& comm) {
   ATLAS_ASSERT(!comm.null(), "make_ring_collective needs a valid communicator");
   return std::make_unique<MpiRingCollective>(comm);
+}
+
+void PendingSum::wait_polling() {
+  int sleep_us = 10;
+  while (!test()) {
+    std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
+    sleep_us = std::min(sleep_us * 2, 200);
+  }
 }
 
 bool PendingSum::test_for(double max_s) {

@@ -40,6 +40,9 @@ class PendingSum {
   /// Polls test() (200 us apart) for at most `max_s` seconds; true once it passed. Errors from
   /// test() propagate. For settle().
   bool test_for(double max_s);
+  /// Polls test() until it passes, 10 us apart doubling up to 200 us (mpi::Request::wait_polling's
+  /// back-off, for a sum made of several requests). For wait().
+  void wait_polling();
 };
 
 /// A group of ranks that sum tensors together (the tensor-parallel group of one stage replica).
