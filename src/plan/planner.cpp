@@ -714,8 +714,7 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
   const SplitBackward unsplit_first = deck_split == SplitBackward::Auto ? SplitBackward::Off : deck_split;
   const auto split_pass = [&](const std::vector<std::size_t>& timed) {
     if (deck_split != SplitBackward::Auto || timed.empty()) return;
-    const bool dl = cfg.plan.deadline_s > 0;
-    auto in_time = [&](double step_ms) { return !dl || step_ms <= cfg.plan.deadline_s * 1e3; };
+    auto in_time = [&](double step_ms) { return !deadline || step_ms <= cfg.plan.deadline_s * 1e3; };
     const bool any_in_time =
         std::any_of(timed.begin(), timed.end(), [&](std::size_t i) { return in_time(res.plans[i].step_ms); });
     // What a plan is ranked by: the objective among plans within the deadline; the step where none is.
