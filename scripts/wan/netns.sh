@@ -3,7 +3,9 @@
 # Kernel WAN emulation between DCs on one machine (this kernel has no netem; see MACHINE.md):
 #   - one network namespace per DC (NAME-dcD, address 10.77.0.(D+1)/24 on its eth0), all joined
 #     by veth to a Linux bridge in a namespace of its own (NAME-br);
-#   - rate: an HTB class per destination DC on each DC's eth0 (u32 filter on the destination);
+#   - rate: an HTB class per ordered DC pair, with a deep FIFO, on the bridge's port towards the
+#     destination DC (u32 filter on the source): the link's router, where whole TCP windows queue
+#     in arrival order (ATLAS_WAN_SHAPE=sender: on each DC's own eth0 instead, the old emulation);
 #   - one-way delay: on the receiving DC's INPUT hook, iptables -j NFQUEUE (one queue per source
 #     DC, no --queue-bypass) read by atlas-wan-delay, which releases packets FIFO after the delay;
 #   - per-flow limit (optional, stated): TCP window cap through the namespaces'
@@ -80,6 +82,23 @@ cmd_up() {
   read -r -a B <<<"$bw"
   [[ ${#L[@]} -eq $((dcs * dcs)) && ${#B[@]} -eq $((dcs * dcs)) ]] ||
     die "--latency-ms and --bandwidth-gbps need $((dcs * dcs)) entries (row-major) each"
+  local shape="${ATLAS_WAN_SHAPE:-router}"
+  [[ $shape == router || $shape == sender ]] || die "ATLAS_WAN_SHAPE must be router or sender, not '$shape'"
+  # The link d -> e: its rate in kbit/s, and its HTB burst (100 us at the rate, at least one 64 KiB
+  # GSO packet: a burst lets that many bytes through at the veth's own speed; with 2 ms, 250 KB at
+  # 1 Gbit/s, a 128 KiB tensor crossed in 0.1 ms instead of the 1.05 ms the rate allows).
+  link_kbit() {
+    local g="${B[$(($1 * dcs + $2))]}" k
+    k=$(awk -v g="$g" 'BEGIN { printf "%d", g * 1000000 }')
+    [[ $k -gt 0 ]] || die "bandwidth from DC $1 to DC $2 is $g Gbit/s: must be > 0"
+    echo "$k"
+  }
+  link_burst() {
+    awk -v k="$(link_kbit "$1" "$2")" 'BEGIN { b = k * 1000 / 8 * 0.0001; if (b < 65536) b = 65536; printf "%d", b }'
+  }
+  for ((d = 0; d < dcs; d++)); do
+    for ((e = 0; e < dcs; e++)); do [[ $e -eq $d ]] || link_kbit "$d" "$e" >/dev/null; done
+  done
   local state="$STATE_ROOT/$name"
   [[ ! -e $state ]] || die "emulation '$name' already exists ($state); run: $0 down $name"
   mkdir -p "$state"
@@ -122,29 +141,54 @@ cmd_up() {
       # cubic's HyStart left it where queueing delay first rose: rails that warmed up side by side
       # (16 ranks at once) kept windows of 113-163 segments (164-236 KB < 256 KiB), and a tensor
       # on such a rail took an extra round trip. A loss (cubic: x 0.7) still leaves 1.4 W.
+      # The route's window metric W as well: with the shaping at the router (below) a flow's
+      # packets leave its host at once, and the send buffer alone let up to 2 W fly (ss: 357
+      # segments unacknowledged, ablation_2dc_16 row (b) at 0.88 of its prediction); with the
+      # metric 0.96, in flight per rail p90 1.04 W, p99 1.40 W, max 1.61 W (docs/wan.md section 4).
       local segs=$(((2 * window + 1447) / 1448))
       ip -n "$ns" route change "$SUBNET_PREFIX.0/24" dev eth0 proto kernel scope link src "$(addr "$d")" \
-        initcwnd "$segs" initrwnd "$segs"
+        initcwnd "$segs" initrwnd "$segs" window "$window"
     fi
-    # Rate: one HTB class per destination DC; everything else (ARP) unshaped.
-    tc -n "$ns" qdisc add dev eth0 root handle 1: htb default 999
-    tc -n "$ns" class add dev eth0 parent 1: classid 1:999 htb rate 10gbit quantum 65536
-    for ((e = 0; e < dcs; e++)); do
-      [[ $e -ne $d ]] || continue
-      local g="${B[$((d * dcs + e))]}"
-      local kbit burst
-      kbit=$(awk -v g="$g" 'BEGIN { printf "%d", g * 1000000 }')
-      [[ $kbit -gt 0 ]] || die "bandwidth from DC $d to DC $e is $g Gbit/s: must be > 0"
-      # Burst: 100 us at the rate, at least one 64 KiB GSO packet. A burst lets that many bytes
-      # through at the veth's own speed; with 2 ms (250 KB at 1 Gbit/s) a 128 KiB tensor crossed
-      # in 0.1 ms instead of the 1.05 ms the rate allows, so the link looked faster than it is.
-      burst=$(awk -v k="$kbit" 'BEGIN { b = k * 1000 / 8 * 0.0001; if (b < 65536) b = 65536; printf "%d", b }')
-      tc -n "$ns" class add dev eth0 parent 1: classid "1:$((e + 10))" htb rate "${kbit}kbit" \
-        ceil "${kbit}kbit" burst "$burst" cburst "$burst" quantum 65536
-      tc -n "$ns" filter add dev eth0 parent 1: protocol ip prio 1 u32 \
-        match ip dst "$(addr "$e")/32" flowid "1:$((e + 10))"
-    done
   done
+  # Rate, one HTB class per ordered DC pair (d -> e), everything else (ARP) unshaped.
+  if [[ $shape == router ]]; then
+    # At the router (default): on the bridge's port towards DC e, a class per source DC d with a
+    # deep FIFO. A packet leaves its sender's namespace at once (crossing into the bridge's
+    # namespace orphans it, so TCP small queues stop counting it against the socket), and a
+    # flow's window enters the link's queue whole, as on a WAN where the hosts' NICs are far
+    # faster than the link and the bottleneck router queues what arrives, in arrival order. A
+    # queue of 2^17 packets holds every window the example decks put on one link at once.
+    for ((e = 0; e < dcs; e++)); do
+      local port="p$e"
+      tc -n "$br" qdisc add dev "$port" root handle 1: htb default 999
+      tc -n "$br" class add dev "$port" parent 1: classid 1:999 htb rate 10gbit quantum 65536
+      for ((d = 0; d < dcs; d++)); do
+        [[ $e -ne $d ]] || continue
+        local cls=$((d + 10))
+        tc -n "$br" class add dev "$port" parent 1: classid "1:$cls" htb rate "$(link_kbit "$d" "$e")kbit" \
+          ceil "$(link_kbit "$d" "$e")kbit" burst "$(link_burst "$d" "$e")" cburst "$(link_burst "$d" "$e")" quantum 65536
+        tc -n "$br" qdisc add dev "$port" parent "1:$cls" handle "$cls:" pfifo limit 131072
+        tc -n "$br" filter add dev "$port" parent 1: protocol ip prio 1 u32 \
+          match ip src "$(addr "$d")/32" flowid "1:$cls"
+      done
+    done
+  else
+    # At the sender (ATLAS_WAN_SHAPE=sender, the emulation before 2026-12-05): on each DC's eth0,
+    # a class per destination DC. TCP small queues then keep only about a millisecond of each
+    # flow in the class's queue, so flows posted close together interleave on the link.
+    for ((d = 0; d < dcs; d++)); do
+      local ns="$name-dc$d"
+      tc -n "$ns" qdisc add dev eth0 root handle 1: htb default 999
+      tc -n "$ns" class add dev eth0 parent 1: classid 1:999 htb rate 10gbit quantum 65536
+      for ((e = 0; e < dcs; e++)); do
+        [[ $e -ne $d ]] || continue
+        tc -n "$ns" class add dev eth0 parent 1: classid "1:$((e + 10))" htb rate "$(link_kbit "$d" "$e")kbit" \
+          ceil "$(link_kbit "$d" "$e")kbit" burst "$(link_burst "$d" "$e")" cburst "$(link_burst "$d" "$e")" quantum 65536
+        tc -n "$ns" filter add dev eth0 parent 1: protocol ip prio 1 u32 \
+          match ip dst "$(addr "$e")/32" flowid "1:$((e + 10))"
+      done
+    done
+  fi
   # Delay: packets arriving in DC d from DC e wait latency(e, d) ms in atlas-wan-delay.
   for ((d = 0; d < dcs; d++)); do
     local ns="$name-dc$d"

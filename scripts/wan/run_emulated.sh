@@ -17,6 +17,7 @@
 # ATLAS_WAN_RTT_TOLERANCE (fraction, 0.25), ATLAS_WAN_AUTOGROUP (off: default, keep),
 # ATLAS_WAN_SINGLE_COPY (Open MPI's btl_vader_single_copy_mechanism inside a DC: cma where this
 # shell may use process_vm_readv (no seccomp filter, Yama ptrace_scope absent or 0), else none).
+# ATLAS_WAN_SHAPE (where netns.sh shapes each link: router, the default, or sender).
 # Single copy: a DC is one node here, and without it every intra-DC message above 4 KiB went as
 # 32 KiB fragments that move only while both ranks call MPI; ranks that poll with back-off (and
 # wait for a core) then took 25-75 ms for a 0.8 MB DP sum the cost model gives 0.1 ms

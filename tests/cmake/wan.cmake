@@ -43,6 +43,10 @@ set_tests_properties(test_run_emulated_bad_autogroup PROPERTIES LABELS unit TIME
 add_test(NAME test_run_emulated_bad_single_copy
   COMMAND bash -c "out=$(ATLAS_WAN_SINGLE_COPY=xpmem ${PROJECT_SOURCE_DIR}/scripts/wan/run_emulated.sh ${PROJECT_SOURCE_DIR}/inputs/bubbletea_loopback.deck 2 -- true 2>&1); rc=$?; echo \"$out\"; [[ $rc -eq 1 ]] && grep -q \"ATLAS_WAN_SINGLE_COPY must be cma or none, not 'xpmem'\" <<<\"$out\"")
 set_tests_properties(test_run_emulated_bad_single_copy PROPERTIES LABELS unit TIMEOUT 30)
+# netns.sh refuses an unknown place to shape the links before it creates anything (no root needed).
+add_test(NAME test_netns_bad_shape
+  COMMAND bash -c "out=$(ATLAS_WAN_SHAPE=nowhere ${PROJECT_SOURCE_DIR}/scripts/wan/netns.sh up zzshape --dcs 2 --latency-ms '0 1 1 0' --bandwidth-gbps '0 1 1 0' 2>&1); rc=$?; echo \"$out\"; [[ $rc -eq 1 ]] && grep -q \"ATLAS_WAN_SHAPE must be router or sender, not 'nowhere'\" <<<\"$out\" && ! ip netns list 2>/dev/null | grep -q '^zzshape'")
+set_tests_properties(test_netns_bad_shape PROPERTIES LABELS unit TIMEOUT 30)
 # bench wan refuses an unknown frame protection mode before it starts anything (exit 2).
 add_test(NAME test_bench_wan_bad_auth
   COMMAND bash -c "out=$($<TARGET_FILE:atlas> bench wan --auth mac,foo 2>&1); rc=$?; echo \"$out\"; [[ $rc -eq 2 ]] && grep -q \"\\-\\-auth needs a list of mac, encrypt, crc (e.g. mac,crc), got 'mac,foo'\" <<<\"$out\"")
