@@ -265,7 +265,9 @@ std::size_t Trainer::embed_floats() {
 
 void Trainer::all_reduce_gradients(const Boundary::WaitHook& fill) {
   if (!m_sums_started) start_gradient_sums();
+  end_gradient_sums();
   m_sums_started = false;
+  m_sums_ended = false;
   if (!m_embed.null()) {
     const std::size_t n = embed_floats();
     std::vector<float>& host = m_embed_host;
@@ -285,8 +287,9 @@ void Trainer::all_reduce_gradients(const Boundary::WaitHook& fill) {
 
 void Trainer::start_gradient_sums() {
   m_sums_started = true;
+  m_sums_ended = false;
   if (m_emu) {
-    emulated_gradient_sums();
+    emulated_start_sums();
     return;
   }
   auto& params = m_model->params();
@@ -305,8 +308,26 @@ void Trainer::start_gradient_sums() {
       ATLAS_THROW(Internal, "stage " << m_me.stage << ": the last backward reported " << m_packed_params << " of "
                                      << params.size() << " parameters to the DP all-reduce");
     }
-    finish_buckets();
+    start_open_bucket();
+    m_buckets_step = static_cast<int>(m_open);
   }
+}
+
+bool Trainer::gradient_sums_done() {
+  bool done = true;
+  for (Bucket& b : m_buckets)
+    if (b.sum && !b.sum->test()) done = false;  // test every one: each test drives its sum on
+  return done;
+}
+
+void Trainer::end_gradient_sums() {
+  if (m_sums_ended) return;
+  m_sums_ended = true;
+  if (m_emu) {
+    emulated_end_sums();
+    return;
+  }
+  if (m_dp) finish_buckets();
   // Tied embedding: the first and last stage of this lane sum their wte gradients (crosses the
   // WAN once a step when those stages sit in different DCs); its gradient is final now.
   if (!m_embed.null()) {

@@ -15,31 +15,33 @@ namespace {
 constexpr int kEmbeddingTag = mpi::tags::kEmbedding;
 }  // namespace
 
-void Trainer::emulated_gradient_sums() {
-  ATLAS_ASSERT(m_emu, "emulated_gradient_sums on a run with a model");
+void Trainer::emulated_start_sums() {
+  ATLAS_ASSERT(m_emu, "emulated_start_sums on a run with a model");
   m_buckets_early = 0;
   m_buckets_step = 0;
-  if (m_dp) {
-    std::size_t done = 0;
-    std::size_t k = 0;
-    while (done < m_emu->grad_floats) {
-      Bucket& b = m_buckets[k % m_buckets.size()];
-      if (b.sum) {  // the bucket's previous piece must be summed before it is reused
-        b.sum->wait();
-        b.sum.reset();
-      }
-      const std::size_t take = std::min(m_emu->bucket_floats, m_emu->grad_floats - done);
-      b.sum = m_dp->start_allreduce_sum(b.buf, take);
-      done += take;
-      ++k;
-      ++m_buckets_step;
+  if (!m_dp) return;
+  std::size_t done = 0;
+  std::size_t k = 0;
+  while (done < m_emu->grad_floats) {
+    Bucket& b = m_buckets[k % m_buckets.size()];
+    if (b.sum) {  // the bucket's previous piece must be summed before it is reused
+      b.sum->wait();
+      b.sum.reset();
     }
-    for (Bucket& b : m_buckets)
-      if (b.sum) {
-        b.sum->wait();
-        b.sum.reset();
-      }
+    const std::size_t take = std::min(m_emu->bucket_floats, m_emu->grad_floats - done);
+    b.sum = m_dp->start_allreduce_sum(b.buf, take);
+    done += take;
+    ++k;
+    ++m_buckets_step;
   }
+}
+
+void Trainer::emulated_end_sums() {
+  for (Bucket& b : m_buckets)
+    if (b.sum) {
+      b.sum->wait();
+      b.sum.reset();
+    }
   if (!m_embed.null()) {
     m_embed_host.resize(m_emu->embed_floats);
     if (m_embed_wan_partner >= 0)

@@ -47,8 +47,6 @@ void Trainer::start_open_bucket() {
 }
 
 void Trainer::finish_buckets() {
-  start_open_bucket();
-  m_buckets_step = static_cast<int>(m_open);
   for (std::size_t i = 0; i < m_open; ++i) {
     Bucket& b = m_buckets[i];
     b.sum->wait();
@@ -63,10 +61,11 @@ void Trainer::finish_buckets() {
 }
 
 double Trainer::clip_and_step(int step, const Boundary::WaitHook& fill, double& wait_s) {
-  double& sq = m_norm_sq;  // a member: an abandoned sum (wait_bounded) keeps its buffer
-  sq = m_emu ? 0.0 : m_model->local_grad_sq_norm();
+  if (!m_norm_started) start_norm_sum();
+  m_norm_started = false;
+  m_grads_final = false;
   const double t0 = m_profiler.now();
-  mpi::Request sum = m_replica.iallreduce_sum(std::span<double>(&sq, 1));
+  mpi::Request& sum = m_norm_sum;
   // The pipeline's sum crosses every DC it spans: a WAN round trip BubbleTea may fill.
   if (fill) fill([&sum] { return sum.test(); });
   wait_bounded(sum, [] { return std::string("the gradient-norm sum over the pipeline"); });
@@ -76,11 +75,18 @@ double Trainer::clip_and_step(int step, const Boundary::WaitHook& fill, double& 
     emulate_compute(m_emu->optimizer_s);  // the AdamW step's predicted time; no gradient, no norm
     return 0.0;
   }
-  const double norm = std::sqrt(sq);
+  const double norm = std::sqrt(m_norm_sq);
   const double scale = model::clip_scale(norm, m_cfg.train.grad_clip);
   const double lr = model::lr_at(step, m_cfg.train, m_cfg.run.steps);
   m_adamw.step(m_model->params(), m_backend, lr, scale);
   return norm;
+}
+
+void Trainer::start_norm_sum() {
+  m_norm_started = true;
+  // A member buffer: an abandoned sum (wait_bounded) keeps it.
+  m_norm_sq = m_emu ? 0.0 : m_model->local_grad_sq_norm();
+  m_norm_sum = m_replica.iallreduce_sum(std::span<double>(&m_norm_sq, 1));
 }
 
 }  // namespace atlas::runtime

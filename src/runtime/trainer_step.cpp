@@ -109,6 +109,7 @@ StepReport Trainer::train_step(int step) {
       }
       case SlotKind::AllReduce:
         all_reduce_gradients(wait_hook(step, slot, i, spent_prefill, r));
+        m_grads_final = true;
         r.dp_buckets = m_buckets_step;
         r.dp_buckets_early = m_buckets_early;
         break;
@@ -127,12 +128,29 @@ StepReport Trainer::train_step(int step) {
             ended = [this, next] { return m_boundary->test_recv(*next); };
           else if (slot.has(sched::SlotMark::ExchangeBubble) && m_embed_wan_partner >= 0 &&
                    m_filler->watches_exchange_bubbles()) {
-            // Our gradients are final: the DP sums end and our half leaves now, so the partner
-            // does not wait for this bubble's prefill (its time is intra-DC communication).
+            // Our gradients are final: the DP sums start now and, once they are in (tested
+            // before every chunk and between its blocks), our half leaves, so the partner does not
+            // wait for this bubble's prefill. The bubble is filled while the DP replicas join the
+            // sums; the time to start and end them is intra-DC communication.
             const double ts = m_profiler.now();
             start_gradient_sums();
             sums_s = m_profiler.now() - ts;
-            ended = [this] { return m_boundary->exchange_arrived(); };
+            ended = [this, &sums_s] {
+              if (!m_sums_ended) {
+                if (!gradient_sums_done()) return false;
+                const double te = m_profiler.now();
+                end_gradient_sums();
+                sums_s += m_profiler.now() - te;
+              }
+              return m_boundary->exchange_arrived();
+            };
+          } else if (next != nullptr && next->kind == SlotKind::Optimizer && m_grads_final &&
+                     m_filler->watches_exchange_bubbles()) {
+            // The gradients are final (the AllReduce slot ran): our share of the pipeline's
+            // gradient-norm sum goes now, and the bubble is filled until every rank's share is in,
+            // so a rank that has its bubble here never holds the others' optimizer back.
+            start_norm_sum();
+            ended = [this] { return m_norm_sum.test(); };
           }
           const auto [s, tokens] = m_filler->fill(step, slot, slot.duration_ms * 1e-3, ended ? &ended : nullptr);
           spent_prefill = s;

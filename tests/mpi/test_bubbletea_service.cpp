@@ -390,16 +390,24 @@ struct WaitRecorder : bubbletea::WaitFiller {
   /// more (a chunk that runs past the arrival).
   double hold_before_all_reduce_s = 0.0;
   int watched_before_all_reduce = 0;
+  /// The same for bubbles right before the Optimizer slot (the pipeline's gradient-norm sum);
+  /// negative: such a bubble is left unfilled (the sum's wait then falls to the Optimizer slot).
+  double hold_before_optimizer_s = 0.0;
+  int watched_before_optimizer = 0;
   std::pair<double, std::int64_t> fill(int step, const sched::Slot& slot, double budget_s,
                                        const std::function<bool()>* ended) override {
     if (ended == nullptr) return {0.0, 0};
     if (slot.kind == sched::SlotKind::Idle) {
       const auto i = static_cast<std::size_t>(&slot - row->data());
-      if (i + 1 >= row->size() || (*row)[i + 1].kind != sched::SlotKind::AllReduce) return {0.0, 0};
-      ++watched_before_all_reduce;
+      if (i + 1 >= row->size()) return {0.0, 0};
+      const bool before_optimizer = (*row)[i + 1].kind == sched::SlotKind::Optimizer;
+      if ((*row)[i + 1].kind != sched::SlotKind::AllReduce && !before_optimizer) return {0.0, 0};
+      if (before_optimizer && hold_before_optimizer_s < 0) return {0.0, 0};
+      ++(before_optimizer ? watched_before_optimizer : watched_before_all_reduce);
       spin_until(*ended);
-      std::this_thread::sleep_for(std::chrono::duration<double>(hold_before_all_reduce_s));
-      return {hold_before_all_reduce_s, 0};
+      const double hold = before_optimizer ? hold_before_optimizer_s : hold_before_all_reduce_s;
+      std::this_thread::sleep_for(std::chrono::duration<double>(hold));
+      return {hold, 0};
     }
     ++watched[slot.kind];
     if (sched::is_recv(slot.kind)) recv_fills.push_back({step, static_cast<int>(&slot - row->data()), budget_s});
@@ -431,7 +439,7 @@ struct RecordedRun {
 };
 
 RecordedRun run_with_recorder(const Config& cfg, const mpi::Comm& world, bool filler, bool profile,
-                              double hold_before_all_reduce_s = 0.0) {
+                              double hold_before_all_reduce_s = 0.0, double hold_before_optimizer_s = 0.0) {
   const topo::Layout layout(world.size(), cfg.parallel);
   const topo::Communicators comms = topo::Communicators::create(world, layout);
   const topo::Coord me = layout.coord(comms.world.rank());
@@ -443,6 +451,7 @@ RecordedRun run_with_recorder(const Config& cfg, const mpi::Comm& world, bool fi
   RecordedRun run(cfg, layout);
   run.rec.row = &table.row(me.stage, me.dp);
   run.rec.hold_before_all_reduce_s = hold_before_all_reduce_s;
+  run.rec.hold_before_optimizer_s = hold_before_optimizer_s;
   if (filler) trainer.set_bubble_filler(&run.rec);
   for (int s = 0; s < cfg.run.steps; ++s)
     run.losses.push_back(comms.world.allreduce(trainer.train_step(s).loss, MPI_SUM));
@@ -482,9 +491,10 @@ TEST(BubbleTeaService, WanWaitsInTrainingSlotsAreHandedToTheFiller) {
 
 // The bubble before the AllReduce slot of a stage whose tied-embedding partner sits in another DC
 // (the last stage's drain) ends when the partner's half of the exchange comes: it is handed to
-// the filler with that test. Our half leaves when the bubble begins (the gradients are final), so
-// a filler that runs past the arrival (held 0.3 s here) does not hold the partner up: the
-// partner's AllReduce slot stays short. Losses bitwise those without a filler.
+// the filler with that test. The step's DP sums start when the bubble begins and our half leaves
+// once they are in (the test drives both), so a filler that runs past the arrival (held 0.3 s
+// here) does not hold the partner up: the partner's AllReduce slot stays short. Losses bitwise
+// those without a filler.
 TEST(BubbleTeaService, TheBubbleBeforeAWanEmbeddingExchangeIsWatchedAndOurHalfLeavesFirst) {
   const mpi::Comm world = mpi::Comm::world();
   const Config cfg = make_cfg(world, {"run.steps=4"});
@@ -519,6 +529,43 @@ TEST(BubbleTeaService, TheBubbleBeforeAWanEmbeddingExchangeIsWatchedAndOurHalfLe
   }
 }
 
+// A bubble right before the Optimizer slot (after the AllReduce slot: the gradients are final)
+// ends when the pipeline's gradient-norm sum is in: our share goes into it when the bubble begins
+// and the filler gets the sum's test. A filler that runs past the sum (held 0.3 s here) then
+// holds up no other rank's Optimizer slot. Losses bitwise those without a filler.
+TEST(BubbleTeaService, TheBubbleBeforeTheOptimizerIsWatchedAndOurNormShareLeavesFirst) {
+  const mpi::Comm world = mpi::Comm::world();
+  const Config cfg = make_cfg(world, {"run.steps=4"});
+  const topo::Layout layout(world.size(), cfg.parallel);
+  const topo::Coord me = layout.coord(world.rank());
+  const sched::ScheduleTable table = sched::build_schedule(cfg, layout);
+  auto bubble_before_optimizer = [&](const topo::Coord& c) {
+    const auto& row = table.row(c.stage, c.dp);
+    for (std::size_t i = 1; i + 1 < row.size(); ++i)
+      if (row[i].kind == sched::SlotKind::Idle && row[i + 1].kind == sched::SlotKind::Optimizer) return true;
+    return false;
+  };
+  constexpr double kHold = 0.3;
+  const RecordedRun plain = run_with_recorder(cfg, world, false, true);
+  const RecordedRun held = run_with_recorder(cfg, world, true, true, 0.0, kHold);
+  EXPECT_EQ(plain.losses, held.losses);  // bitwise
+  const bool mine = bubble_before_optimizer(me);
+  EXPECT_EQ(held.rec.watched_before_optimizer, mine ? cfg.run.steps : 0);
+  if (layout.pp_size() == 1) GTEST_SKIP() << "one stage: no gradient-norm sum over a pipeline";
+  // Some rank of the pipeline has such a bubble (else this test checks nothing).
+  int any = 0;
+  for (int r = 0; r < world.size(); ++r) any += bubble_before_optimizer(layout.coord(r)) ? 1 : 0;
+  ASSERT_GT(any, 0) << "no row of this table has a bubble right before its Optimizer slot";
+  // The norm sum completes without waiting for a held rank: every Optimizer slot stays short.
+  std::vector<double> optimizer_s;
+  for (const auto& e : held.events)
+    if (e.step >= 0 && e.kind == static_cast<int>(sched::SlotKind::Optimizer)) optimizer_s.push_back(e.end_s - e.start_s);
+  ASSERT_EQ(optimizer_s.size(), static_cast<std::size_t>(cfg.run.steps));
+  std::sort(optimizer_s.begin(), optimizer_s.end());
+  EXPECT_LT(optimizer_s[optimizer_s.size() / 2], kHold / 2)
+      << "this rank's Optimizer slot waited for a rank held in its bubble: that rank's share left late";
+}
+
 // A WAN wait inside a training slot is budgeted at the deck's prediction x max_stretch until the
 // slot has a real wait, then at bubbletea.wan_wait_quantile (default: the median) of its last 8 real
 // waits when that is longer: here the last stage holds its drain bubble 40 ms past the
@@ -531,7 +578,8 @@ TEST(BubbleTeaService, AWanWaitInATrainingSlotLearnsItsBudgetFromItsRealWaits) {
   const topo::Coord me = layout.coord(world.rank());
   constexpr double kHold = 0.04;
   const RecordedRun plain = run_with_recorder(cfg, world, false, false);
-  const RecordedRun held = run_with_recorder(cfg, world, true, false, kHold);
+  // A bubble before the Optimizer slot would take the norm sum's wait: left unfilled here.
+  const RecordedRun held = run_with_recorder(cfg, world, true, false, kHold, -1.0);
   EXPECT_EQ(plain.losses, held.losses);  // bitwise
   const int partner = layout.embedding_partner(me);
   const bool embed_wan = partner >= 0 && layout.coord(partner).dc != me.dc;

@@ -75,9 +75,12 @@ class BubbleFiller {
   }
   /// The wait fill_wait began at slot `index` is over (its data is in, its sum done).
   virtual void wait_ended(int index) { (void)index; }
-  /// Whether a bubble marked ExchangeBubble (before a tied-embedding exchange across the WAN) is
-  /// watched: the runtime then finishes the step's gradient sums and sends its half before the
-  /// bubble (so the partner does not wait for the fill) and hands fill() the exchange's test.
+  /// Whether the bubbles before the step's sums are watched. One marked ExchangeBubble (before a
+  /// tied-embedding exchange across the WAN): the runtime starts the step's DP sums there and
+  /// hands fill() a test that, once they are in, sends our half of the exchange (so the partner
+  /// does not wait for the fill) and then tests the partner's. One right before the Optimizer
+  /// slot, once the AllReduce slot ran: the runtime starts the gradient-norm sum there and hands
+  /// fill() its test (so this rank's share never waits for the fill).
   [[nodiscard]] virtual bool watches_exchange_bubbles() const { return false; }
 };
 
@@ -130,7 +133,7 @@ class Trainer {
   /// final into buckets and starts each bucket's sum as soon as it is full.
   void pack_ready(std::span<model::ParamTensor* const> params);
   void start_open_bucket();
-  /// Waits for every started bucket and copies the sums back (the AllReduce slot).
+  /// Waits for every started bucket and copies the sums back (end_gradient_sums).
   void finish_buckets();
   /// The hook a fillable wait inside slot `index` (SlotMark::FillableWait) hands to the filler
   /// (empty without a filler or mark): adds the filler's seconds to `spent_prefill`, its tokens
@@ -149,11 +152,18 @@ class Trainer {
   /// `fill`, when set, gets the WAN wait inside the slot (the filler's).
   void all_reduce_gradients(const Boundary::WaitHook& fill);
   /// all_reduce_gradients' first half, callable ahead of the AllReduce slot once the step's
-  /// backwards are done: ends the DP sums and sends our half of a tied-embedding exchange
-  /// across the WAN.
+  /// backwards are done: starts the DP sums (the buckets not started yet); returns at once.
   void start_gradient_sums();
+  /// Drives the started DP sums on; true once all of them completed (true without DP).
+  bool gradient_sums_done();
+  /// Waits for the DP sums and copies them back, then sends our half of a tied-embedding exchange
+  /// across the WAN (its gradient is final only now). Once a step: later calls return at once.
+  void end_gradient_sums();
   /// Global gradient norm (a sum over m_replica), clipping, AdamW. `wait_s` = the sum's wait.
   double clip_and_step(int step, const Boundary::WaitHook& fill, double& wait_s);
+  /// clip_and_step's first half, callable once the step's gradients are final (the AllReduce
+  /// slot ran): this rank's squared norm goes into the pipeline's sum; returns at once.
+  void start_norm_sum();
   /// The step's mean loss on world rank 0 (0 elsewhere); see send_step_loss.
   double step_loss();
   void send_step_loss();
@@ -161,9 +171,11 @@ class Trainer {
   void wait_bounded(mpi::Request& req, const std::function<std::string()>& what);
   void post_loss_receives();
   // ---- emulated compute (trainer_emulated.cpp) ----
-  /// The DP sums of the stage's gradient size in bucket-sized pieces from two scratch buckets
-  /// (two sums in flight), and our half of the tied-embedding exchange from a scratch buffer.
-  void emulated_gradient_sums();
+  /// Starts the DP sums of the stage's gradient size in bucket-sized pieces from two scratch
+  /// buckets (two sums in flight: a third piece waits for its bucket's previous sum).
+  void emulated_start_sums();
+  /// Waits for those sums, then sends our half of the tied-embedding exchange from a scratch buffer.
+  void emulated_end_sums();
   /// The tied embedding's gradient floats (this rank's shard; 0 without one).
   [[nodiscard]] std::size_t embed_floats();
 
@@ -179,6 +191,7 @@ class Trainer {
   bool m_replica_spans_dcs = false;  ///< m_replica's sum crosses the WAN (the pipeline spans DCs)
   int m_embed_wan_partner = -1;      ///< world rank of the tied-embedding partner across the WAN (-1: none)
   bool m_sums_started = false;       ///< start_gradient_sums ran this step (ahead of the AllReduce slot)
+  bool m_sums_ended = false;         ///< end_gradient_sums ran this step
   int m_wait_index = -1;             ///< the row slot whose wait the filler watches (wait_hook), -1: none
   std::unique_ptr<device::Collective> m_tp;  ///< sums over tp_comm (MPI on host, NCCL on CUDA)
   std::unique_ptr<device::Collective> m_dp;  ///< sums over dp_comm (gradients), dp > 1 only
@@ -226,6 +239,9 @@ class Trainer {
   std::vector<mpi::Request> m_loss_recvs;
   std::vector<int> m_loss_from;    ///< world rank 0: the sender of each m_loss_recvs entry
   double m_norm_sq = 0.0;          ///< the gradient-norm sum's buffer
+  mpi::Request m_norm_sum;         ///< the gradient-norm sum, once started (start_norm_sum)
+  bool m_norm_started = false;     ///< start_norm_sum ran this step (ahead of the Optimizer slot)
+  bool m_grads_final = false;      ///< the AllReduce slot ran this step: the gradients are final
   std::vector<float> m_embed_host; ///< the tied-embedding sum's host buffer
   int m_buckets_step = 0, m_buckets_early = 0;  ///< the last all-reduce's buckets (StepReport)
   BubbleFiller* m_filler = nullptr;
