@@ -120,29 +120,34 @@ StepReport Trainer::train_step(int step) {
       case SlotKind::Prefill:
       case SlotKind::Idle:
         if (m_filler) {
-          // The bubble ends when the receive after it completes (or, before the AllReduce slot,
-          // the partner's half of the tied-embedding exchange): the filler watches it.
+          // The bubble ends when the receive after it completes, before the AllReduce slot when
+          // the DP sums (and the partner's half of a tied-embedding exchange) are in, before the
+          // Optimizer slot when the gradient-norm sum is: the filler watches it.
           const sched::Slot* next = i + 1 < row.size() ? &row[i + 1] : nullptr;
           std::function<bool()> ended;
           if (next != nullptr && sched::is_recv(next->kind))
             ended = [this, next] { return m_boundary->test_recv(*next); };
-          else if (slot.has(sched::SlotMark::ExchangeBubble) && m_embed_wan_partner >= 0 &&
-                   m_filler->watches_exchange_bubbles()) {
-            // Our gradients are final: the DP sums start now and, once they are in (tested
-            // before every chunk and between its blocks), our half leaves, so the partner does not
-            // wait for this bubble's prefill. The bubble is filled while the DP replicas join the
-            // sums; the time to start and end them is intra-DC communication.
+          else if (m_filler->watches_exchange_bubbles() &&
+                   ((slot.has(sched::SlotMark::ExchangeBubble) && m_embed_wan_partner >= 0) ||
+                    (next != nullptr && next->kind == SlotKind::AllReduce && m_dp))) {
+            // Our gradients are final (every backward is behind us): the DP sums start now and,
+            // once they are in (tested before every chunk and between its blocks), our half of a
+            // tied-embedding exchange across the WAN leaves, so neither a DP replica nor the
+            // partner waits for this bubble's prefill. The bubble lasts until the partner's half
+            // is in (an exchange) or the DP sums are (otherwise); the time to start and end the
+            // sums is intra-DC communication.
+            const bool exchange = slot.has(sched::SlotMark::ExchangeBubble) && m_embed_wan_partner >= 0;
             const double ts = m_profiler.now();
             start_gradient_sums();
             sums_s = m_profiler.now() - ts;
-            ended = [this, &sums_s] {
+            ended = [this, &sums_s, exchange] {
               if (!m_sums_ended) {
                 if (!gradient_sums_done()) return false;
                 const double te = m_profiler.now();
                 end_gradient_sums();
                 sums_s += m_profiler.now() - te;
               }
-              return m_boundary->exchange_arrived();
+              return !exchange || m_boundary->exchange_arrived();
             };
           } else if (next != nullptr && next->kind == SlotKind::Optimizer && m_grads_final &&
                      m_filler->watches_exchange_bubbles()) {

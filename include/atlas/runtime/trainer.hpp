@@ -75,10 +75,11 @@ class BubbleFiller {
   }
   /// The wait fill_wait began at slot `index` is over (its data is in, its sum done).
   virtual void wait_ended(int index) { (void)index; }
-  /// Whether the bubbles before the step's sums are watched. One marked ExchangeBubble (before a
-  /// tied-embedding exchange across the WAN): the runtime starts the step's DP sums there and
-  /// hands fill() a test that, once they are in, sends our half of the exchange (so the partner
-  /// does not wait for the fill) and then tests the partner's. One right before the Optimizer
+  /// Whether the bubbles before the step's sums are watched. One right before the AllReduce slot
+  /// (with DP, or marked ExchangeBubble: before a tied-embedding exchange across the WAN): the
+  /// runtime starts the step's DP sums there and hands fill() a test that, once they are in,
+  /// sends our half of an exchange (so neither a replica nor the partner waits for the fill) and
+  /// then tests the partner's. One right before the Optimizer
   /// slot, once the AllReduce slot ran: the runtime starts the gradient-norm sum there and hands
   /// fill() its test (so this rank's share never waits for the fill).
   [[nodiscard]] virtual bool watches_exchange_bubbles() const { return false; }
