@@ -73,7 +73,10 @@ void check_finite(const runtime::StepReport& rep, std::optional<double> val, boo
   if (world.rank() == 0 && first_bad_loss < 0 && (!std::isfinite(rep.loss) || (val && !std::isfinite(*val))))
     first_bad_loss = rep.step;
   int bad = norm_bad || first_bad_loss >= 0 ? 1 : 0;
-  if (share) bad = world.allreduce(bad, MPI_MAX);
+  if (share) {
+    out.flush_row();  // this step's row first: the check waits for every rank anyway
+    bad = world.allreduce(bad, MPI_MAX);
+  }
   else if (!norm_bad) return;
   if (bad == 0) return;
   const std::string earlier = first_bad_loss >= 0 && first_bad_loss < rep.step

@@ -115,7 +115,10 @@ void TrainOutput::print(const std::string& s) {
   }
 }
 
-void TrainOutput::text(const std::string& s) { print(s); }
+void TrainOutput::text(const std::string& s) {
+  flush_row();
+  print(s);
+}
 
 void TrainOutput::header(const std::string& deck_path, const topo::Layout& layout) {
   std::string h = fmt::format("# atlas {} ({}, {}), {}, HDF5 {}, {}\n", build::kVersion, build::kGitSha,
@@ -177,11 +180,15 @@ bool TrainOutput::logged(int step, bool evaluated) const {
 void TrainOutput::step(const runtime::StepReport& r, std::optional<double> val, std::int64_t tokens_per_step,
                        const topo::Communicators& comms) {
   const bool logged = this->logged(r.step, val.has_value());
-  // Job-wide figures on logged steps only: one small all-reduce every log_every_steps steps (it
-  // crosses the WAN, so not every step).
-  double job[3] = {(r.compute_s + r.prefill_s) / r.step_s, static_cast<double>(r.boundary.wan_bytes_sent),
-                   r.boundary.wan_send_busy_s};
-  if (logged) comms.world.iallreduce_sum(std::span<double>(job, 3)).wait_polling();
+  // Job-wide figures on logged steps only: one small all-reduce every log_every_steps steps. It
+  // crosses the WAN, so it is not waited for here: the row is printed once the sum is in (at the
+  // next logged step, or flush_row()), and the ranks never wait for each other to log.
+  if (logged) {
+    flush_row();
+    m_job = {(r.compute_s + r.prefill_s) / r.step_s, static_cast<double>(r.boundary.wan_bytes_sent),
+             r.boundary.wan_send_busy_s};
+    m_job_sum = comms.world.iallreduce_sum(std::span<double>(m_job));
+  }
   m_mine.add(r);
   if (!m_root) return;
   if (m_timed_steps == 0 && m_first_loss == 0.0) m_first_loss = r.loss;
@@ -199,15 +206,17 @@ void TrainOutput::step(const runtime::StepReport& r, std::optional<double> val, 
   const std::string val_s = val ? fmt::format("{:.4f}", *val) : std::string("-");
   if (logged) {
     const int n = comms.world.size();
-    const double job_bubble = 100.0 * (1.0 - job[0] / n);
-    // WAN throughput: bytes of every WAN send of the step over the step's wall time.
-    const double job_wan_mb_s = job[1] / r.step_s / 1e6;
     // An emulated run computes no loss (device.backend = emulated): the column says so.
     const std::string loss_s = emulated() ? std::string("n/a") : fmt::format("{:.4f}", r.loss);
-    print(fmt::format("  {:>5} {:>8} {:>8} {:>9.2e} {:>9.0f} {:>8.1f} {:>7.1f} {:>8.1f} {:>8.1f} {:>8.1f} {:>8.1f} {:>8}{}\n",
-                      r.step, loss_s, val_s, r.lr, tok_s, r.step_s * 1e3, job_bubble, r.compute_s * 1e3, r.intra_s * 1e3,
-                      r.wan_s * 1e3, job_wan_mb_s, r.prefill_tokens,
-                      m_mfu_peak_flops > 0 ? fmt::format(" {:>6.1f}", 100.0 * mfu) : std::string()));
+    const std::string mfu_s = m_mfu_peak_flops > 0 ? fmt::format(" {:>6.1f}", 100.0 * mfu) : std::string();
+    m_pending_row = [this, n, r, loss_s, val_s, tok_s, mfu_s] {
+      const double job_bubble = 100.0 * (1.0 - m_job[0] / n);
+      // WAN throughput: bytes of every WAN send of the step over the step's wall time.
+      const double job_wan_mb_s = m_job[1] / r.step_s / 1e6;
+      print(fmt::format("  {:>5} {:>8} {:>8} {:>9.2e} {:>9.0f} {:>8.1f} {:>7.1f} {:>8.1f} {:>8.1f} {:>8.1f} {:>8.1f} {:>8}{}\n",
+                        r.step, loss_s, val_s, r.lr, tok_s, r.step_s * 1e3, job_bubble, r.compute_s * 1e3,
+                        r.intra_s * 1e3, r.wan_s * 1e3, job_wan_mb_s, r.prefill_tokens, mfu_s));
+    };
   }
   errno = 0;
   m_metrics << fmt::format("{},{:.6f},{},{:.6e},{:.6f},{:.1f},{:.3f},{:.2f},{:.3f},{:.3f},{:.3f},{:.3f},{}\n", r.step, r.loss,
@@ -216,6 +225,14 @@ void TrainOutput::step(const runtime::StepReport& r, std::optional<double> val, 
                            r.prefill_tokens);
   m_metrics.flush();
   check_written(m_metrics, "metrics.csv");
+}
+
+void TrainOutput::flush_row() {
+  if (m_job_sum.pending()) m_job_sum.wait_polling();
+  if (!m_pending_row) return;
+  const std::function<void()> row = std::move(m_pending_row);
+  m_pending_row = nullptr;
+  row();
 }
 
 void TrainOutput::diverged(int step, const std::string& why) {
@@ -239,6 +256,7 @@ bool TrainOutput::checkpoint_due(int steps_done, bool last) const {
 void TrainOutput::maybe_checkpoint(runtime::Trainer& trainer, const topo::Communicators& comms, int steps_done,
                                    bool last) {
   if (!checkpoint_due(steps_done, last)) return;
+  flush_row();
   const io::WriteResult r = runtime::save_checkpoint(trainer, m_cfg, comms, steps_done);
   print(fmt::format("# checkpoint {} ({}, {:.2f} s)\n", r.path, units::format_bytes_human(static_cast<double>(r.file_bytes)),
                     r.seconds));
@@ -295,6 +313,7 @@ std::vector<runtime::SlotEvent> TrainOutput::finish(runtime::Trainer& trainer, c
                                                     const topo::Layout& layout, const sched::ScheduleTable& table,
                                                     runtime::Profiler& profiler, wan::PeerTransport& wan,
                                                     const device::Backend& backend) {
+  flush_row();
   const double entropy = trainer.validation_unigram_entropy();
   auto events = profiler.gather(comms.world, 0);
   if (m_cfg.profile.enabled) write_profile(comms, layout, table, events);

@@ -5,7 +5,9 @@
 // say so.
 #pragma once
 
+#include <array>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -53,12 +55,18 @@ class TrainOutput {
   [[nodiscard]] bool logged(int step, bool evaluated) const;
   /// device.backend = emulated: no loss to print.
   [[nodiscard]] bool emulated() const { return m_cfg.device.backend == Backend::Emulated; }
-  /// Collective over comms.world on logged steps (job-wide bubble and WAN figures); rank 0
-  /// prints one progress row and writes one metrics.csv line (rank 0's timings). `val_loss` is
-  /// empty on steps without an evaluation (a NaN one is a diverged model, printed as nan).
-  /// Throws atlas::Error (Io) on rank 0 when a line cannot be written (disk full, read-only).
+  /// Rank 0 writes one metrics.csv line (rank 0's timings) and, on logged steps, one progress
+  /// row. A row's job-wide figures (bubble, WAN) are a sum over comms.world that this call only
+  /// starts: the row is printed once it is in, at the next logged step or flush_row(), so that
+  /// logging never makes the job wait for its slowest rank (across DCs: a WAN round trip) each
+  /// step. `val_loss` is empty on steps without an evaluation (a NaN one is a diverged model,
+  /// printed as nan). Throws atlas::Error (Io) on rank 0 when a line cannot be written.
   void step(const runtime::StepReport& rep, std::optional<double> val_loss, std::int64_t tokens_per_step,
             const topo::Communicators& comms);
+  /// Waits for the last logged step's job-wide sum and prints its row (nothing pending: returns
+  /// at once). Every rank calls it before anything else is printed (checkpoints, the divergence
+  /// check, the footer) so rows keep their order; checkpoint(), text() and finish() call it.
+  void flush_row();
   /// Rank 0: writes run.json with status "diverged" and the reason (the run then ends with
   /// ExitCode::Diverged; the metrics and checkpoints written so far stay).
   void diverged(int step, const std::string& why);
@@ -91,6 +99,9 @@ class TrainOutput {
   double m_mfu_peak_flops = 0.0;       // all devices together
   double m_sum_mfu = 0.0;              // over the steps, for the footer
   RankTime m_mine;  // every rank: its own budget, gathered at the end
+  std::array<double, 3> m_job{};        // the last logged step's job-wide sum (step())
+  mpi::Request m_job_sum;               // ... in flight until flush_row()
+  std::function<void()> m_pending_row;  // rank 0: prints that step's row from m_job
   std::vector<runtime::StepRow> m_steps;
   void print(const std::string& s);
   /// Rank 0: throws atlas::Error (Io) naming `file` when `f` is in a failed state.
