@@ -5,10 +5,12 @@
 // prints at the end.
 #include <gmock/gmock.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "atlas/app/train_output.hpp"
 #include "atlas/app/training_job.hpp"
@@ -46,6 +48,41 @@ TEST(TrainOutputTable, RankTimeSumsTheStepReportsAndTheTablePrintsEachRank) {
   // The "where" column holds the whole coordinate, dp and tp index included (it was cut at 22).
   EXPECT_THAT(t, ::testing::ContainsRegex("0 dc 0 \\(east\\) stage 0 dp 0 tp 0 +0\\.10 +0\\.02 +0\\.04 +0\\.03 +0\\.01 +55\\.0"));
   EXPECT_THAT(t, ::testing::ContainsRegex("1 dc 1 \\(west\\) stage 1 dp 0 tp 0 +0\\.05 +0\\.01 +0\\.02 +0\\.01 +0\\.01 +55\\.0"));
+}
+
+// A logged step's job-wide figures are a sum over every rank that TrainOutput::step only starts:
+// a rank that logs while another is 0.4 s behind (across DCs: a WAN round trip and the slowest
+// rank's skew) goes on at once, and the row comes out once the sum is in (flush_row), with the
+// job's figures. Before, every logged step waited for the slowest rank.
+TEST(TrainOutputTable, ALoggedStepDoesNotWaitForTheOtherRanks) {
+  const mpi::Comm world = mpi::Comm::world();
+  if (world.size() < 2) GTEST_SKIP() << "needs another rank to be late";
+  const std::string dir = testing::shared_temp_dir(world, "atlas-output");
+  const Config cfg = testing::make_cfg(1, 2, {1, 1}, 3, {"run.out_dir=" + dir, "run.name=o", "run.log_every_steps=1"});
+  const topo::Layout layout(world.size(), cfg.parallel);
+  const topo::Communicators comms = topo::Communicators::create(world, layout);
+  app::TrainOutput out(cfg, world.rank() == 0, /*quiet=*/true);
+  runtime::StepReport r;
+  r.step = 0;
+  r.step_s = 0.1;
+  r.compute_s = 0.05;
+  r.boundary.wan_bytes_sent = 1000;
+  constexpr double kLate = 0.4;
+  if (world.rank() == world.size() - 1) std::this_thread::sleep_for(std::chrono::duration<double>(kLate));
+  const auto t0 = std::chrono::steady_clock::now();
+  out.step(r, std::nullopt, 64, comms);
+  const double in_step = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (world.rank() == 0) {
+    EXPECT_LT(in_step, kLate / 4) << "rank 0 waited in step() for the late rank";
+  }
+  out.flush_row();  // every rank: the sum completes once the late rank started it
+  comms.world.barrier();
+  if (world.rank() == 0) {
+    std::ifstream log(dir + "/o/log.txt");
+    const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+    // The row with the job's mean bubble: every rank reported 50% busy.
+    EXPECT_THAT(text, ::testing::ContainsRegex(" 0 +0\\.0000 +- +[^\\n]* 100\\.0 +50\\.0 +50\\.0 ")) << text;
+  }
 }
 
 TEST(TrainProfile, EverySlotOnceWithSaneTimesAndFilesWritten) {
