@@ -99,6 +99,19 @@ cmd_up() {
   for ((d = 0; d < dcs; d++)); do
     for ((e = 0; e < dcs; e++)); do [[ $e -eq $d ]] || link_kbit "$d" "$e" >/dev/null; done
   done
+  # On device DEV of namespace NS: an HTB root whose default class (ARP, anything unmatched) is not
+  # shaped (htb_root NS DEV), and the class CLASSID for the link d -> e (htb_link NS DEV CLASSID D E).
+  htb_root() {
+    tc -n "$1" qdisc add dev "$2" root handle 1: htb default 999
+    tc -n "$1" class add dev "$2" parent 1: classid 1:999 htb rate 10gbit quantum 65536
+  }
+  htb_link() {
+    local k b
+    k=$(link_kbit "$4" "$5")
+    b=$(link_burst "$4" "$5")
+    tc -n "$1" class add dev "$2" parent 1: classid "$3" htb rate "${k}kbit" ceil "${k}kbit" burst "$b" cburst "$b" \
+      quantum 65536
+  }
   local state="$STATE_ROOT/$name"
   [[ ! -e $state ]] || die "emulation '$name' already exists ($state); run: $0 down $name"
   mkdir -p "$state"
@@ -160,13 +173,11 @@ cmd_up() {
     # queue of 2^17 packets holds every window the example decks put on one link at once.
     for ((e = 0; e < dcs; e++)); do
       local port="p$e"
-      tc -n "$br" qdisc add dev "$port" root handle 1: htb default 999
-      tc -n "$br" class add dev "$port" parent 1: classid 1:999 htb rate 10gbit quantum 65536
+      htb_root "$br" "$port"
       for ((d = 0; d < dcs; d++)); do
         [[ $e -ne $d ]] || continue
         local cls=$((d + 10))
-        tc -n "$br" class add dev "$port" parent 1: classid "1:$cls" htb rate "$(link_kbit "$d" "$e")kbit" \
-          ceil "$(link_kbit "$d" "$e")kbit" burst "$(link_burst "$d" "$e")" cburst "$(link_burst "$d" "$e")" quantum 65536
+        htb_link "$br" "$port" "1:$cls" "$d" "$e"
         tc -n "$br" qdisc add dev "$port" parent "1:$cls" handle "$cls:" pfifo limit 131072
         tc -n "$br" filter add dev "$port" parent 1: protocol ip prio 1 u32 \
           match ip src "$(addr "$d")/32" flowid "1:$cls"
@@ -178,12 +189,10 @@ cmd_up() {
     # flow in the class's queue, so flows posted close together interleave on the link.
     for ((d = 0; d < dcs; d++)); do
       local ns="$name-dc$d"
-      tc -n "$ns" qdisc add dev eth0 root handle 1: htb default 999
-      tc -n "$ns" class add dev eth0 parent 1: classid 1:999 htb rate 10gbit quantum 65536
+      htb_root "$ns" eth0
       for ((e = 0; e < dcs; e++)); do
         [[ $e -ne $d ]] || continue
-        tc -n "$ns" class add dev eth0 parent 1: classid "1:$((e + 10))" htb rate "$(link_kbit "$d" "$e")kbit" \
-          ceil "$(link_kbit "$d" "$e")kbit" burst "$(link_burst "$d" "$e")" cburst "$(link_burst "$d" "$e")" quantum 65536
+        htb_link "$ns" eth0 "1:$((e + 10))" "$d" "$e"
         tc -n "$ns" filter add dev eth0 parent 1: protocol ip prio 1 u32 \
           match ip dst "$(addr "$e")/32" flowid "1:$((e + 10))"
       done

@@ -460,6 +460,13 @@ RecordedRun run_with_recorder(const Config& cfg, const mpi::Comm& world, bool fi
   return run;
 }
 
+/// Whether `row` has an Idle slot right before a slot of `kind`.
+bool has_bubble_right_before(const std::vector<sched::Slot>& row, sched::SlotKind kind) {
+  for (std::size_t i = 0; i + 1 < row.size(); ++i)
+    if (row[i].kind == sched::SlotKind::Idle && row[i + 1].kind == kind) return true;
+  return false;
+}
+
 std::pair<std::vector<double>, WaitRecorder> train_with_recorder(const Config& cfg, const mpi::Comm& world, bool filler) {
   RecordedRun run = run_with_recorder(cfg, world, filler, false);
   return {std::move(run.losses), std::move(run.rec)};
@@ -502,10 +509,7 @@ TEST(BubbleTeaService, TheBubbleBeforeAWanEmbeddingExchangeIsWatchedAndOurHalfLe
   const topo::Coord me = layout.coord(world.rank());
   const sched::ScheduleTable table = sched::build_schedule(cfg, layout);
   auto bubble_before_all_reduce = [&](const topo::Coord& c) {
-    const auto& row = table.row(c.stage, c.dp);
-    for (std::size_t i = 0; i + 1 < row.size(); ++i)
-      if (row[i].kind == sched::SlotKind::Idle && row[i + 1].kind == sched::SlotKind::AllReduce) return true;
-    return false;
+    return has_bubble_right_before(table.row(c.stage, c.dp), sched::SlotKind::AllReduce);
   };
   const int partner = layout.embedding_partner(me);
   const bool embed_wan = partner >= 0 && layout.coord(partner).dc != me.dc;
@@ -540,10 +544,7 @@ TEST(BubbleTeaService, TheBubbleBeforeTheOptimizerIsWatchedAndOurNormShareLeaves
   const topo::Coord me = layout.coord(world.rank());
   const sched::ScheduleTable table = sched::build_schedule(cfg, layout);
   auto bubble_before_optimizer = [&](const topo::Coord& c) {
-    const auto& row = table.row(c.stage, c.dp);
-    for (std::size_t i = 1; i + 1 < row.size(); ++i)
-      if (row[i].kind == sched::SlotKind::Idle && row[i + 1].kind == sched::SlotKind::Optimizer) return true;
-    return false;
+    return has_bubble_right_before(table.row(c.stage, c.dp), sched::SlotKind::Optimizer);
   };
   constexpr double kHold = 0.3;
   const RecordedRun plain = run_with_recorder(cfg, world, false, true);

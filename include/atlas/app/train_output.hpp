@@ -14,6 +14,7 @@
 
 #include "atlas/deck/config.hpp"
 #include "atlas/device/backend.hpp"
+#include "atlas/mpi/comm.hpp"
 #include "atlas/runtime/profile_writer.hpp"
 #include "atlas/runtime/trainer.hpp"
 #include "atlas/sched/schedule.hpp"

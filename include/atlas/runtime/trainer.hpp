@@ -79,9 +79,9 @@ class BubbleFiller {
   /// (with DP, or marked ExchangeBubble: before a tied-embedding exchange across the WAN): the
   /// runtime starts the step's DP sums there and hands fill() a test that, once they are in,
   /// sends our half of an exchange (so neither a replica nor the partner waits for the fill) and
-  /// then tests the partner's. One right before the Optimizer
-  /// slot, once the AllReduce slot ran: the runtime starts the gradient-norm sum there and hands
-  /// fill() its test (so this rank's share never waits for the fill).
+  /// then tests the partner's. One right before the Optimizer slot, once the AllReduce slot ran:
+  /// the runtime starts the gradient-norm sum there and hands fill() its test (so this rank's
+  /// share never waits for the fill).
   [[nodiscard]] virtual bool watches_exchange_bubbles() const { return false; }
 };
 
