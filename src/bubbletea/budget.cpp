@@ -12,10 +12,11 @@ const RecentWaits* BudgetLearner::waits(int index) const {
 }
 
 double BudgetLearner::receive_budget(int index) const {
-  // Training first: the shortest wait of the last steps, so a chunk that fits it ends before the
-  // data comes unless this wait is the shortest yet.
+  // Training first by default (quantile 0): the shortest wait of the last steps, so a chunk that
+  // fits it ends before the data comes unless this wait is the shortest yet. The wait is watched
+  // (the data stops a chunk between its blocks), so a higher quantile costs at most a block.
   const RecentWaits* w = waits(index);
-  return w != nullptr && w->full() ? w->shortest() : 0.0;
+  return w != nullptr && w->full() ? w->quantile(m_recv_wait_quantile) : 0.0;
 }
 
 double BudgetLearner::wan_wait_budget(int index, double predicted_s) const {

@@ -567,8 +567,9 @@ void build(Schema& schema) {
             "predicts x max_stretch or, when longer, wan_wait_quantile of that slot's real waits");
   b.field("bubbletea.fill_recv_waits", &C::bubbletea, &BubbleTeaCfg::fill_recv_waits).def("true")
       .help("also fill receives the table expected to find done but that wait (no bubble before "
-            "them, or a bubble shorter than the real wait): watched, within the shortest wait of "
-            "that slot over the last 8 steps, so a receive that is sometimes on time is never filled");
+            "them, or a bubble shorter than the real wait): watched, within recv_wait_quantile of "
+            "that slot's waits over the last 8 steps (by default the shortest, so a receive that is "
+            "sometimes on time is never filled)");
   b.field("bubbletea.max_stretch", &C::bubbletea, &BubbleTeaCfg::max_stretch).def("3").min(1).max(100)
       .help("a bubble is never filled past this times the table's prediction, whether watched "
             "(watch_recv, see stretch_quantile) or by a learned allowance (1 = never beyond the table)");
@@ -581,6 +582,11 @@ void build(Schema& schema) {
       .help("fill_wan_waits: past the deck's prediction x max_stretch, a WAN wait inside a training slot "
             "is filled within this quantile of its real waits over the last 8 steps (0 = the shortest: "
             "training first; 1 = the longest: more prefill, and both partners of the sum wait on it)");
+  b.field("bubbletea.recv_wait_quantile", &C::bubbletea, &BubbleTeaCfg::recv_wait_quantile).def("0").min(0).max(1)
+      .help("fill_recv_waits: a receive that waits outside the table's bubbles is filled, once it has "
+            "8 steps of waits, within this quantile of them (0 = the shortest: a chunk never runs past "
+            "the data unless this wait is the shortest yet; higher: more prefill, the data stops a chunk "
+            "between its blocks more often)");
   b.field("bubbletea.kv_cap_bytes", &C::bubbletea, &BubbleTeaCfg::kv_cap_bytes).def("64M").min(1).max(1024.0 * units::kGiB)
       .help("KV-cache memory cap per rank (binary suffixes)");
   b.field("bubbletea.chunk_tokens", &C::bubbletea, &BubbleTeaCfg::chunk_tokens).def("0").min(0).max(kMaxTokens)

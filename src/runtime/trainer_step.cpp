@@ -23,6 +23,13 @@ StepReport Trainer::train_step(int step) {
   post_loss_receives();
 
   const auto& row = m_table.row(m_me.stage, m_me.dp);
+  // The bubbles that end this rank's row: nothing after them in this step. When the next step
+  // begins with our own compute (no receive to wait for), or there is no next step, they wait
+  // for nothing but the table's step boundary, so they are not filled: filling them would only
+  // start our next step late (the first stage's forwards: the whole pipeline's).
+  std::size_t tail = row.size();
+  while (tail > 0 && (row[tail - 1].kind == SlotKind::Idle || row[tail - 1].kind == SlotKind::Prefill)) --tail;
+  const bool tail_waits = step + 1 < m_cfg.run.steps && !row.empty() && sched::is_recv(row.front().kind);
   for (std::size_t i = 0; i < row.size(); ++i) {
     const sched::Slot& slot = row[i];
     const auto micro = static_cast<std::size_t>(std::max(slot.micro, 0));
@@ -119,7 +126,7 @@ StepReport Trainer::train_step(int step) {
         break;
       case SlotKind::Prefill:
       case SlotKind::Idle:
-        if (m_filler) {
+        if (m_filler && (i < tail || tail_waits)) {
           // The bubble ends when the receive after it completes, before the AllReduce slot when
           // the DP sums (and the partner's half of a tied-embedding exchange) are in, before the
           // Optimizer slot when the gradient-norm sum is: the filler watches it.

@@ -57,6 +57,16 @@ TEST(BudgetLearner, EveryBudgetRuleReadsItsSlotsRealLengths) {
   EXPECT_EQ(b.receive_budget(4), 0.0) << "seven waits: not yet a full window";
   b.record(4, 0.020);
   EXPECT_DOUBLE_EQ(b.receive_budget(4), 0.010);
+  // bubbletea.recv_wait_quantile: the same waits (0.010 ... 0.016, 0.020) at the median and the top.
+  BubbleTeaCfg median = bt, top = bt;
+  median.recv_wait_quantile = 0.5;
+  top.recv_wait_quantile = 1.0;
+  BudgetLearner bm(median), bt1(top);
+  for (int k = 0; k < 7; ++k) bm.record(4, 0.010 + 0.001 * k), bt1.record(4, 0.010 + 0.001 * k);
+  bm.record(4, 0.020);
+  bt1.record(4, 0.020);
+  EXPECT_DOUBLE_EQ(bm.receive_budget(4), 0.014) << "sorted rank round(0.5 x 7) = 4";
+  EXPECT_DOUBLE_EQ(bt1.receive_budget(4), 0.020);
   EXPECT_DOUBLE_EQ(b.wan_wait_budget(7, 0.001), 0.003) << "no wait yet: the prediction x max_stretch";
   b.record(7, 0.050);
   EXPECT_DOUBLE_EQ(b.wan_wait_budget(7, 0.001), 0.050);

@@ -45,8 +45,9 @@ class RecentWaits {
 
 /// Every budget BubbleTea fills by, per slot index of this rank's row (one slot recurs once a
 /// step), and what it learns from. The rules (bubbletea.* keys):
-///  - a receive waiting outside a bubble: the shortest of its last kCapacity waits, 0 until there
-///    are kCapacity of them (a receive that is sometimes on time is never filled);
+///  - a receive waiting outside a bubble: the recv_wait_quantile (default 0: the shortest) of its
+///    last kCapacity waits, 0 until there are kCapacity of them (at 0 a receive that is sometimes
+///    on time is never filled);
 ///  - a WAN wait inside a training slot: the deck's prediction x max_stretch or, when longer, the
 ///    wan_wait_quantile of its last waits (from the first one on);
 ///  - a watched bubble (its end is tested): the table's length until a real length is known,
@@ -59,6 +60,7 @@ class BudgetLearner {
       : m_max_stretch(bt.max_stretch),
         m_stretch_quantile(bt.stretch_quantile),
         m_wan_wait_quantile(bt.wan_wait_quantile),
+        m_recv_wait_quantile(bt.recv_wait_quantile),
         m_guard_s(bt.guard_ms * 1e-3) {}
 
   /// One real length of slot `index`'s wait or watched bubble.
@@ -78,7 +80,7 @@ class BudgetLearner {
  private:
   [[nodiscard]] const RecentWaits* waits(int index) const;
 
-  double m_max_stretch, m_stretch_quantile, m_wan_wait_quantile, m_guard_s;
+  double m_max_stretch, m_stretch_quantile, m_wan_wait_quantile, m_recv_wait_quantile, m_guard_s;
   std::map<int, RecentWaits> m_waits;   ///< receives, WAN waits and watched bubbles
   std::map<int, double> m_allowance;    ///< unwatched bubbles: seconds
 };

@@ -261,6 +261,7 @@ struct BubbleTeaCfg {
   double max_stretch = 3.0;         ///< bubbletea.max_stretch: a bubble is filled <= this x budget
   double stretch_quantile = 0.5;    ///< bubbletea.stretch_quantile: a watched bubble past the table
   double wan_wait_quantile = 0.5;   ///< bubbletea.wan_wait_quantile: budget of a WAN wait inside a training slot
+  double recv_wait_quantile = 0.0;  ///< bubbletea.recv_wait_quantile: budget of a receive waiting outside bubbles
   std::uint64_t kv_cap_bytes = 0;   ///< bubbletea.kv_cap_bytes: KV-cache memory cap per rank
   int chunk_tokens = 0;             ///< bubbletea.chunk_tokens: chunked prefill; 0 = whole
   int max_in_flight = 0;            ///< bubbletea.max_in_flight: requests being prefilled per DC; 0 = 2 x DC ranks
