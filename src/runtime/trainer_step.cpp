@@ -131,19 +131,18 @@ StepReport Trainer::train_step(int step) {
           // the DP sums (and the partner's half of a tied-embedding exchange) are in, before the
           // Optimizer slot when the gradient-norm sum is: the filler watches it.
           const sched::Slot* next = i + 1 < row.size() ? &row[i + 1] : nullptr;
+          const bool exchange = slot.has(sched::SlotMark::ExchangeBubble) && m_embed_wan_partner >= 0;
           std::function<bool()> ended;
           if (next != nullptr && sched::is_recv(next->kind))
             ended = [this, next] { return m_boundary->test_recv(*next); };
           else if (m_filler->watches_exchange_bubbles() &&
-                   ((slot.has(sched::SlotMark::ExchangeBubble) && m_embed_wan_partner >= 0) ||
-                    (next != nullptr && next->kind == SlotKind::AllReduce && m_dp))) {
+                   (exchange || (next != nullptr && next->kind == SlotKind::AllReduce && m_dp))) {
             // Our gradients are final (every backward is behind us): the DP sums start now and,
             // once they are in (tested before every chunk and between its blocks), our half of a
             // tied-embedding exchange across the WAN leaves, so neither a DP replica nor the
             // partner waits for this bubble's prefill. The bubble lasts until the partner's half
             // is in (an exchange) or the DP sums are (otherwise); the time to start and end the
             // sums is intra-DC communication.
-            const bool exchange = slot.has(sched::SlotMark::ExchangeBubble) && m_embed_wan_partner >= 0;
             const double ts = m_profiler.now();
             start_gradient_sums();
             sums_s = m_profiler.now() - ts;
