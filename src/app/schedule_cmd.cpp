@@ -85,7 +85,7 @@ int cmd_schedule(Context& ctx) {
                bubbletea::planned_chunk_tokens(cfg.bubbletea), cfg.bubbletea.guard_ms);
     for (const auto& t : shown)
       fmt::print("  {:<8} prefill {:>10.0f} tokens/s, bubbles left {:5.1f}%\n", to_string(t.kind),
-                 bubbletea::predicted_prefill_tokens_per_s(t, layout), 100.0 * t.mean_bubble_fraction());
+                 bubbletea::predicted_prefill_tokens_per_s(cfg.bubbletea.pipeline, t, layout), 100.0 * t.mean_bubble_fraction());
   }
 
   std::string json_path = args.option("json");

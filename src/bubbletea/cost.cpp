@@ -4,6 +4,7 @@
 #include "atlas/bubbletea/cost.hpp"
 
 #include <algorithm>
+#include <map>
 #include <array>
 #include <chrono>
 #include <cmath>
@@ -187,51 +188,50 @@ sched::PrefillPlan prefill_plan(const Config& cfg, const topo::Layout& layout, c
   plan.chunk_ms.assign(table.rows.size(), 0.0);
   for (int s = 0; s < layout.pp_size(); ++s)
     for (int d = 0; d < layout.dp_size(); ++d) {
-      const int dc = layout.dc_of_stage(s);
-      const int ranks = layout.ranks_in_dc(dc);
-      const int dc_first = layout.world_rank(layout.first_stage_of_dc(dc), 0, 0);
       double worst = 0.0;
       for (int t = 0; t < layout.tp_size(); ++t) {
-        const int index = layout.world_rank(s, d, t) - dc_first;
-        const LayerRange r = split_layers(bt.layers, ranks, index);
+        const PipelinePlace place = pipeline_place(bt.pipeline, layout, layout.world_rank(s, d, t));
+        const LayerRange r = split_layers(bt.layers, place.size, place.index);
         const PrefillCost cost = estimate_cost(cfg, r.count, r.has_head);
         worst = std::max(worst, cost.predict_ms(plan.chunk_tokens, 0));
       }
       plan.chunk_ms[static_cast<std::size_t>(s * layout.dp_size() + d)] = worst;
     }
-  // Demand: every rank of a DC's pipeline sees all of its DC's prompt tokens.
-  if (bt.trace.empty() && bt.rate_per_s > 0 && layout.dc_count() > 0) {
+  // Demand: every rank of an inference pipeline sees all of its pipeline's prompt tokens.
+  const std::size_t pipelines = serving_pipelines(bt.pipeline, layout).size();
+  if (bt.trace.empty() && bt.rate_per_s > 0 && pipelines > 0) {
     const double mean_prompt = 0.5 * (bt.prompt_tokens_min + bt.prompt_tokens_max);
-    plan.max_tokens_per_row = bt.rate_per_s / layout.dc_count() * table.step_ms / 1e3 * mean_prompt;
+    plan.max_tokens_per_row = bt.rate_per_s / static_cast<double>(pipelines) * table.step_ms / 1e3 * mean_prompt;
   }
   return plan;
 }
 
 namespace {
-/// A DC's bottleneck row for prefill: the row of its stages and replicas with the fewest prompt
-/// tokens in Prefill slots per step (every rank of a DC's inference pipeline sees every token of
-/// its DC). Returns the row (null if the DC holds no stage) and its tokens.
-std::pair<const std::vector<sched::Slot>*, double> bottleneck_row(const sched::ScheduleTable& table,
-                                                                  const topo::Layout& layout, int dc) {
-  const std::vector<sched::Slot>* row = nullptr;
-  double fewest = 0.0;
-  for (int s = 0; s < layout.pp_size(); ++s) {
-    if (layout.dc_of_stage(s) != dc) continue;
+/// Each inference pipeline's bottleneck row for prefill: the row of its stages and replicas with
+/// the fewest prompt tokens in Prefill slots per step (every rank of a pipeline sees every token
+/// of its pipeline), by pipeline id, with its tokens.
+std::map<int, std::pair<const std::vector<sched::Slot>*, double>> bottleneck_rows(InferPipeline mode,
+                                                                                   const sched::ScheduleTable& table,
+                                                                                   const topo::Layout& layout) {
+  std::map<int, std::pair<const std::vector<sched::Slot>*, double>> out;
+  for (int s = 0; s < layout.pp_size(); ++s)
     for (int d = 0; d < layout.dp_size(); ++d) {
       double tokens = 0.0;
       for (const auto& slot : table.row(s, d))
         if (slot.kind == sched::SlotKind::Prefill) tokens += slot.tokens;
-      if (row == nullptr || tokens < fewest) fewest = tokens, row = &table.row(s, d);
+      const int pipe = pipeline_place(mode, layout, layout.world_rank(s, d, 0)).pipeline;
+      auto [it, fresh] = out.try_emplace(pipe, &table.row(s, d), tokens);
+      if (!fresh && tokens < it->second.second) it->second = {&table.row(s, d), tokens};
     }
-  }
-  return {row, fewest};
+  return out;
 }
 }  // namespace
 
-double predicted_prefill_tokens_per_s(const sched::ScheduleTable& table, const topo::Layout& layout) {
+double predicted_prefill_tokens_per_s(InferPipeline mode, const sched::ScheduleTable& table,
+                                      const topo::Layout& layout) {
   if (table.step_ms <= 0) return 0.0;
   double total = 0.0;
-  for (int dc = 0; dc < layout.dc_count(); ++dc) total += bottleneck_row(table, layout, dc).second;
+  for (const auto& [pipe, row] : bottleneck_rows(mode, table, layout)) total += row.second;
   return total / (table.step_ms / 1e3);
 }
 
@@ -244,8 +244,10 @@ ServicePrediction predict_service(const Config& cfg, const topo::Layout& layout,
   const std::vector<Request> reqs = load_requests(cfg, layout.dc_count());
   std::vector<double> ttft_ms;
   double tokens = 0.0;
-  for (int dc = 0; dc < layout.dc_count(); ++dc) {
-    const std::vector<sched::Slot>* row = bottleneck_row(table, layout, dc).first;
+  const auto rows = bottleneck_rows(cfg.bubbletea.pipeline, table, layout);
+  const std::vector<PipelinePlace> serving = serving_pipelines(cfg.bubbletea.pipeline, layout);
+  for (std::size_t pipe = 0; pipe < serving.size(); ++pipe) {
+    const std::vector<sched::Slot>* row = rows.at(serving[pipe].pipeline).first;
     std::vector<std::pair<double, double>> slots;  // (start, end) ms within a step
     if (row != nullptr)
       for (const auto& sl : *row)
@@ -253,7 +255,7 @@ ServicePrediction predict_service(const Config& cfg, const topo::Layout& layout,
     std::sort(slots.begin(), slots.end());
     std::vector<const Request*> queue;
     for (const Request& r : reqs)
-      if (r.dc == dc && r.arrival_s < run_s) queue.push_back(&r);
+      if (static_cast<std::size_t>(r.id) % serving.size() == pipe && r.arrival_s < run_s) queue.push_back(&r);
     out.arrived += static_cast<int>(queue.size());
     std::size_t head = 0;
     int left = queue.empty() ? 0 : static_cast<int>((queue[0]->prompt.size() + chunk - 1) / chunk);

@@ -38,8 +38,8 @@ LayerRange split_layers(int layers, int ranks, int index) {
     ATLAS_THROW(Internal, "split_layers: index " << index << " outside [0, " << ranks << ")");
   if (layers < ranks)
     throw ConfigError(fmt::format(
-        "bubbletea.layers = {} is fewer than the {} ranks of a DC's inference pipeline (every rank of "
-        "the DC holds at least one inference block)\n  hint: set bubbletea.layers to {} or more",
+        "bubbletea.layers = {} is fewer than the {} ranks of an inference pipeline (bubbletea.pipeline; every "
+        "rank of it holds at least one inference block)\n  hint: set bubbletea.layers to {} or more",
         layers, ranks, ranks));
   const int base = layers / ranks;
   const int extra = layers % ranks;
@@ -49,6 +49,45 @@ LayerRange split_layers(int layers, int ranks, int index) {
   r.has_embedding = index == 0;
   r.has_head = index == ranks - 1;
   return r;
+}
+
+PipelinePlace pipeline_place(InferPipeline mode, const topo::Layout& layout, int world_rank) {
+  const topo::Coord c = layout.coord(world_rank);
+  const bool across = layout.dp_across_dcs();
+  // The DC's stages: all of them with dp_across_dcs (each DC holds whole pipelines).
+  const int first_stage = across ? 0 : layout.first_stage_of_dc(c.dc);
+  const int stages = across ? layout.pp_size() : layout.stages_per_dc()[static_cast<std::size_t>(c.dc)];
+  PipelinePlace p;
+  p.dc = c.dc;
+  if (mode == InferPipeline::Replica) {
+    p.pipeline = c.dc * layout.dp_size() + c.dp;
+    p.index = (c.stage - first_stage) * layout.tp_size() + c.tp;
+    p.size = stages * layout.tp_size();
+  } else {
+    const int first_dp = across ? c.dc * layout.dp_per_dc() : 0;
+    p.pipeline = c.dc;
+    p.index = world_rank - layout.world_rank(topo::Coord{c.dc, first_stage, first_dp, 0});
+    p.size = layout.ranks_in_dc(c.dc);
+  }
+  return p;
+}
+
+std::vector<PipelinePlace> serving_pipelines(InferPipeline mode, const topo::Layout& layout) {
+  // A pipeline's first rank (index 0) stands for it; DC by DC, then by place within the DC.
+  std::vector<std::vector<PipelinePlace>> per_dc(static_cast<std::size_t>(layout.dc_count()));
+  for (int s = 0; s < layout.pp_size(); ++s)
+    for (int d = 0; d < layout.dp_size(); ++d) {
+      const PipelinePlace p = pipeline_place(mode, layout, layout.world_rank(s, d, 0));
+      if (p.index == 0) per_dc[static_cast<std::size_t>(p.dc)].push_back(p);
+    }
+  std::vector<PipelinePlace> out;
+  for (std::size_t k = 0;; ++k) {
+    const std::size_t before = out.size();
+    for (const auto& pipes : per_dc)
+      if (k < pipes.size()) out.push_back(pipes[k]);
+    if (out.size() == before) break;
+  }
+  return out;
 }
 
 std::size_t KvCache::bytes() const {

@@ -97,16 +97,21 @@ std::string format_report(const Report& r, const std::vector<std::string>& dc_na
   s += fmt::format("# utilization (training + prefill busy) / wall: {:.1f}% overall (training alone {:.1f}%)\n",
                    100.0 * r.utilization(), 100.0 * r.training_utilization());
   std::int64_t unplanned = 0;
-  double unplanned_budget = 0.0, unplanned_prefill = 0.0;
+  double unplanned_budget = 0.0, unplanned_prefill = 0.0, starved = 0.0;
   for (const auto& k : r.ranks) {
     unplanned += k.unplanned_fills;
     unplanned_budget += k.unplanned_budget_s;
     unplanned_prefill += k.unplanned_prefill_s;
+    starved += k.starved_s;
   }
   if (unplanned > 0)
     s += fmt::format("# receives that waited outside the table's bubbles (fill_recv_waits): {} filled, learned budgets "
                      "{:.3f} s, prefill in them {:.3f} s (part of prefill_s)\n",
                      unplanned, unplanned_budget, unplanned_prefill);
+  if (starved > 0)
+    s += fmt::format("# watched bubbles waiting for a chunk (the pipeline's previous rank had not sent one yet): {:.3f} s over "
+                     "all ranks\n",
+                     starved);
   s += fmt::format("# requests: {} in total, {} arrived before the end ({:.2f} s); prefilled {}, decoded {}, in "
                    "progress {}, still queued {}\n",
                    r.requests.size(), r.arrived(), r.end_s, r.served(), r.decoded(), r.in_progress(), r.queued());
@@ -164,13 +169,13 @@ std::string to_json(const Report& r) {
     s += fmt::format("{}{{\"world_rank\":{},\"dc\":{},\"dc_rank\":{},\"first_layer\":{},\"layers\":{},\"wall_s\":{},"
                      "\"compute_s\":{},\"comm_s\":{},\"idle_s\":{},\"prefill_s\":{},\"offered_s\":{},\"allowed_s\":{},\"utilization\":{},"
                      "\"overruns\":{},\"overrun_ms\":{},\"fill_calls\":{},\"unplanned_fills\":{},\"unplanned_budget_s\":{},"
-                     "\"unplanned_prefill_s\":{},\"chunks\":{},\"pauses\":{},\"tokens\":{},\"weight_bytes\":{},"
+                     "\"unplanned_prefill_s\":{},\"starved_s\":{},\"chunks\":{},\"pauses\":{},\"tokens\":{},\"weight_bytes\":{},"
                      "\"peak_bytes\":{},\"cost_ms_per_token\":{},\"cost_fixed_ms\":{},\"cost_scale\":{},"
                      "\"queue_mean\":{},\"queue_max\":{},\"queue_final\":{}}}",
                      i ? "," : "", k.world_rank, k.dc, k.dc_rank, k.first_layer, k.layers, num(k.wall_s),
                      num(k.compute_s), num(k.comm_s), num(k.idle_s), num(k.prefill_s), num(k.offered_s),
                      num(k.allowed_s), num(k.utilization()), k.overruns, num(k.overrun_s * 1e3), k.fill_calls,
-                     k.unplanned_fills, num(k.unplanned_budget_s), num(k.unplanned_prefill_s), k.chunks, k.pauses,
+                     k.unplanned_fills, num(k.unplanned_budget_s), num(k.unplanned_prefill_s), num(k.starved_s), k.chunks, k.pauses,
                      k.tokens, k.weight_bytes, k.peak_bytes, num(k.cost_per_token_ms), num(k.cost_fixed_ms), num(k.cost_scale),
                      num(k.queue_mean), k.queue_max, k.queue_final);
   }

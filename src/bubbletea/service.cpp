@@ -134,10 +134,17 @@ Service::Service(const Config& cfg, const topo::Layout& layout, const topo::Comm
   const topo::Coord me = layout.coord(world.rank());
   const BubbleTeaCfg& bt = cfg.bubbletea;
   m_emulated = cfg.device.backend == Backend::Emulated;
-  m_comm = comms.dc.dup();
+  // This rank's inference pipeline (bubbletea.pipeline): per DC, one over all its ranks or one per
+  // DP replica; the place in it follows world rank order.
+  const PipelinePlace place = pipeline_place(bt.pipeline, layout, world.rank());
+  m_comm = world.split(place.pipeline, world.rank());
   m_row = &table.row(me.stage, me.dp);
   m_index = m_comm.rank();
   m_size = m_comm.size();
+  ATLAS_ASSERT(m_index == place.index && m_size == place.size,
+               "inference pipeline " << place.pipeline << ": place " << m_index << " of " << m_size
+                                     << " in the communicator, " << place.index << " of " << place.size
+                                     << " by the layout");
 
   // ---- requests (world rank 0 reads the trace; every rank parses the same bytes) ----
   std::string trace_text;
@@ -153,16 +160,14 @@ Service::Service(const Config& cfg, const topo::Layout& layout, const topo::Comm
   if (!read_error.empty()) throw ConfigError(read_error);
   world.bcast_string(trace_text, 0);
   collective(world, [&] { m_requests = load_requests(cfg, layout.dc_count(), trace_text); });
-  // DCs that hold no rank (parallel.stages_per_dc = 0) serve nothing: requests go round-robin
-  // over the DCs that have ranks.
-  std::vector<int> serving;
-  for (int d = 0; d < layout.dc_count(); ++d)
-    if (layout.ranks_in_dc(d) > 0) serving.push_back(d);
-  for (auto& r : m_requests) r.dc = serving[static_cast<std::size_t>(r.id) % serving.size()];
+  // Requests are dealt round-robin over the pipelines (serving_pipelines: alternating DCs).
+  const std::vector<PipelinePlace> serving = serving_pipelines(bt.pipeline, layout);
   int longest = 1;
-  for (const auto& r : m_requests) {
+  for (auto& r : m_requests) {
+    const PipelinePlace& p = serving[static_cast<std::size_t>(r.id) % serving.size()];
+    r.dc = p.dc;
     longest = std::max(longest, static_cast<int>(r.prompt.size()));
-    if (r.dc == me.dc) m_mine.push_back(r.id);
+    if (p.pipeline == place.pipeline) m_mine.push_back(r.id);
   }
   std::stable_sort(m_mine.begin(), m_mine.end(), [this](int a, int b) {
     return m_requests[static_cast<std::size_t>(a)].arrival_s < m_requests[static_cast<std::size_t>(b)].arrival_s;

@@ -25,6 +25,16 @@ void Service::admit_arrivals(double now_job) {
   }
 }
 
+int Service::max_in_flight() const {
+  return m_cfg.bubbletea.max_in_flight > 0 ? m_cfg.bubbletea.max_in_flight : 2 * m_size;
+}
+
+bool Service::starved() const {
+  if (m_running.active) return false;
+  if (m_index > 0) return m_ready.empty();
+  return m_started.empty() && (m_waiting.empty() || m_in_flight >= max_in_flight());
+}
+
 bool Service::run_one(double remaining_ms, const std::function<bool()>& stop) {
   if (m_running.active) {
     // A paused chunk goes on first (nothing else may run on the model before it ends): if what
@@ -64,7 +74,7 @@ bool Service::run_one(double remaining_ms, const std::function<bool()>& stop) {
       return true;
     }
     // Keep the pipeline's inner queues short (bubbletea.max_in_flight; 0: 2 x DC ranks).
-    if (m_in_flight >= (m_cfg.bubbletea.max_in_flight > 0 ? m_cfg.bubbletea.max_in_flight : 2 * m_size)) return false;
+    if (m_in_flight >= max_in_flight()) return false;
     // The earliest arrival whose first chunk fits, unless an earlier one does not fit the memory
     // reservation (first come, first served): O(log n) on the queue (WaitQueue), where a scan of
     // a queue of thousands, at every chunk, took the cores training wakes up on.

@@ -5,11 +5,21 @@
 #include "atlas/bubbletea/service.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <functional>
+#include <thread>
 
 #include "atlas/core/check.hpp"
 
 namespace atlas::bubbletea {
+
+namespace {
+/// Polling for work in a watched bubble with nothing to run: from 10 us, doubling to 200 us (as
+/// the runtime polls its receives): quick to start a chunk that is about to come, few wake-ups
+/// over a long wait on ranks that share cores.
+constexpr int kMinStarvedPollUs = 10;
+constexpr int kMaxStarvedPollUs = 200;
+}  // namespace
 
 std::pair<double, std::int64_t> Service::fill(int step, const sched::Slot& slot, double budget_s,
                                               const std::function<bool()>* ended) {
@@ -44,6 +54,11 @@ std::pair<double, std::int64_t> Service::fill(int step, const sched::Slot& slot,
     // A WAN wait inside a training slot (bubbletea.fill_wan_waits): WaitFiller's budget, already
     // stretched (the deck's prediction x max_stretch, or a learned lower bound when longer).
     allowed_s = budget_s;
+  } else if (slot.has(sched::SlotMark::Stagger)) {
+    // The atlas stagger is a deliberate delay: the runtime sleeps what is left of it after the
+    // fill, so prefill up to its table length never starts the next slot late. Nothing to learn
+    // (the forward after it never waits, which would halve the allowance to nothing).
+    allowed_s = budget_s;
   } else if (index >= 0 && m_profiler.enabled()) {
     allowed_s = m_budgets.bubble_allowance(index, budget_s);
     m_last = LastBubble{true, step, index, 0.0, budget_s};
@@ -65,6 +80,7 @@ std::pair<double, std::int64_t> Service::fill(int step, const sched::Slot& slot,
   std::int64_t tokens = 0;
   bool arrived = false;
   double last_pending = t_enter;  // the last test that found the receive not yet in
+  int wait_us = kMinStarvedPollUs;  // polling for work while starved: back-off
   // Tested before every chunk and between a chunk's blocks: training's data stops the chunk
   // there, not at its end.
   std::function<bool()> stop;
@@ -80,7 +96,21 @@ std::pair<double, std::int64_t> Service::fill(int step, const sched::Slot& slot,
     if (remaining_ms <= 0) break;
     const std::int64_t before = m_stats.tokens;
     const double t0 = m_profiler.now();
-    if (!run_one(remaining_ms, stop)) break;
+    if (!run_one(remaining_ms, stop)) {
+      // Nothing runs. In a watched bubble with nothing to run at all (the DC's previous rank has
+      // not sent its next chunk yet, or the first rank has nothing to admit), the bubble lasts
+      // until training's data comes anyway: wait for work there (polled as the runtime polls its
+      // receives) instead of leaving the rest of the bubble empty.
+      if (!stop || !starved()) break;
+      const auto waited = std::chrono::microseconds(wait_us);
+      std::this_thread::sleep_for(waited);
+      wait_us = std::min(2 * wait_us, kMaxStarvedPollUs);
+      m_stats.starved_s += m_profiler.now() - t0;
+      poll();
+      if (m_index == 0) admit_arrivals(job_now());
+      continue;
+    }
+    wait_us = kMinStarvedPollUs;
     const double t1 = m_profiler.now();
     work += t1 - t0;
     tokens += m_stats.tokens - before;

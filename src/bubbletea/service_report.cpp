@@ -19,10 +19,10 @@ namespace atlas::bubbletea {
 namespace {
 
 std::string serialize(const RankStats& s) {
-  return fmt::format("R {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}\n",
+  return fmt::format("R {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}\n",
                      s.world_rank, s.dc, s.dc_rank, s.first_layer, s.layers, s.steps, s.wall_s, s.compute_s, s.comm_s,
                      s.idle_s, s.prefill_s, s.offered_s, s.allowed_s, s.overrun_s, s.overruns, s.fill_calls,
-                     s.unplanned_fills, s.unplanned_budget_s, s.unplanned_prefill_s, s.chunks, s.pauses, s.tokens,
+                     s.unplanned_fills, s.unplanned_budget_s, s.unplanned_prefill_s, s.starved_s, s.chunks, s.pauses, s.tokens,
                      s.weight_bytes, s.peak_bytes, s.cost_per_token_ms, s.cost_fixed_ms, s.cost_scale, s.queue_mean,
                      s.queue_max, s.queue_final);
 }
@@ -43,7 +43,7 @@ void parse_into(const std::string& text, std::vector<RankStats>& ranks, std::map
       RankStats s;
       in >> s.world_rank >> s.dc >> s.dc_rank >> s.first_layer >> s.layers >> s.steps >> s.wall_s >> s.compute_s >>
           s.comm_s >> s.idle_s >> s.prefill_s >> s.offered_s >> s.allowed_s >> s.overrun_s >> s.overruns >> s.fill_calls >>
-          s.unplanned_fills >> s.unplanned_budget_s >> s.unplanned_prefill_s >> s.chunks >> s.pauses >>
+          s.unplanned_fills >> s.unplanned_budget_s >> s.unplanned_prefill_s >> s.starved_s >> s.chunks >> s.pauses >>
           s.tokens >> s.weight_bytes >> s.peak_bytes >> s.cost_per_token_ms >> s.cost_fixed_ms >> s.cost_scale >>
           s.queue_mean >> s.queue_max >> s.queue_final;
       ranks.push_back(s);

@@ -592,10 +592,18 @@ void build(Schema& schema) {
   b.field("bubbletea.chunk_tokens", &C::bubbletea, &BubbleTeaCfg::chunk_tokens).def("0").min(0).max(kMaxTokens)
       .help("chunked prefill: tokens per chunk; 0 = whole prompts");
   b.field("bubbletea.max_in_flight", &C::bubbletea, &BubbleTeaCfg::max_in_flight).def("0").min(0).max(1000000)
-      .help("requests being prefilled at once per DC (admitted, last rank not yet done); 0 = 2 x the DC's "
-            "ranks. A request stays in the DC's inference pipeline while its chunks cross every rank in "
-            "their bubbles, so this bounds prefill throughput when requests queue; kv_cap_bytes still "
-            "bounds their memory");
+      .help("requests being prefilled at once per inference pipeline (admitted, last rank not yet done); "
+            "0 = 2 x the pipeline's ranks. A request stays in its pipeline while its chunks cross every "
+            "rank in their bubbles, so this bounds prefill throughput when requests queue; kv_cap_bytes "
+            "still bounds their memory");
+  b.choice("bubbletea.pipeline", &C::bubbletea, &BubbleTeaCfg::pipeline,
+           {{"replica", InferPipeline::Replica}, {"dc", InferPipeline::Dc}})
+      .def("replica")
+      .help("which ranks form an inference pipeline (its blocks split over them, a request's chunks "
+            "crossing them in their bubbles): replica = the ranks of one DP replica inside a DC, in stage "
+            "order (a later stage's bubble lies inside the earlier one's, so a rank is fed while it has a "
+            "bubble; dp pipelines per DC); dc = all the DC's ranks in rank order (one pipeline per DC, "
+            "fewer blocks per rank, a longer chain)");
 
   // [plan]
   b.choice("plan.gpu", &C::plan, &PlanCfg::gpu,

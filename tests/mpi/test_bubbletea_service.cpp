@@ -927,6 +927,122 @@ TEST(BubbleTeaService, LoadsWeightsFromAnAtlasCheckpoint) {
 }
 
 /// Runs the Service constructor with `cfg` and returns the ConfigError's text ("" if none).
+// bubbletea.pipeline: `replica` makes one inference pipeline per DP replica inside a DC (its
+// stages in order, the blocks split over them), `dc` one over all the DC's ranks. Here one DC holds
+// 2 replicas of np/2 stages (np 2 and 4): the requests go round-robin over the pipelines, each
+// rank runs exactly its pipeline's chunks through its share of the blocks, and every request's
+// tokens equal a standalone run's.
+TEST(BubbleTeaService, InferencePipelinesPerReplicaOrPerDc) {
+  const mpi::Comm world = mpi::Comm::world();
+  if (world.size() % 2 != 0) GTEST_SKIP() << "two DP replicas need an even rank count";
+  const std::string stages = world.size() == 2 ? "1" : std::to_string(world.size() / 2) + " 0";
+  for (const std::string mode : {"replica", "dc"}) {
+    SCOPED_TRACE("bubbletea.pipeline = " + mode);
+    const Config cfg = make_cfg(world, {"parallel.stages_per_dc=" + stages, "parallel.dp_size=2",
+                                        "bubbletea.pipeline=" + mode});
+    const bool per_replica = mode == "replica";
+    const Report rep = serve_all(cfg, world, 0.02);
+    ASSERT_EQ(rep.requests.size(), 9U);
+    EXPECT_EQ(rep.served(), 9);
+    EXPECT_EQ(rep.decoded(), 9);
+    const topo::Layout layout(world.size(), cfg.parallel);
+    const auto reqs = load_requests(cfg, layout.dc_count());
+    auto be = device::make_backend(cfg.device);
+    for (const auto& q : rep.requests) {
+      EXPECT_EQ(q.dc, 0) << "request " << q.id;
+      EXPECT_EQ(q.tokens, standalone(cfg, *be, reqs[static_cast<std::size_t>(q.id)])) << "request " << q.id;
+    }
+    const int pipeline_ranks = per_replica ? world.size() / 2 : world.size();
+    for (const auto& k : rep.ranks) {
+      const topo::Coord c = layout.coord(k.world_rank);
+      // Ranks are numbered stage-major, replicas inside a stage: a replica's place is its stage.
+      const int place = per_replica ? c.stage : k.world_rank;
+      const LayerRange want = split_layers(cfg.bubbletea.layers, pipeline_ranks, place);
+      EXPECT_EQ(k.dc_rank, place) << "rank " << k.world_rank;
+      EXPECT_EQ(k.first_layer, want.first) << "rank " << k.world_rank;
+      EXPECT_EQ(k.layers, want.count) << "rank " << k.world_rank;
+      std::int64_t chunks = 0;
+      for (const auto& q : rep.requests)
+        if (!per_replica || q.id % 2 == c.dp) chunks += q.chunks;
+      EXPECT_EQ(k.chunks, chunks) << "rank " << k.world_rank;
+    }
+  }
+}
+
+// The atlas stagger (a first stage's row opening with a deliberate delay) is filled up to its
+// table length every step: the runtime sleeps what is left of it, so nothing waits after it, and
+// "nothing waited" must not halve its allowance as it does a bubble's (shown here on the same
+// slot unmarked). Every rank is its own pipeline (one stage, dp = ranks), so each has work.
+TEST(BubbleTeaService, TheStaggerIsFilledToItsLengthEveryStep) {
+  const mpi::Comm world = mpi::Comm::world();
+  const std::string stages = world.size() <= 2 ? "1" : "1 0";
+  const Config cfg = make_cfg(world, {"parallel.stages_per_dc=" + stages,
+                                      "parallel.dp_size=" + std::to_string(world.size()),
+                                      "bubbletea.requests=3000", "bubbletea.guard_ms=0.5", "bubbletea.kv_cap_bytes=64M"});
+  constexpr double kBubbleS = 0.02;
+  constexpr int kSteps = 6;
+  for (const bool stagger : {true, false}) {
+    SCOPED_TRACE(stagger ? "the stagger" : "the same bubble, unmarked");
+    Served served(world, cfg, true);
+    const topo::Coord me = served.layout.coord(world.rank());
+    std::vector<sched::Slot>& row = served.table.rows[static_cast<std::size_t>(me.stage * served.table.dp + me.dp)];
+    row = {sched::Slot{sched::SlotKind::Idle, -1, 0.0, kBubbleS * 1e3}, sched::Slot{sched::SlotKind::Forward, 0, kBubbleS * 1e3, 1.0}};
+    if (stagger) row[0].mark(sched::SlotMark::Stagger);
+    std::vector<double> work;
+    for (int step = 0; step < kSteps; ++step) {
+      work.push_back(served.svc.fill(step, row[0], kBubbleS, nullptr).first);
+      // The forward after it starts at once (no wait), as the runtime records it.
+      runtime::SlotEvent e;
+      e.world_rank = world.rank();
+      e.step = step;
+      e.slot_index = 1;
+      e.kind = static_cast<int>(sched::SlotKind::Forward);
+      e.start_s = e.end_s = served.profiler.now();
+      served.profiler.record(e);
+    }
+    (void)served.svc.finish();
+    if (stagger) {
+      // Learned down, steps 1-5 get allowances of 10 + 5 + 2.5 + 1.25 + 0.6 ms (15-38 ms of work
+      // measured, chunks included that ran past them); filled, about 5 x 20 ms (88-125 ms measured
+      // at np 1-4 on 2 cores).
+      double later = 0.0;
+      for (int step = 1; step < kSteps; ++step) later += work[static_cast<std::size_t>(step)];
+      EXPECT_GT(later, 3.0 * kBubbleS) << "rank " << world.rank() << ": steps 1-" << kSteps - 1 << " filled " << later * 1e3 << " ms";
+    } else {
+      EXPECT_LT(work.back(), 0.25 * kBubbleS) << "an unmarked bubble with no wait after it is learned down";
+    }
+  }
+}
+
+// A watched bubble on a later rank of a pipeline with nothing to run yet (the previous rank has
+// not sent a chunk) waits for one: the chunks that come while the bubble lasts are run in it,
+// not left for the next bubble.
+TEST(BubbleTeaService, AWatchedBubbleWaitsForTheFirstChunkOfThePreviousRank) {
+  const mpi::Comm world = mpi::Comm::world();
+  if (world.size() != 2) GTEST_SKIP() << "a two-rank pipeline (np 2)";
+  const Config cfg = make_cfg(world, {"bubbletea.requests=200"});
+  Served served(world, cfg);
+  const sched::Slot idle{sched::SlotKind::Idle, -1, 0.0, 200.0};
+  std::pair<double, std::int64_t> got{0.0, 0};
+  double lasted_s = 0.0;
+  if (served.svc.pipeline_index() == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // nothing sent for 20 ms
+    got = served.svc.fill(0, idle, 0.05, nullptr);
+  } else {
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::function<bool()> ended = [t0] { return std::chrono::steady_clock::now() - t0 > std::chrono::milliseconds(60); };
+    got = served.svc.fill(0, idle, 0.2, &ended);
+    lasted_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  world.barrier();
+  (void)served.svc.finish();
+  if (served.svc.pipeline_index() == 1) {
+    EXPECT_GT(got.second, 0) << "no chunk ran: the bubble ended when it found nothing ready";
+    EXPECT_GE(lasted_s, 0.055) << "the bubble did not last until its data came";
+    EXPECT_LT(lasted_s, 0.2);
+  }
+}
+
 std::string setup_error(const Config& cfg, const mpi::Comm& world, ServiceOptions opt = options()) {
   const topo::Layout layout(world.size(), cfg.parallel);
   const topo::Communicators comms = topo::Communicators::create(world, layout);

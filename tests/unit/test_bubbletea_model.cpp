@@ -8,6 +8,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <vector>
 
 #include "atlas/bubbletea/cost.hpp"
 #include "atlas/bubbletea/model.hpp"
@@ -68,6 +70,70 @@ TEST(InferSplit, LayersAreContiguousAndCoverTheModel) {
   } catch (const ConfigError& e) {
     EXPECT_THAT(e.what(), ::testing::HasSubstr("bubbletea.layers = 2 is fewer than the 4 ranks"));
   }
+}
+
+// bubbletea.pipeline: every rank's place follows world rank order inside its pipeline (what the
+// runtime's communicator split gives), and requests are dealt DC by DC.
+void expect_places_in_rank_order(InferPipeline mode, const topo::Layout& layout) {
+  std::map<int, std::vector<int>> members;  // pipeline -> world ranks, ascending
+  for (int r = 0; r < layout.world_size(); ++r) members[pipeline_place(mode, layout, r).pipeline].push_back(r);
+  for (const auto& [pipe, ranks] : members)
+    for (std::size_t i = 0; i < ranks.size(); ++i) {
+      const PipelinePlace p = pipeline_place(mode, layout, ranks[i]);
+      EXPECT_EQ(p.index, static_cast<int>(i)) << "rank " << ranks[i];
+      EXPECT_EQ(p.size, static_cast<int>(ranks.size())) << "rank " << ranks[i];
+      EXPECT_EQ(p.dc, layout.coord(ranks[i]).dc) << "rank " << ranks[i];
+    }
+}
+
+TEST(InferSplit, PipelinesPerReplicaOrPerDcFollowRankOrder) {
+  ParallelCfg pc;
+  pc.stages_per_dc = {2, 1};
+  pc.dp_size = 2;
+  pc.tp_size = 2;
+  const topo::Layout layout(12, pc);
+  // Replica: (stage 0, dp 1, tp 1) is the second rank of DC 0's replica-1 pipeline of 2 stages x 2.
+  const PipelinePlace a = pipeline_place(InferPipeline::Replica, layout, layout.world_rank(0, 1, 1));
+  EXPECT_EQ(a.pipeline, 1);
+  EXPECT_EQ(a.index, 1);
+  EXPECT_EQ(a.size, 4);
+  const PipelinePlace b = pipeline_place(InferPipeline::Replica, layout, layout.world_rank(1, 1, 0));
+  EXPECT_EQ(b.index, 2);
+  const PipelinePlace c = pipeline_place(InferPipeline::Replica, layout, layout.world_rank(2, 0, 1));
+  EXPECT_EQ(c.pipeline, 2);  // DC 1 x dp 2 + replica 0
+  EXPECT_EQ(c.index, 1);
+  EXPECT_EQ(c.size, 2);
+  // Dc: the DC's ranks in rank order.
+  const PipelinePlace d = pipeline_place(InferPipeline::Dc, layout, layout.world_rank(1, 0, 1));
+  EXPECT_EQ(d.pipeline, 0);
+  EXPECT_EQ(d.index, 5);
+  EXPECT_EQ(d.size, 8);
+  for (const auto mode : {InferPipeline::Replica, InferPipeline::Dc}) expect_places_in_rank_order(mode, layout);
+  // Dealt DC by DC: DC 0's first pipeline, DC 1's first, then the second ones.
+  std::vector<int> order;
+  for (const auto& p : serving_pipelines(InferPipeline::Replica, layout)) order.push_back(p.pipeline);
+  EXPECT_EQ(order, (std::vector<int>{0, 2, 1, 3}));
+  order.clear();
+  for (const auto& p : serving_pipelines(InferPipeline::Dc, layout)) order.push_back(p.pipeline);
+  EXPECT_EQ(order, (std::vector<int>{0, 1}));
+
+  // dp_across_dcs: every DC holds whole pipelines (2 stages) of its own replicas (2 of 4).
+  ParallelCfg across;
+  across.stages_per_dc = {2, 2};
+  across.dp_size = 4;
+  across.dp_across_dcs = true;
+  const topo::Layout al(8, across);
+  for (const auto mode : {InferPipeline::Replica, InferPipeline::Dc}) expect_places_in_rank_order(mode, al);
+  order.clear();
+  for (const auto& p : serving_pipelines(InferPipeline::Replica, al)) order.push_back(p.pipeline);
+  EXPECT_EQ(order, (std::vector<int>{0, 6, 1, 7}));  // DC 0: replicas 0, 1; DC 1: replicas 2, 3
+  // A DC that holds no stage serves nothing.
+  ParallelCfg idle_dc;
+  idle_dc.stages_per_dc = {0, 2};
+  const topo::Layout il(2, idle_dc);
+  const auto serving = serving_pipelines(InferPipeline::Dc, il);
+  ASSERT_EQ(serving.size(), 1U);
+  EXPECT_EQ(serving[0].dc, 1);
 }
 
 TEST(InferSplit, ChunkSizesDependOnlyOnThePrompt) {

@@ -169,8 +169,10 @@ TEST(Deck, BehaviourSwitchesAreDeckKeys) {
 
 TEST(Deck, BadBehaviourSwitchesAreConfigErrors) {
   const auto p = problems_of("mem", kMinimal, -1,
-                             {"wan.warmup_bytes=lots", "device.sched_batch=1", "device.nccl_timeout_s=0"});
-  ASSERT_EQ(p.size(), 3u) << ::testing::PrintToString(p);
+                             {"wan.warmup_bytes=lots", "device.sched_batch=1", "device.nccl_timeout_s=0",
+                              "bubbletea.pipeline=stage"});
+  ASSERT_EQ(p.size(), 4u) << ::testing::PrintToString(p);
+  EXPECT_THAT(p, ::testing::Contains(::testing::HasSubstr("bubbletea.pipeline = \"stage\": expected one of: replica, dc")));
   EXPECT_THAT(p, ::testing::Contains(::testing::HasSubstr("wan.warmup_bytes = \"lots\": expected")));
   EXPECT_THAT(p, ::testing::Contains(::testing::HasSubstr("device.sched_batch = \"1\": expected one of: auto, true, false")));
   EXPECT_THAT(p, ::testing::Contains(::testing::HasSubstr("device.nccl_timeout_s = \"0\": expected a number in [0.001, 1000000]")));

@@ -88,17 +88,20 @@ class EmulatedDecoder {
 [[nodiscard]] sched::PrefillPlan prefill_plan(const Config& cfg, const topo::Layout& layout,
                                               const sched::ScheduleTable& table);
 
-/// Predicted prompt tokens per second a table with Prefill slots (place_prefill) serves: per DC,
-/// the fewest prefill tokens any of its rows gets per step (every rank of a DC's inference
-/// pipeline sees every token of its DC), summed over the DCs, over the step time.
-[[nodiscard]] double predicted_prefill_tokens_per_s(const sched::ScheduleTable& table, const topo::Layout& layout);
+/// Predicted prompt tokens per second a table with Prefill slots (place_prefill) serves: per
+/// inference pipeline (bubbletea.pipeline, `mode`), the fewest prefill tokens any of its rows gets
+/// per step (every rank of a pipeline sees every token of its pipeline), summed over the
+/// pipelines, over the step time.
+[[nodiscard]] double predicted_prefill_tokens_per_s(InferPipeline mode, const sched::ScheduleTable& table,
+                                                    const topo::Layout& layout);
 
 /// The request stream served by a table's Prefill slots over `steps` back-to-back steps: the
-/// deck's requests (load_requests: trace or generator) go FIFO to their DC; each Prefill slot of
-/// the DC's bottleneck row (the fewest prefill tokens a step) serves one chunk of the request at
-/// the head of the queue if it had arrived by the slot's start; a request's first token is at the
-/// end of the slot that runs its last chunk. Ignores the pass through the DC's other ranks (exact
-/// for one rank per DC). Place the slots with unlimited demand for the capacity.
+/// deck's requests (load_requests: trace or generator) go FIFO to their pipeline (dealt as the
+/// runtime deals them, serving_pipelines); each Prefill slot of the pipeline's bottleneck row (the
+/// fewest prefill tokens a step) serves one chunk of the request at the head of the queue if it
+/// had arrived by the slot's start; a request's first token is at the end of the slot that runs
+/// its last chunk. Ignores the pass through the pipeline's other ranks (exact for one rank per
+/// pipeline). Place the slots with unlimited demand for the capacity.
 struct ServicePrediction {
   int arrived = 0, served = 0;       ///< requests arrived within the steps / whose prefill ended
   double tokens_per_s = 0.0;         ///< prompt tokens of the served requests over the steps' time

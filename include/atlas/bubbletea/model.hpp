@@ -14,6 +14,7 @@
 
 #include "atlas/deck/config.hpp"
 #include "atlas/device/backend.hpp"
+#include "atlas/topo/layout.hpp"
 
 namespace atlas::bubbletea {
 
@@ -30,7 +31,7 @@ struct InferShape {
   bool operator==(const InferShape&) const = default;
 };
 
-/// The layer range one rank of a DC's inference pipeline holds.
+/// The layer range one rank of an inference pipeline holds.
 struct LayerRange {
   int first = 0;  ///< first global block index
   int count = 0;  ///< number of blocks
@@ -42,6 +43,23 @@ struct LayerRange {
 /// first ranks take one extra when it does not divide. Throws ConfigError when layers < ranks
 /// (every rank of the DC must hold at least one block).
 [[nodiscard]] LayerRange split_layers(int layers, int ranks, int index);
+
+/// A rank's inference pipeline (bubbletea.pipeline): `dc` = one per DC over its ranks in world
+/// rank order; `replica` = one per DP replica inside a DC, its ranks in world rank order (stage,
+/// then TP rank). The same placement for the runtime (bubbletea::Service), the table's Prefill
+/// slots (prefill_plan) and the simulator's service prediction.
+struct PipelinePlace {
+  int pipeline = 0;  ///< id: the DC, or DC x dp + replica (equal ids = same pipeline)
+  int dc = 0;
+  int index = 0;     ///< place in the pipeline (0 admits the requests)
+  int size = 1;      ///< its ranks
+};
+[[nodiscard]] PipelinePlace pipeline_place(InferPipeline mode, const topo::Layout& layout, int world_rank);
+
+/// The pipelines that serve requests, in the order requests are dealt to them (request id modulo
+/// the count): each DC's first pipeline, DC by DC, then the second ones, and so on; DCs that hold
+/// no rank serve nothing.
+[[nodiscard]] std::vector<PipelinePlace> serving_pipelines(InferPipeline mode, const topo::Layout& layout);
 
 /// One request's keys and values on one rank: for each local block, K and V of `capacity`
 /// positions x hidden floats (row = position, channel = head * head_dim + d). `len` positions

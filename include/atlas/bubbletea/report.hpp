@@ -52,6 +52,7 @@ struct RankStats {
   std::int64_t unplanned_fills = 0;  ///< receives waiting outside bubbles that were filled (fill_recv_waits)
   double unplanned_budget_s = 0.0;   ///< their learned budgets, summed
   double unplanned_prefill_s = 0.0;  ///< prefill work inside them (part of prefill_s)
+  double starved_s = 0.0;            ///< watched bubbles' time waiting for a chunk to run (nothing ready)
   std::int64_t chunks = 0;
   std::int64_t pauses = 0;        ///< chunks stopped between blocks because training's data came
   std::int64_t tokens = 0;        ///< prompt tokens through this rank's layers

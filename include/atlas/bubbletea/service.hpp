@@ -97,6 +97,8 @@ class Service final : public WaitFiller {
   [[nodiscard]] const std::string& setup_summary() const noexcept { return m_summary; }
   /// Requests whose prefill finished on this rank (the head of its DC's pipeline), so far.
   [[nodiscard]] int prefilled_here() const;
+  /// This rank's place in its inference pipeline (bubbletea.pipeline); 0 admits the requests.
+  [[nodiscard]] int pipeline_index() const noexcept { return m_index; }
   [[nodiscard]] const PrefillCost& cost() const { return m_cost; }
 
  private:
@@ -137,6 +139,11 @@ class Service final : public WaitFiller {
   /// `stop` (may be empty) is tested between the chunk's blocks: when it says true, the chunk
   /// pauses there (its activations stay in the model) and the next run_one goes on with it first.
   bool run_one(double remaining_ms, const std::function<bool()>& stop);
+  /// Nothing to run whatever the time left: no paused chunk, and on a later rank no chunk from
+  /// the previous one; on the DC's first rank no started request and none admissible (the queue
+  /// empty, or bubbletea.max_in_flight reached).
+  [[nodiscard]] bool starved() const;
+  [[nodiscard]] int max_in_flight() const;  ///< bubbletea.max_in_flight, or 2 x the DC's ranks
   /// Starts chunk `h` (input: prompt `tokens` on the DC's first rank, else `act_in`), then
   /// continue_chunk.
   void run_chunk(const ChunkHeader& h, const std::int32_t* tokens, const float* act_in,
@@ -174,7 +181,7 @@ class Service final : public WaitFiller {
   bool m_emulated = false;  ///< device.backend = emulated: no arithmetic, no decode worker
   EmulatedDecoder m_decoder;  ///< emulated, the DC's last rank: the decode worker's clock
   mpi::Comm m_comm;  ///< a dup of the DC communicator: inference activations and releases only
-  int m_index = 0;   ///< position in the DC's inference pipeline (= dc rank)
+  int m_index = 0;   ///< position in this rank's inference pipeline (bubbletea.pipeline)
   int m_size = 1;
   std::unique_ptr<InferenceModel> m_model;
   PrefillCost m_cost;

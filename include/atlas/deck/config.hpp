@@ -240,6 +240,10 @@ struct DeviceCfg {
   double nccl_timeout_s = 300.0;    ///< device.nccl_timeout_s: an NCCL set-up or operation's limit
 };
 
+/// bubbletea.pipeline: which ranks form an inference pipeline (a chain that a request's chunks
+/// cross, each rank running its share of the blocks in its bubbles).
+enum class InferPipeline { Dc, Replica };
+
 struct BubbleTeaCfg {
   bool enabled = false;             ///< bubbletea.enabled
   int layers = 2;                   ///< bubbletea.layers
@@ -264,7 +268,8 @@ struct BubbleTeaCfg {
   double recv_wait_quantile = 0.0;  ///< bubbletea.recv_wait_quantile: budget of a receive waiting outside bubbles
   std::uint64_t kv_cap_bytes = 0;   ///< bubbletea.kv_cap_bytes: KV-cache memory cap per rank
   int chunk_tokens = 0;             ///< bubbletea.chunk_tokens: chunked prefill; 0 = whole
-  int max_in_flight = 0;            ///< bubbletea.max_in_flight: requests being prefilled per DC; 0 = 2 x DC ranks
+  int max_in_flight = 0;            ///< bubbletea.max_in_flight: requests being prefilled per pipeline; 0 = 2 x its ranks
+  InferPipeline pipeline = InferPipeline::Replica;  ///< bubbletea.pipeline
 };
 
 enum class GpuKind { Host, A100, H100, H200 };
