@@ -141,6 +141,7 @@ Service::Service(const Config& cfg, const topo::Layout& layout, const topo::Comm
   m_row = &table.row(me.stage, me.dp);
   m_index = m_comm.rank();
   m_size = m_comm.size();
+  m_pipeline = place.pipeline;
   ATLAS_ASSERT(m_index == place.index && m_size == place.size,
                "inference pipeline " << place.pipeline << ": place " << m_index << " of " << m_size
                                      << " in the communicator, " << place.index << " of " << place.size
@@ -241,8 +242,8 @@ Service::Service(const Config& cfg, const topo::Layout& layout, const topo::Comm
     m_cost = calibrate(*m_model, m_opt.calibration_repeats);
   }
 
-  // ---- the DC's decode worker: started by DC rank 0; every rank connects and sends weights ----
-  // (emulated: none; the DC's last rank times each decode on m_decoder, a clock, not a process)
+  // ---- the pipeline's decode worker: started by its first rank; every rank connects and sends weights ----
+  // (emulated: none; the pipeline's last rank times each decode on m_decoder, a clock, not a process)
   int port = 0;
   if (!m_emulated) collective(world, [&] {
     if (m_index != 0) return;

@@ -166,13 +166,14 @@ Report Service::finish() {
   } else {
     worker_error = m_worker_failure;
   }
-  if (!worker_error.empty()) log::warn("BubbleTea: decode worker of DC {}: {}", m_stats.dc, worker_error);
-  m_comm.barrier();  // every rank's Finish is written before DC rank 0 reaps the worker
+  if (!worker_error.empty()) log::warn("BubbleTea: decode worker of DC {}, inference pipeline {}: {}", m_stats.dc, m_pipeline, worker_error);
+  m_comm.barrier();  // every rank's Finish is written before the pipeline's first rank reaps the worker
   m_sock.reset();
   if (m_index == 0) {
     const int status = m_worker.wait(m_opt.timeout_s);
     if (status != 0 && worker_error.empty())
-      log::warn("BubbleTea: the decode worker of DC {} exited with status {}", m_stats.dc, status);
+      log::warn("BubbleTea: the decode worker of DC {}, inference pipeline {}, exited with status {}", m_stats.dc,
+                m_pipeline, status);
   }
 
   // ---- gather the report (every rank gets it) ----

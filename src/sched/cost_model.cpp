@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 #include <thread>
 
 namespace atlas::sched {
@@ -161,34 +162,86 @@ BlockCost kernel_block_cost(const Config& cfg, int tp, const DeviceProfile& p) {
 }
 
 }  // namespace
+double window_clocked_ms(double bytes, double share_bytes_per_ms, double rtt_ms, double window_bytes) {
+  if (bytes <= 0.0) return 0.0;
+  // Not window-bound (no window, or a window the share takes longer to send than a round trip):
+  // the share.
+  if (window_bytes <= 0.0 || window_bytes / share_bytes_per_ms >= rtt_ms) return bytes / share_bytes_per_ms;
+  // A window leaves as a burst; the next one only when its acknowledgements come back, a round
+  // trip after the first: ceil(bytes / window) - 1 round trips, then the last window's bytes.
+  const double windows = std::ceil(bytes / window_bytes);
+  return (windows - 1.0) * rtt_ms + (bytes - (windows - 1.0) * window_bytes) / share_bytes_per_ms;
+}
+
 double wan_ring_allreduce_ms(const CostModel& c, double bytes, int dp, int dp_per_dc, int sharing, double window_bytes) {
   if (dp <= 1) return 0.0;
-  // Replicas are numbered DC by DC (dp_per_dc each); the ring is i -> i + 1 mod dp. Each of its
-  // 2 (dp - 1) steps moves one piece (bytes / dp) over every edge at once and lasts as long as
-  // the slowest edge: inside a DC the intra-DC cost; between DCs a and b, for a piece above MPI's
-  // eager limit a rendezvous round trip first, then the piece's first window at the link's share
-  // (capacity / sharing: a window leaves in a burst) and the rest at one flow's rate,
-  // min(capacity / sharing, window / RTT). The one-way latency is paid once, by the last piece:
-  // a member posts its next step as soon as its own send has left and its piece has arrived, so
-  // the steps overlap by a latency (measured per step inside the emulation, 2dc_16's layout:
-  // 141-179 ms, mean 155, for 155 here and 175 with a latency per step).
+  // Replicas are numbered DC by DC (dp_per_dc each); the ring is i -> i + 1 mod dp, 2 (dp - 1)
+  // steps of one piece (bytes / dp) each. A member's step posts a receive from i - 1 and a send to
+  // i + 1 and ends when both are done (device::make_ring_collective). Edge i -> i + 1: inside a DC
+  // the intra-DC cost; between DCs one-way latency L, the link's share (capacity / sharing), one
+  // TCP flow of window_bytes.
   const double piece = bytes / dp;
-  double step = 0.0, latency = 0.0;
-  for (int i = 0; i < dp; ++i) {
-    const int a = i / dp_per_dc, b = ((i + 1) % dp) / dp_per_dc;
-    double t = piece / c.intra_bytes_per_ms, lat = c.intra_latency_ms;
-    if (a != b) {
-      const LinkCost& l = c.link(a, b);
-      const double share = l.capacity_bytes_per_ms / sharing;
-      const double burst = std::min(piece, window_bytes);
-      lat = l.latency_ms;
-      t = (piece > kMpiEagerLimitBytes ? 2.0 * l.latency_ms : 0.0) + burst / share +
-          (piece - burst) / transfer_cap_bytes_per_ms(share, l.latency_ms, 1, window_bytes);
+  const bool rendezvous = piece > kMpiEagerLimitBytes;
+  // A rendezvous piece's first fragment (the eager limit) goes with the request; the rest after
+  // the receiver's go-ahead, window-clocked (window_clocked_ms).
+  const double rest = rendezvous ? piece - kMpiEagerLimitBytes : piece;
+  const auto n = static_cast<std::size_t>(dp);
+  std::vector<double> lat(n), xfer(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const int a = static_cast<int>(i) / dp_per_dc, b = static_cast<int>((i + 1) % n) / dp_per_dc;
+    if (a == b) {
+      lat[i] = c.intra_latency_ms;
+      xfer[i] = rest / c.intra_bytes_per_ms;
+    } else {
+      const LinkCost& link = c.link(a, b);
+      lat[i] = link.latency_ms;
+      xfer[i] = window_clocked_ms(rest, link.capacity_bytes_per_ms / sharing, 2.0 * link.latency_ms, window_bytes);
     }
-    step = std::max(step, t + c.wake_ms);
-    latency = std::max(latency, lat);
   }
-  return 2.0 * (dp - 1) * step + latency;
+  if (dp > kRingReplayMaxMembers) {
+    // Very large rings: every step as long as its slowest edge, the latency once.
+    double step = 0.0, latency = 0.0;
+    for (std::size_t i = 0; i < n; ++i) {
+      step = std::max(step, (rendezvous ? 2.0 * lat[i] : 0.0) + xfer[i] + c.wake_ms);
+      latency = std::max(latency, lat[i]);
+    }
+    return 2.0 * (dp - 1) * step + latency;
+  }
+  // The members' steps replayed (max-plus). Member i's step starts at P_i (its previous step's
+  // end); its send to i + 1 is matched at M = max(P_i + L, P_{i+1}) (the request arrives, the
+  // receiver has posted), leaves by M + L + xfer (the go-ahead is back) and is in at M + 2L + xfer;
+  // an eager piece leaves at once, in at max(P_i + L + xfer, P_{i+1}). A step ends when its send
+  // and its receive are done, plus the wake-up delay.
+  // Members drift apart along the ring (each finishes a step after the one before it), and each
+  // starts its next sum when its own ended (the compute between two sums is the same on every
+  // member of a ring, so it drops out): replayed from a common start (the job's first step, whose
+  // sum is shorter) for kRingReplayWarmup sums, then the mean of the next kRingReplayRounds is the
+  // steady length returned, the job's period.
+  std::vector<double> start(n, 0.0), prev(n), send_done(n), recv_done(n), settled(n, 0.0);
+  for (int round = 0; round < kRingReplayWarmup + kRingReplayRounds; ++round) {
+    if (round == kRingReplayWarmup) settled = start;
+    prev = start;
+    for (int k = 0; k < 2 * (dp - 1); ++k) {
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::size_t to = (i + 1) % n;
+        if (rendezvous) {
+          const double matched = std::max(prev[i] + lat[i], prev[to]);
+          send_done[i] = matched + lat[i] + xfer[i];
+          recv_done[to] = matched + 2.0 * lat[i] + xfer[i];
+        } else {
+          send_done[i] = prev[i] + xfer[i];
+          recv_done[to] = std::max(prev[i] + lat[i] + xfer[i], prev[to]);
+        }
+      }
+      for (std::size_t i = 0; i < n; ++i) prev[i] = std::max(send_done[i], recv_done[i]) + c.wake_ms;
+    }
+    start = prev;
+  }
+  // The mean sum after the warm-up, over the members (they run at one rate; a member's sums may
+  // alternate in length when the ring's period does not divide a sum's steps).
+  double total = 0.0;
+  for (std::size_t i = 0; i < n; ++i) total += start[i] - settled[i];
+  return total / static_cast<double>(n) / kRingReplayRounds;
 }
 
 void wan_dp_allreduce(CostModel& c, const Config& cfg, const topo::Layout& layout) {

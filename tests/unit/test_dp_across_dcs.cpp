@@ -47,25 +47,22 @@ TEST(DpAcrossDcs, TheDpSumCrossesTheSlowestWanLink) {
   ASSERT_EQ(dp.parallel.pp_size(), 2);
   const sched::CostModel cpp = sched::cost_model(pp, topo::Layout(pp.parallel));
   const sched::CostModel cdp = sched::cost_model(dp, topo::Layout(dp.parallel));
-  // 4 replicas, 2 per DC, the ring 0 -> 1 -> 2 -> 3 -> 0: edges 1 -> 2 and 3 -> 0 cross the WAN;
-  // 6 steps of a quarter each, as long as a WAN edge (rendezvous, first window at the link's
-  // share, the rest at one flow's rate), and the latency once.
+  // 4 replicas, 2 per DC, the ring 0 -> 1 -> 2 -> 3 -> 0: edges 1 -> 2 and 3 -> 0 cross the WAN.
+  // Each of the 6 steps takes at least a rendezvous round trip and the WAN transfer, at most one
+  // more latency (a member both receives and sends over the WAN) and the intra-DC part.
   for (int s = 0; s < cdp.pp; ++s) {
     const auto i = static_cast<std::size_t>(s);
     const double piece = cdp.grad_bytes[i] / 4;
     ASSERT_GT(piece, sched::kMpiEagerLimitBytes);
     const sched::LinkCost& l = cdp.link(0, 1);
     const double w = sched::flow_window_bytes(dp), share = l.capacity_bytes_per_ms / (cdp.pp * cdp.tp);
-    const double burst = std::min(piece, w);
-    const double edge = 2 * l.latency_ms + burst / share +
-                        (piece - burst) / sched::transfer_cap_bytes_per_ms(share, l.latency_ms, 1, w);
-    const double want = 6.0 * (edge + cdp.wake_ms) + l.latency_ms;
-    EXPECT_NEAR(sched::wan_ring_allreduce_ms(cdp, 4 * piece, 4, 2, cdp.pp * cdp.tp, w), want, 1e-9 * want);
-    EXPECT_NEAR(cdp.allreduce_ms[i], want, 1e-9 * want);
-    EXPECT_GT(cdp.allreduce_ms[i], 6 * 40.0 + 20.0);  // a rendezvous round trip per step, a latency once
+    const double x = sched::window_clocked_ms(piece - sched::kMpiEagerLimitBytes, share, 2 * l.latency_ms, w);
+    const double ms = sched::wan_ring_allreduce_ms(cdp, 4 * piece, 4, 2, cdp.pp * cdp.tp, w);
+    EXPECT_GE(ms, 6.0 * (2 * l.latency_ms + x) * (1 - 1e-12));
+    EXPECT_LE(ms, 6.0 * (3 * l.latency_ms + x + 1.0 + cdp.wake_ms));
+    EXPECT_EQ(cdp.allreduce_ms[i], ms);
   }
-  // Four DCs, one replica each: the ring's edges are 0 -> 1, 1 -> 2, 2 -> 3, 3 -> 0 (never 0-2 or
-  // 1-3); each step as long as the slowest of them. Hand-computed: 1e5 bytes/ms links, no wake-up.
+  // Hand-computed rings: 1e5 bytes/ms links, no wake-up.
   sched::CostModel four = cdp;
   four.dc_count = 4;
   four.wake_ms = 0.0;
@@ -74,25 +71,47 @@ TEST(DpAcrossDcs, TheDpSumCrossesTheSlowestWanLink) {
     four.links[static_cast<std::size_t>(a * 4 + b)] = {lat, 1e5, 1e5};
     four.links[static_cast<std::size_t>(b * 4 + a)] = {lat, 1e5, 1e5};
   };
+  set(0, 1, 20.0);
+  // Two replicas in two DCs, 20 ms apart. Pieces of 2e4 bytes (eager): a step is the piece's
+  // 0.2 ms and a latency; 2 steps.
+  EXPECT_NEAR(sched::wan_ring_allreduce_ms(four, 4e4, 2, 1, 1, 1e12), 2 * 20.2, 1e-9);
+  // Pieces of 1e6 (rendezvous), a 256 KiB window: the first 65536 bytes go with the request; the
+  // receiver has posted, so its go-ahead leaves a latency later and is back at 40 ms; the other
+  // 934464 bytes are 4 windows, 3 round trips and the last 148032 bytes at the link's rate:
+  // 121.48032 ms; in 20 ms later. Each member receives as it sends: a step is 3 x 20 + 121.48032.
+  EXPECT_NEAR(sched::wan_ring_allreduce_ms(four, 2e6, 2, 1, 1, 262144.0), 2 * 181.48032, 1e-6);
+  // Four DCs, one replica each, ring edges 0 -> 1 -> 2 -> 3 -> 0 (never 0-2 or 1-3): eager pieces
+  // of 1e4 (0.1 ms). A member's step k needs what the member before it received in step k - 1, so
+  // a piece pays each edge's latency on its way round: in steady state a step lasts the ring's
+  // mean edge, (10 + 15 + 40 + 25) / 4 + 0.1 = 22.6 ms; 6 steps. (A sum from a common start, the
+  // job's first, is shorter: the replayed sums settle to this.)
   set(0, 1, 10.0);
   set(1, 2, 15.0);
   set(2, 3, 40.0);
   set(3, 0, 25.0);
   set(0, 2, 99.0);  // never an edge of the ring
   set(1, 3, 99.0);
-  // 4e4 bytes: pieces of 1e4 under the eager limit, no window cap: 6 x 0.1 ms + the slowest
-  // edge's latency (40, edge 2 -> 3) once.
-  EXPECT_NEAR(sched::wan_ring_allreduce_ms(four, 4e4, 4, 1, 1, 1e12), 40.6, 1e-9);
-  // 4e6 bytes, a 256 KiB window: pieces of 1e6; edge 2 -> 3 per step: 80 (rendezvous) +
-  // 262144 / 1e5 + (1e6 - 262144) / (262144 / 80 ms) = 307.79722 ms; 6 steps + 40 = 1886.78332 ms.
-  EXPECT_NEAR(sched::wan_ring_allreduce_ms(four, 4e6, 4, 1, 1, 262144.0), 1886.78332, 1e-4);
-  // Two sums sharing the link halve the first window's rate only (the rest is window-bound).
-  EXPECT_NEAR(sched::wan_ring_allreduce_ms(four, 4e6, 4, 1, 2, 262144.0), 1886.78332 + 6 * 2.62144, 1e-4);
+  EXPECT_NEAR(sched::wan_ring_allreduce_ms(four, 4e4, 4, 1, 1, 1e12), 6 * 22.6, 1e-6);
+  // Two sums sharing each link: the last window's bytes at half the rate.
+  const double one = sched::wan_ring_allreduce_ms(four, 4e6, 4, 1, 1, 262144.0);
+  EXPECT_GT(sched::wan_ring_allreduce_ms(four, 4e6, 4, 1, 2, 262144.0), one);
   // The pipeline-parallel layout sums inside each DC only.
   for (double ms : cpp.allreduce_ms) EXPECT_LT(ms, 5.0);
   // A shared window caps one TCP flow: a small window makes the WAN sum slower.
   const Config small = load({"parallel.dp_across_dcs=true", "parallel.dp_size=4", "wan.flow_window_bytes=64K"});
   EXPECT_GT(sched::cost_model(small, topo::Layout(small.parallel)).allreduce_ms[0], cdp.allreduce_ms[0]);
+}
+
+// A window-bound TCP transfer: a window a round trip (its acknowledgements release the next),
+// the last one at the share; otherwise the share alone.
+TEST(DpAcrossDcs, WindowClockedTransfersTakeWholeRoundTrips) {
+  // 1e6 bytes, 256 KiB windows, 40 ms round trip, 1e5 bytes/ms: 4 windows, 3 round trips, then
+  // 1e6 - 3 x 262144 = 213568 bytes in 2.13568 ms.
+  EXPECT_NEAR(sched::window_clocked_ms(1e6, 1e5, 40.0, 262144.0), 122.13568, 1e-9);
+  EXPECT_NEAR(sched::window_clocked_ms(1e5, 1e5, 40.0, 262144.0), 1.0, 1e-12);      // within one window
+  EXPECT_NEAR(sched::window_clocked_ms(1e6, 1e5, 40.0, 0.0), 10.0, 1e-12);          // no window
+  EXPECT_NEAR(sched::window_clocked_ms(1e6, 1e5, 40.0, 8e6), 10.0, 1e-12);          // outlasts the round trip
+  EXPECT_EQ(sched::window_clocked_ms(0.0, 1e5, 40.0, 262144.0), 0.0);
 }
 
 TEST(DpAcrossDcs, DeckChecksNameTheKeyAndTheFix) {

@@ -182,6 +182,7 @@ class Service final : public WaitFiller {
   EmulatedDecoder m_decoder;  ///< emulated, the DC's last rank: the decode worker's clock
   mpi::Comm m_comm;  ///< a dup of the DC communicator: inference activations and releases only
   int m_index = 0;   ///< position in this rank's inference pipeline (bubbletea.pipeline)
+  int m_pipeline = 0;  ///< its id (PipelinePlace::pipeline)
   int m_size = 1;
   std::unique_ptr<InferenceModel> m_model;
   PrefillCost m_cost;

@@ -130,14 +130,29 @@ double ring_allreduce_ms(double bytes, int n, double bytes_per_ms, double latenc
 /// for its receiver's acknowledgement before the rest of its bytes leave (rendezvous).
 inline constexpr double kMpiEagerLimitBytes = 64.0 * 1024.0;
 
+/// When the last byte of a `bytes` transfer has left the sender on one TCP flow with at most
+/// `window_bytes` in flight, over a path of `rtt_ms` at `share_bytes_per_ms`: a window leaves as a
+/// burst and the next only when its acknowledgements return, so a transfer of a few windows takes
+/// whole round trips (the fluid window / RTT rate is its long-run limit). Without a window, or
+/// with one the share takes a round trip or longer to send: bytes / share.
+double window_clocked_ms(double bytes, double share_bytes_per_ms, double rtt_ms, double window_bytes);
+
 /// Time of the DP sum across DCs (parallel.dp_across_dcs) as the runtime runs it
 /// (device::make_ring_collective: a ring over point-to-point, as Gloo): `dp` replicas numbered DC
-/// by DC, `dp_per_dc` in each, ring i -> i + 1 mod dp; 2 (dp - 1) steps of bytes / dp, each as long
-/// as its slowest edge plus the wake-up delay: inside a DC the intra-DC transfer; between DCs a
-/// and b a round trip of c.link(a, b) when the piece exceeds kMpiEagerLimitBytes (rendezvous), plus
-/// the piece's first `window_bytes` at capacity / sharing and the rest at one TCP flow's rate,
-/// min(capacity / sharing, window / RTT); plus the largest one-way latency of the ring once (the
-/// steps overlap by it). `sharing`: the sums that cross a link at once.
+/// by DC, `dp_per_dc` in each, ring i -> i + 1 mod dp; 2 (dp - 1) steps of bytes / dp. Each
+/// member's steps are replayed: a step ends when its send and its receive are done, plus the
+/// wake-up delay; between DCs a and b a piece above kMpiEagerLimitBytes sends its first fragment
+/// with a request and the rest once its receiver has posted (rendezvous: a round trip of
+/// c.link(a, b)), window-clocked (window_clocked_ms) at capacity / sharing; inside a DC the
+/// intra-DC transfer. Each member starts a sum when its previous one ended; after
+/// kRingReplayWarmup sums from a common start the mean of the next kRingReplayRounds is returned,
+/// the steady length (longer than a sum from a common start: the members drift apart along the
+/// ring, and a small piece pays each edge's latency on its way round). Rings above
+/// kRingReplayMaxMembers: every step as long as its slowest edge, the latency once. `sharing`: the
+/// sums that cross a link at once.
+inline constexpr int kRingReplayWarmup = 2;
+inline constexpr int kRingReplayRounds = 4;
+inline constexpr int kRingReplayMaxMembers = 512;
 double wan_ring_allreduce_ms(const CostModel& c, double bytes, int dp, int dp_per_dc, int sharing, double window_bytes);
 
 /// parallel.dp_across_dcs: sets every stage's allreduce_ms to wan_ring_allreduce_ms (pp x tp
