@@ -4,10 +4,10 @@
 #include "atlas/bubbletea/cost.hpp"
 
 #include <algorithm>
-#include <map>
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <utility>
 #include <vector>
 

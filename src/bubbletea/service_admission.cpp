@@ -73,7 +73,7 @@ bool Service::run_one(double remaining_ms, const std::function<bool()>& stop) {
       run_chunk(h, r.prompt.data() + h.pos, nullptr, stop);
       return true;
     }
-    // Keep the pipeline's inner queues short (bubbletea.max_in_flight; 0: 2 x DC ranks).
+    // Keep the pipeline's inner queues short (bubbletea.max_in_flight; 0: 2 x its ranks).
     if (m_in_flight >= max_in_flight()) return false;
     // The earliest arrival whose first chunk fits, unless an earlier one does not fit the memory
     // reservation (first come, first served): O(log n) on the queue (WaitQueue), where a scan of

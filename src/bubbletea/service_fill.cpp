@@ -97,7 +97,7 @@ std::pair<double, std::int64_t> Service::fill(int step, const sched::Slot& slot,
     const std::int64_t before = m_stats.tokens;
     const double t0 = m_profiler.now();
     if (!run_one(remaining_ms, stop)) {
-      // Nothing runs. In a watched bubble with nothing to run at all (the DC's previous rank has
+      // Nothing runs. In a watched bubble with nothing to run at all (the pipeline's previous rank has
       // not sent its next chunk yet, or the first rank has nothing to admit), the bubble lasts
       // until training's data comes anyway: wait for work there (polled as the runtime polls its
       // receives) instead of leaving the rest of the bubble empty.

@@ -7,8 +7,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <vector>
 #include <thread>
+#include <vector>
 
 namespace atlas::sched {
 
@@ -191,7 +191,7 @@ double wan_ring_allreduce_ms(const CostModel& c, double bytes, int dp, int dp_pe
     const int a = static_cast<int>(i) / dp_per_dc, b = static_cast<int>((i + 1) % n) / dp_per_dc;
     if (a == b) {
       lat[i] = c.intra_latency_ms;
-      xfer[i] = rest / c.intra_bytes_per_ms;
+      xfer[i] = piece / c.intra_bytes_per_ms;  // a copy: the first fragment too
     } else {
       const LinkCost& link = c.link(a, b);
       lat[i] = link.latency_ms;
