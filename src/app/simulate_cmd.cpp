@@ -143,7 +143,7 @@ sched::ScheduleTable simulate_bubbletea(const Config& cfg, const sim::SimResult&
   }
   fmt::print("utilization      off {:.1f}% -> on {:.1f}% (all ranks)\n", 100 * off_sum / filled.pp,
              100 * on_sum / filled.pp);
-  fmt::print("prefill          {:.0f} prompt tokens/s (the DC pipelines' slowest stage)\n",
+  fmt::print("prefill          {:.0f} prompt tokens/s (each inference pipeline's slowest stage, summed)\n",
              bubbletea::predicted_prefill_tokens_per_s(cfg.bubbletea.pipeline, filled, layout));
   // The request stream over run.steps steps, FIFO per DC, through every slot the bubbles hold.
   sched::PrefillPlan capacity = plan;
