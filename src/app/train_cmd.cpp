@@ -63,12 +63,15 @@ void preflight_wan(wan::PeerTransport& t, const std::vector<int>& peers, int me)
 /// A diverged model ends the run before any checkpoint of the step is written, on every rank with
 /// the same error (ExitCode::Diverged). Every rank knows the gradient norm: a sum over its
 /// pipeline of DP-summed gradients, so a non-finite one is non-finite everywhere. Only rank 0
-/// knows the losses: it remembers the first non-finite one (`first_bad_loss`, -1: none), and on
-/// the steps that are logged, evaluated or checkpointed its view is shared (one small
-/// all-reduce), so a non-finite loss stops the run at the next such step at the latest, before
-/// that step's checkpoint.
-void check_finite(const runtime::StepReport& rep, std::optional<double> val, bool share, const mpi::Comm& world,
-                  TrainOutput& out, int& first_bad_loss) {
+/// knows the losses: it remembers the first non-finite one (`first_bad_loss`, -1: none). On the
+/// steps that are evaluated or checkpointed (`share`) its view is shared at once (one small
+/// all-reduce, waited for: before that step's checkpoint); on the other logged steps it travels
+/// with the progress row's job-wide sum, which nobody waits for (TrainOutput::step), and stops the
+/// run at the next logged step, when that sum is in everywhere (TrainOutput::lagged_bad_loss).
+/// So a logged step never makes the job wait for its slowest rank, and no checkpoint of a
+/// diverged step is written.
+void check_finite(const runtime::StepReport& rep, std::optional<double> val, bool share, bool logged,
+                  const mpi::Comm& world, TrainOutput& out, int& first_bad_loss) {
   const bool norm_bad = !std::isfinite(rep.grad_norm);
   if (world.rank() == 0 && first_bad_loss < 0 && (!std::isfinite(rep.loss) || (val && !std::isfinite(*val))))
     first_bad_loss = rep.step;
@@ -76,8 +79,12 @@ void check_finite(const runtime::StepReport& rep, std::optional<double> val, boo
   if (share) {
     out.flush_row();  // this step's row first: the check waits for every rank anyway
     bad = world.allreduce(bad, MPI_MAX);
+  } else if (logged && out.lagged_bad_loss()) {
+    out.flush_row();
+    bad = 1;
+  } else if (!norm_bad) {
+    return;
   }
-  else if (!norm_bad) return;
   if (bad == 0) return;
   const std::string earlier = first_bad_loss >= 0 && first_bad_loss < rep.step
                                   ? fmt::format(" (the first non-finite loss was at step {})", first_bad_loss)
@@ -223,8 +230,8 @@ JobResult run_training_job(const Config& cfg, const mpi::Comm& world, const JobO
         val = trainer.evaluate();
       out.step(rep, val, trainer.tokens_per_step(), comms);
       if (!trainer.emulated())  // no loss, no gradient norm to check
-        check_finite(rep, val, out.logged(step, val.has_value()) || out.checkpoint_due(step + 1, last), comms.world, out,
-                     first_bad_loss);
+        check_finite(rep, val, val.has_value() || out.checkpoint_due(step + 1, last), out.logged(step, val.has_value()),
+                     comms.world, out, first_bad_loss);
       out.maybe_checkpoint(trainer, comms, step + 1, last);
       result.losses.push_back(rep.loss);
       if (val) result.final_val_loss = *val;

@@ -183,10 +183,11 @@ void TrainOutput::step(const runtime::StepReport& r, std::optional<double> val, 
   // Job-wide figures on logged steps only: one small all-reduce every log_every_steps steps. It
   // crosses the WAN, so it is not waited for here: the row is printed once the sum is in (at the
   // next logged step, or flush_row()), and the ranks never wait for each other to log.
+  if (m_root && !emulated() && (!std::isfinite(r.loss) || (val && !std::isfinite(*val)))) m_bad_loss = true;
   if (logged) {
     flush_row();
     m_job = {(r.compute_s + r.prefill_s) / r.step_s, static_cast<double>(r.boundary.wan_bytes_sent),
-             r.boundary.wan_send_busy_s};
+             r.boundary.wan_send_busy_s, m_bad_loss ? 1.0 : 0.0};
     m_job_sum = comms.world.iallreduce_sum(std::span<double>(m_job));
   }
   m_mine.add(r);
@@ -228,7 +229,10 @@ void TrainOutput::step(const runtime::StepReport& r, std::optional<double> val, 
 }
 
 void TrainOutput::flush_row() {
-  if (m_job_sum.pending()) m_job_sum.wait_polling();
+  if (m_job_sum.pending()) {
+    m_job_sum.wait_polling();
+    m_job_done = m_job;
+  }
   if (!m_pending_row) return;
   const std::function<void()> row = std::move(m_pending_row);
   m_pending_row = nullptr;

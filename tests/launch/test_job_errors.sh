@@ -9,6 +9,8 @@
 #   - model.init_std = 1e308 (NaN losses from step 0): exit 7, no checkpoint, run.json "diverged";
 #   - a parameter turned NaN at step 3 (ATLAS_FAULT_NAN): exit 7, the good checkpoints of steps
 #     1-3 are kept and none of step 4 is written;
+#   - a NaN loss alone (ATLAS_FAULT_NAN_LOSS): stopped before the checkpoint that follows it, or at
+#     the next logged step (the progress row's sum carries it; a logged step does not wait);
 #   - metrics.csv on a full disk (/dev/full): exit 5 naming the file, not "OK".
 # Loopback only; removes its temp dir.
 # usage: test_job_errors.sh SOURCE_DIR ATLAS_BIN
@@ -66,6 +68,14 @@ ATLAS_FAULT_NAN_LOSS=0:1 run_job nanloss 60 run.steps=6 run.log_every_steps=3 ck
 check "a NaN loss at unlogged step 1 ends with exit 7 at step 2 (got $(rc nanloss))" test "$(rc nanloss)" -eq 7
 check "... naming step 1" grep -q "ERROR: training diverged at step 2: .*(the first non-finite loss was at step 1)" "$T/nanloss.out"
 check "... before the checkpoint of step 2" bash -c "! ls '$T/nanloss/ckpt/'step-*.h5 2> /dev/null"
+
+# ---- a NaN loss on a logged step (gradients finite): found one logged step later, by the
+# progress row's job-wide sum, which nobody waits for (a logged step does not synchronise the job)
+ATLAS_FAULT_NAN_LOSS=0:1 run_job nanlog 60 run.steps=6 run.log_every_steps=1 ckpt.every_steps=0
+check "a NaN loss at logged step 1 ends with exit 7 (got $(rc nanlog))" test "$(rc nanlog)" -eq 7
+check "... at the next logged step, naming step 1" \
+  grep -q "ERROR: training diverged at step 2: .*(the first non-finite loss was at step 1)" "$T/nanlog.out"
+check "... before the final checkpoint" bash -c "! ls '$T/nanlog/ckpt/'step-*.h5 2> /dev/null"
 
 # ---- a full disk under metrics.csv ----
 mkdir -p "$T/full"

@@ -64,6 +64,10 @@ class TrainOutput {
   /// printed as nan). Throws atlas::Error (Io) on rank 0 when a line cannot be written.
   void step(const runtime::StepReport& rep, std::optional<double> val_loss, std::int64_t tokens_per_step,
             const topo::Communicators& comms);
+  /// True on every rank once a logged step's job-wide sum has come back saying rank 0 had seen a
+  /// non-finite loss by then (the sum carries that flag): the lagged divergence check of logged
+  /// steps, read right after step() on a logged step, where every rank has the same sum.
+  [[nodiscard]] bool lagged_bad_loss() const { return m_job_done[3] > 0.0; }
   /// Waits for the last logged step's job-wide sum and prints its row (nothing pending: returns
   /// at once). Every rank calls it before anything else is printed (checkpoints, the divergence
   /// check, the footer) so rows keep their order; checkpoint(), text() and finish() call it.
@@ -100,7 +104,9 @@ class TrainOutput {
   double m_mfu_peak_flops = 0.0;       // all devices together
   double m_sum_mfu = 0.0;              // over the steps, for the footer
   RankTime m_mine;  // every rank: its own budget, gathered at the end
-  std::array<double, 3> m_job{};        // the last logged step's job-wide sum (step())
+  std::array<double, 4> m_job{};        // the last logged step's job-wide sum (step()); [3]: rank 0's bad-loss flag
+  std::array<double, 4> m_job_done{};   // the last sum that came back (flush_row())
+  bool m_bad_loss = false;              // rank 0: a non-finite loss was seen
   mpi::Request m_job_sum;               // ... in flight until flush_row()
   std::function<void()> m_pending_row;  // rank 0: prints that step's row from m_job
   std::vector<runtime::StepRow> m_steps;
