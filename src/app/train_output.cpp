@@ -231,7 +231,7 @@ void TrainOutput::step(const runtime::StepReport& r, std::optional<double> val, 
 void TrainOutput::flush_row() {
   if (m_job_sum.pending()) {
     m_job_sum.wait_polling();
-    m_job_done = m_job;
+    m_lagged_bad_loss = m_job[3] > 0.0;
   }
   if (!m_pending_row) return;
   const std::function<void()> row = std::move(m_pending_row);

@@ -40,7 +40,7 @@ std::pair<double, std::int64_t> Service::fill(int step, const sched::Slot& slot,
   const bool watched = (unplanned || m_cfg.bubbletea.watch_recv) && ended != nullptr && *ended;
   // The fill of the receive right after a watched bubble that stopped before its data came
   // measures that bubble's length; anything else resolves it from the receive's recorded end.
-  const bool bubble = slot.kind == sched::SlotKind::Idle || slot.kind == sched::SlotKind::Prefill;
+  const bool bubble = sched::is_bubble(slot.kind);
   const bool resolves_watch = m_watch.pending && step == m_watch.step && index == m_watch.index + 1;
   if (m_watch.pending && !resolves_watch) learn_watched_length();
   if (unplanned) {

@@ -28,7 +28,7 @@ StepReport Trainer::train_step(int step) {
   // for nothing but the table's step boundary, so they are not filled: filling them would only
   // start our next step late (the first stage's forwards: the whole pipeline's).
   std::size_t tail = row.size();
-  while (tail > 0 && (row[tail - 1].kind == SlotKind::Idle || row[tail - 1].kind == SlotKind::Prefill)) --tail;
+  while (tail > 0 && sched::is_bubble(row[tail - 1].kind)) --tail;
   const bool tail_waits = step + 1 < m_cfg.run.steps && !row.empty() && sched::is_recv(row.front().kind);
   for (std::size_t i = 0; i < row.size(); ++i) {
     const sched::Slot& slot = row[i];

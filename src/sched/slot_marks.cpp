@@ -29,8 +29,7 @@ void mark_slots(ScheduleTable& table) {
             row[i + 1].kind == SlotKind::AllReduce)
           s.mark(SlotMark::ExchangeBubble);
       }
-      if (table.kind == ScheduleKind::Atlas && stage == 0 && !row.empty() &&
-          (row[0].kind == SlotKind::Idle || row[0].kind == SlotKind::Prefill))
+      if (table.kind == ScheduleKind::Atlas && stage == 0 && !row.empty() && is_bubble(row[0].kind))
         row[0].mark(SlotMark::Stagger);
     }
   }

@@ -402,7 +402,7 @@ struct WaitRecorder : bubbletea::WaitFiller {
     if (row != nullptr && &slot >= row->data() && &slot < row->data() + row->size()) {
       bool tail = true;
       for (const sched::Slot* p = &slot; p < row->data() + row->size(); ++p)
-        tail = tail && (p->kind == sched::SlotKind::Idle || p->kind == sched::SlotKind::Prefill);
+        tail = tail && sched::is_bubble(p->kind);
       if (tail) ++tail_fills[step];
     }
     if (ended == nullptr) return {0.0, 0};
@@ -591,8 +591,7 @@ TEST(BubbleTeaService, TheBubblesThatEndTheRowAreFilledOnlyWhenTheNextStepWaitsF
   const sched::ScheduleTable table = sched::build_schedule(cfg, layout);
   const auto& row = table.row(me.stage, me.dp);
   std::size_t tail = row.size();
-  while (tail > 0 && (row[tail - 1].kind == sched::SlotKind::Idle || row[tail - 1].kind == sched::SlotKind::Prefill))
-    --tail;
+  while (tail > 0 && sched::is_bubble(row[tail - 1].kind)) --tail;
   const int tail_slots = static_cast<int>(row.size() - tail);
   const RecordedRun run = run_with_recorder(cfg, world, true, false);
   const bool waits = sched::is_recv(row.front().kind);

@@ -67,7 +67,7 @@ class TrainOutput {
   /// True on every rank once a logged step's job-wide sum has come back saying rank 0 had seen a
   /// non-finite loss by then (the sum carries that flag): the lagged divergence check of logged
   /// steps, read right after step() on a logged step, where every rank has the same sum.
-  [[nodiscard]] bool lagged_bad_loss() const { return m_job_done[3] > 0.0; }
+  [[nodiscard]] bool lagged_bad_loss() const { return m_lagged_bad_loss; }
   /// Waits for the last logged step's job-wide sum and prints its row (nothing pending: returns
   /// at once). Every rank calls it before anything else is printed (checkpoints, the divergence
   /// check, the footer) so rows keep their order; checkpoint(), text() and finish() call it.
@@ -105,7 +105,7 @@ class TrainOutput {
   double m_sum_mfu = 0.0;              // over the steps, for the footer
   RankTime m_mine;  // every rank: its own budget, gathered at the end
   std::array<double, 4> m_job{};        // the last logged step's job-wide sum (step()); [3]: rank 0's bad-loss flag
-  std::array<double, 4> m_job_done{};   // the last sum that came back (flush_row())
+  bool m_lagged_bad_loss = false;       // the last sum that came back carried rank 0's flag (flush_row())
   bool m_bad_loss = false;              // rank 0: a non-finite loss was seen
   mpi::Request m_job_sum;               // ... in flight until flush_row()
   std::function<void()> m_pending_row;  // rank 0: prints that step's row from m_job

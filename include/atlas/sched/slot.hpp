@@ -40,6 +40,8 @@ constexpr bool is_backward(SlotKind k) {
 constexpr bool is_compute(SlotKind k) { return k == SlotKind::Forward || is_backward(k); }
 constexpr bool is_send(SlotKind k) { return k == SlotKind::WanSend || k == SlotKind::LocalSend; }
 constexpr bool is_recv(SlotKind k) { return k == SlotKind::WanRecv || k == SlotKind::LocalRecv; }
+/// A bubble: idle time in the table (Prefill: a bubble with BubbleTea's chunks placed in it).
+constexpr bool is_bubble(SlotKind k) { return k == SlotKind::Idle || k == SlotKind::Prefill; }
 
 /// What the runtime does at a slot beyond its kind, set by sched when the table is built
 /// (mark_slots below, src/sched/slot_marks.cpp). Bit flags of Slot::marks; not part of
