@@ -379,7 +379,9 @@ struct WaitRecorder : bubbletea::WaitFiller {
   struct RecvFill {
     int step, index;
     double budget_s;
-    double waited_s = 0.0;  ///< how long the filler spun until the wait's test said done
+    /// From the fill's start to the wait's last "not yet": what WaitFiller learns as the wait's
+    /// length (wait_ended), so the two agree however long the poll after it took.
+    double waited_s = 0.0;
   };
   std::map<sched::SlotKind, int> watched;  ///< fill calls with a test, by slot kind
   std::vector<RecvFill> recv_fills;        ///< receives handed over (bubbletea.fill_recv_waits)
@@ -421,15 +423,18 @@ struct WaitRecorder : bubbletea::WaitFiller {
     ++watched[slot.kind];
     if (sched::is_recv(slot.kind)) recv_fills.push_back({step, static_cast<int>(&slot - row->data()), budget_s});
     const auto t0 = std::chrono::steady_clock::now();
-    spin_until(*ended);
+    const auto last_pending = spin_until(*ended);
     if (slot.kind == sched::SlotKind::Optimizer)
       optimizer_fills.push_back({step, static_cast<int>(&slot - row->data()), budget_s,
-                                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()});
+                                 std::chrono::duration<double>(last_pending - t0).count()});
     return {0.0, 0};
   }
-  void spin_until(const std::function<bool()>& done) {
+  /// Polls `done` until it says true; returns when it last said "not yet" (the start if never).
+  std::chrono::steady_clock::time_point spin_until(const std::function<bool()>& done) {
     const auto t0 = std::chrono::steady_clock::now();
+    auto last_pending = t0;
     while (!done()) {
+      last_pending = std::chrono::steady_clock::now();
       ++spins;
       if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(20)) {
         ADD_FAILURE() << "the wait's test never said done";
@@ -437,6 +442,7 @@ struct WaitRecorder : bubbletea::WaitFiller {
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
+    return last_pending;
   }
 };
 
@@ -648,8 +654,8 @@ TEST(BubbleTeaService, AWanWaitInATrainingSlotLearnsItsBudgetFromItsRealWaits) {
       continue;
     }
     EXPECT_GT(f.budget_s, 0.75 * kHold) << "step " << f.step << ": the waits before were all >= the partner's hold";
-    // The median of the (up to 8) waits before, as the filler saw them (the trainer's record ends
-    // at the sum's last "not yet", so within a few ms of the filler's; never the optimizer's work).
+    // The median of the (up to 8) waits before, as the filler saw them (both end at the sum's
+    // last "not yet"; never the optimizer's work).
     std::vector<double> before;
     for (std::size_t j = k > 8 ? k - 8 : 0; j < k; ++j) before.push_back(fills[j].waited_s);
     std::sort(before.begin(), before.end());
