@@ -160,7 +160,6 @@ class Engine {
     m_blocked_sync.assign(nw, -1);
     m_defer_next.assign(nw, 0);
     m_running_deferred.assign(nw, -1);
-    for (std::size_t w = 0; w < nw; ++w) m_defer_next[w] = next_deferred(w, 0);
     m_result.ops.resize(nw);
     for (std::size_t w = 0; w < nw; ++w) m_result.ops[w].resize(p.workers[w].size());
     m_links.resize(p.channels.size());
@@ -173,22 +172,37 @@ class Engine {
     m_net_cores.assign(p.host_cores.size(), 0.0);
     m_net_on = p.net_ns_per_byte > 0.0 && !p.host_cores.empty();
     m_work_left.assign(nw, 0.0);
-    for (std::size_t w = 0; w < nw; ++w)
-      for (const auto& op : p.workers[w])
+    // One pass over the ops (the largest part of a program): each message's ends, and each
+    // worker's first deferred op (next_deferred from 0).
+    for (std::size_t w = 0; w < nw; ++w) {
+      const auto& ops = p.workers[w];
+      std::size_t first_deferred = ops.size();
+      for (std::size_t i = 0; i < ops.size(); ++i) {
+        const EngineOp& op = ops[i];
         if (op.type == EngineOp::Type::Recv) m_receiver[static_cast<std::size_t>(op.message)] = static_cast<int>(w);
         else if (op.type == EngineOp::Type::Send) m_sender[static_cast<std::size_t>(op.message)] = static_cast<int>(w);
+        if (op.deferred && first_deferred == ops.size()) first_deferred = i;
+      }
+      m_defer_next[w] = first_deferred;
+    }
     for (auto& m : p.messages) m.post_ms = m.start_ms = m.end_ms = m.arrive_ms = -1.0;
     for (auto& c : p.channels) c.served.clear();
+    // Each link's largest transfer (one pass over the messages).
+    std::vector<std::int64_t> largest(p.channels.size(), 0);
+    for (const auto& m : p.messages)
+      if (m.channel >= 0 && static_cast<std::size_t>(m.channel) < largest.size()) {
+        auto& l = largest[static_cast<std::size_t>(m.channel)];
+        l = std::max(l, m.bytes);
+      }
     // Per link: how its capacity goes to the flows in start order (LinkState::rate_at).
     for (std::size_t c = 0; c < p.channels.size(); ++c) {
       const auto& ch = p.channels[c];
       auto& ls = m_links[c];
       const double cap = ch.capacity_bytes_per_ms;
       ls.cap = std::min(ch.flow_cap_bytes_per_ms, cap);
-      // Window-sized transfers leave in bursts: each at the link's rate, in its turn.
-      ls.burst = ch.window_bytes > 0.0;
-      for (const auto& m : p.messages)
-        if (m.channel == static_cast<int>(c) && static_cast<double>(m.bytes) > ch.window_bytes) ls.burst = false;
+      // Window-sized transfers leave in bursts: each at the link's rate, in its turn (every
+      // transfer of the link within its window).
+      ls.burst = ch.window_bytes > 0.0 && !(static_cast<double>(largest[c]) > ch.window_bytes);
       if (ls.burst) ls.cap = cap;
       ls.fair = !ls.burst;
       ls.capacity = cap;
