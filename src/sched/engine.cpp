@@ -172,18 +172,11 @@ class Engine {
     m_net_cores.assign(p.host_cores.size(), 0.0);
     m_net_on = p.net_ns_per_byte > 0.0 && !p.host_cores.empty();
     m_work_left.assign(nw, 0.0);
-    // One pass over the ops (the largest part of a program): each message's ends, and each
-    // worker's first deferred op (next_deferred from 0).
     for (std::size_t w = 0; w < nw; ++w) {
-      const auto& ops = p.workers[w];
-      std::size_t first_deferred = ops.size();
-      for (std::size_t i = 0; i < ops.size(); ++i) {
-        const EngineOp& op = ops[i];
+      m_defer_next[w] = next_deferred(w, 0);
+      for (const auto& op : p.workers[w])
         if (op.type == EngineOp::Type::Recv) m_receiver[static_cast<std::size_t>(op.message)] = static_cast<int>(w);
         else if (op.type == EngineOp::Type::Send) m_sender[static_cast<std::size_t>(op.message)] = static_cast<int>(w);
-        if (op.deferred && first_deferred == ops.size()) first_deferred = i;
-      }
-      m_defer_next[w] = first_deferred;
     }
     for (auto& m : p.messages) m.post_ms = m.start_ms = m.end_ms = m.arrive_ms = -1.0;
     for (auto& c : p.channels) c.served.clear();
