@@ -712,23 +712,37 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
   // every run cost the 1,024-GPU deck ~1.6x, auto in the whole re-timing search ~1.3x.
   const SplitBackward deck_split = cfg.schedule.split_backward;
   const SplitBackward unsplit_first = deck_split == SplitBackward::Auto ? SplitBackward::Off : deck_split;
-  const auto split_pass = [&](const std::vector<std::size_t>& timed) {
-    if (deck_split != SplitBackward::Auto || timed.empty()) return;
-    auto in_time = [&](double step_ms) { return !deadline || step_ms <= cfg.plan.deadline_s * 1e3; };
+  // Which of `timed` could still become the chosen plan (or the fastest): whose step floor
+  // (step_floor_ms: no table of the plan beats it) beats, by the objective within the deadline,
+  // the best of `against` as timed so far (each timing only improves: never slower), or, with
+  // `or_fastest`, beats the fastest of them (the what-if table's "fastest" row).
+  auto in_time = [&](double step_ms) { return !deadline || step_ms <= cfg.plan.deadline_s * 1e3; };
+  const auto could_win = [&](const std::vector<std::size_t>& timed, const std::vector<std::size_t>& against,
+                             bool or_fastest) {
     const bool any_in_time =
-        std::any_of(timed.begin(), timed.end(), [&](std::size_t i) { return in_time(res.plans[i].step_ms); });
+        std::any_of(against.begin(), against.end(), [&](std::size_t i) { return in_time(res.plans[i].step_ms); });
     // What a plan is ranked by: the objective among plans within the deadline; the step where none is.
     const PlanObjective rank_by = any_in_time ? objective : PlanObjective::Time;
     double best = std::numeric_limits<double>::infinity();
-    for (std::size_t i : timed)
+    double fastest = std::numeric_limits<double>::infinity();
+    for (std::size_t i : against) {
       if (!any_in_time || in_time(res.plans[i].step_ms)) best = std::min(best, objective_value(res.plans[i], rank_by));
+      fastest = std::min(fastest, res.plans[i].step_ms);
+    }
     std::vector<std::size_t> which;
     for (std::size_t i : timed) {
       Plan floor = res.plans[i];
       floor.step_ms = floor.step_floor_ms;
       set_step(floor, floor.step_ms);
-      if ((!any_in_time || in_time(floor.step_ms)) && objective_value(floor, rank_by) < best * (1 - 1e-4)) which.push_back(i);
+      if (((!any_in_time || in_time(floor.step_ms)) && objective_value(floor, rank_by) < best * (1 - 1e-4)) ||
+          (or_fastest && floor.step_ms < fastest * (1 - 1e-4)))
+        which.push_back(i);
     }
+    return which;
+  };
+  const auto split_pass = [&](const std::vector<std::size_t>& timed) {
+    if (deck_split != SplitBackward::Auto || timed.empty()) return;
+    const std::vector<std::size_t> which = could_win(timed, timed, false);
     // The split is tried by the quick search (around 1F1B's depth, with the default and the
     // concurrent link policies): the whole search with auto cost the 1,024-GPU deck ~0.25 s more,
     // over its 1 s budget. A split table replaces the whole unsplit search's only where faster.
@@ -769,6 +783,7 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
     std::vector<bool> retime(res.plans.size(), false);
     int base = 0;
     std::map<std::uint64_t, bool> set_done;
+    std::vector<std::size_t> per_set;
     int near = 0;
     for (std::size_t i : order) {
       const Plan& p = res.plans[i];
@@ -777,10 +792,15 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
         ++base;
       }
       if (group[i] == Base && !set_done[set_of(p)]) {
-        retime[i] = true;
+        per_set.push_back(i);
         set_done[set_of(p)] = true;
       }
     }
+    // The fastest of each set of DCs is re-timed where the whole search could still make it the
+    // chosen or the fastest plan; one whose floor (its busiest WAN link's bytes at capacity, its
+    // busiest row's work) is behind the best quick timing keeps its quick timing (at 100k GPUs the
+    // WAN-bound sets' searches were most of the planner's time, for no change of plan).
+    for (std::size_t i : could_win(per_set, order, true)) retime[i] = true;
     if (deadline || objective != PlanObjective::Time) {
       std::vector<std::size_t> by_obj = order;
       std::stable_sort(by_obj.begin(), by_obj.end(), [&](std::size_t a, std::size_t b) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 
 #include "atlas/core/error.hpp"
@@ -237,6 +238,36 @@ TEST(PlanSearch, SingleDcPlansAndPlansWithoutTheLargestDcAreCandidates) {
   // With fast links everywhere the set of all DCs is still tried (the classic placement).
   const PlanResult all = search(deck(kCluster), prof);
   EXPECT_TRUE(std::any_of(all.plans.begin(), all.plans.end(), [](const Plan& p) { return p.dc_order.size() == 3; }));
+}
+
+TEST(PlanSearch, TheFastestOfEachSetOfDcsIsReTimedOnlyWhereItCouldWin) {
+  // The fastest plan of every set of DCs is always timed (the what-if table shows it), but the
+  // whole atlas search re-times it only where that could make it the fastest or the chosen plan:
+  // where its floor (its busiest WAN link's bytes at capacity, its busiest row's work; no table
+  // beats it) is behind the best quick timing, its quick timing stands. Behind kCluster's slow
+  // links every set with 'big' in a pipeline is WAN-bound, far behind the plans in one DC.
+  Config cfg = deck(kCluster, {"cluster.latency_ms=0 150 150  150 0 15  150 15 0",
+                               "cluster.bandwidth_gbps=0 1 1  1 0 100  1 100 0"});
+  const sched::DeviceProfile prof = sched::device_profile(cfg);
+  const PlanResult r = search(cfg, prof);
+  const double fastest = r.plans[static_cast<std::size_t>(r.best)].step_ms;
+  EXPECT_TRUE(r.plans[static_cast<std::size_t>(r.best)].fully_timed);
+  int kept_quick = 0;
+  std::map<std::vector<int>, bool> seen;  // the first (fastest) plan of each set
+  for (const Plan& p : r.plans) {
+    std::vector<int> set = p.dc_order;
+    std::sort(set.begin(), set.end());
+    if (seen[set]) continue;
+    seen[set] = true;
+    ASSERT_GE(p.step_ms, p.step_floor_ms * (1 - 1e-9));
+    if (p.fully_timed) continue;
+    ++kept_quick;
+    EXPECT_GE(p.step_floor_ms, fastest * (1 - 1e-4))
+        << "a set's fastest plan that could still win was not re-timed: " << what_if_table(r, cfg, 40);
+  }
+  EXPECT_GE(kept_quick, 1) << "no set's plan was left quick-timed: " << what_if_table(r, cfg, 40);
+  // Every set was timed: its fastest plan is in the table.
+  EXPECT_EQ(seen.size(), 7U) << what_if_table(r, cfg, 40);
 }
 
 TEST(PlanSearch, TriesTheSplitBackwardAndOffKeepsTheUnsplitPlan) {
