@@ -11,6 +11,8 @@
 #include <type_traits>
 #include <utility>
 
+#include <fmt/format.h>
+
 #include "atlas/core/units.hpp"
 
 namespace atlas::deck {
@@ -150,10 +152,8 @@ std::string to_deck_text(const T& v) {
   else if constexpr (std::is_same_v<T, std::uint64_t>) return units::format_bytes_exact(v);
   else if constexpr (std::is_integral_v<T>) return std::to_string(v);
   else if constexpr (std::is_floating_point_v<T>) {
-    std::ostringstream os;
-    os.precision(17);
-    os << v;
-    return os.str();
+    // The shortest text that reads back to the same double (43.49, not 43.490000000000002).
+    return fmt::format("{}", v);
   } else if constexpr (std::is_same_v<T, std::string>) return quote_if_needed(v);
   else {
     std::string out;

@@ -195,6 +195,21 @@ TEST(Deck, ResolvedDeckIsAValidDeckThatRoundTrips) {
     EXPECT_NE(resolved.find("\n" + k.key + " = "), std::string::npos) << k.key;
 }
 
+TEST(Deck, ResolvedDeckWritesNumbersAsTheUserWroteThem) {
+  // The shortest text that reads back to the same double: 43.49, not 43.490000000000002 (what
+  // `atlas plan` printed in the plan's deck), and the value round-trips to the bit.
+  const Config a = parse("mem", kMinimal,
+                         {"cluster.latency_ms=0 43.49 43.49 0", "cluster.bandwidth_gbps=0 0.1 0.1 0", "schedule.bwd_over_fwd=2.1"});
+  const std::string resolved = resolved_deck(a);
+  EXPECT_THAT(resolved, ::testing::HasSubstr("\ncluster.latency_ms = 0 43.49 43.49 0\n"));
+  EXPECT_THAT(resolved, ::testing::HasSubstr("\ncluster.bandwidth_gbps = 0 0.1 0.1 0\n"));
+  EXPECT_THAT(resolved, ::testing::HasSubstr("\nschedule.bwd_over_fwd = 2.1\n"));
+  const Config b = parse("resolved", resolved, {});
+  EXPECT_EQ(b.cluster.latency_ms, a.cluster.latency_ms);
+  EXPECT_EQ(b.cluster.bandwidth_gbps, a.cluster.bandwidth_gbps);
+  EXPECT_EQ(b.schedule.bwd_over_fwd, a.schedule.bwd_over_fwd);
+}
+
 TEST(Deck, MissingFileIsAConfigErrorNamingIt) {
   try {
     read_text_file("/nonexistent/deck.deck");
