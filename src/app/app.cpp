@@ -35,7 +35,7 @@ const CommandEntry kCommands[] = {
     {"plan", "DECK [key=value ...]", "pick DCs and GPU counts for a deck (what-if table)", cmd_plan},
     {"simulate", "DECK [key=value ...]", "simulate the deck's job at scale (discrete events over the schedule table)", cmd_simulate},
     {"report", "RUN_DIR", "summarise a run directory (text + PNG Gantt chart)", cmd_report},
-    {"bench", "NAME [DECK] [key=value ...] (atlas bench NAME --help)", "side-by-side benchmarks: wan, gemm, step, ckpt, schedules, profile, sim, bubbletea", cmd_bench},
+    {"bench", "NAME [DECK] [key=value ...] (atlas bench NAME --help)", "side-by-side benchmarks:", cmd_bench},
     {"profile", "[key=value ...]", "measure per-block compute cost on this machine into profiles/", cmd_profile},
     {"export", "CKPT --format hf --out DIR", "write a checkpoint as a Hugging Face GPT-2 model (--format hf --out DIR)", cmd_export},
     {"import", "--format hf DIR --out CKPT_DIR [--deck DECK] [key=value ...]", "a Hugging Face GPT-2 model directory to a checkpoint to fine-tune from", cmd_import},
@@ -45,7 +45,11 @@ const CommandEntry kCommands[] = {
 
 void usage(FILE* out) {
   std::fprintf(out, "usage: atlas <command> [DECK] [key=value ...] [options]\n\ncommands:\n");
-  for (const auto& c : kCommands) std::fprintf(out, "  %-9s %s\n", c.name, c.summary);
+  for (const auto& c : kCommands) {
+    // The benchmarks' names from their registry (src/app/bench_cmd.cpp), so none is left out.
+    const std::string summary = c.run == cmd_bench ? std::string(c.summary) + " " + bench_names() : c.summary;
+    std::fprintf(out, "  %-9s %s\n", c.name, summary.c_str());
+  }
   std::fprintf(out,
                "\ncommon options:\n  --help-deck   list every deck key with its default and help\n"
                "  --help        this text\n");

@@ -498,12 +498,20 @@ const std::vector<BenchEntry>& benches() {
 
 }  // namespace
 
+std::string bench_names() {
+  std::string names;
+  for (const auto& b : benches()) names += (names.empty() ? "" : ", ") + b.spec.name;
+  return names;
+}
+
 int cmd_bench(Context& ctx) {
   const bool root = ctx.env.world_rank() == 0;
-  if (ctx.args.empty() || ctx.args.front() == "--help") {
+  if (ctx.args.empty() || ctx.args.front() == "--help" || ctx.args.front() == "-h") {
+    // Asked for: the list on stdout, exit 0; no name given: on stderr, a usage error.
+    FILE* out = ctx.args.empty() ? stderr : stdout;
     if (root) {
-      std::fprintf(stderr, "usage: atlas bench <name> [DECK] [key=value ...] [options]   (atlas bench <name> --help)\n");
-      for (const auto& b : benches()) std::fprintf(stderr, "  %-10s %s\n", b.spec.name.c_str(), b.spec.help.c_str());
+      std::fprintf(out, "usage: atlas bench <name> [DECK] [key=value ...] [options]   (atlas bench <name> --help)\n");
+      for (const auto& b : benches()) std::fprintf(out, "  %-10s %s\n", b.spec.name.c_str(), b.spec.help.c_str());
     }
     return static_cast<int>(ctx.args.empty() ? ExitCode::Usage : ExitCode::Ok);
   }

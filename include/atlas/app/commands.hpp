@@ -69,6 +69,8 @@ int cmd_plan(Context& ctx);
 int cmd_simulate(Context& ctx);
 int cmd_report(Context& ctx);
 int cmd_bench(Context& ctx);
+/// Every `atlas bench NAME`, comma-separated (the top-level usage lists them).
+std::string bench_names();
 int cmd_profile(Context& ctx);
 int cmd_export(Context& ctx);
 int cmd_import(Context& ctx);
