@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: MIT
 // Command-line splitting shared by the subcommands.
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 
 #include "atlas/app/commands.hpp"
 #include "atlas/core/units.hpp"
 #include "atlas/deck/deck.hpp"
 #include "atlas/deck/profiles.hpp"
+#include "atlas/sched/profile.hpp"
 
 namespace atlas::app {
 
@@ -64,6 +66,7 @@ Config load_offline_deck(const std::string& path, const std::vector<std::string>
   shape.cuda_built = cuda_built();
   Config cfg = deck::parse_and_validate(path, deck::read_text_file(path), overrides, shape);
   deck::read_device_profiles(cfg);
+  if (const std::string note = sched::offline_costing_note(cfg); !note.empty()) std::fputs(note.c_str(), stderr);
   return cfg;
 }
 

@@ -31,6 +31,7 @@ int cmd_plan(Context& ctx) {
   Config cfg = deck::parse(path, deck::read_text_file(path), overrides);
   if (auto problems = plan::validate_for_planning(cfg, cuda_built()); !problems.empty()) throw ConfigError(problems);
   deck::read_device_profiles(cfg);
+  if (const std::string note = sched::offline_costing_note(cfg); !note.empty()) std::fputs(note.c_str(), stderr);
   const sched::DeviceProfile prof = sched::device_profile(cfg);
 
   int total = 0;

@@ -255,7 +255,9 @@ void check_misc(const Config& c, const JobShape& shape, std::vector<std::string>
       cc.empty() || cc.size() > 15 || cc.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") != std::string::npos)
     out.push_back("wan.tcp_congestion = \"" + cc + "\" is not a TCP congestion control name\n"
                   "  hint: auto, system, or an algorithm of this kernel (sysctl net.ipv4.tcp_available_congestion_control)");
-  if (c.device.backend == Backend::Cuda && !shape.cuda_built)
+  // Only a launched job runs its backend: schedule, simulate and plan (world_size -1) model a
+  // CUDA deck on any build (a login node without CUDA plans the GPU run).
+  if (c.device.backend == Backend::Cuda && !shape.cuda_built && shape.world_size >= 0)
     out.push_back("device.backend = cuda, but this binary was built without CUDA\n"
                   "  hint: rebuild with the cuda-release preset (make cuda)");
   if (c.device.backend == Backend::Emulated) {

@@ -517,12 +517,20 @@ DeviceProfile builtin_device_profile(GpuKind gpu) {
 
 namespace {
 
-/// The profile file (or built-in one) of plan.gpu, before the deck's train.* choices.
+/// The GPU kind whose profile costs the deck: plan.gpu, except for a device.backend = cuda deck
+/// that leaves plan.gpu = host (the host profile prices a GPU step ~1000x too long): h100, as
+/// run_costing with no device name (the run itself costs the GPU it runs on).
+GpuKind offline_gpu(const Config& cfg) {
+  return cfg.device.backend == Backend::Cuda && cfg.plan.gpu == GpuKind::Host ? GpuKind::H100 : cfg.plan.gpu;
+}
+
+/// The profile file (or built-in one) of offline_gpu, before the deck's train.* choices.
 DeviceProfile device_profile_of_files(const Config& cfg) {
   ATLAS_ASSERT(cfg.device_profiles.read,
                "the deck's device profile files were not read (deck::load reads them; after deck::parse call "
                "deck::read_device_profiles)");
-  const std::string want = to_string(cfg.plan.gpu);
+  const GpuKind kind = offline_gpu(cfg);
+  const std::string want = to_string(kind);
   const auto& files = cfg.device_profiles.files;
   if (!cfg.plan.profiles.empty()) {
     std::vector<std::string> names;
@@ -548,7 +556,7 @@ DeviceProfile device_profile_of_files(const Config& cfg) {
   // Without plan.profiles the files are profiles/device/<kind>.profile, one per kind found.
   for (const auto& f : files)
     if (fs::path(f.path).stem().string() == want) return parse_device_profile(f.path, f.text);
-  return builtin_device_profile(cfg.plan.gpu);
+  return builtin_device_profile(kind);
 }
 
 }  // namespace
@@ -567,7 +575,7 @@ DeviceProfile device_profile(const Config& cfg) {
   // A GPU run costed with a GPU profile stores and sends its activations in device.precision's
   // width (bf16: 2 bytes, fp32 and tf32: 4), whatever the profile assumed; other runs keep the
   // profile's.
-  if (cfg.device.backend == Backend::Cuda && cfg.plan.gpu != GpuKind::Host)
+  if (cfg.device.backend == Backend::Cuda && offline_gpu(cfg) != GpuKind::Host)
     p.activation_bytes = activation_bytes(effective_precision(cfg.device));
   return p;
 }
@@ -578,6 +586,13 @@ std::optional<GpuKind> gpu_kind_of_device(std::string_view device_name) {
   for (GpuKind g : {GpuKind::A100, GpuKind::H100, GpuKind::H200})
     if (lower.find(to_string(g)) != std::string::npos) return g;
   return std::nullopt;
+}
+
+std::string offline_costing_note(const Config& cfg) {
+  if (offline_gpu(cfg) == cfg.plan.gpu) return {};
+  return fmt::format("note: device.backend = cuda leaves plan.gpu = host: costed with the {} device profile (a run "
+                     "costs the GPU it runs on); set plan.gpu = a100, h100 or h200 to cost another\n",
+                     to_string(offline_gpu(cfg)));
 }
 
 RunCosting run_costing(const Config& cfg, std::string_view device_name) {

@@ -55,3 +55,9 @@ add_test(NAME cli_command_help
   COMMAND bash -c "set -u; for c in schedule simulate plan report train profile export import tokenize; do for h in --help -h; do rc=0; out=$($<TARGET_FILE:atlas> $c $h 2>&1) || rc=$?; echo \"$out\"; [[ $rc == 0 ]] && grep -q \"usage: atlas $c \" <<<\"$out\" || exit 1; done; done; $<TARGET_FILE:atlas> report --help | grep -q 'usage: atlas report RUN_DIR' || exit 1; $<TARGET_FILE:atlas> export --help | grep -q 'usage: atlas export CKPT --format hf --out DIR' || exit 1; out=$($<TARGET_FILE:atlas> schedule --help); grep -q -- '--json VALUE' <<<\"$out\" && grep -q -- '--quiet' <<<\"$out\" || exit 1; rc=0; $<TARGET_FILE:atlas> schedule --nosuch 2>/dev/null || rc=$?; [[ $rc == 1 ]]"
   WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(cli_command_help PROPERTIES LABELS unit TIMEOUT 60)
+# schedule, simulate and plan model a GPU deck (device.backend = cuda) on a build without CUDA
+# (they refused it: "built without CUDA"); train on that build still refuses it.
+add_test(NAME cli_offline_cuda_deck
+  COMMAND bash -c "set -u; b=$<TARGET_FILE:atlas>; for c in schedule simulate plan; do out=$($b $c inputs/gpt2_124m_gpu.deck --quiet 2>&1) || { echo \"$out\"; echo \"atlas $c of a cuda deck failed\"; exit 1; }; grep -q 'costed with the h100 device profile' <<<\"$out\" || { echo \"$out\"; exit 1; }; done; $b simulate inputs/gpt2_124m_gpu.deck 2>/dev/null | grep -q 'profile h100' || exit 1; $b train --help >/dev/null || exit 1; if ! $b bench gemm --reps 1 device.backend=cuda 2>&1 | grep -qE 'cuda backend'; then rc=0; out=$($b train inputs/gpt2_124m_gpu.deck run.steps=1 2>&1) || rc=$?; echo \"$out\"; [[ $rc != 0 ]] && grep -qE 'built without CUDA|no CUDA device' <<<\"$out\"; fi"
+  WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(cli_offline_cuda_deck PROPERTIES LABELS unit TIMEOUT 120)

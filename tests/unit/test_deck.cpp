@@ -362,6 +362,14 @@ TEST(Deck, EveryBadDeckGivesItsDocumentedMessage) {
   EXPECT_GE(cases, 57);
 }
 
+TEST(Deck, ACudaDeckIsModelledOnABuildWithoutCuda) {
+  // schedule, simulate and plan (world_size -1) model a GPU deck on any build, e.g. on a login
+  // node without CUDA; a launched job (train, bench) on such a build is refused.
+  EXPECT_TRUE(problems_of("mem", kMinimal, -1, {"device.backend=cuda"}).empty());
+  EXPECT_THAT(problems_of("mem", kMinimal, 2, {"device.backend=cuda"}),
+              ::testing::Contains(::testing::HasSubstr("device.backend = cuda, but this binary was built without CUDA")));
+}
+
 TEST(Deck, EveryExampleDeckInInputsValidates) {
   int decks = 0;
   for (const auto& e : fs::directory_iterator(source_dir() / "inputs")) {

@@ -117,7 +117,7 @@ TEST(RunCosting, ACudaDeckIsCostedForItsGpuAThousandTimesFasterThanTheHost) {
   Config costed = cuda;
   costed.plan.gpu = c.gpu;
   const topo::Layout layout(1, cuda.parallel);
-  const ScheduleTable host_table = build_schedule(cuda, layout);
+  const ScheduleTable host_table = build_schedule(deck_with({}), layout);  // the host backend, its profile
   const ScheduleTable gpu_table = build_schedule(costed, layout);
   ASSERT_GT(gpu_table.step_ms, 0.0);
   // The host profile (20 GFLOP/s) against the H200's 989 TFLOP/s x GEMM efficiency: ~1000x and more.
@@ -137,6 +137,26 @@ TEST(RunCosting, ACudaDeckIsCostedForItsGpuAThousandTimesFasterThanTheHost) {
   const RunCosting host = run_costing(deck_with({}), kH200);
   EXPECT_EQ(host.gpu, GpuKind::Host);
   EXPECT_TRUE(host.note.empty());
+}
+
+TEST(RunCosting, OfflineACudaDeckWithoutPlanGpuIsCostedWithTheH100Profile) {
+  // schedule, simulate and plan know no device: a cuda deck that leaves plan.gpu = host is costed
+  // with h100 (as run_costing with no device name), not with the host profile (a GPU step ~1000x
+  // too long: `atlas simulate inputs/gpt2_124m_gpu.deck` predicted 4,430 s a step), and a note says so.
+  const Config cuda = deck_with({"device.backend=cuda"});
+  EXPECT_EQ(device_profile(cuda).name, "h100");
+  EXPECT_EQ(run_costing(cuda, "").gpu, GpuKind::H100);
+  EXPECT_NE(offline_costing_note(cuda).find("costed with the h100 device profile"), std::string::npos)
+      << offline_costing_note(cuda);
+  const topo::Layout layout(1, cuda.parallel);
+  Config h100 = cuda;
+  h100.plan.gpu = GpuKind::H100;
+  EXPECT_DOUBLE_EQ(build_schedule(cuda, layout).step_ms, build_schedule(h100, layout).step_ms);
+  // plan.gpu set, or a host deck: its own profile, no note.
+  EXPECT_EQ(device_profile(deck_with({"device.backend=cuda", "plan.gpu=a100"})).name, "a100");
+  EXPECT_TRUE(offline_costing_note(deck_with({"device.backend=cuda", "plan.gpu=a100"})).empty());
+  EXPECT_EQ(device_profile(deck_with({})).name, "host");
+  EXPECT_TRUE(offline_costing_note(deck_with({})).empty());
 }
 
 TEST(RunCosting, ActivationBytesFollowDevicePrecisionOnAGpu) {

@@ -119,6 +119,11 @@ DeviceProfile device_profile(const Config& cfg);
 /// case-insensitive), or nullopt.
 [[nodiscard]] std::optional<GpuKind> gpu_kind_of_device(std::string_view device_name);
 
+/// device_profile's choice for a device.backend = cuda deck that leaves plan.gpu = host (the h100
+/// profile, as run_costing with no device name; the host profile would price a GPU step ~1000x
+/// too long), said in a line for schedule, simulate and plan; "" for any other deck.
+[[nodiscard]] std::string offline_costing_note(const Config& cfg);
+
 /// Which device profile costs a run's table, and a line saying so.
 struct RunCosting {
   GpuKind gpu = GpuKind::Host;
