@@ -411,7 +411,8 @@ TEST(SimDeck, RetimesTheRuntimesOwnTable) {
     EXPECT_EQ(p.structure_hash, runtime.structure_hash()) << kind << ": not the runtime's table";
     EXPECT_GT(p.step_ms, 0.0);
     EXPECT_EQ(p.profile_name, "host");
-    // Same costs as the deck: re-timing changes nothing.
+    // Same costs as the deck: re-timing changes nothing (so `atlas simulate` takes the deck's table
+    // as its own timing, without a second engine run).
     const sched::ScheduleTable again = sched::retime(runtime, sched::cost_model(cfg, layout));
     EXPECT_DOUBLE_EQ(again.step_ms, runtime.step_ms) << kind;
     EXPECT_EQ(again.structure_hash(), runtime.structure_hash()) << kind;

@@ -24,6 +24,7 @@ struct BlockPoint {
   int tp = 1;
   double fwd_ms = 0.0;
   double bwd_ms = 0.0;
+  bool operator==(const BlockPoint&) const = default;
 };
 
 /// A device cost profile. Rates are per rank (per GPU, or per host rank).
@@ -79,6 +80,7 @@ struct DeviceProfile {
   [[nodiscard]] double memory_ms(double bytes) const;
   /// Bytes the planner may fill on one device.
   [[nodiscard]] double usable_bytes() const;
+  bool operator==(const DeviceProfile&) const = default;
 };
 
 /// A WAN profile: regions and measured round-trip times (and assumed capacities) between them.
