@@ -100,6 +100,7 @@ Trainer::Trainer(const Config& cfg, const topo::Layout& layout, const topo::Comm
                               comms.world.rank());
   m_replica = comms.world.split(m_me.dp, comms.world.rank());
   m_replica_spans_dcs = layout.dc_of_stage(0) != layout.dc_of_stage(layout.pp_size() - 1);
+  m_dp_spans_dcs = layout.dp_across_dcs() && layout.dc_count() > 1;
   // ---- data (first and last stage read the corpus; the verdict is collective) ----
   mpi::agree(comms.world, "loading the training data", [&] {
     const bool gpt2 = cfg.data.tokenizer == TokenizerKind::Gpt2;

@@ -192,14 +192,15 @@ StepReport Trainer::train_step(int step) {
       }
       case SlotKind::LocalRecv: r.intra_s += own; break;
       case SlotKind::AllReduce:
-        r.intra_s += own;
+        // The DP sum waits on the WAN when the replicas sit in several DCs (parallel.dp_across_dcs).
+        (m_dp_spans_dcs ? r.wan_s : r.intra_s) += own;
         r.allreduce_s += own;
         break;
       case SlotKind::WanRecv: r.wan_s += own; break;
       case SlotKind::Idle:
       case SlotKind::Prefill:
         r.idle_s += own - sums_s;
-        r.intra_s += sums_s;
+        (m_dp_spans_dcs ? r.wan_s : r.intra_s) += sums_s;
         r.allreduce_s += sums_s;
         break;
       default: break;

@@ -85,6 +85,30 @@ TEST(TrainOutputTable, ALoggedStepDoesNotWaitForTheOtherRanks) {
   }
 }
 
+TEST(TrainReport, TheDpSumAcrossDcsIsAWanWait) {
+  // parallel.dp_across_dcs: the DP replicas sit in different DCs, so the AllReduce slot's wait is
+  // a WAN wait (wan_ms), not an intra-DC one (it was counted in intra_ms: a 3-DC ring over a
+  // 20 ms WAN printed intra_ms 3306 and wan_ms 0 a step).
+  const mpi::Comm world = mpi::Comm::world();
+  if (world.size() != 4) GTEST_SKIP() << "runs at np 4";
+  const Config cfg = testing::make_cfg(1, 2, {2, 2}, 2, {"parallel.dp_across_dcs=true", "cluster.latency_ms=0 5 5 0"});
+  const testing::Outcome out = testing::train(cfg, world, 2);
+  ASSERT_EQ(out.reports.size(), 2U);
+  for (const StepReport& r : out.reports) {
+    EXPECT_GT(r.allreduce_s, 0.0);
+    // The pipeline stays in one DC: every WAN wait here is the DP sum's.
+    EXPECT_GE(r.wan_s, r.allreduce_s * (1 - 1e-9)) << "rank " << world.rank() << " step " << r.step;
+  }
+  // Inside one DC the same sum is an intra-DC wait, and nothing waits on the WAN.
+  const Config one = testing::make_cfg(1, 2, {2, 0}, 2);
+  const testing::Outcome in_dc = testing::train(one, world, 2);
+  for (const StepReport& r : in_dc.reports) {
+    EXPECT_GT(r.allreduce_s, 0.0);
+    EXPECT_EQ(r.wan_s, 0.0);
+    EXPECT_GE(r.intra_s, r.allreduce_s * (1 - 1e-9));
+  }
+}
+
 TEST(TrainProfile, EverySlotOnceWithSaneTimesAndFilesWritten) {
   const mpi::Comm world = mpi::Comm::world();
   if (world.size() != 4) GTEST_SKIP() << "runs at np 4";

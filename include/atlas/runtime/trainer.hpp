@@ -39,11 +39,11 @@ struct StepReport {
   double grad_norm = 0.0;     ///< global norm before clipping
   double step_s = 0.0;        ///< wall time of this rank's step
   double compute_s = 0.0;     ///< forward + backward + optimizer
-  double intra_s = 0.0;       ///< waits on intra-DC boundaries + DP all-reduce
+  double intra_s = 0.0;       ///< waits on intra-DC boundaries + DP all-reduce (inside a DC)
   double allreduce_s = 0.0;   ///< of which the AllReduce slot (the gradient sums not hidden)
   int dp_buckets = 0;         ///< DP all-reduce buckets this step (0 without DP)
   int dp_buckets_early = 0;   ///< of which started during the last backward (train.dp_overlap)
-  double wan_s = 0.0;         ///< waits on WAN boundaries
+  double wan_s = 0.0;         ///< waits on WAN boundaries (+ the DP all-reduce with parallel.dp_across_dcs)
   double idle_s = 0.0;        ///< planned bubbles as executed
   double prefill_s = 0.0;     ///< BubbleTea work in bubbles
   std::int64_t prefill_tokens = 0;
@@ -190,6 +190,7 @@ class Trainer {
   mpi::Comm m_embed;    ///< first + last stage of this pipeline lane (tied embedding), pp > 1
   mpi::Comm m_replica;  ///< every rank with this dp index (the global gradient norm)
   bool m_replica_spans_dcs = false;  ///< m_replica's sum crosses the WAN (the pipeline spans DCs)
+  bool m_dp_spans_dcs = false;       ///< the DP sum crosses the WAN (parallel.dp_across_dcs)
   int m_embed_wan_partner = -1;      ///< world rank of the tied-embedding partner across the WAN (-1: none)
   bool m_sums_started = false;       ///< start_gradient_sums ran this step (ahead of the AllReduce slot)
   bool m_sums_ended = false;         ///< end_gradient_sums ran this step
