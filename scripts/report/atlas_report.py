@@ -754,6 +754,10 @@ def main(argv=None):
         if args.skip_steps < 0:
             ap.error("--skip-steps must be >= 0")
         if os.path.isdir(args.run_dir) or not args.run_dir.endswith(".h5"):
+            if not os.path.exists(args.run_dir):
+                raise ReportError(EXIT_IO, f"{args.run_dir}: no such run directory (atlas train writes "
+                                           f"runs/<run.name>/ under run.out_dir; give that directory or its "
+                                           f"profile.h5)")
             run_dir, profile_path = args.run_dir, os.path.join(args.run_dir, "profile.h5")
         else:  # a profile file named directly
             run_dir, profile_path = os.path.dirname(args.run_dir) or ".", args.run_dir

@@ -166,9 +166,15 @@ class Report(unittest.TestCase):
     # ---- errors ----
 
     def test_summary_missing_file(self):
-        status, _, err = self.report(os.path.join(self.dir, "no_such_run"))
+        # A run directory without its profile (profile.enabled = false), and no directory at all.
+        empty = os.path.join(self.dir, "run_without_profile")
+        os.makedirs(empty, exist_ok=True)
+        status, _, err = self.report(empty)
         self.assertEqual(status, 5)
         self.assertIn("profile.h5: no such file", err)
+        status, _, err = self.report(os.path.join(self.dir, "no_such_run"))
+        self.assertEqual(status, 5)
+        self.assertIn("no_such_run: no such run directory", err)
 
     def test_summary_not_hdf5(self):
         path = os.path.join(self.dir, "profile.h5")
@@ -374,7 +380,7 @@ class Report(unittest.TestCase):
         self.assertIn("atlas report needs one run directory", r.stderr)
         r = run([ATLAS_BIN, "report", os.path.join(self.dir, "missing")])
         self.assertEqual(r.returncode, 5)
-        self.assertIn("profile.h5: no such file", r.stderr)
+        self.assertIn("missing: no such run directory", r.stderr)
         r = run([ATLAS_BIN, "report", self.handmade_run(), "--step", "x"])
         self.assertEqual(r.returncode, 1)
         self.assertIn("--step expects an integer", r.stderr)
