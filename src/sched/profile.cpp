@@ -572,10 +572,10 @@ DeviceProfile device_profile(const Config& cfg) {
   if (cfg.train.sequence_parallel != ProfileSwitch::Auto)
     p.sequence_parallel = cfg.train.sequence_parallel == ProfileSwitch::On;
   if (cfg.train.attention != AttentionKernel::Auto) p.fused_attention = cfg.train.attention == AttentionKernel::Fused;
-  // A GPU run costed with a GPU profile stores and sends its activations in device.precision's
-  // width (bf16: 2 bytes, fp32 and tf32: 4), whatever the profile assumed; other runs keep the
-  // profile's.
-  if (cfg.device.backend == Backend::Cuda && offline_gpu(cfg) != GpuKind::Host)
+  // A GPU run (always costed with a GPU profile: offline_gpu) stores and sends its activations in
+  // device.precision's width (bf16: 2 bytes, fp32 and tf32: 4), whatever the profile assumed;
+  // other runs keep the profile's.
+  if (cfg.device.backend == Backend::Cuda)
     p.activation_bytes = activation_bytes(effective_precision(cfg.device));
   return p;
 }
@@ -604,7 +604,7 @@ RunCosting run_costing(const Config& cfg, std::string_view device_name) {
                               to_string(cfg.plan.gpu), fmt::format(fmt::runtime(measure), to_string(cfg.plan.gpu)))
                 : std::string()};
   const std::optional<GpuKind> found = gpu_kind_of_device(device_name);
-  const GpuKind gpu = found.value_or(GpuKind::H100);
+  const GpuKind gpu = found.value_or(offline_gpu(cfg));  // no GPU named: what the offline commands use
   const std::string why =
       found ? std::string("the GPU it runs on")
             : fmt::format("no a100/h100/h200 in the device's name '{}': the nearest built-in GPU profile; set plan.gpu "
