@@ -384,6 +384,7 @@ void StageModel::zero_grad() {
   }
   for (auto& p : m_params) m_backend.fill(p.grad.f32(), 0.0F, p.grad.floats());
   m_losses.clear();
+  m_loss_micro.clear();  // forwarded and never asked for: dropped with the step
   std::fill(m_last_weight_micro.begin(), m_last_weight_micro.end(), std::numeric_limits<int>::min());
 }
 
@@ -493,11 +494,34 @@ void StageModel::forward(int micro, const std::int32_t* tokens, const std::int32
   // backward() then uses): the loss scale is the one set when the forward runs.
   m_backend.softmax_xent_fused(losses, probs, probs, st.targets.i32(), rows, m_vocab,
                                m_loss_scale / static_cast<float>(rows));
-  std::vector<float> host(n);
-  m_backend.download(host.data(), losses, n * sizeof(float));
-  double sum = 0.0;
-  for (float v : host) sum += v;
-  m_losses[micro] = sum / static_cast<double>(n);
+  keep_losses(micro, losses);
+}
+
+void StageModel::keep_losses(int micro, const float* losses) {
+  const std::size_t n = tokens_per_micro();
+  if (m_loss_micro.size() == m_loss_slots) {
+    // Full (or first use): fetch what it holds, and make room for twice as many from now on (a
+    // step's micro-batches fit after a step or two: one download per step).
+    download_losses();
+    m_loss_slots = std::max<std::size_t>(8, 2 * m_loss_slots);
+    m_loss_rows = device::Buffer();
+    m_loss_rows = m_backend.alloc_floats(m_loss_slots * n);
+  }
+  m_backend.copy(m_loss_rows.f32() + m_loss_micro.size() * n, losses, n * sizeof(float));
+  m_loss_micro.push_back(micro);
+}
+
+void StageModel::download_losses() const {
+  if (m_loss_micro.empty()) return;
+  const std::size_t n = tokens_per_micro();
+  std::vector<float> host(m_loss_micro.size() * n);
+  m_backend.download(host.data(), m_loss_rows.f32(), host.size() * sizeof(float));
+  for (std::size_t k = 0; k < m_loss_micro.size(); ++k) {
+    double sum = 0.0;
+    for (std::size_t i = 0; i < n; ++i) sum += host[k * n + i];
+    m_losses[m_loss_micro[k]] = sum / static_cast<double>(n);  // a later forward of an id wins
+  }
+  m_loss_micro.clear();
 }
 
 void StageModel::block_forward(int i, MicroState& st, int chunk) {
@@ -592,6 +616,7 @@ double StageModel::micro_loss(int micro) const {
     ATLAS_THROW(Internal, "micro_loss asked of stage " << m_spec.stage << " of " << m_spec.pp
                                                         << "; only the last stage has the loss");
   }
+  download_losses();
   const auto it = m_losses.find(micro);
   if (it == m_losses.end()) {
     ATLAS_THROW(Internal, "no loss for micro-batch " << micro << " (not forwarded since the last "

@@ -373,20 +373,34 @@ TEST_F(CudaVsHost, OutOfRangeTargetIsAnErrorNotAnOutOfBoundsWrite) {
   Buffer tg = testutil::upload_ids(*cuda_be, {1, 2, 10, 3});
   Buffer logits = testutil::upload(*cuda_be, random_vec(static_cast<std::size_t>(rows) * vocab, 80));
   Buffer losses = cuda_be->alloc_floats(rows);
+  Buffer good = testutil::upload_ids(*cuda_be, {1, 2, 9, 3});
+  // The call does not stall the host to look at the flag: the stream's next synchronisation
+  // reports it, with the target the kernel read even if the buffer changed since.
+  EXPECT_NO_THROW(cuda_be->softmax_xent_forward(losses.f32(), logits.f32(), logits.f32(), tg.i32(), rows, vocab));
+  cuda_be->copy(tg.data(), good.data(), static_cast<std::size_t>(rows) * sizeof(std::int32_t));
   try {
-    cuda_be->softmax_xent_forward(losses.f32(), logits.f32(), logits.f32(), tg.i32(), rows, vocab);
+    cuda_be->synchronize();
     FAIL() << "expected atlas::Error";
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), ::testing::HasSubstr(
                               "cross-entropy target 10 at row 2 is outside the vocabulary [0, 10)"));
   }
-  // The flag is re-armed: a good call afterwards succeeds.
-  Buffer good = testutil::upload_ids(*cuda_be, {1, 2, 9, 3});
+  // The flag is re-armed: a good call afterwards succeeds, through its sync too.
   EXPECT_NO_THROW(cuda_be->softmax_xent_forward(losses.f32(), logits.f32(), logits.f32(),
                                                 good.i32(), rows, vocab));
-  EXPECT_THROW(cuda_be->softmax_xent_backward(logits.f32(), logits.f32(), tg.i32(), rows, vocab,
-                                              1.0F),
-               Error);
+  EXPECT_NO_THROW(cuda_be->synchronize());
+  // The first bad row of several calls, reported by a download (the sync a step makes anyway).
+  Buffer bad2 = testutil::upload_ids(*cuda_be, {1, -4, 10, 3});
+  cuda_be->softmax_xent_backward(logits.f32(), logits.f32(), tg.i32(), rows, vocab, 1.0F);
+  cuda_be->softmax_xent_backward(logits.f32(), logits.f32(), bad2.i32(), rows, vocab, 1.0F);
+  std::vector<float> host(rows);
+  try {
+    cuda_be->download(host.data(), losses.data(), host.size() * sizeof(float));
+    FAIL() << "expected atlas::Error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("cross-entropy target -4 at row 1 is outside"));
+  }
+  EXPECT_NO_THROW(cuda_be->synchronize());
 }
 
 TEST_F(CudaVsHost, AdamWUpdate) {

@@ -208,8 +208,10 @@ TEST_F(CudaFused, SoftmaxXentLossAndGradientInOnePass) {
   std::vector<std::int32_t> bad = t;
   bad[2] = vocab;
   Buffer tg = testutil::upload_ids(*fp32, bad);
+  // Reported at the stream's next synchronisation (the call itself does not wait).
+  fp32->softmax_xent_fused(losses.f32(), logits.f32(), logits.f32(), tg.i32(), rows, vocab, 1.0F);
   try {
-    fp32->softmax_xent_fused(losses.f32(), logits.f32(), logits.f32(), tg.i32(), rows, vocab, 1.0F);
+    fp32->synchronize();
     FAIL() << "expected atlas::Error";
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), ::testing::HasSubstr("cross-entropy target 50257 at row 2 is outside"));

@@ -437,5 +437,42 @@ TEST_F(Gpt, ScheduleMistakesAndBadTokensAreReported) {
   EXPECT_THROW((void)middle.micro_loss(0), Error);
 }
 
+
+// The last stage keeps each micro-batch's per-token losses on the device and fetches them when a
+// loss is first asked for (one wait for the device per step, not per micro-batch): the losses are
+// those of asking right after each forward, bitwise, past the first buffer's 8 rows, an id
+// forwarded again gives its new loss, and zero_grad drops what was never asked for.
+TEST_F(Gpt, LossesFetchedTogetherEqualThoseFetchedOneByOne) {
+  const ModelCfg cfg = tiny_cfg();
+  const int micros = 19;
+  std::vector<std::vector<std::int32_t>> tok, tgt;
+  for (int m = 0; m < micros; ++m) {
+    tok.push_back(random_ids(kBatch * 4, cfg.vocab, 40 + static_cast<std::uint64_t>(m)));
+    tgt.push_back(random_ids(kBatch * 4, cfg.vocab, 70 + static_cast<std::uint64_t>(m)));
+  }
+  StageModel one(cfg, kBatch, StageSpec{}, *be, nullptr, kSeed);
+  StageModel all(cfg, kBatch, StageSpec{}, *be, nullptr, kSeed);
+  std::vector<double> each;
+  for (int m = 0; m < micros; ++m) {
+    one.forward(m, tok[static_cast<std::size_t>(m)].data(), tgt[static_cast<std::size_t>(m)].data(), nullptr, nullptr);
+    each.push_back(one.micro_loss(m));
+    one.release(m);
+  }
+  for (int m = 0; m < micros; ++m) {
+    all.forward(m, tok[static_cast<std::size_t>(m)].data(), tgt[static_cast<std::size_t>(m)].data(), nullptr, nullptr);
+    all.release(m);
+  }
+  for (int m = 0; m < micros; ++m) EXPECT_EQ(all.micro_loss(m), each[static_cast<std::size_t>(m)]) << "micro " << m;
+  // Micro-batch 3 again, with micro-batch 5's data: its loss is the new one.
+  all.forward(3, tok[5].data(), tgt[5].data(), nullptr, nullptr);
+  all.release(3);
+  EXPECT_EQ(all.micro_loss(3), each[5]);
+  // Forwarded, never asked for, then zero_grad: gone, not taken for a later step's.
+  all.forward(7, tok[0].data(), tgt[0].data(), nullptr, nullptr);
+  all.release(7);
+  all.zero_grad();
+  EXPECT_THROW((void)all.micro_loss(7), Error);
+}
+
 }  // namespace
 }  // namespace atlas::model

@@ -155,7 +155,8 @@ class StageModel {
   void forward(int micro, const std::int32_t* tokens, const std::int32_t* targets,
                const device::Buffer* act_in, device::Buffer* act_out, int chunk = 0);
   /// Mean cross-entropy (nats/token, unscaled) of micro-batch `micro`; last stage only, valid
-  /// from its forward until the next zero_grad().
+  /// from its forward until the next zero_grad(). The first call after forwards waits for the
+  /// device once and fetches every loss forwarded since (a step asks after its last forward).
   [[nodiscard]] double micro_loss(int micro) const;
   /// Backward pass of micro-batch `micro` (after its forward). Non-last stages: `grad_out` =
   /// dL/d act_out from the next stage. Non-first stages: writes `grad_in` = dL/d act_in (>= B*T*C
@@ -355,7 +356,18 @@ class StageModel {
   std::map<int, MicroState> m_inflight;
   std::vector<MicroState> m_pool;       // released arenas of ArenaLayout::total floats
   std::vector<MicroState> m_body_pool;  // released arenas of chunks without the head (body)
-  std::map<int, double> m_losses;
+  // The last stage's per-token losses of the micro-batches forwarded since the last download,
+  // one row of tokens_per_micro() floats each (m_loss_micro: their ids in order), downloaded
+  // together when a loss is first asked for (micro_loss): one wait for the device per step
+  // (send_step_loss after the last forward), not one per micro-batch. Then summed as before.
+  mutable std::map<int, double> m_losses;
+  mutable std::vector<int> m_loss_micro;
+  device::Buffer m_loss_rows;
+  std::size_t m_loss_slots = 0;  // rows m_loss_rows holds
+  /// Keeps micro-batch `micro`'s per-token losses (device) for micro_loss.
+  void keep_losses(int micro, const float* losses);
+  /// Downloads the kept rows and sums each into m_losses.
+  void download_losses() const;
   // split backward: per chunk the last micro whose backward_weight ran since zero_grad()
   std::vector<int> m_last_weight_micro;
 

@@ -137,9 +137,9 @@ CudaBackend::CudaBackend(int device, int device_count, int local_rank, Precision
     : m_device(activate(device)),
       m_cublas(m_stream.get()),
       m_norm_scratch(kNormMaxBlocks + 1),
-      m_bad_row(1),
+      m_bad_target(1),
+      m_host_bad(1),
       m_host_double(1),
-      m_host_int(1),
       m_lt(m_stream.get(), m_cublas.get(),
            precision == Precision::Auto ? Precision::Bf16 : precision) {
   cudaDeviceProp prop{};
@@ -149,9 +149,7 @@ CudaBackend::CudaBackend(int device, int device_count, int local_rank, Precision
   m_pci_bus_id = bus;
   m_description = describe_device(device, device_count, local_rank, prop, m_cublas.get(),
                                   m_lt.precision());
-  m_host_int[0] = INT_MAX;
-  ATLAS_CUDA_CHECK(cudaMemcpyAsync(m_bad_row.get(), m_host_int.get(), sizeof(int),
-                                   cudaMemcpyHostToDevice, m_stream.get()));
+  ATLAS_CUDA_CHECK(cudaMemsetAsync(m_bad_target.get(), 0xff, sizeof(kernels::BadTarget), m_stream.get()));
   m_stream.synchronize();
 }
 
@@ -202,13 +200,13 @@ void CudaBackend::upload(void* dst, const void* src, std::size_t bytes) {
   m_lt.invalidate(dst, bytes);
   ATLAS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, m_stream.get()));
   // The contract says the source may be reused on return; pageable memory gives no such promise.
-  m_stream.synchronize();
+  sync();
 }
 
 void CudaBackend::download(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
   ATLAS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, m_stream.get()));
-  m_stream.synchronize();
+  sync();
 }
 
 void CudaBackend::copy(void* dst, const void* src, std::size_t bytes) {
@@ -227,7 +225,26 @@ void CudaBackend::scale(float* x, float alpha, std::size_t n) {
   kernels::scale(x, alpha, n, m_stream.get());
 }
 
-void CudaBackend::synchronize() { m_stream.synchronize(); }
+void CudaBackend::synchronize() { sync(); }
+
+void CudaBackend::sync() {
+  m_stream.synchronize();
+  if (!m_target_check_pending) return;
+  m_target_check_pending = false;
+  const kernels::BadTarget bad = m_host_bad[0];
+  const int vocab = m_target_vocab;
+  m_target_vocab = 0;
+  if (bad == kernels::kNoBadTarget) return;
+  // Re-arm the flag (the backend stays usable after the error).
+  ATLAS_CUDA_CHECK(cudaMemsetAsync(m_bad_target.get(), 0xff, sizeof bad, m_stream.get()));
+  const auto row = static_cast<int>(bad >> 32U);
+  const auto target = static_cast<std::int32_t>(static_cast<std::uint32_t>(bad & 0xffffffffULL));
+  const std::string range =
+      vocab > 0 ? fmt::format("the vocabulary [0, {})", vocab) : std::string("its call's vocabulary");
+  ATLAS_THROW(Internal, "cross-entropy target " << target << " at row " << row << " is outside " << range
+                                                << " (found at the stream's first synchronisation after the "
+                                                   "softmax cross-entropy call that read it)");
+}
 
 void CudaBackend::to_bf16(Bf16Bits* out, const float* in, std::size_t n) {
   kernels::to_bf16(reinterpret_cast<__nv_bfloat16*>(out), in, n, m_stream.get());
@@ -345,7 +362,7 @@ double CudaBackend::sq_norm(const float* x, std::size_t n) {
   kernels::sq_norm(x, n, partial, total, m_stream.get());
   ATLAS_CUDA_CHECK(cudaMemcpyAsync(m_host_double.get(), total, sizeof(double),
                                    cudaMemcpyDeviceToHost, m_stream.get()));
-  m_stream.synchronize();
+  sync();
   return m_host_double[0];
 }
 
@@ -386,34 +403,24 @@ void CudaBackend::embedding_backward(float* dwte, float* dwpe, const float* dout
 
 void CudaBackend::softmax_xent_forward(float* losses, float* probs, const float* logits,
                                        const std::int32_t* targets, int rows, int vocab) {
-  kernels::softmax_xent_forward(losses, probs, logits, targets, rows, vocab, m_bad_row.get(),
+  kernels::softmax_xent_forward(losses, probs, logits, targets, rows, vocab, m_bad_target.get(),
                                 m_stream.get());
-  check_targets(targets, vocab);
+  queue_target_check(vocab);
 }
 
 void CudaBackend::softmax_xent_backward(float* dlogits, const float* probs,
                                         const std::int32_t* targets, int rows, int vocab,
                                         float scale) {
-  kernels::softmax_xent_backward(dlogits, probs, targets, rows, vocab, scale, m_bad_row.get(),
+  kernels::softmax_xent_backward(dlogits, probs, targets, rows, vocab, scale, m_bad_target.get(),
                                  m_stream.get());
-  check_targets(targets, vocab);
+  queue_target_check(vocab);
 }
 
-void CudaBackend::check_targets(const std::int32_t* targets, int vocab) {
-  ATLAS_CUDA_CHECK(cudaMemcpyAsync(m_host_int.get(), m_bad_row.get(), sizeof(int),
+void CudaBackend::queue_target_check(int vocab) {
+  ATLAS_CUDA_CHECK(cudaMemcpyAsync(m_host_bad.get(), m_bad_target.get(), sizeof(kernels::BadTarget),
                                    cudaMemcpyDeviceToHost, m_stream.get()));
-  m_stream.synchronize();
-  const int row = m_host_int[0];
-  if (row == INT_MAX) return;
-  // Re-arm the flag (the backend stays usable after the error) and fetch the bad target.
-  m_host_int[0] = INT_MAX;
-  ATLAS_CUDA_CHECK(cudaMemcpyAsync(m_bad_row.get(), m_host_int.get(), sizeof(int),
-                                   cudaMemcpyHostToDevice, m_stream.get()));
-  std::int32_t target = 0;
-  download(&target, targets + row, sizeof target);
-  ATLAS_THROW(Internal, "cross-entropy target " << target << " at row " << row
-                                                << " is outside the vocabulary [0, " << vocab
-                                                << ")");
+  m_target_vocab = !m_target_check_pending || m_target_vocab == vocab ? vocab : -1;
+  m_target_check_pending = true;
 }
 
 // ---- optimizer ----
@@ -592,8 +599,8 @@ void CudaBackend::softmax_xent_fused(float* losses, float* dlogits, const float*
                                      const std::int32_t* targets, int rows, int vocab,
                                      float scale) {
   kernels::softmax_xent_fused(losses, dlogits, logits, targets, rows, vocab, scale,
-                              m_bad_row.get(), m_stream.get());
-  check_targets(targets, vocab);
+                              m_bad_target.get(), m_stream.get());
+  queue_target_check(vocab);
 }
 
 void CudaBackend::prepare_table(TensorTable& table,
@@ -614,7 +621,7 @@ void CudaBackend::prepare_table(TensorTable& table,
     }
   }
   // Launches issued with the old table may still read it: wait before replacing it.
-  m_stream.synchronize();
+  sync();
   if (table.d_entries.size() < entries.size())
     table.d_entries = DeviceArray<kernels::TensorEntry>(entries.size());
   if (table.d_chunks.size() < chunks.size())
@@ -664,7 +671,7 @@ double CudaBackend::sq_norm_multi(std::span<const ConstFloats> ranges) {
                          m_norm_table.chunk_count, m_norm_partials.get(), total, m_stream.get());
   ATLAS_CUDA_CHECK(cudaMemcpyAsync(m_host_double.get(), total, sizeof(double),
                                    cudaMemcpyDeviceToHost, m_stream.get()));
-  m_stream.synchronize();
+  sync();
   return m_host_double[0];
 }
 

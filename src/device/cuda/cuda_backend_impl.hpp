@@ -189,9 +189,14 @@ class CudaBackend final : public Backend {
   /// reuse_dout: the dW GEMM right before converted dout (its bf16 copy is reused).
   void linear_backward_din(float* din, const float* dout, const float* w, const float* in_pre,
                            int rows, int in_f, int out_f, Activation in_act, bool reuse_dout);
-  /// Throws atlas::Error (Internal) naming the first row with an out-of-range target, if a
-  /// cross-entropy kernel flagged one (synchronises the stream).
-  void check_targets(const std::int32_t* targets, int vocab);
+  /// After a cross-entropy kernel: its bad-target flag is copied to the host in stream order
+  /// (no wait), and the next sync() reports it. One check per synchronisation the work needs
+  /// anyway (a step's loss download), not a host stall per call.
+  void queue_target_check(int vocab);
+  /// Waits for the stream; then, if a cross-entropy call since the last sync flagged a target
+  /// outside its vocabulary, re-arms the flag and throws atlas::Error (Internal) naming the first
+  /// such row and its target. Every place that waits for the stream goes through here.
+  void sync();
 
   int m_device;
   std::string m_pci_bus_id;
@@ -200,9 +205,11 @@ class CudaBackend final : public Backend {
   Stream m_stream;
   CublasHandle m_cublas;
   DeviceArray<double> m_norm_scratch;  // sq_norm partial sums, then the total
-  DeviceArray<int> m_bad_row;          // first row with an out-of-range target (INT_MAX: none)
+  DeviceArray<kernels::BadTarget> m_bad_target;  // first bad row and its target (kNoBadTarget: none)
+  PinnedArray<kernels::BadTarget> m_host_bad;    // its copy, valid after the next sync
+  bool m_target_check_pending = false;           // a copy of it was queued since the last sync
+  int m_target_vocab = 0;                        // the vocabulary of those calls (-1: several)
   PinnedArray<double> m_host_double;
-  PinnedArray<int> m_host_int;
   AttentionOptions m_attention;
   LtGemm m_lt;
   DeviceArray<float> m_dbias_scratch;

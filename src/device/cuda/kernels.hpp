@@ -61,13 +61,23 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const std::
                         int batch, int seq, int channels, cudaStream_t stream);
 
 // ---- softmax cross-entropy (xent.cu) ----
-/// A target outside [0, vocab) stores min(row) into *bad_row (initialised to INT_MAX by the
-/// caller) and that row's loss is NaN; nothing is written out of bounds.
+/// A target outside [0, vocab), packed for one 64-bit atomicMin: row << 32 | the target's 32
+/// bits, so the first bad row wins and carries its own target (the caller reads it later, when
+/// the targets buffer may hold other ids). kNoBadTarget (all ones): none.
+using BadTarget = unsigned long long;
+constexpr BadTarget kNoBadTarget = ~BadTarget{0};
+#ifdef __CUDACC__
+__device__ __forceinline__ BadTarget pack_bad_target(int row, std::int32_t target) {
+  return static_cast<BadTarget>(static_cast<unsigned>(row)) << 32U | static_cast<std::uint32_t>(target);
+}
+#endif
+/// A bad target stores min(pack(row, target)) into *bad (kNoBadTarget before the first) and
+/// that row's loss is NaN; nothing is written out of bounds.
 void softmax_xent_forward(float* losses, float* probs, const float* logits,
-                          const std::int32_t* targets, int rows, int vocab, int* bad_row,
+                          const std::int32_t* targets, int rows, int vocab, BadTarget* bad,
                           cudaStream_t stream);
 void softmax_xent_backward(float* dlogits, const float* probs, const std::int32_t* targets,
-                           int rows, int vocab, float scale, int* bad_row, cudaStream_t stream);
+                           int rows, int vocab, float scale, BadTarget* bad, cudaStream_t stream);
 
 // ---- fused kernels (fused.cu) ----
 /// One tensor of a multi-tensor table (adamw_multi uses every field, sq_norm_multi only grad).
@@ -96,10 +106,10 @@ void residual_layernorm_forward(float* res, float* ln_out, float* mean, float* r
                                 const float* x, const float* delta, const float* bias,
                                 const float* ln_weight, const float* ln_bias, int rows, int cols,
                                 cudaStream_t stream);
-/// Backend::softmax_xent_fused; bad targets as softmax_xent_forward (through *bad_row).
+/// Backend::softmax_xent_fused; bad targets as softmax_xent_forward (through *bad).
 void softmax_xent_fused(float* losses, float* dlogits, const float* logits,
                         const std::int32_t* targets, int rows, int vocab, float scale,
-                        int* bad_row, cudaStream_t stream);
+                        BadTarget* bad, cudaStream_t stream);
 /// AdamW over every chunk of a device-side table, one launch (args.weight_decay unused).
 void adamw_multi(const TensorEntry* tensors, const Chunk* chunks, int chunk_count,
                  const AdamW& args, cudaStream_t stream);

@@ -69,7 +69,7 @@ __global__ void residual_layernorm_kernel(float* res, float* ln_out, float* mean
 // block-wide reductions that needed them.
 __global__ void softmax_xent_fused_kernel(float* losses, float* dlogits, const float* logits,
                                           const std::int32_t* targets, int vocab, float scale,
-                                          int* bad_row) {
+                                          BadTarget* bad_target) {
   __shared__ float fshared[kWarpsPerBlock];
   __shared__ double dshared[kWarpsPerBlock];
   const int r = static_cast<int>(blockIdx.x);
@@ -87,7 +87,7 @@ __global__ void softmax_xent_fused_kernel(float* losses, float* dlogits, const f
   const bool bad = target < 0 || target >= vocab;
   if (threadIdx.x == 0) {
     if (bad) {
-      atomicMin(bad_row, r);
+      atomicMin(bad_target, pack_bad_target(r, target));
       losses[r] = NAN;
     } else {
       const float pt = __fmul_rn(expf(z[target] - maxv), inv);
@@ -162,10 +162,10 @@ void residual_layernorm_forward(float* res, float* ln_out, float* mean, float* r
 
 void softmax_xent_fused(float* losses, float* dlogits, const float* logits,
                         const std::int32_t* targets, int rows, int vocab, float scale,
-                        int* bad_row, cudaStream_t stream) {
+                        BadTarget* bad, cudaStream_t stream) {
   if (rows == 0 || vocab == 0) return;
   softmax_xent_fused_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
-      losses, dlogits, logits, targets, vocab, scale, bad_row);
+      losses, dlogits, logits, targets, vocab, scale, bad);
   ATLAS_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // Softmax cross-entropy forward (one block per row: max, exp with a double sum as on the host,
 // normalise, loss) and backward (element-wise). A target outside the vocabulary is reported
-// through *bad_row instead of indexing out of bounds; the backend turns it into an error.
+// through *bad (row and target packed) instead of indexing out of bounds; the backend turns it
+// into an error at its next synchronisation.
 #include <cmath>
 
 #include "common.cuh"
@@ -13,7 +14,7 @@ namespace {
 
 __global__ void softmax_xent_forward_kernel(float* losses, float* probs, const float* logits,
                                             const std::int32_t* targets, int vocab,
-                                            int* bad_row) {
+                                            BadTarget* bad) {
   __shared__ float fshared[kWarpsPerBlock];
   __shared__ double dshared[kWarpsPerBlock];
   const int r = static_cast<int>(blockIdx.x);
@@ -36,7 +37,7 @@ __global__ void softmax_xent_forward_kernel(float* losses, float* probs, const f
   if (threadIdx.x == 0) {
     const std::int32_t target = targets[r];
     if (target < 0 || target >= vocab) {
-      atomicMin(bad_row, r);
+      atomicMin(bad, pack_bad_target(r, target));
       losses[r] = NAN;
     } else {
       losses[r] = -logf(fmaxf(p[target], 1e-30F));
@@ -46,7 +47,7 @@ __global__ void softmax_xent_forward_kernel(float* losses, float* probs, const f
 
 __global__ void softmax_xent_backward_kernel(float* dlogits, const float* probs,
                                              const std::int32_t* targets, std::size_t n,
-                                             int vocab, float scale, int* bad_row) {
+                                             int vocab, float scale, BadTarget* bad) {
   const auto cols = static_cast<std::size_t>(vocab);
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
        i += std::size_t{gridDim.x} * blockDim.x) {
@@ -56,7 +57,7 @@ __global__ void softmax_xent_backward_kernel(float* dlogits, const float* probs,
     // __fmul_rn: no fused multiply-add, so the result rounds exactly as the host's two steps.
     float d = __fmul_rn(probs[i], scale);
     if (v == target) d -= scale;
-    if (v == 0 && (target < 0 || target >= vocab)) atomicMin(bad_row, static_cast<int>(r));
+    if (v == 0 && (target < 0 || target >= vocab)) atomicMin(bad, pack_bad_target(static_cast<int>(r), target));
     dlogits[i] = d;
   }
 }
@@ -64,20 +65,20 @@ __global__ void softmax_xent_backward_kernel(float* dlogits, const float* probs,
 }  // namespace
 
 void softmax_xent_forward(float* losses, float* probs, const float* logits,
-                          const std::int32_t* targets, int rows, int vocab, int* bad_row,
+                          const std::int32_t* targets, int rows, int vocab, BadTarget* bad,
                           cudaStream_t stream) {
   if (rows == 0 || vocab == 0) return;
   softmax_xent_forward_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
-      losses, probs, logits, targets, vocab, bad_row);
+      losses, probs, logits, targets, vocab, bad);
   ATLAS_CUDA_CHECK_LAUNCH();
 }
 
 void softmax_xent_backward(float* dlogits, const float* probs, const std::int32_t* targets,
-                           int rows, int vocab, float scale, int* bad_row, cudaStream_t stream) {
+                           int rows, int vocab, float scale, BadTarget* bad, cudaStream_t stream) {
   const std::size_t n = static_cast<std::size_t>(rows) * static_cast<std::size_t>(vocab);
   if (n == 0) return;
   softmax_xent_backward_kernel<<<grid_for(n), kThreads, 0, stream>>>(dlogits, probs, targets, n,
-                                                                     vocab, scale, bad_row);
+                                                                     vocab, scale, bad);
   ATLAS_CUDA_CHECK_LAUNCH();
 }
 
