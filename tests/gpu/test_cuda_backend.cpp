@@ -156,6 +156,27 @@ TEST_F(CudaVsHost, AllocIsZeroedAndCopiesRoundTrip) {
   EXPECT_EQ(testutil::download(*cuda_be, b), x);  // exact
 }
 
+// Small uploads go through four pinned slots without waiting: more uploads than slots, each
+// from one host vector overwritten right after the call, must land exactly; a large upload (over
+// the 1 MiB slot) takes the waiting path.
+TEST_F(CudaVsHost, UploadsThroughPinnedSlotsLetTheSourceBeReused) {
+  std::vector<float> src(1000);
+  std::vector<Buffer> dst;
+  for (int k = 0; k < 11; ++k) {
+    for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(k * 10000 + static_cast<int>(i));
+    dst.push_back(cuda_be->alloc_floats(src.size()));
+    cuda_be->upload(dst.back().data(), src.data(), src.size() * sizeof(float));
+    std::fill(src.begin(), src.end(), -1.0F);  // reused at once
+  }
+  for (int k = 0; k < 11; ++k) {
+    const auto got = testutil::download(*cuda_be, dst[static_cast<std::size_t>(k)]);
+    for (std::size_t i = 0; i < got.size(); ++i)
+      ASSERT_EQ(got[i], static_cast<float>(k * 10000 + static_cast<int>(i))) << "upload " << k << " element " << i;
+  }
+  const auto big = random_vec((std::size_t{1} << 20) / sizeof(float) + 7, 9);
+  EXPECT_EQ(testutil::download(*cuda_be, testutil::upload(*cuda_be, big)), big);
+}
+
 TEST_F(CudaVsHost, ElementwiseOpsAreBitwiseEqual) {
   const std::size_t n = 100'003;
   Pair a = both(random_vec(n, 2));

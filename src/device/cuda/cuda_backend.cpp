@@ -198,6 +198,24 @@ void CudaBackend::release(void* ptr, std::size_t bytes) noexcept {
 void CudaBackend::upload(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
   m_lt.invalidate(dst, bytes);
+  if (bytes <= kStageBytes) {
+    // Small uploads (a micro-batch's token ids and targets, every micro-batch) go through a
+    // pinned slot: the source is copied there on the host, so it may be reused on return, and
+    // neither the host nor the stream waits (a pageable source makes the driver stage it, which
+    // may synchronise). A slot is reused once the copy out of it has finished.
+    if (m_stage.empty()) {
+      m_stage.resize(kStageSlots);
+      for (StageSlot& s : m_stage) s.bytes = PinnedArray<unsigned char>(kStageBytes);
+    }
+    StageSlot& slot = m_stage[m_stage_next];
+    m_stage_next = (m_stage_next + 1) % kStageSlots;
+    if (slot.used) slot.copied.synchronize();
+    std::memcpy(slot.bytes.get(), src, bytes);
+    ATLAS_CUDA_CHECK(cudaMemcpyAsync(dst, slot.bytes.get(), bytes, cudaMemcpyHostToDevice, m_stream.get()));
+    slot.copied.record(m_stream.get());
+    slot.used = true;
+    return;
+  }
   ATLAS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, m_stream.get()));
   // The contract says the source may be reused on return; pageable memory gives no such promise.
   sync();

@@ -210,6 +210,17 @@ class CudaBackend final : public Backend {
   bool m_target_check_pending = false;           // a copy of it was queued since the last sync
   int m_target_vocab = 0;                        // the vocabulary of those calls (-1: several)
   PinnedArray<double> m_host_double;
+  // Pinned staging for small uploads (upload): a ring of slots, each reused once the copy out of
+  // it has finished (its event), allocated at first use.
+  static constexpr std::size_t kStageBytes = std::size_t{1} << 20;
+  static constexpr std::size_t kStageSlots = 4;
+  struct StageSlot {
+    PinnedArray<unsigned char> bytes;
+    Event copied{false};
+    bool used = false;
+  };
+  std::vector<StageSlot> m_stage;
+  std::size_t m_stage_next = 0;
   AttentionOptions m_attention;
   LtGemm m_lt;
   DeviceArray<float> m_dbias_scratch;
