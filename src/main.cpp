@@ -8,6 +8,6 @@
 int main(int argc, char** argv) {
   // Before any thread exists: threads inherit the scheduling policy (shared CPU hosts only).
   (void)atlas::device::prepare_host_scheduling();
-  atlas::mpi::Environment env(argc, argv, atlas::mpi::ThreadLevel::Multiple);
+  atlas::mpi::Environment env(argc, argv, atlas::mpi::ThreadLevel::Multiple, atlas::app::needs_mpi(argc, argv));
   return atlas::app::run_app(env, argc, argv);
 }

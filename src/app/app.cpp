@@ -26,21 +26,23 @@ struct CommandEntry {
   const char* operands;  ///< what follows the name (atlas NAME --help)
   const char* summary;
   int (*run)(Context&);
+  /// Runs on one process without MPI (needs_mpi): models, reports, converts; no communicator.
+  bool offline = false;
 };
 
 // One line per subcommand (a new subcommand = one entry here + one file in src/app/).
 const CommandEntry kCommands[] = {
     {"train", "DECK [key=value ...]", "train the deck's model (SPMD: mpirun -np N atlas train DECK)", cmd_train},
-    {"schedule", "DECK [key=value ...]", "print the static schedule tables (Gantt, step time, bubbles) for a deck", cmd_schedule},
-    {"plan", "DECK [key=value ...]", "pick DCs and GPU counts for a deck (what-if table)", cmd_plan},
-    {"simulate", "DECK [key=value ...]", "simulate the deck's job at scale (discrete events over the schedule table)", cmd_simulate},
-    {"report", "RUN_DIR", "summarise a run directory (text + PNG Gantt chart)", cmd_report},
+    {"schedule", "DECK [key=value ...]", "print the static schedule tables (Gantt, step time, bubbles) for a deck", cmd_schedule, true},
+    {"plan", "DECK [key=value ...]", "pick DCs and GPU counts for a deck (what-if table)", cmd_plan, true},
+    {"simulate", "DECK [key=value ...]", "simulate the deck's job at scale (discrete events over the schedule table)", cmd_simulate, true},
+    {"report", "RUN_DIR", "summarise a run directory (text + PNG Gantt chart)", cmd_report, true},
     {"bench", "NAME [DECK] [key=value ...] (atlas bench NAME --help)", "side-by-side benchmarks:", cmd_bench},
     {"profile", "[key=value ...]", "measure per-block compute cost on this machine into profiles/", cmd_profile},
     {"export", "CKPT --format hf --out DIR", "write a checkpoint as a Hugging Face GPT-2 model (--format hf --out DIR)", cmd_export},
     {"import", "--format hf DIR --out CKPT_DIR [--deck DECK] [key=value ...]", "a Hugging Face GPT-2 model directory to a checkpoint to fine-tune from", cmd_import},
     {"tokenize", "TEXT... --out DIR [--tokenizer byte|gpt2] [--val-fraction F] [--shard-tokens N]",
-     "text files to llm.c token shards for data.format = shards (train_*.bin, val_*.bin)", cmd_tokenize},
+     "text files to llm.c token shards for data.format = shards (train_*.bin, val_*.bin)", cmd_tokenize, true},
 };
 
 void usage(FILE* out) {
@@ -56,6 +58,17 @@ void usage(FILE* out) {
 }
 
 }  // namespace
+
+bool needs_mpi(int argc, char** argv) {
+  // Started by a launcher (mpirun, srun): every rank joins MPI, whatever the command.
+  if (mpi::Environment::launched()) return true;
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) return false;
+  for (int i = 2; i < argc; ++i)
+    if (std::strcmp(argv[i], "--help-deck") == 0 || std::strcmp(argv[i], "--help-deck-markdown") == 0) return false;
+  for (const auto& c : kCommands)
+    if (std::strcmp(argv[1], c.name) == 0) return !c.offline;
+  return false;  // an unknown command: the usage text
+}
 
 int run_app(mpi::Environment& env, int argc, char** argv) {
   const bool root = env.world_rank() == 0;

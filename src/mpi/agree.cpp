@@ -112,6 +112,7 @@ std::string agree_on_root(const Comm& comm, int root, const std::function<std::s
 
 void settle_collective_error(const CollectiveError& e, MPI_Comm verdict, double timeout_s) {
   int size = 1;
+  if (verdict == MPI_COMM_NULL) return;  // MPI not initialised: one process, nothing to settle
   if (MPI_Comm_size(verdict, &size) != MPI_SUCCESS || size == 1) return;
   bool all = false;
   MPI_Request raw = MPI_REQUEST_NULL;

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <exception>
 #include <fstream>
 #include <sstream>
@@ -40,7 +41,20 @@ int to_mpi(ThreadLevel l) {
 }
 }  // namespace
 
-Environment::Environment(int& argc, char**& argv, ThreadLevel required) {
+bool Environment::launched() noexcept {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "SLURM_STEP_ID"})
+    if (std::getenv(var) != nullptr) return true;
+  return false;
+}
+
+Environment::Environment(int& argc, char**& argv, ThreadLevel required, bool init) {
+  if (!init) {
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    m_host = host;
+    log::init(m_world_rank, m_host);
+    return;
+  }
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
@@ -66,6 +80,9 @@ Environment::Environment(int& argc, char**& argv, ThreadLevel required) {
 }
 
 Environment::~Environment() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) return;  // init false (or nothing to undo)
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (m_verdict != MPI_COMM_NULL && !finalized) MPI_Comm_free(&m_verdict);

@@ -1,12 +1,17 @@
 // SPDX-License-Identifier: MIT
 // mpi/tags.hpp: the tag layout's ranges are disjoint, and a deck whose pipeline tags exceed the
-// MPI's MPI_TAG_UB is a ConfigError naming the bound, the deck keys and a fix. No MPI needed.
+// MPI's MPI_TAG_UB is a ConfigError naming the bound, the deck keys and a fix. And which command
+// lines start MPI at all (app::needs_mpi: the offline commands do not, unless under a launcher).
+// No MPI needed.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <functional>
 #include <string>
+#include <vector>
 
+#include "atlas/app/app.hpp"
 #include "atlas/core/error.hpp"
 #include "atlas/deck/schema.hpp"
 #include "atlas/mpi/tags.hpp"
@@ -64,6 +69,33 @@ TEST(MpiTags, ADeckAboveTheTagBoundIsAConfigErrorNamingBoundKeysAndFix) {
   const std::string tokens = config_message([&] { tags::check_tokens(4, 10000, 4096, tags::kStandardBound); });
   EXPECT_THAT(tokens, HasSubstr("MPI_TAG_UB is 32767"));
   EXPECT_THAT(tokens, HasSubstr("train.micro_batches (now 4096)"));
+}
+
+// Offline commands and the help texts run without MPI_Init (Open MPI's singleton start-up took
+// ~0.5 s of every `atlas plan`), except under a launcher, where every rank must join.
+TEST(MpiEnvironment, OfflineCommandsStartWithoutMpiUnlessLaunched) {
+  const char* const launcher_vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "SLURM_STEP_ID"};
+  for (const char* v : launcher_vars) ::unsetenv(v);
+  auto needs = [](std::vector<std::string> words) {
+    words.insert(words.begin(), "atlas");
+    std::vector<char*> argv;
+    for (auto& w : words) argv.push_back(w.data());
+    return app::needs_mpi(static_cast<int>(argv.size()), argv.data());
+  };
+  ASSERT_FALSE(Environment::launched());
+  for (const char* offline : {"schedule", "plan", "simulate", "report", "tokenize"})
+    EXPECT_FALSE(needs({offline, "x.deck"})) << offline;
+  EXPECT_FALSE(needs({}));
+  EXPECT_FALSE(needs({"--help"}));
+  EXPECT_FALSE(needs({"train", "--help-deck"}));
+  EXPECT_FALSE(needs({"nosuch"}));
+  for (const char* online : {"train", "bench", "profile", "export", "import"}) EXPECT_TRUE(needs({online, "x"})) << online;
+  for (const char* v : launcher_vars) {
+    ::setenv(v, "0", 1);
+    EXPECT_TRUE(Environment::launched()) << v;
+    EXPECT_TRUE(needs({"plan", "x.deck"})) << v;
+    ::unsetenv(v);
+  }
 }
 
 }  // namespace

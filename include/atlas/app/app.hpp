@@ -11,4 +11,9 @@ namespace atlas::app {
 /// benchmarks; the other subcommands run on world rank 0 only. Returns the process exit code.
 int run_app(mpi::Environment& env, int argc, char** argv);
 
+/// Whether this command line needs MPI initialised: always under a launcher (mpirun, srun);
+/// otherwise not for the offline commands (schedule, plan, simulate, report, tokenize) and the
+/// help and usage texts, which then start without Open MPI's singleton start-up (~0.5 s).
+[[nodiscard]] bool needs_mpi(int argc, char** argv);
+
 }  // namespace atlas::app

@@ -28,10 +28,12 @@ namespace atlas::mpi {
 enum class ThreadLevel { Single, Funneled, Serialized, Multiple };
 
 /// Owns MPI_Init_thread / MPI_Finalize. Construct first in main; must outlive every Comm.
-/// Throws if the MPI library provides less than the required thread level.
+/// Throws if the MPI library provides less than the required thread level. `init` false: a
+/// process of one rank that never initialises MPI (an offline command started without a
+/// launcher: Open MPI's singleton start-up alone takes ~0.5 s); no Comm may be made then.
 class Environment {
  public:
-  Environment(int& argc, char**& argv, ThreadLevel required);
+  Environment(int& argc, char**& argv, ThreadLevel required, bool init = true);
   ~Environment();
   Environment(const Environment&) = delete;
   Environment& operator=(const Environment&) = delete;
@@ -43,7 +45,11 @@ class Environment {
   [[nodiscard]] static std::string library_version();
   /// Abort the whole job (never returns).
   [[noreturn]] static void abort(int code);
-  /// A duplicate of world used for nothing but mpi::settle_collective_error at the top level.
+  /// Whether the process was started by an MPI launcher (mpirun, mpiexec, srun): its
+  /// environment names a rank (Open MPI, PMIx, PMI) or a Slurm job step.
+  [[nodiscard]] static bool launched() noexcept;
+  /// A duplicate of world used for nothing but mpi::settle_collective_error at the top level
+  /// (MPI_COMM_NULL where MPI was not initialised).
   [[nodiscard]] MPI_Comm verdict_comm() const noexcept { return m_verdict; }
   /// This MPI's MPI_TAG_UB (see mpi/tags.hpp: every tag atlas uses, and the checks against it).
   [[nodiscard]] int tag_ub() const noexcept { return m_tag_ub; }
