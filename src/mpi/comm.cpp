@@ -7,13 +7,13 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <exception>
 #include <fstream>
 #include <sstream>
 #include <thread>
 
 #include "atlas/core/check.hpp"
+#include "atlas/core/env.hpp"
 #include "atlas/core/log.hpp"
 
 namespace atlas::detail {
@@ -41,9 +41,9 @@ int to_mpi(ThreadLevel l) {
 }
 }  // namespace
 
-bool Environment::launched() noexcept {
+bool Environment::launched() {
   for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "SLURM_STEP_ID"})
-    if (std::getenv(var) != nullptr) return true;
+    if (env::get(var).has_value()) return true;
   return false;
 }
 

@@ -29,6 +29,11 @@ inline constexpr Variable kVariables[] = {
     {"MPI_LOCALRANKID", "MPICH: this rank's index on its node"},
     {"MPI_LOCALNRANKS", "MPICH: ranks on this node"},
     {"PMI_LOCAL_RANK", "PMI: this rank's index on its node"},
+    {"OMPI_COMM_WORLD_SIZE", "Open MPI: set by mpirun (then every command starts MPI: app::needs_mpi)"},
+    {"PMIX_RANK", "PMIx launchers (srun --mpi=pmix): started by a launcher"},
+    {"PMI_RANK", "PMI launchers (MPICH's mpiexec, srun --mpi=pmi2): started by a launcher"},
+    {"PMI_SIZE", "PMI launchers: started by a launcher"},
+    {"SLURM_STEP_ID", "Slurm: a job step (srun), started by a launcher"},
     {"CUDA_VISIBLE_DEVICES", "CUDA: the devices this process may use (quoted in errors only)"},
     {"PATH", "where helper programs (iperf3, ip) are looked up"},
     // Where this process runs (set by scripts/wan and the launch scripts, not by users).

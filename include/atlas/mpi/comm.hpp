@@ -47,7 +47,7 @@ class Environment {
   [[noreturn]] static void abort(int code);
   /// Whether the process was started by an MPI launcher (mpirun, mpiexec, srun): its
   /// environment names a rank (Open MPI, PMIx, PMI) or a Slurm job step.
-  [[nodiscard]] static bool launched() noexcept;
+  [[nodiscard]] static bool launched();
   /// A duplicate of world used for nothing but mpi::settle_collective_error at the top level
   /// (MPI_COMM_NULL where MPI was not initialised).
   [[nodiscard]] MPI_Comm verdict_comm() const noexcept { return m_verdict; }
