@@ -396,16 +396,39 @@ class Engine {
           const std::vector<double>* delay =
               g < m_p.sync_delay_ms.size() && !m_p.sync_delay_ms[g].empty() ? &m_p.sync_delay_ms[g] : nullptr;
           const std::size_t n = members.size();
-          ATLAS_ASSERT(delay == nullptr || delay->size() == n * n,
+          const std::vector<int>* block =
+              delay != nullptr && g < m_p.sync_delay_block.size() && !m_p.sync_delay_block[g].empty()
+                  ? &m_p.sync_delay_block[g]
+                  : nullptr;
+          // Block form: the group's k blocks; a member's "reach" is then its block's latest reach
+          // (max over j of fl(reach_j + d) is fl(max reach_j + d): the same times).
+          std::size_t k = n;
+          if (block != nullptr) {
+            k = static_cast<std::size_t>(std::lround(std::sqrt(static_cast<double>(delay->size()))));
+            ATLAS_ASSERT(block->size() == n && k * k == delay->size(),
+                         "engine: sync group " << g << " has " << block->size() << " block ids for " << n
+                                               << " members and a block matrix of " << delay->size() << " entries");
+          }
+          ATLAS_ASSERT(delay == nullptr || block != nullptr || delay->size() == n * n,
                        "engine: sync group " << g << " has a delay matrix of " << delay->size() << " entries for "
                                              << n << " members");
-          // Each member's reach, read before any member's pc moves on (delay matrices only).
+          // Each member's (block: each block's latest) reach, read before any member's pc moves
+          // on (delay matrices only); a block with no member stays at -infinity and is skipped.
           std::vector<double> reach;
-          if (delay != nullptr)
-            for (int member : members) {
-              const auto jw = static_cast<std::size_t>(member);
-              reach.push_back(m_result.ops[jw][m_pc[jw]].reach_ms);
+          if (delay != nullptr) {
+            reach.assign(block != nullptr ? k : 0, -std::numeric_limits<double>::infinity());
+            for (std::size_t j = 0; j < n; ++j) {
+              const auto jw = static_cast<std::size_t>(members[j]);
+              const double r = m_result.ops[jw][m_pc[jw]].reach_ms;
+              if (block == nullptr) {
+                reach.push_back(r);
+              } else {
+                const auto b = static_cast<std::size_t>((*block)[j]);
+                ATLAS_ASSERT(b < k, "engine: sync group " << g << " member " << j << " in block " << b << " of " << k);
+                reach[b] = std::max(reach[b], r);
+              }
             }
+          }
           double mine_end = m_now;
           for (std::size_t i = 0; i < n; ++i) {
             const auto mw = static_cast<std::size_t>(members[i]);
@@ -416,9 +439,11 @@ class Engine {
               mop.end_ms = m_now + d;
             } else {
               double ready = m_now, leg = 0.0;
-              for (std::size_t j = 0; j < n; ++j) {
-                ready = std::max(ready, reach[j] + (*delay)[j * n + i]);
-                leg = std::max(leg, (*delay)[j * n + i]);
+              const std::size_t col = block != nullptr ? static_cast<std::size_t>((*block)[i]) : i;
+              for (std::size_t j = 0; j < k; ++j) {
+                if (block != nullptr && reach[j] == -std::numeric_limits<double>::infinity()) continue;
+                ready = std::max(ready, reach[j] + (*delay)[j * k + col]);
+                leg = std::max(leg, (*delay)[j * k + col]);
               }
               // The slot holds the collective's own communication (its longest leg into this
               // member); the rest of the wait, for members that came later, is a bubble before it.

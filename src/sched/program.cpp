@@ -93,13 +93,20 @@ void add_sync_delays(const CostModel& c, EngineProgram& p) {
     const bool wan = c.stage_dc.front() != c.stage_dc.back();
     // A cost model without the exchange (embed_sync_ms = 0: hand-built ones) keeps the barrier.
     const double one_way = c.embed_sync_ms > 0 ? c.embed_sync_ms + (wan ? p.wan_wake_ms : p.wake_ms) : 0.0;
+    // In block form (EngineProgram::sync_delay_block): block 0 = stage 0's members, 1 = the last
+    // stage's. Within a block the DP ring's barrier (0); across, the other half's part arrives
+    // one way after it left, less the receiving stage's own ring.
+    auto& block = p.sync_delay_block;
+    block.assign(p.sync_groups.size(), {});
+    block[0].assign(static_cast<std::size_t>(n), 0);
+    for (int i = dp; i < n; ++i) block[0][static_cast<std::size_t>(i)] = 1;
     auto& delay = p.sync_delay_ms[0];
-    delay.assign(static_cast<std::size_t>(n * n), 0.0);
-    for (int j = 0; j < n; ++j)
-      for (int i = 0; i < n; ++i) {
-        if ((j < dp) == (i < dp)) continue;  // same stage: the DP ring's barrier
-        const double ring = c.allreduce_ms[static_cast<std::size_t>(i < dp ? 0 : pp - 1)];
-        delay[static_cast<std::size_t>(j * n + i)] = std::max(0.0, one_way - ring);
+    delay.assign(4, 0.0);
+    for (int bj = 0; bj < 2; ++bj)
+      for (int bi = 0; bi < 2; ++bi) {
+        if (bj == bi) continue;
+        const double ring = c.allreduce_ms[static_cast<std::size_t>(bi == 0 ? 0 : pp - 1)];
+        delay[static_cast<std::size_t>(bj * 2 + bi)] = std::max(0.0, one_way - ring);
       }
   }
 }

@@ -359,6 +359,40 @@ TEST(Engine, SyncDelaysLetEachMemberWaitOnlyForItsParts) {
   EXPECT_THROW(run_engine(p), Error);
 }
 
+// The block form of a delay matrix (EngineProgram::sync_delay_block: group 0's two halves at
+// scale) times the group exactly as the n x n matrix it stands for: five members in two blocks
+// whose reaches differ, every op's times equal to the bit; a block id out of range is a bug.
+TEST(Engine, SyncDelayBlocksTimeAsTheFullMatrix) {
+  EngineProgram p;
+  const double work[5] = {2.0, 7.5, 3.25, 11.0, 6.0};
+  const int blk[5] = {0, 0, 1, 1, 1};
+  for (int w = 0; w < 5; ++w)
+    p.workers.push_back({{EngineOp::Type::Compute, SlotKind::Backward, 0, work[w], -1, -1},
+                         {EngineOp::Type::Sync, SlotKind::Optimizer, -1, 0.5 + 0.25 * w, -1, 0}});
+  p.sync_groups = {{0, 1, 2, 3, 4}};
+  const double d[2][2] = {{0.0, 3.7}, {1.3, 0.0}};  // [from block][to block]
+  p.sync_delay_ms = {std::vector<double>(25)};
+  for (int j = 0; j < 5; ++j)
+    for (int i = 0; i < 5; ++i) p.sync_delay_ms[0][static_cast<std::size_t>(j * 5 + i)] = d[blk[j]][blk[i]];
+  const auto full = run_engine(p);
+  p.sync_delay_ms = {{d[0][0], d[0][1], d[1][0], d[1][1]}};
+  p.sync_delay_block = {{0, 0, 1, 1, 1}};
+  const auto block = run_engine(p);
+  ASSERT_FALSE(full.deadlock);
+  ASSERT_FALSE(block.deadlock);
+  for (int w = 0; w < 5; ++w) {
+    EXPECT_EQ(block.ops[w][1].start_ms, full.ops[w][1].start_ms) << w;
+    EXPECT_EQ(block.ops[w][1].end_ms, full.ops[w][1].end_ms) << w;
+  }
+  // Member 2 (block 1) has block 0's parts at 7.5 + 3.7 and block 1's at 11: its slot ends at
+  // 11.2 + 1.0, starting at 11.2 - 3.7 but not before its reach 3.25.
+  EXPECT_DOUBLE_EQ(block.ops[2][1].end_ms, 11.2 + 1.0);
+  EXPECT_DOUBLE_EQ(block.ops[2][1].start_ms, 11.2 - 3.7);
+  EXPECT_EQ(block.makespan_ms, full.makespan_ms);
+  p.sync_delay_block = {{0, 0, 1, 2, 1}};
+  EXPECT_THROW(run_engine(p), Error);
+}
+
 TEST(Engine, ReportsDeadlockInsteadOfHanging) {
   EngineProgram p;
   p.messages.resize(2);

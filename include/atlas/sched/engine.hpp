@@ -96,6 +96,13 @@ struct EngineProgram {
   /// members) is a bubble before it. Without it (empty) the group is a barrier: every member
   /// starts when the last arrives.
   std::vector<std::vector<double>> sync_delay_ms;
+  /// Optional, per sync group, the same in block form, for a group whose delays depend only on
+  /// which block each member is in (group 0's two halves: (2 dp)^2 entries, 20 MB at dp 784,
+  /// built and scanned for every program otherwise): member i's block sync_delay_block[g][i] in
+  /// [0, k), and sync_delay_ms[g] is then k x k ([bj * k + bi]: how long after a member of block
+  /// bj reaches the group one of block bi has its part). Empty: sync_delay_ms[g] is n x n. The
+  /// times are those of the n x n matrix it stands for, to the bit.
+  std::vector<std::vector<int>> sync_delay_block;
   double intra_latency_ms = 0.0;
   double intra_bytes_per_ms = 1.0;
   double wake_ms = 0.0;      ///< an intra-DC message's receiver runs this long after the arrival
