@@ -9,6 +9,7 @@
 #include <cstring>
 #include <exception>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "atlas/app/commands.hpp"
@@ -57,14 +58,22 @@ void usage(FILE* out) {
                "  --help        this text\n");
 }
 
+/// The command line asks for the usage text: no command, --help or -h.
+bool asks_usage(int argc, char** argv) {
+  return argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0;
+}
+
+/// A word after the command asks for the deck keys' help (text or markdown), whatever the command.
+bool asks_deck_help(std::string_view word) { return word == "--help-deck" || word == "--help-deck-markdown"; }
+
 }  // namespace
 
 bool needs_mpi(int argc, char** argv) {
   // Started by a launcher (mpirun, srun): every rank joins MPI, whatever the command.
   if (mpi::Environment::launched()) return true;
-  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) return false;
+  if (asks_usage(argc, argv)) return false;
   for (int i = 2; i < argc; ++i)
-    if (std::strcmp(argv[i], "--help-deck") == 0 || std::strcmp(argv[i], "--help-deck-markdown") == 0) return false;
+    if (asks_deck_help(argv[i])) return false;
   for (const auto& c : kCommands)
     if (std::strcmp(argv[1], c.name) == 0) return !c.offline;
   return false;  // an unknown command: the usage text
@@ -72,7 +81,7 @@ bool needs_mpi(int argc, char** argv) {
 
 int run_app(mpi::Environment& env, int argc, char** argv) {
   const bool root = env.world_rank() == 0;
-  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
+  if (asks_usage(argc, argv)) {
     if (root) usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? static_cast<int>(ExitCode::Usage) : 0;
   }
@@ -80,14 +89,10 @@ int run_app(mpi::Environment& env, int argc, char** argv) {
   Context ctx{env, {}};
   for (int i = 2; i < argc; ++i) ctx.args.emplace_back(argv[i]);
   for (const auto& a : ctx.args) {
-    if (a == "--help-deck") {
-      if (root) std::fputs(deck::Schema::instance().help_text().c_str(), stdout);
-      return 0;
-    }
-    if (a == "--help-deck-markdown") {
-      if (root) std::fputs(deck::Schema::instance().markdown().c_str(), stdout);
-      return 0;
-    }
+    if (!asks_deck_help(a)) continue;
+    const deck::Schema& schema = deck::Schema::instance();
+    if (root) std::fputs((a == "--help-deck" ? schema.help_text() : schema.markdown()).c_str(), stdout);
+    return 0;
   }
   const CommandEntry* cmd = nullptr;
   for (const auto& c : kCommands)

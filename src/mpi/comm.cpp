@@ -48,32 +48,28 @@ bool Environment::launched() {
 }
 
 Environment::Environment(int& argc, char**& argv, ThreadLevel required, bool init) {
-  if (!init) {
-    char host[256] = {};
-    gethostname(host, sizeof host - 1);
-    m_host = host;
-    log::init(m_world_rank, m_host);
-    return;
-  }
-  int initialized = 0;
-  MPI_Initialized(&initialized);
-  if (!initialized) {
-    int provided = 0;
-    ATLAS_MPI_CHECK(MPI_Init_thread(&argc, &argv, to_mpi(required), &provided));
-    m_owns = true;
-    if (provided < to_mpi(required)) {
-      ATLAS_THROW(Comm, "the MPI library provides thread level " << provided << " but atlas needs "
-                                                                  << to_mpi(required)
-                                                                  << "; rebuild Open MPI with threads");
+  if (init) {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) {
+      int provided = 0;
+      ATLAS_MPI_CHECK(MPI_Init_thread(&argc, &argv, to_mpi(required), &provided));
+      m_owns = true;
+      if (provided < to_mpi(required)) {
+        ATLAS_THROW(Comm, "the MPI library provides thread level " << provided << " but atlas needs "
+                                                                    << to_mpi(required)
+                                                                    << "; rebuild Open MPI with threads");
+      }
     }
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    ATLAS_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &m_world_rank));
+    ATLAS_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &m_world_size));
   }
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  ATLAS_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &m_world_rank));
-  ATLAS_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &m_world_size));
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   m_host = host;
   log::init(m_world_rank, m_host);
+  if (!init) return;  // one rank, no communicator (rank 0 of 1, m_verdict MPI_COMM_NULL)
   ATLAS_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &m_verdict));
   MPI_Comm_set_errhandler(m_verdict, MPI_ERRORS_RETURN);
   m_tag_ub = tag_upper_bound();  // queried once, here
