@@ -70,8 +70,8 @@ int cmd_plan(Context& ctx) {
       (cfg.cluster.may_hold_data_of(dc) ? yes : no) +=
           fmt::format("{}{}", (cfg.cluster.may_hold_data_of(dc) ? yes : no).empty() ? "" : ", ", cfg.cluster.dcs[static_cast<std::size_t>(dc)]);
     fmt::print("# data residency (cluster.may_hold_data): the first stage (reads the training data, holds the "
-               "embedding) and the last (LM head, tied to the embedding) only in {}; {} may hold middle stages only\n",
-               yes.empty() ? "none" : yes, no.empty() ? "no DC" : no);
+               "embedding) and the last (LM head, tied to the embedding) {}; {} may hold middle stages only\n",
+               yes.empty() ? "in no DC (every DC is marked 0)" : "only in " + yes, no.empty() ? "no DC" : no);
   }
 
   plan::PlanResult r;
@@ -107,14 +107,8 @@ int cmd_plan(Context& ctx) {
                setting);
   }
   if (chosen.power_kw > 0) {
-    fmt::print("\n# the chosen plan draws {:.1f} kW (GPUs x board power x PUE): {:.4g} kWh a step", chosen.power_kw,
-               chosen.energy_kwh_per_step);
-    if (!cfg.cluster.carbon_g_per_kwh.empty()) fmt::print(", {:.4g} kg CO2 a step", chosen.co2_kg_per_step);
-    if (cfg.run.steps > 0) {
-      fmt::print("; run.steps = {}: {:.4g} MWh", cfg.run.steps, chosen.energy_kwh_per_step * cfg.run.steps / 1e3);
-      if (!cfg.cluster.carbon_g_per_kwh.empty()) fmt::print(", {:.4g} t CO2", chosen.co2_kg_per_step * cfg.run.steps / 1e3);
-    }
-    fmt::print("\n");
+    fmt::print("\n# the chosen plan draws {}\n",
+               plan::energy_summary(cfg, prof, plan::plan_gpus_per_dc(chosen), chosen.step_ms));
   }
   const Config out = plan::plan_config(cfg, chosen);
   std::string text = fmt::format("# atlas plan of {}: {} GPUs, predicted step {:.3f} s, {:.0f} tokens/s, "

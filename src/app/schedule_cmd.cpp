@@ -75,7 +75,7 @@ int cmd_schedule(Context& ctx) {
                onefoneb > 0 ? fmt::format("{:.3f}", t.step_ms / onefoneb) : std::string("-"),
                mem.peak_bytes / static_cast<double>(units::kGiB), depth,
                std::string(sched::is_split(t) ? "  split B+W" : "") + (mem.fits() ? "" : "  DOES NOT FIT"));
-    if (!mem.fits()) misfits += "# WARNING: " + sched::memory_misfit(mem, t, sched::device_profile(cfg).name) + "\n";
+    if (!mem.fits()) misfits += "# WARNING: " + sched::memory_misfit(mem, t, cfg, sched::device_profile(cfg).name) + "\n";
   }
   fmt::print("# memory limit: {:.2f} GiB usable per GPU ({})\n{}", cost.memory_limit_bytes / static_cast<double>(units::kGiB),
              sched::device_profile(cfg).name, misfits);

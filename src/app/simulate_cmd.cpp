@@ -19,6 +19,7 @@
 #include "atlas/bubbletea/cost.hpp"
 #include "atlas/deck/deck.hpp"
 #include "atlas/plan/designs.hpp"
+#include "atlas/plan/planner.hpp"
 #include "atlas/runtime/profile_reader.hpp"
 #include "atlas/runtime/profile_writer.hpp"
 #include "atlas/sched/memory.hpp"
@@ -274,24 +275,28 @@ int cmd_simulate(Context& ctx) {
     }();
     fmt::print("# deck {}: {} GPUs (tp {} x pp {} x dp {}), {} micro-batches of {}, profile {}\n", path, c.gpus, c.tp,
                c.pp, c.dp, c.micro_batches, c.micro_batch_size, prof.name);
-    fmt::print("# {:<58} {:>12} {:>10} {:>10}\n", "design", "step_s", "util%", "vs (c)");
+    const std::string name_a =
+        fmt::format("(a) DP across DCs, {} pipelines of {} stages, WAN all-reduce 1 flow", c.pipelines_a, c.stages_a);
+    const std::string name_c = fmt::format("(c) ATLAS: {} rails, temporal sharing, heuristic placement", cfg.wan.rails);
+    // The design column as wide as its longest name, so every row's figures line up.
+    const std::size_t w = std::max<std::size_t>({58, name_a.size(), name_c.size()});
+    fmt::print("# {:<{}} {:>12} {:>10} {:>10}\n", "design", w, "step_s", "util%", "vs (c)");
     auto row = [&](const std::string& name, double ms, double util) {
-      fmt::print("  {:<58} {:>12.3f} {:>9.1f}% {:>9.2f}x\n", name, ms / 1e3, 100 * util, ms / c.step_c_ms);
+      fmt::print("  {:<{}} {:>12.3f} {:>9.1f}% {:>9.2f}x\n", name, w, ms / 1e3, 100 * util, ms / c.step_c_ms);
     };
     if (c.a_fits) {
-      row(fmt::format("(a) DP across DCs, {} pipelines of {} stages, WAN all-reduce 1 flow", c.pipelines_a, c.stages_a),
-          c.step_a_ms, c.util_a);
+      row(name_a, c.step_a_ms, c.util_a);
       row("(a') the same, WAN all-reduce at full link capacity", c.step_a_cap_ms, c.util_a_cap);
     } else {
-      fmt::print("  {:<58} {:>12}\n", "(a) DP across DCs", "no whole-model pipeline fits one DC's GPUs");
+      fmt::print("  {:<{}} {:>12}\n", "(a) DP across DCs", w, "no whole-model pipeline fits one DC's GPUs");
     }
     row("(b) PP across DCs, 1F1B, 1 TCP flow per transfer, shared", c.step_b_ms, c.util_b);
-    row(fmt::format("(c) ATLAS: {} rails, temporal sharing, heuristic placement", cfg.wan.rails), c.step_c_ms, c.util_c);
-    fmt::print("  {:<58} {:>12.3f} {:>9.1f}% {:>9.2f}x   (tp {} x pp {} x dp {} = {} GPUs in {} DC(s))\n",
-               "(c*) ATLAS planner's fastest plan, same GPUs and batch", c.step_plan_ms / 1e3, 100 * c.util_plan,
+    row(name_c, c.step_c_ms, c.util_c);
+    fmt::print("  {:<{}} {:>12.3f} {:>9.1f}% {:>9.2f}x   (tp {} x pp {} x dp {} = {} GPUs in {} DC(s))\n",
+               "(c*) ATLAS planner's fastest plan, same GPUs and batch", w, c.step_plan_ms / 1e3, 100 * c.util_plan,
                c.step_plan_ms / c.step_c_ms, c.plan_tp, c.plan_pp, c.plan_dp, c.plan_gpus, c.plan_dcs);
-    fmt::print("  {:<58} {:>12} {:>9.1f}%   (Idle slots filled by {}-token prefills)\n", "(d) ATLAS + BubbleTea (modelled)",
-               "-", 100 * c.util_d, opt.prefill_tokens);
+    fmt::print("  {:<{}} {:>12} {:>9.1f}%   (Idle slots filled by {}-token prefills)\n", "(d) ATLAS + BubbleTea (modelled)",
+               w, "-", 100 * c.util_d, opt.prefill_tokens);
     return 0;
   }
 
@@ -315,7 +320,7 @@ int cmd_simulate(Context& ctx) {
   // memory, the limit and the fixes (--ignore-memory times it anyway, flagged).
   const sched::ScheduleMemory mem = sched::memory_per_gpu(r.cost, r.table);
   if (!mem.fits() && !args.flag("ignore-memory"))
-    throw ConfigError(sched::memory_misfit(mem, r.table, prof.name) +
+    throw ConfigError(sched::memory_misfit(mem, r.table, cfg, prof.name) +
                       "\n  (atlas simulate --ignore-memory times it anyway)");
   fmt::print("{}", in_situ_note);
   if (mem.known())
@@ -323,6 +328,13 @@ int cmd_simulate(Context& ctx) {
                mem.peak_bytes / static_cast<double>(units::kGiB), mem.peak_stage,
                mem.limit_bytes / static_cast<double>(units::kGiB), prof.name,
                mem.fits() ? "" : ": DOES NOT FIT (--ignore-memory)");
+  {
+    std::vector<int> gpus;
+    for (int dc = 0; dc < cfg.cluster.dc_count(); ++dc) gpus.push_back(static_cast<int>(cfg.parallel.ranks_in_dc(dc)));
+    for (const auto& w : plan::power_overruns(cfg, prof)) std::fprintf(stderr, "WARNING: %s\n", w.c_str());
+    if (const std::string e = plan::energy_summary(cfg, prof, gpus, r.step_ms); !e.empty())
+      fmt::print("# power: {} GPUs draw {}\n", cfg.parallel.world_size(), e);
+  }
   fmt::print("# deck {}: {}{}\n", path,
              opt.source == sim::TableSource::Deck ? "the runtime's schedule table, timed by the simulator"
                                                   : "a schedule table built from the simulator's costs (--search)",

@@ -424,8 +424,9 @@ void build(Schema& schema) {
       .def("1f1b").help("pipeline schedule: gpipe, 1f1b or atlas (temporal WAN sharing)");
   b.field("schedule.fwd_ms_per_layer", &C::schedule, &ScheduleCfg::fwd_ms_per_layer).def("0")
       .min(0).max(1e6).help("forward time of one block for one micro-batch, ms; 0 = estimate from FLOPs");
-  b.field("schedule.bwd_over_fwd", &C::schedule, &ScheduleCfg::bwd_over_fwd).def("2").min(0.1).max(1e3)
-      .help("backward time as a multiple of forward time");
+  b.field("schedule.bwd_over_fwd", &C::schedule, &ScheduleCfg::bwd_over_fwd).def("0").min(0).max(1e3)
+      .help("backward time as a multiple of forward time, with schedule.fwd_ms_per_layer or "
+            "schedule.device_tflops (0 = 2); without them the device profile costs the backward");
   b.field("schedule.device_tflops", &C::schedule, &ScheduleCfg::device_tflops).def("0").min(0).max(1e6)
       .help("achieved TFLOP/s per rank for the FLOP estimate; 0 = the plan.gpu profile");
   b.field("schedule.atlas_max_stagger", &C::schedule, &ScheduleCfg::atlas_max_stagger).def("0")
@@ -759,7 +760,7 @@ std::string Schema::markdown() const {
         "bounded too (at most "
      << fmt_num(limits::kMaxGlobalBatch) << " sequences per step, and a schedule table of at most "
      << fmt_num(limits::kMaxScheduleSlots)
-     << " slots, estimated as 6 x train.micro_batches x stages x parallel.dp_size). A deck is a "
+     << " slots, estimated as 6 x train.micro_batches x stages x parallel.dp_size x schedule.virtual_stages). A deck is a "
         "regular file of at most 16 MiB.\n";
   std::string section;
   for (const auto& k : m_keys) {

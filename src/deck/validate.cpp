@@ -312,13 +312,23 @@ void check_sizes(const Config& c, std::vector<std::string>& out) {
                   str(ranks) + " ranks, more than " + str(limits::kMaxRanks) +
                   "\n  hint: lower parallel.dp_size or parallel.tp_size");
   const double slots = 6.0 * t.micro_batches * pp * p.dp_size * c.schedule.virtual_stages;
-  if (slots > limits::kMaxScheduleSlots)
-    out.push_back("train.micro_batches (" + std::to_string(t.micro_batches) +
-                  ") x parallel.stages_per_dc (" + std::to_string(pp) + " stages) x parallel.dp_size (" +
-                  std::to_string(p.dp_size) + ") make a schedule table of about " + str(slots) +
-                  " slots (6 per micro-batch, stage and pipeline), more than " +
-                  str(limits::kMaxScheduleSlots) +
-                  "\n  hint: lower train.micro_batches (a larger train.micro_batch_size keeps the global batch)");
+  if (slots > limits::kMaxScheduleSlots) {
+    const int v = c.schedule.virtual_stages;
+    // Only the factors that can come down, the one that keeps the global batch first.
+    std::vector<std::string> fixes;
+    if (t.micro_batches > 1) fixes.emplace_back("lower train.micro_batches (a larger train.micro_batch_size keeps the global batch)");
+    if (v > 1) fixes.emplace_back("lower schedule.virtual_stages");
+    if (p.dp_size > 1) fixes.emplace_back("fewer DP pipelines (parallel.dp_size)");
+    if (pp > 1) fixes.emplace_back("fewer stages (parallel.stages_per_dc)");
+    std::string hint;
+    for (std::size_t i = 0; i < fixes.size(); ++i) hint += (i == 0 ? "" : i + 1 == fixes.size() ? ", or " : ", ") + fixes[i];
+    out.push_back("train.micro_batches (" + std::to_string(t.micro_batches) + ") x parallel.stages_per_dc (" +
+                  std::to_string(pp) + " stages) x parallel.dp_size (" + std::to_string(p.dp_size) + ")" +
+                  (v > 1 ? " x schedule.virtual_stages (" + std::to_string(v) + ")" : std::string()) +
+                  " make a schedule table of about " + str(slots) + " slots (6 per micro-batch, stage" +
+                  (v > 1 ? ", model chunk" : "") + " and pipeline), more than " + str(limits::kMaxScheduleSlots) +
+                  "\n  hint: " + hint);
+  }
 }
 
 }  // namespace

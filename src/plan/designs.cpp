@@ -58,6 +58,36 @@ void check_valid(const Config& c, const char* what) {
   ATLAS_ASSERT(problems.empty(), what << " made an invalid deck: " << problems.front());
 }
 
+/// Cuts `c` (a copy of `base`) down to DC `dc` alone: design (a) times one DC's job, so every
+/// per-DC list keeps that DC's entry (a list of one entry is every DC's and stays).
+void keep_only_dc(ClusterCfg& c, const ClusterCfg& base, int dc) {
+  const auto i = static_cast<std::size_t>(dc);
+  const auto n = static_cast<std::size_t>(base.dc_count());
+  auto keep = [&](auto& list) {
+    if (list.size() == n) list = {list[i]};
+  };
+  c.dcs = {base.dcs[i]};
+  c.gpus_per_dc = {base.gpus_per_dc[i]};
+  c.latency_ms = {0.0};
+  c.bandwidth_gbps = {base.bandwidth_gbps.size() == 1 ? base.bandwidth_gbps[0] : 100.0};
+  c.price_per_gpu_hour.clear();
+  c.bind_hosts = {base.bind_hosts.front()};
+  keep(c.power_mw);
+  keep(c.pue);
+  keep(c.carbon_g_per_kwh);
+  keep(c.may_hold_data);
+}
+
+/// The grid's DCs are made up (dc0, dc1, ...): the deck's per-DC budgets, carbon intensities and
+/// residency marks name other DCs, so they do not apply (one PUE for every DC stays).
+void drop_per_dc_settings(ClusterCfg& c) {
+  c.price_per_gpu_hour.clear();
+  c.power_mw.clear();
+  if (c.pue.size() > 1) c.pue.clear();
+  c.carbon_g_per_kwh.clear();
+  c.may_hold_data.clear();
+}
+
 }  // namespace
 
 Comparison compare_designs(const Config& cfg, const sched::DeviceProfile& prof, const CompareOptions& opt) {
@@ -188,13 +218,8 @@ Comparison compare_designs(const Config& cfg, const sched::DeviceProfile& prof, 
 
       // One DC's job: d_max pipelines of k stages (the busiest DC sets the step).
       Config ca = cfg;
-      const std::string name = cfg.cluster.dcs[static_cast<std::size_t>(dc_max)];
-      ca.cluster.dcs = {name};
+      keep_only_dc(ca.cluster, cfg.cluster, dc_max);
       ca.cluster.gpus_per_dc = {gpus_dc[static_cast<std::size_t>(dc_max)]};
-      ca.cluster.latency_ms = {0.0};
-      ca.cluster.bandwidth_gbps = {cfg.cluster.bandwidth_gbps.size() == 1 ? cfg.cluster.bandwidth_gbps[0] : 100.0};
-      ca.cluster.price_per_gpu_hour.clear();
-      ca.cluster.bind_hosts = {cfg.cluster.bind_hosts.front()};
       ca.parallel.stages_per_dc = {k};
       ca.parallel.dp_size = d_max;
       ca.model.layers_per_stage = cfg.model.layers % k == 0 ? std::vector<int>{} : split_layers(cfg.model.layers, k);
@@ -253,7 +278,7 @@ Config grid_config(const Config& base, const sched::DeviceProfile& prof, const s
     c.cluster.latency_ms[static_cast<std::size_t>(i * n + i)] = 0.0;
     c.cluster.bandwidth_gbps[static_cast<std::size_t>(i * n + i)] = 0.0;
   }
-  c.cluster.price_per_gpu_hour.clear();
+  drop_per_dc_settings(c.cluster);
   c.cluster.bind_hosts = {base.cluster.bind_hosts.front()};
   c.parallel.stages_per_dc.assign(static_cast<std::size_t>(n), k);
   c.parallel.dp_size = dp;

@@ -234,37 +234,6 @@ std::vector<int> chain_order(const Config& cfg, const std::vector<int>& stages_p
   return best.empty() ? std::vector<int>{} : mapped(best);
 }
 
-std::vector<int> powered_gpus(const Config& cfg, const sched::DeviceProfile& prof) {
-  std::vector<int> out = cfg.cluster.gpus_per_dc;
-  if (cfg.cluster.power_mw.empty()) return out;
-  if (!(prof.board_power_w > 0))
-    config_error((std::ostringstream() << "cluster.power_mw needs the device profile's board power, and " << prof.name
-                                                                                    << " has no board_power_w\n  hint: add "
-                                                                                       "board_power_w = WATTS to its profile").str());
-  for (std::size_t dc = 0; dc < out.size(); ++dc) {
-    const double per_gpu_w = prof.board_power_w * cfg.cluster.pue_of(static_cast<int>(dc));
-    const double fit = std::floor(cfg.cluster.power_mw[dc] * 1e6 / per_gpu_w + 1e-9);
-    out[dc] = static_cast<int>(std::min<double>(out[dc], fit));
-  }
-  return out;
-}
-
-double power_kw(const Config& cfg, const sched::DeviceProfile& prof, const Plan& p) {
-  double w = 0.0;
-  for (std::size_t dc = 0; dc < p.stages_per_dc.size(); ++dc)
-    w += static_cast<double>(p.stages_per_dc[dc]) * p.dp * p.tp * prof.board_power_w * cfg.cluster.pue_of(static_cast<int>(dc));
-  return w / 1e3;
-}
-
-double co2_kg_per_hour(const Config& cfg, const sched::DeviceProfile& prof, const Plan& p) {
-  if (cfg.cluster.carbon_g_per_kwh.empty()) return 0.0;
-  double g = 0.0;
-  for (std::size_t dc = 0; dc < p.stages_per_dc.size(); ++dc)
-    g += static_cast<double>(p.stages_per_dc[dc]) * p.dp * p.tp * prof.board_power_w / 1e3 *
-         cfg.cluster.pue_of(static_cast<int>(dc)) * cfg.cluster.carbon_g_per_kwh[dc];
-  return g / 1e3;
-}
-
 PlanObjective effective_objective(const Config& cfg) {
   if (cfg.plan.objective != PlanObjective::Auto) return cfg.plan.objective;
   return cfg.plan.deadline_s > 0 ? PlanObjective::Cost : PlanObjective::Time;
@@ -384,9 +353,9 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
   // Price, energy and emissions per step follow the step time.
   auto set_step = [&](Plan& p, double step_ms) {
     p.cost_per_step = price_per_hour(cfg, p) * step_ms / 3.6e6;
-    p.power_kw = power_kw(cfg, prof, p);
+    p.power_kw = power_kw(cfg, prof, plan_gpus_per_dc(p));
     p.energy_kwh_per_step = p.power_kw * step_ms / 3.6e6;
-    p.co2_kg_per_step = co2_kg_per_hour(cfg, prof, p) * step_ms / 3.6e6;
+    p.co2_kg_per_step = co2_kg_per_hour(cfg, prof, plan_gpus_per_dc(p)) * step_ms / 3.6e6;
   };
   // Closed-form step estimate of a placed plan (pruning only) and its price at that estimate.
   auto estimate = [&](Plan& p, const ModelCfg& mm) {
@@ -511,10 +480,24 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
     throw ConfigError(fmt::format(
         "no plan fits: the model ({:.1f}B parameters) needs {:.1f} GiB per GPU at the largest tp*pp "
         "(tp {} x pp {}, micro-batch size 1: {:.1f} GiB weights/grads/Adam + {:.1f} GiB activations), "
-        "{} has {:g} GiB ({:.1f} GiB usable)\n  hint: add GPUs (pp is limited to the free GPUs / tp and to "
-        "model.layers), raise plan.max_tp, or use a larger-memory plan.gpu",
+        "{} has {:g} GiB ({:.1f} GiB usable)\n  hint: {}",
         static_cast<double>(model.parameter_count()) / 1e9, gib(e.total()), tp, pp, gib(e.state_bytes),
-        gib(e.activation_bytes), prof.name, prof.memory_gib, gib(usable)));
+        gib(e.activation_bytes), prof.name, prof.memory_gib, gib(usable), [&] {
+          const std::string limited = power_limited_dcs(cfg, free_gpus);
+          std::string h = limited.empty() ? "add GPUs (pp is limited to the free GPUs / tp and to model.layers)"
+                                          : fmt::format("raise cluster.power_mw (pp is limited to the GPUs the "
+                                                        "budgets power / tp, and {}), or add GPUs",
+                                                        limited);
+          // A larger tp helps only up to the node's size (tp stays inside a node).
+          if (tp < cfg.cluster.gpus_per_node && tp == cfg.plan.max_tp)
+            h += fmt::format(", raise plan.max_tp (up to cluster.gpus_per_node = {})", cfg.cluster.gpus_per_node);
+          else if (tp == cfg.cluster.gpus_per_node && cfg.plan.max_tp > cfg.cluster.gpus_per_node)
+            h += fmt::format(" (tp stays inside a node: cluster.gpus_per_node = {} caps it, so plan.max_tp above that "
+                             "adds nothing)",
+                             cfg.cluster.gpus_per_node);
+          if (cfg.train.recompute != Recompute::Full) h += ", set train.recompute = full";
+          return h + ", or use a larger-memory plan.gpu";
+        }()));
   }
   if (cands.empty() && residency_rejected > 0) {
     std::string allowed;
@@ -529,16 +512,31 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
                 "a DC marked 1 ("
                     << (allowed.empty() ? std::string("none is") : allowed) << "), not in " << denied << "; "
                     << residency_rejected << " placements that fit memory and the free GPUs put an end stage elsewhere"
-                    << "\n  hint: mark another DC 1 in cluster.may_hold_data, or add GPUs to "
-                    << (allowed.empty() ? std::string("a DC marked 1") : allowed)
-                    << " so a pipeline can start and end there").str());
+                    << "\n  hint: "
+                    << (allowed.empty()
+                            ? std::string("mark at least one DC 1 in cluster.may_hold_data")
+                            : "mark another DC 1 in cluster.may_hold_data, or add GPUs to " + allowed +
+                                  [&] {
+                                    std::vector<int> only = free_gpus;
+                                    for (int dc = 0; dc < cfg.cluster.dc_count(); ++dc)
+                                      if (!cfg.cluster.may_hold_data_of(dc)) only[static_cast<std::size_t>(dc)] = cfg.cluster.gpus_per_dc[static_cast<std::size_t>(dc)];
+                                    const std::string limited = power_limited_dcs(cfg, only);
+                                    return limited.empty() ? std::string()
+                                                           : " or raise its cluster.power_mw (" + limited + ")";
+                                  }() +
+                                  " so a pipeline can start and end there")).str());
   }
   if (cands.empty()) {
+    // The GPUs each DC may use: its free ones, or what its power budget powers.
     std::string free;
     for (std::size_t dc = 0; dc < cfg.cluster.dcs.size(); ++dc)
-      free += fmt::format("{}{}={}", free.empty() ? "" : ", ", cfg.cluster.dcs[dc], cfg.cluster.gpus_per_dc[dc]);
+      free += fmt::format("{}{}={}{}", free.empty() ? "" : ", ", cfg.cluster.dcs[dc], free_gpus[dc],
+                          free_gpus[dc] < cfg.cluster.gpus_per_dc[dc]
+                              ? fmt::format(" (of {} free: cluster.power_mw)", cfg.cluster.gpus_per_dc[dc])
+                              : "");
     const Plan& s = smallest_unplaced;
-    const int largest_dc = *std::max_element(cfg.cluster.gpus_per_dc.begin(), cfg.cluster.gpus_per_dc.end());
+    const int largest_dc = *std::max_element(free_gpus.begin(), free_gpus.end());
+    const std::string limited = power_limited_dcs(cfg, free_gpus);
     // The hint names what would help this shape: a stage too big for every DC needs a bigger DC
     // (or, with dp > 1, fewer DP pipelines); a global batch change never helps a dp-1 shape.
     std::string hint;
@@ -554,10 +552,13 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
       hint = fmt::format("add GPUs (the stages need {} DC slots of {} GPUs), or use a larger-memory plan.gpu", s.pp, s.tp);
     else
       hint = "add GPUs, or lower the global batch (train.micro_batches) so fewer DP pipelines are needed";
+    if (!limited.empty()) hint = "raise cluster.power_mw where it limits a DC: " + limited + "; or " + hint;
+    else if (cfg.train.recompute != Recompute::Full)
+      hint += ", or set train.recompute = full (less activation memory: smaller shapes fit)";
     throw ConfigError(fmt::format(
-        "no plan fits the free GPUs: the smallest shape that fits memory (tp {} x pp {} x dp {} = {} GPUs) "
+        "no plan fits the {} GPUs: the smallest shape that fits memory (tp {} x pp {} x dp {} = {} GPUs) "
         "needs {} stages of {} GPUs each, every stage inside one DC, but the DCs have {}\n  hint: {}",
-        s.tp, s.pp, s.dp, s.gpus, s.pp, s.dp * s.tp, free, hint));
+        limited.empty() ? "free" : "powered", s.tp, s.pp, s.dp, s.gpus, s.pp, s.dp * s.tp, free, hint));
   }
 
   // ---- simulate the promising plans ----
@@ -754,11 +755,13 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
                              which.size());
         },
         SplitBackward::Auto);
-    for (std::size_t i : which)
+    for (std::size_t i : which) {
       if (trial[i].split_backward && trial[i].step_ms < res.plans[i].step_ms * (1 - 1e-4)) {
         trial[i].fully_timed = true;
         res.plans[i] = trial[i];
       }
+      res.plans[i].split_tried = true;
+    }
   };
   std::vector<char> group;  // res.plans[i]'s Pick
   for (std::size_t i = 0; i < cands.size(); ++i)
@@ -932,6 +935,20 @@ std::string what_if_table(const PlanResult& r, const Config& cfg, int rows) {
     if (energy) out += fmt::format(" {:>9.1f} {:>10.4g}", p.power_kw, p.energy_kwh_per_step);
     if (carbon) out += fmt::format(" {:>11.4g}", p.co2_kg_per_step);
     out += fmt::format("  {}\n", note);
+  }
+  // With split_backward = auto only the plans that could be chosen get the split's timing: say
+  // which rows, so a row timed unsplit is not read as the split's verdict.
+  if (cfg.schedule.split_backward == SplitBackward::Auto) {
+    std::string tried;
+    bool untried = false;
+    for (int i : shown) {
+      if (r.plans[static_cast<std::size_t>(i)].split_tried) tried += fmt::format("{}{}", tried.empty() ? "" : ", ", i + 1);
+      else untried = true;
+    }
+    if (untried)
+      out += fmt::format("# the split backward (B + W) was timed for {} (the plans that could be chosen) and kept where "
+                         "faster; the other rows are timed unsplit (schedule.split_backward = on splits every row)\n",
+                         tried.empty() ? std::string("no row shown") : "rows " + tried);
   }
   return out;
 }

@@ -260,9 +260,9 @@ BlockCost block_cost(const Config& cfg, int tp, const DeviceProfile& p) {
   if (cfg.schedule.fwd_ms_per_layer > 0) {
     // A measured block time stands for everything the block does; the head scales by FLOPs.
     c.fwd_ms = cfg.schedule.fwd_ms_per_layer;
-    c.bwd_ms = c.fwd_ms * cfg.schedule.bwd_over_fwd;
+    c.bwd_ms = c.fwd_ms * cfg.schedule.bwd_ratio();
     c.head_fwd_ms = c.fwd_ms * head_flops / block_flops;
-    c.head_bwd_ms = c.head_fwd_ms * cfg.schedule.bwd_over_fwd;
+    c.head_bwd_ms = c.head_fwd_ms * cfg.schedule.bwd_ratio();
     c.flops_per_s = block_flops / tp / (c.fwd_ms * 1e-3);
     // The same FLOP fractions split the measured backward (recompute, added below, is B's).
     c.bwd_weight_ms = c.bwd_ms * block_weight_grad_fraction(m);
@@ -276,7 +276,7 @@ BlockCost block_cost(const Config& cfg, int tp, const DeviceProfile& p) {
   double ratio = p.bwd_ratio(rank_flops);
   if (cfg.schedule.device_tflops > 0) {
     c.flops_per_s = cfg.schedule.device_tflops * 1e12;
-    ratio = cfg.schedule.bwd_over_fwd;
+    ratio = cfg.schedule.bwd_ratio();
   } else {
     c.flops_per_s = p.fwd_flops_per_s(rank_flops);
   }

@@ -88,20 +88,31 @@ ScheduleMemory memory_per_gpu(const Config& cfg, const topo::Layout& layout, con
   return memory_per_gpu(cost_model(cfg, layout), table);
 }
 
-std::string memory_misfit(const ScheduleMemory& mem, const ScheduleTable& table, const std::string& device_name) {
+std::string memory_misfit(const ScheduleMemory& mem, const ScheduleTable& table, const Config& cfg,
+                          const std::string& device_name) {
   if (mem.fits()) return {};
   const auto gib = [](double b) { return b / static_cast<double>(units::kGiB); };
   const int depth = mem.depth[static_cast<std::size_t>(mem.peak_stage)];
+  // Only fixes the deck has not taken already.
+  std::vector<std::string> fixes;
+  if (table.kind == ScheduleKind::GPipe)
+    fixes.emplace_back("fewer micro-batches in flight (schedule.kind = 1f1b, or atlas, which searches its depth under "
+                       "the limit)");
+  if (cfg.train.micro_batch_size > 1) fixes.emplace_back("a smaller train.micro_batch_size");
+  if (cfg.train.recompute != Recompute::Full)
+    fixes.emplace_back("train.recompute = full (each block keeps only its input and runs its forward again)");
+  fixes.emplace_back("more pipeline stages (parallel.stages_per_dc)");
+  if (cfg.parallel.tp_size < cfg.cluster.gpus_per_node) fixes.emplace_back("a larger parallel.tp_size");
+  fixes.emplace_back("a device with more memory (plan.gpu, or memory_gib in its profile)");
+  std::string hint;
+  for (std::size_t i = 0; i < fixes.size(); ++i)
+    hint += (i == 0 ? "" : i + 1 == fixes.size() ? ", or " : ", ") + fixes[i];
   return fmt::format(
       "the {} schedule needs {:.1f} GiB per GPU (stage {}: {:.1f} GiB of weights, gradients and optimizer state + "
-      "{:.1f} GiB of activations for {} {}{} in flight), more than the {:.1f} GiB usable on {}\n"
-      "  hint: fewer micro-batches in flight (schedule.kind = 1f1b or atlas, which searches its depth under the "
-      "limit), a smaller train.micro_batch_size, more pipeline stages (parallel.stages_per_dc) or a larger "
-      "parallel.tp_size, or a device with more memory (plan.gpu, or memory_gib in its profile)",
+      "{:.1f} GiB of activations for {} {}{} in flight), more than the {:.1f} GiB usable on {}\n  hint: {}",
       to_string(table.kind), gib(mem.peak_bytes), mem.peak_stage, gib(mem.peak_state_bytes),
       gib(mem.peak_bytes - mem.peak_state_bytes), depth, table.virtual_stages > 1 ? "chunk pass" : "micro-batch",
-      depth == 1 ? "" : "es", gib(mem.limit_bytes),
-      device_name);
+      depth == 1 ? "" : "es", gib(mem.limit_bytes), device_name, hint);
 }
 
 }  // namespace atlas::sched

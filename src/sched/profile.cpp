@@ -588,21 +588,32 @@ std::optional<GpuKind> gpu_kind_of_device(std::string_view device_name) {
   return std::nullopt;
 }
 
+std::string ignored_costing_keys_note(const Config& cfg) {
+  if (!cfg.schedule.bwd_over_fwd_ignored()) return {};
+  return fmt::format("WARNING: schedule.bwd_over_fwd = {:g} has no effect: it scales the forward time that "
+                     "schedule.fwd_ms_per_layer or schedule.device_tflops gives, and neither is set (the {} device "
+                     "profile costs each pass's kernels, the backward's included)\n  hint: set one of them, or "
+                     "remove schedule.bwd_over_fwd\n",
+                     cfg.schedule.bwd_over_fwd, to_string(offline_gpu(cfg)));
+}
+
 std::string offline_costing_note(const Config& cfg) {
-  if (offline_gpu(cfg) == cfg.plan.gpu) return {};
-  return fmt::format("note: device.backend = cuda leaves plan.gpu = host: costed with the {} device profile (a run "
+  const std::string ignored = ignored_costing_keys_note(cfg);
+  if (offline_gpu(cfg) == cfg.plan.gpu) return ignored;
+  return ignored + fmt::format("note: device.backend = cuda leaves plan.gpu = host: costed with the {} device profile (a run "
                      "costs the GPU it runs on); set plan.gpu = a100, h100 or h200 to cost another\n",
                      to_string(offline_gpu(cfg)));
 }
 
 RunCosting run_costing(const Config& cfg, std::string_view device_name) {
   const char* measure = "atlas profile --gemm --backend cuda --update profiles/device/{}.profile";
+  const std::string ignored = ignored_costing_keys_note(cfg);
   if (cfg.device.backend != Backend::Cuda || cfg.plan.gpu != GpuKind::Host)
     return {cfg.plan.gpu,
-            cfg.device.backend == Backend::Cuda
+            ignored + (cfg.device.backend == Backend::Cuda
                 ? fmt::format("# table costed with the {} device profile (plan.gpu); measure its GEMM curve with `{}`\n",
                               to_string(cfg.plan.gpu), fmt::format(fmt::runtime(measure), to_string(cfg.plan.gpu)))
-                : std::string()};
+                : std::string())};
   const std::optional<GpuKind> found = gpu_kind_of_device(device_name);
   const GpuKind gpu = found.value_or(offline_gpu(cfg));  // no GPU named: what the offline commands use
   const std::string why =
@@ -610,7 +621,7 @@ RunCosting run_costing(const Config& cfg, std::string_view device_name) {
             : fmt::format("no a100/h100/h200 in the device's name '{}': the nearest built-in GPU profile; set plan.gpu "
                           "to a profile of this GPU",
                           device_name.empty() ? std::string_view("(not known)") : device_name);
-  return {gpu, fmt::format("# table costed with the {} device profile (device.backend = cuda leaves plan.gpu = host: "
+  return {gpu, ignored + fmt::format("# table costed with the {} device profile (device.backend = cuda leaves plan.gpu = host: "
                            "{}); measure its GEMM curve with `{}`\n",
                            to_string(gpu), why, fmt::format(fmt::runtime(measure), to_string(gpu)))};
 }

@@ -31,6 +31,15 @@ atlas_cli_test(cli_simulate_shared_host
 atlas_cli_test(cli_simulate_175b "4608 GPUs.*tokens_per_s" simulate inputs/sim_gpt175b_4dc.deck)
 atlas_cli_test(cli_simulate_compare "\\(a\\) DP across DCs.*\\(b\\) PP across DCs.*\\(c\\) ATLAS.*\\(c\\*\\).*\\(d\\)"
                simulate inputs/sim_two_dc_cpu.deck --compare)
+# Per-DC power budgets in the deck: --compare keeps them with each design's DCs (it was an internal
+# error), and simulate names a DC whose layout needs more than its budget and prints what the
+# layout draws (GPUs x board power x PUE, energy a step and for run.steps).
+atlas_cli_test(cli_simulate_compare_power "\\(a\\) DP across DCs.*\\(b\\) PP across DCs.*\\(c\\) ATLAS"
+               simulate inputs/plan_70b_4dc.deck "cluster.power_mw=1 1 1 1" "cluster.carbon_g_per_kwh=400 300 200 100" --compare)
+add_test(NAME cli_simulate_power
+  COMMAND bash -c "set -u; out=$($<TARGET_FILE:atlas> simulate inputs/plan_70b_4dc.deck 'cluster.power_mw=0.1 0.1 0.1 0.1' run.steps=1000 2>&1) || exit 1; echo \"$out\"; grep -Eq 'WARNING: DC [a-z0-9-]+ runs [0-9]+ GPUs, but its budget cluster.power_mw = 0.1 MW powers [0-9]+ ' <<<\"$out\" && grep -Eq '^# power: [0-9]+ GPUs draw [0-9.]+ kW \\(GPUs x board power x PUE\\): [0-9.]+ kWh a step; run.steps = 1000: [0-9]+ kWh' <<<\"$out\" || exit 1; out=$($<TARGET_FILE:atlas> simulate inputs/plan_70b_4dc.deck 2>&1) || exit 1; ! grep -q 'budget' <<<\"$out\""
+  WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(cli_simulate_power PROPERTIES LABELS unit TIMEOUT 60)
 atlas_cli_test(cli_simulate_wan "us-east-1 -> eu-west-1"
                simulate inputs/sim_gpt175b_4dc.deck --wan profiles/wan/aws_2017.profile "parallel.stages_per_dc=8 0 8 0")
 atlas_cli_test(cli_plan_deadline "cheapest within deadline.*the plan as a deck.*parallel.stages_per_dc"

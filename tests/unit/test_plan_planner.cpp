@@ -298,6 +298,15 @@ TEST(PlanSearch, TriesTheSplitBackwardAndOffKeepsTheUnsplitPlan) {
   EXPECT_NEAR(b.step_ms, 264.0, 0.5);
   for (const Plan& p : plain.plans) EXPECT_FALSE(p.split_backward);
   EXPECT_THAT(what_if_table(plain, off_cfg, 4), Not(HasSubstr("split backward")));
+  // With auto only the plans that could be chosen get the split's timing: the table says which
+  // rows did, so a row timed unsplit is not read as the split's verdict.
+  EXPECT_TRUE(a.split_tried);
+  const std::string all_rows = what_if_table(split, on_cfg, 100);
+  if (std::any_of(split.plans.begin(), split.plans.end(), [](const Plan& p) { return !p.split_tried; })) {
+    EXPECT_THAT(all_rows, ContainsRegex("# the split backward \\(B \\+ W\\) was timed for rows 1(, [0-9]+)* \\(the plans that could "
+                                        "be chosen\\) and kept where faster; the other rows are timed unsplit"));
+  }
+  EXPECT_THAT(what_if_table(plain, off_cfg, 100), Not(HasSubstr("was timed for")));
   // The plan's deck keeps the deck's setting, so `atlas simulate` of it searches the split too.
   EXPECT_EQ(plan_config(on_cfg, a).schedule.split_backward, SplitBackward::Auto);
 }
@@ -338,7 +347,24 @@ TEST(PlanErrors, AModelThatFitsNoPlanSaysHowMuchItNeeds) {
   EXPECT_THAT(msg, ContainsRegex("no plan fits: the model \\(17[0-9]\\.[0-9]B parameters\\) needs [0-9.]+ GiB per GPU at "
                                  "the largest tp\\*pp \\(tp 8 x pp 2"));
   EXPECT_THAT(msg, HasSubstr("h100 has 80 GiB (72.0 GiB usable)"));
-  EXPECT_THAT(msg, HasSubstr("hint:"));
+  EXPECT_THAT(msg, HasSubstr("hint: add GPUs"));
+  EXPECT_THAT(msg, HasSubstr("set train.recompute = full"));
+  EXPECT_THAT(msg, Not(HasSubstr("plan.max_tp")));  // tp 8 is the node's size already
+  // A plan.max_tp past the node's size cannot help (tp stays inside a node): said, not suggested.
+  EXPECT_THAT(error_of([] {
+                Config cfg = deck(kCluster, {"cluster.gpus_per_dc=8 8 0", "parallel.stages_per_dc=1 0 0", "parallel.dp_size=1",
+                                             "model.layers=96", "model.hidden=12288", "model.heads=96", "plan.max_tp=64"});
+                (void)search(cfg, sched::device_profile(cfg));
+              }),
+              HasSubstr("(tp stays inside a node: cluster.gpus_per_node = 8 caps it, so plan.max_tp above that adds nothing)"));
+  // Below the node's size, raising plan.max_tp is the hint.
+  EXPECT_THAT(error_of([] {
+                Config cfg = deck(kCluster, {"cluster.gpus_per_dc=8 8 0", "parallel.stages_per_dc=1 0 0", "parallel.dp_size=1",
+                                             "parallel.tp_size=1", "model.layers=96", "model.hidden=12288", "model.heads=96",
+                                             "plan.max_tp=2"});
+                (void)search(cfg, sched::device_profile(cfg));
+              }),
+              HasSubstr("raise plan.max_tp (up to cluster.gpus_per_node = 8)"));
 }
 
 TEST(PlanErrors, DcsTooSmallForOneStageGetAHintThatHelps) {
@@ -440,6 +466,62 @@ TEST(PlanPower, APowerCapLimitsTheGpusADcMayUse) {
   EXPECT_THAT(error_of([&] { (void)powered_gpus(cfg, no_power); }), HasSubstr("has no board_power_w"));
 }
 
+TEST(PlanPower, ErrorsNameTheBudgetThatLimits) {
+  // 70B (80 blocks of 8192) fits tp 8 x pp 2 at the least: two stages of 8 GPUs. Budgets of
+  // 4.2 kW = 6 H100s (700 W, PUE 1) per DC leave 18 GPUs, none with a stage's 8: the budgets, not
+  // the free GPUs, are what to raise.
+  const std::string placed = error_of([] {
+    Config cfg = deck(kCluster, {"cluster.power_mw=0.0042 0.0042 0.0042", "cluster.pue=1", "model.layers=80", "model.hidden=8192",
+                                 "model.heads=64"});
+    (void)search(cfg, sched::device_profile(cfg));
+  });
+  EXPECT_THAT(placed, HasSubstr("no plan fits the powered GPUs: the smallest shape that fits memory (tp 8 x pp 2"));
+  EXPECT_THAT(placed, HasSubstr("the DCs have big=6 (of 64 free: cluster.power_mw), mid=6 (of 32 free: "
+                                "cluster.power_mw), small=6 (of 16 free: cluster.power_mw)"));
+  EXPECT_THAT(placed, HasSubstr("hint: raise cluster.power_mw where it limits a DC: big (powers 6 of 64 free), mid "
+                                "(powers 6 of 32 free), small (powers 6 of 16 free)"));
+  // One GPU powered in all: no shape holds the 7B model's 112 GB of state; the hint names the budget.
+  const std::string memory = error_of([] {
+    Config cfg = deck(kCluster, {"cluster.power_mw=0.0007 0 0", "cluster.pue=1"});
+    (void)search(cfg, sched::device_profile(cfg));
+  });
+  EXPECT_THAT(memory, HasSubstr("no plan fits: the model"));
+  EXPECT_THAT(memory, HasSubstr("hint: raise cluster.power_mw (pp is limited to the GPUs the budgets power / tp, and "
+                                "big (powers 1 of 64 free), mid (powers 0 of 32 free), small (powers 0 of 16 free))"));
+  // Residency: only small may hold the end stages, and its budget is what keeps them out.
+  const std::string residency = error_of([] {
+    Config cfg = deck(kCluster, {"cluster.may_hold_data=0 0 1", "cluster.power_mw=1 1 0.0007", "cluster.pue=1", "model.layers=80",
+                                 "model.hidden=8192", "model.heads=64"});
+    (void)search(cfg, sched::device_profile(cfg));
+  });
+  EXPECT_THAT(residency, HasSubstr("no plan meets the data-residency constraint cluster.may_hold_data"));
+  EXPECT_THAT(residency, HasSubstr("or add GPUs to small or raise its cluster.power_mw (small (powers 1 of 16 free))"));
+}
+
+TEST(PlanPower, ADecksOwnLayoutOverItsBudgetIsNamed) {
+  // kCluster's layout: 2 stages x dp 4 x tp 8 = 64 GPUs in big. At 700 W x PUE 1.1 = 770 W a GPU
+  // big's 30.8 kW powers 40 of them; 64 need 49.28 kW.
+  Config cfg = deck(kCluster, {"cluster.power_mw=0.0308 1 1", "cluster.pue=1.1", "run.steps=10"});
+  const sched::DeviceProfile prof = sched::device_profile(cfg);
+  const std::vector<std::string> over = power_overruns(cfg, prof);
+  ASSERT_EQ(over.size(), 1u);
+  EXPECT_THAT(over[0], HasSubstr("DC big runs 64 GPUs, but its budget cluster.power_mw = 0.0308 MW powers 40 (700 W a "
+                                 "GPU x PUE 1.1): 0.0493 MW needed"));
+  EXPECT_THAT(over[0], HasSubstr("hint: give the DC fewer stages"));
+  EXPECT_TRUE(power_overruns(deck(kCluster, {"cluster.power_mw=0.0493 0 0", "cluster.pue=1.1"}), prof).empty());
+  EXPECT_TRUE(power_overruns(deck(kCluster), prof).empty());
+  // What the layout draws: 64 x 0.77 kW = 49.28 kW; a step of one hour is 49.28 kWh, ten 492.8 kWh.
+  EXPECT_EQ(energy_summary(cfg, prof, {64, 0, 0}, 3.6e6),
+            "49.3 kW (GPUs x board power x PUE): 49.3 kWh a step; run.steps = 10: 493 kWh");
+  Config green = deck(kCluster, {"cluster.pue=1.1", "cluster.carbon_g_per_kwh=100 0 0", "run.steps=10"});
+  EXPECT_EQ(energy_summary(green, prof, {64, 0, 0}, 3.6e6),
+            "49.3 kW (GPUs x board power x PUE): 49.3 kWh a step, 4.928 kg CO2 a step; run.steps = 10: 493 kWh, "
+            "0.04928 t CO2");
+  sched::DeviceProfile no_power = prof;
+  no_power.board_power_w = 0;
+  EXPECT_EQ(energy_summary(cfg, no_power, {64, 0, 0}, 3.6e6), "");
+}
+
 TEST(PlanPower, EnergyAndEmissionsAddUp) {
   // GPUs x 700 W x PUE (per DC) x step, and x gCO2/kWh per DC.
   Config cfg = deck(kCluster, {"cluster.pue=1.1 1.3 1.5", "cluster.carbon_g_per_kwh=400 50 700"});
@@ -516,11 +598,12 @@ TEST(PlanResidency, AConstraintNoPlanCanMeetIsAClearError) {
   EXPECT_THAT(msg, HasSubstr("no plan meets the data-residency constraint cluster.may_hold_data"));
   EXPECT_THAT(msg, HasSubstr("a DC marked 1 (small), not in big, mid"));
   EXPECT_THAT(msg, HasSubstr("hint: mark another DC 1 in cluster.may_hold_data, or add GPUs to small"));
-  EXPECT_THAT(error_of([] {
-                Config cfg = deck(kCluster, {"cluster.may_hold_data=0 0 0"});
-                (void)search(cfg, sched::device_profile(cfg));
-              }),
-              HasSubstr("a DC marked 1 (none is)"));
+  const std::string none = error_of([] {
+    Config cfg = deck(kCluster, {"cluster.may_hold_data=0 0 0"});
+    (void)search(cfg, sched::device_profile(cfg));
+  });
+  EXPECT_THAT(none, HasSubstr("a DC marked 1 (none is)"));
+  EXPECT_THAT(none, HasSubstr("hint: mark at least one DC 1 in cluster.may_hold_data"));
   EXPECT_THAT(error_of([] { (void)deck(kCluster, {"cluster.may_hold_data=1 0"}); }),
               HasSubstr("cluster.may_hold_data has 2 entries; give none or one per DC (3)"));
 }
@@ -550,6 +633,27 @@ TEST(PlanDesigns, DpAcrossDcsPaysTheRingAllReduceOverOneFlow) {
   EXPECT_GT(c.step_c_ms, 0);
   EXPECT_GE(c.util_d, c.util_c);
   EXPECT_LE(c.util_d, 1.0 + 1e-12);
+}
+
+TEST(PlanDesigns, PerDcBudgetsCarbonAndResidencyDoNotBreakTheComparison) {
+  // Design (a) times one DC's job and the grid makes up its DCs: every per-DC list must follow
+  // (it was an internal error: "design (a) made an invalid deck: cluster.power_mw has 3 entries").
+  for (const std::string& key : {std::string("cluster.power_mw=1 1 1"), std::string("cluster.pue=1.1 1.2 1.3"),
+                                 std::string("cluster.carbon_g_per_kwh=100 200 300"),
+                                 std::string("cluster.may_hold_data=1 1 0")}) {
+    Config cfg = deck(kCluster, {"parallel.stages_per_dc=1 1 0", "cluster.gpus_per_dc=32 32 0", key});
+    const sched::DeviceProfile prof = sched::builtin_device_profile(GpuKind::H100);
+    Comparison c;
+    EXPECT_NO_THROW(c = compare_designs(cfg, prof)) << key;
+    EXPECT_TRUE(c.a_fits) << key;
+    EXPECT_GT(c.step_a_ms, 0) << key;
+    GridSpec spec;
+    spec.models = {"7b"};
+    spec.dc_counts = {2};
+    spec.latencies_ms = {10};
+    spec.dps = {2};
+    EXPECT_NO_THROW((void)run_grid(cfg, prof, spec, {})) << key;
+  }
 }
 
 TEST(PlanDesigns, GridPointsKeepTheStatedShape) {

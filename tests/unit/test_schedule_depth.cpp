@@ -82,15 +82,32 @@ TEST(Depth, TheMemoryLimitCapsTheDepth) {
   EXPECT_TRUE(mem.fits()) << mem.peak_bytes << " > " << mem.limit_bytes;
   EXPECT_EQ(a.atlas.depth[0], 4) << "as deep as the memory allows: the WAN round trip dominates";
   EXPECT_LE(a.atlas.depth[1], 4);
-  EXPECT_EQ(memory_misfit(mem, a, "test"), "");
+  EXPECT_EQ(memory_misfit(mem, a, Config{}, "test"), "");
   // A limit below even one micro-batch: depth 1 everywhere, and the misfit names it.
   c.memory_limit_bytes = 1e9;
   const ScheduleTable tight = table(c, ScheduleKind::Atlas, 4);
   EXPECT_EQ(tight.atlas.depth, (std::vector<int>{1, 1}));
-  const std::string why = memory_misfit(memory_per_gpu(c, tight), tight, "tiny-gpu");
+  Config deck;  // micro-batch size 1, tp 1 on nodes of 8, recompute auto
+  const std::string why = memory_misfit(memory_per_gpu(c, tight), tight, deck, "tiny-gpu");
   EXPECT_NE(why.find("the atlas schedule needs 1.1 GiB per GPU (stage 1"), std::string::npos) << why;
   EXPECT_NE(why.find("more than the 0.9 GiB usable on tiny-gpu"), std::string::npos) << why;
-  EXPECT_NE(why.find("hint: "), std::string::npos) << why;
+  // The hint offers only what the deck has not done: no depth change for atlas (it searched its
+  // depth) nor a smaller micro-batch of 1; recomputation, stages, tp and a larger device.
+  EXPECT_NE(why.find("hint: train.recompute = full"), std::string::npos) << why;
+  EXPECT_EQ(why.find("schedule.kind"), std::string::npos) << why;
+  EXPECT_EQ(why.find("micro_batch_size"), std::string::npos) << why;
+  EXPECT_NE(why.find("a larger parallel.tp_size"), std::string::npos) << why;
+  // A GPipe table of micro-batches of 4 with full recomputation and tp at the node's size: the
+  // depth and the micro-batch size are offered, recomputation and tp are not.
+  deck.train.micro_batch_size = 4;
+  deck.train.recompute = Recompute::Full;
+  deck.parallel.tp_size = deck.cluster.gpus_per_node;
+  const ScheduleTable g = table(c, ScheduleKind::GPipe, 4);
+  const std::string gpipe = memory_misfit(memory_per_gpu(c, g), g, deck, "tiny-gpu");
+  EXPECT_NE(gpipe.find("hint: fewer micro-batches in flight (schedule.kind = 1f1b"), std::string::npos) << gpipe;
+  EXPECT_NE(gpipe.find("a smaller train.micro_batch_size"), std::string::npos) << gpipe;
+  EXPECT_EQ(gpipe.find("recompute"), std::string::npos) << gpipe;
+  EXPECT_EQ(gpipe.find("tp_size"), std::string::npos) << gpipe;
 }
 
 // The sweep (2-4 DCs x 2-16 stages x dp 1-8 x 1-64 micro-batches x 1-100 ms latency),
@@ -168,7 +185,7 @@ TEST(Depth, AtlasIsNeverSlowerThanGPipeOr1F1BOnEveryExampleDeck) {
     EXPECT_LE(a.step_ms, fastest * (1 + 1e-9)) << name << ": atlas " << a.step_ms << " gpipe " << g.step_ms
                                                 << " 1f1b " << f.step_ms;
     if (mf.fits()) {
-      EXPECT_TRUE(ma.fits()) << name << ": " << memory_misfit(ma, a, "the deck's device");
+      EXPECT_TRUE(ma.fits()) << name << ": " << memory_misfit(ma, a, cfg, "the deck's device");
     }
     EXPECT_LE(ma.peak_bytes, mg.peak_bytes) << name;
     ++decks;

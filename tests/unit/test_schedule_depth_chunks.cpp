@@ -310,7 +310,7 @@ TEST(DepthChunks, AtlasIsNeverSlowerThanInterleaved1F1BOnTheExampleDecks) {
     EXPECT_LE(a.step_ms, f.step_ms * (1 + 1e-9)) << name << ": atlas " << a.step_ms << " 1f1b " << f.step_ms;
     EXPECT_EQ(in_flight_depth(a), a.atlas.depth) << name;
     if (mf.fits()) {
-      EXPECT_TRUE(ma.fits()) << name << ": " << memory_misfit(ma, a, "the deck's device");
+      EXPECT_TRUE(ma.fits()) << name << ": " << memory_misfit(ma, a, cfg, "the deck's device");
     } else {
       EXPECT_LE(ma.peak_bytes, mf.peak_bytes) << name;
     }

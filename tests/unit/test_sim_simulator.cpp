@@ -15,6 +15,7 @@
 #include "atlas/deck/deck.hpp"
 #include "atlas/deck/profiles.hpp"
 #include "atlas/sched/cost_model.hpp"
+#include "atlas/sched/profile.hpp"
 #include "atlas/sim/bench.hpp"
 #include "atlas/sim/cost.hpp"
 #include "atlas/sim/simulator.hpp"
@@ -269,6 +270,38 @@ TEST(SimCost, GpuBlockTimeIsFlopsOverRatePlusTpAllReduces) {
   EXPECT_NEAR(b.fwd_ms, flops / rate * 1e3 + 2 * tp_ar, 1e-12);
   const double recompute = 4.0 * tokens * 2048 * 4096 / 8 / rate * 1e3;  // selective recompute
   EXPECT_NEAR(b.bwd_ms, 2 * flops / rate * 1e3 + recompute + 2 * tp_ar, 1e-12);
+}
+
+// schedule.bwd_over_fwd scales a forward time the deck gives (fwd_ms_per_layer, device_tflops);
+// without one the profile costs the backward itself, and the key's having no effect is said (it
+// was silently ignored: a deck with bwd_over_fwd = 3 timed the same step as without it).
+TEST(SimCost, BwdOverFwdScalesTheDecksForwardAndIsNamedWhereItCannot) {
+  Config cfg = deck(kTwoDc);
+  const DeviceProfile p = builtin_device_profile(GpuKind::H100);
+  cfg.schedule.bwd_over_fwd = 3;
+  EXPECT_FALSE(cfg.schedule.bwd_over_fwd_ignored());
+  EXPECT_DOUBLE_EQ(block_cost(cfg, 1, p).bwd_ms - (p.full_recompute ? 2.0 : 0.0), 6.0);  // 3 x the deck's 2 ms
+  EXPECT_EQ(sched::ignored_costing_keys_note(cfg), "");
+  cfg.schedule.bwd_over_fwd = 0;  // the default: 2 x
+  EXPECT_DOUBLE_EQ(block_cost(cfg, 1, p).bwd_ms - (p.full_recompute ? 2.0 : 0.0), 4.0);
+  // No forward time of the deck's: the profile's kernels decide, bwd_over_fwd changes nothing, and
+  // the offline commands' note and a run's costing note say so.
+  cfg.schedule.fwd_ms_per_layer = 0;
+  cfg.plan.gpu = GpuKind::H100;
+  const double profile_bwd = block_cost(cfg, 1, p).bwd_ms;
+  cfg.schedule.bwd_over_fwd = 3;
+  EXPECT_TRUE(cfg.schedule.bwd_over_fwd_ignored());
+  EXPECT_DOUBLE_EQ(block_cost(cfg, 1, p).bwd_ms, profile_bwd);
+  const std::string note = sched::ignored_costing_keys_note(cfg);
+  EXPECT_THAT(note, ::testing::HasSubstr("WARNING: schedule.bwd_over_fwd = 3 has no effect: it scales the forward time "
+                                         "that schedule.fwd_ms_per_layer or schedule.device_tflops gives, and neither "
+                                         "is set (the h100 device profile"));
+  EXPECT_THAT(note, ::testing::HasSubstr("hint: set one of them, or remove schedule.bwd_over_fwd"));
+  EXPECT_THAT(sched::offline_costing_note(cfg), ::testing::StartsWith(note));
+  EXPECT_THAT(sched::run_costing(cfg, "").note, ::testing::StartsWith(note));
+  cfg.schedule.device_tflops = 400;  // now it scales that forward
+  EXPECT_FALSE(cfg.schedule.bwd_over_fwd_ignored());
+  EXPECT_EQ(sched::ignored_costing_keys_note(cfg), "");
 }
 
 // The GEMM efficiency curve: interpolated in log(min(m, n, k)), clamped; a GEMM is the slower of

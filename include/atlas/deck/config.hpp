@@ -171,7 +171,9 @@ enum class SplitBackward { Auto, On, Off };
 struct ScheduleCfg {
   ScheduleKind kind = ScheduleKind::OneFOneB;  ///< schedule.kind
   double fwd_ms_per_layer = 0.0;  ///< schedule.fwd_ms_per_layer: 0 = estimate from FLOPs
-  double bwd_over_fwd = 2.0;      ///< schedule.bwd_over_fwd: backward / forward time
+  /// schedule.bwd_over_fwd: backward / forward time where the deck sets the forward's
+  /// (fwd_ms_per_layer or device_tflops); 0 = 2 there. The device profile costs it otherwise.
+  double bwd_over_fwd = 0.0;
   double device_tflops = 0.0;     ///< schedule.device_tflops: achieved FLOP/s for the estimate
   int atlas_max_stagger = 0;      ///< schedule.atlas_max_stagger: search bound (0 = auto)
   int atlas_slots = 0;            ///< schedule.atlas_slots: transfers per link at once (0 = search)
@@ -180,6 +182,13 @@ struct ScheduleCfg {
   /// schedule.split_backward: auto = the atlas search keeps the split where it is faster at no
   /// more memory; on = every schedule kind splits; off = tables as without the split.
   SplitBackward split_backward = SplitBackward::Auto;
+
+  /// The backward / forward ratio the deck's own forward time takes (bwd_over_fwd, 2 by default).
+  [[nodiscard]] double bwd_ratio() const { return bwd_over_fwd > 0 ? bwd_over_fwd : 2.0; }
+  /// Whether bwd_over_fwd is given without a forward time it could scale (then it has no effect).
+  [[nodiscard]] bool bwd_over_fwd_ignored() const {
+    return bwd_over_fwd > 0 && !(fwd_ms_per_layer > 0) && !(device_tflops > 0);
+  }
 };
 
 enum class WanTransport { Multirail, Mpi };

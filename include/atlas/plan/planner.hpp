@@ -32,6 +32,7 @@ struct Plan {
   bool simulated = false;
   bool fully_timed = false;           ///< step_ms from the whole atlas search (else one candidate)
   bool split_backward = false;        ///< the timed table splits the backward (B + W; schedule.split_backward)
+  bool split_tried = false;           ///< split_backward = auto: the split was timed for this plan (kept where faster)
   double step_floor_ms = 0.0;         ///< no table of this plan is faster: busiest row's work, busiest WAN link's bytes
   double step_ms = 0.0;               ///< simulated step time (atlas schedule)
   double tokens_per_s = 0.0;
@@ -91,6 +92,29 @@ std::vector<int> chain_order(const Config& cfg, const std::vector<int>& stages_p
 /// pue))); the free GPUs without cluster.power_mw. ConfigError if a budget is set and the profile
 /// has no board power.
 std::vector<int> powered_gpus(const Config& cfg, const sched::DeviceProfile& profile);
+
+/// The DCs whose budget powers fewer GPUs than they have free (`powered`: powered_gpus), as
+/// "name (powers N of M free)", comma-separated; empty when no budget limits a DC.
+std::string power_limited_dcs(const Config& cfg, const std::vector<int>& powered);
+
+/// The GPUs plan `p` holds in each DC (deck DC order).
+std::vector<int> plan_gpus_per_dc(const Plan& p);
+
+/// Power drawn at full load by `gpus_per_dc` GPUs (deck DC order): GPUs x board power x PUE, kW.
+double power_kw(const Config& cfg, const sched::DeviceProfile& profile, const std::vector<int>& gpus_per_dc);
+
+/// Their emissions, kg CO2 an hour (cluster.carbon_g_per_kwh; 0 without it).
+double co2_kg_per_hour(const Config& cfg, const sched::DeviceProfile& profile, const std::vector<int>& gpus_per_dc);
+
+/// The deck's own layout (parallel.*) against cluster.power_mw: one message per DC whose ranks
+/// need more power than its budget, naming the budget, what it powers and the fix; empty when
+/// every DC is within its budget or none is set.
+std::vector<std::string> power_overruns(const Config& cfg, const sched::DeviceProfile& profile);
+
+/// "what it draws" for `gpus_per_dc` GPUs at a step of `step_ms`: kW, kWh a step and for
+/// run.steps, kg CO2 likewise where carbon intensities are given; empty without a board power.
+std::string energy_summary(const Config& cfg, const sched::DeviceProfile& profile, const std::vector<int>& gpus_per_dc,
+                           double step_ms);
 
 /// `layers` blocks over `pp` stages as evenly as possible (extra blocks to the middle stages).
 std::vector<int> split_layers(int layers, int pp);

@@ -58,7 +58,8 @@ ScheduleMemory memory_per_gpu(const CostModel& c, const ScheduleTable& table);
 ScheduleMemory memory_per_gpu(const Config& cfg, const topo::Layout& layout, const ScheduleTable& table);
 
 /// "" when `mem` fits; else one message naming the schedule, the memory per GPU, the stage, the
-/// in-flight depth, the limit and the fixes.
-std::string memory_misfit(const ScheduleMemory& mem, const ScheduleTable& table, const std::string& device_name);
+/// in-flight depth, the limit and the fixes the deck `cfg` has not taken yet.
+std::string memory_misfit(const ScheduleMemory& mem, const ScheduleTable& table, const Config& cfg,
+                          const std::string& device_name);
 
 }  // namespace atlas::sched

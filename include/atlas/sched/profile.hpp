@@ -123,8 +123,13 @@ DeviceProfile device_profile(const Config& cfg);
 
 /// device_profile's choice for a device.backend = cuda deck that leaves plan.gpu = host (the h100
 /// profile, as run_costing with no device name; the host profile would price a GPU step ~1000x
-/// too long), said in a line for schedule, simulate and plan; "" for any other deck.
+/// too long), said in a line for schedule, simulate and plan; "" for any other deck. Either way
+/// led by ignored_costing_keys_note.
 [[nodiscard]] std::string offline_costing_note(const Config& cfg);
+
+/// A warning for costing keys the deck gives that have no effect (schedule.bwd_over_fwd without
+/// a forward time to scale), with the fix; "" when there are none.
+[[nodiscard]] std::string ignored_costing_keys_note(const Config& cfg);
 
 /// Which device profile costs a run's table, and a line saying so.
 struct RunCosting {
