@@ -45,9 +45,14 @@ int cmd_plan(Context& ctx) {
                return s;
              }(),
              static_cast<double>(cfg.model.parameter_count()) / 1e9, plan::global_batch(cfg), cfg.model.seq_len);
-  fmt::print("# profile {} ({}): {:.4g} TFLOP/s x {:.2f} achievable, {:g} GiB ({:.0f}% usable)\n", prof.name,
+  fmt::print("# profile {} ({}): {:.4g} TFLOP/s x {:.2f} achievable, {:g} GiB ({:.0f}% usable){}\n", prof.name,
              prof.path.empty() ? "built in" : prof.path, prof.peak_tflops, prof.achievable_fraction, prof.memory_gib,
-             100 * prof.usable_memory_fraction);
+             100 * prof.usable_memory_fraction,
+             cfg.schedule.fwd_ms_per_layer > 0
+                 ? fmt::format("; compute from schedule.fwd_ms_per_layer = {:g} ms a block", cfg.schedule.fwd_ms_per_layer)
+             : cfg.schedule.device_tflops > 0
+                 ? fmt::format("; compute at schedule.device_tflops = {:g} TFLOP/s", cfg.schedule.device_tflops)
+                 : std::string());
   if (prof.board_power_w > 0)
     fmt::print("# power: {:g} W a GPU (board) x PUE {}\n", prof.board_power_w, [&] {
       std::string s;

@@ -268,6 +268,10 @@ int cmd_simulate(Context& ctx) {
     plan::CompareOptions opt;
     opt.prefill_tokens = args.int_option("prefill-tokens", opt.prefill_tokens);
     opt.planner = true;
+    // Designs (b) and (c) run the deck's layout: a DC it puts over its budget, or an end stage it
+    // puts where the data may not go, is said here as for the deck's own simulation.
+    for (const auto& w : plan::power_overruns(cfg, prof)) std::fprintf(stderr, "WARNING: %s\n", w.c_str());
+    for (const auto& w : plan::residency_violations(cfg)) std::fprintf(stderr, "WARNING: %s\n", w.c_str());
     const plan::Comparison c = [&] {
       Progress progress("atlas simulate --compare", progress_after_s(args));
       progress.set("timing designs (a)-(d) and the planner's plan");
@@ -293,7 +297,9 @@ int cmd_simulate(Context& ctx) {
     row("(b) PP across DCs, 1F1B, 1 TCP flow per transfer, shared", c.step_b_ms, c.util_b);
     row(name_c, c.step_c_ms, c.util_c);
     fmt::print("  {:<{}} {:>12.3f} {:>9.1f}% {:>9.2f}x   (tp {} x pp {} x dp {} = {} GPUs in {} DC(s))\n",
-               "(c*) ATLAS planner's fastest plan, same GPUs and batch", w, c.step_plan_ms / 1e3, 100 * c.util_plan,
+               cfg.cluster.power_mw.empty() ? "(c*) ATLAS planner's fastest plan, same GPUs and batch"
+                                            : "(c*) ATLAS planner's fastest plan, same batch, within power",
+               w, c.step_plan_ms / 1e3, 100 * c.util_plan,
                c.step_plan_ms / c.step_c_ms, c.plan_tp, c.plan_pp, c.plan_dp, c.plan_gpus, c.plan_dcs);
     fmt::print("  {:<{}} {:>12} {:>9.1f}%   (Idle slots filled by {}-token prefills)\n", "(d) ATLAS + BubbleTea (modelled)",
                w, "-", 100 * c.util_d, opt.prefill_tokens);
@@ -332,6 +338,7 @@ int cmd_simulate(Context& ctx) {
     std::vector<int> gpus;
     for (int dc = 0; dc < cfg.cluster.dc_count(); ++dc) gpus.push_back(static_cast<int>(cfg.parallel.ranks_in_dc(dc)));
     for (const auto& w : plan::power_overruns(cfg, prof)) std::fprintf(stderr, "WARNING: %s\n", w.c_str());
+    for (const auto& w : plan::residency_violations(cfg)) std::fprintf(stderr, "WARNING: %s\n", w.c_str());
     if (const std::string e = plan::energy_summary(cfg, prof, gpus, r.step_ms); !e.empty())
       fmt::print("# power: {} GPUs draw {}\n", cfg.parallel.world_size(), e);
   }

@@ -307,7 +307,7 @@ void check_sizes(const Config& c, std::vector<std::string>& out) {
   const int pp = p.pp_size();
   const double ranks = static_cast<double>(pp) * p.dp_size * p.tp_size;
   if (ranks > limits::kMaxRanks)
-    out.push_back("parallel.stages_per_dc (" + std::to_string(pp) + " stages) x parallel.dp_size (" +
+    out.push_back("parallel.stages_per_dc (" + std::to_string(pp) + (pp == 1 ? " stage" : " stages") + ") x parallel.dp_size (" +
                   std::to_string(p.dp_size) + ") x parallel.tp_size (" + std::to_string(p.tp_size) + ") = " +
                   str(ranks) + " ranks, more than " + str(limits::kMaxRanks) +
                   "\n  hint: lower parallel.dp_size or parallel.tp_size");
@@ -323,7 +323,7 @@ void check_sizes(const Config& c, std::vector<std::string>& out) {
     std::string hint;
     for (std::size_t i = 0; i < fixes.size(); ++i) hint += (i == 0 ? "" : i + 1 == fixes.size() ? ", or " : ", ") + fixes[i];
     out.push_back("train.micro_batches (" + std::to_string(t.micro_batches) + ") x parallel.stages_per_dc (" +
-                  std::to_string(pp) + " stages) x parallel.dp_size (" + std::to_string(p.dp_size) + ")" +
+                  std::to_string(pp) + (pp == 1 ? " stage" : " stages") + ") x parallel.dp_size (" + std::to_string(p.dp_size) + ")" +
                   (v > 1 ? " x schedule.virtual_stages (" + std::to_string(v) + ")" : std::string()) +
                   " make a schedule table of about " + str(slots) + " slots (6 per micro-batch, stage" +
                   (v > 1 ? ", model chunk" : "") + " and pipeline), more than " + str(limits::kMaxScheduleSlots) +

@@ -483,20 +483,32 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
         "{} has {:g} GiB ({:.1f} GiB usable)\n  hint: {}",
         static_cast<double>(model.parameter_count()) / 1e9, gib(e.total()), tp, pp, gib(e.state_bytes),
         gib(e.activation_bytes), prof.name, prof.memory_gib, gib(usable), [&] {
-          const std::string limited = power_limited_dcs(cfg, free_gpus);
-          std::string h = limited.empty() ? "add GPUs (pp is limited to the free GPUs / tp and to model.layers)"
-                                          : fmt::format("raise cluster.power_mw (pp is limited to the GPUs the "
-                                                        "budgets power / tp, and {}), or add GPUs",
-                                                        limited);
-          // A larger tp helps only up to the node's size (tp stays inside a node).
+          // Only what can help: more GPUs while they, not model.layers, limit pp; a larger tp up to
+          // the node's size (tp stays inside a node); recomputation where the state alone fits
+          // (it shrinks activations only); a device with more memory.
+          std::vector<std::string> fixes;
+          if (pp < model.layers) {
+            const std::string limited = power_limited_dcs(cfg, free_gpus);
+            fixes.push_back(limited.empty() ? std::string("add GPUs (pp is limited to the free GPUs / tp)")
+                                            : fmt::format("raise cluster.power_mw where it limits a DC ({}) or add GPUs "
+                                                          "(pp is limited to the GPUs the budgets power / tp)",
+                                                          limited));
+          }
           if (tp < cfg.cluster.gpus_per_node && tp == cfg.plan.max_tp)
-            h += fmt::format(", raise plan.max_tp (up to cluster.gpus_per_node = {})", cfg.cluster.gpus_per_node);
-          else if (tp == cfg.cluster.gpus_per_node && cfg.plan.max_tp > cfg.cluster.gpus_per_node)
+            fixes.push_back(fmt::format("raise plan.max_tp (up to cluster.gpus_per_node = {})", cfg.cluster.gpus_per_node));
+          if (cfg.train.recompute != Recompute::Full && e.state_bytes <= usable)
+            fixes.emplace_back("set train.recompute = full");
+          fixes.emplace_back("use a larger-memory plan.gpu");
+          if (pp == model.layers && e.state_bytes > usable)
+            fixes.emplace_back("a smaller model (every block already has a stage of its own)");
+          std::string h;
+          for (std::size_t i = 0; i < fixes.size(); ++i)
+            h += (i == 0 ? "" : i + 1 == fixes.size() ? ", or " : ", ") + fixes[i];
+          if (tp == cfg.cluster.gpus_per_node && cfg.plan.max_tp > cfg.cluster.gpus_per_node)
             h += fmt::format(" (tp stays inside a node: cluster.gpus_per_node = {} caps it, so plan.max_tp above that "
                              "adds nothing)",
                              cfg.cluster.gpus_per_node);
-          if (cfg.train.recompute != Recompute::Full) h += ", set train.recompute = full";
-          return h + ", or use a larger-memory plan.gpu";
+          return h;
         }()));
   }
   if (cands.empty() && residency_rejected > 0) {
@@ -522,9 +534,9 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
                                       if (!cfg.cluster.may_hold_data_of(dc)) only[static_cast<std::size_t>(dc)] = cfg.cluster.gpus_per_dc[static_cast<std::size_t>(dc)];
                                     const std::string limited = power_limited_dcs(cfg, only);
                                     return limited.empty() ? std::string()
-                                                           : " or raise its cluster.power_mw (" + limited + ")";
+                                                           : ", or raise cluster.power_mw where it limits them: " + limited;
                                   }() +
-                                  " so a pipeline can start and end there")).str());
+                                  ", so a pipeline can start and end there")).str());
   }
   if (cands.empty()) {
     // The GPUs each DC may use: its free ones, or what its power budget powers.
@@ -552,9 +564,11 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
       hint = fmt::format("add GPUs (the stages need {} DC slots of {} GPUs), or use a larger-memory plan.gpu", s.pp, s.tp);
     else
       hint = "add GPUs, or lower the global batch (train.micro_batches) so fewer DP pipelines are needed";
-    if (!limited.empty()) hint = "raise cluster.power_mw where it limits a DC: " + limited + "; or " + hint;
-    else if (cfg.train.recompute != Recompute::Full)
-      hint += ", or set train.recompute = full (less activation memory: smaller shapes fit)";
+    // Where the budgets hold the DCs below their free GPUs, the budgets are what to raise.
+    if (!limited.empty()) hint = "raise cluster.power_mw where it limits a DC: " + limited;
+    if (cfg.train.recompute != Recompute::Full)
+      hint += std::string(limited.empty() ? ", or" : "; or") +
+              " set train.recompute = full (less activation memory: smaller shapes may fit)";
     throw ConfigError(fmt::format(
         "no plan fits the {} GPUs: the smallest shape that fits memory (tp {} x pp {} x dp {} = {} GPUs) "
         "needs {} stages of {} GPUs each, every stage inside one DC, but the DCs have {}\n  hint: {}",
@@ -934,7 +948,7 @@ std::string what_if_table(const PlanResult& r, const Config& cfg, int rows) {
                        gib(p.mem_bytes), p.step_ms / 1e3, p.tokens_per_s, 100.0 * p.utilization, p.cost_per_step);
     if (energy) out += fmt::format(" {:>9.1f} {:>10.4g}", p.power_kw, p.energy_kwh_per_step);
     if (carbon) out += fmt::format(" {:>11.4g}", p.co2_kg_per_step);
-    out += fmt::format("  {}\n", note);
+    out += note.empty() ? std::string("\n") : fmt::format("  {}\n", note);
   }
   // With split_backward = auto only the plans that could be chosen get the split's timing: say
   // which rows, so a row timed unsplit is not read as the split's verdict.

@@ -590,11 +590,13 @@ std::optional<GpuKind> gpu_kind_of_device(std::string_view device_name) {
 
 std::string ignored_costing_keys_note(const Config& cfg) {
   if (!cfg.schedule.bwd_over_fwd_ignored()) return {};
+  const GpuKind gpu = offline_gpu(cfg);
   return fmt::format("WARNING: schedule.bwd_over_fwd = {:g} has no effect: it scales the forward time that "
                      "schedule.fwd_ms_per_layer or schedule.device_tflops gives, and neither is set (the {} device "
-                     "profile costs each pass's kernels, the backward's included)\n  hint: set one of them, or "
-                     "remove schedule.bwd_over_fwd\n",
-                     cfg.schedule.bwd_over_fwd, to_string(offline_gpu(cfg)));
+                     "profile {})\n  hint: set one of them, or remove schedule.bwd_over_fwd\n",
+                     cfg.schedule.bwd_over_fwd, to_string(gpu),
+                     gpu == GpuKind::Host ? "times both passes from its measured block table"
+                                          : "costs each pass's kernels, the backward's included");
 }
 
 std::string offline_costing_note(const Config& cfg) {

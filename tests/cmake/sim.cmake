@@ -40,6 +40,10 @@ add_test(NAME cli_simulate_power
   COMMAND bash -c "set -u; out=$($<TARGET_FILE:atlas> simulate inputs/plan_70b_4dc.deck 'cluster.power_mw=0.1 0.1 0.1 0.1' run.steps=1000 2>&1) || exit 1; echo \"$out\"; grep -Eq 'WARNING: DC [a-z0-9-]+ runs [0-9]+ GPUs, but its budget cluster.power_mw = 0.1 MW powers [0-9]+ ' <<<\"$out\" && grep -Eq '^# power: [0-9]+ GPUs draw [0-9.]+ kW \\(GPUs x board power x PUE\\): [0-9.]+ kWh a step; run.steps = 1000: [0-9]+ kWh' <<<\"$out\" || exit 1; out=$($<TARGET_FILE:atlas> simulate inputs/plan_70b_4dc.deck 2>&1) || exit 1; ! grep -q 'budget' <<<\"$out\""
   WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(cli_simulate_power PROPERTIES LABELS unit TIMEOUT 60)
+atlas_cli_test(cli_simulate_residency "WARNING: DC us-east-1 holds the pipeline's first and last stage, but cluster.may_hold_data marks it 0"
+               simulate inputs/plan_70b_4dc.deck "cluster.may_hold_data=0 1 1 1")
+atlas_cli_test(cli_simulate_compare_over_power "WARNING: DC us-east-1 runs 256 GPUs, but its budget cluster.power_mw = 0.1 MW powers 119.*\\(c\\*\\) ATLAS planner's fastest plan, same batch, within power"
+               simulate inputs/plan_70b_4dc.deck "cluster.power_mw=0.1 0.1 0.1 0.1" --compare)
 atlas_cli_test(cli_simulate_wan "us-east-1 -> eu-west-1"
                simulate inputs/sim_gpt175b_4dc.deck --wan profiles/wan/aws_2017.profile "parallel.stages_per_dc=8 0 8 0")
 atlas_cli_test(cli_plan_deadline "cheapest within deadline.*the plan as a deck.*parallel.stages_per_dc"

@@ -347,8 +347,8 @@ TEST(PlanErrors, AModelThatFitsNoPlanSaysHowMuchItNeeds) {
   EXPECT_THAT(msg, ContainsRegex("no plan fits: the model \\(17[0-9]\\.[0-9]B parameters\\) needs [0-9.]+ GiB per GPU at "
                                  "the largest tp\\*pp \\(tp 8 x pp 2"));
   EXPECT_THAT(msg, HasSubstr("h100 has 80 GiB (72.0 GiB usable)"));
-  EXPECT_THAT(msg, HasSubstr("hint: add GPUs"));
-  EXPECT_THAT(msg, HasSubstr("set train.recompute = full"));
+  EXPECT_THAT(msg, HasSubstr("hint: add GPUs (pp is limited to the free GPUs / tp), or use a larger-memory plan.gpu"));
+  EXPECT_THAT(msg, Not(HasSubstr("recompute")));  // the weights and Adam state alone are 163 GiB
   EXPECT_THAT(msg, Not(HasSubstr("plan.max_tp")));  // tp 8 is the node's size already
   // A plan.max_tp past the node's size cannot help (tp stays inside a node): said, not suggested.
   EXPECT_THAT(error_of([] {
@@ -486,8 +486,8 @@ TEST(PlanPower, ErrorsNameTheBudgetThatLimits) {
     (void)search(cfg, sched::device_profile(cfg));
   });
   EXPECT_THAT(memory, HasSubstr("no plan fits: the model"));
-  EXPECT_THAT(memory, HasSubstr("hint: raise cluster.power_mw (pp is limited to the GPUs the budgets power / tp, and "
-                                "big (powers 1 of 64 free), mid (powers 0 of 32 free), small (powers 0 of 16 free))"));
+  EXPECT_THAT(memory, HasSubstr("hint: raise cluster.power_mw where it limits a DC (big (powers 1 of 64 free), mid "
+                                "(powers 0 of 32 free), small (powers 0 of 16 free)) or add GPUs"));
   // Residency: only small may hold the end stages, and its budget is what keeps them out.
   const std::string residency = error_of([] {
     Config cfg = deck(kCluster, {"cluster.may_hold_data=0 0 1", "cluster.power_mw=1 1 0.0007", "cluster.pue=1", "model.layers=80",
@@ -495,7 +495,8 @@ TEST(PlanPower, ErrorsNameTheBudgetThatLimits) {
     (void)search(cfg, sched::device_profile(cfg));
   });
   EXPECT_THAT(residency, HasSubstr("no plan meets the data-residency constraint cluster.may_hold_data"));
-  EXPECT_THAT(residency, HasSubstr("or add GPUs to small or raise its cluster.power_mw (small (powers 1 of 16 free))"));
+  EXPECT_THAT(residency, HasSubstr("or add GPUs to small, or raise cluster.power_mw where it limits them: small (powers 1 "
+                                   "of 16 free), so a pipeline can start and end there"));
 }
 
 TEST(PlanPower, ADecksOwnLayoutOverItsBudgetIsNamed) {
@@ -516,7 +517,10 @@ TEST(PlanPower, ADecksOwnLayoutOverItsBudgetIsNamed) {
   Config green = deck(kCluster, {"cluster.pue=1.1", "cluster.carbon_g_per_kwh=100 0 0", "run.steps=10"});
   EXPECT_EQ(energy_summary(green, prof, {64, 0, 0}, 3.6e6),
             "49.3 kW (GPUs x board power x PUE): 49.3 kWh a step, 4.928 kg CO2 a step; run.steps = 10: 493 kWh, "
-            "0.04928 t CO2");
+            "49.28 kg CO2");
+  // Past a tonne, tonnes: 1000 steps of 4.928 kg.
+  Config long_run = deck(kCluster, {"cluster.pue=1.1", "cluster.carbon_g_per_kwh=100 0 0", "run.steps=1000"});
+  EXPECT_THAT(energy_summary(long_run, prof, {64, 0, 0}, 3.6e6), ::testing::EndsWith("49280 kWh, 4.928 t CO2"));
   sched::DeviceProfile no_power = prof;
   no_power.board_power_w = 0;
   EXPECT_EQ(energy_summary(cfg, no_power, {64, 0, 0}, 3.6e6), "");
@@ -585,6 +589,23 @@ TEST(PlanResidency, TheDataStagesStayInDcsThatMayHoldThem) {
   for (int dc = 0; dc < 3; ++dc)
     EXPECT_EQ(out.cluster.may_hold_data_of(dc), out.cluster.dcs[static_cast<std::size_t>(dc)] != "big");
   EXPECT_TRUE(out.cluster.may_hold_data_of(0));  // the pipeline starts in a DC that may
+}
+
+TEST(PlanResidency, ADecksOwnLayoutThatBreaksItIsNamed) {
+  // kCluster's layout: 2 stages in big (the first and the last). big marked 0: named once.
+  const std::vector<std::string> both = residency_violations(deck(kCluster, {"cluster.may_hold_data=0 1 1"}));
+  ASSERT_EQ(both.size(), 1u);
+  EXPECT_THAT(both[0], HasSubstr("DC big holds the pipeline's first and last stage, but cluster.may_hold_data marks it 0"));
+  EXPECT_THAT(both[0], HasSubstr("hint: order cluster.dcs and parallel.stages_per_dc so the pipeline starts and ends"));
+  // Stages in big, mid and small: the first in big, the last in small; mid's middle stage may sit anywhere.
+  const Config three = deck(kCluster, {"parallel.stages_per_dc=1 1 1", "parallel.dp_size=2", "model.layers=33", "cluster.may_hold_data=1 0 0"});
+  const std::vector<std::string> last = residency_violations(three);
+  ASSERT_EQ(last.size(), 1u);
+  EXPECT_THAT(last[0], HasSubstr("DC small holds the pipeline's last stage"));
+  EXPECT_TRUE(residency_violations(deck(kCluster, {"parallel.stages_per_dc=1 1 1", "parallel.dp_size=2", "model.layers=33",
+                                                   "cluster.may_hold_data=1 0 1"}))
+                  .empty());
+  EXPECT_TRUE(residency_violations(deck(kCluster)).empty());  // no constraint
 }
 
 TEST(PlanResidency, AConstraintNoPlanCanMeetIsAClearError) {

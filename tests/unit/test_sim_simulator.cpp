@@ -299,6 +299,9 @@ TEST(SimCost, BwdOverFwdScalesTheDecksForwardAndIsNamedWhereItCannot) {
   EXPECT_THAT(note, ::testing::HasSubstr("hint: set one of them, or remove schedule.bwd_over_fwd"));
   EXPECT_THAT(sched::offline_costing_note(cfg), ::testing::StartsWith(note));
   EXPECT_THAT(sched::run_costing(cfg, "").note, ::testing::StartsWith(note));
+  cfg.plan.gpu = GpuKind::Host;  // the host profile has no kernels: its measured table times both passes
+  EXPECT_THAT(sched::ignored_costing_keys_note(cfg),
+              ::testing::HasSubstr("(the host device profile times both passes from its measured block table)"));
   cfg.schedule.device_tflops = 400;  // now it scales that forward
   EXPECT_FALSE(cfg.schedule.bwd_over_fwd_ignored());
   EXPECT_EQ(sched::ignored_costing_keys_note(cfg), "");

@@ -111,6 +111,10 @@ double co2_kg_per_hour(const Config& cfg, const sched::DeviceProfile& profile, c
 /// every DC is within its budget or none is set.
 std::vector<std::string> power_overruns(const Config& cfg, const sched::DeviceProfile& profile);
 
+/// The deck's own layout against cluster.may_hold_data: one message per DC that holds a first or
+/// last stage (the data-reading and embedding stages) but is marked 0; empty when none is.
+std::vector<std::string> residency_violations(const Config& cfg);
+
 /// "what it draws" for `gpus_per_dc` GPUs at a step of `step_ms`: kW, kWh a step and for
 /// run.steps, kg CO2 likewise where carbon intensities are given; empty without a board power.
 std::string energy_summary(const Config& cfg, const sched::DeviceProfile& profile, const std::vector<int>& gpus_per_dc,

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
-// Power, energy and emissions of plans and decks (see planner.hpp): what each DC's budget
-// (cluster.power_mw) powers at board power x PUE, what a layout draws, and the lines that say so.
+// What decides where to train beside time (see planner.hpp): what each DC's power budget
+// (cluster.power_mw) powers at board power x PUE, what a layout draws and emits, and whether a
+// deck's layout keeps its data-reading stages where cluster.may_hold_data allows.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -16,6 +17,9 @@ namespace {
 
 /// An energy figure in kWh, with the digits that matter.
 std::string kwh_text(double kwh) { return kwh >= 100 ? fmt::format("{:.0f} kWh", kwh) : fmt::format("{:.3g} kWh", kwh); }
+
+/// Emissions with the unit that reads well: kg below a tonne, t above.
+std::string co2_text(double kg) { return kg >= 1000 ? fmt::format("{:.4g} t CO2", kg / 1e3) : fmt::format("{:.4g} kg CO2", kg); }
 
 /// GPUs of board power `watts` a budget of `mw` MW powers at `pue`.
 double gpus_powered(double mw, double watts, double pue) { return std::floor(mw * 1e6 / (watts * pue) + 1e-9); }
@@ -93,12 +97,41 @@ std::string energy_summary(const Config& cfg, const sched::DeviceProfile& prof, 
   const bool carbon = !cfg.cluster.carbon_g_per_kwh.empty();
   const double kg = co2_kg_per_hour(cfg, prof, gpus_per_dc) * step_h;
   std::string s = fmt::format("{:.1f} kW (GPUs x board power x PUE): {} a step", kw, kwh_text(kw * step_h));
-  if (carbon) s += fmt::format(", {:.4g} kg CO2 a step", kg);
+  if (carbon) s += fmt::format(", {} a step", co2_text(kg));
   if (cfg.run.steps > 0) {
     s += fmt::format("; run.steps = {}: {}", cfg.run.steps, kwh_text(kw * step_h * cfg.run.steps));
-    if (carbon) s += fmt::format(", {:.4g} t CO2", kg * cfg.run.steps / 1e3);
+    if (carbon) s += fmt::format(", {}", co2_text(kg * cfg.run.steps));
   }
   return s;
+}
+
+std::vector<std::string> residency_violations(const Config& cfg) {
+  std::vector<std::string> out;
+  if (cfg.cluster.may_hold_data.empty()) return out;
+  // The DCs holding a first or last stage: with DP across DCs every DC with stages holds whole
+  // pipelines; else the stages run through the DCs in deck order.
+  std::vector<std::pair<int, const char*>> ends;
+  const auto& st = cfg.parallel.stages_per_dc;
+  int first = -1;
+  int last = -1;
+  for (int dc = 0; dc < static_cast<int>(st.size()); ++dc)
+    if (st[static_cast<std::size_t>(dc)] > 0) {
+      if (cfg.parallel.dp_across_dcs) ends.emplace_back(dc, "first and last");
+      if (first < 0) first = dc;
+      last = dc;
+    }
+  if (!cfg.parallel.dp_across_dcs && first >= 0) {
+    ends.emplace_back(first, first == last ? "first and last" : "first");
+    if (last != first) ends.emplace_back(last, "last");
+  }
+  for (const auto& [dc, which] : ends)
+    if (!cfg.cluster.may_hold_data_of(dc))
+      out.push_back(fmt::format("DC {} holds the pipeline's {} stage, but cluster.may_hold_data marks it 0 (it may not "
+                                "hold the stages that read the training data or hold the embedding)\n  hint: order "
+                                "cluster.dcs and parallel.stages_per_dc so the pipeline starts and ends in a DC marked "
+                                "1; `atlas plan` places the end stages there",
+                                cfg.cluster.dcs[static_cast<std::size_t>(dc)], which));
+  return out;
 }
 
 }  // namespace atlas::plan
