@@ -28,6 +28,13 @@ void ProblemList::throw_if_any() const {
   if (!m_problems.empty()) throw ConfigError(m_problems);
 }
 
+std::string either(const std::vector<std::string>& fixes) {
+  std::string out;
+  for (std::size_t i = 0; i < fixes.size(); ++i)
+    out += (i == 0 ? "" : i + 1 < fixes.size() ? ", " : fixes.size() == 2 ? " or " : ", or ") + fixes[i];
+  return out;
+}
+
 namespace detail {
 
 std::string rank_prefix() { return g_rank_prefix; }

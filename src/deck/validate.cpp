@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "atlas/core/error.hpp"
 #include "atlas/deck/deck.hpp"
 #include "atlas/deck/schema.hpp"
 
@@ -320,8 +321,7 @@ void check_sizes(const Config& c, std::vector<std::string>& out) {
     if (v > 1) fixes.emplace_back("lower schedule.virtual_stages");
     if (p.dp_size > 1) fixes.emplace_back("fewer DP pipelines (parallel.dp_size)");
     if (pp > 1) fixes.emplace_back("fewer stages (parallel.stages_per_dc)");
-    std::string hint;
-    for (std::size_t i = 0; i < fixes.size(); ++i) hint += (i == 0 ? "" : i + 1 == fixes.size() ? ", or " : ", ") + fixes[i];
+    const std::string hint = either(fixes);
     out.push_back("train.micro_batches (" + std::to_string(t.micro_batches) + ") x parallel.stages_per_dc (" +
                   std::to_string(pp) + (pp == 1 ? " stage" : " stages") + ") x parallel.dp_size (" + std::to_string(p.dp_size) + ")" +
                   (v > 1 ? " x schedule.virtual_stages (" + std::to_string(v) + ")" : std::string()) +

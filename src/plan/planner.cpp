@@ -501,9 +501,7 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
           fixes.emplace_back("use a larger-memory plan.gpu");
           if (pp == model.layers && e.state_bytes > usable)
             fixes.emplace_back("a smaller model (every block already has a stage of its own)");
-          std::string h;
-          for (std::size_t i = 0; i < fixes.size(); ++i)
-            h += (i == 0 ? "" : i + 1 == fixes.size() ? ", or " : ", ") + fixes[i];
+          std::string h = either(fixes);
           if (tp == cfg.cluster.gpus_per_node && cfg.plan.max_tp > cfg.cluster.gpus_per_node)
             h += fmt::format(" (tp stays inside a node: cluster.gpus_per_node = {} caps it, so plan.max_tp above that "
                              "adds nothing)",

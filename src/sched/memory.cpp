@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "atlas/core/error.hpp"
 #include "atlas/core/units.hpp"
 #include "atlas/sched/schedule.hpp"
 
@@ -104,9 +105,7 @@ std::string memory_misfit(const ScheduleMemory& mem, const ScheduleTable& table,
   fixes.emplace_back("more pipeline stages (parallel.stages_per_dc)");
   if (cfg.parallel.tp_size < cfg.cluster.gpus_per_node) fixes.emplace_back("a larger parallel.tp_size");
   fixes.emplace_back("a device with more memory (plan.gpu, or memory_gib in its profile)");
-  std::string hint;
-  for (std::size_t i = 0; i < fixes.size(); ++i)
-    hint += (i == 0 ? "" : i + 1 == fixes.size() ? ", or " : ", ") + fixes[i];
+  const std::string hint = either(fixes);
   return fmt::format(
       "the {} schedule needs {:.1f} GiB per GPU (stage {}: {:.1f} GiB of weights, gradients and optimizer state + "
       "{:.1f} GiB of activations for {} {}{} in flight), more than the {:.1f} GiB usable on {}\n  hint: {}",

@@ -347,7 +347,7 @@ TEST(PlanErrors, AModelThatFitsNoPlanSaysHowMuchItNeeds) {
   EXPECT_THAT(msg, ContainsRegex("no plan fits: the model \\(17[0-9]\\.[0-9]B parameters\\) needs [0-9.]+ GiB per GPU at "
                                  "the largest tp\\*pp \\(tp 8 x pp 2"));
   EXPECT_THAT(msg, HasSubstr("h100 has 80 GiB (72.0 GiB usable)"));
-  EXPECT_THAT(msg, HasSubstr("hint: add GPUs (pp is limited to the free GPUs / tp), or use a larger-memory plan.gpu"));
+  EXPECT_THAT(msg, HasSubstr("hint: add GPUs (pp is limited to the free GPUs / tp) or use a larger-memory plan.gpu"));
   EXPECT_THAT(msg, Not(HasSubstr("recompute")));  // the weights and Adam state alone are 163 GiB
   EXPECT_THAT(msg, Not(HasSubstr("plan.max_tp")));  // tp 8 is the node's size already
   // A plan.max_tp past the node's size cannot help (tp stays inside a node): said, not suggested.

@@ -67,6 +67,9 @@ class ProblemList {
   std::vector<std::string> m_problems;
 };
 
+/// A hint's alternatives as one phrase: "a", "a or b", "a, b, or c" (empty: "").
+std::string either(const std::vector<std::string>& fixes);
+
 namespace detail {
 /// "[rank 3 host dc1-n3] " once the process knows its rank; empty before.
 std::string rank_prefix();
