@@ -130,7 +130,14 @@ int cmd_import(Context& ctx) {
     ov.emplace_back("parallel.stages_per_dc=1");
     if (hc.gpt2_tokenizer) ov.emplace_back("data.tokenizer=gpt2");
     ov.insert(ov.end(), a.overrides.begin(), a.overrides.end());
-    deck_text = deck::resolved_deck(deck::parse(config_path, "", ov));
+    // Checked as a --deck is: the user's key=value overrides may not leave a deck atlas train
+    // refuses, nor a model.* that disagrees with the weights (import_hf compares it).
+    deck::JobShape shape;
+    shape.world_size = -1;
+    shape.cuda_built = cuda_built();
+    const Config cfg = deck::parse_and_validate(config_path, "", ov, shape);
+    expect = io::ModelShape{cfg.model.layers, cfg.model.hidden, cfg.model.heads, cfg.model.seq_len, cfg.model.vocab};
+    deck_text = deck::resolved_deck(cfg);
   }
   const std::string path = io::import_hf(dir, out, deck_text, expect);
   const auto& m = hc.model;

@@ -35,7 +35,7 @@ int cmd_tokenize(Context& ctx) {
   }
   const std::string vf = args.option("val-fraction", "0.05");
   const auto val_fraction = units::parse_double(vf);
-  if (!val_fraction) throw UsageError("--val-fraction expects a number in [0, 1), got '" + vf + "'");
+  if (!val_fraction) throw UsageError("--val-fraction expects a number in [0.001, 0.5], got '" + vf + "'");
   job.val_fraction = *val_fraction;
   job.shard_tokens = args.int_option("shard-tokens", 100'000'000);
 
@@ -63,6 +63,11 @@ int cmd_tokenize(Context& ctx) {
   fmt::print("  deck:  data.format = shards  data.train_shards = {}/train_*.bin  data.val_shards = "
              "{}/val_*.bin{}\n",
              job.out_dir, job.out_dir, kind == "gpt2" ? "  data.tokenizer = gpt2  model.vocab = 50257" : "");
+  // A deck's shard lists split at spaces and expand * ? [ as globs: a path with them cannot be pasted.
+  if (job.out_dir.find_first_of(" \t*?[") != std::string::npos)
+    fmt::print("  note:  {} holds a space or a glob character (* ? [): data.train_shards splits at spaces and "
+               "expands those, so move the shards to a path without them\n",
+               job.out_dir);
   return 0;
 }
 

@@ -409,7 +409,7 @@ void build(Schema& schema) {
   b.field("data.tokenizer_dir", &C::data, &DataCfg::tokenizer_dir).def("data/gpt2")
       .help("directory holding the GPT-2 encoder.json and vocab.bpe (make data installs them); "
             "used when data.tokenizer = gpt2");
-  b.field("data.val_fraction", &C::data, &DataCfg::val_fraction).def("0.05").min(0.001).max(0.5)
+  b.field("data.val_fraction", &C::data, &DataCfg::val_fraction).def("0.05").min(limits::kMinValFraction).max(limits::kMaxValFraction)
       .help("fraction of the token stream held out for validation (data.format = text)");
   b.field("data.train_shards", &C::data, &DataCfg::train_shards).def("\"\"")
       .help("data.format = shards: glob patterns of the training shards (e.g. dir/train_*.bin), "

@@ -399,7 +399,7 @@ std::string import_hf(const std::string& dir, const std::string& out_dir, const 
     cmp("model.heads", "n_head", m.heads, expect->heads);
     cmp("model.seq_len", "n_positions", m.seq_len, expect->seq_len);
     cmp("model.vocab", "vocab_size", m.vocab, expect->vocab);
-    p.back() += "\n  hint: set the deck's model.* keys to config.json's values, or leave out --deck";
+    p.back() += "\n  hint: set the deck's model.* keys (--deck, or key=value overrides) to config.json's values, or leave them out: the import takes config.json's";
     throw ConfigError(p);
   }
   CheckpointMeta meta;

@@ -20,11 +20,13 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <set>
 
 #include <fmt/format.h>
 
 #include "atlas/core/check.hpp"
 #include "atlas/core/error.hpp"
+#include "atlas/deck/schema.hpp"
 
 namespace atlas::model {
 
@@ -273,8 +275,11 @@ constexpr std::size_t kChunkBytes = std::size_t{4} << 20;
 }  // namespace
 
 TokenizeResult tokenize_to_shards(const TokenizeJob& job) {
-  if (!(job.val_fraction >= 0.0 && job.val_fraction < 1.0))
-    throw ConfigError(fmt::format("--val-fraction {} must be in [0, 1)", job.val_fraction));
+  // The range data.val_fraction takes: the shards' val split is what a text run would hold out.
+  if (!(job.val_fraction >= deck::limits::kMinValFraction && job.val_fraction <= deck::limits::kMaxValFraction))
+    throw ConfigError(fmt::format("--val-fraction {} must be in [{}, {}], the range of data.val_fraction (a run "
+                                  "needs val shards to evaluate on)",
+                                  job.val_fraction, deck::limits::kMinValFraction, deck::limits::kMaxValFraction));
   if (job.shard_tokens < 1 || job.shard_tokens > INT32_MAX)
     throw ConfigError(fmt::format("--shard-tokens {} must be in [1, {}] (the header's count is an "
                                   "int32)", job.shard_tokens, INT32_MAX));
@@ -292,6 +297,13 @@ TokenizeResult tokenize_to_shards(const TokenizeJob& job) {
                                     "directories of .txt files", in,
                                     fs::exists(in, ec) ? "is not a file or directory" : "does not exist"));
     }
+  }
+  {
+    std::error_code ec;
+    if (fs::exists(job.out_dir, ec) && !fs::is_directory(job.out_dir, ec))
+      throw ConfigError(fmt::format("atlas tokenize: --out {} exists and is not a directory\n  hint: name a "
+                                    "directory (it is created if missing)",
+                                    job.out_dir));
   }
   TokenizeResult r;
   r.files = static_cast<int>(files.size());
@@ -339,25 +351,59 @@ TokenizeResult tokenize_to_shards(const TokenizeJob& job) {
   encode_into(buf);
   if (job.progress) job.progress(r.bytes, all_bytes, static_cast<std::int64_t>(tokens.size()));
 
-  // Write: the train split, then the val tail (Corpus::split's rule).
+  // The split (Corpus::split's rule): both sides must hold tokens, or the shards cannot train.
+  const auto total = static_cast<std::int64_t>(tokens.size());
+  if (total == 0)
+    throw ConfigError(fmt::format("atlas tokenize: no text in the inputs ({} file(s), {} bytes); nothing written\n"
+                                  "  hint: name text files that are not empty",
+                                  r.files, r.bytes));
+  r.val_tokens = val_tokens_of(total, job.val_fraction);
+  r.train_tokens = total - r.val_tokens;
+  if (r.val_tokens == 0)
+    throw ConfigError(fmt::format("atlas tokenize: the inputs make {} tokens, too few for a val split of {} (it "
+                                  "would hold none); nothing written\n  hint: more text, or a larger --val-fraction",
+                                  total, job.val_fraction));
+
+  // Write the new set beside the old one, then swap: a failure while writing (a full disk, a
+  // kill) leaves the old shards as they were and removes the partial new ones.
   std::error_code ec;
   fs::create_directories(job.out_dir, ec);
   if (ec) ATLAS_THROW(Io, "cannot create " << job.out_dir << ": " << ec.message());
-  // Shards of an earlier run with more files would join this run's under a glob: remove them.
+  const fs::path staging = fs::path(job.out_dir) / fmt::format(".atlas-tokenize-{}", ::getpid());
+  fs::remove_all(staging, ec);
+  fs::create_directory(staging, ec);
+  if (ec) ATLAS_THROW(Io, "cannot create " << staging.string() << ": " << ec.message());
+  const std::span<const std::uint16_t> all(tokens);
+  try {
+    r.train_shards = write_shards(all.first(static_cast<std::size_t>(r.train_tokens)), staging.string(), "train",
+                                  job.shard_tokens);
+    if (job.wrote)
+      for (const auto& path : r.train_shards) job.wrote(path);
+    r.val_shards = write_shards(all.subspan(static_cast<std::size_t>(r.train_tokens)), staging.string(), "val",
+                                job.shard_tokens);
+    if (job.wrote)
+      for (const auto& path : r.val_shards) job.wrote(path);
+  } catch (...) {
+    fs::remove_all(staging, ec);
+    throw;
+  }
+  // The swap: each new shard replaces its namesake at once (rename), then the old set's extra
+  // files go (with more files they would join this run's under a glob).
+  std::set<std::string> names;
+  for (auto* list : {&r.train_shards, &r.val_shards})
+    for (std::string& path : *list) {
+      const fs::path name = fs::path(path).filename();
+      const fs::path to = fs::path(job.out_dir) / name;
+      fs::rename(path, to, ec);
+      if (ec) ATLAS_THROW(Io, "cannot move shard " << path << " to " << to.string() << ": " << ec.message());
+      names.insert(name.string());
+      path = to.string();
+    }
+  fs::remove_all(staging, ec);
   const std::regex ours(R"((train|val)_[0-9]{6}\.bin)");
   for (const auto& entry : fs::directory_iterator(job.out_dir, ec)) {
-    if (entry.is_regular_file() && std::regex_match(entry.path().filename().string(), ours))
-      fs::remove(entry.path(), ec);
-  }
-  const auto total = static_cast<std::int64_t>(tokens.size());
-  r.val_tokens = val_tokens_of(total, job.val_fraction);
-  r.train_tokens = total - r.val_tokens;
-  const std::span<const std::uint16_t> all(tokens);
-  r.train_shards = write_shards(all.first(static_cast<std::size_t>(r.train_tokens)), job.out_dir,
-                                "train", job.shard_tokens);
-  if (r.val_tokens > 0) {
-    r.val_shards = write_shards(all.subspan(static_cast<std::size_t>(r.train_tokens)), job.out_dir,
-                                "val", job.shard_tokens);
+    const std::string name = entry.path().filename().string();
+    if (entry.is_regular_file() && std::regex_match(name, ours) && names.count(name) == 0) fs::remove(entry.path(), ec);
   }
   return r;
 }

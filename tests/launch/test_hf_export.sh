@@ -62,6 +62,11 @@ check "import wrote step 0" test -f "$T/imported/step-000000.h5"
 check "export of the import" to "$T/export2.out" atlas export "$T/imported/step-000000.h5" --format hf --out "$T/hf2"
 check "import then export: model.safetensors bitwise" cmp "$T/hf/model.safetensors" "$T/hf2/model.safetensors"
 check "import then export: config.json bitwise" cmp "$T/hf/config.json" "$T/hf2/config.json"
+# key=value overrides without --deck are checked as a deck's are: a model.* that disagrees with
+# the weights is refused (it used to be stored in the checkpoint's deck unchecked), nothing written.
+check "import: an override that disagrees with the weights" fails_with import_override \
+  "has model.hidden = 64 \(n_embd\), the deck 128" atlas import --format hf "$T/hf" --out "$T/imported_bad" model.hidden=128
+check "import: the refused import wrote nothing" test ! -e "$T/imported_bad/step-000000.h5"
 
 # The published gpt2 files' layout (no prefix, mask buffers, lm_head = wte) imports to the same.
 check "import of the hub layout" to "$T/import_hub.out" atlas import --format hf "$T/bad_hub" --out "$T/imported_hub"

@@ -7,14 +7,17 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <numeric>
 
 #include <unistd.h>
 
+#include "atlas/core/check.hpp"
 #include "atlas/core/error.hpp"
 #include "atlas/model/data.hpp"
 #include "atlas/model/shards.hpp"
@@ -179,6 +182,71 @@ TEST(Shards, TokenizeEncodesInPiecesLikeOneEncodeOfTheWholeText) {
   val.copy(0, val.size(), got.data() + train.size());
   ASSERT_EQ(got.size(), c.tokens().size());
   EXPECT_TRUE(std::equal(got.begin(), got.end(), c.tokens().begin()));
+}
+
+TEST(Shards, AFailedTokenizeLeavesTheOldShardsAndASmallerSetReplacesALargerOne) {
+  TempDir dir;
+  std::ofstream(dir.at("a.txt"), std::ios::binary) << synthetic_text(30000);
+  TokenizeJob job;
+  job.inputs = {dir.at("a.txt")};
+  job.out_dir = dir.at("out");
+  job.shard_tokens = 10000;
+  const TokenizeResult old = tokenize_to_shards(job);
+  ASSERT_EQ(old.train_shards.size(), 3u);  // 28,500 train tokens, 1,500 val
+  const auto listing = [&] {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(job.out_dir)) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  const auto bytes = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::vector<std::string> before = listing();
+  const std::string first_before = bytes(old.train_shards[0]);
+  // A new set (other text, other sizes) whose write fails after its first shard, as a full disk
+  // would: the old set stays, byte for byte, and nothing of the new one is left.
+  std::ofstream(dir.at("a.txt"), std::ios::binary) << synthetic_text(50000) + "more";
+  job.shard_tokens = 7000;
+  job.wrote = [](const std::string&) { ATLAS_THROW(Io, "No space left on device (injected)"); };
+  EXPECT_THROW((void)tokenize_to_shards(job), Error);
+  EXPECT_EQ(listing(), before);
+  EXPECT_EQ(bytes(old.train_shards[0]), first_before);
+  // The same job without the failure: one train shard now, the old set's extra files gone.
+  job.wrote = nullptr;
+  job.shard_tokens = 1'000'000;
+  const TokenizeResult now = tokenize_to_shards(job);
+  EXPECT_EQ(listing(), (std::vector<std::string>{"train_000000.bin", "val_000000.bin"}));
+  EXPECT_EQ(ShardSet::open(now.train_shards, 256, "t").size() + ShardSet::open(now.val_shards, 256, "v").size(), 50004);
+}
+
+TEST(Shards, TokenizeRefusesInputsThatCannotTrain) {
+  TempDir dir;
+  std::ofstream(dir.at("empty.txt"), std::ios::binary) << "";
+  std::ofstream(dir.at("tiny.txt"), std::ios::binary) << "abc";
+  std::ofstream(dir.at("text.txt"), std::ios::binary) << synthetic_text(5000);
+  TokenizeJob job;
+  job.out_dir = dir.at("out");
+  job.inputs = {dir.at("empty.txt")};
+  EXPECT_THAT(config_error([&] { (void)tokenize_to_shards(job); }),
+              HasSubstr("no text in the inputs (1 file(s), 0 bytes); nothing written"));
+  EXPECT_FALSE(fs::exists(job.out_dir));
+  job.inputs = {dir.at("tiny.txt")};  // 3 tokens: 5% of them is none
+  EXPECT_THAT(config_error([&] { (void)tokenize_to_shards(job); }),
+              HasSubstr("the inputs make 3 tokens, too few for a val split of 0.05"));
+  job.inputs = {dir.at("text.txt")};
+  for (const double f : {0.0, 0.0005, 0.6, 1.0}) {
+    job.val_fraction = f;
+    EXPECT_THAT(config_error([&] { (void)tokenize_to_shards(job); }),
+                HasSubstr("must be in [0.001, 0.5], the range of data.val_fraction"))
+        << f;
+  }
+  job.val_fraction = 0.05;
+  std::ofstream(dir.at("a_file"), std::ios::binary) << "x";
+  job.out_dir = dir.at("a_file");
+  EXPECT_THAT(config_error([&] { (void)tokenize_to_shards(job); }),
+              HasSubstr("--out " + dir.at("a_file") + " exists and is not a directory"));
 }
 
 TEST(Shards, ShardsWrittenByAnotherProgramLoad) {

@@ -41,6 +41,9 @@ inline constexpr double kMaxSeconds = 1e6;             ///< every *_s duration (
 inline constexpr double kMaxScheduleSlots = 2'000'000;
 /// Sequences per step (dp x micro_batches x micro_batch_size).
 inline constexpr double kMaxGlobalBatch = 16'777'216;
+/// data.val_fraction (and atlas tokenize --val-fraction): the held-out share of the tokens.
+inline constexpr double kMinValFraction = 0.001;
+inline constexpr double kMaxValFraction = 0.5;
 }  // namespace limits
 
 enum class ValueType { Int, Float, Bool, String, Bytes, Enum, IntList, FloatList, StringList };

@@ -74,6 +74,9 @@ struct TokenizeJob {
   std::int64_t shard_tokens = 100'000'000;
   /// Called about once a second while encoding: (bytes read, bytes in all, tokens so far).
   std::function<void(std::int64_t, std::int64_t, std::int64_t)> progress;
+  /// Called after each new shard is written (to the staging directory, before the swap) with its
+  /// path; may be empty. What it throws aborts the job as a failed write would (tests use it).
+  std::function<void(const std::string&)> wrote;
 };
 
 struct TokenizeResult {
@@ -89,8 +92,12 @@ struct TokenizeResult {
 /// and the val shards (`out_dir`/val_*.bin, the tail, split as Corpus::split). The text is encoded
 /// in pieces cut only where GPT-2's pre-tokenization must cut too (a newline after a
 /// non-space ASCII character), so the tokens equal Corpus::load's on the same text.
-/// Throws atlas::ConfigError on a missing input, a bad fraction or shard size, a token that does
-/// not fit uint16.
+/// The new shards are written to a staging directory inside `out_dir` and then swapped in (each
+/// renamed over its namesake, the old set's extra files removed), so a failed write leaves the old
+/// set as it was. Throws atlas::ConfigError on a missing input, an `out_dir` that is not a
+/// directory, a fraction outside data.val_fraction's range, a bad shard size, inputs with no text
+/// or too few tokens for a val split, a token that does not fit uint16; atlas::Error (Io) when a
+/// write fails.
 TokenizeResult tokenize_to_shards(const TokenizeJob& job);
 
 }  // namespace atlas::model
