@@ -184,7 +184,7 @@ Gpt2Config read_gpt2_config(const std::string& path) {
       return 0;
     }
     if (!v->as_u64(x) || x == 0 || x > (1ull << 31)) {
-      problems.push_back(fmt::format("'{}': \"{}\" is {}, not a positive integer", path, k, v->num));
+      problems.push_back(fmt::format("'{}': \"{}\" is {}, not a positive integer", path, k, v->describe()));
       return 0;
     }
     return static_cast<std::int64_t>(x);

@@ -49,6 +49,18 @@ struct Value {
     return errno == 0 && *end == '\0';
   }
   [[nodiscard]] double as_double() const { return std::strtod(num.c_str(), nullptr); }
+  /// How the value reads in a message: a number as written, a string quoted, else its kind.
+  [[nodiscard]] std::string describe() const {
+    switch (kind) {
+      case Kind::Number: return num;
+      case Kind::String: return "the string \"" + str + "\"";
+      case Kind::Bool: return b ? "true" : "false";
+      case Kind::Null: return "null";
+      case Kind::Array: return "an array";
+      case Kind::Object: return "an object";
+    }
+    return "?";
+  }
 };
 
 class Parser {

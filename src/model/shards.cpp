@@ -156,9 +156,11 @@ ShardSet ShardSet::open(const std::vector<std::string>& files, int vocab, std::s
     if (count < 0 || expect != size) {
       throw ConfigError(fmt::format(
           "shard '{}' ({}): its header says {} tokens ({} bytes with the header), but the file is "
-          "{} bytes\n  hint: the file is truncated or was not written completely; write it again "
-          "with `atlas tokenize`",
-          path, key, count, expect, size));
+          "{} bytes\n  hint: {}; write it again with `atlas tokenize`",
+          path, key, count, expect, size,
+          count >= 0 && size > expect ? "the file holds more than its header counts (another writer's header, or "
+                                        "bytes appended)"
+                                      : "the file is truncated or was not written completely"));
     }
     m->tokens = std::span<const std::uint16_t>(
         reinterpret_cast<const std::uint16_t*>(static_cast<const char*>(base) +

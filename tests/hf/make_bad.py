@@ -38,6 +38,11 @@ def write(header, data):
         fh.write(struct.pack("<Q", len(h)) + h + data)
 
 
+def config_value(key):
+    with open(os.path.join(dst, "config.json")) as fh:
+        return json.load(fh)[key]
+
+
 def config(key, value):
     p = os.path.join(dst, "config.json")
     with open(p) as fh:
@@ -65,6 +70,8 @@ elif kind == "relu":
     config("activation_function", "relu")
 elif kind == "untied":
     config("tie_word_embeddings", False)
+elif kind == "string_width":
+    config("n_embd", str(config_value("n_embd")))
 elif kind == "extra":
     end = len(data)
     header["transformer.h.0.attn.q_norm.weight"] = {"dtype": "F32", "shape": [1], "data_offsets": [end, end + 4]}

@@ -52,7 +52,7 @@ check "tp 2: independent reader" $PY tests/hf/check_export.py "$T/hf_tp" "$T/tp/
 check "tp 2: GPT-2's forward pass gives atlas's logits" $PY tests/hf/gpt2_reference.py "$T/hf_tp" "$T/logits_tp.safetensors" 1e-4
 
 # Variants of the exported directory (tests/hf/make_bad.py): damaged ones and the hub layout.
-for kind in long_header overlap dtype truncated relu untied extra hub hub_untied bf16 bf16_ref f16 f16_ref; do
+for kind in long_header overlap dtype truncated relu untied string_width extra hub hub_untied bf16 bf16_ref f16 f16_ref; do
   $PY tests/hf/make_bad.py "$T/hf" "$T/bad_$kind" "$kind"
 done
 
@@ -113,6 +113,8 @@ check "truncated data" fails_with truncated "$(printf "$ST" truncated): the file
 check "the hint says how to fix a damaged file" grep -q "hint: the file is damaged or was not written as safetensors" "$T/truncated.out"
 check "activation relu" fails_with relu "'$T/bad_relu/config.json': activation_function is \"relu\"; atlas computes GELU's tanh approximation" \
   atlas import --format hf "$T/bad_relu" --out "$T/x"
+check "a width written as a string" fails_with string_width "'$T/bad_string_width/config.json': \"n_embd\" is the string \"64\", not a positive integer" \
+  atlas import --format hf "$T/bad_string_width" --out "$T/x"
 check "untied head" fails_with untied "'$T/bad_untied/config.json': tie_word_embeddings is false" \
   atlas import --format hf "$T/bad_untied" --out "$T/x"
 check "a tensor GPT-2 does not have" fails_with extra "tensor 'transformer.h.0.attn.q_norm.weight' is not part of a GPT-2 model" \

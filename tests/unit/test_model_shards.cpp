@@ -266,6 +266,7 @@ TEST(Shards, BadShardsAreConfigErrorsNamingTheFileAndTheFix) {
   write_raw(dir.at("magic.bin"), 20240521, 1, 4, toks);
   write_raw(dir.at("version.bin"), 20240520, 2, 4, toks);
   write_raw(dir.at("length.bin"), 20240520, 1, 5, toks);
+  write_raw(dir.at("long.bin"), 20240520, 1, 3, toks);  // one token more than its header counts
   write_raw(dir.at("vocab.bin"), 20240520, 1, 4, {1, 2, 300, 4});
   std::ofstream(dir.at("short.bin")) << "tiny";
   const auto open1 = [&](const std::string& name) {
@@ -282,7 +283,10 @@ TEST(Shards, BadShardsAreConfigErrorsNamingTheFileAndTheFix) {
   m = config_error(open1("length.bin"));
   EXPECT_THAT(m, HasSubstr(dir.at("length.bin")));
   EXPECT_THAT(m, HasSubstr("header says 5 tokens (1034 bytes with the header), but the file is 1032 bytes"));
-  EXPECT_THAT(m, HasSubstr("hint: "));
+  EXPECT_THAT(m, HasSubstr("hint: the file is truncated"));
+  m = config_error(open1("long.bin"));
+  EXPECT_THAT(m, HasSubstr("header says 3 tokens (1030 bytes with the header), but the file is 1032 bytes"));
+  EXPECT_THAT(m, HasSubstr("hint: the file holds more than its header counts"));
   m = config_error(open1("short.bin"));
   EXPECT_THAT(m, HasSubstr("shorter than the 1024-byte header"));
   m = config_error(open1("vocab.bin"));
