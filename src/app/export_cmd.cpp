@@ -8,6 +8,7 @@
 
 #include "atlas/app/commands.hpp"
 #include "atlas/core/check.hpp"
+#include "atlas/core/file.hpp"
 #include "atlas/deck/deck.hpp"
 #include "atlas/device/backend.hpp"
 #include "atlas/io/hf.hpp"
@@ -65,20 +66,6 @@ void write_logits(const std::string& ckpt, const io::CheckpointContents& content
 
 }  // namespace
 
-namespace {
-
-/// `--out` names a directory to write into: one that exists as anything else is the user's slip,
-/// said before any work (it was an Io error with a source location).
-void check_out_dir(const char* cmd, const std::string& out) {
-  std::error_code ec;
-  if (std::filesystem::exists(out, ec) && !std::filesystem::is_directory(out, ec))
-    throw ConfigError(fmt::format("atlas {}: --out {} exists and is not a directory\n  hint: name a directory (it "
-                                  "is created if missing)",
-                                  cmd, out));
-}
-
-}  // namespace
-
 int cmd_export(Context& ctx) {
   one_process(ctx, "export");
   const Args a = parse_args(ctx.args, {"format", "out", "logits"}, {});
@@ -87,7 +74,7 @@ int cmd_export(Context& ctx) {
     throw UsageError("atlas export needs one checkpoint file: atlas export CKPT --format hf --out DIR");
   const std::string out = a.option("out");
   if (out.empty()) throw UsageError("atlas export: --out DIR is required");
-  check_out_dir("export", out);
+  check_output_dir("atlas export", out);
   const std::string& ckpt = a.positional[0];
 
   // config.json's initializer_range and special tokens come from the checkpoint's own deck.
@@ -121,7 +108,7 @@ int cmd_import(Context& ctx) {
     throw UsageError("atlas import needs one model directory: atlas import --format hf DIR --out CKPT_DIR");
   const std::string out = a.option("out");
   if (out.empty()) throw UsageError("atlas import: --out CKPT_DIR is required");
-  check_out_dir("import", out);
+  check_output_dir("atlas import", out);
   const std::string& dir = a.positional[0];
   const std::string config_path = (std::filesystem::path(dir) / "config.json").string();
   const io::Gpt2Config hc = io::read_gpt2_config(config_path);

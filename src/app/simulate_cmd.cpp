@@ -247,6 +247,13 @@ std::string compute_from_run(const Config& cfg, const Args& args, sim::SimOption
   return s;
 }
 
+/// The deck's layout against the cluster's constraints: a DC over its power budget, an end stage
+/// where cluster.may_hold_data forbids it (warnings: a what-if may mean it).
+void warn_about_layout(const Config& cfg, const sched::DeviceProfile& prof) {
+  for (const auto& w : plan::power_overruns(cfg, prof)) std::fprintf(stderr, "WARNING: %s\n", w.c_str());
+  for (const auto& w : plan::residency_violations(cfg)) std::fprintf(stderr, "WARNING: %s\n", w.c_str());
+}
+
 }  // namespace
 
 int cmd_simulate(Context& ctx) {
@@ -268,10 +275,8 @@ int cmd_simulate(Context& ctx) {
     plan::CompareOptions opt;
     opt.prefill_tokens = args.int_option("prefill-tokens", opt.prefill_tokens);
     opt.planner = true;
-    // Designs (b) and (c) run the deck's layout: a DC it puts over its budget, or an end stage it
-    // puts where the data may not go, is said here as for the deck's own simulation.
-    for (const auto& w : plan::power_overruns(cfg, prof)) std::fprintf(stderr, "WARNING: %s\n", w.c_str());
-    for (const auto& w : plan::residency_violations(cfg)) std::fprintf(stderr, "WARNING: %s\n", w.c_str());
+    // Designs (b) and (c) run the deck's layout: said as for the deck's own simulation.
+    warn_about_layout(cfg, prof);
     const plan::Comparison c = [&] {
       Progress progress("atlas simulate --compare", progress_after_s(args));
       progress.set("timing designs (a)-(d) and the planner's plan");
@@ -334,14 +339,9 @@ int cmd_simulate(Context& ctx) {
                mem.peak_bytes / static_cast<double>(units::kGiB), mem.peak_stage,
                mem.limit_bytes / static_cast<double>(units::kGiB), prof.name,
                mem.fits() ? "" : ": DOES NOT FIT (--ignore-memory)");
-  {
-    std::vector<int> gpus;
-    for (int dc = 0; dc < cfg.cluster.dc_count(); ++dc) gpus.push_back(static_cast<int>(cfg.parallel.ranks_in_dc(dc)));
-    for (const auto& w : plan::power_overruns(cfg, prof)) std::fprintf(stderr, "WARNING: %s\n", w.c_str());
-    for (const auto& w : plan::residency_violations(cfg)) std::fprintf(stderr, "WARNING: %s\n", w.c_str());
-    if (const std::string e = plan::energy_summary(cfg, prof, gpus, r.step_ms); !e.empty())
-      fmt::print("# power: {} GPUs draw {}\n", cfg.parallel.world_size(), e);
-  }
+  warn_about_layout(cfg, prof);
+  if (const std::string e = plan::energy_summary(cfg, prof, plan::deck_gpus_per_dc(cfg), r.step_ms); !e.empty())
+    fmt::print("# power: {} GPUs draw {}\n", cfg.parallel.world_size(), e);
   fmt::print("# deck {}: {}{}\n", path,
              opt.source == sim::TableSource::Deck ? "the runtime's schedule table, timed by the simulator"
                                                   : "a schedule table built from the simulator's costs (--search)",

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "atlas/core/check.hpp"
+#include "atlas/core/error.hpp"
 
 namespace atlas {
 
@@ -32,6 +33,13 @@ void write_file_whole(const std::string& path, const std::string& text) {
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
   if (ec) ATLAS_THROW(Io, "cannot rename " << tmp << " to " << path << ": " << ec.message());
+}
+
+void check_output_dir(const std::string& command, const std::string& dir) {
+  std::error_code ec;
+  if (std::filesystem::exists(dir, ec) && !std::filesystem::is_directory(dir, ec))
+    throw ConfigError(command + ": --out " + dir +
+                      " exists and is not a directory\n  hint: name a directory (it is created if missing)");
 }
 
 }  // namespace atlas

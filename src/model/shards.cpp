@@ -26,6 +26,7 @@
 
 #include "atlas/core/check.hpp"
 #include "atlas/core/error.hpp"
+#include "atlas/core/file.hpp"
 #include "atlas/deck/schema.hpp"
 
 namespace atlas::model {
@@ -300,13 +301,7 @@ TokenizeResult tokenize_to_shards(const TokenizeJob& job) {
                                     fs::exists(in, ec) ? "is not a file or directory" : "does not exist"));
     }
   }
-  {
-    std::error_code ec;
-    if (fs::exists(job.out_dir, ec) && !fs::is_directory(job.out_dir, ec))
-      throw ConfigError(fmt::format("atlas tokenize: --out {} exists and is not a directory\n  hint: name a "
-                                    "directory (it is created if missing)",
-                                    job.out_dir));
-  }
+  check_output_dir("atlas tokenize", job.out_dir);
   TokenizeResult r;
   r.files = static_cast<int>(files.size());
   std::int64_t all_bytes = 0;

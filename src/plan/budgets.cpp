@@ -55,6 +55,12 @@ std::vector<int> plan_gpus_per_dc(const Plan& p) {
   return out;
 }
 
+std::vector<int> deck_gpus_per_dc(const Config& cfg) {
+  std::vector<int> out;
+  for (int dc = 0; dc < cfg.cluster.dc_count(); ++dc) out.push_back(static_cast<int>(cfg.parallel.ranks_in_dc(dc)));
+  return out;
+}
+
 double power_kw(const Config& cfg, const sched::DeviceProfile& prof, const std::vector<int>& gpus_per_dc) {
   double w = 0.0;
   for (std::size_t dc = 0; dc < gpus_per_dc.size(); ++dc)
@@ -74,10 +80,11 @@ double co2_kg_per_hour(const Config& cfg, const sched::DeviceProfile& prof, cons
 std::vector<std::string> power_overruns(const Config& cfg, const sched::DeviceProfile& prof) {
   std::vector<std::string> out;
   if (cfg.cluster.power_mw.empty() || !(prof.board_power_w > 0)) return out;
+  const std::vector<int> gpus = deck_gpus_per_dc(cfg);
   for (int dc = 0; dc < cfg.cluster.dc_count(); ++dc) {
     const auto i = static_cast<std::size_t>(dc);
     const double pue = cfg.cluster.pue_of(dc);
-    const std::int64_t ranks = cfg.parallel.ranks_in_dc(dc);
+    const int ranks = gpus[i];
     const double powered = gpus_powered(cfg.cluster.power_mw[i], prof.board_power_w, pue);
     if (static_cast<double>(ranks) <= powered) continue;
     out.push_back(fmt::format("DC {} runs {} GPUs, but its budget cluster.power_mw = {:g} MW powers {:.0f} ({:g} W a GPU x "

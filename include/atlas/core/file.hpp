@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Writing a result file whole: the one place that turns every failed write (disk full, read-only
-// file system, missing directory) into an atlas::Error (Io) naming the file and the reason.
+// file system, missing directory) into an atlas::Error (Io) naming the file and the reason; and
+// the check of an output directory a command is told to write into.
 #pragma once
 
 #include <string>
@@ -11,5 +12,10 @@ namespace atlas {
 /// `path`, so a reader never sees half a file and a failure never truncates an existing one.
 /// Throws atlas::Error (Io) with the file, the system's reason and a hint. Not collective.
 void write_file_whole(const std::string& path, const std::string& text);
+
+/// `--out DIR` of command `command` ("atlas tokenize", ...): one that exists as anything but a
+/// directory is the user's slip, a ConfigError ("--out DIR exists and is not a directory" with a
+/// hint) before any work; a missing one is fine (the command creates it).
+void check_output_dir(const std::string& command, const std::string& dir);
 
 }  // namespace atlas

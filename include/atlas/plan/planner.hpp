@@ -100,6 +100,9 @@ std::string power_limited_dcs(const Config& cfg, const std::vector<int>& powered
 /// The GPUs plan `p` holds in each DC (deck DC order).
 std::vector<int> plan_gpus_per_dc(const Plan& p);
 
+/// The GPUs the deck's own layout (parallel.*) holds in each DC (ParallelCfg::ranks_in_dc).
+std::vector<int> deck_gpus_per_dc(const Config& cfg);
+
 /// Power drawn at full load by `gpus_per_dc` GPUs (deck DC order): GPUs x board power x PUE, kW.
 double power_kw(const Config& cfg, const sched::DeviceProfile& profile, const std::vector<int>& gpus_per_dc);
 
