@@ -445,7 +445,11 @@ int bench_fidelity(Context&, const bench::Args& args) {
 int bench_wan(Context& ctx, const bench::Args& args) { return wan::run_wan_bench(ctx.env, args); }
 int bench_latency(Context& ctx, const bench::Args& args) { return wan::run_wan_latency_bench(ctx.env, args); }
 int bench_bubbletea(Context& ctx, const bench::Args& args) { return bubbletea::run_bubbletea_bench(ctx.env, args); }
-int bench_sim(Context& ctx, const bench::Args& args) { return ctx.env.world_rank() == 0 ? sim::run_sim_bench(args) : 0; }
+int bench_sim(Context& ctx, const bench::Args& args) {
+  if (ctx.env.world_rank() != 0) return 0;
+  keep_heap_for_reuse();
+  return sim::run_sim_bench(args);
+}
 int bench_validate(Context& ctx, const bench::Args& args) {
   return ctx.env.world_rank() == 0 ? sim::run_validate_bench(args) : 0;
 }

@@ -21,6 +21,7 @@ namespace atlas::app {
 
 int cmd_plan(Context& ctx) {
   if (ctx.env.world_rank() != 0) return 0;
+  keep_heap_for_reuse();
   const Args args = parse_args(ctx.args, {"wan", "deck-out", "rows", "progress-after"}, {"quiet"});
   const std::string path = deck_path(args, "plan");
   std::vector<std::string> overrides;

@@ -23,6 +23,7 @@ namespace atlas::app {
 
 int cmd_schedule(Context& ctx) {
   if (ctx.env.world_rank() != 0) return 0;
+  keep_heap_for_reuse();
   const Args args = parse_args(ctx.args, {"json", "width", "kind", "png"}, {"quiet"});
   const std::string path = deck_path(args, "schedule");
   const Config cfg = load_offline_deck(path, args.overrides);

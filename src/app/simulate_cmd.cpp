@@ -258,6 +258,7 @@ void warn_about_layout(const Config& cfg, const sched::DeviceProfile& prof) {
 
 int cmd_simulate(Context& ctx) {
   if (ctx.env.world_rank() != 0) return 0;
+  keep_heap_for_reuse();
   const Args args = parse_args(ctx.args,
                                {"json", "width", "wan", "out", "models", "dcs", "latencies", "dps", "prefill-tokens",
                                 "rows", "profile", "trace", "steps", "compute-scale", "compute-from", "skip-steps", "progress-after"},
