@@ -378,14 +378,15 @@ int bench_fidelity(Context&, const bench::Args& args) {
                          "profile.enabled=true"}),
         world.size());
     const sim::SimOptions in_situ = in_situ_of(run_training_job(warm, world, quiet));
-    const sim::SimResult situ = sim::simulate_on(cfg, net, in_situ);
+    // In-situ slots carry the network's CPU already: the network term must not take it again.
+    const sim::SimResult situ = sim::simulate_on(cfg, net, sim::without_network_share(cfg, net, in_situ));
 
     const JobResult r = run_training_job(cfg, world, quiet);
     // Trace-driven (not held out): the same with the timed run's own in-situ costs. What remains
     // of its error is the schedule, network, sharing and synchronisation model's, not the
     // compute's, nor the machine's drift between two runs.
     const sim::SimOptions traced = in_situ_of(r);
-    const sim::SimResult trace = sim::simulate_on(cfg, net, traced);
+    const sim::SimResult trace = sim::simulate_on(cfg, net, sim::without_network_share(cfg, net, traced));
     const double measured_ms = r.mean_step_s * 1e3;
     const std::string fresh_cols = fresh_ms > 0 ? fmt::format("{:>9.1f} {:>11.3f}", fresh_ms, measured_ms / fresh_ms)
                                                 : fmt::format("{:>9} {:>11}", "-", "-");
@@ -424,7 +425,8 @@ int bench_fidelity(Context&, const bench::Args& args) {
     fmt::print("# insitu_ms: compute from a held-out warm-up run of the deck ({} steps, the first not measured, "
                "before the timed run): per stage the median forward and backward slot that ran while no more ranks "
                "of its host computed than it has cores (sim::insitu_compute), shared out by the simulation like "
-               "the profile's\n",
+               "the profile's; inside the emulation divided by the median stretch net_ns/B gives the slots, which "
+               "carry that CPU already (sim::without_network_share; trace_ms too)\n",
                warmup_steps);
     fmt::print("# meas_bub%: training's bubble, 1 - (forward + backward + optimizer) / step, mean over ranks "
                "(BubbleTea's prefills fill it, they do not shrink it); pred_bub% and insitu_bub% the same of the "

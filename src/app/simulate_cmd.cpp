@@ -233,6 +233,8 @@ std::string compute_from_run(const Config& cfg, const Args& args, sim::SimOption
   }
   opt.stage_fwd_ms = ic.fwd_ms;
   opt.stage_bwd_ms = ic.bwd_ms;
+  // The slots carry the host CPU the run's WAN transfers took; the network term takes it again.
+  opt = sim::without_network_share(cfg, cfg, opt);
   std::string s = fmt::format(
       "# compute in situ from {} (run {}{}, steps from {}): per stage the median forward / backward slot that ran "
       "while at most {:g} ranks of its host computed ({}; {} ranks on {} host(s)), in place of the profile's\n",
@@ -240,10 +242,19 @@ std::string compute_from_run(const Config& cfg, const Args& args, sim::SimOption
       deck_cores ? "cluster.cores_per_host" : "this machine's hardware threads", run.rank_stage.size(), names.size());
   for (int st = 0; st < pp; ++st) {
     const auto i = static_cast<std::size_t>(st);
-    s += fmt::format("#   stage {:>3}: forward {:.3f} ms ({} slots), backward {:.3f} ms ({} slots){}\n", st, ic.fwd_ms[i],
+    s += fmt::format("#   stage {:>3}: forward {:.3f} ms ({} slots), backward {:.3f} ms ({} slots){}{}\n", st, ic.fwd_ms[i],
                      ic.fwd_samples[i], ic.bwd_ms[i], ic.bwd_samples[i],
-                     ic.fwd_samples[i] == 0 || ic.bwd_samples[i] == 0 ? "  (none ran unshared: the shortest)" : "");
+                     ic.fwd_samples[i] == 0 || ic.bwd_samples[i] == 0 ? "  (none ran unshared: the shortest)" : "",
+                     opt.stage_fwd_ms[i] == ic.fwd_ms[i] && opt.stage_bwd_ms[i] == ic.bwd_ms[i]
+                         ? ""
+                         : fmt::format("; {:.3f} / {:.3f} ms without the network's CPU", opt.stage_fwd_ms[i],
+                                       opt.stage_bwd_ms[i]));
   }
+  if (cfg.cluster.host_net_ns_per_byte > 0)
+    s += fmt::format("#   the run's slots carry the host CPU its WAN transfers took: each stage's costs are divided "
+                     "by the median stretch cluster.host_net_ns_per_byte = {:g} gives its slots, so the simulation charges "
+                     "that CPU once (sim::without_network_share)\n",
+                     cfg.cluster.host_net_ns_per_byte);
   return s;
 }
 

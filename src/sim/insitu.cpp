@@ -104,4 +104,53 @@ InSituCompute insitu_compute(const std::vector<ComputeSpan>& spans, int pp, cons
   return r;
 }
 
+SimOptions without_network_share(const Config& deck, const Config& machine, const SimOptions& in_situ) {
+  if (!(machine.cluster.host_net_ns_per_byte > 0.0) || in_situ.stage_fwd_ms.empty()) return in_situ;
+  Config quiet_net = machine;
+  quiet_net.cluster.host_net_ns_per_byte = 0.0;
+  const SimResult with = simulate_on(deck, machine, in_situ);
+  const SimResult without = simulate_on(deck, quiet_net, in_situ);
+  const int pp = with.table.pp;
+  const int dp = with.table.dp;
+  ATLAS_ASSERT(without.table.pp == pp && without.table.dp == dp && static_cast<int>(in_situ.stage_fwd_ms.size()) == pp &&
+                   static_cast<int>(in_situ.stage_bwd_ms.size()) == pp,
+               "without_network_share: " << in_situ.stage_fwd_ms.size() << " in-situ stages for a table of pp " << pp);
+  // Per stage and kind (forward; backward, B and W), each compute slot's length with the term
+  // over the same slot's without it; the median, as the in-situ cost is the median slot: where
+  // transfers run beside most slots (a WAN-bound deck) it is their stretch, where only a few
+  // slots meet a transfer it is 1. Both tables run the same compute slots in the same order
+  // (their waits, Idle slots, may differ).
+  auto is_bwd = [](sched::SlotKind k) {
+    return k == sched::SlotKind::Backward || k == sched::SlotKind::BackwardInput || k == sched::SlotKind::BackwardWeight;
+  };
+  auto compute_slots = [&](const std::vector<sched::Slot>& row) {
+    std::vector<const sched::Slot*> v;
+    for (const auto& slot : row)
+      if (slot.kind == sched::SlotKind::Forward || is_bwd(slot.kind)) v.push_back(&slot);
+    return v;
+  };
+  std::vector<std::vector<double>> stretch(static_cast<std::size_t>(2 * pp));
+  for (int st = 0; st < pp; ++st)
+    for (int d = 0; d < dp; ++d) {
+      const auto ra = compute_slots(with.table.row(st, d));
+      const auto rb = compute_slots(without.table.row(st, d));
+      ATLAS_ASSERT(ra.size() == rb.size(), "without_network_share: stage " << st << " replica " << d << " has " << ra.size()
+                                                                          << " and " << rb.size() << " compute slots");
+      for (std::size_t i = 0; i < ra.size(); ++i) {
+        ATLAS_ASSERT(ra[i]->kind == rb[i]->kind, "without_network_share: stage " << st << " replica " << d
+                                                                               << " runs its compute in two orders");
+        if (!(rb[i]->duration_ms > 0.0)) continue;
+        const bool fwd = ra[i]->kind == sched::SlotKind::Forward;
+        stretch[static_cast<std::size_t>(fwd ? st : pp + st)].push_back(ra[i]->duration_ms / rb[i]->duration_ms);
+      }
+    }
+  SimOptions out = in_situ;
+  for (int st = 0; st < pp; ++st) {
+    const auto f = static_cast<std::size_t>(st), b = static_cast<std::size_t>(pp + st);
+    if (!stretch[f].empty()) out.stage_fwd_ms[f] /= std::max(1.0, median(stretch[f]));
+    if (!stretch[b].empty()) out.stage_bwd_ms[f] /= std::max(1.0, median(stretch[b]));
+  }
+  return out;
+}
+
 }  // namespace atlas::sim

@@ -18,6 +18,7 @@
 #include "atlas/sched/profile.hpp"
 #include "atlas/sim/bench.hpp"
 #include "atlas/sim/cost.hpp"
+#include "atlas/sim/insitu.hpp"
 #include "atlas/sim/simulator.hpp"
 #include "atlas/topo/layout.hpp"
 
@@ -562,6 +563,48 @@ TEST(SimDeck, SimulateOnKeepsTheDecksTableAndTakesTheMachinesCosts) {
     EXPECT_LE(r.stages[s].compute_ms, 4.0 * alone.stages[s].compute_ms + 1e-9) << "stage " << s;
   }
   EXPECT_GT(r.step_ms, alone.step_ms);
+}
+
+// In-situ costs carry the network's CPU already (sim::without_network_share): with the network
+// term on a shared host the costs shrink by the stretch the term gives the slots, and only there.
+TEST(SimDeck, InSituCostsLoseTheNetworksShareOnlyWhereTheTermTakesIt) {
+  // WAN-bound: 0.1 Gbit/s links, every rank on one host of 2 cores, 50 ns of CPU per WAN byte
+  // (0.6 of a core while a transfer runs).
+  Config cfg = deck(std::string(kTwoDc) + "schedule.kind = 1f1b\n");
+  cfg.cluster.bandwidth_gbps = {0, 0.1, 0.1, 0};
+  RunMachine here;
+  here.host_backend = true;
+  here.ranks_per_host = 8;
+  here.cores_per_host = 2;
+  here.net_ns_per_byte = 50.0;
+  const Config machine = machine_config(cfg, here);
+  SimOptions raw;
+  raw.stage_fwd_ms = {2.0, 2.5};
+  raw.stage_bwd_ms = {4.0, 5.0};
+  const SimOptions out = without_network_share(cfg, machine, raw);
+  ASSERT_EQ(out.stage_fwd_ms.size(), 2u);
+  for (std::size_t s = 0; s < 2; ++s) {
+    EXPECT_LT(out.stage_fwd_ms[s], raw.stage_fwd_ms[s]) << "stage " << s;
+    EXPECT_LT(out.stage_bwd_ms[s], raw.stage_bwd_ms[s]) << "stage " << s;
+    // At most the share the term can take: 0.6 of 2 cores (a stretch below 2).
+    EXPECT_GT(out.stage_fwd_ms[s], 0.5 * raw.stage_fwd_ms[s]) << "stage " << s;
+  }
+  // The step predicted with them is shorter (the term now takes the network's CPU once).
+  EXPECT_LT(simulate_on(cfg, machine, out).step_ms, simulate_on(cfg, machine, raw).step_ms);
+
+  // No term, or no shared host (a rank's own cores: the term takes nothing from compute), or no
+  // in-situ costs: unchanged.
+  RunMachine quiet = here;
+  quiet.net_ns_per_byte = 0.0;
+  Config own = machine;
+  own.cluster.ranks_per_host = 0;
+  ASSERT_GT(own.cluster.host_net_ns_per_byte, 0.0);
+  for (const Config& m : {machine_config(cfg, quiet), own}) {
+    const SimOptions same = without_network_share(cfg, m, raw);
+    EXPECT_EQ(same.stage_fwd_ms, raw.stage_fwd_ms);
+    EXPECT_EQ(same.stage_bwd_ms, raw.stage_bwd_ms);
+  }
+  EXPECT_TRUE(without_network_share(cfg, machine, SimOptions{}).stage_fwd_ms.empty());
 }
 
 TEST(SimDeck, WanBytesAndTokensMatchTheDeck) {

@@ -11,7 +11,9 @@
 
 #include <vector>
 
+#include "atlas/deck/config.hpp"
 #include "atlas/sched/slot.hpp"
+#include "atlas/sim/simulator.hpp"
 
 namespace atlas::sim {
 
@@ -40,5 +42,14 @@ struct InSituCompute {
 /// slot. Throws atlas::Error (ExitCode::Config) when a stage has no forward or backward slot at all.
 InSituCompute insitu_compute(const std::vector<ComputeSpan>& spans, int pp, const std::vector<int>& rank_host,
                              double cores_per_host, int first_step = 1);
+
+/// In-situ costs carry the host CPU the run's WAN transfers took beside its slots (on a WAN-bound
+/// deck most slots run while a transfer does), and the simulation's network term
+/// (`cluster.host_net_ns_per_byte` of `machine`) takes that CPU from the slots again. Returns
+/// `in_situ` with each stage's forward and backward cost divided by the stretch the network term
+/// gives that stage's slots when the table is simulated with them (their summed length with the
+/// term over without it), so that the simulated slots carry it once. Unchanged where the term is
+/// 0 or `in_situ` holds no per-stage costs.
+SimOptions without_network_share(const Config& deck, const Config& machine, const SimOptions& in_situ);
 
 }  // namespace atlas::sim
