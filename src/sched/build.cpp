@@ -123,6 +123,7 @@ struct Run {
   bool deadlock = false, stopped = false, tie_used = false;
   double makespan_ms = 0.0, tie_first_ms = 0.0, pcs_done_ms = 0.0;
   std::uint64_t events = 0;
+  std::vector<std::pair<double, double>> bound_records;          // EngineResult::bound_records
   std::shared_ptr<const std::vector<std::vector<int>>> served;  // finished runs only
   std::shared_ptr<const Timed> timed;                             // finished runs only
   bool earlier = false;  // from an earlier search (SearchRuns): its bound may be the lower one
@@ -395,7 +396,7 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
     p.stop_after_ms = stop_after;
     EngineResult r = run_engine(p);
     Run run{stop_after, r.deadlock, r.stopped, r.tie_break_used, r.makespan_ms, r.tie_break_first_ms, r.pcs_done_ms,
-            r.events, nullptr, nullptr};
+            r.events, std::move(r.bound_records), nullptr, nullptr};
     if (!r.deadlock && !r.stopped) {
       Outcome o = outcome_of(std::move(r), p, true);
       run.served = std::move(o.served);
@@ -464,10 +465,18 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
     remember(key, run);
     events += run.events;
     ++timed;
-    // The run with bound stop_after (the same run when run.stop_ms == stop_after).
-    const bool finished = !run.deadlock && !run.stopped &&
+    // The run with bound stop_after (the same run when run.stop_ms == stop_after). Under it the
+    // links' bound stops the run at the first record above it, if any (a record above the bound
+    // means the makespan and every worker's last op are past it too: such a run never finishes).
+    double links_stop = std::numeric_limits<double>::infinity();
+    for (const auto& [over, at] : run.bound_records)
+      if (over > stop_after) {
+        links_stop = at;
+        break;
+      }
+    const bool finished = !run.deadlock && !run.stopped && std::isinf(links_stop) &&
                           (!(run.makespan_ms > stop_after) || !(run.pcs_done_ms > stop_after));
-    const bool tie_used = finished ? run.tie_used : run.tie_first_ms <= stop_after;
+    const bool tie_used = finished ? run.tie_used : run.tie_first_ms <= stop_after && run.tie_first_ms < links_stop;
     const Outcome o{finished, run.makespan_ms, finished ? run.served : nullptr, finished ? run.timed : nullptr};
     outcomes[key] = o;
     if (!tie_used) outcomes[key_of(k, -1)] = o;

@@ -216,6 +216,9 @@ class Engine {
         m_pair[i] = pairs.emplace(key, static_cast<int>(pairs.size())).first->second;
       }
     m_pair_busy.assign(pairs.size(), 0);
+    m_unsent.assign(p.channels.size(), 0.0);
+    for (const auto& m : p.messages)
+      if (m.channel >= 0) m_unsent[static_cast<std::size_t>(m.channel)] += static_cast<double>(m.bytes);
     m_pair_gate.assign(pairs.size(), 0.0);
     m_pair_queue.resize(pairs.size());
     m_pair_head.assign(pairs.size(), 0);
@@ -232,10 +235,30 @@ class Engine {
     for (const auto& w : m_p.workers) ops += w.size();
     const std::uint64_t limit = 64 * (ops + m_p.messages.size() * (m_p.channels.size() + 4)) + 1000000;
     ATLAS_ASSERT(limit < (std::uint64_t{1} << 59), "schedule engine: a program of " << ops << " ops is too large to time");
+    const bool bounded = std::isfinite(m_p.stop_after_ms);
+    std::uint64_t pops = 0, checked = 0;
+    double record = -std::numeric_limits<double>::infinity();
     while (!m_pq.empty()) {
       ATLAS_ASSERT(m_seq < limit, "schedule engine made " << m_seq << " events for " << ops
                                                           << " ops: timing does not converge");
       const Event e = m_pq.top();
+      // A bounded run stops once the links show it ends past the bound (EngineProgram::
+      // stop_after_ms): checked before an instant's first event, so a run under a lower bound
+      // stops at a record's instant with the same events run (EngineResult::bound_records).
+      if (bounded && e.t > m_now && pops - checked >= kBoundCheckEvents) {
+        checked = pops;
+        const double lb = links_bound(e.t);
+        if (lb > record) {
+          record = lb;
+          m_result.bound_records.emplace_back(lb, e.t);
+        }
+        if (lb > m_p.stop_after_ms) {
+          m_result.stopped = true;
+          m_result.events = m_seq;
+          return std::move(m_result);
+        }
+      }
+      ++pops;
       m_pq.pop();
       const Ev type = e.type();
       m_now = e.t;
@@ -284,6 +307,17 @@ class Engine {
  private:
   void push(double t, int phase, Ev type, int a, int b) {
     m_pq.push(Event{t, static_cast<std::uint64_t>(phase) << 62 | m_seq++ << 3 | static_cast<std::uint64_t>(type), a, b});
+  }
+
+  /// At instant t: the makespan is at least, on every WAN link, t + the bytes not yet on its
+  /// wire at its capacity + its latency (those bytes arrive at a worker still to pass its
+  /// receive, so the run's last op ends no earlier). A hair under, for the engine's rounding.
+  double links_bound(double t) const {
+    double lb = t;
+    for (std::size_t c = 0; c < m_unsent.size(); ++c)
+      if (m_unsent[c] > 0.0)
+        lb = std::max(lb, t + m_unsent[c] / m_p.channels[c].capacity_bytes_per_ms + m_p.channels[c].latency_ms);
+    return lb * (1.0 - 1e-9);
   }
 
   // ---- workers ----
@@ -727,6 +761,7 @@ class Engine {
   void start_flow(int c, int msg, bool record = true) {
     auto& m = m_p.messages[static_cast<std::size_t>(msg)];
     m.start_ms = m_now;
+    m_unsent[static_cast<std::size_t>(c)] -= static_cast<double>(m.bytes);
     if (record) m_p.channels[static_cast<std::size_t>(c)].served.push_back(msg);
     auto& started = m_links[static_cast<std::size_t>(c)];
     if (started.idle()) {
@@ -916,6 +951,7 @@ class Engine {
   std::vector<std::size_t> m_pair_head;        // per pair: the next of m_pair_queue to start
   std::vector<int> m_done;      // flow_done's finished transfers (kept: no allocation per event)
   std::vector<double> m_net_cores;  // per host: cores the running WAN flows take
+  std::vector<double> m_unsent;     // per link: bytes of its transfers not on the wire yet (links_bound)
   bool m_net_on = false;
   std::vector<HostState> m_hosts;
   std::vector<double> m_work_left;  // core-ms left of each worker's running compute op

@@ -322,6 +322,48 @@ TEST(Engine, AWanTransferTakesHostCoresFromCompute) {
   EXPECT_NEAR(r.ops[2][0].end_ms, 20.0, 1e-9);
 }
 
+// A bounded run stops as soon as the WAN links show it cannot end by the bound: worker 0 computes
+// 5,000 ops of 1 ms, then sends 1e6 bytes over a 100 bytes/ms link (10 s) to worker 1. Under a
+// bound of 6 s the clock alone would stop it past 6 s; the links' bound (t + unsent bytes /
+// capacity + latency) stops it at its first check, after 4,096 events.
+TEST(Engine, ABoundedRunStopsOnceTheLinksShowItEndsPastTheBound) {
+  EngineProgram p;
+  EngineChannel ch;
+  ch.capacity_bytes_per_ms = 100.0;
+  ch.flow_cap_bytes_per_ms = 100.0;
+  ch.latency_ms = 5.0;
+  p.channels.push_back(ch);
+  p.messages.resize(1);
+  p.messages[0].channel = 0;
+  p.messages[0].bytes = 1000000;
+  p.workers.resize(2);
+  for (int i = 0; i < 5000; ++i) p.workers[0].push_back({EngineOp::Type::Compute, SlotKind::Forward, 0, 1.0, -1, -1});
+  p.workers[0].push_back({EngineOp::Type::Send, SlotKind::WanSend, 0, 0.0, 0, -1});
+  p.workers[1] = {{EngineOp::Type::Recv, SlotKind::WanRecv, 0, 0.0, 0, -1}};
+  const EngineResult whole = run_engine(p);
+  ASSERT_FALSE(whole.deadlock);
+  EXPECT_NEAR(whole.makespan_ms, 5000.0 + 10000.0 + 5.0, 1e-6);
+  EXPECT_TRUE(whole.bound_records.empty());  // no bound: nothing checked
+
+  p.stop_after_ms = 6000.0;
+  const EngineResult early = run_engine(p);
+  EXPECT_TRUE(early.stopped);
+  ASSERT_FALSE(early.bound_records.empty());
+  const auto [lb, at] = early.bound_records.back();
+  EXPECT_GT(lb, 6000.0);
+  EXPECT_NEAR(at, static_cast<double>(kBoundCheckEvents), 2.0);  // its first check
+  EXPECT_NEAR(lb, at + 10000.0 + 5.0, 1e-3);
+  EXPECT_LT(early.events, whole.events * 9 / 10);
+
+  // A bound the run meets: it finishes, and no record is above its makespan (a lower bound).
+  p.stop_after_ms = whole.makespan_ms;
+  const EngineResult met = run_engine(p);
+  EXPECT_FALSE(met.stopped);
+  EXPECT_EQ(met.makespan_ms, whole.makespan_ms);
+  ASSERT_FALSE(met.bound_records.empty());
+  for (const auto& [bound, t] : met.bound_records) EXPECT_LE(bound, met.makespan_ms) << "checked at " << t;
+}
+
 // A sync group with a delay matrix: member i ends at max over j (reach_j + delay[j][i]) + its
 // duration, its slot starting at the later of its reach and that minus its longest leg; without
 // one the group is a barrier.

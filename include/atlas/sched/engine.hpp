@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "atlas/sched/slot.hpp"
@@ -122,7 +123,11 @@ struct EngineProgram {
   /// from the compute ops there (at most 90% of the host).
   double net_ns_per_byte = 0.0;
   /// A bound for searches: once the clock passes it with a worker still unfinished (so the
-  /// makespan will exceed it), the run stops with `stopped` set and partial times.
+  /// makespan will exceed it), the run stops with `stopped` set and partial times. It also stops
+  /// earlier, once the WAN links show the makespan will exceed it: at an instant t, a link's
+  /// bytes not yet on the wire need at least bytes / capacity after t, then its latency
+  /// (checked before the first event of an instant, every kBoundCheckEvents events at most:
+  /// EngineResult::bound_records).
   double stop_after_ms = std::numeric_limits<double>::infinity();
   /// Testing: time without the engine's shortcuts (at each WAN completion every active flow is
   /// looked at, not only those that can finish). The results are the same to the bit.
@@ -139,6 +144,9 @@ struct OpTime {
   int ran_before = -1;
 };
 
+/// Events between two checks of the links' bound (EngineProgram::stop_after_ms).
+inline constexpr std::uint64_t kBoundCheckEvents = 4096;
+
 struct EngineResult {
   std::vector<std::vector<OpTime>> ops;  ///< [worker][op]
   double makespan_ms = 0.0;
@@ -154,6 +162,11 @@ struct EngineResult {
   /// The clock at which every worker had passed its last op (its last compute may still run):
   /// a run with stop_after_ms = S stops iff it meets an event past S while this is > S.
   double pcs_done_ms = std::numeric_limits<double>::infinity();
+  /// With a finite stop_after_ms: (bound, t) each time the links' lower bound on the makespan,
+  /// checked at the instant t before any of its events ran, rose above every earlier check's.
+  /// A run with a lower stop bound S is this run up to the first record whose bound exceeds S,
+  /// and stops there, at that t (the atlas search's speculative runs, build.cpp).
+  std::vector<std::pair<double, double>> bound_records;
   std::uint64_t events = 0;              ///< events the run processed or queued (its work)
   std::string deadlock_reason;           ///< which workers wait on what
 };
