@@ -112,6 +112,8 @@ bool same_directory(const mpi::Comm& world, const std::string& a, const std::str
   return same != 0;
 }
 
+JobResult train(const Config& cfg, const mpi::Comm& world, const JobOptions& opt, TrainOutput& out);
+
 }  // namespace
 
 JobResult run_training_job(const Config& cfg, const mpi::Comm& world, const JobOptions& opt) {
@@ -134,12 +136,29 @@ JobResult run_training_job(const Config& cfg, const mpi::Comm& world, const JobO
                                      "give this job its own ckpt.dir, or wait until that job "
                                      "has ended");
   }
+  TrainOutput out(cfg, root, opt.quiet);
+  try {
+    return train(cfg, world, opt, out);
+  } catch (const CollectiveError& e) {
+    for (const auto& p : e.problems()) out.failed(p);
+    throw;
+  } catch (const std::exception& e) {
+    out.failed(e.what());
+    throw;
+  }
+}
+
+namespace {
+
+/// The job after its locks and run directory (run_training_job): errors go on to the caller,
+/// which writes them into log.txt too.
+JobResult train(const Config& cfg, const mpi::Comm& world, const JobOptions& opt, TrainOutput& out) {
+  const bool root = world.rank() == 0;
   // ---- setup: layout -> communicators -> backend -> schedule -> transport -> model ----
   const topo::Layout layout(world.size(), cfg.parallel);
   const topo::Communicators comms = topo::Communicators::create(world, layout);
   const topo::Coord me = layout.coord(comms.world.rank());
 
-  TrainOutput out(cfg, root, opt.quiet);
   out.header(opt.deck_path, layout);
   out.text(device::autogroup_note(world.allgather_strings(device::scheduling_group()), world.rank()));
   const std::string map = topo::rank_map(comms.world, layout, cfg.cluster.dcs);
@@ -278,6 +297,8 @@ JobResult run_training_job(const Config& cfg, const mpi::Comm& world, const JobO
   result.tokens_per_s = result.mean_step_s > 0 ? static_cast<double>(trainer.tokens_per_step()) / result.mean_step_s : 0.0;
   return result;
 }
+
+}  // namespace
 
 int cmd_train(Context& ctx) {
   const Args args = parse_args(ctx.args, {}, {});

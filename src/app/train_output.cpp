@@ -252,6 +252,17 @@ void TrainOutput::diverged(int step, const std::string& why) {
   }
 }
 
+void TrainOutput::failed(const std::string& why) noexcept {
+  if (!m_root || !m_log.is_open()) return;
+  try {
+    // Not flush_row(): its pending row waits on a job-wide sum that failing ranks may never join.
+    m_log.clear();
+    m_log << "ERROR: " << why << "\n";
+    m_log.flush();
+  } catch (...) {  // NOLINT(bugprone-empty-catch): the job's own error is reported already
+  }
+}
+
 bool TrainOutput::checkpoint_due(int steps_done, bool last) const {
   const bool periodic = m_cfg.ckpt.every_steps > 0 && steps_done % m_cfg.ckpt.every_steps == 0;
   return periodic || (last && m_cfg.ckpt.final);

@@ -7,6 +7,7 @@
 #   - a config error raised on one rank alone (ATLAS_FAULT_CONFIG_ERROR) ends the job with exit 2
 #     within the agreement timeout (the top level's safety net), not a hang;
 #   - model.init_std = 1e308 (NaN losses from step 0): exit 7, no checkpoint, run.json "diverged";
+#     log.txt holds the ERROR line, as it does for the seed's error;
 #   - a parameter turned NaN at step 3 (ATLAS_FAULT_NAN): exit 7, the good checkpoints of steps
 #     1-3 are kept and none of step 4 is written;
 #   - a NaN loss alone (ATLAS_FAULT_NAN_LOSS): stopped before the checkpoint that follows it, or at
@@ -41,6 +42,8 @@ check "... printed once (rank 0 speaks for all)" test "$(grep -c 'this run uses 
 
 # ---- a config error on one rank alone ----
 ATLAS_FAULT_CONFIG_ERROR=1:2 run_job lone 60 run.steps=4 ckpt.every_steps=0
+check "... and log.txt holds it" grep -qE '^ERROR: resuming from .*this run uses 99' "$T/seed/log.txt"
+
 check "a config error on rank 1 alone ends the job with exit 2 (got $(rc lone), $(cat "$T/lone.s") s)" test "$(rc lone)" -eq 2
 check "... within seconds" test "$(cat "$T/lone.s")" -le 30
 check "... and rank 1 reports it, saying that the others did not stop" \
@@ -53,6 +56,8 @@ check "... saying the training diverged at step 0" grep -q "ERROR: training dive
 check "... without a checkpoint" bash -c "! ls '$T/nan0/ckpt/'step-*.h5 2> /dev/null"
 check "... without an OK footer" bash -c "! grep -q '^# OK' '$T/nan0.out'"
 check "... and run.json says diverged" grep -q '"status":"diverged","step":0,"exit_code":7' "$T/nan0/run.json"
+check "... and log.txt holds the error (the run directory says why it ended)" \
+  grep -q '^ERROR: training diverged at step 0: loss nan' "$T/nan0/log.txt"
 
 # ---- divergence after good checkpoints ----
 ATLAS_FAULT_NAN=0:3 run_job nan3 60 run.steps=6 ckpt.every_steps=1 ckpt.keep_last=3

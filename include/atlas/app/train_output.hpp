@@ -75,6 +75,9 @@ class TrainOutput {
   /// Rank 0: writes run.json with status "diverged" and the reason (the run then ends with
   /// ExitCode::Diverged; the metrics and checkpoints written so far stay).
   void diverged(int step, const std::string& why);
+  /// Rank 0: the job's error as an ERROR line in log.txt (stderr has it from run_app), so the run
+  /// directory says why the run ended. Never throws (the job is failing already).
+  void failed(const std::string& why) noexcept;
   /// True when the deck asks for a checkpoint after `steps_done` steps (`last`: the run's last).
   [[nodiscard]] bool checkpoint_due(int steps_done, bool last) const;
   /// Collective over comms.world: a checkpoint after `steps_done` steps when the deck asks.
