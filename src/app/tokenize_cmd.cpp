@@ -63,6 +63,8 @@ int cmd_tokenize(Context& ctx) {
   fmt::print("  deck:  data.format = shards  data.train_shards = {}/train_*.bin  data.val_shards = "
              "{}/val_*.bin{}\n",
              job.out_dir, job.out_dir, kind == "gpt2" ? "  data.tokenizer = gpt2  model.vocab = 50257" : "");
+  for (const auto& dir : r.removed_staging)
+    fmt::print("  note:  removed {}, the staging directory of an earlier tokenize that was killed\n", dir);
   // A deck's shard lists split at spaces and expand * ? [ as globs: a path with them cannot be pasted.
   if (job.out_dir.find_first_of(" \t*?[") != std::string::npos)
     fmt::print("  note:  {} holds a space or a glob character (* ? [): data.train_shards splits at spaces and "

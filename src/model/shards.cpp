@@ -6,6 +6,7 @@
 
 #include <fcntl.h>
 #include <glob.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -277,6 +278,71 @@ constexpr std::size_t kChunkBytes = std::size_t{4} << 20;
 
 }  // namespace
 
+namespace {
+
+constexpr const char* kStagingPrefix = ".atlas-tokenize-";
+
+/// A tokenize's staging directory, DIR/.atlas-tokenize-PID, with an exclusive flock on its .lock
+/// file for as long as the job runs: a staging directory whose lock nobody holds was left by a
+/// tokenize that was killed (the kernel drops a dead process's locks). Made under a ".tmp" name
+/// and renamed once locked, so a directory under the final name is locked while its job lives.
+/// The lock goes (the descriptor is closed) with this object; the job removes the directory.
+struct StagingDir {
+  fs::path path;
+  int fd = -1;
+  explicit StagingDir(const std::string& out_dir)
+      : path(fs::path(out_dir) / fmt::format("{}{}", kStagingPrefix, ::getpid())) {
+    const fs::path tmp = fs::path(path.string() + ".tmp");
+    std::error_code ec;
+    fs::remove_all(path, ec);
+    fs::remove_all(tmp, ec);
+    fs::create_directory(tmp, ec);
+    if (ec) ATLAS_THROW(Io, "cannot create " << tmp.string() << ": " << ec.message());
+    fd = ::open((tmp / ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0 || ::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      if (fd >= 0) ::close(fd);
+      fs::remove_all(tmp, ec);
+      ATLAS_THROW(Io, "cannot lock " << (tmp / ".lock").string() << ": " << std::strerror(err));
+    }
+    fs::rename(tmp, path, ec);
+    if (ec) {
+      const std::string why = ec.message();
+      ::close(fd);
+      fs::remove_all(tmp, ec);
+      ATLAS_THROW(Io, "cannot rename " << tmp.string() << " to " << path.string() << ": " << why);
+    }
+  }
+  StagingDir(const StagingDir&) = delete;
+  StagingDir& operator=(const StagingDir&) = delete;
+  ~StagingDir() { ::close(fd); }
+};
+
+/// Removes the staging directories in out_dir that killed tokenize jobs left (their .lock held
+/// by nobody: flock succeeds) and returns their paths; a live job's (locked) stays, and so does
+/// one without a .lock (an older atlas's: docs/formats.md).
+std::vector<std::string> remove_dead_staging(const std::string& out_dir) {
+  std::vector<std::string> removed;
+  const std::regex staging_name(std::string("\\") + kStagingPrefix + "[0-9]+");
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(out_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    std::error_code kind;
+    if (entry.is_symlink(kind) || !entry.is_directory(kind) || !std::regex_match(name, staging_name)) continue;
+    const int fd = ::open((entry.path() / ".lock").c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) continue;
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
+      std::error_code rm;
+      fs::remove_all(entry.path(), rm);
+      if (!rm) removed.push_back(entry.path().string());
+    }
+    ::close(fd);
+  }
+  return removed;
+}
+
+}  // namespace
+
 TokenizeResult tokenize_to_shards(const TokenizeJob& job) {
   // The range data.val_fraction takes: the shards' val split is what a text run would hold out.
   if (!(job.val_fraction >= deck::limits::kMinValFraction && job.val_fraction <= deck::limits::kMaxValFraction))
@@ -366,10 +432,9 @@ TokenizeResult tokenize_to_shards(const TokenizeJob& job) {
   std::error_code ec;
   fs::create_directories(job.out_dir, ec);
   if (ec) ATLAS_THROW(Io, "cannot create " << job.out_dir << ": " << ec.message());
-  const fs::path staging = fs::path(job.out_dir) / fmt::format(".atlas-tokenize-{}", ::getpid());
-  fs::remove_all(staging, ec);
-  fs::create_directory(staging, ec);
-  if (ec) ATLAS_THROW(Io, "cannot create " << staging.string() << ": " << ec.message());
+  r.removed_staging = remove_dead_staging(job.out_dir);
+  const StagingDir stage(job.out_dir);
+  const fs::path& staging = stage.path;
   const std::span<const std::uint16_t> all(tokens);
   try {
     r.train_shards = write_shards(all.first(static_cast<std::size_t>(r.train_tokens)), staging.string(), "train",

@@ -15,6 +15,10 @@
 #include <iterator>
 #include <numeric>
 
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "atlas/core/check.hpp"
@@ -219,6 +223,61 @@ TEST(Shards, AFailedTokenizeLeavesTheOldShardsAndASmallerSetReplacesALargerOne) 
   const TokenizeResult now = tokenize_to_shards(job);
   EXPECT_EQ(listing(), (std::vector<std::string>{"train_000000.bin", "val_000000.bin"}));
   EXPECT_EQ(ShardSet::open(now.train_shards, 256, "t").size() + ShardSet::open(now.val_shards, 256, "v").size(), 50004);
+}
+
+// A tokenize killed while writing leaves its staging directory; the next tokenize into the same
+// directory removes it (nobody holds its lock) and says so, and leaves a live job's (locked) and
+// directories that are not its own.
+TEST(Shards, ATokenizeRemovesTheStagingDirectoryOfAKilledOne) {
+  TempDir dir;
+  std::ofstream(dir.at("a.txt"), std::ios::binary) << synthetic_text(30000);
+  TokenizeJob job;
+  job.inputs = {dir.at("a.txt")};
+  job.out_dir = dir.at("out");
+  job.shard_tokens = 10000;
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // writes its first shard, then waits to be killed
+    job.wrote = [](const std::string&) {
+      for (;;) ::pause();
+    };
+    try {
+      (void)tokenize_to_shards(job);
+    } catch (...) {
+    }
+    ::_exit(3);
+  }
+  const fs::path killed = fs::path(job.out_dir) / (".atlas-tokenize-" + std::to_string(child));
+  for (int i = 0; i < 2000 && !fs::exists(killed / "train_000000.bin"); ++i) ::usleep(10000);
+  ASSERT_TRUE(fs::exists(killed / "train_000000.bin")) << "the child never wrote its first shard";
+  ::kill(child, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status));
+
+  // A live job's staging directory (its lock held, here by this process), a directory without a
+  // lock and a file under a staging name: not ours to remove.
+  const fs::path live = fs::path(job.out_dir) / ".atlas-tokenize-1";
+  fs::create_directories(live);
+  const int held = ::open((live / ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  ASSERT_GE(held, 0);
+  ASSERT_EQ(::flock(held, LOCK_EX | LOCK_NB), 0);
+  const fs::path unlocked = fs::path(job.out_dir) / ".atlas-tokenize-2";
+  fs::create_directories(unlocked);
+  std::ofstream((fs::path(job.out_dir) / ".atlas-tokenize-3").string()) << "x";
+
+  const TokenizeResult r = tokenize_to_shards(job);
+  EXPECT_EQ(r.removed_staging, (std::vector<std::string>{killed.string()}));
+  EXPECT_FALSE(fs::exists(killed));
+  EXPECT_TRUE(fs::exists(live / ".lock"));
+  EXPECT_TRUE(fs::exists(unlocked));
+  EXPECT_TRUE(fs::is_regular_file(fs::path(job.out_dir) / ".atlas-tokenize-3"));
+  EXPECT_EQ(r.train_shards.size(), 3u);
+  // Its own staging directory is gone.
+  EXPECT_FALSE(fs::exists(fs::path(job.out_dir) / (".atlas-tokenize-" + std::to_string(::getpid()))));
+  // The live job ends without cleaning up (its lock goes with it): the next run removes its directory.
+  ::close(held);
+  EXPECT_EQ(tokenize_to_shards(job).removed_staging, (std::vector<std::string>{live.string()}));
 }
 
 TEST(Shards, TokenizeRefusesInputsThatCannotTrain) {

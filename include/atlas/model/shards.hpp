@@ -86,6 +86,9 @@ struct TokenizeResult {
   std::int64_t val_tokens = 0;
   std::vector<std::string> train_shards;
   std::vector<std::string> val_shards;
+  /// Staging directories of earlier tokenize jobs into the same directory that were killed
+  /// (nobody holds their lock), removed before this one wrote.
+  std::vector<std::string> removed_staging;
 };
 
 /// Encodes the inputs' text, concatenated in order, into the train shards (`out_dir`/train_*.bin)
