@@ -188,13 +188,20 @@ TEST(Shards, TokenizeEncodesInPiecesLikeOneEncodeOfTheWholeText) {
   EXPECT_TRUE(std::equal(got.begin(), got.end(), c.tokens().begin()));
 }
 
-TEST(Shards, AFailedTokenizeLeavesTheOldShardsAndASmallerSetReplacesALargerOne) {
-  TempDir dir;
+/// A job of 30,000 synthetic tokens from DIR/a.txt into DIR/out in shards of 10,000 (3 train
+/// shards, 1 val).
+TokenizeJob three_shard_job(const TempDir& dir) {
   std::ofstream(dir.at("a.txt"), std::ios::binary) << synthetic_text(30000);
   TokenizeJob job;
   job.inputs = {dir.at("a.txt")};
   job.out_dir = dir.at("out");
   job.shard_tokens = 10000;
+  return job;
+}
+
+TEST(Shards, AFailedTokenizeLeavesTheOldShardsAndASmallerSetReplacesALargerOne) {
+  TempDir dir;
+  TokenizeJob job = three_shard_job(dir);
   const TokenizeResult old = tokenize_to_shards(job);
   ASSERT_EQ(old.train_shards.size(), 3u);  // 28,500 train tokens, 1,500 val
   const auto listing = [&] {
@@ -230,11 +237,7 @@ TEST(Shards, AFailedTokenizeLeavesTheOldShardsAndASmallerSetReplacesALargerOne) 
 // directories that are not its own.
 TEST(Shards, ATokenizeRemovesTheStagingDirectoryOfAKilledOne) {
   TempDir dir;
-  std::ofstream(dir.at("a.txt"), std::ios::binary) << synthetic_text(30000);
-  TokenizeJob job;
-  job.inputs = {dir.at("a.txt")};
-  job.out_dir = dir.at("out");
-  job.shard_tokens = 10000;
+  TokenizeJob job = three_shard_job(dir);
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {  // writes its first shard, then waits to be killed

@@ -35,18 +35,25 @@ ScheduleTable table(const CostModel& c, ScheduleKind k, int m) {
 
 // ---- engine ----
 
-TEST(Engine, SharedLinkWithoutBurstsSharesFairlyEachFlowCapped) {
+/// A program with one WAN link (capacity, per-flow cap, latency) and `messages` transfers of
+/// `bytes` each on it; no workers yet.
+EngineProgram one_link(double capacity, double flow_cap, double latency, std::size_t messages, std::int64_t bytes) {
   EngineProgram p;
   EngineChannel ch;
-  ch.capacity_bytes_per_ms = 100.0;
-  ch.flow_cap_bytes_per_ms = 80.0;
-  ch.latency_ms = 5.0;
+  ch.capacity_bytes_per_ms = capacity;
+  ch.flow_cap_bytes_per_ms = flow_cap;
+  ch.latency_ms = latency;
   p.channels.push_back(ch);
-  p.messages.resize(2);
+  p.messages.resize(messages);
   for (auto& m : p.messages) {
     m.channel = 0;
-    m.bytes = 100;
+    m.bytes = bytes;
   }
+  return p;
+}
+
+TEST(Engine, SharedLinkWithoutBurstsSharesFairlyEachFlowCapped) {
+  EngineProgram p = one_link(100.0, 80.0, 5.0, 2, 100);
   // Two senders post at t=0, two receivers wait.
   p.workers = {{{EngineOp::Type::Send, SlotKind::WanSend, 0, 0.0, 0, -1}},
                {{EngineOp::Type::Send, SlotKind::WanSend, 0, 0.0, 1, -1}},
@@ -135,17 +142,7 @@ TEST(Engine, WindowSizedTransfersLeaveInBurstsInPostOrder) {
 // Without a known window (window_bytes = 0) a peer pair's transfers go one after another; the
 // pairs share the link fairly, each at most at its cap.
 TEST(Engine, APeerPairsTransfersGoOneAfterAnother) {
-  EngineProgram p;
-  EngineChannel ch;
-  ch.capacity_bytes_per_ms = 100.0;
-  ch.flow_cap_bytes_per_ms = 60.0;
-  ch.latency_ms = 1.0;
-  p.channels.push_back(ch);
-  p.messages.resize(3);
-  for (auto& m : p.messages) {
-    m.channel = 0;
-    m.bytes = 120;
-  }
+  EngineProgram p = one_link(100.0, 60.0, 1.0, 3, 120);
   using T = EngineOp::Type;
   // Sender A posts 0 and 1 at t = 0 to one receiver; sender B posts 2 at t = 0 to another.
   p.workers = {{{T::Send, SlotKind::WanSend, 0, 0.0, 0, -1}, {T::Send, SlotKind::WanSend, 1, 0.0, 1, -1}},
@@ -291,14 +288,7 @@ TEST(Engine, AWanTransferTakesHostCoresFromCompute) {
   // worker 2 computes 20 ms of work. At 200 ns/byte (both ends together) the flow takes
   // 100 * 200 / 1e6 = 0.02 cores, half at each end; both ends here, so for 10 ms the compute runs
   // at 0.98 core.
-  EngineProgram p;
-  EngineChannel ch;
-  ch.capacity_bytes_per_ms = 100.0;
-  ch.flow_cap_bytes_per_ms = 100.0;
-  p.channels.push_back(ch);
-  p.messages.resize(1);
-  p.messages[0].channel = 0;
-  p.messages[0].bytes = 1000;
+  EngineProgram p = one_link(100.0, 100.0, 0.0, 1, 1000);
   p.workers = {{{EngineOp::Type::Send, SlotKind::WanSend, 0, 0.0, 0, -1}},
                {{EngineOp::Type::Recv, SlotKind::WanRecv, 0, 0.0, 0, -1}},
                {{EngineOp::Type::Compute, SlotKind::Forward, 0, 20.0, -1, -1}}};
@@ -327,15 +317,7 @@ TEST(Engine, AWanTransferTakesHostCoresFromCompute) {
 // bound of 6 s the clock alone would stop it past 6 s; the links' bound (t + unsent bytes /
 // capacity + latency) stops it at its first check, after 4,096 events.
 TEST(Engine, ABoundedRunStopsOnceTheLinksShowItEndsPastTheBound) {
-  EngineProgram p;
-  EngineChannel ch;
-  ch.capacity_bytes_per_ms = 100.0;
-  ch.flow_cap_bytes_per_ms = 100.0;
-  ch.latency_ms = 5.0;
-  p.channels.push_back(ch);
-  p.messages.resize(1);
-  p.messages[0].channel = 0;
-  p.messages[0].bytes = 1000000;
+  EngineProgram p = one_link(100.0, 100.0, 5.0, 1, 1000000);
   p.workers.resize(2);
   for (int i = 0; i < 5000; ++i) p.workers[0].push_back({EngineOp::Type::Compute, SlotKind::Forward, 0, 1.0, -1, -1});
   p.workers[0].push_back({EngineOp::Type::Send, SlotKind::WanSend, 0, 0.0, 0, -1});
