@@ -276,10 +276,6 @@ std::size_t safe_cut(std::string_view text) {
 
 constexpr std::size_t kChunkBytes = std::size_t{4} << 20;
 
-}  // namespace
-
-namespace {
-
 constexpr const char* kStagingPrefix = ".atlas-tokenize-";
 
 /// A tokenize's staging directory, DIR/.atlas-tokenize-PID, with an exclusive flock on its .lock
@@ -298,24 +294,27 @@ struct StagingDir {
     fs::remove_all(tmp, ec);
     fs::create_directory(tmp, ec);
     if (ec) ATLAS_THROW(Io, "cannot create " << tmp.string() << ": " << ec.message());
+    // A file system without flock (ENOLCK, ENOSYS): no .lock, so no later job takes this
+    // directory for a dead one's; a kill then leaves it, as before the lock.
     fd = ::open((tmp / ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-    if (fd < 0 || ::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-      const int err = errno;
-      if (fd >= 0) ::close(fd);
-      fs::remove_all(tmp, ec);
-      ATLAS_THROW(Io, "cannot lock " << (tmp / ".lock").string() << ": " << std::strerror(err));
+    if (fd >= 0 && ::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      ::close(fd);
+      fd = -1;
+      fs::remove(tmp / ".lock", ec);
     }
     fs::rename(tmp, path, ec);
     if (ec) {
       const std::string why = ec.message();
-      ::close(fd);
+      if (fd >= 0) ::close(fd);
       fs::remove_all(tmp, ec);
       ATLAS_THROW(Io, "cannot rename " << tmp.string() << " to " << path.string() << ": " << why);
     }
   }
   StagingDir(const StagingDir&) = delete;
   StagingDir& operator=(const StagingDir&) = delete;
-  ~StagingDir() { ::close(fd); }
+  ~StagingDir() {
+    if (fd >= 0) ::close(fd);
+  }
 };
 
 /// Removes the staging directories in out_dir that killed tokenize jobs left (their .lock held

@@ -216,9 +216,10 @@ class Engine {
         m_pair[i] = pairs.emplace(key, static_cast<int>(pairs.size())).first->second;
       }
     m_pair_busy.assign(pairs.size(), 0);
-    m_unsent.assign(p.channels.size(), 0.0);
-    for (const auto& m : p.messages)
-      if (m.channel >= 0) m_unsent[static_cast<std::size_t>(m.channel)] += static_cast<double>(m.bytes);
+    m_unsent.assign(p.channels.size(), 0.0);  // only transfers some worker receives bound its end
+    for (std::size_t i = 0; i < p.messages.size(); ++i)
+      if (p.messages[i].channel >= 0 && m_receiver[i] >= 0)
+        m_unsent[static_cast<std::size_t>(p.messages[i].channel)] += static_cast<double>(p.messages[i].bytes);
     m_pair_gate.assign(pairs.size(), 0.0);
     m_pair_queue.resize(pairs.size());
     m_pair_head.assign(pairs.size(), 0);
@@ -761,7 +762,7 @@ class Engine {
   void start_flow(int c, int msg, bool record = true) {
     auto& m = m_p.messages[static_cast<std::size_t>(msg)];
     m.start_ms = m_now;
-    m_unsent[static_cast<std::size_t>(c)] -= static_cast<double>(m.bytes);
+    if (m_receiver[static_cast<std::size_t>(msg)] >= 0) m_unsent[static_cast<std::size_t>(c)] -= static_cast<double>(m.bytes);
     if (record) m_p.channels[static_cast<std::size_t>(c)].served.push_back(msg);
     auto& started = m_links[static_cast<std::size_t>(c)];
     if (started.idle()) {

@@ -47,9 +47,10 @@ InSituCompute insitu_compute(const std::vector<ComputeSpan>& spans, int pp, cons
 /// deck most slots run while a transfer does), and the simulation's network term
 /// (`cluster.host_net_ns_per_byte` of `machine`) takes that CPU from the slots again. Returns
 /// `in_situ` with each stage's forward and backward cost divided by the stretch the network term
-/// gives that stage's slots when the table is simulated with them (their summed length with the
-/// term over without it), so that the simulated slots carry it once. Unchanged where the term is
-/// 0 or `in_situ` holds no per-stage costs.
+/// gives that stage's slots when the table is simulated with them (the median over the slots of
+/// a slot's length with the term over its length without it, as the in-situ cost is the median
+/// slot), so that the simulated slots carry it once. Unchanged where the term is 0, no host is
+/// shared, or `in_situ` holds no per-stage costs.
 SimOptions without_network_share(const Config& deck, const Config& machine, const SimOptions& in_situ);
 
 }  // namespace atlas::sim
