@@ -3,8 +3,6 @@
 // temporary name first, then renamed, so a killed run never leaves half a file.
 #include "atlas/app/train_output.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -16,6 +14,7 @@
 
 #include "atlas/core/build_info.hpp"
 #include "atlas/core/check.hpp"
+#include "atlas/core/env.hpp"
 #include "atlas/core/file.hpp"
 #include "atlas/core/log.hpp"
 #include "atlas/deck/deck.hpp"
@@ -279,9 +278,7 @@ void TrainOutput::maybe_checkpoint(runtime::Trainer& trainer, const topo::Commun
 
 void TrainOutput::write_profile(const topo::Communicators& comms, const topo::Layout& layout,
                                 const sched::ScheduleTable& table, const std::vector<runtime::SlotEvent>& events) {
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
-  const auto hosts = comms.world.allgather_strings(host);
+  const auto hosts = comms.world.allgather_strings(env::host_name());
   if (!m_root) return;
   runtime::ProfileMeta meta;
   meta.run_name = m_cfg.run.name;

@@ -2,6 +2,8 @@
 // The one place atlas calls getenv (see the header).
 #include "atlas/core/env.hpp"
 
+#include <unistd.h>
+
 #include <cstdlib>
 
 #include "atlas/core/check.hpp"
@@ -21,6 +23,12 @@ std::optional<std::string> get(std::string_view name) {
   const char* v = std::getenv(std::string(name).c_str());
   if (v == nullptr || *v == '\0') return std::nullopt;
   return std::string(v);
+}
+
+std::string host_name() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') return "unknown-host";
+  return host;
 }
 
 }  // namespace atlas::env

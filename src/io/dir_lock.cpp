@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "atlas/core/check.hpp"
+#include "atlas/core/env.hpp"
 #include "atlas/core/log.hpp"
 #include "ckpt_internal.hpp"
 
@@ -37,8 +38,7 @@ std::string holder_of(int fd) {
 }
 
 std::string me_as_holder() {
-  char host[256] = {};
-  ::gethostname(host, sizeof host - 1);
+  const std::string host = env::host_name();
   const std::time_t now = std::time(nullptr);
   std::tm tm{};
   gmtime_r(&now, &tm);

@@ -3,8 +3,6 @@
 #include "atlas/mpi/comm.hpp"
 #include "atlas/mpi/tags.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <exception>
@@ -65,9 +63,7 @@ Environment::Environment(int& argc, char**& argv, ThreadLevel required, bool ini
     ATLAS_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &m_world_rank));
     ATLAS_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &m_world_size));
   }
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
-  m_host = host;
+  m_host = env::host_name();
   log::init(m_world_rank, m_host);
   if (!init) return;  // one rank, no communicator (rank 0 of 1, m_verdict MPI_COMM_NULL)
   ATLAS_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &m_verdict));

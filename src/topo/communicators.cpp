@@ -2,9 +2,9 @@
 // Communicator creation and the rank map.
 #include "atlas/topo/communicators.hpp"
 
-#include <unistd.h>
-
 #include <fmt/format.h>
+
+#include "atlas/core/env.hpp"
 
 namespace atlas::topo {
 
@@ -22,9 +22,7 @@ Communicators Communicators::create(const mpi::Comm& world, const Layout& layout
 
 std::string rank_map(const mpi::Comm& world, const Layout& layout,
                      const std::vector<std::string>& dc_names) {
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
-  const auto hosts = world.allgather_strings(host);
+  const auto hosts = world.allgather_strings(env::host_name());
   std::string out = fmt::format("# rank map: {} ranks = {} stages x dp {} x tp {} over {} DCs\n",
                                 layout.world_size(), layout.pp_size(), layout.dp_size(),
                                 layout.tp_size(), layout.dc_count());

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <set>
 #include <string>
 
@@ -38,6 +39,14 @@ TEST(CoreEnv, EveryVariableIsListedOnceWithAMeaning) {
     EXPECT_TRUE(names.insert(v.name).second) << v.name << " listed twice";
     EXPECT_GT(std::string(v.meaning).size(), 10U) << v.name;
   }
+}
+
+// The host name every rank map, profile, lock holder and log prefix uses: the kernel's.
+TEST(CoreEnv, HostNameIsTheKernels) {
+  std::string kernel;
+  std::ifstream("/proc/sys/kernel/hostname") >> kernel;
+  ASSERT_FALSE(kernel.empty());
+  EXPECT_EQ(atlas::env::host_name(), kernel);
 }
 
 }  // namespace

@@ -61,4 +61,8 @@ inline constexpr Variable kVariables[] = {
 /// True when `name` is listed in kVariables.
 [[nodiscard]] bool listed(std::string_view name);
 
+/// This machine's host name (gethostname; "unknown-host" when it fails): rank maps, profiles,
+/// lock holders, log prefixes and NCCL's error messages all name the host through this.
+[[nodiscard]] std::string host_name();
+
 }  // namespace atlas::env

@@ -4,8 +4,6 @@
 // group has its own GPU, MPI staged through host memory when some share one).
 #include "nccl_comm.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -21,6 +19,7 @@
 #include <fmt/format.h>
 
 #include "atlas/core/check.hpp"
+#include "atlas/core/env.hpp"
 #include "atlas/core/log.hpp"
 #include "atlas/core/units.hpp"
 #include "atlas/device/collective.hpp"
@@ -313,19 +312,13 @@ std::unique_ptr<device::PendingSum> Collective::start_allreduce_sum(Buffer& buf,
 
 namespace {
 
-std::string host_name() {
-  char host[256] = {};
-  if (gethostname(host, sizeof host - 1) != 0) return "unknown-host";
-  return host;
-}
-
 std::unique_ptr<device::Collective> make_cuda_collective(const mpi::Comm& comm, Backend& backend) {
   auto* cuda = dynamic_cast<cuda::CudaBackend*>(&backend);
   ATLAS_ASSERT(cuda != nullptr, "the CUDA collective factory got backend " << backend.describe());
   // NCCL needs one GPU per member. Several ranks on one GPU (a test node with fewer GPUs than
   // ranks) still work, summing through host memory over MPI. Every member sees the same list,
   // so every member makes the same choice.
-  const std::vector<std::string> where = comm.allgather_strings(host_name() + " " + cuda->pci_bus_id());
+  const std::vector<std::string> where = comm.allgather_strings(env::host_name() + " " + cuda->pci_bus_id());
   const std::set<std::string> distinct(where.begin(), where.end());
   if (distinct.size() != where.size()) {
     if (comm.rank() == 0) {
