@@ -59,6 +59,23 @@ std::string deck_path(const Args& args, const char* command) {
   if (args.positional.empty())
     throw UsageError(std::string("atlas ") + command + " needs a deck: atlas " + command +
                      " inputs/<name>.deck [key=value ...]");
+  // Words after the deck that are neither key=value nor --options were ignored silently before
+  // (`train.micro_batches 8` ran the deck's value).
+  if (args.positional.size() > 1) {
+    std::string extra;
+    bool key_like = false;
+    for (std::size_t i = 1; i < args.positional.size(); ++i) {
+      extra += (i > 1 ? ", '" : "'") + args.positional[i] + "'";
+      const std::string& w = args.positional[i];
+      key_like = key_like || (w.find('.') != std::string::npos && w.find('/') == std::string::npos &&
+                              !(w.size() > 5 && w.ends_with(".deck")));
+    }
+    throw UsageError(std::string("atlas ") + command + " takes one deck (" + args.positional.front() +
+                     "), then key=value overrides and --options; " + extra +
+                     (args.positional.size() > 2 ? " are" : " is") + " neither" +
+                     (key_like ? "\n  hint: an override is written key=value with no spaces, e.g. train.micro_batches=8"
+                               : "\n  hint: one deck per command; a deck's keys are set as key=value"));
+  }
   return args.positional.front();
 }
 

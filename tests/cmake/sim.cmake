@@ -16,6 +16,12 @@ atlas_cli_test(cli_simulate_cpu "step_ms +[0-9.]+.*east -> west.*wrote .*sim_two
 atlas_cli_test(cli_simulate_bubbletea
                "BubbleTea \\(predicted\\).*east +0 +[0-9.]+ +[0-9.]+.*utilization +off [0-9.]+% -> on [0-9.]+%.*prefill +[0-9]+ prompt tokens/s.*requests +[0-9]+ of [0-9]+ arrived.*TTFT p50 [0-9.]+ ms, p99 [0-9.]+ ms"
                simulate inputs/bubbletea_wan.deck)
+# Words after the deck that are neither key=value nor --options are an error, not ignored.
+atlas_cli_test(cli_simulate_stray_words
+               "ERROR: atlas simulate takes one deck \\(inputs/default.deck\\), then key=value overrides and --options; 'train.micro_batches', '8' are neither\n  hint: an override is written key=value with no spaces"
+               simulate inputs/default.deck train.micro_batches 8)
+atlas_cli_test(cli_plan_second_deck "ERROR: atlas plan takes one deck .*'inputs/default.deck' is neither\n  hint: one deck per command"
+               plan inputs/plan_70b_4dc.deck inputs/default.deck)
 atlas_cli_test(cli_simulate_bad_compute_scale "ERROR: --compute-scale needs a number > 0"
                simulate inputs/default.deck --compute-scale -1)
 atlas_cli_test(cli_simulate_profile_too_big "ERROR: --profile/--trace: .* events .* is more than 5e\\+07; use fewer --steps"
