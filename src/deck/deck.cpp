@@ -163,6 +163,7 @@ Config parse_collect(const std::string& file_name, const std::string& text,
   std::map<std::string, DeckLine> given;
   for (const auto& l : lines)
     if (!l.key.empty()) given[l.key] = l;
+  const std::map<std::string, DeckLine> in_deck = given;  // before the overrides (their hints)
   for (const auto& o : overrides) {
     const auto eq = o.find('=');
     if (eq == std::string::npos || eq == 0) {
@@ -197,7 +198,12 @@ Config parse_collect(const std::string& file_name, const std::string& text,
     if (!v) {
       std::string msg = (line < 0 ? std::string("schema default") : where(file_name, line)) + ": " +
                         spec.key + " = \"" + unquote(text_value) + "\": expected " + why;
-      if (!spec.required)
+      // Dropping an override brings back the deck's line where it has one, not the default.
+      const auto deck_line = in_deck.find(spec.key);
+      if (line == 0 && deck_line != in_deck.end())
+        msg += "\n  hint: drop the override to use the deck's value (" + unquote(deck_line->second.value) + ", " +
+               where(file_name, deck_line->second.line) + ")";
+      else if (!spec.required)
         msg += std::string("\n  hint: ") + (line == 0 ? "drop the override" : "remove the line") +
                " to use the default (" + spec.default_text + ")";
       problems.add(msg);

@@ -123,6 +123,13 @@ TEST(Deck, BadOverridesAreReportedWithTheDeckProblems) {
   EXPECT_THAT(p, ::testing::Contains(::testing::HasSubstr("command line: unknown key 'wan.rialz' (did you mean 'wan.rails'")));
   EXPECT_THAT(p, ::testing::Contains(::testing::HasSubstr("command line: cannot read override 'nonsense': expected key=value")));
   EXPECT_THAT(p, ::testing::Contains(::testing::HasSubstr("command line: train.lr = \"x\": expected a number in [0, 1000]")));
+  // The hint names what dropping the override brings back: the deck's line where it has one.
+  EXPECT_THAT(p, ::testing::Contains(::testing::HasSubstr("train.lr = \"x\": expected a number in [0, 1000]\n  hint: drop "
+                                                          "the override to use the default (")));
+  const auto q = problems_of("mem", std::string(kMinimal) + "wan.rails = 8\n", -1, {"wan.rails=0"});
+  ASSERT_EQ(q.size(), 1u) << ::testing::PrintToString(q);
+  EXPECT_THAT(q[0], ::testing::HasSubstr("command line: wan.rails = \"0\": expected an integer in [1, 64]\n  hint: drop "
+                                         "the override to use the deck's value (8, mem:6)"));
 }
 
 TEST(Deck, TypeErrorsAndCrossFieldProblemsAreReportedTogether) {
