@@ -24,6 +24,7 @@ int cmd_plan(Context& ctx) {
   keep_heap_for_reuse();
   const Args args = parse_args(ctx.args, {"wan", "deck-out", "rows", "progress-after"}, {"quiet"});
   const std::string path = deck_path(args, "plan");
+  if (args.flag("deck-out")) check_output_file("atlas plan", "--deck-out", args.option("deck-out"));
   std::vector<std::string> overrides;
   if (args.flag("wan")) overrides = sim::wan_profile_overrides(args.option("wan"), path, args.overrides);
   overrides.insert(overrides.end(), args.overrides.begin(), args.overrides.end());

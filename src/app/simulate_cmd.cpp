@@ -275,6 +275,8 @@ int cmd_simulate(Context& ctx) {
                                 "rows", "profile", "trace", "steps", "compute-scale", "compute-from", "skip-steps", "progress-after"},
                                {"search", "gantt", "compare", "grid", "quiet", "planner", "ignore-memory"});
   const std::string path = deck_path(args, "simulate");
+  for (const char* file : {"json", "profile", "trace"})
+    if (args.flag(file)) check_output_file("atlas simulate", std::string("--") + file, args.option(file));
   std::vector<std::string> overrides;
   if (args.flag("wan")) overrides = sim::wan_profile_overrides(args.option("wan"), path, args.overrides);
   overrides.insert(overrides.end(), args.overrides.begin(), args.overrides.end());

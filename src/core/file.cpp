@@ -42,4 +42,20 @@ void check_output_dir(const std::string& command, const std::string& dir) {
                       " exists and is not a directory\n  hint: name a directory (it is created if missing)");
 }
 
+void check_output_file(const std::string& command, const std::string& option, const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const std::string what = command + ": " + option + " " + path;
+  if (path.empty()) throw ConfigError(what + "names no file\n  hint: give a file name");
+  if (fs::is_directory(path, ec))
+    throw ConfigError(what + " is a directory\n  hint: name a file, e.g. " + (fs::path(path) / "out").string());
+  const fs::path parent = fs::path(path).parent_path();
+  if (parent.empty()) return;  // the working directory
+  if (!fs::exists(parent, ec))
+    throw ConfigError(what + ": its directory " + parent.string() + " does not exist\n  hint: create it first (mkdir -p " +
+                      parent.string() + ") or name a file in an existing directory");
+  if (!fs::is_directory(parent, ec))
+    throw ConfigError(what + ": " + parent.string() + " is not a directory\n  hint: name a file in a directory");
+}
+
 }  // namespace atlas

@@ -22,6 +22,12 @@ atlas_cli_test(cli_simulate_stray_words
                simulate inputs/default.deck train.micro_batches 8)
 atlas_cli_test(cli_plan_second_deck "ERROR: atlas plan takes one deck .*'inputs/default.deck' is neither\n  hint: one deck per command"
                plan inputs/plan_70b_4dc.deck inputs/default.deck)
+# A result file that cannot be written is refused before the work, naming the option.
+atlas_cli_test(cli_plan_deck_out_no_dir
+               "ERROR: atlas plan: --deck-out /nonexistent-atlas-dir/x.deck: its directory /nonexistent-atlas-dir does not exist\n  hint: create it first"
+               plan inputs/plan_70b_4dc.deck --deck-out /nonexistent-atlas-dir/x.deck)
+atlas_cli_test(cli_simulate_json_is_dir "ERROR: atlas simulate: --json inputs is a directory\n  hint: name a file"
+               simulate inputs/default.deck --json inputs)
 atlas_cli_test(cli_simulate_bad_compute_scale "ERROR: --compute-scale needs a number > 0"
                simulate inputs/default.deck --compute-scale -1)
 atlas_cli_test(cli_simulate_profile_too_big "ERROR: --profile/--trace: .* events .* is more than 5e\\+07; use fewer --steps"

@@ -18,4 +18,10 @@ void write_file_whole(const std::string& path, const std::string& text);
 /// hint) before any work; a missing one is fine (the command creates it).
 void check_output_dir(const std::string& command, const std::string& dir);
 
+/// A result file a command will write at its end (`atlas plan --deck-out FILE`, `atlas simulate
+/// --json FILE`): a missing parent directory, a parent that is not a directory, or a FILE that is
+/// a directory is a ConfigError naming the option, before the command's work (which may take
+/// minutes), not an I/O error after it.
+void check_output_file(const std::string& command, const std::string& option, const std::string& path);
+
 }  // namespace atlas
