@@ -11,6 +11,7 @@
 
 #include "atlas/app/commands.hpp"
 #include "atlas/core/units.hpp"
+#include "atlas/deck/schema.hpp"
 #include "atlas/model/gpt2_tokenizer.hpp"
 #include "atlas/model/shards.hpp"
 
@@ -35,7 +36,9 @@ int cmd_tokenize(Context& ctx) {
   }
   const std::string vf = args.option("val-fraction", "0.05");
   const auto val_fraction = units::parse_double(vf);
-  if (!val_fraction) throw UsageError("--val-fraction expects a number in [0.001, 0.5], got '" + vf + "'");
+  if (!val_fraction)
+    throw UsageError(fmt::format("--val-fraction expects a number in [{}, {}], got '{}'", deck::limits::kMinValFraction,
+                                 deck::limits::kMaxValFraction, vf));
   job.val_fraction = *val_fraction;
   job.shard_tokens = args.int_option("shard-tokens", 100'000'000);
 

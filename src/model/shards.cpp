@@ -282,7 +282,8 @@ constexpr const char* kStagingPrefix = ".atlas-tokenize-";
 /// file for as long as the job runs: a staging directory whose lock nobody holds was left by a
 /// tokenize that was killed (the kernel drops a dead process's locks). Made under a ".tmp" name
 /// and renamed once locked, so a directory under the final name is locked while its job lives.
-/// The lock goes (the descriptor is closed) with this object; the job removes the directory.
+/// The lock and the directory (what a failed write left in it, or the .lock after the swap) go
+/// with this object, on every way out of the job.
 struct StagingDir {
   fs::path path;
   int fd = -1;
@@ -313,6 +314,8 @@ struct StagingDir {
   StagingDir(const StagingDir&) = delete;
   StagingDir& operator=(const StagingDir&) = delete;
   ~StagingDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
     if (fd >= 0) ::close(fd);
   }
 };
@@ -435,19 +438,14 @@ TokenizeResult tokenize_to_shards(const TokenizeJob& job) {
   const StagingDir stage(job.out_dir);
   const fs::path& staging = stage.path;
   const std::span<const std::uint16_t> all(tokens);
-  try {
-    r.train_shards = write_shards(all.first(static_cast<std::size_t>(r.train_tokens)), staging.string(), "train",
-                                  job.shard_tokens);
-    if (job.wrote)
-      for (const auto& path : r.train_shards) job.wrote(path);
-    r.val_shards = write_shards(all.subspan(static_cast<std::size_t>(r.train_tokens)), staging.string(), "val",
+  r.train_shards = write_shards(all.first(static_cast<std::size_t>(r.train_tokens)), staging.string(), "train",
                                 job.shard_tokens);
-    if (job.wrote)
-      for (const auto& path : r.val_shards) job.wrote(path);
-  } catch (...) {
-    fs::remove_all(staging, ec);
-    throw;
-  }
+  if (job.wrote)
+    for (const auto& path : r.train_shards) job.wrote(path);
+  r.val_shards = write_shards(all.subspan(static_cast<std::size_t>(r.train_tokens)), staging.string(), "val",
+                              job.shard_tokens);
+  if (job.wrote)
+    for (const auto& path : r.val_shards) job.wrote(path);
   // The swap: each new shard replaces its namesake at once (rename), then the old set's extra
   // files go (with more files they would join this run's under a glob).
   std::set<std::string> names;
@@ -460,7 +458,6 @@ TokenizeResult tokenize_to_shards(const TokenizeJob& job) {
       names.insert(name.string());
       path = to.string();
     }
-  fs::remove_all(staging, ec);
   const std::regex ours(R"((train|val)_[0-9]{6}\.bin)");
   for (const auto& entry : fs::directory_iterator(job.out_dir, ec)) {
     const std::string name = entry.path().filename().string();
