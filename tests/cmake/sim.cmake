@@ -28,6 +28,9 @@ atlas_cli_test(cli_plan_deck_out_no_dir
                plan inputs/plan_70b_4dc.deck --deck-out /nonexistent-atlas-dir/x.deck)
 atlas_cli_test(cli_simulate_json_is_dir "ERROR: atlas simulate: --json inputs is a directory\n  hint: name a file"
                simulate inputs/default.deck --json inputs)
+atlas_cli_test(cli_simulate_json_under_a_file
+               "ERROR: atlas simulate: --trace README.md/t.json: README.md is not a directory\n  hint: name a file in a directory"
+               simulate inputs/default.deck --trace README.md/t.json)
 atlas_cli_test(cli_simulate_bad_compute_scale "ERROR: --compute-scale needs a number > 0"
                simulate inputs/default.deck --compute-scale -1)
 atlas_cli_test(cli_simulate_profile_too_big "ERROR: --profile/--trace: .* events .* is more than 5e\\+07; use fewer --steps"
