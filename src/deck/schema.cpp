@@ -394,6 +394,13 @@ void build(Schema& schema) {
                         "their activations split over TP, the TP all-reduces become all-gathers and "
                         "reduce-scatters; on, off or auto (the device profile's sequence_parallel)");
 
+  b.field("train.zero_stage", &C::train, &TrainCfg::zero_stage).def("0").min(0).max(3)
+      .help("optimizer-state sharding over a stage's DP replicas in the cost model (memory, and the "
+            "optimizer step's time; the DP traffic stays that of an all-reduce): 0 none, 1 the optimizer "
+            "state (ZeRO-1, Megatron-LM's --use-distributed-optimizer), 2 the gradients too (ZeRO-2, "
+            "PyTorch FSDP without resharding the weights, as Llama 3); 3 (the weights too) is refused, not "
+            "modelled. The runtime keeps the whole state on every rank");
+
   // [data]
   b.choice("data.format", &C::data, &DataCfg::format,
            {{"text", DataFormat::Text}, {"shards", DataFormat::Shards}})

@@ -246,6 +246,10 @@ void check_data(const Config& c, std::vector<std::string>& out) {
 void check_misc(const Config& c, const JobShape& shape, std::vector<std::string>& out) {
   if (c.train.min_lr > c.train.lr)
     out.push_back("train.min_lr = " + str(c.train.min_lr) + " is above train.lr = " + str(c.train.lr));
+  if (c.train.zero_stage == 3)
+    out.push_back("train.zero_stage = 3 (the weights sharded too, gathered again for every micro-batch's forward "
+                  "and backward) is not modelled\n  hint: train.zero_stage = 2 holds the same optimizer state "
+                  "and gradients per GPU; only the weights' bf16 copy stays whole");
   if (c.ckpt.every_steps > c.run.steps)
     out.push_back("ckpt.every_steps = " + std::to_string(c.ckpt.every_steps) + " exceeds run.steps = " +
                   std::to_string(c.run.steps) + ": no periodic checkpoint would be written\n"

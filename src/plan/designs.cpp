@@ -177,7 +177,8 @@ Comparison compare_designs(const Config& cfg, const sched::DeviceProfile& prof, 
       const int m_a = (G + pipes * out.micro_batch_size - 1) / (pipes * out.micro_batch_size);
       ModelCfg mm = cfg.model;
       mm.layers_per_stage = split_layers(cfg.model.layers, k);
-      const sim::MemoryEstimate e = sim::peak_memory(mm, k, out.tp, out.micro_batch_size, m_a, ScheduleKind::OneFOneB, prof);
+      const sim::MemoryEstimate e =
+          sim::peak_memory(mm, k, out.tp, out.micro_batch_size, m_a, ScheduleKind::OneFOneB, prof, 1, pipes);
       if (e.total() > prof.usable_bytes()) continue;
       out.a_fits = true;
       out.stages_a = k;

@@ -412,7 +412,7 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
             continue;
           }
           // Every plan's memory is checked here, and only here (sim::peak_memory).
-          const sim::MemoryEstimate mem = sim::peak_memory(mm, pp, tp, b, m, ScheduleKind::Atlas, prof);
+          const sim::MemoryEstimate mem = sim::peak_memory(mm, pp, tp, b, m, ScheduleKind::Atlas, prof, 1, dp);
           if (mem.total() > usable) continue;
           ++res.fit_memory;
           Plan p;

@@ -339,7 +339,8 @@ CostModel cost_model(const Config& cfg, const topo::Layout& layout, const Device
     c.allreduce_ms.push_back(
         ring_allreduce_ms(params * p.grad_bytes, c.dp, c.intra_bytes_per_ms, c.intra_latency_ms + c.wake_ms));
     c.grad_bytes.push_back(params * p.grad_bytes);
-    c.optimizer_ms.push_back(params * p.optimizer_bytes_per_param / (p.mem_bandwidth_gbs * 1e9) * 1e3);
+    c.optimizer_ms.push_back(params * p.optimizer_share(c.dp) * p.optimizer_bytes_per_param /
+                             (p.mem_bandwidth_gbs * 1e9) * 1e3);
   }
 
   const int n = c.dc_count;

@@ -36,7 +36,7 @@ void apply_memory(CostModel& c, const Config& cfg, const DeviceProfile& p) {
   c.act_bytes_per_micro.clear();
   c.fixed_act_bytes.clear();
   for (int s = 0; s < c.pp; ++s) {
-    c.state_bytes.push_back(stage_params(m, s, c.pp) / c.tp * p.state_bytes_per_param);
+    c.state_bytes.push_back(p.state_bytes(stage_params(m, s, c.pp) / c.tp, c.dp));
     c.act_bytes_per_micro.push_back(m.stage_layers(s, c.pp) * block);
     // fp32 logits of one micro-batch for the loss (vocab-parallel), held once on the last stage.
     c.fixed_act_bytes.push_back(s == c.pp - 1 ? 4.0 * m.seq_len * mbs * static_cast<double>(m.vocab) / c.tp : 0.0);
@@ -102,6 +102,10 @@ std::string memory_misfit(const ScheduleMemory& mem, const ScheduleTable& table,
   if (cfg.train.micro_batch_size > 1) fixes.emplace_back("a smaller train.micro_batch_size");
   if (cfg.train.recompute != Recompute::Full)
     fixes.emplace_back("train.recompute = full (each block keeps only its input and runs its forward again)");
+  if (cfg.train.zero_stage < 2 && table.dp > 1)
+    fixes.push_back(fmt::format("train.zero_stage = {} (the optimizer state{} split over the stage's {} DP replicas)",
+                                cfg.train.zero_stage + 1, cfg.train.zero_stage == 1 ? " and the gradients" : "",
+                                table.dp));
   fixes.emplace_back("more pipeline stages (parallel.stages_per_dc)");
   if (cfg.parallel.tp_size < cfg.cluster.gpus_per_node) fixes.emplace_back("a larger parallel.tp_size");
   fixes.emplace_back("a device with more memory (plan.gpu, or memory_gib in its profile)");

@@ -170,6 +170,20 @@ double DeviceProfile::usable_bytes() const {
   return memory_gib * static_cast<double>(units::kGiB) * usable_memory_fraction;
 }
 
+double DeviceProfile::state_bytes(double params, int dp) const {
+  const double shards = std::max(dp, 1);
+  const double weights = activation_bytes;
+  const double grads = std::min(grad_bytes, std::max(state_bytes_per_param - weights, 0.0));
+  const double optimizer = std::max(state_bytes_per_param - weights - grads, 0.0);
+  switch (zero_stage) {
+    case 0: return params * state_bytes_per_param;
+    case 1: return params * (weights + grads + optimizer / shards);
+    default: return params * (weights + (grads + optimizer) / shards);
+  }
+}
+
+double DeviceProfile::optimizer_share(int dp) const { return zero_stage >= 1 ? 1.0 / std::max(dp, 1) : 1.0; }
+
 // ---- WanProfile ----
 
 int WanProfile::index(const std::string& region) const {
@@ -572,6 +586,7 @@ DeviceProfile device_profile(const Config& cfg) {
   if (cfg.train.sequence_parallel != ProfileSwitch::Auto)
     p.sequence_parallel = cfg.train.sequence_parallel == ProfileSwitch::On;
   if (cfg.train.attention != AttentionKernel::Auto) p.fused_attention = cfg.train.attention == AttentionKernel::Fused;
+  p.zero_stage = cfg.train.zero_stage;
   // A GPU run (always costed with a GPU profile: offline_gpu) stores and sends its activations in
   // device.precision's width (bf16: 2 bytes, fp32 and tf32: 4), whatever the profile assumed;
   // other runs keep the profile's.

@@ -17,6 +17,7 @@
 #include "atlas/core/units.hpp"
 #include "atlas/deck/deck.hpp"
 #include "atlas/deck/profiles.hpp"
+#include "atlas/sched/memory.hpp"
 #include "atlas/sim/simulator.hpp"
 
 namespace atlas::sim {
@@ -87,6 +88,9 @@ std::vector<ValidationRow> validate_runs(const std::string& runs_file, const std
     v.predicted_s = s.step_ms / 1e3;
     v.bubble = s.bubble_fraction;
     v.gpus = s.gpus;
+    const sched::ScheduleMemory mem = sched::memory_per_gpu(s.cost, s.table);
+    v.memory_bytes = mem.peak_bytes;
+    v.limit_bytes = mem.limit_bytes;
     rows.push_back(v);
   }
   return rows;
@@ -131,12 +135,15 @@ int run_validate_bench(const atlas::bench::Args& args) {
                                    {"predicted", "s", 13},
                                    {"error", "%", 9},
                                    {"bubble", "%", 10},
+                                   {"memory", "GiB", 14},
                                    {"source", "", 1, true}});
   fmt::print("{}", table.head());
   for (const auto& r : rows)
     fmt::print("{}", table.row({r.group, fs::path(r.deck).stem().string(), std::to_string(r.gpus),
                                 fmt::format("{:.2f}", r.published_s), fmt::format("{:.2f}", r.predicted_s),
                                 fmt::format("{:+.1f}", 100 * r.error()), fmt::format("{:.1f}", 100 * r.bubble),
+                                fmt::format("{:.1f}/{:.0f}{}", r.memory_bytes / units::kGiB, r.limit_bytes / units::kGiB,
+                                            r.fits() ? "" : "!"),
                                 r.source}));
   std::vector<std::string> groups;
   for (const auto& r : rows)
@@ -147,6 +154,14 @@ int run_validate_bench(const atlas::bench::Args& args) {
     text += fmt::format("{}{}: {} rows, mean |error| {:.1f}%, max {:.1f}%", text.empty() ? "" : "; ", g, s.rows,
                         100 * s.mean_abs_error, 100 * s.max_abs_error);
   }
+  // A published run that ran but does not fit the memory model is the model's error, as a time
+  // off is: said under the table and in the footer.
+  std::string misfits;
+  for (const auto& r : rows)
+    if (!r.fits()) misfits += (misfits.empty() ? "" : ", ") + fs::path(r.deck).stem().string();
+  fmt::print("# memory: the memory model's peak per GPU / the usable memory of the deck's device (atlas simulate's "
+             "check); '!' marks a run the model says does not fit\n");
+  if (!misfits.empty()) text += "; over the memory model's limit: " + misfits;
   fmt::print("# simulated in {:.2f} s\n", took);
   fmt::print("{}", atlas::bench::footer("validate", text));
   return 0;

@@ -14,11 +14,12 @@ double block_activation_bytes(const ModelCfg& m, int micro_batch_size, int tp, c
 }
 
 MemoryEstimate stage_memory(const ModelCfg& m, int stage, int pp, int tp, int micro_batch_size,
-                            int micro_batches, ScheduleKind kind, const DeviceProfile& p, int virtual_stages) {
+                            int micro_batches, ScheduleKind kind, const DeviceProfile& p, int virtual_stages,
+                            int dp) {
   MemoryEstimate e;
   e.stage = stage;
   e.params = sched::stage_params(m, stage, pp) / tp;
-  e.state_bytes = e.params * p.state_bytes_per_param;
+  e.state_bytes = p.state_bytes(e.params, dp);
   e.in_flight = kind == ScheduleKind::GPipe ? micro_batches : std::min(pp - stage, micro_batches);
   e.activation_bytes = e.in_flight * m.stage_layers(stage, pp) * sched::block_activation_bytes(m, micro_batch_size, tp, p);
   if (virtual_stages > 1 && kind != ScheduleKind::GPipe) {
@@ -34,10 +35,10 @@ MemoryEstimate stage_memory(const ModelCfg& m, int stage, int pp, int tp, int mi
 }
 
 MemoryEstimate peak_memory(const ModelCfg& m, int pp, int tp, int micro_batch_size, int micro_batches,
-                           ScheduleKind kind, const DeviceProfile& p, int virtual_stages) {
+                           ScheduleKind kind, const DeviceProfile& p, int virtual_stages, int dp) {
   MemoryEstimate best;
   for (int s = 0; s < pp; ++s) {
-    const MemoryEstimate e = stage_memory(m, s, pp, tp, micro_batch_size, micro_batches, kind, p, virtual_stages);
+    const MemoryEstimate e = stage_memory(m, s, pp, tp, micro_batch_size, micro_batches, kind, p, virtual_stages, dp);
     if (s == 0 || e.total() > best.total()) best = e;
   }
   return best;

@@ -92,6 +92,34 @@ TEST(PlanMemory, StateAndActivationsFollowTheStatedFormulas) {
   EXPECT_DOUBLE_EQ(last.activation_bytes, 1 * 8 * 34.0 * 2048 * 4096 / 8 + 4.0 * 2048 * 50304 / 8);
 }
 
+// train.zero_stage: ZeRO-1 splits the optimizer state (Adam moments, fp32 master weights: 12 of
+// the 16 bytes a parameter) over the stage's DP replicas, ZeRO-2 the gradients too; the weights'
+// bf16 copy stays whole. The optimizer step then updates 1 / dp of the stage.
+TEST(PlanMemory, ZeroStagesSplitTheOptimizerStateAndTheGradientsOverDp) {
+  sched::DeviceProfile h100 = sched::builtin_device_profile(GpuKind::H100);
+  ASSERT_DOUBLE_EQ(h100.state_bytes_per_param, 16.0);
+  ASSERT_DOUBLE_EQ(h100.activation_bytes, 2.0);
+  ASSERT_DOUBLE_EQ(h100.grad_bytes, 2.0);
+  const double params = 1e9;
+  EXPECT_DOUBLE_EQ(h100.state_bytes(params, 8), 16e9);  // zero_stage 0: dp changes nothing
+  EXPECT_DOUBLE_EQ(h100.optimizer_share(8), 1.0);
+  h100.zero_stage = 1;
+  EXPECT_DOUBLE_EQ(h100.state_bytes(params, 8), (2 + 2 + 12.0 / 8) * 1e9);
+  EXPECT_DOUBLE_EQ(h100.state_bytes(params, 1), 16e9);  // one replica: nothing to split
+  EXPECT_DOUBLE_EQ(h100.optimizer_share(8), 1.0 / 8);
+  h100.zero_stage = 2;
+  EXPECT_DOUBLE_EQ(h100.state_bytes(params, 8), (2 + 14.0 / 8) * 1e9);
+  // sim::stage_memory takes the stage's replicas: stage 1 of 4 of the 7B preset at tp 8, dp 16.
+  const ModelCfg m = model_preset("7b");
+  const double stage_params = 8 * (12.0 * 4096 * 4096 + 13.0 * 4096) / 8;
+  const sim::MemoryEstimate e = sim::stage_memory(m, 1, 4, 8, 2, 16, ScheduleKind::OneFOneB, h100, 1, 16);
+  EXPECT_DOUBLE_EQ(e.state_bytes, stage_params * (2 + 14.0 / 16));
+  // The host profile (fp32 everything: weights 4, grads 4, Adam 8 bytes).
+  sched::DeviceProfile host = sched::builtin_device_profile(GpuKind::Host);
+  host.zero_stage = 2;
+  EXPECT_DOUBLE_EQ(host.state_bytes(params, 4), (4 + 12.0 / 4) * 1e9);
+}
+
 // ---- placement ----
 
 TEST(PlanPlacement, FillsTheDcsWithTheMostFreeGpusFirst) {

@@ -139,6 +139,11 @@ struct TrainCfg {
   Recompute recompute = Recompute::Auto;            ///< train.recompute (cost model only)
   AttentionKernel attention = AttentionKernel::Auto;  ///< train.attention (cost model only)
   ProfileSwitch sequence_parallel = ProfileSwitch::Auto;  ///< train.sequence_parallel (cost model only)
+  /// train.zero_stage (cost model only): 0 every DP replica holds the whole optimizer state and
+  /// gradients; 1 the optimizer state (Adam moments, fp32 master weights) split over the stage's DP
+  /// replicas (ZeRO-1, Megatron-LM's distributed optimizer); 2 the gradients too (ZeRO-2, PyTorch
+  /// FSDP without resharding the weights, as Llama 3).
+  int zero_stage = 0;
 };
 
 /// data.tokenizer: how text becomes token ids.

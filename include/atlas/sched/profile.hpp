@@ -57,6 +57,9 @@ struct DeviceProfile {
   /// Attention core as one fused kernel (FlashAttention): compute-bound, no s x s tensor in device
   /// memory. false: Megatron-LM 2021's unfused QK^T, softmax, dropout, AV (memory-bound softmax).
   bool fused_attention = false;
+  /// Optimizer-state sharding over a stage's DP replicas (train.zero_stage; not a file key:
+  /// device_profile() sets it from the deck): 0 none, 1 the optimizer state, 2 the gradients too.
+  int zero_stage = 0;
   /// GEMM efficiency curve: achieved fraction of peak_tflops against the smallest of a GEMM's
   /// (m, n, k), interpolated in log(dimension) and clamped at the ends. Empty: achievable_fraction.
   std::vector<double> gemm_min_dim;
@@ -78,6 +81,14 @@ struct DeviceProfile {
   [[nodiscard]] double gemm_ms(double m, double n, double k, double batch = 1.0) const;
   /// Time in ms of memory-bound work moving `bytes` through device memory.
   [[nodiscard]] double memory_ms(double bytes) const;
+  /// Bytes one GPU holds for `params` parameters of its stage shard: the compute copy of the
+  /// weights (activation_bytes each), the gradients (grad_bytes) and the optimizer state (the rest
+  /// of state_bytes_per_param: Adam moments and fp32 master weights), the last (zero_stage 1) or
+  /// the last two (zero_stage 2) split over the stage's `dp` replicas.
+  [[nodiscard]] double state_bytes(double params, int dp) const;
+  /// The share of a stage's parameters whose optimizer step one GPU runs: 1 / dp with
+  /// zero_stage >= 1 (each replica updates its shard, then the weights are gathered), else 1.
+  [[nodiscard]] double optimizer_share(int dp) const;
   /// Bytes the planner may fill on one device.
   [[nodiscard]] double usable_bytes() const;
   bool operator==(const DeviceProfile&) const = default;

@@ -28,10 +28,13 @@ struct MemoryEstimate {
 /// GPipe keeps all m). With `virtual_stages` v > 1 (interleaved 1F1B) the stage holds up to
 /// min(v m, 2 (pp - stage - 1) + (v - 1) pp + 1) chunk passes (its warm-up forwards and one more,
 /// all v m when m == pp), each of stage_layers / v blocks; in_flight counts those chunk passes.
+/// `dp`: the stage's DP replicas, over which p.zero_stage splits the optimizer state
+/// (DeviceProfile::state_bytes; 1 = no split).
 MemoryEstimate stage_memory(const ModelCfg& m, int stage, int pp, int tp, int micro_batch_size,
-                            int micro_batches, ScheduleKind kind, const DeviceProfile& p, int virtual_stages = 1);
+                            int micro_batches, ScheduleKind kind, const DeviceProfile& p, int virtual_stages = 1,
+                            int dp = 1);
 /// The stage with the largest memory.
 MemoryEstimate peak_memory(const ModelCfg& m, int pp, int tp, int micro_batch_size, int micro_batches,
-                           ScheduleKind kind, const DeviceProfile& p, int virtual_stages = 1);
+                           ScheduleKind kind, const DeviceProfile& p, int virtual_stages = 1, int dp = 1);
 
 }  // namespace atlas::sim
