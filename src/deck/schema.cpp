@@ -444,7 +444,9 @@ void build(Schema& schema) {
       .help("model chunks per pipeline stage (interleaved 1F1B, Megatron-LM's virtual pipeline stages): "
             "chunk c of stage s holds the (c x stages + s)-th slice of the layers; the bubble drops "
             "v-fold for v x the boundary transfers. 1 = plain 1f1b. Needs 1f1b or atlas, more than one "
-            "stage, layers per stage divisible by it and train.micro_batches a multiple of the stages");
+            "stage, train.micro_batches a multiple of the stages and, to run, layers per stage divisible by "
+            "it (simulate and plan also model uneven chunks, each chunk pass 1/v of its stage: at least v "
+            "layers a stage, v - 1 on the first and the last)");
   b.choice("schedule.split_backward", &C::schedule, &ScheduleCfg::split_backward,
            {{"auto", SplitBackward::Auto}, {"on", SplitBackward::On}, {"off", SplitBackward::Off}})
       .def("auto")

@@ -186,8 +186,12 @@ void check_model(const Config& c, std::vector<std::string>& out) {
 
 /// schedule.virtual_stages (interleaved 1F1B) needs what Megatron-LM's interleaved schedule
 /// needs: a 1F1B-based schedule, more than one stage, every stage's layers in v equal chunks and
-/// the micro-batches in whole groups of pp.
-void check_virtual_stages(const Config& c, std::vector<std::string>& out) {
+/// the micro-batches in whole groups of pp. A deck that is only modelled (schedule, simulate,
+/// plan: shape.world_size < 0) may split a stage's layers unevenly, as Llama 3's runs did (the
+/// first stage's first chunk only the embedding, the last stage's last chunk only the head): the
+/// cost model charges every chunk pass 1 / v of the stage's time and activations, so each stage
+/// needs at least v layers, the first and the last v - 1.
+void check_virtual_stages(const Config& c, const JobShape& shape, std::vector<std::string>& out) {
   const int v = c.schedule.virtual_stages;
   if (v <= 1) return;
   const std::string key = "schedule.virtual_stages = " + std::to_string(v);
@@ -209,15 +213,26 @@ void check_virtual_stages(const Config& c, std::vector<std::string>& out) {
                   "(parallel.stages_per_dc)");
     return;
   }
+  const bool launched = shape.world_size >= 0;
   for (int s = 0; s < pp; ++s) {
     const bool listed = c.model.layers_per_stage.size() == static_cast<std::size_t>(pp);
     if (!listed && !c.model.layers_per_stage.empty()) return;  // check_model reports the list
     const int layers = listed ? c.model.layers_per_stage[static_cast<std::size_t>(s)] : c.model.layers / pp;
-    if (layers % v != 0) {
+    const int least = s == 0 || s == pp - 1 ? v - 1 : v;
+    if (launched && layers % v != 0) {
       out.push_back(key + ": stage " + std::to_string(s) + " holds " + std::to_string(layers) +
-                    " layers, which do not split into " + std::to_string(v) + " equal chunks\n"
+                    " layers, which do not split into " + std::to_string(v) + " equal chunks (the runtime "
+                    "builds equal ones; simulate and plan model uneven chunks)\n"
                     "  hint: make every stage's layers (model.layers / stages, or model.layers_per_stage) a "
                     "multiple of schedule.virtual_stages, or lower it");
+      break;
+    }
+    if (!launched && layers < least) {
+      out.push_back(key + ": stage " + std::to_string(s) + " holds " + std::to_string(layers) +
+                    " layers, fewer than its " + std::to_string(v) + " model chunks can hold (at least " +
+                    std::to_string(least) + (least == v ? "" : ": the embedding or the head may fill one chunk") +
+                    ")\n  hint: lower schedule.virtual_stages, or give the stage more layers "
+                    "(model.layers_per_stage)");
       break;
     }
   }
@@ -342,7 +357,7 @@ std::vector<std::string> validate(const Config& cfg, const JobShape& shape) {
   check_cluster(cfg, out);
   check_parallel(cfg, shape, out);
   check_model(cfg, out);
-  check_virtual_stages(cfg, out);
+  check_virtual_stages(cfg, shape, out);
   check_data(cfg, out);
   check_misc(cfg, shape, out);
   check_sizes(cfg, out);

@@ -11,8 +11,9 @@
 
 namespace atlas::testing {
 
-/// The ConfigError's text, or "" when the deck is valid.
-inline std::string two_dc_deck_error(const std::vector<std::string>& overrides) {
+/// The ConfigError's text, or "" when the deck is valid. `world_size` -1: the deck is only
+/// modelled (schedule, simulate, plan), not launched.
+inline std::string two_dc_deck_error(const std::vector<std::string>& overrides, int world_size = 4) {
   const std::string text =
       "cluster.dcs = a b\ncluster.gpus_per_dc = 2 2\ncluster.latency_ms = 0 10 10 0\n"
       "cluster.bandwidth_gbps = 100 1 1 100\nparallel.stages_per_dc = 2 2\nparallel.dp_size = 1\n"
@@ -20,7 +21,7 @@ inline std::string two_dc_deck_error(const std::vector<std::string>& overrides) 
       "train.micro_batches = 8\n";
   try {
     deck::JobShape shape;
-    shape.world_size = 4;
+    shape.world_size = world_size;
     (void)deck::parse_and_validate("test.deck", text, overrides, shape);
   } catch (const ConfigError& e) {
     return e.what();

@@ -287,6 +287,26 @@ TEST(InterleavedDeck, AcceptsAValidDeckAndNamesTheKeyAndTheFixOtherwise) {
   EXPECT_THAT(deck_error({"schedule.virtual_stages=0"}), ::testing::HasSubstr("schedule.virtual_stages"));
 }
 
+// A deck that is only modelled may split a stage's layers unevenly over its chunks (Llama 3's
+// layout: 7 layers over 8 chunks on the first and last stage, whose embedding or head fills one);
+// a launched job may not, the runtime builds equal chunks.
+TEST(InterleavedDeck, UnevenChunksAreModelledNotLaunched) {
+  const std::vector<std::string> uneven{"schedule.virtual_stages=2", "model.layers_per_stage=1 3 3 1"};
+  EXPECT_EQ(atlas::testing::two_dc_deck_error(uneven, -1), "");
+  EXPECT_THAT(atlas::testing::two_dc_deck_error(uneven),
+              ::testing::AllOf(::testing::HasSubstr("stage 0 holds 1 layers, which do not split into 2 equal chunks "
+                                                    "(the runtime builds equal ones; simulate and plan model uneven"),
+                               ::testing::HasSubstr("hint: make every stage's layers")));
+  // Modelled: every stage at least v layers, the first and the last v - 1.
+  EXPECT_THAT(atlas::testing::two_dc_deck_error({"schedule.virtual_stages=3"}, -1),
+              ::testing::AllOf(::testing::HasSubstr("stage 1 holds 2 layers, fewer than its 3 model chunks can hold "
+                                                    "(at least 3)"),
+                               ::testing::HasSubstr("hint: lower schedule.virtual_stages")));
+  EXPECT_THAT(atlas::testing::two_dc_deck_error({"schedule.virtual_stages=4", "model.layers_per_stage=2 2 2 2"}, -1),
+              ::testing::HasSubstr("stage 0 holds 2 layers, fewer than its 4 model chunks can hold (at least 3: the "
+                                   "embedding or the head may fill one chunk)"));
+}
+
 TEST(InterleavedDeck, OneStageCannotInterleave) {
   const std::string text =
       "cluster.dcs = a\ncluster.gpus_per_dc = 1\nparallel.stages_per_dc = 1\nmodel.layers = 4\n"
