@@ -19,7 +19,12 @@ int ModelCfg::stage_first_layer(int stage, int pp) const {
 
 std::int64_t ModelCfg::block_parameter_count() const {
   const std::int64_t h = hidden;
-  return 12 * h * h + 13 * h;  // qkv, proj, fc, fc-proj + biases + 2 LN
+  if (gpt_block()) return 12 * h * h + 13 * h;  // qkv, proj, fc, fc-proj + biases + 2 LN
+  const auto qkv = static_cast<std::int64_t>(qkv_width());
+  const std::int64_t f = ffn();
+  const std::int64_t mlp_weights = (mlp == MlpKind::SwiGlu ? 3 : 2) * h * f;
+  const std::int64_t mlp_biases = (mlp == MlpKind::SwiGlu ? 2 : 1) * f + h;
+  return h * qkv + qkv + h * h + h + mlp_weights + mlp_biases + 4 * h;
 }
 
 std::int64_t ModelCfg::parameter_count() const {

@@ -338,6 +338,18 @@ void build(Schema& schema) {
       .help("model width d_model");
   b.field("model.heads", &C::model, &ModelCfg::heads).def("4").min(1).max(kMaxHidden)
       .help("attention heads (divisible by parallel.tp_size)");
+  b.field("model.kv_heads", &C::model, &ModelCfg::kv_heads).def("0").min(0).max(kMaxHidden)
+      .help("key/value heads (grouped-query attention, dividing model.heads) in the cost model; 0 = "
+            "model.heads. The runtime's block has one per head");
+  b.field("model.ffn_hidden", &C::model, &ModelCfg::ffn_hidden).def("0").min(0).max(16 * kMaxHidden)
+      .help("MLP width in the cost model; 0 = 4 x model.hidden, the runtime's");
+  b.choice("model.mlp", &C::model, &ModelCfg::mlp, {{"gelu", MlpKind::Gelu}, {"swiglu", MlpKind::SwiGlu}})
+      .def("gelu").help("MLP in the cost model: gelu (up, GELU, down: GPT and the runtime's block) or swiglu "
+                        "(gate and up, SiLU(gate) x up, down: Llama)");
+  b.field("model.dropout", &C::model, &ModelCfg::dropout).def("true")
+      .help("dropout after attention and MLP in the cost model's memory (a 1-byte mask each, as "
+            "Korthikanti et al. count them); false for models trained without (Llama). The runtime "
+            "applies none");
   b.field("model.seq_len", &C::model, &ModelCfg::seq_len).def("64").min(2).max(kMaxTokens)
       .help("tokens per training sample");
   b.field("model.vocab", &C::model, &ModelCfg::vocab).def("256").min(2).max(kMaxTokens)

@@ -167,6 +167,10 @@ void check_model(const Config& c, std::vector<std::string>& out) {
     out.push_back("model.heads = " + std::to_string(m.heads) + " is not divisible by parallel.tp_size = " +
                   std::to_string(tp) + ": tensor parallelism splits whole heads across ranks\n"
                   "  hint: choose heads as a multiple of tp_size");
+  if (m.kv_heads > 0 && m.heads > 0 && m.heads % m.kv_heads != 0)
+    out.push_back("model.kv_heads = " + std::to_string(m.kv_heads) + " does not divide model.heads = " +
+                  std::to_string(m.heads) + ": each key/value head serves a whole group of query heads\n"
+                  "  hint: a divisor of model.heads (0 = one per head)");
   if (pp <= 0) return;
   if (m.layers_per_stage.empty()) {
     if (m.layers % pp != 0)
@@ -275,6 +279,14 @@ void check_misc(const Config& c, const JobShape& shape, std::vector<std::string>
       cc.empty() || cc.size() > 15 || cc.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") != std::string::npos)
     out.push_back("wan.tcp_congestion = \"" + cc + "\" is not a TCP congestion control name\n"
                   "  hint: auto, system, or an algorithm of this kernel (sysctl net.ipv4.tcp_available_congestion_control)");
+  // The runtime builds the GPT block; other blocks are the cost model's (schedule, simulate, plan).
+  if (shape.world_size >= 0 && !c.model.gpt_block())
+    out.push_back("model.kv_heads = " + std::to_string(c.model.kv_heads) + ", model.ffn_hidden = " +
+                  std::to_string(c.model.ffn_hidden) + ", model.mlp = " +
+                  (c.model.mlp == MlpKind::SwiGlu ? "swiglu" : "gelu") +
+                  " describe a block the runtime does not build (its GPT block has one key/value head per "
+                  "head and a 4 x hidden GELU MLP); atlas schedule, simulate and plan model it\n"
+                  "  hint: remove those keys to run the deck, or use it with atlas simulate / plan");
   // Only a launched job runs its backend: schedule, simulate and plan (world_size -1) model a
   // CUDA deck on any build (a login node without CUDA plans the GPU run).
   if (c.device.backend == Backend::Cuda && !shape.cuda_built && shape.world_size >= 0)

@@ -12,15 +12,24 @@
 
 namespace atlas::sched {
 
+namespace {
+
+/// Forward FLOPs of a block's linears per token: 2 x their weights (24 h^2 for GPT's).
+double linear_flops_per_token(const ModelCfg& m) {
+  const double h = m.hidden;
+  return 2.0 * h * (m.qkv_width() + h + m.mlp_up_width() + static_cast<double>(m.ffn()));
+}
+
+}  // namespace
+
 double block_forward_flops(const ModelCfg& m, double tokens) {
   const double h = m.hidden;
-  return 24.0 * tokens * h * h + 4.0 * tokens * m.seq_len * h;
+  return tokens * linear_flops_per_token(m) + 4.0 * tokens * m.seq_len * h;
 }
 
 double block_weight_grad_fraction(const ModelCfg& m) {
-  const double h = m.hidden;
-  const double linear = 24.0 * h * h;        // per token
-  const double attention = 4.0 * m.seq_len * h;  // per token
+  const double linear = linear_flops_per_token(m);   // per token
+  const double attention = 4.0 * m.seq_len * static_cast<double>(m.hidden);  // per token
   return linear / (2.0 * (linear + attention));
 }
 
@@ -101,11 +110,15 @@ BlockCost kernel_block_cost(const Config& cfg, int tp, const DeviceProfile& p) {
   const double ab = p.activation_bytes;
   BlockCost c;
 
-  // Linears: QKV (column-parallel), attention projection (row-parallel), MLP up and down.
-  const GemmPair qkv = linear(p, T, 3 * h / t, h);
+  // Linears: QKV (column-parallel; GQA's key/value heads replicated where tp exceeds them),
+  // attention projection (row-parallel), MLP up (SwiGLU: gate and up) and down.
+  const double qkv_n = h / t + 2.0 * d * std::max(m.kv_head_count() / t, 1.0);
+  const double f = static_cast<double>(m.ffn());
+  const double up_n = m.mlp_up_width() / t;
+  const GemmPair qkv = linear(p, T, qkv_n, h);
   const GemmPair proj = linear(p, T, h, h / t);
-  const GemmPair up = linear(p, T, 4 * h / t, h);
-  const GemmPair down = linear(p, T, h, 4 * h / t);
+  const GemmPair up = linear(p, T, up_n, h);
+  const GemmPair down = linear(p, T, h, f / t);
   const double gemm_fwd = qkv.fwd + proj.fwd + up.fwd + down.fwd;
   const double gemm_bwd = qkv.bwd + proj.bwd + up.bwd + down.bwd;
 
@@ -127,9 +140,12 @@ BlockCost kernel_block_cost(const Config& cfg, int tp, const DeviceProfile& p) {
   }
 
   // Element-wise work: 2 LayerNorms (read + write), 2 bias-dropout-adds (2 reads, a write, a
-  // 1-byte mask) on the rank's share of the residual stream; bias + GELU on the MLP's 4h / t.
+  // 1-byte mask without model.dropout = false) on the rank's share of the residual stream; bias +
+  // GELU on the MLP's ffn / t (read + write), or SwiGLU's SiLU(gate) x up (2 reads, a write).
   const double residual = T * h / (p.sequence_parallel ? t : 1.0);
-  const double elem_fwd = p.memory_ms(residual * (2 * 2 * ab + 2 * (3 * ab + 1)) + T * 4 * h / t * 2 * ab);
+  const double mask = m.dropout ? 1.0 : 0.0;
+  const double act_rw = m.mlp == MlpKind::SwiGlu ? 3.0 : 2.0;
+  const double elem_fwd = p.memory_ms(residual * (2 * 2 * ab + 2 * (3 * ab + mask)) + T * f / t * act_rw * ab);
   const double elem_bwd = 2.0 * elem_fwd;
 
   // TP collectives of the block's activations (T x h): with sequence parallelism an all-gather
@@ -146,8 +162,7 @@ BlockCost kernel_block_cost(const Config& cfg, int tp, const DeviceProfile& p) {
   c.fwd_ms = compute_fwd + comm;
   c.bwd_ms = compute_bwd + comm;
   // The zero-bubble W: each linear's weight-gradient GEMM (k x m by m x n), at its own shape.
-  c.bwd_weight_ms = p.gemm_ms(h, 3 * h / t, T) + p.gemm_ms(h / t, h, T) + p.gemm_ms(h, 4 * h / t, T) +
-                    p.gemm_ms(4 * h / t, h, T);
+  c.bwd_weight_ms = p.gemm_ms(h, qkv_n, T) + p.gemm_ms(h / t, h, T) + p.gemm_ms(h, up_n, T) + p.gemm_ms(f / t, h, T);
   if (p.full_recompute) c.bwd_ms += c.fwd_ms;
   else if (p.selective_recompute && !p.fused_attention) c.bwd_ms += attn_fwd;  // fused recomputes already
 

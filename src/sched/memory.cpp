@@ -22,9 +22,19 @@ double block_activation_bytes(const ModelCfg& m, int micro_batch_size, int tp, c
   // Scores, softmax, dropout mask: none stored with selective recomputation or a fused kernel.
   const bool no_scores = p.selective_recompute || p.fused_attention;
   const double attn = no_scores ? 0.0 : 5.0 * m.heads * static_cast<double>(m.seq_len) / (m.hidden * t);
+  // Korthikanti et al.'s 34 s b h per block, term by term (16-bit values, 1-byte masks), for any
+  // block: LayerNorm inputs 2 + 2, the QKV and MLP inputs 2 + 2, the dropout masks 1 + 1 (none
+  // without dropout) replicate over TP without sequence parallelism; q 2, k and v 2 x 2 kv/heads,
+  // the projection's input 2, the MLP's GELU and down-projection inputs 2 x 2 ffn/h (SwiGLU: gate,
+  // up and their product, 3 x 2 ffn/h) split over TP. GPT's block: 10 + 24 = 34.
+  const double h = m.hidden;
+  const double kv = std::max(static_cast<double>(m.kv_head_count()) / t, 1.0) * t / std::max(m.heads, 1);
+  const double ffn = static_cast<double>(m.ffn()) / h;
+  const double replicated = 8.0 + (m.dropout ? 2.0 : 0.0);
+  const double split = 2.0 + 4.0 * kv + 2.0 + (m.mlp == MlpKind::SwiGlu ? 6.0 : 4.0) * ffn;
   double per = 0.0;
-  if (p.sequence_parallel) per = 34.0 / t + attn;
-  else per = 10.0 + 24.0 / t + attn;
+  if (p.sequence_parallel) per = (replicated + split) / t + attn;
+  else per = replicated + split / t + attn;
   return sbh * per * p.activation_bytes / 2.0;  // the paper's coefficients are for 16-bit values
 }
 

@@ -307,6 +307,22 @@ TEST(InterleavedDeck, UnevenChunksAreModelledNotLaunched) {
                                    "embedding or the head may fill one chunk)"));
 }
 
+// The cost model's block (GQA, a SwiGLU MLP of any width) is modelled, not built: a launched job
+// is refused naming the keys; a modelled deck takes it; kv heads must divide the heads.
+TEST(ModelDeck, ALlamaBlockIsModelledNotLaunched) {
+  const std::vector<std::string> llama{"model.kv_heads=2", "model.ffn_hidden=192", "model.mlp=swiglu",
+                                       "model.dropout=false"};
+  EXPECT_EQ(atlas::testing::two_dc_deck_error(llama, -1), "");
+  EXPECT_THAT(atlas::testing::two_dc_deck_error(llama),
+              ::testing::AllOf(::testing::HasSubstr("model.kv_heads = 2, model.ffn_hidden = 192, model.mlp = swiglu "
+                                                    "describe a block the runtime does not build"),
+                               ::testing::HasSubstr("hint: remove those keys to run the deck")));
+  EXPECT_EQ(atlas::testing::two_dc_deck_error({"model.dropout=false", "model.kv_heads=4", "model.ffn_hidden=256"}), "")
+      << "the runtime's own block, spelt out";
+  EXPECT_THAT(atlas::testing::two_dc_deck_error({"model.kv_heads=3"}, -1),
+              ::testing::HasSubstr("model.kv_heads = 3 does not divide model.heads = 4"));
+}
+
 TEST(InterleavedDeck, OneStageCannotInterleave) {
   const std::string text =
       "cluster.dcs = a\ncluster.gpus_per_dc = 1\nparallel.stages_per_dc = 1\nmodel.layers = 4\n"

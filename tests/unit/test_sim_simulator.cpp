@@ -437,6 +437,55 @@ TEST(SimCost, DeckChoicesSetTheProfileAndActivationMemory) {
   EXPECT_DOUBLE_EQ(sim::block_activation_bytes(m, 1, 8, p), sbh * 34 / 8);
 }
 
+// A Llama block (model.kv_heads, model.ffn_hidden, model.mlp = swiglu, model.dropout = false):
+// parameters, FLOPs, GEMM shapes and activation bytes by hand for Llama 3 405B's numbers; the
+// defaults keep GPT's block (12 h^2 + 13 h, 24 h^2 FLOPs a token, 34 s b h / t).
+TEST(SimCost, LlamaBlockParametersFlopsShapesAndActivations) {
+  ModelCfg m;
+  m.hidden = 16384;
+  m.heads = 128;
+  m.seq_len = 8192;
+  m.vocab = 128256;
+  EXPECT_TRUE(m.gpt_block());
+  EXPECT_EQ(m.block_parameter_count(), 12LL * 16384 * 16384 + 13LL * 16384);
+  const double T = 8192;
+  EXPECT_DOUBLE_EQ(sched::block_forward_flops(m, T), 24.0 * T * 16384 * 16384 + 4.0 * T * 8192 * 16384);
+  m.kv_heads = 8;
+  m.ffn_hidden = 53248;
+  m.mlp = MlpKind::SwiGlu;
+  m.dropout = false;
+  EXPECT_FALSE(m.gpt_block());
+  // q, k, v: 16384 + 2 x 8 heads x 128 = 18432 wide; o; gate, up, down; biases; 2 norms.
+  EXPECT_EQ(m.block_parameter_count(), 3187894272LL);
+  EXPECT_DOUBLE_EQ(sched::block_forward_flops(m, T),
+                   2.0 * T * 16384 * (18432 + 16384 + 2 * 53248 + 53248) + 4.0 * T * 8192 * 16384);
+  // Activations with SP and selective recompute over tp 8: norms' inputs 2 + 2, QKV and MLP
+  // inputs 2 + 2, q 2, k and v 2 x 2 x 8/128, the projection's input 2, gate, up and product
+  // 3 x 2 x 3.25: 31.75 s b h / t (GPT's 34 with its 2 dropout masks, K and V per head, 4h GELU).
+  const DeviceProfile a100 = builtin_device_profile(GpuKind::A100);
+  ASSERT_TRUE(a100.sequence_parallel && a100.selective_recompute);
+  const double sbh = 8192.0 * 16384;
+  EXPECT_DOUBLE_EQ(sim::block_activation_bytes(m, 1, 8, a100), sbh * 31.75 / 8);
+  m.dropout = true;
+  EXPECT_DOUBLE_EQ(sim::block_activation_bytes(m, 1, 8, a100), sbh * 33.75 / 8);
+  // tp 16 > 8 key/value heads: each rank keeps one (replicated), k and v 2 x 2 x 16/128.
+  EXPECT_DOUBLE_EQ(sim::block_activation_bytes(m, 1, 16, a100), sbh * (33.5 + 4.0 * 16 / 128) / 16);
+  // The kernel cost's weight-gradient GEMMs at the block's shapes over tp 8: QKV 2048 + 2 x 128,
+  // gate and up 2 x 6656, down from 6656.
+  std::string text = kTwoDc;
+  text.replace(text.find("plan.gpu = host"), 15, "plan.gpu = a100");
+  Config cfg = deck(text);
+  cfg.model = m;
+  cfg.train.micro_batch_size = 1;
+  cfg.schedule.fwd_ms_per_layer = 0;  // the profile's kernels, not a fixed time
+  cfg.schedule.bwd_over_fwd = 0;
+  const DeviceProfile p = sched::device_profile(cfg);
+  const BlockCost c = block_cost(cfg, 8, p);
+  const double h = 16384;
+  EXPECT_DOUBLE_EQ(c.bwd_weight_ms,
+                   p.gemm_ms(h, 2304, T) + p.gemm_ms(2048, h, T) + p.gemm_ms(h, 13312, T) + p.gemm_ms(6656, h, T));
+}
+
 // ---- the deck path: the runtime's table re-timed ----
 
 TEST(SimDeck, RetimesTheRuntimesOwnTable) {

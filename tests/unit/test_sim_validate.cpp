@@ -38,17 +38,15 @@ TEST(Validate, PublishedRunsWithinTheIssuesBoundsAndFast) {
   EXPECT_EQ(other.rows, 11);
   EXPECT_LE(other.mean_abs_error, 0.10);
   EXPECT_LE(other.max_abs_error, 0.23);
-  // Memory: every run fits the memory model but Llama 3's two, whose figures are held where they
-  // are (docs/bench.md, "Llama 3 405B: memory": GPT's activation coefficients and Megatron-LM's
-  // interleaved warm-up depth against Llama's own schedule, whose group size N is not published).
+  // Memory: every run fits the memory model but Llama 3's at 8,192 GPUs, whose figure is held
+  // where it is (docs/bench.md, "Llama 3 405B: memory": Megatron-LM's interleaved warm-up depth
+  // against Llama's own schedule, whose group size N is not published).
   for (const auto& r : rows) {
     EXPECT_GT(r.limit_bytes, 0.0) << r.deck;
     const std::string name = std::filesystem::path(r.deck).stem().string();
     const double gib = r.memory_bytes / (1024.0 * 1024 * 1024);
-    if (name == "llama3_405b_16384") {
-      EXPECT_NEAR(gib, 74.3, 0.1) << name;
-    } else if (name == "llama3_405b_8192") {
-      EXPECT_NEAR(gib, 102.3, 0.1) << name;
+    if (name == "llama3_405b_8192") {
+      EXPECT_NEAR(gib, 95.9, 0.1) << name;
     } else {
       EXPECT_TRUE(r.fits()) << name << ": " << gib << " GiB per GPU, more than the usable "
                             << r.limit_bytes / (1024.0 * 1024 * 1024);

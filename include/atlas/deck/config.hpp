@@ -83,10 +83,22 @@ struct ParallelCfg {
   [[nodiscard]] std::string size_mismatch(int job_ranks) const;
 };
 
+/// model.mlp: the block's MLP in the cost model.
+enum class MlpKind {
+  Gelu,    ///< up to ffn_hidden, GELU, down (GPT; the runtime's block)
+  SwiGlu,  ///< gate and up to ffn_hidden, SiLU(gate) x up, down (Llama)
+};
+
 struct ModelCfg {
   int layers = 0;                       ///< model.layers: transformer blocks
   int hidden = 0;                       ///< model.hidden: d_model
   int heads = 0;                        ///< model.heads: attention heads
+  /// The cost model's block (schedule, simulate, plan; the runtime's GPT block is the default of
+  /// each: MHA, a 4h GELU MLP; Korthikanti et al.'s activations count dropout masks).
+  int kv_heads = 0;                     ///< model.kv_heads: key/value heads (GQA); 0 = heads
+  int ffn_hidden = 0;                   ///< model.ffn_hidden: MLP width; 0 = 4 x hidden
+  MlpKind mlp = MlpKind::Gelu;          ///< model.mlp
+  bool dropout = true;                  ///< model.dropout: masks stored after attention and MLP
   int seq_len = 0;                      ///< model.seq_len: tokens per sample
   int vocab = 0;                        ///< model.vocab: tokenizer vocabulary size
   std::vector<int> layers_per_stage;    ///< model.layers_per_stage: empty = even split
@@ -98,8 +110,23 @@ struct ModelCfg {
   [[nodiscard]] int stage_first_layer(int stage, int pp) const;
   /// Parameters of the whole model (embeddings tied).
   [[nodiscard]] std::int64_t parameter_count() const;
-  /// Parameters of one transformer block: qkv, proj, fc, fc-proj with biases, and 2 LayerNorms.
+  /// Parameters of one transformer block: qkv, proj, fc, fc-proj with biases, and 2 LayerNorms
+  /// (12 h^2 + 13 h for the GPT block; GQA's narrower k and v, a SwiGLU MLP's three matrices).
   [[nodiscard]] std::int64_t block_parameter_count() const;
+  /// Key/value heads (kv_heads, or heads when 0).
+  [[nodiscard]] int kv_head_count() const { return kv_heads > 0 ? kv_heads : heads; }
+  /// MLP width (ffn_hidden, or 4 x hidden when 0).
+  [[nodiscard]] std::int64_t ffn() const { return ffn_hidden > 0 ? ffn_hidden : 4 * static_cast<std::int64_t>(hidden); }
+  /// Width of q, k and v together: hidden + 2 x kv heads x head dim.
+  [[nodiscard]] double qkv_width() const {
+    return hidden + 2.0 * kv_head_count() * (static_cast<double>(hidden) / (heads > 0 ? heads : 1));
+  }
+  /// The MLP's up-projection width (ffn, twice that for SwiGLU's gate and up).
+  [[nodiscard]] double mlp_up_width() const { return (mlp == MlpKind::SwiGlu ? 2.0 : 1.0) * static_cast<double>(ffn()); }
+  /// The cost model's block is the runtime's GPT block (MHA, a 4h GELU MLP).
+  [[nodiscard]] bool gpt_block() const {
+    return kv_head_count() == heads && ffn() == 4 * static_cast<std::int64_t>(hidden) && mlp == MlpKind::Gelu;
+  }
 };
 
 /// train.recompute: what the backward recomputes instead of storing (the cost model's time and
