@@ -117,9 +117,10 @@ struct ModelCfg {
   [[nodiscard]] int kv_head_count() const { return kv_heads > 0 ? kv_heads : heads; }
   /// MLP width (ffn_hidden, or 4 x hidden when 0).
   [[nodiscard]] std::int64_t ffn() const { return ffn_hidden > 0 ? ffn_hidden : 4 * static_cast<std::int64_t>(hidden); }
-  /// Width of q, k and v together: hidden + 2 x kv heads x head dim.
+  /// Width of q, k and v together: hidden + 2 x kv heads x head dim (3 x hidden without GQA).
   [[nodiscard]] double qkv_width() const {
-    return hidden + 2.0 * kv_head_count() * (static_cast<double>(hidden) / (heads > 0 ? heads : 1));
+    const double kv_share = kv_heads > 0 && heads > 0 ? static_cast<double>(kv_heads) / heads : 1.0;
+    return hidden * (1.0 + 2.0 * kv_share);
   }
   /// The MLP's up-projection width (ffn, twice that for SwiGLU's gate and up).
   [[nodiscard]] double mlp_up_width() const { return (mlp == MlpKind::SwiGlu ? 2.0 : 1.0) * static_cast<double>(ffn()); }
