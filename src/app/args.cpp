@@ -30,6 +30,18 @@ int Args::int_option(const std::string& name, int def) const {
   return static_cast<int>(*v);
 }
 
+int Args::int_option(const std::string& name, int def, int lo, int hi) const {
+  const auto it = options.find(name);
+  if (it == options.end()) return def;
+  const auto v = units::parse_int(it->second);
+  if (!v || *v < lo || *v > hi)
+    throw UsageError("--" + name + " expects an integer " +
+                     (hi == std::numeric_limits<int>::max() ? ">= " + std::to_string(lo)
+                                                             : "in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]") +
+                     ", got '" + it->second + "'");
+  return static_cast<int>(*v);
+}
+
 Args parse_args(const std::vector<std::string>& words, const std::vector<std::string>& value_options,
                 const std::vector<std::string>& flags) {
   Args a;
@@ -37,14 +49,23 @@ Args parse_args(const std::vector<std::string>& words, const std::vector<std::st
     const std::string& w = words[i];
     if (w == "--help" || w == "-h") throw HelpRequested{value_options, flags};
     if (w.rfind("--", 0) == 0) {
-      const std::string name = w.substr(2);
+      // --name value, or --name=value as most tools also take it.
+      const auto eq = w.find('=');
+      const std::string name = w.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+      const bool inline_value = eq != std::string::npos;
       if (std::find(value_options.begin(), value_options.end(), name) != value_options.end()) {
-        if (i + 1 >= words.size()) throw UsageError("option " + w + " needs a value");
-        a.options[name] = words[++i];
+        if (inline_value) {
+          a.options[name] = w.substr(eq + 1);
+        } else {
+          if (i + 1 >= words.size()) throw UsageError("option " + w + " needs a value");
+          a.options[name] = words[++i];
+        }
       } else if (std::find(flags.begin(), flags.end(), name) != flags.end()) {
+        if (inline_value)
+          throw UsageError("--" + name + " is a flag and takes no value, got '" + w + "'\n  hint: write --" + name);
         a.options[name] = "1";
       } else {
-        throw UsageError("unknown option " + w);
+        throw UsageError("unknown option --" + name);
       }
     } else if (w.find('=') != std::string::npos) {
       a.overrides.push_back(w);

@@ -2,6 +2,7 @@
 // `atlas plan DECK`: the ATLAS planner's what-if table and the chosen plan as a ready deck.
 #include <cstdio>
 #include <fstream>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -94,8 +95,7 @@ int cmd_plan(Context& ctx) {
   for (const auto& w : sim::sanity_warnings(cfg, r.plans[static_cast<std::size_t>(r.best)].step_ms))
     std::fprintf(stderr, "WARNING: %s\n", w.c_str());
   if (!r.priced) fmt::print("# no cluster.price_per_gpu_hour: cost is in GPU-hours per step\n");
-  const int rows = args.int_option("rows", cfg.plan.top);
-  if (rows < 1) throw UsageError("--rows must be >= 1");
+  const int rows = args.int_option("rows", cfg.plan.top, 1, std::numeric_limits<int>::max());
   fmt::print("\n{}", plan::what_if_table(r, cfg, rows));
   if (cfg.plan.deadline_s > 0 && !r.deadline_met)
     fmt::print("\n# WARNING: no plan meets plan.deadline_s = {:g} s per step; the fastest takes {:.3f} s. "

@@ -137,9 +137,8 @@ int cmd_profile(Context& ctx) {
   if (args.flag("wan")) return wan_lines(args.option("wan"), args.option("dcs"));
   if (!args.positional.empty()) throw UsageError("atlas profile takes no deck (options: --out FILE --quick --threads N)");
 
-  const int threads = args.int_option("threads", 1);
-  const int repeat = args.int_option("repeat", 3);
-  if (threads < 1 || repeat < 1) throw UsageError("--threads and --repeat must be >= 1");
+  const int threads = args.int_option("threads", 1, 1, 4096);
+  const int repeat = args.int_option("repeat", 3, 1, 1000000);
   if (args.flag("gemm")) return gemm_curve(args, threads, repeat);
   const std::string out = args.option("out", "profiles/device/host.profile");
   const auto shapes = sim::default_host_shapes(args.flag("quick"));

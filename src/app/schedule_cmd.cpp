@@ -31,8 +31,7 @@ int cmd_schedule(Context& ctx) {
   // The cost model `atlas train` uses (the deck's device profile), so the tables shown are the
   // ones a run executes.
   const sched::CostModel cost = sched::cost_model(cfg, layout);
-  const int width = args.int_option("width", 100);
-  if (width < 10 || width > 1000) throw UsageError("--width must be in [10, 1000]");
+  const int width = args.int_option("width", 100, 10, 1000);
 
   std::vector<ScheduleKind> kinds{ScheduleKind::GPipe, ScheduleKind::OneFOneB, ScheduleKind::Atlas};
   if (args.flag("kind")) {

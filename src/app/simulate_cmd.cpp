@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <thread>
 
@@ -75,8 +76,7 @@ int run_grid(const Config& base, const sched::DeviceProfile& prof, const Args& a
   if (args.flag("latencies")) spec.latencies_ms = parse_list<double>(args.option("latencies"), "latencies");
   if (args.flag("dps")) spec.dps = parse_list<int>(args.option("dps"), "dps");
   plan::CompareOptions opt;
-  opt.prefill_tokens = args.int_option("prefill-tokens", opt.prefill_tokens);
-  if (opt.prefill_tokens < 1) throw UsageError("--prefill-tokens must be >= 1");
+  opt.prefill_tokens = args.int_option("prefill-tokens", opt.prefill_tokens, 1, std::numeric_limits<int>::max());
   opt.planner = args.flag("planner");
   const std::string dir = args.option("out", "runs/sim_grid");
   std::filesystem::create_directories(dir);
@@ -161,8 +161,7 @@ sched::ScheduleTable simulate_bubbletea(const Config& cfg, const sim::SimResult&
 /// format of a real run's profile.h5 (source "simulated") and trace.json, so `atlas report` and
 /// Perfetto read a simulation like a run.
 void write_simulated_profile(const Config& cfg, const sim::SimResult& r, const Args& args) {
-  const int steps = args.int_option("steps", 3);
-  if (steps < 1 || steps > 1000) throw UsageError("--steps must be in [1, 1000]");
+  const int steps = args.int_option("steps", 3, 1, 1000);
   const topo::Layout layout(cfg.parallel);
   std::size_t per_step = 0;
   for (const auto& row : r.table.rows) per_step += row.size();
@@ -369,10 +368,8 @@ int cmd_simulate(Context& ctx) {
                r.cost.net_ns_per_byte);
   fmt::print("{}", sim::report(r, cfg.cluster.dcs));
   if (args.flag("gantt")) {
-    const int width = args.int_option("width", 100);
-    if (width < 10 || width > 1000) throw UsageError("--width must be in [10, 1000]");
-    const int keep = args.int_option("rows", 4);
-    if (keep < 1) throw UsageError("--rows must be >= 1");
+    const int width = args.int_option("width", 100, 10, 1000);
+    const int keep = args.int_option("rows", 4, 1, std::numeric_limits<int>::max());
     const sched::ScheduleTable shown = trimmed(r.table, keep);
     if (shown.dp < r.table.dp)
       fmt::print("\n# bubble map: the first {} of {} DP replicas per stage (--rows N shows more)\n", shown.dp, r.table.dp);

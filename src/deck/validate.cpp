@@ -34,8 +34,12 @@ void check_cluster(const Config& c, std::vector<std::string>& out) {
                   str(limits::kMaxDcs) + "\n  hint: list the DCs the job may use");
     return;
   }
-  std::set<std::string> names(cl.dcs.begin(), cl.dcs.end());
-  if (names.size() != cl.dcs.size()) out.push_back("cluster.dcs has a repeated name: names must be unique");
+  std::set<std::string> names;
+  for (const std::string& dc : cl.dcs)
+    if (!names.insert(dc).second) {
+      out.push_back("cluster.dcs names '" + dc + "' twice: names must be unique\n  hint: one name per datacenter");
+      break;
+    }
   if (cl.gpus_per_dc.size() != static_cast<std::size_t>(n))
     out.push_back("cluster.gpus_per_dc has " + std::to_string(cl.gpus_per_dc.size()) +
                   " entries but cluster.dcs names " + std::to_string(n) + " DCs\n  hint: give one GPU count per DC");

@@ -47,9 +47,15 @@ set_tests_properties(mpi_deck_profile_not_a_file PROPERTIES LABELS mpi TIMEOUT 1
   ENVIRONMENT "${ATLAS_MPIEXEC_ENV}")
 # An integer option is range-checked before it is narrowed to int (4294967396 would be 100).
 add_test(NAME cli_int_option_beyond_int
-  COMMAND bash -c "rc=0; out=$($<TARGET_FILE:atlas> schedule inputs/default.deck --width 4294967396 2>&1) || rc=$?; echo \"$out\"; [[ $rc == 1 ]] && grep -q \"\\-\\-width expects an integer in \\[-2147483648, 2147483647\\], got '4294967396'\" <<<\"$out\""
+  COMMAND bash -c "rc=0; out=$($<TARGET_FILE:atlas> schedule inputs/default.deck --width 4294967396 2>&1) || rc=$?; echo \"$out\"; [[ $rc == 1 ]] && grep -q \"\\-\\-width expects an integer in \\[10, 1000\\], got '4294967396'\" <<<\"$out\""
   WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(cli_int_option_beyond_int PROPERTIES LABELS unit TIMEOUT 60)
+# --name=value is --name value; a flag given a value, and an integer option given a word, say so
+# (they were "unknown option --quiet=3" and the whole int range for --rows abc).
+add_test(NAME cli_option_forms
+  COMMAND bash -c "set -u; b=$<TARGET_FILE:atlas>; out=$($b plan inputs/plan_13b_deadline.deck --rows=2 --quiet 2>&1) || { echo \"$out\"; exit 1; }; rc=0; out=$($b plan inputs/plan_13b_deadline.deck --quiet=3 2>&1) || rc=$?; echo \"$out\"; [[ $rc == 1 ]] && grep -q \"\\-\\-quiet is a flag and takes no value, got '\\-\\-quiet=3'\" <<<\"$out\" || exit 1; rc=0; out=$($b plan inputs/plan_13b_deadline.deck --rows abc 2>&1) || rc=$?; echo \"$out\"; [[ $rc == 1 ]] && grep -q \"\\-\\-rows expects an integer >= 1, got 'abc'\" <<<\"$out\" || exit 1; rc=0; out=$($b plan inputs/plan_13b_deadline.deck --nosuch=1 2>&1) || rc=$?; [[ $rc == 1 ]] && grep -q 'unknown option \\-\\-nosuch' <<<\"$out\""
+  WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(cli_option_forms PROPERTIES LABELS unit TIMEOUT 60)
 # `atlas COMMAND --help` lists the command's options and exits 0 (it was "unknown option --help",
 # with a hint to run that very command), and so does -h; an unknown option still exits 1.
 add_test(NAME cli_command_help

@@ -41,6 +41,9 @@ struct Args {
   [[nodiscard]] bool flag(const std::string& name) const { return options.count(name) > 0; }
   [[nodiscard]] std::string option(const std::string& name, const std::string& def = "") const;
   [[nodiscard]] int int_option(const std::string& name, int def) const;
+  /// The option as an integer in [lo, hi] (def when absent); anything else, a word or a number
+  /// out of range, is a UsageError naming the option, the range and what was given.
+  [[nodiscard]] int int_option(const std::string& name, int def, int lo, int hi) const;
 };
 
 /// Splits `words`; `value_options` name the --options that take a value. Throws UsageError on an
