@@ -897,8 +897,10 @@ std::string what_if_table(const PlanResult& r, const Config& cfg, int rows) {
   }
   if (n > 1) {
     const int i = first_where([&](const Plan& p) { return !used(p, largest); });
-    if (i >= 0 && extra_note.count(i) == 0)
-      extra_note[i] = fmt::format("fastest without {}", cfg.cluster.dcs[static_cast<std::size_t>(largest)]);
+    // Both labels where one plan is both (a single-DC plan outside the largest DC).
+    if (i >= 0)
+      extra_note[i] += fmt::format("{}fastest without {}", extra_note.count(i) > 0 ? ", " : "",
+                                   cfg.cluster.dcs[static_cast<std::size_t>(largest)]);
   }
   for (const auto& [i, note] : extra_note)
     if (std::find(shown.begin(), shown.end(), i) == shown.end()) shown.push_back(i);
