@@ -68,6 +68,12 @@ atlas_cli_test(cli_plan_70b "fastest" plan inputs/plan_70b_4dc.deck --quiet)
 # Issue #25: the planner tries the zero-bubble split backward (schedule.split_backward = auto) and says so.
 atlas_cli_test(cli_plan_split "us-east-1:12 .*fastest.*split backward.*the chosen plan's atlas table splits the backward into B \\+ W \\(zero-bubble\\) \\(schedule.split_backward = auto: the split won\\)"
                plan inputs/plan_70b_4dc.deck --quiet)
+# The chosen plan's row is what `atlas simulate` of its --deck-out deck prints (its GiB/GPU was the
+# split pass's quick table: 31.2 against simulate's 47.0 GiB, and 2.332 against 2.324 s).
+add_test(NAME cli_plan_row_is_its_deck_simulated
+  COMMAND bash -c "set -u; b=$<TARGET_FILE:atlas>; d=$(mktemp -d); trap 'rm -rf $d' EXIT; out=$($b plan inputs/plan_70b_4dc.deck 'cluster.gpus_per_dc=384 0 0 0' --deck-out $d/p.deck 2>&1) || { echo \"$out\"; exit 1; }; row=$(grep -E '^ +1 ' <<<\"$out\"); echo \"$row\"; gib=$(awk '{print $9}' <<<\"$row\"); step=$(awk '{print $10}' <<<\"$row\"); sim=$($b simulate $d/p.deck 2>&1) || { echo \"$sim\"; exit 1; }; sgib=$(sed -n 's/.*memory per GPU: \\([0-9.]*\\) GiB.*/\\1/p' <<<\"$sim\"); sstep=$(awk '/^step_ms/ {printf \"%.3f\", $2 / 1000}' <<<\"$sim\"); echo \"plan $gib GiB $step s; simulate $sgib GiB $sstep s\"; awk -v a=$gib -v b=$sgib -v s=$step -v t=$sstep 'BEGIN { exit !(a - b < 0.051 && b - a < 0.051 && s == t) }'"
+  WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(cli_plan_row_is_its_deck_simulated PROPERTIES LABELS unit TIMEOUT 60)
 atlas_cli_test(cli_plan_split_off "the chosen plan's atlas table does not split the backward \\(schedule.split_backward = off\\)"
                plan inputs/plan_70b_4dc.deck --quiet schedule.split_backward=off)
 atlas_cli_test(cli_plan_no_fit "ERROR: no plan fits: the model .* needs .* GiB per GPU"
