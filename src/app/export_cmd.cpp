@@ -118,6 +118,7 @@ int cmd_import(Context& ctx) {
   const std::string deck_path = a.option("deck");
   if (!deck_path.empty()) {
     const Config cfg = load_offline_deck(deck_path, a.overrides);
+    if (std::string why = deck::runtime_block_mismatch(cfg); !why.empty()) throw ConfigError(why);
     expect = io::ModelShape{cfg.model.layers, cfg.model.hidden, cfg.model.heads, cfg.model.seq_len,
                             cfg.model.vocab};
     deck_text = deck::resolved_deck(cfg);
@@ -139,6 +140,7 @@ int cmd_import(Context& ctx) {
     shape.world_size = -1;
     shape.cuda_built = cuda_built();
     const Config cfg = deck::parse_and_validate(config_path, "", ov, shape);
+    if (std::string why = deck::runtime_block_mismatch(cfg); !why.empty()) throw ConfigError(why);
     expect = io::ModelShape{cfg.model.layers, cfg.model.hidden, cfg.model.heads, cfg.model.seq_len, cfg.model.vocab};
     deck_text = deck::resolved_deck(cfg);
   }

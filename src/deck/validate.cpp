@@ -175,6 +175,11 @@ void check_model(const Config& c, std::vector<std::string>& out) {
     out.push_back("model.kv_heads = " + std::to_string(m.kv_heads) + " does not divide model.heads = " +
                   std::to_string(m.heads) + ": each key/value head serves a whole group of query heads\n"
                   "  hint: a divisor of model.heads (0 = one per head)");
+  // Tensor parallelism splits the key/value heads too, or replicates one on each of tp / kv ranks.
+  if (m.kv_heads > 0 && tp > 0 && m.kv_heads % tp != 0 && tp % m.kv_heads != 0)
+    out.push_back("model.kv_heads = " + std::to_string(m.kv_heads) + " neither divides into nor divides "
+                  "parallel.tp_size = " + std::to_string(tp) + ": each TP rank holds whole key/value heads, or "
+                  "one head replicated on tp / kv_heads ranks\n  hint: a multiple or a divisor of parallel.tp_size");
   if (pp <= 0) return;
   if (m.layers_per_stage.empty()) {
     if (m.layers % pp != 0)
@@ -284,13 +289,8 @@ void check_misc(const Config& c, const JobShape& shape, std::vector<std::string>
     out.push_back("wan.tcp_congestion = \"" + cc + "\" is not a TCP congestion control name\n"
                   "  hint: auto, system, or an algorithm of this kernel (sysctl net.ipv4.tcp_available_congestion_control)");
   // The runtime builds the GPT block; other blocks are the cost model's (schedule, simulate, plan).
-  if (shape.world_size >= 0 && !c.model.gpt_block())
-    out.push_back("model.kv_heads = " + std::to_string(c.model.kv_heads) + ", model.ffn_hidden = " +
-                  std::to_string(c.model.ffn_hidden) + ", model.mlp = " +
-                  (c.model.mlp == MlpKind::SwiGlu ? "swiglu" : "gelu") +
-                  " describe a block the runtime does not build (its GPT block has one key/value head per "
-                  "head and a 4 x hidden GELU MLP); atlas schedule, simulate and plan model it\n"
-                  "  hint: remove those keys to run the deck, or use it with atlas simulate / plan");
+  if (shape.world_size >= 0)
+    if (std::string why = runtime_block_mismatch(c); !why.empty()) out.push_back(std::move(why));
   // Only a launched job runs its backend: schedule, simulate and plan (world_size -1) model a
   // CUDA deck on any build (a login node without CUDA plans the GPU run).
   if (c.device.backend == Backend::Cuda && !shape.cuda_built && shape.world_size >= 0)
@@ -367,6 +367,24 @@ void check_sizes(const Config& c, std::vector<std::string>& out) {
 }
 
 }  // namespace
+
+std::string runtime_block_mismatch(const Config& c) {
+  const ModelCfg& m = c.model;
+  if (m.gpt_block()) return {};
+  std::vector<std::string> keys;
+  if (m.kv_head_count() != m.heads) keys.push_back("model.kv_heads = " + std::to_string(m.kv_heads));
+  if (m.ffn() != 4 * static_cast<std::int64_t>(m.hidden))
+    keys.push_back("model.ffn_hidden = " + std::to_string(m.ffn_hidden));
+  if (m.mlp != MlpKind::Gelu) keys.emplace_back("model.mlp = swiglu");
+  std::string listed;
+  for (std::size_t i = 0; i < keys.size(); ++i)
+    listed += (i == 0 ? "" : (i + 1 == keys.size() ? " and " : ", ")) + keys[i];
+  return listed + (keys.size() == 1 ? " describes" : " describe") +
+         " a block the runtime does not build (its GPT block has one key/value head per head and a 4 x hidden "
+         "GELU MLP); atlas schedule, simulate and plan model it\n"
+         "  hint: remove " + (keys.size() == 1 ? "that key" : "those keys") +
+         " to run the deck, or use it with atlas simulate / plan";
+}
 
 std::vector<std::string> validate(const Config& cfg, const JobShape& shape) {
   std::vector<std::string> out;

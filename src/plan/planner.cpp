@@ -371,7 +371,8 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
       t_max = std::max(t_max, layers * (bc.fwd_ms + bc.bwd_ms) + (last ? bc.head_fwd_ms + bc.head_bwd_ms : 0.0));
       const double params = sched::stage_params(mm, s, pp) / p.tp;
       ar_max = std::max(ar_max, sched::ring_allreduce_ms(params * prof.grad_bytes, dp, intra_bpms, intra_lat) +
-                                    params * prof.optimizer_bytes_per_param / (prof.mem_bandwidth_gbs * 1e9) * 1e3);
+                                    params * prof.optimizer_share(dp) * prof.optimizer_bytes_per_param /
+                                        (prof.mem_bandwidth_gbs * 1e9) * 1e3);
     }
     const double xfer_bytes = static_cast<double>(p.micro_batch_size) * model.seq_len * model.hidden *
                               sched::boundary_element_bytes(cfg, prof) * (prof.pipeline_scatter_gather ? 1.0 : p.tp);
@@ -476,7 +477,9 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
     }
     ModelCfg mm = model;
     mm.layers_per_stage = split_layers(model.layers, pp);
-    const sim::MemoryEstimate e = sim::peak_memory(mm, pp, tp, 1, G, ScheduleKind::Atlas, prof);
+    // The most replicas that shape leaves room for: train.zero_stage splits the state over them.
+    const int dp_most = std::max(1, total / (tp * pp));
+    const sim::MemoryEstimate e = sim::peak_memory(mm, pp, tp, 1, G, ScheduleKind::Atlas, prof, 1, dp_most);
     throw ConfigError(fmt::format(
         "no plan fits: the model ({:.1f}B parameters) needs {:.1f} GiB per GPU at the largest tp*pp "
         "(tp {} x pp {}, micro-batch size 1: {:.1f} GiB weights/grads/Adam + {:.1f} GiB activations), "
@@ -498,6 +501,9 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
             fixes.push_back(fmt::format("raise plan.max_tp (up to cluster.gpus_per_node = {})", cfg.cluster.gpus_per_node));
           if (cfg.train.recompute != Recompute::Full && e.state_bytes <= usable)
             fixes.emplace_back("set train.recompute = full");
+          if (cfg.train.zero_stage < 2 && dp_most > 1)
+            fixes.push_back(fmt::format("set train.zero_stage = 2 (the optimizer state and the gradients split over "
+                                        "up to {} DP replicas)", dp_most));
           fixes.emplace_back("use a larger-memory plan.gpu");
           if (pp == model.layers && e.state_bytes > usable)
             fixes.emplace_back("a smaller model (every block already has a stage of its own)");
@@ -858,7 +864,7 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
     if (!opt.final_full_search || deck_split != SplitBackward::Auto || !p.split_tried) return;
     Plan again = p;
     run(again, true, SplitBackward::Auto, nullptr);
-    if (again.step_ms <= p.step_ms * (1 + 1e-9) && again.mem_bytes <= usable) p = again;
+    if (again.step_ms <= p.step_ms && again.mem_bytes <= usable) p = again;
   };
   if (!deadline && objective == PlanObjective::Time) retime_as_simulate(0);  // only faster: still first
   if (deadline || objective != PlanObjective::Time) {
@@ -915,9 +921,10 @@ std::string what_if_table(const PlanResult& r, const Config& cfg, int rows) {
   if (n > 1) {
     const int i = first_where([&](const Plan& p) { return !used(p, largest); });
     // Both labels where one plan is both (a single-DC plan outside the largest DC).
-    if (i >= 0)
-      extra_note[i] += fmt::format("{}fastest without {}", extra_note.count(i) > 0 ? ", " : "",
-                                   cfg.cluster.dcs[static_cast<std::size_t>(largest)]);
+    if (i >= 0) {
+      const std::string prefix = extra_note.count(i) > 0 ? ", " : "";
+      extra_note[i] += prefix + fmt::format("fastest without {}", cfg.cluster.dcs[static_cast<std::size_t>(largest)]);
+    }
   }
   for (const auto& [i, note] : extra_note)
     if (std::find(shown.begin(), shown.end(), i) == shown.end()) shown.push_back(i);

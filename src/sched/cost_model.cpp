@@ -133,10 +133,13 @@ BlockCost kernel_block_cost(const Config& cfg, int tp, const DeviceProfile& p) {
     attn_bwd = 2.5 * attn_fwd;
   } else {
     const double scores = groups * s * s;  // elements of the s x s scores
+    // Scale-mask-softmax r/w, dropout r/w + mask; backward: dropout's and softmax's (without
+    // dropout: the softmax's alone, its output and gradient read, the input gradient written).
+    const bool drop = m.dropout;
     attn_fwd = p.gemm_ms(s, s, d, groups) + p.gemm_ms(s, d, s, groups) +
-               p.memory_ms(scores * (4 * ab + 1));  // scale-mask-softmax r/w, dropout r/w + mask
+               p.memory_ms(scores * (drop ? 4 * ab + 1 : 2 * ab));
     attn_bwd = 2 * p.gemm_ms(s, d, s, groups) + 2 * p.gemm_ms(s, s, d, groups) +
-               p.memory_ms(scores * (6 * ab + 1));  // dropout and softmax backward
+               p.memory_ms(scores * (drop ? 6 * ab + 1 : 3 * ab));
   }
 
   // Element-wise work: 2 LayerNorms (read + write), 2 bias-dropout-adds (2 reads, a write, a

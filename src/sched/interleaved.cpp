@@ -84,7 +84,8 @@ EngineProgram make_interleaved_program(const CostModel& c, ScheduleKind kind, in
   for (int s = 0; s < pp; ++s) {
     const auto order = depth.empty() ? compute_order(kind, s, pp, m, v)
                                      : interleaved_depth_order(depth[static_cast<std::size_t>(s)], pp, m, v);
-    // One chunk's compute: the stage's divided evenly (the deck's layers split evenly over chunks).
+    // One chunk's compute: the stage's divided evenly (the deck's layers split evenly over chunks;
+    // a modelled deck's uneven split is charged its average, docs/schedules.md).
     const double fwd = c.fwd_ms[static_cast<std::size_t>(s)] / v;
     const double bwd = c.bwd_ms[static_cast<std::size_t>(s)] / v;
     for (int d = 0; d < dp; ++d) {

@@ -21,7 +21,9 @@ double block_activation_bytes(const ModelCfg& m, int micro_batch_size, int tp, c
   if (p.full_recompute) return sbh * p.activation_bytes / (p.sequence_parallel ? t : 1.0);
   // Scores, softmax, dropout mask: none stored with selective recomputation or a fused kernel.
   const bool no_scores = p.selective_recompute || p.fused_attention;
-  const double attn = no_scores ? 0.0 : 5.0 * m.heads * static_cast<double>(m.seq_len) / (m.hidden * t);
+  // 5 a s / h: the scores and the softmax (2 bytes each), the dropout mask (1) and its output (2).
+  const double score_bytes = m.dropout ? 5.0 : 2.0;
+  const double attn = no_scores ? 0.0 : score_bytes * m.heads * static_cast<double>(m.seq_len) / (m.hidden * t);
   // Korthikanti et al.'s 34 s b h per block, term by term (16-bit values, 1-byte masks), for any
   // block: LayerNorm inputs 2 + 2, the QKV and MLP inputs 2 + 2, the dropout masks 1 + 1 (none
   // without dropout) replicate over TP without sequence parallelism; q 2, k and v 2 x 2 kv/heads,

@@ -91,6 +91,7 @@ std::vector<ValidationRow> validate_runs(const std::string& runs_file, const std
     const sched::ScheduleMemory mem = sched::memory_per_gpu(s.cost, s.table);
     v.memory_bytes = mem.peak_bytes;
     v.limit_bytes = mem.limit_bytes;
+    v.memory_fits = mem.fits();
     rows.push_back(v);
   }
   return rows;

@@ -78,6 +78,12 @@ atlas_cli_test(cli_plan_split_off "the chosen plan's atlas table does not split 
                plan inputs/plan_70b_4dc.deck --quiet schedule.split_backward=off)
 atlas_cli_test(cli_plan_no_fit "ERROR: no plan fits: the model .* needs .* GiB per GPU"
                plan inputs/plan_70b_4dc.deck "cluster.gpus_per_dc=8 8 0 0" model.layers=96 model.hidden=12288 model.heads=96)
+# A model whose state fits only split over DP: the no-fit hint offers train.zero_stage (over the
+# replicas the largest tp x pp leaves room for), and with it the plan fits.
+atlas_cli_test(cli_plan_no_fit_zero_hint "hint: set train.zero_stage = 2 \\(the optimizer state and the gradients split over up to 64 DP replicas\\)"
+               plan inputs/plan_70b_4dc.deck model.layers=2 model.hidden=65536 model.heads=64)
+atlas_cli_test(cli_plan_fits_with_zero "us-east-1:2 .* fastest"
+               plan inputs/plan_70b_4dc.deck model.layers=2 model.hidden=65536 model.heads=64 train.zero_stage=2 --quiet)
 atlas_cli_test(cli_profile_show "device profile h100.*datasheet" profile --show profiles/device/h100.profile)
 # --compute-from: a simulated profile (every compute slot exactly the table's cost) fed back as
 # in-situ costs times the same step; a run of another layout, or a file that is no profile, are

@@ -67,6 +67,9 @@ check "import then export: config.json bitwise" cmp "$T/hf/config.json" "$T/hf2/
 check "import: an override that disagrees with the weights" fails_with import_override \
   "has model.hidden = 64 \(n_embd\), the deck 128" atlas import --format hf "$T/hf" --out "$T/imported_bad" model.hidden=128
 check "import: the refused import wrote nothing" test ! -e "$T/imported_bad/step-000000.h5"
+check "import: a block the runtime does not build" fails_with import_swiglu \
+  "model.mlp = swiglu describes a block the runtime does not build" atlas import --format hf "$T/hf" --out "$T/imported_swiglu" model.mlp=swiglu
+check "import: the refused swiglu import wrote nothing" test ! -e "$T/imported_swiglu/step-000000.h5"
 echo x > "$T/a_file"
 check "export: an --out that is a file" fails_with export_out_file "atlas export: --out $T/a_file exists and is not a directory" \
   atlas export "$CKPT" --format hf --out "$T/a_file"

@@ -314,9 +314,23 @@ TEST(ModelDeck, ALlamaBlockIsModelledNotLaunched) {
                                        "model.dropout=false"};
   EXPECT_EQ(atlas::testing::two_dc_deck_error(llama, -1), "");
   EXPECT_THAT(atlas::testing::two_dc_deck_error(llama),
-              ::testing::AllOf(::testing::HasSubstr("model.kv_heads = 2, model.ffn_hidden = 192, model.mlp = swiglu "
+              ::testing::AllOf(::testing::HasSubstr("model.kv_heads = 2, model.ffn_hidden = 192 and model.mlp = swiglu "
                                                     "describe a block the runtime does not build"),
                                ::testing::HasSubstr("hint: remove those keys to run the deck")));
+  // Only the keys that differ from the runtime's block are named.
+  EXPECT_THAT(atlas::testing::two_dc_deck_error({"model.mlp=swiglu"}),
+              ::testing::AllOf(::testing::HasSubstr("model.mlp = swiglu describes a block the runtime does not build"),
+                               ::testing::HasSubstr("hint: remove that key")));
+  // Tensor parallelism splits whole key/value heads or replicates one.
+  EXPECT_THAT(atlas::testing::two_dc_deck_error({"cluster.gpus_per_dc=8 8", "parallel.tp_size=2", "model.heads=6",
+                                                 "model.hidden=96", "model.kv_heads=3"},
+                                                -1),
+              ::testing::HasSubstr("model.kv_heads = 3 neither divides into nor divides parallel.tp_size = 2"));
+  EXPECT_EQ(atlas::testing::two_dc_deck_error({"cluster.gpus_per_dc=8 8", "parallel.tp_size=4", "model.heads=8",
+                                               "model.hidden=96", "model.kv_heads=2"},
+                                              -1),
+            "")
+      << "2 key/value heads over tp 4: each replicated on 2 ranks";
   EXPECT_EQ(atlas::testing::two_dc_deck_error({"model.dropout=false", "model.kv_heads=4", "model.ffn_hidden=256"}), "")
       << "the runtime's own block, spelt out";
   EXPECT_THAT(atlas::testing::two_dc_deck_error({"model.kv_heads=3"}, -1),

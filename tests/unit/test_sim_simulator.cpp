@@ -431,6 +431,11 @@ TEST(SimCost, DeckChoicesSetTheProfileAndActivationMemory) {
   p = sched::device_profile(cfg);
   // No recomputation, no SP, unfused: s b h (10 + 24 / t + 5 a s / (h t)).
   EXPECT_DOUBLE_EQ(sim::block_activation_bytes(m, 1, 8, p), sbh * (10 + 24.0 / 8 + 5.0 * 32 * 2048 / (4096 * 8)));
+  // Without dropout: no masks (2 of the 10 replicated bytes) and no dropout output of the scores
+  // (3 of their 5): s b h (8 + 24 / t + 2 a s / (h t)).
+  m.dropout = false;
+  EXPECT_DOUBLE_EQ(sim::block_activation_bytes(m, 1, 8, p), sbh * (8 + 24.0 / 8 + 2.0 * 32 * 2048 / (4096 * 8)));
+  m.dropout = true;
   cfg.train.recompute = Recompute::Selective;
   cfg.train.sequence_parallel = ProfileSwitch::On;
   p = sched::device_profile(cfg);

@@ -27,6 +27,11 @@ Config parse(const std::string& file_name, const std::string& text,
 /// Cross-field checks (layout vs job size, model vs stages, ...). Returns every problem.
 std::vector<std::string> validate(const Config& cfg, const JobShape& shape);
 
+/// "" when the deck's model.* block is the one the runtime builds (GPT: one key/value head per
+/// head, a 4 x hidden GELU MLP), else the error naming the keys that differ (atlas train and
+/// atlas import refuse such a deck; schedule, simulate and plan model it).
+std::string runtime_block_mismatch(const Config& cfg);
+
 /// parse + validate; throws ConfigError with all problems.
 Config parse_and_validate(const std::string& file_name, const std::string& text,
                           const std::vector<std::string>& overrides, const JobShape& shape);

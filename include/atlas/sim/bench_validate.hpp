@@ -23,8 +23,9 @@ struct ValidationRow {
   double bubble = 0.0;     ///< predicted idle fraction of the step
   int gpus = 0;
   double memory_bytes = 0.0;  ///< the memory model's peak per GPU (sched::memory_per_gpu)
-  double limit_bytes = 0.0;   ///< the device profile's usable memory
-  [[nodiscard]] bool fits() const { return memory_bytes <= limit_bytes; }
+  double limit_bytes = 0.0;   ///< the device profile's usable memory (0: not known)
+  bool memory_fits = true;    ///< sched::ScheduleMemory::fits (true where the limit is not known)
+  [[nodiscard]] bool fits() const { return memory_fits; }
   [[nodiscard]] double error() const { return predicted_s / published_s - 1.0; }
 };
 
