@@ -20,25 +20,21 @@ std::string Args::option(const std::string& name, const std::string& def) const 
 }
 
 int Args::int_option(const std::string& name, int def) const {
-  const auto it = options.find(name);
-  if (it == options.end()) return def;
-  const auto v = units::parse_int(it->second);
-  // Checked before narrowing: --width 4294967396 is not 100.
-  if (!v || *v < std::numeric_limits<int>::min() || *v > std::numeric_limits<int>::max())
-    throw UsageError("--" + name + " expects an integer in [" + std::to_string(std::numeric_limits<int>::min()) +
-                     ", " + std::to_string(std::numeric_limits<int>::max()) + "], got '" + it->second + "'");
-  return static_cast<int>(*v);
+  return int_option(name, def, std::numeric_limits<int>::min(), std::numeric_limits<int>::max());
 }
 
 int Args::int_option(const std::string& name, int def, int lo, int hi) const {
   const auto it = options.find(name);
   if (it == options.end()) return def;
   const auto v = units::parse_int(it->second);
-  if (!v || *v < lo || *v > hi)
+  // Checked before narrowing: --width 4294967396 is not 100.
+  if (!v || *v < lo || *v > hi) {
+    const bool at_least = hi == std::numeric_limits<int>::max() && lo != std::numeric_limits<int>::min();
     throw UsageError("--" + name + " expects an integer " +
-                     (hi == std::numeric_limits<int>::max() ? ">= " + std::to_string(lo)
-                                                             : "in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]") +
+                     (at_least ? ">= " + std::to_string(lo)
+                               : "in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]") +
                      ", got '" + it->second + "'");
+  }
   return static_cast<int>(*v);
 }
 

@@ -112,7 +112,7 @@ BlockCost kernel_block_cost(const Config& cfg, int tp, const DeviceProfile& p) {
 
   // Linears: QKV (column-parallel; GQA's key/value heads replicated where tp exceeds them),
   // attention projection (row-parallel), MLP up (SwiGLU: gate and up) and down.
-  const double qkv_n = m.kv_heads > 0 ? h / t + 2.0 * d * std::max(m.kv_heads / t, 1.0) : 3.0 * h / t;
+  const double qkv_n = (1.0 + 2.0 * m.kv_share(tp)) * h / t;
   const double f = static_cast<double>(m.ffn());
   const double up_n = m.mlp_up_width() / t;
   const GemmPair qkv = linear(p, T, qkv_n, h);

@@ -30,7 +30,7 @@ double block_activation_bytes(const ModelCfg& m, int micro_batch_size, int tp, c
   // the projection's input 2, the MLP's GELU and down-projection inputs 2 x 2 ffn/h (SwiGLU: gate,
   // up and their product, 3 x 2 ffn/h) split over TP. GPT's block: 10 + 24 = 34.
   const double h = m.hidden;
-  const double kv = m.kv_heads > 0 ? std::max(m.kv_heads / t, 1.0) * t / std::max(m.heads, 1) : 1.0;
+  const double kv = m.kv_share(tp);
   const double ffn = static_cast<double>(m.ffn()) / h;
   const double replicated = 8.0 + (m.dropout ? 2.0 : 0.0);
   const double split = 2.0 + 4.0 * kv + 2.0 + (m.mlp == MlpKind::SwiGlu ? 6.0 : 4.0) * ffn;

@@ -117,11 +117,15 @@ struct ModelCfg {
   [[nodiscard]] int kv_head_count() const { return kv_heads > 0 ? kv_heads : heads; }
   /// MLP width (ffn_hidden, or 4 x hidden when 0).
   [[nodiscard]] std::int64_t ffn() const { return ffn_hidden > 0 ? ffn_hidden : 4 * static_cast<std::int64_t>(hidden); }
-  /// Width of q, k and v together: hidden + 2 x kv heads x head dim (3 x hidden without GQA).
-  [[nodiscard]] double qkv_width() const {
-    const double kv_share = kv_heads > 0 && heads > 0 ? static_cast<double>(kv_heads) / heads : 1.0;
-    return hidden * (1.0 + 2.0 * kv_share);
+  /// Key (or value) width over query width on one of `tp` ranks: kv_heads / heads, with a key/value
+  /// head replicated on each rank where tp exceeds them; exactly 1 without GQA.
+  [[nodiscard]] double kv_share(int tp = 1) const {
+    if (kv_heads <= 0) return 1.0;
+    const double t = tp > 0 ? tp : 1;
+    return std::max(kv_heads / t, 1.0) * t / (heads > 0 ? heads : 1);
   }
+  /// Width of q, k and v together: hidden + 2 x kv heads x head dim (3 x hidden without GQA).
+  [[nodiscard]] double qkv_width() const { return hidden * (1.0 + 2.0 * kv_share()); }
   /// The MLP's up-projection width (ffn, twice that for SwiGLU's gate and up).
   [[nodiscard]] double mlp_up_width() const { return (mlp == MlpKind::SwiGlu ? 2.0 : 1.0) * static_cast<double>(ffn()); }
   /// The cost model's block is the runtime's GPT block (MHA, a 4h GELU MLP).
