@@ -33,6 +33,15 @@ int cmd_plan(Context& ctx) {
   // batch): check everything else, and not whether that layout fits the cluster.
   Config cfg = deck::parse(path, deck::read_text_file(path), overrides);
   if (auto problems = plan::validate_for_planning(cfg, cuda_built()); !problems.empty()) throw ConfigError(problems);
+  const int rows = args.int_option("rows", cfg.plan.top, 1, std::numeric_limits<int>::max());
+  if (cfg.schedule.virtual_stages > 1) {
+    std::fprintf(stderr,
+                 "note: atlas plan searches schedules without model chunks: schedule.virtual_stages = %d is not "
+                 "searched, the plans (and --deck-out) use 1\n  hint: to compare interleaving, run atlas simulate "
+                 "on the plan's deck with schedule.virtual_stages=V\n",
+                 cfg.schedule.virtual_stages);
+    cfg.schedule.virtual_stages = 1;
+  }
   deck::read_device_profiles(cfg);
   if (const std::string note = sched::offline_costing_note(cfg); !note.empty()) std::fputs(note.c_str(), stderr);
   const sched::DeviceProfile prof = sched::device_profile(cfg);
@@ -95,7 +104,6 @@ int cmd_plan(Context& ctx) {
   for (const auto& w : sim::sanity_warnings(cfg, r.plans[static_cast<std::size_t>(r.best)].step_ms))
     std::fprintf(stderr, "WARNING: %s\n", w.c_str());
   if (!r.priced) fmt::print("# no cluster.price_per_gpu_hour: cost is in GPU-hours per step\n");
-  const int rows = args.int_option("rows", cfg.plan.top, 1, std::numeric_limits<int>::max());
   fmt::print("\n{}", plan::what_if_table(r, cfg, rows));
   if (cfg.plan.deadline_s > 0 && !r.deadline_met)
     fmt::print("\n# WARNING: no plan meets plan.deadline_s = {:g} s per step; the fastest takes {:.3f} s. "

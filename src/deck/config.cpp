@@ -2,6 +2,7 @@
 // Derived quantities of the typed Config (no parsing here).
 #include "atlas/deck/config.hpp"
 
+#include <cmath>
 #include <filesystem>
 
 namespace atlas {
@@ -20,7 +21,7 @@ int ModelCfg::stage_first_layer(int stage, int pp) const {
 std::int64_t ModelCfg::block_parameter_count() const {
   const std::int64_t h = hidden;
   if (gpt_block()) return 12 * h * h + 13 * h;  // qkv, proj, fc, fc-proj + biases + 2 LN
-  const auto qkv = static_cast<std::int64_t>(qkv_width());
+  const std::int64_t qkv = std::llround(qkv_width());  // h (1 + 2 kv / heads) in floating point: 479.99.. is 480
   const std::int64_t f = ffn();
   const std::int64_t mlp_weights = (mlp == MlpKind::SwiGlu ? 3 : 2) * h * f;
   const std::int64_t mlp_biases = (mlp == MlpKind::SwiGlu ? 2 : 1) * f + h;

@@ -407,11 +407,12 @@ void build(Schema& schema) {
                         "reduce-scatters; on, off or auto (the device profile's sequence_parallel)");
 
   b.field("train.zero_stage", &C::train, &TrainCfg::zero_stage).def("0").min(0).max(3)
-      .help("optimizer-state sharding over a stage's DP replicas in the cost model (memory, and the "
-            "optimizer step's time; the DP traffic stays that of an all-reduce): 0 none, 1 the optimizer "
-            "state (ZeRO-1, Megatron-LM's --use-distributed-optimizer), 2 the gradients too (ZeRO-2, "
-            "PyTorch FSDP without resharding the weights, as Llama 3); 3 (the weights too) is refused, not "
-            "modelled. The runtime keeps the whole state on every rank");
+      .help("optimizer-state sharding over a stage's DP replicas in the cost model (memory, the "
+            "optimizer step's time and the DP traffic): 0 none, 1 the optimizer state (ZeRO-1, Megatron-LM's "
+            "--use-distributed-optimizer; DP traffic an all-reduce's), 2 the gradients too (ZeRO-2, PyTorch "
+            "FSDP without resharding the weights, as Llama 3: a reduce-scatter after every micro-batch's "
+            "backward, timed where it outlasts the stage's next micro-batch); 3 (the weights too) is refused, "
+            "not modelled. The runtime keeps the whole state on every rank");
 
   // [data]
   b.choice("data.format", &C::data, &DataCfg::format,
@@ -457,8 +458,8 @@ void build(Schema& schema) {
             "chunk c of stage s holds the (c x stages + s)-th slice of the layers; the bubble drops "
             "v-fold for v x the boundary transfers. 1 = plain 1f1b. Needs 1f1b or atlas, more than one "
             "stage, train.micro_batches a multiple of the stages and, to run, layers per stage divisible by "
-            "it (simulate and plan also model uneven chunks, each chunk pass 1/v of its stage: at least v "
-            "layers a stage, v - 1 on the first and the last)");
+            "it (schedule and simulate also model uneven chunks, each chunk pass 1/v of its stage: at least "
+            "v layers a stage, v - 1 on the first and the last; atlas plan searches v = 1 only)");
   b.choice("schedule.split_backward", &C::schedule, &ScheduleCfg::split_backward,
            {{"auto", SplitBackward::Auto}, {"on", SplitBackward::On}, {"off", SplitBackward::Off}})
       .def("auto")

@@ -259,8 +259,9 @@ Config grid_config(const Config& base, const sched::DeviceProfile& prof, const s
     ModelCfg mb = c.model;
     mb.layers_per_stage = split_layers(c.model.layers, n * kk);
     const int m = spec.micro_batches_per_stage * n * kk;
-    const double a = sim::peak_memory(ma, kk, tp, 1, m / n, ScheduleKind::OneFOneB, prof).total();
-    const double b = sim::peak_memory(mb, n * kk, tp, 1, m, ScheduleKind::Atlas, prof).total();
+    // train.zero_stage splits the state over each stage's replicas: n x dp pipelines in (a), dp in (b)/(c).
+    const double a = sim::peak_memory(ma, kk, tp, 1, m / n, ScheduleKind::OneFOneB, prof, 1, n * dp).total();
+    const double b = sim::peak_memory(mb, n * kk, tp, 1, m, ScheduleKind::Atlas, prof, 1, dp).total();
     if (a <= prof.usable_bytes() && b <= prof.usable_bytes()) {
       k = kk;
       break;

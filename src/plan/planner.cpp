@@ -145,6 +145,7 @@ std::vector<std::string> validate_for_planning(const Config& cfg, bool cuda_buil
   probe.parallel.dp_size = 1;
   probe.parallel.tp_size = 1;
   probe.model.layers_per_stage.clear();
+  probe.schedule.virtual_stages = 1;  // the search has no model chunks (atlas plan says so)
   // With no GPU anywhere the probe stage cannot fit either; say only what is wrong.
   std::vector<std::string> extra;
   const bool none = std::all_of(cfg.cluster.gpus_per_dc.begin(), cfg.cluster.gpus_per_dc.end(), [](int g) { return g <= 0; });
@@ -289,6 +290,7 @@ Config plan_config(const Config& base, const Plan& p) {
   c.train.micro_batch_size = p.micro_batch_size;
   c.train.micro_batches = p.micro_batches;
   c.schedule.kind = ScheduleKind::Atlas;
+  c.schedule.virtual_stages = 1;  // the search has no model chunks
   deck::JobShape shape;
   shape.world_size = -1;
   shape.cuda_built = true;  // the plan says nothing about this binary's backends
@@ -330,9 +332,14 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
 
   std::vector<int> tps;
   for (int t = 1; t <= std::min({cfg.plan.max_tp, cfg.cluster.gpus_per_node, total}); t *= 2)
-    if (model.heads % t == 0 && model.hidden % t == 0) tps.push_back(t);
+    if (model.heads % t == 0 && model.hidden % t == 0 &&
+        (model.kv_heads <= 0 || model.kv_heads % t == 0 || t % model.kv_heads == 0))
+      tps.push_back(t);
   if (tps.empty())
-    throw ConfigError(fmt::format("no plan fits: no tensor-parallel size divides model.heads = {}", model.heads));
+    throw ConfigError(fmt::format("no plan fits: no tensor-parallel size divides model.heads = {}{}", model.heads,
+                                  model.kv_heads > 0 ? fmt::format(" and divides into or is divided by model.kv_heads = {}",
+                                                                   model.kv_heads)
+                                                     : std::string()));
   std::vector<int> bs{1, 2, 4, 8, 16};
   if (std::find(bs.begin(), bs.end(), cfg.train.micro_batch_size) == bs.end()) bs.push_back(cfg.train.micro_batch_size);
 
@@ -368,9 +375,11 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
     for (int s = 0; s < pp; ++s) {
       const int layers = mm.layers_per_stage[static_cast<std::size_t>(s)];
       const bool last = s == pp - 1;
-      t_max = std::max(t_max, layers * (bc.fwd_ms + bc.bwd_ms) + (last ? bc.head_fwd_ms + bc.head_bwd_ms : 0.0));
-      const double params = sched::stage_params(mm, s, pp) / p.tp;
-      ar_max = std::max(ar_max, sched::ring_allreduce_ms(params * prof.grad_bytes, dp, intra_bpms, intra_lat) +
+      const double compute = layers * (bc.fwd_ms + bc.bwd_ms) + (last ? bc.head_fwd_ms + bc.head_bwd_ms : 0.0);
+      t_max = std::max(t_max, compute);
+      const double params = sched::stage_params_per_gpu(mm, s, pp, p.tp);
+      ar_max = std::max(ar_max, sched::dp_sync_ms(sched::ring_allreduce_ms(params * prof.grad_bytes, dp, intra_bpms, intra_lat),
+                                                  compute, m, prof.zero_stage) +
                                     params * prof.optimizer_share(dp) * prof.optimizer_bytes_per_param /
                                         (prof.mem_bandwidth_gbs * 1e9) * 1e3);
     }
@@ -478,8 +487,15 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
     ModelCfg mm = model;
     mm.layers_per_stage = split_layers(model.layers, pp);
     // The most replicas that shape leaves room for: train.zero_stage splits the state over them.
-    const int dp_most = std::max(1, total / (tp * pp));
-    const sim::MemoryEstimate e = sim::peak_memory(mm, pp, tp, 1, G, ScheduleKind::Atlas, prof, 1, dp_most);
+    // (dividing the global batch, each replica then holding G / dp micro-batches).
+    int dp_most = std::max(1, total / (tp * pp));
+    while (dp_most > 1 && G % dp_most != 0) --dp_most;
+    const sim::MemoryEstimate e = sim::peak_memory(mm, pp, tp, 1, G / dp_most, ScheduleKind::Atlas, prof, 1, dp_most);
+    // What zero_stage 2 would leave of the state (offered only where the shape then fits).
+    sched::DeviceProfile zero2 = prof;
+    zero2.zero_stage = 2;
+    const double zero2_total =
+        sim::peak_memory(mm, pp, tp, 1, G / dp_most, ScheduleKind::Atlas, zero2, 1, dp_most).total();
     throw ConfigError(fmt::format(
         "no plan fits: the model ({:.1f}B parameters) needs {:.1f} GiB per GPU at the largest tp*pp "
         "(tp {} x pp {}, micro-batch size 1: {:.1f} GiB weights/grads/Adam + {:.1f} GiB activations), "
@@ -501,7 +517,7 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
             fixes.push_back(fmt::format("raise plan.max_tp (up to cluster.gpus_per_node = {})", cfg.cluster.gpus_per_node));
           if (cfg.train.recompute != Recompute::Full && e.state_bytes <= usable)
             fixes.emplace_back("set train.recompute = full");
-          if (cfg.train.zero_stage < 2 && dp_most > 1)
+          if (cfg.train.zero_stage < 2 && dp_most > 1 && zero2_total <= usable)
             fixes.push_back(fmt::format("set train.zero_stage = 2 (the optimizer state and the gradients split over "
                                         "up to {} DP replicas)", dp_most));
           fixes.emplace_back("use a larger-memory plan.gpu");

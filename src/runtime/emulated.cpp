@@ -58,7 +58,7 @@ EmulatedStage emulated_stage(const Config& cfg, const topo::Layout& layout, cons
       if ((sched::is_send(s.kind) || sched::is_recv(s.kind)) && s.bytes > 0)
         e.boundary_bytes = static_cast<std::size_t>(s.bytes);
   auto floats = [](double bytes) { return static_cast<std::size_t>(std::ceil(std::max(bytes, 0.0) / sizeof(float))); };
-  e.grad_floats = floats(sched::stage_params(cfg.model, stage, pp) / tp * profile.grad_bytes);
+  e.grad_floats = floats(sched::stage_params_per_gpu(cfg.model, stage, pp, tp) * profile.grad_bytes);
   e.bucket_floats = std::clamp<std::size_t>(cfg.train.dp_bucket_bytes / sizeof(float), 1, std::max<std::size_t>(1, e.grad_floats));
   if (pp > 1 && (stage == 0 || stage == pp - 1))
     e.embed_floats = floats(static_cast<double>(cfg.model.vocab) * cfg.model.hidden / tp * profile.grad_bytes);

@@ -264,9 +264,12 @@ double wan_ring_allreduce_ms(const CostModel& c, double bytes, int dp, int dp_pe
 
 void wan_dp_allreduce(CostModel& c, const Config& cfg, const topo::Layout& layout) {
   // Each stage's and TP lane's sum runs at about the same time: pp x tp flows share a link.
-  for (int s = 0; s < c.pp; ++s)
-    c.allreduce_ms[static_cast<std::size_t>(s)] = wan_ring_allreduce_ms(
-        c, c.grad_bytes[static_cast<std::size_t>(s)], c.dp, layout.dp_per_dc(), c.pp * c.tp, flow_window_bytes(cfg));
+  for (int s = 0; s < c.pp; ++s) {
+    const auto i = static_cast<std::size_t>(s);
+    c.allreduce_ms[i] = dp_sync_ms(
+        wan_ring_allreduce_ms(c, c.grad_bytes[i], c.dp, layout.dp_per_dc(), c.pp * c.tp, flow_window_bytes(cfg)),
+        c.fwd_ms[i] + c.bwd_ms[i], cfg.train.micro_batches, cfg.train.zero_stage);
+  }
 }
 
 BlockCost block_cost(const Config& cfg, int tp, const DeviceProfile& p) {
@@ -323,6 +326,23 @@ double stage_params(const ModelCfg& m, int stage, int pp) {
   return p;
 }
 
+double stage_params_per_gpu(const ModelCfg& m, int stage, int pp, int tp) {
+  const double t = tp > 0 ? tp : 1;
+  double p = stage_params(m, stage, pp) / t;
+  const int kv = m.kv_head_count();
+  if (t > kv && m.heads > 0) {
+    const double head_dim = static_cast<double>(m.hidden) / m.heads;
+    p += m.stage_layers(stage, pp) * 2.0 * head_dim * (m.hidden + 1.0) * (1.0 - kv / t);  // k, v weights + biases
+  }
+  return p;
+}
+
+double dp_sync_ms(double allreduce_ms, double compute_ms_per_micro, int micro_batches, int zero_stage) {
+  if (zero_stage < 2 || micro_batches <= 1) return allreduce_ms;
+  const double reduce_scatter = 0.5 * allreduce_ms;
+  return allreduce_ms + (micro_batches - 1) * std::max(0.0, reduce_scatter - compute_ms_per_micro);
+}
+
 double boundary_element_bytes(const Config& cfg, const DeviceProfile& p) {
   if (cfg.device.precision == Precision::Auto && cfg.device.backend != Backend::Cuda) return p.activation_bytes;
   return activation_bytes(effective_precision(cfg.device));
@@ -353,9 +373,10 @@ CostModel cost_model(const Config& cfg, const topo::Layout& layout, const Device
     c.bwd_ms.push_back(layers * block.bwd_ms + (last ? block.head_bwd_ms : 0.0));
     const double weight = layers * block.bwd_weight_ms + (last ? block.head_bwd_weight_ms : 0.0);
     c.weight_grad_share.push_back(c.bwd_ms.back() > 0 ? std::clamp(weight / c.bwd_ms.back(), 0.0, 1.0) : 0.0);
-    const double params = stage_params(m, s, c.pp) / c.tp;
+    const double params = stage_params_per_gpu(m, s, c.pp, c.tp);
     c.allreduce_ms.push_back(
-        ring_allreduce_ms(params * p.grad_bytes, c.dp, c.intra_bytes_per_ms, c.intra_latency_ms + c.wake_ms));
+        dp_sync_ms(ring_allreduce_ms(params * p.grad_bytes, c.dp, c.intra_bytes_per_ms, c.intra_latency_ms + c.wake_ms),
+                   c.fwd_ms.back() + c.bwd_ms.back(), cfg.train.micro_batches, p.zero_stage));
     c.grad_bytes.push_back(params * p.grad_bytes);
     c.optimizer_ms.push_back(params * p.optimizer_share(c.dp) * p.optimizer_bytes_per_param /
                              (p.mem_bandwidth_gbs * 1e9) * 1e3);

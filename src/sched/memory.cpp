@@ -48,7 +48,7 @@ void apply_memory(CostModel& c, const Config& cfg, const DeviceProfile& p) {
   c.act_bytes_per_micro.clear();
   c.fixed_act_bytes.clear();
   for (int s = 0; s < c.pp; ++s) {
-    c.state_bytes.push_back(p.state_bytes(stage_params(m, s, c.pp) / c.tp, c.dp));
+    c.state_bytes.push_back(p.state_bytes(stage_params_per_gpu(m, s, c.pp, c.tp), c.dp));
     c.act_bytes_per_micro.push_back(m.stage_layers(s, c.pp) * block);
     // fp32 logits of one micro-batch for the loss (vocab-parallel), held once on the last stage.
     c.fixed_act_bytes.push_back(s == c.pp - 1 ? 4.0 * m.seq_len * mbs * static_cast<double>(m.vocab) / c.tp : 0.0);

@@ -18,7 +18,7 @@ MemoryEstimate stage_memory(const ModelCfg& m, int stage, int pp, int tp, int mi
                             int dp) {
   MemoryEstimate e;
   e.stage = stage;
-  e.params = sched::stage_params(m, stage, pp) / tp;
+  e.params = sched::stage_params_per_gpu(m, stage, pp, tp);
   e.state_bytes = p.state_bytes(e.params, dp);
   e.in_flight = kind == ScheduleKind::GPipe ? micro_batches : std::min(pp - stage, micro_batches);
   e.activation_bytes = e.in_flight * m.stage_layers(stage, pp) * sched::block_activation_bytes(m, micro_batch_size, tp, p);

@@ -84,6 +84,20 @@ atlas_cli_test(cli_plan_no_fit_zero_hint "hint: set train.zero_stage = 2 \\(the 
                plan inputs/plan_70b_4dc.deck model.layers=2 model.hidden=65536 model.heads=64)
 atlas_cli_test(cli_plan_fits_with_zero "us-east-1:2 .* fastest"
                plan inputs/plan_70b_4dc.deck model.layers=2 model.hidden=65536 model.heads=64 train.zero_stage=2 --quiet)
+# GQA: the planner's tensor-parallel sizes keep model.kv_heads dividing into or divided by tp (a
+# plan with tp 2, 4 or 8 and 5 key/value heads made an invalid deck: an internal error).
+atlas_cli_test(cli_plan_gqa "fastest"
+               plan inputs/plan_13b_deadline.deck parallel.tp_size=1 model.kv_heads=5 --quiet)
+# An interleaved deck (schedule.virtual_stages = 2): the planner searches v = 1, says so, and plans
+# (it refused: "virtual_stages = 2 needs more than one pipeline stage, but the layout has 1").
+atlas_cli_test(cli_plan_interleaved_deck
+               "note: atlas plan searches schedules without model chunks: schedule.virtual_stages = 2 is not searched.*fastest"
+               plan inputs/validate/llama3_405b_16384.deck --quiet)
+# A bad --rows is refused before the search, not after it.
+add_test(NAME cli_plan_bad_rows
+  COMMAND bash -c "set -u; rc=0; out=$($<TARGET_FILE:atlas> plan inputs/plan_13b_deadline.deck --rows=0 2>&1) || rc=$?; echo \"$out\"; [[ $rc == 1 ]] && grep -q 'expects an integer >= 1' <<<\"$out\" && ! grep -q '^# deck' <<<\"$out\""
+  WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(cli_plan_bad_rows PROPERTIES LABELS unit TIMEOUT 60)
 atlas_cli_test(cli_profile_show "device profile h100.*datasheet" profile --show profiles/device/h100.profile)
 # --compute-from: a simulated profile (every compute slot exactly the table's cost) fed back as
 # in-situ costs times the same step; a run of another layout, or a file that is no profile, are

@@ -120,6 +120,33 @@ TEST(PlanMemory, ZeroStagesSplitTheOptimizerStateAndTheGradientsOverDp) {
   EXPECT_DOUBLE_EQ(host.state_bytes(params, 4), (4 + 12.0 / 4) * 1e9);
 }
 
+// ZeRO-2's sharded gradients cost a reduce-scatter after every micro-batch's backward: the m - 1
+// extra ones overlap the stage's next micro-batch, and only what each takes beyond it is added to
+// the step's DP sync (an all-reduce of 10 ms is a 5 ms reduce-scatter). Stages 0 and 1 leave it
+// unchanged.
+TEST(PlanMemory, ZeroStageTwoReduceScattersEveryMicroBatch) {
+  EXPECT_DOUBLE_EQ(sched::dp_sync_ms(10.0, 3.0, 8, 0), 10.0);
+  EXPECT_DOUBLE_EQ(sched::dp_sync_ms(10.0, 3.0, 8, 1), 10.0);
+  EXPECT_DOUBLE_EQ(sched::dp_sync_ms(10.0, 3.0, 8, 2), 10.0 + 7 * (5.0 - 3.0));
+  EXPECT_DOUBLE_EQ(sched::dp_sync_ms(10.0, 6.0, 8, 2), 10.0);  // hidden behind the compute
+  EXPECT_DOUBLE_EQ(sched::dp_sync_ms(10.0, 3.0, 1, 2), 10.0);  // one micro-batch: one sum
+  // In the cost model: 70B's plan deck with a slow DC network (1 Gbit/s inside a DC), where a
+  // stage's gradients take far longer than a micro-batch's compute.
+  const std::string text = deck::read_text_file("inputs/plan_70b_4dc.deck");
+  Config one = deck(text, {"cluster.intra_bandwidth_gbps=1", "train.zero_stage=1"});
+  Config two = deck(text, {"cluster.intra_bandwidth_gbps=1", "train.zero_stage=2"});
+  const topo::Layout layout(one.parallel.stages_per_dc, one.parallel.dp_size, one.parallel.tp_size);
+  const sched::CostModel a = sched::cost_model(one, layout, sched::device_profile(one));
+  const sched::CostModel b = sched::cost_model(two, layout, sched::device_profile(two));
+  ASSERT_EQ(a.allreduce_ms.size(), b.allreduce_ms.size());
+  const int m = one.train.micro_batches;
+  for (std::size_t s = 0; s < a.allreduce_ms.size(); ++s) {
+    const double extra = (m - 1) * (0.5 * a.allreduce_ms[s] - (a.fwd_ms[s] + a.bwd_ms[s]));
+    ASSERT_GT(extra, 0.0) << "stage " << s;
+    EXPECT_NEAR(b.allreduce_ms[s], a.allreduce_ms[s] + extra, 1e-9 * b.allreduce_ms[s]) << "stage " << s;
+  }
+}
+
 // ---- placement ----
 
 TEST(PlanPlacement, FillsTheDcsWithTheMostFreeGpusFirst) {

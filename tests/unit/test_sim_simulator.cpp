@@ -475,6 +475,22 @@ TEST(SimCost, LlamaBlockParametersFlopsShapesAndActivations) {
   EXPECT_DOUBLE_EQ(sim::block_activation_bytes(m, 1, 8, a100), sbh * 33.75 / 8);
   // tp 16 > 8 key/value heads: each rank keeps one (replicated), k and v 2 x 2 x 16/128.
   EXPECT_DOUBLE_EQ(sim::block_activation_bytes(m, 1, 16, a100), sbh * (33.5 + 4.0 * 16 / 128) / 16);
+  // Parameters on one GPU of a middle stage (126 layers, 16 stages of 8 but the end ones 7):
+  // the even split up to tp 8; at tp 16 each rank also holds a whole key/value head where the
+  // split gave it half of one: 2 x 128 x (16384 + 1) x (1 - 8/16) more a block.
+  const int layers = m.layers;
+  m.layers = 126;
+  m.layers_per_stage = {7, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 7};
+  const double stage_blocks = 8.0 * 3187894272LL;
+  EXPECT_DOUBLE_EQ(sched::stage_params_per_gpu(m, 5, 16, 8), stage_blocks / 8);
+  EXPECT_DOUBLE_EQ(sched::stage_params_per_gpu(m, 5, 16, 16),
+                   stage_blocks / 16 + 8 * 2.0 * 128 * 16385 * 0.5);
+  // Without GQA (kv heads = heads) nothing is replicated.
+  ModelCfg gpt = m;
+  gpt.kv_heads = 0;
+  EXPECT_DOUBLE_EQ(sched::stage_params_per_gpu(gpt, 5, 16, 16), sched::stage_params(gpt, 5, 16) / 16);
+  m.layers_per_stage.clear();
+  m.layers = layers;
   // The kernel cost's weight-gradient GEMMs at the block's shapes over tp 8: QKV 2048 + 2 x 128,
   // gate and up 2 x 6656, down from 6656.
   std::string text = kTwoDc;

@@ -122,9 +122,23 @@ BlockCost block_cost(const Config& cfg, int tp, const DeviceProfile& profile);
 /// the first stage and the final norm and untied LM head copy on the last).
 double stage_params(const ModelCfg& m, int stage, int pp);
 
+/// Parameters one of the stage's `tp` ranks holds: stage_params / tp, plus the key/value heads a
+/// rank keeps a copy of where tp exceeds model.kv_heads (each rank then holds one head's k and v,
+/// as vLLM and TensorRT-LLM replicate them, where an even split would give it kv_heads / tp of one;
+/// Megatron-LM instead requires tp to divide the key/value heads).
+double stage_params_per_gpu(const ModelCfg& m, int stage, int pp, int tp);
+
 /// Time of a ring all-reduce of `bytes` over `n` members: 2(n-1)/n * bytes / bandwidth plus
 /// 2(n-1) latencies. 0 for n <= 1.
 double ring_allreduce_ms(double bytes, int n, double bytes_per_ms, double latency_ms);
+
+/// A stage's DP gradient sync per step that its compute does not hide, ms, from `allreduce_ms`
+/// (one ring all-reduce of its gradients: a reduce-scatter and an all-gather). With zero_stage 2 a
+/// replica keeps only its shard of the gradients, so every micro-batch's backward ends in a
+/// reduce-scatter into it (FSDP's and DeepSpeed's ZeRO-2 under gradient accumulation): m - 1 more
+/// reduce-scatters a step, each overlapping the stage's next micro-batch (`compute_ms_per_micro`,
+/// its forward and backward); what a reduce-scatter takes beyond that is added.
+double dp_sync_ms(double allreduce_ms, double compute_ms_per_micro, int micro_batches, int zero_stage);
 
 /// Open MPI's eager limit over TCP (btl_tcp_eager_limit): a larger message waits a round trip
 /// for its receiver's acknowledgement before the rest of its bytes leave (rendezvous).
