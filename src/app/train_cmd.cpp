@@ -200,6 +200,15 @@ JobResult train(const Config& cfg, const mpi::Comm& world, const JobOptions& opt
   runtime::Profiler profiler(cfg.profile.enabled, comms.world.rank(), reserve);
   runtime::Trainer trainer(cfg, layout, comms, table, transport.get(), *backend, profiler);
   const int start_step = out.resume(trainer, comms);
+  if (start_step >= cfg.run.steps) {
+    // A finished run resumed again (a Slurm requeue, the same command twice): nothing to train,
+    // and the run's results (run.json, profile.h5, trace.json) stay the ones its steps wrote.
+    out.text(fmt::format("# nothing to train: the checkpoint is at step {}, {} run.steps = {}; run.json, "
+                         "profile.h5 and trace.json are left as they were\n#   hint: raise run.steps to "
+                         "train on from step {}\n",
+                         start_step, start_step == cfg.run.steps ? "which is" : "past", cfg.run.steps, start_step));
+    return JobResult{};
+  }
 
   // ---- BubbleTea: inference prefill in the bubbles (bubbletea.enabled; collective set-up) ----
   std::unique_ptr<bubbletea::Service> bubbletea;

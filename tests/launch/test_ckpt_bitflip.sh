@@ -57,4 +57,20 @@ check "latest skips the damaged file with the reason" \
 check "and resumes from step-000001.h5" grep -q "# resumed from $T/latest_ckpt/step-000001.h5 at step 1" "$T/latest.out"
 check "the resumed run ends OK" grep -q "^# OK: 2 steps" "$T/latest.out"
 
+# A finished run resumed again (the same command twice, a Slurm requeue): nothing to train, exit 0,
+# and the results its steps wrote (run.json, profile.h5) are left as they were.
+cp "$T/src/run.json" "$T/src_run.json"
+[[ -f $T/src/profile.h5 ]] && cp "$T/src/profile.h5" "$T/src_profile.h5"
+train run.name=src run.steps=2 run.resume=latest > "$T/again.out" 2>&1
+rc=$?
+check "a finished run resumed again: exit 0 (got $rc)" test "$rc" -eq 0
+check "it says there is nothing to train" \
+  grep -q "# nothing to train: the checkpoint is at step 2, which is run.steps = 2" "$T/again.out"
+check "its run.json is left as it was" cmp -s "$T/src/run.json" "$T/src_run.json"
+[[ -f $T/src_profile.h5 ]] && check "its profile.h5 is left as it was" cmp -s "$T/src/profile.h5" "$T/src_profile.h5"
+train run.name=past run.steps=1 run.resume="$T/src/ckpt/step-000002.h5" > "$T/past.out" 2>&1
+rc=$?
+check "a checkpoint past run.steps: exit 0 (got $rc)" test "$rc" -eq 0
+check "and it says so" grep -q "# nothing to train: the checkpoint is at step 2, past run.steps = 1" "$T/past.out"
+
 launch_finish
