@@ -123,8 +123,11 @@ int run_app(mpi::Environment& env, int argc, char** argv) {
       if (!h.value_options.empty() || !h.flags.empty()) std::printf("\noptions:\n");
       for (const auto& o : h.value_options) std::printf("  --%s VALUE\n", o.c_str());
       for (const auto& f : h.flags) std::printf("  --%s\n", f.c_str());
-      std::printf("\nkey=value overrides a deck key (atlas %s --help-deck lists them); the command's\n"
-                  "documentation is in README.md and docs/.\n", name.c_str());
+      if (std::string_view(cmd->operands).find("key=value") != std::string_view::npos)
+        std::printf("\nkey=value overrides a deck key (atlas %s --help-deck lists them); the command's\n"
+                    "documentation is in README.md and docs/.\n", name.c_str());
+      else
+        std::printf("\nThe command's documentation is in README.md and docs/.\n");
     }
     return 0;
   } catch (const UsageError& e) {

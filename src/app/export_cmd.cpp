@@ -4,7 +4,12 @@
 // One process: both read and write whole tensors with serial HDF5 and MPI_COMM_SELF.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <array>
 #include <filesystem>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "atlas/app/commands.hpp"
 #include "atlas/core/check.hpp"
@@ -64,6 +69,39 @@ void write_logits(const std::string& ckpt, const io::CheckpointContents& content
   fmt::print("# atlas logits on {} fixed tokens -> {}\n", mc.seq_len, file);
 }
 
+/// The deck keys atlas import takes from config.json, with config.json's names.
+constexpr std::array<std::pair<std::string_view, std::string_view>, 6> kFromConfigJson{{
+    {"model.layers", "n_layer"},
+    {"model.hidden", "n_embd"},
+    {"model.heads", "n_head"},
+    {"model.seq_len", "n_positions"},
+    {"model.vocab", "vocab_size"},
+    {"model.init_std", "initializer_range"},
+}};
+
+/// import's deck is config.json's values as key=value overrides: a value atlas cannot take is
+/// config.json's, not the command line's ("command line: model.layers = ..., drop the override").
+std::vector<std::string> blame_config_json(std::vector<std::string> problems, const std::string& config_path,
+                                           const std::vector<std::string>& user_overrides) {
+  for (std::string& p : problems) {
+    for (const auto& [key, json] : kFromConfigJson) {
+      const std::string prefix = fmt::format("command line: {} = ", key);
+      if (p.rfind(prefix, 0) != 0) continue;
+      const bool users = std::any_of(user_overrides.begin(), user_overrides.end(), [&](const std::string& o) {
+        return o.rfind(std::string(key) + "=", 0) == 0;
+      });
+      if (users) break;  // the user's own override: the message stands
+      std::string rest = p.substr(prefix.size());
+      if (const auto hint = rest.find("\n  hint:"); hint != std::string::npos) rest.erase(hint);
+      p = fmt::format("'{}': {} = {} (atlas's {})\n  hint: atlas cannot import this model as it is; the limits are "
+                      "atlas's deck limits (atlas schedule --help-deck)",
+                      config_path, json, rest, key);
+      break;
+    }
+  }
+  return problems;
+}
+
 }  // namespace
 
 int cmd_export(Context& ctx) {
@@ -75,6 +113,14 @@ int cmd_export(Context& ctx) {
   const std::string out = a.option("out");
   if (out.empty()) throw UsageError("atlas export: --out DIR is required");
   check_output_dir("atlas export", out);
+  if (a.flag("logits")) {  // checked before anything is written
+    const std::string logits = a.option("logits");
+    check_output_file("atlas export", "--logits", logits);
+    std::error_code e1, e2;
+    if (std::filesystem::weakly_canonical(logits, e1) == std::filesystem::weakly_canonical(out, e2) && !e1 && !e2)
+      throw ConfigError("atlas export: --logits " + logits + " is the --out directory\n  hint: name a file, e.g. " +
+                        (std::filesystem::path(out) / "atlas_logits.safetensors").string());
+  }
   const std::string& ckpt = a.positional[0];
 
   // config.json's initializer_range and special tokens come from the checkpoint's own deck.
@@ -139,7 +185,13 @@ int cmd_import(Context& ctx) {
     deck::JobShape shape;
     shape.world_size = -1;
     shape.cuda_built = cuda_built();
-    const Config cfg = deck::parse_and_validate(config_path, "", ov, shape);
+    const Config cfg = [&] {
+      try {
+        return deck::parse_and_validate(config_path, "", ov, shape);
+      } catch (const ConfigError& e) {
+        throw ConfigError(blame_config_json(e.problems(), config_path, a.overrides));
+      }
+    }();
     if (std::string why = deck::runtime_block_mismatch(cfg); !why.empty()) throw ConfigError(why);
     expect = io::ModelShape{cfg.model.layers, cfg.model.hidden, cfg.model.heads, cfg.model.seq_len, cfg.model.vocab};
     deck_text = deck::resolved_deck(cfg);

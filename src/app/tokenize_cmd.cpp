@@ -5,7 +5,10 @@
 // encoding and the format are model/shards.cpp.
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -20,16 +23,37 @@ namespace atlas::app {
 int cmd_tokenize(Context& ctx) {
   if (ctx.env.world_rank() != 0) return 0;
   const Args args = parse_args(ctx.args, {"out", "tokenizer", "tokenizer-dir", "val-fraction", "shard-tokens"}, {});
-  if (args.positional.empty() || !args.overrides.empty())
+  // A word with '=' is an input when it names a file or directory (a file name may hold one);
+  // otherwise it is a deck key, which tokenize does not take: its settings are options.
+  std::vector<std::string> inputs = args.positional;
+  for (const std::string& word : args.overrides) {
+    std::error_code ec;
+    if (!std::filesystem::exists(word, ec))
+      throw UsageError(fmt::format("atlas tokenize takes no deck keys ('{}' is neither a key it reads nor an input "
+                                   "file): its settings are the options --tokenizer, --tokenizer-dir, "
+                                   "--val-fraction and --shard-tokens",
+                                   word));
+    inputs.push_back(word);
+  }
+  if (inputs.empty())
     throw UsageError("atlas tokenize needs text files or directories: atlas tokenize TEXT... --out DIR");
   if (!args.flag("out")) throw UsageError("atlas tokenize needs --out DIR (where the shards go)");
 
   model::TokenizeJob job;
-  job.inputs = args.positional;
+  job.inputs = inputs;
   job.out_dir = args.option("out");
   const std::string kind = args.option("tokenizer", "byte");
   if (kind == "gpt2") {
-    auto bpe = std::make_shared<model::Gpt2Tokenizer>(args.option("tokenizer-dir", "data/gpt2"));
+    std::shared_ptr<model::Gpt2Tokenizer> bpe;
+    try {
+      bpe = std::make_shared<model::Gpt2Tokenizer>(args.option("tokenizer-dir", "data/gpt2"));
+    } catch (const ConfigError& e) {  // its hint names the deck key; tokenize's is an option
+      std::vector<std::string> problems = e.problems();
+      for (std::string& p : problems)
+        if (const auto at = p.find("data.tokenizer_dir"); at != std::string::npos)
+          p.replace(at, std::string_view("data.tokenizer_dir").size(), "--tokenizer-dir");
+      throw ConfigError(problems);
+    }
     job.encode = [bpe](std::string_view text) { return bpe->encode(text); };
   } else if (kind != "byte") {
     throw UsageError("--tokenizer must be byte or gpt2, not '" + kind + "'");

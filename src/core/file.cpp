@@ -32,7 +32,13 @@ void write_file_whole(const std::string& path, const std::string& text) {
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
-  if (ec) ATLAS_THROW(Io, "cannot rename " << tmp << " to " << path << ": " << ec.message());
+  if (ec) {
+    std::error_code ignored;
+    std::filesystem::remove(tmp, ignored);  // nothing half-written is left beside `path`
+    ATLAS_THROW(Io, "cannot rename " << tmp << " to " << path << ": " << ec.message() << "\n  hint: " << path
+                                     << " must be a file name (not a directory) in a writable directory; it was "
+                                        "left as it was");
+  }
 }
 
 void check_output_dir(const std::string& command, const std::string& dir) {
@@ -46,7 +52,7 @@ void check_output_file(const std::string& command, const std::string& option, co
   namespace fs = std::filesystem;
   std::error_code ec;
   const std::string what = command + ": " + option + " " + path;
-  if (path.empty()) throw ConfigError(what + "names no file\n  hint: give a file name");
+  if (path.empty()) throw ConfigError(what + " names no file\n  hint: give a file name");
   if (fs::is_directory(path, ec))
     throw ConfigError(what + " is a directory\n  hint: name a file, e.g. " + (fs::path(path) / "out").string());
   const fs::path parent = fs::path(path).parent_path();

@@ -51,23 +51,28 @@ std::string data_hint() {
 }
 }  // namespace
 
-std::vector<std::string> Corpus::text_files(const std::string& dir) {
+std::vector<std::string> Corpus::text_files(const std::string& dir, bool tokenize) {
+  const std::string what = tokenize ? fmt::format("atlas tokenize: input directory '{}'", dir)
+                                    : fmt::format("data.corpus_dir = '{}'", dir);
+  const std::string hint = tokenize ? "  hint: name text files, or directories holding .txt files" : data_hint();
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
-    throw ConfigError(fmt::format("data.corpus_dir = '{}' {}\n{}", dir,
-                                  fs::exists(dir, ec) ? "is not a directory" : "does not exist",
-                                  data_hint()));
+    throw ConfigError(fmt::format("{} {}\n{}", what, fs::exists(dir, ec) ? "is not a directory" : "does not exist",
+                                  hint));
   }
   std::vector<std::string> files;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    if (entry.is_regular_file() && entry.path().extension() == ".txt")
-      files.push_back(entry.path().string());
+    if (entry.path().extension() != ".txt") continue;
+    std::error_code link_ec;
+    if (entry.is_symlink(link_ec) && !fs::exists(entry.path(), link_ec)) {
+      throw ConfigError(fmt::format("{}: {} is a broken symbolic link (to '{}')\n  hint: point it at the file again, "
+                                    "or remove it",
+                                    what, entry.path().string(), fs::read_symlink(entry.path(), link_ec).string()));
+    }
+    if (entry.is_regular_file()) files.push_back(entry.path().string());
   }
-  if (ec) throw ConfigError(fmt::format("data.corpus_dir = '{}': {}", dir, ec.message()));
-  if (files.empty()) {
-    throw ConfigError(fmt::format("data.corpus_dir = '{}' holds no .txt files\n{}", dir,
-                                  data_hint()));
-  }
+  if (ec) throw ConfigError(fmt::format("{}: {}", what, ec.message()));
+  if (files.empty()) throw ConfigError(fmt::format("{} holds no .txt files\n{}", what, hint));
   std::sort(files.begin(), files.end());
   return files;
 }

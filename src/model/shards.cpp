@@ -20,6 +20,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <set>
 
@@ -76,6 +77,39 @@ std::vector<std::string> expand_shard_globs(const std::vector<std::string>& patt
     files.insert(files.end(), found.begin(), found.end());
   }
   return files;
+}
+
+void check_shard_lists(const std::vector<std::string>& train, const std::vector<std::string>& val) {
+  // The same file through any path: canonical paths (the files exist: the globs found them).
+  auto key_of = [](const std::string& path) {
+    std::error_code ec;
+    const std::filesystem::path c = std::filesystem::weakly_canonical(path, ec);
+    return ec ? path : c.string();
+  };
+  std::vector<std::string> problems;
+  std::map<std::string, std::string> in_train;  // canonical -> as listed
+  for (const std::string& f : train) {
+    const auto [it, fresh] = in_train.emplace(key_of(f), f);
+    if (!fresh)
+      problems.push_back(fmt::format("data.train_shards names '{}' twice{}: it would be trained on twice as often\n"
+                                     "  hint: make the patterns match each file once",
+                                     f, it->second == f ? "" : fmt::format(" (also as '{}')", it->second)));
+  }
+  std::map<std::string, std::string> in_val;
+  for (const std::string& f : val) {
+    const std::string k = key_of(f);
+    if (const auto t = in_train.find(k); t != in_train.end()) {
+      problems.push_back(fmt::format("'{}' is both a training shard (data.train_shards) and a validation shard "
+                                     "(data.val_shards): the validation loss would be measured on training tokens\n"
+                                     "  hint: give the lists patterns that do not overlap, e.g. DIR/train_*.bin and "
+                                     "DIR/val_*.bin (atlas tokenize's names)",
+                                     f));
+      continue;
+    }
+    if (!in_val.emplace(k, f).second)
+      problems.push_back(fmt::format("data.val_shards names '{}' twice\n  hint: make the patterns match each file once", f));
+  }
+  if (!problems.empty()) throw ConfigError(problems);
 }
 
 // ---- the memory maps ----
@@ -360,7 +394,7 @@ TokenizeResult tokenize_to_shards(const TokenizeJob& job) {
   for (const std::string& in : job.inputs) {
     std::error_code ec;
     if (fs::is_directory(in, ec)) {
-      for (auto& f : Corpus::text_files(in)) files.push_back(std::move(f));
+      for (auto& f : Corpus::text_files(in, true)) files.push_back(std::move(f));
     } else if (fs::is_regular_file(in, ec)) {
       files.push_back(in);
     } else {

@@ -118,12 +118,12 @@ Trainer::Trainer(const Config& cfg, const topo::Layout& layout, const topo::Comm
     const auto seed = static_cast<std::uint64_t>(cfg.run.seed);
     if (cfg.data.format == DataFormat::Shards) {
       // Token shards (atlas tokenize or llm.c): memory-mapped, checked against model.vocab.
-      const model::ShardSet train = model::ShardSet::open(
-          model::expand_shard_globs(cfg.data.train_shards, "data.train_shards"), cfg.model.vocab,
-          "data.train_shards");
-      m_val_shards = std::make_shared<const model::ShardSet>(model::ShardSet::open(
-          model::expand_shard_globs(cfg.data.val_shards, "data.val_shards"), cfg.model.vocab,
-          "data.val_shards"));
+      const std::vector<std::string> train_files = model::expand_shard_globs(cfg.data.train_shards, "data.train_shards");
+      const std::vector<std::string> val_files = model::expand_shard_globs(cfg.data.val_shards, "data.val_shards");
+      model::check_shard_lists(train_files, val_files);
+      const model::ShardSet train = model::ShardSet::open(train_files, cfg.model.vocab, "data.train_shards");
+      m_val_shards = std::make_shared<const model::ShardSet>(
+          model::ShardSet::open(val_files, cfg.model.vocab, "data.val_shards"));
       m_train = std::make_unique<model::DataLoader>(train, model::Split::Train, shape, seed, true);
       m_val = std::make_unique<model::DataLoader>(*m_val_shards, model::Split::Val, vshape, seed, false);
       return;

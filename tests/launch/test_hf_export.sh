@@ -138,6 +138,20 @@ check "atlas bench ckpt left a checkpoint" test -n "$BENCH"
 check "a non-GPT-2 checkpoint: exit 2, named, with the fix" fails_with notgpt2 \
   "checkpoint '$BENCH' is not a GPT-2-shaped model: " atlas export "$BENCH" --format hf --out "$T/y"
 check "its hint" grep -q "hint: atlas export --format hf writes GPT-2 models only" "$T/notgpt2.out"
+# A config.json value outside atlas's limits is config.json's, not the command line's.
+mkdir -p "$T/big" && cp "$T/hf/model.safetensors" "$T/big/" &&
+  sed 's/"n_layer": *[0-9]*/"n_layer": 1000000000/' "$T/hf/config.json" > "$T/big/config.json"
+check "n_layer past atlas's limit: exit 2 naming config.json's key" fails_with big \
+  "'$T/big/config.json': n_layer = \"1000000000\": expected an integer in \\[1, 4096\\] \\(atlas's model.layers\\)" \
+  atlas import --format hf "$T/big" --out "$T/x"
+# --logits is checked before anything is written (a directory there failed after the export).
+check "export --logits naming the --out directory: exit 2" fails_with logits_out \
+  "atlas export: --logits $T/lo is the --out directory" atlas export "$CKPT" --format hf --out "$T/lo" --logits "$T/lo"
+check "and nothing written" test ! -e "$T/lo"
+check "export --logits into a missing directory: exit 2" fails_with logits_dir \
+  "--logits $T/nodir/l.safetensors: its directory $T/nodir does not exist" \
+  atlas export "$CKPT" --format hf --out "$T/lo2" --logits "$T/nodir/l.safetensors"
+check "and nothing written" test ! -e "$T/lo2"
 check "usage: --format is required" bash -c "'$ATLAS_BIN' export '$CKPT' --out '$T/z' 2>&1 | grep -q -- '--format hf is required'"
 
 launch_finish

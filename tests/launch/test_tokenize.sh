@@ -90,4 +90,21 @@ check "naming the pattern and the fix" grep -q \
   "ERROR: .*data.train_shards = '$T/other/nothing_\*.bin' matches no file" "$T/none.out"
 check "a deck with data.format = shards and no shards is refused" \
   bash -c "'$ATLAS_BIN' schedule inputs/default.deck data.format=shards 2>&1 | grep -q 'data.format = shards needs data.train_shards'"
+# Deck keys are not tokenize's (its settings are options); a file whose name holds '=' is an input;
+# a missing GPT-2 vocabulary names the option, not the deck key.
+"$ATLAS_BIN" tokenize "$T/text" --out "$T/keys" data.val_fraction=0.2 > "$T/keys.out" 2>&1
+rc=$?
+check "tokenize with a deck key: exit code 1 (got $rc)" test "$rc" -eq 1
+check "naming the word and the options" grep -q \
+  "ERROR: atlas tokenize takes no deck keys ('data.val_fraction=0.2' is neither .*--val-fraction" "$T/keys.out"
+check "and writing nothing" test ! -e "$T/keys"
+mkdir -p "$T/eq" && cp data/brown/ca01.txt "$T/eq/a=b.txt"
+"$ATLAS_BIN" tokenize "$T/eq/a=b.txt" --out "$T/eqshards" > "$T/eq.out" 2>&1
+rc=$?
+check "a file named a=b.txt tokenizes (got $rc)" test "$rc" -eq 0
+check "as one file" grep -q "^tokenized 1 file(s)" "$T/eq.out"
+"$ATLAS_BIN" tokenize "$T/text" --out "$T/nobpe" --tokenizer gpt2 --tokenizer-dir "$T/nowhere" > "$T/nobpe.out" 2>&1
+rc=$?
+check "gpt2 without its files: exit code 2 (got $rc)" test "$rc" -eq 2
+check "the hint names --tokenizer-dir" grep -q "point --tokenizer-dir at a directory" "$T/nobpe.out"
 launch_finish

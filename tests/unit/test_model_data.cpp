@@ -99,6 +99,34 @@ TEST(Corpus, MissingOrEmptyDirectoryNamesTheFix) {
   }
 }
 
+// A *.txt that is a broken symbolic link is an error naming it (it was skipped: the corpus shrank
+// without a word); atlas tokenize's input directories speak of themselves, not data.corpus_dir.
+TEST(Corpus, ABrokenLinkIsNamedNotSkipped) {
+  TempDir dir;
+  {
+    std::ofstream(dir.path() / "a.txt") << "some text";
+  }
+  std::filesystem::create_symlink(dir.path() / "gone.txt", dir.path() / "b.txt");
+  const std::string d = dir.path().string();
+  try {
+    (void)Corpus::text_files(d);
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("data.corpus_dir = '" + d + "': " + d + "/b.txt is a broken symbolic link"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("hint: point it at the file again, or remove it"));
+  }
+  std::filesystem::remove(dir.path() / "b.txt");
+  EXPECT_EQ(Corpus::text_files(d, true), std::vector<std::string>{d + "/a.txt"});
+  std::filesystem::remove(dir.path() / "a.txt");
+  try {
+    (void)Corpus::text_files(d, true);
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("atlas tokenize: input directory '" + d + "' holds no .txt files"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("hint: name text files, or directories holding .txt files"));
+  }
+}
+
 TEST(DataLoader, SeqLenLongerThanTheSplitIsAConfigError) {
   const Corpus c = Corpus::from_text(synthetic_text(1000), "tiny");
   LoaderShape shape{.seq_len = 64};

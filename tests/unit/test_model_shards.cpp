@@ -75,6 +75,28 @@ std::string config_error(const std::function<void()>& f) {
   return {};
 }
 
+// A file in both lists (the pattern DIR/*.bin for training), or named twice in one list (also
+// through another path to it), is a config error naming the file; disjoint lists pass.
+TEST(Shards, ListsThatOverlapAreRefused) {
+  TempDir dir;
+  std::vector<std::uint16_t> tokens(20, 7);
+  write_shards(tokens, dir.at(""), "train", 10);
+  write_shards(tokens, dir.at(""), "val", 20);
+  const auto train = expand_shard_globs({dir.at("train_*.bin")}, "data.train_shards");
+  const auto val = expand_shard_globs({dir.at("val_*.bin")}, "data.val_shards");
+  EXPECT_NO_THROW(check_shard_lists(train, val));
+  const auto all = expand_shard_globs({dir.at("*.bin")}, "data.train_shards");
+  ASSERT_EQ(all.size(), 3u);
+  const std::string both = config_error([&] { check_shard_lists(all, val); });
+  EXPECT_THAT(both, HasSubstr("'" + dir.at("val_000000.bin") + "' is both a training shard (data.train_shards) and a "
+                              "validation shard (data.val_shards)"));
+  EXPECT_THAT(both, HasSubstr("hint: give the lists patterns that do not overlap"));
+  const std::string twice = config_error(
+      [&] { check_shard_lists({dir.at("train_000000.bin"), dir.at("./train_000000.bin")}, val); });
+  EXPECT_THAT(twice, HasSubstr("data.train_shards names '" + dir.at("./train_000000.bin") + "' twice (also as '" +
+                               dir.at("train_000000.bin") + "')"));
+}
+
 TEST(Shards, WriteIsTheLlmcLayoutAndReadsBackAcrossFiles) {
   TempDir dir;
   std::vector<std::uint16_t> tokens(20);

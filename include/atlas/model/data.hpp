@@ -42,8 +42,10 @@ class Corpus {
   /// scripts/get-data.sh / make data).
   [[nodiscard]] static Corpus load(const std::string& dir, const Encoder& encode = {});
   /// The files load() reads: every *.txt file under `dir`, in name order. Throws
-  /// atlas::ConfigError as load() does.
-  [[nodiscard]] static std::vector<std::string> text_files(const std::string& dir);
+  /// atlas::ConfigError as load() does, and for a *.txt that is a broken symbolic link (skipping
+  /// it would change the data silently). `tokenize`: the messages speak of atlas tokenize's input
+  /// directory instead of data.corpus_dir.
+  [[nodiscard]] static std::vector<std::string> text_files(const std::string& dir, bool tokenize = false);
   /// A corpus from in-memory text (tests, tools), tokenized by `encode`.
   [[nodiscard]] static Corpus from_text(std::string_view text, std::string origin = "<memory>",
                                         const Encoder& encode = {});

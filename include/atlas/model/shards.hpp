@@ -31,6 +31,11 @@ struct ShardFormat {
 [[nodiscard]] std::vector<std::string> expand_shard_globs(const std::vector<std::string>& patterns,
                                                           std::string_view key);
 
+/// Throws atlas::ConfigError naming every file that data.train_shards and data.val_shards both
+/// list, or that one list names twice (the same file through any path): a validation loss on
+/// training tokens, or a file trained twice as often, is a pattern's mistake (`dir/*.bin`).
+void check_shard_lists(const std::vector<std::string>& train, const std::vector<std::string>& val);
+
 /// Token shards seen as one read-only stream: the files' tokens in list order. The files are
 /// memory-mapped (read-only, unmapped when the last copy goes); cheap to copy.
 class ShardSet {
