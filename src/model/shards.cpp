@@ -404,6 +404,30 @@ TokenizeResult tokenize_to_shards(const TokenizeJob& job) {
     }
   }
   check_output_dir("atlas tokenize", job.out_dir);
+  // --out is created before the work, so a place it cannot go fails at once, not after the
+  // tokenizing; what this created is removed again if the job fails before writing shards.
+  fs::path first_missing;
+  for (fs::path p = fs::absolute(job.out_dir); !p.empty(); p = p.parent_path()) {
+    std::error_code ec;
+    if (fs::exists(p, ec)) break;
+    first_missing = p;
+    if (p == p.parent_path()) break;
+  }
+  {
+    std::error_code ec;
+    fs::create_directories(job.out_dir, ec);
+    if (ec)
+      throw ConfigError(fmt::format("atlas tokenize: cannot create --out {}: {}\n  hint: name a directory in a "
+                                    "writable place",
+                                    job.out_dir, ec.message()));
+  }
+  struct RemoveCreated {
+    fs::path dir;
+    ~RemoveCreated() {
+      std::error_code ec;
+      if (!dir.empty()) fs::remove_all(dir, ec);
+    }
+  } created{first_missing};
   TokenizeResult r;
   r.files = static_cast<int>(files.size());
   std::int64_t all_bytes = 0;
@@ -465,9 +489,8 @@ TokenizeResult tokenize_to_shards(const TokenizeJob& job) {
 
   // Write the new set beside the old one, then swap: a failure while writing (a full disk, a
   // kill) leaves the old shards as they were and removes the partial new ones.
+  created.dir.clear();  // from here on the directory holds (or will hold) the shards
   std::error_code ec;
-  fs::create_directories(job.out_dir, ec);
-  if (ec) ATLAS_THROW(Io, "cannot create " << job.out_dir << ": " << ec.message());
   r.removed_staging = remove_dead_staging(job.out_dir);
   const StagingDir stage(job.out_dir);
   const fs::path& staging = stage.path;

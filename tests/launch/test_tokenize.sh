@@ -107,4 +107,14 @@ check "as one file" grep -q "^tokenized 1 file(s)" "$T/eq.out"
 rc=$?
 check "gpt2 without its files: exit code 2 (got $rc)" test "$rc" -eq 2
 check "the hint names --tokenizer-dir" grep -q "point --tokenizer-dir at a directory" "$T/nobpe.out"
+# --out that cannot be made fails before the tokenizing; a job that fails before writing shards
+# leaves no directory it created.
+: > "$T/afile"
+"$ATLAS_BIN" tokenize "$T/text" --out "$T/afile/sub" > "$T/outfile.out" 2>&1
+rc=$?
+check "--out under a plain file: exit code 2 (got $rc)" test "$rc" -eq 2
+check "named before any tokenizing" bash -c "grep -q 'ERROR: atlas tokenize: cannot create --out $T/afile/sub' '$T/outfile.out' && ! grep -q '^tokenize:' '$T/outfile.out'"
+: > "$T/empty.txt"
+"$ATLAS_BIN" tokenize "$T/empty.txt" --out "$T/new/a/b" > "$T/empty.out" 2>&1
+check "an empty input leaves no --out directory behind" test ! -e "$T/new"
 launch_finish
