@@ -21,6 +21,8 @@
 #include "atlas/device/backend.hpp"
 #include "atlas/device/host_backend.hpp"
 #include "atlas/io/dir_lock.hpp"
+#include "atlas/model/data.hpp"
+#include "atlas/model/shards.hpp"
 #include "atlas/mpi/agree.hpp"
 #include "atlas/mpi/tags.hpp"
 #include "atlas/runtime/fault.hpp"
@@ -118,6 +120,20 @@ JobResult train(const Config& cfg, const mpi::Comm& world, const JobOptions& opt
 
 JobResult run_training_job(const Config& cfg, const mpi::Comm& world, const JobOptions& opt) {
   const bool root = world.rank() == 0;
+  // The training data is found before anything starts or is written (the run directory, the WAN
+  // transport): a shard pattern that matches nothing, overlapping shard lists or a corpus
+  // directory without text fail at once. Rank 0 looks (it holds the first stage, which reads the
+  // data); the loaders check the files themselves again when they open them.
+  if (cfg.device.backend != Backend::Emulated) {
+    (void)mpi::agree_on_root(world, 0, [&] {
+      if (cfg.data.format == DataFormat::Shards)
+        model::check_shard_lists(model::expand_shard_globs(cfg.data.train_shards, "data.train_shards"),
+                                 model::expand_shard_globs(cfg.data.val_shards, "data.val_shards"));
+      else
+        (void)model::Corpus::text_files(cfg.data.corpus_dir);
+      return std::string();
+    });
+  }
   // ---- one job per run directory, before anything is written there (collective) ----
   const io::DirLock run_lock = io::DirLock::acquire(
       world, cfg.run_dir(), "run directory",

@@ -88,6 +88,8 @@ rc=$?
 check "a glob that matches nothing: exit code 2 (got $rc)" test "$rc" -eq 2
 check "naming the pattern and the fix" grep -q \
   "ERROR: .*data.train_shards = '$T/other/nothing_\*.bin' matches no file" "$T/none.out"
+check "before the run started: no run directory, no WAN transport" \
+  bash -c "test ! -e '$T/none' && ! grep -q 'pre-flight' '$T/none.out'"
 check "a deck with data.format = shards and no shards is refused" \
   bash -c "'$ATLAS_BIN' schedule inputs/default.deck data.format=shards 2>&1 | grep -q 'data.format = shards needs data.train_shards'"
 # Deck keys are not tokenize's (its settings are options); a file whose name holds '=' is an input;
