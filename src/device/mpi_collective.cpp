@@ -170,6 +170,17 @@ void PendingSum::wait_polling() {
   }
 }
 
+bool PendingSum::wait_for(double max_s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  int sleep_us = 10;
+  while (!test()) {
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > max_s) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
+    sleep_us = std::min(sleep_us * 2, 200);
+  }
+  return true;
+}
+
 bool PendingSum::test_for(double max_s) {
   const auto t0 = std::chrono::steady_clock::now();
   while (!test()) {

@@ -96,6 +96,7 @@ Boundary::Boundary(const topo::Layout& layout, const topo::Communicators& comms,
 }
 
 Boundary::~Boundary() {
+  m_abandon = std::uncaught_exceptions() > 0;
   m_stop = true;
   m_jobs_cv.notify_all();
   {
@@ -438,6 +439,7 @@ void Boundary::sender_loop() {
     std::map<std::pair<int, int>, MPI_Request> tokens;  // (link, pos) of the predecessor -> recv
     std::map<std::pair<int, int>, int> token_buf;
     int step = 0;
+    Clock::time_point stop_deadline{};
 
     auto post_token_receives = [&] {
       for (const auto& s : m_table.row(m_me.stage, m_me.dp)) {
@@ -496,6 +498,29 @@ void Boundary::sender_loop() {
         }
       }
       if (m_stop && queue.empty() && inflight.empty()) break;
+      // An error is unwinding the job (a peer hung, a receive timed out): its sends may never
+      // complete, and joining this thread must not hang the error's report. MpiOp / the rails
+      // release what is left without waiting.
+      auto cancel_tokens = [&] {  // their buffers are this function's
+        for (auto& [key, r] : tokens)
+          if (r != MPI_REQUEST_NULL) {
+            MPI_Cancel(&r);
+            MPI_Wait(&r, MPI_STATUS_IGNORE);
+          }
+      };
+      if (m_abandon) {
+        cancel_tokens();
+        for (InFlight& f : inflight) f.handle.reset();  // left on purpose: no "missing wait" report
+        break;
+      }
+      if (m_stop && stop_deadline == Clock::time_point{})
+        stop_deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(m_timeout_s));
+      if (m_stop && Clock::now() > stop_deadline) {
+        log::error("WAN sender: {} send(s) still pending {:.0f} s after the job ended (wan.recv_timeout_s); left",
+                   queue.size() + inflight.size(), m_timeout_s);
+        cancel_tokens();
+        break;
+      }
 
       // Start what the link order allows: per link, the earliest queued job only.
       std::set<int> blocked_links;

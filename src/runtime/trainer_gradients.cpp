@@ -49,7 +49,17 @@ void Trainer::start_open_bucket() {
 void Trainer::finish_buckets() {
   for (std::size_t i = 0; i < m_open; ++i) {
     Bucket& b = m_buckets[i];
-    b.sum->wait();
+    if (!b.sum->wait_for(m_cfg.wan.recv_timeout_s)) {
+      // A replica that stopped (hung, cut off) never joins: report it rather than wait forever.
+      // Unwinding to MPI_Abort: every open sum keeps its buffer and is never freed (not settled
+      // one by one: each would wait for the silent replica again).
+      for (std::size_t j = i; j < m_open; ++j) (void)m_buckets[j].sum.release();
+      ATLAS_THROW(Comm, "rank " << m_comms.world.rank() << ": the data-parallel gradient sum (bucket " << i + 1
+                                << " of " << m_open << ", over this stage's " << m_dp->size()
+                                << " replicas) did not complete within " << m_cfg.wan.recv_timeout_s
+                                << " s (wan.recv_timeout_s)\n  hint: a replica may be stuck or dead (the other ranks' "
+                                   "errors name it); raise wan.recv_timeout_s if its backward is that slow");
+    }
     for (const Bucket::Piece& pc : b.pieces)
       m_backend.copy(pc.p->grad.f32() + pc.tensor_offset, b.buf.f32() + pc.bucket_offset, pc.count * sizeof(float));
     b.sum.reset();

@@ -3,8 +3,9 @@
 # A peer that stops answering (ATLAS_FAULT_HANG: a stuck or cut-off rank, alive but silent) makes
 # the ranks that wait on it give up within wan.recv_timeout_s with an error that names it (rank,
 # stage, DC, over MPI or the WAN transport) and a hint; the job ends (no rank left hanging), with
-# a non-zero exit, and the metrics of the steps before the hang are kept. Twice: the peer behind a
-# WAN boundary and the peer behind an intra-DC one. Loopback only; removes its temp dir.
+# a non-zero exit, and the metrics of the steps before the hang are kept. The peer behind a WAN
+# boundary and the peer behind an intra-DC one; the first over wan.transport = mpi; and a replica
+# whose DP gradient sum never completes (one DC, one stage). Loopback only; removes its temp dir.
 # usage: test_peer_hang.sh SOURCE_DIR ATLAS_BIN
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -39,5 +40,24 @@ check "rank 2 names the silent peer across the WAN, or rank 3 names rank 2, whic
   grep -qE "ERROR: step 2: no activation of micro-batch 0 from rank 1 \(stage 1, dc 0\) after 3 s over the WAN transport|ERROR: step 2: no activation of micro-batch 0 from rank 2 \(stage 2, dc 1\) after 3 s over MPI" "$T/east.out"
 check "the steps before the hang are in metrics.csv" \
   test "$(awk -F, 'NR > 1 { print $1 }' "$T/east/metrics.csv" | tr '\n' ' ')" = "0 1 "
+# ---- the same over wan.transport = mpi: the sender thread, whose send to the silent rank never
+# completes, must not hold the error's report (the job hung until killed) ----
+ATLAS_FAULT_HANG=2:3 timeout 120 "${MPI[@]}" "$ATLAS_BIN" train "${COMMON[@]}" run.name=mpiwan wan.transport=mpi \
+  > "$T/mpiwan.out" 2>&1
+rc=$?
+check "wan.transport = mpi: the job ended by itself (exit $rc, expected 3)" test "$rc" -eq 3
+check "naming a silent peer" grep -qE "ERROR: step 3: no (activation|gradient) of micro-batch 0 from rank [12]" "$T/mpiwan.out"
+check "no pending-request 'bug' lines from the sender thread" bash -c "! grep -q 'a missing wait' '$T/mpiwan.out'"
+# ---- one DC, one stage, dp 2: no pipeline neighbour to time out; the DP gradient sum must ----
+ATLAS_FAULT_HANG=1:3 timeout 120 mpirun -np 2 --mca btl self,vader,tcp --mca btl_tcp_if_include lo \
+  --mca oob_tcp_if_include lo "$ATLAS_BIN" train inputs/default.deck cluster.dcs=east cluster.gpus_per_dc=2 \
+  parallel.stages_per_dc=1 parallel.dp_size=2 'model.layers_per_stage=""' cluster.latency_ms=0 \
+  cluster.bandwidth_gbps=0 run.steps=6 ckpt.every_steps=0 train.eval_every_steps=0 run.out_dir="$T" \
+  wan.recv_timeout_s=3 run.name=dponly > "$T/dponly.out" 2>&1
+rc=$?
+check "dp only: the job ended by itself (exit $rc, expected 3)" test "$rc" -eq 3
+check "the DP gradient sum names its timeout and the fix" grep -q \
+  "ERROR: rank 0: the data-parallel gradient sum (bucket 1 of [0-9]*, over this stage's 2 replicas) did not complete within 3 s" \
+  "$T/dponly.out"
 check "no rank of either job is left running" bash -c "! pgrep -f '[r]un.out_dir=$T' > /dev/null"
 launch_finish

@@ -35,6 +35,9 @@ class PendingSum {
   /// Waits at most `max_s` seconds; true if the sum completed, false if it was abandoned (logged).
   /// Never throws.
   virtual bool settle(double max_s) noexcept = 0;
+  /// wait() for at most `max_s` seconds (the same back-off): true once complete; false if it is
+  /// still running then (the caller reports it and the job aborts: the buffer must stay).
+  [[nodiscard]] bool wait_for(double max_s);
 
  protected:
   /// Polls test() (200 us apart) for at most `max_s` seconds; true once it passed. Errors from

@@ -197,6 +197,9 @@ class Boundary {
   int m_jobs_posted = 0;              ///< this step
   std::atomic<int> m_jobs_completed{0};
   std::atomic<bool> m_stop{false};
+  /// Set by the destructor while an error unwinds the job: the sender thread leaves its pending
+  /// sends (a hung peer never completes them; the error is what the job reports).
+  std::atomic<bool> m_abandon{false};
   std::exception_ptr m_sender_error;  ///< set by the sender or progress thread, rethrown on the main thread
   std::mutex m_error_mutex;
 
