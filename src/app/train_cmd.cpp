@@ -156,10 +156,13 @@ JobResult run_training_job(const Config& cfg, const mpi::Comm& world, const JobO
   try {
     return train(cfg, world, opt, out);
   } catch (const CollectiveError& e) {
-    for (const auto& p : e.problems()) out.failed(p);
+    out.failed(e.problems(), static_cast<int>(e.code()));
+    throw;
+  } catch (const Error& e) {
+    out.failed({e.what()}, static_cast<int>(e.code()));
     throw;
   } catch (const std::exception& e) {
-    out.failed(e.what());
+    out.failed({e.what()}, static_cast<int>(ExitCode::Internal));
     throw;
   }
 }
@@ -225,6 +228,7 @@ JobResult train(const Config& cfg, const mpi::Comm& world, const JobOptions& opt
                          start_step, start_step == cfg.run.steps ? "which is" : "past", cfg.run.steps, start_step));
     return JobResult{};
   }
+  out.started(start_step);
 
   // ---- BubbleTea: inference prefill in the bubbles (bubbletea.enabled; collective set-up) ----
   std::unique_ptr<bubbletea::Service> bubbletea;

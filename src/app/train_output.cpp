@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 
 #include <fmt/format.h>
@@ -246,20 +248,60 @@ void TrainOutput::diverged(int step, const std::string& why) {
     write_file_whole((fs::path(m_dir) / "run.json").string(),
                 fmt::format("{{\"run\":\"{}\",\"status\":\"diverged\",\"step\":{},\"exit_code\":{},\"error\":\"{}\"}}\n",
                             json_escape(m_cfg.run.name), step, static_cast<int>(ExitCode::Diverged), json_escape(why)));
+    m_diverged_written = true;
   } catch (const Error& e) {
     log::warn("{}", e.what());
   }
 }
 
-void TrainOutput::failed(const std::string& why) noexcept {
-  if (!m_root || !m_log.is_open()) return;
+void TrainOutput::failed(const std::vector<std::string>& problems, int exit_code) noexcept {
+  if (!m_root) return;
   try {
     // Not flush_row(): its pending row waits on a job-wide sum that failing ranks may never join.
-    m_log.clear();
-    m_log << "ERROR: " << why << "\n";
-    m_log.flush();
+    if (m_log.is_open()) {
+      m_log.clear();
+      for (const std::string& why : problems) m_log << "ERROR: " << why << "\n";
+      m_log.flush();
+    }
+    if (!m_diverged_written)
+      write_file_whole((fs::path(m_dir) / "run.json").string(),
+                       fmt::format("{{\"run\":\"{}\",\"status\":\"failed\",\"exit_code\":{},\"error\":\"{}\"}}\n",
+                                   json_escape(m_cfg.run.name), exit_code,
+                                   json_escape(problems.empty() ? std::string() : problems.front())));
   } catch (...) {  // NOLINT(bugprone-empty-catch): the job's own error is reported already
   }
+}
+
+void TrainOutput::started(int first_step) {
+  if (!m_root) return;
+  if (first_step > 0 && m_metrics.is_open()) {
+    // A resumed run appends to metrics.csv: the rows of steps it runs again (a killed job got
+    // past its last checkpoint) go, so each step has one row, the resumed run's.
+    m_metrics.close();
+    const fs::path path = fs::path(m_dir) / "metrics.csv";
+    std::ifstream in(path);
+    std::string line, kept;
+    int dropped = 0;
+    for (bool header = true; std::getline(in, line); header = false) {
+      char* end = nullptr;
+      const long step = header ? -1 : std::strtol(line.c_str(), &end, 10);
+      if (!header && end != line.c_str() && step >= first_step) {
+        ++dropped;
+        continue;
+      }
+      kept += line + "\n";
+    }
+    in.close();
+    if (dropped > 0) write_file_whole(path.string(), kept);
+    m_metrics.open(path, std::ios::app);
+    if (!m_metrics.is_open()) ATLAS_THROW(Io, "cannot open " << m_dir << "/metrics.csv" << errno_text());
+    if (dropped > 0)
+      print(fmt::format("# metrics.csv: dropped {} row(s) of steps >= {} an earlier job wrote (this run writes them again)\n",
+                        dropped, first_step));
+  }
+  write_file_whole((fs::path(m_dir) / "run.json").string(),
+                   fmt::format("{{\"run\":\"{}\",\"status\":\"running\",\"first_step\":{},\"steps\":{}}}\n",
+                               json_escape(m_cfg.run.name), first_step, m_cfg.run.steps));
 }
 
 bool TrainOutput::checkpoint_due(int steps_done, bool last) const {

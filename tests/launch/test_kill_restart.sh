@@ -29,6 +29,8 @@ check "the launcher restarted it with run.resume=latest" grep -q "attempt 2/3: .
 check "it resumed from step-000004.h5" grep -q "# resumed from .*step-000004.h5 at step 4" "$T/killed.out"
 check "the restarted run finished" grep -q "^# OK:" "$T/killed.out"
 check "every step's loss equals the uninterrupted run's" diff <(losses "$T/straight/metrics.csv") <(losses "$T/killed/metrics.csv")
+check "metrics.csv has one row per step (the resumed run dropped the killed job's rows past its checkpoint)" \
+  test "$(awk -F, 'NR > 1 { print $1 }' "$T/killed/metrics.csv" | tr '\n' ' ')" = "0 1 2 3 4 5 6 7 "
 
 # ---- a rank dies while the checkpoint of step 4 is being written ----
 ATLAS_FAULT_KILL_IN_CKPT=1:4 scripts/launch/atlas-run-restart.sh -- "${MPI[@]}" "$ATLAS_BIN" train "${COMMON[@]}" \
@@ -37,5 +39,12 @@ check "rank 1 died inside the checkpoint write" grep -q "fault injection (ATLAS_
 check "the half-written checkpoint was skipped and the previous one resumed" grep -q "# resumed from .*step-000002.h5 at step 2" "$T/ckptkill.out"
 check "the restarted run finished" grep -q "^# OK:" "$T/ckptkill.out"
 check "every step's loss equals the uninterrupted run's" diff <(losses "$T/straight/metrics.csv") <(losses "$T/ckptkill/metrics.csv")
+
+# ---- a job killed in a directory whose earlier job finished: its run.json no longer says OK ----
+grep -q '"status":"OK"' "$T/straight/run.json"
+check "the earlier job's run.json said OK" test $? -eq 0
+ATLAS_FAULT_KILL=2:3 "${MPI[@]}" "$ATLAS_BIN" train "${COMMON[@]}" run.name=straight > "$T/again.out" 2>&1
+check "the killed job's run.json says running (no earlier OK beside its metrics)" \
+  grep -q '"status":"running","first_step":0,"steps":8' "$T/straight/run.json"
 
 launch_finish

@@ -75,9 +75,14 @@ class TrainOutput {
   /// Rank 0: writes run.json with status "diverged" and the reason (the run then ends with
   /// ExitCode::Diverged; the metrics and checkpoints written so far stay).
   void diverged(int step, const std::string& why);
-  /// Rank 0: the job's error as an ERROR line in log.txt (stderr has it from run_app), so the run
-  /// directory says why the run ended. Never throws (the job is failing already).
-  void failed(const std::string& why) noexcept;
+  /// Rank 0: the job's errors as ERROR lines in log.txt (stderr has them from run_app), and
+  /// run.json with status "failed", the exit code and the first error (unless diverged() wrote
+  /// it), so the run directory says why the run ended and no earlier job's "OK" stands in for it.
+  /// Never throws (the job is failing already).
+  void failed(const std::vector<std::string>& problems, int exit_code) noexcept;
+  /// Rank 0: run.json with status "running" as the steps begin, so a job that is killed (no
+  /// error path runs) leaves no earlier job's "OK" beside its own metrics.
+  void started(int first_step);
   /// True when the deck asks for a checkpoint after `steps_done` steps (`last`: the run's last).
   [[nodiscard]] bool checkpoint_due(int steps_done, bool last) const;
   /// Collective over comms.world: a checkpoint after `steps_done` steps when the deck asks.
@@ -110,6 +115,7 @@ class TrainOutput {
   std::array<double, 4> m_job{};        // the last logged step's job-wide sum (step()); [3]: rank 0's bad-loss flag
   bool m_lagged_bad_loss = false;       // the last sum that came back carried rank 0's flag (flush_row())
   bool m_bad_loss = false;              // rank 0: a non-finite loss was seen
+  bool m_diverged_written = false;      // rank 0: diverged() wrote run.json (failed() keeps it)
   mpi::Request m_job_sum;               // ... in flight until flush_row()
   std::function<void()> m_pending_row;  // rank 0: prints that step's row from m_job
   std::vector<runtime::StepRow> m_steps;
