@@ -79,8 +79,15 @@ Fd listen_tcp(const std::string& host, int port, int& bound_port) {
   if (!fd.valid()) sys_fail("socket() for the WAN listener", errno);
   const int one = 1;
   setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&sa.addr), sa.len) < 0)
-    sys_fail(fmt::format("cannot bind the WAN listener to {} (cluster.bind_hosts)", sa.text), errno);
+  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&sa.addr), sa.len) < 0) {
+    const int err = errno;
+    if (err == EADDRNOTAVAIL)  // the deck's address, not the network: a configuration error
+      throw ConfigError(fmt::format("cannot bind the WAN listener to {} (cluster.bind_hosts): {}: {} is not an "
+                                    "address of this host\n  hint: give cluster.bind_hosts an address of each "
+                                    "DC's hosts (`ip -brief address` lists this one's)",
+                                    sa.text, std::strerror(err), host));
+    sys_fail(fmt::format("cannot bind the WAN listener to {} (cluster.bind_hosts)", sa.text), err);
+  }
   if (::listen(fd.get(), 256) < 0) sys_fail(fmt::format("listen() on {}", sa.text), errno);
   set_nonblocking(fd.get());
   sockaddr_storage got{};

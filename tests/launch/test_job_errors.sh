@@ -12,7 +12,8 @@
 #     1-3 are kept and none of step 4 is written;
 #   - a NaN loss alone (ATLAS_FAULT_NAN_LOSS): stopped before the checkpoint that follows it, or at
 #     the next logged step (the progress row's sum carries it; a logged step does not wait);
-#   - metrics.csv on a full disk (/dev/full): exit 5 naming the file, not "OK".
+#   - metrics.csv on a full disk (/dev/full): exit 5 naming the file, not "OK";
+#   - cluster.bind_hosts with an address this host lacks: exit 2 naming it, with the fix.
 # Loopback only; removes its temp dir.
 # usage: test_job_errors.sh SOURCE_DIR ATLAS_BIN
 set -uo pipefail
@@ -89,6 +90,13 @@ run_job full 60 run.steps=3 ckpt.every_steps=0
 check "metrics.csv on a full disk ends with exit 5 (got $(rc full))" test "$(rc full)" -eq 5
 check "... naming the file and the reason" grep -q "writing $T/full/metrics.csv failed: No space left on device" "$T/full.out"
 check "... without an OK footer" bash -c "! grep -q '^# OK' '$T/full.out'"
+
+# cluster.bind_hosts naming an address this host does not have: a config error (exit 2) with the
+# fix, not a transport failure. 192.0.2.1 is RFC 5737's documentation range: bind(2) refuses it
+# here, so nothing is ever sent to it.
+run_job badbind 60 run.steps=2 ckpt.every_steps=0 cluster.bind_hosts=192.0.2.1
+check "a bind host not on this machine: exit 2 (got $(cat "$T/badbind.rc"))" test "$(cat "$T/badbind.rc")" -eq 2
+check "... naming the address and the fix" bash -c "grep -q 'cannot bind the WAN listener to 192.0.2.1:0 (cluster.bind_hosts): .*192.0.2.1 is not an address of this host' '$T/badbind.out' && grep -q 'hint: give cluster.bind_hosts an address' '$T/badbind.out'"
 
 check "no rank of any job is left running" bash -c "! pgrep -f '[r]un.out_dir=$T' > /dev/null"
 launch_finish
