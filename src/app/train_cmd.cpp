@@ -196,11 +196,19 @@ JobResult train(const Config& cfg, const mpi::Comm& world, const JobOptions& opt
   // ---- pre-flight validation ----
   const auto hash = static_cast<unsigned long long>(table.structure_hash());
   {
-    // Gathered, so every rank names the same culprits and raises the same config error.
-    std::vector<std::uint64_t> hashes(static_cast<std::size_t>(comms.world.size()));
-    const std::uint64_t mine = hash;
-    ATLAS_MPI_CHECK(MPI_Allgather(&mine, 1, MPI_UINT64_T, hashes.data(), 1, MPI_UINT64_T, comms.world.get()));
-    if (const std::string why = sched::table_mismatch(hashes); !why.empty()) throw ConfigError(why);
+    // Gathered, so every rank names the same culprits and raises the same config error: the
+    // resolved deck (other transports or timeouts would hang, not fail) and the table.
+    const std::size_t n = static_cast<std::size_t>(comms.world.size());
+    std::vector<std::uint64_t> hashes(2 * n);
+    const std::array<std::uint64_t, 2> mine{sched::text_hash(deck::resolved_deck(cfg)), hash};
+    ATLAS_MPI_CHECK(MPI_Allgather(mine.data(), 2, MPI_UINT64_T, hashes.data(), 2, MPI_UINT64_T, comms.world.get()));
+    std::vector<std::uint64_t> decks(n), tables(n);
+    for (std::size_t r = 0; r < n; ++r) {
+      decks[r] = hashes[2 * r];
+      tables[r] = hashes[2 * r + 1];
+    }
+    if (const std::string why = sched::deck_mismatch(decks); !why.empty()) throw ConfigError(why);
+    if (const std::string why = sched::table_mismatch(tables); !why.empty()) throw ConfigError(why);
   }
   out.schedule(table);
 

@@ -840,11 +840,15 @@ int ScheduleTable::link_index(int src_dc, int dst_dc) const {
   return -1;
 }
 
-std::string table_mismatch(const std::vector<std::uint64_t>& hash_of_rank) {
+namespace {
+
+/// The distinct hashes of `hash_of_rank`, each with the ranks that hold it ("hash X on ranks 0-3,
+/// 6; ..."), and how many there are; empty when every rank agrees.
+std::pair<std::size_t, std::string> hash_groups(const std::vector<std::uint64_t>& hash_of_rank) {
   std::vector<std::uint64_t> distinct;
   for (const std::uint64_t h : hash_of_rank)
     if (std::find(distinct.begin(), distinct.end(), h) == distinct.end()) distinct.push_back(h);
-  if (distinct.size() <= 1) return {};
+  if (distinct.size() <= 1) return {distinct.size(), {}};
   std::string groups;
   for (const std::uint64_t h : distinct) {
     // The ranks that built `h`, as ranges: "0-3, 6".
@@ -861,11 +865,38 @@ std::string table_mismatch(const std::vector<std::uint64_t>& hash_of_rank) {
     }
     groups += fmt::format("{}hash {:016x} on {} {}", groups.empty() ? "" : "; ", h, n == 1 ? "rank" : "ranks", ranks);
   }
+  return {distinct.size(), groups};
+}
+
+}  // namespace
+
+std::string table_mismatch(const std::vector<std::uint64_t>& hash_of_rank) {
+  const auto [count, groups] = hash_groups(hash_of_rank);
+  if (groups.empty()) return {};
   return fmt::format("the ranks built {} different schedule tables ({})\n"
                      "  hint: every rank must run the same binary and deck and find the same device profile "
                      "(rank 0 reads plan.profiles or profiles/device/ and broadcasts them with the deck: a "
                      "rank that differs runs another binary or was given other key=value overrides)",
-                     distinct.size(), groups);
+                     count, groups);
+}
+
+std::string deck_mismatch(const std::vector<std::uint64_t>& hash_of_rank) {
+  const auto [count, groups] = hash_groups(hash_of_rank);
+  if (groups.empty()) return {};
+  return fmt::format("the ranks resolved {} different decks ({}): they would wait for each other in different "
+                     "ways (another wan.transport, other rails, other timeouts) and hang\n"
+                     "  hint: give every rank the same deck and key=value overrides (an MPMD launch with "
+                     "per-rank overrides, `mpirun ... : ...`, is the usual cause)",
+                     count, groups);
+}
+
+std::uint64_t text_hash(std::string_view text) {
+  std::uint64_t h = 1469598103934665603ULL;  // FNV-1a
+  for (const char c : text) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 1099511628211ULL;
+  }
+  return h;
 }
 
 std::uint64_t ScheduleTable::structure_hash() const {

@@ -13,7 +13,8 @@
 #   - a NaN loss alone (ATLAS_FAULT_NAN_LOSS): stopped before the checkpoint that follows it, or at
 #     the next logged step (the progress row's sum carries it; a logged step does not wait);
 #   - metrics.csv on a full disk (/dev/full): exit 5 naming the file, not "OK";
-#   - cluster.bind_hosts with an address this host lacks: exit 2 naming it, with the fix.
+#   - cluster.bind_hosts with an address this host lacks: exit 2 naming it, with the fix;
+#   - ranks given different decks (MPMD overrides): exit 2 naming the groups, not a hang.
 # Loopback only; removes its temp dir.
 # usage: test_job_errors.sh SOURCE_DIR ATLAS_BIN
 set -uo pipefail
@@ -97,6 +98,15 @@ check "... without an OK footer" bash -c "! grep -q '^# OK' '$T/full.out'"
 run_job badbind 60 run.steps=2 ckpt.every_steps=0 cluster.bind_hosts=192.0.2.1
 check "a bind host not on this machine: exit 2 (got $(cat "$T/badbind.rc"))" test "$(cat "$T/badbind.rc")" -eq 2
 check "... naming the address and the fix" bash -c "grep -q 'cannot bind the WAN listener to 192.0.2.1:0 (cluster.bind_hosts): .*192.0.2.1 is not an address of this host' '$T/badbind.out' && grep -q 'hint: give cluster.bind_hosts an address' '$T/badbind.out'"
+
+# Ranks given different decks (an MPMD launch with per-rank overrides): the pre-flight check names
+# the groups of ranks (they deadlocked: one side on wan.transport = mpi, the other on multirail).
+timeout 60 mpirun --mca btl self,vader,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo \
+  -np 2 "$ATLAS_BIN" train "${COMMON[@]}" run.name=mpmd run.steps=2 ckpt.every_steps=0 wan.transport=mpi : \
+  -np 2 "$ATLAS_BIN" train "${COMMON[@]}" run.name=mpmd run.steps=2 ckpt.every_steps=0 > "$T/mpmd.out" 2>&1
+rc=$?
+check "ranks with different decks: exit 2 (got $rc)" test "$rc" -eq 2
+check "... naming the groups of ranks and the fix" bash -c "grep -q 'ERROR: the ranks resolved 2 different decks (hash [0-9a-f]* on ranks 0-1; hash [0-9a-f]* on ranks 2-3)' '$T/mpmd.out' && grep -q 'hint: give every rank the same deck' '$T/mpmd.out'"
 
 check "no rank of any job is left running" bash -c "! pgrep -f '[r]un.out_dir=$T' > /dev/null"
 launch_finish

@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include "support/cost_models.hpp"
 
 #include <cmath>
@@ -603,6 +605,17 @@ TEST(TableMismatch, NamesEachHashWithItsRanksAndSaysNothingWhenAllAgree) {
                                       "hash 0000000000000009 on ranks 4, 6; "
                                       "hash 0000000000000005 on rank 7)"));
   EXPECT_THAT(m, ::testing::HasSubstr("hint: every rank must run the same binary and deck"));
+}
+
+TEST(DeckMismatch, NamesEachDeckHashWithItsRanks) {
+  EXPECT_EQ(deck_mismatch({3, 3}), "");
+  const std::string m = deck_mismatch({text_hash("a = 1\n"), text_hash("a = 1\n"), text_hash("a = 2\n")});
+  EXPECT_THAT(m, ::testing::HasSubstr(fmt::format("the ranks resolved 2 different decks (hash {:016x} on ranks 0-1; "
+                                                  "hash {:016x} on rank 2)",
+                                                  text_hash("a = 1\n"), text_hash("a = 2\n"))));
+  EXPECT_THAT(m, ::testing::HasSubstr("hint: give every rank the same deck and key=value overrides"));
+  EXPECT_EQ(text_hash(""), 1469598103934665603ULL);  // FNV-1a's offset basis
+  EXPECT_NE(text_hash("a"), text_hash("b"));
 }
 
 }  // namespace

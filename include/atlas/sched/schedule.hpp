@@ -95,6 +95,11 @@ struct ScheduleTable {
 /// lists each distinct hash with the ranks that built it ("ranks 0-3, 6") and the likely causes,
 /// for a config error every rank raises alike.
 [[nodiscard]] std::string table_mismatch(const std::vector<std::uint64_t>& hash_of_rank);
+/// The same for every rank's resolved deck (text_hash of deck::resolved_deck): empty when all
+/// agree, else a config error naming the groups of ranks and the fix.
+[[nodiscard]] std::string deck_mismatch(const std::vector<std::uint64_t>& hash_of_rank);
+/// FNV-1a of `text` (the same on every host).
+[[nodiscard]] std::uint64_t text_hash(std::string_view text);
 
 /// Engine runs of atlas searches kept for a later search of the same cost model (opaque).
 struct SearchRuns;
