@@ -20,6 +20,7 @@
 #include "atlas/core/check.hpp"
 #include "atlas/core/crc32c.hpp"
 #include "atlas/core/log.hpp"
+#include "atlas/core/units.hpp"
 #include "atlas/io/checkpoint.hpp"
 #include "atlas/io/hdf5.hpp"
 #include "atlas/mpi/tags.hpp"
@@ -573,10 +574,25 @@ WriteResult write_checkpoint(const mpi::Comm& comm, const std::string& dir,
     try {
       write_metadata(file.get(), m, created, comm.rank() == 0);
       write_tensors(file.get(), comm, plan, shards, crcs, options.transfer);
-    } catch (...) {
+    } catch (const Error& e) {
       // A failure here is local to this rank (STYLE.md §5: the job aborts). Closing the file is
       // collective and the other ranks may never join it, so leave it open rather than hang
       // during unwinding. The .tmp stays behind and find_latest skips it.
+      (void)file.release();
+      // The HDF5 error stack names the call, not the cause: say what the user can do (a full
+      // file system is the usual one) and that nothing written before is lost.
+      std::error_code ec;
+      const fs::space_info space = fs::space(fs::path(tmp_path).parent_path(), ec);
+      throw Error(ExitCode::Io,
+                  fmt::format("writing checkpoint '{}' failed{}\n  hint: free space on that file system or point ckpt.dir "
+                              "elsewhere; the checkpoints written before are intact and run.resume = latest resumes from "
+                              "the newest (it skips this .tmp)\n  cause: {}",
+                              tmp_path,
+                              ec ? std::string()
+                                 : fmt::format(" ({} free on its file system)",
+                                               units::format_bytes_human(static_cast<double>(space.available))),
+                              e.what()));
+    } catch (...) {
       (void)file.release();
       throw;
     }
