@@ -234,6 +234,7 @@ JobResult train(const Config& cfg, const mpi::Comm& world, const JobOptions& opt
                          "profile.h5 and trace.json are left as they were\n#   hint: raise run.steps to "
                          "train on from step {}\n",
                          start_step, start_step == cfg.run.steps ? "which is" : "past", cfg.run.steps, start_step));
+    out.nothing_to_train(start_step);
     return JobResult{};
   }
   out.started(start_step);

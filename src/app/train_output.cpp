@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 
 #include <fmt/format.h>
@@ -270,6 +271,19 @@ void TrainOutput::failed(const std::vector<std::string>& problems, int exit_code
                                    json_escape(problems.empty() ? std::string() : problems.front())));
   } catch (...) {  // NOLINT(bugprone-empty-catch): the job's own error is reported already
   }
+}
+
+void TrainOutput::nothing_to_train(int checkpoint_step) {
+  if (!m_root) return;
+  const fs::path path = fs::path(m_dir) / "run.json";
+  std::ifstream in(path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (text.find("\"status\":\"OK\"") != std::string::npos) return;
+  write_file_whole(path.string(),
+                   fmt::format("{{\"run\":\"{}\",\"status\":\"finished\",\"checkpoint_step\":{},\"steps\":{},"
+                               "\"note\":\"the job that ran the last steps ended before its summary; metrics.csv and "
+                               "the checkpoints hold its results\"}}\n",
+                               json_escape(m_cfg.run.name), checkpoint_step, m_cfg.run.steps));
 }
 
 void TrainOutput::started(int first_step) {

@@ -479,7 +479,10 @@ void build(Schema& schema) {
   b.field("wan.max_frame_bytes", &C::wan, &WanCfg::max_frame_bytes).def("64M").min(1).max(4.0 * units::kGiB)
       .help("frames longer than this are rejected as corrupt");
   b.field("wan.recv_timeout_s", &C::wan, &WanCfg::recv_timeout_s).def("60").min(0.001).max(kMaxSeconds)
-      .help("a receive that makes no progress for this long fails, naming peer and rail");
+.help("a receive that makes no progress for this long fails, naming peer and rail; also the longest "
+            "wait for a pipeline neighbour's tensor, the step's small sums (loss, gradient norm) and, on "
+            "the host backend, a data-parallel gradient sum from the last backward to its end (a replica "
+            "behind by more than this fails the job; NCCL sums keep device.nccl_timeout_s)");
   b.field("wan.connect_timeout_s", &C::wan, &WanCfg::connect_timeout_s).def("20").min(0.001).max(kMaxSeconds)
       .help("time allowed to connect and handshake every rail");
   b.choice("wan.emulate", &C::wan, &WanCfg::emulate,

@@ -579,6 +579,7 @@ WriteResult write_checkpoint(const mpi::Comm& comm, const std::string& dir,
       // collective and the other ranks may never join it, so leave it open rather than hang
       // during unwinding. The .tmp stays behind and find_latest skips it.
       (void)file.release();
+      if (e.code() != ExitCode::Io) throw;  // a peer's failure, an internal error: as they are
       // The HDF5 error stack names the call, not the cause: say what the user can do (a full
       // file system is the usual one) and that nothing written before is lost.
       std::error_code ec;

@@ -406,11 +406,11 @@ TokenizeResult tokenize_to_shards(const TokenizeJob& job) {
   check_output_dir("atlas tokenize", job.out_dir);
   // --out is created before the work, so a place it cannot go fails at once, not after the
   // tokenizing; what this created is removed again if the job fails before writing shards.
-  fs::path first_missing;
+  std::vector<fs::path> missing;  // deepest first
   for (fs::path p = fs::absolute(job.out_dir); !p.empty(); p = p.parent_path()) {
     std::error_code ec;
     if (fs::exists(p, ec)) break;
-    first_missing = p;
+    missing.push_back(p);
     if (p == p.parent_path()) break;
   }
   {
@@ -421,13 +421,15 @@ TokenizeResult tokenize_to_shards(const TokenizeJob& job) {
                                     "writable place",
                                     job.out_dir, ec.message()));
   }
-  struct RemoveCreated {
-    fs::path dir;
+  struct RemoveCreated {  // only the (still empty) directories this job made: another job may share a parent
+    std::vector<fs::path> dirs;
     ~RemoveCreated() {
-      std::error_code ec;
-      if (!dir.empty()) fs::remove_all(dir, ec);
+      for (const fs::path& d : dirs) {
+        std::error_code ec;
+        if (!fs::remove(d, ec)) break;  // not empty (or gone): leave it and its parents
+      }
     }
-  } created{first_missing};
+  } created{missing};
   TokenizeResult r;
   r.files = static_cast<int>(files.size());
   std::int64_t all_bytes = 0;
@@ -489,7 +491,7 @@ TokenizeResult tokenize_to_shards(const TokenizeJob& job) {
 
   // Write the new set beside the old one, then swap: a failure while writing (a full disk, a
   // kill) leaves the old shards as they were and removes the partial new ones.
-  created.dir.clear();  // from here on the directory holds (or will hold) the shards
+  created.dirs.clear();  // from here on the directory holds (or will hold) the shards
   std::error_code ec;
   r.removed_staging = remove_dead_staging(job.out_dir);
   const StagingDir stage(job.out_dir);

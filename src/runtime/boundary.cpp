@@ -105,8 +105,15 @@ Boundary::~Boundary() {
   m_local_cv.notify_all();
   if (m_sender.joinable()) m_sender.join();
   if (m_progress.joinable()) m_progress.join();
-  // Receives still pending here mean the step failed; their Request/Handle destructors report
-  // them. The job is being aborted in that case (run_app), so no buffer outlives the process.
+  // Unwinding after an error: sends the sender thread left, and receives still posted, may go on
+  // in the transport (a rail's epoll thread, MPI) until the job aborts; their buffers are kept,
+  // deliberately never freed, so they never touch freed memory.
+  if (m_abandon) {
+    auto* kept_send = new std::vector<std::vector<float>>(std::move(m_send_bufs));
+    auto* kept_recv = new std::vector<std::vector<float>>(std::move(m_recv_bufs));
+    (void)kept_send;
+    (void)kept_recv;
+  }
 }
 
 float* Boundary::recv_buffer(sched::Flow flow, int micro, int chunk) {
@@ -458,6 +465,16 @@ void Boundary::sender_loop() {
       }
     };
 
+    // Token receives still pending when the thread ends (a failed step, an abandoned one) are
+    // cancelled: their buffers are this function's.
+    auto cancel_tokens = [&] {
+      for (auto& [key, r] : tokens)
+        if (r != MPI_REQUEST_NULL) {
+          MPI_Cancel(&r);
+          MPI_Wait(&r, MPI_STATUS_IGNORE);
+        }
+    };
+
     auto may_start = [&](const SendJob& j) {
       const auto& link = m_table.links[static_cast<std::size_t>(j.slot->link)];
       if (link.mode != sched::LinkMode::Ordered) return true;
@@ -501,15 +518,7 @@ void Boundary::sender_loop() {
       // An error is unwinding the job (a peer hung, a receive timed out): its sends may never
       // complete, and joining this thread must not hang the error's report. MpiOp / the rails
       // release what is left without waiting.
-      auto cancel_tokens = [&] {  // their buffers are this function's
-        for (auto& [key, r] : tokens)
-          if (r != MPI_REQUEST_NULL) {
-            MPI_Cancel(&r);
-            MPI_Wait(&r, MPI_STATUS_IGNORE);
-          }
-      };
       if (m_abandon) {
-        cancel_tokens();
         for (InFlight& f : inflight) f.handle.reset();  // left on purpose: no "missing wait" report
         break;
       }
@@ -518,7 +527,7 @@ void Boundary::sender_loop() {
       if (m_stop && Clock::now() > stop_deadline) {
         log::error("WAN sender: {} send(s) still pending {:.0f} s after the job ended (wan.recv_timeout_s); left",
                    queue.size() + inflight.size(), m_timeout_s);
-        cancel_tokens();
+        for (InFlight& f : inflight) f.handle.reset();
         break;
       }
 
@@ -590,6 +599,7 @@ void Boundary::sender_loop() {
         backoff.pause();
       }
     }
+    cancel_tokens();
   } catch (...) {
     std::lock_guard lock(m_error_mutex);
     m_sender_error = std::current_exception();

@@ -53,7 +53,11 @@ void Trainer::finish_buckets() {
       // A replica that stopped (hung, cut off) never joins: report it rather than wait forever.
       // Unwinding to MPI_Abort: every open sum keeps its buffer and is never freed (not settled
       // one by one: each would wait for the silent replica again).
-      for (std::size_t j = i; j < m_open; ++j) (void)m_buckets[j].sum.release();
+      for (std::size_t j = i; j < m_open; ++j) {
+        (void)m_buckets[j].sum.release();
+        auto* kept = new device::Buffer(std::move(m_buckets[j].buf));  // MPI may still write into it
+        (void)kept;
+      }
       ATLAS_THROW(Comm, "rank " << m_comms.world.rank() << ": the data-parallel gradient sum (bucket " << i + 1
                                 << " of " << m_open << ", over this stage's " << m_dp->size()
                                 << " replicas) did not complete within " << m_cfg.wan.recv_timeout_s

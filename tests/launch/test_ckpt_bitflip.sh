@@ -68,6 +68,12 @@ check "it says there is nothing to train" \
   grep -q "# nothing to train: the checkpoint is at step 2, which is run.steps = 2" "$T/again.out"
 check "its run.json is left as it was" cmp -s "$T/src/run.json" "$T/src_run.json"
 [[ -f $T/src_profile.h5 ]] && check "its profile.h5 is left as it was" cmp -s "$T/src/profile.h5" "$T/src_profile.h5"
+# ... and when the job that ran the last steps was killed before its summary (run.json "running"),
+# run.json says "finished" with the checkpoint's step.
+printf '{"run":"src","status":"running","first_step":0,"steps":2}\n' > "$T/src/run.json"
+train run.name=src run.steps=2 run.resume=latest > "$T/again2.out" 2>&1
+check "a run killed after its last checkpoint, resumed: run.json says finished" \
+  grep -q '"status":"finished","checkpoint_step":2,"steps":2' "$T/src/run.json"
 train run.name=past run.steps=1 run.resume="$T/src/ckpt/step-000002.h5" > "$T/past.out" 2>&1
 rc=$?
 check "a checkpoint past run.steps: exit 0 (got $rc)" test "$rc" -eq 0

@@ -83,6 +83,10 @@ class TrainOutput {
   /// Rank 0: run.json with status "running" as the steps begin, so a job that is killed (no
   /// error path runs) leaves no earlier job's "OK" beside its own metrics.
   void started(int first_step);
+  /// Rank 0, a finished run resumed again (nothing to train): run.json stays as it is when it says
+  /// "OK"; otherwise (the job that ran the last steps was killed before its summary) it says
+  /// "finished", with the checkpoint's step, instead of that job's "running".
+  void nothing_to_train(int checkpoint_step);
   /// True when the deck asks for a checkpoint after `steps_done` steps (`last`: the run's last).
   [[nodiscard]] bool checkpoint_due(int steps_done, bool last) const;
   /// Collective over comms.world: a checkpoint after `steps_done` steps when the deck asks.

@@ -36,8 +36,10 @@ class PendingSum {
   /// Never throws.
   virtual bool settle(double max_s) noexcept = 0;
   /// wait() for at most `max_s` seconds (the same back-off): true once complete; false if it is
-  /// still running then (the caller reports it and the job aborts: the buffer must stay).
-  [[nodiscard]] bool wait_for(double max_s);
+  /// still running then (the caller reports it and the job aborts: the buffer must stay). NCCL's
+  /// sum keeps its own bound instead (device.nccl_timeout_s, which aborts the communicator: a
+  /// kernel left waiting on a silent replica would block every later CUDA call).
+  [[nodiscard]] virtual bool wait_for(double max_s);
 
  protected:
   /// Polls test() (200 us apart) for at most `max_s` seconds; true once it passed. Errors from

@@ -271,6 +271,12 @@ class NcclPendingSum final : public device::PendingSum {
     m_comm.wait_event(m_done->e, "overlapped ncclAllReduce");
     m_finished = true;
   }
+  /// Bounded by device.nccl_timeout_s (wait_event aborts the communicator and throws), not by
+  /// the caller's max_s: only an aborted communicator frees the GPU of the waiting kernel.
+  bool wait_for(double /*max_s*/) override {
+    wait();
+    return true;
+  }
   bool settle(double max_s) noexcept override {
     if (m_finished || m_done == nullptr) return true;
     try {
