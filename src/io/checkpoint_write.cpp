@@ -581,8 +581,11 @@ WriteResult write_checkpoint(const mpi::Comm& comm, const std::string& dir,
       (void)file.release();
       if (e.code() != ExitCode::Io) throw;  // a peer's failure, an internal error: as they are
       // The HDF5 error stack names the call, not the cause: say what the user can do (a full
-      // file system is the usual one) and that nothing written before is lost.
+      // file system is the usual one) and that nothing written before is lost. The partial .tmp
+      // is unlinked (a rank still writing keeps its inode until the job ends): its space comes
+      // back when the job does.
       std::error_code ec;
+      fs::remove(tmp_path, ec);
       const fs::space_info space = fs::space(fs::path(tmp_path).parent_path(), ec);
       throw Error(ExitCode::Io,
                   fmt::format("writing checkpoint '{}' failed{}\n  hint: free space on that file system or point ckpt.dir "

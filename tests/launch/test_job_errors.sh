@@ -113,12 +113,15 @@ check "... naming the groups of ranks and the fix" bash -c "grep -q 'ERROR: the 
 # HDF5's error stack. Skipped where this shell may not make a mount namespace.
 if unshare -m true 2>/dev/null; then
   mkdir -p "$T/fullck"
+  # The listing of the tmpfs is taken inside the namespace, after the job (outside it the tmpfs is
+  # not there: the directory below would be empty whatever the job left).
   timeout 120 unshare -m sh -c "mount --make-rprivate / && mount -t tmpfs -o size=1m tmpfs '$T/fullck' && \
-    exec \"\$@\"" sh "${MPI[@]}" "$ATLAS_BIN" train "${COMMON[@]}" run.name=fullck run.steps=2 ckpt.every_steps=1 \
-    ckpt.dir="$T/fullck" > "$T/fullck.out" 2>&1
+    { \"\$@\"; rc=\$?; ls -a '$T/fullck' > '$T/fullck.ls'; exit \$rc; }" sh "${MPI[@]}" "$ATLAS_BIN" train \
+    "${COMMON[@]}" run.name=fullck run.steps=2 ckpt.every_steps=1 ckpt.dir="$T/fullck" > "$T/fullck.out" 2>&1
   rc=$?
   check "a checkpoint on a full file system: exit 5 (got $rc)" test "$rc" -eq 5
-  check "... saying so, with the fix" bash -c "grep -q \"ERROR: writing checkpoint '$T/fullck/step-000001.h5.tmp' failed (0 B free on its file system)\" '$T/fullck.out' && grep -q 'hint: free space on that file system or point ckpt.dir elsewhere' '$T/fullck.out'"
+  check "... leaving no partial .tmp on it" bash -c "test -s '$T/fullck.ls' && ! grep -q 'step-000001.h5.tmp' '$T/fullck.ls'"
+  check "... saying so, with the fix" bash -c "grep -Eq \"ERROR: writing checkpoint '$T/fullck/step-000001.h5.tmp' failed \\([0-9.]+ [KMGT]?i?B free on its file system\\)\" '$T/fullck.out' && grep -q 'hint: free space on that file system or point ckpt.dir elsewhere' '$T/fullck.out'"
 else
   echo "skipped: a checkpoint on a full file system (unshare -m is not allowed here)"
 fi
