@@ -44,16 +44,7 @@ int cmd_tokenize(Context& ctx) {
   job.out_dir = args.option("out");
   const std::string kind = args.option("tokenizer", "byte");
   if (kind == "gpt2") {
-    std::shared_ptr<model::Gpt2Tokenizer> bpe;
-    try {
-      bpe = std::make_shared<model::Gpt2Tokenizer>(args.option("tokenizer-dir", "data/gpt2"));
-    } catch (const ConfigError& e) {  // its hint names the deck key; tokenize's is an option
-      std::vector<std::string> problems = e.problems();
-      for (std::string& p : problems)
-        if (const auto at = p.find("data.tokenizer_dir"); at != std::string::npos)
-          p.replace(at, std::string_view("data.tokenizer_dir").size(), "--tokenizer-dir");
-      throw ConfigError(problems);
-    }
+    auto bpe = std::make_shared<model::Gpt2Tokenizer>(args.option("tokenizer-dir", "data/gpt2"), "--tokenizer-dir");
     job.encode = [bpe](std::string_view text) { return bpe->encode(text); };
   } else if (kind != "byte") {
     throw UsageError("--tokenizer must be byte or gpt2, not '" + kind + "'");

@@ -577,7 +577,8 @@ WriteResult write_checkpoint(const mpi::Comm& comm, const std::string& dir,
     } catch (const Error& e) {
       // A failure here is local to this rank (STYLE.md §5: the job aborts). Closing the file is
       // collective and the other ranks may never join it, so leave it open rather than hang
-      // during unwinding. The .tmp stays behind and find_latest skips it.
+      // during unwinding. The .tmp stays behind (unlinked below on an I/O error) and find_latest
+      // skips it.
       (void)file.release();
       if (e.code() != ExitCode::Io) throw;  // a peer's failure, an internal error: as they are
       // The HDF5 error stack names the call, not the cause: say what the user can do (a full

@@ -30,9 +30,12 @@ constexpr std::string_view kPattern =
 // Bound on the cache of word pieces; cleared when exceeded (memory stays bounded on huge text).
 constexpr std::size_t kMaxCache = 1U << 20;
 
+constexpr std::string_view kDirKey = "data.tokenizer_dir";
+
 std::string hint() {
-  return "  hint: install the GPT-2 vocabulary and merges with scripts/get-data.sh (or `make "
-         "data`), or point data.tokenizer_dir at a directory holding encoder.json and vocab.bpe";
+  return fmt::format("  hint: install the GPT-2 vocabulary and merges with scripts/get-data.sh (or `make "
+                     "data`), or point {} at a directory holding encoder.json and vocab.bpe",
+                     kDirKey);
 }
 
 [[noreturn]] void corrupt(const std::string& file, const std::string& what) {
@@ -222,7 +225,8 @@ struct Gpt2Tokenizer::Impl {
   }
 };
 
-Gpt2Tokenizer::Gpt2Tokenizer(const std::string& dir) : m_impl(std::make_unique<Impl>()) {
+Gpt2Tokenizer::Gpt2Tokenizer(const std::string& dir, std::string_view dir_setting) try
+    : m_impl(std::make_unique<Impl>()) {
   Impl& im = *m_impl;
   const std::string enc_file = (std::filesystem::path(dir) / "encoder.json").string();
   const std::string bpe_file = (std::filesystem::path(dir) / "vocab.bpe").string();
@@ -308,6 +312,14 @@ Gpt2Tokenizer::Gpt2Tokenizer(const std::string& dir) : m_impl(std::make_unique<I
   }
   (void)pcre2_jit_compile(im.re, PCRE2_JIT_COMPLETE);  // falls back to the interpreter
   im.md = pcre2_match_data_create_from_pattern(im.re, nullptr);
+} catch (const ConfigError& e) {
+  // The hints name the deck key; a caller whose setting is another (atlas tokenize's option)
+  // gets its own name there.
+  if (dir_setting == kDirKey) throw;
+  std::vector<std::string> problems = e.problems();
+  for (std::string& p : problems)
+    if (const auto at = p.find(kDirKey); at != std::string::npos) p.replace(at, kDirKey.size(), dir_setting);
+  throw ConfigError(problems);
 }
 
 Gpt2Tokenizer::~Gpt2Tokenizer() = default;

@@ -24,8 +24,9 @@ class Gpt2Tokenizer {
   static constexpr int kVocab = 50257;
 
   /// Loads `dir`/encoder.json and `dir`/vocab.bpe. Throws atlas::ConfigError naming the file
-  /// and the fix (scripts/get-data.sh) when either is missing, unreadable or corrupt.
-  explicit Gpt2Tokenizer(const std::string& dir);
+  /// and the fix (scripts/get-data.sh, or pointing `dir_setting`, the setting that named `dir`,
+  /// elsewhere) when either is missing, unreadable or corrupt.
+  explicit Gpt2Tokenizer(const std::string& dir, std::string_view dir_setting = "data.tokenizer_dir");
   ~Gpt2Tokenizer();
   Gpt2Tokenizer(Gpt2Tokenizer&&) noexcept;
   Gpt2Tokenizer& operator=(Gpt2Tokenizer&&) noexcept;
