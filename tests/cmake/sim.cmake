@@ -82,6 +82,12 @@ atlas_cli_test(cli_plan_no_fit "ERROR: no plan fits: the model .* needs .* GiB p
 # replicas the largest tp x pp leaves room for), and with it the plan fits.
 atlas_cli_test(cli_plan_no_fit_zero_hint "hint: set train.zero_stage = 2 \\(the optimizer state and the gradients split over up to 64 DP replicas\\)"
                plan inputs/plan_70b_4dc.deck model.layers=2 model.hidden=65536 model.heads=64)
+# ... and does not offer it where the shape would not fit even then (1.66T parameters: the bf16
+# weights alone need 194 GiB a GPU at tp 8 x pp 2).
+add_test(NAME cli_plan_no_fit_no_zero_hint
+  COMMAND bash -c "set -u; out=$($<TARGET_FILE:atlas> plan inputs/plan_70b_4dc.deck model.layers=2 model.hidden=262144 model.heads=256 2>&1); echo \"$out\"; grep -q 'ERROR: no plan fits' <<<\"$out\" && grep -q 'hint: use a larger-memory plan.gpu' <<<\"$out\" && ! grep -q 'zero_stage' <<<\"$out\""
+  WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(cli_plan_no_fit_no_zero_hint PROPERTIES LABELS unit TIMEOUT 60)
 atlas_cli_test(cli_plan_fits_with_zero "us-east-1:2 .* fastest"
                plan inputs/plan_70b_4dc.deck model.layers=2 model.hidden=65536 model.heads=64 train.zero_stage=2 --quiet)
 # GQA: the planner's tensor-parallel sizes keep model.kv_heads dividing into or divided by tp (a

@@ -72,5 +72,23 @@ TEST(WriteFileWhole, AMissingDirectoryIsAnIoErrorNamingTheFile) {
   }
 }
 
+// A path that is a directory cannot be replaced: an Io error with the fix, and the temporary
+// file is removed (it was left beside the path).
+TEST(WriteFileWhole, ADirectoryInTheWayIsAnIoErrorAndLeavesNoTmp) {
+  TempDir t;
+  const fs::path p = t.path / "logits";
+  fs::create_directories(p / "inside");
+  try {
+    write_file_whole(p.string(), "x");
+    FAIL() << "expected an Io error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::Io);
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("cannot rename " + p.string() + ".tmp to " + p.string()));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("hint: " + p.string() + " must be a file name (not a directory)"));
+  }
+  EXPECT_FALSE(fs::exists(p.string() + ".tmp"));
+  EXPECT_TRUE(fs::is_directory(p / "inside"));
+}
+
 }  // namespace
 }  // namespace atlas
