@@ -2,8 +2,10 @@
 # SPDX-License-Identifier: MIT
 # Runs a launch command (srun/mpirun ... atlas train DECK ...) and restarts it from the newest
 # checkpoint (run.resume=latest) when it fails for a reason a restart can cure: a comm, device,
-# I/O or internal error, a killed rank or an MPI abort. Usage and config errors, and a diverged
-# model (exit 7: resuming would diverge again), are not retried.
+# I/O or internal error, a killed rank or an MPI abort. Usage and config errors, a diverged
+# model (exit 7: resuming would diverge again) and a run stopped on request (exit 8) are not
+# retried. A SIGUSR1 is passed on to the attempt (srun and mpirun pass it to the ranks: atlas
+# train then writes a checkpoint and stops with exit 8), and no restart follows it.
 # Not a scheduler: one command, a bounded number of attempts, a short backoff between them.
 #
 # usage: atlas-run-restart.sh [--log FILE] -- COMMAND [ARG ...]
@@ -11,7 +13,8 @@
 # environment:
 #   ATLAS_MAX_RESTARTS        restarts after the first attempt (default 3; 0 = never restart)
 #   ATLAS_RESTART_BACKOFF_S   seconds before restart k is k * this (default 5)
-#   ATLAS_NO_RESTART_CODES    exit codes never retried (default "1 2 7": usage, config, diverged)
+#   ATLAS_NO_RESTART_CODES    exit codes never retried (default "1 2 7 8": usage, config, diverged,
+#                             stopped on request)
 # exit status: the last attempt's (0 when an attempt succeeded).
 set -uo pipefail
 
@@ -30,7 +33,7 @@ fi
 
 max_restarts=${ATLAS_MAX_RESTARTS:-3}
 backoff_s=${ATLAS_RESTART_BACKOFF_S:-5}
-no_restart_codes=${ATLAS_NO_RESTART_CODES:-"1 2 7"}
+no_restart_codes=${ATLAS_NO_RESTART_CODES:-"1 2 7 8"}
 if ! [[ $max_restarts =~ ^[0-9]+$ ]]; then
   echo "atlas-run-restart: ATLAS_MAX_RESTARTS='$max_restarts': expected a non-negative integer" >&2
   exit 1
@@ -59,6 +62,7 @@ describe() {
     5) echo "io error" ;;
     6) echo "internal error" ;;
     7) echo "training diverged (non-finite loss or gradient norm)" ;;
+    8) echo "stopped on request after a checkpoint; resume with run.resume=latest" ;;
     *)
       if (($1 > 128 && $1 < 160)); then
         echo "killed by signal $(($1 - 128)) (SIG$(kill -l $(($1 - 128)) 2>/dev/null || echo '?'))"
@@ -80,6 +84,15 @@ on_signal() {
 }
 trap 'on_signal TERM' TERM
 trap 'on_signal INT' INT
+# A SIGUSR1 asks the running attempt for a checkpoint and a clean stop (Slurm's --signal); the
+# loop then ends with the attempt's status, whatever it is.
+stop_requested=0
+on_usr1() {
+  stop_requested=1
+  say "received SIGUSR1: asking the attempt (pid ${child:-none}) to write a checkpoint and stop; not restarting"
+  if [[ -n $child ]]; then kill -USR1 "$child" 2>/dev/null; fi
+}
+trap on_usr1 USR1
 
 # run.resume=latest replaces any run.resume the caller gave (the newest checkpoint wins).
 cmd=("$@")
@@ -109,7 +122,11 @@ while :; do
   say "attempt $attempt exited with status $status ($(describe "$status")) after $(($(date +%s) - start)) s"
 
   if ((status == 0)); then exit 0; fi
-  if ((stopping)); then exit "$status"; fi
+  if ((status == 8)); then
+    say "not restarting: the run stopped on request; run.resume=latest resumes it from its checkpoint"
+    exit "$status"
+  fi
+  if ((stopping || stop_requested)); then exit "$status"; fi
   for c in $no_restart_codes; do
     if ((status == c)); then
       say "not restarting: $(describe "$status") is not cured by a restart; fix the command or deck"
@@ -124,5 +141,5 @@ while :; do
   say "restarting in ${delay} s with run.resume=latest"
   sleep "$delay" &
   wait $! || true
-  if ((stopping)); then exit "$status"; fi
+  if ((stopping || stop_requested)); then exit "$status"; fi
 done

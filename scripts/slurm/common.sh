@@ -211,6 +211,13 @@ atlas_run() {
   esac
   local -a placement_overrides=("run.out_dir=$ATLAS_RUNS_DIR" "run.name=$run_name")
   if [[ -n $ATLAS_DC_BIND_HOSTS ]]; then placement_overrides+=("cluster.bind_hosts=$ATLAS_DC_BIND_HOSTS"); fi
+  # A requeued job (SLURM_RESTART_COUNT > 0: it stopped on request, or Slurm requeued it after a
+  # node failure) runs this script again with the same job id, so in the same run directory: it
+  # resumes from the newest checkpoint there.
+  if [[ $ATLAS_CMD == train && ${SLURM_RESTART_COUNT:-0} -gt 0 ]]; then
+    placement_overrides+=("run.resume=latest")
+    atlas_note "requeued job (SLURM_RESTART_COUNT=$SLURM_RESTART_COUNT): resuming with run.resume=latest"
+  fi
   # ---- the job's WAN key: 32 random bytes only this user can read, on the shared file system
   # (the run dir); every rank mixes it into its WAN pair secrets, so no key travels over the
   # network and a stranger on the MPI path cannot stand in the middle. Kept across restarts.
@@ -232,10 +239,35 @@ atlas_run() {
   atlas_note "run dir $ATLAS_RUN_DIR"
   atlas_note "command ${launch[*]}"
 
-  local status
+  # The restart loop runs in the background, so that this shell can pass on a SIGUSR1 (a shell
+  # runs its traps only between commands): `#SBATCH --signal=B:USR1@300` then reaches the ranks
+  # (the loop -> srun/mpirun -> atlas), which write a checkpoint and stop with status 8.
+  local status out tee_pid loop_pid
+  exec {out}> >(tee -a "$ATLAS_RUN_DIR/job.log")
+  tee_pid=$!
   "$ATLAS_ROOT/scripts/launch/atlas-run-restart.sh" --log "$ATLAS_RUN_DIR/restarts.log" -- "${launch[@]}" \
-    2>&1 | tee -a "$ATLAS_RUN_DIR/job.log"
-  status=${PIPESTATUS[0]}
+    >&"$out" 2>&1 &
+  loop_pid=$!
+  exec {out}>&-
+  trap 'atlas_note "batch shell: SIGUSR1: asking the job to write a checkpoint and stop"; kill -USR1 "$loop_pid" 2>/dev/null' USR1
+  # wait returns early (>128) when the trap runs; wait again for the loop's own status.
+  wait "$loop_pid"
+  status=$?
+  while kill -0 "$loop_pid" 2>/dev/null; do
+    wait "$loop_pid"
+    status=$?
+  done
+  trap - USR1
+  wait "$tee_pid"
   atlas_note "atlas job $SLURM_JOB_ID: $ATLAS_CMD finished with status $status; run dir $ATLAS_RUN_DIR"
+  # Stopped on request (a time limit's --signal, or scancel --signal=USR1 --batch): the job goes
+  # back to the queue when asked, and the next run of this script resumes (SLURM_RESTART_COUNT).
+  if ((status == 8)) && [[ ${ATLAS_REQUEUE_ON_STOP:-0} == 1 ]]; then
+    if scontrol requeue "$SLURM_JOB_ID"; then
+      atlas_note "requeued job $SLURM_JOB_ID (ATLAS_REQUEUE_ON_STOP=1): it resumes from the newest checkpoint"
+    else
+      echo "ERROR: scontrol requeue $SLURM_JOB_ID failed: resume by hand with run.resume=latest" >&2
+    fi
+  fi
   return "$status"
 }

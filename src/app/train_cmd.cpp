@@ -17,6 +17,7 @@
 #include "atlas/core/build_info.hpp"
 #include "atlas/core/check.hpp"
 #include "atlas/core/log.hpp"
+#include "atlas/core/signals.hpp"
 #include "atlas/deck/deck.hpp"
 #include "atlas/device/backend.hpp"
 #include "atlas/device/host_backend.hpp"
@@ -146,7 +147,9 @@ JobResult run_training_job(const Config& cfg, const mpi::Comm& world, const JobO
   // file than run_dir/.lock, so a job never meets its own lock, unless ckpt.dir is the run
   // directory itself, which the run lock already covers.
   io::DirLock ckpt_lock;
-  if ((cfg.ckpt.every_steps > 0 || cfg.ckpt.final) &&
+  const bool may_checkpoint = cfg.ckpt.every_steps > 0 || cfg.ckpt.final ||
+                              (opt.stop_on_request && cfg.device.backend != Backend::Emulated);
+  if (may_checkpoint &&
       !same_directory(world, cfg.ckpt_dir(), cfg.run_dir())) {
     ckpt_lock = io::DirLock::acquire(world, cfg.ckpt_dir(), "checkpoint directory",
                                      "give this job its own ckpt.dir, or wait until that job "
@@ -270,6 +273,7 @@ JobResult train(const Config& cfg, const mpi::Comm& world, const JobOptions& opt
   int first_bad_loss = -1;  // rank 0: the first step whose loss was not finite
   try {
     for (int step = start_step; step < cfg.run.steps; ++step) {
+      out.begin_step(step);
       runtime::maybe_inject_kill("ATLAS_FAULT_KILL", comms.world.rank(), step, !cfg.run.resume.empty());
       runtime::maybe_inject_hang("ATLAS_FAULT_HANG", comms.world.rank(), step, !cfg.run.resume.empty());
       runtime::maybe_inject_config_error("ATLAS_FAULT_CONFIG_ERROR", comms.world.rank(), step, !cfg.run.resume.empty());
@@ -302,12 +306,19 @@ JobResult train(const Config& cfg, const mpi::Comm& world, const JobOptions& opt
         buckets_early += rep.dp_buckets_early;
         ++timed;
       }
+      // A stop request (SIGUSR1, core/signals.hpp) that every rank has heard of by now: the same
+      // step everywhere (TrainOutput::stop_agreed).
+      if (!last && out.stop_agreed()) {
+        out.stop(trainer, comms, step + 1);
+        result.stopped_at_step = step + 1;
+        break;
+      }
     }
   } catch (const CollectiveError& e) {
     mpi::settle_collective_error(e, verdict.get());
     throw;
   }
-  result.steps_run = cfg.run.steps - start_step;
+  result.steps_run = (result.stopped_at_step >= 0 ? result.stopped_at_step : cfg.run.steps) - start_step;
 
   // ---- teardown ----
   if (bubbletea) {
@@ -339,6 +350,8 @@ JobResult train(const Config& cfg, const mpi::Comm& world, const JobOptions& opt
 }  // namespace
 
 int cmd_train(Context& ctx) {
+  // SIGUSR1 from here on asks for a checkpoint and a clean stop instead of ending the process.
+  const signals::StopRequests stop_requests;
   const Args args = parse_args(ctx.args, {}, {});
   const std::string path = deck_path(args, "train");
   const mpi::Comm world = mpi::Comm::world();
@@ -348,8 +361,9 @@ int cmd_train(Context& ctx) {
   const Config cfg = deck::load(world, path, args.overrides, shape);
   JobOptions opt;
   opt.deck_path = path;
-  (void)run_training_job(cfg, world, opt);
-  return 0;
+  opt.stop_on_request = true;
+  const JobResult r = run_training_job(cfg, world, opt);
+  return r.stopped_at_step >= 0 ? static_cast<int>(ExitCode::Stopped) : 0;
 }
 
 }  // namespace atlas::app

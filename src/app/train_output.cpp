@@ -151,7 +151,11 @@ void TrainOutput::schedule(const sched::ScheduleTable& table) {
 
 int TrainOutput::resume(runtime::Trainer& trainer, const topo::Communicators& comms) {
   const runtime::Restored r = runtime::restore_checkpoint(trainer, m_cfg, comms);
-  if (!r.path.empty()) print(fmt::format("# resumed from {} at step {}\n", r.path, r.step));
+  if (!r.path.empty()) {
+    print(fmt::format("# resumed from {} at step {}\n", r.path, r.step));
+    m_last_checkpoint = r.step;
+    m_last_checkpoint_path = r.path;
+  }
   return r.step;
 }
 
@@ -189,7 +193,7 @@ void TrainOutput::step(const runtime::StepReport& r, std::optional<double> val, 
   if (logged) {
     flush_row();
     m_job = {(r.compute_s + r.prefill_s) / r.step_s, static_cast<double>(r.boundary.wan_bytes_sent),
-             r.boundary.wan_send_busy_s, m_bad_loss ? 1.0 : 0.0};
+             r.boundary.wan_send_busy_s, m_bad_loss ? 1.0 : 0.0, signals::stop_requested() != 0 ? 1.0 : 0.0};
     m_job_sum = comms.world.iallreduce_sum(std::span<double>(m_job));
   }
   m_mine.add(r);
@@ -234,6 +238,7 @@ void TrainOutput::flush_row() {
   if (m_job_sum.pending()) {
     m_job_sum.wait_polling();
     m_lagged_bad_loss = m_job[3] > 0.0;
+    m_stop_ranks = static_cast<int>(std::lround(m_job[4]));
   }
   if (!m_pending_row) return;
   const std::function<void()> row = std::move(m_pending_row);
@@ -316,7 +321,13 @@ void TrainOutput::started(int first_step) {
   write_file_whole((fs::path(m_dir) / "run.json").string(),
                    fmt::format("{{\"run\":\"{}\",\"status\":\"running\",\"first_step\":{},\"steps\":{}}}\n",
                                json_escape(m_cfg.run.name), first_step, m_cfg.run.steps));
+  // From here a SIGTERM/SIGINT/SIGHUP (scancel, Ctrl-C, a lost terminal) leaves a note in
+  // log.txt and run.json before the process dies of it (core/signals.hpp).
+  m_notes.emplace(signals::InterruptNote{(fs::path(m_dir) / "log.txt").string(), (fs::path(m_dir) / "run.json").string(),
+                                         json_escape(m_cfg.run.name), m_cfg.run.steps});
 }
+
+void TrainOutput::begin_step(int step) const { signals::set_progress(step, m_last_checkpoint); }
 
 bool TrainOutput::checkpoint_due(int steps_done, bool last) const {
   const bool periodic = m_cfg.ckpt.every_steps > 0 && steps_done % m_cfg.ckpt.every_steps == 0;
@@ -325,11 +336,33 @@ bool TrainOutput::checkpoint_due(int steps_done, bool last) const {
 
 void TrainOutput::maybe_checkpoint(runtime::Trainer& trainer, const topo::Communicators& comms, int steps_done,
                                    bool last) {
-  if (!checkpoint_due(steps_done, last)) return;
+  if (checkpoint_due(steps_done, last)) checkpoint(trainer, comms, steps_done);
+}
+
+void TrainOutput::checkpoint(runtime::Trainer& trainer, const topo::Communicators& comms, int steps_done) {
   flush_row();
   const io::WriteResult r = runtime::save_checkpoint(trainer, m_cfg, comms, steps_done);
+  m_last_checkpoint = steps_done;
+  m_last_checkpoint_path = r.path;
+  signals::set_progress(steps_done, m_last_checkpoint);
   print(fmt::format("# checkpoint {} ({}, {:.2f} s)\n", r.path, units::format_bytes_human(static_cast<double>(r.file_bytes)),
                     r.seconds));
+}
+
+void TrainOutput::stop(runtime::Trainer& trainer, const topo::Communicators& comms, int steps_done) {
+  flush_row();
+  std::string saved;
+  if (emulated()) {
+    saved = "no checkpoint (device.backend = emulated computes no weights)";
+  } else {
+    if (m_last_checkpoint != steps_done) checkpoint(trainer, comms, steps_done);
+    saved = fmt::format("its checkpoint is {}", m_last_checkpoint_path);
+  }
+  m_stopped_at = steps_done;
+  print(fmt::format("# stop requested (SIGUSR1, seen by {} of {} ranks): stopping after {} of run.steps = {} steps; {}\n"
+                    "#   resume with the same command and run.resume=latest (scripts/launch/atlas-run-restart.sh "
+                    "and the Slurm scripts do; docs/slurm.md)\n",
+                    m_stop_ranks, comms.world.size(), steps_done, m_cfg.run.steps, saved));
 }
 
 void TrainOutput::write_profile(const topo::Communicators& comms, const topo::Layout& layout,
@@ -418,24 +451,38 @@ std::vector<runtime::SlotEvent> TrainOutput::finish(runtime::Trainer& trainer, c
     s += fmt::format("# wrote {}/trace.json ({} events){}\n", m_dir, events.size(),
                      m_cfg.profile.enabled ? " and profile.h5" : "");
   }
+  // The run ends well from here: no interrupt note may replace the run.json written now.
+  m_notes.reset();
+  const bool stopped = m_stopped_at >= 0;
+  const std::string status =
+      stopped ? fmt::format("\"stopped\",\"exit_code\":{},\"steps_done\":{},\"checkpoint\":{}",
+                            static_cast<int>(ExitCode::Stopped), m_stopped_at,
+                            m_last_checkpoint == m_stopped_at ? "\"" + json_escape(m_last_checkpoint_path) + "\""
+                                                              : std::string("null"))
+              : std::string("\"OK\"");
   write_file_whole((fs::path(m_dir) / "run.json").string(),
-              fmt::format("{{\"run\":\"{}\",\"status\":\"OK\",\"steps\":{},\"first_loss\":{},\"final_loss\":{},"
+              fmt::format("{{\"run\":\"{}\",\"status\":{},\"steps\":{},\"first_loss\":{},\"final_loss\":{},"
                           "\"final_val_loss\":{},\"mean_step_ms\":{:.3f},\"predicted_step_ms\":{:.3f},"
                           "\"schedule\":\"{}\",\"world_size\":{},\"wan_bytes\":{},\"prefill_tokens\":{},"
                           "\"tokens_per_step\":{},\"mfu\":{},\"peak_memory_bytes\":[{}]}}\n",
-                          json_escape(m_cfg.run.name), m_cfg.run.steps, json_number(m_first_loss),
+                          json_escape(m_cfg.run.name), status, m_cfg.run.steps, json_number(m_first_loss),
                           json_number(m_last_loss),
                           m_last_val ? fmt::format("{:.6f}", *m_last_val) : std::string("null"), mean_step * 1e3,
                           table.step_ms, to_string(m_cfg.schedule.kind), layout.world_size(), wan_bytes,
                           m_prefill_tokens, static_cast<long long>(m_cfg.tokens_per_step()),
                           mean_mfu >= 0 ? fmt::format("{:.6f}", mean_mfu) : std::string("null"), peaks_json));
+  // A run stopped on request says so in its footer, which a script must not take for an OK.
+  const std::string verdict =
+      stopped ? fmt::format("STOPPED on request after {} of run.steps = {} steps (resume with run.resume=latest)",
+                            m_stopped_at, m_cfg.run.steps)
+              : std::string("OK");
   if (emulated())
-    s += fmt::format("# OK: {} steps, loss n/a (emulated compute: device.backend = emulated); results in {}/\n",
-                     m_timed_steps, m_dir);
+    s += fmt::format("# {}: {} steps, loss n/a (emulated compute: device.backend = emulated); results in {}/\n",
+                     verdict, m_timed_steps, m_dir);
   else
-    s += fmt::format("# OK: {} steps, loss {:.4f} -> {:.4f}, val {} (unigram entropy of the validation text: {:.4f} "
+    s += fmt::format("# {}: {} steps, loss {:.4f} -> {:.4f}, val {} (unigram entropy of the validation text: {:.4f} "
                      "nats/token); results in {}/\n",
-                     m_timed_steps, m_first_loss, m_last_loss, m_last_val ? fmt::format("{:.4f}", *m_last_val) : "-",
+                     verdict, m_timed_steps, m_first_loss, m_last_loss, m_last_val ? fmt::format("{:.4f}", *m_last_val) : "-",
                      entropy, m_dir);
   print(s);
   return events;

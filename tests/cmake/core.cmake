@@ -2,6 +2,7 @@
 # Tests of core/, deck/, topo/ and sched/.
 atlas_unit_test(test_deck ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_deck.cpp)
 atlas_unit_test(test_core_file ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_core_file.cpp)
+atlas_unit_test(test_core_signals ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_core_signals.cpp)
 atlas_unit_test(test_core_error ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_core_error.cpp)
 atlas_unit_test(test_core_env ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_core_env.cpp)
 atlas_unit_test(test_bench_harness ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_bench_harness.cpp)

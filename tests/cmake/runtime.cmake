@@ -22,6 +22,12 @@ add_test(NAME test_kill_restart
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/launch/test_kill_restart.sh ${PROJECT_SOURCE_DIR} $<TARGET_FILE:atlas>)
 set_tests_properties(test_kill_restart PROPERTIES LABELS slow TIMEOUT 300 FIXTURES_REQUIRED brown_corpus
   PROCESSORS 2)
+# SIGUSR1 stops a running job after one agreed step with a checkpoint (exit 8), and the resumed
+# run's losses equal an uninterrupted run's; SIGTERM leaves the interrupted note (core/signals).
+add_test(NAME test_stop_signal
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/launch/test_stop_signal.sh ${PROJECT_SOURCE_DIR} $<TARGET_FILE:atlas>)
+set_tests_properties(test_stop_signal PROPERTIES LABELS slow TIMEOUT 300 FIXTURES_REQUIRED brown_corpus
+  PROCESSORS 2)
 atlas_unit_test(test_runtime_fault ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_runtime_fault.cpp)
 atlas_unit_test(test_profile_reader ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_profile_reader.cpp)
 # The wake-up delay probe (the simulator's cluster.host_wake_us in atlas bench fidelity).

@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 # Tests scripts/launch/atlas-run-restart.sh with a fake launch command whose exit statuses are
 # scripted: restarts with run.resume=latest after comm errors and a killed rank, never after a
-# config error, gives up after ATLAS_MAX_RESTARTS, and stops (no restart) on SIGTERM.
+# config error, gives up after ATLAS_MAX_RESTARTS, and stops (no restart) on SIGTERM; passes a
+# SIGUSR1 on to the attempt and does not restart a run that stopped on request (exit 8).
 # usage: test_restart.sh [SOURCE_DIR]
 set -uo pipefail
 ROOT=${1:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -27,6 +28,12 @@ n=$(wc -l <"$dir/calls")
 code=$(sed -n "${n}p" "$dir/statuses")
 if [[ $code == kill ]]; then kill -KILL $$; fi
 if [[ $code == sleep ]]; then exec sleep 30; fi
+# usr1: a job that stops on request: exit 8 once a SIGUSR1 reaches it (atlas train's answer).
+if [[ $code == usr1 ]]; then
+  trap 'echo got-usr1 >>"$dir/calls.usr1"; exit 8' USR1
+  for _ in $(seq 300); do sleep 0.1; done
+  exit 9
+fi
 exit "${code:-0}"
 EOF
 chmod +x "$T/fake.sh"
@@ -85,6 +92,29 @@ expect_eq "attempts after SIGTERM" 1 "$(wc -l <"$T/calls")"
 [[ $rc -ne 0 ]] || fail "launcher returned 0 after SIGTERM"
 (($(date +%s) - t0 < 10)) || fail "launcher took >= 10 s to stop after SIGTERM"
 grep -q "received SIGTERM" "$T/log" || fail "log lacks 'received SIGTERM'"
+
+# ---- a run stopped on request (exit 8) is not restarted ----
+run_case 8 0
+expect_eq "exit status of a run stopped on request" 8 "$rc"
+expect_eq "attempts when the run stopped on request" 1 "$(wc -l <"$T/calls")"
+grep -q "attempt 1 exited with status 8 (stopped on request" "$T/log" || fail "log lacks status 8's meaning: $(cat "$T/log")"
+grep -q "not restarting: the run stopped on request" "$T/log" || fail "log lacks 'not restarting: the run stopped on request'"
+
+# ---- SIGUSR1 (Slurm's --signal) reaches the attempt, which stops; no restart follows ----
+rm -f "$T/calls" "$T/calls.usr1" "$T/log"
+printf '%s\n' usr1 0 >"$T/statuses"
+"$LAUNCH" --log "$T/log" -- "$T/fake.sh" train d.deck 2>/dev/null &
+launcher=$!
+for _ in $(seq 50); do [[ -s $T/calls ]] && break; sleep 0.1; done
+sleep 0.3
+kill -USR1 "$launcher"
+wait "$launcher"
+rc=$?
+while kill -0 "$launcher" 2>/dev/null; do wait "$launcher"; rc=$?; done
+expect_eq "exit status after SIGUSR1" 8 "$rc"
+expect_eq "the attempt received the SIGUSR1" got-usr1 "$(cat "$T/calls.usr1" 2>/dev/null)"
+expect_eq "attempts after SIGUSR1" 1 "$(wc -l <"$T/calls")"
+grep -q "received SIGUSR1: asking the attempt" "$T/log" || fail "log lacks 'received SIGUSR1'"
 
 # ---- bad settings are rejected ----
 ATLAS_MAX_RESTARTS=many "$LAUNCH" -- true 2>"$T/stderr"

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "atlas/core/signals.hpp"
 #include "atlas/deck/config.hpp"
 #include "atlas/device/backend.hpp"
 #include "atlas/mpi/comm.hpp"
@@ -87,10 +88,23 @@ class TrainOutput {
   /// "OK"; otherwise (the job that ran the last steps was killed before its summary) it says
   /// "finished", with the checkpoint's step, instead of that job's "running".
   void nothing_to_train(int checkpoint_step);
+  /// Every rank, before each step: the step the signals' interrupt note names (signals.hpp).
+  void begin_step(int step) const;
+  /// True on every rank, at the same step, once a logged step's job-wide sum has come back with a
+  /// stop request (SIGUSR1) from some rank: the loop then calls stop(). A request travels with the
+  /// next logged step's sum, which is read at the logged step after that: at most 2 x
+  /// run.log_every_steps steps after the signal.
+  [[nodiscard]] bool stop_agreed() const { return m_stop_ranks > 0; }
+  /// Collective over comms.world: after `steps_done` steps, on a stop request: a checkpoint (unless
+  /// this step has one already, or the compute is emulated), the note saying how to resume;
+  /// finish() then writes run.json with status "stopped" and the STOPPED footer.
+  void stop(runtime::Trainer& trainer, const topo::Communicators& comms, int steps_done);
   /// True when the deck asks for a checkpoint after `steps_done` steps (`last`: the run's last).
   [[nodiscard]] bool checkpoint_due(int steps_done, bool last) const;
   /// Collective over comms.world: a checkpoint after `steps_done` steps when the deck asks.
   void maybe_checkpoint(runtime::Trainer& trainer, const topo::Communicators& comms, int steps_done, bool last);
+  /// The steps the run had done when it stopped on request (stop()), -1 when it did not.
+  [[nodiscard]] int stopped_at() const { return m_stopped_at; }
   /// Collective over comms.world: gathers the profile, writes profile.h5 / trace.json / run.json,
   /// prints the per-rank summary, every rank's peak memory (`backend`.peak_bytes()) and the OK
   /// footer. Returns every rank's slots on rank 0 (empty elsewhere, and when profile.enabled = false).
@@ -116,7 +130,14 @@ class TrainOutput {
   double m_mfu_peak_flops = 0.0;       // all devices together
   double m_sum_mfu = 0.0;              // over the steps, for the footer
   RankTime m_mine;  // every rank: its own budget, gathered at the end
-  std::array<double, 4> m_job{};        // the last logged step's job-wide sum (step()); [3]: rank 0's bad-loss flag
+  // The last logged step's job-wide sum (step()): [3] rank 0's bad-loss flag, [4] the number of
+  // ranks that had a stop request (SIGUSR1).
+  std::array<double, 5> m_job{};
+  int m_stop_ranks = 0;                 // m_job[4] of the last sum that came back (flush_row())
+  int m_stopped_at = -1;                // stop(): the steps done when the run stopped on request
+  int m_last_checkpoint = -1;           // the newest checkpoint's step (resumed or written), -1: none
+  std::string m_last_checkpoint_path;
+  std::optional<signals::InterruptNotes> m_notes;  // rank 0, from started() until finish()'s run.json
   bool m_lagged_bad_loss = false;       // the last sum that came back carried rank 0's flag (flush_row())
   bool m_bad_loss = false;              // rank 0: a non-finite loss was seen
   bool m_diverged_written = false;      // rank 0: diverged() wrote run.json (failed() keeps it)
@@ -124,6 +145,8 @@ class TrainOutput {
   std::function<void()> m_pending_row;  // rank 0: prints that step's row from m_job
   std::vector<runtime::StepRow> m_steps;
   void print(const std::string& s);
+  /// Collective over comms.world: writes the checkpoint of `steps_done` steps and prints its line.
+  void checkpoint(runtime::Trainer& trainer, const topo::Communicators& comms, int steps_done);
   /// Rank 0: throws atlas::Error (Io) naming `file` when `f` is in a failed state.
   void check_written(std::ofstream& f, const std::string& file) const;
   /// Collective over comms.world: gathers every rank's events and writes profile.h5 on rank 0.

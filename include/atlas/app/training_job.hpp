@@ -19,6 +19,10 @@ namespace atlas::app {
 struct JobOptions {
   std::string deck_path = "(deck)";  ///< for the header
   bool quiet = false;                ///< no progress rows (files are still written)
+  /// `atlas train`: the job answers SIGUSR1 with a checkpoint and a stop (core/signals.hpp holds
+  /// the handler for the command), so the checkpoint directory is locked even when the deck
+  /// writes no checkpoints.
+  bool stop_on_request = false;
 };
 
 struct JobResult {
@@ -36,6 +40,7 @@ struct JobResult {
   double dp_buckets_early = 0.0;    ///< fraction of DP buckets started during the last backward
   std::int64_t prefill_tokens = 0;  ///< whole job
   int steps_run = 0;
+  int stopped_at_step = -1;         ///< the steps done when a stop request (SIGUSR1) ended the run; -1: it ran to the end
   /// World rank 0: every rank's executed slots (profile.enabled), as in profile.h5.
   std::vector<runtime::SlotEvent> events;
 };

@@ -20,6 +20,7 @@ enum class ExitCode : int {
   Io = 5,        ///< HDF5, checkpoint, file system
   Internal = 6,  ///< a broken invariant: a bug in atlas
   Diverged = 7,  ///< training diverged: a non-finite loss or gradient norm (collective)
+  Stopped = 8,   ///< stopped on request (SIGUSR1) after a checkpoint: resume with run.resume=latest
 };
 
 /// A local error: one rank saw it. Carries the exit code class and the call site.

@@ -1,0 +1,213 @@
+// SPDX-License-Identifier: MIT
+// Signal handlers of a training job (see the header). The handlers touch only lock-free atomics
+// and, for the interrupt note, buffers filled before they were installed.
+#include "atlas/core/signals.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstddef>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "atlas/core/check.hpp"
+
+namespace atlas::signals {
+
+namespace {
+
+static_assert(std::atomic<int>::is_always_lock_free && std::atomic<bool>::is_always_lock_free,
+              "the signal handlers need lock-free atomics");
+
+std::atomic<int> g_stop{0};
+std::atomic<bool> g_stop_installed{false};
+struct sigaction g_old_usr1 {};
+
+extern "C" void on_stop(int sig) { g_stop.store(sig, std::memory_order_relaxed); }
+
+constexpr std::array<int, 3> kFatal{SIGTERM, SIGINT, SIGHUP};
+std::array<struct sigaction, kFatal.size()> g_old_fatal{};
+std::array<bool, kFatal.size()> g_fatal_installed{};
+std::atomic<bool> g_note_armed{false};
+std::atomic<bool> g_note_taken{false};  // the first fatal signal writes the note, once
+std::atomic<int> g_step{-1};
+std::atomic<int> g_checkpoint{-1};
+
+constexpr std::size_t kPath = 4096;
+char g_log_path[kPath];
+char g_json_path[kPath];
+char g_json_tmp[kPath + 16];
+char g_json_head[1024];  // {"run":"NAME","status":"interrupted"
+int g_steps = 0;
+
+/// Text built without allocation, for use inside a signal handler.
+struct Text {
+  char d[2048];
+  std::size_t n = 0;
+  void add(const char* s) {
+    while (*s != '\0' && n + 1 < sizeof d) d[n++] = *s++;
+  }
+  void add(long v) {
+    char tmp[24];
+    std::size_t k = 0;
+    const bool neg = v < 0;
+    unsigned long u = neg ? static_cast<unsigned long>(-(v + 1)) + 1 : static_cast<unsigned long>(v);
+    do {
+      tmp[k++] = static_cast<char>('0' + u % 10);
+      u /= 10;
+    } while (u != 0 && k < sizeof tmp);
+    if (neg && n + 1 < sizeof d) d[n++] = '-';
+    while (k > 0 && n + 1 < sizeof d) d[n++] = tmp[--k];
+  }
+};
+
+const char* fatal_name(int sig) {
+  switch (sig) {
+    case SIGTERM: return "SIGTERM";
+    case SIGINT: return "SIGINT";
+    case SIGHUP: return "SIGHUP";
+    default: return "a signal";
+  }
+}
+
+void write_all(int fd, const Text& t) {
+  std::size_t off = 0;
+  while (off < t.n) {
+    const ssize_t w = ::write(fd, t.d + off, t.n - off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return;
+    off += static_cast<std::size_t>(w);
+  }
+}
+
+void write_note(int sig) {
+  const int step = g_step.load(std::memory_order_relaxed);
+  const int ckpt = g_checkpoint.load(std::memory_order_relaxed);
+  Text line;
+  line.add("ERROR: interrupted by ");
+  line.add(fatal_name(sig));
+  line.add(" during step ");
+  line.add(static_cast<long>(step));
+  line.add(" of run.steps = ");
+  line.add(static_cast<long>(g_steps));
+  if (ckpt >= 0) {
+    line.add("; the newest checkpoint is at step ");
+    line.add(static_cast<long>(ckpt));
+    line.add(" (resume with run.resume=latest)\n");
+  } else {
+    line.add("; no checkpoint of this run was written yet\n");
+  }
+  line.add("  hint: to stop with a checkpoint instead, send SIGUSR1 (Slurm: #SBATCH --signal=B:USR1@300; docs/slurm.md)\n");
+  write_all(STDERR_FILENO, line);
+  int fd = ::open(g_log_path, O_WRONLY | O_APPEND | O_CLOEXEC);
+  if (fd >= 0) {
+    write_all(fd, line);
+    ::close(fd);
+  }
+  Text json;
+  json.add(g_json_head);
+  json.add(",\"signal\":\"");
+  json.add(fatal_name(sig));
+  json.add("\",\"step\":");
+  json.add(static_cast<long>(step));
+  json.add(",\"steps\":");
+  json.add(static_cast<long>(g_steps));
+  json.add(",\"checkpoint_step\":");
+  if (ckpt >= 0) {
+    json.add(static_cast<long>(ckpt));
+  } else {
+    json.add("null");
+  }
+  json.add("}\n");
+  fd = ::open(g_json_tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd >= 0) {
+    write_all(fd, json);
+    ::close(fd);
+    (void)::rename(g_json_tmp, g_json_path);
+  }
+}
+
+extern "C" void on_fatal(int sig) {
+  const int saved = errno;
+  if (g_note_armed.load(std::memory_order_relaxed) && !g_note_taken.exchange(true)) write_note(sig);
+  // The process dies of the signal as it would have (the launcher reads 128 + signal): the
+  // previous disposition comes back and the signal, blocked while this handler runs, is
+  // delivered again when it returns.
+  for (std::size_t i = 0; i < kFatal.size(); ++i)
+    if (kFatal[i] == sig) (void)::sigaction(sig, &g_old_fatal[i], nullptr);
+  errno = saved;
+  (void)::raise(sig);
+}
+
+void copy_bounded(char* dst, std::size_t cap, const std::string& src, const char* what) {
+  if (src.size() + 1 > cap)
+    ATLAS_THROW(Internal, what << " is too long for the interrupt note (" << src.size() << " bytes, at most "
+                               << cap - 1 << ")");
+  std::memcpy(dst, src.c_str(), src.size() + 1);
+}
+
+}  // namespace
+
+StopRequests::StopRequests() {
+  ATLAS_ASSERT(!g_stop_installed.exchange(true), "a second signals::StopRequests scope");
+  g_stop.store(0, std::memory_order_relaxed);
+  struct sigaction sa {};
+  sa.sa_handler = on_stop;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  if (::sigaction(SIGUSR1, &sa, &g_old_usr1) != 0)
+    ATLAS_THROW(Internal, "sigaction(SIGUSR1) failed: " << std::strerror(errno));
+}
+
+StopRequests::~StopRequests() {
+  (void)::sigaction(SIGUSR1, &g_old_usr1, nullptr);
+  g_stop_installed.store(false);
+}
+
+int stop_requested() noexcept { return g_stop.load(std::memory_order_relaxed); }
+
+void clear_stop_request() noexcept { g_stop.store(0, std::memory_order_relaxed); }
+
+InterruptNotes::InterruptNotes(const InterruptNote& note) {
+  ATLAS_ASSERT(!g_note_armed.load(), "a second signals::InterruptNotes scope");
+  copy_bounded(g_log_path, sizeof g_log_path, note.log_path, "the log path");
+  copy_bounded(g_json_path, sizeof g_json_path, note.run_json_path, "the run.json path");
+  copy_bounded(g_json_tmp, sizeof g_json_tmp, note.run_json_path + ".signal.tmp", "the run.json path");
+  copy_bounded(g_json_head, sizeof g_json_head,
+               fmt::format("{{\"run\":\"{}\",\"status\":\"interrupted\"", note.run_name), "the run name");
+  g_steps = note.steps;
+  g_note_taken.store(false);
+  for (std::size_t i = 0; i < kFatal.size(); ++i) {
+    struct sigaction old {};
+    (void)::sigaction(kFatal[i], nullptr, &old);
+    // A signal the process was told to ignore (nohup's SIGHUP) stays ignored.
+    g_fatal_installed[i] = old.sa_handler != SIG_IGN;
+    if (!g_fatal_installed[i]) continue;
+    struct sigaction sa {};
+    sa.sa_handler = on_fatal;
+    sigemptyset(&sa.sa_mask);
+    for (const int s : kFatal) sigaddset(&sa.sa_mask, s);  // one note, whichever comes first
+    sa.sa_flags = SA_RESTART;
+    if (::sigaction(kFatal[i], &sa, &g_old_fatal[i]) != 0)
+      ATLAS_THROW(Internal, "sigaction(" << fatal_name(kFatal[i]) << ") failed: " << std::strerror(errno));
+  }
+  g_note_armed.store(true);
+}
+
+InterruptNotes::~InterruptNotes() {
+  g_note_armed.store(false);
+  for (std::size_t i = 0; i < kFatal.size(); ++i)
+    if (g_fatal_installed[i]) (void)::sigaction(kFatal[i], &g_old_fatal[i], nullptr);
+}
+
+void set_progress(int step, int checkpoint_step) noexcept {
+  g_step.store(step, std::memory_order_relaxed);
+  g_checkpoint.store(checkpoint_step, std::memory_order_relaxed);
+}
+
+}  // namespace atlas::signals

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Signals a running `atlas train` answers (include/atlas/core/signals.hpp):
+#   - SIGUSR1 to mpirun (which passes it on to the ranks): every rank stops after the same step
+#     with a checkpoint of that step, exit code 8, the STOPPED footer and run.json "stopped";
+#     run.resume=latest then finishes the run with every step's loss equal to an uninterrupted
+#     run's;
+#   - SIGTERM to mpirun: the job dies (the launcher kills it), but rank 0 first writes the
+#     "interrupted" note into log.txt and run.json.
+# Cleans up its temp dir and every process it started; no network beyond loopback.
+# usage: test_stop_signal.sh SOURCE_DIR ATLAS_BIN
+set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+launch_setup test_stop_signal.sh stop-test "$@"
+STEPS=30
+COMMON=(inputs/default.deck parallel.dp_size=1 run.steps=$STEPS run.log_every_steps=1 ckpt.every_steps=0
+        train.eval_every_steps=0 run.out_dir="$T" wan.recv_timeout_s=20 profile.enabled=false)
+MPI=(mpirun -np 4 --oversubscribe --mca btl self,vader,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo)
+
+# The loss column of metrics.csv, one line per step.
+losses() { awk -F, -v n=$STEPS 'NR > 1 { loss[$1] = $2 } END { for (s = 0; s < n; s++) print s, loss[s] }' "$1"; }
+# Rows of metrics.csv so far (0 before the file exists).
+rows() { if [[ -f $1 ]]; then echo $(($(wc -l <"$1") - 1)); else echo 0; fi; }
+
+# Starts the job in the background as $job (mpirun's pid), waits until it has logged $2 steps,
+# then sends signal $3 to mpirun and waits for the job's status ($status). $1 = run.name.
+signal_job() {
+  local name=$1 after=$2 sig=$3
+  "${MPI[@]}" "$ATLAS_BIN" train "${COMMON[@]}" run.name="$name" >"$T/$name.out" 2>&1 &
+  job=$!
+  for _ in $(seq 600); do
+    (($(rows "$T/$name/metrics.csv") >= after)) && break
+    kill -0 "$job" 2>/dev/null || break
+    sleep 0.1
+  done
+  signalled_at=$(rows "$T/$name/metrics.csv")
+  kill "-$sig" "$job"
+  # Bounded: a job that ignores the signal is killed after 120 s and the checks below fail.
+  for _ in $(seq 1200); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "$job" 2>/dev/null && { echo "FAIL: the job did not end within 120 s of SIG$sig"; kill -KILL "$job"; fail=1; }
+  wait "$job"
+  status=$?
+}
+
+"${MPI[@]}" "$ATLAS_BIN" train "${COMMON[@]}" run.name=straight >"$T/straight.out" 2>&1
+check "the uninterrupted run finished" grep -q "^# OK: $STEPS steps" "$T/straight.out"
+
+# ---- SIGUSR1: checkpoint and stop, then resume ----
+signal_job stopped 3 USR1
+check "SIGUSR1 arrived before the run's end (after $signalled_at steps)" test "$signalled_at" -lt $((STEPS - 4))
+check "the job exited with code 8 (stopped on request), not $status" test "$status" -eq 8
+check "every rank heard of the request" grep -q "^# stop requested (SIGUSR1, seen by 4 of 4 ranks): stopping after [0-9]* of run.steps = $STEPS steps" "$T/stopped.out"
+stop_at=$(sed -n 's/^# stop requested .*stopping after \([0-9]*\) of run.steps.*/\1/p' "$T/stopped.out")
+check "it stopped within 2 logged steps of the signal (signalled after $signalled_at, stopped after ${stop_at:-?})" \
+  test "${stop_at:-999}" -le $((signalled_at + 3))
+check "the checkpoint of that step was written" test -f "$T/stopped/ckpt/$(printf 'step-%06d.h5' "${stop_at:-0}")"
+check "the footer says STOPPED, not OK" grep -q "^# STOPPED on request after ${stop_at:-?} of run.steps = $STEPS steps" "$T/stopped.out"
+check "no OK footer" bash -c "! grep -q '^# OK:' '$T/stopped.out'"
+check "run.json says stopped, with exit code 8 and the checkpoint" \
+  grep -q "\"status\":\"stopped\",\"exit_code\":8,\"steps_done\":${stop_at:-?},\"checkpoint\":\".*step-0*${stop_at:-?}.h5\"" "$T/stopped/run.json"
+check "metrics.csv stops at that step" test "$(rows "$T/stopped/metrics.csv")" -eq "${stop_at:-0}"
+"${MPI[@]}" "$ATLAS_BIN" train "${COMMON[@]}" run.name=stopped run.resume=latest >"$T/resumed.out" 2>&1
+check "the resumed run started at the stop's step" grep -q "# resumed from .*step-0*${stop_at:-?}.h5 at step ${stop_at:-?}" "$T/resumed.out"
+check "the resumed run finished" grep -q "^# OK:" "$T/resumed.out"
+check "every step's loss equals the uninterrupted run's" diff <(losses "$T/straight/metrics.csv") <(losses "$T/stopped/metrics.csv")
+
+# ---- SIGTERM: the job dies, rank 0 leaves the interrupted note ----
+signal_job termed 3 TERM
+check "the job did not exit 0 after SIGTERM (status $status)" test "$status" -ne 0
+check "log.txt has the interrupted note" \
+  grep -q "^ERROR: interrupted by SIGTERM during step [0-9]* of run.steps = $STEPS; no checkpoint of this run was written yet" "$T/termed/log.txt"
+check "run.json says interrupted, with the step" \
+  grep -q '^{"run":"termed","status":"interrupted","signal":"SIGTERM","step":[0-9]*,"steps":'$STEPS',"checkpoint_step":null}$' "$T/termed/run.json"
+check "no stray run.json.signal.tmp" test ! -e "$T/termed/run.json.signal.tmp"
+
+launch_finish

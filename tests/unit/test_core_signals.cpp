@@ -1,0 +1,123 @@
+// SPDX-License-Identifier: MIT
+// core/signals: SIGUSR1 is recorded as a stop request while a StopRequests scope lives (and the
+// previous handler comes back after it); a SIGTERM/SIGINT/SIGHUP under InterruptNotes writes the
+// note (log line, run.json) and the process still dies of the signal; a signal the process
+// ignores (nohup's SIGHUP) stays ignored. The dying cases run in a forked child.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "atlas/core/signals.hpp"
+
+namespace atlas {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+struct TempDir {
+  fs::path path = fs::temp_directory_path() / ("atlas-signals-" + std::to_string(::getpid()));
+  TempDir() { fs::create_directories(path); }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+volatile std::sig_atomic_t g_previous_ran = 0;
+extern "C" void previous_handler(int) { g_previous_ran = 1; }
+
+TEST(StopRequests, SigusrOneIsRecordedAndThePreviousHandlerComesBack) {
+  struct sigaction mine {};
+  mine.sa_handler = previous_handler;
+  sigemptyset(&mine.sa_mask);
+  struct sigaction saved {};
+  ASSERT_EQ(::sigaction(SIGUSR1, &mine, &saved), 0);
+  {
+    const signals::StopRequests scope;
+    EXPECT_EQ(signals::stop_requested(), 0);
+    ASSERT_EQ(::raise(SIGUSR1), 0);
+    EXPECT_EQ(signals::stop_requested(), SIGUSR1);
+    EXPECT_EQ(g_previous_ran, 0);
+    signals::clear_stop_request();
+    EXPECT_EQ(signals::stop_requested(), 0);
+  }
+  ASSERT_EQ(::raise(SIGUSR1), 0);
+  EXPECT_EQ(g_previous_ran, 1) << "the handler installed before the scope is back";
+  EXPECT_EQ(signals::stop_requested(), 0);
+  ::sigaction(SIGUSR1, &saved, nullptr);
+}
+
+/// Forks a child that arms the note (after `step`, `checkpoint`) and raises `sig`; returns the
+/// child's wait status.
+int child_raises(const TempDir& t, int sig, int step, int checkpoint, bool ignore_first = false) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    if (ignore_first) ::signal(sig, SIG_IGN);
+    {
+      std::ofstream(t.path / "log.txt") << "# earlier lines\n";
+      const signals::InterruptNotes notes(
+          {(t.path / "log.txt").string(), (t.path / "run.json").string(), "job \\\"q\\\"", 12});
+      signals::set_progress(step, checkpoint);
+      ::raise(sig);
+      // Only reached when the signal is ignored.
+      std::ofstream(t.path / "survived") << "yes\n";
+    }
+    ::_exit(0);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return status;
+}
+
+TEST(InterruptNotes, SigtermWritesTheNoteAndStillKills) {
+  TempDir t;
+  const int status = child_raises(t, SIGTERM, 7, 4);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "the process dies of the signal, as without the note";
+  EXPECT_EQ(WTERMSIG(status), SIGTERM);
+  const std::string log = slurp(t.path / "log.txt");
+  EXPECT_THAT(log, HasSubstr("# earlier lines\n")) << "appended, nothing lost";
+  EXPECT_THAT(log, HasSubstr("ERROR: interrupted by SIGTERM during step 7 of run.steps = 12; the newest "
+                             "checkpoint is at step 4 (resume with run.resume=latest)\n"));
+  EXPECT_THAT(log, HasSubstr("hint: to stop with a checkpoint instead, send SIGUSR1"));
+  EXPECT_EQ(slurp(t.path / "run.json"),
+            "{\"run\":\"job \\\"q\\\"\",\"status\":\"interrupted\",\"signal\":\"SIGTERM\",\"step\":7,\"steps\":12,"
+            "\"checkpoint_step\":4}\n");
+  EXPECT_FALSE(fs::exists(t.path / "run.json.signal.tmp"));
+}
+
+TEST(InterruptNotes, SigintWithoutACheckpointSaysSo) {
+  TempDir t;
+  const int status = child_raises(t, SIGINT, 0, -1);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  EXPECT_EQ(WTERMSIG(status), SIGINT);
+  EXPECT_THAT(slurp(t.path / "log.txt"), HasSubstr("interrupted by SIGINT during step 0 of run.steps = 12; no "
+                                                   "checkpoint of this run was written yet"));
+  EXPECT_THAT(slurp(t.path / "run.json"), HasSubstr("\"signal\":\"SIGINT\",\"step\":0,\"steps\":12,\"checkpoint_step\":null}"));
+}
+
+TEST(InterruptNotes, AnIgnoredSignalStaysIgnored) {
+  TempDir t;
+  const int status = child_raises(t, SIGHUP, 3, -1, /*ignore_first=*/true);
+  ASSERT_TRUE(WIFEXITED(status)) << "nohup's SIGHUP must not start killing the job";
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_TRUE(fs::exists(t.path / "survived"));
+  EXPECT_FALSE(fs::exists(t.path / "run.json"));
+}
+
+}  // namespace
+}  // namespace atlas
