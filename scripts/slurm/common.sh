@@ -48,6 +48,12 @@ atlas_die() { # code message...
 }
 
 atlas_note() { echo "# $*"; }
+# A note of the batch shell that also goes to the run directory's job.log (Slurm truncates the
+# job's output file when it requeues the job; job.log keeps every run's lines).
+atlas_job_note() {
+  atlas_note "$@"
+  if [[ -n ${ATLAS_RUN_DIR:-} && -d $ATLAS_RUN_DIR ]]; then echo "# $*" >>"$ATLAS_RUN_DIR/job.log"; fi
+}
 
 # The value of deck key $1: the deck's last line for it, then the last key=value override in
 # ATLAS_OVERRIDES; quotes stripped; empty when absent.
@@ -216,7 +222,7 @@ atlas_run() {
   # resumes from the newest checkpoint there.
   if [[ $ATLAS_CMD == train && ${SLURM_RESTART_COUNT:-0} -gt 0 ]]; then
     placement_overrides+=("run.resume=latest")
-    atlas_note "requeued job (SLURM_RESTART_COUNT=$SLURM_RESTART_COUNT): resuming with run.resume=latest"
+    atlas_job_note "requeued job (SLURM_RESTART_COUNT=$SLURM_RESTART_COUNT): resuming with run.resume=latest"
   fi
   # ---- the job's WAN key: 32 random bytes only this user can read, on the shared file system
   # (the run dir); every rank mixes it into its WAN pair secrets, so no key travels over the
@@ -249,7 +255,7 @@ atlas_run() {
     >&"$out" 2>&1 &
   loop_pid=$!
   exec {out}>&-
-  trap 'atlas_note "batch shell: SIGUSR1: asking the job to write a checkpoint and stop"; kill -USR1 "$loop_pid" 2>/dev/null' USR1
+  trap 'atlas_job_note "batch shell: SIGUSR1: asking the job to write a checkpoint and stop"; kill -USR1 "$loop_pid" 2>/dev/null' USR1
   # wait returns early (>128) when the trap runs; wait again for the loop's own status.
   wait "$loop_pid"
   status=$?
@@ -259,14 +265,14 @@ atlas_run() {
   done
   trap - USR1
   wait "$tee_pid"
-  atlas_note "atlas job $SLURM_JOB_ID: $ATLAS_CMD finished with status $status; run dir $ATLAS_RUN_DIR"
+  atlas_job_note "atlas job $SLURM_JOB_ID: $ATLAS_CMD finished with status $status; run dir $ATLAS_RUN_DIR"
   # Stopped on request (a time limit's --signal, or scancel --signal=USR1 --batch): the job goes
   # back to the queue when asked, and the next run of this script resumes (SLURM_RESTART_COUNT).
   if ((status == 8)) && [[ ${ATLAS_REQUEUE_ON_STOP:-0} == 1 ]]; then
     if scontrol requeue "$SLURM_JOB_ID"; then
-      atlas_note "requeued job $SLURM_JOB_ID (ATLAS_REQUEUE_ON_STOP=1): it resumes from the newest checkpoint"
+      atlas_job_note "requeued job $SLURM_JOB_ID (ATLAS_REQUEUE_ON_STOP=1): it resumes from the newest checkpoint"
     else
-      echo "ERROR: scontrol requeue $SLURM_JOB_ID failed: resume by hand with run.resume=latest" >&2
+      atlas_job_note "ERROR: scontrol requeue $SLURM_JOB_ID failed: resume by hand with run.resume=latest" >&2
     fi
   fi
   return "$status"

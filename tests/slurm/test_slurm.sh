@@ -266,5 +266,41 @@ check "attempt 1 exited with the config error's status 2" \
   grep -q 'attempt 1 exited with status 2 (config error)' "$eout"
 check "a config error is not restarted" bash -c "! grep -q 'attempt 2/' '$eout'"
 
+# ---- a stop on request (what --signal=B:USR1@N does before the time limit), then a requeue ----
+# The batch shell gets SIGUSR1 (scancel --signal=USR1 --batch), passes it to the restart loop,
+# srun passes it to the ranks: they write a checkpoint and stop (exit 8); ATLAS_REQUEUE_ON_STOP=1
+# requeues the job, whose second run resumes (SLURM_RESTART_COUNT) and finishes.
+if [[ $ATLAS_CMD == train ]]; then
+  qjob=$(ATLAS_REQUEUE_ON_STOP=1 submit scripts/slurm/two_dc.sbatch "$DECK" run.steps=16 run.log_every_steps=1 \
+    ckpt.every_steps=0 train.eval_every_steps=0)
+  JOBS+=("$qjob")
+  qrun=$T/runs/three_dc_cpu_$qjob
+  for _ in $(seq $((JOB_TIMEOUT_S * 10))); do
+    [[ -f $qrun/metrics.csv ]] && (($(wc -l <"$qrun/metrics.csv") >= 3)) && break
+    sleep 0.1
+  done
+  scancel --signal=USR1 --batch "$qjob" || echo "FAIL: scancel --signal=USR1 --batch $qjob"
+  # Slurm holds a requeued job back for about two minutes (BeginTime); release it as soon as the
+  # first run's step has gone (its pmix socket removed: the requeued job's step has the same id).
+  for _ in $(seq $((JOB_TIMEOUT_S * 10))); do
+    grep -q "requeued job $qjob" "$qrun/job.log" 2>/dev/null &&
+      scontrol show job "$qjob" 2>/dev/null | grep -q 'JobState=PENDING' &&
+      ! compgen -G "$T/spool/stepd.slurm.pmix.$qjob.*" >/dev/null && break
+    sleep 0.1
+  done
+  scontrol update JobId="$qjob" StartTime=now || echo "FAIL: scontrol update JobId=$qjob StartTime=now"
+  state=$(wait_job "$qjob")
+  echo "# two_dc.sbatch stopped by SIGUSR1 and requeued: job $qjob ended $state"
+  grep -E 'atlas-run-restart|SIGUSR1|stop requested|STOPPED|requeue|resum|^# OK' "$qrun/job.log"
+  check "the stopped job was requeued and completed" test "$state" = COMPLETED
+  check "the batch shell passed SIGUSR1 on" grep -q "batch shell: SIGUSR1" "$qrun/job.log"
+  check "the ranks stopped with a checkpoint (exit 8, not restarted in the allocation)" \
+    bash -c "grep -q '^# stop requested (SIGUSR1, seen by 6 of 6 ranks)' '$qrun/job.log' && grep -q 'attempt 1 exited with status 8 (stopped on request' '$qrun/job.log' && ! grep -q 'attempt 2/' '$qrun/job.log'"
+  check "the job requeued itself" grep -q "requeued job $qjob (ATLAS_REQUEUE_ON_STOP=1)" "$qrun/job.log"
+  check "its second run resumed from the stop's checkpoint and finished" \
+    bash -c "grep -q 'SLURM_RESTART_COUNT=1' '$qrun/job.log' && grep -q '^# resumed from .*step-0000[0-9][0-9].h5' '$qrun/job.log' && grep -q '^# OK: ' '$qrun/job.log'"
+  check "run.json says OK after the resumed run" grep -q '"status":"OK"' "$qrun/run.json"
+fi
+
 if ((failures)); then die "$failures check(s) failed"; fi
 echo "all Slurm checks passed"
