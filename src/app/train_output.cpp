@@ -248,6 +248,7 @@ void TrainOutput::flush_row() {
 
 void TrainOutput::diverged(int step, const std::string& why) {
   if (!m_root) return;
+  m_notes.reset();  // the run.json written here says why the run ended; no interrupt note replaces it
   // The divergence is the job's error: a run.json that cannot be written (a full disk) is
   // reported, but must not replace it with an I/O error on rank 0 alone.
   try {
@@ -262,6 +263,7 @@ void TrainOutput::diverged(int step, const std::string& why) {
 
 void TrainOutput::failed(const std::vector<std::string>& problems, int exit_code) noexcept {
   if (!m_root) return;
+  m_notes.reset();  // as in diverged()
   try {
     // Not flush_row(): its pending row waits on a job-wide sum that failing ranks may never join.
     if (m_log.is_open()) {

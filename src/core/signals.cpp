@@ -89,12 +89,13 @@ void write_note(int sig) {
   const int step = g_step.load(std::memory_order_relaxed);
   const int ckpt = g_checkpoint.load(std::memory_order_relaxed);
   Text line;
-  line.add("ERROR: interrupted by ");
+  line.add("ERROR: rank 0 received ");
   line.add(fatal_name(sig));
   line.add(" during step ");
   line.add(static_cast<long>(step));
   line.add(" of run.steps = ");
   line.add(static_cast<long>(g_steps));
+  line.add(" (scancel, a time limit, Ctrl-C, or the launcher ending the job after another rank failed)");
   if (ckpt >= 0) {
     line.add("; the newest checkpoint is at step ");
     line.add(static_cast<long>(ckpt));

@@ -91,8 +91,9 @@ TEST(InterruptNotes, SigtermWritesTheNoteAndStillKills) {
   EXPECT_EQ(WTERMSIG(status), SIGTERM);
   const std::string log = slurp(t.path / "log.txt");
   EXPECT_THAT(log, HasSubstr("# earlier lines\n")) << "appended, nothing lost";
-  EXPECT_THAT(log, HasSubstr("ERROR: interrupted by SIGTERM during step 7 of run.steps = 12; the newest "
-                             "checkpoint is at step 4 (resume with run.resume=latest)\n"));
+  EXPECT_THAT(log, HasSubstr("ERROR: rank 0 received SIGTERM during step 7 of run.steps = 12 (scancel, a time "
+                             "limit, Ctrl-C, or the launcher ending the job after another rank failed); the "
+                             "newest checkpoint is at step 4 (resume with run.resume=latest)\n"));
   EXPECT_THAT(log, HasSubstr("hint: to stop with a checkpoint instead, send SIGUSR1"));
   EXPECT_EQ(slurp(t.path / "run.json"),
             "{\"run\":\"job \\\"q\\\"\",\"status\":\"interrupted\",\"signal\":\"SIGTERM\",\"step\":7,\"steps\":12,"
@@ -105,8 +106,8 @@ TEST(InterruptNotes, SigintWithoutACheckpointSaysSo) {
   const int status = child_raises(t, SIGINT, 0, -1);
   ASSERT_TRUE(WIFSIGNALED(status));
   EXPECT_EQ(WTERMSIG(status), SIGINT);
-  EXPECT_THAT(slurp(t.path / "log.txt"), HasSubstr("interrupted by SIGINT during step 0 of run.steps = 12; no "
-                                                   "checkpoint of this run was written yet"));
+  EXPECT_THAT(slurp(t.path / "log.txt"), HasSubstr("received SIGINT during step 0 of run.steps = 12 ("));
+  EXPECT_THAT(slurp(t.path / "log.txt"), HasSubstr("); no checkpoint of this run was written yet\n"));
   EXPECT_THAT(slurp(t.path / "run.json"), HasSubstr("\"signal\":\"SIGINT\",\"step\":0,\"steps\":12,\"checkpoint_step\":null}"));
 }
 
