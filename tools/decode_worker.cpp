@@ -6,6 +6,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -69,6 +70,9 @@ int main(int argc, char** argv) {
     else return usage();
   }
   if (host.empty() || ready_fd < 0) return usage();
+  // A stop request (SIGUSR1) is for the training ranks: the launcher signals the rank's whole
+  // process group, this worker included, and the ranks stop it themselves when they end.
+  std::signal(SIGUSR1, SIG_IGN);
   // Decoding runs on machines outside the training pipeline; on a shared host it must only use
   // spare CPU, so every thread of the worker runs at the lowest priority (SCHED_IDLE at 19).
   if (nice_level != 0) {

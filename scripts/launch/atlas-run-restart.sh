@@ -118,6 +118,9 @@ while :; do
     wait "$child"
     status=$?
   done
+  # Once more: bash keeps a finished child's status, and a wait a trap cut short said 128 + signal.
+  wait "$child"
+  status=$?
   child=""
   say "attempt $attempt exited with status $status ($(describe "$status")) after $(($(date +%s) - start)) s"
 

@@ -263,16 +263,23 @@ atlas_run() {
     wait "$loop_pid"
     status=$?
   done
+  # Once more: bash keeps a finished child's status, and a wait the trap cut short said 138.
+  wait "$loop_pid"
+  status=$?
   trap - USR1
   wait "$tee_pid"
   atlas_job_note "atlas job $SLURM_JOB_ID: $ATLAS_CMD finished with status $status; run dir $ATLAS_RUN_DIR"
   # Stopped on request (a time limit's --signal, or scancel --signal=USR1 --batch): the job goes
   # back to the queue when asked, and the next run of this script resumes (SLURM_RESTART_COUNT).
+  # A run without a checkpoint (device.backend = emulated) would start over on every requeue.
   if ((status == 8)) && [[ ${ATLAS_REQUEUE_ON_STOP:-0} == 1 ]]; then
-    if scontrol requeue "$SLURM_JOB_ID"; then
-      atlas_job_note "requeued job $SLURM_JOB_ID (ATLAS_REQUEUE_ON_STOP=1): it resumes from the newest checkpoint"
+    if grep -q '"checkpoint":null' "$ATLAS_RUN_DIR/run.json" 2>/dev/null; then
+      atlas_job_note "not requeued: the run stopped without a checkpoint (device.backend = emulated), so a requeue would start it over"
     else
-      atlas_job_note "ERROR: scontrol requeue $SLURM_JOB_ID failed: resume by hand with run.resume=latest" >&2
+      # The note first: a requeue ends this batch shell (SIGTERM).
+      atlas_job_note "requeued job $SLURM_JOB_ID (ATLAS_REQUEUE_ON_STOP=1): it resumes from the newest checkpoint"
+      scontrol requeue "$SLURM_JOB_ID" ||
+        atlas_job_note "ERROR: scontrol requeue $SLURM_JOB_ID failed: resume by hand with run.resume=latest" >&2
     fi
   fi
   return "$status"

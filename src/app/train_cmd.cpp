@@ -291,8 +291,10 @@ JobResult train(const Config& cfg, const mpi::Comm& world, const JobOptions& opt
         val = trainer.evaluate();
       out.step(rep, val, trainer.tokens_per_step(), comms);
       if (!trainer.emulated())  // no loss, no gradient norm to check
-        check_finite(rep, val, val.has_value() || out.checkpoint_due(step + 1, last), out.logged(step, val.has_value()),
-                     comms.world, out, first_bad_loss);
+        // A step that is checkpointed (by the deck, or because the job stops on request after it)
+        // is checked at once: no checkpoint of a diverged step is written.
+        check_finite(rep, val, val.has_value() || out.checkpoint_due(step + 1, last) || (!last && out.stop_agreed()),
+                     out.logged(step, val.has_value()), comms.world, out, first_bad_loss);
       out.maybe_checkpoint(trainer, comms, step + 1, last);
       result.losses.push_back(rep.loss);
       if (val) result.final_val_loss = *val;

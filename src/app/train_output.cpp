@@ -325,6 +325,7 @@ void TrainOutput::started(int first_step) {
                                json_escape(m_cfg.run.name), first_step, m_cfg.run.steps));
   // From here a SIGTERM/SIGINT/SIGHUP (scancel, Ctrl-C, a lost terminal) leaves a note in
   // log.txt and run.json before the process dies of it (core/signals.hpp).
+  signals::set_progress(first_step, m_last_checkpoint);
   m_notes.emplace(signals::InterruptNote{(fs::path(m_dir) / "log.txt").string(), (fs::path(m_dir) / "run.json").string(),
                                          json_escape(m_cfg.run.name), m_cfg.run.steps});
 }

@@ -21,6 +21,9 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
 #include <optional>
 
 #include <fmt/format.h>
@@ -261,7 +264,14 @@ Service::Service(const Config& cfg, const topo::Layout& layout, const topo::Comm
     if (!m_sock.valid()) ATLAS_THROW(Comm, "cannot connect to the decode worker: " << err);
     if (in_progress) {
       pollfd p{m_sock.get(), POLLOUT, 0};
-      if (::poll(&p, 1, static_cast<int>(m_opt.timeout_s * 1000)) <= 0)
+      int ready = -1;
+      // A signal (a stop request) interrupts the wait; the rest of the time is waited for again.
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(m_opt.timeout_s);
+      do {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+        ready = ::poll(&p, 1, static_cast<int>(std::max<std::int64_t>(0, left.count())));
+      } while (ready < 0 && errno == EINTR);
+      if (ready <= 0)
         ATLAS_THROW(Comm, "connecting to the decode worker at " << addr.text << " timed out");
       if (const std::string e = wan::connect_error(m_sock.get()); !e.empty())
         ATLAS_THROW(Comm, "cannot connect to the decode worker at " << addr.text << ": " << e);

@@ -166,7 +166,17 @@ StopRequests::StopRequests() {
 }
 
 StopRequests::~StopRequests() {
-  (void)::sigaction(SIGUSR1, &g_old_usr1, nullptr);
+  // A request that comes after the job has nothing left to stop, and must not kill a rank that
+  // stopped cleanly (a second scancel, or Slurm signalling the batch shell and the steps both):
+  // the default action (terminate) becomes "ignore"; a handler someone else installed comes back.
+  if (g_old_usr1.sa_handler == SIG_DFL && (g_old_usr1.sa_flags & SA_SIGINFO) == 0) {
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    sigemptyset(&ignore.sa_mask);
+    (void)::sigaction(SIGUSR1, &ignore, nullptr);
+  } else {
+    (void)::sigaction(SIGUSR1, &g_old_usr1, nullptr);
+  }
   g_stop_installed.store(false);
 }
 

@@ -31,6 +31,7 @@ if [[ $code == sleep ]]; then exec sleep 30; fi
 # usr1: a job that stops on request: exit 8 once a SIGUSR1 reaches it (atlas train's answer).
 if [[ $code == usr1 ]]; then
   trap 'echo got-usr1 >>"$dir/calls.usr1"; exit 8' USR1
+  touch "$dir/usr1.ready"
   for _ in $(seq 300); do sleep 0.1; done
   exit 9
 fi
@@ -101,12 +102,11 @@ grep -q "attempt 1 exited with status 8 (stopped on request" "$T/log" || fail "l
 grep -q "not restarting: the run stopped on request" "$T/log" || fail "log lacks 'not restarting: the run stopped on request'"
 
 # ---- SIGUSR1 (Slurm's --signal) reaches the attempt, which stops; no restart follows ----
-rm -f "$T/calls" "$T/calls.usr1" "$T/log"
+rm -f "$T/calls" "$T/calls.usr1" "$T/log" "$T/usr1.ready"
 printf '%s\n' usr1 0 >"$T/statuses"
 "$LAUNCH" --log "$T/log" -- "$T/fake.sh" train d.deck 2>/dev/null &
 launcher=$!
-for _ in $(seq 50); do [[ -s $T/calls ]] && break; sleep 0.1; done
-sleep 0.3
+for _ in $(seq 100); do [[ -e $T/usr1.ready ]] && break; sleep 0.1; done
 kill -USR1 "$launcher"
 wait "$launcher"
 rc=$?

@@ -62,6 +62,19 @@ TEST(StopRequests, SigusrOneIsRecordedAndThePreviousHandlerComesBack) {
   ::sigaction(SIGUSR1, &saved, nullptr);
 }
 
+TEST(StopRequests, ALateRequestIsIgnoredWhereTheDefaultWouldKill) {
+  struct sigaction saved {};
+  ASSERT_EQ(::sigaction(SIGUSR1, nullptr, &saved), 0);
+  ::signal(SIGUSR1, SIG_DFL);
+  { const signals::StopRequests scope; }
+  struct sigaction now {};
+  ASSERT_EQ(::sigaction(SIGUSR1, nullptr, &now), 0);
+  EXPECT_EQ(now.sa_handler, SIG_IGN) << "a SIGUSR1 after the job must not kill the rank";
+  ASSERT_EQ(::raise(SIGUSR1), 0);  // survives
+  EXPECT_EQ(signals::stop_requested(), 0);
+  ::sigaction(SIGUSR1, &saved, nullptr);
+}
+
 /// Forks a child that arms the note (after `step`, `checkpoint`) and raises `sig`; returns the
 /// child's wait status.
 int child_raises(const TempDir& t, int sig, int step, int checkpoint, bool ignore_first = false) {

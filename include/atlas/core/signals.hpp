@@ -15,8 +15,10 @@
 
 namespace atlas::signals {
 
-/// Installs the SIGUSR1 handler for the life of the object and restores the previous one after
-/// (one scope at a time: a second one is an internal error). `atlas train` holds one.
+/// Installs the SIGUSR1 handler for the life of the object (one scope at a time: a second one is
+/// an internal error). After it, a handler installed before comes back; the default action
+/// (terminate) becomes "ignore", so a late request cannot kill a rank that stopped cleanly.
+/// `atlas train` holds one.
 class StopRequests {
  public:
   StopRequests();
