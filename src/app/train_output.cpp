@@ -19,6 +19,7 @@
 #include "atlas/core/check.hpp"
 #include "atlas/core/env.hpp"
 #include "atlas/core/file.hpp"
+#include "atlas/core/json.hpp"
 #include "atlas/core/log.hpp"
 #include "atlas/deck/deck.hpp"
 #include "atlas/device/host_backend.hpp"
@@ -33,24 +34,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-/// `text` as the inside of a JSON string.
 /// A JSON number with 6 decimals, or null when not finite (an emulated run's loss).
-std::string json_number(double v) { return std::isfinite(v) ? fmt::format("{:.6f}", v) : std::string("null"); }
+std::string json_number(double v) { return json::number(v, 6); }
 
-std::string json_escape(const std::string& text) {
-  std::string out;
-  for (const char ch : text) {
-    if (ch == '"' || ch == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (static_cast<unsigned char>(ch) < 0x20) {
-      out += fmt::format("\\u{:04x}", static_cast<int>(ch));
-    } else {
-      out += ch;
-    }
-  }
-  return out;
-}
+std::string json_escape(const std::string& text) { return json::escape(text); }
 
 /// errno's text after a failed stream operation ("" when errno says nothing).
 /// "# peak memory per rank (...): r0 1.2 GiB, r1 ..." (at most 16 ranks named, then the largest).

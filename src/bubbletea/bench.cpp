@@ -16,6 +16,7 @@
 #include "atlas/bubbletea/service.hpp"
 #include "atlas/core/check.hpp"
 #include "atlas/core/file.hpp"
+#include "atlas/core/json.hpp"
 #include "atlas/core/units.hpp"
 #include "atlas/deck/deck.hpp"
 #include "atlas/device/backend.hpp"
@@ -29,6 +30,9 @@
 namespace atlas::bubbletea {
 
 namespace {
+
+/// Seconds as JSON milliseconds: null when there is no value (no request was prefilled: nan).
+std::string json_ms(double s) { return json::number(s * 1e3, 3); }
 
 struct RunResult {
   bool on = false;
@@ -313,12 +317,12 @@ int run_bubbletea_bench(mpi::Environment& env, const atlas::bench::Args& args) {
                      fmt::format("{{\"deck\":\"{}\",\"ranks\":{},\"steps\":{},\"warmup\":{},\"repeats\":{},\"step_ms_off\":{:.4f},"
                        "\"step_ms_on\":{:.4f},\"median_step_ms_off\":{:.4f},\"median_step_ms_on\":{:.4f},\"slowdown\":{:.5f},"
                        "\"slowdown_median\":{:.5f},\"step_ms_off_rate\":{:.4f},\"step_ms_on_rate\":{:.4f},\"slowdown_rate\":{:.5f},\"utilization_off\":{:.5f},\"utilization_on\":{:.5f},"
-                       "\"prefill_tokens_per_s\":{:.1f},\"ttft_p50_ms\":{:.3f},\"ttft_p99_ms\":{:.3f},\"served\":{},"
+                       "\"prefill_tokens_per_s\":{:.1f},\"ttft_p50_ms\":{},\"ttft_p99_ms\":{},\"served\":{},"
                        "\"requests\":{},\"losses_equal\":{}}}\n",
-                       path, n, cfg.run.steps, warmup, repeats, off.mean * 1e3, on.mean * 1e3, off.median * 1e3,
+                       json::escape(path), n, cfg.run.steps, warmup, repeats, off.mean * 1e3, on.mean * 1e3, off.median * 1e3,
                        on.median * 1e3, slowdown, slowdown_median, eoff.mean * 1e3, eon.mean * 1e3, slowdown_elapsed,
                        overall(sum_off), overall(sum_on), bt_wall > 0 ? static_cast<double>(tokens) / bt_wall : 0.0,
-                       quant(0.5) * 1e3, quant(0.99) * 1e3, served, total, emulated ? "null" : losses_equal ? "true" : "false"));
+                       json_ms(quant(0.5)), json_ms(quant(0.99)), served, total, emulated ? "null" : losses_equal ? "true" : "false"));
   }
   return losses_equal ? 0 : static_cast<int>(ExitCode::Internal);
 }

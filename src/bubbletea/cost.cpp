@@ -20,6 +20,7 @@ namespace atlas::bubbletea {
 void PrefillCost::observe(int n, int pos, double actual_ms) {
   const double raw = raw_ms(n, pos);
   if (!(raw > 0) || !(actual_ms >= 0)) return;
+  m_starved = 0;
   m_ratios[m_seen % kWindow] = actual_ms / raw;
   ++m_seen;
   const int have = std::min(m_seen, kWindow);
@@ -27,8 +28,16 @@ void PrefillCost::observe(int n, int pos, double actual_ms) {
   double sorted[kWindow];
   std::copy(m_ratios, m_ratios + have, sorted);
   std::sort(sorted, sorted + have);
-  const auto k = static_cast<int>(std::ceil(kQuantile * have)) - 1;
+  const auto k = std::min(static_cast<int>(std::ceil(kQuantile * have)) - 1, have - 2);
   scale = std::clamp(sorted[std::clamp(k, 0, have - 1)], 0.1, 100.0);
+}
+
+void PrefillCost::nothing_fit() {
+  if (++m_starved < kStarvedBubbles) return;
+  m_starved = 0;
+  if (scale <= calibrated_scale) return;
+  scale = std::max(calibrated_scale, 0.8 * scale);
+  for (int i = 0; i < std::min(m_seen, kWindow); ++i) m_ratios[i] = std::min(m_ratios[i], scale);
 }
 
 namespace {

@@ -101,7 +101,13 @@ std::pair<double, std::int64_t> Service::fill(int step, const sched::Slot& slot,
       // not sent its next chunk yet, or the first rank has nothing to admit), the bubble lasts
       // until training's data comes anyway: wait for work there (polled as the runtime polls its
       // receives) instead of leaving the rest of the bubble empty.
-      if (!stop || !starved()) break;
+      if (!starved()) {
+        // Work waited but nothing fit: a whole bubble so tells the cost model it may be too
+        // pessimistic (PrefillCost::nothing_fit).
+        if (work == 0.0 && !unplanned) m_cost.nothing_fit();
+        break;
+      }
+      if (!stop) break;
       const auto waited = std::chrono::microseconds(wait_us);
       std::this_thread::sleep_for(waited);
       wait_us = std::min(2 * wait_us, kMaxStarvedPollUs);
@@ -121,7 +127,8 @@ std::pair<double, std::int64_t> Service::fill(int step, const sched::Slot& slot,
     poll();
     if (arrived) break;  // seen between the blocks of that chunk (paused there)
   }
-  if (m_last.pending) m_last.spent_s = m_profiler.now() - t_enter;
+  // The planned bubble learn_from_last_bubble() reads next: a receive's fill (unplanned) is not it.
+  if (!unplanned && m_last.pending) m_last.spent_s = m_profiler.now() - t_enter;
   if (unplanned) m_stats.unplanned_prefill_s += work;
   if (watched && bubble && index >= 0) {
     // The data came after the last "not yet" (a lower bound: a chunk may have run past it);

@@ -315,10 +315,13 @@ void check_misc(const Config& c, const JobShape& shape, std::vector<std::string>
     if (bt.heads > 0 && bt.hidden % bt.heads != 0)
       out.push_back("bubbletea.hidden = " + std::to_string(bt.hidden) +
                     " is not divisible by bubbletea.heads = " + std::to_string(bt.heads));
-    if (bt.prompt_tokens_min > bt.prompt_tokens_max)
+    // A trace (bubbletea.trace) brings its own requests: the generator's keys are not used, and
+    // the trace's reader checks every request against bubbletea.context.
+    const bool generated = bt.trace.empty();
+    if (generated && bt.prompt_tokens_min > bt.prompt_tokens_max)
       out.push_back("bubbletea.prompt_tokens_min is above bubbletea.prompt_tokens_max");
     const std::int64_t longest = static_cast<std::int64_t>(bt.prompt_tokens_max) + bt.max_new_tokens;
-    if (longest > bt.context)
+    if (generated && longest > bt.context)
       out.push_back("bubbletea.prompt_tokens_max + bubbletea.max_new_tokens = " +
                     std::to_string(longest) +
                     " exceeds bubbletea.context = " + std::to_string(bt.context) +

@@ -27,6 +27,21 @@ add_test(NAME cli_bench_bubbletea_emulated
   WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(cli_bench_bubbletea_emulated PROPERTIES LABELS mpi TIMEOUT 150 PROCESSORS 2
   ENVIRONMENT "${ATLAS_MPIEXEC_ENV}")
+# With no request at all nothing is prefilled: the time-to-first-token quantiles are null in
+# bubbletea_bench.json (they were nan, which no JSON reader takes), and a deck path with a quote
+# is escaped.
+add_test(NAME cli_bench_bubbletea_no_requests_json
+  COMMAND bash -c "set -u; d=$(mktemp -d); trap 'rm -rf $d' EXIT; cp inputs/bubbletea_loopback.deck \"$d/a\\\"b.deck\"; rc=0; out=$(timeout 120 ${MPIEXEC_EXECUTABLE} -np 2 --oversubscribe $<TARGET_FILE:atlas> bench bubbletea \"$d/a\\\"b.deck\" device.backend=emulated ckpt.final=false run.steps=3 bubbletea.requests=0 run.out_dir=$d run.name=nr --repeats 1 --warmup 1 2>&1) || rc=$?; echo \"$out (exit $rc)\"; [[ $rc == 0 ]] && /usr/bin/python3 -c 'import json, sys; j = json.load(open(sys.argv[1])); print(j); assert j[\"ttft_p50_ms\"] is None and j[\"ttft_p99_ms\"] is None and j[\"served\"] == 0 and j[\"deck\"].endswith(chr(34) + \"b.deck\")' \"$d/nr/bubbletea_bench.json\""
+  WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(cli_bench_bubbletea_no_requests_json PROPERTIES LABELS mpi TIMEOUT 150 PROCESSORS 2
+  ENVIRONMENT "${ATLAS_MPIEXEC_ENV}" FIXTURES_REQUIRED brown_corpus)
+# A trace brings its own requests: the generator's prompt and max_new_tokens keys are not checked
+# against bubbletea.context (the trace's reader checks each request).
+add_test(NAME cli_bubbletea_trace_ignores_generator_keys
+  COMMAND $<TARGET_FILE:atlas> schedule inputs/bubbletea_loopback.deck bubbletea.trace=inputs/traces/example.csv
+          bubbletea.context=96 bubbletea.prompt_tokens_max=200
+  WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(cli_bubbletea_trace_ignores_generator_keys PROPERTIES LABELS unit TIMEOUT 60)
 
 # bubbletea.max_in_flight: a negative count is refused by the deck (a ConfigError naming the key).
 add_test(NAME cli_bubbletea_max_in_flight_negative

@@ -369,6 +369,38 @@ TEST_F(InferModel, CalibratedCostPredictsTheChunks) {
   EXPECT_NEAR(cost.emulated_ms(8, 3), cost.raw_ms(8, 3) * before, 1e-12);
 }
 
+TEST(PrefillCostOnline, OneSlowChunkAmongTheFirstEightDoesNotSetTheScale) {
+  // With 8-19 chunks the 90th percentile would be the largest ratio: one preempted chunk (a
+  // 44.7 ms chunk predicted at 11.4 ms, issue found in review) would price every chunk out.
+  PrefillCost cost;
+  cost.per_token_ms = 0.1;
+  for (int i = 0; i < 7; ++i) cost.observe(16, 0, 1.1 * cost.raw_ms(16, 0));
+  cost.observe(16, 0, 4.0 * cost.raw_ms(16, 0));
+  EXPECT_NEAR(cost.scale, 1.1, 1e-12);
+  cost.observe(16, 0, 4.0 * cost.raw_ms(16, 0));  // a second one: the machine may be slower now
+  EXPECT_NEAR(cost.scale, 4.0, 1e-12);
+}
+
+TEST(PrefillCostOnline, BubblesWhereNothingFitStepTheScaleBack) {
+  PrefillCost cost;
+  cost.per_token_ms = 0.1;
+  cost.scale = cost.calibrated_scale = 1.2;
+  for (int i = 0; i < 10; ++i) cost.observe(16, 0, 5.0 * cost.raw_ms(16, 0));  // a slow burst
+  ASSERT_NEAR(cost.scale, 5.0, 1e-12);
+  for (int i = 0; i < PrefillCost::kStarvedBubbles - 1; ++i) cost.nothing_fit();
+  EXPECT_NEAR(cost.scale, 5.0, 1e-12) << "not before kStarvedBubbles bubbles in a row";
+  cost.nothing_fit();
+  EXPECT_NEAR(cost.scale, 4.0, 1e-12);
+  // The window forgot the ratios above the new scale: the next ordinary chunk keeps it there.
+  cost.observe(16, 0, 1.3 * cost.raw_ms(16, 0));
+  EXPECT_NEAR(cost.scale, 4.0, 1e-12);
+  // A chunk that ran resets the count; many starved bubbles never go below the calibration.
+  for (int i = 0; i < PrefillCost::kStarvedBubbles - 1; ++i) cost.nothing_fit();
+  EXPECT_NEAR(cost.scale, 4.0, 1e-12);
+  for (int i = 0; i < 100 * PrefillCost::kStarvedBubbles; ++i) cost.nothing_fit();
+  EXPECT_NEAR(cost.scale, 1.2, 1e-12);
+}
+
 TEST(PrefillCostEmulated, SleepOvershootDoesNotRunAway) {
   // device.backend = emulated sleeps emulated_ms per chunk; each sleep overshoots by a fixed
   // wake-up delay. The scale settles at (sleep + overshoot) / raw. Sleeping predict_ms instead

@@ -18,6 +18,9 @@ namespace atlas::bubbletea {
 struct PrefillCost {
   static constexpr int kWindow = 32;  ///< recent chunks the scale is taken over
   static constexpr double kQuantile = 0.9;
+  /// Bubbles in a row where work waited but no chunk fit the prediction before the scale steps
+  /// back (nothing_fit()).
+  static constexpr int kStarvedBubbles = 16;
 
   double fixed_ms = 0.0;
   double per_token_ms = 0.0;
@@ -36,13 +39,21 @@ struct PrefillCost {
   /// The emulated compute time of a chunk (device.backend = emulated): fixed by the calibration.
   [[nodiscard]] double emulated_ms(int n, int pos) const { return raw_ms(n, pos) * calibrated_scale; }
   /// Online correction after a chunk took `actual_ms`: once 8 chunks were seen, `scale` is the
-  /// 90th percentile of actual / raw over the last kWindow chunks, so a chunk slowed once (the
-  /// OS, a noisy neighbour) does not stop prefill, and a machine that got slower is followed.
+  /// 90th percentile of actual / raw over the last kWindow chunks, never the largest one (with
+  /// fewer than 20 chunks the 90th percentile would be it), so a chunk slowed once (the OS, a
+  /// noisy neighbour) does not stop prefill, and a machine that got slower is followed.
   void observe(int n, int pos, double actual_ms);
+  /// A bubble where work waited but no chunk fit the prediction. After kStarvedBubbles of them
+  /// in a row the scale steps 20% back toward the calibration's (never below), and the window
+  /// forgets ratios above it: a burst of slow chunks that priced every chunk out of every bubble
+  /// would otherwise stop prefill for the rest of the run (nothing runs, so nothing corrects the
+  /// scale). A chunk that runs resets the count.
+  void nothing_fit();
 
  private:
   double m_ratios[kWindow] = {};
   int m_seen = 0;
+  int m_starved = 0;
 };
 
 /// Measures `model` (this rank's layers, on its backend): the median of `repeats` timed forward
