@@ -182,8 +182,23 @@ Service::Service(const Config& cfg, const topo::Layout& layout, const topo::Comm
   const InferShape shape = InferShape::from(bt);
   const int max_chunk = bt.chunk_tokens > 0 ? std::min(bt.chunk_tokens, bt.context) : std::min(longest, bt.context);
   LayerRange range;
+  const auto where_of = [&] {
+    return fmt::format("rank {} ({}, inference blocks [{}, {}))", world.rank(), layout.describe(world.rank(), cfg.cluster.dcs),
+                       range.first, range.first + range.count);
+  };
+  const auto weights_over_cap = [&](std::uint64_t weights) {
+    return ConfigError(fmt::format(
+        "the inference model's weights on {} alone take {} but bubbletea.kv_cap_bytes = {}\n"
+        "  hint: raise bubbletea.kv_cap_bytes, or use a smaller inference model (bubbletea.hidden/layers/vocab)",
+        where_of(), units::format_bytes_human(static_cast<double>(weights)),
+        units::format_bytes_human(static_cast<double>(bt.kv_cap_bytes))));
+  };
   collective(world, [&] {
     range = split_layers(bt.layers, m_size, m_index);
+    // The weights are checked against the cap on the model's shape before any is allocated: a
+    // model far over it fails with this message, not with the allocator's.
+    const InferenceModel sized(shape, range, backend, max_chunk, /*emulated=*/true);
+    if (sized.weight_bytes() > bt.kv_cap_bytes) throw weights_over_cap(sized.weight_bytes());
     m_model = std::make_unique<InferenceModel>(shape, range, backend, max_chunk, m_emulated);
   });
   if (m_emulated) {
@@ -202,15 +217,8 @@ Service::Service(const Config& cfg, const topo::Layout& layout, const topo::Comm
   const std::uint64_t per_token = 2 * m_model->kv_bytes_per_token() + 2 * c4;
   collective(world, [&] {
     const std::uint64_t cap = bt.kv_cap_bytes;
-    const std::string where = fmt::format("rank {} ({}, inference blocks [{}, {}))", world.rank(),
-                                          layout.describe(world.rank(), cfg.cluster.dcs), range.first,
-                                          range.first + range.count);
-    if (m_model->weight_bytes() > cap)
-      throw ConfigError(fmt::format(
-          "the inference model's weights on {} alone take {} but bubbletea.kv_cap_bytes = {}\n"
-          "  hint: raise bubbletea.kv_cap_bytes, or use a smaller inference model (bubbletea.hidden/layers/vocab)",
-          where, units::format_bytes_human(static_cast<double>(m_model->weight_bytes())),
-          units::format_bytes_human(static_cast<double>(cap))));
+    const std::string where = where_of();
+    if (m_model->weight_bytes() > cap) throw weights_over_cap(m_model->weight_bytes());
     const std::uint64_t need = m_fixed_bytes + per_token * static_cast<std::uint64_t>(longest);
     if (need > cap)
       throw ConfigError(fmt::format(
@@ -277,7 +285,7 @@ Service::Service(const Config& cfg, const topo::Layout& layout, const topo::Comm
         ATLAS_THROW(Comm, "cannot connect to the decode worker at " << addr.text << ": " << e);
     }
     wan::tune_socket(m_sock.get(), 0);
-    m_out.set_fd(m_sock.get());
+    m_out.set_fd(m_sock.get(), addr.text);
     wire::Hello h;
     h.dc = me.dc;
     h.dc_rank = m_index;
@@ -316,7 +324,7 @@ Service::Service(const Config& cfg, const topo::Layout& layout, const topo::Comm
       bt.chunk_tokens > 0 ? std::to_string(bt.chunk_tokens) : std::string("whole prompt"), bt.guard_ms,
       units::format_bytes_human(static_cast<double>(bt.kv_cap_bytes)),
       m_emulated ? "emulated compute: prefill sleeps the FLOP estimate, decode is timed, not run"
-                 : "one decode worker per DC");
+                 : "one decode worker per inference pipeline (bubbletea.pipeline)");
   for (const auto& l : world.allgather_strings(line)) m_summary += l;
 
   // ---- accounting ----

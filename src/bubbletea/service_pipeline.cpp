@@ -131,6 +131,7 @@ void Service::poll() {
     }
   } catch (const Error& e) {
     m_worker_failure = e.what();
+    m_worker_failure_reported = true;
     log::warn("BubbleTea: {}; prefills continue, their decoding is lost", m_worker_failure);
     for (std::int64_t id : m_out.drop_all()) released_here(id);
   }

@@ -166,7 +166,8 @@ Report Service::finish() {
   } else {
     worker_error = m_worker_failure;
   }
-  if (!worker_error.empty()) log::warn("BubbleTea: decode worker of DC {}, inference pipeline {}: {}", m_stats.dc, m_pipeline, worker_error);
+  // A failure seen during training was reported then; one seen in this teardown is reported here.
+  if (!worker_error.empty() && !m_worker_failure_reported) log::warn("BubbleTea: decode worker of DC {}, inference pipeline {}: {}", m_stats.dc, m_pipeline, worker_error);
   m_comm.barrier();  // every rank's Finish is written before the pipeline's first rank reaps the worker
   m_sock.reset();
   if (m_index == 0) {

@@ -73,7 +73,8 @@ bool Outbox::flush_some() {
     if (n < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) return false;
       if (errno == EINTR) continue;
-      comm_fail(fmt::format("sending to the decode worker ({}) failed: {}", wan::peer_name(m_fd), std::strerror(errno)));
+      comm_fail(fmt::format("sending to the decode worker ({}) failed: {}", m_peer.empty() ? wan::peer_name(m_fd) : m_peer,
+                            std::strerror(errno)));
     }
     m_offset += static_cast<std::size_t>(n);
     m_pending -= static_cast<std::size_t>(n);

@@ -48,3 +48,8 @@ add_test(NAME cli_bubbletea_max_in_flight_negative
   COMMAND bash -c "out=$($<TARGET_FILE:atlas> schedule inputs/ablation_2dc_16.deck bubbletea.max_in_flight=-1 2>&1); rc=$?; echo \"$out (exit $rc)\"; [[ $rc != 0 ]] && grep -q 'bubbletea.max_in_flight' <<<\"$out\""
   WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(cli_bubbletea_max_in_flight_negative PROPERTIES LABELS unit TIMEOUT 30)
+# A decode worker killed mid-run: training finishes, the loss is reported once per pipeline.
+add_test(NAME test_bubbletea_worker_killed
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/launch/test_bubbletea_worker_killed.sh ${PROJECT_SOURCE_DIR} $<TARGET_FILE:atlas>)
+set_tests_properties(test_bubbletea_worker_killed PROPERTIES LABELS slow TIMEOUT 200 FIXTURES_REQUIRED brown_corpus
+  PROCESSORS 2)

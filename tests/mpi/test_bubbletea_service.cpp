@@ -1069,6 +1069,11 @@ TEST(BubbleTeaService, BadInputIsACollectiveConfigError) {
   // Weights alone over the cap.
   EXPECT_THAT(setup_error(make_cfg(world, {"bubbletea.kv_cap_bytes=10K"}), world),
               HasSubstr("alone take"));
+  // ... also when they would not fit in memory at all: checked on the shape before allocating
+  // (this model's 32 GiB failed in the allocator with no word of BubbleTea).
+  EXPECT_THAT(setup_error(make_cfg(world, {"bubbletea.hidden=8192", "bubbletea.vocab=1048576",
+                                           "bubbletea.kv_cap_bytes=1G"}), world),
+              HasSubstr("alone take"));
   // An unsorted trace (written by rank 0, read by rank 0, parsed everywhere).
   const fs::path trace = job_temp(world, "atlas_bt_unsorted") += ".csv";
   const RemovedAtEnd cleanup{world, trace};

@@ -216,6 +216,7 @@ class Service final : public WaitFiller {
   bool m_worker_done = false;
   bool m_finished = false;
   std::string m_worker_failure;
+  bool m_worker_failure_reported = false;  // a warning said so during training (service_pipeline.cpp)
 
   // learning the bubbles' lengths (into WaitFiller::m_budgets, the one learner)
   const std::vector<sched::Slot>* m_row = nullptr;

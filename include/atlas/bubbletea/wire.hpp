@@ -12,6 +12,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "atlas/bubbletea/model.hpp"
@@ -104,7 +105,11 @@ class Reader {
 class Outbox {
  public:
   explicit Outbox(int fd = -1) : m_fd(fd) {}
-  void set_fd(int fd) { m_fd = fd; }
+  /// `peer` names the other end in errors (a reset socket has no peer name left to ask for).
+  void set_fd(int fd, std::string peer = {}) {
+    m_fd = fd;
+    m_peer = std::move(peer);
+  }
   /// Queues one frame (copies nothing more than the payload it is given). `tag` (>= 0) is
   /// reported by take_written() once the whole frame is in the socket.
   void push(Type type, std::vector<char> payload, std::int64_t tag = -1);
@@ -125,6 +130,7 @@ class Outbox {
     std::int64_t tag;
   };
   int m_fd;
+  std::string m_peer;
   std::deque<Item> m_queue;
   std::size_t m_offset = 0;  // bytes of m_queue.front() already written
   std::size_t m_pending = 0;
