@@ -31,9 +31,10 @@ check "the steps before the hang are in metrics.csv" \
   test "$(awk -F, 'NR > 1 { print $1 }' "$T/west/metrics.csv" | tr '\n' ' ')" = "0 1 2 "
 check "no pending-request 'bug' lines while the error unwinds" bash -c "! grep -q 'a missing wait' '$T/west.out'"
 # Rank 0 writes run.json: "failed" with the error when it raised one, else (aborted by the rank
-# that timed out first) the "running" of the job's start; never an earlier job's "OK".
-check "run.json says failed (exit code 3) or running, not OK" \
-  grep -qE '"status":"failed","exit_code":3,"error":"|"status":"running"' "$T/west/run.json"
+# that timed out first) "interrupted" (the abort reaches it as SIGTERM) or, killed outright, the
+# "running" of the job's start; never an earlier job's "OK".
+check "run.json says failed (exit code 3), interrupted (the abort's SIGTERM) or running, not OK" \
+  grep -qE '"status":"failed","exit_code":3,"error":"|"status":"interrupted","signal":"SIGTERM"|"status":"running"' "$T/west/run.json"
 # ---- rank 1 (stage 1, east) stops at step 2: rank 2 waits on it over the WAN transport ----
 run_hang east 1:2
 rc=$(cat "$T/east.rc")
