@@ -12,27 +12,18 @@
 
 #include "atlas/core/error.hpp"
 #include "atlas/core/file.hpp"
+#include "support/temp_dir.hpp"
 
 namespace atlas {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path path = fs::temp_directory_path() / ("atlas-file-" + std::to_string(::getpid()));
-  TempDir() { fs::create_directories(path); }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using test::slurp;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
+struct TempDir : test::TempDir {
+  TempDir() : test::TempDir("atlas-file") {}
+};
 
 TEST(WriteFileWhole, WritesAndReplaces) {
   TempDir t;

@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "atlas/core/signals.hpp"
+#include "support/temp_dir.hpp"
 
 namespace atlas {
 namespace {
@@ -22,21 +23,11 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-struct TempDir {
-  fs::path path = fs::temp_directory_path() / ("atlas-signals-" + std::to_string(::getpid()));
-  TempDir() { fs::create_directories(path); }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using test::slurp;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
+struct TempDir : test::TempDir {
+  TempDir() : test::TempDir("atlas-signals") {}
+};
 
 volatile std::sig_atomic_t g_previous_ran = 0;
 extern "C" void previous_handler(int) { g_previous_ran = 1; }
