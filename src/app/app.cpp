@@ -55,7 +55,10 @@ void usage(FILE* out) {
   }
   std::fprintf(out,
                "\ncommon options:\n  --help-deck   list every deck key with its default and help\n"
-               "  --help        this text\n");
+               "  --help        this text\n"
+               "\nexit codes: 0 ok, 1 usage, 2 config, 3 comm, 4 device, 5 I/O, 6 internal, 7 diverged,\n"
+               "  8 stopped on request (atlas train: SIGUSR1 writes a checkpoint and stops; resume with\n"
+               "  run.resume=latest)\n");
 }
 
 /// The command line asks for the usage text: no command, --help or -h.

@@ -104,7 +104,12 @@ Fd connect_tcp(const SockAddr& to, bool& in_progress, std::string& error,
   in_progress = false;
   error.clear();
   Fd fd(::socket(to.addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-  if (!fd.valid()) sys_fail("socket() for a WAN rail", errno);
+  if (!fd.valid()) {
+    // Out of descriptors (EMFILE) or buffers: the caller's error, which a rail's reconnect
+    // retries with its back-off, not an exception that would end the WAN progress thread.
+    error = fmt::format("socket() for a connection to {}: {}", to.text, std::strerror(errno));
+    return Fd();
+  }
   if (prepare) prepare(fd.get());
   if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&to.addr), to.len) == 0) return fd;
   if (errno == EINPROGRESS) {

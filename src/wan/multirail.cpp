@@ -122,6 +122,13 @@ void Engine::post(Command cmd) {
   }
   {
     std::lock_guard lk(m_cmd_mu);
+    // The progress thread may have taken its last commands between the check above and here.
+    if (!m_cmds_closed.empty() && cmd.kind != CmdKind::Stop) {
+      const std::string why = "WAN progress thread has stopped: " + m_cmds_closed;
+      if (cmd.send) cmd.send->set_failed(why);
+      if (cmd.recv) cmd.recv->set_failed(why);
+      return;
+    }
     m_cmds.push_back(std::move(cmd));
   }
   const std::uint64_t one = 1;
@@ -206,6 +213,7 @@ void Engine::run() {
     }
     {
       std::lock_guard lk(m_cmd_mu);
+      m_cmds_closed = reason.empty() ? "the transport was destroyed" : reason;
       for (auto& cmd : m_cmds) {
         if (cmd.send) fail(cmd.send, why);
         if (cmd.recv) fail(cmd.recv, why);

@@ -566,6 +566,7 @@ void Engine::fail_peer(Peer& p, const std::string& why) {
   p.ctrl.clear();
   p.tags.clear();
   p.in.clear();
+  p.eager_open = 0;
   check_connected();
 }
 

@@ -283,6 +283,9 @@ struct Peer {
   std::uint64_t done_below = 0;
   std::set<std::uint64_t> done_above;
   std::uint64_t credit_returned = 0;
+  // Bytes of eager messages received (opened) and not yet delivered: an honest sender keeps
+  // them within the credit this rank granted, since credit comes back only on delivery.
+  std::uint64_t eager_open = 0;
   bool credit_dirty = false;
   Clock::time_point last_data{};
   // counters (read by stats() from the application thread)
@@ -444,6 +447,9 @@ class Engine {
   // application <-> progress
   std::mutex m_cmd_mu;
   std::vector<Command> m_cmds;
+  // Set (under m_cmd_mu) when the progress thread has taken its last commands: a command posted
+  // after that fails at once with this reason instead of waiting in a queue nobody reads.
+  std::string m_cmds_closed;
   mutable std::mutex m_done_mu;
   std::condition_variable m_done_cv;
   bool m_connected = false;                  // guarded by m_done_mu

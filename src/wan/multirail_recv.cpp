@@ -27,6 +27,7 @@ InMsg* Engine::new_msg(Peer& p, Conn* c, const FrameHeader& h, bool eager) {
     return nullptr;
   }
   InMsg& m = p.in[h.msg_id];
+  if (eager) p.eager_open += h.total;
   m.id = h.msg_id;
   m.tag = h.tag;
   m.tag_seq = h.tag_seq;
@@ -83,6 +84,7 @@ void Engine::complete_recv(Peer& p, InMsg& m) {
   p.c_bytes_received.fetch_add(m.total, std::memory_order_relaxed);
   complete(m.op);
   if (m.eager) {
+    p.eager_open -= m.total;
     p.credit_returned += m.total;
     p.credit_dirty = true;
     p.dirty = true;
@@ -324,6 +326,13 @@ void Engine::begin_data(Conn* c, const FrameHeader& h) {
                                where(c), h.msg_id, h.total, m_opts.eager_credit_bytes));
       return;
     }
+    if (p.eager_open + h.total > m_opts.eager_credit_bytes) {
+      fail_peer(p, fmt::format("frame from {} rejected: eager message id {} of {} bytes while {} bytes of "
+                               "earlier eager messages are undelivered: more than the credit of {} bytes "
+                               "this rank granted (a sender must wait for credit to come back)",
+                               where(c), h.msg_id, h.total, p.eager_open, m_opts.eager_credit_bytes));
+      return;
+    }
     m = new_msg(p, c, h, true);
     if (!m) {
       if (!p.failed.empty()) return;
@@ -351,6 +360,15 @@ void Engine::begin_data(Conn* c, const FrameHeader& h) {
     if (m->op) {
       c->dest = m->op->m_data + h.offset;
       c->dest_kind = Dest::Direct;
+    } else if (!m->eager) {
+      // A request-to-send's data comes only after this rank's clear-to-send, which it sends once
+      // the receive is bound (op set): data before it would make this rank buffer a message
+      // of any announced size.
+      m->writers.erase(k);
+      fail_peer(p, fmt::format("frame from {} rejected: data for message id {} ({} bytes, announced by a "
+                               "request-to-send) before this rank's clear-to-send",
+                               where(c), h.msg_id, m->total));
+      return;
     } else {
       c->dest = early_buffer(*m) + h.offset;
       c->dest_kind = Dest::Unexpected;

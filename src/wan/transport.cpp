@@ -4,6 +4,7 @@
 #include "atlas/wan/transport.hpp"
 
 #include <fcntl.h>
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -235,6 +236,7 @@ Secret derive_pair_secret(std::span<const std::uint8_t, 32> x25519_shared,
   Secret out{};
   hkdf_sha256(ikm, std::span(reinterpret_cast<const std::uint8_t*>(salt.data()), salt.size()),
               std::span(reinterpret_cast<const std::uint8_t*>(info.data()), info.size()), out);
+  OPENSSL_cleanse(ikm.data(), ikm.size());  // the shared secret and the key file's bytes
   return out;
 }
 
@@ -331,10 +333,12 @@ std::unique_ptr<PeerTransport> make_transport(const WanCfg& wan, const ClusterCf
         if (!from_hex(keys[static_cast<std::size_t>(p)], pub))
           ATLAS_THROW(Internal, "make_transport: rank " << p << " sent a malformed public key '"
                                                         << keys[static_cast<std::size_t>(p)] << "'");
-        o.pair_secrets[p] =
-            derive_pair_secret(x25519_shared(my_key.get(), pub), key_file, world.rank(), my_pub, p, pub);
+        auto shared = x25519_shared(my_key.get(), pub);
+        o.pair_secrets[p] = derive_pair_secret(shared, key_file, world.rank(), my_pub, p, pub);
+        OPENSSL_cleanse(shared.data(), shared.size());
       }
     });
+    OPENSSL_cleanse(key_file.data(), key_file.size());  // only the derived pair secrets are kept
   }
 
   // Every rank with peers listens before the addresses are exchanged, so a connect never races

@@ -82,3 +82,7 @@ set_tests_properties(cli_offline_cuda_deck PROPERTIES LABELS unit TIMEOUT 120)
 add_test(NAME build_git_sha
   COMMAND bash -c "set -eu; d=$(mktemp -d); trap 'rm -rf $d' EXIT; git -C $d init -q; git -C $d config user.email t@t; git -C $d config user.name t; echo a > $d/f; git -C $d add f; git -C $d commit -qm one; run() { ${CMAKE_COMMAND} -DSOURCE_DIR=$d -DOUT=$d/sha.cpp -P ${PROJECT_SOURCE_DIR}/cmake/AtlasGitSha.cmake; }; run; s1=$(git -C $d rev-parse --short=12 HEAD); grep -q \"kGitSha\\[\\] = \\\"$s1\\\";\" $d/sha.cpp; t1=$(stat -c %Y.%y $d/sha.cpp); sleep 1; run; [[ $(stat -c %Y.%y $d/sha.cpp) == $t1 ]]; echo b > $d/f; run; grep -q \"kGitSha\\[\\] = \\\"$s1-dirty\\\";\" $d/sha.cpp; git -C $d commit -qam two; run; s2=$(git -C $d rev-parse --short=12 HEAD); [[ $s2 != $s1 ]]; grep -q \"kGitSha\\[\\] = \\\"$s2\\\";\" $d/sha.cpp; echo ok")
 set_tests_properties(build_git_sha PROPERTIES LABELS unit TIMEOUT 60 PASS_REGULAR_EXPRESSION "ok")
+# `atlas --help` lists the exit codes, 8 (stopped on request) included (docs/architecture.md).
+add_test(NAME cli_help_exit_codes COMMAND $<TARGET_FILE:atlas> --help)
+set_tests_properties(cli_help_exit_codes PROPERTIES LABELS unit TIMEOUT 30
+  PASS_REGULAR_EXPRESSION "exit codes: 0 ok, 1 usage, 2 config, 3 comm, 4 device, 5 I/O, 6 internal, 7 diverged,\n  8 stopped on request")

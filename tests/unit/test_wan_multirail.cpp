@@ -1087,6 +1087,54 @@ TEST_F(Quiet, WanMultirailRequestToSendOfAHugeMessageIsAPeerError) {
                               "4611686018427387904 bytes, more than 16777216 chunks of 4096 bytes")));
 }
 
+// A request-to-send's data may come only after this rank's clear-to-send (sent once a receive is
+// bound): data before it would have this rank buffer the whole announced message (here 64 GiB).
+TEST_F(Quiet, WanMultirailDataBeforeItsClearToSendIsAPeerError) {
+  Victim v(base_options(1, 4096));
+  std::vector<std::uint8_t> in(100);
+  Handle r = v.t->irecv(0, 5, in.data(), in.size());  // another tag: the announced message stays unbound
+  FrameHeader rts;
+  rts.type = FrameType::Rts;
+  rts.total = std::uint64_t{1} << 36;  // 2^24 chunks of 4096 bytes: the largest a sender may announce
+  v.fake->send_frame(rts, {});
+  FrameHeader h;
+  h.type = FrameType::Data;
+  h.total = rts.total;
+  h.length = 4096;
+  std::vector<std::uint8_t> payload(4096, 1);
+  h.payload_crc = crc32c(payload.data(), payload.size());
+  v.fake->send_frame(h, payload);
+  EXPECT_THAT(error_of(*v.t, r),
+              AllOf(HasSubstr("frame from peer 0 rail 0 rejected"),
+                    HasSubstr("data for message id 0 (68719476736 bytes, announced by a request-to-send) "
+                              "before this rank's clear-to-send")));
+}
+
+// The eager credit bounds the undelivered eager bytes of a peer in total, not each message alone.
+TEST_F(Quiet, WanMultirailEagerMessagesPastTheCreditInTotalAreAPeerError) {
+  MultirailOptions o = base_options(1, 4096);
+  o.eager_credit_bytes = 8192;
+  Victim v(o);
+  std::vector<std::uint8_t> in(100);
+  Handle r = v.t->irecv(0, 5, in.data(), in.size());  // another tag: the eager messages stay undelivered
+  std::vector<std::uint8_t> payload(4096, 1);
+  for (std::uint64_t id = 0; id < 2; ++id) {
+    FrameHeader h;
+    h.type = FrameType::Data;
+    h.flags = kFlagEager;
+    h.msg_id = id;
+    h.tag_seq = id;
+    h.total = 6000;  // each within the credit alone; both are not
+    h.length = 4096;
+    h.payload_crc = crc32c(payload.data(), payload.size());
+    v.fake->send_frame(h, payload);
+  }
+  EXPECT_THAT(error_of(*v.t, r),
+              AllOf(HasSubstr("frame from peer 0 rail 0 rejected: eager message id 1 of 6000 bytes while "
+                              "6000 bytes of earlier eager messages are undelivered"),
+                    HasSubstr("more than the credit of 8192 bytes")));
+}
+
 TEST(WanMultirail, RejectsUsageErrorsAtOnce) {
   Pair pr(base_options(1, 4096));
   std::uint8_t b[4] = {};
@@ -1623,6 +1671,30 @@ TEST(WanDescriptors, OutOfDescriptorsBacksOffInsteadOfSpinning) {
   pr.t[0]->debug_kill_rail(1, 0);
   EXPECT_TRUE(reconnected(*pr.t[0], 1));
   exchange(pr, {1, 65536, 1u << 20}, 1, false);
+}
+
+// Out of descriptors, connect_tcp() reports socket()'s error like a failed connect: a rail's
+// reconnect (Engine::start_attempt) then retries with its back-off. It threw before, which ended
+// the WAN progress thread with an internal error and failed every operation of the transport.
+TEST(WanDescriptors, ConnectOutOfDescriptorsIsAnErrorNotAnException) {
+  FdLimit limit(256);
+  if (!limit.ok()) GTEST_SKIP() << "cannot set RLIMIT_NOFILE to 256 here";
+  const SockAddr to = resolve("127.0.0.1", 9);  // before the descriptors run out
+  std::vector<Fd> hog;
+  for (;;) {
+    Fd f(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    if (!f.valid()) break;
+    hog.push_back(std::move(f));
+  }
+  ASSERT_EQ(errno, EMFILE);
+  bool in_progress = true;
+  std::string err;
+  Fd fd;
+  EXPECT_NO_THROW(fd = connect_tcp(to, in_progress, err));
+  hog.clear();
+  EXPECT_FALSE(fd.valid());
+  EXPECT_FALSE(in_progress);
+  EXPECT_THAT(err, HasSubstr("socket() for a connection to 127.0.0.1:9: Too many open files"));
 }
 
 }  // namespace
