@@ -145,14 +145,18 @@ void Engine::recycle(InMsg& m) {
 // ---- input ----
 
 void Engine::on_readable(Conn* c) {
+  // The budget bounds what is read from the socket in one go (fairness between connections),
+  // not the handling of bytes already staged: frames left in the staging buffer after the last
+  // read would wait for the socket's next bytes (epoll reports the socket, not the buffer), up
+  // to wan.recv_timeout_s when that read had emptied it.
   std::size_t budget = kReadBudget;
-  while (budget > 0 && !c->dead) {
+  while (!c->dead) {
     if (!c->in_payload) {
       if (c->in_end - c->in_begin >= kHeaderBytes) {
         parse_header(c);
         continue;
       }
-      if (!fill(c, budget)) break;
+      if (budget == 0 || !fill(c, budget)) break;
       continue;
     }
     const std::uint64_t need = c->cur.length - c->got;
@@ -165,6 +169,7 @@ void Engine::on_readable(Conn* c) {
       if (c->got == c->cur.length) finish_payload(c);
       continue;
     }
+    if (budget == 0) break;  // nothing staged is left to handle; the socket is read next time
     if (need >= kDirectRecvMin && c->dest_kind != Dest::Discard) {
       const ssize_t n = ::recv(c->fd.get(), c->dest + c->got, need, 0);
       if (n < 0) {
