@@ -300,6 +300,28 @@ if [[ $ATLAS_CMD == train ]]; then
   check "its second run resumed from the stop's checkpoint and finished" \
     bash -c "grep -q 'SLURM_RESTART_COUNT=1' '$qrun/job.log' && grep -q '^# resumed from .*step-0000[0-9][0-9].h5' '$qrun/job.log' && grep -q '^# OK: ' '$qrun/job.log'"
   check "run.json says OK after the resumed run" grep -q '"status":"OK"' "$qrun/run.json"
+
+  # The sweep passes a SIGUSR1 to its running point (which stops with a checkpoint) and skips the
+  # points after it; its status counts both as not done.
+  wjob=$(ATLAS_SWEEP="parallel.dp_size=1 run.steps=200 run.log_every_steps=1 ckpt.every_steps=0;parallel.dp_size=1" \
+    ATLAS_LAUNCHER=mpirun ATLAS_DC_NODES="$HOST $HOST $HOST" submit scripts/slurm/scaling_sweep.sbatch "$DECK")
+  JOBS+=("$wjob")
+  wrun=$T/runs/three_dc_cpu_${wjob}_p0
+  for _ in $(seq $((JOB_TIMEOUT_S * 10))); do
+    [[ -f $wrun/metrics.csv ]] && (($(wc -l <"$wrun/metrics.csv") >= 3)) && break
+    sleep 0.1
+  done
+  scancel --signal=USR1 --batch "$wjob" || echo "FAIL: scancel --signal=USR1 --batch $wjob"
+  state=$(wait_job "$wjob")
+  wout=$T/atlas-sweep-$wjob.out
+  echo "# scaling_sweep.sbatch stopped by SIGUSR1: job $wjob ended $state"
+  grep -E '^# (sweep|----)|SIGUSR1|stop requested|STOPPED' "$wout"
+  check "the sweep's batch shell passed SIGUSR1 to its running point" grep -q "^# sweep: SIGUSR1: stopping the running point" "$wout"
+  check "point 0 stopped with a checkpoint (status 8)" \
+    bash -c "grep -q '^# stop requested (SIGUSR1' '$wrun/job.log' && grep -q '^# sweep point 0 (.*): status 8$' '$wout'"
+  check "point 1 was skipped" grep -q "^# sweep point 1: skipped (stop requested)" "$wout"
+  check "the sweep's status counts both points (FAILED, 2 not done)" \
+    bash -c "[[ '$state' == FAILED ]] && grep -q '^# sweep: 2 point(s), 2 failed' '$wout'"
 fi
 
 if ((failures)); then die "$failures check(s) failed"; fi
