@@ -286,6 +286,7 @@ Service::Service(const Config& cfg, const topo::Layout& layout, const topo::Comm
     }
     wan::tune_socket(m_sock.get(), 0);
     m_out.set_fd(m_sock.get(), addr.text);
+    m_in.set_peer(addr.text);
     wire::Hello h;
     h.dc = me.dc;
     h.dc_rank = m_index;

@@ -111,9 +111,11 @@ bool Inbox::read_some(int fd) {
     if (n == 0) return false;
     if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
     if (errno == EINTR) continue;
-    comm_fail(fmt::format("reading from the decode-worker connection ({}) failed: {}", wan::peer_name(fd), std::strerror(errno)));
+    comm_fail(fmt::format("reading from the decode-worker connection ({}) failed: {}", peer(fd), std::strerror(errno)));
   }
 }
+
+std::string Inbox::peer(int fd) const { return m_peer.empty() ? wan::peer_name(fd) : m_peer; }
 
 std::optional<Frame> Inbox::next() {
   if (m_buf.size() - m_at < sizeof(FrameHeader)) return std::nullopt;
@@ -151,7 +153,7 @@ Frame recv_frame(int fd, Inbox& inbox, double timeout_s, const char* waiting_for
     if (auto f = inbox.next()) return std::move(*f);
     if (!inbox.read_some(fd)) {
       if (auto f = inbox.next()) return std::move(*f);
-      comm_fail(fmt::format("the decode worker connection ({}) closed while waiting for {}", wan::peer_name(fd),
+      comm_fail(fmt::format("the decode worker connection ({}) closed while waiting for {}", inbox.peer(fd),
                             waiting_for));
     }
     if (auto f = inbox.next()) return std::move(*f);

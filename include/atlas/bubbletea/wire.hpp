@@ -146,10 +146,15 @@ class Inbox {
   bool read_some(int fd);
   /// The next complete frame, if any.
   std::optional<Frame> next();
+  /// Names the other end in errors (a reset socket has no peer name left to ask for).
+  void set_peer(std::string peer) { m_peer = std::move(peer); }
+  /// The name set_peer() gave, or the socket's peer address.
+  [[nodiscard]] std::string peer(int fd) const;
 
  private:
   std::vector<char> m_buf;
   std::size_t m_at = 0;
+  std::string m_peer;
 };
 
 // ---- payloads ----
