@@ -25,6 +25,7 @@ skip() {
 }
 die() {
   echo "FAIL: $*" >&2
+  FAILED_CHECKS+=("$*")
   exit 1
 }
 
@@ -43,6 +44,7 @@ PY=/usr/bin/python3
 T=$(mktemp -d /tmp/atlas-slurm-test.XXXXXX)
 chmod 755 "$T" # munged runs as user munge and must reach its own subdirectory
 JOBS=()
+FAILED_CHECKS=()
 cleanup() {
   local rc=$? j f pid
   for j in "${JOBS[@]}"; do scancel "$j" 2>/dev/null; done
@@ -55,9 +57,15 @@ cleanup() {
     kill -KILL "$pid" 2>/dev/null && echo "# $f (pid $pid) did not stop on SIGTERM: killed"
   done
   if ((rc != 0 && rc != SKIP)); then
+    # munged logs one "Unauthorized credential" line per credential it decodes: noise here.
     for f in "$T"/log/*.log "$T"/munge/munged.log; do
-      [[ -f $f ]] && { echo "---- tail of $f"; tail -n 20 "$f"; }
+      [[ -f $f ]] && { echo "---- tail of $f"; grep -v 'Unauthorized credential' "$f" | tail -n 15; }
     done
+    # Last, so that a log cut in the middle still shows it: what failed.
+    if ((${#FAILED_CHECKS[@]})); then
+      echo "---- failed checks (${#FAILED_CHECKS[@]}):"
+      printf '  FAIL: %s\n' "${FAILED_CHECKS[@]}"
+    fi
   fi
   if [[ ${ATLAS_TEST_KEEP:-0} == 1 ]]; then echo "# kept $T"; else rm -rf "$T"; fi
   exit "$rc"
@@ -176,16 +184,36 @@ t1=$(date +%s.%N)
 out=$T/atlas-multi-dc-$job.out
 echo "# two_dc.sbatch: job $job ended $state after $(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b-a}') s"
 echo "---- job output ($out) ----"
-cat "$out" 2>/dev/null
+grep -vE '^#   ' "$out" 2>/dev/null # less the resolved deck's lines
 echo "---- end of job output ----"
 [[ $state == COMPLETED ]] || die "job $job ended $state (output above)"
 
 # ---- checks ----
 failures=0
+section_failures=0 # failures before the section now checked
 check() { # description command...
   local what=$1
   shift
-  if "$@"; then echo "ok: $what"; else echo "FAIL: $what" >&2; failures=$((failures + 1)); fi
+  if "$@"; then
+    echo "ok: $what"
+  else
+    echo "FAIL: $what" >&2
+    failures=$((failures + 1))
+    FAILED_CHECKS+=("$what")
+  fi
+}
+# show_job ID FILE...: after a failed check, what Slurm and the job said (the job's own lines
+# are in the files: its output, its run dir's job.log)
+show_job() {
+  local id=$1 f
+  shift
+  echo "---- scontrol show job $id"
+  scontrol show job "$id" 2>&1 | grep -E 'JobState|Reason|Restarts|ExitCode|RunTime|BeginTime' | sed 's/^ */  /'
+  echo "---- slurmctld on job $id"
+  grep -F "JobId=$id" "$T/log/slurmctld.log" | tail -n 15
+  for f in "$@"; do
+    [[ -f $f ]] && { echo "---- tail of $f"; grep -vE '^#   ' "$f" | tail -n 25; }
+  done
 }
 run_dir=$T/runs/three_dc_cpu_$job
 check "the stand-in job's output matches /$EXPECT_RE/" grep -qE "$EXPECT_RE" "$out"
@@ -229,6 +257,8 @@ check "sweep point 1: mpirun with the sequential mapper" \
   grep -qE "^env -u OMPI_MCA_rmaps_base_oversubscribe mpirun -np 6 --hostfile .*/hostfile --mca rmaps seq " "$T/runs/three_dc_cpu_${sjob}_p1/command.txt"
 check "sweep point 1: one MPI world printed the table once" \
   test "$(grep -cE "$EXPECT_RE" "$T/runs/three_dc_cpu_${sjob}_p1/job.log")" -eq 1
+((failures > section_failures)) && show_job "$sjob" "$sout"
+section_failures=$failures
 
 # ---- a killed rank is restarted with run.resume=latest ----
 # A wrapper that SIGKILLs world rank 0 on the first attempt (the restart appends run.resume=latest;
@@ -252,6 +282,8 @@ check "attempt 1 failed with a signal or abort status" \
 check "attempt 2 ran with run.resume=latest and succeeded" \
   bash -c "grep -q 'attempt 2/4: .* run.resume=latest' '$kout' && grep -q 'attempt 2 exited with status 0 (ok)' '$kout'"
 check "the restarted job printed the table once" test "$(grep -cE "$EXPECT_RE" "$kout")" -eq 1
+((failures > section_failures)) && show_job "$kjob" "$kout"
+section_failures=$failures
 
 # ---- a deck error fails the job once: exit 2 is not retried ----
 ejob=$(submit scripts/slurm/two_dc.sbatch "$DECK" model.heads=5)
@@ -265,6 +297,8 @@ check "the job output names the bad key" grep -q 'ERROR: .*heads' "$eout"
 check "attempt 1 exited with the config error's status 2" \
   grep -q 'attempt 1 exited with status 2 (config error)' "$eout"
 check "a config error is not restarted" bash -c "! grep -q 'attempt 2/' '$eout'"
+((failures > section_failures)) && show_job "$ejob" "$eout"
+section_failures=$failures
 
 # ---- a stop on request (what --signal=B:USR1@N does before the time limit), then a requeue ----
 # The batch shell gets SIGUSR1 (scancel --signal=USR1 --batch), passes it to the restart loop,
@@ -288,6 +322,10 @@ if [[ $ATLAS_CMD == train ]]; then
       ! compgen -G "$T/spool/stepd.slurm.pmix.$qjob.*" >/dev/null && break
     sleep 0.1
   done
+  # slurmd revokes the first run's job credential at the requeue, with a time in whole seconds,
+  # and refuses a credential issued in the same second ("Killing non-startable batch JobId=...:
+  # Job credential revoked", the job FAILED): start the second run at least 2 s after it.
+  sleep 2
   scontrol update JobId="$qjob" StartTime=now || echo "FAIL: scontrol update JobId=$qjob StartTime=now"
   state=$(wait_job "$qjob")
   echo "# two_dc.sbatch stopped by SIGUSR1 and requeued: job $qjob ended $state"
@@ -300,6 +338,8 @@ if [[ $ATLAS_CMD == train ]]; then
   check "its second run resumed from the stop's checkpoint and finished" \
     bash -c "grep -q 'SLURM_RESTART_COUNT=1' '$qrun/job.log' && grep -q '^# resumed from .*step-0000[0-9][0-9].h5' '$qrun/job.log' && grep -q '^# OK: ' '$qrun/job.log'"
   check "run.json says OK after the resumed run" grep -q '"status":"OK"' "$qrun/run.json"
+  ((failures > section_failures)) && show_job "$qjob" "$qrun/job.log" "$qrun/restarts.log"
+  section_failures=$failures
 
   # The sweep passes a SIGUSR1 to its running point (which stops with a checkpoint) and skips the
   # points after it; its status counts both as not done.
@@ -322,6 +362,8 @@ if [[ $ATLAS_CMD == train ]]; then
   check "point 1 was skipped" grep -q "^# sweep point 1: skipped (stop requested)" "$wout"
   check "the sweep's status counts both points (FAILED, 2 not done)" \
     bash -c "[[ '$state' == FAILED ]] && grep -q '^# sweep: 2 point(s), 2 failed' '$wout'"
+  ((failures > section_failures)) && show_job "$wjob" "$wout"
+  section_failures=$failures
 fi
 
 if ((failures)); then die "$failures check(s) failed"; fi
