@@ -46,6 +46,7 @@ int cmd_tokenize(Context& ctx) {
   if (kind == "gpt2") {
     auto bpe = std::make_shared<model::Gpt2Tokenizer>(args.option("tokenizer-dir", "data/gpt2"), "--tokenizer-dir");
     job.encode = [bpe](std::string_view text) { return bpe->encode(text); };
+    job.cut = [](std::string_view text, std::size_t from) { return model::gpt2_last_cut(text, from); };
   } else if (kind != "byte") {
     throw UsageError("--tokenizer must be byte or gpt2, not '" + kind + "'");
   }

@@ -6,13 +6,23 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <fcntl.h>
+#include <unistd.h>
 
 #include "atlas/core/check.hpp"
 #include "atlas/core/error.hpp"
 
 namespace atlas {
 
-void write_file_whole(const std::string& path, const std::string& text) {
+namespace {
+
+/// Writes `text` to `path`.tmp (fsynced when `durable`) and returns that name; a failure removes
+/// what it wrote and throws, `path` left as it was.
+std::string stage(const std::string& path, std::string_view text, bool durable) {
   const std::string tmp = path + ".tmp";
   const auto reason = [] { return errno != 0 ? std::string(": ") + std::strerror(errno) : std::string(); };
   {
@@ -20,7 +30,7 @@ void write_file_whole(const std::string& path, const std::string& text) {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
     if (!f)
       ATLAS_THROW(Io, "cannot create " << tmp << reason() << "\n  hint: check that the directory exists and is writable");
-    f << text;
+    f.write(text.data(), static_cast<std::streamsize>(text.size()));
     f.close();
     if (f.fail()) {
       const std::string why = reason();
@@ -30,6 +40,19 @@ void write_file_whole(const std::string& path, const std::string& text) {
                                  << "read-only; " << path << " was left as it was");
     }
   }
+  if (durable) {
+    try {
+      fsync_path(tmp, false);
+    } catch (...) {
+      std::error_code ec;
+      std::filesystem::remove(tmp, ec);
+      throw;
+    }
+  }
+  return tmp;
+}
+
+void commit(const std::string& tmp, const std::string& path) {
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
   if (ec) {
@@ -39,6 +62,43 @@ void write_file_whole(const std::string& path, const std::string& text) {
                                      << " must be a file name (not a directory) in a writable directory; it was "
                                         "left as it was");
   }
+}
+
+std::string dir_of(const std::string& path) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  return parent.empty() ? std::string(".") : parent.string();
+}
+
+}  // namespace
+
+void write_file_whole(const std::string& path, const std::string& text, bool durable) {
+  commit(stage(path, text, durable), path);
+  if (durable) fsync_path(dir_of(path), true);
+}
+
+void write_files_whole(const std::vector<std::pair<std::string, std::string>>& files, bool durable) {
+  std::vector<std::string> staged;
+  try {
+    for (const auto& [path, text] : files) staged.push_back(stage(path, text, durable));
+  } catch (...) {
+    for (const std::string& tmp : staged) {
+      std::error_code ec;
+      std::filesystem::remove(tmp, ec);
+    }
+    throw;
+  }
+  for (std::size_t i = 0; i < files.size(); ++i) commit(staged[i], files[i].first);
+  if (durable)
+    for (const auto& [path, text] : files) fsync_path(dir_of(path), true);
+}
+
+void fsync_path(const std::string& path, bool directory) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (directory ? O_DIRECTORY : 0));
+  if (fd < 0) ATLAS_THROW(Io, "cannot open '" << path << "' to fsync it: " << std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) ATLAS_THROW(Io, "fsync('" << path << "') failed: " << std::strerror(err));
 }
 
 void check_output_dir(const std::string& command, const std::string& dir) {

@@ -19,6 +19,7 @@
 
 #include "atlas/core/check.hpp"
 #include "atlas/core/crc32c.hpp"
+#include "atlas/core/file.hpp"
 #include "atlas/core/log.hpp"
 #include "atlas/core/units.hpp"
 #include "atlas/io/checkpoint.hpp"
@@ -125,17 +126,6 @@ std::string utc_now() {
   char buf[32] = {};
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
   return buf;
-}
-
-void fsync_path(const std::string& path, bool directory) {
-  const int fd = ::open(path.c_str(), O_RDONLY | (directory ? O_DIRECTORY : 0));
-  if (fd < 0) {
-    ATLAS_THROW(Io, "cannot open '" << path << "' to fsync it: " << std::strerror(errno));
-  }
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) ATLAS_THROW(Io, "fsync('" << path << "') failed: " << std::strerror(err));
 }
 
 /// Rank 0's metadata fields (and creation time) on every rank, with `state` the union of every

@@ -5,10 +5,13 @@
 #include "atlas/model/data.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -82,10 +85,22 @@ Corpus Corpus::load(const std::string& dir, const Encoder& encode) {
   std::string text;
   for (const auto& path : files) {
     std::ifstream in(path, std::ios::binary);
-    if (!in) ATLAS_THROW(Io, "cannot read corpus file " << path);
-    std::ostringstream os;
-    os << in.rdbuf();
-    text += os.str();
+    if (!in) ATLAS_THROW(Io, "cannot read corpus file " << path << ": " << std::strerror(errno));
+    std::vector<char> block(std::size_t{1} << 20);
+    for (std::size_t got = 0;;) {
+      errno = 0;
+      in.read(block.data(), static_cast<std::streamsize>(block.size()));
+      // A failed read (EIO) sets badbit where the end of the file sets eofbit: the rest of the
+      // file would be dropped without a word.
+      if (in.bad())
+        ATLAS_THROW(Io, "reading corpus file " << path << " failed after " << got << " bytes"
+                                               << (errno != 0 ? std::string(": ") + std::strerror(errno) : std::string())
+                                               << "\n  hint: check the file (and its file system) and start the run again");
+      const auto n = static_cast<std::size_t>(in.gcount());
+      text.append(block.data(), n);
+      got += n;
+      if (!in) break;
+    }
   }
   Corpus c = from_text(text, dir, encode);
   c.m_files = static_cast<int>(files.size());

@@ -8,6 +8,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <algorithm>
 #include <array>
 #include <filesystem>
 #include <fstream>
@@ -368,5 +369,50 @@ std::string Gpt2Tokenizer::decode(std::span<const std::int32_t> ids) const {
 }
 
 std::size_t Gpt2Tokenizer::cache_size() const noexcept { return m_impl->cache.size(); }
+
+namespace {
+
+bool is_ascii_space(unsigned char b) { return b == ' ' || (b >= '\t' && b <= '\r'); }
+
+/// Whether the character that ends just before `q` is a valid UTF-8 character that GPT-2's
+/// pattern (PCRE2 with UCP) cannot take for whitespace. ASCII control characters, Unicode's space
+/// separators and the format characters some engines class as spaces count as whitespace here.
+bool ends_in_non_space(std::string_view t, std::size_t q) {
+  const auto last = static_cast<unsigned char>(t[q - 1]);
+  if (last < 0x80) return last > 0x20 && last < 0x7f;
+  // The lead byte of the sequence that ends at q - 1 (at most 3 continuation bytes before it).
+  std::size_t lead = q - 1;
+  while (lead > 0 && q - lead < 4 && (static_cast<unsigned char>(t[lead]) & 0xC0) == 0x80) --lead;
+  const auto b0 = static_cast<unsigned char>(t[lead]);
+  std::size_t n = 0;
+  char32_t cp = 0;
+  if ((b0 & 0xE0) == 0xC0) {
+    n = 2;
+    cp = b0 & 0x1F;
+  } else if ((b0 & 0xF0) == 0xE0) {
+    n = 3;
+    cp = b0 & 0x0F;
+  } else if ((b0 & 0xF8) == 0xF0) {
+    n = 4;
+    cp = b0 & 0x07;
+  } else {
+    return false;  // a stray continuation byte or an invalid lead byte
+  }
+  if (lead + n != q) return false;  // truncated or over-long sequence
+  for (std::size_t i = lead + 1; i < q; ++i) cp = (cp << 6) | (static_cast<unsigned char>(t[i]) & 0x3F);
+  static constexpr char32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
+  if (cp < kMin[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;  // not valid UTF-8
+  const bool space = cp == 0x85 || cp == 0xA0 || cp == 0x1680 || cp == 0x180E || (cp >= 0x2000 && cp <= 0x200B) ||
+                     cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000 || cp == 0xFEFF;
+  return !space;
+}
+
+}  // namespace
+
+std::size_t gpt2_last_cut(std::string_view text, std::size_t from) noexcept {
+  for (std::size_t q = text.size(); q-- > std::max<std::size_t>(from, 1);)
+    if (is_ascii_space(static_cast<unsigned char>(text[q])) && ends_in_non_space(text, q)) return q;
+  return 0;
+}
 
 }  // namespace atlas::model

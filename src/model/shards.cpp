@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
 #include <regex>
 #include <set>
 
@@ -141,7 +142,18 @@ std::string fix_hint(std::string_view key) {
 
 ShardSet ShardSet::open(const std::vector<std::string>& files, int vocab, std::string_view key) {
   ShardSet set;
+  std::set<std::string> dirs_checked;
   for (const std::string& path : files) {
+    if (const fs::path dir = fs::path(path).parent_path(); dirs_checked.insert(dir.string()).second) {
+      const fs::path marker = (dir.empty() ? fs::path(".") : dir) / ShardFormat::kSwapMarker;
+      std::error_code ec;
+      if (fs::exists(marker, ec))
+        throw ConfigError(fmt::format("shard '{}' ({}): its directory holds {}, so an atlas tokenize into it was "
+                                      "interrupted while it replaced the shards there (or is running now): the "
+                                      "directory may hold part of the old set and part of the new one\n  hint: run "
+                                      "the atlas tokenize again (it replaces the whole set)",
+                                      path, key, marker.string()));
+    }
     auto m = std::make_shared<Mapping>();
     m->path = path;
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -282,6 +294,7 @@ std::vector<std::string> write_shards(std::span<const std::uint16_t> tokens, con
       out.close();
       if (!out) ATLAS_THROW(Io, "cannot write shard " << tmp << ": " << std::strerror(errno));
     }
+    fsync_path(tmp, false);  // on disk before it takes the name: a crash leaves no empty shard
     std::error_code ec;
     fs::rename(tmp, path, ec);
     if (ec) ATLAS_THROW(Io, "cannot rename " << tmp << " to " << path << ": " << ec.message());
@@ -296,23 +309,11 @@ std::vector<std::string> write_shards(std::span<const std::uint16_t> tokens, con
 
 namespace {
 
-/// The end of the longest prefix of `text` that GPT-2's pre-tokenization cuts after whatever
-/// follows: just before a newline that follows a non-space ASCII character (every alternative of
-/// the pattern that matches such a character stops before a newline, and a match starting at the
-/// newline does not look back). 0 when there is none.
-std::size_t safe_cut(std::string_view text) {
-  for (std::size_t q = text.size(); q-- > 1;) {
-    const auto before = static_cast<unsigned char>(text[q - 1]);
-    if (text[q] == '\n' && before > 0x20 && before < 0x7f) return q;
-  }
-  return 0;
-}
-
 constexpr std::size_t kChunkBytes = std::size_t{4} << 20;
 
 constexpr const char* kStagingPrefix = ".atlas-tokenize-";
 
-/// A tokenize's staging directory, DIR/.atlas-tokenize-PID, with an exclusive flock on its .lock
+/// A tokenize's staging directory, DIR/.atlas-tokenize-PID-RANDOM, with an exclusive flock on its .lock
 /// file for as long as the job runs: a staging directory whose lock nobody holds was left by a
 /// tokenize that was killed (the kernel drops a dead process's locks). Made under a ".tmp" name
 /// and renamed once locked, so a directory under the final name is locked while its job lives.
@@ -321,14 +322,14 @@ constexpr const char* kStagingPrefix = ".atlas-tokenize-";
 struct StagingDir {
   fs::path path;
   int fd = -1;
+  // PID and a random number: jobs on other hosts (a shared file system) or in other PID
+  // namespaces may have the same PID, and one must never take the other's directory.
   explicit StagingDir(const std::string& out_dir)
-      : path(fs::path(out_dir) / fmt::format("{}{}", kStagingPrefix, ::getpid())) {
+      : path(fs::path(out_dir) / fmt::format("{}{}-{:08x}", kStagingPrefix, ::getpid(), std::random_device{}())) {
     const fs::path tmp = fs::path(path.string() + ".tmp");
     std::error_code ec;
-    fs::remove_all(path, ec);
-    fs::remove_all(tmp, ec);
-    fs::create_directory(tmp, ec);
-    if (ec) ATLAS_THROW(Io, "cannot create " << tmp.string() << ": " << ec.message());
+    if (!fs::create_directory(tmp, ec) || ec)
+      ATLAS_THROW(Io, "cannot create " << tmp.string() << ": " << (ec ? ec.message() : std::string("it exists")));
     // A file system without flock (ENOLCK, ENOSYS): no .lock, so no later job takes this
     // directory for a dead one's; a kill then leaves it, as before the lock.
     fd = ::open((tmp / ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
@@ -359,7 +360,7 @@ struct StagingDir {
 /// one without a .lock (an older atlas's: docs/formats.md).
 std::vector<std::string> remove_dead_staging(const std::string& out_dir) {
   std::vector<std::string> removed;
-  const std::regex staging_name(std::string("\\") + kStagingPrefix + "[0-9]+");
+  const std::regex staging_name(std::string("\\") + kStagingPrefix + "[0-9]+(-[0-9a-f]{8})?");
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(out_dir, ec)) {
     const std::string name = entry.path().filename().string();
@@ -450,21 +451,40 @@ TokenizeResult tokenize_to_shards(const TokenizeJob& job) {
     }
   };
   std::string buf;
+  std::size_t scanned = 0;  // buf[0, scanned) holds no cut (TokenizeJob::cut) after position 0
   std::vector<char> block(kChunkBytes);
   auto last = std::chrono::steady_clock::now();
   for (const std::string& path : files) {
     std::ifstream in(path, std::ios::binary);
-    if (!in) ATLAS_THROW(Io, "cannot read text file " << path);
+    if (!in) ATLAS_THROW(Io, "cannot read text file " << path << ": " << std::strerror(errno));
+    std::int64_t file_bytes = 0;
     while (in) {
+      errno = 0;
       in.read(block.data(), static_cast<std::streamsize>(block.size()));
+      // A failed read (EIO on a network file system) sets badbit where end of file sets eof:
+      // the rest of the file would be dropped without a word.
+      if (in.bad())
+        ATLAS_THROW(Io, "reading text file " << path << " failed after " << file_bytes << " bytes"
+                                             << (errno != 0 ? std::string(": ") + std::strerror(errno) : std::string())
+                                             << "\n  hint: nothing was written; check the file and run atlas tokenize again");
       const auto got = static_cast<std::size_t>(in.gcount());
       buf.append(block.data(), got);
       r.bytes += static_cast<std::int64_t>(got);
+      file_bytes += static_cast<std::int64_t>(got);
       if (buf.size() < kChunkBytes) continue;
-      if (const std::size_t q = safe_cut(buf); q > 0) {
+      // Only what is new since the last look is scanned: a text without cuts costs one pass.
+      const std::size_t q = job.cut ? job.cut(buf, scanned) : buf.size();
+      if (q > 0) {
         encode_into(std::string_view(buf).substr(0, q));
         buf.erase(0, q);
       }
+      scanned = buf.size();
+      if (buf.size() > job.max_uncut_bytes)
+        throw ConfigError(fmt::format("atlas tokenize: {}: {} bytes of text (up to byte {} of the file) without a place "
+                                      "to cut it: the tokenizer cuts only before whitespace (a space, tab or line "
+                                      "end) that follows a character; nothing was written\n  hint: is it a text "
+                                      "file? Break very long lines, or use --tokenizer byte",
+                                      path, buf.size(), file_bytes));
       const auto now = std::chrono::steady_clock::now();
       if (job.progress && now - last >= std::chrono::seconds(1)) {
         job.progress(r.bytes - static_cast<std::int64_t>(buf.size()), all_bytes,
@@ -505,23 +525,50 @@ TokenizeResult tokenize_to_shards(const TokenizeJob& job) {
                               job.shard_tokens);
   if (job.wrote)
     for (const auto& path : r.val_shards) job.wrote(path);
-  // The swap: each new shard replaces its namesake at once (rename), then the old set's extra
-  // files go (with more files they would join this run's under a glob).
+  // The swap. Between the first change to the old set and the last rename, the directory holds
+  // a mix of both sets; the marker says so to every reader (ShardSet::open refuses the
+  // directory) until the swap is whole, also when a kill or crash cuts it short.
+  const fs::path marker = fs::path(job.out_dir) / ShardFormat::kSwapMarker;
+  write_file_whole(marker.string(), fmt::format("atlas tokenize (pid {}) is replacing the shards in this directory; "
+                                                "if it is not running, it was interrupted: run it again\n",
+                                                ::getpid()),
+                   true);
   std::set<std::string> names;
   for (auto* list : {&r.train_shards, &r.val_shards})
+    for (const std::string& path : *list) names.insert(fs::path(path).filename().string());
+  // The old set's files that the new one does not replace go first (with more files they would
+  // join this run's under a glob); a failure to remove one fails the job, the marker staying.
+  const std::regex ours(R"((train|val)_[0-9]{6}\.bin)");
+  std::vector<fs::path> extra;
+  for (auto it = fs::directory_iterator(job.out_dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    std::error_code kind;
+    if (it->is_regular_file(kind) && std::regex_match(name, ours) && names.count(name) == 0) extra.push_back(it->path());
+  }
+  if (ec) ATLAS_THROW(Io, "cannot list " << job.out_dir << " to replace its shards: " << ec.message());
+  for (const fs::path& old : extra) {
+    fs::remove(old, ec);
+    if (ec)
+      ATLAS_THROW(Io, "cannot remove the old shard " << old.string() << ": " << ec.message()
+                                                     << "\n  hint: the directory holds part of the old set and is marked "
+                                                        "unusable ("
+                                                     << marker.string() << "); fix its permissions and run atlas "
+                                                                           "tokenize again");
+  }
+  for (auto* list : {&r.train_shards, &r.val_shards})
     for (std::string& path : *list) {
-      const fs::path name = fs::path(path).filename();
-      const fs::path to = fs::path(job.out_dir) / name;
+      const fs::path to = fs::path(job.out_dir) / fs::path(path).filename();
       fs::rename(path, to, ec);
-      if (ec) ATLAS_THROW(Io, "cannot move shard " << path << " to " << to.string() << ": " << ec.message());
-      names.insert(name.string());
+      if (ec)
+        ATLAS_THROW(Io, "cannot move shard " << path << " to " << to.string() << ": " << ec.message()
+                                             << "\n  hint: the directory holds part of each set and is marked unusable ("
+                                             << marker.string() << "); run atlas tokenize again");
       path = to.string();
     }
-  const std::regex ours(R"((train|val)_[0-9]{6}\.bin)");
-  for (const auto& entry : fs::directory_iterator(job.out_dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (entry.is_regular_file() && std::regex_match(name, ours) && names.count(name) == 0) fs::remove(entry.path(), ec);
-  }
+  fsync_path(job.out_dir, true);  // the renames reach the disk before the marker goes
+  fs::remove(marker, ec);
+  if (ec) ATLAS_THROW(Io, "cannot remove " << marker.string() << " after the shards were replaced: " << ec.message());
+  fsync_path(job.out_dir, true);
   return r;
 }
 

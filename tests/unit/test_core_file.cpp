@@ -81,5 +81,32 @@ TEST(WriteFileWhole, ADirectoryInTheWayIsAnIoErrorAndLeavesNoTmp) {
   EXPECT_TRUE(fs::is_directory(p / "inside"));
 }
 
+// Files that belong together (exported weights and their config): when the second cannot be
+// written, the first is not replaced either, and no .tmp is left; durable writes replace both.
+TEST(WriteFilesWhole, AFailedWriteOfOneLeavesEveryFileAsItWas) {
+  TempDir t;
+  const std::string a = (t.path / "model.safetensors").string();
+  const std::string b = (t.path / "config.json").string();
+  write_file_whole(a, "old weights");
+  write_file_whole(b, "old config");
+  fs::create_symlink("/dev/full", b + ".tmp");
+  try {
+    write_files_whole({{a, "new weights"}, {b, std::string(1 << 16, 'x')}}, true);
+    FAIL() << "expected an Io error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::Io);
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("writing " + b + ".tmp failed: No space left on device"));
+  }
+  EXPECT_EQ(slurp(a), "old weights");
+  EXPECT_EQ(slurp(b), "old config");
+  EXPECT_FALSE(fs::exists(a + ".tmp"));
+  EXPECT_FALSE(fs::exists(fs::symlink_status(b + ".tmp")));
+  write_files_whole({{a, "new weights"}, {b, "new config"}}, true);
+  EXPECT_EQ(slurp(a), "new weights");
+  EXPECT_EQ(slurp(b), "new config");
+  EXPECT_FALSE(fs::exists(a + ".tmp"));
+  EXPECT_FALSE(fs::exists(b + ".tmp"));
+}
+
 }  // namespace
 }  // namespace atlas

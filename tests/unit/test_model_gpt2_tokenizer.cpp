@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 
 #include <unistd.h>
@@ -16,6 +17,7 @@
 #include "atlas/core/error.hpp"
 #include "atlas/model/data.hpp"
 #include "atlas/model/gpt2_tokenizer.hpp"
+#include "atlas/model/shards.hpp"
 
 namespace atlas::model {
 namespace {
@@ -166,6 +168,73 @@ TEST(Gpt2Tokenizer, CorruptFilesNameTheFileAndTheFix) {
     dir.write("vocab.bpe", "#version: 0.2\nzq xw\n");  // "zqxw" is no GPT-2 token
     EXPECT_THAT(config_error_of(dir.path()), HasSubstr("uses a token missing from encoder.json"));
   }
+}
+
+// gpt2_last_cut: every place it reports splits GPT-2's encoding exactly (encode(whole) ==
+// encode(before) + encode(after)), on random text mixing ASCII words, digits, punctuation, every
+// ASCII whitespace, CRLF, letters of other scripts, Unicode spaces, control characters and invalid
+// UTF-8; and it finds the cuts real text needs (Windows line ends, lines ending in a CJK full stop,
+// spaces between words), never one after whitespace or a character in doubt.
+TEST(Gpt2Tokenizer, LastCutIsAPlaceWhereTheEncodingSplits) {
+  auto& tok = shared();
+  const std::vector<std::string> atoms = {
+      "the", "jury", "Friday", "'s", "'ll", "123", "4", ".", ",", "!?", " ", "  ", "\t", "\n", "\r\n", "\r", "\v",
+      "\f", "\xC3\xA9", "na\xC3\xAFve", "\xE6\x97\xA5\xE6\x9C\xAC", "\xE3\x80\x82", "\xC2\xA0", "\xE3\x80\x80",
+      "\x01", "\x1F", "\x7F", "\x80", "\xE6\x97", "\xF0\x9F\x99\x82", "\xC2\x85", "\xEF\xBB\xBF", "\xCC\x81"};
+  std::mt19937 rng(7);
+  int cuts = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    std::string s;
+    const auto n = 2 + rng() % 30;
+    for (std::uint32_t i = 0; i < n; ++i) s += atoms[rng() % atoms.size()];
+    const auto whole = tok.encode(s);
+    for (std::size_t p = 1; p < s.size(); ++p) {
+      if (gpt2_last_cut(std::string_view(s).substr(0, p + 1), p) != p) continue;
+      ++cuts;
+      auto ids = tok.encode(std::string_view(s).substr(0, p));
+      const auto after = tok.encode(std::string_view(s).substr(p));
+      ids.insert(ids.end(), after.begin(), after.end());
+      ASSERT_EQ(ids, whole) << "cut at byte " << p << " of " << ::testing::PrintToString(s);
+    }
+  }
+  EXPECT_GT(cuts, 3000);
+  EXPECT_EQ(gpt2_last_cut("one\r\ntwo"), 3U);
+  EXPECT_EQ(gpt2_last_cut("\xE6\x97\xA5\xE3\x80\x82\n\xE6\x97\xA5"), 6U);  // after the CJK full stop
+  EXPECT_EQ(gpt2_last_cut("a b"), 1U);
+  EXPECT_EQ(gpt2_last_cut("ab  \n"), 2U);  // the start of the whitespace run
+  EXPECT_EQ(gpt2_last_cut("\x01\n"), 0U);
+  EXPECT_EQ(gpt2_last_cut("\xE3\x80\x80\n"), 0U);  // after U+3000, a space
+  EXPECT_EQ(gpt2_last_cut("\x80\n"), 0U);           // after a stray continuation byte
+  EXPECT_EQ(gpt2_last_cut("\xC0\x80\n"), 0U);       // after an over-long NUL
+  EXPECT_EQ(gpt2_last_cut("abc"), 0U);
+  EXPECT_EQ(gpt2_last_cut("a\nb\nc", 3), 3U);
+  EXPECT_EQ(gpt2_last_cut("a\nbc", 2), 0U);  // the cut at 1 is before `from`
+}
+
+// atlas tokenize with GPT-2 on text with Windows line ends, lines ending in non-ASCII and long
+// lines: the pieces it encodes (about 4 MiB each) give exactly the ids of one encode of the text.
+TEST(Gpt2Tokenizer, TokenizeInPiecesGivesTheIdsOfOneEncode) {
+  auto& tok = shared();
+  TempDir dir;
+  std::string text;
+  const char* lines[] = {"The jury said Friday's investigation\r\n", "na\xC3\xAFve caf\xC3\xA9 \xE6\x97\xA5\xE6\x9C\xAC\xE3\x80\x82\r\n",
+                         "  indented, 123 numbers   \r\n\r\n", "a long line without an end of line but spaces "};
+  for (std::size_t i = 0; text.size() < (9U << 20); ++i) text += lines[(i * 7 + i / 5) % 4];
+  dir.write("a.txt", text);
+  TokenizeJob job;
+  job.inputs = {dir.path() + "/a.txt"};
+  job.out_dir = dir.path() + "/out";
+  job.encode = [&](std::string_view t) { return tok.encode(t); };
+  job.cut = [](std::string_view t, std::size_t from) { return gpt2_last_cut(t, from); };
+  const TokenizeResult r = tokenize_to_shards(job);
+  const auto whole = tok.encode(text);
+  const ShardSet train = ShardSet::open(r.train_shards, Gpt2Tokenizer::kVocab, "t");
+  const ShardSet val = ShardSet::open(r.val_shards, Gpt2Tokenizer::kVocab, "v");
+  std::vector<std::int32_t> got(static_cast<std::size_t>(train.size() + val.size()));
+  train.copy(0, train.size(), got.data());
+  val.copy(0, val.size(), got.data() + train.size());
+  ASSERT_EQ(got.size(), whole.size());
+  EXPECT_TRUE(got == whole);
 }
 
 TEST(Gpt2Tokenizer, CorpusIsTokenizedByTheChosenEncoder) {

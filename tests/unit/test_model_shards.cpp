@@ -14,6 +14,7 @@
 #include <fstream>
 #include <iterator>
 #include <numeric>
+#include <regex>
 
 #include <fcntl.h>
 #include <signal.h>
@@ -197,8 +198,17 @@ TEST(Shards, TokenizeEncodesInPiecesLikeOneEncodeOfTheWholeText) {
   job.inputs = {dir.at("")};  // a directory: its .txt files in name order, as the text loader
   job.out_dir = dir.at("out");
   job.encode = encode;
+  // The encoder's cut rule (TokenizeJob::cut): before a newline, scanning back from the end.
+  std::size_t looked_at = 0;
+  job.cut = [&looked_at](std::string_view t, std::size_t from) -> std::size_t {
+    looked_at += t.size() - from;
+    for (std::size_t q = t.size(); q-- > std::max<std::size_t>(from, 1);)
+      if (t[q] == '\n') return q;
+    return 0;
+  };
   job.shard_tokens = 1 << 20;
   const TokenizeResult r = tokenize_to_shards(job);
+  EXPECT_LE(looked_at, text.size());  // each byte is looked at once at most
   const Corpus c = Corpus::load(dir.at(""), encode);
   EXPECT_EQ(r.files, 2);
   const ShardSet train = ShardSet::open(r.train_shards, 512, "t");
@@ -272,8 +282,16 @@ TEST(Shards, ATokenizeRemovesTheStagingDirectoryOfAKilledOne) {
     }
     ::_exit(3);
   }
-  const fs::path killed = fs::path(job.out_dir) / (".atlas-tokenize-" + std::to_string(child));
-  for (int i = 0; i < 2000 && !fs::exists(killed / "train_000000.bin"); ++i) ::usleep(10000);
+  // The child's staging directory: .atlas-tokenize-PID-RANDOM (the random part keeps jobs with
+  // the same PID, on other hosts or in other PID namespaces, apart).
+  const std::regex child_staging("\\.atlas-tokenize-" + std::to_string(child) + "-[0-9a-f]{8}");
+  fs::path killed;
+  for (int i = 0; i < 2000 && !fs::exists(killed / "train_000000.bin"); ++i) {
+    ::usleep(10000);
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(job.out_dir, ec))
+      if (std::regex_match(e.path().filename().string(), child_staging)) killed = e.path();
+  }
   ASSERT_TRUE(fs::exists(killed / "train_000000.bin")) << "the child never wrote its first shard";
   ::kill(child, SIGKILL);
   int status = 0;
@@ -298,11 +316,94 @@ TEST(Shards, ATokenizeRemovesTheStagingDirectoryOfAKilledOne) {
   EXPECT_TRUE(fs::exists(unlocked));
   EXPECT_TRUE(fs::is_regular_file(fs::path(job.out_dir) / ".atlas-tokenize-3"));
   EXPECT_EQ(r.train_shards.size(), 3u);
-  // Its own staging directory is gone.
-  EXPECT_FALSE(fs::exists(fs::path(job.out_dir) / (".atlas-tokenize-" + std::to_string(::getpid()))));
+  // Its own staging directory is gone: only the live one and the unlocked one are left.
+  std::vector<std::string> staging_left;
+  for (const auto& e : fs::directory_iterator(job.out_dir))
+    if (e.is_directory()) staging_left.push_back(e.path().filename().string());
+  std::sort(staging_left.begin(), staging_left.end());
+  EXPECT_EQ(staging_left, (std::vector<std::string>{".atlas-tokenize-1", ".atlas-tokenize-2"}));
   // The live job ends without cleaning up (its lock goes with it): the next run removes its directory.
   ::close(held);
   EXPECT_EQ(tokenize_to_shards(job).removed_staging, (std::vector<std::string>{live.string()}));
+}
+
+// A text with no place to cut it (TokenizeJob::cut finds none) is looked at once per byte, not
+// once per read (the whole buffer again each time, quadratic in the text), and is refused, naming
+// the file, once the text held back passes max_uncut_bytes: nothing is written.
+TEST(Shards, TokenizeScansTextWithoutCutsOnceAndRefusesTooMuchOfIt) {
+  TempDir dir;
+  const std::string text(18u << 20, 'a');
+  std::ofstream(dir.at("a.txt"), std::ios::binary) << text;
+  TokenizeJob job;
+  job.inputs = {dir.at("a.txt")};
+  job.out_dir = dir.at("out");
+  std::size_t looked_at = 0;
+  int calls = 0;
+  job.cut = [&](std::string_view t, std::size_t from) -> std::size_t {
+    looked_at += t.size() - std::min(from, t.size());
+    ++calls;
+    return 0;
+  };
+  const TokenizeResult r = tokenize_to_shards(job);
+  EXPECT_GE(calls, 4);                 // one look per 4 MiB read
+  EXPECT_LE(looked_at, text.size());   // not 4 + 8 + 12 + 16 MiB
+  EXPECT_EQ(r.train_tokens + r.val_tokens, static_cast<std::int64_t>(text.size()));
+
+  job.max_uncut_bytes = 6u << 20;
+  const std::string m = config_error([&] { (void)tokenize_to_shards(job); });
+  EXPECT_THAT(m, HasSubstr("atlas tokenize: " + dir.at("a.txt") + ": 8388608 bytes of text (up to byte 8388608 of the "
+                           "file) without a place to cut it"));
+  EXPECT_THAT(m, HasSubstr("nothing was written"));
+  EXPECT_THAT(m, HasSubstr("hint: is it a text file?"));
+  // The shards of the first run are still there, whole.
+  EXPECT_EQ(ShardSet::open(r.train_shards, 256, "t").size(), r.train_tokens);
+}
+
+// A read error (EIO: /proc/self/mem reads fail at address 0) is an error naming the file, not
+// the end of its text: the rest would be dropped without a word.
+TEST(Shards, AReadErrorIsAnErrorNotTheEndOfTheText) {
+  TempDir dir;
+  TokenizeJob job;
+  job.inputs = {"/proc/self/mem"};
+  job.out_dir = dir.at("out");
+  try {
+    (void)tokenize_to_shards(job);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("reading text file /proc/self/mem failed after 0 bytes: Input/output error"));
+    EXPECT_THAT(e.what(), HasSubstr("nothing was written"));
+  }
+  EXPECT_FALSE(fs::exists(job.out_dir));
+  // The text loader (data.corpus_dir) reads its files the same way.
+  fs::create_directories(dir.at("corpus"));
+  fs::create_symlink("/proc/self/mem", dir.at("corpus/a.txt"));
+  try {
+    (void)Corpus::load(dir.at("corpus"), nullptr);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("reading corpus file " + dir.at("corpus/a.txt") + " failed after 0 bytes: "
+                                    "Input/output error"));
+  }
+}
+
+// While a tokenize replaces the shards in its --out directory, the directory holds part of each
+// set; the marker it keeps there for that time makes a run refuse the directory's shards, also
+// when the tokenize was killed during the swap; the next tokenize into it replaces the set whole
+// and removes the marker.
+TEST(Shards, ADirectoryMarkedAsBeingSwappedIsRefusedUntilATokenizeEnds) {
+  TempDir dir;
+  TokenizeJob job = three_shard_job(dir);
+  TokenizeResult r = tokenize_to_shards(job);
+  const fs::path marker = fs::path(job.out_dir) / ShardFormat::kSwapMarker;
+  EXPECT_FALSE(fs::exists(marker));
+  std::ofstream(marker.string()) << "atlas tokenize (pid 1) is replacing the shards\n";  // a swap cut short
+  const std::string m = config_error([&] { (void)ShardSet::open(r.train_shards, 256, "data.train_shards"); });
+  EXPECT_THAT(m, HasSubstr("shard '" + r.train_shards[0] + "' (data.train_shards): its directory holds " +
+                           marker.string() + ", so an atlas tokenize into it was interrupted"));
+  EXPECT_THAT(m, HasSubstr("hint: run the atlas tokenize again"));
+  r = tokenize_to_shards(job);
+  EXPECT_FALSE(fs::exists(marker));
+  EXPECT_EQ(ShardSet::open(r.train_shards, 256, "t").size(), r.train_tokens);
 }
 
 TEST(Shards, TokenizeRefusesInputsThatCannotTrain) {

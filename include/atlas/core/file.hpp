@@ -5,13 +5,26 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace atlas {
 
 /// Writes `text` to `path.tmp`, closes it (a failed write or close throws), then renames it over
 /// `path`, so a reader never sees half a file and a failure never truncates an existing one.
+/// `durable`: the file is fsynced before the rename and its directory after it, so a crash of
+/// the machine leaves the old file or the whole new one (for results that took long to make).
 /// Throws atlas::Error (Io) with the file, the system's reason and a hint. Not collective.
-void write_file_whole(const std::string& path, const std::string& text);
+void write_file_whole(const std::string& path, const std::string& text, bool durable = false);
+
+/// write_file_whole for files that belong together (weights and their config): every file is
+/// written to its .tmp first, and only when all are written are they renamed, in order. A
+/// failed write leaves every `path` as it was and removes the .tmp files.
+void write_files_whole(const std::vector<std::pair<std::string, std::string>>& files, bool durable = false);
+
+/// fsync(2) of a file, or of a directory (which makes the renames and removals in it durable).
+/// Throws atlas::Error (Io) naming the path and the system's reason.
+void fsync_path(const std::string& path, bool directory);
 
 /// `--out DIR` of command `command` ("atlas tokenize", ...): one that exists as anything but a
 /// directory is the user's slip, a ConfigError ("--out DIR exists and is not a directory" with a

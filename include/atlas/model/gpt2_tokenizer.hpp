@@ -47,4 +47,14 @@ class Gpt2Tokenizer {
   std::unique_ptr<Impl> m_impl;
 };
 
+/// The last position q in [max(from, 1), text.size()) where GPT-2's pre-tokenization cuts
+/// `text` whatever comes before or after it, 0 when there is none: q starts a run of whitespace
+/// (an ASCII space, tab, newline, carriage return, vertical tab or form feed) and the character
+/// before q is a valid UTF-8 character that is not whitespace (no alternative of the pattern that
+/// matches such a character reaches into whitespace, and a match starting at q does not look
+/// back). So encode(text) == encode(text[0, q)) + encode(text[q, end)). Characters whose class is
+/// in doubt (ASCII control characters, Unicode spaces, invalid UTF-8) are never taken as the
+/// character before a cut. `from` lets a caller that appends to `text` scan only what is new.
+[[nodiscard]] std::size_t gpt2_last_cut(std::string_view text, std::size_t from = 1) noexcept;
+
 }  // namespace atlas::model

@@ -23,6 +23,9 @@ struct ShardFormat {
   static constexpr std::int32_t kVersion = 1;
   static constexpr int kHeaderInts = 256;
   static constexpr std::int64_t kHeaderBytes = kHeaderInts * 4;
+  /// The file atlas tokenize keeps in its --out directory while it replaces the shards there
+  /// (a directory holding it holds part of two sets: ShardSet::open refuses its shards).
+  static constexpr const char* kSwapMarker = ".atlas-tokenize-swapping";
 };
 
 /// Expands the glob patterns of deck key `key` (glob(3)); each pattern's matches in name order,
@@ -75,6 +78,14 @@ struct TokenizeJob {
   std::vector<std::string> inputs;  ///< text files, or directories (their *.txt files in name order)
   std::string out_dir;
   Corpus::Encoder encode;           ///< empty = ByteTokenizer::encode
+  /// Where `encode` may cut text into pieces (the text is read and encoded piecewise): the last
+  /// position q in [from, text.size()) with encode(text) == encode(text[0, q)) + encode(text[q,
+  /// end)) whatever follows, 0 for none (gpt2_last_cut for the GPT-2 tokenizer). Empty = anywhere
+  /// (an encoder without context across bytes, as ByteTokenizer).
+  std::function<std::size_t(std::string_view text, std::size_t from)> cut;
+  /// Text held back waiting for a cut before the job gives up (a ConfigError naming the file):
+  /// GPT-2's cuts need whitespace, and a file without any is not text.
+  std::size_t max_uncut_bytes = std::size_t{256} << 20;
   double val_fraction = 0.05;       ///< the tail held out, as data.val_fraction
   std::int64_t shard_tokens = 100'000'000;
   /// Called about once a second while encoding: (bytes read, bytes in all, tokens so far).
