@@ -17,6 +17,7 @@
 #include "atlas/core/check.hpp"
 #include "atlas/core/file.hpp"
 #include "atlas/deck/deck.hpp"
+#include "atlas/deck/schema.hpp"
 #include "atlas/io/hf.hpp"
 #include "hf_json.hpp"
 
@@ -175,7 +176,9 @@ Gpt2Config read_gpt2_config(const std::string& path) {
   if (!root.is_object()) throw ConfigError(fmt::format("'{}' is not a JSON object", path));
   std::vector<std::string> problems;
   auto key = [&](const char* k) { return root.find(k); };
-  auto get_int = [&](const char* k, const char* alt) -> std::int64_t {
+  // Bounded by the deck's limits for the model key it becomes: a config.json is untrusted input,
+  // and the tensor list is built from these before anything else is compared.
+  auto get_int = [&](const char* k, const char* alt, const char* deck_key, double max) -> std::int64_t {
     const json::Value* v = key(k);
     if (!v && alt) v = key(alt);
     std::uint64_t x = 0;
@@ -183,8 +186,15 @@ Gpt2Config read_gpt2_config(const std::string& path) {
       problems.push_back(fmt::format("'{}' has no \"{}\"", path, k));
       return 0;
     }
-    if (!v->as_u64(x) || x == 0 || x > (1ull << 31)) {
+    if (!v->as_u64(x) || x == 0) {
       problems.push_back(fmt::format("'{}': \"{}\" is {}, not a positive integer", path, k, v->describe()));
+      return 0;
+    }
+    if (static_cast<double>(x) > max) {
+      problems.push_back(fmt::format("'{}': {} = \"{}\": expected an integer in [1, {}] (atlas's {})\n  hint: atlas "
+                                     "cannot import this model as it is; the limits are atlas's deck limits (atlas "
+                                     "schedule --help-deck)",
+                                     path, k, x, max, deck_key));
       return 0;
     }
     return static_cast<std::int64_t>(x);
@@ -197,11 +207,11 @@ Gpt2Config read_gpt2_config(const std::string& path) {
   if (const auto* mt = key("model_type"); mt && (!mt->is_string() || mt->str != "gpt2"))
     problems.push_back(fmt::format("'{}': model_type is {}, not \"gpt2\"", path,
                                    mt->is_string() ? "\"" + mt->str + "\"" : std::string("not a string")));
-  c.model.vocab = get_int("vocab_size", nullptr);
-  c.model.seq_len = get_int("n_positions", "n_ctx");
-  c.model.hidden = get_int("n_embd", nullptr);
-  c.model.layers = get_int("n_layer", nullptr);
-  c.model.heads = get_int("n_head", nullptr);
+  c.model.vocab = get_int("vocab_size", nullptr, "model.vocab", deck::limits::kMaxTokens);
+  c.model.seq_len = get_int("n_positions", "n_ctx", "model.seq_len", deck::limits::kMaxTokens);
+  c.model.hidden = get_int("n_embd", nullptr, "model.hidden", deck::limits::kMaxHidden);
+  c.model.layers = get_int("n_layer", nullptr, "model.layers", deck::limits::kMaxLayers);
+  c.model.heads = get_int("n_head", nullptr, "model.heads", deck::limits::kMaxHidden);
   if (c.model.hidden > 0 && c.model.heads > 0 && c.model.hidden % c.model.heads != 0)
     problems.push_back(fmt::format("'{}': n_embd {} is not a multiple of n_head {}", path,
                                    c.model.hidden, c.model.heads));
@@ -311,8 +321,11 @@ std::vector<std::string> export_hf(const std::string& ckpt, const std::string& o
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   if (ec) ATLAS_THROW(Io, "cannot create directory '" << out_dir << "': " << ec.message());
-  write_safetensors((fs::path(out_dir) / "model.safetensors").string(), tensors, {{"format", "pt"}});
-  write_file_whole((fs::path(out_dir) / "config.json").string(), gpt2_config_json(cfg));
+  // Both files or neither: a failed write leaves an earlier export in out_dir whole (the weights
+  // of one model beside the config of another would load as garbage).
+  write_files_whole({{(fs::path(out_dir) / "model.safetensors").string(), safetensors_bytes(tensors, {{"format", "pt"}})},
+                     {(fs::path(out_dir) / "config.json").string(), gpt2_config_json(cfg)}},
+                    true);
   return names;
 }
 

@@ -65,7 +65,10 @@ struct Value {
 
 class Parser {
  public:
-  explicit Parser(const std::string& text) : m_s(text) {}
+  /// At most one value per 4 bytes of text (a safetensors header has about one per 10): each
+  /// parsed value costs about 120 bytes, so a flood of tiny values ("[0,0,0,...]") would cost
+  /// 60 times its text in memory before any check could refuse it.
+  explicit Parser(const std::string& text) : m_s(text), m_max_values(64 + text.size() / 4) {}
   Value document() {
     Value v = value(0);
     ws();
@@ -169,6 +172,8 @@ class Parser {
   }
   Value value(int depth) {
     if (depth > 64) fail("nesting too deep");
+    if (++m_values > m_max_values)
+      fail("more values than a header of " + std::to_string(m_s.size()) + " bytes holds (at most one per 4 bytes)");
     ws();
     if (m_i >= m_s.size()) fail("unexpected end");
     Value v;
@@ -230,6 +235,8 @@ class Parser {
 
   const std::string& m_s;
   std::size_t m_i = 0;
+  std::size_t m_values = 0;
+  std::size_t m_max_values;
 };
 
 inline Value parse(const std::string& text) { return Parser(text).document(); }

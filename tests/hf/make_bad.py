@@ -9,6 +9,9 @@
 #   relu          config.json: activation_function "relu"
 #   untied        config.json: tie_word_embeddings false
 #   extra         one more tensor the model does not have
+#   huge_layers   config.json: n_layer 2,000,000,000 (no tensor list is built for it)
+#   value_flood   a tensor's shape of 400,000 zeros (a header of far more JSON values than
+#                 a safetensors header of its length holds)
 #   hub           (good) the layout of the published gpt2 files: GPT2Model names without the
 #                 "transformer." prefix, the causal-mask buffers h.N.attn.bias, an lm_head.weight
 #                 equal to wte
@@ -70,6 +73,11 @@ elif kind == "relu":
     config("activation_function", "relu")
 elif kind == "untied":
     config("tie_word_embeddings", False)
+elif kind == "huge_layers":
+    config("n_layer", 2000000000)
+elif kind == "value_flood":
+    header[names[0]]["shape"] = [0] * 400000
+    write(header, data)
 elif kind == "string_width":
     config("n_embd", str(config_value("n_embd")))
 elif kind == "extra":

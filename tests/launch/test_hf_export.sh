@@ -52,7 +52,7 @@ check "tp 2: independent reader" $PY tests/hf/check_export.py "$T/hf_tp" "$T/tp/
 check "tp 2: GPT-2's forward pass gives atlas's logits" $PY tests/hf/gpt2_reference.py "$T/hf_tp" "$T/logits_tp.safetensors" 1e-4
 
 # Variants of the exported directory (tests/hf/make_bad.py): damaged ones and the hub layout.
-for kind in long_header overlap dtype truncated relu untied string_width extra hub hub_untied bf16 bf16_ref f16 f16_ref; do
+for kind in long_header overlap dtype truncated relu untied string_width extra huge_layers value_flood hub hub_untied bf16 bf16_ref f16 f16_ref; do
   $PY tests/hf/make_bad.py "$T/hf" "$T/bad_$kind" "$kind"
 done
 
@@ -123,6 +123,12 @@ check "activation relu" fails_with relu "'$T/bad_relu/config.json': activation_f
   atlas import --format hf "$T/bad_relu" --out "$T/x"
 check "a width written as a string" fails_with string_width "'$T/bad_string_width/config.json': \"n_embd\" is the string \"64\", not a positive integer" \
   atlas import --format hf "$T/bad_string_width" --out "$T/x"
+check "n_layer beyond model.layers' limit, with --deck too" fails_with huge_layers \
+  "'$T/bad_huge_layers/config.json': n_layer = \"2000000000\": expected an integer in \\[1, 4096\\] \\(atlas's model.layers\\)" \
+  atlas import --format hf "$T/bad_huge_layers" --out "$T/x" --deck inputs/default.deck "${LAYOUT[@]}" model.layers=4 model.hidden=64 model.heads=4
+check "a header of far more JSON values than its length holds" fails_with value_flood \
+  "$(printf "$ST" value_flood): the header is not valid JSON: more values than a header of [0-9]+ bytes holds" \
+  atlas import --format hf "$T/bad_value_flood" --out "$T/x"
 check "untied head" fails_with untied "'$T/bad_untied/config.json': tie_word_embeddings is false" \
   atlas import --format hf "$T/bad_untied" --out "$T/x"
 check "a tensor GPT-2 does not have" fails_with extra "tensor 'transformer.h.0.attn.q_norm.weight' is not part of a GPT-2 model" \

@@ -30,10 +30,13 @@ struct SafeTensorsFile {
   std::vector<SafeTensor> tensors;              ///< in the order of their data in the file
 };
 
-/// Writes `tensors` (float32) to `path` atomically (PATH.tmp, then a rename): the header lists
-/// "__metadata__" first, then the tensors in the given order, their data back to back in that
-/// order, the header padded with spaces to a multiple of 8 bytes. The output depends only on the
-/// arguments (same input, same bytes). Throws atlas::Error (Io) when the file cannot be written.
+/// The bytes of a safetensors file of `tensors` (float32): the header lists "__metadata__"
+/// first, then the tensors in the given order, their data back to back in that order, the header
+/// padded with spaces to a multiple of 8 bytes. Depends only on the arguments.
+std::string safetensors_bytes(const std::vector<SafeTensor>& tensors, const std::map<std::string, std::string>& metadata);
+
+/// Writes safetensors_bytes(tensors, metadata) to `path` atomically and durably (PATH.tmp,
+/// fsync, rename). Throws atlas::Error (Io) when the file cannot be written.
 void write_safetensors(const std::string& path, const std::vector<SafeTensor>& tensors,
                        const std::map<std::string, std::string>& metadata);
 
