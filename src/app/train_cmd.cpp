@@ -235,7 +235,8 @@ JobResult train(const Config& cfg, const mpi::Comm& world, const JobOptions& opt
     // and the run's results (run.json, profile.h5, trace.json) stay the ones its steps wrote.
     out.text(fmt::format("# nothing to train: the checkpoint is at step {}, {} run.steps = {}; run.json, "
                          "profile.h5 and trace.json are left as they were\n#   hint: raise run.steps to "
-                         "train on from step {}\n",
+                         "train on from step {} (the cosine decay then stretches to the new length: the learning "
+                         "rate rises again; set train.min_lr = train.lr to keep it at the floor)\n",
                          start_step, start_step == cfg.run.steps ? "which is" : "past", cfg.run.steps, start_step));
     out.nothing_to_train(start_step);
     return JobResult{};

@@ -4,10 +4,16 @@
 // file, finding the newest readable checkpoint, resolving run.resume.
 #include "atlas/io/checkpoint.hpp"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
 #include <filesystem>
 #include <regex>
 #include <sstream>
@@ -320,6 +326,10 @@ std::vector<std::string> model_mismatches(const std::string& path, const ModelSh
 
 namespace {
 
+/// The longest /state vector a checkpoint may hold (atlas keeps a few words per entry: the data
+/// loader's position, the step counters); a longer one is a damaged or foreign file.
+constexpr std::uint64_t kMaxStateWords = std::uint64_t{1} << 24;
+
 std::string stack_item_with(const std::string& stack, const std::string& needle) {
   const auto at = stack.find(needle);
   if (at == std::string::npos) return stack;
@@ -577,6 +587,12 @@ CheckpointContents inspect_checkpoint(const std::string& path) {
       for (const auto& name : visit.datasets) {
         h5::Dataset d(ATLAS_H5_CHECK(H5Dopen2(g.get(), name.c_str(), H5P_DEFAULT)));
         const auto dims = h5::dataset_dims(d.get());
+        // atlas writes each state entry as one vector of words: anything else (another rank, a
+        // size past any state atlas keeps) is a damaged or foreign file, read into nothing.
+        if (dims.size() > 1 || (!dims.empty() && dims[0] > kMaxStateWords))
+          throw ConfigError(fmt::format("dataset /state/{} has shape [{}]; atlas writes a vector of at most {} words "
+                                        "there",
+                                        name, fmt::join(dims, ", "), kMaxStateWords));
         std::vector<std::uint64_t> words(dims.empty() ? 1 : dims[0]);
         if (!words.empty()) {
           ATLAS_H5_CHECK(
@@ -639,7 +655,15 @@ CheckpointContents inspect_checkpoint(const mpi::Comm& comm, const std::string& 
 LatestCheckpoint find_latest(const std::string& dir, std::int64_t before_step) {
   LatestCheckpoint out;
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return out;
+  if (!fs::is_directory(dir, ec)) {
+    // Missing is a first run; unreadable (EACCES, EIO) must not look like one.
+    if (ec && ec != std::errc::no_such_file_or_directory)
+      ATLAS_THROW(Io, "run.resume = latest: cannot look into checkpoint directory '"
+                          << dir << "': " << ec.message()
+                          << "\n  hint: fix its permissions or its file system; starting from step 0 would train over "
+                             "the run that is there");
+    return out;
+  }
   struct Candidate {
     std::int64_t step;
     bool tmp;
@@ -647,13 +671,23 @@ LatestCheckpoint find_latest(const std::string& dir, std::int64_t before_step) {
   };
   std::vector<Candidate> found;
   static const std::regex kName(R"(^step-([0-9]+)\.h5(\.tmp)?$)");
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
+  for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
     std::smatch m;
     if (!std::regex_match(name, m, kName)) continue;
-    const std::int64_t step = std::stoll(m[1].str());
-    if (step < before_step) found.push_back({step, m[2].matched, entry.path().string()});
+    std::int64_t step = 0;
+    const std::string digits = m[1].str();
+    if (std::from_chars(digits.data(), digits.data() + digits.size(), step).ec != std::errc()) {
+      out.skipped.push_back({it->path().string(), "its step number does not fit 64 bits: not a checkpoint atlas wrote"});
+      continue;
+    }
+    if (step < before_step) found.push_back({step, m[2].matched, it->path().string()});
   }
+  if (ec)
+    ATLAS_THROW(Io, "run.resume = latest: cannot list checkpoint directory '"
+                        << dir << "': " << ec.message()
+                        << "\n  hint: fix its permissions or its file system; starting from step 0 would train over "
+                           "the run that is there");
   // Newest first; for one step the .tmp (a later, interrupted rewrite) is reported first.
   std::sort(found.begin(), found.end(), [](const Candidate& a, const Candidate& b) {
     return a.step != b.step ? a.step > b.step : a.tmp > b.tmp;
@@ -663,8 +697,27 @@ LatestCheckpoint find_latest(const std::string& dir, std::int64_t before_step) {
       out.skipped.push_back({c.path, "temporary file of an interrupted write (never renamed)"});
       continue;
     }
+    // A file this process cannot open (permissions, an I/O error) is not a damaged one to step
+    // over: resuming from an older file, or from step 0, would silently fork the run.
+    if (const int fd = ::open(c.path.c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {
+      ::close(fd);
+    } else if (errno != ENOENT) {
+      ATLAS_THROW(Io, "run.resume = latest: cannot open checkpoint '"
+                          << c.path << "': " << std::strerror(errno)
+                          << "\n  hint: fix its permissions or its file system and start again (it is the newest "
+                             "checkpoint; an older one would repeat steps), or move it away to resume from the one "
+                             "before it");
+    } else {
+      continue;  // removed since the listing (another job pruning): not a candidate
+    }
     try {
       const CheckpointContents contents = inspect_checkpoint(c.path);
+      if (contents.meta.step != c.step) {
+        out.skipped.push_back({c.path, fmt::format("its step attribute says step {}, its name step {}: renamed by hand, "
+                                                   "or damaged",
+                                                   contents.meta.step, c.step)});
+        continue;
+      }
       out.path = c.path;
       out.step = contents.meta.step;
       return out;
@@ -753,6 +806,18 @@ std::optional<Resumed> resume_checkpoint(const mpi::Comm& comm, const std::strin
   std::vector<std::string> damaged;
   for (;;) {
     const LatestCheckpoint l = find_latest(comm, ckpt_dir, before);
+    const auto unreadable = std::count_if(l.skipped.begin(), l.skipped.end(), [](const SkippedCheckpoint& s) {
+      return !s.path.ends_with(".tmp");
+    });
+    if (!l.found() && damaged.empty() && unreadable > 0) {
+      if (comm.rank() == 0)
+        for (const auto& sk : l.skipped) log::warn("run.resume = latest: cannot use '{}': {}", sk.path, sk.reason);
+      throw ConfigError(fmt::format(
+          "run.resume = latest: '{}' holds {} checkpoint(s), and none can be read (each is named above with its "
+          "reason): starting from step 0 would train over the run that is there\n  hint: fix the files (or the "
+          "file system) and start again, name a good copy in run.resume, or move them away to start afresh",
+          ckpt_dir, unreadable));
+    }
     if (!l.found() && !damaged.empty()) {
       throw ChecksumMismatch(fmt::format(
           "run.resume = latest: no intact checkpoint left in '{}': the data of {} failed its "

@@ -550,7 +550,12 @@ WriteResult write_checkpoint(const mpi::Comm& comm, const std::string& dir,
   for (const auto& [name, t] : plan) {
     tensor_bytes += 3U * 4U * static_cast<std::uint64_t>(internal::volume(t.full_shape));
   }
-  bool wrote = comm.rank() == 0;
+  // Who fsyncs the .tmp: every rank that wrote tensor data, and one rank per node besides. A rank
+  // without a shard writes too: parallel HDF5 spreads its metadata writes over all ranks at the
+  // close, and MPI-IO's collective-buffering aggregators write other ranks' data; one fsync per
+  // node flushes that node's page cache for the file.
+  const bool node_first = comm.split_shared().rank() == 0;  // collective: never behind a short circuit
+  bool wrote = comm.rank() == 0 || node_first;
   for (const auto& s : shards) wrote = wrote || (s.writer && s.numel() > 0);
   WriteResult result;
   auto lap = [clock = std::chrono::steady_clock::now()]() mutable {
@@ -595,8 +600,8 @@ WriteResult write_checkpoint(const mpi::Comm& comm, const std::string& dir,
     file.close();  // collective; flushes metadata and data
     result.close_seconds = lap();
   }
-  // MPI_File_close does not promise durability; fsync from every rank that wrote (on a parallel
-  // file system each client holds its own dirty pages).
+  // MPI_File_close does not promise durability; fsync from every rank that wrote and one per node
+  // (on a parallel file system each client holds its own dirty pages).
   if (wrote) fsync_path(tmp_path, false);
   result.sync_seconds = lap();
 

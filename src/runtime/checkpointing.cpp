@@ -3,9 +3,12 @@
 #include "atlas/runtime/checkpointing.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "atlas/core/build_info.hpp"
+#include "atlas/core/log.hpp"
 #include "atlas/deck/deck.hpp"
+#include "atlas/model/optimizer.hpp"
 #include "atlas/mpi/agree.hpp"
 #include "atlas/runtime/fault.hpp"
 
@@ -58,6 +61,46 @@ io::ModelShape shape_of(const ModelCfg& m) { return {m.layers, m.hidden, m.heads
 
 }  // namespace
 
+namespace {
+
+/// The learning-rate schedule's keys compared with the checkpoint's own deck: a resume that
+/// changes them (run.steps raised to train on, as the "nothing to train" hint says) moves the
+/// learning rate at the resume step, which AdamW's settled moments feel as a jump. Warned, not
+/// refused: extending a run is legitimate. Rank 0; a deck that no longer parses (keys of another
+/// atlas version) is not compared.
+void warn_if_schedule_changed(const mpi::Comm& world, const Config& cfg, const io::CheckpointMeta& meta,
+                              const std::string& path) {
+  if (world.rank() != 0 || meta.deck.empty()) return;
+  Config old;
+  try {
+    old = deck::parse(path + " (its deck)", meta.deck, {});
+  } catch (const ConfigError&) {
+    return;
+  }
+  std::vector<std::string> changed;
+  if (old.run.steps != cfg.run.steps) changed.push_back(fmt::format("run.steps {} -> {}", old.run.steps, cfg.run.steps));
+  if (old.train.lr != cfg.train.lr) changed.push_back(fmt::format("train.lr {:g} -> {:g}", old.train.lr, cfg.train.lr));
+  if (old.train.min_lr != cfg.train.min_lr)
+    changed.push_back(fmt::format("train.min_lr {:g} -> {:g}", old.train.min_lr, cfg.train.min_lr));
+  if (old.train.warmup_steps != cfg.train.warmup_steps)
+    changed.push_back(fmt::format("train.warmup_steps {} -> {}", old.train.warmup_steps, cfg.train.warmup_steps));
+  if (changed.empty()) return;
+  const int step = static_cast<int>(meta.step);
+  const double was = model::lr_at(step, old.train, old.run.steps);
+  const double now = model::lr_at(step, cfg.train, cfg.run.steps);
+  const double ratio = was > 0 ? now / was : 1.0;
+  log::warn("resuming from {} at step {}: the learning-rate schedule differs from the checkpoint's deck ({}); the "
+            "learning rate at step {} is {:.3g}, the checkpoint's schedule gave {:.3g}{}",
+            path, step, fmt::join(changed, ", "), step, now, was,
+            ratio > 1.5 || ratio < 1 / 1.5
+                ? fmt::format(" ({:.1f}x: a jump that AdamW's moments, settled at the old rate, feel; set train.lr, "
+                              "train.min_lr and train.warmup_steps to continue the old schedule)",
+                              ratio)
+                : std::string());
+}
+
+}  // namespace
+
 Restored restore_checkpoint(Trainer& trainer, const Config& cfg, const topo::Communicators& comms) {
   if (cfg.run.resume.empty()) return {};
   const topo::Coord me = trainer.layout().coord(comms.world.rank());
@@ -98,6 +141,7 @@ Restored restore_checkpoint(Trainer& trainer, const Config& cfg, const topo::Com
       }
     }
   });
+  warn_if_schedule_changed(comms.world, cfg, meta, path);
   return {path, static_cast<int>(meta.step)};
 }
 

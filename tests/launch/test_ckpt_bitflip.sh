@@ -56,6 +56,8 @@ check "latest skips the damaged file with the reason" \
   grep -q "run.resume = latest: skipping '$T/latest_ckpt/step-000002.h5': checkpoint .*dataset /params/wpe .*checksum mismatch" "$T/latest.out"
 check "and resumes from step-000001.h5" grep -q "# resumed from $T/latest_ckpt/step-000001.h5 at step 1" "$T/latest.out"
 check "the resumed run ends OK" grep -q "^# OK: 2 steps" "$T/latest.out"
+check "it warns that run.steps changed the learning rate at the resume step" \
+  grep -q "resuming from $T/latest_ckpt/step-000001.h5 at step 1: the learning-rate schedule differs from the checkpoint's deck (run.steps 2 -> 3); the learning rate at step 1 is" "$T/latest.out"
 
 # A finished run resumed again (the same command twice, a Slurm requeue): nothing to train, exit 0,
 # and the results its steps wrote (run.json, profile.h5) are left as they were.
@@ -67,6 +69,7 @@ check "a finished run resumed again: exit 0 (got $rc)" test "$rc" -eq 0
 check "it says there is nothing to train" \
   grep -q "# nothing to train: the checkpoint is at step 2, which is run.steps = 2" "$T/again.out"
 check "its run.json is left as it was" cmp -s "$T/src/run.json" "$T/src_run.json"
+check "the same schedule: no warning about it" bash -c "! grep -q 'learning-rate schedule differs' '$T/again.out'"
 [[ -f $T/src_profile.h5 ]] && check "its profile.h5 is left as it was" cmp -s "$T/src/profile.h5" "$T/src_profile.h5"
 # ... and when the job that ran the last steps was killed before its summary (run.json "running"),
 # run.json says "finished" with the checkpoint's step.

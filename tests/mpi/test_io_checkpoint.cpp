@@ -558,6 +558,57 @@ TEST(CheckpointAtomicity, LatestFallsBackPastTruncatedAndCorruptFiles) {
   EXPECT_EQ(resolve_resume(world(), "", tmp.path()), "");
 }
 
+// latest skips a file whose step attribute differs from its name (a copy renamed by hand: it
+// would be found again on every fallback and resume at the wrong step) and a name whose step does
+// not fit 64 bits; a /state entry that is not a vector is a damaged file (read into a buffer of
+// its first dimension it overflowed the heap); and when the directory holds checkpoints but none
+// can be read, latest refuses to start from step 0 over the run that is there.
+TEST(CheckpointAtomicity, LatestSkipsMisnamedFilesAndNeverForksARunFromStepZero) {
+  SharedTempDir tmp(world());
+  const VLayout l{.pp = 1, .dp = 2, .tp = 1};
+  const WriteResult s1 = write_toy(tmp.path(), 1, l, 3);
+  const WriteResult s2 = write_toy(tmp.path(), 2, l, 3);
+  const std::string renamed = tmp.path() + "/step-000007.h5";
+  const std::string huge = tmp.path() + "/step-99999999999999999999.h5";
+  if (world().rank() == 0) {
+    fs::copy_file(s2.path, renamed);
+    std::ofstream(huge) << "x";
+  }
+  world().barrier();
+  LatestCheckpoint latest = find_latest(world(), tmp.path());
+  EXPECT_EQ(latest.path, s2.path);
+  ASSERT_EQ(latest.skipped.size(), 2U);
+  EXPECT_EQ(latest.skipped[0].path, huge);
+  EXPECT_THAT(latest.skipped[0].reason, HasSubstr("does not fit 64 bits"));
+  EXPECT_EQ(latest.skipped[1].path, renamed);
+  EXPECT_THAT(latest.skipped[1].reason, HasSubstr("its step attribute says step 2, its name step 7"));
+
+  if (world().rank() == 0) {  // /state/dp0/loader rewritten as a [3, 2] array
+    h5::File f = h5::open_file(s2.path, h5::Access::ReadWrite);
+    ATLAS_H5_CHECK(H5Ldelete(f.get(), "/state/dp0/loader", H5P_DEFAULT));
+    const hsize_t dims[2] = {3, 2};
+    const hid_t space = ATLAS_H5_CHECK(H5Screate_simple(2, dims, nullptr));
+    const hid_t d = ATLAS_H5_CHECK(
+        H5Dcreate2(f.get(), "/state/dp0/loader", H5T_NATIVE_UINT64, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    H5Dclose(d);
+    H5Sclose(space);
+  }
+  world().barrier();
+  EXPECT_THAT(config_error_of([&] { (void)inspect_checkpoint(world(), s2.path); }),
+              HasSubstr("dataset /state/dp0/loader has shape [3, 2]; atlas writes a vector"));
+  latest = find_latest(world(), tmp.path());
+  EXPECT_EQ(latest.path, s1.path);
+
+  // Nothing readable left: an error, not a fresh start.
+  if (world().rank() == 0) std::ofstream(s1.path, std::ios::trunc) << "garbage";
+  world().barrier();
+  auto shards = my_shards(world(), l, 3, false);
+  const auto views = read_views(shards);
+  const std::string m = config_error_of([&] { (void)resume_checkpoint(world(), "latest", tmp.path(), views); });
+  EXPECT_THAT(m, HasSubstr("run.resume = latest: '" + tmp.path() + "' holds 4 checkpoint(s), and none can be read"));
+  EXPECT_THAT(m, HasSubstr("hint: "));
+}
+
 TEST(CheckpointAtomicity, KeepLastPrunesOlderCheckpointsAndStaleTemporaries) {
   SharedTempDir tmp(world());
   const VLayout l{.pp = 1, .dp = 1, .tp = 2};
