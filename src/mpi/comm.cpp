@@ -23,6 +23,10 @@ void throw_mpi_error(int rc, const char* call, const char* file, int line) {
   os << "MPI call failed: " << call << ": " << std::string(msg, static_cast<std::size_t>(len));
   throw_error(ExitCode::Comm, os.str(), file, line);
 }
+void throw_mpi_count(std::size_t n) {
+  ATLAS_THROW(Internal, "an MPI message of " << n << " elements: MPI-3 counts are int (at most " << INT32_MAX
+                                             << "); such a message must be sent in parts (an atlas bug)");
+}
 }  // namespace atlas::detail
 
 namespace atlas::mpi {

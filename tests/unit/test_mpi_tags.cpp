@@ -14,6 +14,7 @@
 #include "atlas/app/app.hpp"
 #include "atlas/core/error.hpp"
 #include "atlas/deck/schema.hpp"
+#include "atlas/mpi/comm.hpp"
 #include "atlas/mpi/tags.hpp"
 
 namespace atlas::mpi {
@@ -95,6 +96,20 @@ TEST(MpiEnvironment, OfflineCommandsStartWithoutMpiUnlessLaunched) {
     EXPECT_TRUE(Environment::launched()) << v;
     EXPECT_TRUE(needs({"plan", "x.deck"})) << v;
     ::unsetenv(v);
+  }
+}
+
+// A count past MPI-3's int (a tensor part of over 2^31 floats) throws instead of wrapping to a
+// short message that both sides would agree on without an error.
+TEST(MpiCount, ACountPastIntMaxIsAnErrorNotAWrappedCount) {
+  EXPECT_EQ(detail::mpi_count(0), 0);
+  EXPECT_EQ(detail::mpi_count(static_cast<std::size_t>(INT32_MAX)), INT32_MAX);
+  try {
+    (void)detail::mpi_count(static_cast<std::size_t>(INT32_MAX) * 4 + 8);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::Internal);
+    EXPECT_THAT(e.what(), HasSubstr("an MPI message of 8589934596 elements: MPI-3 counts are int"));
   }
 }
 

@@ -15,6 +15,13 @@
 
 namespace atlas::detail {
 [[noreturn]] void throw_mpi_error(int rc, const char* call, const char* file, int line);
+[[noreturn]] void throw_mpi_count(std::size_t n);
+/// An element count as MPI-3's int: a larger one (a tensor part of over 2^31 floats) would wrap
+/// to a short message on both sides, without an error, so it throws (Internal) instead.
+inline int mpi_count(std::size_t n) {
+  if (n > static_cast<std::size_t>(INT32_MAX)) throw_mpi_count(n);
+  return static_cast<int>(n);
+}
 }  // namespace atlas::detail
 
 #define ATLAS_MPI_CHECK(call)                                                 \
@@ -141,39 +148,39 @@ class Comm {
 
   template <class T>
   void send(std::span<const T> data, int dest, int tag) const {
-    ATLAS_MPI_CHECK(MPI_Send(data.data(), static_cast<int>(data.size()), datatype_of<T>(), dest,
+    ATLAS_MPI_CHECK(MPI_Send(data.data(), ::atlas::detail::mpi_count(data.size()), datatype_of<T>(), dest,
                              tag, m_comm));
   }
   template <class T>
   void recv(std::span<T> data, int src, int tag) const {
-    ATLAS_MPI_CHECK(MPI_Recv(data.data(), static_cast<int>(data.size()), datatype_of<T>(), src,
+    ATLAS_MPI_CHECK(MPI_Recv(data.data(), ::atlas::detail::mpi_count(data.size()), datatype_of<T>(), src,
                              tag, m_comm, MPI_STATUS_IGNORE));
   }
   template <class T>
   [[nodiscard]] Request isend(std::span<const T> data, int dest, int tag) const {
     MPI_Request r = MPI_REQUEST_NULL;
-    ATLAS_MPI_CHECK(MPI_Isend(data.data(), static_cast<int>(data.size()), datatype_of<T>(), dest,
+    ATLAS_MPI_CHECK(MPI_Isend(data.data(), ::atlas::detail::mpi_count(data.size()), datatype_of<T>(), dest,
                               tag, m_comm, &r));
     return Request(r);
   }
   template <class T>
   [[nodiscard]] Request irecv(std::span<T> data, int src, int tag) const {
     MPI_Request r = MPI_REQUEST_NULL;
-    ATLAS_MPI_CHECK(MPI_Irecv(data.data(), static_cast<int>(data.size()), datatype_of<T>(), src,
+    ATLAS_MPI_CHECK(MPI_Irecv(data.data(), ::atlas::detail::mpi_count(data.size()), datatype_of<T>(), src,
                               tag, m_comm, &r));
     return Request(r);
   }
   /// In-place sum over *this. Collective.
   template <class T>
   void allreduce_sum(std::span<T> data) const {
-    ATLAS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data.data(), static_cast<int>(data.size()),
+    ATLAS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data.data(), ::atlas::detail::mpi_count(data.size()),
                                   datatype_of<T>(), MPI_SUM, m_comm));
   }
   /// Non-blocking in-place sum over *this. Collective (every rank posts it, same order).
   template <class T>
   [[nodiscard]] Request iallreduce_sum(std::span<T> data) const {
     MPI_Request r = MPI_REQUEST_NULL;
-    ATLAS_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data.data(), static_cast<int>(data.size()), datatype_of<T>(),
+    ATLAS_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data.data(), ::atlas::detail::mpi_count(data.size()), datatype_of<T>(),
                                    MPI_SUM, m_comm, &r));
     return Request(r);
   }
@@ -193,7 +200,7 @@ class Comm {
   template <class T>
   void bcast(std::span<T> data, int root) const {
     ATLAS_MPI_CHECK(
-        MPI_Bcast(data.data(), static_cast<int>(data.size()), datatype_of<T>(), root, m_comm));
+        MPI_Bcast(data.data(), ::atlas::detail::mpi_count(data.size()), datatype_of<T>(), root, m_comm));
   }
   /// Collective. Broadcast a string of any length from `root`.
   void bcast_string(std::string& s, int root) const;
