@@ -33,7 +33,7 @@ fi
 
 max_restarts=${ATLAS_MAX_RESTARTS:-3}
 backoff_s=${ATLAS_RESTART_BACKOFF_S:-5}
-no_restart_codes=${ATLAS_NO_RESTART_CODES:-"1 2 7 8"}
+no_restart_codes=${ATLAS_NO_RESTART_CODES:-"1 2 7 8 126 127"}
 if ! [[ $max_restarts =~ ^[0-9]+$ ]]; then
   echo "atlas-run-restart: ATLAS_MAX_RESTARTS='$max_restarts': expected a non-negative integer" >&2
   exit 1
@@ -63,6 +63,8 @@ describe() {
     6) echo "internal error" ;;
     7) echo "training diverged (non-finite loss or gradient norm)" ;;
     8) echo "stopped on request after a checkpoint; resume with run.resume=latest" ;;
+    126) echo "command not executable: check ATLAS_BIN and the launcher" ;;
+    127) echo "command not found: check PATH (a failed module load?), ATLAS_BIN and the launcher" ;;
     *)
       if (($1 > 128 && $1 < 160)); then
         echo "killed by signal $(($1 - 128)) (SIG$(kill -l $(($1 - 128)) 2>/dev/null || echo '?'))"
@@ -94,23 +96,43 @@ on_usr1() {
 }
 trap on_usr1 USR1
 
-# run.resume=latest replaces any run.resume the caller gave (the newest checkpoint wins).
+# run.resume=latest replaces any run.resume the caller gave (the newest checkpoint wins); a
+# checkpoint the caller named (a fine-tune's start) becomes run.resume_fallback, which atlas
+# takes while the run has no checkpoint of its own: a restart before the first one must not
+# start from random weights.
 cmd=("$@")
 resume_cmd=()
+fallback=""
 for a in "${cmd[@]}"; do
-  [[ $a == run.resume=* ]] || resume_cmd+=("$a")
+  case "$a" in
+    run.resume=latest | run.resume=) ;;
+    run.resume=*) fallback=${a#run.resume=} ;;
+    run.resume_fallback=*) fallback=${a#run.resume_fallback=} ;;
+    *) resume_cmd+=("$a") ;;
+  esac
 done
 resume_cmd+=("run.resume=latest")
+if [[ -n $fallback ]]; then resume_cmd+=("run.resume_fallback=$fallback"); fi
 
 attempt=0
 status=0
 while :; do
   attempt=$((attempt + 1))
   if ((attempt == 1)); then this=("${cmd[@]}"); else this=("${resume_cmd[@]}"); fi
+  # A stop asked for between attempts (during the backoff, or before the first started): no
+  # attempt to ask, so none is started; 8 says "stopped on request" to the caller (a requeue).
+  if ((stopping)); then exit $((attempt == 1 ? 143 : status)); fi
+  if ((stop_requested)); then
+    say "not starting attempt $attempt: a stop was requested (SIGUSR1); run.resume=latest resumes from the newest checkpoint"
+    exit 8
+  fi
   say "attempt $attempt/$((max_restarts + 1)): ${this[*]}"
   start=$(date +%s)
   "${this[@]}" &
   child=$!
+  # A signal that came while the attempt was being started found no child to pass it to.
+  if ((stopping)); then kill -TERM "$child" 2>/dev/null; fi
+  if ((stop_requested)); then kill -USR1 "$child" 2>/dev/null; fi
   # wait returns early (>128) when a trapped signal arrives; wait again for the real status.
   wait "$child"
   status=$?
@@ -144,5 +166,4 @@ while :; do
   say "restarting in ${delay} s with run.resume=latest"
   sleep "$delay" &
   wait $! || true
-  if ((stopping || stop_requested)); then exit "$status"; fi
 done

@@ -197,6 +197,9 @@ atlas_run() {
   case "$ATLAS_LAUNCHER" in
     srun)
       launch=(srun "--mpi=$ATLAS_SRUN_MPI" --ntasks="$world" --kill-on-bad-exit=1)
+      # srun no longer reads SLURM_CPUS_PER_TASK (Slurm 22.05): without this every rank gets one
+      # CPU, whatever #SBATCH --cpus-per-task gave the job for device.threads.
+      if [[ -n ${SLURM_CPUS_PER_TASK:-} ]]; then launch+=(--cpus-per-task="$SLURM_CPUS_PER_TASK"); fi
       if [[ -n $ATLAS_DC_NODES ]]; then
         atlas_write_hostfile "$ATLAS_RUN_DIR/hostfile"
         export SLURM_HOSTFILE=$ATLAS_RUN_DIR/hostfile
@@ -222,6 +225,12 @@ atlas_run() {
   # resumes from the newest checkpoint there.
   if [[ $ATLAS_CMD == train && ${SLURM_RESTART_COUNT:-0} -gt 0 ]]; then
     placement_overrides+=("run.resume=latest")
+    # A checkpoint the submission named (a fine-tune's start) stays the start while the run has
+    # none of its own (atlas-run-restart.sh does the same).
+    local o
+    for o in "${ATLAS_OVERRIDES[@]}"; do
+      case "$o" in run.resume=latest | run.resume=) ;; run.resume=*) placement_overrides+=("run.resume_fallback=${o#run.resume=}") ;; esac
+    done
     atlas_job_note "requeued job (SLURM_RESTART_COUNT=$SLURM_RESTART_COUNT): resuming with run.resume=latest"
   fi
   # ---- the job's WAN key: 32 random bytes only this user can read, on the shared file system

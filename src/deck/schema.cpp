@@ -271,6 +271,10 @@ void build(Schema& schema) {
       .help("parent directory of run directories");
   b.field("run.resume", &C::run, &RunCfg::resume).def("\"\"")
       .help("\"\" = fresh start; latest = newest readable checkpoint in ckpt.dir; or a .h5 path");
+  b.field("run.resume_fallback", &C::run, &RunCfg::resume_fallback).def("\"\"")
+      .help("with run.resume = latest and no checkpoint in ckpt.dir yet: start from this .h5 instead of step "
+            "0 (the restart loop and the Slurm scripts set it to the run.resume = PATH they replace, so a "
+            "restarted fine-tune keeps its weights)");
   b.field("run.log_every_steps", &C::run, &RunCfg::log_every_steps).def("1").min(1).max(1e9)
       .help("print a progress row every N steps");
 

@@ -292,6 +292,9 @@ void check_misc(const Config& c, const JobShape& shape, std::vector<std::string>
   if (shape.world_size >= 0)
     if (std::string why = runtime_block_mismatch(c); !why.empty()) out.push_back(std::move(why));
   // Only a launched job runs its backend: schedule, simulate and plan (world_size -1) model a
+  if (c.run.resume_fallback == "latest")
+    out.push_back("run.resume_fallback = latest: it names the checkpoint file to start from when run.resume = latest "
+                  "finds none\n  hint: give a .h5 path, or leave it empty");
   // CUDA deck on any build (a login node without CUDA plans the GPU run).
   if (c.device.backend == Backend::Cuda && !shape.cuda_built && shape.world_size >= 0)
     out.push_back("device.backend = cuda, but this binary was built without CUDA\n"

@@ -107,8 +107,16 @@ Restored restore_checkpoint(Trainer& trainer, const Config& cfg, const topo::Com
   HostShards h = host_shards(trainer.model(), me, true);
   io::ReadOptions opt;
   opt.expect_model = shape_of(cfg.model);
-  const std::optional<io::Resumed> resumed =
+  std::optional<io::Resumed> resumed =
       io::resume_checkpoint(comms.world, cfg.run.resume, cfg.ckpt_dir(), h.read, opt);
+  if (!resumed && cfg.run.resume == "latest" && !cfg.run.resume_fallback.empty()) {
+    // The run has no checkpoint of its own yet (a restart before its first one): it starts where
+    // the caller's run.resume said, not from random weights.
+    if (comms.world.rank() == 0)
+      log::info("run.resume = latest: no checkpoint in '{}' yet; starting from run.resume_fallback = {}",
+                cfg.ckpt_dir(), cfg.run.resume_fallback);
+    resumed = io::resume_checkpoint(comms.world, cfg.run.resume_fallback, cfg.ckpt_dir(), h.read, opt);
+  }
   if (!resumed) return {};
   const std::string& path = resumed->path;
   const io::CheckpointMeta& meta = resumed->meta;

@@ -59,6 +59,17 @@ check "the resumed run ends OK" grep -q "^# OK: 2 steps" "$T/latest.out"
 check "it warns that run.steps changed the learning rate at the resume step" \
   grep -q "resuming from $T/latest_ckpt/step-000001.h5 at step 1: the learning-rate schedule differs from the checkpoint's deck (run.steps 2 -> 3); the learning rate at step 1 is" "$T/latest.out"
 
+# run.resume_fallback: latest with no checkpoint of the run's own yet (a restart before its first
+# one, as atlas-run-restart.sh passes a fine-tune's run.resume=PATH on) starts from the fallback.
+train run.name=fallback run.steps=3 ckpt.dir="$T/fallback_ckpt" run.resume=latest \
+  run.resume_fallback="$T/src/ckpt/step-000001.h5" > "$T/fallback.out" 2>&1
+check "latest with no checkpoint yet starts from run.resume_fallback" \
+  grep -q "run.resume = latest: no checkpoint in '$T/fallback_ckpt' yet; starting from run.resume_fallback = $T/src/ckpt/step-000001.h5" "$T/fallback.out"
+check "and resumes at its step" grep -q "# resumed from $T/src/ckpt/step-000001.h5 at step 1" "$T/fallback.out"
+train run.name=fallback2 run.resume=latest run.resume_fallback=latest > "$T/fallback2.out" 2>&1
+check "run.resume_fallback = latest is a config error naming the key" \
+  grep -q "run.resume_fallback = latest: it names the checkpoint file" "$T/fallback2.out"
+
 # A finished run resumed again (the same command twice, a Slurm requeue): nothing to train, exit 0,
 # and the results its steps wrote (run.json, profile.h5) are left as they were.
 cp "$T/src/run.json" "$T/src_run.json"

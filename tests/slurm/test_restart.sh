@@ -76,7 +76,8 @@ grep -q "giving up after 3 attempts" "$T/log" || fail "log lacks 'giving up afte
 rm -f "$T/calls"
 printf '%s\n' 6 0 >"$T/statuses"
 "$LAUNCH" -- "$T/fake.sh" train d.deck run.resume=runs/x/ckpt/step-000002.h5 2>/dev/null
-expect_eq "restart replaces run.resume" "train d.deck run.resume=latest" "$(sed -n 2p "$T/calls")"
+expect_eq "restart replaces run.resume, keeping the named checkpoint as the fallback" \
+  "train d.deck run.resume=latest run.resume_fallback=runs/x/ckpt/step-000002.h5" "$(sed -n 2p "$T/calls")"
 
 # ---- SIGTERM (scancel) stops the attempt and does not restart ----
 rm -f "$T/calls"
@@ -115,6 +116,28 @@ expect_eq "exit status after SIGUSR1" 8 "$rc"
 expect_eq "the attempt received the SIGUSR1" got-usr1 "$(cat "$T/calls.usr1" 2>/dev/null)"
 expect_eq "attempts after SIGUSR1" 1 "$(wc -l <"$T/calls")"
 grep -q "received SIGUSR1: asking the attempt" "$T/log" || fail "log lacks 'received SIGUSR1'"
+
+# ---- SIGUSR1 during the backoff after a failed attempt: no further attempt starts, and the
+# loop says "stopped on request" (8), so a Slurm job requeues and resumes from the checkpoint ----
+rm -f "$T/calls" "$T/log"
+printf '%s\n' 3 0 >"$T/statuses"
+ATLAS_RESTART_BACKOFF_S=5 "$LAUNCH" --log "$T/log" -- "$T/fake.sh" train d.deck 2>/dev/null &
+launcher=$!
+for _ in $(seq 100); do grep -q "restarting in" "$T/log" 2>/dev/null && break; sleep 0.1; done
+kill -USR1 "$launcher"
+wait "$launcher"
+rc=$?
+while kill -0 "$launcher" 2>/dev/null; do wait "$launcher"; rc=$?; done
+expect_eq "exit status after SIGUSR1 in the backoff" 8 "$rc"
+expect_eq "attempts after SIGUSR1 in the backoff" 1 "$(wc -l <"$T/calls")"
+grep -q "not starting attempt 2: a stop was requested (SIGUSR1)" "$T/log" || fail "log lacks 'not starting attempt 2': $(cat "$T/log")"
+
+# ---- a command that is not found is not restarted ----
+rm -f "$T/log"
+"$LAUNCH" --log "$T/log" -- "$T/no-such-launcher" train d.deck 2>/dev/null
+expect_eq "exit status of a command not found" 127 "$?"
+grep -q "attempt 1 exited with status 127 (command not found" "$T/log" || fail "log lacks status 127's meaning: $(cat "$T/log")"
+grep -q "attempt 2/" "$T/log" && fail "a command not found was restarted"
 
 # ---- bad settings are rejected ----
 ATLAS_MAX_RESTARTS=many "$LAUNCH" -- true 2>"$T/stderr"

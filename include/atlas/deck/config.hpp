@@ -16,6 +16,7 @@ struct RunCfg {
   std::int64_t seed = 0;         ///< run.seed: model init, data order, request generator
   std::string out_dir;           ///< run.out_dir: parent of the run directory
   std::string resume;            ///< run.resume: "" | "latest" | path to a checkpoint
+  std::string resume_fallback;   ///< run.resume_fallback: with latest and no checkpoint, this path
   int log_every_steps = 1;       ///< run.log_every_steps
 };
 
