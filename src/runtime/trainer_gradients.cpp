@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "atlas/core/check.hpp"
+#include "atlas/mpi/tags.hpp"
 
 namespace atlas::runtime {
 
@@ -42,14 +43,19 @@ void Trainer::start_open_bucket() {
   if (m_open == m_buckets.size()) return;  // the last bucket filled up and started already
   Bucket& b = m_buckets[m_open];
   if (b.fill == 0) return;
+  // A collective tells its open sums apart by tag, and the ring (parallel.dp_across_dcs) has
+  // mpi::tags::kRingSumTags of them: with more sums open at once two would share a tag, and the
+  // ranks, testing them in different orders, could match one's pieces into the other's buffer
+  // (a wrong gradient, no error). So the oldest open sum completes before one more starts.
+  constexpr std::size_t kMaxOpenSums = mpi::tags::kRingSumTags / 2;
+  if (m_open >= kMaxOpenSums) wait_bucket(m_open - kMaxOpenSums);
   b.sum = m_dp->start_allreduce_sum(b.buf, b.fill);
   ++m_open;
 }
 
-void Trainer::finish_buckets() {
-  for (std::size_t i = 0; i < m_open; ++i) {
-    Bucket& b = m_buckets[i];
-    if (!b.sum->wait_for(m_cfg.wan.recv_timeout_s)) {
+void Trainer::wait_bucket(std::size_t i) {
+  Bucket& b = m_buckets[i];
+  if (!b.sum->wait_for(m_cfg.wan.recv_timeout_s)) {
       // A replica that stopped (hung, cut off) never joins: report it rather than wait forever.
       // Unwinding to MPI_Abort: every open sum keeps its buffer and is never freed (not settled
       // one by one: each would wait for the silent replica again).
@@ -63,7 +69,13 @@ void Trainer::finish_buckets() {
                                 << " replicas) did not complete within " << m_cfg.wan.recv_timeout_s
                                 << " s (wan.recv_timeout_s)\n  hint: a replica may be stuck or dead (the other ranks' "
                                    "errors name it); raise wan.recv_timeout_s if its backward is that slow");
-    }
+  }
+}
+
+void Trainer::finish_buckets() {
+  for (std::size_t i = 0; i < m_open; ++i) {
+    Bucket& b = m_buckets[i];
+    wait_bucket(i);
     for (const Bucket::Piece& pc : b.pieces)
       m_backend.copy(pc.p->grad.f32() + pc.tensor_offset, b.buf.f32() + pc.bucket_offset, pc.count * sizeof(float));
     b.sum.reset();

@@ -126,5 +126,26 @@ TEST(TrainEquivalence, OverlappedGradientSumsEqualTheSynchronousOnes) {
   for (std::size_t i = 0; i < on.grads.size(); ++i) EXPECT_EQ(on.grads[i].second, off.grads[i].second) << on.grads[i].first;
 }
 
+// The DP ring across DCs (parallel.dp_across_dcs) tells its open sums apart by 1024 tags: with
+// 16-byte buckets a stage's gradients make thousands of them, which the trainer keeps at most 512
+// open (it waits for the oldest first); the overlapped sums still equal the synchronous ones.
+TEST(TrainEquivalence, ThousandsOfRingBucketsEqualTheSynchronousSums) {
+  const mpi::Comm world = mpi::Comm::world();
+  if (world.size() != 4) GTEST_SKIP() << "runs at np 4 (2 DCs x 2 stages, dp 2 across them)";
+  const std::vector<std::string> ring = {"parallel.dp_across_dcs=true", "train.dp_bucket_bytes=16"};
+  auto with = [&](const char* overlap) {
+    std::vector<std::string> o = ring;
+    o.emplace_back(overlap);
+    return train(make_cfg(1, 2, {2, 2}, 2, o), world, 2);
+  };
+  const auto off = with("train.dp_overlap=false");
+  const auto on = with("train.dp_overlap=true");
+  for (const StepReport& r : on.reports) EXPECT_GT(r.dp_buckets, 1024) << "rank " << world.rank();
+  if (world.rank() != 0) return;
+  EXPECT_EQ(on.losses, off.losses);
+  ASSERT_EQ(on.grads.size(), off.grads.size());
+  for (std::size_t i = 0; i < on.grads.size(); ++i) EXPECT_EQ(on.grads[i].second, off.grads[i].second) << on.grads[i].first;
+}
+
 }  // namespace
 }  // namespace atlas::runtime

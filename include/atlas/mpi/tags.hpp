@@ -59,7 +59,7 @@ inline constexpr int kBoundaryBase = 16;
 inline constexpr int kBubbleChunk = 1;    ///< bubbletea service communicator: an activation chunk
 inline constexpr int kBubbleRelease = 2;  ///< bubbletea service communicator: a request released
 /// device::make_ring_collective's pieces, on its own dup of dp_comm: sum number k of the collective
-/// uses kRingSumBase + k % kRingSumTags (at most two are in flight).
+/// uses kRingSumBase + k % kRingSumTags (the trainer keeps at most kRingSumTags / 2 open).
 inline constexpr int kRingSumBase = 1;
 inline constexpr int kRingSumTags = 1024;
 inline constexpr int kWakeProbe = 911;    ///< runtime::wake_probe's ring, on the probe's communicator

@@ -136,6 +136,9 @@ class Trainer {
   void start_open_bucket();
   /// Waits for every started bucket and copies the sums back (end_gradient_sums).
   void finish_buckets();
+  /// Waits (wan.recv_timeout_s at most) for bucket i's sum; on a timeout keeps every open
+  /// bucket's buffer (MPI may still write into them) and throws naming the bucket.
+  void wait_bucket(std::size_t i);
   /// The hook a fillable wait inside slot `index` (SlotMark::FillableWait) hands to the filler
   /// (empty without a filler or mark): adds the filler's seconds to `spent_prefill`, its tokens
   /// to `r`; wait_over() then tells the filler where the wait ended.
