@@ -152,6 +152,16 @@ atlas_run() {
     atlas_die 1 "ATLAS_ROOT=$ATLAS_ROOT is not an atlas checkout; submit from the repository" \
       "root or set ATLAS_ROOT (sbatch --export=ALL,ATLAS_ROOT=/path/to/atlas)"
   cd "$ATLAS_ROOT" || atlas_die 5 "cannot cd to $ATLAS_ROOT"
+  # The loopback interface reaches no other node: intra-DC MPI, NCCL and mpirun's wire-up would
+  # fail or hang across nodes, and the restart loop would retry the same set-up.
+  if ((${SLURM_JOB_NUM_NODES:-1} > 1)); then
+    local v
+    for v in NCCL_SOCKET_IFNAME OMPI_MCA_btl_tcp_if_include OMPI_MCA_oob_tcp_if_include; do
+      [[ ${!v} == lo ]] &&
+        atlas_die 1 "$v=lo (ATLAS_NET_IFNAME) but the job spans $SLURM_JOB_NUM_NODES nodes: loopback reaches no other" \
+          "node; set ATLAS_NET_IFNAME to the intra-DC network interface (ib0, eth0: see ip -br addr on a node)"
+    done
+  fi
 
   if [[ $# -gt 0 && $1 != *=* ]]; then
     ATLAS_DECK=$1

@@ -139,6 +139,13 @@ expect_eq "exit status of a command not found" 127 "$?"
 grep -q "attempt 1 exited with status 127 (command not found" "$T/log" || fail "log lacks status 127's meaning: $(cat "$T/log")"
 grep -q "attempt 2/" "$T/log" && fail "a command not found was restarted"
 
+# ---- scripts/slurm/common.sh: a multi-node job on the loopback interface stops at once ----
+out=$(cd "$ROOT" && env -u NCCL_SOCKET_IFNAME -u OMPI_MCA_btl_tcp_if_include -u OMPI_MCA_oob_tcp_if_include \
+  SLURM_JOB_ID=1 SLURM_JOB_NUM_NODES=2 ATLAS_ROOT="$ROOT" ATLAS_NET_IFNAME=lo bash -c 'source scripts/slurm/common.sh; atlas_run inputs/three_dc_cpu.deck' 2>&1)
+expect_eq "exit status of a 2-node job with ATLAS_NET_IFNAME=lo" 1 "$?"
+grep -q "NCCL_SOCKET_IFNAME=lo (ATLAS_NET_IFNAME) but the job spans 2 nodes" <<<"$out" ||
+  fail "no message naming the loopback interface and the 2 nodes: $out"
+
 # ---- bad settings are rejected ----
 ATLAS_MAX_RESTARTS=many "$LAUNCH" -- true 2>"$T/stderr"
 expect_eq "exit status for ATLAS_MAX_RESTARTS=many" 1 "$?"
