@@ -288,8 +288,10 @@ JobResult train(const Config& cfg, const mpi::Comm& world, const JobOptions& opt
       const bool last = step + 1 == cfg.run.steps;
       std::optional<double> val;
       // An emulated run computes no loss: no evaluation (the deck refuses train.eval_every_steps).
-      if (!trainer.emulated() && (last || (cfg.train.eval_every_steps > 0 && (step + 1) % cfg.train.eval_every_steps == 0)))
+      if (!trainer.emulated() && (last || (cfg.train.eval_every_steps > 0 && (step + 1) % cfg.train.eval_every_steps == 0))) {
+        runtime::maybe_inject_hang("ATLAS_FAULT_HANG_EVAL", comms.world.rank(), step, !cfg.run.resume.empty());
         val = trainer.evaluate();
+      }
       out.step(rep, val, trainer.tokens_per_step(), comms);
       if (!trainer.emulated())  // no loss, no gradient norm to check
         // A step that is checkpointed (by the deck, or because the job stops on request after it)

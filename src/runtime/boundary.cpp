@@ -111,8 +111,14 @@ Boundary::~Boundary() {
   if (m_abandon) {
     auto* kept_send = new std::vector<std::vector<float>>(std::move(m_send_bufs));
     auto* kept_recv = new std::vector<std::vector<float>>(std::move(m_recv_bufs));
+    // The tied-embedding exchange's too: its receive is posted at every step's start and its
+    // send may be read again by a rail's resend.
+    auto* kept_exchange = new std::vector<std::vector<float>>();
+    kept_exchange->push_back(std::move(m_exchange_out));
+    kept_exchange->push_back(std::move(m_exchange_in));
     (void)kept_send;
     (void)kept_recv;
+    (void)kept_exchange;
   }
 }
 
@@ -249,7 +255,9 @@ BoundaryStats Boundary::end_step() {
       rethrow_thread_error();
       if (std::chrono::duration<double>(Clock::now() - start).count() > m_timeout_s)
         ATLAS_THROW(Comm, "step " << m_step << ": " << posted - m_jobs_completed.load() << " of " << posted
-                                  << " WAN sends did not complete within " << m_timeout_s << " s");
+                                  << " WAN sends did not complete within " << m_timeout_s
+                                  << " s (wan.recv_timeout_s), to the next or previous DC's stage of this pipeline\n  "
+                                  << kPeerTimeoutHint);
       backoff.pause();
     }
     std::lock_guard lock(m_jobs_mutex);
@@ -265,7 +273,15 @@ BoundaryStats Boundary::end_step() {
 
 void Boundary::send_blocking(int stage, int tag, const void* data, std::size_t bytes) {
   if (m_layout.dc_of(stage, m_me.dp) == m_me.dc) {
-    m_comms.pp.send(std::span<const std::byte>(static_cast<const std::byte*>(data), bytes), stage, tag);
+    // Bounded like every wait on a peer in a step (a hung stage fails the job with its name, not
+    // holds it to the wall-clock limit); on a timeout the request is abandoned and the caller's
+    // buffer must stay (the job aborts).
+    mpi::Request r = m_comms.pp.isend(std::span<const std::byte>(static_cast<const std::byte*>(data), bytes), stage, tag);
+    if (!r.wait_polling_for(m_timeout_s)) {
+      r.abandon();
+      ATLAS_THROW(Comm, "evaluation: the send to stage " << stage << " (same DC, tag " << tag << ") did not complete within "
+                                                         << m_timeout_s << " s (wan.recv_timeout_s)\n  " << kPeerTimeoutHint);
+    }
     return;
   }
   wan::Handle h;
@@ -279,7 +295,12 @@ void Boundary::send_blocking(int stage, int tag, const void* data, std::size_t b
 
 void Boundary::recv_blocking(int stage, int tag, void* data, std::size_t bytes) {
   if (m_layout.dc_of(stage, m_me.dp) == m_me.dc) {
-    m_comms.pp.recv(std::span<std::byte>(static_cast<std::byte*>(data), bytes), stage, tag);
+    mpi::Request r = m_comms.pp.irecv(std::span<std::byte>(static_cast<std::byte*>(data), bytes), stage, tag);
+    if (!r.wait_polling_for(m_timeout_s)) {
+      r.abandon();
+      ATLAS_THROW(Comm, "evaluation: nothing from stage " << stage << " (same DC, tag " << tag << ") within " << m_timeout_s
+                                                          << " s (wan.recv_timeout_s)\n  " << kPeerTimeoutHint);
+    }
     return;
   }
   wan::Handle h;

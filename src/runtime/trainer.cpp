@@ -7,6 +7,8 @@
 #include "atlas/runtime/trainer.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <exception>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -231,15 +233,21 @@ Trainer::Trainer(const Config& cfg, const topo::Layout& layout, const topo::Comm
 
 Trainer::~Trainer() {
   // Unwinding after an error with DP sums in flight: the peers may never join them. Wait a
-  // little; a sum that does not finish keeps its bucket (MPI or NCCL may still write into it)
-  // and the job aborts.
+  // little (2 s for all of them, not each); a sum that does not finish keeps its bucket and its
+  // own buffers (the ring's receive piece): MPI or NCCL may still write into them until the job
+  // aborts.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   for (Bucket& b : m_buckets) {
-    if (b.sum && !b.sum->settle(2.0)) {
+    if (!b.sum) continue;
+    const double left = std::max(0.0, std::chrono::duration<double>(until - std::chrono::steady_clock::now()).count());
+    if (!b.sum->settle(left)) {
+      (void)b.sum.release();                               // deliberately never freed
       auto* kept = new device::Buffer(std::move(b.buf));  // deliberately never freed
       (void)kept;
     }
     b.sum.reset();
   }
+  if (std::uncaught_exceptions() > 0) (void)m_in_flight.release();  // the loss, norm and embedding sums' buffers
 }
 
 double Trainer::validation_unigram_entropy() const {
@@ -427,10 +435,25 @@ double Trainer::evaluate() {
   const int batches = m_cfg.train.eval_batches;
   const std::size_t floats = m_model->boundary_floats();
   const std::size_t wire_bytes = floats * (m_bf16_wire ? 2 : sizeof(float));
-  std::vector<float> host(floats);  // the wire format (bf16 uses its first half)
+  // The wire format (bf16 uses its first half), and the loss's sums: on the heap and never freed
+  // when an exchange times out (an abandoned request may still write into them until the job
+  // aborts).
+  struct Buffers {
+    std::vector<float> host;
+    double loss = 0.0;
+  };
+  auto bufs = std::make_unique<Buffers>();
+  bufs->host.resize(floats);
+  std::vector<float>& host = bufs->host;
+  struct KeepOnError {
+    std::unique_ptr<Buffers>& b;
+    ~KeepOnError() {
+      if (std::uncaught_exceptions() > 0) (void)b.release();
+    }
+  } keep{bufs};
   device::Buffer in = m_backend.alloc_floats(floats);
   device::Buffer out = m_backend.alloc_floats(floats);
-  double loss = 0.0;
+  double& loss = bufs->loss;
   if (m_val) m_val->rewind();
   // With model chunks a batch visits the stages once per chunk, in virtual stage order (the last
   // stage hands it back to the first): each exchange is a blocking pair along that chain.
@@ -459,12 +482,30 @@ double Trainer::evaluate() {
       }
     }
   }
-  if (last) loss = m_comms.dp.allreduce(loss / batches, MPI_SUM) / m_layout.dp_size();
+  // The loss's sum and its way to rank 0, bounded as every wait on a peer (a replica or the last
+  // stage that hangs fails the job, naming the wait).
+  const auto bounded = [&](mpi::Request r, const char* what) {
+    if (!r.wait_polling_for(m_cfg.wan.recv_timeout_s)) {
+      r.abandon();
+      ATLAS_THROW(Comm, "evaluation: " << what << " did not complete within " << m_cfg.wan.recv_timeout_s
+                                       << " s (wan.recv_timeout_s)\n  hint: a rank may be stuck or dead (the other "
+                                          "ranks' errors name it); raise wan.recv_timeout_s if evaluation is that slow");
+    }
+  };
+  if (last) {
+    loss /= batches;
+    bounded(m_comms.dp.iallreduce_sum(std::span<double>(&loss, 1)), "the validation loss's sum over the DP replicas");
+    loss /= m_layout.dp_size();
+  }
   const int reporter = m_layout.world_rank(m_layout.pp_size() - 1, 0, 0);
   const int me = m_comms.world.rank();
   if (reporter == 0) return me == 0 ? loss : 0.0;
-  if (me == reporter) m_comms.world.send(std::span<const double>(&loss, 1), 0, mpi::tags::kEvalLoss);
-  if (me == 0) m_comms.world.recv(std::span<double>(&loss, 1), reporter, mpi::tags::kEvalLoss);
+  if (me == reporter)
+    bounded(m_comms.world.isend(std::span<const double>(&loss, 1), 0, mpi::tags::kEvalLoss),
+            "the validation loss's send to rank 0");
+  if (me == 0)
+    bounded(m_comms.world.irecv(std::span<double>(&loss, 1), reporter, mpi::tags::kEvalLoss),
+            "the validation loss from the last stage");
   return loss;
 }
 

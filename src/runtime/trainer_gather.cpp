@@ -35,13 +35,13 @@ std::vector<std::pair<std::string, std::vector<float>>> Trainer::gather_full(boo
       put(v.data(), numel * sizeof(float));
     }
   }
-  const int mine = static_cast<int>(blob.size());
+  const int mine = detail::mpi_count(blob.size());  // throws past INT_MAX (MPI-3 counts), never wraps
   const int n = m_comms.world.size();
   std::vector<int> sizes(static_cast<std::size_t>(n)), displs(static_cast<std::size_t>(n), 0);
   ATLAS_MPI_CHECK(MPI_Gather(&mine, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, m_comms.world.get()));
-  int total = 0;
+  std::int64_t total = 0;
   for (int i = 0; i < n; ++i) {
-    displs[static_cast<std::size_t>(i)] = total;
+    displs[static_cast<std::size_t>(i)] = detail::mpi_count(static_cast<std::size_t>(total));
     total += sizes[static_cast<std::size_t>(i)];
   }
   std::vector<char> all(m_comms.world.rank() == 0 ? static_cast<std::size_t>(total) : 0);

@@ -64,5 +64,15 @@ check "dp only: the job ended by itself (exit $rc, expected 3)" test "$rc" -eq 3
 check "the DP gradient sum names its timeout and the fix" grep -q \
   "ERROR: rank 0: the data-parallel gradient sum (bucket 1 of [0-9]*, over this stage's 2 replicas) did not complete within 3 s" \
   "$T/dponly.out"
+# ---- a stage that hangs in the evaluation (after step 1's training): its neighbour inside the
+# DC, and rank 0 waiting for the validation loss, give up within wan.recv_timeout_s, naming the wait ----
+ATLAS_FAULT_HANG_EVAL=1:1 timeout 120 "${MPI[@]}" "$ATLAS_BIN" train inputs/default.deck parallel.dp_size=1 \
+  run.steps=4 run.log_every_steps=1 ckpt.every_steps=0 train.eval_every_steps=2 run.out_dir="$T" \
+  wan.recv_timeout_s=3 run.name=evalhang > "$T/evalhang.out" 2>&1
+rc=$?
+check "a hang in the evaluation: the job ended by itself (exit $rc, not the 120 s guard)" test "$rc" -ne 0 -a "$rc" -ne 124
+check "rank 1 stopped before its evaluation" grep -q "\[rank 1\] fault injection (ATLAS_FAULT_HANG_EVAL): this rank stops at step 1" "$T/evalhang.out"
+check "a waiting rank names the evaluation's wait and the limit" \
+  grep -qE "ERROR: (evaluation: .* within 3 s \(wan.recv_timeout_s\)|WAN receive from peer 1 stalled)" "$T/evalhang.out"
 check "no rank of either job is left running" bash -c "! pgrep -f '[r]un.out_dir=$T' > /dev/null"
 launch_finish

@@ -50,6 +50,7 @@ inline constexpr Variable kVariables[] = {
     {"ATLAS_FAULT_KILL", "test: kill this rank at a step"},
     {"ATLAS_FAULT_KILL_IN_CKPT", "test: kill this rank inside a checkpoint write"},
     {"ATLAS_FAULT_HANG", "test: hang this rank at a step"},
+    {"ATLAS_FAULT_HANG_EVAL", "test: hang this rank before the evaluation after a step"},
     {"ATLAS_FAULT_NAN", "test: poison a gradient with NaN at a step"},
     {"ATLAS_FAULT_NAN_LOSS", "test: report a NaN loss at a step"},
     {"ATLAS_FAULT_CONFIG_ERROR", "test: raise a config error on one rank at a step"},

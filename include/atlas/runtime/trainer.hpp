@@ -139,6 +139,10 @@ class Trainer {
   /// Waits (wan.recv_timeout_s at most) for bucket i's sum; on a timeout keeps every open
   /// bucket's buffer (MPI may still write into them) and throws naming the bucket.
   void wait_bucket(std::size_t i);
+  struct Bucket;
+  /// The emulated backend's bucket sums (emulated_*): the same bound and, on a timeout, every
+  /// bucket with a sum open is kept and the error names the stage's replicas.
+  void wait_emulated_sum(Bucket& b);
   /// The hook a fillable wait inside slot `index` (SlotMark::FillableWait) hands to the filler
   /// (empty without a filler or mark): adds the filler's seconds to `spent_prefill`, its tokens
   /// to `r`; wait_over() then tells the filler where the wait ended.
@@ -238,16 +242,26 @@ class Trainer {
   /// (one chunk: the row's last backward), in row order.
   std::vector<int> m_overlap_backwards;
   int m_last_forward = -1;         ///< this row's last Forward slot: the last stage then sends the loss
-  double m_loss_out = 0.0;         ///< last stage, TP lane 0: this replica's mean loss of the step
+  /// Buffers of non-blocking MPI operations that may still be pending when an error unwinds the
+  /// trainer (MPI_Abort follows, after the destructors): on the heap, and then never freed, so a
+  /// late write never lands in freed memory. The members below name them.
+  struct InFlight {
+    double loss_out = 0.0;
+    double norm_sq = 0.0;
+    std::vector<double> loss_in;
+    std::vector<float> embed_host;
+  };
+  std::unique_ptr<InFlight> m_in_flight = std::make_unique<InFlight>();
+  double& m_loss_out = m_in_flight->loss_out;  ///< last stage, TP lane 0: this replica's mean loss of the step
   mpi::Request m_loss_send;
-  std::vector<double> m_loss_in;   ///< world rank 0: per DP replica
+  std::vector<double>& m_loss_in = m_in_flight->loss_in;  ///< world rank 0: per DP replica
   std::vector<mpi::Request> m_loss_recvs;
   std::vector<int> m_loss_from;    ///< world rank 0: the sender of each m_loss_recvs entry
-  double m_norm_sq = 0.0;          ///< the gradient-norm sum's buffer
+  double& m_norm_sq = m_in_flight->norm_sq;  ///< the gradient-norm sum's buffer
   mpi::Request m_norm_sum;         ///< the gradient-norm sum, once started (start_norm_sum)
   bool m_norm_started = false;     ///< start_norm_sum ran this step (ahead of the Optimizer slot)
   bool m_grads_final = false;      ///< the AllReduce slot ran this step: the gradients are final
-  std::vector<float> m_embed_host; ///< the tied-embedding sum's host buffer
+  std::vector<float>& m_embed_host = m_in_flight->embed_host;  ///< the tied-embedding sum's host buffer
   int m_buckets_step = 0, m_buckets_early = 0;  ///< the last all-reduce's buckets (StepReport)
   BubbleFiller* m_filler = nullptr;
   std::optional<EmulatedStage> m_emu;  ///< device.backend = emulated: sizes and times of this stage
