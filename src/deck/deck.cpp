@@ -152,6 +152,22 @@ std::string strip_comment(const std::string& line) {
 
 namespace {
 
+/// A command-line run.resume = latest (the restart loop's, a requeued Slurm job's, a user's)
+/// over a deck whose run.resume names a checkpoint (a fine-tune's start) keeps that checkpoint
+/// as run.resume_fallback unless one is given: a restart before the run's first checkpoint
+/// starts from those weights, not from random ones. The restart loop cannot read the deck, so
+/// the rule lives here, next to the one place that sees both layers.
+void keep_deck_resume_as_fallback(const std::map<std::string, DeckLine>& in_deck,
+                                  std::map<std::string, DeckLine>& given) {
+  const auto deck = in_deck.find("run.resume");
+  const auto now = given.find("run.resume");
+  if (deck == in_deck.end() || now == given.end() || now->second.line != 0) return;
+  if (unquote(now->second.value) != "latest" || given.count("run.resume_fallback")) return;
+  const std::string path = unquote(deck->second.value);
+  if (path.empty() || path == "latest") return;
+  given["run.resume_fallback"] = DeckLine{"run.resume_fallback", deck->second.value, deck->second.line};
+}
+
 /// Parses without throwing: every problem goes to `problems`; `unusable` is set when a required
 /// key is missing or a line could not be read at all (then cross-field checks are pointless).
 Config parse_collect(const std::string& file_name, const std::string& text,
@@ -177,6 +193,7 @@ Config parse_collect(const std::string& file_name, const std::string& text,
     }
     given[key] = DeckLine{key, trim(o.substr(eq + 1)), 0};
   }
+  keep_deck_resume_as_fallback(in_deck, given);
 
   Config cfg;
   for (const auto& spec : Schema::instance().keys()) {

@@ -274,7 +274,8 @@ void build(Schema& schema) {
   b.field("run.resume_fallback", &C::run, &RunCfg::resume_fallback).def("\"\"")
       .help("with run.resume = latest and no checkpoint in ckpt.dir yet: start from this .h5 instead of step "
             "0 (the restart loop and the Slurm scripts set it to the run.resume = PATH they replace, so a "
-            "restarted fine-tune keeps its weights)");
+            "restarted fine-tune keeps its weights; a command-line run.resume = latest over the deck's "
+            "run.resume = PATH sets it to PATH unless it is given)");
   b.field("run.log_every_steps", &C::run, &RunCfg::log_every_steps).def("1").min(1).max(1e9)
       .help("print a progress row every N steps");
 

@@ -306,9 +306,14 @@ void check_misc(const Config& c, const JobShape& shape, std::vector<std::string>
       out.push_back(std::string(why) + ", so it has no checkpoint to write (ckpt.every_steps = " +
                     std::to_string(c.ckpt.every_steps) + ", ckpt.final = " + (c.ckpt.final ? "true" : "false") +
                     ")\n  hint: set ckpt.every_steps = 0 and ckpt.final = false, or use device.backend = host");
-    if (!c.run.resume.empty())
+    // run.resume = latest finds nothing to resume (no emulated run writes a checkpoint) and starts
+    // at step 0: what the restart loop and a requeued Slurm job pass to every restart.
+    if (!c.run.resume.empty() && c.run.resume != "latest")
       out.push_back(std::string(why) + ", so it cannot resume from a checkpoint (run.resume = " + c.run.resume +
                     ")\n  hint: remove run.resume, or use device.backend = host");
+    if (!c.run.resume_fallback.empty())
+      out.push_back(std::string(why) + ", so it cannot start from a checkpoint (run.resume_fallback = " +
+                    c.run.resume_fallback + ")\n  hint: remove run.resume_fallback, or use device.backend = host");
     if (c.train.eval_every_steps > 0)
       out.push_back(std::string(why) + ", so it cannot evaluate (train.eval_every_steps = " +
                     std::to_string(c.train.eval_every_steps) + ")\n  hint: set train.eval_every_steps = 0");

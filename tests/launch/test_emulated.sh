@@ -6,7 +6,9 @@
 # line and the footer say the loss is n/a; (2b) BubbleTea prefills in the bubbles of an emulated
 # run (its blocks sleep their predicted time); (2) a 3.2-billion-parameter deck (2 ranks, 1.6 B
 # parameters each) peaks below 256 MiB per rank: no parameter tensor is allocated; (3) a
-# checkpoint on an emulated run is refused with exit code 2 naming ckpt.final. Removes its temp dir.
+# checkpoint or a resume from one on an emulated run is refused with exit code 2 naming the key;
+# (4) the restart loop restarts a killed emulated run (its run.resume = latest starts again at
+# step 0). Removes its temp dir.
 # usage: test_emulated.sh SOURCE_DIR ATLAS_BIN
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -76,4 +78,21 @@ timeout 60 "${MPI[@]}" -np 4 "$ATLAS_BIN" train inputs/sim_two_dc_cpu.deck devic
 rc=$?
 check "emulated + ckpt.final = true exits with code 2 (got $rc)" test "$rc" -eq 2
 check "naming ckpt.final and the fix" grep -q 'hint: set ckpt.every_steps = 0 and ckpt.final = false' "$T/emuckpt.out"
+timeout 60 "${MPI[@]}" -np 4 "$ATLAS_BIN" train inputs/sim_two_dc_cpu.deck "${EMU[@]}" run.name=emures \
+  run.resume=/nonexistent/step-000001.h5 > "$T/emures.out" 2>&1
+rc=$?
+check "emulated + run.resume = PATH exits with code 2 (got $rc)" test "$rc" -eq 2
+check "naming run.resume and the fix" grep -q 'cannot resume from a checkpoint (run.resume = /nonexistent/step-000001.h5)' "$T/emures.out"
+
+# ---- (4) the restart loop on an emulated run: its run.resume = latest starts again at step 0 ----
+# (it used to be refused as a config error, exit 2, so an emulated rehearsal was never restarted)
+ATLAS_RESTART_BACKOFF_S=1 ATLAS_MAX_RESTARTS=1 ATLAS_FAULT_KILL=1:2 timeout 120 \
+  scripts/launch/atlas-run-restart.sh -- "${MPI[@]}" -np 4 "$ATLAS_BIN" train inputs/sim_two_dc_cpu.deck \
+  "${EMU[@]}" run.name=emurestart run.steps=4 > "$T/emurestart.out" 2>&1
+rc=$?
+check "the killed emulated run was restarted and finished (rc $rc)" test "$rc" -eq 0
+check "rank 1 was killed by the fault injection" grep -q "fault injection (ATLAS_FAULT_KILL): killing this rank at step 2" "$T/emurestart.out"
+check "the restart said it starts at step 0" \
+  grep -q "run.resume = latest: device.backend = emulated writes no checkpoints; starting at step 0" "$T/emurestart.out"
+check "and finished its 4 steps" grep -q "^# OK: 4 steps" "$T/emurestart.out"
 launch_finish

@@ -115,6 +115,27 @@ TEST(Deck, SectionsCommentsQuotesAndOverrides) {
   EXPECT_DOUBLE_EQ(c.train.lr, 0.5);
 }
 
+// The restart loop and a requeued Slurm job pass run.resume=latest; a fine-tune's start named in
+// the deck file (which they cannot read) must survive as the fallback, or a restart before the
+// run's first checkpoint would start from random weights.
+TEST(Deck, CommandLineLatestKeepsTheDecksResumePathAsTheFallback) {
+  const std::string deck = std::string(kMinimal) + "[run]\nresume = \"base/step-000100.h5\"\n";
+  const Config c = parse("mem", deck, {"run.resume=latest"});
+  EXPECT_EQ(c.run.resume, "latest");
+  EXPECT_EQ(c.run.resume_fallback, "base/step-000100.h5");
+  // A fallback given anywhere wins, an empty one included (the user cleared it).
+  EXPECT_EQ(parse("mem", deck, {"run.resume=latest", "run.resume_fallback=other.h5"}).run.resume_fallback,
+            "other.h5");
+  EXPECT_EQ(parse("mem", deck, {"run.resume=latest", "run.resume_fallback="}).run.resume_fallback, "");
+  EXPECT_EQ(parse("mem", deck + "resume_fallback = d.h5\n", {"run.resume=latest"}).run.resume_fallback, "d.h5");
+  // Nothing to keep: no override, an override that is not latest, a deck without a path.
+  EXPECT_EQ(parse("mem", deck, {}).run.resume_fallback, "");
+  EXPECT_EQ(parse("mem", deck, {"run.resume=x.h5"}).run.resume_fallback, "");
+  EXPECT_EQ(parse("mem", kMinimal, {"run.resume=latest"}).run.resume_fallback, "");
+  EXPECT_EQ(parse("mem", std::string(kMinimal) + "run.resume = latest\n", {"run.resume=latest"}).run.resume_fallback,
+            "");
+}
+
 TEST(Deck, BadOverridesAreReportedWithTheDeckProblems) {
   const auto p = problems_of("mem", std::string(kMinimal) + "wan.rails = 0\n", -1,
                              {"wan.rialz=3", "nonsense", "train.lr=x"});
