@@ -118,16 +118,29 @@ atlas_write_hostfile() {
   done
 }
 
-# Records what reproduces the run into $ATLAS_RUN_DIR.
+# Records what reproduces the run into $ATLAS_PROV_DIR: the run directory for the job's first
+# run, RUN_DIR/requeue-K for its K-th requeue (SLURM_RESTART_COUNT), so that a requeue never
+# overwrites what the earlier runs ran with (a binary rebuilt in between, another deck).
 atlas_record_provenance() {
-  local d=$ATLAS_RUN_DIR
+  local d=$ATLAS_RUN_DIR first_sha="" sha
+  if ((${SLURM_RESTART_COUNT:-0} > 0)); then
+    d=$ATLAS_RUN_DIR/requeue-$SLURM_RESTART_COUNT
+    mkdir -p "$d" || atlas_die 5 "cannot create $d"
+    first_sha=$(sed -n 's/^atlas_bin_sha256: //p' "$ATLAS_RUN_DIR/build_info.txt" 2>/dev/null)
+  fi
+  ATLAS_PROV_DIR=$d
+  sha=$(sha256sum "$ATLAS_BIN" | cut -d' ' -f1)
+  if [[ -n $first_sha && $first_sha != "$sha" ]]; then
+    atlas_job_note "WARNING: $ATLAS_BIN changed since the job's first run (sha256 $first_sha, now $sha): the" \
+      "resumed run trains with another binary; $d/build_info.txt records it"
+  fi
   cp "$ATLAS_DECK_PATH" "$d/" || atlas_die 5 "cannot copy the deck into $d"
   printf '%s\n' "${ATLAS_OVERRIDES[@]}" >"$d/overrides.txt"
   {
     echo "date_utc: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "host: $(hostname)"
     echo "atlas_bin: $ATLAS_BIN"
-    echo "atlas_bin_sha256: $(sha256sum "$ATLAS_BIN" | cut -d' ' -f1)"
+    echo "atlas_bin_sha256: $sha"
     echo "atlas_bin_mtime: $(date -u -r "$ATLAS_BIN" +%Y-%m-%dT%H:%M:%SZ)"
     if git -C "$ATLAS_ROOT" rev-parse HEAD >/dev/null 2>&1; then
       echo "git_commit: $(git -C "$ATLAS_ROOT" rev-parse HEAD)"
@@ -256,8 +269,8 @@ atlas_run() {
   fi
   launch+=("$ATLAS_BIN" "$ATLAS_CMD" "$ATLAS_DECK_PATH" "${ATLAS_OVERRIDES[@]}"
     "${placement_overrides[@]}" "${extra[@]}")
-  printf '%q ' "${launch[@]}" >"$ATLAS_RUN_DIR/command.txt"
-  echo >>"$ATLAS_RUN_DIR/command.txt"
+  printf '%q ' "${launch[@]}" >"$ATLAS_PROV_DIR/command.txt"
+  echo >>"$ATLAS_PROV_DIR/command.txt"
 
   atlas_note "atlas job $SLURM_JOB_ID on $SLURM_JOB_NODELIST: $world ranks, DCs $(atlas_deck_value cluster.dcs)," \
     "ranks per DC $ATLAS_RANKS_PER_DC"

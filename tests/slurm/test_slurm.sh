@@ -326,6 +326,8 @@ if [[ $ATLAS_CMD == train ]]; then
   # and refuses a credential issued in the same second ("Killing non-startable batch JobId=...:
   # Job credential revoked", the job FAILED): start the second run at least 2 s after it.
   sleep 2
+  # The first run's record says another binary ran it: the requeued run must say it changed.
+  sed -i 's/^atlas_bin_sha256: .*/atlas_bin_sha256: 0000/' "$qrun/build_info.txt"
   scontrol update JobId="$qjob" StartTime=now || echo "FAIL: scontrol update JobId=$qjob StartTime=now"
   state=$(wait_job "$qjob")
   echo "# two_dc.sbatch stopped by SIGUSR1 and requeued: job $qjob ended $state"
@@ -338,6 +340,10 @@ if [[ $ATLAS_CMD == train ]]; then
   check "its second run resumed from the stop's checkpoint and finished" \
     bash -c "grep -q 'SLURM_RESTART_COUNT=1' '$qrun/job.log' && grep -q '^# resumed from .*step-0000[0-9][0-9].h5' '$qrun/job.log' && grep -q '^# OK: ' '$qrun/job.log'"
   check "run.json says OK after the resumed run" grep -q '"status":"OK"' "$qrun/run.json"
+  check "the requeued run recorded its provenance in requeue-1/, the first run's kept" \
+    bash -c "grep -q 'run.resume=latest' '$qrun/requeue-1/command.txt' && ! grep -q 'run.resume=latest' '$qrun/command.txt' && grep -q '^atlas_bin_sha256: 0000$' '$qrun/build_info.txt' && grep -q 'SLURM_RESTART_COUNT=1' '$qrun/requeue-1/env.txt' && test -s '$qrun/requeue-1/overrides.txt'"
+  check "and said the binary changed since the first run" \
+    grep -q "WARNING: .* changed since the job's first run (sha256 0000, now $(sha256sum "$ATLAS_BIN" | cut -d' ' -f1))" "$qrun/job.log"
   ((failures > section_failures)) && show_job "$qjob" "$qrun/job.log" "$qrun/restarts.log"
   section_failures=$failures
 
