@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
-// write_file_whole (see the header).
+// write_file_whole, read_file_blocks and the output checks (see the header).
 #include "atlas/core/file.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -122,6 +123,28 @@ void check_output_file(const std::string& command, const std::string& option, co
                       parent.string() + ") or name a file in an existing directory");
   if (!fs::is_directory(parent, ec))
     throw ConfigError(what + ": " + parent.string() + " is not a directory\n  hint: name a file in a directory");
+}
+
+void read_file_blocks(const std::string& path, std::string_view what, std::string_view hint,
+                      std::size_t block_bytes,
+                      const std::function<void(std::string_view data, std::int64_t offset)>& on_block) {
+  errno = 0;
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    ATLAS_THROW(Io, "cannot read " << what << " " << path << ": "
+                                   << (errno != 0 ? std::strerror(errno) : "open failed") << "\n  hint: " << hint);
+  std::vector<char> block(std::max<std::size_t>(block_bytes, 1));
+  for (std::int64_t offset = 0; in;) {
+    errno = 0;
+    in.read(block.data(), static_cast<std::streamsize>(block.size()));
+    if (in.bad())
+      ATLAS_THROW(Io, "reading " << what << " " << path << " failed after " << offset << " bytes"
+                                 << (errno != 0 ? std::string(": ") + std::strerror(errno) : std::string())
+                                 << "\n  hint: " << hint);
+    const auto n = static_cast<std::size_t>(in.gcount());
+    if (n > 0) on_block(std::string_view(block.data(), n), offset);
+    offset += static_cast<std::int64_t>(n);
+  }
 }
 
 }  // namespace atlas

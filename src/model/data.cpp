@@ -17,6 +17,7 @@
 
 #include "atlas/core/check.hpp"
 #include "atlas/core/error.hpp"
+#include "atlas/core/file.hpp"
 #include "atlas/model/rng.hpp"
 #include "atlas/model/shards.hpp"
 
@@ -83,25 +84,9 @@ std::vector<std::string> Corpus::text_files(const std::string& dir, bool tokeniz
 Corpus Corpus::load(const std::string& dir, const Encoder& encode) {
   const std::vector<std::string> files = text_files(dir);
   std::string text;
-  for (const auto& path : files) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) ATLAS_THROW(Io, "cannot read corpus file " << path << ": " << std::strerror(errno));
-    std::vector<char> block(std::size_t{1} << 20);
-    for (std::size_t got = 0;;) {
-      errno = 0;
-      in.read(block.data(), static_cast<std::streamsize>(block.size()));
-      // A failed read (EIO) sets badbit where the end of the file sets eofbit: the rest of the
-      // file would be dropped without a word.
-      if (in.bad())
-        ATLAS_THROW(Io, "reading corpus file " << path << " failed after " << got << " bytes"
-                                               << (errno != 0 ? std::string(": ") + std::strerror(errno) : std::string())
-                                               << "\n  hint: check the file (and its file system) and start the run again");
-      const auto n = static_cast<std::size_t>(in.gcount());
-      text.append(block.data(), n);
-      got += n;
-      if (!in) break;
-    }
-  }
+  for (const auto& path : files)
+    read_file_blocks(path, "corpus file", "check the file (and its file system) and start the run again",
+                     std::size_t{1} << 20, [&](std::string_view data, std::int64_t) { text.append(data); });
   Corpus c = from_text(text, dir, encode);
   c.m_files = static_cast<int>(files.size());
   return c;

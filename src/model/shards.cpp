@@ -452,26 +452,14 @@ TokenizeResult tokenize_to_shards(const TokenizeJob& job) {
   };
   std::string buf;
   std::size_t scanned = 0;  // buf[0, scanned) holds no cut (TokenizeJob::cut) after position 0
-  std::vector<char> block(kChunkBytes);
   auto last = std::chrono::steady_clock::now();
   for (const std::string& path : files) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) ATLAS_THROW(Io, "cannot read text file " << path << ": " << std::strerror(errno));
-    std::int64_t file_bytes = 0;
-    while (in) {
-      errno = 0;
-      in.read(block.data(), static_cast<std::streamsize>(block.size()));
-      // A failed read (EIO on a network file system) sets badbit where end of file sets eof:
-      // the rest of the file would be dropped without a word.
-      if (in.bad())
-        ATLAS_THROW(Io, "reading text file " << path << " failed after " << file_bytes << " bytes"
-                                             << (errno != 0 ? std::string(": ") + std::strerror(errno) : std::string())
-                                             << "\n  hint: nothing was written; check the file and run atlas tokenize again");
-      const auto got = static_cast<std::size_t>(in.gcount());
-      buf.append(block.data(), got);
-      r.bytes += static_cast<std::int64_t>(got);
-      file_bytes += static_cast<std::int64_t>(got);
-      if (buf.size() < kChunkBytes) continue;
+    read_file_blocks(path, "text file", "nothing was written; check the file and run atlas tokenize again", kChunkBytes,
+                     [&](std::string_view data, std::int64_t offset) {
+      buf.append(data);
+      r.bytes += static_cast<std::int64_t>(data.size());
+      const std::int64_t file_bytes = offset + static_cast<std::int64_t>(data.size());
+      if (buf.size() < kChunkBytes) return;
       // Only what is new since the last look is scanned: a text without cuts costs one pass.
       const std::size_t q = job.cut ? job.cut(buf, scanned) : buf.size();
       if (q > 0) {
@@ -491,7 +479,7 @@ TokenizeResult tokenize_to_shards(const TokenizeJob& job) {
                      static_cast<std::int64_t>(tokens.size()));
         last = now;
       }
-    }
+    });
   }
   encode_into(buf);
   if (job.progress) job.progress(r.bytes, all_bytes, static_cast<std::int64_t>(tokens.size()));

@@ -108,5 +108,46 @@ TEST(WriteFilesWhole, AFailedWriteOfOneLeavesEveryFileAsItWas) {
   EXPECT_FALSE(fs::exists(b + ".tmp"));
 }
 
+
+TEST(ReadFileBlocks, GivesEveryByteInBlocksWithTheirOffsets) {
+  TempDir t;
+  const std::string p = (t.path / "ten.txt").string();
+  write_file_whole(p, "0123456789");
+  std::string got;
+  std::vector<std::int64_t> offsets;
+  read_file_blocks(p, "text file", "-", 3, [&](std::string_view d, std::int64_t off) {
+    got.append(d);
+    offsets.push_back(off);
+  });
+  EXPECT_EQ(got, "0123456789");
+  EXPECT_EQ(offsets, (std::vector<std::int64_t>{0, 3, 6, 9}));
+  int calls = 0;
+  write_file_whole(p, "");
+  read_file_blocks(p, "text file", "-", 3, [&](std::string_view, std::int64_t) { ++calls; });
+  EXPECT_EQ(calls, 0);  // an empty file: no block
+}
+
+TEST(ReadFileBlocks, AMissingFileOrAFailedReadIsAnIoErrorNamingItAndTheHint) {
+  TempDir t;
+  const std::string p = (t.path / "missing.txt").string();
+  try {
+    read_file_blocks(p, "corpus file", "check the path", 16, [](std::string_view, std::int64_t) {});
+    FAIL() << "a missing file was read";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::Io);
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("cannot read corpus file " + p + ": No such file or directory\n"
+                                               "  hint: check the path"));
+  }
+  // /proc/self/mem opens, and its first read (address 0, unmapped) fails with EIO.
+  try {
+    read_file_blocks("/proc/self/mem", "text file", "try again", 16, [](std::string_view, std::int64_t) {});
+    FAIL() << "a failed read was taken for the end of the file";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::Io);
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("reading text file /proc/self/mem failed after 0 bytes: "
+                                               "Input/output error\n  hint: try again"));
+  }
+}
+
 }  // namespace
 }  // namespace atlas

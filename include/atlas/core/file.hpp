@@ -1,10 +1,15 @@
 // SPDX-License-Identifier: MIT
 // Writing a result file whole: the one place that turns every failed write (disk full, read-only
 // file system, missing directory) into an atlas::Error (Io) naming the file and the reason; and
-// the check of an output directory a command is told to write into.
+// the check of an output directory a command is told to write into; and reading an input file
+// in blocks, where a failed read is an error and never a silent early end.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -36,5 +41,14 @@ void check_output_dir(const std::string& command, const std::string& dir);
 /// a directory is a ConfigError naming the option, before the command's work (which may take
 /// minutes), not an I/O error after it.
 void check_output_file(const std::string& command, const std::string& option, const std::string& path);
+
+/// Reads `path` from its start in blocks of up to `block_bytes` and calls `on_block(data,
+/// offset)` for each (offset = the bytes of the file before `data`). A file that cannot be opened,
+/// or a read that fails (EIO: std::ifstream sets badbit where the end of the file sets eofbit, and
+/// the rest of the file would be dropped without a word), throws atlas::Error (Io) naming `what`
+/// ("corpus file"), the path, how far it got and the system's reason, then `hint`.
+void read_file_blocks(const std::string& path, std::string_view what, std::string_view hint,
+                      std::size_t block_bytes,
+                      const std::function<void(std::string_view data, std::int64_t offset)>& on_block);
 
 }  // namespace atlas
