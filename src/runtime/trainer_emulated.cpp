@@ -24,7 +24,10 @@ void Trainer::emulated_start_sums() {
   std::size_t k = 0;
   while (done < m_emu->grad_floats) {
     Bucket& b = m_buckets[k % m_buckets.size()];
-    if (b.sum) wait_emulated_sum(b);  // the bucket's previous piece must be summed before it is reused
+    if (b.sum) {  // the bucket's previous piece must be summed before it is reused
+      wait_sum(b, "emulated");
+      b.sum.reset();
+    }
     const std::size_t take = std::min(m_emu->bucket_floats, m_emu->grad_floats - done);
     b.sum = m_dp->start_allreduce_sum(b.buf, take);
     done += take;
@@ -33,26 +36,12 @@ void Trainer::emulated_start_sums() {
   }
 }
 
-void Trainer::wait_emulated_sum(Bucket& b) {
-  if (!b.sum->wait_for(m_cfg.wan.recv_timeout_s)) {
-    // Unwinding to MPI_Abort: every open sum keeps its buffers (MPI may still write into them).
-    for (Bucket& o : m_buckets) {
-      if (!o.sum) continue;
-      (void)o.sum.release();
-      auto* kept = new device::Buffer(std::move(o.buf));  // deliberately never freed
-      (void)kept;
-    }
-    ATLAS_THROW(Comm, "rank " << m_comms.world.rank() << ": the data-parallel gradient sum (emulated, over this stage's "
-                              << m_dp->size() << " replicas) did not complete within " << m_cfg.wan.recv_timeout_s
-                              << " s (wan.recv_timeout_s)\n  hint: a replica may be stuck or dead (the other ranks' "
-                                 "errors name it); raise wan.recv_timeout_s if its step is that slow");
-  }
-  b.sum.reset();
-}
-
 void Trainer::emulated_end_sums() {
   for (Bucket& b : m_buckets)
-    if (b.sum) wait_emulated_sum(b);
+    if (b.sum) {
+      wait_sum(b, "emulated");
+      b.sum.reset();
+    }
   if (!m_embed.null()) {
     m_embed_host.resize(m_emu->embed_floats);
     if (m_embed_wan_partner >= 0)

@@ -7,6 +7,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
+
+#include <fmt/format.h>
 
 #include "atlas/core/check.hpp"
 #include "atlas/mpi/tags.hpp"
@@ -48,34 +51,36 @@ void Trainer::start_open_bucket() {
   // ranks, testing them in different orders, could match one's pieces into the other's buffer
   // (a wrong gradient, no error). So the oldest open sum completes before one more starts.
   constexpr std::size_t kMaxOpenSums = mpi::tags::kRingSumTags / 2;
-  if (m_open >= kMaxOpenSums) wait_bucket(m_open - kMaxOpenSums);
+  if (m_open >= kMaxOpenSums) {
+    const std::size_t i = m_open - kMaxOpenSums;
+    wait_sum(m_buckets[i], fmt::format("bucket {} of {}", i + 1, m_open));
+  }
   b.sum = m_dp->start_allreduce_sum(b.buf, b.fill);
   ++m_open;
 }
 
-void Trainer::wait_bucket(std::size_t i) {
-  Bucket& b = m_buckets[i];
-  if (!b.sum->wait_for(m_cfg.wan.recv_timeout_s)) {
-      // A replica that stopped (hung, cut off) never joins: report it rather than wait forever.
-      // Unwinding to MPI_Abort: every open sum keeps its buffer and is never freed (not settled
-      // one by one: each would wait for the silent replica again).
-      for (std::size_t j = i; j < m_open; ++j) {
-        (void)m_buckets[j].sum.release();
-        auto* kept = new device::Buffer(std::move(m_buckets[j].buf));  // MPI may still write into it
-        (void)kept;
-      }
-      ATLAS_THROW(Comm, "rank " << m_comms.world.rank() << ": the data-parallel gradient sum (bucket " << i + 1
-                                << " of " << m_open << ", over this stage's " << m_dp->size()
-                                << " replicas) did not complete within " << m_cfg.wan.recv_timeout_s
-                                << " s (wan.recv_timeout_s)\n  hint: a replica may be stuck or dead (the other ranks' "
-                                   "errors name it); raise wan.recv_timeout_s if its backward is that slow");
+void Trainer::wait_sum(Bucket& b, const std::string& which) {
+  if (b.sum->wait_for(m_cfg.wan.recv_timeout_s)) return;
+  // A replica that stopped (hung, cut off) never joins: report it rather than wait forever.
+  // Unwinding to MPI_Abort: every bucket with a sum open keeps its buffer and is never freed (not
+  // settled one by one: each would wait for the silent replica again; MPI may still write into it).
+  for (Bucket& o : m_buckets) {
+    if (!o.sum) continue;
+    (void)o.sum.release();
+    auto* kept = new device::Buffer(std::move(o.buf));  // deliberately never freed
+    (void)kept;
   }
+  ATLAS_THROW(Comm, "rank " << m_comms.world.rank() << ": the data-parallel gradient sum (" << which
+                            << ", over this stage's " << m_dp->size() << " replicas) did not complete within "
+                            << m_cfg.wan.recv_timeout_s
+                            << " s (wan.recv_timeout_s)\n  hint: a replica may be stuck or dead (the other ranks' "
+                               "errors name it); raise wan.recv_timeout_s if its step is that slow");
 }
 
 void Trainer::finish_buckets() {
   for (std::size_t i = 0; i < m_open; ++i) {
     Bucket& b = m_buckets[i];
-    wait_bucket(i);
+    wait_sum(b, fmt::format("bucket {} of {}", i + 1, m_open));
     for (const Bucket::Piece& pc : b.pieces)
       m_backend.copy(pc.p->grad.f32() + pc.tensor_offset, b.buf.f32() + pc.bucket_offset, pc.count * sizeof(float));
     b.sum.reset();

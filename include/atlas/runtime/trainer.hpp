@@ -136,13 +136,11 @@ class Trainer {
   void start_open_bucket();
   /// Waits for every started bucket and copies the sums back (end_gradient_sums).
   void finish_buckets();
-  /// Waits (wan.recv_timeout_s at most) for bucket i's sum; on a timeout keeps every open
-  /// bucket's buffer (MPI may still write into them) and throws naming the bucket.
-  void wait_bucket(std::size_t i);
   struct Bucket;
-  /// The emulated backend's bucket sums (emulated_*): the same bound and, on a timeout, every
-  /// bucket with a sum open is kept and the error names the stage's replicas.
-  void wait_emulated_sum(Bucket& b);
+  /// Waits (wan.recv_timeout_s at most) for bucket `b`'s sum (the host backends' and the emulated
+  /// one's); on a timeout keeps every bucket with a sum open (MPI may still write into their
+  /// buffers) and throws naming `which` ("bucket 3 of 7", "emulated") and the stage's replicas.
+  void wait_sum(Bucket& b, const std::string& which);
   /// The hook a fillable wait inside slot `index` (SlotMark::FillableWait) hands to the filler
   /// (empty without a filler or mark): adds the filler's seconds to `spent_prefill`, its tokens
   /// to `r`; wait_over() then tells the filler where the wait ended.
