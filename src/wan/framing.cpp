@@ -304,6 +304,10 @@ void hkdf_sha256(std::span<const std::uint8_t> ikm, std::span<const std::uint8_t
     openssl_failed("HKDF-SHA256");
 }
 
+void wipe_secret(std::span<std::uint8_t> bytes) noexcept {
+  if (!bytes.empty()) OPENSSL_cleanse(bytes.data(), bytes.size());
+}
+
 FrameKeys derive_frame_keys(const Secret& secret, std::span<const std::uint8_t, kHelloBytes> hello,
                             std::span<const std::uint8_t, kChallengeBytes> challenge,
                             FrameAuth auth, bool connector) {
@@ -312,17 +316,17 @@ FrameKeys derive_frame_keys(const Secret& secret, std::span<const std::uint8_t, 
   std::array<std::uint8_t, 64> salt{};
   std::memcpy(salt.data(), hello.data() + 40, 32);
   std::memcpy(salt.data() + 32, challenge.data() + 24, 32);
-  auto key = [&](const char* direction) {
+  auto key = [&](const char* direction, FrameKey& k) {
     const std::string info =
         fmt::format("atlas-wan/v{} frames {} auth={}", kWireVersion, direction, auth_name(auth));
-    FrameKey k{};
     hkdf_sha256(secret, salt,
                 std::span(reinterpret_cast<const std::uint8_t*>(info.data()), info.size()), k);
-    return k;
   };
-  const FrameKey c2a = key("connector->acceptor");
-  const FrameKey a2c = key("acceptor->connector");
-  return connector ? FrameKeys{c2a, a2c} : FrameKeys{a2c, c2a};
+  // Written in place: no copy of a key outlives the FrameKeys that wipes it.
+  FrameKeys keys;
+  key("connector->acceptor", connector ? keys.send : keys.recv);
+  key("acceptor->connector", connector ? keys.recv : keys.send);
+  return keys;
 }
 
 struct FrameSealer::Ctx {

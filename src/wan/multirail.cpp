@@ -581,6 +581,11 @@ namespace atlas::wan {
 MultirailTransport::MultirailTransport(const MultirailOptions& opts, const std::vector<int>& peers)
     : m_engine(std::make_unique<mr::Engine>(opts, peers, this)) {}
 
+void MultirailOptions::wipe_secrets() noexcept {
+  wipe_secret(secret);
+  for (auto& [peer, pair] : pair_secrets) wipe_secret(pair);
+}
+
 MultirailTransport::~MultirailTransport() = default;
 
 int MultirailTransport::listen_port() const { return m_engine->port(); }

@@ -255,6 +255,10 @@ struct RailCounters {
 };
 
 struct Peer {
+  Peer() = default;
+  Peer(const Peer&) = delete;
+  Peer& operator=(const Peer&) = delete;
+  ~Peer() { wipe_secret(secret); }
   int rank = -1;
   bool active = false;  // this rank connects (lower world rank)
   SockAddr addr;

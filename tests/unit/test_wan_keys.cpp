@@ -6,10 +6,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <filesystem>
+#include <new>
 #include <fstream>
 
 #include "atlas/core/error.hpp"
+#include "atlas/wan/framing.hpp"
+#include "atlas/wan/multirail.hpp"
 #include "atlas/wan/transport.hpp"
 
 namespace atlas::wan {
@@ -94,6 +99,53 @@ TEST(WanPairSecret, IsSymmetricAndDependsOnEverythingItBinds) {
   shared2[0] ^= 1;
   EXPECT_NE(derive_pair_secret(shared2, key, 0, pa, 5, pb), s) << "another exchange";
   EXPECT_NE(s, shared) << "never the raw X25519 output";
+}
+
+// What holds a secret wipes it when it ends (a core dump, a page reused by the next allocation).
+// The object is built in raw storage, destroyed, and the storage searched for the secret's bytes.
+template <typename T, typename Fill>
+bool storage_keeps_after_destruction(Fill fill, const Secret& pattern) {
+  alignas(T) std::byte raw[sizeof(T)];
+  T* t = new (raw) T();
+  fill(*t);
+  // A compiler barrier: the stores of `fill` must reach the storage (a plain array's would
+  // otherwise be dropped as dead, and the control below would pass for the wrong reason).
+  asm volatile("" : : "r"(raw) : "memory");
+  t->~T();
+  asm volatile("" : : "r"(raw) : "memory");
+  const auto* b = reinterpret_cast<const std::uint8_t*>(raw);
+  return std::search(b, b + sizeof(T), pattern.begin(), pattern.end()) != b + sizeof(T);
+}
+
+TEST(WanSecrets, AreWipedWhenTheirHolderEnds) {
+  Secret pattern{};
+  for (std::size_t i = 0; i < pattern.size(); ++i) pattern[i] = static_cast<std::uint8_t>(0xA0 + i);
+  Secret copy = pattern;
+  wipe_secret(copy);
+  EXPECT_EQ(copy, Secret{});
+  // The check itself finds a secret left behind: a plain array is not wiped.
+  EXPECT_TRUE(storage_keeps_after_destruction<Secret>([&](Secret& s) { s = pattern; }, pattern));
+  EXPECT_FALSE(storage_keeps_after_destruction<MultirailOptions>([&](MultirailOptions& o) { o.secret = pattern; },
+                                                                 pattern));
+  EXPECT_FALSE(storage_keeps_after_destruction<FrameKeys>(
+      [&](FrameKeys& k) {
+        std::copy(pattern.begin(), pattern.end(), k.send.begin());
+        std::copy(pattern.begin(), pattern.end(), k.recv.begin());
+      },
+      pattern));
+  // pair_secrets' values live in the map's nodes: the destructor wipes them (wipe_secrets)
+  // before the map frees them. A copy (make_transport's options, copied into the transport)
+  // keeps its own until it ends.
+  MultirailOptions o;
+  o.secret = pattern;
+  o.pair_secrets[3] = pattern;
+  o.pair_secrets[7] = pattern;
+  const MultirailOptions kept = o;
+  o.wipe_secrets();
+  EXPECT_EQ(o.secret, Secret{});
+  EXPECT_EQ(o.pair_secrets.at(3), Secret{});
+  EXPECT_EQ(o.pair_secrets.at(7), Secret{});
+  EXPECT_EQ(kept.pair_secrets.at(3), pattern);
 }
 
 }  // namespace

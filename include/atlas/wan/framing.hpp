@@ -158,9 +158,17 @@ std::string check_response(const Secret& secret, std::span<const std::uint8_t, k
 
 using FrameKey = std::array<std::uint8_t, 32>;
 
+/// Overwrites key material with zeros in a way the compiler cannot drop (OPENSSL_cleanse): what
+/// holds a secret wipes it when it ends, so a core dump or a reused page shows none.
+void wipe_secret(std::span<std::uint8_t> bytes) noexcept;
+
 struct FrameKeys {
   FrameKey send{};  ///< this side's outgoing frames
   FrameKey recv{};  ///< the peer's frames
+  ~FrameKeys() {
+    wipe_secret(send);
+    wipe_secret(recv);
+  }
 };
 
 /// Keys of one connection, from the exchanged Hello and Challenge bytes (their nonces).

@@ -60,6 +60,15 @@ struct MultirailOptions {
   int max_pending_handshakes = 0;
   /// Of those, at most this many from one source address (0 = a quarter of the above, >= 2).
   int max_pending_per_source = 0;
+
+  MultirailOptions() = default;
+  MultirailOptions(const MultirailOptions&) = default;
+  MultirailOptions(MultirailOptions&&) = default;
+  MultirailOptions& operator=(const MultirailOptions&) = default;
+  MultirailOptions& operator=(MultirailOptions&&) = default;
+  ~MultirailOptions() { wipe_secrets(); }
+  /// Overwrites `secret` and every value of `pair_secrets` with zeros (wipe_secret).
+  void wipe_secrets() noexcept;
 };
 
 /// Where a peer listens.
