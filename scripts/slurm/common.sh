@@ -159,6 +159,11 @@ atlas_record_provenance() {
 # atlas_run [DECK] [key=value ...]: one launch through the restart loop. Sets ATLAS_RUN_DIR.
 # ATLAS_RUN_SUFFIX (optional) is appended to the run directory's name (sweeps).
 atlas_run() {
+  # A SIGUSR1 before the launch (a preemption or a short time limit's --signal during the set-up)
+  # would end this shell (the signal's default action) with nothing noted: remember it, and launch
+  # nothing (below).
+  ATLAS_STOP_EARLY=0
+  trap 'ATLAS_STOP_EARLY=1' USR1
   [[ -n ${SLURM_JOB_ID:-} ]] ||
     atlas_die 1 "not inside a Slurm job: submit with sbatch (or run inside salloc)"
   [[ -f $ATLAS_ROOT/scripts/launch/atlas-run-restart.sh ]] ||
@@ -281,25 +286,39 @@ atlas_run() {
   # runs its traps only between commands): `#SBATCH --signal=B:USR1@300` then reaches the ranks
   # (the loop -> srun/mpirun -> atlas), which write a checkpoint and stop with status 8.
   local status out tee_pid loop_pid
-  exec {out}> >(tee -a "$ATLAS_RUN_DIR/job.log")
-  tee_pid=$!
-  "$ATLAS_ROOT/scripts/launch/atlas-run-restart.sh" --log "$ATLAS_RUN_DIR/restarts.log" -- "${launch[@]}" \
-    >&"$out" 2>&1 &
-  loop_pid=$!
-  exec {out}>&-
-  trap 'atlas_job_note "batch shell: SIGUSR1: asking the job to write a checkpoint and stop"; kill -USR1 "$loop_pid" 2>/dev/null' USR1
-  # wait returns early (>128) when the trap runs; wait again for the loop's own status.
-  wait "$loop_pid"
-  status=$?
-  while kill -0 "$loop_pid" 2>/dev/null; do
+  if ((ATLAS_STOP_EARLY)); then
+    trap - USR1
+    atlas_job_note "batch shell: SIGUSR1 before the launch: $ATLAS_CMD not started (stopped on request;" \
+      "run.resume=latest resumes from the newest checkpoint)"
+    status=8
+  else
+    exec {out}> >(tee -a "$ATLAS_RUN_DIR/job.log")
+    tee_pid=$!
+    "$ATLAS_ROOT/scripts/launch/atlas-run-restart.sh" --log "$ATLAS_RUN_DIR/restarts.log" -- "${launch[@]}" \
+      >&"$out" 2>&1 &
+    loop_pid=$!
+    exec {out}>&-
+    trap 'atlas_job_note "batch shell: SIGUSR1: asking the job to write a checkpoint and stop"; kill -USR1 "$loop_pid" 2>/dev/null' USR1
+    # One that came while the loop was being started: passed on once the loop has set its own
+    # trap (its first milliseconds; before that a SIGUSR1 would end it).
+    if ((ATLAS_STOP_EARLY)); then
+      atlas_job_note "batch shell: SIGUSR1: asking the job to write a checkpoint and stop"
+      sleep 1
+      kill -USR1 "$loop_pid" 2>/dev/null
+    fi
+    # wait returns early (>128) when the trap runs; wait again for the loop's own status.
     wait "$loop_pid"
     status=$?
-  done
-  # Once more: bash keeps a finished child's status, and a wait the trap cut short said 138.
-  wait "$loop_pid"
-  status=$?
-  trap - USR1
-  wait "$tee_pid"
+    while kill -0 "$loop_pid" 2>/dev/null; do
+      wait "$loop_pid"
+      status=$?
+    done
+    # Once more: bash keeps a finished child's status, and a wait the trap cut short said 138.
+    wait "$loop_pid"
+    status=$?
+    trap - USR1
+    wait "$tee_pid"
+  fi
   atlas_job_note "atlas job $SLURM_JOB_ID: $ATLAS_CMD finished with status $status; run dir $ATLAS_RUN_DIR"
   # Stopped on request (a time limit's --signal, or scancel --signal=USR1 --batch): the job goes
   # back to the queue when asked, and the next run of this script resumes (SLURM_RESTART_COUNT).

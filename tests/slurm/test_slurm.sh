@@ -300,6 +300,25 @@ check "a config error is not restarted" bash -c "! grep -q 'attempt 2/' '$eout'"
 ((failures > section_failures)) && show_job "$ejob" "$eout"
 section_failures=$failures
 
+# ---- a SIGUSR1 during the set-up, before the launch: noted, nothing launched, status 8 ----
+# (it used to end the batch shell: SIGUSR1's default action). The set-up's `module load` (an
+# exported function here) sends it, so it comes at a known point.
+if [[ $ATLAS_CMD == train ]]; then
+  module() { kill -USR1 $$; }
+  export -f module
+  ujob=$(ATLAS_MODULES=fake submit scripts/slurm/two_dc.sbatch "$DECK")
+  unset -f module
+  JOBS+=("$ujob")
+  state=$(wait_job "$ujob")
+  urun=$T/runs/three_dc_cpu_$ujob
+  echo "# two_dc.sbatch with a SIGUSR1 during its set-up: job $ujob ended $state"
+  check "a SIGUSR1 before the launch is noted and nothing is launched" \
+    bash -c "grep -q 'batch shell: SIGUSR1 before the launch: train not started (stopped on request' '$urun/job.log' && ! grep -q 'attempt 1/' '$urun/job.log' '$T/atlas-multi-dc-$ujob.out'"
+  check "the job ends with the stop's status 8" grep -q "train finished with status 8" "$urun/job.log"
+  ((failures > section_failures)) && show_job "$ujob" "$T/atlas-multi-dc-$ujob.out"
+  section_failures=$failures
+fi
+
 # ---- a stop on request (what --signal=B:USR1@N does before the time limit), then a requeue ----
 # The batch shell gets SIGUSR1 (scancel --signal=USR1 --batch), passes it to the restart loop,
 # srun passes it to the ranks: they write a checkpoint and stop (exit 8); ATLAS_REQUEUE_ON_STOP=1
