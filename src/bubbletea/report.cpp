@@ -105,8 +105,8 @@ std::string format_report(const Report& r, const std::vector<std::string>& dc_na
     starved += k.starved_s;
   }
   if (unplanned > 0)
-    s += fmt::format("# receives that waited outside the table's bubbles (fill_recv_waits): {} filled, learned budgets "
-                     "{:.3f} s, prefill in them {:.3f} s (part of prefill_s)\n",
+    s += fmt::format("# waits outside the table's bubbles (receives: fill_recv_waits; WAN waits inside training slots: "
+                     "fill_wan_waits): {} filled, budgets {:.3f} s, prefill in them {:.3f} s (part of prefill_s)\n",
                      unplanned, unplanned_budget, unplanned_prefill);
   if (starved > 0)
     s += fmt::format("# watched bubbles waiting for a chunk (the pipeline's previous rank had not sent one yet): {:.3f} s over "

@@ -37,23 +37,26 @@ std::pair<double, std::int64_t> Service::fill(int step, const sched::Slot& slot,
   const int index = m_row && &slot >= m_row->data() && &slot < m_row->data() + m_row->size()
                         ? static_cast<int>(&slot - m_row->data())
                         : -1;
-  const bool watched = (unplanned || m_cfg.bubbletea.watch_recv) && ended != nullptr && *ended;
+  const bool bubble = sched::is_bubble(slot.kind);
+  // A WAN wait inside a training slot (bubbletea.fill_wan_waits: the AllReduce's embedding sum,
+  // the Optimizer's norm sum), handed over by WaitFiller::fill_wait like a receive.
+  const bool in_slot_wait = !unplanned && !bubble;
+  // bubbletea.watch_recv governs bubbles only: a wait handed over with its test (a receive, a WAN
+  // wait inside a training slot) is always watched, or its fill would run to the stretched
+  // budget after the data came and delay training.
+  const bool watched = (!bubble || m_cfg.bubbletea.watch_recv) && ended != nullptr && *ended;
   // The fill of the receive right after a watched bubble that stopped before its data came
   // measures that bubble's length; anything else resolves it from the receive's recorded end.
-  const bool bubble = sched::is_bubble(slot.kind);
   const bool resolves_watch = m_watch.pending && step == m_watch.step && index == m_watch.index + 1;
   if (m_watch.pending && !resolves_watch) learn_watched_length();
-  if (unplanned) {
+  if (unplanned || in_slot_wait) {
+    // Waits outside the table's bubbles: their own account, not offered_s.
     ++m_stats.unplanned_fills;
     m_stats.unplanned_budget_s += budget_s;
-  } else if (watched && bubble) {
+  } else if (watched) {
     // The receive that ends the bubble is tested before every chunk: fill until it arrives,
     // within the table's length or, past it, a quantile of this bubble's real lengths.
     allowed_s = index >= 0 ? watched_allowance_s(index, budget_s) : budget_s;
-  } else if (watched) {
-    // A WAN wait inside a training slot (bubbletea.fill_wan_waits): WaitFiller's budget, already
-    // stretched (the deck's prediction x max_stretch, or a learned lower bound when longer).
-    allowed_s = budget_s;
   } else if (slot.has(sched::SlotMark::Stagger)) {
     // The atlas stagger is a deliberate delay: the runtime sleeps what is left of it after the
     // fill, so prefill up to its table length never starts the next slot late. Nothing to learn
@@ -65,9 +68,9 @@ std::pair<double, std::int64_t> Service::fill(int step, const sched::Slot& slot,
   }
   const double deadline = t_enter + allowed_s;
   ++m_stats.fill_calls;
-  if (!unplanned) {
+  if (bubble) {
     m_stats.offered_s += budget_s;
-    m_stats.allowed_s += watched ? budget_s : allowed_s;  // a watched bubble has no learned allowance
+    m_stats.allowed_s += allowed_s;  // what this bubble may fill: learned, or stretched when watched
   }
   poll();
   if (m_index == 0) {
@@ -129,7 +132,7 @@ std::pair<double, std::int64_t> Service::fill(int step, const sched::Slot& slot,
   }
   // The planned bubble learn_from_last_bubble() reads next: a receive's fill (unplanned) is not it.
   if (!unplanned && m_last.pending) m_last.spent_s = m_profiler.now() - t_enter;
-  if (unplanned) m_stats.unplanned_prefill_s += work;
+  if (unplanned || in_slot_wait) m_stats.unplanned_prefill_s += work;
   if (watched && bubble && index >= 0) {
     // The data came after the last "not yet" (a lower bound: a chunk may have run past it);
     // otherwise the receive's recorded end says when (the profiler's events).

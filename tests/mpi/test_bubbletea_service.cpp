@@ -804,6 +804,44 @@ TEST(BubbleTeaService, AWatchedBubbleStopsWhenItsReceiveArrives) {
   (void)svc.finish();
 }
 
+// bubbletea.watch_recv = false leaves bubbles unwatched, not the waits handed over with their
+// test: a WAN wait inside a training slot (fill_wan_waits) stops when its sum is in, or it would
+// fill its stretched budget after the data came and delay training. Its budget is counted with
+// the waits outside the bubbles, not in the table's offered_s.
+TEST(BubbleTeaService, AWanWaitInATrainingSlotIsWatchedWhateverWatchRecvSays) {
+  const mpi::Comm world = mpi::Comm::world();
+  const Config cfg = make_cfg(world, {"bubbletea.requests=3000", "bubbletea.watch_recv=false"});
+  Served served(world, cfg);
+  Service& svc = served.svc;
+  const double budget = 0.01;
+  const sched::Slot idle{sched::SlotKind::Idle, -1, 0.0, budget * 1e3};
+  for (int i = 0; i < 5; ++i) {
+    (void)svc.fill(0, idle, budget, nullptr);
+    std::this_thread::sleep_for(std::chrono::duration<double>(budget));
+  }
+  const sched::Slot optimizer{sched::SlotKind::Optimizer, -1, 0.0, 1.0};
+  int tests = 0;
+  const std::function<bool()> arrives_soon = [&tests] { return ++tests > 2; };
+  const double big = 5.0;  // a budget far longer than the test takes to say "in"
+  const double t0 = served.profiler.now();
+  const std::int64_t tokens = svc.fill(0, optimizer, big, &arrives_soon).second;
+  const double took = served.profiler.now() - t0;
+  EXPECT_GE(tests, 1) << "the wait's test was never asked";
+  EXPECT_LE(tests, 3) << "tested before every chunk, stopped at the first true";
+  EXPECT_LE(tokens, 2 * cfg.bubbletea.chunk_tokens);
+  EXPECT_LT(took, big / 2) << "filled on after the sum was in";
+  // A bubble handed a test is still unwatched under watch_recv = false: the test is not asked.
+  int bubble_tests = 0;
+  const std::function<bool()> counted = [&bubble_tests] { ++bubble_tests; return false; };
+  (void)svc.fill(0, idle, budget, &counted);
+  EXPECT_EQ(bubble_tests, 0);
+  const Report rep = svc.finish();
+  const RankStats& me = rep.ranks[static_cast<std::size_t>(world.rank())];
+  EXPECT_EQ(me.unplanned_fills, 1);
+  EXPECT_DOUBLE_EQ(me.unplanned_budget_s, big);
+  EXPECT_DOUBLE_EQ(me.offered_s, 6 * budget) << "only the six bubbles are the table's offer";
+}
+
 // Past the table's length, a watched bubble is filled up to bubbletea.stretch_quantile of its real
 // lengths over its last 8 steps (bubble start to the receive's recorded end), within
 // [table, max_stretch x table]; with none known, up to the table's length; from the first real

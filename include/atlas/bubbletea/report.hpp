@@ -44,12 +44,16 @@ struct RankStats {
   double comm_s = 0.0;            ///< training waits on intra-DC and WAN boundaries, all-reduce
   double idle_s = 0.0;            ///< bubbles left empty
   double prefill_s = 0.0;         ///< prefill work in bubbles (chunks + KV handoff)
-  double offered_s = 0.0;         ///< sum of the bubble budgets the runtime offered (the table's)
-  double allowed_s = 0.0;         ///< sum of the learned allowances (<= offered_s)
+  double offered_s = 0.0;         ///< sum of the table's bubble budgets the runtime offered (bubbles only)
+  /// Sum of what those bubbles were allowed to fill: a learned allowance (<= the table's), or for
+  /// a watched bubble up to a quantile of its real lengths (<= max_stretch x the table's).
+  double allowed_s = 0.0;
   double overrun_s = 0.0;         ///< time past a bubble's budget (0 = never delayed training)
   std::int64_t overruns = 0;      ///< chunks that ended past their bubble's budget
   std::int64_t fill_calls = 0;
-  std::int64_t unplanned_fills = 0;  ///< receives waiting outside bubbles that were filled (fill_recv_waits)
+  /// Waits outside the table's bubbles that were filled: receives (fill_recv_waits) and WAN waits
+  /// inside training slots (fill_wan_waits); not part of offered_s / allowed_s.
+  std::int64_t unplanned_fills = 0;
   double unplanned_budget_s = 0.0;   ///< their learned budgets, summed
   double unplanned_prefill_s = 0.0;  ///< prefill work inside them (part of prefill_s)
   double starved_s = 0.0;            ///< watched bubbles' time waiting for a chunk to run (nothing ready)
