@@ -27,6 +27,7 @@
 #include <optional>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "atlas/core/check.hpp"
 #include "atlas/core/env.hpp"
@@ -235,6 +236,30 @@ Service::Service(const Config& cfg, const topo::Layout& layout, const topo::Comm
   const auto budgets = m_comm.allgather(static_cast<unsigned long long>(bt.kv_cap_bytes - m_fixed_bytes));
   m_reserve_per_token = *std::max_element(per_tokens.begin(), per_tokens.end());
   m_reserve_budget = *std::min_element(budgets.begin(), budgets.end());
+  // Admission reserves the pipeline's largest need per token against its smallest room, so the
+  // longest prompt must fit that too: each rank fitting its own (above) is not enough where one
+  // rank holds more blocks and another more fixed bytes (the head's logits). A prompt that never
+  // fits would stay at the head of the first-come-first-served queue, and nothing would run.
+  const std::uint64_t reserve_need = m_reserve_per_token * static_cast<std::uint64_t>(longest);
+  const auto world_ranks = m_comm.allgather(static_cast<unsigned long long>(world.rank()));
+  collective(world, [&] {
+    if (reserve_need <= m_reserve_budget) return;
+    const auto most_token = std::max_element(per_tokens.begin(), per_tokens.end()) - per_tokens.begin();
+    const auto least_room = std::min_element(budgets.begin(), budgets.end()) - budgets.begin();
+    const std::uint64_t cap_needed = bt.kv_cap_bytes - m_reserve_budget + reserve_need;
+    throw ConfigError(fmt::format(
+        "bubbletea.kv_cap_bytes = {} cannot admit the longest prompt ({} tokens) in the inference pipeline of ranks {}: "
+        "a request reserves its KV, handoff and activations on every rank of the pipeline at the largest need per "
+        "token ({} a token, on rank {}), {}, against the smallest room left by weights and scratch ({}, on rank "
+        "{}); nothing would ever be admitted\n  hint: set bubbletea.kv_cap_bytes to at least {} ({} bytes), or "
+        "shorten the prompts",
+        units::format_bytes_human(static_cast<double>(bt.kv_cap_bytes)), longest, fmt::join(world_ranks, " "),
+        units::format_bytes_human(static_cast<double>(per_tokens[static_cast<std::size_t>(most_token)])),
+        world_ranks[static_cast<std::size_t>(most_token)], units::format_bytes_human(static_cast<double>(reserve_need)),
+        units::format_bytes_human(static_cast<double>(m_reserve_budget)),
+        world_ranks[static_cast<std::size_t>(least_room)],
+        units::format_bytes_human(static_cast<double>(cap_needed)), cap_needed));
+  });
 
   if (!profiler.enabled() && world.rank() == 0)
     log::warn("BubbleTea: profile.enabled = false, so the bubbles' real lengths cannot be learned; every bubble "

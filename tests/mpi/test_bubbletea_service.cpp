@@ -1104,6 +1104,25 @@ std::string setup_error(const Config& cfg, const mpi::Comm& world, ServiceOption
 TEST(BubbleTeaService, BadInputIsACollectiveConfigError) {
   using ::testing::HasSubstr;
   const mpi::Comm world = mpi::Comm::world();
+  // A pipeline where each rank fits one longest prompt on its own, but admission's reservation
+  // (the largest need per token against the smallest room) does not: one rank holds two blocks,
+  // the other one block and the head's 100,000-word logits. It used to start and never admit.
+  if (world.size() == 2) {
+    const std::vector<std::string> one_dc = {"cluster.dcs=solo", "cluster.gpus_per_dc=4", "cluster.latency_ms=0",
+                                             "cluster.bandwidth_gbps=0", "parallel.stages_per_dc=2",
+                                             "bubbletea.layers=3", "bubbletea.hidden=64", "bubbletea.vocab=100000",
+                                             "bubbletea.prompt_tokens_min=100", "bubbletea.prompt_tokens_max=100",
+                                             "bubbletea.context=128", "bubbletea.requests=4"};
+    auto with_cap = [&](const char* cap) {
+      std::vector<std::string> o = one_dc;
+      o.push_back(std::string("bubbletea.kv_cap_bytes=") + cap);
+      return make_cfg(world, o);
+    };
+    EXPECT_THAT(setup_error(with_cap("26460000"), world),
+                AllOf(HasSubstr("cannot admit the longest prompt (100 tokens) in the inference pipeline of ranks 0 1: "),
+                      HasSubstr("nothing would ever be admitted\n  hint: set bubbletea.kv_cap_bytes to at least")));
+    EXPECT_EQ(setup_error(with_cap("40000000"), world), "");
+  }
   // Weights alone over the cap.
   EXPECT_THAT(setup_error(make_cfg(world, {"bubbletea.kv_cap_bytes=10K"}), world),
               HasSubstr("alone take"));
