@@ -94,9 +94,20 @@ std::vector<Request> parse_trace(const std::string& file, const std::string& tex
   std::vector<bool> quoted;
   while (std::getline(in, line)) {
     ++lineno;
+    if (problems.items().size() >= kMaxTraceProblems) {
+      problems.add(fmt::format("{}:{}: stopped reading after {} problems; fix those and run again", file, lineno,
+                               kMaxTraceProblems));
+      break;
+    }
     const std::string t = trim(line);
     if (t.empty() || t[0] == '#') continue;
     const std::string where = fmt::format("{}:{}: ", file, lineno);
+    if (out.size() >= kMaxTraceRequests) {
+      problems.add(where + fmt::format("more than {} requests (the most a trace may hold, as bubbletea.requests)\n"
+                                       "  hint: split the trace over several runs",
+                                       kMaxTraceRequests));
+      break;
+    }
     if (first_content) {
       first_content = false;
       if (t.rfind("arrival", 0) == 0) continue;  // header

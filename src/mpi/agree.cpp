@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <exception>
+#include <unordered_set>
 
 #include <fmt/format.h>
 
@@ -40,6 +41,7 @@ void agree(const Comm& comm, const std::string& what, const std::function<void()
   }
   const std::vector<std::string> all = comm.allgather_strings(mine);
   std::vector<std::string> problems;
+  std::unordered_set<std::string> seen;  // each problem once, in first-seen order (ranks repeat theirs)
   bool all_config = true;
   int code = -1;  // the lowest failing rank's
   for (const std::string& s : all) {
@@ -52,7 +54,7 @@ void agree(const Comm& comm, const std::string& what, const std::function<void()
     while (at != std::string::npos) {
       const std::size_t end = s.find(kSep, at + 1);
       std::string p = s.substr(at + 1, end == std::string::npos ? std::string::npos : end - at - 1);
-      if (std::find(problems.begin(), problems.end(), p) == problems.end()) problems.push_back(std::move(p));
+      if (seen.insert(p).second) problems.push_back(std::move(p));
       at = end;
     }
   }

@@ -85,6 +85,23 @@ TEST(Trace, EveryProblemNamesFileAndLine) {
   EXPECT_THAT(p.at(0), HasSubstr("holds no request"));
 }
 
+// A file that is not a trace (or a trace in another format) lists at most kMaxTraceProblems
+// problems and says it stopped, instead of one line per line of a large file.
+TEST(Trace, StopsAfterTwentyProblemsAndBoundsTheRequestCount) {
+  using ::testing::HasSubstr;
+  std::string junk;
+  for (int i = 0; i < 5000; ++i) junk += "x\ty\n";
+  const auto p = problems_of(junk);
+  ASSERT_EQ(p.size(), kMaxTraceProblems + 1);
+  EXPECT_THAT(p.back(), HasSubstr("t.csv:21: stopped reading after 20 problems; fix those and run again"));
+  std::string many;
+  many.reserve(8 * (kMaxTraceRequests + 2));
+  for (std::size_t i = 0; i <= kMaxTraceRequests; ++i) many += "0,1,1\n";
+  const auto q = problems_of(many, 256, 8);
+  ASSERT_EQ(q.size(), 1u);
+  EXPECT_THAT(q[0], HasSubstr("t.csv:1000001: more than 1000000 requests"));
+}
+
 TEST(Generator, SeededPoissonArrivalsAndLengths) {
   BubbleTeaCfg cfg;
   cfg.requests = 2000;

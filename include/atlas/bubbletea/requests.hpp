@@ -28,7 +28,9 @@ struct Request {
 /// first line starting with `arrival` is a header. `file` names the source in messages.
 /// Throws ConfigError listing every problem as "FILE:LINE: ..." (bad number, negative or
 /// decreasing arrival time, empty prompt, prompt + max_new_tokens beyond `context`, a text
-/// prompt with vocab < 256, a token count below 1, wrong field count).
+/// prompt with vocab < 256, a token count below 1, wrong field count); it stops reading after
+/// kMaxTraceProblems of them (a file that is not a trace would list every line), and a trace of
+/// more than kMaxTraceRequests requests (the generator's bubbletea.requests limit) is refused.
 [[nodiscard]] std::vector<Request> parse_trace(const std::string& file, const std::string& text, int vocab,
                                                int context, int default_max_new, std::uint64_t seed);
 
@@ -39,6 +41,11 @@ struct Request {
 
 /// The largest request trace read (a regular file; a FIFO or a device is refused).
 inline constexpr std::uint64_t kMaxTraceBytes = 256ull * 1024 * 1024;
+/// The most requests a trace may hold: bubbletea.requests' limit (every rank holds every
+/// request's prompt, so the count bounds its memory, not the file's size).
+inline constexpr std::size_t kMaxTraceRequests = 1'000'000;
+/// parse_trace stops reading after this many problems.
+inline constexpr std::size_t kMaxTraceProblems = 20;
 
 /// The deck's requests: the trace (when bubbletea.trace is set; the file is read here) or the
 /// generator; `dc` assigned as id mod dc_count. Throws ConfigError (with FILE:LINE for trace
