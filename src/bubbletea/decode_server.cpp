@@ -92,12 +92,8 @@ DecodeSummary DecodeServer::run() {
         break;
       }
       case wire::Type::Tensor: {
-        wire::Reader r(f.payload);
-        const std::string name = r.get_string();
-        const auto n = r.get<std::uint64_t>();
-        std::vector<float> v(n);
-        std::memcpy(v.data(), r.get_bytes(n * sizeof(float)), n * sizeof(float));
-        tensors[name] = std::move(v);
+        auto [name, values] = wire::decode_tensor(f.payload);
+        tensors[name] = std::move(values);
         break;
       }
       case wire::Type::WeightsDone: c.weights = true; break;
@@ -245,6 +241,10 @@ DecodeSummary DecodeServer::run() {
     }
   } catch (const Error& e) {
     fail_to_root(e.what());
+    throw;
+  } catch (const std::exception& e) {
+    // Out of memory, a library's error: rank 0 hears why, not only that the connection closed.
+    fail_to_root(fmt::format("decode worker: internal error: {}", e.what()));
     throw;
   }
 }

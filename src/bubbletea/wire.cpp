@@ -255,7 +255,8 @@ Result decode_result(std::span<const char> p) {
   x.wait_s = r.get<double>();
   x.decode_s = r.get<double>();
   const auto n = r.get<std::int32_t>();
-  if (n < 0) comm_fail("corrupt result frame");
+  // The count is checked against what the frame holds before the buffer is sized by it.
+  if (n < 0 || static_cast<std::size_t>(n) > r.left() / sizeof(std::int32_t)) comm_fail("corrupt result frame");
   x.tokens.resize(static_cast<std::size_t>(n));
   std::memcpy(x.tokens.data(), r.get_bytes(x.tokens.size() * sizeof(std::int32_t)), x.tokens.size() * sizeof(std::int32_t));
   return x;
@@ -267,6 +268,17 @@ std::vector<char> encode_tensor(const std::string& name, std::span<const float> 
   w.put(static_cast<std::uint64_t>(values.size()));
   w.put_bytes(values.data(), values.size() * sizeof(float));
   return w.take();
+}
+
+std::pair<std::string, std::vector<float>> decode_tensor(std::span<const char> p) {
+  Reader r(p);
+  std::string name = r.get_string();
+  const auto n = r.get<std::uint64_t>();
+  if (n > r.left() / sizeof(float) || r.left() % sizeof(float) != 0)
+    comm_fail(fmt::format("corrupt tensor frame for '{}': {} values claimed, {} bytes held", name, n, r.left()));
+  std::vector<float> v(static_cast<std::size_t>(n));
+  std::memcpy(v.data(), r.get_bytes(v.size() * sizeof(float)), v.size() * sizeof(float));
+  return {std::move(name), std::move(v)};
 }
 
 }  // namespace atlas::bubbletea::wire

@@ -4,6 +4,8 @@
 // worker's greedy tokens equal the standalone generation. Also a worker that loses a rank before
 // Finish fails loudly, and the frame reader rejects corrupt headers.
 #include <gmock/gmock.h>
+#include <cstring>
+#include <limits>
 #include <gtest/gtest.h>
 
 #include <poll.h>
@@ -207,6 +209,33 @@ TEST(Wire, CorruptHeaderIsRejected) {
   r.tokens = {1, 2, 3};
   std::vector<char> p = wire::encode(r);
   p.resize(p.size() - 2);
+  EXPECT_THROW((void)wire::decode_result(p), Error);
+}
+
+// A count the frame does not hold is refused before the buffer is sized by it (a corrupt frame
+// used to make the worker allocate up to 2^64 floats, or 8 GiB of tokens, and die unheard).
+TEST(Wire, CountsBeyondTheFrameAreRefusedBeforeAllocating) {
+  const std::vector<float> w = {1.5f, -2.0f, 3.25f};
+  std::vector<char> t = wire::encode_tensor("blocks.0.w", w);
+  const auto [name, values] = wire::decode_tensor(t);
+  EXPECT_EQ(name, "blocks.0.w");
+  EXPECT_EQ(values, w);
+  const std::size_t count_at = sizeof(std::uint32_t) + name.size();
+  const std::uint64_t huge = std::uint64_t{1} << 62;
+  std::memcpy(t.data() + count_at, &huge, sizeof huge);
+  try {
+    (void)wire::decode_tensor(t);
+    FAIL() << "a tensor frame claiming 2^62 values was read";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::Comm);
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("corrupt tensor frame for 'blocks.0.w': 4611686018427387904 values "
+                                               "claimed, 12 bytes held"));
+  }
+  wire::Result r;
+  r.tokens = {1, 2, 3};
+  std::vector<char> p = wire::encode(r);
+  const std::int32_t most = std::numeric_limits<std::int32_t>::max();
+  std::memcpy(p.data() + p.size() - 3 * sizeof(std::int32_t) - sizeof most, &most, sizeof most);
   EXPECT_THROW((void)wire::decode_result(p), Error);
 }
 

@@ -201,6 +201,9 @@ FirstToken decode_first(std::span<const char> p);
 std::vector<char> encode(const Result& r);
 Result decode_result(std::span<const char> p);
 std::vector<char> encode_tensor(const std::string& name, std::span<const float> values);
+/// A Tensor frame's name and values; a count the payload does not hold is an Error (Comm),
+/// checked before anything is allocated.
+std::pair<std::string, std::vector<float>> decode_tensor(std::span<const char> p);
 
 /// Blocking send of one frame on a blocking or non-blocking socket (setup and teardown only),
 /// waiting up to `timeout_s`.
