@@ -303,8 +303,15 @@ int cmd_simulate(Context& ctx) {
     // The design column as wide as its longest name, so every row's figures line up.
     const std::size_t w = std::max<std::size_t>({58, name_a.size(), name_c.size()});
     fmt::print("# {:<{}} {:>12} {:>10} {:>10}\n", "design", w, "step_s", "util%", "vs (c)");
-    auto row = [&](const std::string& name, double ms, double util) {
-      fmt::print("  {:<{}} {:>12.3f} {:>9.1f}% {:>9.2f}x\n", name, w, ms / 1e3, 100 * util, ms / c.step_c_ms);
+    // A design whose table does not fit the device's memory is timed, but flagged on its row.
+    auto misfit = [&](bool fits, double bytes) {
+      return fits ? std::string()
+                  : fmt::format("   DOES NOT FIT: {:.1f} GiB per GPU, {:.1f} GiB usable on {}",
+                                bytes / static_cast<double>(units::kGiB),
+                                c.mem_limit_bytes / static_cast<double>(units::kGiB), prof.name);
+    };
+    auto row = [&](const std::string& name, double ms, double util, const std::string& note = {}) {
+      fmt::print("  {:<{}} {:>12.3f} {:>9.1f}% {:>9.2f}x{}\n", name, w, ms / 1e3, 100 * util, ms / c.step_c_ms, note);
     };
     if (c.a_fits) {
       row(name_a, c.step_a_ms, c.util_a);
@@ -312,8 +319,9 @@ int cmd_simulate(Context& ctx) {
     } else {
       fmt::print("  {:<{}} {:>12}\n", "(a) DP across DCs", w, "no whole-model pipeline fits one DC's GPUs");
     }
-    row("(b) PP across DCs, 1F1B, 1 TCP flow per transfer, shared", c.step_b_ms, c.util_b);
-    row(name_c, c.step_c_ms, c.util_c);
+    row("(b) PP across DCs, 1F1B, 1 TCP flow per transfer, shared", c.step_b_ms, c.util_b,
+        misfit(c.b_fits(), c.mem_b_bytes));
+    row(name_c, c.step_c_ms, c.util_c, misfit(c.c_fits(), c.mem_c_bytes));
     fmt::print("  {:<{}} {:>12.3f} {:>9.1f}% {:>9.2f}x   (tp {} x pp {} x dp {} = {} GPUs in {} DC(s))\n",
                cfg.cluster.power_mw.empty() ? "(c*) ATLAS planner's fastest plan, same GPUs and batch"
                                             : "(c*) ATLAS planner's fastest plan, same batch, within power",

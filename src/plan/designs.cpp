@@ -13,6 +13,7 @@
 #include "atlas/core/error.hpp"
 #include "atlas/deck/deck.hpp"
 #include "atlas/plan/planner.hpp"
+#include "atlas/sched/memory.hpp"
 #include "atlas/sim/cost.hpp"
 #include "atlas/sim/simulator.hpp"
 #include "atlas/topo/layout.hpp"
@@ -113,6 +114,9 @@ Comparison compare_designs(const Config& cfg, const sched::DeviceProfile& prof, 
     const sim::SimResult r = sim::simulate(cost, ScheduleKind::OneFOneB, out.micro_batches, out.tokens_per_step);
     out.step_b_ms = r.step_ms;
     out.util_b = r.compute_utilization;
+    const sched::ScheduleMemory mem = sched::memory_per_gpu(cost, r.table);
+    out.mem_b_bytes = mem.peak_bytes;
+    out.mem_limit_bytes = mem.limit_bytes;
   }
 
   // ---- (c) ATLAS: heuristic placement, multi-rail, temporal sharing; (d) + bubble filling ----
@@ -138,6 +142,7 @@ Comparison compare_designs(const Config& cfg, const sched::DeviceProfile& prof, 
         sim::simulate(cost, ScheduleKind::Atlas, out.micro_batches, out.tokens_per_step, opt.atlas_full_search);
     out.step_c_ms = r.step_ms;
     out.util_c = r.compute_utilization;
+    out.mem_c_bytes = sched::memory_per_gpu(cost, r.table).peak_bytes;
     out.util_d = sim::fill_bubbles(r.table, cost, tokens_per_micro, opt.prefill_tokens, cfg.bubbletea.guard_ms,
                                    cfg.bubbletea.fill_wan_waits)
                      .utilization;

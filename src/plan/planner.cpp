@@ -144,6 +144,7 @@ std::vector<std::string> validate_for_planning(const Config& cfg, bool cuda_buil
   }
   probe.parallel.dp_size = 1;
   probe.parallel.tp_size = 1;
+  probe.parallel.dp_across_dcs = false;  // as plan_config: the probe's one stage is in one DC
   probe.model.layers_per_stage.clear();
   probe.schedule.virtual_stages = 1;  // the search has no model chunks (atlas plan says so)
   // With no GPU anywhere the probe stage cannot fit either; say only what is wrong.
@@ -285,6 +286,9 @@ Config plan_config(const Config& base, const Plan& p) {
   c.parallel.stages_per_dc = permute(p.stages_per_dc, order);
   c.parallel.dp_size = p.dp;
   c.parallel.tp_size = p.tp;
+  // A plan keeps each stage's DP replicas inside its DC (PP across DCs, DP and TP inside): a
+  // deck's parallel.dp_across_dcs layout is not one the planner searches.
+  c.parallel.dp_across_dcs = false;
   const bool even = base.model.layers % p.pp == 0;
   c.model.layers_per_stage = even ? std::vector<int>{} : p.layers_per_stage;
   c.train.micro_batch_size = p.micro_batch_size;

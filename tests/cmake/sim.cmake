@@ -47,6 +47,17 @@ atlas_cli_test(cli_simulate_shared_host
 atlas_cli_test(cli_simulate_175b "4608 GPUs.*tokens_per_s" simulate inputs/sim_gpt175b_4dc.deck)
 atlas_cli_test(cli_simulate_compare "\\(a\\) DP across DCs.*\\(b\\) PP across DCs.*\\(c\\) ATLAS.*\\(c\\*\\).*\\(d\\)"
                simulate inputs/sim_two_dc_cpu.deck --compare)
+# A design whose table does not fit the device's memory is flagged on its row (design (b) was
+# timed and shown 4x faster than ATLAS, which had fitted its depth to the memory).
+atlas_cli_test(cli_simulate_compare_misfit
+               "\\(b\\) PP across DCs, 1F1B, 1 TCP flow per transfer, shared +[0-9.]+ +[0-9.]+% +[0-9.]+x   DOES NOT FIT: 115.8 GiB per GPU, 72.0 GiB usable on h100\n  \\(c\\) ATLAS: 16 rails, temporal sharing, heuristic placement +[0-9.]+ +[0-9.]+% +1.00x\n"
+               simulate inputs/plan_70b_4dc.deck train.micro_batch_size=16 --compare)
+# parallel.dp_across_dcs = true: the planner's own decks keep DP inside a DC (it was an internal
+# error in --compare, and `atlas plan` named the planner's probe layout as the deck's problem).
+atlas_cli_test(cli_simulate_compare_dp_across_dcs "\\(c\\*\\) ATLAS planner's fastest plan"
+               simulate inputs/ablation_2dc_16.deck parallel.dp_across_dcs=true --compare)
+atlas_cli_test(cli_plan_dp_across_dcs "# atlas plan of inputs/ablation_2dc_16.deck: [0-9]+ GPUs, predicted step"
+               plan inputs/ablation_2dc_16.deck parallel.dp_across_dcs=true)
 # Per-DC power budgets in the deck: --compare keeps them with each design's DCs (it was an internal
 # error), and simulate names a DC whose layout needs more than its budget and prints what the
 # layout draws (GPUs x board power x PUE, energy a step and for run.steps).

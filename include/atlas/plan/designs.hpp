@@ -50,6 +50,11 @@ struct Comparison {
   double util_a_cap = 0.0;            ///< (a'): (a) with the WAN all-reduce at full link capacity
   double tokens_per_step = 0.0;
   int gpus = 0;
+  /// Memory per GPU of (b)'s and (c)'s tables (sched::memory_per_gpu) and the device's usable
+  /// memory (0 = unknown): a design that does not fit is flagged, never passed off as a time.
+  double mem_b_bytes = 0.0, mem_c_bytes = 0.0, mem_limit_bytes = 0.0;
+  [[nodiscard]] bool b_fits() const { return mem_limit_bytes <= 0 || mem_b_bytes <= mem_limit_bytes; }
+  [[nodiscard]] bool c_fits() const { return mem_limit_bytes <= 0 || mem_c_bytes <= mem_limit_bytes; }
 };
 
 /// Simulates (a)-(d) for the deck's model, cluster, tp, pp, dp and global batch.
