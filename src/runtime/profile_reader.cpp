@@ -2,6 +2,7 @@
 // profile.h5 reader (see profile_reader.hpp): the columns the in-situ compute costs need.
 #include "atlas/runtime/profile_reader.hpp"
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 
@@ -14,26 +15,44 @@ namespace atlas::runtime {
 
 namespace {
 
+/// The most rows a profile's column may hold (atlas simulate --profile writes at most 5e7 events):
+/// a damaged file's dimensions are checked before anything is allocated for them.
+constexpr hsize_t kMaxProfileRows = 50'000'000;
+/// The longest event a profile may hold (a week): longer is a damaged time stamp, whose cost
+/// would reach the simulator as infinity.
+constexpr double kMaxEventSeconds = 7 * 24 * 3600.0;
+
+const char* const kDamagedHint = "\n  hint: the file is damaged or not written by atlas; profile it again (atlas train "
+                                 "with profile.enabled = true, or atlas simulate --profile FILE)";
+
+/// The length of 1-D dataset `d` (`group`/`name` of file `path`), checked.
+hsize_t rows_of(hid_t d, const std::string& path, const std::string& group, const char* name) {
+  const std::vector<hsize_t> dims = h5::dataset_dims(d);
+  if (dims.size() != 1)
+    ATLAS_THROW(Io, "'" << path << "': " << group << "/" << name << " is not 1-D (" << dims.size() << " dimensions)"
+                        << kDamagedHint);
+  if (dims[0] > kMaxProfileRows)
+    ATLAS_THROW(Io, "'" << path << "': " << group << "/" << name << " claims " << dims[0] << " rows, more than the "
+                        << kMaxProfileRows << " a profile holds" << kDamagedHint);
+  return dims[0];
+}
+
 /// A 1-D column `name` under `loc`, converted to T by HDF5.
 template <class T>
-std::vector<T> read_column(hid_t loc, const std::string& group, const char* name) {
-  if (!h5::exists(loc, name)) ATLAS_THROW(Io, "no dataset " << group << "/" << name);
+std::vector<T> read_column(hid_t loc, const std::string& path, const std::string& group, const char* name) {
+  if (!h5::exists(loc, name)) ATLAS_THROW(Io, "'" << path << "': no dataset " << group << "/" << name << kDamagedHint);
   h5::Dataset d(ATLAS_H5_CHECK(H5Dopen2(loc, name, H5P_DEFAULT)));
-  const std::vector<hsize_t> dims = h5::dataset_dims(d.get());
-  if (dims.size() != 1) ATLAS_THROW(Io, group << "/" << name << " is not 1-D (" << dims.size() << " dimensions)");
-  std::vector<T> v(static_cast<std::size_t>(dims[0]));
+  std::vector<T> v(static_cast<std::size_t>(rows_of(d.get(), path, group, name)));
   if (!v.empty())
     ATLAS_H5_CHECK(H5Dread(d.get(), h5::native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()));
   return v;
 }
 
 /// A 1-D array of variable-length strings (the writer's) or fixed-length ones.
-std::vector<std::string> read_strings(hid_t loc, const char* name) {
-  if (!h5::exists(loc, name)) ATLAS_THROW(Io, "no dataset /ranks/" << name);
+std::vector<std::string> read_strings(hid_t loc, const std::string& path, const char* name) {
+  if (!h5::exists(loc, name)) ATLAS_THROW(Io, "'" << path << "': no dataset /ranks/" << name << kDamagedHint);
   h5::Dataset d(ATLAS_H5_CHECK(H5Dopen2(loc, name, H5P_DEFAULT)));
-  const std::vector<hsize_t> dims = h5::dataset_dims(d.get());
-  if (dims.size() != 1) ATLAS_THROW(Io, "/ranks/" << name << " is not 1-D");
-  const auto n = static_cast<std::size_t>(dims[0]);
+  const auto n = static_cast<std::size_t>(rows_of(d.get(), path, "/ranks", name));
   h5::Type file_type(ATLAS_H5_CHECK(H5Dget_type(d.get())));
   std::vector<std::string> out;
   if (n == 0) return out;
@@ -50,6 +69,9 @@ std::vector<std::string> read_strings(hid_t loc, const char* name) {
     return out;
   }
   const std::size_t len = H5Tget_size(file_type.get());
+  if (len == 0 || len > 4096)
+    ATLAS_THROW(Io, "'" << path << "': /ranks/" << name << " holds strings of " << len << " bytes (at most 4096)"
+                        << kDamagedHint);
   std::vector<char> buf(n * len);
   ATLAS_H5_CHECK(H5Dread(d.get(), file_type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()));
   for (std::size_t i = 0; i < n; ++i) {
@@ -89,28 +111,29 @@ ProfileSlots read_profile_slots(const std::string& path_in) {
   if (!h5::exists(f.get(), "events") || !h5::exists(f.get(), "ranks"))
     ATLAS_THROW(Io, "'" << path << "' has no /events or /ranks group (not an atlas profile, or truncated)");
   h5::Group ev = h5::open_group(f.get(), "events");
-  const auto rank = read_column<std::int32_t>(ev.get(), "/events", "world_rank");
-  const auto step = read_column<std::int32_t>(ev.get(), "/events", "step");
-  const auto kind = read_column<std::int32_t>(ev.get(), "/events", "kind");
-  const auto micro = read_column<std::int32_t>(ev.get(), "/events", "micro");
-  const auto start = read_column<double>(ev.get(), "/events", "start_s");
-  const auto end = read_column<double>(ev.get(), "/events", "end_s");
+  const auto rank = read_column<std::int32_t>(ev.get(), path, "/events", "world_rank");
+  const auto step = read_column<std::int32_t>(ev.get(), path, "/events", "step");
+  const auto kind = read_column<std::int32_t>(ev.get(), path, "/events", "kind");
+  const auto micro = read_column<std::int32_t>(ev.get(), path, "/events", "micro");
+  const auto start = read_column<double>(ev.get(), path, "/events", "start_s");
+  const auto end = read_column<double>(ev.get(), path, "/events", "end_s");
   const std::size_t n = rank.size();
   for (const std::size_t len : {step.size(), kind.size(), micro.size(), start.size(), end.size()})
     if (len != n)
       ATLAS_THROW(Io, "'" << path << "': the /events columns have different lengths (" << n << " and " << len
                           << "): a truncated or damaged profile");
   h5::Group ranks = h5::open_group(f.get(), "ranks");
-  const auto stage = read_column<std::int32_t>(ranks.get(), "/ranks", "stage");
+  const auto stage = read_column<std::int32_t>(ranks.get(), path, "/ranks", "stage");
   p.rank_stage.assign(stage.begin(), stage.end());
-  p.rank_host = read_strings(ranks.get(), "host");
+  p.rank_host = read_strings(ranks.get(), path, "host");
   if (p.rank_host.size() != p.rank_stage.size())
     ATLAS_THROW(Io, "'" << path << "': /ranks/host has " << p.rank_host.size() << " rows, /ranks/stage "
                         << p.rank_stage.size());
   p.events.resize(n);
   for (std::size_t i = 0; i < n; ++i) {
     if (rank[i] < 0 || static_cast<std::size_t>(rank[i]) >= p.rank_stage.size() || kind[i] < 0 ||
-        kind[i] >= static_cast<int>(sched::kSlotKindCount) || !(end[i] >= start[i]))
+        kind[i] >= static_cast<int>(sched::kSlotKindCount) || !std::isfinite(start[i]) || !std::isfinite(end[i]) ||
+        !(end[i] >= start[i]) || end[i] - start[i] > kMaxEventSeconds)
       ATLAS_THROW(Io, "'" << path << "': /events row " << i << " is out of range (rank " << rank[i] << ", kind "
                           << kind[i] << ", " << start[i] << " .. " << end[i] << " s)");
     SlotEvent& e = p.events[i];

@@ -67,11 +67,16 @@ std::vector<Line> read_lines(const std::string& file, const std::string& text,
   return out;
 }
 
+/// The largest number a profile may hold (1e12: a TFLOP/s, a GiB, a ms or a table's shape far
+/// beyond any device), so every cost stays finite.
+constexpr double kMaxProfileNumber = 1e12;
+
 double number(const std::string& file, const Line& l, std::vector<std::string>& problems, double min = 0.0) {
   const auto v = units::parse_double(l.value);
-  if (!v || *v < min) {
-    problems.push_back(fmt::format("{}:{}: {} = \"{}\": expected a number >= {}", file, l.number, l.key,
-                                   l.value, min));
+  // Finite and bounded: an inf or 1e300 would reach the schedule engine as an infinite cost.
+  if (!v || !std::isfinite(*v) || *v < min || *v > kMaxProfileNumber) {
+    problems.push_back(fmt::format("{}:{}: {} = \"{}\": expected a number in [{}, {:g}]", file, l.number, l.key,
+                                   l.value, min, kMaxProfileNumber));
     return 0.0;
   }
   return *v;
@@ -81,8 +86,8 @@ std::vector<double> numbers(const std::string& file, const Line& l, std::vector<
   std::vector<double> out;
   for (const auto& w : deck::split_list(l.value)) {
     const auto v = units::parse_double(w);
-    if (!v || *v < 0) {
-      problems.push_back(fmt::format("{}:{}: {} has \"{}\": expected a space-separated list of numbers >= 0",
+    if (!v || !std::isfinite(*v) || *v < 0 || *v > kMaxProfileNumber) {
+      problems.push_back(fmt::format("{}:{}: {} has \"{}\": expected a space-separated list of numbers in [0, 1e+12]",
                                      file, l.number, l.key, w));
       return {};
     }
@@ -292,6 +297,8 @@ DeviceProfile parse_device_profile(const std::string& file, const std::string& t
         problems.push_back(fmt::format("{}:{}: row has {} values; the table has 7 columns", file, l.number, v.size()));
       } else if (v[0] < 1 || v[1] < 1 || v[2] < 1 || v[3] < 1 || v[4] < 1 || !(v[5] > 0) || !(v[6] > 0)) {
         problems.push_back(fmt::format("{}:{}: row needs positive shape and times", file, l.number));
+      } else if (std::max({v[0], v[1], v[2], v[3], v[4]}) > 1 << 30) {
+        problems.push_back(fmt::format("{}:{}: row's shape values must be at most 2^30", file, l.number));
       } else {
         p.table.push_back({static_cast<int>(v[0]), static_cast<int>(v[1]), static_cast<int>(v[2]),
                            static_cast<int>(v[3]), static_cast<int>(v[4]), v[5], v[6]});
@@ -308,6 +315,9 @@ DeviceProfile parse_device_profile(const std::string& file, const std::string& t
   if (!(p.mem_bandwidth_gbs > 0)) problems.push_back(fmt::format("{}: mem_bandwidth_gbs must be > 0", file));
   if (!(p.usable_memory_fraction > 0 && p.usable_memory_fraction <= 1))
     problems.push_back(fmt::format("{}: usable_memory_fraction must be in (0, 1]", file));
+  if (!(p.nvlink_gbs > 0))
+    problems.push_back(fmt::format("{}: nvlink_gbs must be > 0 (the tensor-parallel all-reduce's bandwidth, GB/s per "
+                                   "direction)", file));
   if (!(p.nvlink_efficiency > 0 && p.nvlink_efficiency <= 1))
     problems.push_back(fmt::format("{}: nvlink_efficiency must be in (0, 1]", file));
   if (!(p.activation_bytes > 0) || !(p.grad_bytes > 0))

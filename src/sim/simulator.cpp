@@ -111,8 +111,10 @@ SimResult simulate_impl(const Config& deck, const Config& machine, const DeviceP
       ATLAS_THROW(Config, "per-stage compute costs for " << opt.stage_fwd_ms.size() << " / " << opt.stage_bwd_ms.size()
                                                          << " stages (forward / backward), the deck has " << pp);
     for (std::size_t s = 0; s < pp; ++s) {
-      if (!(opt.stage_fwd_ms[s] > 0) || !(opt.stage_bwd_ms[s] > 0))
-        ATLAS_THROW(Config, "stage " << s << ": per-stage compute costs must be positive");
+      if (!(opt.stage_fwd_ms[s] > 0) || !(opt.stage_bwd_ms[s] > 0) || !std::isfinite(opt.stage_fwd_ms[s]) ||
+          !std::isfinite(opt.stage_bwd_ms[s]))
+        ATLAS_THROW(Config, "stage " << s << ": per-stage compute costs must be positive and finite (forward "
+                                     << opt.stage_fwd_ms[s] << " ms, backward " << opt.stage_bwd_ms[s] << " ms)");
       const double was = cost.fwd_ms[s] + cost.bwd_ms[s];
       if (was > 0) cost.optimizer_ms[s] *= (opt.stage_fwd_ms[s] + opt.stage_bwd_ms[s]) / was;
       cost.fwd_ms[s] = opt.stage_fwd_ms[s];

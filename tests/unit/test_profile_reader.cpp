@@ -7,6 +7,7 @@
 #include "support/cost_models.hpp"
 
 #include <filesystem>
+#include <limits>
 #include <fstream>
 
 #include "atlas/core/error.hpp"
@@ -110,9 +111,41 @@ TEST(ProfileReader, UnusableFilesAreClearErrors) {
     h5::File f = h5::open_file(cut, h5::Access::ReadWrite);
     ATLAS_H5_CHECK(H5Ldelete(f.get(), "/events/kind", H5P_DEFAULT));
   }
-  EXPECT_THAT(error_of(cut), HasSubstr("no dataset /events/kind"));
+  EXPECT_THAT(error_of(cut), HasSubstr("'" + cut + "': no dataset /events/kind\n  hint: the file is damaged"));
   fs::remove_all(w.dir);
   fs::remove_all(dir);
+}
+
+// A damaged profile's sizes and times are checked before they cost memory or reach the simulator:
+// a column claiming 2^40 rows (an unlimited dataset of that extent is a small file) was an
+// internal error (bad_alloc), and an event of 1e306 s an infinite cost in the schedule engine.
+TEST(ProfileReader, DamagedSizesAndTimesAreClearErrors) {
+  const Written w = write_one("damaged");
+  const std::string path = (w.dir / "profile.h5").string();
+  auto replace_end = [&](hsize_t rows, hsize_t written, double value) {
+    h5::File f = h5::open_file(path, h5::Access::ReadWrite);
+    ATLAS_H5_CHECK(H5Ldelete(f.get(), "/events/end_s", H5P_DEFAULT));
+    const hsize_t max = H5S_UNLIMITED;
+    h5::Space space(ATLAS_H5_CHECK(H5Screate_simple(1, &rows, &max)));
+    h5::PropList dcpl(ATLAS_H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
+    const hsize_t chunk = 1024;
+    ATLAS_H5_CHECK(H5Pset_chunk(dcpl.get(), 1, &chunk));
+    h5::Dataset d(ATLAS_H5_CHECK(
+        H5Dcreate2(f.get(), "/events/end_s", H5T_NATIVE_DOUBLE, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT)));
+    if (written > 0) {
+      std::vector<double> v(written, value);
+      ATLAS_H5_CHECK(H5Dwrite(d.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()));
+    }
+  };
+  replace_end(hsize_t{1} << 40, 0, 0.0);
+  EXPECT_LT(fs::file_size(path), 1u << 20);
+  EXPECT_THAT(error_of(path), HasSubstr("'" + path + "': /events/end_s claims 1099511627776 rows, more than the "
+                                        "50000000 a profile holds\n  hint: the file is damaged"));
+  replace_end(w.events.size(), w.events.size(), 1e306);
+  EXPECT_THAT(error_of(path), HasSubstr("'" + path + "': /events row 0 is out of range"));
+  replace_end(w.events.size(), w.events.size(), std::numeric_limits<double>::infinity());
+  EXPECT_THAT(error_of(path), HasSubstr("/events row 0 is out of range"));
+  fs::remove_all(w.dir);
 }
 
 }  // namespace

@@ -86,9 +86,31 @@ TEST(DeviceProfile, EveryProblemIsReportedWithFileAndLine) {
   const std::string msg = error_of([&] { parse_device_profile("bad.profile", text); });
   EXPECT_THAT(msg, HasSubstr("bad.profile:12: key 'peak_tflops' is set twice"));
   EXPECT_THAT(msg, HasSubstr("bad.profile:13: unknown device profile key 'memory_gb'"));
-  EXPECT_THAT(msg, HasSubstr("bad.profile:14: grad_bytes = \"lots\": expected a number >= 0"));
+  EXPECT_THAT(msg, HasSubstr("bad.profile:14: grad_bytes = \"lots\": expected a number in [0, 1e+12]"));
   EXPECT_THAT(msg, HasSubstr("bad.profile:15: 'row' before 'table = ...'"));
   EXPECT_THAT(msg, HasSubstr("bad.profile:16: cannot read 'this line has no equals'"));
+}
+
+// Values that would make a cost zero-divided or infinite are refused where they are read (a
+// profile with nvlink_gbs = 0, or peak_tflops = inf, reached the schedule engine as an internal
+// error: an assertion on a non-finite step, or an event loop that never converged).
+TEST(DeviceProfile, ZeroNvlinkInfiniteAndHugeNumbersAreRefused) {
+  auto err = [](const std::string& from, const std::string& to) {
+    std::string t = kDevice;
+    const auto at = t.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    t.replace(at, from.size(), to);
+    return error_of([&] { parse_device_profile("t.profile", t); });
+  };
+  EXPECT_THAT(err("nvlink_gbs = 200", "nvlink_gbs = 0"),
+              HasSubstr("t.profile: nvlink_gbs must be > 0 (the tensor-parallel all-reduce's bandwidth"));
+  EXPECT_THAT(err("peak_tflops = 100", "peak_tflops = inf"),
+              HasSubstr("t.profile:6: peak_tflops = \"inf\": expected a number in [0, 1e+12]"));
+  EXPECT_THAT(err("memory_gib = 40", "memory_gib = 1e300"),
+              HasSubstr("t.profile:8: memory_gib = \"1e300\": expected a number in [0, 1e+12]"));
+  EXPECT_THAT(err("nvlink_gbs = 200", "nvlink_gbs = 200\ntable = hidden heads seq_len micro_batch_size tp fwd_ms bwd_ms\n"
+                                      "row = 4294967296 1 1 1 1 1 1"),
+              HasSubstr("row's shape values must be at most 2^30"));
 }
 
 TEST(DeviceProfile, GemmCurveRoundTripsAndBadCurvesAreErrors) {
@@ -249,7 +271,7 @@ TEST(WanProfile, RejectsNonSquareNegativeAndBadDiagonal) {
   EXPECT_THAT(error_of([&] { parse_wan_profile("w.profile", with(rtt, "rtt_ms = 0 10 20 10 0 30 20 30")); }),
               HasSubstr("rtt_ms has 8 entries, but 3 regions need a square 3x3 matrix (9 entries, row-major)"));
   EXPECT_THAT(error_of([&] { parse_wan_profile("w.profile", with(rtt, "rtt_ms = 0 -10 20 10 0 30 20 30 0")); }),
-              HasSubstr("rtt_ms has \"-10\": expected a space-separated list of numbers >= 0"));
+              HasSubstr("rtt_ms has \"-10\": expected a space-separated list of numbers in [0, 1e+12]"));
   EXPECT_THAT(error_of([&] { parse_wan_profile("w.profile", with(rtt, "rtt_ms = 5 10 20 10 0 30 20 30 0")); }),
               HasSubstr("rtt_ms diagonal entry (a, a) is 5, must be 0"));
   EXPECT_THAT(error_of([&] { parse_wan_profile("w.profile", with("bandwidth_gbps = 40", "bandwidth_gbps = 1 2")); }),
