@@ -78,7 +78,7 @@ int cmd_schedule(Context& ctx) {
     if (!mem.fits()) misfits += "# WARNING: " + sched::memory_misfit(mem, t, cfg, sched::device_profile(cfg).name) + "\n";
   }
   fmt::print("# memory limit: {:.2f} GiB usable per GPU ({})\n{}", cost.memory_limit_bytes / static_cast<double>(units::kGiB),
-             sched::device_profile(cfg).name, misfits);
+             sched::memory_owner(cfg, sched::device_profile(cfg).name), misfits);
 
   if (cfg.bubbletea.enabled) {
     fmt::print("\n# BubbleTea (predicted from FLOPs): chunks of {} prompt tokens, guard {:.2f} ms\n",

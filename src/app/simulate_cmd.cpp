@@ -308,7 +308,8 @@ int cmd_simulate(Context& ctx) {
       return fits ? std::string()
                   : fmt::format("   DOES NOT FIT: {:.1f} GiB per GPU, {:.1f} GiB usable on {}",
                                 bytes / static_cast<double>(units::kGiB),
-                                c.mem_limit_bytes / static_cast<double>(units::kGiB), prof.name);
+                                c.mem_limit_bytes / static_cast<double>(units::kGiB),
+                                sched::memory_owner(cfg, prof.name));
     };
     auto row = [&](const std::string& name, double ms, double util, const std::string& note = {}) {
       fmt::print("  {:<{}} {:>12.3f} {:>9.1f}% {:>9.2f}x{}\n", name, w, ms / 1e3, 100 * util, ms / c.step_c_ms, note);
@@ -358,7 +359,7 @@ int cmd_simulate(Context& ctx) {
   if (mem.known())
     fmt::print("# memory per GPU: {:.2f} GiB (stage {}) of {:.2f} GiB usable on {}{}\n",
                mem.peak_bytes / static_cast<double>(units::kGiB), mem.peak_stage,
-               mem.limit_bytes / static_cast<double>(units::kGiB), prof.name,
+               mem.limit_bytes / static_cast<double>(units::kGiB), sched::memory_owner(cfg, prof.name),
                mem.fits() ? "" : ": DOES NOT FIT (--ignore-memory)");
   warn_about_layout(cfg, prof);
   if (const std::string e = plan::energy_summary(cfg, prof, plan::deck_gpus_per_dc(cfg), r.step_ms); !e.empty())

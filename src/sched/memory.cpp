@@ -54,6 +54,9 @@ void apply_memory(CostModel& c, const Config& cfg, const DeviceProfile& p) {
     c.fixed_act_bytes.push_back(s == c.pp - 1 ? 4.0 * m.seq_len * mbs * static_cast<double>(m.vocab) / c.tp : 0.0);
   }
   c.memory_limit_bytes = p.usable_bytes();
+  // The host profile's memory is the machine's (MemTotal), which the ranks placed on it share
+  // (cluster.ranks_per_host); a GPU's is its own, whatever the ranks per node.
+  if (cfg.plan.gpu == GpuKind::Host && cfg.cluster.ranks_per_host > 1) c.memory_limit_bytes /= cfg.cluster.ranks_per_host;
 }
 
 std::vector<int> in_flight_depth(const ScheduleTable& t) {
@@ -127,7 +130,13 @@ std::string memory_misfit(const ScheduleMemory& mem, const ScheduleTable& table,
       "{:.1f} GiB of activations for {} {}{} in flight), more than the {:.1f} GiB usable on {}\n  hint: {}",
       to_string(table.kind), gib(mem.peak_bytes), mem.peak_stage, gib(mem.peak_state_bytes),
       gib(mem.peak_bytes - mem.peak_state_bytes), depth, table.virtual_stages > 1 ? "chunk pass" : "micro-batch",
-      depth == 1 ? "" : "es", gib(mem.limit_bytes), device_name, hint);
+      depth == 1 ? "" : "es", gib(mem.limit_bytes), memory_owner(cfg, device_name), hint);
+}
+
+std::string memory_owner(const Config& cfg, const std::string& device_name) {
+  if (cfg.plan.gpu != GpuKind::Host || cfg.cluster.ranks_per_host <= 1) return device_name;
+  return fmt::format("{}, whose memory the cluster.ranks_per_host = {} ranks share", device_name,
+                     cfg.cluster.ranks_per_host);
 }
 
 }  // namespace atlas::sched

@@ -45,6 +45,10 @@ atlas_cli_test(cli_simulate_shared_host
                "shared hosts: 8 ranks per host on 2 cores \\(processor sharing\\); a waiting receiver's wake-up delay 1500 us per message while the cores are all busy.*; 4 ns of host CPU per WAN byte.*step_ms +[0-9.]+"
                simulate inputs/default.deck cluster.host_wake_us=1500 cluster.cores_per_host=2 cluster.host_net_ns_per_byte=4)
 atlas_cli_test(cli_simulate_175b "4608 GPUs.*tokens_per_s" simulate inputs/sim_gpt175b_4dc.deck)
+# The host's memory is shared by the ranks placed on it (default.deck: cluster.ranks_per_host = 8).
+atlas_cli_test(cli_schedule_host_memory_shared
+               "# memory limit: [0-9.]+ GiB usable per GPU \\(host, whose memory the cluster.ranks_per_host = 8 ranks share\\)"
+               schedule inputs/default.deck)
 atlas_cli_test(cli_simulate_compare "\\(a\\) DP across DCs.*\\(b\\) PP across DCs.*\\(c\\) ATLAS.*\\(c\\*\\).*\\(d\\)"
                simulate inputs/sim_two_dc_cpu.deck --compare)
 # A design whose table does not fit the device's memory is flagged on its row (design (b) was

@@ -14,6 +14,7 @@
 #include "atlas/core/error.hpp"
 #include "atlas/deck/deck.hpp"
 #include "atlas/deck/profiles.hpp"
+#include "atlas/sched/cost_model.hpp"
 #include "atlas/sched/memory.hpp"
 #include "atlas/sched/schedule.hpp"
 #include "atlas/topo/layout.hpp"
@@ -41,6 +42,26 @@ CostModel with_memory(CostModel c, double state, double act) {
   c.fixed_act_bytes.back() = 0.5 * act;  // the last stage's logits
   c.memory_limit_bytes = 0.0;
   return c;
+}
+
+// The host profile's memory is the machine's: ranks sharing it (cluster.ranks_per_host) each get
+// their share as their limit, which the atlas depth search and the memory checks use. A GPU's
+// memory is its own whatever the ranks per node.
+TEST(Depth, RanksSharingTheHostShareItsMemory) {
+  const char* deck =
+      "cluster.dcs = a b\ncluster.gpus_per_dc = 4 4\ncluster.latency_ms = 0 10 10 0\n"
+      "cluster.bandwidth_gbps = 0 1 1 0\nparallel.stages_per_dc = 1 1\n";
+  auto limit = [&](const std::vector<std::string>& o) {
+    Config cfg = deck::parse_and_validate("m.deck", deck, o, {});
+    deck::read_device_profiles(cfg);
+    return sched::cost_model(cfg, topo::Layout(cfg.parallel)).memory_limit_bytes;
+  };
+  const double alone = limit({});
+  ASSERT_GT(alone, 0.0);
+  EXPECT_DOUBLE_EQ(limit({"cluster.ranks_per_host=8"}), alone / 8);
+  EXPECT_DOUBLE_EQ(limit({"cluster.ranks_per_host=1"}), alone);
+  const double h100 = limit({"plan.gpu=h100"});
+  EXPECT_DOUBLE_EQ(limit({"plan.gpu=h100", "cluster.ranks_per_host=8"}), h100);
 }
 
 TEST(Depth, ClassicTablesHoldTheirTextbookDepth) {

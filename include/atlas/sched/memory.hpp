@@ -57,6 +57,10 @@ ScheduleMemory memory_per_gpu(const CostModel& c, const ScheduleTable& table);
 /// The same for the deck's job: memory_per_gpu(cost_model(cfg, layout), table).
 ScheduleMemory memory_per_gpu(const Config& cfg, const topo::Layout& layout, const ScheduleTable& table);
 
+/// The device whose usable memory limits a rank, for messages: `device_name`, and for the host
+/// profile shared by cluster.ranks_per_host ranks (its limit per rank is the host's / that) says so.
+std::string memory_owner(const Config& cfg, const std::string& device_name);
+
 /// "" when `mem` fits; else one message naming the schedule, the memory per GPU, the stage, the
 /// in-flight depth, the limit and the fixes the deck `cfg` has not taken yet.
 std::string memory_misfit(const ScheduleMemory& mem, const ScheduleTable& table, const Config& cfg,
