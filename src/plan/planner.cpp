@@ -49,11 +49,16 @@ double capacity_of(const Config& cfg, int a, int b) {
   return std::max(gbps, 1e-9) * 1e9 / 8.0 / 1e3;  // bytes per ms
 }
 
+/// The divisors of n in increasing order, by trial division up to sqrt(n).
 std::vector<int> divisors(int n) {
-  std::vector<int> out;
-  for (int d = 1; d <= n; ++d)
-    if (n % d == 0) out.push_back(d);
-  return out;
+  std::vector<int> low, high;
+  for (int d = 1; static_cast<long long>(d) * d <= n; ++d)
+    if (n % d == 0) {
+      low.push_back(d);
+      if (d != n / d) high.push_back(n / d);
+    }
+  low.insert(low.end(), high.rbegin(), high.rend());
+  return low;
 }
 
 template <typename T>
@@ -410,12 +415,13 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
   Plan smallest_unplaced;
   long long residency_rejected = 0;  // placements whose first/last stage would sit in a DC with may_hold_data 0
   const std::vector<std::uint64_t> subsets = dc_subsets(free_gpus);
+  const std::vector<int> dps = divisors(G);  // once: G may be millions
   for (int tp : tps) {
     if (opt.progress) opt.progress(fmt::format("enumerating shapes (tp {}): {} candidate plans so far", tp, cands.size()));
     for (int pp = 1; pp <= std::min(model.layers, total / tp); ++pp) {
       ModelCfg mm = model;
       mm.layers_per_stage = split_layers(model.layers, pp);
-      for (int dp : divisors(G)) {
+      for (int dp : dps) {
         if (static_cast<long long>(dp) * tp * pp > total) break;
         for (int b : bs) {
           if ((G / dp) % b != 0) continue;
