@@ -43,7 +43,9 @@ std::vector<T> parse_list(const std::string& text, const char* option) {
       out.push_back(item);
     } else if constexpr (std::is_same_v<T, int>) {
       const auto v = units::parse_int(item);
-      if (!v || *v < 1) throw UsageError(fmt::format("--{} expects a comma-separated list of integers >= 1, got '{}'", option, item));
+      if (!v || *v < 1 || *v > std::numeric_limits<int>::max())
+        throw UsageError(fmt::format("--{} expects a comma-separated list of integers in [1, {}], got '{}'", option,
+                                     std::numeric_limits<int>::max(), item));
       out.push_back(static_cast<int>(*v));
     } else {
       const auto v = units::parse_double(item);

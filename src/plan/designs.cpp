@@ -295,18 +295,34 @@ Config grid_config(const Config& base, const sched::DeviceProfile& prof, const s
   c.train.micro_batch_size = 1;
   c.train.micro_batches = spec.micro_batches_per_stage * pp;
   c.schedule.kind = ScheduleKind::Atlas;
-  check_valid(c, "the grid");
+  // The point comes from the user's --models/--dcs/--latencies/--dps: a deck they make invalid
+  // (dp 200000 is over parallel.dp_size's limit) is their error, named with the point.
+  deck::JobShape shape;
+  shape.world_size = -1;
+  shape.cuda_built = true;
+  if (const auto problems = deck::validate(c, shape); !problems.empty())
+    throw ConfigError(fmt::format("simulate --grid: the point model {}, {} DCs, {:g} ms, dp {} is not a valid deck: "
+                                  "{}\n  hint: change --models, --dcs, --latencies or --dps",
+                                  model, n, latency_ms, dp, problems.front()));
   return c;
 }
 
 std::vector<GridRow> run_grid(const Config& base, const sched::DeviceProfile& prof, const GridSpec& spec,
                               const CompareOptions& opt, void (*progress)(const GridRow&)) {
+  // Every point's deck first: a bad one is an error before any work (not after the points
+  // before it ran, their rows lost).
+  std::vector<Config> decks;
+  for (const auto& model : spec.models)
+    for (int n : spec.dc_counts)
+      for (double lat : spec.latencies_ms)
+        for (int dp : spec.dps) decks.push_back(grid_config(base, prof, model, n, lat, dp, spec));
   std::vector<GridRow> rows;
+  std::size_t point = 0;
   for (const auto& model : spec.models)
     for (int n : spec.dc_counts)
       for (double lat : spec.latencies_ms)
         for (int dp : spec.dps) {
-          const Config c = grid_config(base, prof, model, n, lat, dp, spec);
+          const Config& c = decks[point++];
           GridRow row;
           row.model = model;
           row.dcs = n;

@@ -45,6 +45,12 @@ atlas_cli_test(cli_simulate_shared_host
                "shared hosts: 8 ranks per host on 2 cores \\(processor sharing\\); a waiting receiver's wake-up delay 1500 us per message while the cores are all busy.*; 4 ns of host CPU per WAN byte.*step_ms +[0-9.]+"
                simulate inputs/default.deck cluster.host_wake_us=1500 cluster.cores_per_host=2 cluster.host_net_ns_per_byte=4)
 atlas_cli_test(cli_simulate_175b "4608 GPUs.*tokens_per_s" simulate inputs/sim_gpt175b_4dc.deck)
+# A grid point that makes an invalid deck is the user's error, named with the point, before any
+# point runs (it was an internal error after the points before it; their rows were lost).
+atlas_cli_test(cli_simulate_grid_bad_point
+               "ERROR: simulate --grid: the point model 7b, 2 DCs, 5 ms, dp 200000 is not a valid deck: .*hint: change --models, --dcs, --latencies or --dps"
+               simulate inputs/sim_grid.deck --grid --models 7b --dcs 2 --latencies 5 --dps 2,200000 --out ${CMAKE_BINARY_DIR}/grid_bad_point)
+set_tests_properties(cli_simulate_grid_bad_point PROPERTIES FAIL_REGULAR_EXPRESSION "dp +2: a ")
 # The host's memory is shared by the ranks placed on it (default.deck: cluster.ranks_per_host = 8).
 atlas_cli_test(cli_schedule_host_memory_shared
                "# memory limit: [0-9.]+ GiB usable per GPU \\(host, whose memory the cluster.ranks_per_host = 8 ranks share\\)"
