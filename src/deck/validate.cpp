@@ -349,6 +349,15 @@ void check_sizes(const Config& c, std::vector<std::string>& out) {
                   std::to_string(t.micro_batch_size) + ") = " + str(batch) +
                   " sequences per step, more than " + str(limits::kMaxGlobalBatch) +
                   "\n  hint: lower train.micro_batches or train.micro_batch_size");
+  // One micro-batch's activations between two stages (and every layer's): past 1 TiB no device
+  // holds them, and the byte counts the cost model keeps in 64 bits would wrap on the way.
+  const double boundary = static_cast<double>(c.model.seq_len) * t.micro_batch_size * c.model.hidden * 4.0;
+  if (boundary > limits::kMaxBoundaryBytes)
+    out.push_back("model.seq_len (" + std::to_string(c.model.seq_len) + ") x train.micro_batch_size (" +
+                  std::to_string(t.micro_batch_size) + ") x model.hidden (" + std::to_string(c.model.hidden) +
+                  ") x 4 bytes = " + str(boundary) + " bytes of activations per micro-batch at a stage boundary, more "
+                  "than " + str(limits::kMaxBoundaryBytes) + " (1 TiB)\n  hint: lower train.micro_batch_size or "
+                  "model.seq_len");
   const int n = c.cluster.dc_count();
   if (n > limits::kMaxDcs || p.stages_per_dc.size() != static_cast<std::size_t>(n)) return;
   const int pp = p.pp_size();

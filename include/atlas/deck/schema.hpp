@@ -41,6 +41,8 @@ inline constexpr double kMaxSeconds = 1e6;             ///< every *_s duration (
 inline constexpr double kMaxScheduleSlots = 2'000'000;
 /// Sequences per step (dp x micro_batches x micro_batch_size).
 inline constexpr double kMaxGlobalBatch = 16'777'216;
+/// One micro-batch's boundary activations (seq_len x micro_batch_size x hidden x 4 bytes): 1 TiB.
+inline constexpr double kMaxBoundaryBytes = 1099511627776.0;
 /// data.val_fraction (and atlas tokenize --val-fraction): the held-out share of the tokens.
 inline constexpr double kMinValFraction = 0.001;
 inline constexpr double kMaxValFraction = 0.5;
