@@ -57,6 +57,10 @@ void apply_memory(CostModel& c, const Config& cfg, const DeviceProfile& p) {
   // The host profile's memory is the machine's (MemTotal), which the ranks placed on it share
   // (cluster.ranks_per_host); a GPU's is its own, whatever the ranks per node.
   if (cfg.plan.gpu == GpuKind::Host && cfg.cluster.ranks_per_host > 1) c.memory_limit_bytes /= cfg.cluster.ranks_per_host;
+  // BubbleTea holds up to bubbletea.kv_cap_bytes on every rank (its weights, scratch and KV):
+  // training has the rest. (At least a byte: a limit of 0 means "unknown, no limit".)
+  if (cfg.bubbletea.enabled)
+    c.memory_limit_bytes = std::max(1.0, c.memory_limit_bytes - static_cast<double>(cfg.bubbletea.kv_cap_bytes));
 }
 
 std::vector<int> in_flight_depth(const ScheduleTable& t) {
@@ -134,9 +138,13 @@ std::string memory_misfit(const ScheduleMemory& mem, const ScheduleTable& table,
 }
 
 std::string memory_owner(const Config& cfg, const std::string& device_name) {
-  if (cfg.plan.gpu != GpuKind::Host || cfg.cluster.ranks_per_host <= 1) return device_name;
-  return fmt::format("{}, whose memory the cluster.ranks_per_host = {} ranks share", device_name,
-                     cfg.cluster.ranks_per_host);
+  std::string out = device_name;
+  if (cfg.plan.gpu == GpuKind::Host && cfg.cluster.ranks_per_host > 1)
+    out += fmt::format(", whose memory the cluster.ranks_per_host = {} ranks share", cfg.cluster.ranks_per_host);
+  if (cfg.bubbletea.enabled)
+    out += fmt::format(", less bubbletea.kv_cap_bytes = {} for BubbleTea",
+                       units::format_bytes_human(static_cast<double>(cfg.bubbletea.kv_cap_bytes)));
+  return out;
 }
 
 }  // namespace atlas::sched

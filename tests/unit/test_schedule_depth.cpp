@@ -46,7 +46,8 @@ CostModel with_memory(CostModel c, double state, double act) {
 
 // The host profile's memory is the machine's: ranks sharing it (cluster.ranks_per_host) each get
 // their share as their limit, which the atlas depth search and the memory checks use. A GPU's
-// memory is its own whatever the ranks per node.
+// memory is its own whatever the ranks per node. BubbleTea's bubbletea.kv_cap_bytes is taken
+// off (it holds up to that on every rank).
 TEST(Depth, RanksSharingTheHostShareItsMemory) {
   const char* deck =
       "cluster.dcs = a b\ncluster.gpus_per_dc = 4 4\ncluster.latency_ms = 0 10 10 0\n"
@@ -62,6 +63,11 @@ TEST(Depth, RanksSharingTheHostShareItsMemory) {
   EXPECT_DOUBLE_EQ(limit({"cluster.ranks_per_host=1"}), alone);
   const double h100 = limit({"plan.gpu=h100"});
   EXPECT_DOUBLE_EQ(limit({"plan.gpu=h100", "cluster.ranks_per_host=8"}), h100);
+  // BubbleTea's cap on every rank comes off what training may use.
+  EXPECT_DOUBLE_EQ(limit({"plan.gpu=h100", "bubbletea.enabled=true", "bubbletea.kv_cap_bytes=1G"}),
+                   h100 - 1024.0 * 1024 * 1024);
+  EXPECT_DOUBLE_EQ(limit({"plan.gpu=h100", "bubbletea.enabled=true", "bubbletea.kv_cap_bytes=1024G"}), 1.0)
+      << "a cap over the device's memory leaves nothing (not 'no limit')";
 }
 
 TEST(Depth, ClassicTablesHoldTheirTextbookDepth) {
