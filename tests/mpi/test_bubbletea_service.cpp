@@ -142,6 +142,15 @@ struct Served {
   sched::ScheduleTable table;
   runtime::Profiler profiler;
   Service svc;
+
+  /// Warm up: the first bubbles (five unwatched `budget_s` ones, each followed by its length)
+  /// admit requests and start the DC pipelines.
+  void warm_up(const sched::Slot& idle, double budget_s) {
+    for (int i = 0; i < 5; ++i) {
+      (void)svc.fill(0, idle, budget_s, nullptr);
+      std::this_thread::sleep_for(std::chrono::duration<double>(budget_s));
+    }
+  }
 };
 
 /// The standalone reference: the whole model on one rank, same weights, same prompt.
@@ -759,11 +768,7 @@ TEST(BubbleTeaService, AWatchedBubbleStopsWhenItsReceiveArrives) {
   Service& svc = served.svc;
   const double budget = 0.01;
   const sched::Slot idle{sched::SlotKind::Idle, -1, 0.0, budget * 1e3};
-  // Warm up: the first bubbles admit requests and start the DC pipelines.
-  for (int i = 0; i < 5; ++i) {
-    (void)svc.fill(0, idle, budget, nullptr);
-    std::this_thread::sleep_for(std::chrono::duration<double>(budget));
-  }
+  served.warm_up(idle, budget);
 
   // 1. The receive arrives after two tests: at most two chunks (of chunk_tokens = 5) run.
   int tests = 0;
@@ -815,10 +820,7 @@ TEST(BubbleTeaService, AWanWaitInATrainingSlotIsWatchedWhateverWatchRecvSays) {
   Service& svc = served.svc;
   const double budget = 0.01;
   const sched::Slot idle{sched::SlotKind::Idle, -1, 0.0, budget * 1e3};
-  for (int i = 0; i < 5; ++i) {
-    (void)svc.fill(0, idle, budget, nullptr);
-    std::this_thread::sleep_for(std::chrono::duration<double>(budget));
-  }
+  served.warm_up(idle, budget);
   const sched::Slot optimizer{sched::SlotKind::Optimizer, -1, 0.0, 1.0};
   int tests = 0;
   const std::function<bool()> arrives_soon = [&tests] { return ++tests > 2; };
