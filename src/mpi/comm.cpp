@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <cstdint>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -231,9 +232,19 @@ bool Comm::on_one_kernel() const {
 }
 
 std::vector<std::string> Comm::allgather_strings(const std::string& mine) const {
-  const int n = static_cast<int>(mine.size());
-  std::vector<int> lens(static_cast<std::size_t>(m_size));
-  ATLAS_MPI_CHECK(MPI_Allgather(&n, 1, MPI_INT, lens.data(), 1, MPI_INT, m_comm));
+  // The lengths go as 64-bit values, so every rank sees the same total and, past an MPI count,
+  // every rank throws the same error (a rank that threw alone would leave the others waiting).
+  const auto mine_len = static_cast<std::int64_t>(mine.size());
+  std::vector<std::int64_t> lens64(static_cast<std::size_t>(m_size));
+  ATLAS_MPI_CHECK(MPI_Allgather(&mine_len, 1, MPI_INT64_T, lens64.data(), 1, MPI_INT64_T, m_comm));
+  std::int64_t total64 = 0;
+  for (const std::int64_t l : lens64) total64 += l;
+  if (total64 > INT32_MAX)
+    ATLAS_THROW(Comm, "gathering " << total64 << " bytes of text from " << m_size << " ranks (this rank's "
+                                   << mine_len << "): more than one MPI message holds (2^31 - 1 bytes)\n  hint: "
+                                      "fewer ranks or less to report (e.g. fewer BubbleTea requests per run)");
+  const int n = static_cast<int>(mine_len);
+  std::vector<int> lens(lens64.begin(), lens64.end());
   std::vector<int> displs(lens.size(), 0);
   int total = 0;
   for (std::size_t i = 0; i < lens.size(); ++i) {

@@ -4,8 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdint>
+#include <string>
 #include <span>
 
+#include "atlas/core/error.hpp"
 #include "atlas/mpi/comm.hpp"
 #include "atlas/topo/communicators.hpp"
 
@@ -79,6 +82,26 @@ TEST(Communicators, BoundedWaitTimesOutThenCompletes) {
       world.send(std::span<const double>(&v, 1), 0, kTag);
     }
   }
+}
+
+// Strings whose total passes an MPI count (a BubbleTea report of a million requests from every
+// rank of a pipeline) are one clear error on every rank; the int sum of the lengths wrapped.
+// About 2.2 GB in all, whatever the rank count.
+TEST(Comm, AllgatherStringsPastAnMpiCountIsOneErrorOnEveryRank) {
+  const mpi::Comm world = mpi::Comm::world();
+  const std::string mine(static_cast<std::size_t>(INT32_MAX) / static_cast<std::size_t>(world.size()) + 1, 'x');
+  try {
+    (void)world.allgather_strings(mine);
+    FAIL() << "gathered more than 2^31 - 1 bytes";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::Comm);
+    EXPECT_NE(std::string(e.what()).find("more than one MPI message holds (2^31 - 1 bytes)"), std::string::npos)
+        << e.what();
+  }
+  // And the collective still works after it (every rank threw at the same point).
+  const auto back = world.allgather_strings(std::to_string(world.rank()));
+  ASSERT_EQ(back.size(), static_cast<std::size_t>(world.size()));
+  EXPECT_EQ(back.back(), std::to_string(world.size() - 1));
 }
 
 }  // namespace
