@@ -310,7 +310,8 @@ void build(Schema& schema) {
   b.field("cluster.bind_hosts", &C::cluster, &ClusterCfg::bind_hosts).def("127.0.0.1")
       .help("address the WAN transport listens on in each DC (one entry = all DCs)");
   b.field("cluster.ranks_per_host", &C::cluster, &ClusterCfg::ranks_per_host).def("0").min(0).max(kMaxGpusPerDc)
-      .help("CPU runs: ranks that share one host's cores (cost model); 0 = a dedicated device per rank");
+      .help("CPU runs: ranks that share one host's cores and, on the host profile, its memory (cost and memory "
+            "model); 0 = a dedicated device per rank");
   b.field("cluster.cores_per_host", &C::cluster, &ClusterCfg::cores_per_host).def("0").min(0).max(1e6)
       .help("cores of each shared host (cost model); 0 = the hardware threads of this machine");
   b.field("cluster.host_wake_us", &C::cluster, &ClusterCfg::host_wake_us).def("0").min(0).max(1e6)

@@ -184,7 +184,7 @@ Comparison compare_designs(const Config& cfg, const sched::DeviceProfile& prof, 
       mm.layers_per_stage = split_layers(cfg.model.layers, k);
       const sim::MemoryEstimate e =
           sim::peak_memory(mm, k, out.tp, out.micro_batch_size, m_a, ScheduleKind::OneFOneB, prof, 1, pipes);
-      if (e.total() > prof.usable_bytes()) continue;
+      if (e.total() > sched::memory_limit_bytes(cfg, prof)) continue;
       out.a_fits = true;
       out.stages_a = k;
       out.pipelines_a = pipes;
@@ -267,7 +267,7 @@ Config grid_config(const Config& base, const sched::DeviceProfile& prof, const s
     // train.zero_stage splits the state over each stage's replicas: n x dp pipelines in (a), dp in (b)/(c).
     const double a = sim::peak_memory(ma, kk, tp, 1, m / n, ScheduleKind::OneFOneB, prof, 1, n * dp).total();
     const double b = sim::peak_memory(mb, n * kk, tp, 1, m, ScheduleKind::Atlas, prof, 1, dp).total();
-    if (a <= prof.usable_bytes() && b <= prof.usable_bytes()) {
+    if (a <= sched::memory_limit_bytes(base, prof) && b <= sched::memory_limit_bytes(base, prof)) {
       k = kk;
       break;
     }

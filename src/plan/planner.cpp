@@ -337,7 +337,7 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
                                                                                     << prof.board_power_w
                                                                                     << " W a GPU x cluster.pue)\n"
                                                                                        "  hint: raise cluster.power_mw").str());
-  const double usable = prof.usable_bytes();
+  const double usable = sched::memory_limit_bytes(cfg, prof);  // per rank (host sharing, BubbleTea)
 
   std::vector<int> tps;
   for (int t = 1; t <= std::min({cfg.plan.max_tp, cfg.cluster.gpus_per_node, total}); t *= 2)
@@ -509,9 +509,9 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
     throw ConfigError(fmt::format(
         "no plan fits: the model ({:.1f}B parameters) needs {:.1f} GiB per GPU at the largest tp*pp "
         "(tp {} x pp {}, micro-batch size 1: {:.1f} GiB weights/grads/Adam + {:.1f} GiB activations), "
-        "{} has {:g} GiB ({:.1f} GiB usable)\n  hint: {}",
+        "{} has {:g} GiB ({:.1f} GiB usable{})\n  hint: {}",
         static_cast<double>(model.parameter_count()) / 1e9, gib(e.total()), tp, pp, gib(e.state_bytes),
-        gib(e.activation_bytes), prof.name, prof.memory_gib, gib(usable), [&] {
+        gib(e.activation_bytes), prof.name, prof.memory_gib, gib(usable), sched::memory_owner(cfg, prof.name).substr(prof.name.size()), [&] {
           // Only what can help: more GPUs while they, not model.layers, limit pp; a larger tp up to
           // the node's size (tp stays inside a node); recomputation where the state alone fits
           // (it shrinks activations only); a device with more memory.
@@ -877,8 +877,8 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
   std::erase_if(res.plans, [&](const Plan& p) { return p.mem_bytes > usable; });
   if (res.plans.empty())
     throw ConfigError(fmt::format("no plan fits: every simulated plan's schedule table needs more than the {:.1f} GiB "
-                                  "usable on a {}\n  hint: add GPUs or use a larger-memory plan.gpu",
-                                  gib(usable), prof.name));
+                                  "usable on {}\n  hint: add GPUs or use a larger-memory plan.gpu",
+                                  gib(usable), sched::memory_owner(cfg, prof.name)));
   res.best = 0;
   res.chosen = 0;
   // The chosen plan's row is what `atlas simulate` of its deck (--deck-out) prints: where the

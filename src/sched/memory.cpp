@@ -53,14 +53,26 @@ void apply_memory(CostModel& c, const Config& cfg, const DeviceProfile& p) {
     // fp32 logits of one micro-batch for the loss (vocab-parallel), held once on the last stage.
     c.fixed_act_bytes.push_back(s == c.pp - 1 ? 4.0 * m.seq_len * mbs * static_cast<double>(m.vocab) / c.tp : 0.0);
   }
-  c.memory_limit_bytes = p.usable_bytes();
+  c.memory_limit_bytes = memory_limit_bytes(cfg, p);
+}
+
+namespace {
+
+/// The deck is costed with the host profile, whose memory is the machine's: plan.gpu = host,
+/// except on a cuda deck (costed with a GPU profile, sched::device_profile).
+bool host_memory(const Config& cfg) { return cfg.plan.gpu == GpuKind::Host && cfg.device.backend != Backend::Cuda; }
+
+}  // namespace
+
+double memory_limit_bytes(const Config& cfg, const DeviceProfile& p) {
+  double limit = p.usable_bytes();
   // The host profile's memory is the machine's (MemTotal), which the ranks placed on it share
   // (cluster.ranks_per_host); a GPU's is its own, whatever the ranks per node.
-  if (cfg.plan.gpu == GpuKind::Host && cfg.cluster.ranks_per_host > 1) c.memory_limit_bytes /= cfg.cluster.ranks_per_host;
+  if (host_memory(cfg) && cfg.cluster.ranks_per_host > 1) limit /= cfg.cluster.ranks_per_host;
   // BubbleTea holds up to bubbletea.kv_cap_bytes on every rank (its weights, scratch and KV):
   // training has the rest. (At least a byte: a limit of 0 means "unknown, no limit".)
-  if (cfg.bubbletea.enabled)
-    c.memory_limit_bytes = std::max(1.0, c.memory_limit_bytes - static_cast<double>(cfg.bubbletea.kv_cap_bytes));
+  if (cfg.bubbletea.enabled) limit = std::max(1.0, limit - static_cast<double>(cfg.bubbletea.kv_cap_bytes));
+  return limit;
 }
 
 std::vector<int> in_flight_depth(const ScheduleTable& t) {
@@ -139,7 +151,7 @@ std::string memory_misfit(const ScheduleMemory& mem, const ScheduleTable& table,
 
 std::string memory_owner(const Config& cfg, const std::string& device_name) {
   std::string out = device_name;
-  if (cfg.plan.gpu == GpuKind::Host && cfg.cluster.ranks_per_host > 1)
+  if (host_memory(cfg) && cfg.cluster.ranks_per_host > 1)
     out += fmt::format(", whose memory the cluster.ranks_per_host = {} ranks share", cfg.cluster.ranks_per_host);
   if (cfg.bubbletea.enabled)
     out += fmt::format(", less bubbletea.kv_cap_bytes = {} for BubbleTea",

@@ -55,6 +55,13 @@ set_tests_properties(cli_simulate_grid_bad_point PROPERTIES FAIL_REGULAR_EXPRESS
 atlas_cli_test(cli_schedule_host_memory_shared
                "# memory limit: [0-9.]+ GiB usable per GPU \\(host, whose memory the cluster.ranks_per_host = 8 ranks share\\)"
                schedule inputs/default.deck)
+# The planner checks the same memory per rank as schedule and simulate: the deck it writes always
+# passes simulate's check (it planned against the whole host's memory and chose a 5.7 GiB plan that
+# simulate then refused: 2.6 GiB a rank, 8 ranks sharing the host).
+add_test(NAME cli_plan_deck_fits_simulate
+  COMMAND bash -c "set -u; b=$<TARGET_FILE:atlas>; d=${CMAKE_BINARY_DIR}/planned_shared_host.deck; $b plan inputs/default.deck model.hidden=1024 model.heads=16 model.layers=24 model.seq_len=512 --deck-out $d > /dev/null || exit 1; out=$($b simulate $d 2>&1) || { echo \"$out\"; exit 1; }; grep -q 'usable on host, whose memory the cluster.ranks_per_host = 8 ranks share' <<<\"$out\""
+  WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(cli_plan_deck_fits_simulate PROPERTIES LABELS unit TIMEOUT 60)
 atlas_cli_test(cli_simulate_compare "\\(a\\) DP across DCs.*\\(b\\) PP across DCs.*\\(c\\) ATLAS.*\\(c\\*\\).*\\(d\\)"
                simulate inputs/sim_two_dc_cpu.deck --compare)
 # A design whose table does not fit the device's memory is flagged on its row (design (b) was

@@ -61,6 +61,9 @@ TEST(Depth, RanksSharingTheHostShareItsMemory) {
   ASSERT_GT(alone, 0.0);
   EXPECT_DOUBLE_EQ(limit({"cluster.ranks_per_host=8"}), alone / 8);
   EXPECT_DOUBLE_EQ(limit({"cluster.ranks_per_host=1"}), alone);
+  // A cuda deck that leaves plan.gpu = host is costed with a GPU profile: its memory is its own.
+  const double cuda = limit({"device.backend=cuda"});
+  EXPECT_DOUBLE_EQ(limit({"device.backend=cuda", "cluster.ranks_per_host=8"}), cuda);
   const double h100 = limit({"plan.gpu=h100"});
   EXPECT_DOUBLE_EQ(limit({"plan.gpu=h100", "cluster.ranks_per_host=8"}), h100);
   // BubbleTea's cap on every rank comes off what training may use.

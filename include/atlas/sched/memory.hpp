@@ -23,7 +23,7 @@ struct ScheduleTable;
 double block_activation_bytes(const ModelCfg& m, int micro_batch_size, int tp, const DeviceProfile& p);
 
 /// Fills the memory fields of `c` (state_bytes, act_bytes_per_micro, fixed_act_bytes per stage and
-/// memory_limit_bytes = the profile's usable bytes) for the deck's model on c's shape.
+/// memory_limit_bytes = memory_limit_bytes(cfg, p)) for the deck's model on c's shape.
 void apply_memory(CostModel& c, const Config& cfg, const DeviceProfile& p);
 
 /// Per stage: the most micro-batches whose activations a replica of the stage holds at once (a
@@ -56,6 +56,12 @@ struct ScheduleMemory {
 ScheduleMemory memory_per_gpu(const CostModel& c, const ScheduleTable& table);
 /// The same for the deck's job: memory_per_gpu(cost_model(cfg, layout), table).
 ScheduleMemory memory_per_gpu(const Config& cfg, const topo::Layout& layout, const ScheduleTable& table);
+
+/// What a rank may use for training: the profile's usable bytes (memory_gib x
+/// usable_memory_fraction), divided by cluster.ranks_per_host on the host profile (the machine's
+/// memory, shared by the ranks on it), less bubbletea.kv_cap_bytes with BubbleTea on (at least
+/// one byte). CostModel::memory_limit_bytes, the planner's and the designs' memory checks.
+double memory_limit_bytes(const Config& cfg, const DeviceProfile& p);
 
 /// The device whose usable memory limits a rank, for messages: `device_name`, and for the host
 /// profile shared by cluster.ranks_per_host ranks (its limit per rank is the host's / that) says so.
