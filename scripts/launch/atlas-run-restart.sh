@@ -13,8 +13,10 @@
 # environment:
 #   ATLAS_MAX_RESTARTS        restarts after the first attempt (default 3; 0 = never restart)
 #   ATLAS_RESTART_BACKOFF_S   seconds before restart k is k * this (default 5)
-#   ATLAS_NO_RESTART_CODES    exit codes never retried (default "1 2 7 8": usage, config, diverged,
-#                             stopped on request)
+#   ATLAS_NO_RESTART_CODES    exit codes never retried (default "1 2 7 8 126 127": usage, config,
+#                             diverged, stopped on request, not executable, not found)
+#   ATLAS_RESTART_READY_FILE  created once the loop's signal traps are set (common.sh waits for it
+#                             before passing a SIGUSR1 on)
 # exit status: the last attempt's (0 when an attempt succeeded).
 set -uo pipefail
 
@@ -95,24 +97,31 @@ on_usr1() {
   if [[ -n $child ]]; then kill -USR1 "$child" 2>/dev/null; fi
 }
 trap on_usr1 USR1
+# Whoever started the loop may wait for this before signalling it (a SIGUSR1 before the trap above
+# would end the loop: the signal's default action).
+if [[ -n ${ATLAS_RESTART_READY_FILE:-} ]]; then : >"$ATLAS_RESTART_READY_FILE"; fi
 
 # run.resume=latest replaces any run.resume the caller gave (the newest checkpoint wins); a
 # checkpoint the caller named (a fine-tune's start) becomes run.resume_fallback, which atlas
 # takes while the run has no checkpoint of its own: a restart before the first one must not
 # start from random weights.
+# A caller's run.resume= (empty: start fresh, over a deck's run.resume = PATH) stays "no
+# fallback" (run.resume_fallback=), or atlas would take the deck's PATH as the fallback.
 cmd=("$@")
 resume_cmd=()
 fallback=""
+cleared=0
 for a in "${cmd[@]}"; do
   case "$a" in
-    run.resume=latest | run.resume=) ;;
-    run.resume=*) fallback=${a#run.resume=} ;;
-    run.resume_fallback=*) fallback=${a#run.resume_fallback=} ;;
+    run.resume=latest) ;;
+    run.resume=) cleared=1 fallback="" ;;
+    run.resume=*) cleared=0 fallback=${a#run.resume=} ;;
+    run.resume_fallback=*) cleared=0 fallback=${a#run.resume_fallback=} ;;
     *) resume_cmd+=("$a") ;;
   esac
 done
 resume_cmd+=("run.resume=latest")
-if [[ -n $fallback ]]; then resume_cmd+=("run.resume_fallback=$fallback"); fi
+if [[ -n $fallback ]]; then resume_cmd+=("run.resume_fallback=$fallback"); elif ((cleared)); then resume_cmd+=("run.resume_fallback="); fi
 
 attempt=0
 status=0

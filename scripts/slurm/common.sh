@@ -255,9 +255,14 @@ atlas_run() {
     placement_overrides+=("run.resume=latest")
     # A checkpoint the submission named (a fine-tune's start) stays the start while the run has
     # none of its own (atlas-run-restart.sh does the same).
+    # A submission's run.resume= (start fresh, over a deck's run.resume = PATH) stays so.
     local o
     for o in "${ATLAS_OVERRIDES[@]}"; do
-      case "$o" in run.resume=latest | run.resume=) ;; run.resume=*) placement_overrides+=("run.resume_fallback=${o#run.resume=}") ;; esac
+      case "$o" in
+        run.resume=latest) ;;
+        run.resume=) placement_overrides+=("run.resume_fallback=") ;;
+        run.resume=*) placement_overrides+=("run.resume_fallback=${o#run.resume=}") ;;
+      esac
     done
     atlas_job_note "requeued job (SLURM_RESTART_COUNT=$SLURM_RESTART_COUNT): resuming with run.resume=latest"
   fi
@@ -294,18 +299,23 @@ atlas_run() {
   else
     exec {out}> >(tee -a "$ATLAS_RUN_DIR/job.log")
     tee_pid=$!
-    "$ATLAS_ROOT/scripts/launch/atlas-run-restart.sh" --log "$ATLAS_RUN_DIR/restarts.log" -- "${launch[@]}" \
-      >&"$out" 2>&1 &
+    # The loop creates this file once its traps are set; a SIGUSR1 is passed on only then (before,
+    # it would end the loop: the signal's default action).
+    local ready="$ATLAS_RUN_DIR/.restart-loop-ready.$$"
+    rm -f "$ready"
+    ATLAS_RESTART_READY_FILE=$ready "$ATLAS_ROOT/scripts/launch/atlas-run-restart.sh" \
+      --log "$ATLAS_RUN_DIR/restarts.log" -- "${launch[@]}" >&"$out" 2>&1 &
     loop_pid=$!
     exec {out}>&-
-    trap 'atlas_job_note "batch shell: SIGUSR1: asking the job to write a checkpoint and stop"; kill -USR1 "$loop_pid" 2>/dev/null' USR1
-    # One that came while the loop was being started: passed on once the loop has set its own
-    # trap (its first milliseconds; before that a SIGUSR1 would end it).
-    if ((ATLAS_STOP_EARLY)); then
+    atlas_pass_usr1() {
       atlas_job_note "batch shell: SIGUSR1: asking the job to write a checkpoint and stop"
-      sleep 1
+      local i
+      for ((i = 0; i < 100 && ! -e $ready; ++i)); do sleep 0.1; done
       kill -USR1 "$loop_pid" 2>/dev/null
-    fi
+    }
+    trap atlas_pass_usr1 USR1
+    # One that came while the loop was being started.
+    if ((ATLAS_STOP_EARLY)); then atlas_pass_usr1; fi
     # wait returns early (>128) when the trap runs; wait again for the loop's own status.
     wait "$loop_pid"
     status=$?
@@ -317,6 +327,7 @@ atlas_run() {
     wait "$loop_pid"
     status=$?
     trap - USR1
+    rm -f "$ready"
     wait "$tee_pid"
   fi
   atlas_job_note "atlas job $SLURM_JOB_ID: $ATLAS_CMD finished with status $status; run dir $ATLAS_RUN_DIR"

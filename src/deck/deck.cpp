@@ -165,6 +165,8 @@ void keep_deck_resume_as_fallback(const std::map<std::string, DeckLine>& in_deck
   if (unquote(now->second.value) != "latest" || given.count("run.resume_fallback")) return;
   const std::string path = unquote(deck->second.value);
   if (path.empty() || path == "latest") return;
+  // An emulated run keeps no checkpoint and starts from none: nothing to fall back to.
+  if (const auto b = given.find("device.backend"); b != given.end() && unquote(b->second.value) == "emulated") return;
   given["run.resume_fallback"] = DeckLine{"run.resume_fallback", deck->second.value, deck->second.line};
 }
 

@@ -78,6 +78,13 @@ printf '%s\n' 6 0 >"$T/statuses"
 "$LAUNCH" -- "$T/fake.sh" train d.deck run.resume=runs/x/ckpt/step-000002.h5 2>/dev/null
 expect_eq "restart replaces run.resume, keeping the named checkpoint as the fallback" \
   "train d.deck run.resume=latest run.resume_fallback=runs/x/ckpt/step-000002.h5" "$(sed -n 2p "$T/calls")"
+# A caller's run.resume= (start fresh, over a deck's run.resume = PATH) stays "no fallback":
+# without run.resume_fallback= atlas would take the deck's PATH as the fallback.
+rm -f "$T/calls"
+printf '%s\n' 6 0 >"$T/statuses"
+"$LAUNCH" -- "$T/fake.sh" train d.deck run.resume= 2>/dev/null
+expect_eq "restart after run.resume= passes an empty fallback" \
+  "train d.deck run.resume=latest run.resume_fallback=" "$(sed -n 2p "$T/calls")"
 
 # ---- SIGTERM (scancel) stops the attempt and does not restart ----
 rm -f "$T/calls"

@@ -134,6 +134,9 @@ TEST(Deck, CommandLineLatestKeepsTheDecksResumePathAsTheFallback) {
   EXPECT_EQ(parse("mem", kMinimal, {"run.resume=latest"}).run.resume_fallback, "");
   EXPECT_EQ(parse("mem", std::string(kMinimal) + "run.resume = latest\n", {"run.resume=latest"}).run.resume_fallback,
             "");
+  // An emulated run starts from no checkpoint: the restart of an emulated rehearsal of a
+  // fine-tune deck must not get the deck's path as a fallback it would refuse.
+  EXPECT_EQ(parse("mem", deck, {"run.resume=latest", "device.backend=emulated"}).run.resume_fallback, "");
 }
 
 TEST(Deck, BadOverridesAreReportedWithTheDeckProblems) {
