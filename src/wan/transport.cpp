@@ -334,7 +334,9 @@ std::unique_ptr<PeerTransport> make_transport(const WanCfg& wan, const ClusterCf
           ATLAS_THROW(Internal, "make_transport: rank " << p << " sent a malformed public key '"
                                                         << keys[static_cast<std::size_t>(p)] << "'");
         auto shared = x25519_shared(my_key.get(), pub);
-        o.pair_secrets[p] = derive_pair_secret(shared, key_file, world.rank(), my_pub, p, pub);
+        Secret pair = derive_pair_secret(shared, key_file, world.rank(), my_pub, p, pub);
+        o.pair_secrets[p] = pair;
+        wipe_secret(pair);
         OPENSSL_cleanse(shared.data(), shared.size());
       }
     });

@@ -64,8 +64,9 @@ struct MultirailOptions {
   MultirailOptions() = default;
   MultirailOptions(const MultirailOptions&) = default;
   MultirailOptions(MultirailOptions&&) = default;
-  MultirailOptions& operator=(const MultirailOptions&) = default;
-  MultirailOptions& operator=(MultirailOptions&&) = default;
+  // No assignment: the old secrets' map nodes would be freed or reused unwiped.
+  MultirailOptions& operator=(const MultirailOptions&) = delete;
+  MultirailOptions& operator=(MultirailOptions&&) = delete;
   ~MultirailOptions() { wipe_secrets(); }
   /// Overwrites `secret` and every value of `pair_secrets` with zeros (wipe_secret).
   void wipe_secrets() noexcept;
