@@ -15,9 +15,6 @@ namespace atlas::runtime {
 
 namespace {
 
-/// The most rows a profile's column may hold (atlas simulate --profile writes at most 5e7 events):
-/// a damaged file's dimensions are checked before anything is allocated for them.
-constexpr hsize_t kMaxProfileRows = 50'000'000;
 /// The longest event a profile may hold (a week): longer is a damaged time stamp, whose cost
 /// would reach the simulator as infinity.
 constexpr double kMaxEventSeconds = 7 * 24 * 3600.0;
@@ -31,9 +28,14 @@ hsize_t rows_of(hid_t d, const std::string& path, const std::string& group, cons
   if (dims.size() != 1)
     ATLAS_THROW(Io, "'" << path << "': " << group << "/" << name << " is not 1-D (" << dims.size() << " dimensions)"
                         << kDamagedHint);
-  if (dims[0] > kMaxProfileRows)
-    ATLAS_THROW(Io, "'" << path << "': " << group << "/" << name << " claims " << dims[0] << " rows, more than the "
-                        << kMaxProfileRows << " a profile holds" << kDamagedHint);
+  // The rows must be in the file: a damaged header can claim 2^40 of them in a small file, and the
+  // reader would allocate for them before reading (the writer stores every column whole, unfiltered).
+  h5::Type type(ATLAS_H5_CHECK(H5Dget_type(d)));
+  const hsize_t stored = H5Dget_storage_size(d);
+  const std::size_t row_bytes = H5Tget_size(type.get());
+  if (row_bytes == 0 || dims[0] > stored / row_bytes)
+    ATLAS_THROW(Io, "'" << path << "': " << group << "/" << name << " claims " << dims[0] << " rows of " << row_bytes
+                        << " bytes, but the file holds " << stored << " bytes for it" << kDamagedHint);
   return dims[0];
 }
 
