@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
 // `atlas train DECK [key=value ...]`: the SPMD training job. Phases as in HPCG: setup,
 // pre-flight validation, train loop, teardown. Wiring only; the algorithms live in their rooms.
+#include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <cmath>
 #include <limits>
 #include <optional>
 #include <span>
@@ -92,12 +92,14 @@ void check_finite(const runtime::StepReport& rep, std::optional<double> val, boo
   const std::string earlier = first_bad_loss >= 0 && first_bad_loss < rep.step
                                   ? fmt::format(" (the first non-finite loss was at step {})", first_bad_loss)
                                   : std::string();
+  // A NaN's sign bit is noise (inf - inf gives -nan): every one reads "nan".
+  const auto num = [](double x) { return std::isnan(x) ? std::string("nan") : fmt::format("{:.4g}", x); };
   const std::string what = fmt::format(
-      "training diverged at step {}: loss {:.4g}{}, gradient norm {:.4g}{} (not finite); the run stops before writing "
+      "training diverged at step {}: loss {}{}, gradient norm {}{} (not finite); the run stops before writing "
       "any checkpoint of this step, and the checkpoints and metrics written before it are kept\n"
       "  hint: lower train.lr or model.init_std, lengthen train.warmup_steps or set train.grad_clip; resume from "
       "the last good checkpoint with run.resume = latest",
-      rep.step, rep.loss, val ? fmt::format(", validation loss {:.4g}", *val) : std::string(), rep.grad_norm, earlier);
+      rep.step, num(rep.loss), val ? ", validation loss " + num(*val) : std::string(), num(rep.grad_norm), earlier);
   out.diverged(rep.step, what);
   throw CollectiveError(ExitCode::Diverged, {what});
 }

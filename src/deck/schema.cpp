@@ -382,7 +382,8 @@ void build(Schema& schema) {
       .help("AdamW beta1");
   b.field("train.beta2", &C::train, &TrainCfg::beta2).def("0.95").min(0).max(0.999999)
       .help("AdamW beta2");
-  b.field("train.eps", &C::train, &TrainCfg::eps).def("1e-08").min(0).max(1).help("AdamW epsilon");
+  b.field("train.eps", &C::train, &TrainCfg::eps).def("1e-08").min(1e-30).max(1)
+      .help("AdamW epsilon (> 0: it keeps the update finite where a gradient and its moments are 0)");
   b.field("train.grad_clip", &C::train, &TrainCfg::grad_clip).def("1").min(0).max(1e9)
       .help("clip the global gradient norm to this; 0 disables");
   b.field("train.dp_bucket_bytes", &C::train, &TrainCfg::dp_bucket_bytes).def("1M").min(1).max(4.0 * units::kGiB)

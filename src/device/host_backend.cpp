@@ -376,14 +376,18 @@ class HostBackend final : public Backend {
       float* p = probs + static_cast<std::size_t>(r) * vocab;
       float maxv = -INFINITY;
       for (int v = 0; v < vocab; ++v) maxv = std::max(maxv, z[v]);
+      const float zt = z[targets[r]];  // before p (which may alias z) is written
       double sum = 0.0;
       for (int v = 0; v < vocab; ++v) {
         p[v] = std::exp(z[v] - maxv);
         sum += p[v];
       }
       const auto inv = static_cast<float>(1.0 / sum);
+      // -log p[t] = log(sum) - (z[t] - max), from the logits: the normalised p[t] underflows to 0
+      // for a logit ~88 below the row's max, and a floor on it capped the loss (at -log(1e-30) =
+      // 69.08) however far a diverging model went.
+      losses[r] = static_cast<float>(std::log(sum) - static_cast<double>(zt - maxv));
       for (int v = 0; v < vocab; ++v) p[v] *= inv;
-      losses[r] = -std::log(std::max(p[targets[r]], 1e-30F));
     }
   }
   void softmax_xent_backward(float* dlogits, const float* probs, const std::int32_t* targets,

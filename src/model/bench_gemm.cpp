@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <optional>
 #include <vector>
@@ -63,7 +64,18 @@ int run_gemm_bench(const atlas::bench::Args& args) {
   const atlas::Backend kind = deck.device.backend;
   const int c = static_cast<int>(opt["hidden"]);
   const int tp = static_cast<int>(opt["tp"]);
-  const int n_tok = static_cast<int>(opt["seq-len"] * opt["batch"]);
+  // The shapes' sizes in 64 bits: seq-len x batch, and the largest matrix (tokens x the widest
+  // of vocab and 4 x hidden), must fit a GEMM's int dimensions and this machine's memory.
+  const long tokens = opt["seq-len"] * opt["batch"];
+  const double widest = static_cast<double>(std::max({opt["vocab"], 4 * opt["hidden"]}));
+  const double largest_bytes = static_cast<double>(tokens) * widest * sizeof(float);
+  if (tokens > std::numeric_limits<int>::max())
+    args.fail(fmt::format("--seq-len {} x --batch {} = {} tokens: more than a GEMM dimension holds ({})",
+                          opt["seq-len"], opt["batch"], tokens, std::numeric_limits<int>::max()));
+  if (largest_bytes > 64.0 * 1024 * 1024 * 1024)
+    args.fail(fmt::format("the largest matrix ({} tokens x {:g}) would take {:.0f} GiB (at most 64 GiB)", tokens,
+                          widest, largest_bytes / (1024.0 * 1024 * 1024)));
+  const int n_tok = static_cast<int>(tokens);
   const int v = static_cast<int>(opt["vocab"]);
   const int reps = static_cast<int>(opt["reps"]);
   if (c % tp != 0) args.fail(fmt::format("--hidden {} is not divisible by --tp {}", c, tp));

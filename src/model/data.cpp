@@ -165,6 +165,8 @@ DataLoader::DataLoader(const ShardSet& shards, Split which, const LoaderShape& s
 }
 
 void DataLoader::check_shape(std::int64_t len, Split which, const std::string& origin) {
+  m_split = which;
+  m_origin = origin;
   const LoaderShape& shape = m_shape;
   ProblemList problems;
   if (shape.seq_len < 1)
@@ -193,6 +195,21 @@ void DataLoader::check_shape(std::int64_t len, Split which, const std::string& o
 std::int64_t DataLoader::samples_per_step() const noexcept {
   return static_cast<std::int64_t>(m_shape.dp_size) * m_shape.micro_batches *
          m_shape.micro_batch_size;
+}
+
+std::string DataLoader::repeat_warning() const {
+  const std::int64_t g = samples_per_step();
+  if (m_windows >= g) return {};
+  const bool train = m_split == Split::Train;
+  return fmt::format(
+      "the {} split of {} holds {} window(s) of model.seq_len + 1 = {} tokens, but {} takes {} samples "
+      "(parallel.dp_size {} x {} {} x train.micro_batch_size {}): the same windows come several times in it, "
+      "in several DP replicas\n  hint: {}",
+      split_name(m_split), m_origin, m_windows, m_shape.seq_len + 1, train ? "a step" : "an evaluation", g,
+      m_shape.dp_size, train ? "train.micro_batches" : "train.eval_batches", m_shape.micro_batches,
+      m_shape.micro_batch_size,
+      train ? "use more training data, or lower model.seq_len, train.micro_batches or train.micro_batch_size"
+            : "lower train.eval_batches or model.seq_len, or give the validation split more tokens");
 }
 
 std::int64_t DataLoader::window_of(std::int64_t slot) const {

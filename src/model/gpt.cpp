@@ -314,8 +314,9 @@ std::size_t StageModel::boundary_floats() const noexcept {
   return tokens_per_micro() * static_cast<std::size_t>(m_hidden);
 }
 std::size_t StageModel::activation_bytes_per_micro(int chunk) const noexcept {
+  // start_micro's id buffers: the tokens on the first stage, the targets on the last.
   return arena_floats(chunk) * sizeof(float) +
-         (is_first() || is_last() ? 2 : 0) * tokens_per_micro() * sizeof(std::int32_t);
+         static_cast<std::size_t>((is_first() ? 1 : 0) + (is_last() ? 1 : 0)) * tokens_per_micro() * sizeof(std::int32_t);
 }
 std::size_t StageModel::activation_bytes() const noexcept {
   std::size_t bytes = 0;

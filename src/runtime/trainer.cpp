@@ -141,6 +141,11 @@ Trainer::Trainer(const Config& cfg, const topo::Layout& layout, const topo::Comm
     m_val = std::make_unique<model::DataLoader>(m_corpus, model::Split::Val, cfg.data.val_fraction,
                                                 vshape, seed, false);
   });
+  // World rank 0 (first stage) reads the data: a split smaller than what a step takes is said once.
+  if (comms.world.rank() == 0)
+    for (const auto* l : {m_train.get(), m_val.get()})
+      if (l != nullptr)
+        if (const std::string w = l->repeat_warning(); !w.empty()) log::warn("{}", w);
 
   // ---- intra-DC collectives (collective over tp_comm, then dp_comm): MPI on host memory,
   // NCCL on the CUDA backend, chosen by the device room ----

@@ -86,3 +86,11 @@ set_tests_properties(build_git_sha PROPERTIES LABELS unit TIMEOUT 60 PASS_REGULA
 add_test(NAME cli_help_exit_codes COMMAND $<TARGET_FILE:atlas> --help)
 set_tests_properties(cli_help_exit_codes PROPERTIES LABELS unit TIMEOUT 30
   PASS_REGULAR_EXPRESSION "exit codes: 0 ok, 1 usage, 2 config, 3 comm, 4 device, 5 I/O, 6 internal, 7 diverged,\n  8 stopped on request")
+# Shapes whose sizes pass an int or the machine's memory are refused before anything is allocated
+# (seq-len x batch wrapped to 0 and the bench printed "OK").
+add_test(NAME cli_bench_gemm_too_big COMMAND $<TARGET_FILE:atlas> bench gemm --seq-len 65536 --batch 65536 --hidden 8)
+set_tests_properties(cli_bench_gemm_too_big PROPERTIES LABELS unit TIMEOUT 30
+  PASS_REGULAR_EXPRESSION "--seq-len 65536 x --batch 65536 = 4294967296 tokens: more than a GEMM dimension holds")
+add_test(NAME cli_bench_gemm_too_much_memory COMMAND $<TARGET_FILE:atlas> bench gemm --seq-len 65536 --batch 64 --vocab 50257)
+set_tests_properties(cli_bench_gemm_too_much_memory PROPERTIES LABELS unit TIMEOUT 30
+  PASS_REGULAR_EXPRESSION "the largest matrix \\(4194304 tokens x 50257\\) would take 785 GiB \\(at most 64 GiB\\)")

@@ -135,6 +135,36 @@ TEST(HostBackend, BiasAddAndBiasGradient) {
   }
 }
 
+// The loss of a row is log(sum exp(z - max)) - (z[t] - max), however far below the max the
+// target's logit is: -log of the normalised probability, floored at 1e-30, capped it at 69.08, so a
+// diverging model's loss looked bounded. The probabilities (here written over the logits, as the
+// model calls it) are unchanged.
+TEST(HostBackend, CrossEntropyIsNotCappedWhenTheTargetsProbabilityUnderflows) {
+  auto be = make_host_backend(1);
+  const int vocab = 4;
+  const std::vector<float> logits = {0.0F, -200.0F, 1.0F, -1.0F,   // target 1: 200+ nats down
+                                     2.0F, 0.5F, -3.0F, 0.25F};    // target 0: the max
+  const std::vector<std::int32_t> targets = {1, 0};
+  Buffer z = upload(*be, logits);
+  Buffer t = testutil::upload_ids(*be, targets);
+  Buffer losses = be->alloc_floats(2);
+  be->softmax_xent_forward(losses.f32(), z.f32(), z.f32(), t.i32(), 2, vocab);
+  const auto got = download(*be, losses);
+  auto want = [&](int r, int target) {
+    const float* row = logits.data() + r * vocab;
+    const double m = *std::max_element(row, row + vocab);
+    double sum = 0.0;
+    for (int v = 0; v < vocab; ++v) sum += std::exp(row[v] - m);
+    return std::log(sum) - (row[target] - m);
+  };
+  EXPECT_NEAR(got[0], want(0, 1), 1e-4);
+  EXPECT_GT(got[0], 200.0F);
+  EXPECT_NEAR(got[1], want(1, 0), 1e-6);
+  const auto p = download(*be, z);
+  EXPECT_EQ(p[1], 0.0F);  // underflowed, as before: the gradient p - onehot is right
+  EXPECT_NEAR(p[2], std::exp(-want(0, 2)), 1e-6);  // the row's max: 1 / sum
+}
+
 TEST(HostBackend, EveryKernelGivesTheSameBitsWithOneAndThreeThreads) {
   // Shapes above the parallel threshold, so the 3-thread backend really runs OpenMP regions.
   auto one = make_host_backend(1);

@@ -141,6 +141,27 @@ TEST(DataLoader, SeqLenLongerThanTheSplitIsAConfigError) {
   EXPECT_NO_THROW(DataLoader(c, Split::Train, 0.05, shape, 1, false));
 }
 
+// A split with fewer windows than a step takes repeats them within the step, across replicas:
+// said (it was silent), naming the split, the counts and the fixes; none when the split is large.
+TEST(DataLoader, ASplitSmallerThanAStepIsWarnedAbout) {
+  const Corpus c = Corpus::from_text(synthetic_text(200), "tiny");
+  const LoaderShape shape{.seq_len = 16, .micro_batch_size = 2, .micro_batches = 4, .dp_size = 2};
+  const DataLoader train(c, Split::Train, 0.1, shape, 1, true);
+  ASSERT_LT(train.epoch_samples(), train.samples_per_step());
+  EXPECT_THAT(train.repeat_warning(),
+              ::testing::HasSubstr("the train split of tiny holds " + std::to_string(train.epoch_samples()) +
+                                   " window(s) of model.seq_len + 1 = 17 tokens, but a step takes 16 samples "
+                                   "(parallel.dp_size 2 x train.micro_batches 4 x train.micro_batch_size 2)"));
+  LoaderShape eval = shape;
+  eval.micro_batches = 2;
+  const DataLoader val(c, Split::Val, 0.5, eval, 1, false);
+  ASSERT_LT(val.epoch_samples(), 8);
+  EXPECT_THAT(val.repeat_warning(), ::testing::HasSubstr("but an evaluation takes 8 samples (parallel.dp_size 2 x "
+                                                         "train.eval_batches 2 x train.micro_batch_size 2)"));
+  const Corpus big = Corpus::from_text(synthetic_text(5000));
+  EXPECT_EQ(DataLoader(big, Split::Train, 0.1, shape, 1, true).repeat_warning(), "");
+}
+
 TEST(DataLoader, TargetsAreTheTokensShiftedByOne) {
   const Corpus c = Corpus::from_text(synthetic_text(5000));
   const auto stream = c.split(Split::Train, 0.1);

@@ -89,7 +89,8 @@ struct DataPosition {
 /// replica d, at the current step, takes global slot
 ///     q = samples_consumed + (d * M + m) * B + b,  window = perm_{q / W}(q % W),
 /// so replica d's micro-batch m is exactly micro-batch d*M + m of a dp_size = 1 run with
-/// dp_size * M micro-batches, and the replicas' samples are disjoint.
+/// dp_size * M micro-batches, and the replicas' samples are disjoint within an epoch (a step
+/// that crosses an epoch's end, or takes more than W samples, repeats windows: repeat_warning).
 class DataLoader {
  public:
   /// Keeps the corpus tokens alive. Throws atlas::ConfigError if the split is shorter than
@@ -112,6 +113,10 @@ class DataLoader {
   void rewind() noexcept { m_consumed = 0; }
 
   [[nodiscard]] std::int64_t samples_per_step() const noexcept;
+  /// Non-empty when a step (of this shape: an evaluation pass for the validation loader) takes
+  /// more samples than the split holds windows: the same windows then come several times in one
+  /// step, in several replicas. The run's warning, naming the split, the counts and the fixes.
+  [[nodiscard]] std::string repeat_warning() const;
   [[nodiscard]] std::int64_t epoch_samples() const noexcept { return m_windows; }
   [[nodiscard]] const LoaderShape& shape() const noexcept { return m_shape; }
   [[nodiscard]] DataPosition position() const noexcept;
@@ -130,6 +135,8 @@ class DataLoader {
   bool m_shuffle;
   std::int64_t m_windows = 0;
   std::int64_t m_consumed = 0;
+  Split m_split = Split::Train;
+  std::string m_origin;
 };
 
 /// Unigram (order-0) entropy of a token stream in nats per token: the loss floor of a model that

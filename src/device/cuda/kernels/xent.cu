@@ -24,8 +24,14 @@ __global__ void softmax_xent_forward_kernel(float* losses, float* probs, const f
   float maxv = -INFINITY;
   for (int v = static_cast<int>(threadIdx.x); v < vocab; v += kThreads) maxv = fmaxf(maxv, z[v]);
   maxv = block_max(maxv, fshared);
+  // The target's shifted logit, kept before p (which may alias z) overwrites it: the loss is
+  // log(sum) - (z[t] - max), not -log of the normalised p[t], which underflows to 0 ~88 below the
+  // max (a floor on it capped the loss at 69.08 however far a diverging model went).
+  __shared__ float zt;
+  const std::int32_t target_r = targets[r];
   double sum = 0.0;
   for (int v = static_cast<int>(threadIdx.x); v < vocab; v += kThreads) {
+    if (v == target_r) zt = z[v] - maxv;
     const float e = expf(z[v] - maxv);
     p[v] = e;
     sum += e;
@@ -40,7 +46,7 @@ __global__ void softmax_xent_forward_kernel(float* losses, float* probs, const f
       atomicMin(bad, pack_bad_target(r, target));
       losses[r] = NAN;
     } else {
-      losses[r] = -logf(fmaxf(p[target], 1e-30F));
+      losses[r] = static_cast<float>(log(sum) - static_cast<double>(zt));
     }
   }
 }
