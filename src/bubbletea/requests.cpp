@@ -82,7 +82,7 @@ std::vector<std::int32_t> synthetic_prompt(std::uint64_t seed, int id, int token
 }  // namespace
 
 std::vector<Request> parse_trace(const std::string& file, const std::string& text, int vocab, int context,
-                                 int default_max_new, std::uint64_t seed) {
+                                 int default_max_new, std::uint64_t seed, std::int64_t max_prompt_tokens) {
   std::vector<Request> out;
   ProblemList problems;
   std::istringstream in(text);
@@ -90,6 +90,7 @@ std::vector<Request> parse_trace(const std::string& file, const std::string& tex
   int lineno = 0;
   bool first_content = true;
   double last_arrival = 0.0;
+  std::int64_t held = 0;  // prompt tokens of the requests read so far
   std::vector<std::string> f;
   std::vector<bool> quoted;
   while (std::getline(in, line)) {
@@ -159,6 +160,11 @@ std::vector<Request> parse_trace(const std::string& file, const std::string& tex
       } else if (*count < 1 || *count > context) {
         problems.add(where + fmt::format("prompt of {} tokens is outside [1, bubbletea.context = {}]", *count, context));
         ok = false;
+      } else if (held + *count > max_prompt_tokens) {
+        problems.add(where + fmt::format("the prompts up to here hold {} tokens, more than {} (4 bytes each on every rank)"
+                                         "\n  hint: split the trace over several runs, or shorten the prompts",
+                                         held + *count, max_prompt_tokens));
+        break;
       } else {
         r.prompt = synthetic_prompt(seed, r.id, static_cast<int>(*count), vocab);
       }
@@ -181,6 +187,7 @@ std::vector<Request> parse_trace(const std::string& file, const std::string& tex
     }
     if (ok) {
       last_arrival = r.arrival_s;
+      held += static_cast<std::int64_t>(r.prompt.size());
       out.push_back(std::move(r));
     } else if (arrival && std::isfinite(*arrival) && *arrival >= last_arrival) {
       last_arrival = *arrival;  // keep the sort check meaningful after a bad line

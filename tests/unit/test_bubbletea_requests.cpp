@@ -102,6 +102,20 @@ TEST(Trace, StopsAfterTwentyProblemsAndBoundsTheRequestCount) {
   EXPECT_THAT(q[0], HasSubstr("t.csv:1000001: more than 1000000 requests"));
 }
 
+// Every rank holds every prompt: a trace whose prompts pass the cap (kMaxPromptTokens, 1 GiB) is
+// refused at the line that passes it, before its prompt is built (a small cap here).
+TEST(Trace, PromptTokensInAllAreBounded) {
+  using ::testing::HasSubstr;
+  const auto ok = parse_trace("t.csv", "0,40\n1,60\n", 256, 64, 4, 1, 100);
+  EXPECT_EQ(ok.size(), 2u);
+  try {
+    (void)parse_trace("t.csv", "0,40\n1,60\n2,1\n", 256, 64, 4, 1, 100);
+    FAIL() << "101 prompt tokens passed a cap of 100";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("t.csv:3: the prompts up to here hold 101 tokens, more than 100"));
+  }
+}
+
 TEST(Generator, SeededPoissonArrivalsAndLengths) {
   BubbleTeaCfg cfg;
   cfg.requests = 2000;

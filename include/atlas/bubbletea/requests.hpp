@@ -21,6 +21,18 @@ struct Request {
   int dc = 0;                          ///< the DC whose dispatcher serves it (id mod DC count)
 };
 
+/// The largest request trace read (a regular file; a FIFO or a device is refused).
+inline constexpr std::uint64_t kMaxTraceBytes = 256ull * 1024 * 1024;
+/// The most requests a trace may hold: bubbletea.requests' limit (every rank holds every
+/// request's prompt, so the count bounds its memory, not the file's size).
+inline constexpr std::size_t kMaxTraceRequests = 1'000'000;
+/// The most prompt tokens the requests may hold in all (every rank holds every request's prompt,
+/// 4 bytes a token): 2^28 tokens, 1 GiB. The generator's is checked with the deck
+/// (bubbletea.requests x bubbletea.prompt_tokens_max), a trace's while it is read.
+inline constexpr std::int64_t kMaxPromptTokens = std::int64_t{1} << 28;
+/// parse_trace stops reading after this many problems.
+inline constexpr std::size_t kMaxTraceProblems = 20;
+
 /// Parses a request trace. Format: one request per line, `arrival_s,prompt,max_new_tokens`;
 /// `prompt` is either a token count (an integer: that many tokens drawn from `seed`) or a quoted
 /// text (`"..."`, `""` for a quote inside; encoded by the byte tokenizer); `max_new_tokens` may be
@@ -30,22 +42,17 @@ struct Request {
 /// decreasing arrival time, empty prompt, prompt + max_new_tokens beyond `context`, a text
 /// prompt with vocab < 256, a token count below 1, wrong field count); it stops reading after
 /// kMaxTraceProblems of them (a file that is not a trace would list every line), and a trace of
-/// more than kMaxTraceRequests requests (the generator's bubbletea.requests limit) is refused.
+/// more than kMaxTraceRequests requests (the generator's bubbletea.requests limit), or of more
+/// than `max_prompt_tokens` prompt tokens in all, is refused.
 [[nodiscard]] std::vector<Request> parse_trace(const std::string& file, const std::string& text, int vocab,
-                                               int context, int default_max_new, std::uint64_t seed);
+                                               int context, int default_max_new, std::uint64_t seed,
+                                               std::int64_t max_prompt_tokens = kMaxPromptTokens);
 
 /// `bubbletea.requests` requests with exponential inter-arrival times of mean 1 / rate_per_s
 /// (rate 0: all arrive at t = 0), prompt lengths uniform in [prompt_tokens_min,
 /// prompt_tokens_max], tokens uniform in [0, vocab), all keyed by `seed` (run.seed).
 [[nodiscard]] std::vector<Request> generate_requests(const BubbleTeaCfg& cfg, std::uint64_t seed);
 
-/// The largest request trace read (a regular file; a FIFO or a device is refused).
-inline constexpr std::uint64_t kMaxTraceBytes = 256ull * 1024 * 1024;
-/// The most requests a trace may hold: bubbletea.requests' limit (every rank holds every
-/// request's prompt, so the count bounds its memory, not the file's size).
-inline constexpr std::size_t kMaxTraceRequests = 1'000'000;
-/// parse_trace stops reading after this many problems.
-inline constexpr std::size_t kMaxTraceProblems = 20;
 
 /// The deck's requests: the trace (when bubbletea.trace is set; the file is read here) or the
 /// generator; `dc` assigned as id mod dc_count. Throws ConfigError (with FILE:LINE for trace
