@@ -42,7 +42,11 @@ cmd_check() {
   done
   [[ -x "$BIN/atlas-wan-delay" && -x "$BIN/atlas-wan-probe" ]] ||
     refuse "atlas-wan-delay/atlas-wan-probe not found in $BIN (build first, or set ATLAS_BIN)"
+  reap_orphans
   local probe="awchk$$"
+  # An interrupt (a timeout's TERM, Ctrl-C) must not leave the probe namespace behind.
+  trap 'ip netns del "$probe" 2>/dev/null; exit 130' INT
+  trap 'ip netns del "$probe" 2>/dev/null; exit 143' TERM
   ip netns add "$probe" 2>/dev/null || refuse "cannot create a network namespace ('ip netns add' failed: no CAP_SYS_ADMIN, or a container without netns)"
   local ok=1 why=""
   if ! ip -n "$probe" link add eth0 type veth peer name eth1 2>/dev/null; then ok=0; why="veth devices are not available"; fi
@@ -53,14 +57,33 @@ cmd_check() {
   if [[ $ok -eq 1 ]]; then
     set +e
     local out
-    out=$(ip netns exec "$probe" timeout 2 "$BIN/atlas-wan-delay" --queue 0 --delay-ms 1 2>&1 </dev/null &
-          p=$!; sleep 0.3; kill "$p" 2>/dev/null; wait "$p")
+    # Up to 3 s for its "ready" (as `up` waits): a loaded machine is slow to start it, and a fixed
+    # 0.3 s made the emulated tests skip (exit 77) as if the machine could not emulate.
+    out=$(ip netns exec "$probe" timeout 4 "$BIN/atlas-wan-delay" --queue 0 --delay-ms 1 2>&1 </dev/null &
+          p=$!; for _ in $(seq 30); do sleep 0.1; kill -0 "$p" 2>/dev/null || break; done; kill "$p" 2>/dev/null
+          wait "$p")
     set -e
     [[ $out == *ready* ]] || { ok=0; why="atlas-wan-delay cannot read a netfilter queue: $out"; }
   fi
   ip netns del "$probe" 2>/dev/null || true
+  trap - INT TERM
   [[ $ok -eq 1 ]] || refuse "$why"
   echo "ok"
+}
+
+# ---- emulations whose owner died (a test killed by ctest's timeout: SIGKILL, no trap ran) ----
+# `up` records its owner's pid (ATLAS_WAN_OWNER_PID, run_emulated.sh's, else the caller's); an
+# emulation whose owner is gone is removed, naming it. One without an owner file is left alone.
+reap_orphans() {
+  local dir owner
+  for dir in "$STATE_ROOT"/*/; do
+    [[ -f $dir/owner ]] || continue
+    owner=$(<"$dir/owner")
+    [[ $owner =~ ^[0-9]+$ ]] || continue
+    kill -0 "$owner" 2>/dev/null && continue
+    echo "netns.sh: removing emulation '$(basename "$dir")' left by a job that died (pid $owner)" >&2
+    cmd_down "$(basename "$dir")" || true
+  done
 }
 
 # ---- up ----
@@ -113,22 +136,26 @@ cmd_up() {
       quantum 65536
   }
   local state="$STATE_ROOT/$name"
+  reap_orphans
   [[ ! -e $state ]] || die "emulation '$name' already exists ($state); run: $0 down $name"
   mkdir -p "$state"
   echo "$dcs" >"$state/dcs"
-  # Any failure below tears down what exists so far.
+  echo "${ATLAS_WAN_OWNER_PID:-$PPID}" >"$state/owner"
+  # Any failure or interrupt below tears down what exists so far.
   trap 'echo "netns.sh: setup of $name failed; removing it" >&2; cmd_down "$name"' ERR
+  trap 'echo "netns.sh: setup of $name interrupted; removing it" >&2; cmd_down "$name"; exit 130' INT
+  trap 'echo "netns.sh: setup of $name interrupted; removing it" >&2; cmd_down "$name"; exit 143' TERM
 
   local br="$name-br"
+  echo "$br" >>"$state/namespaces"  # recorded first: an interrupt between the two leaks nothing
   ip netns add "$br"
-  echo "$br" >>"$state/namespaces"
   ip -n "$br" link set lo up
   ip -n "$br" link add br0 type bridge
   ip -n "$br" link set br0 up
   for ((d = 0; d < dcs; d++)); do
     local ns="$name-dc$d"
-    ip netns add "$ns"
     echo "$ns" >>"$state/namespaces"
+    ip netns add "$ns"
     ip -n "$ns" link set lo up
     ip -n "$ns" link add eth0 type veth peer name "p$d" netns "$br"
     ip -n "$ns" addr add "$(addr "$d")/24" dev eth0
@@ -225,7 +252,7 @@ cmd_up() {
       ip netns exec "$ns" iptables -A INPUT -i eth0 -s "$(addr "$e")" -j NFQUEUE --queue-num "$e"
     done
   done
-  trap - ERR
+  trap - ERR INT TERM
   echo "netns.sh: emulation '$name' up: $dcs DCs on $SUBNET_PREFIX.0/24 (state in $state)" >&2
 }
 
@@ -233,9 +260,8 @@ cmd_up() {
 cmd_down() {
   local name="$1"
   local state="$STATE_ROOT/$name"
-  if [[ -f $state/pids ]]; then
-    while read -r pid; do kill "$pid" 2>/dev/null || true; done <"$state/pids"
-  fi
+  # The delayers run inside the namespaces: stopped with everything else there, below (never by
+  # a recorded pid, which may belong to another process by now).
   local nss=()
   if [[ -f $state/namespaces ]]; then mapfile -t nss <"$state/namespaces"; fi
   for ns in "${nss[@]}"; do
@@ -244,10 +270,22 @@ cmd_down() {
     for pid in $(ip netns pids "$ns" 2>/dev/null); do kill "$pid" 2>/dev/null || true; done
   done
   sleep 0.1
+  local left=()
   for ns in "${nss[@]}"; do
     for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
     ip netns del "$ns" 2>/dev/null || true
+    if [[ -e /run/netns/$ns ]]; then left+=("$ns"); fi
   done
+  # A setting run_emulated.sh changed for the run (kernel.sched_autogroup_enabled), put back.
+  if [[ -f $state/autogroup_restore ]]; then
+    cat "$state/autogroup_restore" >/proc/sys/kernel/sched_autogroup_enabled 2>/dev/null || true
+  fi
+  if ((${#left[@]} > 0)); then
+    printf '%s\n' "${left[@]}" >"$state/namespaces"
+    echo "netns.sh: could not delete namespace(s) ${left[*]} of emulation '$name'; run: ip netns del NAME" \
+      "for each, then $0 down $name" >&2
+    return 1
+  fi
   rm -rf "$state"
 }
 

@@ -4,7 +4,7 @@
 # launcher check its RTT, runs the WAN transport MPI test across the two namespaces (multirail and
 # Open MPI over the emulated link), checks the latency of single messages after idle gaps
 # (scripts/wan/latency_2dc.deck), then interrupts a further emulated job and checks that
-# everything it created is gone. Exit 77 (skip) with the reason when namespaces are not allowed.
+# everything it created is gone; and after a SIGKILL (no trap), that the next check removes it. Exit 77 (skip) with the reason when namespaces are not allowed.
 # usage: netns_selftest.sh TEST_WAN_TRANSPORT_BINARY
 set -Eeuo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -58,4 +58,30 @@ interrupt_case() {
 }
 interrupt_case INT 130
 interrupt_case TERM 143
-echo "OK: the emulated link carried both transports and was removed after SIGINT and SIGTERM"
+
+# SIGKILL (ctest's timeout kills a test's process tree so): no trap runs, and the delayers, started
+# in the background by `netns.sh up`, outlive the job. The next check removes the dead job's
+# emulation, naming it.
+echo "== 4. SIGKILL to an emulated job: the next netns.sh check removes what it left"
+"$HERE/run_emulated.sh" "$DECK" 2 -- sleep 60 &
+job=$!
+name="aw$job"
+for _ in $(seq 1 100); do
+  ip netns list | grep -q "^$name-dc1" && break
+  sleep 0.1
+done
+ip netns list | grep -q "^$name-dc1" || { echo "FAIL: emulation $name never came up"; kill "$job"; exit 1; }
+sleep 1.5
+pkill -KILL -P "$job" 2>/dev/null || true  # its mpirun
+kill -KILL "$job"
+wait "$job" 2>/dev/null || true
+ip netns list | grep -q "^$name-" || { echo "FAIL: a SIGKILL left nothing to remove (the case tests nothing)"; exit 1; }
+out=$("$HERE/netns.sh" check 2>&1) || { echo "FAIL: netns.sh check after the SIGKILL: $out"; exit 1; }
+echo "$out"
+grep -q "removing emulation '$name' left by a job that died (pid $job)" <<<"$out" ||
+  { echo "FAIL: check did not say it removed $name"; exit 1; }
+if ip netns list | grep -q "^$name-"; then
+  echo "FAIL: namespaces of $name left behind after check:"; ip netns list | grep "^$name-"; exit 1
+fi
+[[ ! -e ${ATLAS_WAN_STATE:-${TMPDIR:-/tmp}/atlas-wan}/$name ]] || { echo "FAIL: state of $name left behind"; exit 1; }
+echo "OK: the emulated link carried both transports and was removed after SIGINT, SIGTERM and SIGKILL"

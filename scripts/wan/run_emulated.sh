@@ -129,7 +129,9 @@ AUTOGROUP_FILE=/proc/sys/kernel/sched_autogroup_enabled
 AUTOGROUP_WAS=""
 cleanup() {
   local rc=$?
-  trap - EXIT INT TERM
+  # A second Ctrl-C or TERM must not end the script before the emulation is down.
+  trap - EXIT
+  trap '' INT TERM
   if [[ -n $JOB_PID ]] && kill -0 "$JOB_PID" 2>/dev/null; then
     kill -TERM "$JOB_PID" 2>/dev/null || true  # mpirun stops its ranks
     for _ in $(seq 1 30); do kill -0 "$JOB_PID" 2>/dev/null || break; sleep 0.1; done
@@ -146,12 +148,14 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-"$NETNS" up "$NAME" --dcs "$N" --latency-ms "$LAT" --bandwidth-gbps "$BW" --flow-window "$WAN_FLOW_WINDOW_BYTES"
+ATLAS_WAN_OWNER_PID=$$ "$NETNS" up "$NAME" --dcs "$N" --latency-ms "$LAT" --bandwidth-gbps "$BW" --flow-window "$WAN_FLOW_WINDOW_BYTES"
 EMULATION_UP=1
 
 if [[ $AUTOGROUP_MODE == off && -w $AUTOGROUP_FILE && $(cat "$AUTOGROUP_FILE") == 1 ]]; then
   if echo 0 2>/dev/null >"$AUTOGROUP_FILE"; then
     AUTOGROUP_WAS=1
+    # netns.sh down puts it back too, when it removes this emulation after this script died.
+    echo 1 >"${ATLAS_WAN_STATE:-${TMPDIR:-/tmp}/atlas-wan}/$NAME/autogroup_restore" 2>/dev/null || true
     echo "run_emulated.sh: kernel.sched_autogroup_enabled 1 -> 0 for this run (restored at exit; ATLAS_WAN_AUTOGROUP=keep leaves it)" >&2
   else
     echo "run_emulated.sh: kernel.sched_autogroup_enabled = 1 and cannot be changed here: helper threads may wait for cores (see the header)" >&2
