@@ -388,7 +388,8 @@ void Trainer::wait_bounded(mpi::Request& req, const std::function<std::string()>
   req.abandon();  // unwinding to MPI_Abort: the buffer stays, the request is never freed
   ATLAS_THROW(Comm, "rank " << m_comms.world.rank() << ": " << what() << " did not complete within "
                             << m_cfg.wan.recv_timeout_s
-                            << " s\n  hint: a peer may be stuck or dead; raise wan.recv_timeout_s if the link is slow");
+                            << " s (wan.recv_timeout_s)\n  hint: a peer may be stuck or dead (the other ranks' errors "
+                               "name it); raise wan.recv_timeout_s if the link is slow");
 }
 
 double Trainer::step_loss() {

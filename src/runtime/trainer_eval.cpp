@@ -6,6 +6,7 @@
 
 #include <exception>
 #include <memory>
+#include <string>
 
 #include "atlas/core/check.hpp"
 #include "atlas/mpi/tags.hpp"
@@ -66,30 +67,25 @@ double Trainer::evaluate() {
       }
     }
   }
-  // The loss's sum and its way to rank 0, bounded as every wait on a peer (a replica or the last
-  // stage that hangs fails the job, naming the wait).
-  const auto bounded = [&](mpi::Request r, const char* what) {
-    if (!r.wait_polling_for(m_cfg.wan.recv_timeout_s)) {
-      r.abandon();
-      ATLAS_THROW(Comm, "evaluation: " << what << " did not complete within " << m_cfg.wan.recv_timeout_s
-                                       << " s (wan.recv_timeout_s)\n  hint: a rank may be stuck or dead (the other "
-                                          "ranks' errors name it); raise wan.recv_timeout_s if evaluation is that slow");
-    }
-  };
+  // The loss's sum and its way to rank 0, bounded as every wait on a peer (wait_bounded: a replica
+  // or the last stage that hangs fails the job, naming the wait).
   if (last) {
     loss /= batches;
-    bounded(m_comms.dp.iallreduce_sum(std::span<double>(&loss, 1)), "the validation loss's sum over the DP replicas");
+    mpi::Request sum = m_comms.dp.iallreduce_sum(std::span<double>(&loss, 1));
+    wait_bounded(sum, [] { return std::string("evaluation: the validation loss's sum over the DP replicas"); });
     loss /= m_layout.dp_size();
   }
   const int reporter = m_layout.world_rank(m_layout.pp_size() - 1, 0, 0);
   const int me = m_comms.world.rank();
   if (reporter == 0) return me == 0 ? loss : 0.0;
-  if (me == reporter)
-    bounded(m_comms.world.isend(std::span<const double>(&loss, 1), 0, mpi::tags::kEvalLoss),
-            "the validation loss's send to rank 0");
-  if (me == 0)
-    bounded(m_comms.world.irecv(std::span<double>(&loss, 1), reporter, mpi::tags::kEvalLoss),
-            "the validation loss from the last stage");
+  if (me == reporter) {
+    mpi::Request send = m_comms.world.isend(std::span<const double>(&loss, 1), 0, mpi::tags::kEvalLoss);
+    wait_bounded(send, [] { return std::string("evaluation: the validation loss's send to rank 0"); });
+  }
+  if (me == 0) {
+    mpi::Request recv = m_comms.world.irecv(std::span<double>(&loss, 1), reporter, mpi::tags::kEvalLoss);
+    wait_bounded(recv, [] { return std::string("evaluation: the validation loss from the last stage"); });
+  }
   return loss;
 }
 
