@@ -234,8 +234,13 @@ Service::Service(const Config& cfg, const topo::Layout& layout, const topo::Comm
   });
   const auto per_tokens = m_comm.allgather(static_cast<unsigned long long>(per_token));
   const auto budgets = m_comm.allgather(static_cast<unsigned long long>(bt.kv_cap_bytes - m_fixed_bytes));
-  m_reserve_per_token = *std::max_element(per_tokens.begin(), per_tokens.end());
-  m_reserve_budget = *std::min_element(budgets.begin(), budgets.end());
+  // The pipeline's rank with the largest need per token and the one with the least room.
+  const auto most_token =
+      static_cast<std::size_t>(std::max_element(per_tokens.begin(), per_tokens.end()) - per_tokens.begin());
+  const auto least_room =
+      static_cast<std::size_t>(std::min_element(budgets.begin(), budgets.end()) - budgets.begin());
+  m_reserve_per_token = per_tokens[most_token];
+  m_reserve_budget = budgets[least_room];
   // Admission reserves the pipeline's largest need per token against its smallest room, so the
   // longest prompt must fit that too: each rank fitting its own (above) is not enough where one
   // rank holds more blocks and another more fixed bytes (the head's logits). A prompt that never
@@ -244,8 +249,6 @@ Service::Service(const Config& cfg, const topo::Layout& layout, const topo::Comm
   const auto world_ranks = m_comm.allgather(static_cast<unsigned long long>(world.rank()));
   collective(world, [&] {
     if (reserve_need <= m_reserve_budget) return;
-    const auto most_token = std::max_element(per_tokens.begin(), per_tokens.end()) - per_tokens.begin();
-    const auto least_room = std::min_element(budgets.begin(), budgets.end()) - budgets.begin();
     const std::uint64_t cap_needed = bt.kv_cap_bytes - m_reserve_budget + reserve_need;
     throw ConfigError(fmt::format(
         "bubbletea.kv_cap_bytes = {} cannot admit the longest prompt ({} tokens) in the inference pipeline of ranks {}: "
@@ -254,10 +257,9 @@ Service::Service(const Config& cfg, const topo::Layout& layout, const topo::Comm
         "{}); nothing would ever be admitted\n  hint: set bubbletea.kv_cap_bytes to at least {} ({} bytes), or "
         "shorten the prompts",
         units::format_bytes_human(static_cast<double>(bt.kv_cap_bytes)), longest, fmt::join(world_ranks, " "),
-        units::format_bytes_human(static_cast<double>(per_tokens[static_cast<std::size_t>(most_token)])),
-        world_ranks[static_cast<std::size_t>(most_token)], units::format_bytes_human(static_cast<double>(reserve_need)),
-        units::format_bytes_human(static_cast<double>(m_reserve_budget)),
-        world_ranks[static_cast<std::size_t>(least_room)],
+        units::format_bytes_human(static_cast<double>(m_reserve_per_token)), world_ranks[most_token],
+        units::format_bytes_human(static_cast<double>(reserve_need)),
+        units::format_bytes_human(static_cast<double>(m_reserve_budget)), world_ranks[least_room],
         units::format_bytes_human(static_cast<double>(cap_needed)), cap_needed));
   });
 

@@ -50,12 +50,17 @@ double capacity_of(const Config& cfg, int a, int b) {
   return std::max(gbps, 1e-9) * 1e9 / 8.0 / 1e3;
 }
 
-/// A valid deck or an internal error (the designs build decks themselves).
-void check_valid(const Config& c, const char* what) {
+/// The problems of a deck the designs built, validated as an offline one (not launched).
+std::vector<std::string> offline_problems(const Config& c) {
   deck::JobShape shape;
   shape.world_size = -1;
   shape.cuda_built = true;
-  const auto problems = deck::validate(c, shape);
+  return deck::validate(c, shape);
+}
+
+/// A valid deck or an internal error (the designs build decks themselves).
+void check_valid(const Config& c, const char* what) {
+  const auto problems = offline_problems(c);
   ATLAS_ASSERT(problems.empty(), what << " made an invalid deck: " << problems.front());
 }
 
@@ -175,6 +180,7 @@ Comparison compare_designs(const Config& cfg, const sched::DeviceProfile& prof, 
     std::vector<int> gpus_dc(static_cast<std::size_t>(n), 0);
     for (int dc = 0; dc < n; ++dc)
       gpus_dc[static_cast<std::size_t>(dc)] = cfg.parallel.stages_per_dc[static_cast<std::size_t>(dc)] * out.dp * out.tp;
+    const double limit = sched::memory_limit_bytes(cfg, prof);
     for (int k = 1; k <= cfg.model.layers; ++k) {
       int pipes = 0;
       for (int g : gpus_dc) pipes += g / (k * out.tp);
@@ -184,7 +190,7 @@ Comparison compare_designs(const Config& cfg, const sched::DeviceProfile& prof, 
       mm.layers_per_stage = split_layers(cfg.model.layers, k);
       const sim::MemoryEstimate e =
           sim::peak_memory(mm, k, out.tp, out.micro_batch_size, m_a, ScheduleKind::OneFOneB, prof, 1, pipes);
-      if (e.total() > sched::memory_limit_bytes(cfg, prof)) continue;
+      if (e.total() > limit) continue;
       out.a_fits = true;
       out.stages_a = k;
       out.pipelines_a = pipes;
@@ -256,6 +262,7 @@ Config grid_config(const Config& base, const sched::DeviceProfile& prof, const s
   c.model = model_preset(model);
   c.model.init_std = base.model.init_std;
   const int tp = std::min(spec.tp, base.cluster.gpus_per_node);
+  const double limit = sched::memory_limit_bytes(base, prof);
   int k = 0;
   for (int kk = 1; kk * n <= c.model.layers; ++kk) {
     // (a): a whole pipeline of kk stages; (b)/(c): n * kk stages. Both must fit.
@@ -267,7 +274,7 @@ Config grid_config(const Config& base, const sched::DeviceProfile& prof, const s
     // train.zero_stage splits the state over each stage's replicas: n x dp pipelines in (a), dp in (b)/(c).
     const double a = sim::peak_memory(ma, kk, tp, 1, m / n, ScheduleKind::OneFOneB, prof, 1, n * dp).total();
     const double b = sim::peak_memory(mb, n * kk, tp, 1, m, ScheduleKind::Atlas, prof, 1, dp).total();
-    if (a <= sched::memory_limit_bytes(base, prof) && b <= sched::memory_limit_bytes(base, prof)) {
+    if (a <= limit && b <= limit) {
       k = kk;
       break;
     }
@@ -297,10 +304,7 @@ Config grid_config(const Config& base, const sched::DeviceProfile& prof, const s
   c.schedule.kind = ScheduleKind::Atlas;
   // The point comes from the user's --models/--dcs/--latencies/--dps: a deck they make invalid
   // (dp 200000 is over parallel.dp_size's limit) is their error, named with the point.
-  deck::JobShape shape;
-  shape.world_size = -1;
-  shape.cuda_built = true;
-  if (const auto problems = deck::validate(c, shape); !problems.empty())
+  if (const auto problems = offline_problems(c); !problems.empty())
     throw ConfigError(fmt::format("simulate --grid: the point model {}, {} DCs, {:g} ms, dp {} is not a valid deck: "
                                   "{}\n  hint: change --models, --dcs, --latencies or --dps",
                                   model, n, latency_ms, dp, problems.front()));

@@ -511,7 +511,7 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
         "(tp {} x pp {}, micro-batch size 1: {:.1f} GiB weights/grads/Adam + {:.1f} GiB activations), "
         "{} has {:g} GiB ({:.1f} GiB usable{})\n  hint: {}",
         static_cast<double>(model.parameter_count()) / 1e9, gib(e.total()), tp, pp, gib(e.state_bytes),
-        gib(e.activation_bytes), prof.name, prof.memory_gib, gib(usable), sched::memory_owner(cfg, prof.name).substr(prof.name.size()), [&] {
+        gib(e.activation_bytes), prof.name, prof.memory_gib, gib(usable), sched::memory_sharing(cfg), [&] {
           // Only what can help: more GPUs while they, not model.layers, limit pp; a larger tp up to
           // the node's size (tp stays inside a node); recomputation where the state alone fits
           // (it shrinks activations only); a device with more memory.

@@ -150,7 +150,11 @@ std::string memory_misfit(const ScheduleMemory& mem, const ScheduleTable& table,
 }
 
 std::string memory_owner(const Config& cfg, const std::string& device_name) {
-  std::string out = device_name;
+  return device_name + memory_sharing(cfg);
+}
+
+std::string memory_sharing(const Config& cfg) {
+  std::string out;
   if (host_memory(cfg) && cfg.cluster.ranks_per_host > 1)
     out += fmt::format(", whose memory the cluster.ranks_per_host = {} ranks share", cfg.cluster.ranks_per_host);
   if (cfg.bubbletea.enabled)

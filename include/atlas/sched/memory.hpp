@@ -66,6 +66,9 @@ double memory_limit_bytes(const Config& cfg, const DeviceProfile& p);
 /// The device whose usable memory limits a rank, for messages: `device_name`, and for the host
 /// profile shared by cluster.ranks_per_host ranks (its limit per rank is the host's / that) says so.
 std::string memory_owner(const Config& cfg, const std::string& device_name);
+/// What memory_owner adds after the device's name (", whose memory the ... ranks share", ", less
+/// bubbletea.kv_cap_bytes = ..."); empty when the rank has its device's usable memory.
+std::string memory_sharing(const Config& cfg);
 
 /// "" when `mem` fits; else one message naming the schedule, the memory per GPU, the stage, the
 /// in-flight depth, the limit and the fixes the deck `cfg` has not taken yet.
