@@ -580,7 +580,7 @@ void build(Schema& schema) {
       .help("CSV request trace (arrival_s,prompt,max_new_tokens); empty = Poisson generator");
   b.field("bubbletea.rate_per_s", &C::bubbletea, &BubbleTeaCfg::rate_per_s).def("20").min(0).max(1e6)
       .help("Poisson request arrival rate of the generator");
-  b.field("bubbletea.requests", &C::bubbletea, &BubbleTeaCfg::requests).def("64").min(0).max(1e6)
+  b.field("bubbletea.requests", &C::bubbletea, &BubbleTeaCfg::requests).def("64").min(0).max(limits::kMaxRequests)
       .help("requests the generator makes");
   b.field("bubbletea.prompt_tokens_min", &C::bubbletea, &BubbleTeaCfg::prompt_tokens_min)
       .def("8").min(1).max(kMaxTokens).help("shortest generated prompt, tokens");

@@ -328,12 +328,13 @@ void check_misc(const Config& c, const JobShape& shape, std::vector<std::string>
     const bool generated = bt.trace.empty();
     if (generated && bt.prompt_tokens_min > bt.prompt_tokens_max)
       out.push_back("bubbletea.prompt_tokens_min is above bubbletea.prompt_tokens_max");
-    // Every rank holds every request's prompt (4 bytes a token): 2^28 tokens (1 GiB) at most, as
-    // bubbletea::kMaxPromptTokens bounds a trace's.
-    if (const double most = static_cast<double>(bt.requests) * bt.prompt_tokens_max; generated && most > 268435456.0)
+    // Every rank holds every request's prompt (4 bytes a token): limits::kMaxPromptTokens (1 GiB)
+    // at most, as it bounds a trace's.
+    if (const double most = static_cast<double>(bt.requests) * bt.prompt_tokens_max;
+        generated && most > limits::kMaxPromptTokens)
       out.push_back("bubbletea.requests (" + std::to_string(bt.requests) + ") x bubbletea.prompt_tokens_max (" +
-                    std::to_string(bt.prompt_tokens_max) + ") = " + str(most) +
-                    " prompt tokens, more than 268435456 (1 GiB on every rank, which holds every prompt)\n"
+                    std::to_string(bt.prompt_tokens_max) + ") = " + str(most) + " prompt tokens, more than " +
+                    str(limits::kMaxPromptTokens) + " (1 GiB on every rank, which holds every prompt)\n"
                     "  hint: fewer bubbletea.requests or a lower bubbletea.prompt_tokens_max");
     const std::int64_t longest = static_cast<std::int64_t>(bt.prompt_tokens_max) + bt.max_new_tokens;
     if (generated && longest > bt.context)

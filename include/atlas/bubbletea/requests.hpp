@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "atlas/deck/config.hpp"
+#include "atlas/deck/schema.hpp"
 
 namespace atlas::bubbletea {
 
@@ -25,11 +26,9 @@ struct Request {
 inline constexpr std::uint64_t kMaxTraceBytes = 256ull * 1024 * 1024;
 /// The most requests a trace may hold: bubbletea.requests' limit (every rank holds every
 /// request's prompt, so the count bounds its memory, not the file's size).
-inline constexpr std::size_t kMaxTraceRequests = 1'000'000;
-/// The most prompt tokens the requests may hold in all (every rank holds every request's prompt,
-/// 4 bytes a token): 2^28 tokens, 1 GiB. The generator's is checked with the deck
-/// (bubbletea.requests x bubbletea.prompt_tokens_max), a trace's while it is read.
-inline constexpr std::int64_t kMaxPromptTokens = std::int64_t{1} << 28;
+inline constexpr auto kMaxTraceRequests = static_cast<std::size_t>(deck::limits::kMaxRequests);
+/// The most prompt tokens the requests may hold in all (deck::limits::kMaxPromptTokens, 1 GiB).
+inline constexpr auto kMaxPromptTokens = static_cast<std::int64_t>(deck::limits::kMaxPromptTokens);
 /// parse_trace stops reading after this many problems.
 inline constexpr std::size_t kMaxTraceProblems = 20;
 

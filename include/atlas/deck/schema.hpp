@@ -41,6 +41,11 @@ inline constexpr double kMaxSeconds = 1e6;             ///< every *_s duration (
 inline constexpr double kMaxScheduleSlots = 2'000'000;
 /// Sequences per step (dp x micro_batches x micro_batch_size).
 inline constexpr double kMaxGlobalBatch = 16'777'216;
+/// BubbleTea's requests: bubbletea.requests, and the requests a trace may hold.
+inline constexpr double kMaxRequests = 1'000'000;
+/// The prompt tokens all requests may hold (every rank holds every prompt, 4 bytes a token):
+/// 2^28, 1 GiB. The generator's with the deck, a trace's while it is read.
+inline constexpr double kMaxPromptTokens = 268'435'456;
 /// One micro-batch's boundary activations (seq_len x micro_batch_size x hidden x 4 bytes): 1 TiB.
 inline constexpr double kMaxBoundaryBytes = 1099511627776.0;
 /// data.val_fraction (and atlas tokenize --val-fraction): the held-out share of the tokens.
