@@ -19,6 +19,8 @@
 #                             before passing a SIGUSR1 on)
 # exit status: the last attempt's (0 when an attempt succeeded).
 set -uo pipefail
+# shellcheck source=wait_child.sh
+source "$(dirname "${BASH_SOURCE[0]}")/wait_child.sh"
 
 log_file=""
 while [[ $# -gt 0 ]]; do
@@ -142,15 +144,7 @@ while :; do
   # A signal that came while the attempt was being started found no child to pass it to.
   if ((stopping)); then kill -TERM "$child" 2>/dev/null; fi
   if ((stop_requested)); then kill -USR1 "$child" 2>/dev/null; fi
-  # wait returns early (>128) when a trapped signal arrives; wait again for the real status.
-  wait "$child"
-  status=$?
-  while kill -0 "$child" 2>/dev/null; do
-    wait "$child"
-    status=$?
-  done
-  # Once more: bash keeps a finished child's status, and a wait a trap cut short said 128 + signal.
-  wait "$child"
+  atlas_wait_child "$child"
   status=$?
   child=""
   say "attempt $attempt exited with status $status ($(describe "$status")) after $(($(date +%s) - start)) s"

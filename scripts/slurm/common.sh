@@ -11,6 +11,9 @@
 #               atlas_deck_value KEY               (a deck key after overrides, for sweeps)
 # Needs bash, Slurm's client commands inside a job, and git (optional: the commit is recorded).
 
+# shellcheck source=../launch/wait_child.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../launch/wait_child.sh"  # atlas_wait_child
+
 # ---- site settings: every one may be set by the sbatch script or the environment ----
 # NOTE: change for your cluster (or set in the sbatch script / `sbatch --export=ALL,VAR=...`).
 : "${ATLAS_ROOT:=${SLURM_SUBMIT_DIR:-$PWD}}"     # repository checkout; decks are relative to it
@@ -316,15 +319,7 @@ atlas_run() {
     trap atlas_pass_usr1 USR1
     # One that came while the loop was being started.
     if ((ATLAS_STOP_EARLY)); then atlas_pass_usr1; fi
-    # wait returns early (>128) when the trap runs; wait again for the loop's own status.
-    wait "$loop_pid"
-    status=$?
-    while kill -0 "$loop_pid" 2>/dev/null; do
-      wait "$loop_pid"
-      status=$?
-    done
-    # Once more: bash keeps a finished child's status, and a wait the trap cut short said 138.
-    wait "$loop_pid"
+    atlas_wait_child "$loop_pid"  # the USR1 trap may cut a wait short
     status=$?
     trap - USR1
     rm -f "$ready"
