@@ -6,7 +6,7 @@
 # start in time is SKIPped); every step's output goes to $OUT/gpu.log, the measured profile and the
 # peer benchmark's tables to $OUT/; a PASS/FAIL/SKIP summary ends the log and stdout.
 #   Steps: every gpu test binary (test_cuda*, test_nccl*; the MPI ones at np 1 and 2), atlas train
-#   inputs/gpt2_124m_gpu.deck (a few steps), a 2-rank 2-DC pipeline run on the GPU, atlas bench
+#   inputs/gpt2_124m_gpu.deck (a few steps; again with device.cuda_graphs), a 2-rank 2-DC pipeline run on the GPU, atlas bench
 #   bubbletea with cuda (2 ranks), the PyTorch peer benchmark at micro-batch 8 and 16
 #   (bench/run_peer.sh), atlas profile --gemm --backend cuda --update (a copy of
 #   profiles/device/h200.profile, in $OUT), the Hugging Face logits check of issue #26 on the
@@ -81,6 +81,26 @@ done
 # ---- 2. atlas train on the GPU: GPT-2 124M (3 steps of llm.c's 524,288-token batch) ----
 step train_gpt2_124m 200 "$ATLAS" train inputs/gpt2_124m_gpu.deck run.steps=3 train.eval_every_steps=0 \
   ckpt.every_steps=0 ckpt.final=false run.out_dir="$T" run.name=gpt2_124m
+
+# ---- 2b. the same with every block pass as a CUDA graph (device.cuda_graphs): the footer's graph
+# counts, and the mean step and final loss beside step 2's ----
+graphs_check() {
+  "$ATLAS" train inputs/gpt2_124m_gpu.deck run.steps=3 train.eval_every_steps=0 ckpt.every_steps=0 \
+    ckpt.final=false device.cuda_graphs=true run.out_dir="$T" run.name=gpt2_124m_graphs || return 1
+  py - "$T/gpt2_124m/run.json" "$T/gpt2_124m_graphs/run.json" <<'PY'
+import json, sys
+try:
+    eager, graphs = (json.load(open(p)) for p in sys.argv[1:3])
+except OSError as e:
+    sys.exit(f"graphs_124m: no run.json to compare ({e}); run the train_gpt2_124m step first")
+print(f"# cuda graphs: mean step {graphs['mean_step_ms']:.1f} ms, eager {eager['mean_step_ms']:.1f} ms "
+      f"(graphs / eager {graphs['mean_step_ms'] / eager['mean_step_ms']:.3f}; 3 steps each, the first one "
+      f"recording); final loss {graphs['final_loss']} vs {eager['final_loss']}")
+PY
+}
+export -f graphs_check
+export ATLAS T
+step graphs_124m 200 bash -c graphs_check
 
 # ---- 3. a 2-rank 2-DC pipeline on the GPU (ranks share it); its checkpoint feeds step 7 ----
 step pipeline_2dc 120 "${MPIRUN[@]}" "$ATLAS" train inputs/default.deck device.backend=cuda \

@@ -420,6 +420,15 @@ std::vector<runtime::SlotEvent> TrainOutput::finish(runtime::Trainer& trainer, c
   std::vector<unsigned long long> peaks(m_root ? static_cast<std::size_t>(comms.world.size()) : 0);
   ATLAS_MPI_CHECK(MPI_Gather(&peak_mine, 1, MPI_UNSIGNED_LONG_LONG, peaks.data(), 1, MPI_UNSIGNED_LONG_LONG, 0,
                              comms.world.get()));
+  // The blocks' CUDA graphs (device.cuda_graphs), summed over ranks; the first refusal: rank 0's.
+  long long graphs_mine[5] = {0, 0, 0, 0, 0};
+  long long graphs[5] = {0, 0, 0, 0, 0};
+  if (m_cfg.device.cuda_graphs) {
+    const device::GraphStats& g = trainer.model().graph_stats();
+    graphs_mine[0] = g.recorded, graphs_mine[1] = g.launches, graphs_mine[2] = g.eager;
+    graphs_mine[3] = g.refused, graphs_mine[4] = g.dropped;
+    ATLAS_MPI_CHECK(MPI_Reduce(graphs_mine, graphs, 5, MPI_LONG_LONG, MPI_SUM, 0, comms.world.get()));
+  }
   if (!m_root) return events;
   std::vector<RankTime> ranks(static_cast<std::size_t>(comms.world.size()));
   for (std::size_t i = 0; i < ranks.size(); ++i) {
@@ -431,6 +440,14 @@ std::vector<runtime::SlotEvent> TrainOutput::finish(runtime::Trainer& trainer, c
   s += fmt::format("# mean step {:.1f} ms (table predicted {:.1f} ms); WAN bytes sent {}\n", mean_step * 1e3,
                    table.step_ms, wan_bytes);
   s += peak_memory_line(peaks, backend);
+  if (m_cfg.device.cuda_graphs) {
+    s += fmt::format("# cuda graphs (all ranks): {} recorded, {} block passes launched as graphs, {} eager "
+                     "(warm-up{}), {} dropped when a workspace moved\n",
+                     graphs[0], graphs[1], graphs[2], graphs[3] > 0 ? fmt::format(", {} refused", graphs[3]) : "",
+                     graphs[4]);
+    if (const std::string& why = trainer.model().graph_stats().first_refusal; !why.empty())
+      s += fmt::format("# cuda graphs: a recording was refused on rank 0 (that block pass stays eager): {}\n", why);
+  }
   const double mean_mfu = m_timed_steps > 0 && m_mfu_peak_flops > 0 ? m_sum_mfu / m_timed_steps : -1.0;
   if (mean_mfu >= 0) s += fmt::format("# mean MFU {:.1f}%\n", 100.0 * mean_mfu);
   std::string peaks_json;

@@ -560,6 +560,11 @@ void build(Schema& schema) {
   b.field("device.nccl_timeout_s", &C::device, &DeviceCfg::nccl_timeout_s).def("300").min(0.001).max(kMaxSeconds)
       .help("cuda backend: an NCCL set-up or operation that takes longer aborts the communicator with an "
             "error");
+  b.field("device.cuda_graphs", &C::device, &DeviceCfg::cuda_graphs).def("false")
+      .help("cuda backend: run each transformer block's forward, backward and weight-gradient pass as a CUDA "
+            "graph, recorded on its second run for each micro-batch arena and launched from then on (one launch "
+            "instead of one per kernel); needs parallel.tp_size = 1. The footer counts graphs and launches "
+            "(docs/gpu.md, \"CUDA graphs\")");
 
   // [bubbletea]
   b.field("bubbletea.enabled", &C::bubbletea, &BubbleTeaCfg::enabled).def("false")

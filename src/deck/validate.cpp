@@ -299,6 +299,14 @@ void check_misc(const Config& c, const JobShape& shape, std::vector<std::string>
   if (c.device.backend == Backend::Cuda && !shape.cuda_built && shape.world_size >= 0)
     out.push_back("device.backend = cuda, but this binary was built without CUDA\n"
                   "  hint: rebuild with the cuda-release preset (make cuda)");
+  if (c.device.cuda_graphs && c.device.backend != Backend::Cuda)
+    out.push_back(std::string("device.cuda_graphs = true needs device.backend = cuda (it is ") +
+                  to_string(c.device.backend) + "): only the CUDA backend records graphs\n"
+                  "  hint: set device.cuda_graphs = false, or device.backend = cuda");
+  if (c.device.cuda_graphs && c.parallel.tp_size > 1)
+    out.push_back("device.cuda_graphs = true with parallel.tp_size = " + std::to_string(c.parallel.tp_size) +
+                  ": a block's TP sums (NCCL) are not recorded in its graph\n"
+                  "  hint: set device.cuda_graphs = false, or parallel.tp_size = 1");
   if (c.device.backend == Backend::Emulated) {
     // Emulated compute holds no parameters and computes no loss: nothing to save, restore or evaluate.
     const char* why = "device.backend = emulated computes no parameters and no loss";

@@ -55,6 +55,19 @@ Buffer Backend::alloc(std::size_t bytes) {
 
 // ---- fused calls: defaults that compose the unfused calls ----
 
+void Backend::begin_capture() {
+  ATLAS_THROW(Internal, describe() << ": this backend records no graphs (can_capture() is false)");
+}
+
+std::unique_ptr<Graph> Backend::end_capture(std::string* why) {
+  if (why != nullptr) *why = describe() + " records no graphs";
+  return nullptr;
+}
+
+void Backend::launch_graph(Graph& /*graph*/) {
+  ATLAS_THROW(Internal, describe() << ": launch_graph on a backend that records no graphs");
+}
+
 void Backend::linear_forward(float* out, float* pre_act, const float* in, const float* w,
                              const float* bias, int rows, int in_f, int out_f, Activation act) {
   const bool gelu = act == Activation::Gelu;

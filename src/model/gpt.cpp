@@ -127,6 +127,14 @@ StageModel::StageModel(const ModelCfg& cfg, int micro_batch_size, StageSpec spec
                                tp->rank(), tp->size(), spec.tp_rank, spec.tp_size));
     }
   }
+  if (spec.graphs && !backend.can_capture())
+    problems.add(fmt::format("device.cuda_graphs = true, but the {} backend records no graphs\n"
+                             "  hint: use device.backend = cuda, or set device.cuda_graphs = false",
+                             to_string(backend.kind())));
+  if (spec.graphs && spec.tp_size > 1)
+    problems.add(fmt::format("device.cuda_graphs = true with parallel.tp_size = {}: a block's TP sums are not "
+                             "recorded in its graph\n  hint: set device.cuda_graphs = false, or parallel.tp_size = 1",
+                             spec.tp_size));
   problems.throw_if_any();
 
   m_batch = micro_batch_size;
@@ -163,6 +171,12 @@ StageModel::StageModel(const ModelCfg& cfg, int micro_batch_size, StageSpec spec
     m_att_ws = m_backend.alloc_floats(
         m_backend.attention_workspace_floats(m_batch, m_seq, m_local_heads, m_head_dim));
   }
+  m_graphs = std::make_unique<device::GraphCache>(m_backend, spec.graphs);
+}
+
+void StageModel::run_block(BlockPass pass, int chunk, int local_layer, const MicroState& st,
+                           const std::function<void()>& work) {
+  m_graphs->run({static_cast<int>(pass), chunk, local_layer, 0, st.arena.data()}, work);
 }
 
 StageModel::~StageModel() = default;
@@ -466,7 +480,8 @@ void StageModel::forward(int micro, const std::int32_t* tokens, const std::int32
   } else {
     m_backend.copy(res0, act_in->data(), boundary * sizeof(float));
   }
-  for (int i = 0; i < m_chunk_layers; ++i) block_forward(i, st, chunk);
+  for (int i = 0; i < m_chunk_layers; ++i)
+    run_block(BlockPass::Forward, chunk, i, st, [&, i] { block_forward(i, st, chunk); });
 
   const float* out = at(st, m_layout.res[static_cast<std::size_t>(m_chunk_layers)]);
   if (!head) {
@@ -708,7 +723,7 @@ void StageModel::backward_weight(int micro, const GradsReady* ready, int chunk) 
     }
   }
   for (int i = m_chunk_layers - 1; i >= 0; --i) {
-    block_weight(i, st, chunk);
+    run_block(BlockPass::Weight, chunk, i, st, [&, i] { block_weight(i, st, chunk); });
     if (ready) {
       const Block& b = m_blocks[static_cast<std::size_t>(chunk * m_chunk_layers + i)];
       ParamTensor* const block[] = {b.ln1_w, b.ln1_b, b.qkv_w, b.qkv_b, b.proj_w, b.proj_b,
@@ -786,7 +801,8 @@ void StageModel::run_backward(int micro, const device::Buffer* grad_out, device:
     be.copy(dres, grad_out->data(), boundary * sizeof(float));
   }
   for (int i = m_chunk_layers - 1; i >= 0; --i) {
-    block_backward(i, st, chunk, split);
+    run_block(split ? BlockPass::BackwardInput : BlockPass::Backward, chunk, i, st,
+              [&, i] { block_backward(i, st, chunk, split); });
     if (ready) {
       const Block& b = m_blocks[static_cast<std::size_t>(chunk * m_chunk_layers + i)];
       ParamTensor* const block[] = {b.ln1_w, b.ln1_b, b.qkv_w, b.qkv_b, b.proj_w, b.proj_b,

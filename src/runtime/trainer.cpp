@@ -171,6 +171,7 @@ Trainer::Trainer(const Config& cfg, const topo::Layout& layout, const topo::Comm
     // ---- model shard ----
     model::StageSpec spec{m_me.stage, pp, m_me.tp, layout.tp_size()};
     spec.chunks = table.virtual_stages;  // interleaved 1F1B: this stage's model chunks
+    spec.graphs = cfg.device.cuda_graphs;
     const auto& my_row = table.row(m_me.stage, m_me.dp);
     spec.split_backward = std::any_of(my_row.begin(), my_row.end(),
                                       [](const sched::Slot& sl) { return sl.kind == sched::SlotKind::BackwardInput; });

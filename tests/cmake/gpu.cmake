@@ -29,6 +29,15 @@ if(ATLAS_ENABLE_CUDA)
   add_test(NAME test_cuda_fused COMMAND test_cuda_fused WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(test_cuda_fused PROPERTIES LABELS gpu TIMEOUT 120)
 
+  # Block graphs (device.cuda_graphs) vs the eager run on the GPU.
+  add_executable(test_cuda_graphs gpu/test_cuda_graphs.cpp)
+  target_link_libraries(test_cuda_graphs PRIVATE atlas_cuda atlas_core atlas_warnings
+    GTest::gtest_main GTest::gmock)
+  target_include_directories(test_cuda_graphs PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}
+    ${PROJECT_SOURCE_DIR}/src/device/cuda)
+  add_test(NAME test_cuda_graphs COMMAND test_cuda_graphs WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(test_cuda_graphs PROPERTIES LABELS gpu TIMEOUT 120)
+
   # NCCL (or staged MPI when ranks share a GPU) all-reduce through device::make_collective.
   atlas_mpi_test(test_nccl_comm SOURCES gpu/test_nccl_comm.cpp NP 1 2 LABELS gpu TIMEOUT 120)
   # A few training steps of a tiny model, cuda vs host, at np 1 and 2 (tp, dp, pipeline).

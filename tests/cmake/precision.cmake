@@ -13,3 +13,5 @@ foreach(np 1 2)
   set_tests_properties(test_train_precision_np_${np} PROPERTIES FIXTURES_REQUIRED brown_corpus)
 endforeach()
 atlas_unit_test(test_sched_precision unit/test_sched_precision.cpp)
+# Block graphs (device.cuda_graphs) on the recording host backend: bitwise the eager run.
+atlas_unit_test(test_model_graphs unit/test_model_graphs.cpp)

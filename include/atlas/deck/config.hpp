@@ -285,6 +285,7 @@ struct DeviceCfg {
   SchedBatch sched_batch = SchedBatch::Auto;  ///< device.sched_batch
   Precision precision = Precision::Auto;      ///< device.precision (see effective_precision)
   double nccl_timeout_s = 300.0;    ///< device.nccl_timeout_s: an NCCL set-up or operation's limit
+  bool cuda_graphs = false;         ///< device.cuda_graphs: blocks run as recorded CUDA graphs
 };
 
 /// bubbletea.pipeline: which ranks form an inference pipeline (a chain that a request's chunks

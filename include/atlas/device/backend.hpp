@@ -52,6 +52,16 @@ struct ConstFloats {
   std::size_t n = 0;
 };
 
+/// A recorded sequence of backend calls (a CUDA graph on the cuda backend), run again by
+/// Backend::launch_graph with the arguments it was recorded with. Must not outlive its backend.
+class Graph {
+ public:
+  virtual ~Graph() = default;
+  Graph() = default;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+};
+
 /// The compute device of one rank. Not thread-safe: one thread issues all calls. All pointers are
 /// device addresses obtained from Buffers of *this backend* (plus element offsets); all tensors
 /// are fp32 (tokens/targets int32; the `Bf16Bits` operands of the calls that say so), row-major, densely packed unless a leading dimension is given.
@@ -196,6 +206,29 @@ class Backend {
   /// param -= lr * ((m / bc1) / (sqrt(v / bc2) + eps) + weight_decay * param).
   virtual void adamw_update(float* param, const float* grad, float* m, float* v, std::size_t n,
                             const AdamWArgs& args) = 0;
+
+  // ---- graphs (docs/gpu.md, "CUDA graphs") ----
+  /// True if begin_capture() records calls (the cuda backend; a test's recording backend).
+  [[nodiscard]] virtual bool can_capture() const noexcept { return false; }
+  /// Starts recording this backend's calls: until end_capture() the calls are recorded, not run,
+  /// with their arguments as given (pointers, scalars: a later launch_graph reads the memory as it
+  /// is then, with the same scalars). Calls that move data to or from the host, wait for the
+  /// device or allocate (upload, download, synchronize, sq_norm, alloc) throw atlas::Error
+  /// (Internal) while recording; so may a call whose device work depends on host state that a
+  /// replay would not see (a weight's converted copy made stale). The caller then calls
+  /// end_capture() (which gives nothing) and runs the calls again without recording. Default:
+  /// throws (can_capture() is false).
+  virtual void begin_capture();
+  /// Ends the recording begun by begin_capture(): the graph of the calls recorded, or null when
+  /// the recording failed or is unusable (`why`, when not null, then says why; nothing recorded
+  /// has run either way). Default: null.
+  [[nodiscard]] virtual std::unique_ptr<Graph> end_capture(std::string* why);
+  /// Runs a graph from end_capture() of this backend, in order with the other calls.
+  virtual void launch_graph(Graph& graph);
+  /// Changes whenever memory of the backend's own that a graph may have recorded (workspaces,
+  /// converted weight copies) moved or was freed: graphs recorded before are then stale and must
+  /// be dropped. The caller keeps its own pointers (arguments) valid while its graphs live.
+  [[nodiscard]] virtual std::uint64_t graph_epoch() const noexcept { return 0; }
 
   // ---- fused calls ----
   // Each has a default (src/device/backend.cpp) that issues the calls above in the order stated,

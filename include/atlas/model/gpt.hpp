@@ -18,6 +18,7 @@
 
 #include "atlas/deck/config.hpp"
 #include "atlas/device/backend.hpp"
+#include "atlas/device/graph_cache.hpp"
 #include "atlas/device/collective.hpp"
 
 namespace atlas::model {
@@ -40,6 +41,10 @@ struct StageSpec {
   /// activation storage the q/k/v slot is then reserved at fp32 size, for the q/k/v gradient that
   /// backward_input keeps there for backward_weight (without it backward_input refuses at bf16).
   bool split_backward = false;
+  /// Run each block's forward, backward and weight pass as a recorded graph (device.cuda_graphs;
+  /// device::GraphCache): the backend must record graphs (can_capture) and tp_size be 1 (a
+  /// block's TP sums are not recorded), else the constructor throws ConfigError.
+  bool graphs = false;
 };
 
 /// One parameter tensor of this rank: its shard of a logical (full, unsharded) tensor, plus the
@@ -265,6 +270,8 @@ class StageModel {
   /// global norm is sqrt of its sum over the TP group and all pipeline stages (NOT over DP, whose
   /// gradients are identical after the DP all-reduce), taken after the embedding-group sum.
   [[nodiscard]] double local_grad_sq_norm() const;
+  /// What the block graphs did (StageSpec::graphs; zeros and eager runs only when off).
+  [[nodiscard]] const device::GraphStats& graph_stats() const noexcept { return m_graphs->stats(); }
 
  private:
   /// The twelve tensors of one transformer block on this rank.
@@ -312,6 +319,10 @@ class StageModel {
   void block_backward(int local_layer, MicroState& st, int chunk, bool split = false);
   /// The weight half of block `local_layer` from the output gradients block_backward kept.
   void block_weight(int local_layer, MicroState& st, int chunk);
+  /// Which block pass a graph records (GraphCache::Key::a).
+  enum class BlockPass { Forward, Backward, BackwardInput, Weight };
+  /// Runs `work` (one block pass of `st`'s arena) through m_graphs.
+  void run_block(BlockPass pass, int chunk, int local_layer, const MicroState& st, const std::function<void()>& work);
   /// backward() and backward_input(); `ready` only when not split.
   void run_backward(int micro, const device::Buffer* grad_out, device::Buffer* grad_in,
                     const GradsReady* ready, int chunk, const char* what, bool split);
@@ -376,6 +387,9 @@ class StageModel {
   // slots in m_dres (ln1, ln2, ln_f: [B*T, C]) and m_dfc (qkv, gelu), and block_backward widens
   // qkv into m_dfc for the attention backward.
   device::Buffer m_dres, m_tp_buf, m_dqkv, m_datty, m_dfc, m_att_ws;
+  // The blocks' graphs (StageSpec::graphs), keyed by pass, chunk, block and arena; declared after
+  // every Buffer a graph reads, so the graphs go first.
+  std::unique_ptr<device::GraphCache> m_graphs;
 };
 
 }  // namespace atlas::model

@@ -164,6 +164,7 @@ void CudaBackend::make_current() const { ATLAS_CUDA_CHECK(cudaSetDevice(m_device
 // ---- memory ----
 
 void* CudaBackend::allocate(std::size_t bytes) {
+  not_while_capturing("an allocation");
   void* ptr = nullptr;
   const cudaError_t err = cudaMalloc(&ptr, bytes);
   if (err != cudaSuccess) {
@@ -197,6 +198,7 @@ void CudaBackend::release(void* ptr, std::size_t bytes) noexcept {
 
 void CudaBackend::upload(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
+  not_while_capturing("upload (a host-to-device copy)");
   m_lt.invalidate(dst, bytes);
   if (bytes <= kStageBytes) {
     // Small uploads (a micro-batch's token ids and targets, every micro-batch) go through a
@@ -223,6 +225,7 @@ void CudaBackend::upload(void* dst, const void* src, std::size_t bytes) {
 
 void CudaBackend::download(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
+  not_while_capturing("download (a device-to-host copy)");
   ATLAS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, m_stream.get()));
   sync();
 }
@@ -246,6 +249,7 @@ void CudaBackend::scale(float* x, float alpha, std::size_t n) {
 void CudaBackend::synchronize() { sync(); }
 
 void CudaBackend::sync() {
+  not_while_capturing("a wait for the device");
   m_stream.synchronize();
   if (!m_target_check_pending) return;
   m_target_check_pending = false;
@@ -435,6 +439,7 @@ void CudaBackend::softmax_xent_backward(float* dlogits, const float* probs,
 }
 
 void CudaBackend::queue_target_check(int vocab) {
+  not_while_capturing("a cross-entropy's target check (host-side state)");
   ATLAS_CUDA_CHECK(cudaMemcpyAsync(m_host_bad.get(), m_bad_target.get(), sizeof(kernels::BadTarget),
                                    cudaMemcpyDeviceToHost, m_stream.get()));
   m_target_vocab = !m_target_check_pending || m_target_vocab == vocab ? vocab : -1;
@@ -499,6 +504,8 @@ bool CudaBackend::lt_linear_forward(float* out, float* pre_act, const float* in,
 
 float* CudaBackend::dbias_scratch(std::size_t n) {
   if (m_dbias_scratch.size() < n) {
+    not_while_capturing("growing the bias-gradient scratch");
+    ++m_epoch;
     m_dbias_scratch = DeviceArray<float>();  // cudaFree waits for any reader
     m_dbias_scratch = DeviceArray<float>(n);
   }
@@ -624,6 +631,7 @@ void CudaBackend::softmax_xent_fused(float* losses, float* dlogits, const float*
 void CudaBackend::prepare_table(TensorTable& table,
                                 const std::vector<kernels::TensorEntry>& entries,
                                 const std::vector<std::size_t>& sizes) {
+  not_while_capturing("a multi-tensor table (host-side state)");
   auto same = [](const kernels::TensorEntry& x, const kernels::TensorEntry& y) {
     return x.param == y.param && x.grad == y.grad && x.m == y.m && x.v == y.v &&
            x.weight_decay == y.weight_decay;

@@ -5,6 +5,8 @@
 // to src/device/cuda/; everyone else sees device::Backend.
 #pragma once
 
+#include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -141,6 +143,13 @@ class CudaBackend final : public Backend {
     bool bf16 = false;
   };
   void set_attention_options(AttentionOptions options) noexcept { m_attention = options; }
+
+  // ---- graphs (cuda_graph.cpp) ----
+  [[nodiscard]] bool can_capture() const noexcept override { return true; }
+  void begin_capture() override;
+  [[nodiscard]] std::unique_ptr<Graph> end_capture(std::string* why) override;
+  void launch_graph(Graph& graph) override;
+  [[nodiscard]] std::uint64_t graph_epoch() const noexcept override { return m_epoch + m_lt.epoch(); }
   [[nodiscard]] AttentionOptions attention_options() const noexcept { return m_attention; }
 
  protected:
@@ -182,6 +191,9 @@ class CudaBackend final : public Backend {
   /// Makes `table` describe `entries` (sizes[i] elements each); uploads only on a change.
   void prepare_table(TensorTable& table, const std::vector<kernels::TensorEntry>& entries,
                      const std::vector<std::size_t>& sizes);
+  /// Throws atlas::Error (Internal) while a graph is being recorded: `what` (a host transfer, a
+  /// wait, an allocation, host-side state) cannot be recorded.
+  void not_while_capturing(const char* what) const;
   /// `n` floats of the backend's bias-gradient scratch.
   float* dbias_scratch(std::size_t n);
 
@@ -227,6 +239,8 @@ class CudaBackend final : public Backend {
   TensorTable m_adamw_table;
   TensorTable m_norm_table;
   DeviceArray<double> m_norm_partials;
+  bool m_capturing = false;  // begin_capture ... end_capture
+  std::uint64_t m_epoch = 0;  // + m_lt.epoch(): graph_epoch()
 };
 
 }  // namespace atlas::device::cuda

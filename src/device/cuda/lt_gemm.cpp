@@ -75,11 +75,15 @@ void LtGemm::invalidate(const void* ptr, std::size_t bytes, bool release) noexce
     const auto* start = reinterpret_cast<const unsigned char*>(it->first);
     const unsigned char* end = start + it->second.copy.size() * sizeof(float);
     if (end <= lo) continue;
+    if (m_capturing && m_violation.empty() && (release || it->second.valid))
+      m_violation = "the recorded work writes or frees a GEMM weight, whose bf16 copy a replay would not renew";
     if (release) {
       it = m_weights.erase(it);  // cudaFree waits for any GEMM still reading the copy
+      ++m_epoch;
     } else {
       // Kept allocated: the next conversion is ordered after every GEMM that read it (one stream).
       it->second.valid = false;
+      m_any_stale = true;
     }
   }
 }
@@ -100,9 +104,13 @@ const void* LtGemm::operand(const float* src, int rows_stored, int cols, int ld,
       static_cast<std::size_t>(cols);
   if (cache) {
     auto it = m_weights.find(src);
+    if (m_capturing && (it == m_weights.end() || it->second.copy.size() != extent || !it->second.valid))
+      ATLAS_THROW(Internal, "a GEMM weight without a current bf16 copy inside a graph recording (its copy "
+                            "would be made or renewed only at the recording, not at each replay)");
     if (it != m_weights.end() && it->second.copy.size() != extent) {
       m_weights.erase(it);
       it = m_weights.end();
+      ++m_epoch;
     }
     if (it == m_weights.end()) it = m_weights.emplace(src, WeightCopy{DeviceArray<__nv_bfloat16>(extent), false}).first;
     WeightCopy& w = it->second;
@@ -113,12 +121,32 @@ const void* LtGemm::operand(const float* src, int rows_stored, int cols, int ld,
     return w.copy.get();
   }
   if (ws.size() < extent) {
+    if (m_capturing)
+      ATLAS_THROW(Internal, "a GEMM's bf16 workspace must grow inside a graph recording (it would move "
+                            "under the graphs that read it)");
+    ++m_epoch;
     // cudaFree (in the old array's destructor) waits for the device: no call still reads it.
     ws = DeviceArray<__nv_bfloat16>();
     ws = DeviceArray<__nv_bfloat16>(extent + extent / 4);
   }
   kernels::to_bf16(ws.get(), src, extent, m_stream);
   return ws.get();
+}
+
+void LtGemm::set_capturing(bool on) noexcept {
+  m_capturing = on;
+  if (on) m_violation.clear();
+}
+
+void LtGemm::refresh_weights() {
+  if (!m_any_stale) return;
+  ATLAS_ASSERT(!m_capturing, "refresh_weights inside a graph recording");
+  for (auto& [src, w] : m_weights) {
+    if (w.valid) continue;
+    kernels::to_bf16(w.copy.get(), src, w.copy.size(), m_stream);
+    w.valid = true;
+  }
+  m_any_stale = false;
 }
 
 LtGemm::Plan& LtGemm::plan_for(const LtCall& call) {

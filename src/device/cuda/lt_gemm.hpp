@@ -7,7 +7,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
+#include <string>
 #include <tuple>
 
 #include <cublasLt.h>
@@ -83,6 +85,25 @@ class LtGemm {
   /// Calls with an epilogue that returned false so far (the GPU tests print it).
   [[nodiscard]] long fallbacks() const noexcept { return m_fallbacks; }
 
+  // ---- graph recording (CudaBackend::begin_capture ... end_capture) ----
+  /// While on, a call that would allocate, move a workspace or convert a weight throws
+  /// atlas::Error (Internal), and an invalidate() of a cached weight copy is remembered
+  /// (capture_violation): a replay would not repeat it. Turning it on clears the violation.
+  void set_capturing(bool on) noexcept;
+  /// Why the recording under way is unusable (empty: usable).
+  [[nodiscard]] const std::string& capture_violation() const noexcept { return m_violation; }
+  /// Converts every stale cached weight copy now, in stream order: before a recording and before
+  /// each graph launch, whose GEMMs read the copies as they are.
+  void refresh_weights();
+  /// Forgets what the A workspace holds (a graph ran or was recorded behind run()'s back).
+  void forget_last_a() noexcept {
+    m_last_a = nullptr;
+    m_last_a_extent = 0;
+  }
+  /// Changes whenever a workspace or a cached weight copy is reallocated or freed (graphs that
+  /// read the old one are stale).
+  [[nodiscard]] std::uint64_t epoch() const noexcept { return m_epoch; }
+
  private:
   using Key = std::tuple<int, int, int, int, int, int, int, int, int, bool>;
   struct Plan {
@@ -114,6 +135,10 @@ class LtGemm {
   const float* m_last_a = nullptr;  // what m_bf16_a holds (address, extent)
   std::size_t m_last_a_extent = 0;
   long m_fallbacks = 0;
+  bool m_capturing = false;
+  bool m_any_stale = false;  // some cached weight copy may be stale (refresh_weights)
+  std::string m_violation;
+  std::uint64_t m_epoch = 0;
 };
 
 }  // namespace atlas::device::cuda
