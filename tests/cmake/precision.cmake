@@ -15,3 +15,8 @@ endforeach()
 atlas_unit_test(test_sched_precision unit/test_sched_precision.cpp)
 # Block graphs (device.cuda_graphs) on the recording host backend: bitwise the eager run.
 atlas_unit_test(test_model_graphs unit/test_model_graphs.cpp)
+# Training with device.cuda_graphs through the Trainer, the recording backend standing in for cuda.
+atlas_mpi_test(test_train_graphs SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/mpi/test_train_graphs.cpp NP 2 4 TIMEOUT 180)
+foreach(np 2 4)
+  set_tests_properties(test_train_graphs_np_${np} PROPERTIES FIXTURES_REQUIRED brown_corpus)
+endforeach()
