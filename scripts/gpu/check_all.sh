@@ -86,16 +86,30 @@ step train_gpt2_124m 200 "$ATLAS" train inputs/gpt2_124m_gpu.deck run.steps=3 tr
 # counts, and the mean step and final loss beside step 2's ----
 graphs_check() {
   "$ATLAS" train inputs/gpt2_124m_gpu.deck run.steps=3 train.eval_every_steps=0 ckpt.every_steps=0 \
-    ckpt.final=false device.cuda_graphs=true run.out_dir="$T" run.name=gpt2_124m_graphs || return 1
-  py - "$T/gpt2_124m/run.json" "$T/gpt2_124m_graphs/run.json" <<'PY'
-import json, sys
+    ckpt.final=false device.cuda_graphs=true run.out_dir="$T" run.name=gpt2_124m_graphs | tee "$T/graphs.out"
+  ((PIPESTATUS[0] == 0)) || return 1
+  py - "$T/gpt2_124m/run.json" "$T/gpt2_124m_graphs/run.json" "$T/graphs.out" <<'PY'
+import json, re, sys
 try:
     eager, graphs = (json.load(open(p)) for p in sys.argv[1:3])
 except OSError as e:
     sys.exit(f"graphs_124m: no run.json to compare ({e}); run the train_gpt2_124m step first")
+m = re.search(r"# cuda graphs \(all ranks\): (\d+) recorded, (\d+) block passes launched as graphs, (\d+) eager"
+              r" \(warm-up(?:, (\d+) refused)?\)", open(sys.argv[3]).read())
+if not m:
+    sys.exit("graphs_124m: the footer has no '# cuda graphs' line")
+recorded, launched, refused = int(m[1]), int(m[2]), int(m[4] or 0)
+loss_diff = abs(graphs["final_loss"] - eager["final_loss"]) / abs(eager["final_loss"])
 print(f"# cuda graphs: mean step {graphs['mean_step_ms']:.1f} ms, eager {eager['mean_step_ms']:.1f} ms "
       f"(graphs / eager {graphs['mean_step_ms'] / eager['mean_step_ms']:.3f}; 3 steps each, the first one "
-      f"recording); final loss {graphs['final_loss']} vs {eager['final_loss']}")
+      f"eager); final loss {graphs['final_loss']} vs {eager['final_loss']} (relative difference {loss_diff:.2e}); "
+      f"{recorded} recorded, {launched} launched, {refused} refused")
+problems = []
+if refused > 0: problems.append(f"{refused} recordings refused (the log's warning says why)")
+if launched == 0: problems.append("no graph launched")
+if loss_diff > 1e-3: problems.append(f"final loss {loss_diff:.2e} relative from the eager run's (at most 1e-3: only atomics differ)")
+if problems:
+    sys.exit("graphs_124m FAILED: " + "; ".join(problems))
 PY
 }
 export -f graphs_check

@@ -564,7 +564,7 @@ void build(Schema& schema) {
       .help("cuda backend: run each transformer block's forward, backward and weight-gradient pass as a CUDA "
             "graph, recorded on its second run for each micro-batch arena and launched from then on (one launch "
             "instead of one per kernel); needs parallel.tp_size = 1. The footer counts graphs and launches "
-            "(docs/gpu.md, \"CUDA graphs\")");
+            "(docs/cuda.md, \"CUDA graphs\")");
 
   // [bubbletea]
   b.field("bubbletea.enabled", &C::bubbletea, &BubbleTeaCfg::enabled).def("false")

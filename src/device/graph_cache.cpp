@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "atlas/core/check.hpp"
+#include "atlas/core/log.hpp"
 
 namespace atlas::device {
 
@@ -23,11 +24,6 @@ std::size_t GraphCache::KeyHash::operator()(const Key& k) const noexcept {
   return h;
 }
 
-void GraphCache::clear() noexcept {
-  m_stats.dropped += static_cast<long long>(m_entries.size());
-  m_entries.clear();
-}
-
 void GraphCache::run(const Key& key, const std::function<void()>& work) {
   if (!m_enabled) {
     ++m_stats.eager;
@@ -35,11 +31,12 @@ void GraphCache::run(const Key& key, const std::function<void()>& work) {
     return;
   }
   if (const std::uint64_t epoch = m_backend.graph_epoch(); epoch != m_epoch) {
-    // A workspace a graph may read moved: every graph is stale (refused keys stay refused).
+    // A workspace a graph may read moved: every graph is stale (refused keys stay refused). A key
+    // that ran is recorded again at its next run: workspaces only grow, so what its warm-up made
+    // is still there.
     for (auto& [k, e] : m_entries) {
       if (e.graph) ++m_stats.dropped;
       e.graph.reset();
-      e.runs = 0;
     }
     m_epoch = epoch;
   }
@@ -56,20 +53,33 @@ void GraphCache::run(const Key& key, const std::function<void()>& work) {
     return;
   }
   std::string why;
-  m_backend.begin_capture();
+  std::unique_ptr<Graph> graph;
   try {
-    work();
+    m_backend.begin_capture();
   } catch (const std::exception& ex) {
-    why = ex.what();
+    why = std::string("begin_capture: ") + ex.what();
   }
-  std::string end_why;
-  std::unique_ptr<Graph> graph = m_backend.end_capture(&end_why);
-  if (why.empty() && graph == nullptr) why = end_why.empty() ? "the backend gave no graph" : end_why;
-  if (!why.empty()) {
+  if (why.empty()) {
+    try {
+      work();
+    } catch (const std::exception& ex) {
+      why = ex.what();
+    }
+    if (!why.empty()) {
+      m_backend.abort_capture();
+    } else {
+      graph = m_backend.end_capture(&why);
+      if (graph == nullptr && why.empty()) why = "the backend gave no graph";
+    }
+  }
+  if (graph == nullptr) {
     // Nothing recorded ran: run the work eagerly (a real error surfaces there) and keep the key eager.
     e.refused = true;
     ++m_stats.refused;
-    if (m_stats.first_refusal.empty()) m_stats.first_refusal = why;
+    if (m_stats.first_refusal.empty()) {
+      m_stats.first_refusal = why;
+      log::warn("cuda graphs: a block pass's recording was refused; it runs without a graph from now on: {}", why);
+    }
     ++m_stats.eager;
     work();
     return;

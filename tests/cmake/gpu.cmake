@@ -51,6 +51,6 @@ if(ATLAS_ENABLE_CUDA)
   endforeach()
   # Every test of these binaries needs a GPU: without one, ctest lists them as skipped.
   set_tests_properties(test_cuda_backend test_cuda_fused test_nccl_comm_np_1 test_nccl_comm_np_2
-    test_cuda_train_np_1 test_cuda_train_np_2 PROPERTIES
+    test_cuda_train_np_1 test_cuda_train_np_2 test_cuda_graphs PROPERTIES
     SKIP_REGULAR_EXPRESSION "no CUDA device visible")
 endif()

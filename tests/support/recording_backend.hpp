@@ -3,10 +3,13 @@
 // of the code that uses it (device::GraphCache, the model's block graphs) without a GPU. It wraps
 // a host backend and forwards every call; between begin_capture() and end_capture() the calls are
 // recorded (their arguments by value, as a CUDA graph keeps a kernel's parameters) and not run,
-// and a graph launch runs them again in order. As on the CUDA backend, recording refuses what a
-// graph cannot hold: host transfers, waits, host values (sq_norm) and allocations throw. So work
-// that reads a host value at replay, allocates, or depends on having run eagerly shows up as a
-// result that differs from the plain host backend's, or as a refusal. Test-only.
+// and a graph launch runs them again in order. Recording refuses host transfers, waits, host
+// values (sq_norm) and allocations, as the CUDA backend does. So the CALLER's work that reads a
+// host value at replay, allocates, or depends on having run eagerly shows up as a result that
+// differs from the plain host backend's, or as a refusal. What it does not model: the CUDA
+// backend's own host-side state behind a call (cuBLASLt's bf16 weight copies and A-operand reuse,
+// its workspaces and their epoch), which a launch here decides again and a CUDA graph fixes at
+// its recording; test_cuda_graphs checks that on the GPU. Test-only.
 #pragma once
 
 #include <cstdlib>
@@ -38,9 +41,12 @@ class RecordingBackend final : public device::Backend {
   void refuse_captures(bool refuse) { m_refuse = refuse; }
   /// Moves the graph epoch (as a workspace that grew): every graph is stale.
   void bump_epoch() { ++m_epoch; }
+  /// Every later begin_capture() throws (as a cudaStreamBeginCapture that failed).
+  void fail_begin_capture(bool fail) { m_fail_begin = fail; }
   [[nodiscard]] long long launches() const { return m_launches; }
   [[nodiscard]] long long recordings() const { return m_recordings; }
   [[nodiscard]] bool capturing() const { return m_capturing; }
+  [[nodiscard]] long long aborts() const { return m_aborts; }
 
   [[nodiscard]] atlas::Backend kind() const noexcept override { return atlas::Backend::Host; }
   [[nodiscard]] std::string describe() const override { return "recording (" + m_inner->describe() + ")"; }
@@ -51,6 +57,7 @@ class RecordingBackend final : public device::Backend {
   [[nodiscard]] bool can_capture() const noexcept override { return true; }
   void begin_capture() override {
     ATLAS_ASSERT(!m_capturing, "begin_capture twice");
+    if (m_fail_begin) ATLAS_THROW(Internal, "begin_capture failed (the test)");
     m_capturing = true;
     m_recorded.clear();
   }
@@ -67,6 +74,11 @@ class RecordingBackend final : public device::Backend {
     auto g = std::make_unique<Recorded>();
     g->calls = std::move(calls);
     return g;
+  }
+  void abort_capture() noexcept override {
+    m_capturing = false;
+    m_recorded.clear();
+    ++m_aborts;
   }
   void launch_graph(device::Graph& graph) override {
     ATLAS_ASSERT(!m_capturing, "launch_graph while recording");
@@ -251,9 +263,11 @@ class RecordingBackend final : public device::Backend {
   std::unique_ptr<device::Backend> m_inner;
   bool m_capturing = false;
   bool m_refuse = false;
+  bool m_fail_begin = false;
   std::uint64_t m_epoch = 1;
   long long m_launches = 0;
   long long m_recordings = 0;
+  long long m_aborts = 0;
   std::vector<std::function<void()>> m_recorded;
 };
 

@@ -77,10 +77,12 @@ TEST(GraphCache, AnEpochChangeDropsEveryGraphAndRecordsAgain) {
   EXPECT_EQ(cache.stats().recorded, 1);
   EXPECT_EQ(cache.stats().launches, 2);
   be.bump_epoch();
+  // recorded again at once: the key's warm-up ran (workspaces only grow)
   for (int i = 0; i < 3; ++i) cache.run({1, 0, 0, 0, x.data()}, work);
   EXPECT_EQ(cache.stats().dropped, 1);
   EXPECT_EQ(cache.stats().recorded, 2);
-  EXPECT_EQ(cache.stats().eager, 2);
+  EXPECT_EQ(cache.stats().eager, 1);
+  EXPECT_EQ(cache.stats().launches, 5);
   EXPECT_EQ(testutil::download(be, x), std::vector<float>(4, 64.0F)) << "six doublings, each run once";
 }
 
@@ -101,10 +103,26 @@ TEST(GraphCache, WorkThatCannotBeRecordedRunsEagerOnceAndIsRemembered) {
   cache.run({0, 0, 0, 0, x.data()}, work);  // remembered: eager, no recording tried
   EXPECT_EQ(calls, 4);
   EXPECT_FALSE(be.capturing());
+  EXPECT_EQ(be.aborts(), 1) << "the recording is dropped, not ended into a graph";
   EXPECT_EQ(host, std::vector<float>(2, 3.0F));
   EXPECT_EQ(cache.stats().refused, 1);
   EXPECT_EQ(cache.stats().recorded, 0);
   EXPECT_NE(cache.stats().first_refusal.find("download inside a graph recording"), std::string::npos)
+      << cache.stats().first_refusal;
+}
+
+TEST(GraphCache, ARecordingThatCannotStartRunsEagerAndIsRemembered) {
+  RecordingBackend be;
+  be.fail_begin_capture(true);
+  device::GraphCache cache(be, true);
+  device::Buffer x = be.alloc_floats(1);
+  for (int i = 0; i < 3; ++i) cache.run({0, 0, 0, 0, x.data()}, [&] { be.scale(x.f32(), 2.0F, 1); });
+  be.fill(x.f32(), 1.0F, 1);
+  cache.run({0, 0, 0, 0, x.data()}, [&] { be.scale(x.f32(), 2.0F, 1); });
+  EXPECT_EQ(testutil::download(be, x), std::vector<float>(1, 2.0F));
+  EXPECT_EQ(cache.stats().refused, 1);
+  EXPECT_EQ(cache.stats().eager, 4);
+  EXPECT_NE(cache.stats().first_refusal.find("begin_capture failed (the test)"), std::string::npos)
       << cache.stats().first_refusal;
 }
 

@@ -207,7 +207,7 @@ class Backend {
   virtual void adamw_update(float* param, const float* grad, float* m, float* v, std::size_t n,
                             const AdamWArgs& args) = 0;
 
-  // ---- graphs (docs/gpu.md, "CUDA graphs") ----
+  // ---- graphs (docs/cuda.md, "CUDA graphs") ----
   /// True if begin_capture() records calls (the cuda backend; a test's recording backend).
   [[nodiscard]] virtual bool can_capture() const noexcept { return false; }
   /// Starts recording this backend's calls: until end_capture() the calls are recorded, not run,
@@ -223,6 +223,9 @@ class Backend {
   /// the recording failed or is unusable (`why`, when not null, then says why; nothing recorded
   /// has run either way). Default: null.
   [[nodiscard]] virtual std::unique_ptr<Graph> end_capture(std::string* why);
+  /// Ends the recording begun by begin_capture() and drops what it recorded (nothing of it ran):
+  /// after a recorded call threw. Default: nothing.
+  virtual void abort_capture() noexcept {}
   /// Runs a graph from end_capture() of this backend, in order with the other calls.
   virtual void launch_graph(Graph& graph);
   /// Changes whenever memory of the backend's own that a graph may have recorded (workspaces,

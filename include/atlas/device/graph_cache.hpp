@@ -4,7 +4,9 @@
 // The first run of a key is eager (warm-up: workspaces grow, weight copies and GEMM plans are made,
 // kernels load); the second records the work and launches the recording; later runs launch it.
 // A recording the backend refuses (the work allocated, read a host value, ...) leaves the key
-// eager for good, with the first reason kept for the run footer. docs/gpu.md, "CUDA graphs".
+// eager for good, with the first reason kept for the run footer (and logged once on the rank).
+// When the backend's graph epoch changes (a workspace moved), every graph is dropped and each key
+// is recorded again at its next run. docs/cuda.md, "CUDA graphs".
 #pragma once
 
 #include <cstddef>
@@ -48,11 +50,11 @@ class GraphCache {
 
   [[nodiscard]] bool enabled() const noexcept { return m_enabled; }
   /// Runs `work` (backend calls only, no host side effects: it may be called twice, once recorded
-  /// and dropped, once run) for `key`, as a graph where it can.
+  /// and dropped, once run) for `key`, as a graph where it can. A refused recording (the work or
+  /// begin_capture threw, end_capture gave no graph) runs the work eagerly: an error that is not
+  /// the recording's surfaces there.
   void run(const Key& key, const std::function<void()>& work);
   [[nodiscard]] const GraphStats& stats() const noexcept { return m_stats; }
-  /// Drops every graph (the memory their keys name is about to be freed).
-  void clear() noexcept;
 
  private:
   struct KeyHash {

@@ -150,6 +150,9 @@ CudaBackend::CudaBackend(int device, int device_count, int local_rank, Precision
   m_description = describe_device(device, device_count, local_rank, prop, m_cublas.get(),
                                   m_lt.precision());
   ATLAS_CUDA_CHECK(cudaMemsetAsync(m_bad_target.get(), 0xff, sizeof(kernels::BadTarget), m_stream.get()));
+  // cuBLAS's recommended workspace on Hopper, as cuBLASLt's (lt_gemm.cpp).
+  m_cublas_workspace = DeviceArray<unsigned char>(std::size_t{32} << 20);
+  ATLAS_CUBLAS_CHECK(cublasSetWorkspace(m_cublas.get(), m_cublas_workspace.get(), m_cublas_workspace.size()));
   m_stream.synchronize();
 }
 

@@ -148,6 +148,7 @@ class CudaBackend final : public Backend {
   [[nodiscard]] bool can_capture() const noexcept override { return true; }
   void begin_capture() override;
   [[nodiscard]] std::unique_ptr<Graph> end_capture(std::string* why) override;
+  void abort_capture() noexcept override;
   void launch_graph(Graph& graph) override;
   [[nodiscard]] std::uint64_t graph_epoch() const noexcept override { return m_epoch + m_lt.epoch(); }
   [[nodiscard]] AttentionOptions attention_options() const noexcept { return m_attention; }
@@ -216,6 +217,9 @@ class CudaBackend final : public Backend {
   double m_nccl_timeout_s = 300.0;  // device.nccl_timeout_s's default
   Stream m_stream;
   CublasHandle m_cublas;
+  // cuBLAS's workspace, fixed (cublasSetWorkspace): a recorded cuBLAS call (fp32 GEMMs, the
+  // unfused attention, cuBLASLt's fallback) then allocates nothing of its own in each graph.
+  DeviceArray<unsigned char> m_cublas_workspace;
   DeviceArray<double> m_norm_scratch;  // sq_norm partial sums, then the total
   DeviceArray<kernels::BadTarget> m_bad_target;  // first bad row and its target (kNoBadTarget: none)
   PinnedArray<kernels::BadTarget> m_host_bad;    // its copy, valid after the next sync

@@ -4,7 +4,7 @@
 // Work recorded must not allocate, move host data or read host-side state at replay (each such
 // call refuses while recording: not_while_capturing); cuBLASLt's weight copies are renewed before
 // a recording and before every launch (LtGemm::refresh_weights), and its A-operand reuse is reset
-// around both (LtGemm::forget_last_a). docs/gpu.md, "CUDA graphs".
+// around both (LtGemm::forget_last_a). docs/cuda.md, "CUDA graphs".
 #include <string>
 
 #include <fmt/format.h>
@@ -75,6 +75,16 @@ std::unique_ptr<Graph> CudaBackend::end_capture(std::string* why) {
     return nullptr;
   }
   return std::make_unique<CudaGraph>(exec);
+}
+
+void CudaBackend::abort_capture() noexcept {
+  if (!m_capturing) return;
+  m_capturing = false;
+  m_lt.set_capturing(false);
+  m_lt.forget_last_a();
+  cudaGraph_t graph = nullptr;
+  if (cudaStreamEndCapture(m_stream.get(), &graph) == cudaSuccess && graph != nullptr) (void)cudaGraphDestroy(graph);
+  (void)cudaGetLastError();  // an invalidated capture's non-sticky error
 }
 
 void CudaBackend::launch_graph(Graph& graph) {
