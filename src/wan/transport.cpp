@@ -269,6 +269,21 @@ std::unique_ptr<PeerTransport> make_transport(const WanCfg& wan, const ClusterCf
     g_sent.clear();
   }
   check_symmetric(world, peers);
+  // The WAN emulation (scripts/wan/run_emulated.sh) starts each rank inside its DC's network
+  // namespace and says which in ATLAS_WAN_DC. A layout that puts the rank in another DC (the
+  // launcher and atlas given different decks or overrides) would send intra-DC traffic over the
+  // emulated WAN and WAN traffic inside a namespace: measured, but not what the deck describes.
+  mpi::agree(world, "checking the emulated DC (ATLAS_WAN_DC)", [&] {
+    const std::optional<std::string> env_dc = env::get("ATLAS_WAN_DC");
+    if (!env_dc) return;
+    const auto v = units::parse_int(*env_dc);
+    if (!v || *v != my_dc)
+      throw ConfigError(fmt::format(
+          "rank {}: ATLAS_WAN_DC = '{}' (the emulated DC this process was started in, by scripts/wan/run_emulated.sh) "
+          "but the deck's layout puts this rank in DC {}: the launcher and atlas laid out different decks\n"
+          "  hint: give run_emulated.sh the same deck and key=value overrides as the atlas command after '--'",
+          world.rank(), *env_dc, my_dc));
+  });
   if (wan.transport == WanTransport::Mpi)
     return std::make_unique<MpiTransport>(world, wan.recv_timeout_s, peers);
 

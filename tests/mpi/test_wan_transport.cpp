@@ -396,6 +396,32 @@ TEST(WanSecret, MakeTransportSendsOnlyPeersPublicKeyAndAddressOverMpi) {
   }
 }
 
+TEST(WanEmulation, ARankOutsideItsEmulatedDcIsAConfigErrorOnEveryRank) {
+  const mpi::Comm world = mpi::Comm::world();
+  if (world.size() < 2) GTEST_SKIP() << "needs np >= 2";
+  const Split s = split_two_dcs(world);
+  const WanCfg w = wan_cfg(WanTransport::Multirail);
+  // The namespace this rank would have been started in: its own DC (a transport comes up) ...
+  ::setenv("ATLAS_WAN_DC", std::to_string(s.my_dc).c_str(), 1);
+  EXPECT_NO_THROW({ auto t = make_transport(w, two_dcs(), world, s.my_dc, s.peers); });
+  world.barrier();
+  // ... the other DC on rank 1 only (the launcher and atlas laid out different decks): every rank fails
+  if (world.rank() == 1) ::setenv("ATLAS_WAN_DC", std::to_string(1 - s.my_dc).c_str(), 1);
+  try {
+    auto t = make_transport(w, two_dcs(), world, s.my_dc, s.peers);
+    FAIL() << "expected a ConfigError on every rank";
+  } catch (const ConfigError& e) {
+    const int dc_of_rank1 = 1 < world.size() / 2 ? 0 : 1;  // split_two_dcs
+    EXPECT_THAT(e.what(), ::testing::AllOf(HasSubstr("rank 1: ATLAS_WAN_DC = '" + std::to_string(1 - dc_of_rank1) + "'"),
+                                           HasSubstr("the deck's layout puts this rank in DC"),
+                                           HasSubstr("give run_emulated.sh the same deck and key=value overrides")));
+  }
+  if (world.rank() == 1) ::setenv("ATLAS_WAN_DC", "east", 1);  // not a DC index
+  EXPECT_THROW({ auto t = make_transport(w, two_dcs(), world, s.my_dc, s.peers); }, ConfigError);
+  ::unsetenv("ATLAS_WAN_DC");
+  world.barrier();
+}
+
 TEST(WanSecret, AKeyFileOthersCanReadIsAConfigErrorOnEveryRank) {
   const mpi::Comm world = mpi::Comm::world();
   if (world.size() < 2) GTEST_SKIP() << "needs np >= 2";
