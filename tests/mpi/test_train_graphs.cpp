@@ -23,14 +23,8 @@ struct GraphRun {
 };
 
 GraphRun train(const Config& cfg, const mpi::Comm& world, int steps) {
-  const topo::Layout layout(world.size(), cfg.parallel);
-  const topo::Communicators comms = topo::Communicators::create(world, layout);
-  const topo::Coord me = layout.coord(comms.world.rank());
-  auto backend = device::make_backend(cfg.device);
-  const sched::ScheduleTable table = sched::build_schedule(cfg, layout);
-  auto wan = wan::make_transport(cfg.wan, cfg.cluster, comms.world, me.dc, layout.wan_peers(me));
-  Profiler profiler(false, comms.world.rank(), 0);
-  Trainer trainer(cfg, layout, comms, table, wan.get(), *backend, profiler);
+  testing::TrainerRig rig(cfg, world);
+  Trainer& trainer = rig.trainer;
   GraphRun out;
   for (int s = 0; s < steps; ++s) out.losses.push_back(trainer.train_step(s).loss);
   out.params = trainer.gather_full(false);

@@ -29,14 +29,9 @@ struct RunResult {
 };
 
 RunResult run(const Config& cfg, const mpi::Comm& world, int until, int save_after = -1) {
-  const topo::Layout layout(world.size(), cfg.parallel);
-  const topo::Communicators comms = topo::Communicators::create(world, layout);
-  const topo::Coord me = layout.coord(comms.world.rank());
-  auto backend = device::make_backend(cfg.device);
-  const sched::ScheduleTable table = sched::build_schedule(cfg, layout);
-  auto wan = wan::make_transport(cfg.wan, cfg.cluster, comms.world, me.dc, layout.wan_peers(me));
-  Profiler profiler(false, comms.world.rank(), 0);
-  Trainer trainer(cfg, layout, comms, table, wan.get(), *backend, profiler);
+  testing::TrainerRig rig(cfg, world);
+  Trainer& trainer = rig.trainer;
+  const topo::Communicators& comms = rig.comms;
   RunResult out;
   out.first_step = restore_checkpoint(trainer, cfg, comms).step;
   for (int s = out.first_step; s < until; ++s) {

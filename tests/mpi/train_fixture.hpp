@@ -59,20 +59,36 @@ struct Outcome {
   std::vector<std::pair<std::string, std::vector<float>>> params;
 };
 
+/// Everything a Trainer of `cfg` on `world` needs, built as `atlas train` builds it (the deck's
+/// layout, communicators, backend, table, WAN transport), and the Trainer.
+struct TrainerRig {
+  TrainerRig(const Config& cfg, const mpi::Comm& world)
+      : layout(world.size(), cfg.parallel),
+        comms(topo::Communicators::create(world, layout)),
+        me(layout.coord(comms.world.rank())),
+        backend(device::make_backend(cfg.device)),
+        table(sched::build_schedule(cfg, layout)),
+        wan(wan::make_transport(cfg.wan, cfg.cluster, comms.world, me.dc, layout.wan_peers(me))),
+        profiler(false, comms.world.rank(), 0),
+        trainer(cfg, layout, comms, table, wan.get(), *backend, profiler) {}
+  topo::Layout layout;
+  topo::Communicators comms;
+  topo::Coord me;
+  std::unique_ptr<device::Backend> backend;
+  sched::ScheduleTable table;
+  std::unique_ptr<wan::PeerTransport> wan;
+  Profiler profiler;
+  Trainer trainer;
+};
+
 /// Trains `steps` steps of `cfg` on `world`; gradients and parameters after the first step.
 /// Trains `cfg` on `world` from its run.resume point (fresh if empty) up to step `until`;
 /// writes a checkpoint after step `save_after` (if >= 0). Gradients and parameters are gathered
 /// after the first step run.
 inline Outcome train(const Config& cfg, const mpi::Comm& world, int until, int save_after = -1) {
-  const topo::Layout layout(world.size(), cfg.parallel);
-  const topo::Communicators comms = topo::Communicators::create(world, layout);
-  const topo::Coord me = layout.coord(comms.world.rank());
-  auto backend = device::make_backend(cfg.device);
-  const sched::ScheduleTable table = sched::build_schedule(cfg, layout);
-  const std::vector<int> peers = layout.wan_peers(me);
-  auto wan = wan::make_transport(cfg.wan, cfg.cluster, comms.world, me.dc, peers);
-  Profiler profiler(false, comms.world.rank(), 0);
-  Trainer trainer(cfg, layout, comms, table, wan.get(), *backend, profiler);
+  TrainerRig rig(cfg, world);
+  Trainer& trainer = rig.trainer;
+  const topo::Communicators& comms = rig.comms;
   Outcome out;
   out.first_step = restore_checkpoint(trainer, cfg, comms).step;
   for (int s = out.first_step; s < until; ++s) {
