@@ -12,11 +12,7 @@ if(ATLAS_ENABLE_CUDA)
   # The fused kernel on the GPU: fp32 vs the unfused path and the host, bf16 within tolerance,
   # determinism of dK/dV, the D > 128 fallback, a long sequence (label gpu; skips without a
   # device). The size rules (no GPU needed) are a separate entry, so a skip never hides them.
-  add_executable(test_cuda_attention gpu/test_cuda_attention.cpp)
-  target_link_libraries(test_cuda_attention PRIVATE atlas_cuda atlas_core atlas_warnings
-    GTest::gtest_main)
-  target_include_directories(test_cuda_attention PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}
-    ${PROJECT_SOURCE_DIR}/src/device/cuda)
+  atlas_gpu_executable(test_cuda_attention gpu/test_cuda_attention.cpp)
   add_test(NAME test_cuda_attention COMMAND test_cuda_attention --gtest_filter=CudaAttention.*
     WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   add_test(NAME test_cuda_attention_sizes

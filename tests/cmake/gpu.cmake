@@ -7,11 +7,7 @@ atlas_mpi_test(test_device_collective SOURCES mpi/test_device_collective.cpp NP 
 
 if(ATLAS_ENABLE_CUDA)
   # Every backend op, CUDA vs host, on random inputs.
-  add_executable(test_cuda_backend gpu/test_cuda_backend.cpp)
-  target_link_libraries(test_cuda_backend PRIVATE atlas_cuda atlas_core atlas_warnings
-    GTest::gtest_main GTest::gmock)
-  target_include_directories(test_cuda_backend PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}
-    ${PROJECT_SOURCE_DIR}/src/device/cuda)
+  atlas_gpu_executable(test_cuda_backend gpu/test_cuda_backend.cpp)
   # Two entries: the comparisons (reported by ctest as skipped where no GPU is visible) and the
   # factory checks that hold on any machine (a failure there is never hidden by a skip).
   add_test(NAME test_cuda_backend COMMAND test_cuda_backend --gtest_filter=CudaVsHost.*
@@ -21,22 +17,9 @@ if(ATLAS_ENABLE_CUDA)
   set_tests_properties(test_cuda_backend test_cuda_factory PROPERTIES LABELS gpu TIMEOUT 120)
 
   # The fused calls (cuBLASLt epilogues, fused kernels) and the bf16/tf32 GEMMs vs the host.
-  add_executable(test_cuda_fused gpu/test_cuda_fused.cpp)
-  target_link_libraries(test_cuda_fused PRIVATE atlas_cuda atlas_core atlas_warnings
-    GTest::gtest_main GTest::gmock)
-  target_include_directories(test_cuda_fused PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}
-    ${PROJECT_SOURCE_DIR}/src/device/cuda)
-  add_test(NAME test_cuda_fused COMMAND test_cuda_fused WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
-  set_tests_properties(test_cuda_fused PROPERTIES LABELS gpu TIMEOUT 120)
-
+  atlas_gpu_test(test_cuda_fused gpu/test_cuda_fused.cpp)
   # Block graphs (device.cuda_graphs) vs the eager run on the GPU.
-  add_executable(test_cuda_graphs gpu/test_cuda_graphs.cpp)
-  target_link_libraries(test_cuda_graphs PRIVATE atlas_cuda atlas_core atlas_warnings
-    GTest::gtest_main GTest::gmock)
-  target_include_directories(test_cuda_graphs PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}
-    ${PROJECT_SOURCE_DIR}/src/device/cuda)
-  add_test(NAME test_cuda_graphs COMMAND test_cuda_graphs WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
-  set_tests_properties(test_cuda_graphs PROPERTIES LABELS gpu TIMEOUT 120)
+  atlas_gpu_test(test_cuda_graphs gpu/test_cuda_graphs.cpp)
 
   # NCCL (or staged MPI when ranks share a GPU) all-reduce through device::make_collective.
   atlas_mpi_test(test_nccl_comm SOURCES gpu/test_nccl_comm.cpp NP 1 2 LABELS gpu TIMEOUT 120)
@@ -50,7 +33,7 @@ if(ATLAS_ENABLE_CUDA)
     set_tests_properties(test_cuda_train_np_${np} PROPERTIES FIXTURES_REQUIRED brown_corpus)
   endforeach()
   # Every test of these binaries needs a GPU: without one, ctest lists them as skipped.
-  set_tests_properties(test_cuda_backend test_cuda_fused test_nccl_comm_np_1 test_nccl_comm_np_2
-    test_cuda_train_np_1 test_cuda_train_np_2 test_cuda_graphs PROPERTIES
+  set_tests_properties(test_cuda_backend test_nccl_comm_np_1 test_nccl_comm_np_2
+    test_cuda_train_np_1 test_cuda_train_np_2 PROPERTIES
     SKIP_REGULAR_EXPRESSION "no CUDA device visible")
 endif()

@@ -15,11 +15,5 @@ endforeach()
 # The CUDA backend's two halves (bitwise) and a StageModel's split backward on the GPU (label gpu;
 # built only with ATLAS_ENABLE_CUDA, skips where no device is visible).
 if(ATLAS_ENABLE_CUDA)
-  add_executable(test_cuda_split_backward gpu/test_cuda_split_backward.cpp)
-  target_link_libraries(test_cuda_split_backward PRIVATE atlas_cuda atlas_core atlas_warnings
-    GTest::gtest_main GTest::gmock)
-  target_include_directories(test_cuda_split_backward PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}
-    ${PROJECT_SOURCE_DIR}/src/device/cuda)
-  add_test(NAME test_cuda_split_backward COMMAND test_cuda_split_backward WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
-  set_tests_properties(test_cuda_split_backward PROPERTIES LABELS gpu TIMEOUT 120)
+  atlas_gpu_test(test_cuda_split_backward gpu/test_cuda_split_backward.cpp)
 endif()
