@@ -18,20 +18,9 @@
 namespace atlas {
 namespace {
 
-std::unique_ptr<device::Backend> cuda(Precision p) {
-  DeviceCfg cfg;
-  cfg.backend = Backend::Cuda;
-  cfg.precision = p;
-  return device::cuda::make_cuda_backend(cfg);
-}
+std::unique_ptr<device::Backend> cuda(Precision p) { return testutil::make_cuda(p); }
 
-class CudaGraphs : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const std::string reason = testutil::no_device_reason();
-    if (!reason.empty()) GTEST_SKIP() << "no CUDA device visible (" << reason << "): skipped";
-  }
-};
+class CudaGraphs : public testutil::CudaDeviceTest {};
 
 TEST_F(CudaGraphs, TrainingWithBlockGraphsMatchesTheEagerRun) {
   for (const Precision prec : {Precision::Fp32, Precision::Bf16}) {

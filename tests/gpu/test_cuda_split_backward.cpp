@@ -23,20 +23,9 @@ using testutil::download;
 using testutil::random_vec;
 using testutil::upload;
 
-std::unique_ptr<device::Backend> cuda(Precision p) {
-  DeviceCfg cfg;
-  cfg.backend = Backend::Cuda;
-  cfg.precision = p;
-  return device::cuda::make_cuda_backend(cfg);
-}
+std::unique_ptr<device::Backend> cuda(Precision p) { return testutil::make_cuda(p); }
 
-class CudaSplit : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const std::string reason = testutil::no_device_reason();
-    if (!reason.empty()) GTEST_SKIP() << "no CUDA device visible (" << reason << "): skipped";
-  }
-};
+class CudaSplit : public testutil::CudaDeviceTest {};
 
 TEST_F(CudaSplit, LinearBackwardIsItsInputHalfPlusItsWeightHalfBitwise) {
   for (Precision prec : {Precision::Fp32, Precision::Bf16}) {
