@@ -590,9 +590,9 @@ CheckpointContents inspect_checkpoint(const std::string& path) {
         // atlas writes each state entry as one vector of words: anything else (another rank, a
         // size past any state atlas keeps) is a damaged or foreign file, read into nothing.
         if (dims.size() > 1 || (!dims.empty() && dims[0] > kMaxStateWords))
-          throw ConfigError(fmt::format("dataset /state/{} has shape [{}]; atlas writes a vector of at most {} words "
-                                        "there",
-                                        name, fmt::join(dims, ", "), kMaxStateWords));
+          ATLAS_THROW(Io, fmt::format("dataset /state/{} has shape [{}]; atlas writes a vector of at most {} words "
+                                      "there",
+                                      name, fmt::join(dims, ", "), kMaxStateWords));
         std::vector<std::uint64_t> words(dims.empty() ? 1 : dims[0]);
         if (!words.empty()) {
           ATLAS_H5_CHECK(

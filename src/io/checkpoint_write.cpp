@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <chrono>
 #include <cstring>
 #include <ctime>
@@ -459,9 +460,14 @@ std::vector<OnDisk> list_checkpoints(const std::string& dir) {
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
     std::smatch m;
-    if (std::regex_match(name, m, kName)) {
-      out.push_back({std::stoll(m[1].str()), m[2].matched, entry.path().string()});
-    }
+    if (!std::regex_match(name, m, kName)) continue;
+    // A step past int64 (a stray file's name) is no checkpoint of ours: skipped, as find_latest
+    // skips it (std::stoll threw out_of_range here and failed every later save).
+    const std::string digits = m[1].str();
+    std::int64_t step = 0;
+    const auto [end, err] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
+    if (err != std::errc() || end != digits.data() + digits.size()) continue;
+    out.push_back({step, m[2].matched, entry.path().string()});
   }
   std::sort(out.begin(), out.end(),
             [](const OnDisk& a, const OnDisk& b) { return a.step > b.step; });

@@ -343,6 +343,9 @@ HfModel read_hf_gpt2(const std::string& dir) {
     std::string n = t.name;
     if (n.rfind(kHfPrefix, 0) == 0) n = n.substr(std::strlen(kHfPrefix));
     if (n == "lm_head.weight") {
+      if (lm_head != nullptr)
+        problems.push_back(fmt::format("'{}' holds 'lm_head.weight' twice (with and without the \"{}\" prefix)",
+                                       st_path, kHfPrefix));
       lm_head = &t;
       continue;
     }

@@ -156,13 +156,20 @@ ShardSet ShardSet::open(const std::vector<std::string>& files, int vocab, std::s
     }
     auto m = std::make_shared<Mapping>();
     m->path = path;
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: a FIFO the glob matched must not block the open (it is refused below).
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
       throw ConfigError(fmt::format("cannot open shard '{}' ({}): {}\n{}", path, key,
                                     std::strerror(errno), fix_hint(key)));
     }
     struct stat st {};
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (::fstat(fd, &st) != 0) {
+      const int err = errno;
+      ::close(fd);
+      throw ConfigError(fmt::format("cannot stat shard '{}' ({}): {}\n{}", path, key, std::strerror(err),
+                                    fix_hint(key)));
+    }
+    if (!S_ISREG(st.st_mode)) {
       ::close(fd);
       throw ConfigError(fmt::format("shard '{}' ({}) is not a regular file\n{}", path, key,
                                     fix_hint(key)));
@@ -178,8 +185,9 @@ ShardSet ShardSet::open(const std::vector<std::string>& files, int vocab, std::s
     const int map_errno = errno;
     ::close(fd);
     if (base == MAP_FAILED) {
-      throw ConfigError(fmt::format("cannot map shard '{}' ({}): {}", path, key,
-                                    std::strerror(map_errno)));
+      throw ConfigError(fmt::format("cannot map shard '{}' ({}): {}\n  hint: check the memory limits "
+                                    "(ulimit -v) and that the file system supports mmap",
+                                    path, key, std::strerror(map_errno)));
     }
     m->base = base;
     m->bytes = static_cast<std::size_t>(size);

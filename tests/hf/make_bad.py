@@ -16,6 +16,7 @@
 #                 "transformer." prefix, the causal-mask buffers h.N.attn.bias, an lm_head.weight
 #                 equal to wte
 #   hub_untied    the same with an lm_head.weight that differs from wte
+#   hub_head_twice  the hub layout with lm_head.weight also as transformer.lm_head.weight
 #   bf16, f16     (good) every tensor stored as BF16 / F16 (BF16: the top 16 bits; F16: rounded)
 #   bf16_ref, f16_ref   (good) the same values stored as F32: import must give the same model
 import json
@@ -84,7 +85,7 @@ elif kind == "extra":
     end = len(data)
     header["transformer.h.0.attn.q_norm.weight"] = {"dtype": "F32", "shape": [1], "data_offsets": [end, end + 4]}
     write(header, data + struct.pack("<f", 1.0))
-elif kind in ("hub", "hub_untied"):
+elif kind in ("hub", "hub_untied", "hub_head_twice"):
     cfg = json.load(open(os.path.join(dst, "config.json")))
     T, L = cfg["n_positions"], cfg["n_layer"]
     new, out, at = {"__metadata__": header["__metadata__"]}, b"", 0
@@ -106,6 +107,8 @@ elif kind in ("hub", "hub_untied"):
     if kind == "hub_untied":
         wte = struct.pack("<f", 0.5) + wte[4:]
     add("lm_head.weight", header["transformer.wte.weight"]["shape"], wte)
+    if kind == "hub_head_twice":
+        add("transformer.lm_head.weight", header["transformer.wte.weight"]["shape"], wte)
     write(new, out)
 elif kind in ("bf16", "f16", "bf16_ref", "f16_ref"):
     new, out, at = {"__metadata__": header["__metadata__"]}, b"", 0

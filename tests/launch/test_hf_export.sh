@@ -52,7 +52,7 @@ check "tp 2: independent reader" $PY tests/hf/check_export.py "$T/hf_tp" "$T/tp/
 check "tp 2: GPT-2's forward pass gives atlas's logits" $PY tests/hf/gpt2_reference.py "$T/hf_tp" "$T/logits_tp.safetensors" 1e-4
 
 # Variants of the exported directory (tests/hf/make_bad.py): damaged ones and the hub layout.
-for kind in long_header overlap dtype truncated relu untied string_width extra huge_layers value_flood hub hub_untied bf16 bf16_ref f16 f16_ref; do
+for kind in long_header overlap dtype truncated relu untied string_width extra huge_layers value_flood hub hub_untied hub_head_twice bf16 bf16_ref f16 f16_ref; do
   $PY tests/hf/make_bad.py "$T/hf" "$T/bad_$kind" "$kind"
 done
 
@@ -135,6 +135,9 @@ check "a tensor GPT-2 does not have" fails_with extra "tensor 'transformer.h.0.a
   atlas import --format hf "$T/bad_extra" --out "$T/x"
 check "lm_head.weight that differs from wte" fails_with hub_untied \
   "'$T/bad_hub_untied/model.safetensors': lm_head.weight differs from wte.weight" atlas import --format hf "$T/bad_hub_untied" --out "$T/x"
+check "lm_head.weight twice" fails_with hub_head_twice \
+  "'$T/bad_hub_head_twice/model.safetensors' holds 'lm_head.weight' twice \\(with and without the \"transformer.\" prefix\)" \
+  atlas import --format hf "$T/bad_hub_head_twice" --out "$T/x"
 check "nothing was written by the failed imports" test ! -e "$T/x/step-000000.h5"
 
 # A checkpoint of something else (atlas bench ckpt's synthetic tensors) is not exported.

@@ -17,6 +17,7 @@
 #include <regex>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/wait.h>
@@ -485,6 +486,10 @@ TEST(Shards, BadShardsAreConfigErrorsNamingTheFileAndTheFix) {
   EXPECT_THAT(m, HasSubstr("data.val_shards is empty"));
   m = config_error([&] { (void)ShardSet::open({dir.at("missing.bin")}, 256, "data.train_shards"); });
   EXPECT_THAT(m, HasSubstr("cannot open shard '" + dir.at("missing.bin") + "'"));
+  // A FIFO the glob matched: refused at once (its open blocked until a writer came)
+  ASSERT_EQ(::mkfifo(dir.at("fifo.bin").c_str(), 0600), 0);
+  m = config_error(open1("fifo.bin"));
+  EXPECT_THAT(m, HasSubstr("shard '" + dir.at("fifo.bin") + "' (data.train_shards) is not a regular file"));
 }
 
 TEST(Shards, ASplitShorterThanASampleNamesTheShardKey) {
