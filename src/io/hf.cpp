@@ -342,6 +342,13 @@ HfModel read_hf_gpt2(const std::string& dir) {
   for (auto& t : file.tensors) {
     std::string n = t.name;
     if (n.rfind(kHfPrefix, 0) == 0) n = n.substr(std::strlen(kHfPrefix));
+    // The causal-mask buffers older transformers saved with the weights (float, BOOL or U8).
+    const bool mask = n.rfind("h.", 0) == 0 && (n.ends_with(".attn.bias") || n.ends_with(".attn.masked_bias")) &&
+                      n.find(".c_") == std::string::npos;
+    if (!t.loaded && !mask)
+      problems.push_back(fmt::format("'{}': tensor '{}' is stored as {}; atlas reads F32, F16 and BF16\n"
+                                     "  hint: save the model in float32 (model.float().save_pretrained(DIR))",
+                                     st_path, t.name, t.dtype));
     if (n == "lm_head.weight") {
       if (lm_head != nullptr)
         problems.push_back(fmt::format("'{}' holds 'lm_head.weight' twice (with and without the \"{}\" prefix)",
@@ -349,10 +356,7 @@ HfModel read_hf_gpt2(const std::string& dir) {
       lm_head = &t;
       continue;
     }
-    // The causal-mask buffers older transformers saved with the weights.
-    if (n.rfind("h.", 0) == 0 && (n.ends_with(".attn.bias") || n.ends_with(".attn.masked_bias")) &&
-        n.find(".c_") == std::string::npos)
-      continue;
+    if (mask) continue;
     if (!by_name.emplace(n, &t).second)
       problems.push_back(fmt::format("'{}' holds '{}' twice (with and without the \"{}\" prefix)",
                                      st_path, n, kHfPrefix));

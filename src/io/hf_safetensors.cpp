@@ -44,6 +44,14 @@ int read_size(const std::string& dtype) {
   return 0;
 }
 
+/// Bytes per element of a known safetensors dtype.
+int storage_size(const std::string& dtype) {
+  if (dtype == "F64" || dtype == "I64" || dtype == "U64") return 8;
+  if (dtype == "F32" || dtype == "I32" || dtype == "U32") return 4;
+  if (dtype == "F16" || dtype == "BF16" || dtype == "I16" || dtype == "U16") return 2;
+  return 1;  // BOOL, U8, I8, F8_E5M2, F8_E4M3
+}
+
 bool known_dtype(const std::string& d) {
   static const std::set<std::string> k{"BOOL", "U8",  "I8",  "F8_E5M2", "F8_E4M3", "I16",
                                        "U16",  "F16", "BF16", "I32",    "U32",     "F32",
@@ -176,11 +184,10 @@ SafeTensorsFile read_safetensors(const std::string& path) {
     if (!known_dtype(t.dtype))
       bad(path, fmt::format("{}: unknown dtype '{}' (safetensors dtypes: BOOL U8 I8 F8_E5M2 F8_E4M3 "
                             "I16 U16 F16 BF16 I32 U32 F32 F64 I64 U64)", where, t.dtype));
-    const int esize = read_size(t.dtype);
-    if (esize == 0)
-      throw ConfigError(fmt::format(
-          "safetensors file '{}': {}: dtype {} cannot be imported (atlas reads F32, F16 and BF16)\n"
-          "  hint: save the model in float32 (model.float().save_pretrained(DIR))", path, where, t.dtype));
+    // Another dtype's bytes are checked below but not read: a reader refuses the tensor if it
+    // needs it (SafeTensor::loaded).
+    const int esize = storage_size(t.dtype);
+    t.loaded = read_size(t.dtype) != 0;
     std::uint64_t numel = 1;
     for (const auto& d : sh->arr) {
       std::uint64_t x = 0;
@@ -229,6 +236,10 @@ SafeTensorsFile read_safetensors(const std::string& path) {
   std::vector<char> raw;
   for (const auto& r : ranges) {
     SafeTensor t = std::move(out.tensors[r.index]);
+    if (!t.loaded) {
+      ordered.push_back(std::move(t));
+      continue;
+    }
     raw.resize(r.end - r.begin);
     in.seekg(static_cast<std::streamoff>(8 + hlen + r.begin));
     in.read(raw.data(), static_cast<std::streamsize>(raw.size()));

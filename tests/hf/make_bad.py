@@ -17,6 +17,9 @@
 #                 equal to wte
 #   hub_untied    the same with an lm_head.weight that differs from wte
 #   hub_head_twice  the hub layout with lm_head.weight also as transformer.lm_head.weight
+#   hub_bool_masks  (good) the hub layout with the mask buffers stored as BOOL and masked_bias as
+#                 F32 (as some transformers versions saved them)
+#   i64_weight    a weight stored as I64 (a dtype atlas does not read)
 #   bf16, f16     (good) every tensor stored as BF16 / F16 (BF16: the top 16 bits; F16: rounded)
 #   bf16_ref, f16_ref   (good) the same values stored as F32: import must give the same model
 import json
@@ -85,14 +88,14 @@ elif kind == "extra":
     end = len(data)
     header["transformer.h.0.attn.q_norm.weight"] = {"dtype": "F32", "shape": [1], "data_offsets": [end, end + 4]}
     write(header, data + struct.pack("<f", 1.0))
-elif kind in ("hub", "hub_untied", "hub_head_twice"):
+elif kind in ("hub", "hub_untied", "hub_head_twice", "hub_bool_masks"):
     cfg = json.load(open(os.path.join(dst, "config.json")))
     T, L = cfg["n_positions"], cfg["n_layer"]
     new, out, at = {"__metadata__": header["__metadata__"]}, b"", 0
 
-    def add(name, shape, raw):
+    def add(name, shape, raw, dtype="F32"):
         global at, out
-        new[name] = {"dtype": "F32", "shape": shape, "data_offsets": [at, at + len(raw)]}
+        new[name] = {"dtype": dtype, "shape": shape, "data_offsets": [at, at + len(raw)]}
         out += raw
         at += len(raw)
 
@@ -100,8 +103,13 @@ elif kind in ("hub", "hub_untied", "hub_head_twice"):
         b, e = header[k]["data_offsets"]
         add(k[len("transformer."):], header[k]["shape"], data[b:e])
     mask = b"".join(struct.pack("<f", 1.0 if j <= i else 0.0) for i in range(T) for j in range(T))
+    bool_mask = bytes(1 if j <= i else 0 for i in range(T) for j in range(T))
     for l in range(L):
-        add("h.%d.attn.bias" % l, [1, 1, T, T], mask)
+        if kind == "hub_bool_masks":
+            add("h.%d.attn.bias" % l, [1, 1, T, T], bool_mask, "BOOL")
+            add("h.%d.attn.masked_bias" % l, [], struct.pack("<f", -1e4))
+        else:
+            add("h.%d.attn.bias" % l, [1, 1, T, T], mask)
     b, e = header["transformer.wte.weight"]["data_offsets"]
     wte = data[b:e]
     if kind == "hub_untied":
@@ -109,6 +117,19 @@ elif kind in ("hub", "hub_untied", "hub_head_twice"):
     add("lm_head.weight", header["transformer.wte.weight"]["shape"], wte)
     if kind == "hub_head_twice":
         add("transformer.lm_head.weight", header["transformer.wte.weight"]["shape"], wte)
+    write(new, out)
+elif kind == "i64_weight":
+    k = "transformer.wpe.weight"
+    b, e = header[k]["data_offsets"]
+    vals = struct.unpack("<%df" % ((e - b) // 4), data[b:e])
+    raw = struct.pack("<%dq" % len(vals), *[int(v) for v in vals])
+    new, out, at = {"__metadata__": header["__metadata__"]}, b"", 0
+    for name in names:
+        bb, ee = header[name]["data_offsets"]
+        chunk, dtype = (raw, "I64") if name == k else (data[bb:ee], header[name]["dtype"])
+        new[name] = {"dtype": dtype, "shape": header[name]["shape"], "data_offsets": [at, at + len(chunk)]}
+        out += chunk
+        at += len(chunk)
     write(new, out)
 elif kind in ("bf16", "f16", "bf16_ref", "f16_ref"):
     new, out, at = {"__metadata__": header["__metadata__"]}, b"", 0

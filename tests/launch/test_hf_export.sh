@@ -52,7 +52,7 @@ check "tp 2: independent reader" $PY tests/hf/check_export.py "$T/hf_tp" "$T/tp/
 check "tp 2: GPT-2's forward pass gives atlas's logits" $PY tests/hf/gpt2_reference.py "$T/hf_tp" "$T/logits_tp.safetensors" 1e-4
 
 # Variants of the exported directory (tests/hf/make_bad.py): damaged ones and the hub layout.
-for kind in long_header overlap dtype truncated relu untied string_width extra huge_layers value_flood hub hub_untied hub_head_twice bf16 bf16_ref f16 f16_ref; do
+for kind in long_header overlap dtype truncated relu untied string_width extra huge_layers value_flood hub hub_untied hub_head_twice hub_bool_masks i64_weight bf16 bf16_ref f16 f16_ref; do
   $PY tests/hf/make_bad.py "$T/hf" "$T/bad_$kind" "$kind"
 done
 
@@ -80,6 +80,10 @@ check "import: an --out that is a file" fails_with import_out_file "atlas import
 check "import of the hub layout" to "$T/import_hub.out" atlas import --format hf "$T/bad_hub" --out "$T/imported_hub"
 check "export of it" to "$T/export_hub.out" atlas export "$T/imported_hub/step-000000.h5" --format hf --out "$T/hf_hub"
 check "hub layout: the same model.safetensors" cmp "$T/hf/model.safetensors" "$T/hf_hub/model.safetensors"
+# Mask buffers stored as BOOL (some transformers versions): skipped whatever their dtype.
+check "import of the hub layout with BOOL masks" to "$T/import_hub_bool.out" atlas import --format hf "$T/bad_hub_bool_masks" --out "$T/imported_hub_bool"
+check "export of it" to "$T/export_hub_bool.out" atlas export "$T/imported_hub_bool/step-000000.h5" --format hf --out "$T/hf_hub_bool"
+check "BOOL masks: the same model.safetensors" cmp "$T/hf/model.safetensors" "$T/hf_hub_bool/model.safetensors"
 
 # BF16 and F16 files import as their float32 values.
 for d in bf16 f16; do
@@ -135,6 +139,9 @@ check "a tensor GPT-2 does not have" fails_with extra "tensor 'transformer.h.0.a
   atlas import --format hf "$T/bad_extra" --out "$T/x"
 check "lm_head.weight that differs from wte" fails_with hub_untied \
   "'$T/bad_hub_untied/model.safetensors': lm_head.weight differs from wte.weight" atlas import --format hf "$T/bad_hub_untied" --out "$T/x"
+check "a weight stored as I64" fails_with i64_weight \
+  "'$T/bad_i64_weight/model.safetensors': tensor 'transformer.wpe.weight' is stored as I64; atlas reads F32, F16 and BF16" \
+  atlas import --format hf "$T/bad_i64_weight" --out "$T/x"
 check "lm_head.weight twice" fails_with hub_head_twice \
   "'$T/bad_hub_head_twice/model.safetensors' holds 'lm_head.weight' twice \\(with and without the \"transformer.\" prefix\)" \
   atlas import --format hf "$T/bad_hub_head_twice" --out "$T/x"

@@ -20,8 +20,13 @@ namespace atlas::io {
 struct SafeTensor {
   std::string name;
   std::vector<std::int64_t> shape;
-  std::vector<float> data;    ///< row-major, shape's product elements
-  std::string dtype = "F32";  ///< as stored: F32, F16 or BF16 (written: always F32)
+  std::vector<float> data;    ///< row-major, shape's product elements (empty where !loaded)
+  std::string dtype = "F32";  ///< as stored: F32, F16 or BF16 (written: always F32), or another
+                              ///< safetensors dtype atlas does not read (then !loaded)
+  /// False for a dtype other than F32, F16 and BF16 (BOOL, U8, I64, ...): its bytes were checked
+  /// but not read, and `data` is empty. A reader that needs the tensor refuses it (the causal-mask
+  /// buffers older transformers saved as BOOL or U8 are skipped by read_hf_gpt2).
+  bool loaded = true;
 };
 
 /// What read_safetensors returns.
