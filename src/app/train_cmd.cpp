@@ -87,6 +87,10 @@ void check_finite(const runtime::StepReport& rep, std::optional<double> val, boo
     bad = 1;
   } else if (!norm_bad) {
     return;
+  } else {
+    // The norm is the job's (every rank is here): the progress row's job-wide sum that this step
+    // may have started completes before the throw unwinds its buffer (TrainOutput::m_job).
+    out.flush_row();
   }
   if (bad == 0) return;
   const std::string earlier = first_bad_loss >= 0 && first_bad_loss < rep.step

@@ -71,6 +71,12 @@ check "... and the metrics of steps 0-3" \
   test "$(awk -F, 'NR > 1 { print $1 }' "$T/nan3/metrics.csv" | tr '\n' ' ')" = "0 1 2 3 "
 
 # ---- a one-off NaN loss on a step that is not logged (gradients finite) ----
+# A non-finite gradient norm at a logged step that neither evaluates nor checkpoints: its row's
+# job-wide sum (started, not waited for) completes and the row is printed before the error.
+ATLAS_FAULT_NAN=0:3 run_job nanrow 60 run.steps=6 run.log_every_steps=2 ckpt.every_steps=0 ckpt.final=false
+check "a NaN gradient norm at logged step 3 without a checkpoint ends with exit 7 (got $(rc nanrow))" test "$(rc nanrow)" -eq 7
+check "... after printing step 3's row" grep -qE "^ +3 +nan " "$T/nanrow.out"
+
 ATLAS_FAULT_NAN_LOSS=0:1 run_job nanloss 60 run.steps=6 run.log_every_steps=3 ckpt.every_steps=3
 check "a NaN loss at unlogged step 1 ends with exit 7 at step 2 (got $(rc nanloss))" test "$(rc nanloss)" -eq 7
 check "... naming step 1" grep -q "ERROR: training diverged at step 2: .*(the first non-finite loss was at step 1)" "$T/nanloss.out"
