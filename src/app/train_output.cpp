@@ -179,7 +179,8 @@ void TrainOutput::step(const runtime::StepReport& r, std::optional<double> val, 
   if (m_root && !emulated() && (!std::isfinite(r.loss) || (val && !std::isfinite(*val)))) m_bad_loss = true;
   if (logged) {
     flush_row();
-    m_job = {(r.compute_s + r.prefill_s) / r.step_s, static_cast<double>(r.boundary.wan_bytes_sent),
+    m_job = {(r.compute_s + r.prefill_s) / r.step_s,
+             static_cast<double>(r.boundary.wan_bytes_sent + r.boundary.wan_exchange_bytes),
              r.boundary.wan_send_busy_s, m_bad_loss ? 1.0 : 0.0, signals::stop_requested() != 0 ? 1.0 : 0.0};
     m_job_sum = comms.world.iallreduce_sum(std::span<double>(m_job));
   }

@@ -413,6 +413,7 @@ void Boundary::post_exchange_send(int peer, int tag, const float* data, std::siz
   // half is in: the send's completion (the partner's acknowledgement, another one-way trip)
   // is waited for in end_step, behind the optimizer, not in exchange_sum.
   m_exchange_out.assign(data, data + count);
+  m_stats.wan_exchange_bytes += static_cast<std::int64_t>(count * sizeof(float));
   {
     std::lock_guard lock(m_wan_mutex);
     m_exchange_send = m_wan->isend(peer, tag, m_exchange_out.data(), count * sizeof(float));

@@ -290,8 +290,10 @@ void Trainer::all_reduce_gradients(const Boundary::WaitHook& fill) {
     if (m_embed_wan_partner >= 0) {
       // Across DCs over the WAN transport (tuned for the WAN; MPI's TCP is not); our half is
       // already on its way (start_gradient_sums).
+      const double t0 = m_profiler.now();
       m_boundary->exchange_sum(partner, kEmbeddingTag, host.data(), n, m_me.stage == 0, fill);
       wait_over();
+      m_exchange_s = m_profiler.now() - t0;
     } else {
       mpi::Request sum = m_embed.iallreduce_sum(std::span<float>(host));
       wait_bounded(sum, [&] { return "the tied-embedding gradient sum with rank " + std::to_string(partner); });

@@ -115,6 +115,7 @@ StepReport Trainer::train_step(int step) {
         break;
       }
       case SlotKind::AllReduce:
+        m_exchange_s = 0.0;
         all_reduce_gradients(wait_hook(step, slot, i, spent_prefill, r));
         m_grads_final = true;
         r.dp_buckets = m_buckets_step;
@@ -191,11 +192,17 @@ StepReport Trainer::train_step(int step) {
         break;
       }
       case SlotKind::LocalRecv: r.intra_s += own; break;
-      case SlotKind::AllReduce:
-        // The DP sum waits on the WAN when the replicas sit in several DCs (parallel.dp_across_dcs).
-        (m_dp_spans_dcs ? r.wan_s : r.intra_s) += own;
+      case SlotKind::AllReduce: {
+        // The DP sum waits on the WAN when the replicas sit in several DCs (parallel.dp_across_dcs);
+        // the tied-embedding exchange with a partner in another DC always does (BubbleTea's fill
+        // in its wait is prefill, not a wait).
+        const double exchange = std::clamp(m_exchange_s - spent_prefill, 0.0, std::max(0.0, own));
+        (m_dp_spans_dcs ? r.wan_s : r.intra_s) += own - exchange;
+        r.wan_s += exchange;
+        r.exchange_s += exchange;
         r.allreduce_s += own;
         break;
+      }
       case SlotKind::WanRecv: r.wan_s += own; break;
       case SlotKind::Idle:
       case SlotKind::Prefill:

@@ -109,6 +109,28 @@ TEST(TrainReport, TheDpSumAcrossDcsIsAWanWait) {
   }
 }
 
+TEST(TrainReport, TheTiedEmbeddingExchangeAcrossDcsIsAWanWait) {
+  // A pipeline over two DCs, DP 2 inside each: the AllReduce slot's wait for the tied-embedding
+  // partner's half crosses the WAN (it was counted in intra_ms with the DP sums, and wan_ms
+  // missed it).
+  const mpi::Comm world = mpi::Comm::world();
+  if (world.size() != 4) GTEST_SKIP() << "runs at np 4";
+  const Config cfg = testing::make_cfg(1, 2, {1, 1}, 4);
+  const testing::Outcome out = testing::train(cfg, world, 3);
+  double exchange = 0.0;
+  for (const StepReport& r : out.reports) {
+    EXPECT_GE(r.wan_s, r.exchange_s) << "rank " << world.rank() << " step " << r.step;
+    EXPECT_LE(r.exchange_s, r.allreduce_s * (1 + 1e-9)) << "rank " << world.rank() << " step " << r.step;
+    EXPECT_LE(r.intra_s, r.allreduce_s - r.exchange_s + 1e-9) << "rank " << world.rank() << " step " << r.step;
+    // every rank is a first or last stage: its half of the tied embedding's gradient crossed the WAN
+    EXPECT_EQ(r.boundary.wan_exchange_bytes,
+              static_cast<std::int64_t>(cfg.model.vocab) * cfg.model.hidden * static_cast<std::int64_t>(sizeof(float)))
+        << "rank " << world.rank() << " step " << r.step;
+    exchange += r.exchange_s;
+  }
+  EXPECT_GT(world.allreduce(exchange, MPI_SUM), 0.0) << "the exchange's wait was measured";
+}
+
 TEST(TrainProfile, EverySlotOnceWithSaneTimesAndFilesWritten) {
   const mpi::Comm world = mpi::Comm::world();
   if (world.size() != 4) GTEST_SKIP() << "runs at np 4";

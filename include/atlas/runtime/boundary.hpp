@@ -31,6 +31,9 @@ struct BoundaryStats {
   std::int64_t wan_bytes_sent = 0;
   std::int64_t local_bytes_sent = 0;
   double wan_send_busy_s = 0.0;  ///< sum over WAN sends of post -> completion
+  /// The tied-embedding gradient exchange's bytes sent over the WAN (not in wan_bytes_sent, whose
+  /// sends wan_send_busy_s times: this one's completion is waited for behind the optimizer).
+  std::int64_t wan_exchange_bytes = 0;
 };
 
 class Boundary {

@@ -40,7 +40,8 @@ struct StepReport {
   double step_s = 0.0;        ///< wall time of this rank's step
   double compute_s = 0.0;     ///< forward + backward + optimizer
   double intra_s = 0.0;       ///< waits on intra-DC boundaries + DP all-reduce (inside a DC)
-  double allreduce_s = 0.0;   ///< of which the AllReduce slot (the gradient sums not hidden)
+  double allreduce_s = 0.0;   ///< the AllReduce slot (the gradient sums not hidden), in intra_s or wan_s
+  double exchange_s = 0.0;    ///< of it, the wait for the tied-embedding partner's half across the WAN (in wan_s)
   int dp_buckets = 0;         ///< DP all-reduce buckets this step (0 without DP)
   int dp_buckets_early = 0;   ///< of which started during the last backward (train.dp_overlap)
   double wan_s = 0.0;         ///< waits on WAN boundaries (+ the DP all-reduce with parallel.dp_across_dcs)
@@ -197,6 +198,7 @@ class Trainer {
   bool m_replica_spans_dcs = false;  ///< m_replica's sum crosses the WAN (the pipeline spans DCs)
   bool m_dp_spans_dcs = false;       ///< the DP sum crosses the WAN (parallel.dp_across_dcs)
   int m_embed_wan_partner = -1;      ///< world rank of the tied-embedding partner across the WAN (-1: none)
+  double m_exchange_s = 0.0;         ///< the last all_reduce_gradients' wait in that exchange (BubbleTea's fill included)
   bool m_sums_started = false;       ///< start_gradient_sums ran this step (ahead of the AllReduce slot)
   bool m_sums_ended = false;         ///< end_gradient_sums ran this step
   int m_wait_index = -1;             ///< the row slot whose wait the filler watches (wait_hook), -1: none
