@@ -184,17 +184,28 @@ void TrainOutput::step(const runtime::StepReport& r, std::optional<double> val, 
              r.boundary.wan_send_busy_s, m_bad_loss ? 1.0 : 0.0, signals::stop_requested() != 0 ? 1.0 : 0.0};
     m_job_sum = comms.world.iallreduce_sum(std::span<double>(m_job));
   }
-  m_mine.add(r);
+  if (m_first_step < 0) m_first_step = r.step;
+  const bool timed = r.step > m_first_step || m_cfg.run.steps - m_first_step == 1;
+  m_mine_all.add(r);
+  if (timed) {
+    m_mine.add(r);
+    ++m_mine_steps;
+  }
   if (!m_root) return;
   if (m_timed_steps == 0 && m_first_loss == 0.0) m_first_loss = r.loss;
   m_last_loss = r.loss;
   if (val) m_last_val = val;
-  m_sum_step_s += r.step_s;
+  m_sum_step_s_all += r.step_s;
+  if (timed) {
+    m_sum_step_s += r.step_s;
+    ++m_mean_steps;
+  }
   ++m_timed_steps;
   m_prefill_tokens += r.prefill_tokens;
   const double tok_s = static_cast<double>(tokens_per_step) / r.step_s;
   const double mfu = sched::mfu(tok_s, m_mfu_flops_per_token, m_mfu_peak_flops, 1);
-  m_sum_mfu += mfu;
+  m_sum_mfu_all += mfu;
+  if (timed) m_sum_mfu += mfu;
   const double bubble_r0 = 100.0 * (1.0 - (r.compute_s + r.prefill_s) / r.step_s);
   m_steps.push_back({r.step, r.loss, r.step_s, tok_s, bubble_r0 / 100.0, r.prefill_tokens});
   const double wan_mb_s_r0 = r.boundary.wan_send_busy_s > 0 ? r.boundary.wan_bytes_sent / r.boundary.wan_send_busy_s / 1e6 : 0.0;
@@ -380,10 +391,10 @@ void RankTime::add(const runtime::StepReport& r) {
 }
 
 std::string rank_time_table(const std::vector<RankTime>& ranks, const topo::Layout& layout,
-                            const std::vector<std::string>& dcs, int steps) {
-  std::string s = fmt::format("# per-rank time over {} steps (s): compute (forward, backward, optimizer), intra-DC "
+                            const std::vector<std::string>& dcs, int steps, const std::string& which) {
+  std::string s = fmt::format("# per-rank time over {} steps{} (s): compute (forward, backward, optimizer), intra-DC "
                               "comm, WAN wait, idle, prefill, utilization = (compute + prefill) / wall\n",
-                              steps);
+                              steps, which);
   // The "where" column is as wide as its longest entry: never cut (it ends with the dp index).
   std::vector<std::string> where(ranks.size());
   std::size_t width = 5;
@@ -412,7 +423,9 @@ std::vector<runtime::SlotEvent> TrainOutput::finish(runtime::Trainer& trainer, c
   const auto stats = wan.stats();
   const unsigned long long wan_bytes = comms.world.allreduce(static_cast<unsigned long long>(stats.total_bytes_sent()), MPI_SUM);
   // Per-rank time budget over the steps run, from each rank's step reports.
-  std::vector<double> mine{m_mine.wall, m_mine.compute, m_mine.intra, m_mine.wan, m_mine.idle, m_mine.prefill};
+  // A run stopped after its first step has no timed step: that step is all there is.
+  const RankTime& budget = m_mine_steps > 0 ? m_mine : m_mine_all;
+  std::vector<double> mine{budget.wall, budget.compute, budget.intra, budget.wan, budget.idle, budget.prefill};
   std::vector<double> all(m_root ? mine.size() * static_cast<std::size_t>(comms.world.size()) : 0);
   ATLAS_MPI_CHECK(MPI_Gather(mine.data(), static_cast<int>(mine.size()), MPI_DOUBLE, all.data(),
                              static_cast<int>(mine.size()), MPI_DOUBLE, 0, comms.world.get()));
@@ -436,10 +449,13 @@ std::vector<runtime::SlotEvent> TrainOutput::finish(runtime::Trainer& trainer, c
     const double* v = &all[i * mine.size()];
     ranks[i] = RankTime{v[0], v[1], v[2], v[3], v[4], v[5]};
   }
-  std::string s = rank_time_table(ranks, layout, m_cfg.cluster.dcs, m_timed_steps);
-  const double mean_step = m_timed_steps ? m_sum_step_s / m_timed_steps : 0.0;
-  s += fmt::format("# mean step {:.1f} ms (table predicted {:.1f} ms); WAN bytes sent {}\n", mean_step * 1e3,
-                   table.step_ms, wan_bytes);
+  const bool first_only = m_mean_steps == 0;
+  const int mean_steps = first_only ? m_timed_steps : m_mean_steps;
+  std::string s = rank_time_table(ranks, layout, m_cfg.cluster.dcs, mean_steps,
+                                  first_only || m_mean_steps == m_timed_steps ? "" : " (the first step's one-time costs left out)");
+  const double mean_step = mean_steps > 0 ? (first_only ? m_sum_step_s_all : m_sum_step_s) / mean_steps : 0.0;
+  s += fmt::format("# mean step {:.1f} ms over {} steps (table predicted {:.1f} ms); WAN bytes sent {}\n",
+                   mean_step * 1e3, mean_steps, table.step_ms, wan_bytes);
   s += peak_memory_line(peaks, backend);
   if (m_cfg.device.cuda_graphs) {
     s += fmt::format("# cuda graphs (all ranks): {} recorded, {} block passes launched as graphs, {} eager "
@@ -449,7 +465,8 @@ std::vector<runtime::SlotEvent> TrainOutput::finish(runtime::Trainer& trainer, c
     if (const std::string& why = trainer.model().graph_stats().first_refusal; !why.empty())
       s += fmt::format("# cuda graphs: a recording was refused on rank 0 (that block pass stays eager): {}\n", why);
   }
-  const double mean_mfu = m_timed_steps > 0 && m_mfu_peak_flops > 0 ? m_sum_mfu / m_timed_steps : -1.0;
+  const double mean_mfu =
+      mean_steps > 0 && m_mfu_peak_flops > 0 ? (first_only ? m_sum_mfu_all : m_sum_mfu) / mean_steps : -1.0;
   if (mean_mfu >= 0) s += fmt::format("# mean MFU {:.1f}%\n", 100.0 * mean_mfu);
   std::string peaks_json;
   for (const unsigned long long b : peaks) peaks_json += fmt::format("{}{}", peaks_json.empty() ? "" : ",", b);

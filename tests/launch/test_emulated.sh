@@ -27,7 +27,7 @@ for attempt in 1 2 3; do
     schedule.fwd_ms_per_layer=6 > "$T/emu4.out" 2>&1
   rc=$?
   [[ $rc -eq 0 ]] || break
-  line=$(grep -E '^# mean step [0-9.]+ ms \(table predicted [0-9.]+ ms\)' "$T/emu4.out")
+  line=$(grep -E '^# mean step [0-9.]+ ms over [0-9]+ steps \(table predicted [0-9.]+ ms\)' "$T/emu4.out")
   measured=$(sed -E 's/^# mean step ([0-9.]+) ms.*/\1/' <<<"$line")
   predicted=$(sed -E 's/.*table predicted ([0-9.]+) ms.*/\1/' <<<"$line")
   echo "emulated 4 ranks, run $attempt: measured ${measured:-?} ms, predicted ${predicted:-?} ms, load $(cut -d' ' -f1 /proc/loadavg)"

@@ -34,9 +34,10 @@ struct RankTime {
   [[nodiscard]] double utilization() const { return wall > 0 ? (compute + prefill) / wall : 0.0; }
 };
 
-/// The per-rank table `atlas train` prints at the end: one row per rank (index = world rank).
+/// The per-rank table `atlas train` prints at the end: one row per rank (index = world rank), over
+/// `steps` steps (`which`: what the header adds about them, e.g. that the first was left out).
 std::string rank_time_table(const std::vector<RankTime>& ranks, const topo::Layout& layout,
-                            const std::vector<std::string>& dcs, int steps);
+                            const std::vector<std::string>& dcs, int steps, const std::string& which = "");
 
 class TrainOutput {
  public:
@@ -123,13 +124,22 @@ class TrainOutput {
   double m_first_loss = 0.0;
   double m_last_loss = 0.0;
   std::optional<double> m_last_val;
-  double m_sum_step_s = 0.0;
-  int m_timed_steps = 0;
+  // The footer's means and time table leave the first step of the run out when it has more than
+  // one (its one-time costs: allocation, first touch, TCP slow start), as atlas bench does
+  // (JobResult); the *_all sums, over every step, serve a run stopped after its first step.
+  int m_first_step = -1;               // the first step this run ran (a resume starts later)
+  double m_sum_step_s = 0.0;           // timed steps
+  double m_sum_step_s_all = 0.0;
+  int m_mean_steps = 0;                // timed steps
+  int m_timed_steps = 0;               // every step run (the footer's "N steps")
   std::int64_t m_prefill_tokens = 0;
   double m_mfu_flops_per_token = 0.0;  // mfu_basis(): 0 = no MFU column
   double m_mfu_peak_flops = 0.0;       // all devices together
-  double m_sum_mfu = 0.0;              // over the steps, for the footer
-  RankTime m_mine;  // every rank: its own budget, gathered at the end
+  double m_sum_mfu = 0.0;              // over the timed steps, for the footer
+  double m_sum_mfu_all = 0.0;
+  RankTime m_mine;      // every rank: its own budget over the timed steps, gathered at the end
+  RankTime m_mine_all;  // over every step
+  int m_mine_steps = 0;  // timed steps on this rank
   // The last logged step's job-wide sum (step()): [3] rank 0's bad-loss flag, [4] the number of
   // ranks that had a stop request (SIGUSR1).
   std::array<double, 5> m_job{};
