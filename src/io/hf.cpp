@@ -27,6 +27,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
+/// Stands in an export directory while its two files are renamed into place (export_hf).
+constexpr const char* kExportMarker = ".atlas-export-incomplete";
+
 constexpr const char* kHfPrefix = "transformer.";
 constexpr double kLayerNormEps = 1e-5;  // device::Backend::layernorm_forward
 constexpr std::int64_t kGpt2EndOfText = 50256;
@@ -322,15 +325,26 @@ std::vector<std::string> export_hf(const std::string& ckpt, const std::string& o
   fs::create_directories(out_dir, ec);
   if (ec) ATLAS_THROW(Io, "cannot create directory '" << out_dir << "': " << ec.message());
   // Both files or neither: a failed write leaves an earlier export in out_dir whole (the weights
-  // of one model beside the config of another would load as garbage).
+  // of one model beside the config of another would load as garbage). The two renames are not one
+  // step, so a marker stands in the directory from before the first to after the second: a crash
+  // between them leaves it, and import refuses the directory (kExportMarker).
+  const std::string marker = (fs::path(out_dir) / kExportMarker).string();
+  write_file_whole(marker, "an atlas export is writing this directory; if no export runs, it was interrupted\n", true);
   write_files_whole({{(fs::path(out_dir) / "model.safetensors").string(), safetensors_bytes(tensors, {{"format", "pt"}})},
                      {(fs::path(out_dir) / "config.json").string(), gpt2_config_json(cfg)}},
                     true);
+  if (!fs::remove(marker, ec) || ec) ATLAS_THROW(Io, "cannot remove '" << marker << "': " << ec.message());
+  fsync_path(out_dir, true);
   return names;
 }
 
 HfModel read_hf_gpt2(const std::string& dir) {
   HfModel out;
+  if (std::error_code ec; fs::exists(fs::path(dir) / kExportMarker, ec))
+    throw ConfigError(fmt::format("'{}' holds {}: an atlas export into it was interrupted between writing "
+                                  "model.safetensors and config.json, which may belong to different models\n"
+                                  "  hint: run the atlas export again (or remove the marker if the files are known to match)",
+                                  dir, kExportMarker));
   const std::string cfg_path = (fs::path(dir) / "config.json").string();
   const std::string st_path = (fs::path(dir) / "model.safetensors").string();
   out.config = read_gpt2_config(cfg_path);

@@ -145,6 +145,12 @@ check "a weight stored as I64" fails_with i64_weight \
 check "lm_head.weight twice" fails_with hub_head_twice \
   "'$T/bad_hub_head_twice/model.safetensors' holds 'lm_head.weight' twice \\(with and without the \"transformer.\" prefix\)" \
   atlas import --format hf "$T/bad_hub_head_twice" --out "$T/x"
+# An export interrupted between its two renames leaves its marker: import refuses the directory.
+cp -r "$T/hf" "$T/interrupted" && touch "$T/interrupted/.atlas-export-incomplete"
+check "an interrupted export's directory" fails_with interrupted \
+  "'$T/interrupted' holds .atlas-export-incomplete: an atlas export into it was interrupted" \
+  atlas import --format hf "$T/interrupted" --out "$T/x"
+check "a finished export leaves no marker" test ! -e "$T/hf/.atlas-export-incomplete"
 check "nothing was written by the failed imports" test ! -e "$T/x/step-000000.h5"
 
 # A checkpoint of something else (atlas bench ckpt's synthetic tensors) is not exported.
