@@ -141,6 +141,9 @@ std::vector<std::pair<std::string, std::int64_t>> parse_encoder(const std::strin
           if (cp >= 0xD800 && cp < 0xDC00 && i + 1 < text.size() && text[i] == '\\' && text[i + 1] == 'u') {
             i += 2;
             const std::uint32_t lo = hex4();
+            if (lo < 0xDC00 || lo > 0xDFFF)
+              corrupt(file, fmt::format("bad escape at byte {}: \\u{:04X} after the high surrogate \\u{:04X} is no low "
+                                        "surrogate (DC00-DFFF)", i - 6, lo, cp));
             cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
           }
           append_utf8(key, cp);

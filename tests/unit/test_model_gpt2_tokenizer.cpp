@@ -144,6 +144,12 @@ TEST(Gpt2Tokenizer, CorruptFilesNameTheFileAndTheFix) {
     EXPECT_THAT(e, HasSubstr("scripts/get-data.sh"));
   }
   {
+    TempDir dir;  // a high surrogate followed by an escape that is no low surrogate
+    dir.write("encoder.json", R"({"\ud83d\u0041": 0})");
+    dir.write("vocab.bpe", merges);
+    EXPECT_THAT(config_error_of(dir.path()), HasSubstr("\\u0041 after the high surrogate \\uD83D is no low surrogate"));
+  }
+  {
     TempDir dir;
     dir.write("encoder.json", R"({"a": 0, "b": 1})");
     dir.write("vocab.bpe", merges);

@@ -109,8 +109,9 @@ struct TokenizeResult {
 
 /// Encodes the inputs' text, concatenated in order, into the train shards (`out_dir`/train_*.bin)
 /// and the val shards (`out_dir`/val_*.bin, the tail, split as Corpus::split). The text is encoded
-/// in pieces cut only where GPT-2's pre-tokenization must cut too (a newline after a
-/// non-space ASCII character), so the tokens equal Corpus::load's on the same text.
+/// in pieces cut only where GPT-2's pre-tokenization must cut too (just before whitespace that
+/// follows a character that is not whitespace; model::gpt2_last_cut), so the tokens equal
+/// Corpus::load's on the same text.
 /// The new shards are written to a staging directory inside `out_dir` and then swapped in (each
 /// renamed over its namesake, the old set's extra files removed), so a failed write leaves the old
 /// set as it was. Throws atlas::ConfigError on a missing input, an `out_dir` that is not a
