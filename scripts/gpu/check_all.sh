@@ -127,6 +127,7 @@ step bench_bubbletea_cuda 150 "${MPIRUN[@]}" "$ATLAS" bench bubbletea inputs/bub
 
 # ---- 5. the PyTorch peer, side by side, micro-batch 8 and 16 (tables in $OUT/peer_mb*.txt) ----
 peer() {
+  set -o pipefail  # the step's status is run_peer.sh's, not tee's (bash -c does not inherit it)
   local mb=$1 modes=$2
   "$CHECKOUT/bench/run_peer.sh" --micro-batch "$mb" --steps 15 --modes "$modes" --out "$T/peer" | tee "$OUT/peer_mb$mb.txt"
 }

@@ -313,7 +313,10 @@ atlas_run() {
     atlas_pass_usr1() {
       atlas_job_note "batch shell: SIGUSR1: asking the job to write a checkpoint and stop"
       local i
-      for ((i = 0; i < 100 && ! -e $ready; ++i)); do sleep 0.1; done
+      for ((i = 0; i < 100; ++i)); do
+        [[ -e $ready ]] && break
+        sleep 0.1
+      done
       kill -USR1 "$loop_pid" 2>/dev/null
     }
     trap atlas_pass_usr1 USR1

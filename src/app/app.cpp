@@ -39,7 +39,7 @@ const CommandEntry kCommands[] = {
     {"simulate", "DECK [key=value ...]", "simulate the deck's job at scale (discrete events over the schedule table)", cmd_simulate, true},
     {"report", "RUN_DIR", "summarise a run directory (text + PNG Gantt chart)", cmd_report, true},
     {"bench", "NAME [DECK] [key=value ...] (atlas bench NAME --help)", "side-by-side benchmarks:", cmd_bench},
-    {"profile", "[key=value ...]", "measure per-block compute cost on this machine into profiles/", cmd_profile},
+    {"profile", "[options]", "measure per-block compute cost on this machine into profiles/", cmd_profile},
     {"export", "CKPT --format hf --out DIR", "write a checkpoint as a Hugging Face GPT-2 model (--format hf --out DIR)", cmd_export},
     {"import", "--format hf DIR --out CKPT_DIR [--deck DECK] [key=value ...]", "a Hugging Face GPT-2 model directory to a checkpoint to fine-tune from", cmd_import},
     {"tokenize", "TEXT... --out DIR [--tokenizer byte|gpt2] [--val-fraction F] [--shard-tokens N]",

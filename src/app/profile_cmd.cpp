@@ -133,6 +133,9 @@ int cmd_profile(Context& ctx) {
   if (ctx.env.world_rank() != 0) return 0;
   const Args args = parse_args(ctx.args, {"out", "threads", "repeat", "show", "wan", "dcs", "timer", "backend", "update"},
                                {"quick", "gemm"});
+  if (!args.overrides.empty())
+    throw UsageError("atlas profile takes no key=value overrides (got '" + args.overrides.front() +
+                     "'): it measures this machine, not a deck; its options are listed by atlas profile --help");
   if (args.flag("show")) return show(args.option("show"));
   if (args.flag("wan")) return wan_lines(args.option("wan"), args.option("dcs"));
   if (!args.positional.empty()) throw UsageError("atlas profile takes no deck (options: --out FILE --quick --threads N)");

@@ -478,6 +478,17 @@ void Engine::timers() {
                 "message (tag {}, #{} with that tag, message id not yet known) has not started: 0 "
                 "of {} bytes received, on no rail; rails up: {}",
                 p.rank, s, tag, seq, op->m_bytes, rail_list(up_rails));
+    // Sends that wait for the peer's clear-to-send (it comes once the matching irecv is posted):
+    // a peer that never posts it would hold the sender's wait forever.
+    if (stall.empty())
+      for (const auto& [id, op] : p.sends)
+        if (!op->m_cleared && m_now - op->m_posted > limit) {
+          stall = fmt::format(
+              "WAN send to peer {} not cleared for {:.1f} s (wan.recv_timeout_s): message id {} (tag {}, {} bytes) "
+              "waits for the peer's clear-to-send, which it gives once its matching irecv is posted; rails up: {}",
+              p.rank, seconds(m_now - op->m_posted), id, op->tag(), op->m_total, rail_list(up_rails));
+          break;
+        }
     if (!stall.empty()) fail_peer(p, stall);
   }
   check_connected();

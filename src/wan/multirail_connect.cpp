@@ -537,7 +537,11 @@ void Engine::on_bye(Conn* c) {
 
 void Engine::peer_gone(Peer& p) {
   p.gone = true;
-  std::size_t pending = p.sends.size() + p.in.size();
+  // A message that arrived whole before the goodbye, whose irecv is not posted yet, is not
+  // pending work: its sender saw it acknowledged and left; the irecv gets it later (start_recv).
+  std::size_t pending = p.sends.size();
+  for (const auto& [id, m] : p.in)
+    if (m.op || !m.eager || m.chunks_done != m.n_chunks) ++pending;
   for (auto& [tag, ts] : p.tags) pending += ts.posted.size();
   if (pending == 0) return;
   fail_peer(p, fmt::format("WAN peer {} shut its transport down (said goodbye on every rail) while "

@@ -115,6 +115,7 @@ class SendOp final : public detail::Op {
   std::uint64_t m_acked = 0;    // chunks acknowledged
   bool m_eager = false;
   bool m_cleared = false;       // eager, or CTS received
+  Clock::time_point m_posted{};  // start_send: a send not cleared within wan.recv_timeout_s fails
 };
 
 class RecvOp final : public detail::Op {

@@ -19,6 +19,7 @@ void Engine::start_send(std::shared_ptr<SendOp> op) {
   if (!p.failed.empty()) return fail(op, p.failed);
   if (p.gone)
     return fail(op, fmt::format("WAN peer {} has shut its transport down; cannot send to it", p.rank));
+  op->m_posted = m_now;
   op->m_msg_id = p.next_msg_id++;
   op->m_tag_seq = p.send_seq[op->tag()]++;
   op->m_chunks = std::max<std::uint64_t>(1, (op->m_total + m_opts.chunk_bytes - 1) / m_opts.chunk_bytes);
@@ -41,14 +42,15 @@ void Engine::start_send(std::shared_ptr<SendOp> op) {
 void Engine::start_recv(std::shared_ptr<RecvOp> op) {
   Peer& p = *m_peers[static_cast<std::size_t>(peer_index(op->peer()))];
   if (!p.failed.empty()) return fail(op, p.failed);
-  if (p.gone)
+  TagState& ts = p.tags[op->tag()];
+  auto a = ts.arrived.find(ts.next_post);
+  // After the peer's goodbye only what arrived whole before it can still be received (peer_gone).
+  if (p.gone && a == ts.arrived.end())
     return fail(op, fmt::format("WAN peer {} has shut its transport down; nothing more will come "
                                 "from it",
                                 p.rank));
-  TagState& ts = p.tags[op->tag()];
   op->m_tag_seq = ts.next_post++;
   op->m_posted = m_now;
-  auto a = ts.arrived.find(op->m_tag_seq);
   if (a == ts.arrived.end()) {
     ts.posted[op->m_tag_seq] = std::move(op);
     return;

@@ -149,6 +149,12 @@ atlas_unit_test(test_sim_validate ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_sim_vali
 atlas_cli_test(cli_bench_validate
                "megatron21_t1_1008b +3072 +102.63 +[0-9.]+ +[-+][0-9.]+.*validate: published: 15 rows, mean \\|error\\| [0-9.]+%, max [0-9.]+%; other: 11 rows"
                bench validate)
+# atlas profile measures this machine: a key=value (as other commands take) is refused, not ignored.
+add_test(NAME cli_profile_no_overrides
+  COMMAND bash -c "out=$($<TARGET_FILE:atlas> profile device.threads=8 2>&1); rc=$?; echo \"$out\"; [[ $rc -ne 0 ]] && grep -q \"atlas profile takes no key=value overrides (got 'device.threads=8')\" <<<\"$out\""
+  WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(cli_profile_no_overrides PROPERTIES LABELS unit TIMEOUT 30)
+
 # atlas profile --gemm: the GEMM efficiency curve timed on the host backend and written into a profile.
 add_test(NAME cli_profile_gemm_curve
   COMMAND bash -c "set -e; f=${CMAKE_BINARY_DIR}/gemm_curve.profile; cp profiles/device/h100.profile $f; out=$($<TARGET_FILE:atlas> profile --gemm --threads 1 --repeat 1 --update $f); echo \"$out\"; grep -Eq '^ +256 +256 +256 +[0-9.]+ +[0-9.e+-]+$' <<<\"$out\"; grep -q '^gemm_min_dim *= 16 32 64 128 256$' $f; grep -q 'measured by .atlas profile --gemm --backend host' $f; $<TARGET_FILE:atlas> profile --show $f | grep -q 'device profile h100'; rc=0; err=$($<TARGET_FILE:atlas> profile --gemm --backend tpu 2>&1) || rc=$?; echo \"$err\"; [[ $rc == 2 ]] && grep -q 'backend must be host or cuda' <<<\"$err\"; rm -f $f"

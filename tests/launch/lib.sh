@@ -1,4 +1,5 @@
 # SPDX-License-Identifier: MIT
+# shellcheck shell=bash
 # Shared by the launch tests (sourced, not run): arguments, a temp dir removed at exit, the MPI
 # environment for root and oversubscription, and the ok/FAIL bookkeeping.
 #   launch_setup SCRIPT_NAME TEMP_STEM SOURCE_DIR ATLAS_BIN   sets ROOT, ATLAS_BIN, T; cd ROOT

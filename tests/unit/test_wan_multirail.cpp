@@ -1009,6 +1009,45 @@ TEST_F(Quiet, WanMultirailPeerThatShutsDownFailsPendingWorkAndNothingHangs) {
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 3.0);
 }
 
+TEST_F(Quiet, WanMultirailAMessageThatArrivedBeforeItsSenderLeftIsStillReceived) {
+  // The sender's isend completed (acknowledged) and it shut down before the receiver posted its
+  // irecv: the message is delivered, not failed as pending work of a peer that left.
+  MultirailOptions o = base_options(3, 4096);
+  o.connect_timeout_s = 1;
+  auto pr = std::make_unique<Pair>(o);
+  std::vector<std::uint8_t> out(100);
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<std::uint8_t>(i * 7 + 1);
+  Handle s = pr->t[1]->isend(0, 7, out.data(), out.size());
+  pr->t[1]->wait(s);
+  pr->t[1].reset();  // says goodbye on every rail
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the goodbye is read first
+  std::vector<std::uint8_t> in(100, 0);
+  Handle r = pr->t[0]->irecv(1, 7, in.data(), in.size());
+  EXPECT_EQ(error_of(*pr->t[0], r), "(no error)");
+  EXPECT_EQ(in, out);
+  // Nothing more comes from it.
+  Handle r2 = pr->t[0]->irecv(1, 7, in.data(), in.size());
+  EXPECT_THAT(error_of(*pr->t[0], r2), HasSubstr("WAN peer 1 has shut its transport down; nothing more will come"));
+  pr.reset();
+}
+
+TEST_F(Quiet, WanMultirailASendThePeerNeverClearsFailsAfterTheReceiveTimeout) {
+  // Larger than the eager credit: a request-to-send, cleared only when the peer posts its irecv,
+  // which it never does. The send fails after wan.recv_timeout_s instead of waiting forever.
+  MultirailOptions o = base_options(2, 4096);
+  o.recv_timeout_s = 1;
+  o.eager_credit_bytes = 1024;
+  auto pr = std::make_unique<Pair>(o);
+  std::vector<std::uint8_t> out(64 * 1024, 3);
+  const auto t0 = Clock::now();
+  Handle s = pr->t[1]->isend(0, 5, out.data(), out.size());
+  EXPECT_THAT(error_of(*pr->t[1], s),
+              AllOf(HasSubstr("WAN send to peer 0 not cleared for"), HasSubstr("(tag 5, 65536 bytes)"),
+                    HasSubstr("once its matching irecv is posted")));
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 5.0);
+  pr.reset();
+}
+
 TEST_F(Quiet, WanMultirailDestructorDoesNotHangOnASilentPeer) {
   MultirailOptions o = base_options(1, 4096);
   o.connect_timeout_s = 1;
