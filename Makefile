@@ -32,14 +32,22 @@ build:
 install: build
 	cmake --install $(BUILD_DIR) --prefix $(PREFIX)
 
+# The test preset reads build/ (ctest ignores --test-dir beside a preset): another BUILD_DIR gets
+# the preset's settings spelled out.
+ifeq ($(BUILD_DIR),build)
+CTEST := ctest --preset cpu-release
+else
+CTEST := ctest --test-dir $(BUILD_DIR) --label-exclude gpu --output-on-failure --no-tests=error --timeout 600
+endif
+
 # deps first, then the build (in this order also under make -j).
 test: deps data
 	$(MAKE) --no-print-directory build
-	ctest --preset cpu-release -j $(JOBS)
+	$(CTEST) -j $(JOBS)
 
 run: deps data
 	$(MAKE) --no-print-directory build
-	scripts/run.sh $(DECK) $(NP) $(ARGS)
+	ATLAS=$(abspath $(BUILD_DIR))/bin/atlas ATLAS_BIN=$(abspath $(BUILD_DIR))/bin scripts/run.sh $(DECK) $(NP) $(ARGS)
 
 cuda:
 	cmake --preset cuda-release
@@ -58,7 +66,7 @@ format:
 	find include src tests tools bench -name '*.hpp' -o -name '*.cpp' -o -name '*.cu' | xargs clang-format -i
 
 tidy: build
-	find src -name '*.cpp' -not -path 'src/device/cuda/*' | xargs clang-tidy -p build --quiet
+	find src -name '*.cpp' -not -path 'src/device/cuda/*' | xargs clang-tidy -p $(BUILD_DIR) --quiet
 
 clean:
 	rm -rf build build-debug build-cuda build-cuda-ci

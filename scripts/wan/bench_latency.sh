@@ -15,6 +15,8 @@ set -Eeuo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
 export ATLAS_BIN="${ATLAS_BIN:-$REPO/build/bin}"
+# The tools' directory; the atlas executable itself (as the Slurm scripts take ATLAS_BIN) names its directory.
+[[ -f $ATLAS_BIN ]] && ATLAS_BIN=$(dirname "$ATLAS_BIN")
 DECK="$HERE/latency_2dc.deck"
 if [[ $# -gt 0 && $1 != -- && $1 != *=* ]]; then DECK="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"; shift; fi
 OVERRIDES=()

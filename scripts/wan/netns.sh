@@ -27,6 +27,9 @@ set -Eeuo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
 BIN="${ATLAS_BIN:-$REPO/build/bin}"
+# ATLAS_BIN is the tools' directory here; the Slurm scripts take the atlas executable itself in it:
+# that names its directory.
+[[ -f $BIN ]] && BIN=$(dirname "$BIN")
 STATE_ROOT="${ATLAS_WAN_STATE:-${TMPDIR:-/tmp}/atlas-wan}"
 SUBNET_PREFIX=10.77.0
 

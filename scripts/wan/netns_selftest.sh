@@ -10,6 +10,8 @@ set -Eeuo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 BINARY="$1"
 export ATLAS_BIN="${ATLAS_BIN:-$(cd "$HERE/../.." && pwd)/build/bin}"
+# The tools' directory; the atlas executable itself (as the Slurm scripts take ATLAS_BIN) names its directory.
+[[ -f $ATLAS_BIN ]] && ATLAS_BIN=$(dirname "$ATLAS_BIN")
 DECK="$HERE/selftest_2dc.deck"
 
 set +e

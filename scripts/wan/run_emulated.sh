@@ -11,7 +11,7 @@
 # Each rank sees ATLAS_WAN_DC (its DC index), ATLAS_WAN_BIND_HOST (its DC's emulated address,
 # used by the WAN transport instead of cluster.bind_hosts), ATLAS_WAN_EMULATED=1 and
 # ATLAS_HOST_RANKS=NP (every rank shares this machine's cores: the host backend's thread default).
-# Environment: ATLAS_BIN (tools dir, default build/bin), ATLAS_WAN_MPIRUN_ARGS (extra mpirun
+# Environment: ATLAS_BIN (tools dir, default build/bin; the atlas executable names its directory), ATLAS_WAN_MPIRUN_ARGS (extra mpirun
 # arguments), ATLAS_WAN_BTL (default self,vader,tcp), ATLAS_WAN_BIND (mpirun --bind-to, default
 # none: the emulated DCs share one machine, and a rank's threads should not share one core),
 # ATLAS_WAN_RTT_TOLERANCE (fraction, 0.25), ATLAS_WAN_AUTOGROUP (off: default, keep),
@@ -35,6 +35,8 @@ set -Eeuo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
 export ATLAS_BIN="${ATLAS_BIN:-$REPO/build/bin}"
+# The tools' directory; the atlas executable itself (as the Slurm scripts take ATLAS_BIN) names its directory.
+[[ -f $ATLAS_BIN ]] && ATLAS_BIN=$(dirname "$ATLAS_BIN")
 NETNS="$HERE/netns.sh"
 
 usage() { sed -n '2,/^set -Eeuo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2; exit 1; }

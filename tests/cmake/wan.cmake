@@ -63,3 +63,9 @@ set_tests_properties(test_wan_emulated_4dc PROPERTIES LABELS "netns" TIMEOUT 300
 add_test(NAME test_run_emulated_does_not_fit
   COMMAND bash -c "out=$(ulimit -n 100; ATLAS_BIN=${CMAKE_BINARY_DIR}/bin ${PROJECT_SOURCE_DIR}/scripts/wan/run_emulated.sh ${PROJECT_SOURCE_DIR}/scripts/wan/emulated_4dc.deck 64 parallel.dp_size=16 -- true 2>&1); rc=$?; echo \"$out\"; [[ $rc -eq 1 ]] && grep -q \"the job's ranks do not fit this machine's emulation: 64 ranks with wan.rails = 4 need about 152 open files per rank .* but ulimit -n is 100\" <<<\"$out\" && grep -q 'hint: raise it (ulimit -n 152) or run fewer ranks' <<<\"$out\"")
 set_tests_properties(test_run_emulated_does_not_fit PROPERTIES LABELS unit TIMEOUT 30)
+# ATLAS_BIN naming the atlas executable (as the Slurm scripts take it) names the WAN tools' directory
+# to the emulation scripts (it fell back to loopback: "atlas-wan-delay ... not found").
+add_test(NAME test_netns_atlas_bin_file
+  COMMAND bash -c "out=$(ATLAS_BIN=$<TARGET_FILE:atlas> scripts/wan/netns.sh check 2>&1); echo \"$out\"; ! grep -q 'not found in' <<<\"$out\""
+  WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(test_netns_atlas_bin_file PROPERTIES LABELS unit TIMEOUT 30)
