@@ -74,6 +74,20 @@ cmd_check() {
   echo "ok"
 }
 
+# ---- the state directory ----
+# It holds what root runs later (run_emulated.sh's mpirun agent) and names the namespaces and
+# processes `down` removes: it must be this user's own directory (made 0700 here), never one that
+# another user created first in a shared /tmp, nor a symbolic link.
+secure_state_root() {
+  if [[ ! -e $STATE_ROOT && ! -L $STATE_ROOT ]]; then
+    (umask 077 && mkdir -p "$STATE_ROOT") || die "cannot create the state directory $STATE_ROOT"
+  fi
+  [[ ! -L $STATE_ROOT ]] || die "the state directory $STATE_ROOT is a symbolic link: refusing it (set ATLAS_WAN_STATE to a directory of your own)"
+  [[ -d $STATE_ROOT && -O $STATE_ROOT ]] ||
+    die "the state directory $STATE_ROOT is not a directory owned by $(id -un): refusing it (another user may have made it; set ATLAS_WAN_STATE to a directory of your own)"
+  chmod 700 "$STATE_ROOT" || die "cannot make $STATE_ROOT private (chmod 700)"
+}
+
 # ---- emulations whose owner died (a test killed by ctest's timeout: SIGKILL, no trap ran) ----
 # `up` records its owner's pid (ATLAS_WAN_OWNER_PID, run_emulated.sh's, else the caller's); an
 # emulation whose owner is gone is removed, naming it. One without an owner file is left alone.
@@ -92,6 +106,7 @@ reap_orphans() {
 # ---- up ----
 cmd_up() {
   local name="$1"; shift
+  secure_state_root
   local dcs="" lat="" bw="" window=0
   while [[ $# -gt 0 ]]; do
     case "$1" in
@@ -262,6 +277,7 @@ cmd_up() {
 # ---- down (idempotent; also after a partial up) ----
 cmd_down() {
   local name="$1"
+  secure_state_root
   local state="$STATE_ROOT/$name"
   # The delayers run inside the namespaces: stopped with everything else there, below (never by
   # a recorded pid, which may belong to another process by now).
@@ -295,6 +311,7 @@ cmd_down() {
 # ---- rtt ----
 cmd_rtt() {
   local name="$1" from="$2" to="$3"
+  secure_state_root
   local state="$STATE_ROOT/$name"
   [[ -d $state ]] || die "no emulation named '$name'"
   local log="$state/probe_$$.log"
@@ -323,6 +340,7 @@ cmd_rtt() {
 # stderr. tc's HTB shaping and the veths run in the kernel's softirqs and are not counted.
 cmd_cost() {
   local name="$1"
+  secure_state_root
   local state="$STATE_ROOT/$name"
   [[ -d $state ]] || die "no emulation named '$name'"
   local tick cpu_ticks=0 bytes=0 pid stat

@@ -69,3 +69,9 @@ add_test(NAME test_netns_atlas_bin_file
   COMMAND bash -c "out=$(ATLAS_BIN=$<TARGET_FILE:atlas> scripts/wan/netns.sh check 2>&1); echo \"$out\"; ! grep -q 'not found in' <<<\"$out\""
   WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(test_netns_atlas_bin_file PROPERTIES LABELS unit TIMEOUT 30)
+# The emulation's state directory must be the user's own: a symbolic link (or another user's
+# directory in a shared /tmp, whose files root would run) is refused before anything is set up.
+add_test(NAME test_netns_state_root_link
+  COMMAND bash -c "d=$(mktemp -d); ln -s $d/elsewhere $d/state; mkdir $d/elsewhere; out=$(ATLAS_WAN_STATE=$d/state scripts/wan/netns.sh up zzlink --dcs 2 --latency-ms '0 1 1 0' --bandwidth-gbps '0 1 1 0' 2>&1); rc=$?; echo \"$out\"; rm -rf $d; [[ $rc -eq 1 ]] && grep -q 'is a symbolic link: refusing it' <<<\"$out\" && ! ip netns list 2>/dev/null | grep -q '^zzlink'"
+  WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(test_netns_state_root_link PROPERTIES LABELS unit TIMEOUT 30)
