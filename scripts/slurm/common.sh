@@ -59,14 +59,25 @@ atlas_job_note() {
 }
 
 # The value of deck key $1: the deck's last line for it, then the last key=value override in
-# ATLAS_OVERRIDES; quotes stripped; empty when absent.
+# ATLAS_OVERRIDES; quotes stripped; empty when absent. Read as atlas reads a deck (src/deck/deck.cpp):
+# a '#' outside quotes starts a comment, and the keys after a [section] line are section.key.
 atlas_deck_value() {
   local key=$1 value o
   value=$(awk -v key="$key" '
-    { sub(/#.*/, "") }
-    index($0, "=") {
-      k = substr($0, 1, index($0, "=") - 1); v = substr($0, index($0, "=") + 1)
+    {
+      line = $0; q = 0
+      for (i = 1; i <= length(line); ++i) {
+        c = substr(line, i, 1)
+        if (c == "\"") q = !q
+        if (c == "#" && !q) { line = substr(line, 1, i - 1); break }
+      }
+      gsub(/^[ \t]+|[ \t]+$/, "", line)
+    }
+    line ~ /^\[.*\]$/ { section = substr(line, 2, length(line) - 2); gsub(/^[ \t]+|[ \t]+$/, "", section); next }
+    index(line, "=") {
+      k = substr(line, 1, index(line, "=") - 1); v = substr(line, index(line, "=") + 1)
       gsub(/^[ \t]+|[ \t]+$/, "", k); gsub(/^[ \t]+|[ \t]+$/, "", v)
+      if (section != "") k = section "." k
       if (k == key) val = v
     }
     END { print val }' "$ATLAS_DECK_PATH")

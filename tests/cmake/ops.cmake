@@ -43,3 +43,7 @@ add_test(NAME test_check_trace
   WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(test_check_trace PROPERTIES LABELS unit TIMEOUT 60 SKIP_RETURN_CODE 77
   ENVIRONMENT "${ATLAS_REPORT_TEST_ENV}")
+
+# The Slurm scripts read deck keys as atlas does ([section] blocks, quoted '#', overrides).
+add_test(NAME test_slurm_deck_value COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/slurm/test_deck_value.sh ${PROJECT_SOURCE_DIR})
+set_tests_properties(test_slurm_deck_value PROPERTIES LABELS unit TIMEOUT 30)
