@@ -19,12 +19,14 @@ void Engine::start_send(std::shared_ptr<SendOp> op) {
   if (!p.failed.empty()) return fail(op, p.failed);
   if (p.gone)
     return fail(op, fmt::format("WAN peer {} has shut its transport down; cannot send to it", p.rank));
+  // The window first: a refused send takes no message id and no place in its tag's order (the
+  // receiver's next irecv on the tag would be matched with the send after it).
+  if (!p.sends.empty() && p.next_msg_id - p.sends.begin()->first >= kMsgWindow)
+    return fail(op, fmt::format("WAN send to peer {}: more than {} sends outstanding", p.rank, kMsgWindow));
   op->m_posted = m_now;
   op->m_msg_id = p.next_msg_id++;
   op->m_tag_seq = p.send_seq[op->tag()]++;
   op->m_chunks = std::max<std::uint64_t>(1, (op->m_total + m_opts.chunk_bytes - 1) / m_opts.chunk_bytes);
-  if (!p.sends.empty() && op->m_msg_id - p.sends.begin()->first >= kMsgWindow)
-    return fail(op, fmt::format("WAN send to peer {}: more than {} sends outstanding", p.rank, kMsgWindow));
   const std::uint64_t in_use = p.credit_used - p.credit_back;
   const std::uint64_t avail = p.peer_credit > in_use ? p.peer_credit - in_use : 0;
   if (p.params_known && op->m_total <= avail) {
