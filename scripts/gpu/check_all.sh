@@ -101,8 +101,8 @@ if not m:
 recorded, launched, refused = int(m[1]), int(m[2]), int(m[4] or 0)
 loss_diff = abs(graphs["final_loss"] - eager["final_loss"]) / abs(eager["final_loss"])
 print(f"# cuda graphs: mean step {graphs['mean_step_ms']:.1f} ms, eager {eager['mean_step_ms']:.1f} ms "
-      f"(graphs / eager {graphs['mean_step_ms'] / eager['mean_step_ms']:.3f}; 3 steps each, the first one "
-      f"eager); final loss {graphs['final_loss']} vs {eager['final_loss']} (relative difference {loss_diff:.2e}); "
+      f"(graphs / eager {graphs['mean_step_ms'] / eager['mean_step_ms']:.3f}; 3 steps each, the means over "
+      f"steps 1-2, the graphs recorded in step 1); final loss {graphs['final_loss']} vs {eager['final_loss']} (relative difference {loss_diff:.2e}); "
       f"{recorded} recorded, {launched} launched, {refused} refused")
 problems = []
 if refused > 0: problems.append(f"{refused} recordings refused (the log's warning says why)")

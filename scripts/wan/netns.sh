@@ -85,7 +85,10 @@ secure_state_root() {
   [[ ! -L $STATE_ROOT ]] || die "the state directory $STATE_ROOT is a symbolic link: refusing it (set ATLAS_WAN_STATE to a directory of your own)"
   [[ -d $STATE_ROOT && -O $STATE_ROOT ]] ||
     die "the state directory $STATE_ROOT is not a directory owned by $(id -un): refusing it (another user may have made it; set ATLAS_WAN_STATE to a directory of your own)"
-  chmod 700 "$STATE_ROOT" || die "cannot make $STATE_ROOT private (chmod 700)"
+  local mode
+  mode=$(stat -c %a "$STATE_ROOT") || die "cannot read the mode of $STATE_ROOT"
+  (((8#$mode & 8#022) == 0)) ||
+    die "the state directory $STATE_ROOT (mode $mode) is writable by other users: refusing it (chmod go-w $STATE_ROOT, or set ATLAS_WAN_STATE)"
 }
 
 # ---- emulations whose owner died (a test killed by ctest's timeout: SIGKILL, no trap ran) ----

@@ -297,6 +297,15 @@ int bench_fidelity(Context&, const bench::Args& args) {
       table += fmt::format("  {:<34} skipped: {}\n", path, e.problems().front().substr(0, 90));
       continue;
     }
+    // Inside the emulation each rank runs in its DC's namespace (ATLAS_WAN_DC): a deck that lays the
+    // ranks out otherwise cannot run on it (make_transport refuses it); skipped, and said so.
+    if (const std::optional<std::string> env_dc = env::get("ATLAS_WAN_DC")) {
+      const int my_dc = topo::Layout(world.size(), cfg.parallel).coord(world.rank()).dc;
+      if (world.allreduce(*env_dc != std::to_string(my_dc) ? 1 : 0, MPI_MAX) != 0) {
+        table += fmt::format("  {:<34} skipped: it puts ranks in other DCs than the emulation's namespaces\n", path);
+        continue;
+      }
+    }
     const sim::Prediction deck_wan = sim::predict(cfg);
     // The deck's table as it really runs here: its ranks share this host's cores, compute from the
     // host profile (not the deck's fwd_ms_per_layer), the network in use.

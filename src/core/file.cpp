@@ -77,10 +77,12 @@ void write_file_whole(const std::string& path, const std::string& text, bool dur
   if (durable) fsync_path(dir_of(path), true);
 }
 
-void write_files_whole(const std::vector<std::pair<std::string, std::string>>& files, bool durable) {
+void write_files_whole(const std::vector<std::pair<std::string, std::string>>& files, bool durable,
+                       const std::function<void()>& before_renames) {
   std::vector<std::string> staged;
   try {
     for (const auto& [path, text] : files) staged.push_back(stage(path, text, durable));
+    if (before_renames) before_renames();
   } catch (...) {
     for (const std::string& tmp : staged) {
       std::error_code ec;

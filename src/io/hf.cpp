@@ -328,11 +328,15 @@ std::vector<std::string> export_hf(const std::string& ckpt, const std::string& o
   // of one model beside the config of another would load as garbage). The two renames are not one
   // step, so a marker stands in the directory from before the first to after the second: a crash
   // between them leaves it, and import refuses the directory (kExportMarker).
+  // It goes down only once both files are written (a failed write before it leaves the earlier
+  // export whole and importable).
   const std::string marker = (fs::path(out_dir) / kExportMarker).string();
-  write_file_whole(marker, "an atlas export is writing this directory; if no export runs, it was interrupted\n", true);
   write_files_whole({{(fs::path(out_dir) / "model.safetensors").string(), safetensors_bytes(tensors, {{"format", "pt"}})},
                      {(fs::path(out_dir) / "config.json").string(), gpt2_config_json(cfg)}},
-                    true);
+                    true, [&] {
+                      write_file_whole(marker, "an atlas export is renaming its files into this directory; if no "
+                                               "export runs, it was interrupted\n", true);
+                    });
   if (!fs::remove(marker, ec) || ec) ATLAS_THROW(Io, "cannot remove '" << marker << "': " << ec.message());
   fsync_path(out_dir, true);
   return names;

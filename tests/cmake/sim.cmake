@@ -144,6 +144,13 @@ atlas_cli_test(cli_simulate_bad_skip_steps "ERROR: --skip-steps must be >= 0"
                simulate inputs/sim_two_dc_cpu.deck --compute-from inputs --skip-steps -1)
 atlas_cli_test(cli_bench_fidelity_bad_warmup "ERROR: --warmup-steps 1: the in-situ warm-up run needs at least 2 steps"
                bench fidelity inputs/bubbletea_wan.deck --warmup-steps 1)
+# Inside a WAN emulation (ATLAS_WAN_DC), a deck whose layout puts ranks in other DCs than their
+# namespaces is skipped by bench fidelity, not a job-ending error of its transport.
+add_test(NAME cli_bench_fidelity_emulated_dc
+  COMMAND bash -c "out=$(${MPIEXEC_EXECUTABLE} -np 2 --oversubscribe -x ATLAS_WAN_DC=0 $<TARGET_FILE:atlas> bench fidelity inputs/bubbletea_loopback.deck 2>&1); rc=$?; echo \"$out\"; [[ $rc -eq 0 ]] && grep -q 'skipped: it puts ranks in other DCs than the emulation' <<<\"$out\""
+  WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(cli_bench_fidelity_emulated_dc PROPERTIES LABELS mpi TIMEOUT 60 ENVIRONMENT "${ATLAS_MPIEXEC_ENV}")
+
 # atlas bench validate: the published runs simulated (figures held by test_sim_validate).
 atlas_unit_test(test_sim_validate ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_sim_validate.cpp)
 atlas_cli_test(cli_bench_validate

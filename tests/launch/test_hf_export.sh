@@ -151,6 +151,13 @@ check "an interrupted export's directory" fails_with interrupted \
   "'$T/interrupted' holds .atlas-export-incomplete: an atlas export into it was interrupted" \
   atlas import --format hf "$T/interrupted" --out "$T/x"
 check "a finished export leaves no marker" test ! -e "$T/hf/.atlas-export-incomplete"
+# An export that fails while writing its files (model.safetensors.tmp cannot be created) leaves
+# the earlier export in the directory whole, without the marker: it still imports.
+cp -r "$T/hf" "$T/failed" && mkdir "$T/failed/model.safetensors.tmp"
+atlas export "$CKPT" --format hf --out "$T/failed" > "$T/failed_export.out" 2>&1
+check "an export that cannot write fails" test $? -ne 0
+check "... without leaving the marker" test ! -e "$T/failed/.atlas-export-incomplete"
+check "... and the earlier export still imports" to "$T/failed_import.out" atlas import --format hf "$T/failed" --out "$T/failed_imported"
 check "nothing was written by the failed imports" test ! -e "$T/x/step-000000.h5"
 
 # A checkpoint of something else (atlas bench ckpt's synthetic tensors) is not exported.

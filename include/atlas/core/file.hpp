@@ -24,8 +24,11 @@ void write_file_whole(const std::string& path, const std::string& text, bool dur
 
 /// write_file_whole for files that belong together (weights and their config): every file is
 /// written to its .tmp first, and only when all are written are they renamed, in order. A
-/// failed write leaves every `path` as it was and removes the .tmp files.
-void write_files_whole(const std::vector<std::pair<std::string, std::string>>& files, bool durable = false);
+/// failed write leaves every `path` as it was and removes the .tmp files. `before_renames`, when
+/// given, runs once every file is written, just before the first rename (a marker that the renames
+/// are under way); if it throws, nothing is renamed.
+void write_files_whole(const std::vector<std::pair<std::string, std::string>>& files, bool durable = false,
+                       const std::function<void()>& before_renames = {});
 
 /// fsync(2) of a file, or of a directory (which makes the renames and removals in it durable).
 /// Throws atlas::Error (Io) naming the path and the system's reason.
