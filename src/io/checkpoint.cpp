@@ -304,6 +304,17 @@ std::string checkpoint_path(const std::string& dir, std::int64_t step) {
   return dir.empty() ? file : (fs::path(dir) / file).string();
 }
 
+std::optional<internal::CheckpointName> internal::parse_checkpoint_name(const std::string& name) {
+  static const std::regex kName(R"(^step-([0-9]+)\.h5(\.tmp)?$)");
+  std::smatch m;
+  if (!std::regex_match(name, m, kName)) return std::nullopt;
+  CheckpointName out;
+  out.tmp = m[2].matched;
+  const std::string digits = m[1].str();
+  if (std::from_chars(digits.data(), digits.data() + digits.size(), out.step).ec != std::errc()) out.step = -1;
+  return out;
+}
+
 std::vector<std::string> model_mismatches(const std::string& path, const ModelShape& in_file,
                                           const ModelShape& in_deck) {
   std::vector<std::string> out;
@@ -670,18 +681,14 @@ LatestCheckpoint find_latest(const std::string& dir, std::int64_t before_step) {
     std::string path;
   };
   std::vector<Candidate> found;
-  static const std::regex kName(R"(^step-([0-9]+)\.h5(\.tmp)?$)");
   for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    std::smatch m;
-    if (!std::regex_match(name, m, kName)) continue;
-    std::int64_t step = 0;
-    const std::string digits = m[1].str();
-    if (std::from_chars(digits.data(), digits.data() + digits.size(), step).ec != std::errc()) {
+    const auto name = internal::parse_checkpoint_name(it->path().filename().string());
+    if (!name) continue;
+    if (name->step < 0) {
       out.skipped.push_back({it->path().string(), "its step number does not fit 64 bits: not a checkpoint atlas wrote"});
       continue;
     }
-    if (step < before_step) found.push_back({step, m[2].matched, it->path().string()});
+    if (name->step < before_step) found.push_back({name->step, name->tmp, it->path().string()});
   }
   if (ec)
     ATLAS_THROW(Io, "run.resume = latest: cannot list checkpoint directory '"

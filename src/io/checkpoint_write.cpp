@@ -9,13 +9,11 @@
 
 #include <algorithm>
 #include <array>
-#include <charconv>
 #include <chrono>
 #include <cstring>
 #include <ctime>
 #include <exception>
 #include <filesystem>
-#include <regex>
 #include <utility>
 
 #include "atlas/core/check.hpp"
@@ -454,20 +452,13 @@ struct OnDisk {
 };
 
 std::vector<OnDisk> list_checkpoints(const std::string& dir) {
-  static const std::regex kName(R"(^step-([0-9]+)\.h5(\.tmp)?$)");
   std::vector<OnDisk> out;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    std::smatch m;
-    if (!std::regex_match(name, m, kName)) continue;
     // A step past int64 (a stray file's name) is no checkpoint of ours: skipped, as find_latest
     // skips it (std::stoll threw out_of_range here and failed every later save).
-    const std::string digits = m[1].str();
-    std::int64_t step = 0;
-    const auto [end, err] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
-    if (err != std::errc() || end != digits.data() + digits.size()) continue;
-    out.push_back({step, m[2].matched, entry.path().string()});
+    const auto name = internal::parse_checkpoint_name(entry.path().filename().string());
+    if (name && name->step >= 0) out.push_back({name->step, name->tmp, entry.path().string()});
   }
   std::sort(out.begin(), out.end(),
             [](const OnDisk& a, const OnDisk& b) { return a.step > b.step; });

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -231,5 +232,15 @@ std::uint32_t crc_of(const std::uint64_t* data, std::size_t n);
 /// The text of a checksum mismatch (one line).
 std::string mismatch_text(const std::string& path, const std::string& dataset,
                           const std::string& box, std::uint32_t stored, std::uint32_t computed);
+
+// ---- file names (checkpoint_path) ----
+
+/// A checkpoint file name: step-N.h5, or step-N.h5.tmp (a write not yet renamed).
+struct CheckpointName {
+  std::int64_t step = -1;  ///< -1: the digits do not fit 64 bits (no checkpoint atlas wrote)
+  bool tmp = false;
+};
+/// `name` (a file name, no directory) read as a checkpoint name; nullopt for any other file.
+std::optional<CheckpointName> parse_checkpoint_name(const std::string& name);
 
 }  // namespace atlas::io::internal
