@@ -35,6 +35,7 @@
 #include "atlas/sim/bench_validate.hpp"
 #include "atlas/topo/layout.hpp"
 #include "atlas/wan/bench.hpp"
+#include "atlas/wan/transport.hpp"
 
 namespace atlas::app {
 
@@ -299,12 +300,10 @@ int bench_fidelity(Context&, const bench::Args& args) {
     }
     // Inside the emulation each rank runs in its DC's namespace (ATLAS_WAN_DC): a deck that lays the
     // ranks out otherwise cannot run on it (make_transport refuses it); skipped, and said so.
-    if (const std::optional<std::string> env_dc = env::get("ATLAS_WAN_DC")) {
-      const int my_dc = topo::Layout(world.size(), cfg.parallel).coord(world.rank()).dc;
-      if (world.allreduce(*env_dc != std::to_string(my_dc) ? 1 : 0, MPI_MAX) != 0) {
-        table += fmt::format("  {:<34} skipped: it puts ranks in other DCs than the emulation's namespaces\n", path);
-        continue;
-      }
+    const int my_dc = topo::Layout(world.size(), cfg.parallel).coord(world.rank()).dc;
+    if (world.allreduce(wan::in_emulated_dc(my_dc) ? 0 : 1, MPI_MAX) != 0) {
+      table += fmt::format("  {:<34} skipped: it puts ranks in other DCs than the emulation's namespaces\n", path);
+      continue;
     }
     const sim::Prediction deck_wan = sim::predict(cfg);
     // The deck's table as it really runs here: its ranks share this host's cores, compute from the
@@ -316,10 +315,7 @@ int bench_fidelity(Context&, const bench::Args& args) {
       here.ranks_per_host = device::host_local_ranks();
       here.wake_ms = wake.median_ms;
       // Inside the emulation the WAN's packet path runs on this machine's cores too.
-      if (emulated) {
-        const int my_dc = topo::Layout(world.size(), cfg.parallel).coord(world.rank()).dc;
-        here.net_ns_per_byte = runtime::probe_net_cpu(world, cfg, my_dc).ns_per_byte;
-      }
+      if (emulated) here.net_ns_per_byte = runtime::probe_net_cpu(world, cfg, my_dc).ns_per_byte;
     }
     const Config net = sim::machine_config(cfg, here);
     const sim::SimResult base = sim::simulate_on(cfg, net);

@@ -279,6 +279,7 @@ std::size_t Trainer::embed_floats() {
 // ---- the tied-embedding exchange ----
 
 void Trainer::all_reduce_gradients(const Boundary::WaitHook& fill) {
+  m_exchange_s = 0.0;
   if (!m_sums_started) start_gradient_sums();
   end_gradient_sums();
   m_sums_started = false;

@@ -115,7 +115,6 @@ StepReport Trainer::train_step(int step) {
         break;
       }
       case SlotKind::AllReduce:
-        m_exchange_s = 0.0;
         all_reduce_gradients(wait_hook(step, slot, i, spent_prefill, r));
         m_grads_final = true;
         r.dp_buckets = m_buckets_step;

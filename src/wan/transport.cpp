@@ -261,6 +261,13 @@ MultirailOptions rail_options(const WanCfg& wan) {
   return o;
 }
 
+bool in_emulated_dc(int dc) {
+  const std::optional<std::string> env_dc = env::get("ATLAS_WAN_DC");
+  if (!env_dc) return true;
+  const auto v = units::parse_int(*env_dc);
+  return v && *v == dc;
+}
+
 std::unique_ptr<PeerTransport> make_transport(const WanCfg& wan, const ClusterCfg& cluster,
                                               const mpi::Comm& world, int my_dc,
                                               const std::vector<int>& peers) {
@@ -274,15 +281,12 @@ std::unique_ptr<PeerTransport> make_transport(const WanCfg& wan, const ClusterCf
   // launcher and atlas given different decks or overrides) would send intra-DC traffic over the
   // emulated WAN and WAN traffic inside a namespace: measured, but not what the deck describes.
   mpi::agree(world, "checking the emulated DC (ATLAS_WAN_DC)", [&] {
-    const std::optional<std::string> env_dc = env::get("ATLAS_WAN_DC");
-    if (!env_dc) return;
-    const auto v = units::parse_int(*env_dc);
-    if (!v || *v != my_dc)
+    if (!in_emulated_dc(my_dc))
       throw ConfigError(fmt::format(
           "rank {}: ATLAS_WAN_DC = '{}' (the emulated DC this process was started in, by scripts/wan/run_emulated.sh) "
           "but the deck's layout puts this rank in DC {}: the launcher and atlas laid out different decks\n"
           "  hint: give run_emulated.sh the same deck and key=value overrides as the atlas command after '--'",
-          world.rank(), *env_dc, my_dc));
+          world.rank(), env::get("ATLAS_WAN_DC").value_or(""), my_dc));
   });
   if (wan.transport == WanTransport::Mpi)
     return std::make_unique<MpiTransport>(world, wan.recv_timeout_s, peers);

@@ -139,6 +139,12 @@ MultirailOptions rail_options(const WanCfg& wan);
 /// instead of a key or an address, when it fails). wan.transport = mpi: the peer list only.
 std::vector<std::string> debug_make_transport_mpi_strings();
 
+/// Inside the WAN emulation (scripts/wan/run_emulated.sh starts each rank in its DC's network
+/// namespace and names it in ATLAS_WAN_DC): whether that namespace is DC `dc`, the one the deck's
+/// layout gives the rank. True outside the emulation (ATLAS_WAN_DC unset). make_transport refuses
+/// a rank where it is false. Not collective.
+[[nodiscard]] bool in_emulated_dc(int dc);
+
 std::unique_ptr<PeerTransport> make_transport(const WanCfg& wan, const ClusterCfg& cluster,
                                               const mpi::Comm& world, int my_dc,
                                               const std::vector<int>& peers);
