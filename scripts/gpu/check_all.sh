@@ -14,7 +14,8 @@
 # usage, from the checkout root on the GPU host (after `make cuda && ../shared/gpu/bundle.sh
 # build-cuda .gpu` on a development machine, and the checkout + .gpu/ carried over):
 #   OUT=/tmp/gpu scripts/gpu/check_all.sh [STEP ...]      (STEP: a name of the summary; default all)
-# Exit status: 0 when every step that ran passed, 1 otherwise.
+# Exit status: 0 when every step that ran passed, 1 when one failed, 2 when the script cannot start
+# (no .gpu/env.sh here and ATLAS_BUNDLE unset).
 set -uo pipefail
 CHECKOUT=$(pwd)
 OUT=${OUT:-/tmp/atlas_gpu_check}

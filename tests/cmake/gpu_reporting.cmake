@@ -29,3 +29,7 @@ add_test(NAME gpu_scripts_parse
   COMMAND bash -c "set -e; bash -n scripts/gpu/check_all.sh; bash -n bench/run_peer.sh; python3 -c \"import ast; ast.parse(open('bench/gpt_peer.py').read())\""
   WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(gpu_scripts_parse PROPERTIES LABELS unit TIMEOUT 30)
+# check_all.sh outside a checkout with a bundle: exit 2 and the fix named, nothing run.
+add_test(NAME gpu_check_all_no_bundle
+  COMMAND bash -c "d=$(mktemp -d) && trap 'rm -rf \"$d\"' EXIT && cd \"$d\" && env -u ATLAS_BUNDLE OUT=\"$d/out\" bash ${PROJECT_SOURCE_DIR}/scripts/gpu/check_all.sh > \"$d/log\" 2>&1; rc=$?; cat \"$d/log\"; [ $rc -eq 2 ] && grep -q 'no .gpu/env.sh here and ATLAS_BUNDLE unset' \"$d/log\" && [ ! -e \"$d/out/work\" ]")
+set_tests_properties(gpu_check_all_no_bundle PROPERTIES LABELS unit TIMEOUT 30)
