@@ -3,7 +3,8 @@
 # `make run`: `atlas train DECK` with NP ranks on this host. When the machine allows network
 # namespaces (root, iproute2, iptables NFQUEUE) the DCs run inside the emulated WAN
 # (scripts/wan/run_emulated.sh: one namespace per DC, the deck's latency and bandwidth); otherwise
-# on plain loopback, after saying why. ATLAS_EMULATE=0 forces loopback, =1 requires emulation.
+# on plain loopback, after saying why. ATLAS_EMULATE=0 forces loopback, =1 requires emulation. A
+# check that fails for another reason (exit other than 77: e.g. an unsafe state directory) stops.
 # Extra arguments are deck overrides (key=value).
 set -euo pipefail
 DECK=${1:?usage: scripts/run.sh DECK NP [key=value ...]}
@@ -18,9 +19,18 @@ export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 
 mode=${ATLAS_EMULATE:-auto}
 if [[ $mode != 0 ]]; then
-  if reason=$("$ROOT/scripts/wan/netns.sh" check 2>&1); then
+  rc=0
+  reason=$("$ROOT/scripts/wan/netns.sh" check 2>&1) || rc=$?
+  if [[ $rc -eq 0 ]]; then
     echo "# run.sh: running inside the emulated WAN (one network namespace per DC)"
     exec "$ROOT/scripts/wan/run_emulated.sh" "$DECK" "$NP" "$@" -- "$ATLAS" train "$DECK" "$@"
+  fi
+  # Only "this machine cannot emulate" (exit 77) falls back; any other failure of the check (an
+  # unsafe state directory, an emulation left behind that cannot be removed) is the user's to fix.
+  if [[ $rc -ne 77 ]]; then
+    echo "run.sh: the WAN emulation check failed (exit $rc): $reason" >&2
+    echo "run.sh: fix that, or set ATLAS_EMULATE=0 to run on plain loopback" >&2
+    exit 1
   fi
   if [[ $mode == 1 ]]; then
     echo "run.sh: ATLAS_EMULATE=1 but this machine cannot emulate the WAN: $reason" >&2

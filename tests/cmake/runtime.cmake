@@ -74,3 +74,7 @@ set_tests_properties(test_emulated PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 
 # The zero-bubble split of the backward end to end: split on gives bitwise the losses of off (np 2).
 atlas_mpi_test(test_train_split SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/mpi/test_train_split.cpp NP 2 TIMEOUT 120)
 set_tests_properties(test_train_split_np_2 PROPERTIES FIXTURES_REQUIRED brown_corpus)
+# make run's script: emulated WAN, loopback, or a stop, from what netns.sh check says (stand-ins).
+add_test(NAME test_run_sh_dispatch
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/launch/test_run_sh_dispatch.sh ${PROJECT_SOURCE_DIR} $<TARGET_FILE:atlas>)
+set_tests_properties(test_run_sh_dispatch PROPERTIES LABELS unit TIMEOUT 60)
