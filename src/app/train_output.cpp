@@ -74,8 +74,10 @@ TrainOutput::TrainOutput(const Config& cfg, bool root, bool quiet)
   m_metrics.open(fs::path(m_dir) / "metrics.csv", fresh ? std::ios::trunc : std::ios::app);
   if (!m_metrics.is_open()) ATLAS_THROW(Io, "cannot open " << m_dir << "/metrics.csv" << errno_text());
   if (fresh) {
-    m_metrics << "step,loss,val_loss,lr,grad_norm,tokens_per_s,step_ms,bubble_pct,compute_ms,intra_dc_ms,"
-                 "wan_wait_ms,wan_mb_s,prefill_tokens\n";
+    // Written every step by rank 0 without a job-wide sum: the per-rank columns say whose they are
+    // (the progress row's bubble% and wan_MB/s are job-wide; docs/formats.md, "metrics.csv").
+    m_metrics << "step,loss,val_loss,lr,grad_norm,tokens_per_s,step_ms,rank0_bubble_pct,rank0_compute_ms,"
+                 "rank0_intra_dc_ms,rank0_wan_wait_ms,rank0_wan_send_mb_s,rank0_prefill_tokens\n";
     m_metrics.flush();
     check_written(m_metrics, "metrics.csv");
   }
@@ -160,7 +162,8 @@ void TrainOutput::columns() {
           "(emulated compute)\n");
   print("# columns: loss = training loss of the step, val = validation loss, tok/s and step_ms of rank 0, bubble% = job\n"
         "#   mean of 1 - (compute + prefill) / step, comp/intra/wan_ms = rank 0's compute, intra-DC wait, WAN wait,\n"
-        "#   wan_MB/s = the whole job's WAN bytes over the step time, prefill = BubbleTea tokens\n");
+        "#   wan_MB/s = the whole job's WAN bytes over the step time, prefill = rank 0's BubbleTea tokens;\n"
+        "#   metrics.csv has every step, with rank 0's bubble and WAN send rate (docs/formats.md)\n");
   print(fmt::format("# {:>5} {:>8} {:>8} {:>9} {:>9} {:>8} {:>7} {:>8} {:>8} {:>8} {:>8} {:>8}{}\n", "step", "loss",
                     "val", "lr", "tok/s", "step_ms", "bubble%", "comp_ms", "intra_ms", "wan_ms", "wan_MB/s",
                     "prefill", m_mfu_peak_flops > 0 ? fmt::format(" {:>6}", "mfu%") : std::string()));

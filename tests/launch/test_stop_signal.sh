@@ -91,6 +91,12 @@ check "metrics.csv stops at that step" test "$(rows "$T/stopped/metrics.csv")" -
 check "the resumed run started at the stop's step" grep -q "# resumed from .*step-0*${stop_at:-?}.h5 at step ${stop_at:-?}" "$T/resumed.out"
 check "the resumed run finished" grep -q "^# OK:" "$T/resumed.out"
 check "every step's loss equals the uninterrupted run's" diff <(losses "$T/straight/metrics.csv") <(losses "$T/stopped/metrics.csv")
+# metrics.csv's header is the column list docs/formats.md gives, in its order.
+doc_columns() {
+  awk '/^## Run metrics/ { on = 1; next } /^## / { on = 0 } on && /^\| `/' docs/formats.md |
+    cut -d'|' -f2 | grep -o '`[a-z0-9_]*`' | tr -d '`' | paste -sd, -
+}
+check "metrics.csv's columns are the documented ones" test "$(head -1 "$T/stopped/metrics.csv")" = "$(doc_columns)"
 
 # ---- SIGUSR1 with BubbleTea serving prefills (a decode worker process beside rank 0) ----
 workers_before=$(pgrep -c -f atlas-decode-worker)
