@@ -5,6 +5,7 @@
 #include "atlas/model/data.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -16,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "atlas/core/check.hpp"
+#include "atlas/core/crc32c.hpp"
 #include "atlas/core/error.hpp"
 #include "atlas/core/file.hpp"
 #include "atlas/model/rng.hpp"
@@ -250,8 +252,27 @@ void DataLoader::fill(int micro, std::int32_t* tokens, std::int32_t* targets) co
   }
 }
 
-DataPosition DataLoader::position() const noexcept {
-  return DataPosition{m_seed, m_consumed, m_windows};
+DataPosition DataLoader::position() const { return DataPosition{m_seed, m_consumed, m_windows, stream_crc()}; }
+
+std::uint32_t DataLoader::stream_crc() const {
+  static_assert(std::endian::native == std::endian::little, "the CRC is defined over little-endian ids");
+  if (m_stream_crc) return *m_stream_crc;
+  std::uint32_t crc = 0;
+  if (m_shards) {
+    // The shards hold uint16 ids: widened piece by piece, so shards and a text corpus of the same
+    // tokens give the same CRC.
+    constexpr std::int64_t kPiece = std::int64_t{1} << 20;
+    std::vector<std::int32_t> piece(static_cast<std::size_t>(std::min(kPiece, m_shards->size())));
+    for (std::int64_t at = 0; at < m_shards->size(); at += kPiece) {
+      const std::int64_t n = std::min(kPiece, m_shards->size() - at);
+      m_shards->copy(at, n, piece.data());
+      crc = crc32c_extend(crc, piece.data(), static_cast<std::size_t>(n) * sizeof(std::int32_t));
+    }
+  } else {
+    crc = crc32c(m_stream.data(), m_stream.size_bytes());
+  }
+  m_stream_crc = crc;
+  return crc;
 }
 
 void DataLoader::restore(const DataPosition& pos) {
@@ -266,6 +287,15 @@ void DataLoader::restore(const DataPosition& pos) {
                              "  hint: the corpus (or shards), data.val_fraction or model.seq_len changed "
                              "since the checkpoint",
                              pos.epoch_samples, m_windows));
+  }
+  if (pos.epoch_samples == m_windows && pos.stream_crc && *pos.stream_crc != stream_crc()) {
+    problems.add(fmt::format("the saved data position was taken over other tokens: the {} split's token stream "
+                             "had CRC32C {:#010x}, this run's ({}) has {:#010x}\n"
+                             "  hint: the data files, their order or the tokenizer changed since the checkpoint; "
+                             "resume with the same data (the deck's data.* keys), or start a new run from these "
+                             "weights (a new run.name with run.resume_fallback = the checkpoint)",
+                             m_split == Split::Val ? "validation" : "training", *pos.stream_crc, m_origin,
+                             stream_crc()));
   }
   if (pos.samples_consumed < 0) {
     problems.add(fmt::format("the saved data position is negative ({})", pos.samples_consumed));

@@ -145,8 +145,16 @@ Restored restore_checkpoint(Trainer& trainer, const Config& cfg, const topo::Com
   mpi::agree(comms.world, "restoring the training state", [&] {
     if (auto it = meta.state.find("adam_t"); it != meta.state.end() && !it->second.empty())
       trainer.optimizer().set_step_count(static_cast<std::int64_t>(it->second[0]));
-    if (auto it = meta.state.find("loader"); it != meta.state.end() && it->second.size() == 3 && trainer.has_train_loader()) {
-      model::DataPosition pos{it->second[0], static_cast<std::int64_t>(it->second[1]), static_cast<std::int64_t>(it->second[2])};
+    // 3 words: a checkpoint written before the stream's CRC was kept (its data is not checked).
+    if (auto it = meta.state.find("loader"); it != meta.state.end() && trainer.has_train_loader()) {
+      if (it->second.size() != 3 && it->second.size() != 4)
+        throw ConfigError(fmt::format("resuming from {}: /state/loader holds {} words; this atlas reads 3 or 4 (seed, "
+                                      "samples consumed, samples per epoch, the stream's CRC32C)\n  hint: a newer "
+                                      "atlas wrote it: resume with that version",
+                                      path, it->second.size()));
+      model::DataPosition pos{it->second[0], static_cast<std::int64_t>(it->second[1]),
+                              static_cast<std::int64_t>(it->second[2]), std::nullopt};
+      if (it->second.size() == 4) pos.stream_crc = static_cast<std::uint32_t>(it->second[3]);
       try {
         trainer.train_loader().restore(pos);
       } catch (const ConfigError& e) {
@@ -178,7 +186,7 @@ io::WriteResult save_checkpoint(Trainer& trainer, const Config& cfg, const topo:
   if (trainer.has_train_loader()) {
     const model::DataPosition pos = trainer.train_loader().position();
     meta.state["loader"] = {pos.seed, static_cast<std::uint64_t>(pos.samples_consumed),
-                            static_cast<std::uint64_t>(pos.epoch_samples)};
+                            static_cast<std::uint64_t>(pos.epoch_samples), *pos.stream_crc};
   }
   io::WriteOptions opt;
   opt.keep_last = cfg.ckpt.keep_last;

@@ -4,6 +4,7 @@
 // those shards gives bitwise the losses (train, validation, unigram entropy) of training on the
 // text, under DP too; a resume from a checkpoint continues the shards' data order exactly.
 #include <filesystem>
+#include <fstream>
 
 #include <gmock/gmock.h>
 
@@ -130,6 +131,34 @@ TEST(TrainShards, ResumeContinuesTheDataOrderExactly) {
     ASSERT_EQ(resumed.losses.size(), 2u);
     EXPECT_EQ(resumed.losses[0], full.losses[2]);  // bitwise
     EXPECT_EQ(resumed.losses[1], full.losses[3]);
+  }
+  // The same checkpoint over shards of as many tokens but another one (one id changed): refused
+  // on every rank, naming the checkpoint and the stream's CRC, where the window count cannot tell.
+  const std::string other = dir + "/other";
+  if (world.rank() == 0) {
+    std::filesystem::create_directories(other);
+    for (const auto& e : std::filesystem::directory_iterator(dir))
+      if (e.is_regular_file()) std::filesystem::copy_file(e.path(), other + "/" + e.path().filename().string(),
+                                                          std::filesystem::copy_options::overwrite_existing);
+    std::fstream f(other + "/train_000000.bin", std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f.is_open());
+    std::uint16_t id = 0;  // token 10, after the 256-int32 header: another id below the vocabulary
+    f.seekg(1024 + 2 * 10);
+    f.read(reinterpret_cast<char*>(&id), sizeof id);
+    id = id == 7 ? 8 : 7;
+    f.seekp(1024 + 2 * 10);
+    f.write(reinterpret_cast<const char*>(&id), sizeof id);
+  }
+  world.barrier();
+  auto other_keys = keys("b", true);
+  other_keys.push_back("data.train_shards=" + other + "/train_*.bin");
+  other_keys.push_back("data.val_shards=" + other + "/val_*.bin");
+  try {
+    (void)run(make_cfg(1, dp, {1}, 2, other_keys), world, 4);
+    ADD_FAILURE() << "a resume over other tokens was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("taken over other tokens"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("resuming from " + dir + "/b/"));
   }
 }
 

@@ -13,6 +13,7 @@
 
 #include <unistd.h>
 
+#include "atlas/core/crc32c.hpp"
 #include "atlas/core/error.hpp"
 #include "atlas/model/data.hpp"
 
@@ -270,6 +271,39 @@ TEST(DataLoader, ResumesExactlyFromASavedPosition) {
   }
   DataLoader other_len(c, Split::Train, 0.1, LoaderShape{.seq_len = 13}, 5, true);
   EXPECT_THROW(other_len.restore(pos), ConfigError);
+}
+
+TEST(DataLoader, RefusesAPositionTakenOverOtherTokensOfTheSameLength) {
+  // Another corpus with as many windows (one byte changed): the window count cannot tell, the
+  // stream's CRC32C does.
+  std::string text = synthetic_text(4000);
+  const Corpus c = Corpus::from_text(text, "original");
+  text[100] = text[100] == 'x' ? 'y' : 'x';
+  const Corpus changed = Corpus::from_text(text, "changed");
+  const LoaderShape shape{.seq_len = 12, .micro_batch_size = 2, .micro_batches = 3, .dp_size = 1, .dp_rank = 0};
+  DataLoader a(c, Split::Train, 0.1, shape, 5, true);
+  a.advance();
+  const DataPosition pos = a.position();
+  ASSERT_TRUE(pos.stream_crc.has_value());
+  EXPECT_EQ(*pos.stream_crc, crc32c(c.split(Split::Train, 0.1).data(), c.split(Split::Train, 0.1).size_bytes()));
+  DataLoader b(changed, Split::Train, 0.1, shape, 5, true);
+  ASSERT_EQ(b.epoch_samples(), a.epoch_samples());
+  try {
+    b.restore(pos);
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("taken over other tokens"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("changed"));  // this run's data, named
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("run.resume_fallback"));
+  }
+  // A position of a checkpoint from before the CRC was kept: its data is not checked.
+  DataPosition old = pos;
+  old.stream_crc.reset();
+  b.restore(old);
+  EXPECT_EQ(b.position().samples_consumed, pos.samples_consumed);
+  // The same data resumes.
+  DataLoader same(c, Split::Train, 0.1, shape, 5, true);
+  EXPECT_NO_THROW(same.restore(pos));
 }
 
 TEST(UnigramEntropy, MatchesClosedForms) {

@@ -23,6 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "atlas/core/crc32c.hpp"
 #include "atlas/core/check.hpp"
 #include "atlas/core/error.hpp"
 #include "atlas/model/data.hpp"
@@ -167,6 +168,11 @@ TEST(Shards, TheLoaderServesTheTextLoadersBatchesOnEveryReplica) {
       b.advance();
     }
     const DataPosition pos = b.position();
+    // The same tokens from a text corpus and from shards: the same stream CRC (resume across them).
+    ASSERT_TRUE(pos.stream_crc.has_value());
+    EXPECT_EQ(*pos.stream_crc, a.stream_crc());
+    EXPECT_EQ(vb.stream_crc(), va.stream_crc());
+    EXPECT_NE(vb.stream_crc(), b.stream_crc());
     DataLoader c2(train, Split::Train, shape, 7, true);
     c2.restore(pos);
     c2.fill(1, tb.data(), gb.data());
@@ -219,6 +225,10 @@ TEST(Shards, TokenizeEncodesInPiecesLikeOneEncodeOfTheWholeText) {
   val.copy(0, val.size(), got.data() + train.size());
   ASSERT_EQ(got.size(), c.tokens().size());
   EXPECT_TRUE(std::equal(got.begin(), got.end(), c.tokens().begin()));
+  // The loader's stream CRC over several million tokens (read in pieces of 2^20 across the shards)
+  // is the CRC32C of the same ids in one go.
+  const DataLoader loader(train, Split::Train, LoaderShape{.seq_len = 64}, 1, false);
+  EXPECT_EQ(loader.stream_crc(), crc32c(got.data(), static_cast<std::size_t>(train.size()) * sizeof(std::int32_t)));
 }
 
 /// A job of 30,000 synthetic tokens from DIR/a.txt into DIR/out in shards of 10,000 (3 train

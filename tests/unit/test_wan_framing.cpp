@@ -22,6 +22,10 @@ TEST(WanCrc32c, MatchesTheCastagnoliCheckValue) {
   EXPECT_EQ(crc32c(s, 0), 0u);
   std::uint8_t zeros[32] = {};
   EXPECT_EQ(crc32c(zeros, 32), 0x8A9136AAu);  // RFC 3720 B.4: 32 bytes of zeros
+  // Continued in pieces (the data loader's stream CRC): the same as in one go, from any cut.
+  for (std::size_t cut = 0; cut <= 9; ++cut)
+    EXPECT_EQ(crc32c_extend(crc32c(s, cut), s + cut, 9 - cut), 0xE3069283u) << "cut at " << cut;
+  EXPECT_EQ(crc32c_extend(0, s, 9), 0xE3069283u);
 }
 
 FrameHeader sample() {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -78,6 +79,9 @@ struct DataPosition {
   std::uint64_t seed = 0;             ///< seed the sample order was drawn from
   std::int64_t samples_consumed = 0;  ///< global samples served before the current step
   std::int64_t epoch_samples = 0;     ///< windows per epoch (guards against a changed corpus)
+  /// CRC32C of the split's token stream (the ids as little-endian int32, in stream order): the
+  /// same data. Empty in a position read from a checkpoint written before it was kept.
+  std::optional<std::uint32_t> stream_crc;
 };
 
 /// Serves micro-batches of one split.
@@ -119,9 +123,15 @@ class DataLoader {
   [[nodiscard]] std::string repeat_warning() const;
   [[nodiscard]] std::int64_t epoch_samples() const noexcept { return m_windows; }
   [[nodiscard]] const LoaderShape& shape() const noexcept { return m_shape; }
-  [[nodiscard]] DataPosition position() const noexcept;
-  /// Resumes at `pos`. Throws atlas::ConfigError if it was taken with another seed or corpus.
+  /// Where the loader stands. The first call reads the split's whole token stream once (its
+  /// CRC32C, DataPosition::stream_crc); later calls reuse it.
+  [[nodiscard]] DataPosition position() const;
+  /// Resumes at `pos`. Throws atlas::ConfigError if it was taken with another seed or other data
+  /// (window count, or the stream's CRC32C where `pos` has one).
   void restore(const DataPosition& pos);
+  /// CRC32C of the split's token stream as little-endian int32 ids (computed once, then kept):
+  /// the same for a text corpus and for shards of the same tokens.
+  [[nodiscard]] std::uint32_t stream_crc() const;
 
  private:
   [[nodiscard]] std::int64_t window_of(std::int64_t slot) const;
@@ -135,6 +145,7 @@ class DataLoader {
   bool m_shuffle;
   std::int64_t m_windows = 0;
   std::int64_t m_consumed = 0;
+  mutable std::optional<std::uint32_t> m_stream_crc;  ///< stream_crc(), once computed
   Split m_split = Split::Train;
   std::string m_origin;
 };
