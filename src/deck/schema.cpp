@@ -489,7 +489,8 @@ void build(Schema& schema) {
 .help("a receive that makes no progress for this long fails, naming peer and rail; also the longest "
             "wait for a pipeline neighbour's tensor, the step's small sums (loss, gradient norm) and, on "
             "the host backend, a data-parallel gradient sum from the last backward to its end (a replica "
-            "behind by more than this fails the job; NCCL sums keep device.nccl_timeout_s)");
+            "behind by more than this fails the job) and each tensor-parallel sum over MPI (NCCL sums "
+            "keep device.nccl_timeout_s)");
   b.field("wan.connect_timeout_s", &C::wan, &WanCfg::connect_timeout_s).def("20").min(0.001).max(kMaxSeconds)
       .help("time allowed to connect and handshake every rail");
   b.choice("wan.emulate", &C::wan, &WanCfg::emulate,

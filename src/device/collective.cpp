@@ -34,7 +34,8 @@ class StagedCollective final : public Collective {
                  "allreduce of " << count << " floats over a buffer of " << buf.floats());
     if (m_host.size() < count) m_host.resize(count);
     m_backend.download(m_host.data(), buf.data(), count * sizeof(float));
-    m_comm.allreduce_sum(std::span<float>(m_host.data(), count));
+    mpi::Request sum = m_comm.iallreduce_sum(std::span<float>(m_host.data(), count));
+    wait_bounded(sum);
     m_backend.upload(buf.data(), m_host.data(), count * sizeof(float));
   }
   [[nodiscard]] int size() const override { return m_comm.size(); }

@@ -204,7 +204,21 @@ void MpiCollective::allreduce_sum(Buffer& buf, std::size_t count) {
   check_host(buf, count);
   // Non-blocking with back-off polling: a rank waiting for its TP/DP peers leaves the core to
   // ranks that compute (CPU runs share cores; Open MPI's blocking wait busy-polls).
-  m_comm.iallreduce_sum(std::span<float>(buf.f32(), count)).wait_polling();
+  mpi::Request sum = m_comm.iallreduce_sum(std::span<float>(buf.f32(), count));
+  wait_bounded(sum);
+}
+
+void Collective::wait_bounded(mpi::Request& sum) const {
+  if (m_wait_bound_s <= 0) {
+    sum.wait_polling();
+    return;
+  }
+  if (sum.wait_polling_for(m_wait_bound_s)) return;
+  sum.abandon();
+  ATLAS_THROW(Comm, "a " << m_group << " sum (over " << size() << " ranks; this rank is member " << rank()
+                         << ") did not complete within " << m_wait_bound_s << " s (" << m_bound_key
+                         << ")\n  hint: a member may be stuck or dead (the other ranks' errors name it); raise "
+                         << m_bound_key << " if its work is that slow");
 }
 
 std::unique_ptr<PendingSum> MpiCollective::start_allreduce_sum(Buffer& buf, std::size_t count) {

@@ -150,7 +150,12 @@ Trainer::Trainer(const Config& cfg, const topo::Layout& layout, const topo::Comm
   // ---- intra-DC collectives (collective over tp_comm, then dp_comm): MPI on host memory,
   // NCCL on the CUDA backend, chosen by the device room ----
   // (emulated: the TP sums are inside the forward and backward times; the DP sums run for real)
-  if (layout.tp_size() > 1 && !m_emu) m_tp = device::make_collective(comms.tp, backend);
+  if (layout.tp_size() > 1 && !m_emu) {
+    m_tp = device::make_collective(comms.tp, backend);
+    // A TP member that stops must not leave the others waiting forever (the DP sums and the
+    // boundaries have the same bound).
+    m_tp->bound_waits(cfg.wan.recv_timeout_s, "tensor-parallel", "wan.recv_timeout_s");
+  }
   // DP across DCs on host memory: the ring over point-to-point (as Gloo), not MPI's collective
   // (device::make_ring_collective says why); sched::wan_dp_allreduce predicts it.
   if (layout.dp_size() > 1)

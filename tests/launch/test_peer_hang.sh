@@ -5,7 +5,8 @@
 # stage, DC, over MPI or the WAN transport) and a hint; the job ends (no rank left hanging), with
 # a non-zero exit, and the metrics of the steps before the hang are kept. The peer behind a WAN
 # boundary and the peer behind an intra-DC one; the first over wan.transport = mpi; and a replica
-# whose DP gradient sum never completes (one DC, one stage). Loopback only; removes its temp dir.
+# whose DP gradient sum never completes (one DC, one stage), and a TP member whose sum never
+# completes. Loopback only; removes its temp dir.
 # usage: test_peer_hang.sh SOURCE_DIR ATLAS_BIN
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -64,6 +65,18 @@ check "dp only: the job ended by itself (exit $rc, expected 3)" test "$rc" -eq 3
 check "the DP gradient sum names its timeout and the fix" grep -q \
   "ERROR: rank 0: the data-parallel gradient sum (bucket 1 of [0-9]*, over this stage's 2 replicas) did not complete within 3 s" \
   "$T/dponly.out"
+# ---- one DC, one stage, tp 2: a tensor-parallel sum the silent member never joins (it waited
+# for ever: MPI sums of the TP group had no bound) ----
+ATLAS_FAULT_HANG=1:2 timeout 120 mpirun -np 2 --mca btl self,vader,tcp --mca btl_tcp_if_include lo \
+  --mca oob_tcp_if_include lo "$ATLAS_BIN" train inputs/default.deck cluster.dcs=east cluster.gpus_per_dc=2 \
+  parallel.stages_per_dc=1 parallel.dp_size=1 parallel.tp_size=2 'model.layers_per_stage=""' cluster.latency_ms=0 \
+  cluster.bandwidth_gbps=0 run.steps=6 ckpt.every_steps=0 train.eval_every_steps=0 run.out_dir="$T" \
+  wan.recv_timeout_s=3 run.name=tponly > "$T/tponly.out" 2>&1
+rc=$?
+check "tp only: the job ended by itself (exit $rc, expected 3)" test "$rc" -eq 3
+check "the TP sum names its group, its timeout and the key" grep -q \
+  "ERROR: a tensor-parallel sum (over 2 ranks; this rank is member 0) did not complete within 3 s (wan.recv_timeout_s)" \
+  "$T/tponly.out"
 # ---- a stage that hangs in the evaluation (after step 1's training): its neighbour inside the
 # DC, and rank 0 waiting for the validation loss, give up within wan.recv_timeout_s, naming the wait ----
 ATLAS_FAULT_HANG_EVAL=1:1 timeout 120 "${MPI[@]}" "$ATLAS_BIN" train inputs/default.deck parallel.dp_size=1 \

@@ -9,12 +9,14 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 
 #include "atlas/deck/config.hpp"
 #include "atlas/device/buffer.hpp"
 
 namespace atlas::mpi {
 class Comm;
+class Request;
 }  // namespace atlas::mpi
 
 namespace atlas::device {
@@ -66,6 +68,25 @@ class Collective {
   [[nodiscard]] virtual int size() const = 0;
   /// This rank's index in the group (its tp_rank).
   [[nodiscard]] virtual int rank() const = 0;
+  /// Bounds every later allreduce_sum to `timeout_s` seconds (0: unbounded, the default): a sum a
+  /// member never joins (hung, dead) throws atlas::Error (Comm) naming `group`, the bound and
+  /// `key` (the deck key that sets it), instead of waiting forever. The MPI collectives honour it;
+  /// NCCL's keeps its own (device.nccl_timeout_s).
+  void bound_waits(double timeout_s, std::string group, std::string key) {
+    m_wait_bound_s = timeout_s;
+    m_group = std::move(group);
+    m_bound_key = std::move(key);
+  }
+
+ protected:
+  /// Waits for `sum` (an MPI_Iallreduce on host memory) under bound_waits' bound; on a timeout it
+  /// abandons the request (MPI keeps the buffer's address: the job is about to abort) and throws.
+  void wait_bounded(mpi::Request& sum) const;
+
+ private:
+  double m_wait_bound_s = 0.0;
+  std::string m_group = "collective";
+  std::string m_bound_key;
 };
 
 /// Collective over an MPI communicator, for buffers of a host-accessible backend. Keeps a
