@@ -52,8 +52,11 @@ std::vector<int> memory_depth_cap(const CostModel& c, int m) {
   for (int s = 0; s < c.pp; ++s) {
     const auto i = static_cast<std::size_t>(s);
     if (i >= c.act_bytes_per_micro.size() || !(c.act_bytes_per_micro[i] > 0)) continue;
+    // Each micro-batch through the stage also holds the last stage's logits (fixed_act_bytes: 0
+    // elsewhere); with chunks, about one chunk pass in v runs the head.
+    const double fixed = i < c.fixed_act_bytes.size() ? c.fixed_act_bytes[i] : 0.0;
     const double room = c.memory_limit_bytes - stage_memory_bytes(c, s, 0);
-    const double fit = std::floor(room / (c.act_bytes_per_micro[i] / v));
+    const double fit = std::floor(room / ((c.act_bytes_per_micro[i] + fixed) / v));
     cap[i] = static_cast<int>(std::clamp(fit, 1.0, static_cast<double>(v * m)));
   }
   return cap;

@@ -50,7 +50,8 @@ void apply_memory(CostModel& c, const Config& cfg, const DeviceProfile& p) {
   for (int s = 0; s < c.pp; ++s) {
     c.state_bytes.push_back(p.state_bytes(stage_params_per_gpu(m, s, c.pp, c.tp), c.dp));
     c.act_bytes_per_micro.push_back(m.stage_layers(s, c.pp) * block);
-    // fp32 logits of one micro-batch for the loss (vocab-parallel), held once on the last stage.
+    // fp32 logits of one micro-batch for the loss (vocab-parallel) on the last stage, held by each
+    // micro-batch in flight through the head (stage_memory_bytes).
     c.fixed_act_bytes.push_back(s == c.pp - 1 ? 4.0 * m.seq_len * mbs * static_cast<double>(m.vocab) / c.tp : 0.0);
   }
   c.memory_limit_bytes = memory_limit_bytes(cfg, p);
@@ -90,21 +91,43 @@ std::vector<int> in_flight_depth(const ScheduleTable& t) {
   return depth;
 }
 
-double stage_memory_bytes(const CostModel& c, int stage, int depth, int chunks) {
+int head_depth(const ScheduleTable& t) {
+  int depth = 0;
+  const int s = t.pp - 1;
+  const int head_chunk = std::max(t.virtual_stages, 1) - 1;
+  for (int d = 0; d < t.dp && s >= 0; ++d) {
+    int held = 0;
+    for (const Slot& sl : t.row(s, d)) {
+      if (sl.chunk != head_chunk) continue;
+      // Each micro-batch's arena holds its logits (their gradient after the forward's loss) until
+      // its backward frees it; split, until its W (in_flight_depth's rule).
+      if (sl.kind == SlotKind::Forward) ++held;
+      else if (sl.kind == SlotKind::Backward || sl.kind == SlotKind::BackwardWeight) --held;
+      depth = std::max(depth, held);
+    }
+  }
+  return depth;
+}
+
+double stage_memory_bytes(const CostModel& c, int stage, int depth, int chunks, int head) {
   const auto s = static_cast<std::size_t>(stage);
   if (s >= c.state_bytes.size() || s >= c.act_bytes_per_micro.size()) return 0.0;
-  // The logits once: only the chunk that holds the LM head computes them, and the schedule runs
-  // its backward before its next forward (depth_order, interleaved_depth_order).
+  const int v = std::max(chunks, 1);
+  if (head < 0) head = (depth + v - 1) / v;
+  // The logits of every micro-batch in flight through the LM head: the runtime keeps them in that
+  // micro-batch's arena (StageModel::arena_floats) from its forward to its backward.
   const double fixed = s < c.fixed_act_bytes.size() ? c.fixed_act_bytes[s] : 0.0;
-  return c.state_bytes[s] + depth * c.act_bytes_per_micro[s] / std::max(chunks, 1) + fixed;
+  return c.state_bytes[s] + depth * c.act_bytes_per_micro[s] / v + head * fixed;
 }
 
 ScheduleMemory memory_per_gpu(const CostModel& c, const ScheduleTable& table) {
   ScheduleMemory mem;
   mem.depth = in_flight_depth(table);
+  mem.head_depth = head_depth(table);
   mem.limit_bytes = c.memory_limit_bytes;
   for (int s = 0; s < table.pp; ++s) {
-    mem.bytes.push_back(stage_memory_bytes(c, s, mem.depth[static_cast<std::size_t>(s)], table.virtual_stages));
+    mem.bytes.push_back(stage_memory_bytes(c, s, mem.depth[static_cast<std::size_t>(s)], table.virtual_stages,
+                                           s == table.pp - 1 ? mem.head_depth : 0));
     if (mem.bytes.back() > mem.peak_bytes) {
       mem.peak_bytes = mem.bytes.back();
       mem.peak_stage = s;

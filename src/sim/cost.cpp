@@ -29,8 +29,13 @@ MemoryEstimate stage_memory(const ModelCfg& m, int stage, int pp, int tp, int mi
     e.activation_bytes = e.in_flight * (m.stage_layers(stage, pp) / static_cast<double>(v)) *
                          sched::block_activation_bytes(m, micro_batch_size, tp, p);
   }
-  if (stage == pp - 1)  // fp32 logits of one micro-batch for the loss (vocab-parallel)
-    e.activation_bytes += 4.0 * m.seq_len * micro_batch_size * static_cast<double>(m.vocab) / tp;
+  if (stage == pp - 1) {
+    // fp32 logits of a micro-batch for the loss (vocab-parallel), held by each micro-batch in
+    // flight through the LM head (sched::head_depth): all m under GPipe and under interleaved 1F1B
+    // with m == pp (every forward first), one under 1F1B.
+    const bool all = kind == ScheduleKind::GPipe || (virtual_stages > 1 && micro_batches == pp);
+    e.activation_bytes += (all ? micro_batches : 1) * 4.0 * m.seq_len * micro_batch_size * static_cast<double>(m.vocab) / tp;
+  }
   return e;
 }
 

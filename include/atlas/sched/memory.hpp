@@ -33,15 +33,23 @@ void apply_memory(CostModel& c, const Config& cfg, const DeviceProfile& p);
 /// one chunk).
 std::vector<int> in_flight_depth(const ScheduleTable& table);
 
+/// The last stage's micro-batches in flight through the chunk that holds the LM head (chunk v - 1;
+/// the whole stage with one chunk), the max over its DP replicas: each holds its fp32 logits (then
+/// their gradient) from its forward to its backward (or W). GPipe: m; 1F1B: 1; interleaved 1F1B:
+/// 1, or m when m == pp (every forward first).
+int head_depth(const ScheduleTable& table);
+
 /// Bytes one GPU of `stage` holds with `depth` micro-batches in flight (0 if c has no memory costs):
-/// its state, depth x its activations per micro-batch and the last stage's logits once. With
-/// `chunks` model chunks, `depth` counts chunk passes of 1/chunks of those activations each; the
-/// logits stay once (only the chunk with the LM head holds them).
-double stage_memory_bytes(const CostModel& c, int stage, int depth, int chunks = 1);
+/// its state, depth x its activations per micro-batch and, on the last stage, the logits of each
+/// micro-batch in flight through the LM head (`head`: head_depth; -1: `depth` with one chunk,
+/// ceil(depth / chunks) with several). With `chunks` model chunks, `depth` counts chunk passes of
+/// 1/chunks of those activations each.
+double stage_memory_bytes(const CostModel& c, int stage, int depth, int chunks = 1, int head = -1);
 
 /// The memory of a schedule on one GPU of each stage, and the device's limit.
 struct ScheduleMemory {
   std::vector<int> depth;        ///< per stage, in_flight_depth
+  int head_depth = 0;            ///< the last stage's micro-batches holding logits (head_depth)
   std::vector<double> bytes;     ///< per stage, stage_memory_bytes
   int peak_stage = 0;            ///< the fullest stage
   double peak_bytes = 0.0;       ///< its bytes: the schedule's memory per GPU
