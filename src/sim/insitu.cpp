@@ -3,7 +3,9 @@
 #include "atlas/sim/insitu.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
+#include <unordered_map>
 
 #include "atlas/core/check.hpp"
 
@@ -136,30 +138,29 @@ SimOptions without_network_share(const Config& deck, const Config& machine, cons
   // Per stage and kind (forward; backward, B and W), each compute slot's length with the term
   // over the same slot's without it; the median, as the in-situ cost is the median slot: where
   // transfers run beside most slots (a WAN-bound deck) it is their stretch, where only a few
-  // slots meet a transfer it is 1. Both tables run the same compute slots in the same order
-  // (their waits, Idle slots, may differ).
+  // slots meet a transfer it is 1. The same slot is the one of the same kind, micro-batch and
+  // chunk: with a searched schedule (--search, atlas) the two tables may differ in depth, order
+  // or split backward, so a slot with no twin is left out (the orders were compared, and a
+  // difference was an internal error).
   auto is_bwd = [](sched::SlotKind k) {
     return k == sched::SlotKind::Backward || k == sched::SlotKind::BackwardInput || k == sched::SlotKind::BackwardWeight;
   };
-  auto compute_slots = [&](const std::vector<sched::Slot>& row) {
-    std::vector<const sched::Slot*> v;
-    for (const auto& slot : row)
-      if (slot.kind == sched::SlotKind::Forward || is_bwd(slot.kind)) v.push_back(&slot);
-    return v;
+  auto key = [](const sched::Slot& slot) {
+    return (static_cast<std::int64_t>(slot.kind) << 48) | (static_cast<std::int64_t>(slot.chunk) << 32) |
+           static_cast<std::int64_t>(static_cast<std::uint32_t>(slot.micro));
   };
   std::vector<std::vector<double>> stretch(static_cast<std::size_t>(2 * pp));
   for (int st = 0; st < pp; ++st)
     for (int d = 0; d < dp; ++d) {
-      const auto ra = compute_slots(with.table.row(st, d));
-      const auto rb = compute_slots(without.table.row(st, d));
-      ATLAS_ASSERT(ra.size() == rb.size(), "without_network_share: stage " << st << " replica " << d << " has " << ra.size()
-                                                                          << " and " << rb.size() << " compute slots");
-      for (std::size_t i = 0; i < ra.size(); ++i) {
-        ATLAS_ASSERT(ra[i]->kind == rb[i]->kind, "without_network_share: stage " << st << " replica " << d
-                                                                               << " runs its compute in two orders");
-        if (!(rb[i]->duration_ms > 0.0)) continue;
-        const bool fwd = ra[i]->kind == sched::SlotKind::Forward;
-        stretch[static_cast<std::size_t>(fwd ? st : pp + st)].push_back(ra[i]->duration_ms / rb[i]->duration_ms);
+      std::unordered_map<std::int64_t, const sched::Slot*> twin;
+      for (const auto& slot : without.table.row(st, d))
+        if (slot.kind == sched::SlotKind::Forward || is_bwd(slot.kind)) twin.emplace(key(slot), &slot);
+      for (const auto& slot : with.table.row(st, d)) {
+        if (slot.kind != sched::SlotKind::Forward && !is_bwd(slot.kind)) continue;
+        const auto it = twin.find(key(slot));
+        if (it == twin.end() || !(it->second->duration_ms > 0.0)) continue;
+        const bool fwd = slot.kind == sched::SlotKind::Forward;
+        stretch[static_cast<std::size_t>(fwd ? st : pp + st)].push_back(slot.duration_ms / it->second->duration_ms);
       }
     }
   SimOptions out = in_situ;

@@ -181,3 +181,9 @@ atlas_cli_test(cli_plan_residency_impossible
                "ERROR: no plan meets the data-residency constraint cluster.may_hold_data: .*a DC marked 1 \\(eu-west-1\\)"
                plan inputs/plan_70b_4dc.deck --quiet "cluster.may_hold_data=0 0 0 1" "cluster.gpus_per_dc=384 256 256 8")
 atlas_unit_test(test_dp_across_dcs ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_dp_across_dcs.cpp)
+# --compute-from with --search where the deck charges host CPU per WAN byte: the searched tables
+# with and without that charge differ in order and split (an internal error before: their compute
+# slots were compared by position); slots are matched by kind, micro-batch and chunk.
+add_test(NAME cli_simulate_compute_from_search_net_share
+  COMMAND bash -c "set -e; p=${CMAKE_BINARY_DIR}/compute_from_search.h5; trap 'rm -f $p' EXIT; b=$<TARGET_FILE:atlas>; $b simulate inputs/sim_two_dc_cpu.deck --profile $p --steps 3 schedule.kind=atlas > /dev/null; for split in on auto; do out=$($b simulate inputs/sim_two_dc_cpu.deck --search --compute-from $p schedule.kind=atlas schedule.split_backward=$split cluster.ranks_per_host=2 cluster.cores_per_host=1 cluster.host_net_ns_per_byte=200 2>&1); echo \"$out\"; grep -q 'compute in situ from' <<<\"$out\"; grep -Eq '^step_ms +[0-9.]+' <<<\"$out\"; done")
+set_tests_properties(cli_simulate_compute_from_search_net_share PROPERTIES LABELS unit TIMEOUT 60 WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
