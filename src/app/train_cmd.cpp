@@ -26,6 +26,7 @@
 #include "atlas/model/shards.hpp"
 #include "atlas/mpi/agree.hpp"
 #include "atlas/mpi/tags.hpp"
+#include "atlas/runtime/costing.hpp"
 #include "atlas/runtime/fault.hpp"
 #include "atlas/runtime/trainer.hpp"
 #include "atlas/sched/mfu.hpp"
@@ -193,14 +194,11 @@ JobResult train(const Config& cfg, const mpi::Comm& world, const JobOptions& opt
   out.text(map);
 
   std::unique_ptr<device::Backend> backend = device::make_backend(cfg.device);
-  // The table is costed for the device the run is on (rank 0's, so every rank builds one table).
-  std::string device_name = backend->describe();
-  comms.world.bcast_string(device_name, 0);
-  const sched::RunCosting costing = sched::run_costing(cfg, device_name);
-  Config costed = cfg;
-  costed.plan.gpu = costing.gpu;
-  out.text(costing.note);
-  const sched::ScheduleTable table = sched::build_schedule(costed, layout);
+  // The table is costed for the device and the host the run is on (rank 0's, so every rank builds
+  // one table).
+  const runtime::CostedRun costed = runtime::costed_run(comms.world, cfg, backend->describe());
+  out.text(costed.note);
+  const sched::ScheduleTable table = sched::build_schedule(costed.cfg, layout);
 
   // ---- pre-flight validation ----
   const auto hash = static_cast<unsigned long long>(table.structure_hash());
@@ -252,7 +250,7 @@ JobResult train(const Config& cfg, const mpi::Comm& world, const JobOptions& opt
   // ---- BubbleTea: inference prefill in the bubbles (bubbletea.enabled; collective set-up) ----
   std::unique_ptr<bubbletea::Service> bubbletea;
   if (cfg.bubbletea.enabled) {
-    bubbletea = std::make_unique<bubbletea::Service>(costed, layout, comms, table, *backend, profiler);
+    bubbletea = std::make_unique<bubbletea::Service>(costed.cfg, layout, comms, table, *backend, profiler);
     trainer.set_bubble_filler(bubbletea.get());
     out.text(bubbletea->setup_summary());
   }
@@ -269,8 +267,8 @@ JobResult train(const Config& cfg, const mpi::Comm& world, const JobOptions& opt
   if (bubbletea) bubbletea->start();
   if (cfg.device.backend == Backend::Cuda) {  // MFU on a GPU (docs/gpu.md)
     const Precision precision = effective_precision(cfg.device);
-    out.mfu_basis(sched::model_flops_per_token(cfg.model), sched::peak_flops(sched::device_profile(costed), precision),
-                  world.size(), fmt::format("the {} profile's dense {} peak", to_string(costing.gpu), to_string(precision)));
+    out.mfu_basis(sched::model_flops_per_token(cfg.model), sched::peak_flops(sched::device_profile(costed.cfg), precision),
+                  world.size(), fmt::format("the {} profile's dense {} peak", to_string(costed.cfg.plan.gpu), to_string(precision)));
   }
   out.columns();
   // A collective error raised inside the loop by some ranks only (the others wait for them in a

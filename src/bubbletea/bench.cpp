@@ -20,6 +20,7 @@
 #include "atlas/core/units.hpp"
 #include "atlas/deck/deck.hpp"
 #include "atlas/device/backend.hpp"
+#include "atlas/runtime/costing.hpp"
 #include "atlas/runtime/trainer.hpp"
 #include "atlas/sched/profile.hpp"
 #include "atlas/sched/schedule.hpp"
@@ -159,13 +160,10 @@ int run_bubbletea_bench(mpi::Environment& env, const atlas::bench::Args& args) {
   const topo::Layout layout(world.size(), base_cfg.parallel);
   const topo::Communicators comms = topo::Communicators::create(world, layout);
   std::unique_ptr<device::Backend> backend = device::make_backend(base_cfg.device);
-  // As atlas train: the table costed for the device the run is on (rank 0's).
-  std::string device_name = backend->describe();
-  world.bcast_string(device_name, 0);
-  const sched::RunCosting costing = sched::run_costing(base_cfg, device_name);
-  Config cfg = base_cfg;
-  cfg.plan.gpu = costing.gpu;
-  if (root) fmt::print("{}", costing.note);
+  // As atlas train: the table costed for the device and host the run is on (rank 0's).
+  runtime::CostedRun costed = runtime::costed_run(world, base_cfg, backend->describe());
+  Config cfg = std::move(costed.cfg);
+  if (root) fmt::print("{}", costed.note);
   const sched::ScheduleTable table = sched::build_schedule(cfg, layout);
   if (root)
     fmt::print("# bench bubbletea: deck {}, {} ranks ({} DCs, {} stages x dp {} x tp {}), schedule {}, {} steps per run "

@@ -2,19 +2,43 @@
 // The probes of the host a CPU job runs on (the simulator's machine model in atlas bench
 // fidelity): runtime::probe_wake_delay (every rank of a node rings with the others and samples
 // the time from a message's post to its waiting receiver's return), runtime::probe_net_cpu (CPU
-// per byte sent between DCs) and the profiler's common clock on one machine.
+// per byte sent between DCs) and the profiler's common clock on one machine; and the costed deck
+// every rank builds its table from (rank 0's device and host, runtime::costed_run).
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <thread>
 
 #include "atlas/mpi/comm.hpp"
+#include "atlas/runtime/costing.hpp"
 #include "atlas/runtime/net_cpu_probe.hpp"
 #include "atlas/runtime/profiler.hpp"
 #include "atlas/runtime/wake_probe.hpp"
 
 namespace atlas::runtime {
 namespace {
+
+TEST(CostedRun, EveryRankCostsRankZerosDeviceAndHostCores) {
+  // Ranks on hosts of other kinds and sizes (each rank gives its own device name and core count)
+  // must cost one table: every rank gets rank 0's (cluster.cores_per_host = 0 used each rank's
+  // own hardware threads, and tables differed across hosts of different sizes).
+  const mpi::Comm world = mpi::Comm::world();
+  Config cfg;
+  cfg.device.backend = Backend::Cuda;
+  cfg.plan.gpu = GpuKind::Host;
+  cfg.cluster.cores_per_host = 0;
+  const bool r0 = world.rank() == 0;
+  const CostedRun c = costed_run(world, cfg, r0 ? "NVIDIA H200" : "NVIDIA A100-SXM4-80GB", r0 ? 4 : 64 + world.rank());
+  EXPECT_EQ(c.cfg.plan.gpu, GpuKind::H200);
+  EXPECT_EQ(c.cfg.cluster.cores_per_host, 4.0);
+  EXPECT_NE(c.note.find("h200"), std::string::npos) << c.note;
+  // A deck's own core count stays; without a local count, this machine's threads (one machine here).
+  cfg.cluster.cores_per_host = 3;
+  EXPECT_EQ(costed_run(world, cfg, "", r0 ? 4 : 64).cfg.cluster.cores_per_host, 3.0);
+  cfg.cluster.cores_per_host = 0;
+  EXPECT_EQ(costed_run(world, cfg, "").cfg.cluster.cores_per_host,
+            static_cast<double>(std::max(1u, std::thread::hardware_concurrency())));
+}
 
 TEST(WakeProbe, SamplesOnlyWaitingReceiversOfOneNodeAndAgreesOnEveryRank) {
   const mpi::Comm world = mpi::Comm::world();
