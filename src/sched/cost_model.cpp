@@ -398,6 +398,7 @@ CostModel cost_model(const Config& cfg, const topo::Layout& layout, const Device
       l.window_bytes = a == b ? 0.0 : flows * window;
     }
 
+  if (layout.dp_across_dcs()) c.dp_per_dc = layout.dp_per_dc();
   if (layout.dp_across_dcs() && n > 1) wan_dp_allreduce(c, cfg, layout);
 
   // Tied embedding: the first and last stage sum their embedding gradients once per step (over

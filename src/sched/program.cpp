@@ -182,7 +182,8 @@ void add_boundaries(const CostModel& c, int v, int m, EngineProgram& p, ProgramM
 }
 
 /// Shared hosts (CostModel::ranks_per_host > 0): row (stage, d) holds world ranks
-/// (stage*dp + d)*tp .. +tp-1 (tp fastest), all on one host when ranks_per_host is a multiple of
+/// (stage*dp + d)*tp .. +tp-1 (tp fastest; with the replicas across DCs, CostModel::dp_per_dc,
+/// topo::Layout::world_rank's numbering), all on one host when ranks_per_host is a multiple of
 /// tp; its compute op uses tp cores at full speed.
 void add_shared_hosts(const CostModel& c, EngineProgram& p) {
   if (c.ranks_per_host <= 0) return;
@@ -191,7 +192,12 @@ void add_shared_hosts(const CostModel& c, EngineProgram& p) {
   p.host_cores.assign(static_cast<std::size_t>(hosts), c.cores_per_host);
   p.worker_host.resize(static_cast<std::size_t>(pp * dp));
   p.worker_cores.assign(static_cast<std::size_t>(pp * dp), static_cast<double>(c.tp));
-  for (int w = 0; w < pp * dp; ++w) p.worker_host[static_cast<std::size_t>(w)] = (w * c.tp) / c.ranks_per_host;
+  const int dpl = c.dp_per_dc;
+  for (int s = 0; s < pp; ++s)
+    for (int d = 0; d < dp; ++d) {
+      const int first = dpl > 0 ? (((d / dpl) * pp + s) * dpl + d % dpl) * c.tp : (s * dp + d) * c.tp;
+      p.worker_host[static_cast<std::size_t>(s * dp + d)] = first / c.ranks_per_host;
+    }
 }
 
 std::vector<std::vector<std::pair<SlotKind, int>>> table_compute_orders(const ScheduleTable& t, int program_dp) {

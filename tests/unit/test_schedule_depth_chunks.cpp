@@ -327,3 +327,35 @@ TEST(DepthChunks, AtlasIsNeverSlowerThanInterleaved1F1BOnTheExampleDecks) {
 
 }  // namespace
 }  // namespace atlas::sched
+
+namespace atlas::sched {
+namespace {
+
+// Shared hosts: each row's host is the one its world ranks sit on (topo::Layout::world_rank /
+// cluster.ranks_per_host), with the DP replicas within a DC or across DCs (their numbering runs
+// DC by DC, then stage, then replica: the program assumed stage-major numbering for both and put
+// ranks of different hosts together).
+TEST(SharedHosts, EveryRowIsOnItsRanksHost) {
+  const std::string deck =
+      "cluster.dcs = a b\ncluster.latency_ms = 0 10 10 0\ncluster.bandwidth_gbps = 0 1 1 0\n"
+      "parallel.stages_per_dc = 2 2\nparallel.dp_size = 4\ncluster.ranks_per_host = 4\ncluster.cores_per_host = 2\n";
+  // 4 stages x dp 4 within DCs (16 ranks); 2 stages x dp 4 with 2 replicas in each DC (8 ranks).
+  for (const char* across : {"false", "true"}) {
+    const std::vector<std::string> over{std::string("parallel.dp_across_dcs=") + across,
+                                        across == std::string("true") ? "cluster.gpus_per_dc=4 4" : "cluster.gpus_per_dc=8 8"};
+    Config cfg = deck::parse_and_validate("h.deck", deck, over, {});
+    deck::read_device_profiles(cfg);
+    const topo::Layout layout(cfg.parallel);
+    const CostModel c = cost_model(cfg, layout);
+    EngineProgram p;
+    detail::add_shared_hosts(c, p);
+    ASSERT_EQ(p.worker_host.size(), static_cast<std::size_t>(c.pp * c.dp)) << across;
+    for (int s = 0; s < c.pp; ++s)
+      for (int d = 0; d < c.dp; ++d)
+        EXPECT_EQ(p.worker_host[static_cast<std::size_t>(s * c.dp + d)], layout.world_rank(s, d, 0) / 4)
+            << across << ": stage " << s << " replica " << d;
+  }
+}
+
+}  // namespace
+}  // namespace atlas::sched

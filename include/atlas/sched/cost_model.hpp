@@ -50,6 +50,9 @@ struct CostModel {
   /// once than there are cores. 0 = every rank has a dedicated device (GPUs).
   int ranks_per_host = 0;
   double cores_per_host = 0.0;
+  /// parallel.dp_across_dcs: the DP replicas per DC (the world ranks are numbered DC by DC, then
+  /// stage, then replica: topo::Layout::world_rank); 0 = the replicas of a stage are consecutive.
+  int dp_per_dc = 0;
   /// Shared hosts with more ranks than cores: the delay from a message's arrival to its receiver
   /// running again (it waits for a core). Added to every delivery, round trip and ring step.
   /// 0 = a core or device per rank.
