@@ -3,6 +3,8 @@
 // with WAN link rows, predicted step time and bubble fraction), optionally as JSON and as a PNG.
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -16,6 +18,7 @@
 #include "atlas/sched/schedule.hpp"
 #include "atlas/sched/cost_model.hpp"
 #include "atlas/sched/memory.hpp"
+#include "atlas/sim/sanity.hpp"
 #include "atlas/core/units.hpp"
 #include "atlas/topo/layout.hpp"
 
@@ -79,6 +82,11 @@ int cmd_schedule(Context& ctx) {
   }
   fmt::print("# memory limit: {:.2f} GiB usable per GPU ({})\n{}", cost.memory_limit_bytes / static_cast<double>(units::kGiB),
              sched::memory_owner(cfg, sched::device_profile(cfg).name), misfits);
+  // An implausible prediction (a step of years: a deck's typo) is said, as simulate and plan do.
+  double slowest_ms = 0.0;
+  for (const auto& t : tables) slowest_ms = std::max(slowest_ms, t.step_ms);
+  std::fflush(stdout);  // the warnings after the table they are about, also in a pipe
+  for (const auto& w : sim::sanity_warnings(cfg, slowest_ms)) std::fprintf(stderr, "WARNING: %s\n", w.c_str());
 
   if (cfg.bubbletea.enabled) {
     fmt::print("\n# BubbleTea (predicted from FLOPs): chunks of {} prompt tokens, guard {:.2f} ms\n",

@@ -229,18 +229,21 @@ ScheduleTable build_schedule(const CostModel& c, const ScheduleOptions& opt, boo
   int timed = 0;
 
   // Candidate parameters. One WAN transfer's time at full rate sets the stagger unit.
+  // Slots: 1 (pure temporal sharing), powers of two, enough to fill the link when one transfer's
+  // rails cannot, and "all" (every transfer of a step at once: the concurrent-sharing timing,
+  // which keeps the result no slower than 1F1B when hand-over round trips dominate).
+  const int all_slots = c.dp * m * c.virtual_stages;
   double transfer_ms = 0.0;
   int max_slots = 1;
   for (const auto& [pair, ch] : base_map.channel_of) {
     const auto& l = base.channels[static_cast<std::size_t>(ch)];
     const double rate = std::min(l.capacity_bytes_per_ms, l.flow_cap_bytes_per_ms);
     transfer_ms = std::max(transfer_ms, static_cast<double>(c.act_bytes * c.tp) / rate);
-    max_slots = std::max(max_slots, static_cast<int>(std::ceil(l.capacity_bytes_per_ms / l.flow_cap_bytes_per_ms - 1e-9)));
+    // At most all_slots (more never share anything more), before the cast: a tiny flow window
+    // on a fast link asks for ~1e14 slots, past an int.
+    const double fill = std::ceil(l.capacity_bytes_per_ms / l.flow_cap_bytes_per_ms - 1e-9);
+    max_slots = std::max(max_slots, static_cast<int>(std::min(fill, static_cast<double>(all_slots))));
   }
-  // Slots: 1 (pure temporal sharing), powers of two, enough to fill the link when one transfer's
-  // rails cannot, and "all" (every transfer of a step at once: the concurrent-sharing timing,
-  // which keeps the result no slower than 1F1B when hand-over round trips dominate).
-  const int all_slots = c.dp * m * c.virtual_stages;
   std::vector<double> staggers{0.0};
   std::vector<TieBreak> ties{TieBreak::PipelineOrder};
   std::vector<int> slot_choices{max_slots};

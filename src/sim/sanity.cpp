@@ -15,7 +15,8 @@ std::vector<std::string> sanity_warnings(const Config& cfg, double step_ms) {
                               params, cfg.model.layers, cfg.model.hidden, kAbsurdParameters));
   if (step_ms / 1e3 > kAbsurdStepS)
     out.push_back(fmt::format("a predicted step of {:.3g} s ({:.1f} h, more than {:.0f} s): check the model size, "
-                              "train.micro_batches and the GPUs (parallel.*, plan.gpu)",
+                              "train.micro_batches, the GPUs (parallel.*, plan.gpu) and the WAN (cluster.latency_ms, "
+                              "cluster.bandwidth_gbps, wan.flow_window_bytes)",
                               step_ms / 1e3, step_ms / 3.6e6, kAbsurdStepS));
   return out;
 }

@@ -187,3 +187,10 @@ atlas_unit_test(test_dp_across_dcs ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_dp_acro
 add_test(NAME cli_simulate_compute_from_search_net_share
   COMMAND bash -c "set -e; p=${CMAKE_BINARY_DIR}/compute_from_search.h5; trap 'rm -f $p' EXIT; b=$<TARGET_FILE:atlas>; $b simulate inputs/sim_two_dc_cpu.deck --profile $p --steps 3 schedule.kind=atlas > /dev/null; for split in on auto; do out=$($b simulate inputs/sim_two_dc_cpu.deck --search --compute-from $p schedule.kind=atlas schedule.split_backward=$split cluster.ranks_per_host=2 cluster.cores_per_host=1 cluster.host_net_ns_per_byte=200 2>&1); echo \"$out\"; grep -q 'compute in situ from' <<<\"$out\"; grep -Eq '^step_ms +[0-9.]+' <<<\"$out\"; done")
 set_tests_properties(cli_simulate_compute_from_search_net_share PROPERTIES LABELS unit TIMEOUT 60 WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+# atlas schedule warns of an implausible step as simulate and plan do (a 1-byte flow window on a
+# WAN of 100 s latency printed a step of two years without a word), and a flow window that asks
+# for more link slots than an int holds is clamped (it overflowed the cast).
+atlas_cli_test(cli_schedule_absurd_step_warns
+               "atlas +[0-9.]+.*WARNING: a predicted step of [0-9.e+]+ s .*wan.flow_window_bytes"
+               schedule inputs/default.deck --quiet wan.flow_window_bytes=1 "cluster.latency_ms=0 1e5 1e5 0"
+               "cluster.bandwidth_gbps=0 1e5 1e5 0")
