@@ -428,12 +428,16 @@ class Engine {
           // delay matrix everyone starts now; with one each member ends when it has every
           // member's part. Each then runs its own part of the collective (durations may differ,
           // e.g. when two stages of different sizes meet in one group).
+          const std::size_t gd = g < m_p.sync_delay_of.size() && m_p.sync_delay_of[g] >= 0 &&
+                                         static_cast<std::size_t>(m_p.sync_delay_of[g]) < m_p.sync_delay_ms.size()
+                                     ? static_cast<std::size_t>(m_p.sync_delay_of[g])
+                                     : g;
           const std::vector<double>* delay =
-              g < m_p.sync_delay_ms.size() && !m_p.sync_delay_ms[g].empty() ? &m_p.sync_delay_ms[g] : nullptr;
+              gd < m_p.sync_delay_ms.size() && !m_p.sync_delay_ms[gd].empty() ? &m_p.sync_delay_ms[gd] : nullptr;
           const std::size_t n = members.size();
           const std::vector<int>* block =
-              delay != nullptr && g < m_p.sync_delay_block.size() && !m_p.sync_delay_block[g].empty()
-                  ? &m_p.sync_delay_block[g]
+              delay != nullptr && gd < m_p.sync_delay_block.size() && !m_p.sync_delay_block[gd].empty()
+                  ? &m_p.sync_delay_block[gd]
                   : nullptr;
           // Block form: the group's k blocks; a member's "reach" is then its block's latest reach
           // (max over j of fl(reach_j + d) is fl(max reach_j + d): the same times).

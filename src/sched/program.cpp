@@ -80,12 +80,22 @@ void add_sync_delays(const CostModel& c, EngineProgram& p) {
     for (int t = 0; t < tp; ++t) m = std::max(m, per_rank[static_cast<std::size_t>(stage * tp + t)]);
     return m;
   };
-  for (int d = 0; d < dp; ++d) {
-    auto& delay = p.sync_delay_ms[static_cast<std::size_t>(pp + d)];
-    delay.assign(static_cast<std::size_t>(pp * pp), 0.0);
+  // Every pipeline's norm group has the same delays: one matrix (group pp's), the others refer
+  // to it (they each had a copy: dp x pp^2 doubles).
+  std::vector<double> up_stage(static_cast<std::size_t>(pp)), down_stage(static_cast<std::size_t>(pp));
+  for (int s = 0; s < pp; ++s) {
+    up_stage[static_cast<std::size_t>(s)] = lanes_max(up, s);
+    down_stage[static_cast<std::size_t>(s)] = lanes_max(down, s);
+  }
+  if (dp > 0) {
+    auto& delay = p.sync_delay_ms[static_cast<std::size_t>(pp)];
+    delay.assign(static_cast<std::size_t>(pp) * static_cast<std::size_t>(pp), 0.0);
     for (int j = 0; j < pp; ++j)
       for (int i = 0; i < pp; ++i)
-        delay[static_cast<std::size_t>(j * pp + i)] = lanes_max(up, j) + lanes_max(down, i);
+        delay[static_cast<std::size_t>(j) * static_cast<std::size_t>(pp) + static_cast<std::size_t>(i)] =
+            up_stage[static_cast<std::size_t>(j)] + down_stage[static_cast<std::size_t>(i)];
+    p.sync_delay_of.assign(p.sync_groups.size(), -1);
+    for (int d = 1; d < dp; ++d) p.sync_delay_of[static_cast<std::size_t>(pp + d)] = pp;
   }
   if (pp > 1) {
     // Group 0 holds stage 0's dp workers, then stage pp-1's (make_program pushes them so).

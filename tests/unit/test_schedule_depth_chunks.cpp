@@ -359,3 +359,34 @@ TEST(SharedHosts, EveryRowIsOnItsRanksHost) {
 
 }  // namespace
 }  // namespace atlas::sched
+
+namespace atlas::sched {
+namespace {
+
+// Every pipeline's gradient-norm sum has the same delays: the program keeps one pp x pp matrix for
+// all dp of them (each had its own copy: 11 GB at pp 4096 x dp 81), and the tables are the ones of
+// the separate copies (the engine reads the shared one through EngineProgram::sync_delay_of).
+TEST(SyncDelays, OneMatrixServesEveryPipelinesNormSum) {
+  const CostModel c = testing::uniform_cost_model({4, 4}, 8, 1.0, 2.0, 1000, 1e6, 1e6, 5.0);
+  detail::ProgramMap map;
+  const EngineProgram p = detail::make_program(c, ScheduleKind::OneFOneB, 8, map);
+  ASSERT_EQ(c.pp, 8);
+  std::size_t doubles = 0;
+  for (const auto& d : p.sync_delay_ms) doubles += d.size();
+  const std::size_t pp = 8;
+  EXPECT_LE(doubles, pp * pp + 4) << "one norm matrix and group 0's 2 x 2 blocks";
+  ASSERT_GE(p.sync_delay_of.size(), pp + 8);
+  for (std::size_t d = 1; d < 8; ++d) EXPECT_EQ(p.sync_delay_of[pp + d], static_cast<int>(pp));
+  // The same times as with a copy per pipeline.
+  EngineProgram copies = p;
+  for (std::size_t d = 1; d < 8; ++d) copies.sync_delay_ms[pp + d] = copies.sync_delay_ms[pp];
+  copies.sync_delay_of.clear();
+  EngineProgram first = p;
+  const ScheduleTable shared = detail::time_program(c, ScheduleKind::OneFOneB, 8, first, map);
+  const ScheduleTable own = detail::time_program(c, ScheduleKind::OneFOneB, 8, copies, map);
+  EXPECT_EQ(shared.step_ms, own.step_ms);
+  EXPECT_EQ(shared.structure_hash(), own.structure_hash());
+}
+
+}  // namespace
+}  // namespace atlas::sched

@@ -104,6 +104,10 @@ struct EngineProgram {
   /// bj reaches the group one of block bi has its part). Empty: sync_delay_ms[g] is n x n. The
   /// times are those of the n x n matrix it stands for, to the bit.
   std::vector<std::vector<int>> sync_delay_block;
+  /// Optional, per sync group: the group whose sync_delay_ms (and sync_delay_block) it uses, for
+  /// groups with the same delays (every pipeline's gradient-norm sum: one pp x pp matrix, not dp of
+  /// them: 11 GB at pp 4096 x dp 81). Empty, or an entry < 0 or out of range: its own.
+  std::vector<int> sync_delay_of;
   double intra_latency_ms = 0.0;
   double intra_bytes_per_ms = 1.0;
   double wake_ms = 0.0;      ///< an intra-DC message's receiver runs this long after the arrival
