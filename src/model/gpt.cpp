@@ -292,7 +292,10 @@ void StageModel::build_layout() {
     s.qkv = slot("qkv", i, n * 3 * cl, true);  // the attention reads q, k, v rounded
     // A split backward keeps the fp32 q/k/v gradient in this slot for W (block_backward): at bf16
     // storage the slot's other half is reserved too, so it holds n * 3 * cl floats.
-    if (m_bf16_acts && m_spec.split_backward) take(cur, (n * 3 * cl + 1) / 2);
+    if (m_bf16_acts && m_spec.split_backward) {
+      m_layout.saved.push_back({"qkv_grad", i, n * 3 * cl, 2});  // with qkv's bf16 half: n * 3 * cl floats
+      take(cur, (n * 3 * cl + 1) / 2);
+    }
     s.att = slot("att", i, m_backend.attention_saved_floats(m_batch, m_seq, m_local_heads, m_head_dim), false);
     s.atty = slot("atty", i, n * cl, false);  // also the attention backward's fp32 O
     s.x2 = slot("x2", i, n * c, false);

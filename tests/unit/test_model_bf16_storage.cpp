@@ -221,6 +221,28 @@ TEST(Bf16Storage, ArenaShrinksByTheHandComputedBytes) {
               per_micro[0], 100.0 * static_cast<double>(expected) / static_cast<double>(per_micro[1]));
 }
 
+TEST(Bf16Storage, TheSavedTensorsAccountForTheArenaWithTheSplitBackward) {
+  // The split backward's q/k/v gradient reserve (the qkv slot's other half at bf16 storage) is a
+  // saved tensor too: the list summed to the arena less 6 n C bytes per layer without it.
+  const ModelCfg cfg = tiny_model();
+  for (int fp32 = 0; fp32 < 2; ++fp32) {
+    auto be = device::make_host_backend(1, Precision::Bf16);
+    StageSpec spec;
+    spec.fp32_activations = fp32 == 1;
+    spec.split_backward = true;
+    StageModel model(cfg, kBatch, spec, *be, nullptr, 3);
+    const std::size_t n = model.tokens_per_micro();
+    std::size_t sum = 0;
+    int reserves = 0;
+    for (const StageModel::SavedTensor& t : model.saved_tensors()) {
+      sum += t.elements * static_cast<std::size_t>(t.element_bytes);
+      reserves += t.name == "qkv_grad" ? 1 : 0;
+    }
+    EXPECT_EQ(sum + 2 * n * sizeof(std::int32_t), model.activation_bytes_per_micro()) << "fp32 activations " << fp32;
+    EXPECT_EQ(reserves, fp32 == 1 ? 0 : cfg.layers) << "bf16 storage only";
+  }
+}
+
 TEST(Bf16Storage, GemmsWithABf16OperandEqualTheFp32Gemm) {
   for (Precision p : {Precision::Bf16, Precision::Fp32}) {
     auto be = device::make_host_backend(1, p);
