@@ -49,6 +49,23 @@ static_assert(fl::BwdLayout<fl::bf16, 32, fl::kBwdWarps<32>>::kBytes <= kSm80Sha
 static_assert(fl::BwdLayout<fl::bf16, 64, fl::kBwdWarps<64>>::kBytes <= kSm80SharedOptin);
 static_assert(fl::BwdLayout<fl::bf16, 128, fl::kBwdWarps<128>>::kBytes <= kSm80SharedOptin);
 
+// What the backend's fallback (CudaBackend::fused_attention through kernels::flash_fit) compares
+// with a GPU's opt-in: sm_86/sm_89 (A10, L4, RTX 30/40) offer 99 KiB a block, where the fp32 tiles
+// at head_dim 33-128 do not fit (those GPUs threw "run on an sm_80 or newer GPU" although they are
+// newer); bf16 tiles and fp32 up to 32 do. Every size fits an A100.
+constexpr std::size_t kSm86SharedOptin = 99 * 1024;
+static_assert(fl::shared_bytes<float>(128) > kSm86SharedOptin);
+static_assert(fl::shared_bytes<float>(65) == fl::shared_bytes<float>(128));
+static_assert(fl::shared_bytes<float>(33) > kSm86SharedOptin);
+static_assert(fl::shared_bytes<float>(32) <= kSm86SharedOptin);
+static_assert(fl::shared_bytes<fl::bf16>(128) <= kSm86SharedOptin);
+static_assert(fl::shared_bytes<float>(129) == 0);
+static_assert(fl::shared_bytes<float>(128) <= kSm80SharedOptin && fl::shared_bytes<fl::bf16>(128) <= kSm80SharedOptin);
+static_assert(fl::shared_bytes<float>(128) == std::max(fl::FwdLayout<float, 128, fl::kFwdKeys<128>>::kBytes,
+                                                       fl::BwdLayout<float, 128, fl::kBwdWarps<128>>::kBytes));
+static_assert(fl::shared_bytes<fl::bf16>(20) == std::max(fl::FwdLayout<fl::bf16, 32, fl::kFwdKeys<32>>::kBytes,
+                                                         fl::BwdLayout<fl::bf16, 32, fl::kBwdWarps<32>>::kBytes));
+
 using Shape = atlas::testutil::AttentionShape;
 
 void poison() { std::memset(fl::smem, 0xff, sizeof fl::smem); }  // NaN as float and as bf16

@@ -24,7 +24,20 @@ std::size_t square_floats(int batch, int seq, int heads) {
 
 bool CudaBackend::fused_attention(int head_dim) const {
   if (!m_attention.fused) return false;
-  if (kernels::flash_supports(head_dim)) return true;
+  if (kernels::flash_supports(head_dim)) {
+    const kernels::FlashFit fit =
+        kernels::flash_fit(head_dim, m_attention.bf16 ? kernels::AttentionMath::Bf16 : kernels::AttentionMath::Fp32);
+    if (fit.fits()) return true;
+    // sm_86/sm_89 (A10, L4, RTX 30/40) offer 99 KiB a block: fp32 tiles at head_dim 33-128 need more.
+    static std::once_flag small;
+    std::call_once(small, [head_dim, fit, this] {
+      log::info("note: the fused attention of head_dim {} at {} needs {} bytes of shared memory per block, this GPU "
+                "offers {}: the cuda backend runs the unfused attention (a [B,H,T,T] probability tensor per "
+                "layer; device.precision = bf16 uses smaller tiles; docs/attention.md)",
+                head_dim, m_attention.bf16 ? "bf16" : "fp32", fit.needed, fit.offered);
+    });
+    return false;
+  }
   static std::once_flag noted;
   std::call_once(noted, [head_dim] {
     log::info("note: attention head_dim {} is above the fused kernel's {}: the cuda backend runs "

@@ -11,6 +11,11 @@
 namespace atlas::device::cuda::detail {
 
 void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line) {
+  // The runtime also keeps a failed call's error as its "last error": taken here, so a caller that
+  // catches this (a failed scratch allocation, say) is not told of it again by the next correct
+  // launch's ATLAS_CUDA_CHECK_LAUNCH (a false out-of-memory there). A sticky error (a kernel's
+  // illegal access) stays: every later call reports it anyway.
+  (void)cudaGetLastError();
   std::ostringstream os;
   os << "CUDA call '" << call << "' failed: " << cudaGetErrorName(err) << " ("
      << cudaGetErrorString(err) << ")";

@@ -30,6 +30,16 @@ constexpr int kFlashMaxHeadDim = 128;
          static_cast<std::size_t>(seq);
 }
 
+/// Whether this GPU (the current device) gives a block the shared memory the fused kernels need
+/// for `head_dim` at `math`: `needed` and `offered` bytes (cudaDevAttrMaxSharedMemoryPerBlockOptin,
+/// read once per device). fp32 tiles at head_dim 33-128 do not fit sm_86/sm_89 GPUs.
+struct FlashFit {
+  std::size_t needed = 0;
+  std::size_t offered = 0;
+  [[nodiscard]] bool fits() const noexcept { return needed <= offered; }
+};
+[[nodiscard]] FlashFit flash_fit(int head_dim, AttentionMath math);
+
 /// out [B,T,H,D] and lse [B,H,T] (log-sum-exp of each query's scaled, masked scores) from
 /// qkv [B,T,3,H,D]; causal, scale 1/sqrt(D). Requires flash_supports(head_dim).
 void flash_attention_forward(float* out, float* lse, const float* qkv, int batch, int seq,

@@ -223,6 +223,10 @@ LtGemm::Plan& LtGemm::plan_for(const LtCall& call) {
 }
 
 bool LtGemm::run(const LtCall& call) {
+  // An empty product (n == 0: a layer without inputs) has no D to write, but its bias-gradient
+  // epilogue still owes the m sums over k: the caller's fallback computes them (returning true
+  // left the caller adding uninitialised scratch into its bias gradient).
+  if ((call.m == 0 || call.n == 0) && call.bias_grad != nullptr && call.m + call.n > 0) return false;
   if (call.m == 0 || call.n == 0) return true;
   if (call.k == 0) return false;  // no operand to convert; the caller scales C itself
   ATLAS_ASSERT(call.epilogue != Epilogue::Dgelu || call.beta == 0.0F,

@@ -6,6 +6,7 @@
 // the kernels are in flash_attention_kernels.cuh. Not here: the unfused reference (attention.cu).
 #include <cmath>
 #include <cstddef>
+#include <map>
 #include <mutex>
 #include <set>
 #include <utility>
@@ -38,7 +39,8 @@ void allow_shared(Kernel kernel, std::size_t bytes, const char* what) {
   if (bytes > static_cast<std::size_t>(optin))
     ATLAS_THROW(Device, what << " needs " << bytes << " bytes of shared memory per block; device "
                              << device << " offers " << optin
-                             << "\n  hint: run on an sm_80 or newer GPU (A100, H100, H200)");
+                             << " (CudaBackend::fused_attention checks flash_fit first: a bug)\n  hint: device.precision "
+                                "= bf16 (smaller tiles), or the unfused attention (docs/attention.md)");
   ATLAS_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   done.insert({reinterpret_cast<const void*>(kernel), device});
@@ -91,6 +93,25 @@ void backward_padded(float* dqkv, float* delta, const float* dout, const float* 
 }
 
 }  // namespace
+
+FlashFit flash_fit(int head_dim, AttentionMath math) {
+  int device = 0;
+  ATLAS_CUDA_CHECK(cudaGetDevice(&device));
+  static std::mutex mutex;
+  static std::map<int, int> optin_of;  // per device: a device attribute, read once
+  int optin = 0;
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    auto it = optin_of.find(device);
+    if (it == optin_of.end()) {
+      ATLAS_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+      it = optin_of.emplace(device, optin).first;
+    }
+    optin = it->second;
+  }
+  return {math == AttentionMath::Bf16 ? flash::shared_bytes<bf16>(head_dim) : flash::shared_bytes<float>(head_dim),
+          static_cast<std::size_t>(optin)};
+}
 
 void flash_attention_forward(float* out, float* lse, const float* qkv, int batch, int seq,
                              int heads, int head_dim, AttentionMath math, cudaStream_t stream) {

@@ -458,7 +458,10 @@ __global__ void __launch_bounds__(kWarps * kWarp)
         const int at_t = (r0 + r) * L::kLdT + i;
         const bool ok = key <= t && t < seq;
         const float p = ok ? expf(st[at_t] * scale - lse_s[i]) : 0.0F;
-        const float ds = p * (dpt[at_t] - delta_s[i]) * scale;
+        // dS without the 1/sqrt(D) factor: rounded to bf16 as the host rounds it (docs/precision.md),
+        // the factor applied to dK and dQ in fp32 as they leave (identical only where it is a power
+        // of two: D = 16, 64, 256; D = 32 and 128 differed by up to an ulp of bf16 per element).
+        const float ds = p * (dpt[at_t] - delta_s[i]);
         const int at_p = (r0 + r) * L::kLdPt + i;
         pt[at_p] = to_elem<E>(p);
         dst[at_p] = to_elem<E>(ds);
@@ -478,7 +481,7 @@ __global__ void __launch_bounds__(kWarps * kWarp)
       if (t >= seq) break;  // uniform over the warp; later rows are past seq too
       const float* src = dqs + (r0 + r) * L::kLdG;
       float* dst_g = dqg + static_cast<std::size_t>(t) * row;
-      for (int d = lane; d < head_dim; d += kWarp) atomicAdd(dst_g + d, src[d]);
+      for (int d = lane; d < head_dim; d += kWarp) atomicAdd(dst_g + d, src[d] * scale);
     }
   }
 
@@ -494,7 +497,7 @@ __global__ void __launch_bounds__(kWarps * kWarp)
       const int key = k0 + r0 + r;
       if (key >= seq) break;  // uniform over the warp; later rows are past seq too
       for (int d = lane; d < head_dim; d += kWarp)
-        grads[which][static_cast<std::size_t>(key) * row + d] = stage[r * L::kLdG + d];
+        grads[which][static_cast<std::size_t>(key) * row + d] = stage[r * L::kLdG + d] * (which == 0 ? scale : 1.0F);
     }
   }
 }
@@ -533,5 +536,19 @@ struct BackwardLaunch {
                 static_cast<unsigned>(heads), static_cast<unsigned>(batch));
   }
 };
+
+/// Shared memory per block the fused kernels need for `head_dim` (padded to 32, 64 or 128
+/// columns) with tiles of E: the larger of the forward's and the backward's; 0 past 128. fp32 at
+/// 33-128 needs more than the 99 KiB of sm_86/sm_89 GPUs (A10, L4, RTX 30/40): the backend then
+/// runs the unfused attention (CudaBackend::fused_attention).
+template <class E>
+constexpr std::size_t shared_bytes(int head_dim) {
+  const auto larger = [](std::size_t a, std::size_t b) { return a > b ? a : b; };
+  if (head_dim <= 32) return larger(FwdLayout<E, 32, kFwdKeys<32>>::kBytes, BwdLayout<E, 32, kBwdWarps<32>>::kBytes);
+  if (head_dim <= 64) return larger(FwdLayout<E, 64, kFwdKeys<64>>::kBytes, BwdLayout<E, 64, kBwdWarps<64>>::kBytes);
+  if (head_dim <= 128)
+    return larger(FwdLayout<E, 128, kFwdKeys<128>>::kBytes, BwdLayout<E, 128, kBwdWarps<128>>::kBytes);
+  return 0;
+}
 
 }  // namespace atlas::device::cuda::kernels::flash
