@@ -302,6 +302,26 @@ TEST_F(CudaFused, Bf16GemmRoundsEveryOperandAndAccumulatesInFp32) {
   }
 }
 
+// The footer's peak memory (Backend::peak_bytes) counts the backend's scratch too, not only its
+// Buffers: the bf16 operand copies a GEMM makes (it left out ~1 GB of the LM head's copy before).
+TEST_F(CudaFused, PeakMemoryCountsTheBackendsScratch) {
+  const std::size_t before = cuda::device_bytes_held();
+  bf16 = make(Precision::Bf16);
+  const int m = 256, n = 64, k = 1024;
+  Buffer a = bf16->alloc_floats(static_cast<std::size_t>(m) * k), b = bf16->alloc_floats(static_cast<std::size_t>(k) * n);
+  Buffer c = bf16->alloc_floats(static_cast<std::size_t>(m) * n);
+  bf16->gemm(Trans::No, Trans::No, m, n, k, 1.0F, a.f32(), k, b.f32(), n, 0.0F, c.f32(), n);
+  bf16->synchronize();
+  const std::size_t buffers = (static_cast<std::size_t>(m) * k + static_cast<std::size_t>(k) * n +
+                               static_cast<std::size_t>(m) * n) * sizeof(float);
+  const std::size_t held = cuda::device_bytes_held() - before;
+  // The Buffers plus bf16 copies of both operands (2 bytes an element).
+  EXPECT_GE(held, buffers + (static_cast<std::size_t>(m) * k + static_cast<std::size_t>(k) * n) * 2)
+      << "held " << held << " B, Buffers " << buffers << " B";
+  EXPECT_GE(bf16->peak_bytes(), cuda::device_bytes_held());
+  EXPECT_GT(bf16->peak_bytes(), bf16->buffer_peak_bytes());
+}
+
 // bf16 activation storage (docs/precision.md, "Storage of saved activations"): to_bf16 / from_bf16
 // round and widen as the host does, bitwise; gemm_bf16_b and linear_backward_bf16_in (cuBLASLt
 // reading the stored bf16 B directly) match the fp32-operand calls on the same values.

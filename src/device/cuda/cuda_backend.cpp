@@ -114,6 +114,8 @@ std::string pci_bus_id_of(const Backend& backend) {
   return cuda != nullptr ? cuda->pci_bus_id() : std::string();
 }
 
+std::size_t device_bytes_held() { return DeviceBytes::held(); }
+
 long epilogue_fallbacks_of(const Backend& backend) {
   const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
   return cuda != nullptr ? cuda->epilogue_fallbacks() : -1;
@@ -190,13 +192,28 @@ void* CudaBackend::allocate(std::size_t bytes) {
     (void)cudaFree(ptr);
     ATLAS_CUDA_CHECK(zero);
   }
+  DeviceBytes::add(bytes);
   return ptr;
 }
 
 void CudaBackend::release(void* ptr, std::size_t bytes) noexcept {
   m_lt.invalidate(ptr, bytes, /*release=*/true);  // a later allocation may reuse the address
+  DeviceBytes::sub(bytes);
+  // cudaFree is not allowed while the stream records a graph (it would invalidate the recording,
+  // and this function cannot report it): freed when the recording ends.
+  if (m_capturing) {
+    m_deferred_frees.push_back(ptr);
+    return;
+  }
   // cudaFree waits for the device; an error here (a failed context) cannot be acted upon.
   (void)cudaFree(ptr);
+}
+
+std::size_t CudaBackend::peak_bytes() const { return DeviceBytes::peak(); }
+
+void CudaBackend::free_deferred() noexcept {
+  for (void* ptr : m_deferred_frees) (void)cudaFree(ptr);
+  m_deferred_frees.clear();
 }
 
 void CudaBackend::upload(void* dst, const void* src, std::size_t bytes) {

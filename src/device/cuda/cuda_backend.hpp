@@ -4,6 +4,7 @@
 // backend class itself (with CUDA types) is in cuda_backend_impl.hpp.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <string>
 
@@ -41,6 +42,10 @@ struct DeviceProbe {
 /// "<pci bus id>" of the device `backend` runs on ("" if not a CUDA backend). Two ranks with the
 /// same host name and bus id share one GPU.
 [[nodiscard]] std::string pci_bus_id_of(const Backend& backend);
+
+/// Device bytes this process's CUDA backends hold now (their Buffers and scratch: DeviceBytes);
+/// the footer's peak memory is the most of it at once (Backend::peak_bytes). For tests.
+[[nodiscard]] std::size_t device_bytes_held();
 
 /// Fused GEMM calls of `backend` that cuBLASLt refused so far (composed of unfused calls
 /// instead); -1 if not a CUDA backend. The GPU tests print it.

@@ -157,7 +157,15 @@ class CudaBackend final : public Backend {
   void* allocate(std::size_t bytes) override;
   void release(void* ptr, std::size_t bytes) noexcept override;
 
+ public:
+  /// Every byte of device memory this process's CUDA backend held at once (DeviceBytes): its
+  /// Buffers and its scratch (weight and operand copies, workspaces), not only the Buffers.
+  [[nodiscard]] std::size_t peak_bytes() const override;
+
  private:
+  /// Frees what release() deferred while a graph was being recorded.
+  void free_deferred() noexcept;
+
   /// Row-major strided-batched GEMM: for i < batch, C_i = alpha op(A_i) op(B_i) + beta C_i with
   /// X_i = X + i * stride_x (elements).
   void gemm_batched(Trans trans_a, Trans trans_b, int m, int n, int k, float alpha,
@@ -244,6 +252,7 @@ class CudaBackend final : public Backend {
   TensorTable m_norm_table;
   DeviceArray<double> m_norm_partials;
   bool m_capturing = false;  // begin_capture ... end_capture
+  std::vector<void*> m_deferred_frees;  // Buffers released while recording (free_deferred)
   std::uint64_t m_epoch = 0;  // + m_lt.epoch(): graph_epoch()
 };
 

@@ -57,6 +57,7 @@ std::unique_ptr<Graph> CudaBackend::end_capture(std::string* why) {
   m_lt.forget_last_a();  // what the A workspace holds is the recording's business now
   cudaGraph_t graph = nullptr;
   const cudaError_t ended = cudaStreamEndCapture(m_stream.get(), &graph);
+  free_deferred();
   std::string fail;
   if (ended != cudaSuccess) fail = cuda_error("cudaStreamEndCapture", ended);
   else if (graph == nullptr) fail = "cudaStreamEndCapture gave no graph";
@@ -84,6 +85,7 @@ void CudaBackend::abort_capture() noexcept {
   m_lt.forget_last_a();
   cudaGraph_t graph = nullptr;
   if (cudaStreamEndCapture(m_stream.get(), &graph) == cudaSuccess && graph != nullptr) (void)cudaGraphDestroy(graph);
+  free_deferred();
   (void)cudaGetLastError();  // an invalidated capture's non-sticky error
 }
 
