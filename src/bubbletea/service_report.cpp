@@ -13,6 +13,7 @@
 
 #include "atlas/core/check.hpp"
 #include "atlas/core/log.hpp"
+#include "atlas/runtime/fault.hpp"
 
 namespace atlas::bubbletea {
 
@@ -139,32 +140,47 @@ Report Service::finish() {
   m_active.clear();
 
   // ---- the decode worker finishes the requests whose KV arrived ----
+  // It sends the results once every rank of the pipeline has sent Finish: the first rank waits for
+  // them only when all did (a rank whose Finish failed made it wait bubbletea's whole timeout).
   std::string worker_error;
+  bool finish_sent = false;
   if (m_sock.valid() && m_worker_failure.empty()) {
     try {
+      if (runtime::fault_requested("ATLAS_FAULT_BT_FINISH", world.rank(), 0, false))
+        ATLAS_THROW(Comm, "fault injection: Finish not sent");
       m_out.push(wire::Type::Finish, {});
       m_out.flush_all(m_opt.timeout_s);
-      if (m_index == 0) {
-        while (!m_worker_done) {
-          const wire::Frame f = wire::recv_frame(m_sock.get(), m_in, m_opt.timeout_s, "decode results");
-          if (f.type == wire::Type::Result) {
-            const wire::Result res = wire::decode_result(f.payload);
-            RequestRecord& rec = m_records[static_cast<int>(res.request)];
-            rec.tokens = res.tokens;
-            rec.decode_wait_s = res.wait_s;
-            rec.decode_s = res.decode_s;
-          } else if (f.type == wire::Type::Done) {
-            m_worker_done = true;
-          } else if (f.type == wire::Type::Fail) {
-            ATLAS_THROW(Comm, "the decode worker failed: " << std::string(f.payload.begin(), f.payload.end()));
-          }
-        }
-      }
+      finish_sent = true;
     } catch (const Error& e) {
       worker_error = e.what();
     }
   } else {
     worker_error = m_worker_failure;
+  }
+  const int unsent = m_comm.allreduce(finish_sent ? 0 : 1, MPI_SUM);
+  if (m_index == 0 && finish_sent && unsent > 0) {
+    worker_error = fmt::format("{} other rank(s) of the pipeline could not send Finish to it (their warnings say why): "
+                               "its decode results are not collected",
+                               unsent);
+  } else if (m_index == 0 && finish_sent) {
+    try {
+      while (!m_worker_done) {
+        const wire::Frame f = wire::recv_frame(m_sock.get(), m_in, m_opt.timeout_s, "decode results");
+        if (f.type == wire::Type::Result) {
+          const wire::Result res = wire::decode_result(f.payload);
+          RequestRecord& rec = m_records[static_cast<int>(res.request)];
+          rec.tokens = res.tokens;
+          rec.decode_wait_s = res.wait_s;
+          rec.decode_s = res.decode_s;
+        } else if (f.type == wire::Type::Done) {
+          m_worker_done = true;
+        } else if (f.type == wire::Type::Fail) {
+          ATLAS_THROW(Comm, "the decode worker failed: " << std::string(f.payload.begin(), f.payload.end()));
+        }
+      }
+    } catch (const Error& e) {
+      worker_error = e.what();
+    }
   }
   // A failure seen during training was reported then; one seen in this teardown is reported here.
   if (!worker_error.empty() && !m_worker_failure_reported) log::warn("BubbleTea: decode worker of DC {}, inference pipeline {}: {}", m_stats.dc, m_pipeline, worker_error);

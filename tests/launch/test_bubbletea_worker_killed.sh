@@ -2,7 +2,9 @@
 # SPDX-License-Identifier: MIT
 # A BubbleTea decode worker killed mid-run: training goes on to its OK footer, prefills go on,
 # and each pipeline's ranks report the lost worker once, naming its address. Only this job's
-# workers are killed: the children of its ranks (mpirun's children). Cleans up its temp dir.
+# workers are killed: the children of its ranks (mpirun's children). And a pipeline rank that
+# cannot send Finish to its worker at the end (ATLAS_FAULT_BT_FINISH): the pipeline's first rank
+# does not wait bubbletea's 60 s for results that cannot come; both say so. Cleans up its temp dir.
 # usage: test_bubbletea_worker_killed.sh SOURCE_DIR ATLAS_BIN
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -33,4 +35,16 @@ grep "WARNING: BubbleTea: .*decode.worker" "$out"
 n=$(grep -c "WARNING: BubbleTea: .*decode.worker" "$out")
 check "one warning per pipeline about its lost worker, not two ($n)" test "$n" -le 2 -a "$n" -ge 1
 check "the warning names the worker's address, not (?)" bash -c "! grep 'decode.worker' '$out' | grep -qF '(?)'"
+# ---- rank 1 (DC 0's second stage) does not send Finish ----
+SECONDS=0
+ATLAS_FAULT_BT_FINISH=1:0 timeout 200 mpirun -np 4 --oversubscribe --mca btl self,vader,tcp --mca btl_tcp_if_include lo \
+  --mca oob_tcp_if_include lo "$ATLAS_BIN" train inputs/bubbletea_loopback.deck run.steps=20 "cluster.gpus_per_dc=2 2" \
+  "parallel.stages_per_dc=2 2" run.out_dir="$T" run.name=nofinish profile.trace_json=false >"$T/nofinish.out" 2>&1
+status=$?
+took=$SECONDS
+check "a rank without Finish: training finished (exit 0, not $status)" test "$status" -eq 0
+check "... within 40 s ($took s; the first rank waited 60 s for results before)" test "$took" -lt 40
+check "... the rank says why" grep -q "WARNING: BubbleTea: decode worker of DC 0, inference pipeline 0: fault injection: Finish not sent" "$T/nofinish.out"
+check "... the first rank says its results are not collected" \
+  grep -q "WARNING: BubbleTea: decode worker of DC 0, inference pipeline 0: 1 other rank(s) of the pipeline could not send Finish" "$T/nofinish.out"
 launch_finish

@@ -54,6 +54,7 @@ inline constexpr Variable kVariables[] = {
     {"ATLAS_FAULT_NAN", "test: poison a gradient with NaN at a step"},
     {"ATLAS_FAULT_NAN_LOSS", "test: report a NaN loss at a step"},
     {"ATLAS_FAULT_CONFIG_ERROR", "test: raise a config error on one rank at a step"},
+    {"ATLAS_FAULT_BT_FINISH", "test: this rank (RANK:0) does not send BubbleTea's Finish to its decode worker"},
 };
 
 /// The value of `name` (which must be listed in kVariables), or nullopt when unset or empty.
