@@ -131,7 +131,9 @@ void boost_recognise(const std::string& file, const std::string& text,
   }
   for (auto& l : lines) {
     const auto it = registered.find(l.key);
-    if (it != registered.end() && !it->second) {
+    // A key Boost did not see under this name (a "[ train ]" header with spaces: Boost keeps
+    // them) is checked against the schema itself: it was accepted unchecked, typos included.
+    if ((it != registered.end() && !it->second) || (it == registered.end() && !Schema::instance().find(l.key))) {
       problems.add(where(file, l.line) + ": " + unknown_key_message(l.key));
       l.key.clear();  // reported; skip conversion
     }

@@ -19,6 +19,8 @@ namespace atlas::deck {
 
 // ---- text helpers ----
 
+bool is_quoted(std::string_view text) { return text.size() >= 2 && text.front() == '"' && text.back() == '"'; }
+
 std::string unquote(std::string_view text) {
   if (text.size() >= 2 && text.front() == '"' && text.back() == '"')
     return std::string(text.substr(1, text.size() - 2));
@@ -711,7 +713,15 @@ std::optional<Value> KeySpec::convert(std::string_view text, std::string& why) c
       v.b = *r;
       break;
     }
-    case ValueType::String: v.s = plain; break;
+    case ValueType::String:
+      // The deck has no escape for a double quote: one inside a value cannot be written back
+      // (resolved.deck, a checkpoint's deck, --deck-out would not parse).
+      if (plain.find('"') != std::string::npos) {
+        why = "a string without double quotes (a deck value cannot hold one)";
+        return std::nullopt;
+      }
+      v.s = plain;
+      break;
     case ValueType::Bytes: {
       auto r = units::parse_bytes(plain);
       if (!r || !in_range(*this, static_cast<double>(*r))) return std::nullopt;
@@ -723,20 +733,28 @@ std::optional<Value> KeySpec::convert(std::string_view text, std::string& why) c
       v.s = plain;
       break;
     case ValueType::IntList:
-      for (const auto& e : split_list(text)) {
+      // A list quoted whole ("4 4", as a shell passes it) is the list inside the quotes.
+      for (const auto& e : split_list(is_quoted(text) ? std::string_view(plain) : text)) {
         auto r = units::parse_int(e);
         if (!r || !int_in_range(*this, *r)) return std::nullopt;
         v.il.push_back(*r);
       }
       break;
     case ValueType::FloatList:
-      for (const auto& e : split_list(text)) {
+      for (const auto& e : split_list(is_quoted(text) ? std::string_view(plain) : text)) {
         auto r = units::parse_double(e);
         if (!r || !in_range(*this, *r)) return std::nullopt;
         v.fl.push_back(*r);
       }
       break;
-    case ValueType::StringList: v.sl = split_list(text); break;
+    case ValueType::StringList:
+      v.sl = split_list(text);
+      for (const auto& e : v.sl)
+        if (e.find('"') != std::string::npos) {
+          why = "a space-separated list of names without double quotes inside them";
+          return std::nullopt;
+        }
+      break;
   }
   return v;
 }

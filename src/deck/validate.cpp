@@ -36,7 +36,11 @@ void check_cluster(const Config& c, std::vector<std::string>& out) {
   }
   std::set<std::string> names;
   for (const std::string& dc : cl.dcs)
-    if (!names.insert(dc).second) {
+    if (dc.empty() || dc.find_first_of(" \t") != std::string::npos) {
+      out.push_back("cluster.dcs: DC name '" + dc + "' is " + (dc.empty() ? "empty" : "more than one word") +
+                    ": a DC is named by one word\n  hint: list the names unquoted, e.g. cluster.dcs = east west");
+      break;
+    } else if (!names.insert(dc).second) {
       out.push_back("cluster.dcs names '" + dc + "' twice: names must be unique\n  hint: one name per datacenter");
       break;
     }
@@ -49,6 +53,13 @@ void check_cluster(const Config& c, std::vector<std::string>& out) {
     out.push_back("cluster.gpus_per_dc: every DC has zero GPUs; at least one DC needs GPUs");
   auto check_matrix = [&](const std::vector<double>& m, const char* key, bool positive) {
     if (n == 1 && m.size() == 1) return;  // a 1x1 matrix (or the scalar default) is fine
+    if (m.size() == 1 && nn > 1) {
+      out.push_back(std::string(key) + " is one value (the deck's, or its 1-DC default when the deck does not set it), "
+                    "but " + std::to_string(n) + " DCs need a square " + std::to_string(n) + "x" + std::to_string(n) +
+                    " matrix (" + std::to_string(nn) + " entries, row-major)\n  hint: set " + key +
+                    ": row i lists DC i's values to every DC j");
+      return;
+    }
     if (m.size() != nn) {
       out.push_back(std::string(key) + " has " + std::to_string(m.size()) + " entries, but " +
                     std::to_string(n) + " DCs need a square " + std::to_string(n) + "x" +
@@ -272,6 +283,13 @@ void check_data(const Config& c, std::vector<std::string>& out) {
 }
 
 void check_misc(const Config& c, const JobShape& shape, std::vector<std::string>& out) {
+  // run.out_dir/NAME is the run's own directory: an empty name wrote into run.out_dir itself
+  // (runs then shared one ckpt/ and run.resume = latest took another run's checkpoint), an
+  // absolute one or one with '..' left run.out_dir.
+  if (const std::string& name = c.run.name;
+      name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
+    out.push_back("run.name = \"" + name + "\" is not a directory name: the run writes to run.out_dir/NAME/\n"
+                  "  hint: a name without '/' (and not . or ..), e.g. run.name = gpt2_bpe; run.out_dir says where");
   if (c.train.min_lr > c.train.lr)
     out.push_back("train.min_lr = " + str(c.train.min_lr) + " is above train.lr = " + str(c.train.lr));
   if (c.train.zero_stage == 3)

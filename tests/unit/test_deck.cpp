@@ -74,12 +74,33 @@ TEST(Units, ParsersAreStrict) {
   EXPECT_EQ(units::parse_int("42"), 42);
   EXPECT_FALSE(units::parse_int("42x"));
   EXPECT_FALSE(units::parse_int(" 42"));
+  EXPECT_EQ(units::parse_int("+42"), 42);
+  EXPECT_EQ(units::parse_int("-42"), -42);
+  EXPECT_FALSE(units::parse_int("+-5")) << "one sign (it read -5)";
+  EXPECT_FALSE(units::parse_int("++5"));
   EXPECT_EQ(units::parse_double("1e-3"), 1e-3);
+  EXPECT_FALSE(units::parse_double("+-1.5"));
+  EXPECT_EQ(units::parse_double("+1.5"), 1.5);
   EXPECT_FALSE(units::parse_double("inf"));
   EXPECT_EQ(units::parse_bool("1"), true);
   EXPECT_FALSE(units::parse_bool("yes"));
   EXPECT_EQ(units::format_bytes_exact(4u * 1024 * 1024), "4M");
   EXPECT_EQ(units::format_bytes_exact(1000), "1000");
+}
+
+TEST(Deck, OverridesHoldNoQuoteAndAQuotedNumberListIsTheList) {
+  // A quote inside a value cannot be written back (resolved.deck, --deck-out, a checkpoint's deck
+  // did not parse again); a number list quoted whole (as a shell passes it) is the list.
+  try {
+    (void)parse("q", kMinimal, {"run.name=a\"b"});
+    FAIL() << "a quote in a value was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("expected a string without double quotes"));
+  }
+  const Config c = parse("q", kMinimal, {"cluster.gpus_per_dc=\"4 4\"", "cluster.latency_ms=\"0 5 5 0\""});
+  EXPECT_EQ(c.cluster.gpus_per_dc, (std::vector<int>{4, 4}));
+  EXPECT_EQ(c.cluster.latency_ms, (std::vector<double>{0, 5, 5, 0}));
+  EXPECT_THROW((void)parse("q", kMinimal, {"cluster.dcs=a\"b\" west"}), ConfigError);
 }
 
 TEST(Deck, OneDefinitionOfTheGlobalBatchAndTokensPerStep) {

@@ -110,6 +110,8 @@ class Schema {
   std::vector<KeySpec> m_keys;
 };
 
+/// True if `text` is wrapped in double quotes.
+bool is_quoted(std::string_view text);
 /// Removes surrounding double quotes, if any.
 std::string unquote(std::string_view text);
 /// Splits on whitespace, keeping "quoted strings" whole.
