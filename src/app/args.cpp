@@ -65,6 +65,11 @@ Args parse_args(const std::vector<std::string>& words, const std::vector<std::st
       }
     } else if (w.find('=') != std::string::npos) {
       a.overrides.push_back(w);
+    } else if (w.size() > 1 && w[0] == '-' && !units::parse_double(w)) {
+      // "-q": an option written with one dash (it was taken as the deck, and the real deck was
+      // then blamed as a stray word).
+      throw UsageError("unknown option " + w + "\n  hint: atlas's options take two dashes (--" + w.substr(1) +
+                       "); --help lists this command's");
     } else {
       a.positional.push_back(w);
     }

@@ -535,7 +535,8 @@ int cmd_bench(Context& ctx) {
   }
   for (const auto& b : benches()) {
     if (name != b.spec.name) continue;
-    if (std::find(words.begin(), words.end(), "--help") != words.end()) {
+    const auto asks = [&](const char* w) { return std::find(words.begin(), words.end(), w) != words.end(); };
+    if (asks("--help") || asks("-h")) {
       if (root) std::printf("%s: %s\n%s\n", b.spec.name.c_str(), b.spec.help.c_str(), bench::usage(b.spec).c_str());
       return 0;
     }

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -56,7 +57,7 @@ int cmd_tokenize(Context& ctx) {
     throw UsageError(fmt::format("--val-fraction expects a number in [{}, {}], got '{}'", deck::limits::kMinValFraction,
                                  deck::limits::kMaxValFraction, vf));
   job.val_fraction = *val_fraction;
-  job.shard_tokens = args.int_option("shard-tokens", 100'000'000);
+  job.shard_tokens = args.int_option("shard-tokens", 100'000'000, 1, std::numeric_limits<int>::max());
 
   const auto t0 = std::chrono::steady_clock::now();
   const auto seconds = [&] {

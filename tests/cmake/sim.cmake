@@ -194,3 +194,11 @@ atlas_cli_test(cli_schedule_absurd_step_warns
                "atlas +[0-9.]+.*WARNING: a predicted step of [0-9.e+]+ s .*wan.flow_window_bytes"
                schedule inputs/default.deck --quiet wan.flow_window_bytes=1 "cluster.latency_ms=0 1e5 1e5 0"
                "cluster.bandwidth_gbps=0 1e5 1e5 0")
+# An option written with one dash is named as an unknown option (it was taken as the deck, and the
+# real deck was blamed as a stray word); tokenize states --shard-tokens' real range; bench takes
+# -h as --help.
+atlas_cli_test(cli_single_dash_option "ERROR: unknown option -q\n  hint: atlas's options take two dashes \\(--q\\)"
+               schedule -q inputs/default.deck)
+atlas_cli_test(cli_tokenize_shard_tokens_range "ERROR: --shard-tokens expects an integer >= 1, got '0'"
+               tokenize inputs --out ${CMAKE_BINARY_DIR}/never --shard-tokens 0)
+atlas_cli_test(cli_bench_dash_h "usage: atlas bench sim" bench sim -h)
