@@ -15,6 +15,7 @@
 #include "atlas/bubbletea/cost.hpp"
 #include "atlas/core/check.hpp"
 #include "atlas/core/file.hpp"
+#include "atlas/plan/planner.hpp"
 #include "atlas/sched/schedule.hpp"
 #include "atlas/sched/cost_model.hpp"
 #include "atlas/sched/memory.hpp"
@@ -87,6 +88,8 @@ int cmd_schedule(Context& ctx) {
   for (const auto& t : tables) slowest_ms = std::max(slowest_ms, t.step_ms);
   std::fflush(stdout);  // the warnings after the table they are about, also in a pipe
   for (const auto& w : sim::sanity_warnings(cfg, slowest_ms)) std::fprintf(stderr, "WARNING: %s\n", w.c_str());
+  // The same data-residency check atlas train refuses on (cluster.may_hold_data).
+  for (const auto& w : plan::residency_violations(cfg)) std::fprintf(stderr, "WARNING: %s\n", w.c_str());
 
   if (cfg.bubbletea.enabled) {
     fmt::print("\n# BubbleTea (predicted from FLOPs): chunks of {} prompt tokens, guard {:.2f} ms\n",

@@ -26,6 +26,7 @@
 #include "atlas/model/shards.hpp"
 #include "atlas/mpi/agree.hpp"
 #include "atlas/mpi/tags.hpp"
+#include "atlas/plan/planner.hpp"
 #include "atlas/runtime/costing.hpp"
 #include "atlas/runtime/fault.hpp"
 #include "atlas/runtime/trainer.hpp"
@@ -128,6 +129,14 @@ JobResult train(const Config& cfg, const mpi::Comm& world, const JobOptions& opt
 
 JobResult run_training_job(const Config& cfg, const mpi::Comm& world, const JobOptions& opt) {
   const bool root = world.rank() == 0;
+  // Data residency (cluster.may_hold_data) is a constraint, not advice: a run that puts the
+  // stages that read the data or hold the embedding in a DC marked 0 does not start (simulate
+  // only warned; train started silently). An emulated run holds no data: it is told.
+  if (const std::vector<std::string> v = plan::residency_violations(cfg); !v.empty()) {
+    if (cfg.device.backend != Backend::Emulated) throw ConfigError(v);
+    if (root)
+      for (const auto& w : v) log::warn("{} (device.backend = emulated holds no data: the rehearsal runs)", w);
+  }
   // The training data is found before anything starts or is written (the run directory, the WAN
   // transport): a shard pattern that matches nothing, overlapping shard lists or a corpus
   // directory without text fail at once. Rank 0 looks (it holds the first stage, which reads the

@@ -14,7 +14,9 @@
 #     the next logged step (the progress row's sum carries it; a logged step does not wait);
 #   - metrics.csv on a full disk (/dev/full): exit 5 naming the file, not "OK";
 #   - cluster.bind_hosts with an address this host lacks: exit 2 naming it, with the fix;
-#   - ranks given different decks (MPMD overrides): exit 2 naming the groups, not a hang.
+#   - ranks given different decks (MPMD overrides): exit 2 naming the groups, not a hang;
+#   - a layout that breaks cluster.may_hold_data (the data-reading first stage in a DC marked 0):
+#     exit 2 before anything runs (it started silently).
 # Loopback only; removes its temp dir.
 # usage: test_job_errors.sh SOURCE_DIR ATLAS_BIN
 set -uo pipefail
@@ -131,6 +133,13 @@ if unshare -m true 2>/dev/null; then
 else
   echo "skipped: a checkpoint on a full file system (unshare -m is not allowed here)"
 fi
+
+# ---- data residency: the first stage (it reads the data) in a DC marked 0 ----
+run_job residency 120 'cluster.may_hold_data=0 1'
+check "cluster.may_hold_data broken: exit 2 (got $(rc residency))" test "$(rc residency)" -eq 2
+check "... naming the DC, the stage and the fix" grep -q \
+  "DC east holds the pipeline's first stage, but cluster.may_hold_data marks it 0" "$T/residency.out"
+check "... before the run wrote its directory" test ! -e "$T/residency/metrics.csv"
 
 check "no rank of any job is left running" bash -c "! pgrep -f '[r]un.out_dir=$T' > /dev/null"
 launch_finish
