@@ -22,24 +22,39 @@ namespace atlas {
 namespace {
 
 /// Writes `text` to `path`.tmp (fsynced when `durable`) and returns that name; a failure removes
-/// what it wrote and throws, `path` left as it was.
+/// what it wrote and throws, `path` left as it was. A `path`.tmp that is a symbolic link is
+/// refused, never followed (O_NOFOLLOW: in a shared directory a planted link would have made the
+/// write truncate its target).
 std::string stage(const std::string& path, std::string_view text, bool durable) {
   const std::string tmp = path + ".tmp";
-  const auto reason = [] { return errno != 0 ? std::string(": ") + std::strerror(errno) : std::string(); };
-  {
-    errno = 0;
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f)
-      ATLAS_THROW(Io, "cannot create " << tmp << reason() << "\n  hint: check that the directory exists and is writable");
-    f.write(text.data(), static_cast<std::streamsize>(text.size()));
-    f.close();
-    if (f.fail()) {
-      const std::string why = reason();
-      std::error_code ec;
-      std::filesystem::remove(tmp, ec);
-      ATLAS_THROW(Io, "writing " << tmp << " failed" << why << "\n  hint: the disk may be full or the file system "
-                                 << "read-only; " << path << " was left as it was");
+  const auto reason = [](int err) { return err != 0 ? std::string(": ") + std::strerror(err) : std::string(); };
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0666);
+  if (fd < 0) {
+    const int err = errno;
+    ATLAS_THROW(Io, "cannot create " << tmp << reason(err)
+                                     << (err == ELOOP ? "\n  hint: it is a symbolic link; remove it (atlas never writes "
+                                                        "through one)"
+                                                      : "\n  hint: check that the directory exists and is writable"));
+  }
+  const char* p = text.data();
+  std::size_t left = text.size();
+  int err = 0;
+  while (left > 0) {
+    const ssize_t n = ::write(fd, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      err = n < 0 ? errno : EIO;
+      break;
     }
+    p += n;
+    left -= static_cast<std::size_t>(n);
+  }
+  if (::close(fd) != 0 && err == 0) err = errno;
+  if (err != 0) {
+    std::error_code ec;
+    std::filesystem::remove(tmp, ec);
+    ATLAS_THROW(Io, "writing " << tmp << " failed" << reason(err) << "\n  hint: the disk may be full or the file system "
+                               << "read-only; " << path << " was left as it was");
   }
   if (durable) {
     try {
@@ -90,7 +105,19 @@ void write_files_whole(const std::vector<std::pair<std::string, std::string>>& f
     }
     throw;
   }
-  for (std::size_t i = 0; i < files.size(); ++i) commit(staged[i], files[i].first);
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    try {
+      commit(staged[i], files[i].first);
+    } catch (...) {
+      // The files renamed so far stay replaced (a rename cannot be taken back); the ones not yet
+      // renamed keep their old contents, and no .tmp is left behind.
+      for (std::size_t j = i + 1; j < staged.size(); ++j) {
+        std::error_code ec;
+        std::filesystem::remove(staged[j], ec);
+      }
+      throw;
+    }
+  }
   if (durable)
     for (const auto& [path, text] : files) fsync_path(dir_of(path), true);
 }

@@ -104,7 +104,9 @@ void write_note(int sig) {
     line.add("; no checkpoint of this run was written yet\n");
   }
   line.add("  hint: to stop with a checkpoint instead, send SIGUSR1 (Slurm: #SBATCH --signal=B:USR1@300; docs/slurm.md)\n");
-  write_all(STDERR_FILENO, line);
+  // The files first, stderr last: a stderr whose reader has gone (`atlas train ... | tee`, tee
+  // ended by the same Ctrl-C) raised SIGPIPE, which killed the process before log.txt and
+  // run.json had the note; a full pipe would block it here.
   int fd = ::open(g_log_path, O_WRONLY | O_APPEND | O_CLOEXEC);
   if (fd >= 0) {
     write_all(fd, line);
@@ -131,6 +133,15 @@ void write_note(int sig) {
     ::close(fd);
     (void)::rename(g_json_tmp, g_json_path);
   }
+  // SIGPIPE ignored for this write (sigaction is async-signal-safe): a broken stderr gives EPIPE,
+  // and the process still dies of `sig`, not of SIGPIPE.
+  struct sigaction ignore {};
+  struct sigaction old_pipe {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  const bool pipe_ignored = ::sigaction(SIGPIPE, &ignore, &old_pipe) == 0;
+  write_all(STDERR_FILENO, line);
+  if (pipe_ignored) (void)::sigaction(SIGPIPE, &old_pipe, nullptr);
 }
 
 extern "C" void on_fatal(int sig) {

@@ -11,7 +11,10 @@ namespace atlas::units {
 
 std::optional<std::int64_t> parse_int(std::string_view text) {
   if (text.empty()) return std::nullopt;
-  if (text.front() == '+') text.remove_prefix(1);
+  if (text.front() == '+') {
+    text.remove_prefix(1);
+    if (!text.empty() && (text.front() == '-' || text.front() == '+')) return std::nullopt;  // "+-5": one sign
+  }
   std::int64_t v = 0;
   const auto* end = text.data() + text.size();
   auto [ptr, ec] = std::from_chars(text.data(), end, v);
@@ -21,7 +24,10 @@ std::optional<std::int64_t> parse_int(std::string_view text) {
 
 std::optional<double> parse_double(std::string_view text) {
   if (text.empty()) return std::nullopt;
-  if (text.front() == '+') text.remove_prefix(1);
+  if (text.front() == '+') {
+    text.remove_prefix(1);
+    if (!text.empty() && (text.front() == '-' || text.front() == '+')) return std::nullopt;  // "+-5": one sign
+  }
   double v = 0;
   const auto* end = text.data() + text.size();
   auto [ptr, ec] = std::from_chars(text.data(), end, v);

@@ -38,6 +38,8 @@ void agree(const Comm& comm, const std::string& what, const std::function<void()
     encode('E', e.code(), {fmt::format("rank {}: {}", comm.rank(), e.what())});
   } catch (const std::exception& e) {
     encode('E', ExitCode::Internal, {fmt::format("rank {}: internal error: {}", comm.rank(), e.what())});
+  } catch (...) {  // anything else must still reach the gather: the other ranks wait in it
+    encode('E', ExitCode::Internal, {fmt::format("rank {}: internal error: an exception of an unknown type", comm.rank())});
   }
   const std::vector<std::string> all = comm.allgather_strings(mine);
   std::vector<std::string> problems;
@@ -86,6 +88,8 @@ std::string agree_on_root(const Comm& comm, int root, const std::function<std::s
       encode('E', e.code(), {e.what()});
     } catch (const std::exception& e) {
       encode('E', ExitCode::Internal, {e.what()});
+    } catch (...) {  // the other ranks wait in the broadcast below
+      encode('E', ExitCode::Internal, {"internal error: an exception of an unknown type"});
     }
   }
   comm.bcast_string(verdict, root);

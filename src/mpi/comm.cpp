@@ -220,7 +220,8 @@ void Comm::bcast_string(std::string& s, int root) const {
   unsigned long long n = s.size();
   ATLAS_MPI_CHECK(MPI_Bcast(&n, 1, MPI_UNSIGNED_LONG_LONG, root, m_comm));
   s.resize(n);
-  if (n > 0) ATLAS_MPI_CHECK(MPI_Bcast(s.data(), static_cast<int>(n), MPI_CHAR, root, m_comm));
+  // Every rank knows n: past an MPI count, every rank throws the same error (a cast sent n mod 2^32).
+  if (n > 0) ATLAS_MPI_CHECK(MPI_Bcast(s.data(), ::atlas::detail::mpi_count(n), MPI_CHAR, root, m_comm));
 }
 
 bool Comm::on_one_kernel() const {

@@ -97,6 +97,30 @@ TEST(Agree, TheLowestFailingRankDecidesTheExitCode) {
   }
 }
 
+TEST(Agree, AnExceptionOfAnotherTypeStillReachesEveryRank) {
+  // Not derived from std::exception: the throwing rank skipped the gather and the others waited
+  // in it for ever.
+  const Comm world = Comm::world();
+  const int culprit = world.size() - 1;
+  try {
+    agree(world, "a step", [&] {
+      if (world.rank() == culprit) throw 42;
+    });
+    FAIL() << "expected CollectiveError";
+  } catch (const CollectiveError& e) {
+    EXPECT_EQ(e.code(), ExitCode::Internal);
+    EXPECT_THAT(e.problems(), ::testing::Contains("rank " + std::to_string(culprit) +
+                                                   ": internal error: an exception of an unknown type"));
+  }
+  try {
+    (void)agree_on_root(world, 0, []() -> std::string { throw 42; });
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::Internal);
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("an exception of an unknown type"));
+  }
+}
+
 TEST(AgreeOnRoot, TheRootsResultReachesEveryRankAndTheWorkRunsOnlyThere) {
   const Comm world = Comm::world();
   int runs = 0;

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: MIT
 // write_file_whole: a failed write is an Io error naming the file and the reason, and never
 // truncates the file it would have replaced.
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -25,6 +27,26 @@ struct TempDir : test::TempDir {
   TempDir() : test::TempDir("atlas-file") {}
 };
 
+/// A full disk for this process's file writes: files may grow to `bytes` only (RLIMIT_FSIZE; its
+/// SIGXFSZ ignored, so a write past it fails with EFBIG). Restored when it goes.
+struct FileSizeLimit {
+  explicit FileSizeLimit(rlim_t bytes) {
+    ::getrlimit(RLIMIT_FSIZE, &saved);
+    old_handler = std::signal(SIGXFSZ, SIG_IGN);
+    rlimit r = saved;
+    r.rlim_cur = bytes;
+    ::setrlimit(RLIMIT_FSIZE, &r);
+  }
+  ~FileSizeLimit() {
+    ::setrlimit(RLIMIT_FSIZE, &saved);
+    std::signal(SIGXFSZ, old_handler);
+  }
+  FileSizeLimit(const FileSizeLimit&) = delete;
+  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
+  rlimit saved{};
+  void (*old_handler)(int) = nullptr;
+};
+
 TEST(WriteFileWhole, WritesAndReplaces) {
   TempDir t;
   const std::string p = (t.path / "run.json").string();
@@ -38,17 +60,39 @@ TEST(WriteFileWhole, AFullDiskIsAnIoErrorAndKeepsTheOldFile) {
   TempDir t;
   const std::string p = (t.path / "metrics.csv").string();
   write_file_whole(p, "kept\n");
-  // The temporary file lands on a full device.
-  fs::create_symlink("/dev/full", p + ".tmp");
+  {
+    const FileSizeLimit full(1000);  // the new file does not fit
+    try {
+      write_file_whole(p, std::string(1 << 16, 'x'));
+      FAIL() << "expected an Io error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ExitCode::Io);
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("writing " + p + ".tmp failed: File too large"));
+      EXPECT_THAT(e.what(), ::testing::HasSubstr(p + " was left as it was"));
+    }
+  }
+  EXPECT_EQ(slurp(p), "kept\n");
+  EXPECT_FALSE(fs::exists(p + ".tmp"));
+}
+
+// A symbolic link at the temporary name (planted in a shared directory, or left over) is refused,
+// never written through: its target is not truncated.
+TEST(WriteFileWhole, ALinkAtTheTemporaryNameIsRefusedNotFollowed) {
+  TempDir t;
+  const std::string p = (t.path / "run.json").string();
+  const std::string victim = (t.path / "victim").string();
+  write_file_whole(victim, "precious\n");
+  fs::create_symlink(victim, p + ".tmp");
   try {
-    write_file_whole(p, std::string(1 << 16, 'x'));
+    write_file_whole(p, "x");
     FAIL() << "expected an Io error";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ExitCode::Io);
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("writing " + p + ".tmp failed: No space left on device"));
-    EXPECT_THAT(e.what(), ::testing::HasSubstr(p + " was left as it was"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("cannot create " + p + ".tmp"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("it is a symbolic link"));
   }
-  EXPECT_EQ(slurp(p), "kept\n");
+  EXPECT_EQ(slurp(victim), "precious\n");
+  EXPECT_FALSE(fs::exists(p));
 }
 
 TEST(WriteFileWhole, AMissingDirectoryIsAnIoErrorNamingTheFile) {
@@ -89,13 +133,15 @@ TEST(WriteFilesWhole, AFailedWriteOfOneLeavesEveryFileAsItWas) {
   const std::string b = (t.path / "config.json").string();
   write_file_whole(a, "old weights");
   write_file_whole(b, "old config");
-  fs::create_symlink("/dev/full", b + ".tmp");
-  try {
-    write_files_whole({{a, "new weights"}, {b, std::string(1 << 16, 'x')}}, true);
-    FAIL() << "expected an Io error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ExitCode::Io);
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("writing " + b + ".tmp failed: No space left on device"));
+  {
+    const FileSizeLimit full(1000);  // the first fits, the second does not
+    try {
+      write_files_whole({{a, "new weights"}, {b, std::string(1 << 16, 'x')}}, true);
+      FAIL() << "expected an Io error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ExitCode::Io);
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("writing " + b + ".tmp failed: File too large"));
+    }
   }
   EXPECT_EQ(slurp(a), "old weights");
   EXPECT_EQ(slurp(b), "old config");
@@ -108,6 +154,23 @@ TEST(WriteFilesWhole, AFailedWriteOfOneLeavesEveryFileAsItWas) {
   EXPECT_FALSE(fs::exists(b + ".tmp"));
 }
 
+// A rename that fails (the second target is a directory now): the first file stays replaced (a
+// rename cannot be taken back: the documented outcome), the rest as they were, no .tmp left.
+TEST(WriteFilesWhole, AFailedRenameLeavesNoTemporaryFiles) {
+  TempDir t;
+  const std::string a = (t.path / "a.json").string();
+  const std::string b = (t.path / "b").string();
+  const std::string c = (t.path / "c.json").string();
+  write_file_whole(a, "old a");
+  fs::create_directory(b);
+  std::ofstream(b + "/inside") << "x";
+  write_file_whole(c, "old c");
+  EXPECT_THROW(write_files_whole({{a, "new a"}, {b, "new b"}, {c, "new c"}}), Error);
+  EXPECT_EQ(slurp(a), "new a");
+  EXPECT_TRUE(fs::is_directory(b));
+  EXPECT_EQ(slurp(c), "old c");
+  for (const std::string& p : {a, b, c}) EXPECT_FALSE(fs::exists(fs::symlink_status(p + ".tmp"))) << p;
+}
 
 TEST(ReadFileBlocks, GivesEveryByteInBlocksWithTheirOffsets) {
   TempDir t;

@@ -68,9 +68,19 @@ TEST(StopRequests, ALateRequestIsIgnoredWhereTheDefaultWouldKill) {
 
 /// Forks a child that arms the note (after `step`, `checkpoint`) and raises `sig`; returns the
 /// child's wait status.
-int child_raises(const TempDir& t, int sig, int step, int checkpoint, bool ignore_first = false) {
+int child_raises(const TempDir& t, int sig, int step, int checkpoint, bool ignore_first = false,
+                 bool broken_stderr = false) {
+  int pipe_fds[2] = {-1, -1};
+  if (broken_stderr) {
+    if (::pipe(pipe_fds) != 0) return -1;
+    ::close(pipe_fds[0]);  // before the fork: no process holds a read end
+  }
   const pid_t pid = ::fork();
   if (pid == 0) {
+    if (broken_stderr) {  // stderr a pipe nobody reads any more (`atlas train | tee`, tee gone)
+      ::dup2(pipe_fds[1], STDERR_FILENO);
+      ::close(pipe_fds[1]);
+    }
     if (ignore_first) ::signal(sig, SIG_IGN);
     {
       std::ofstream(t.path / "log.txt") << "# earlier lines\n";
@@ -83,6 +93,7 @@ int child_raises(const TempDir& t, int sig, int step, int checkpoint, bool ignor
     }
     ::_exit(0);
   }
+  if (broken_stderr) ::close(pipe_fds[1]);
   int status = 0;
   ::waitpid(pid, &status, 0);
   return status;
@@ -103,6 +114,18 @@ TEST(InterruptNotes, SigtermWritesTheNoteAndStillKills) {
             "{\"run\":\"job \\\"q\\\"\",\"status\":\"interrupted\",\"signal\":\"SIGTERM\",\"step\":7,\"steps\":12,"
             "\"checkpoint_step\":4}\n");
   EXPECT_FALSE(fs::exists(t.path / "run.json.signal.tmp"));
+}
+
+TEST(InterruptNotes, ABrokenStderrDoesNotLoseTheNote) {
+  // The note went to stderr first: SIGPIPE from a reader that had gone killed the process before
+  // log.txt and run.json had it. The child's stderr is a pipe without a reader: the files must
+  // have the note, and the process die of SIGTERM, not SIGPIPE.
+  TempDir t;
+  const int status = child_raises(t, SIGTERM, 5, 2, false, /*broken_stderr=*/true);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  EXPECT_EQ(WTERMSIG(status), SIGTERM) << "died of signal " << WTERMSIG(status);
+  EXPECT_THAT(slurp(t.path / "log.txt"), HasSubstr("received SIGTERM during step 5 of run.steps = 12"));
+  EXPECT_THAT(slurp(t.path / "run.json"), HasSubstr("\"status\":\"interrupted\",\"signal\":\"SIGTERM\",\"step\":5"));
 }
 
 TEST(InterruptNotes, SigintWithoutACheckpointSaysSo) {

@@ -16,7 +16,8 @@
 namespace atlas {
 
 /// Writes `text` to `path.tmp`, closes it (a failed write or close throws), then renames it over
-/// `path`, so a reader never sees half a file and a failure never truncates an existing one.
+/// `path`, so a reader never sees half a file and a failure never truncates an existing one. A
+/// `path.tmp` that is a symbolic link is refused (Io), never written through.
 /// `durable`: the file is fsynced before the rename and its directory after it, so a crash of
 /// the machine leaves the old file or the whole new one (for results that took long to make).
 /// Throws atlas::Error (Io) with the file, the system's reason and a hint. Not collective.
@@ -24,9 +25,12 @@ void write_file_whole(const std::string& path, const std::string& text, bool dur
 
 /// write_file_whole for files that belong together (weights and their config): every file is
 /// written to its .tmp first, and only when all are written are they renamed, in order. A
-/// failed write leaves every `path` as it was and removes the .tmp files. `before_renames`, when
-/// given, runs once every file is written, just before the first rename (a marker that the renames
-/// are under way); if it throws, nothing is renamed.
+/// failed write leaves every `path` as it was and removes the .tmp files. A failed rename (rare:
+/// the target became a directory) leaves the files renamed before it replaced and the others as
+/// they were, and removes every .tmp: callers that must not be read half-replaced mark it with
+/// `before_renames` (the HF export's marker). `before_renames`, when given, runs once every file
+/// is written, just before the first rename (a marker that the renames are under way); if it
+/// throws, nothing is renamed.
 void write_files_whole(const std::vector<std::pair<std::string, std::string>>& files, bool durable = false,
                        const std::function<void()>& before_renames = {});
 
