@@ -308,7 +308,8 @@ void build(Schema& schema) {
             "empty = not known");
   b.field("cluster.may_hold_data", &C::cluster, &ClusterCfg::may_hold_data).def("\"\"").min(0).max(1)
       .help("data residency, per DC: 1 = may hold the stages that read the training data or hold the "
-            "embeddings (the first stage, and the last with the LM head), 0 = may not; empty = every DC may");
+            "embeddings (the first stage, and the last with the LM head), 0 = may not; empty = every DC may "
+            "(atlas train refuses a layout that breaks it; atlas plan places the end stages)");
   b.field("cluster.bind_hosts", &C::cluster, &ClusterCfg::bind_hosts).def("127.0.0.1")
       .help("address the WAN transport listens on in each DC (one entry = all DCs)");
   b.field("cluster.ranks_per_host", &C::cluster, &ClusterCfg::ranks_per_host).def("0").min(0).max(kMaxGpusPerDc)
