@@ -77,6 +77,16 @@ Args parse_args(const std::vector<std::string>& words, const std::vector<std::st
   return a;
 }
 
+void only_options(const Args& args, const std::string& mode, const std::vector<std::string>& allowed) {
+  for (const auto& [name, value] : args.options)
+    if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
+      std::string list;
+      for (const auto& a : allowed) list += (list.empty() ? "--" : ", --") + a;
+      throw UsageError("--" + name + " does not apply to atlas " + mode + " (it reads " + list +
+                       ")\n  hint: drop it, or run the mode it belongs to");
+    }
+}
+
 std::string deck_path(const Args& args, const char* command) {
   if (args.positional.empty())
     throw UsageError(std::string("atlas ") + command + " needs a deck: atlas " + command +

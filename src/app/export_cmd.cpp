@@ -108,6 +108,10 @@ int cmd_export(Context& ctx) {
   one_process(ctx, "export");
   const Args a = parse_args(ctx.args, {"format", "out", "logits"}, {});
   want_hf(a, "export");
+  // The checkpoint holds its deck: key=value words were read and never used.
+  if (!a.overrides.empty())
+    throw UsageError("atlas export takes no key=value overrides (got '" + a.overrides.front() +
+                     "'): the checkpoint's own deck describes the model");
   if (a.positional.size() != 1)
     throw UsageError("atlas export needs one checkpoint file: atlas export CKPT --format hf --out DIR");
   const std::string out = a.option("out");

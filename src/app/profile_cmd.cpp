@@ -142,7 +142,13 @@ int cmd_profile(Context& ctx) {
 
   const int threads = args.int_option("threads", 1, 1, 4096);
   const int repeat = args.int_option("repeat", 3, 1, 1000000);
-  if (args.flag("gemm")) return gemm_curve(args, threads, repeat);
+  // Each mode reads its own options: `--backend cuda --out FILE` without --gemm measured the host
+  // CPU into FILE; --out with --gemm was ignored.
+  if (args.flag("gemm")) {
+    only_options(args, "profile --gemm", {"gemm", "backend", "update", "threads", "repeat"});
+    return gemm_curve(args, threads, repeat);
+  }
+  only_options(args, "profile", {"out", "threads", "repeat", "timer", "quick"});
   const std::string out = args.option("out", "profiles/device/host.profile");
   const auto shapes = sim::default_host_shapes(args.flag("quick"));
 

@@ -284,11 +284,18 @@ int cmd_simulate(Context& ctx) {
   const Config cfg = load_offline_deck(path, overrides);
   const sched::DeviceProfile prof = sched::device_profile(cfg);
 
-  if (args.flag("grid")) return run_grid(cfg, prof, args);
+  // The two modes read their own options only: one of the deck's simulation given with them was
+  // ignored silently (--compare --json wrote nothing; --width 3, out of range, passed).
+  if (args.flag("grid")) {
+    only_options(args, "simulate --grid",
+                 {"grid", "models", "dcs", "latencies", "dps", "prefill-tokens", "planner", "out", "wan", "progress-after"});
+    return run_grid(cfg, prof, args);
+  }
 
   if (args.flag("compare")) {
+    only_options(args, "simulate --compare", {"compare", "prefill-tokens", "wan", "progress-after"});
     plan::CompareOptions opt;
-    opt.prefill_tokens = args.int_option("prefill-tokens", opt.prefill_tokens);
+    opt.prefill_tokens = args.int_option("prefill-tokens", opt.prefill_tokens, 1, std::numeric_limits<int>::max());
     opt.planner = true;
     // Designs (b) and (c) run the deck's layout: said as for the deck's own simulation.
     warn_about_layout(cfg, prof);

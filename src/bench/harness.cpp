@@ -113,7 +113,11 @@ std::string Args::choice(const std::string& name, const std::vector<std::string>
   return v;
 }
 
-std::string Args::deck(const std::string& def) const { return positional.empty() ? def : positional.front(); }
+std::string Args::deck(const std::string& def) const {
+  // A second deck was ignored silently (bench step, schedules, profile, overlap took the first).
+  if (positional.size() > 1) fail("unknown argument '" + positional[1] + "' (one DECK at most)");
+  return positional.empty() ? def : positional.front();
+}
 
 // ---- parsing ----
 

@@ -202,3 +202,16 @@ atlas_cli_test(cli_single_dash_option "ERROR: unknown option -q\n  hint: atlas's
 atlas_cli_test(cli_tokenize_shard_tokens_range "ERROR: --shard-tokens expects an integer >= 1, got '0'"
                tokenize inputs --out ${CMAKE_BINARY_DIR}/never --shard-tokens 0)
 atlas_cli_test(cli_bench_dash_h "usage: atlas bench sim" bench sim -h)
+# Options a mode does not read are refused, not ignored: simulate --compare --json (wrote nothing),
+# --prefill-tokens below 1, profile --backend cuda without --gemm (measured the host into the
+# named file), export's key=value words, a second deck to bench step.
+atlas_cli_test(cli_compare_rejects_other_options "ERROR: --json does not apply to atlas simulate --compare"
+               simulate inputs/default.deck --compare --json ${CMAKE_BINARY_DIR}/never.json)
+atlas_cli_test(cli_compare_prefill_tokens_range "ERROR: --prefill-tokens expects an integer >= 1, got '-5'"
+               simulate inputs/default.deck --compare --prefill-tokens -5)
+atlas_cli_test(cli_profile_backend_needs_gemm "ERROR: --backend does not apply to atlas profile \\(it reads --out"
+               profile --backend cuda --out ${CMAKE_BINARY_DIR}/never.profile)
+atlas_cli_test(cli_export_no_overrides "ERROR: atlas export takes no key=value overrides \\(got 'model.layers=2'\\)"
+               export missing.h5 --format hf --out ${CMAKE_BINARY_DIR}/never_export model.layers=2)
+atlas_cli_test(cli_bench_one_deck "ERROR: atlas bench step: unknown argument 'inputs/gpt2_bpe.deck' \\(one DECK at most\\)"
+               bench step inputs/default.deck inputs/gpt2_bpe.deck)

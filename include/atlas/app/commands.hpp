@@ -51,6 +51,9 @@ struct Args {
 Args parse_args(const std::vector<std::string>& words, const std::vector<std::string>& value_options,
                 const std::vector<std::string>& flags);
 
+/// Throws UsageError when `args` holds an option that `mode` (a command's mode, e.g. "simulate
+/// --compare") does not read: every option not in `allowed` (flags included).
+void only_options(const Args& args, const std::string& mode, const std::vector<std::string>& allowed);
 /// The deck path (first positional word) or a UsageError naming the command.
 std::string deck_path(const Args& args, const char* command);
 

@@ -57,7 +57,7 @@ class Args {
   [[nodiscard]] std::vector<std::string> list(const std::string& name) const;
   /// One of `choices`.
   [[nodiscard]] std::string choice(const std::string& name, const std::vector<std::string>& choices) const;
-  /// The first operand, else `def`.
+  /// The first operand, else `def`; a second operand fails (one DECK at most).
   [[nodiscard]] std::string deck(const std::string& def = "") const;
   /// Throws ConfigError "NAME: --option VALUE: why" with the usage line.
   [[noreturn]] void fail(const std::string& why) const;
