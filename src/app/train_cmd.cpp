@@ -30,6 +30,7 @@
 #include "atlas/runtime/costing.hpp"
 #include "atlas/runtime/fault.hpp"
 #include "atlas/runtime/trainer.hpp"
+#include "atlas/sched/memory.hpp"
 #include "atlas/sched/mfu.hpp"
 #include "atlas/sched/profile.hpp"
 #include "atlas/sched/schedule.hpp"
@@ -208,6 +209,14 @@ JobResult train(const Config& cfg, const mpi::Comm& world, const JobOptions& opt
   const runtime::CostedRun costed = runtime::costed_run(comms.world, cfg, backend->describe());
   out.text(costed.note);
   const sched::ScheduleTable table = sched::build_schedule(costed.cfg, layout);
+  // The memory model atlas schedule and simulate check (which refuses a misfit): a run it says
+  // does not fit is told before it allocates (it met the allocator's failure, or the OOM killer,
+  // with no key named). A warning: the model is an estimate, and a run may still fit.
+  if (world.rank() == 0 && cfg.device.backend != Backend::Emulated) {
+    const sched::ScheduleMemory mem = sched::memory_per_gpu(costed.cfg, layout, table);
+    if (!mem.fits())
+      log::warn("{}", sched::memory_misfit(mem, table, costed.cfg, sched::device_profile(costed.cfg).name));
+  }
 
   // ---- pre-flight validation ----
   const auto hash = static_cast<unsigned long long>(table.structure_hash());

@@ -78,3 +78,9 @@ set_tests_properties(test_train_split_np_2 PROPERTIES FIXTURES_REQUIRED brown_co
 add_test(NAME test_run_sh_dispatch
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/launch/test_run_sh_dispatch.sh ${PROJECT_SOURCE_DIR} $<TARGET_FILE:atlas>)
 set_tests_properties(test_run_sh_dispatch PROPERTIES LABELS unit TIMEOUT 60)
+# A run the memory model says does not fit is told before it allocates (the allocator's failure
+# came with no key named): the schedule's misfit message, then the allocation error (exit 4).
+add_test(NAME cli_train_memory_misfit_warns
+  COMMAND bash -c "set -u; d=$(mktemp -d); trap 'rm -rf $d' EXIT; rc=0; out=$(timeout 120 $<TARGET_FILE:atlas> train inputs/default.deck cluster.dcs=a cluster.gpus_per_dc=1 parallel.stages_per_dc=1 parallel.dp_size=1 'model.layers_per_stage=\"\"' cluster.latency_ms=0 cluster.bandwidth_gbps=0 model.hidden=1048576 model.heads=1 model.vocab=16777216 run.out_dir=$d 2>&1) || rc=$?; echo \"$out (exit $rc)\"; [[ $rc == 4 ]] && grep -q 'WARNING: the atlas schedule needs [0-9.]* GiB per GPU (stage 0' <<<\"$out\" && grep -q 'ERROR: host backend: cannot allocate' <<<\"$out\""
+  WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(cli_train_memory_misfit_warns PROPERTIES LABELS unit TIMEOUT 120)
