@@ -4,6 +4,8 @@
 
 #include <mpi.h>
 
+#include <atomic>
+
 #include <fmt/format.h>
 
 #include "atlas/core/error.hpp"
@@ -12,12 +14,13 @@ namespace atlas::mpi {
 
 namespace {
 
+/// MPI_TAG_UB, or 0 when MPI cannot say yet (not initialised) or any more (finalised).
 int query_tag_ub() {
   int initialized = 0;
   int finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
-  if (!initialized || finalized) return tags::kStandardBound;
+  if (!initialized || finalized) return 0;
   void* value = nullptr;
   int flag = 0;
   if (MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &value, &flag) != MPI_SUCCESS || !flag || !value)
@@ -28,7 +31,13 @@ int query_tag_ub() {
 }  // namespace
 
 int tag_upper_bound() {
-  static const int ub = query_tag_ub();
+  // Kept once MPI has answered; an answer before MPI_Init (the standard's minimum) is not kept,
+  // or a job with more tags than 32767 would be refused for the rest of the process.
+  static std::atomic<int> known{0};
+  if (const int ub = known.load(); ub > 0) return ub;
+  const int ub = query_tag_ub();
+  if (ub == 0) return tags::kStandardBound;
+  known.store(ub);
   return ub;
 }
 

@@ -43,7 +43,11 @@ TEST(MpiTags, PipelineRangesAreDisjoint) {
   EXPECT_EQ(tags::eval(e - 1, m), tags::pipeline_max(m, e));
   EXPECT_EQ(tags::token(0, 0, 5), 1);
   EXPECT_EQ(tags::token(0, 3, 5) + 1, tags::token(1, 0, 5) - 1);
-  EXPECT_EQ(tags::token(2, 3, 5), tags::token_max(3, 5) - 1);
+  EXPECT_EQ(tags::token(2, 3, 5), tags::token_max(3, 5));  // the largest: last link, last position
+  static_assert(tags::token(2, 3, 5) == tags::token_max(3, 5));
+  // A table whose largest token is the bound fits (it was refused, one over).
+  EXPECT_NO_THROW(tags::check_tokens(3, 5, 8, 14));
+  EXPECT_THROW(tags::check_tokens(3, 5, 8, 13), ConfigError);
 }
 
 TEST(MpiTags, TypicalDecksFitTheStandardBound) {

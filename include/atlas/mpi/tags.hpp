@@ -50,9 +50,10 @@ inline constexpr int kBoundaryBase = 16;
 // ---- link-order tokens: runtime::Boundary's duplicate of dp_comm, used for nothing else ----
 /// Token of position `pos` (0 <= pos < stride - 1) in WAN link `link`'s order.
 [[nodiscard]] constexpr int token(int link, int pos, int stride) { return 1 + link * stride + pos; }
-/// The largest token tag of a table with `links` links whose longest order is stride - 1 long.
+/// The largest token tag of a table with `links` links whose longest order is stride - 1 long:
+/// token(links - 1, stride - 2, stride) (it said one more, so a table that fit exactly was refused).
 [[nodiscard]] constexpr std::int64_t token_max(int links, int stride) {
-  return std::int64_t{links} * std::int64_t{stride};
+  return std::int64_t{links} * std::int64_t{stride} - 1;
 }
 
 // ---- other communicators, each used by one purpose ----
