@@ -597,9 +597,14 @@ int local_ranks_from_env() {
   for (const char* var : {"ATLAS_HOST_RANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}) {
     const std::optional<std::string> value = env::get(var);
     if (!value) continue;
-    char* end = nullptr;
-    const long n = std::strtol(value->c_str(), &end, 10);
-    if (end != nullptr && *end == '\0' && n > 0) return static_cast<int>(n);
+    const std::optional<std::int64_t> n = units::parse_int(*value);
+    if (n && *n > 0 && *n <= 1'000'000) return static_cast<int>(*n);
+    // The user's variable is theirs to fix (garbage such as "4x" or 4294967297, which a cast made
+    // 1, fell through to the launcher's count silently); a launcher's is skipped.
+    if (std::string_view(var) == "ATLAS_HOST_RANKS")
+      throw ConfigError(fmt::format("ATLAS_HOST_RANKS = '{}' is not a rank count\n  hint: the number of ranks that "
+                                    "share this machine's cores, 1 to 1000000, or unset it",
+                                    *value));
   }
   return 1;
 }

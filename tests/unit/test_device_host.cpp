@@ -294,8 +294,17 @@ TEST(BackendFactory, HostRanksOverridesTheNodeLocalSize) {
   ::setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "1", 1);
   ::setenv("ATLAS_HOST_RANKS", std::to_string(hw).c_str(), 1);
   EXPECT_EQ(resolve_host_threads(0), 1);  // hw ranks on hw cores: one thread each, not hw
-  ::setenv("ATLAS_HOST_RANKS", "not-a-number", 1);
-  EXPECT_EQ(resolve_host_threads(0), hw);  // ignored: falls back to the local size (1)
+  // A value that is not a rank count is the user's to fix: it fell through to the local size (and
+  // 4294967297 was cast to 1) silently.
+  for (const char* bad : {"not-a-number", "4x", "0", "4294967297"}) {
+    ::setenv("ATLAS_HOST_RANKS", bad, 1);
+    try {
+      (void)resolve_host_threads(0);
+      ADD_FAILURE() << "ATLAS_HOST_RANKS = " << bad << " was accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr(std::string("ATLAS_HOST_RANKS = '") + bad + "' is not a rank count"));
+    }
+  }
   ::unsetenv("ATLAS_HOST_RANKS");
   if (saved_local) ::setenv("OMPI_COMM_WORLD_LOCAL_SIZE", local_value.c_str(), 1);
   else ::unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
