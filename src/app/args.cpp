@@ -121,6 +121,7 @@ Config load_offline_deck(const std::string& path, const std::vector<std::string>
   shape.world_size = -1;
   shape.cuda_built = cuda_built();
   Config cfg = deck::parse_and_validate(path, deck::read_text_file(path), overrides, shape);
+  for (const auto& w : deck::repeated_overrides(overrides)) std::fprintf(stderr, "WARNING: %s\n", w.c_str());
   deck::read_device_profiles(cfg);
   if (const std::string note = sched::offline_costing_note(cfg); !note.empty()) std::fputs(note.c_str(), stderr);
   return cfg;

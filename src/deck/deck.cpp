@@ -9,12 +9,16 @@
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <map>
 #include <sstream>
 
+#include <fmt/format.h>
+
+#include "atlas/core/log.hpp"
 #include "atlas/core/units.hpp"
 #include "atlas/deck/schema.hpp"
 
@@ -352,6 +356,29 @@ std::string read_text_file(const std::string& path, std::uint64_t max_bytes, con
   return text;
 }
 
+std::vector<std::string> repeated_overrides(const std::vector<std::string>& overrides) {
+  std::map<std::string, std::vector<std::string>> values;
+  std::vector<std::string> order;
+  for (const auto& o : overrides) {
+    const auto eq = o.find('=');
+    if (eq == std::string::npos || eq == 0) continue;  // parse_collect reports it
+    const std::string key = trim(o.substr(0, eq));
+    auto& v = values[key];
+    if (v.empty()) order.push_back(key);
+    v.push_back(trim(o.substr(eq + 1)));
+  }
+  std::vector<std::string> out;
+  for (const auto& key : order) {
+    const auto& v = values[key];
+    if (std::all_of(v.begin(), v.end(), [&](const std::string& x) { return x == v.front(); })) continue;
+    std::string list;
+    for (const auto& x : v) list += (list.empty() ? "'" : ", then '") + x + "'";
+    out.push_back(fmt::format("{} is set {} times on the command line ({}): the last, '{}', is used", key, v.size(),
+                              list, v.back()));
+  }
+  return out;
+}
+
 Config load(const mpi::Comm& comm, const std::string& path,
             const std::vector<std::string>& overrides, const JobShape& shape) {
   // Rank 0 reads and broadcasts: one file-system read per job, and every rank sees the same
@@ -368,6 +395,8 @@ Config load(const mpi::Comm& comm, const std::string& path,
   }
   comm.bcast_string(text, 0);
   Config cfg = parse_and_validate(path, text, overrides, shape);
+  if (comm.rank() == 0)
+    for (const auto& w : repeated_overrides(overrides)) log::warn("{}", w);
   read_device_profiles(comm, cfg);  // the cost model's device profiles travel with the deck
   return cfg;
 }

@@ -103,6 +103,15 @@ TEST(Deck, OverridesHoldNoQuoteAndAQuotedNumberListIsTheList) {
   EXPECT_THROW((void)parse("q", kMinimal, {"cluster.dcs=a\"b\" west"}), ConfigError);
 }
 
+TEST(Deck, AKeyOverriddenTwiceWithDifferentValuesIsWarnedOf) {
+  // The last wins (a script appends its own after the user's), but no longer silently.
+  const auto w = repeated_overrides({"train.micro_batches=2", "run.steps=5", "train.micro_batches = 8", "run.steps=5"});
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_EQ(w[0], "train.micro_batches is set 2 times on the command line ('2', then '8'): the last, '8', is used");
+  EXPECT_TRUE(repeated_overrides({"a.b=1", "c.d=2"}).empty());
+  EXPECT_EQ(parse("o", kMinimal, {"train.micro_batches=2", "train.micro_batches=8"}).train.micro_batches, 8);
+}
+
 TEST(Deck, OneDefinitionOfTheGlobalBatchAndTokensPerStep) {
   // dp x micro_batches x micro_batch_size sequences of seq_len tokens: the figure training's
   // tokens/s, the simulator, the planner and the benchmarks all divide by (bench sim left out

@@ -32,6 +32,10 @@ std::vector<std::string> validate(const Config& cfg, const JobShape& shape);
 /// atlas import refuse such a deck; schedule, simulate and plan model it).
 std::string runtime_block_mismatch(const Config& cfg);
 
+/// One warning per key the overrides set more than once with different values (the last wins, as
+/// a script that appends its own to the user's expects; a deck file may not set a key twice).
+std::vector<std::string> repeated_overrides(const std::vector<std::string>& overrides);
+
 /// parse + validate; throws ConfigError with all problems.
 Config parse_and_validate(const std::string& file_name, const std::string& text,
                           const std::vector<std::string>& overrides, const JobShape& shape);
