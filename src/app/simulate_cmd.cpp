@@ -288,12 +288,12 @@ int cmd_simulate(Context& ctx) {
   // ignored silently (--compare --json wrote nothing; --width 3, out of range, passed).
   if (args.flag("grid")) {
     only_options(args, "simulate --grid",
-                 {"grid", "models", "dcs", "latencies", "dps", "prefill-tokens", "planner", "out", "wan", "progress-after"});
+                 {"grid", "models", "dcs", "latencies", "dps", "prefill-tokens", "planner", "out", "wan", "quiet"});
     return run_grid(cfg, prof, args);
   }
 
   if (args.flag("compare")) {
-    only_options(args, "simulate --compare", {"compare", "prefill-tokens", "wan", "progress-after"});
+    only_options(args, "simulate --compare", {"compare", "prefill-tokens", "wan", "progress-after", "quiet"});
     plan::CompareOptions opt;
     opt.prefill_tokens = args.int_option("prefill-tokens", opt.prefill_tokens, 1, std::numeric_limits<int>::max());
     opt.planner = true;

@@ -127,7 +127,7 @@ void write_note(int sig) {
     json.add("null");
   }
   json.add("}\n");
-  fd = ::open(g_json_tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  fd = ::open(g_json_tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);  // never through a link
   if (fd >= 0) {
     write_all(fd, json);
     ::close(fd);

@@ -19,6 +19,13 @@ namespace atlas::deck {
 
 // ---- text helpers ----
 
+namespace {
+/// "4 4": a list quoted whole (not "1" "2", a list of quoted elements).
+bool whole_list_quoted(std::string_view text, const std::string& plain) {
+  return is_quoted(text) && plain.find('"') == std::string::npos;
+}
+}  // namespace
+
 bool is_quoted(std::string_view text) { return text.size() >= 2 && text.front() == '"' && text.back() == '"'; }
 
 std::string unquote(std::string_view text) {
@@ -735,14 +742,14 @@ std::optional<Value> KeySpec::convert(std::string_view text, std::string& why) c
       break;
     case ValueType::IntList:
       // A list quoted whole ("4 4", as a shell passes it) is the list inside the quotes.
-      for (const auto& e : split_list(is_quoted(text) ? std::string_view(plain) : text)) {
+      for (const auto& e : split_list(whole_list_quoted(text, plain) ? std::string_view(plain) : text)) {
         auto r = units::parse_int(e);
         if (!r || !int_in_range(*this, *r)) return std::nullopt;
         v.il.push_back(*r);
       }
       break;
     case ValueType::FloatList:
-      for (const auto& e : split_list(is_quoted(text) ? std::string_view(plain) : text)) {
+      for (const auto& e : split_list(whole_list_quoted(text, plain) ? std::string_view(plain) : text)) {
         auto r = units::parse_double(e);
         if (!r || !in_range(*this, *r)) return std::nullopt;
         v.fl.push_back(*r);

@@ -292,8 +292,7 @@ void DataLoader::restore(const DataPosition& pos) {
     problems.add(fmt::format("the saved data position was taken over other tokens: the {} split's token stream "
                              "had CRC32C {:#010x}, this run's ({}) has {:#010x}\n"
                              "  hint: the data files, their order or the tokenizer changed since the checkpoint; "
-                             "resume with the same data (the deck's data.* keys), or start a new run from these "
-                             "weights (a new run.name with run.resume_fallback = the checkpoint)",
+                             "resume with the same data (the deck's data.* keys and data.tokenizer)",
                              m_split == Split::Val ? "validation" : "training", *pos.stream_crc, m_origin,
                              stream_crc()));
   }

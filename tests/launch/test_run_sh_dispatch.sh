@@ -8,6 +8,7 @@
 #   check exits otherwise  -> exit 1 naming the check's message and ATLAS_EMULATE=0, nothing run
 #   ATLAS_EMULATE=0        -> loopback mpirun without asking the check
 # usage: test_run_sh_dispatch.sh SOURCE_DIR ATLAS_BIN
+set -uo pipefail
 # shellcheck source=tests/launch/lib.sh
 source "$(dirname "$0")/lib.sh"
 launch_setup test_run_sh_dispatch.sh runsh "$@"

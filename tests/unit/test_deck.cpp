@@ -100,6 +100,8 @@ TEST(Deck, OverridesHoldNoQuoteAndAQuotedNumberListIsTheList) {
   const Config c = parse("q", kMinimal, {"cluster.gpus_per_dc=\"4 4\"", "cluster.latency_ms=\"0 5 5 0\""});
   EXPECT_EQ(c.cluster.gpus_per_dc, (std::vector<int>{4, 4}));
   EXPECT_EQ(c.cluster.latency_ms, (std::vector<double>{0, 5, 5, 0}));
+  // Quoted element by element: still the elements.
+  EXPECT_EQ(parse("q", kMinimal, {"cluster.gpus_per_dc=\"4\" \"4\""}).cluster.gpus_per_dc, (std::vector<int>{4, 4}));
   EXPECT_THROW((void)parse("q", kMinimal, {"cluster.dcs=a\"b\" west"}), ConfigError);
 }
 

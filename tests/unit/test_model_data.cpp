@@ -294,7 +294,7 @@ TEST(DataLoader, RefusesAPositionTakenOverOtherTokensOfTheSameLength) {
   } catch (const ConfigError& e) {
     EXPECT_THAT(e.what(), ::testing::HasSubstr("taken over other tokens"));
     EXPECT_THAT(e.what(), ::testing::HasSubstr("changed"));  // this run's data, named
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("run.resume_fallback"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("resume with the same data (the deck's data.* keys and data.tokenizer)"));
   }
   // A position of a checkpoint from before the CRC was kept: its data is not checked.
   DataPosition old = pos;

@@ -198,21 +198,29 @@ void* CudaBackend::allocate(std::size_t bytes) {
 
 void CudaBackend::release(void* ptr, std::size_t bytes) noexcept {
   m_lt.invalidate(ptr, bytes, /*release=*/true);  // a later allocation may reuse the address
-  DeviceBytes::sub(bytes);
-  // cudaFree is not allowed while the stream records a graph (it would invalidate the recording,
-  // and this function cannot report it): freed when the recording ends.
+  // While the stream records a graph: the recorded work may name this Buffer, so the graph is
+  // refused (end_capture; a launch would write freed memory), and the cudaFree, which would break
+  // the recording without a word, waits for its end.
   if (m_capturing) {
-    m_deferred_frees.push_back(ptr);
-    return;
+    m_capture_violation = "a Buffer was released during the recording (the graph would name freed memory)";
+    try {
+      m_deferred_frees.emplace_back(ptr, bytes);
+      return;
+    } catch (...) {  // no room to defer it: freed now, which ends the recording as a failure too
+    }
   }
   // cudaFree waits for the device; an error here (a failed context) cannot be acted upon.
   (void)cudaFree(ptr);
+  DeviceBytes::sub(bytes);
 }
 
 std::size_t CudaBackend::peak_bytes() const { return DeviceBytes::peak(); }
 
 void CudaBackend::free_deferred() noexcept {
-  for (void* ptr : m_deferred_frees) (void)cudaFree(ptr);
+  for (const auto& [ptr, bytes] : m_deferred_frees) {
+    (void)cudaFree(ptr);
+    DeviceBytes::sub(bytes);
+  }
   m_deferred_frees.clear();
 }
 

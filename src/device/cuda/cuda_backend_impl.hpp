@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "atlas/device/backend.hpp"
@@ -252,7 +253,8 @@ class CudaBackend final : public Backend {
   TensorTable m_norm_table;
   DeviceArray<double> m_norm_partials;
   bool m_capturing = false;  // begin_capture ... end_capture
-  std::vector<void*> m_deferred_frees;  // Buffers released while recording (free_deferred)
+  std::vector<std::pair<void*, std::size_t>> m_deferred_frees;  // released while recording (free_deferred)
+  std::string m_capture_violation;  // why the recording cannot become a graph (release during it)
   std::uint64_t m_epoch = 0;  // + m_lt.epoch(): graph_epoch()
 };
 

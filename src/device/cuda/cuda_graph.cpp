@@ -46,6 +46,7 @@ void CudaBackend::begin_capture() {
   m_lt.forget_last_a();    // the first recorded GEMM converts its A itself
   // Thread-local mode: another thread's CUDA calls (the WAN sender, NCCL's proxy) are unaffected.
   ATLAS_CUDA_CHECK(cudaStreamBeginCapture(m_stream.get(), cudaStreamCaptureModeThreadLocal));
+  m_capture_violation.clear();
   m_capturing = true;
   m_lt.set_capturing(true);
 }
@@ -62,6 +63,7 @@ std::unique_ptr<Graph> CudaBackend::end_capture(std::string* why) {
   if (ended != cudaSuccess) fail = cuda_error("cudaStreamEndCapture", ended);
   else if (graph == nullptr) fail = "cudaStreamEndCapture gave no graph";
   else if (!m_lt.capture_violation().empty()) fail = m_lt.capture_violation();
+  else if (!m_capture_violation.empty()) fail = m_capture_violation;
   cudaGraphExec_t exec = nullptr;
   if (fail.empty()) {
     const cudaError_t made = cudaGraphInstantiateWithFlags(&exec, graph, 0);

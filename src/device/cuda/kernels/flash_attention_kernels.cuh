@@ -383,7 +383,8 @@ struct BwdLayout {
 /// One block per (key tile, head, sample): loops over the query tiles at or after the key tile
 /// (causal), recomputes P = exp(scale S - lse), accumulates dV += P^T dO and dK += dS^T Q in
 /// registers (written once at the end: deterministic) and adds dQ = dS K into dqkv with
-/// atomicAdd. dS = P (dP - delta) scale, dP = dO V^T.
+/// atomicAdd. dS = P (dP - delta), dP = dO V^T; the factor `scale` is applied to dQ and dK as
+/// they are written (the host's rounding point of dS at bf16).
 template <class E, int Dp, int kWarps>
 __global__ void __launch_bounds__(kWarps * kWarp)
     flash_backward_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
