@@ -54,24 +54,26 @@ rc=$?
 check "wan.transport = mpi: the job ended by itself (exit $rc, expected 3)" test "$rc" -eq 3
 check "naming a silent peer" grep -qE "ERROR: step 3: no (activation|gradient) of micro-batch 0 from rank [12]" "$T/mpiwan.out"
 check "no pending-request 'bug' lines from the sender thread" bash -c "! grep -q 'a missing wait' '$T/mpiwan.out'"
-# ---- one DC, one stage, dp 2: no pipeline neighbour to time out; the DP gradient sum must ----
-ATLAS_FAULT_HANG=1:3 timeout 120 mpirun -np 2 --mca btl self,vader,tcp --mca btl_tcp_if_include lo \
-  --mca oob_tcp_if_include lo "$ATLAS_BIN" train inputs/default.deck cluster.dcs=east cluster.gpus_per_dc=2 \
-  parallel.stages_per_dc=1 parallel.dp_size=2 'model.layers_per_stage=""' cluster.latency_ms=0 \
-  cluster.bandwidth_gbps=0 run.steps=6 ckpt.every_steps=0 train.eval_every_steps=0 run.out_dir="$T" \
-  wan.recv_timeout_s=3 run.name=dponly > "$T/dponly.out" 2>&1
+# One DC, one stage, 2 ranks, rank 1 silent from step STEP: run_one_dc NAME STEP KEY=VALUE... -> $T/NAME.out
+run_one_dc() {
+  local name=$1 at=$2
+  shift 2
+  ATLAS_FAULT_HANG=1:$at timeout 120 mpirun -np 2 --mca btl self,vader,tcp --mca btl_tcp_if_include lo \
+    --mca oob_tcp_if_include lo "$ATLAS_BIN" train inputs/default.deck cluster.dcs=east cluster.gpus_per_dc=2 \
+    parallel.stages_per_dc=1 'model.layers_per_stage=""' cluster.latency_ms=0 cluster.bandwidth_gbps=0 \
+    run.steps=6 ckpt.every_steps=0 train.eval_every_steps=0 run.out_dir="$T" wan.recv_timeout_s=3 \
+    run.name="$name" "$@" > "$T/$name.out" 2>&1
+}
+# ---- dp 2: no pipeline neighbour to time out; the DP gradient sum must ----
+run_one_dc dponly 3 parallel.dp_size=2
 rc=$?
 check "dp only: the job ended by itself (exit $rc, expected 3)" test "$rc" -eq 3
 check "the DP gradient sum names its timeout and the fix" grep -q \
   "ERROR: rank 0: the data-parallel gradient sum (bucket 1 of [0-9]*, over this stage's 2 replicas) did not complete within 3 s" \
   "$T/dponly.out"
-# ---- one DC, one stage, tp 2: a tensor-parallel sum the silent member never joins (it waited
-# for ever: MPI sums of the TP group had no bound) ----
-ATLAS_FAULT_HANG=1:2 timeout 120 mpirun -np 2 --mca btl self,vader,tcp --mca btl_tcp_if_include lo \
-  --mca oob_tcp_if_include lo "$ATLAS_BIN" train inputs/default.deck cluster.dcs=east cluster.gpus_per_dc=2 \
-  parallel.stages_per_dc=1 parallel.dp_size=1 parallel.tp_size=2 'model.layers_per_stage=""' cluster.latency_ms=0 \
-  cluster.bandwidth_gbps=0 run.steps=6 ckpt.every_steps=0 train.eval_every_steps=0 run.out_dir="$T" \
-  wan.recv_timeout_s=3 run.name=tponly > "$T/tponly.out" 2>&1
+# ---- tp 2: a tensor-parallel sum the silent member never joins (it waited for ever: MPI sums
+# of the TP group had no bound) ----
+run_one_dc tponly 2 parallel.dp_size=1 parallel.tp_size=2
 rc=$?
 check "tp only: the job ended by itself (exit $rc, expected 3)" test "$rc" -eq 3
 check "the TP sum names its group, its timeout and the key" grep -q \
