@@ -285,8 +285,9 @@ JobResult train(const Config& cfg, const mpi::Comm& world, const JobOptions& opt
   if (bubbletea) bubbletea->start();
   if (cfg.device.backend == Backend::Cuda) {  // MFU on a GPU (docs/gpu.md)
     const Precision precision = effective_precision(cfg.device);
-    out.mfu_basis(sched::model_flops_per_token(cfg.model), sched::peak_flops(sched::device_profile(costed.cfg), precision),
-                  world.size(), fmt::format("the {} profile's dense {} peak", to_string(costed.cfg.plan.gpu), to_string(precision)));
+    out.mfu_basis(sched::model_flops_per_token(cfg.model),
+                  sched::peak_flops(sched::device_profile(costed.cfg), precision), world.size(),
+                  fmt::format("the {} profile's dense {} peak", to_string(costed.cfg.plan.gpu), to_string(precision)));
   }
   out.columns();
   // A collective error raised inside the loop by some ranks only (the others wait for them in a

@@ -323,7 +323,8 @@ void build(Schema& schema) {
       .help("CPU runs: ranks that share one host's cores and, on the host profile, its memory (cost and memory "
             "model); 0 = a dedicated device per rank");
   b.field("cluster.cores_per_host", &C::cluster, &ClusterCfg::cores_per_host).def("0").min(0).max(1e6)
-      .help("cores of each shared host (cost model); 0 = the hardware threads of this machine (in a job, world rank 0's machine, for every rank)");
+      .help("cores of each shared host (cost model); 0 = the hardware threads of this machine (in a job, "
+            "world rank 0's machine, for every rank)");
   b.field("cluster.host_wake_us", &C::cluster, &ClusterCfg::host_wake_us).def("0").min(0).max(1e6)
       .help("CPU runs with more ranks than cores (cost model): per message, the delay from its "
             "arrival to its receiver running again; atlas bench fidelity measures it (0 = a core per rank)");

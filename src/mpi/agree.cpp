@@ -39,7 +39,8 @@ void agree(const Comm& comm, const std::string& what, const std::function<void()
   } catch (const std::exception& e) {
     encode('E', ExitCode::Internal, {fmt::format("rank {}: internal error: {}", comm.rank(), e.what())});
   } catch (...) {  // anything else must still reach the gather: the other ranks wait in it
-    encode('E', ExitCode::Internal, {fmt::format("rank {}: internal error: an exception of an unknown type", comm.rank())});
+    encode('E', ExitCode::Internal,
+           {fmt::format("rank {}: internal error: an exception of an unknown type", comm.rank())});
   }
   const std::vector<std::string> all = comm.allgather_strings(mine);
   std::vector<std::string> problems;

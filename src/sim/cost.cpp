@@ -34,7 +34,8 @@ MemoryEstimate stage_memory(const ModelCfg& m, int stage, int pp, int tp, int mi
     // flight through the LM head (sched::head_depth): all m under GPipe and under interleaved 1F1B
     // with m == pp (every forward first), one under 1F1B.
     const bool all = kind == ScheduleKind::GPipe || (virtual_stages > 1 && micro_batches == pp);
-    e.activation_bytes += (all ? micro_batches : 1) * 4.0 * m.seq_len * micro_batch_size * static_cast<double>(m.vocab) / tp;
+    const double logits = 4.0 * m.seq_len * micro_batch_size * static_cast<double>(m.vocab) / tp;
+    e.activation_bytes += (all ? micro_batches : 1) * logits;
   }
   return e;
 }
