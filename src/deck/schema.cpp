@@ -29,8 +29,7 @@ bool whole_list_quoted(std::string_view text, const std::string& plain) {
 bool is_quoted(std::string_view text) { return text.size() >= 2 && text.front() == '"' && text.back() == '"'; }
 
 std::string unquote(std::string_view text) {
-  if (text.size() >= 2 && text.front() == '"' && text.back() == '"')
-    return std::string(text.substr(1, text.size() - 2));
+  if (is_quoted(text)) return std::string(text.substr(1, text.size() - 2));
   return std::string(text);
 }
 

@@ -45,11 +45,7 @@ Buffer Backend::alloc(std::size_t bytes) {
   void* ptr = allocate(bytes);
   ATLAS_ASSERT(ptr != nullptr, "backend " << describe() << " returned null for " << bytes
                                           << " bytes");
-  // The high-water mark of the bytes held (a racing pair of allocations may both raise it).
-  const std::size_t live = m_live_bytes.fetch_add(bytes) + bytes;
-  std::size_t peak = m_peak_bytes.load();
-  while (live > peak && !m_peak_bytes.compare_exchange_weak(peak, live)) {
-  }
+  m_bytes.add(bytes);
   return Buffer(this, ptr, bytes);
 }
 

@@ -12,6 +12,7 @@
 #include <span>
 #include <string>
 
+#include "atlas/core/byte_meter.hpp"
 #include "atlas/deck/config.hpp"
 #include "atlas/device/buffer.hpp"
 
@@ -96,7 +97,7 @@ class Backend {
   /// The most bytes this backend's Buffers have held at once (its allocator's high-water mark,
   /// counted in alloc() and Buffer release; a device backend's cudaMalloc'd bytes, without the
   /// CUDA context or library workspaces).
-  [[nodiscard]] std::size_t buffer_peak_bytes() const noexcept { return m_peak_bytes.load(); }
+  [[nodiscard]] std::size_t buffer_peak_bytes() const noexcept { return m_bytes.peak(); }
   /// The peak memory of this rank's device so far, in bytes, for the run footer: the host backend
   /// the process's peak resident set (getrusage), which includes everything besides Buffers; the
   /// default (a device backend) buffer_peak_bytes().
@@ -316,9 +317,8 @@ class Backend {
  private:
   friend class Buffer;
   /// Buffer's release: the bytes no longer held (see buffer_peak_bytes).
-  void forget(std::size_t bytes) noexcept { m_live_bytes.fetch_sub(bytes); }
-  std::atomic<std::size_t> m_live_bytes{0};
-  std::atomic<std::size_t> m_peak_bytes{0};
+  void forget(std::size_t bytes) noexcept { m_bytes.sub(bytes); }
+  ByteMeter m_bytes;
 };
 
 /// Builds a backend of `cfg.backend` kind. Host: always available; threads from cfg.threads

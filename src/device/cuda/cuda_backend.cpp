@@ -114,7 +114,7 @@ std::string pci_bus_id_of(const Backend& backend) {
   return cuda != nullptr ? cuda->pci_bus_id() : std::string();
 }
 
-std::size_t device_bytes_held() { return DeviceBytes::held(); }
+std::size_t device_bytes_held() { return device_bytes().held(); }
 
 long epilogue_fallbacks_of(const Backend& backend) {
   const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
@@ -192,7 +192,7 @@ void* CudaBackend::allocate(std::size_t bytes) {
     (void)cudaFree(ptr);
     ATLAS_CUDA_CHECK(zero);
   }
-  DeviceBytes::add(bytes);
+  device_bytes().add(bytes);
   return ptr;
 }
 
@@ -211,15 +211,15 @@ void CudaBackend::release(void* ptr, std::size_t bytes) noexcept {
   }
   // cudaFree waits for the device; an error here (a failed context) cannot be acted upon.
   (void)cudaFree(ptr);
-  DeviceBytes::sub(bytes);
+  device_bytes().sub(bytes);
 }
 
-std::size_t CudaBackend::peak_bytes() const { return DeviceBytes::peak(); }
+std::size_t CudaBackend::peak_bytes() const { return device_bytes().peak(); }
 
 void CudaBackend::free_deferred() noexcept {
   for (const auto& [ptr, bytes] : m_deferred_frees) {
     (void)cudaFree(ptr);
-    DeviceBytes::sub(bytes);
+    device_bytes().sub(bytes);
   }
   m_deferred_frees.clear();
 }

@@ -43,7 +43,7 @@ struct DeviceProbe {
 /// same host name and bus id share one GPU.
 [[nodiscard]] std::string pci_bus_id_of(const Backend& backend);
 
-/// Device bytes this process's CUDA backends hold now (their Buffers and scratch: DeviceBytes);
+/// Device bytes this process's CUDA backends hold now (their Buffers and scratch: device_bytes());
 /// the footer's peak memory is the most of it at once (Backend::peak_bytes). For tests.
 [[nodiscard]] std::size_t device_bytes_held();
 

@@ -159,7 +159,7 @@ class CudaBackend final : public Backend {
   void release(void* ptr, std::size_t bytes) noexcept override;
 
  public:
-  /// Every byte of device memory this process's CUDA backend held at once (DeviceBytes): its
+  /// Every byte of device memory this process's CUDA backend held at once (device_bytes()): its
   /// Buffers and its scratch (weight and operand copies, workspaces), not only the Buffers.
   [[nodiscard]] std::size_t peak_bytes() const override;
 

@@ -4,10 +4,10 @@
 // after an earlier error must not hide that error). Internal to src/device/cuda/.
 #pragma once
 
-#include <atomic>
 #include <cstddef>
 #include <utility>
 
+#include "atlas/core/byte_meter.hpp"
 #include "cuda_check.hpp"
 
 namespace atlas::device::cuda {
@@ -16,28 +16,10 @@ namespace atlas::device::cuda {
 /// weight and operand copies, workspaces) and the most held at once: the footer's peak memory
 /// (CudaBackend::peak_bytes), comparable with PyTorch's torch.cuda.max_memory_allocated (neither
 /// counts the CUDA context nor the libraries' own allocations). Process-wide.
-class DeviceBytes {
- public:
-  static void add(std::size_t bytes) noexcept {
-    const std::size_t now = live().fetch_add(bytes) + bytes;
-    std::size_t peak = most().load();
-    while (now > peak && !most().compare_exchange_weak(peak, now)) {
-    }
-  }
-  static void sub(std::size_t bytes) noexcept { live().fetch_sub(bytes); }
-  [[nodiscard]] static std::size_t peak() noexcept { return most().load(); }
-  [[nodiscard]] static std::size_t held() noexcept { return live().load(); }
-
- private:
-  static std::atomic<std::size_t>& live() noexcept {
-    static std::atomic<std::size_t> bytes{0};
-    return bytes;
-  }
-  static std::atomic<std::size_t>& most() noexcept {
-    static std::atomic<std::size_t> bytes{0};
-    return bytes;
-  }
-};
+inline ByteMeter& device_bytes() noexcept {
+  static ByteMeter meter;
+  return meter;
+}
 
 /// A non-blocking stream (does not synchronise with the legacy default stream).
 class Stream {
@@ -134,13 +116,13 @@ class DeviceArray {
   explicit DeviceArray(std::size_t count) : m_count(count) {
     if (count > 0) {
       ATLAS_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&m_ptr), count * sizeof(T)));
-      DeviceBytes::add(count * sizeof(T));
+      device_bytes().add(count * sizeof(T));
     }
   }
   ~DeviceArray() {
     if (m_ptr != nullptr) {
       (void)cudaFree(m_ptr);
-      DeviceBytes::sub(m_count * sizeof(T));
+      device_bytes().sub(m_count * sizeof(T));
     }
   }
   DeviceArray(DeviceArray&& o) noexcept
