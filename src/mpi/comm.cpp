@@ -113,12 +113,38 @@ Request& Request::operator=(Request&& o) noexcept {
 }
 
 Request::~Request() {
-  if (m_req != MPI_REQUEST_NULL) {
-    // While an error unwinds the job, pending requests are expected (the error says why); only
-    // a request dropped on the normal path is a bug worth a line.
-    if (std::uncaught_exceptions() == 0) log::error("mpi::Request destroyed while still pending (a missing wait: a bug)");
-    MPI_Request_free(&m_req);
+  if (m_req == MPI_REQUEST_NULL) return;
+  // While an error unwinds the job, pending requests are expected (the error says why); only a
+  // request dropped on the normal path is a bug worth a line.
+  if (std::uncaught_exceptions() == 0) log::error("mpi::Request destroyed while still pending (a missing wait: a bug)");
+  cancel();
+}
+
+void Request::cancel() noexcept {
+  if (m_req == MPI_REQUEST_NULL) return;
+  // The buffer dies with the caller's frame, so MPI must be done with it before this returns. A
+  // freed request (MPI_Request_free) stays active: a receive would still match a late message and
+  // write it into freed memory (often a stack slot) while the job reports its error. Cancel it and
+  // wait a bounded moment for the cancel (or the completion) to land.
+  if (MPI_Cancel(&m_req) != MPI_SUCCESS) {
+    m_req = MPI_REQUEST_NULL;
+    return;
   }
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(kSettleMs);
+  int sleep_us = 10;
+  while (true) {
+    int done = 0;
+    if (MPI_Test(&m_req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || done != 0) break;
+    if (std::chrono::steady_clock::now() >= give_up) {
+      // A send whose receiver never posts (Open MPI cannot take a send back), or a receive already
+      // matched to a message that is not coming: left to MPI, the job is ending.
+      log::warn("an MPI request still pending {} ms after its cancel; left to MPI as the job ends", kSettleMs);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
+    sleep_us = std::min(sleep_us * 2, 1000);
+  }
+  m_req = MPI_REQUEST_NULL;
 }
 
 void Request::wait() {

@@ -274,11 +274,10 @@ BoundaryStats Boundary::end_step() {
 void Boundary::send_blocking(int stage, int tag, const void* data, std::size_t bytes) {
   if (m_layout.dc_of(stage, m_me.dp) == m_me.dc) {
     // Bounded like every wait on a peer in a step (a hung stage fails the job with its name, not
-    // holds it to the wall-clock limit); on a timeout the request is abandoned and the caller's
-    // buffer must stay (the job aborts).
+    // holds it to the wall-clock limit); on a timeout the request is cancelled (mpi::Request::cancel).
     mpi::Request r = m_comms.pp.isend(std::span<const std::byte>(static_cast<const std::byte*>(data), bytes), stage, tag);
     if (!r.wait_polling_for(m_timeout_s)) {
-      r.abandon();
+      r.cancel();
       ATLAS_THROW(Comm, "evaluation: the send to stage " << stage << " (same DC, tag " << tag << ") did not complete within "
                                                          << m_timeout_s << " s (wan.recv_timeout_s)\n  " << kPeerTimeoutHint);
     }
@@ -297,7 +296,7 @@ void Boundary::recv_blocking(int stage, int tag, void* data, std::size_t bytes) 
   if (m_layout.dc_of(stage, m_me.dp) == m_me.dc) {
     mpi::Request r = m_comms.pp.irecv(std::span<std::byte>(static_cast<std::byte*>(data), bytes), stage, tag);
     if (!r.wait_polling_for(m_timeout_s)) {
-      r.abandon();
+      r.cancel();
       ATLAS_THROW(Comm, "evaluation: nothing from stage " << stage << " (same DC, tag " << tag << ") within " << m_timeout_s
                                                           << " s (wan.recv_timeout_s)\n  " << kPeerTimeoutHint);
     }

@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <stdexcept>
 #include <cstdint>
 #include <string>
+#include <vector>
 #include <span>
 
 #include "atlas/core/error.hpp"
@@ -82,6 +84,57 @@ TEST(Communicators, BoundedWaitTimesOutThenCompletes) {
       world.send(std::span<const double>(&v, 1), 0, kTag);
     }
   }
+}
+
+// A receive dropped while an error unwinds is cancelled before its buffer (here a stack slot) is
+// gone: a message sent afterwards goes to the next receive, not into the dead frame. With the
+// request freed (MPI_Request_free), the stale receive took it and the next one never completed.
+TEST(Communicators, ReceiveDroppedWhileUnwindingIsCancelledNotLeftToWriteItsBuffer) {
+  const mpi::Comm world = mpi::Comm::world();
+  if (world.size() < 2) GTEST_SKIP() << "needs a peer";
+  constexpr int kTag = 4243;
+  if (world.rank() == 0) {
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      double stale = 0.0;
+      mpi::Request r = world.irecv(std::span<double>(&stale, 1), 1, kTag);
+      if (!r.wait_polling_for(0.05)) throw std::runtime_error("timed out");
+      FAIL() << "received before the peer sent";
+    } catch (const std::runtime_error&) {
+    }
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+              0.05 + mpi::Request::kSettleMs / 1000.0 + 2.0);
+    world.barrier();  // now rank 1 sends
+    double v = 0.0;
+    mpi::Request next = world.irecv(std::span<double>(&v, 1), 1, kTag);
+    EXPECT_TRUE(next.wait_polling_for(30.0)) << "the message went to the dropped receive";
+    EXPECT_EQ(v, 7.5);
+  } else {
+    world.barrier();
+    if (world.rank() == 1) {
+      const double v = 7.5;
+      world.send(std::span<const double>(&v, 1), 0, kTag);
+    }
+  }
+}
+
+// A send nobody receives, dropped while unwinding, costs a bounded moment, not a hang.
+TEST(Communicators, SendDroppedWhileUnwindingIsBounded) {
+  const mpi::Comm world = mpi::Comm::world();
+  if (world.size() < 2) GTEST_SKIP() << "needs a peer";
+  constexpr int kTag = 4244;
+  if (world.rank() == 1) {
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      const std::vector<double> big(1 << 20, 1.0);  // past the eager limit: waits for a receive
+      mpi::Request r = world.isend(std::span<const double>(big), 0, kTag);
+      if (!r.wait_polling_for(0.05)) throw std::runtime_error("timed out");
+    } catch (const std::runtime_error&) {
+    }
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+              0.05 + mpi::Request::kSettleMs / 1000.0 + 2.0);
+  }
+  world.barrier();
 }
 
 // Strings whose total passes an MPI count (a BubbleTea report of a million requests from every
