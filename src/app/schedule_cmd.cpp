@@ -30,6 +30,9 @@ int cmd_schedule(Context& ctx) {
   keep_heap_for_reuse();
   const Args args = parse_args(ctx.args, {"json", "width", "kind", "png"}, {"quiet"});
   const std::string path = deck_path(args, "schedule");
+  // Output paths first: a missing directory is found before the tables are printed, not after.
+  for (const char* file : {"json", "png"})
+    if (args.flag(file)) check_output_file("atlas schedule", std::string("--") + file, args.option(file));
   const Config cfg = load_offline_deck(path, args.overrides);
   const topo::Layout layout(cfg.parallel);
   // The cost model `atlas train` uses (the deck's device profile), so the tables shown are the

@@ -26,6 +26,10 @@ atlas_cli_test(cli_plan_second_deck "ERROR: atlas plan takes one deck .*'inputs/
 atlas_cli_test(cli_plan_deck_out_no_dir
                "ERROR: atlas plan: --deck-out /nonexistent-atlas-dir/x.deck: its directory /nonexistent-atlas-dir does not exist\n  hint: create it first"
                plan inputs/plan_70b_4dc.deck --deck-out /nonexistent-atlas-dir/x.deck)
+# atlas schedule checks --json and --png before it prints the tables (it printed them, then failed).
+add_test(NAME cli_schedule_json_no_dir WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
+  COMMAND bash -c "rc=0; out=$($<TARGET_FILE:atlas> schedule inputs/default.deck --json /nonexistent-atlas-dir/s.json 2>&1) || rc=$?; echo \"$out\"; [[ $rc == 2 ]] && grep -q 'ERROR: atlas schedule: --json /nonexistent-atlas-dir/s.json: its directory /nonexistent-atlas-dir does not exist' <<<\"$out\" && ! grep -q '^  1f1b' <<<\"$out\"")
+set_tests_properties(cli_schedule_json_no_dir PROPERTIES LABELS unit TIMEOUT 60)
 atlas_cli_test(cli_simulate_json_is_dir "ERROR: atlas simulate: --json inputs is a directory\n  hint: name a file"
                simulate inputs/default.deck --json inputs)
 atlas_cli_test(cli_simulate_json_under_a_file
