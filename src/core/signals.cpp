@@ -163,7 +163,84 @@ void copy_bounded(char* dst, std::size_t cap, const std::string& src, const char
   std::memcpy(dst, src.c_str(), src.size() + 1);
 }
 
+// ---- SIGBUS in a mapped file ----
+
+struct MappedSlot {
+  std::atomic<const char*> base{nullptr};  ///< null: a free slot; set last, cleared first
+  std::atomic<std::size_t> bytes{0};
+  std::atomic<const char*> text{nullptr};
+};
+std::array<MappedSlot, MappedFileWatch::kMaxMappedFiles> g_mapped{};
+struct sigaction g_old_bus {};
+std::atomic<bool> g_bus_installed{false};
+
+extern "C" void on_bus(int sig, siginfo_t* info, void* /*context*/) {
+  const int saved = errno;
+  const char* addr = static_cast<const char*>(info->si_addr);
+  // si_addr means something only for a fault (si_code > 0), not for a SIGBUS sent by kill.
+  for (auto& slot : g_mapped) {
+    if (info->si_code <= 0) break;
+    const char* base = slot.base.load(std::memory_order_acquire);
+    const char* text = slot.text.load(std::memory_order_relaxed);
+    if (base == nullptr || text == nullptr || addr < base || addr >= base + slot.bytes.load(std::memory_order_relaxed)) continue;
+    Text line;
+    line.add("ERROR: SIGBUS reading ");
+    line.add(text);
+    line.add(" at byte ");
+    line.add(static_cast<long>(addr - base));
+    line.add(": the file is shorter than when it was opened (truncated or rewritten in place while this run "
+             "reads it), or its file system failed\n  hint: write a new data set into another directory or by "
+             "rename (atlas tokenize replaces files by rename, which a running job survives); then resume with "
+             "run.resume=latest\n");
+    write_all(STDERR_FILENO, line);
+    break;
+  }
+  // The process dies of the signal as it would have: the previous disposition comes back; a fault
+  // is raised again by the same instruction once this returns, a SIGBUS sent by kill is re-raised.
+  (void)::sigaction(SIGBUS, &g_old_bus, nullptr);
+  errno = saved;
+  if (info->si_code <= 0) (void)::raise(sig);
+}
+
+void install_bus_handler() {
+  if (g_bus_installed.exchange(true)) return;
+  struct sigaction sa {};
+  sa.sa_sigaction = on_bus;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  if (::sigaction(SIGBUS, &sa, &g_old_bus) != 0) {
+    g_bus_installed.store(false);
+    ATLAS_THROW(Internal, "sigaction(SIGBUS) failed: " << std::strerror(errno));
+  }
+}
+
 }  // namespace
+
+MappedFileWatch::MappedFileWatch(const void* base, std::size_t bytes, const std::string& path, const std::string& what)
+    : m_text(what + " '" + path + "'") {
+  if (base == nullptr || bytes == 0) return;
+  install_bus_handler();
+  for (int i = 0; i < kMaxMappedFiles; ++i) {
+    MappedSlot& slot = g_mapped[static_cast<std::size_t>(i)];
+    const char* expected = nullptr;
+    // Claim a free slot with a placeholder address no mapping has, then fill it and publish.
+    static const char kClaimed = 0;
+    if (!slot.base.compare_exchange_strong(expected, &kClaimed, std::memory_order_acq_rel)) continue;
+    slot.text.store(m_text.c_str(), std::memory_order_relaxed);
+    slot.bytes.store(bytes, std::memory_order_relaxed);
+    slot.base.store(static_cast<const char*>(base), std::memory_order_release);
+    m_slot = i;
+    return;
+  }
+}
+
+MappedFileWatch::~MappedFileWatch() {
+  if (m_slot < 0) return;
+  MappedSlot& slot = g_mapped[static_cast<std::size_t>(m_slot)];
+  slot.base.store(nullptr, std::memory_order_release);
+  slot.bytes.store(0, std::memory_order_relaxed);  // a slot claimed next matches nothing until filled
+  slot.text.store(nullptr, std::memory_order_relaxed);
+}
 
 StopRequests::StopRequests() {
   ATLAS_ASSERT(!g_stop_installed.exchange(true), "a second signals::StopRequests scope");

@@ -30,6 +30,7 @@
 #include "atlas/core/check.hpp"
 #include "atlas/core/error.hpp"
 #include "atlas/core/file.hpp"
+#include "atlas/core/signals.hpp"
 #include "atlas/deck/schema.hpp"
 
 namespace atlas::model {
@@ -121,11 +122,14 @@ struct ShardSet::Mapping {
   const void* base = nullptr;
   std::size_t bytes = 0;
   std::span<const std::uint16_t> tokens;
+  /// Names the file in the SIGBUS a read raises if it shrinks under the mapping.
+  std::unique_ptr<signals::MappedFileWatch> watch;
 
   Mapping() = default;
   Mapping(const Mapping&) = delete;
   Mapping& operator=(const Mapping&) = delete;
   ~Mapping() {
+    watch.reset();
     if (base != nullptr) ::munmap(const_cast<void*>(base), bytes);
   }
 };
@@ -191,6 +195,7 @@ ShardSet ShardSet::open(const std::vector<std::string>& files, int vocab, std::s
     }
     m->base = base;
     m->bytes = static_cast<std::size_t>(size);
+    m->watch = std::make_unique<signals::MappedFileWatch>(base, m->bytes, path, "token shard");
     std::array<std::int32_t, 3> head{};
     std::memcpy(head.data(), base, sizeof(head));
     if (head[0] != ShardFormat::kMagic) {

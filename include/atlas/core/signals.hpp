@@ -9,8 +9,10 @@
 //     status "interrupted", the step and the newest checkpoint's step. Only async-signal-safe
 //     calls run in that handler (open, write, rename, close); everything it writes is prepared
 //     beforehand.
+//   - SIGBUS inside a mapped input file (MappedFileWatch) names the file before the process dies.
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 namespace atlas::signals {
@@ -53,5 +55,25 @@ class InterruptNotes {
 /// The step the loop is in and the newest checkpoint's step (-1: none), for the note. Cheap
 /// (two relaxed atomic stores); the loop calls it every step.
 void set_progress(int step, int checkpoint_step) noexcept;
+
+/// Names a memory-mapped input file in the SIGBUS that reading it raises when the file shrank
+/// under the mapping (truncated or rewritten in place while the run reads it) or its file system
+/// failed: while the object lives, a SIGBUS at an address in [base, base + bytes) first writes
+/// "ERROR: SIGBUS reading <what> '<path>' at byte N: ..." and a hint on stderr, then the process
+/// dies of the signal as it would have (a handler installed before, e.g. Open MPI's backtrace,
+/// still runs). Up to kMaxMappedFiles at once; more are watched unnamed (no line). Not copyable.
+class MappedFileWatch {
+ public:
+  static constexpr int kMaxMappedFiles = 4096;
+  /// `path` and `what` ("token shard") are copied.
+  MappedFileWatch(const void* base, std::size_t bytes, const std::string& path, const std::string& what);
+  ~MappedFileWatch();
+  MappedFileWatch(const MappedFileWatch&) = delete;
+  MappedFileWatch& operator=(const MappedFileWatch&) = delete;
+
+ private:
+  int m_slot = -1;
+  std::string m_text;  ///< "<what> '<path>'", read by the handler while the slot points at it
+};
 
 }  // namespace atlas::signals
