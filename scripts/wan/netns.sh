@@ -98,6 +98,7 @@ reap_orphans() {
   local dir owner
   for dir in "$STATE_ROOT"/*/; do
     [[ -f $dir/owner ]] || continue
+    [[ $(basename "$dir") =~ ^[a-z][a-z0-9]{0,9}$ ]] || continue  # not one of ours (check_name)
     owner=$(<"$dir/owner")
     [[ $owner =~ ^[0-9]+$ ]] || continue
     kill -0 "$owner" 2>/dev/null && continue
@@ -107,6 +108,11 @@ reap_orphans() {
 }
 
 # ---- up ----
+# An emulation's NAME: also a path under the state root, so "" or "../x" must never reach rm -rf.
+check_name() {
+  [[ ${#1} -le 10 && $1 =~ ^[a-z][a-z0-9]*$ ]] || die "NAME must be 1-10 lowercase letters/digits, not '$1'"
+}
+
 cmd_up() {
   local name="$1"; shift
   secure_state_root
@@ -120,7 +126,7 @@ cmd_up() {
       *) die "up: unknown option $1" ;;
     esac
   done
-  [[ ${#name} -le 10 && $name =~ ^[a-z][a-z0-9]*$ ]] || die "NAME must be 1-10 lowercase letters/digits"
+  check_name "$name"
   [[ $dcs =~ ^[0-9]+$ && $dcs -ge 2 && $dcs -le 200 ]] || die "--dcs needs 2..200"
   read -r -a L <<<"$lat"
   read -r -a B <<<"$bw"
@@ -279,7 +285,8 @@ cmd_up() {
 
 # ---- down (idempotent; also after a partial up) ----
 cmd_down() {
-  local name="$1"
+  local name="${1:-}"
+  check_name "$name"
   secure_state_root
   local state="$STATE_ROOT/$name"
   # The delayers run inside the namespaces: stopped with everything else there, below (never by

@@ -141,7 +141,12 @@ cleanup() {
   fi
   # What the emulation itself cost this machine (its delayers' CPU per Gbit delayed), then remove it.
   if [[ $EMULATION_UP -eq 1 ]]; then "$NETNS" cost "$NAME" >/dev/null || true; fi
-  "$NETNS" down "$NAME" 2>/dev/null || true  # also stops anything left inside the namespaces
+  # Also stops anything left inside the namespaces. A namespace it cannot delete is reported with
+  # its fix (netns.sh's message) and fails the script, whatever the job's status was.
+  if ! "$NETNS" down "$NAME"; then
+    echo "run_emulated.sh: ERROR: emulation $NAME was not fully removed (see the line above)" >&2
+    [[ $rc -ne 0 ]] || rc=1
+  fi
   if [[ -n $AUTOGROUP_WAS ]]; then echo "$AUTOGROUP_WAS" >"$AUTOGROUP_FILE" 2>/dev/null || true; fi
   [[ $rc -ne 130 && $rc -ne 143 ]] || echo "run_emulated.sh: interrupted; emulation $NAME removed" >&2
   exit "$rc"

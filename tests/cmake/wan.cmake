@@ -69,9 +69,20 @@ add_test(NAME test_netns_atlas_bin_file
   COMMAND bash -c "out=$(ATLAS_BIN=$<TARGET_FILE:atlas> scripts/wan/netns.sh check 2>&1); echo \"$out\"; if grep -qE 'needs root|is not installed' <<<\"$out\"; then exit 77; fi; ! grep -q 'not found in' <<<\"$out\""
   WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(test_netns_atlas_bin_file PROPERTIES LABELS unit TIMEOUT 30 SKIP_RETURN_CODE 77)
+# netns.sh down refuses a NAME up would refuse: "" removed the whole state root (every live
+# emulation's record) and "../x" a directory beside it.
+add_test(NAME test_netns_down_bad_name
+  COMMAND bash -c "d=$(mktemp -d); mkdir -m 700 $d/state $d/state/zzkeep $d/x; ok=1; for n in '' ../x; do out=$(ATLAS_WAN_STATE=$d/state scripts/wan/netns.sh down \"$n\" 2>&1) && ok=0; echo \"$out\"; grep -q \"NAME must be 1-10 lowercase letters/digits, not '$n'\" <<<\"$out\" || ok=0; done; [[ -d $d/state/zzkeep && -d $d/x ]] || ok=0; rm -rf $d; [[ $ok == 1 ]]"
+  WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(test_netns_down_bad_name PROPERTIES LABELS unit TIMEOUT 30)
 # The emulation's state directory must be the user's own: a symbolic link (or another user's
 # directory in a shared /tmp, whose files root would run) is refused before anything is set up.
 add_test(NAME test_netns_state_root_link
   COMMAND bash -c "d=$(mktemp -d); ln -s $d/elsewhere $d/state; mkdir $d/elsewhere $d/open; chmod 777 $d/open; out=$(ATLAS_WAN_STATE=$d/state scripts/wan/netns.sh up zzlink --dcs 2 --latency-ms '0 1 1 0' --bandwidth-gbps '0 1 1 0' 2>&1); rc=$?; out2=$(ATLAS_WAN_STATE=$d/open scripts/wan/netns.sh up zzlink --dcs 2 --latency-ms '0 1 1 0' --bandwidth-gbps '0 1 1 0' 2>&1); rc2=$?; echo \"$out\"; echo \"$out2\"; rm -rf $d; [[ $rc -eq 1 && $rc2 -eq 1 ]] && grep -q 'is a symbolic link: refusing it' <<<\"$out\" && grep -q 'is writable by other users: refusing it' <<<\"$out2\" && ! ip netns list 2>/dev/null | grep -q '^zzlink'"
   WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(test_netns_state_root_link PROPERTIES LABELS unit TIMEOUT 30)
+# scripts/wan/bench_wan.sh's loopback step with stand-ins (no root): --no-loopback skips it, no
+# filtered line is not an error, a failing bench stops the script with its status.
+add_test(NAME test_bench_wan_sh
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/launch/test_bench_wan_sh.sh ${PROJECT_SOURCE_DIR} $<TARGET_FILE:atlas>)
+set_tests_properties(test_bench_wan_sh PROPERTIES LABELS unit TIMEOUT 60)
