@@ -75,8 +75,10 @@ bool needs_mpi(int argc, char** argv) {
   // Started by a launcher (mpirun, srun): every rank joins MPI, whatever the command.
   if (mpi::Environment::launched()) return true;
   if (asks_usage(argc, argv)) return false;
+  // A help text needs no communicator either (atlas train --help started Open MPI's singleton).
   for (int i = 2; i < argc; ++i)
-    if (asks_deck_help(argv[i])) return false;
+    if (asks_deck_help(argv[i]) || std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0)
+      return false;
   for (const auto& c : kCommands)
     if (std::strcmp(argv[1], c.name) == 0) return !c.offline;
   return false;  // an unknown command: the usage text
@@ -122,7 +124,9 @@ int run_app(mpi::Environment& env, int argc, char** argv) {
     return static_cast<int>(e.code());
   } catch (const HelpRequested& h) {
     if (root) {
-      std::printf("usage: atlas %s %s [options]\n  %s\n", name.c_str(), cmd->operands, cmd->summary);
+      const bool has_options = std::string_view(cmd->operands).find("[options]") != std::string_view::npos;
+      std::printf("usage: atlas %s %s%s\n  %s\n", name.c_str(), cmd->operands, has_options ? "" : " [options]",
+                  cmd->summary);
       if (!h.value_options.empty() || !h.flags.empty()) std::printf("\noptions:\n");
       for (const auto& o : h.value_options) std::printf("  --%s VALUE\n", o.c_str());
       for (const auto& f : h.flags) std::printf("  --%s\n", f.c_str());

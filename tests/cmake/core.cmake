@@ -65,9 +65,9 @@ add_test(NAME cli_command_help
 set_tests_properties(cli_command_help PROPERTIES LABELS unit TIMEOUT 60)
 # The offline commands start without MPI (Open MPI's singleton start-up took ~0.5 s of each): with
 # MPI unable to start (a PML that does not exist), train fails while schedule, plan, simulate (and
-# its profile.h5), report, tokenize and the help texts work.
+# its profile.h5), report, tokenize and the help texts (each command's too) work.
 add_test(NAME cli_offline_without_mpi
-  COMMAND bash -c "set -u; b=$<TARGET_FILE:atlas>; export OMPI_MCA_pml=nosuch; d=$(mktemp -d); trap 'rm -rf $d' EXIT; rc=0; timeout 60 $b train inputs/default.deck run.steps=1 run.out_dir=$d >/dev/null 2>&1 || rc=$?; [[ $rc != 0 ]] || { echo 'train ran although MPI cannot start: the test proves nothing'; exit 1; }; $b schedule inputs/default.deck >/dev/null && $b plan inputs/plan_13b_deadline.deck >/dev/null && $b simulate inputs/default.deck --profile $d/sim.h5 >/dev/null && $b report $d/sim.h5 >/dev/null && $b tokenize README.md --out $d/tok >/dev/null && $b --help >/dev/null && $b schedule --help-deck >/dev/null || { echo 'an offline command needed MPI'; exit 1; }"
+  COMMAND bash -c "set -u; b=$<TARGET_FILE:atlas>; export OMPI_MCA_pml=nosuch; d=$(mktemp -d); trap 'rm -rf $d' EXIT; rc=0; timeout 60 $b train inputs/default.deck run.steps=1 run.out_dir=$d >/dev/null 2>&1 || rc=$?; [[ $rc != 0 ]] || { echo 'train ran although MPI cannot start: the test proves nothing'; exit 1; }; $b schedule inputs/default.deck >/dev/null && $b plan inputs/plan_13b_deadline.deck >/dev/null && $b simulate inputs/default.deck --profile $d/sim.h5 >/dev/null && $b report $d/sim.h5 >/dev/null && $b tokenize README.md --out $d/tok >/dev/null && $b --help >/dev/null && $b schedule --help-deck >/dev/null || { echo 'an offline command needed MPI'; exit 1; }; for c in train 'train inputs/default.deck' bench 'bench ablation' 'bench wan' profile export import; do timeout 60 $b $c --help >/dev/null && timeout 60 $b $c -h >/dev/null || { echo \"atlas $c --help needed MPI\"; exit 1; }; done"
   WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(cli_offline_without_mpi PROPERTIES LABELS unit TIMEOUT 120)
 # schedule, simulate and plan model a GPU deck (device.backend = cuda) on a build without CUDA
