@@ -15,6 +15,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,7 +26,10 @@
 #include "atlas/bench/chart.hpp"
 #include "atlas/core/check.hpp"
 #include "atlas/core/env.hpp"
+#include "atlas/core/file.hpp"
+#include "atlas/core/units.hpp"
 #include "atlas/deck/deck.hpp"
+#include "atlas/mpi/agree.hpp"
 #include "atlas/device/host_backend.hpp"
 #include "atlas/sim/simulator.hpp"
 
@@ -61,11 +66,16 @@ std::string repeat(int s, int n) {
 std::pair<int, int> parse_size(const bench::Args& args) {
   const std::string v = args.text("png-size");
   const auto x = v.find('x');
-  try {
-    if (x != std::string::npos) return {std::stoi(v.substr(0, x)), std::stoi(v.substr(x + 1))};
-  } catch (const std::exception&) {
+  std::optional<std::int64_t> w, h;
+  if (x != std::string::npos) {
+    w = units::parse_int(v.substr(0, x));
+    h = units::parse_int(v.substr(x + 1));
   }
-  args.fail("--png-size " + v + ": expected WIDTHxHEIGHT in pixels, e.g. 800x480");
+  if (!w || !h) args.fail("--png-size " + v + ": expected WIDTHxHEIGHT in pixels, e.g. 800x480");
+  constexpr int lo = bench::kMinChartPixels, hi = bench::kMaxChartPixels;
+  if (*w < lo || *h < lo || *w > hi || *h > hi)
+    args.fail(fmt::format("--png-size {}: each side must be {} to {} pixels", v, lo, hi));
+  return {static_cast<int>(*w), static_cast<int>(*h)};
 }
 
 }  // namespace
@@ -103,6 +113,13 @@ int bench_ablation(Context&, const bench::Args& args) {
   const std::string steps = "run.steps=" + std::to_string(args.integer("steps", 2, 1000000000));
   const std::string png = args.text("png");
   const auto [png_w, png_h] = parse_size(args);
+  // Before any row runs: a chart that cannot be written must not cost the rows' minutes.
+  // Rank 0 writes it, so rank 0's file system decides, for every rank.
+  if (!png.empty())
+    (void)mpi::agree_on_root(world, 0, [&] {
+      check_output_file("atlas bench ablation", "--png", png);
+      return std::string();
+    });
   const std::string wanted = ablation_rows(args);
   const Config base = load(world, args, kQuiet);
   const int ndc = base.cluster.dc_count();
@@ -171,6 +188,42 @@ int bench_ablation(Context&, const bench::Args& args) {
     ov.insert(ov.end(), row.overrides.begin(), row.overrides.end());
     cfgs.push_back(load(world, args, ov));
   }
+  const bench::Table table({{"row", "", 4, true},
+                        {"setup", "", 24, true},
+                        {"measured", "ms", 13},
+                        {"predicted", "ms", 14},
+                        {"ratio", "", 7},
+                        {"vs_a_meas", "x", 13},
+                        {"vs_a_pred", "x", 13},
+                        {"vs_prev_meas", "x", 16},
+                        {"vs_prev_pred", "x", 16},
+                        {"wan", "MB", 10},
+                        {"meas_bub", "%", 11},
+                        {"pred_bub", "%", 11},
+                        {"meas_util", "%", 12},
+                        {"pred_util", "%", 12}});
+  // The header now and each row as soon as it ran (a failure or a time limit later keeps the rows
+  // done so far on the screen).
+  const bool root = world.rank() == 0;
+  const int timed = args.integer("steps", 2, 1000000000) - 1;
+  if (root) {
+    fmt::print("# atlas bench ablation: {} on {} ranks in {} DCs, {} timed steps per row; every row the same model "
+               "and global batch ({} sequences/step) on the same ranks\n",
+               deck, world.size(), ndc, timed, base.sequences_per_step());
+    fmt::print("# measured = mean step of rank 0; predicted = sim::simulate_on, the row's own table and cost model "
+               "(atlas simulate's) on {}{}\n",
+               emulated_wan ? "the deck's WAN (emulated: ATLAS_WAN_EMULATED=1)"
+                            : "loopback between the DCs (no ATLAS_WAN_EMULATED: run under scripts/wan/run_emulated.sh "
+                              "for the deck's WAN)",
+               base.device.backend == Backend::Host ? ", host ranks sharing this machine's cores" : "");
+    fmt::print("# vs_a = (a)'s step / this row's (x faster than DP across DCs), vs_prev = the row before's / this "
+               "row's; wan_MB = bytes crossing DCs per step (the table's, the same each step); bubble = 1 - "
+               "(fwd + bwd + optimizer) / step (waits inside slots count), util = (fwd + bwd + prefill) / step, mean "
+               "over ranks (pred_util: forward + backward only, no prefill)\n");
+    for (const auto& r : rows) fmt::print("#   ({}) {}: {}\n", r.id, r.what, fmt::join(r.overrides, " "));
+    fmt::print("{}", table.head());
+    std::fflush(stdout);
+  }
   for (std::size_t i = 0; i < rows.size(); ++i) {
     Row& row = rows[i];
     const Config& cfg = cfgs[i];
@@ -200,57 +253,28 @@ int bench_ablation(Context&, const bench::Args& args) {
       row.wan_bytes = ndc * 2.0 * (dp - 1) / dp * grad * cfg.parallel.tp_size;
     }
     row.run = run_training_job(cfg, world, quiet);
+    if (!root) continue;
+    // vs_a needs row (a), vs_prev the row just before in the full order; "-" where it did not run.
+    const Row* a = rows.front().id == "a" ? &rows.front() : nullptr;
+    const Row* prev = i > 0 && rows[i - 1].id[0] + 1 == row.id[0] ? &rows[i - 1] : nullptr;
+    const auto ratio = [&](const Row* x, bool pred) {
+      if (x == nullptr) return std::string("-");
+      return pred ? fmt::format("{:.3f}", x->pred.step_ms / row.pred.step_ms)
+                  : fmt::format("{:.3f}", x->run.mean_step_s / row.run.mean_step_s);
+    };
+    const double meas = row.run.mean_step_s * 1e3, pred = row.pred.step_ms;
+    // The run's bubble counts BubbleTea's prefill as busy (JobResult::measured_bubble); the column
+    // is the training bubble, as pred_bub: prefill added back.
+    fmt::print("{}", table.row({row.id, row.what, fmt::format("{:.1f}", meas), fmt::format("{:.1f}", pred),
+                                fmt::format("{:.3f}", meas / pred), ratio(a, false), ratio(a, true),
+                                ratio(prev, false), ratio(prev, true), fmt::format("{:.2f}", row.wan_bytes / 1e6),
+                                fmt::format("{:.1f}", 100 * (row.run.measured_bubble + row.run.measured_prefill)),
+                                fmt::format("{:.1f}", 100 * row.pred.bubble_fraction),
+                                fmt::format("{:.1f}", 100 * row.run.measured_utilization),
+                                fmt::format("{:.1f}", 100 * row.pred.compute_utilization)}));
+    std::fflush(stdout);
   }
   if (world.rank() != 0) return 0;
-
-  fmt::print("# atlas bench ablation: {} on {} ranks in {} DCs, {} timed steps per row; every row the same model and "
-             "global batch ({} sequences/step) on the same ranks\n",
-             deck, world.size(), ndc, rows[0].run.steps_run - 1, base.sequences_per_step());
-  fmt::print("# measured = mean step of rank 0; predicted = sim::simulate_on, the row's own table and cost model "
-             "(atlas simulate's) on {}{}\n",
-             emulated_wan ? "the deck's WAN (emulated: ATLAS_WAN_EMULATED=1)"
-                          : "loopback between the DCs (no ATLAS_WAN_EMULATED: run under scripts/wan/run_emulated.sh "
-                            "for the deck's WAN)",
-             base.device.backend == Backend::Host ? ", host ranks sharing this machine's cores" : "");
-  fmt::print("# vs_a = (a)'s step / this row's (x faster than DP across DCs), vs_prev = the row before's / this "
-             "row's; wan_MB = bytes crossing DCs per step (the table's, the same each step); bubble = 1 - "
-             "(fwd + bwd + optimizer) / step (waits inside slots count), util = (fwd + bwd + prefill) / step, mean over ranks "
-             "(pred_util: forward + backward only, no prefill)\n");
-  for (const auto& r : rows) fmt::print("#   ({}) {}: {}\n", r.id, r.what, fmt::join(r.overrides, " "));
-  const bench::Table t({{"row", "", 4, true},
-                        {"setup", "", 24, true},
-                        {"measured", "ms", 13},
-                        {"predicted", "ms", 14},
-                        {"ratio", "", 7},
-                        {"vs_a_meas", "x", 13},
-                        {"vs_a_pred", "x", 13},
-                        {"vs_prev_meas", "x", 16},
-                        {"vs_prev_pred", "x", 16},
-                        {"wan", "MB", 10},
-                        {"meas_bub", "%", 11},
-                        {"pred_bub", "%", 11},
-                        {"meas_util", "%", 12},
-                        {"pred_util", "%", 12}});
-  fmt::print("{}", t.head());
-  // vs_a needs row (a), vs_prev the row just before in the full order; "-" where it did not run.
-  const Row* a = rows.front().id == "a" ? &rows.front() : nullptr;
-  const auto ratio = [](const Row* x, const Row& r, bool pred) {
-    if (x == nullptr) return std::string("-");
-    return pred ? fmt::format("{:.3f}", x->pred.step_ms / r.pred.step_ms)
-                : fmt::format("{:.3f}", x->run.mean_step_s / r.run.mean_step_s);
-  };
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    const auto& r = rows[i];
-    const Row* prev = i > 0 && rows[i - 1].id[0] + 1 == r.id[0] ? &rows[i - 1] : nullptr;
-    const double meas = r.run.mean_step_s * 1e3, pred = r.pred.step_ms;
-    fmt::print("{}", t.row({r.id, r.what, fmt::format("{:.1f}", meas), fmt::format("{:.1f}", pred),
-                            fmt::format("{:.3f}", meas / pred), ratio(a, r, false), ratio(a, r, true),
-                            ratio(prev, r, false), ratio(prev, r, true), fmt::format("{:.2f}", r.wan_bytes / 1e6),
-                            fmt::format("{:.1f}", 100 * r.run.measured_bubble),
-                            fmt::format("{:.1f}", 100 * r.pred.bubble_fraction),
-                            fmt::format("{:.1f}", 100 * r.run.measured_utilization),
-                            fmt::format("{:.1f}", 100 * r.pred.compute_utilization)}));
-  }
   if (!png.empty()) {
     bench::BarChart chart;
     chart.title = fmt::format("atlas bench ablation: {} ({} ranks, {} DCs)", deck, world.size(), ndc);

@@ -136,7 +136,7 @@ std::string short_number(double v) {
   return buf;
 }
 
-void write_png(const std::string& path, const Canvas& canvas, int w, int h) {
+void write_png_file(const std::string& path, const Canvas& canvas, int w, int h) {
   std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "wb"), &std::fclose);
   if (!file) ATLAS_THROW(Io, "cannot write the chart '" << path << "': " << std::strerror(errno));
   png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
@@ -157,15 +157,32 @@ void write_png(const std::string& path, const Canvas& canvas, int w, int h) {
   png_write_end(png, nullptr);
   png_destroy_write_struct(&png, &info);
   if (std::fflush(file.get()) != 0) ATLAS_THROW(Io, "cannot write the chart '" << path << "': " << std::strerror(errno));
+  if (std::fclose(file.release()) != 0) ATLAS_THROW(Io, "cannot write the chart '" << path << "': " << std::strerror(errno));
+}
+
+/// The chart beside `path`, renamed over it once whole: a failed write leaves the old one.
+void write_png(const std::string& path, const Canvas& canvas, int w, int h) {
+  const std::string tmp = path + ".tmp";
+  try {
+    write_png_file(tmp, canvas, w, h);
+  } catch (...) {
+    std::remove(tmp.c_str());
+    throw;
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    std::remove(tmp.c_str());
+    ATLAS_THROW(Io, "cannot write the chart '" << path << "': rename from " << tmp << ": " << std::strerror(err));
+  }
 }
 
 }  // namespace
 
 void write_bar_chart_png(const std::string& path, const BarChart& chart) {
   const int w = chart.width, h = chart.height;
-  if (w < 200 || h < 200 || w > 8000 || h > 8000)
-    throw ConfigError("bar chart '" + path + "': size " + std::to_string(w) + "x" + std::to_string(h) +
-                      " outside [200, 8000] pixels");
+  if (w < kMinChartPixels || h < kMinChartPixels || w > kMaxChartPixels || h > kMaxChartPixels)
+    throw ConfigError("bar chart '" + path + "': size " + std::to_string(w) + "x" + std::to_string(h) + " outside [" +
+                      std::to_string(kMinChartPixels) + ", " + std::to_string(kMaxChartPixels) + "] pixels");
   const std::size_t ns = chart.series.size();
   for (const auto& g : chart.groups)
     if (g.values.size() != ns)

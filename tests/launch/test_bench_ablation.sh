@@ -3,7 +3,8 @@
 # atlas bench ablation end to end on loopback (no namespaces): a 2-DC deck at 4 ranks prints the
 # five rows (a)-(e) with every column, the footer, and a valid PNG of the stated size; a 1-DC deck
 # and a deck whose DCs hold different stage counts are clear config errors (exit 2) on every rank, as is
-# --rows naming a row that does not exist.
+# --rows naming a row that does not exist, and a chart size or path that cannot be written (before
+# any row runs).
 # usage: test_bench_ablation.sh SOURCE_DIR ATLAS_BIN
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -53,4 +54,14 @@ timeout 60 "${MPI[@]}" "$ATLAS_BIN" bench ablation "$DECK" --rows a,x run.out_di
 echo $? > "$T/rows.rc"
 check "--rows with a bad letter exits 2 (exit $(cat "$T/rows.rc"))" test "$(cat "$T/rows.rc")" -eq 2
 check "--rows names the bad letter and the rows" grep -q "\-\-rows a,x: 'x' is not a row; the rows are a, b, c, d, e" "$T/rows.out"
+# A chart that cannot be made is refused before any row runs (it failed after all five).
+timeout 60 "${MPI[@]}" "$ATLAS_BIN" bench ablation "$DECK" --png-size 100x100 run.out_dir="$T/runs" > "$T/size.out" 2>&1
+echo $? > "$T/size.rc"
+check "--png-size 100x100 exits 2 (exit $(cat "$T/size.rc"))" test "$(cat "$T/size.rc")" -eq 2
+check "--png-size names the range" grep -q "\-\-png-size 100x100: each side must be 200 to 8000 pixels" "$T/size.out"
+check "--png-size: no row ran" bash -c "! grep -q '^# row ' '$T/size.out'"
+timeout 60 "${MPI[@]}" "$ATLAS_BIN" bench ablation "$DECK" --png "$T/no/such/dir/c.png" run.out_dir="$T/runs" > "$T/png.out" 2>&1
+check "--png in a missing directory is refused first" \
+  grep -q "ERROR: atlas bench ablation: --png $T/no/such/dir/c.png: its directory $T/no/such/dir does not exist" "$T/png.out"
+check "--png: no row ran" bash -c "! grep -q '^# row ' '$T/png.out'"
 launch_finish

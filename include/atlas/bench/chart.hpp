@@ -15,6 +15,10 @@ struct BarGroup {
   std::vector<double> values;  ///< one per BarChart::series; negative or NaN = no bar
 };
 
+/// A chart's sides, in pixels, are within these.
+inline constexpr int kMinChartPixels = 200;
+inline constexpr int kMaxChartPixels = 8000;
+
 struct BarChart {
   std::string title;
   std::string y_label;               ///< e.g. "step [ms]"
@@ -26,8 +30,10 @@ struct BarChart {
 
 /// Writes `chart` to `path` as an 8-bit RGB PNG of chart.width x chart.height pixels: a y axis from
 /// 0 to a round maximum with ticks and values, one group of bars per BarGroup (its label below, its
-/// values above each bar), the title and a legend. Throws Error (I/O) when the file cannot be
-/// written; ConfigError when the size is outside [200, 8000] or a group has the wrong value count.
+/// values above each bar), the title and a legend. The file is written beside `path` and renamed
+/// over it once complete (a failed write leaves the old chart). Throws Error (I/O) when the file
+/// cannot be written; ConfigError when a side is outside [kMinChartPixels, kMaxChartPixels] or a
+/// group has the wrong value count.
 void write_bar_chart_png(const std::string& path, const BarChart& chart);
 
 }  // namespace atlas::bench
