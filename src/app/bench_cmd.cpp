@@ -21,6 +21,7 @@
 #include "atlas/bench/harness.hpp"
 #include "atlas/core/check.hpp"
 #include "atlas/core/env.hpp"
+#include "atlas/core/paths.hpp"
 #include "atlas/deck/deck.hpp"
 #include "atlas/device/host_backend.hpp"
 #include "atlas/bubbletea/bench.hpp"
@@ -97,12 +98,16 @@ int bench_step(Context&, const bench::Args& args) {
   quiet.quiet = true;
   JobResult r1;
   if (world.rank() == 0) r1 = run_training_job(one, mpi::Comm::self(), quiet);
-  world.barrier();
+  // The others wait asleep (MPI_Barrier busy-polls): their spinning took cores from the 1-rank
+  // baseline on a shared host and inflated the speedup.
+  MPI_Request raw = MPI_REQUEST_NULL;
+  ATLAS_MPI_CHECK(MPI_Ibarrier(world.get(), &raw));
+  mpi::Request(raw).wait_polling(1000);
   const JobResult rn = run_training_job(full, world, quiet);
   if (world.rank() == 0) {
     fmt::print("# atlas bench step: the same model and global batch ({} tokens/step), {} timed steps\n",
                static_cast<long long>(full.tokens_per_step()),
-               rn.steps_run - 1);
+               rn.timed_steps);
     const bench::Table t({{"ranks", "", 6}, {"step", "ms", 12}, {"tokens", "1/s", 12}, {"loss", "", 10}});
     fmt::print("{}", t.head());
     for (const auto& [ranks, r] : {std::pair<int, const JobResult&>{1, r1}, {world.size(), rn}})
@@ -135,7 +140,7 @@ int bench_schedules(Context&, const bench::Args& args) {
   if (world.rank() != 0) return 0;
   fmt::print("# atlas bench schedules: {} ranks, {} timed steps each; measured = mean step of rank 0, bubble = 1 - "
              "mean over ranks of compute/wall\n",
-             world.size(), rows[0].r.steps_run - 1);
+             world.size(), rows[0].r.timed_steps);
   const bench::Table t({{"kind", "", 6, true},
                         {"measured", "ms", 12},
                         {"predicted", "ms", 13},
@@ -270,8 +275,15 @@ int bench_fidelity(Context&, const bench::Args& args) {
                       ": the in-situ warm-up run needs at least 2 steps (its first is not measured)");
   std::vector<std::string> decks = args.positional;
   if (decks.empty()) {
-    for (const auto& e : std::filesystem::directory_iterator("inputs"))
+    // The example decks: ./inputs, else the ones atlas ships (core::find_data_file), from any directory.
+    const auto inputs = core::find_data_file("inputs");
+    if (!inputs || !std::filesystem::is_directory(*inputs))
+      throw ConfigError("atlas bench fidelity: no DECK given and no example decks found (inputs/ here or beside the "
+                        "atlas binary)\n  hint: name the decks: atlas bench fidelity DECK...");
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(*inputs, ec))
       if (e.path().extension() == ".deck") decks.push_back(e.path().string());
+    if (ec) throw ConfigError("atlas bench fidelity: cannot list " + inputs->string() + ": " + ec.message());
     std::sort(decks.begin(), decks.end());
   }
   JobOptions quiet;
@@ -414,7 +426,7 @@ int bench_fidelity(Context&, const bench::Args& args) {
   if (world.rank() == 0) {
     fmt::print("# atlas bench fidelity: each deck that fits {} ranks, run for real ({} timed steps) and simulated "
                "(sim::simulate_on: the deck's own table with this machine's costs)\n",
-               world.size(), args.integer("steps", 1, 1000000000) - 1);
+               world.size(), std::max(1, args.integer("steps", 1, 1000000000) - 1));
     fmt::print("# predicted for this machine: on the host backend the {} ranks share {} hardware threads (processor "
                "sharing) and compute comes from the host profile, not from the deck's schedule.fwd_ms_per_layer; "
                "the table is the deck's own (the runtime's)\n",

@@ -370,6 +370,7 @@ JobResult train(const Config& cfg, const mpi::Comm& world, const JobOptions& opt
   result.dp_buckets_early =
       all_buckets > 0 ? static_cast<double>(comms.world.allreduce(buckets_early, MPI_SUM)) / static_cast<double>(all_buckets) : 0.0;
   result.mean_step_s = timed > 0 ? timed_time.wall / timed : 0.0;
+  result.timed_steps = timed;
   comms.world.bcast(std::span<double>(&result.mean_step_s, 1), 0);
   result.tokens_per_s = result.mean_step_s > 0 ? static_cast<double>(trainer.tokens_per_step()) / result.mean_step_s : 0.0;
   return result;

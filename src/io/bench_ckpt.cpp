@@ -15,6 +15,7 @@
 #include <filesystem>
 
 #include "atlas/core/check.hpp"
+#include "atlas/core/stats.hpp"
 #include "atlas/core/units.hpp"
 #include "atlas/deck/deck.hpp"
 #include "atlas/io/checkpoint.hpp"
@@ -92,12 +93,6 @@ double posix_write(const std::string& path, std::uint64_t bytes) {
   }
   ::close(fd);
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n == 0 ? 0.0 : n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "atlas/core/error.hpp"
+#include "atlas/core/stats.hpp"
 #include "atlas/core/units.hpp"
 #include "atlas/deck/deck.hpp"
 #include "atlas/deck/profiles.hpp"
@@ -45,11 +46,6 @@ plan.gpu = h100
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 }  // namespace

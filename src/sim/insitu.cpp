@@ -8,17 +8,12 @@
 #include <unordered_map>
 
 #include "atlas/core/check.hpp"
+#include "atlas/core/stats.hpp"
 
 namespace atlas::sim {
 namespace {
 
 bool computes(sched::SlotKind k) { return sched::is_compute(k) || k == sched::SlotKind::Prefill; }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /// A host's compute slots, sorted by start, and the longest of them: the slots that overlap
 /// [a, b] start in [a - longest, b), a window found by binary search (a scan of every slot of

@@ -5,12 +5,15 @@
 #include "atlas/wan/bench.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <spawn.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
+#include <cerrno>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -301,21 +304,46 @@ pid_t spawn(const std::vector<std::string>& argv, int stdout_fd) {
   return rc == 0 ? pid : -1;
 }
 
-/// Runs the iperf3 client; returns received bits/s from its JSON report (0 on failure).
+/// Runs the iperf3 client; returns received bits/s from its JSON report (0 on failure). Bounded:
+/// a client still running kIperfMarginS after its test should have ended (a link that drops every
+/// packet, a server that never answers) is killed and counts as a failure.
+constexpr double kIperfMarginS = 15.0;
 double iperf_client(const std::string& host, int port, int flows, double seconds, double warmup) {
   int pipefd[2];
   if (pipe(pipefd) != 0) return 0;
-  const pid_t pid = spawn({"iperf3", "-c", host, "-p", std::to_string(port), "-P", std::to_string(flows),
-                           "-t", fmt::format("{}", std::max(1, static_cast<int>(seconds + 0.5))), "-O",
-                           fmt::format("{}", std::max(0, static_cast<int>(warmup + 0.5))), "-J"},
+  const int t = std::max(1, static_cast<int>(seconds + 0.5)), o = std::max(0, static_cast<int>(warmup + 0.5));
+  const pid_t pid = spawn({"iperf3", "-c", host, "-p", std::to_string(port), "-P", std::to_string(flows), "-t",
+                           std::to_string(t), "-O", std::to_string(o), "-J"},
                           pipefd[1]);
   close(pipefd[1]);
   std::string out;
   char buf[4096];
-  for (ssize_t n; (n = read(pipefd[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(n));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(t + o + kIperfMarginS);
+  bool late = false;
+  while (true) {
+    const double left = std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
+    if (left <= 0) {
+      late = true;
+      break;
+    }
+    pollfd p{pipefd[0], POLLIN, 0};
+    const int ready = poll(&p, 1, static_cast<int>(std::min(left, 1.0) * 1000) + 1);
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) continue;
+    const ssize_t n = read(pipefd[0], buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
   close(pipefd[0]);
+  if (late && pid > 0) {
+    kill(pid, SIGKILL);
+    log::warn("bench wan: iperf3 -c {} did not finish within {:.0f} s of its {} s test: killed, counted as failed",
+              host, kIperfMarginS, t + o);
+  }
   int status = 0;
   if (pid > 0) waitpid(pid, &status, 0);
+  if (late) return 0;
   const auto at = out.find("\"sum_received\"");
   if (at == std::string::npos) return 0;
   const auto b = out.find("\"bits_per_second\":", at);
@@ -546,9 +574,12 @@ int run_wan_bench(mpi::Environment& env, const atlas::bench::Args& args) {
           int status = 0;
           const auto deadline = Clock::now() + std::chrono::seconds(5);
           while (waitpid(server, &status, WNOHANG) == 0) {
-            if (Clock::now() > deadline) {
+            if (Clock::now() > deadline) {  // TERM, then KILL: never an unbounded wait on it
               kill(server, SIGTERM);
-              waitpid(server, &status, 0);
+              const auto hard = Clock::now() + std::chrono::seconds(2);
+              while (waitpid(server, &status, WNOHANG) == 0 && Clock::now() < hard)
+                std::this_thread::sleep_for(std::chrono::milliseconds(20));
+              if (kill(server, SIGKILL) == 0) waitpid(server, &status, 0);
               break;
             }
             std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -20,6 +20,7 @@ atlas_unit_test(test_schedule_depth ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_schedu
 # on every example deck, B + W = the backward, W filling WAN waits, memory held until W.
 atlas_unit_test(test_schedule_split ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_schedule_split.cpp)
 atlas_mpi_test(test_communicators SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/mpi/test_communicators.cpp NP 1 2 4 8)
+atlas_unit_test(test_core_stats ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_core_stats.cpp)
 atlas_unit_test(test_mpi_tags ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_mpi_tags.cpp)
 atlas_mpi_test(test_agree SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/mpi/test_agree.cpp NP 1 2 3)
 # Deck fuzzer: 1,200 seeded mutants of the decks in inputs/ through what atlas schedule runs (a

@@ -219,3 +219,15 @@ atlas_cli_test(cli_export_no_overrides "ERROR: atlas export takes no key=value o
                export missing.h5 --format hf --out ${CMAKE_BINARY_DIR}/never_export model.layers=2)
 atlas_cli_test(cli_bench_one_deck "ERROR: atlas bench step: unknown argument 'inputs/gpt2_bpe.deck' \\(one DECK at most\\)"
                bench step inputs/default.deck inputs/gpt2_bpe.deck)
+# bench fidelity without decks from outside a source or install tree (a copy of the binary with no
+# share/atlas beside it): a config error naming the fix, not "internal error: filesystem error".
+add_test(NAME cli_bench_fidelity_no_inputs
+  COMMAND bash -c "d=$(mktemp -d); trap 'rm -rf $d' EXIT; mkdir $d/bin; cp $<TARGET_FILE:atlas> $d/bin/; cd $d; rc=0; out=$(OMPI_MCA_rmaps_base_oversubscribe=1 $d/bin/atlas bench fidelity 2>&1) || rc=$?; echo \"$out\"; [[ $rc == 2 ]] && grep -q 'ERROR: atlas bench fidelity: no DECK given and no example decks found (inputs/ here or beside the atlas binary)' <<<\"$out\" && grep -q 'hint: name the decks' <<<\"$out\"")
+set_tests_properties(cli_bench_fidelity_no_inputs PROPERTIES LABELS unit TIMEOUT 60
+  ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+# bench step --steps 1 times its only step and says 1 timed step (it said 0).
+add_test(NAME cli_bench_step_one_step
+  COMMAND bash -c "out=$($<TARGET_FILE:atlas> bench step inputs/default.deck --steps 1 'parallel.stages_per_dc=1 0' parallel.dp_size=1 'cluster.gpus_per_dc=1 0' model.layers=2 model.hidden=64 2>&1) || exit 1; echo \"$out\"; grep -q '^# atlas bench step: the same model and global batch (.* tokens/step), 1 timed steps' <<<\"$out\""
+  WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(cli_bench_step_one_step PROPERTIES LABELS unit TIMEOUT 120 FIXTURES_REQUIRED brown_corpus
+  ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")

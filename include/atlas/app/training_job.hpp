@@ -40,6 +40,7 @@ struct JobResult {
   double dp_buckets_early = 0.0;    ///< fraction of DP buckets started during the last backward
   std::int64_t prefill_tokens = 0;  ///< whole job
   int steps_run = 0;
+  int timed_steps = 0;              ///< the steps mean_step_s averages (all but the first, or the only one)
   int stopped_at_step = -1;         ///< the steps done when a stop request (SIGUSR1) ended the run; -1: it ran to the end
   /// World rank 0: every rank's executed slots (profile.enabled), as in profile.h5.
   std::vector<runtime::SlotEvent> events;
