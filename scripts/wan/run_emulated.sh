@@ -29,7 +29,9 @@
 # a few steps 60-100 ms late, fidelity ratios 1.14-1.19). The emulated DCs share this machine's
 # cores, so the script turns autogrouping off for the run and restores it at exit (unless
 # ATLAS_WAN_AUTOGROUP=keep); two emulations at once: the first to end restores it.
-# Exit status: the job's; 77 when this machine cannot emulate (reason printed); 1 on setup errors.
+# Exit status: the job's; 77 when this machine cannot emulate (reason printed); 1 on setup errors,
+# and 1 after a job that succeeded when the emulation could not be fully removed (netns.sh down's
+# message names what is left and the fix).
 set -Eeuo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -143,12 +145,20 @@ cleanup() {
   if [[ $EMULATION_UP -eq 1 ]]; then "$NETNS" cost "$NAME" >/dev/null || true; fi
   # Also stops anything left inside the namespaces. A namespace it cannot delete is reported with
   # its fix (netns.sh's message) and fails the script, whatever the job's status was.
+  local removed=1
   if ! "$NETNS" down "$NAME"; then
     echo "run_emulated.sh: ERROR: emulation $NAME was not fully removed (see the line above)" >&2
+    removed=0
     [[ $rc -ne 0 ]] || rc=1
   fi
   if [[ -n $AUTOGROUP_WAS ]]; then echo "$AUTOGROUP_WAS" >"$AUTOGROUP_FILE" 2>/dev/null || true; fi
-  [[ $rc -ne 130 && $rc -ne 143 ]] || echo "run_emulated.sh: interrupted; emulation $NAME removed" >&2
+  if [[ $rc -eq 130 || $rc -eq 143 ]]; then
+    if [[ $removed -eq 1 ]]; then
+      echo "run_emulated.sh: interrupted; emulation $NAME removed" >&2
+    else
+      echo "run_emulated.sh: interrupted" >&2
+    fi
+  fi
   exit "$rc"
 }
 trap cleanup EXIT

@@ -5,6 +5,7 @@
 #include "atlas/bench/chart.hpp"
 
 #include <png.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <array>
@@ -160,8 +161,15 @@ void write_png_file(const std::string& path, const Canvas& canvas, int w, int h)
   if (std::fclose(file.release()) != 0) ATLAS_THROW(Io, "cannot write the chart '" << path << "': " << std::strerror(errno));
 }
 
-/// The chart beside `path`, renamed over it once whole: a failed write leaves the old one.
+/// The chart beside `path`, renamed over it once whole: a failed write leaves the old one. A
+/// path that is not a regular file (a device such as /dev/stdout, a link) is written in place,
+/// never replaced.
 void write_png(const std::string& path, const Canvas& canvas, int w, int h) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    write_png_file(path, canvas, w, h);
+    return;
+  }
   const std::string tmp = path + ".tmp";
   try {
     write_png_file(tmp, canvas, w, h);

@@ -192,7 +192,15 @@ extern "C" void on_bus(int sig, siginfo_t* info, void* /*context*/) {
              "reads it), or its file system failed\n  hint: write a new data set into another directory or by "
              "rename (atlas tokenize replaces files by rename, which a running job survives); then resume with "
              "run.resume=latest\n");
+    // SIGPIPE ignored for the write, as for the interrupt note: a stderr whose reader is gone
+    // must not make the process die of SIGPIPE instead of SIGBUS.
+    struct sigaction ignore {};
+    struct sigaction old_pipe {};
+    ignore.sa_handler = SIG_IGN;
+    sigemptyset(&ignore.sa_mask);
+    const bool pipe_ignored = ::sigaction(SIGPIPE, &ignore, &old_pipe) == 0;
     write_all(STDERR_FILENO, line);
+    if (pipe_ignored) (void)::sigaction(SIGPIPE, &old_pipe, nullptr);
     break;
   }
   // The process dies of the signal as it would have: the previous disposition comes back; a fault

@@ -340,10 +340,12 @@ void write_redistributed(hid_t dset, hid_t dxpl, const mpi::Comm& comm, const Te
   std::vector<float> block(is_target ? static_cast<std::size_t>(internal::volume(my_block.shape))
                                      : 0);
 
-  std::vector<mpi::Request> requests;
   std::vector<std::vector<float>> inbox;
   std::vector<Box> inbox_boxes;
   std::vector<std::vector<float>> outbox;
+  // After the buffers: while an error unwinds, the requests are cancelled (mpi::Request::cancel)
+  // before the buffers they name are freed.
+  std::vector<mpi::Request> requests;
   // Every rank holds the same plan, so every rank refuses the same way.
   if (t.pieces.size() > static_cast<std::size_t>(mpi::tag_upper_bound()) + 1)
     ATLAS_THROW(Io, "checkpoint: a tensor in " << t.pieces.size() << " pieces needs MPI tags up to "

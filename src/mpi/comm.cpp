@@ -4,6 +4,7 @@
 #include "atlas/mpi/tags.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <exception>
 #include <cstdint>
@@ -120,6 +121,14 @@ Request::~Request() {
   cancel();
 }
 
+namespace {
+// Requests left to MPI so far: after the first, the others get only a short chance to settle (a
+// job ending with many sends nobody takes must not wait kSettleMs for each), and one warning each
+// kind is enough.
+std::atomic<int> g_unsettled{0};
+std::atomic<bool> g_collective_warned{false};
+}  // namespace
+
 void Request::cancel() noexcept {
   if (m_req == MPI_REQUEST_NULL) return;
   // The buffer dies with the caller's frame, so MPI must be done with it before this returns. A
@@ -127,10 +136,14 @@ void Request::cancel() noexcept {
   // write it into freed memory (often a stack slot) while the job reports its error. Cancel it and
   // wait a bounded moment for the cancel (or the completion) to land.
   if (MPI_Cancel(&m_req) != MPI_SUCCESS) {
+    // A collective (Open MPI's libnbc refuses to cancel one): its buffer must outlive the job.
+    if (!g_collective_warned.exchange(true))
+      log::warn("an MPI request that cannot be cancelled (a collective) is left to MPI as the job ends");
     m_req = MPI_REQUEST_NULL;
     return;
   }
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(kSettleMs);
+  const int settle_ms = g_unsettled.load() == 0 ? kSettleMs : 10;
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(settle_ms);
   int sleep_us = 10;
   while (true) {
     int done = 0;
@@ -138,7 +151,9 @@ void Request::cancel() noexcept {
     if (std::chrono::steady_clock::now() >= give_up) {
       // A send whose receiver never posts (Open MPI cannot take a send back), or a receive already
       // matched to a message that is not coming: left to MPI, the job is ending.
-      log::warn("an MPI request still pending {} ms after its cancel; left to MPI as the job ends", kSettleMs);
+      if (g_unsettled.fetch_add(1) == 0)
+        log::warn("an MPI request still pending {} ms after its cancel; left to MPI as the job ends (any "
+                  "others too, after a shorter wait)", settle_ms);
       break;
     }
     std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));

@@ -394,7 +394,7 @@ void Trainer::post_loss_receives() {
 
 void Trainer::wait_bounded(mpi::Request& req, const std::function<std::string()>& what) {
   if (req.wait_polling_for(m_cfg.wan.recv_timeout_s)) return;
-  req.cancel();  // the job ends: a receive must not write its buffer after the throw
+  req.cancel();  // the job ends: a receive must not write its buffer after the throw (a sum's stays: m_in_flight)
   ATLAS_THROW(Comm, "rank " << m_comms.world.rank() << ": " << what() << " did not complete within "
                             << m_cfg.wan.recv_timeout_s
                             << " s (wan.recv_timeout_s)\n  hint: a peer may be stuck or dead (the other ranks' errors "

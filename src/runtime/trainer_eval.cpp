@@ -68,25 +68,28 @@ double Trainer::evaluate() {
     }
   }
   // The loss's sum and its way to rank 0, bounded as every wait on a peer (wait_bounded: a replica
-  // or the last stage that hangs fails the job, naming the wait).
+  // or the last stage that hangs fails the job, naming the wait). Its buffer is the in-flight
+  // state's, kept while an error unwinds (a sum MPI cannot cancel may still write it).
+  double& wire = m_in_flight->eval_loss;
+  wire = loss;
   if (last) {
-    loss /= batches;
-    mpi::Request sum = m_comms.dp.iallreduce_sum(std::span<double>(&loss, 1));
+    wire /= batches;
+    mpi::Request sum = m_comms.dp.iallreduce_sum(std::span<double>(&wire, 1));
     wait_bounded(sum, [] { return std::string("evaluation: the validation loss's sum over the DP replicas"); });
-    loss /= m_layout.dp_size();
+    wire /= m_layout.dp_size();
   }
   const int reporter = m_layout.world_rank(m_layout.pp_size() - 1, 0, 0);
   const int me = m_comms.world.rank();
-  if (reporter == 0) return me == 0 ? loss : 0.0;
+  if (reporter == 0) return me == 0 ? wire : 0.0;
   if (me == reporter) {
-    mpi::Request send = m_comms.world.isend(std::span<const double>(&loss, 1), 0, mpi::tags::kEvalLoss);
+    mpi::Request send = m_comms.world.isend(std::span<const double>(&wire, 1), 0, mpi::tags::kEvalLoss);
     wait_bounded(send, [] { return std::string("evaluation: the validation loss's send to rank 0"); });
   }
   if (me == 0) {
-    mpi::Request recv = m_comms.world.irecv(std::span<double>(&loss, 1), reporter, mpi::tags::kEvalLoss);
+    mpi::Request recv = m_comms.world.irecv(std::span<double>(&wire, 1), reporter, mpi::tags::kEvalLoss);
     wait_bounded(recv, [] { return std::string("evaluation: the validation loss from the last stage"); });
   }
-  return loss;
+  return wire;
 }
 
 }  // namespace atlas::runtime

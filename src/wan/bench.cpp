@@ -577,9 +577,13 @@ int run_wan_bench(mpi::Environment& env, const atlas::bench::Args& args) {
             if (Clock::now() > deadline) {  // TERM, then KILL: never an unbounded wait on it
               kill(server, SIGTERM);
               const auto hard = Clock::now() + std::chrono::seconds(2);
-              while (waitpid(server, &status, WNOHANG) == 0 && Clock::now() < hard)
+              bool reaped = false;
+              while (!(reaped = waitpid(server, &status, WNOHANG) != 0) && Clock::now() < hard)
                 std::this_thread::sleep_for(std::chrono::milliseconds(20));
-              if (kill(server, SIGKILL) == 0) waitpid(server, &status, 0);
+              if (!reaped) {  // only a child not reaped yet: a reaped pid may be another process's now
+                kill(server, SIGKILL);
+                waitpid(server, &status, 0);
+              }
               break;
             }
             std::this_thread::sleep_for(std::chrono::milliseconds(20));

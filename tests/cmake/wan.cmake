@@ -87,8 +87,9 @@ add_test(NAME test_bench_wan_sh
   COMMAND bash ${PROJECT_SOURCE_DIR}/tests/launch/test_bench_wan_sh.sh ${PROJECT_SOURCE_DIR} $<TARGET_FILE:atlas>)
 set_tests_properties(test_bench_wan_sh PROPERTIES LABELS unit TIMEOUT 60)
 # bench wan bounds its iperf3 client (15 s past its test) and server: an iperf3 that never ends (a
-# stand-in that sleeps, first on PATH; --noprefix keeps mpiexec from putting /usr/bin first) is killed and its row says failed; nothing is left running.
+# stand-in that records its pid and sleeps, first on PATH; --noprefix keeps mpiexec from putting
+# /usr/bin first) is killed and its row says failed; none of the stand-ins is left running.
 add_test(NAME test_bench_wan_iperf_bounded
-  COMMAND bash -c "d=$(mktemp -d); trap 'pkill -f \"$d/iperf3\" ; rm -rf $d' EXIT; { echo '#!/bin/sh'; echo 'exec sleep 300'; } > $d/iperf3; chmod +x $d/iperf3; out=$(PATH=$d:$PATH timeout 100 ${MPIEXEC_EXECUTABLE} --noprefix -np 2 --oversubscribe -x PATH $<TARGET_FILE:atlas> bench wan --rails 1 --auth crc --no-mpi --no-loopback --seconds 1 --warmup 0.1 2>&1) || exit 1; echo \"$out\"; grep -q 'WARNING: bench wan: iperf3 -c .* did not finish within 15 s of its 1 s test: killed, counted as failed' <<<\"$out\" && grep -Eq '^  iperf3 -P 1 +1 +0.0 .*failed' <<<\"$out\" && ! pgrep -f \"sleep 300\" -P 1 >/dev/null")
+  COMMAND bash -c "d=$(mktemp -d); trap 'for p in $(cat $d/pids 2>/dev/null); do kill -9 $p 2>/dev/null; done; rm -rf $d' EXIT; { echo '#!/bin/sh'; echo \"echo \\$\\$ >> $d/pids\"; echo 'exec sleep 300'; } > $d/iperf3; chmod +x $d/iperf3; out=$(PATH=$d:$PATH timeout 100 ${MPIEXEC_EXECUTABLE} --noprefix -np 2 --oversubscribe -x PATH $<TARGET_FILE:atlas> bench wan --rails 1 --auth crc --no-mpi --no-loopback --seconds 1 --warmup 0.1 2>&1) || exit 1; echo \"$out\"; grep -q 'WARNING: bench wan: iperf3 -c .* did not finish within 15 s of its 1 s test: killed, counted as failed' <<<\"$out\" && grep -Eq '^  iperf3 -P 1 +1 +0.0 .*failed' <<<\"$out\" && [[ -s $d/pids ]] && for p in $(cat $d/pids); do ! kill -0 $p 2>/dev/null || { echo \"iperf3 stand-in $p left running\"; exit 1; }; done")
 set_tests_properties(test_bench_wan_iperf_bounded PROPERTIES LABELS mpi TIMEOUT 120 PROCESSORS 2
   ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")

@@ -112,10 +112,12 @@ class Request {
   /// frees it, so MPI keeps its buffer's address; the caller must not free that buffer.
   void abandon() noexcept { m_req = MPI_REQUEST_NULL; }
 
-  /// Gives up a point-to-point request (a bounded wait ran out; the job is ending): cancels it and
-  /// polls it for up to kSettleMs, so a receive cannot write into its buffer once the caller's
+  /// Gives up a request (a bounded wait ran out; the job is ending): cancels it and polls it for
+  /// up to kSettleMs, so a point-to-point receive cannot write into its buffer once the caller's
   /// frame is gone. One that does not settle (Open MPI cannot take back a send; a collective cannot
-  /// be cancelled) is left to MPI with a warning. The destructor does this for a pending request.
+  /// be cancelled at all) is left to MPI with a warning: a collective's buffer must outlive the
+  /// job (e.g. the Trainer's in-flight state). Once one request was left, later ones wait 10 ms,
+  /// not kSettleMs. The destructor does this for a pending request.
   void cancel() noexcept;
   static constexpr int kSettleMs = 200;
 

@@ -248,6 +248,7 @@ class Trainer {
   struct InFlight {
     double loss_out = 0.0;
     double norm_sq = 0.0;
+    double eval_loss = 0.0;  ///< the validation loss while it is summed and sent (trainer_eval.cpp)
     std::vector<double> loss_in;
     std::vector<float> embed_host;
   };
