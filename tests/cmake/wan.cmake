@@ -27,7 +27,7 @@ add_test(NAME test_wan_transport_capture_np_2
           --gtest_filter=WanSecret.*
   WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(test_wan_transport_capture_np_2 PROPERTIES LABELS mpi TIMEOUT 60 PROCESSORS 1
-  ENVIRONMENT "${ATLAS_MPIEXEC_ENV};ATLAS_WAN_CAPTURE_REQUIRED=1")
+  ENVIRONMENT "${ATLAS_MPIEXEC_ENV};ATLAS_WAN_CAPTURE_REQUIRED=1;${ATLAS_MPI_SANITIZER_ENV}")
 
 # The emulated WAN (root, network namespaces): skipped with the reason printed where not allowed.
 add_test(NAME test_wan_netns
