@@ -1,28 +1,36 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # THE one script for the GPU host (issue #22; how to get there: docs/gpu.md): every GPU check and
-# benchmark that belong together, in one go, within ~10 minutes. Each step is bounded with
-# `timeout` (never beyond what is left of ATLAS_CHECK_BUDGET_S, default 570 s: a step that cannot
-# start in time is SKIPped); every step's output goes to $OUT/gpu.log, the measured profile and the
-# peer benchmark's tables to $OUT/; a PASS/FAIL/SKIP summary ends the log and stdout.
-#   Steps: every gpu test binary (test_cuda*, test_nccl*; the MPI ones at np 1 and 2), atlas train
-#   inputs/gpt2_124m_gpu.deck (a few steps; again with device.cuda_graphs), a 2-rank 2-DC pipeline run on the GPU, atlas bench
-#   bubbletea with cuda (2 ranks), the PyTorch peer benchmark at micro-batch 8 and 16
-#   (bench/run_peer.sh), atlas profile --gemm --backend cuda --update (a copy of
-#   profiles/device/h200.profile, in $OUT), the Hugging Face logits check of issue #26 on the
-#   pipeline run's checkpoint.
+# benchmark that belong together, in one go, the issue's figures first. Each step is bounded with
+# `timeout` (never beyond what is left of ATLAS_CHECK_BUDGET_S, default 450 s, so a device call of
+# 500 s leaves time to rerun: a step that cannot start in time is SKIPped). Its verdict line goes
+# to stdout as it ends; every step's output to $OUT/gpu.log. The device tool brings back at most 8
+# files from $OUT, 2 folders down, so $OUT holds only: gpu.log, peer_mb8.txt, peer_mb16.txt,
+# peer_fp32_mb8.txt, the measured GPU profile, and results.tgz (every run's run.json, logs and
+# the peer's JSON, from the work directory ATLAS_GPU_WORK, default /tmp/atlas_gpu_work, which stays
+# on a warm machine for a rerun of single steps).
+#   Steps, in order: the PyTorch peer at micro-batch 8 (atlas bf16 vs torch fp32/bf16/compile),
+#   atlas train inputs/gpt2_124m_gpu.deck (3 steps; again with device.cuda_graphs), atlas at fp32
+#   beside the peer's fp32, the peer at micro-batch 16, a 2-rank 2-DC pipeline on the GPU, atlas
+#   bench bubbletea with cuda (2 ranks), atlas profile --gemm --backend cuda --update (a copy of
+#   profiles/device/h100.profile or h200.profile, by the GPU's name), the Hugging Face logits check
+#   of issue #26 on the pipeline's checkpoint, then every gpu test binary (test_cuda*, test_nccl*;
+#   the MPI ones at np 1 and 2). In one 500 s call the tests may be SKIPped: a second call
+#   `scripts/gpu/check_all.sh tests` runs just them.
 # usage, from the checkout root on the GPU host (after `make cuda && ../shared/gpu/bundle.sh
-# build-cuda .gpu` on a development machine, and the checkout + .gpu/ carried over):
-#   OUT=/tmp/gpu scripts/gpu/check_all.sh [STEP ...]      (STEP: a name of the summary; default all)
+# build-cuda .gpu` on a development machine, and the checkout + .gpu/ carried over), with the
+# device tool's own $OUT:
+#   scripts/gpu/check_all.sh [STEP ...]   (STEP: a name of the summary, or "tests" for every test
+#                                          binary; default all)
 # Exit status: 0 when every step that ran passed, 1 when one failed, 2 when the script cannot start
-# (no .gpu/env.sh here and ATLAS_BUNDLE unset).
+# (no .gpu/env.sh here and ATLAS_BUNDLE unset, or the atlas binary's libraries do not load).
 set -uo pipefail
 CHECKOUT=$(pwd)
 OUT=${OUT:-/tmp/atlas_gpu_check}
 mkdir -p "$OUT"
 LOG=$OUT/gpu.log
 : > "$LOG"
-BUDGET=${ATLAS_CHECK_BUDGET_S:-570}
+BUDGET=${ATLAS_CHECK_BUDGET_S:-450}
 START=$SECONDS
 if [[ -z ${ATLAS_BUNDLE:-} ]]; then
   [[ -f .gpu/env.sh ]] || { echo "check_all.sh: no .gpu/env.sh here and ATLAS_BUNDLE unset: run from the checkout root (docs/gpu.md)" | tee -a "$LOG" >&2; exit 2; }
@@ -30,8 +38,19 @@ if [[ -z ${ATLAS_BUNDLE:-} ]]; then
   source .gpu/env.sh >> "$LOG" 2>&1
 fi
 ATLAS=$ATLAS_BUNDLE/bin/atlas
+# Before any step: a binary that cannot load (a library the bundle lacks, e.g. libnccl.so.2) would
+# fail every step and waste the call.
+missing=$( { [[ -x $ATLAS ]] || echo "$ATLAS is missing"; ldd "$ATLAS" 2>&1 | grep 'not found'; } )
+if [[ -n $missing ]]; then
+  echo "check_all.sh: the atlas binary cannot start here:" | tee -a "$LOG"
+  echo "$missing" | tee -a "$LOG"
+  echo "  hint: source .gpu/env.sh finds NCCL outside PyTorch's site-packages; add its directory to LD_LIBRARY_PATH" | tee -a "$LOG"
+  exit 2
+fi
 SRC=${ATLAS_SOURCE_DIR:-$CHECKOUT}
-T=$OUT/work
+# The work directory is outside $OUT (only 8 files come back from there) and survives on a warm
+# machine, so a rerun of one step still finds what earlier steps wrote.
+T=${ATLAS_GPU_WORK:-/tmp/atlas_gpu_work}
 mkdir -p "$T"
 # PyTorch must not see the bundle's libraries (what env.sh's atlas_python does).
 py() { LD_LIBRARY_PATH="${ATLAS_ORIG_LD_LIBRARY_PATH-${LD_LIBRARY_PATH:-}}" python3 "$@"; }
@@ -50,15 +69,17 @@ failed=0
 # step NAME SECONDS COMMAND...: runs COMMAND (in $SRC) under timeout, logs it, records the verdict.
 step() {
   local name=$1 bound=$2; shift 2
-  if [[ ${#ONLY[@]} -gt 0 && ! " ${ONLY[*]} " == *" $name "* ]]; then return 0; fi
+  if [[ ${#ONLY[@]} -gt 0 && ! " ${ONLY[*]} " == *" $name "* ]] &&
+    ! [[ " ${ONLY[*]} " == *" tests "* && $name == test_* ]]; then return 0; fi
   local left=$((BUDGET - (SECONDS - START)))
   if ((left < 15)); then
     SUMMARY+=("SKIP  $name (the ${BUDGET} s budget is spent)")
-    echo "=== $name: SKIP (budget spent)" >> "$LOG"
+    echo "=== $name: SKIP (budget spent)" | tee -a "$LOG"
     return 0
   fi
   ((bound > left)) && bound=$left
   echo "=== $name (timeout ${bound} s): $*" >> "$LOG"
+  echo "=== $name (timeout ${bound} s, $((SECONDS - START)) s in)"
   local t0=$SECONDS rc=0
   (cd "$SRC" && timeout -k 10 "$bound" "$@") >> "$LOG" 2>&1 || rc=$?
   local dt=$((SECONDS - t0)) verdict=PASS
@@ -66,18 +87,19 @@ step() {
   elif ((rc != 0)); then verdict=FAIL; name="$name (exit $rc)"; fi
   [[ $verdict == FAIL ]] && failed=1
   SUMMARY+=("$(printf '%-5s %s, %d s' "$verdict" "$name" "$dt")")
-  echo "=== $verdict $name, $dt s" >> "$LOG"
+  echo "=== $verdict $name, $dt s" | tee -a "$LOG"
 }
 
-# ---- 1. every GPU test binary (the MPI ones of tests/cmake/gpu.cmake at np 1 and 2) ----
-mpi_tests=" $(sed -n 's/^ *atlas_mpi_test(\(test_[a-z_]*\).*LABELS gpu.*/\1/p' "$SRC/tests/cmake/gpu.cmake" 2>/dev/null | tr '\n' ' ') "
-[[ $mpi_tests == "  " ]] && mpi_tests=" test_nccl_comm test_cuda_train "
-for t in "$ATLAS_BUNDLE"/bin/test_cuda* "$ATLAS_BUNDLE"/bin/test_nccl*; do
-  [[ -x $t ]] || continue
-  n=$(basename "$t")
-  step "$n" 180 "$t"
-  [[ $mpi_tests == *" $n "* ]] && step "${n}_np2" 240 "${MPIRUN[@]}" "$t"
-done
+# ---- 1. the PyTorch peer, side by side, micro-batch 8 (tables in $OUT/peer_mb*.txt) ----
+peer() {
+  set -o pipefail  # the step's status is run_peer.sh's, not tee's (bash -c does not inherit it)
+  local mb=$1 modes=$2 tag=${3:-} keys=${4:-}
+  "$CHECKOUT/bench/run_peer.sh" --micro-batch "$mb" --steps 15 --modes "$modes" --out "$T/peer$tag" \
+    ${keys:+--atlas-keys "$keys"} | tee "$OUT/peer${tag}_mb$mb.txt"
+}
+export -f peer
+export CHECKOUT OUT T
+step peer_mb8 200 bash -c 'peer 8 "fp32 bf16 compile"'
 
 # ---- 2. atlas train on the GPU: GPT-2 124M (3 steps of llm.c's 524,288-token batch) ----
 step train_gpt2_124m 200 "$ATLAS" train inputs/gpt2_124m_gpu.deck run.steps=3 train.eval_every_steps=0 \
@@ -117,7 +139,12 @@ export -f graphs_check
 export ATLAS T
 step graphs_124m 200 bash -c graphs_check
 
-# ---- 3. a 2-rank 2-DC pipeline on the GPU (ranks share it); its checkpoint feeds step 7 ----
+# ---- 2c. atlas at fp32 (device.precision=fp32) beside the peer's fp32 (#22's bf16 vs fp32) and
+# the peer at micro-batch 16 ----
+step peer_fp32_mb8 150 bash -c 'peer 8 "fp32" _fp32 device.precision=fp32'
+step peer_mb16 150 bash -c 'peer 16 "bf16 compile"'
+
+# ---- 3. a 2-rank 2-DC pipeline on the GPU (ranks share it); its checkpoint feeds step 6 ----
 step pipeline_2dc 120 "${MPIRUN[@]}" "$ATLAS" train inputs/default.deck device.backend=cuda \
   "parallel.stages_per_dc=1 1" "cluster.gpus_per_dc=1 1" parallel.dp_size=1 run.steps=20 \
   train.eval_every_steps=10 ckpt.every_steps=0 ckpt.final=true run.out_dir="$T" run.name=pipeline_2dc
@@ -126,22 +153,13 @@ step pipeline_2dc 120 "${MPIRUN[@]}" "$ATLAS" train inputs/default.deck device.b
 step bench_bubbletea_cuda 150 "${MPIRUN[@]}" "$ATLAS" bench bubbletea inputs/bubbletea_loopback.deck \
   device.backend=cuda run.steps=12 --repeats 1 --warmup 2 run.out_dir="$T"
 
-# ---- 5. the PyTorch peer, side by side, micro-batch 8 and 16 (tables in $OUT/peer_mb*.txt) ----
-peer() {
-  set -o pipefail  # the step's status is run_peer.sh's, not tee's (bash -c does not inherit it)
-  local mb=$1 modes=$2
-  "$CHECKOUT/bench/run_peer.sh" --micro-batch "$mb" --steps 15 --modes "$modes" --out "$T/peer" | tee "$OUT/peer_mb$mb.txt"
-}
-export -f peer
-export CHECKOUT OUT T
-step peer_mb8 200 bash -c 'peer 8 "fp32 bf16 compile"'
-step peer_mb16 150 bash -c 'peer 16 "bf16 compile"'
+# ---- 5. a GPU profile measured: the GEMM curve of cuBLAS into a copy of this GPU's profile ----
+gpu_profile=h200
+nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | grep -q H100 && gpu_profile=h100
+cp "$SRC/profiles/device/$gpu_profile.profile" "$OUT/$gpu_profile.profile"
+step profile_gemm_cuda 90 "$ATLAS" profile --gemm --backend cuda --update "$OUT/$gpu_profile.profile"
 
-# ---- 6. a GPU profile measured: the GEMM curve of cuBLAS into a copy of h200.profile ----
-cp "$SRC/profiles/device/h200.profile" "$OUT/h200.profile"
-step profile_gemm_cuda 90 "$ATLAS" profile --gemm --backend cuda --update "$OUT/h200.profile"
-
-# ---- 7. issue #26: the exported model's logits in transformers (the pipeline run's checkpoint) ----
+# ---- 6. issue #26: the exported model's logits in transformers (the pipeline run's checkpoint) ----
 hf_check() {
   local ckpt
   ckpt=$(ls "$T"/pipeline_2dc/ckpt/step-*.h5 2>/dev/null | tail -1)
@@ -153,7 +171,20 @@ export -f hf_check
 export ATLAS
 step hf_logits 90 bash -c hf_check
 
+# ---- 7. every GPU test binary (the MPI ones of tests/cmake/gpu.cmake at np 1 and 2) ----
+mpi_tests=" $(sed -n 's/^ *atlas_mpi_test(\(test_[a-z_]*\).*LABELS gpu.*/\1/p' "$SRC/tests/cmake/gpu.cmake" 2>/dev/null | tr '\n' ' ') "
+[[ $mpi_tests == "  " ]] && mpi_tests=" test_nccl_comm test_cuda_train "
+for t in "$ATLAS_BUNDLE"/bin/test_cuda* "$ATLAS_BUNDLE"/bin/test_nccl*; do
+  [[ -x $t ]] || continue
+  n=$(basename "$t")
+  step "$n" 180 "$t"
+  [[ $mpi_tests == *" $n "* ]] && step "${n}_np2" 240 "${MPIRUN[@]}" "$t"
+done
+
 # ---- summary ----
+# Everything else the steps wrote, in one file (the run.json files, logs, the peer's JSON).
+(cd "$T" && find . \( -name run.json -o -name '*.log' -o -name '*.json' -o -name graphs.out -o -name log.txt \
+  -o -name metrics.csv \) -size -4M -print0 | tar -czf "$OUT/results.tgz" --null -T -) 2>> "$LOG" || true
 {
   echo "# summary ($((SECONDS - START)) s of a ${BUDGET} s budget; log $LOG):"
   for s in "${SUMMARY[@]}"; do echo "  $s"; done

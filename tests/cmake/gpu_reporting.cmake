@@ -33,3 +33,8 @@ set_tests_properties(gpu_scripts_parse PROPERTIES LABELS unit TIMEOUT 30)
 add_test(NAME gpu_check_all_no_bundle
   COMMAND bash -c "d=$(mktemp -d) && trap 'rm -rf \"$d\"' EXIT && cd \"$d\" && env -u ATLAS_BUNDLE OUT=\"$d/out\" bash ${PROJECT_SOURCE_DIR}/scripts/gpu/check_all.sh > \"$d/log\" 2>&1; rc=$?; cat \"$d/log\"; [ $rc -eq 2 ] && grep -q 'no .gpu/env.sh here and ATLAS_BUNDLE unset' \"$d/log\" && [ ! -e \"$d/out/work\" ]")
 set_tests_properties(gpu_check_all_no_bundle PROPERTIES LABELS unit TIMEOUT 30)
+# check_all.sh's plumbing with a stand-in bundle (no GPU): named steps alone, "tests", progress on
+# stdout, at most 8 files in $OUT (what the device tool brings back), exit 2 without an atlas binary.
+add_test(NAME gpu_check_all_plumbing
+  COMMAND bash ${PROJECT_SOURCE_DIR}/tests/launch/test_gpu_check_all_plumbing.sh ${PROJECT_SOURCE_DIR} $<TARGET_FILE:atlas>)
+set_tests_properties(gpu_check_all_plumbing PROPERTIES LABELS unit TIMEOUT 60)
