@@ -85,6 +85,19 @@ void write_all(int fd, const Text& t) {
   }
 }
 
+/// `t` on stderr from a signal handler, SIGPIPE ignored for the write (sigaction is
+/// async-signal-safe): a broken stderr gives EPIPE, and the process still dies of its own signal,
+/// not of SIGPIPE.
+void write_stderr(const Text& t) {
+  struct sigaction ignore {};
+  struct sigaction old_pipe {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  const bool pipe_ignored = ::sigaction(SIGPIPE, &ignore, &old_pipe) == 0;
+  write_all(STDERR_FILENO, t);
+  if (pipe_ignored) (void)::sigaction(SIGPIPE, &old_pipe, nullptr);
+}
+
 void write_note(int sig) {
   const int step = g_step.load(std::memory_order_relaxed);
   const int ckpt = g_checkpoint.load(std::memory_order_relaxed);
@@ -133,15 +146,7 @@ void write_note(int sig) {
     ::close(fd);
     (void)::rename(g_json_tmp, g_json_path);
   }
-  // SIGPIPE ignored for this write (sigaction is async-signal-safe): a broken stderr gives EPIPE,
-  // and the process still dies of `sig`, not of SIGPIPE.
-  struct sigaction ignore {};
-  struct sigaction old_pipe {};
-  ignore.sa_handler = SIG_IGN;
-  sigemptyset(&ignore.sa_mask);
-  const bool pipe_ignored = ::sigaction(SIGPIPE, &ignore, &old_pipe) == 0;
-  write_all(STDERR_FILENO, line);
-  if (pipe_ignored) (void)::sigaction(SIGPIPE, &old_pipe, nullptr);
+  write_stderr(line);
 }
 
 extern "C" void on_fatal(int sig) {
@@ -192,15 +197,7 @@ extern "C" void on_bus(int sig, siginfo_t* info, void* /*context*/) {
              "reads it), or its file system failed\n  hint: write a new data set into another directory or by "
              "rename (atlas tokenize replaces files by rename, which a running job survives); then resume with "
              "run.resume=latest\n");
-    // SIGPIPE ignored for the write, as for the interrupt note: a stderr whose reader is gone
-    // must not make the process die of SIGPIPE instead of SIGBUS.
-    struct sigaction ignore {};
-    struct sigaction old_pipe {};
-    ignore.sa_handler = SIG_IGN;
-    sigemptyset(&ignore.sa_mask);
-    const bool pipe_ignored = ::sigaction(SIGPIPE, &ignore, &old_pipe) == 0;
-    write_all(STDERR_FILENO, line);
-    if (pipe_ignored) (void)::sigaction(SIGPIPE, &old_pipe, nullptr);
+    write_stderr(line);
     break;
   }
   // The process dies of the signal as it would have: the previous disposition comes back; a fault
