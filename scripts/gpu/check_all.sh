@@ -41,10 +41,20 @@ ATLAS=$ATLAS_BUNDLE/bin/atlas
 # Before any step: a binary that cannot load (a library the bundle lacks, e.g. libnccl.so.2) would
 # fail every step and waste the call.
 missing=$( { [[ -x $ATLAS ]] || echo "$ATLAS is missing"; ldd "$ATLAS" 2>&1 | grep 'not found'; } )
+if [[ $missing == *libnccl* ]]; then
+  # No system NCCL (env.sh looks outside Python's site-packages): PyTorch's pip wheel
+  # (nvidia-nccl-cu13) has one.
+  nccl_dir=$(dirname "$(find / -path '*site-packages/nvidia/nccl/lib/libnccl.so.2*' 2>/dev/null | head -1)")
+  if [[ $nccl_dir != . ]]; then
+    export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$nccl_dir
+    echo "# libnccl.so.2 from $nccl_dir (PyTorch's wheel; no system NCCL found)" | tee -a "$LOG"
+    missing=$(ldd "$ATLAS" 2>&1 | grep 'not found')
+  fi
+fi
 if [[ -n $missing ]]; then
   echo "check_all.sh: the atlas binary cannot start here:" | tee -a "$LOG"
   echo "$missing" | tee -a "$LOG"
-  echo "  hint: source .gpu/env.sh finds NCCL outside PyTorch's site-packages; add its directory to LD_LIBRARY_PATH" | tee -a "$LOG"
+  echo "  hint: put the directories of the missing libraries on LD_LIBRARY_PATH (.gpu/env.sh looks in /usr/local, /usr/lib and /opt)" | tee -a "$LOG"
   exit 2
 fi
 SRC=${ATLAS_SOURCE_DIR:-$CHECKOUT}
