@@ -189,19 +189,19 @@ int bench_ablation(Context&, const bench::Args& args) {
     cfgs.push_back(load(world, args, ov));
   }
   const bench::Table table({{"row", "", 4, true},
-                        {"setup", "", 24, true},
-                        {"measured", "ms", 13},
-                        {"predicted", "ms", 14},
-                        {"ratio", "", 7},
-                        {"vs_a_meas", "x", 13},
-                        {"vs_a_pred", "x", 13},
-                        {"vs_prev_meas", "x", 16},
-                        {"vs_prev_pred", "x", 16},
-                        {"wan", "MB", 10},
-                        {"meas_bub", "%", 11},
-                        {"pred_bub", "%", 11},
-                        {"meas_util", "%", 12},
-                        {"pred_util", "%", 12}});
+                            {"setup", "", 24, true},
+                            {"measured", "ms", 13},
+                            {"predicted", "ms", 14},
+                            {"ratio", "", 7},
+                            {"vs_a_meas", "x", 13},
+                            {"vs_a_pred", "x", 13},
+                            {"vs_prev_meas", "x", 16},
+                            {"vs_prev_pred", "x", 16},
+                            {"wan", "MB", 10},
+                            {"meas_bub", "%", 11},
+                            {"pred_bub", "%", 11},
+                            {"meas_util", "%", 12},
+                            {"pred_util", "%", 12}});
   // The header now and each row as soon as it ran (a failure or a time limit later keeps the rows
   // done so far on the screen).
   const bool root = world.rank() == 0;
