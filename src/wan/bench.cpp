@@ -12,10 +12,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <csignal>
-#include <cerrno>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
