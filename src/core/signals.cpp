@@ -12,6 +12,7 @@
 #include <csignal>
 #include <cstddef>
 #include <cstring>
+#include <ctime>
 
 #include <fmt/format.h>
 
@@ -35,6 +36,8 @@ std::array<struct sigaction, kFatal.size()> g_old_fatal{};
 std::array<bool, kFatal.size()> g_fatal_installed{};
 std::atomic<bool> g_note_armed{false};
 std::atomic<bool> g_note_taken{false};  // the first fatal signal writes the note, once
+std::atomic<bool> g_note_done{false};   // ... and says when it is written
+constexpr int kNoteWaitMs = 2000;       // how long a second fatal signal waits for that
 std::atomic<int> g_step{-1};
 std::atomic<int> g_checkpoint{-1};
 
@@ -151,7 +154,20 @@ void write_note(int sig) {
 
 extern "C" void on_fatal(int sig) {
   const int saved = errno;
-  if (g_note_armed.load(std::memory_order_relaxed) && !g_note_taken.exchange(true)) write_note(sig);
+  if (g_note_armed.load(std::memory_order_relaxed)) {
+    if (!g_note_taken.exchange(true)) {
+      write_note(sig);
+      g_note_done.store(true);
+    } else {
+      // A second fatal signal, on another thread, while the first one's handler writes the note:
+      // dying now would cut the note short. Wait for it (nanosleep is async-signal-safe), at
+      // most kNoteWaitMs: a note stuck on a hung file system must not keep the process alive.
+      for (int waited = 0; waited < kNoteWaitMs && !g_note_done.load(); waited += 10) {
+        const timespec ten_ms{0, 10'000'000};
+        ::nanosleep(&ten_ms, nullptr);
+      }
+    }
+  }
   // The process dies of the signal as it would have (the launcher reads 128 + signal): the
   // previous disposition comes back and the signal, blocked while this handler runs, is
   // delivered again when it returns.
@@ -286,6 +302,7 @@ InterruptNotes::InterruptNotes(const InterruptNote& note) {
                fmt::format("{{\"run\":\"{}\",\"status\":\"interrupted\"", note.run_name), "the run name");
   g_steps = note.steps;
   g_note_taken.store(false);
+  g_note_done.store(false);
   for (std::size_t i = 0; i < kFatal.size(); ++i) {
     struct sigaction old {};
     (void)::sigaction(kFatal[i], nullptr, &old);

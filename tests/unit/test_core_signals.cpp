@@ -3,13 +3,18 @@
 // previous handler comes back after it); a SIGTERM/SIGINT/SIGHUP under InterruptNotes writes the
 // note (log line, run.json) and the process still dies of the signal; a signal the process
 // ignores (nohup's SIGHUP) stays ignored. The dying cases run in a forked child.
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -145,6 +150,44 @@ TEST(InterruptNotes, AnIgnoredSignalStaysIgnored) {
   EXPECT_EQ(WEXITSTATUS(status), 0);
   EXPECT_TRUE(fs::exists(t.path / "survived"));
   EXPECT_FALSE(fs::exists(t.path / "run.json"));
+}
+
+// A second fatal signal on another thread while the first one's handler is writing the note (here
+// held in its open() of log.txt, a FIFO nobody reads yet) waits for the note instead of killing the
+// process with it half written: the note arrives once a reader opens the FIFO, and the process
+// dies of the first signal. Before, the second handler re-raised at once: nothing was written.
+TEST(InterruptNotes, ASecondSignalOnAnotherThreadWaitsForTheNote) {
+  TempDir t;
+  const fs::path fifo = t.path / "log.txt";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const signals::InterruptNotes notes({fifo.string(), (t.path / "run.json").string(), "two", 12});
+    signals::set_progress(3, -1);
+    std::thread first([] { ::pthread_kill(::pthread_self(), SIGTERM); });  // blocks in open(fifo)
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    ::raise(SIGINT);  // the second signal, on this thread
+    std::this_thread::sleep_for(std::chrono::seconds(10));
+    ::_exit(0);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  const int fd = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(fd, 0);
+  std::string note;
+  char buf[4096];
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::chrono::steady_clock::now() < until && note.find('\n') == std::string::npos) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n > 0) note.append(buf, static_cast<std::size_t>(n));
+    else std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ::close(fd);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_THAT(note, HasSubstr("ERROR: rank 0 received SIGTERM during step 3 of run.steps = 12"))
+      << "the second signal killed the process before the note was written";
+  ASSERT_TRUE(WIFSIGNALED(status));
+  EXPECT_EQ(WTERMSIG(status), SIGTERM) << "died of signal " << WTERMSIG(status);
 }
 
 }  // namespace
