@@ -7,8 +7,9 @@
 //     ranks within a second, too soon for a checkpoint), but first, on the process that armed it
 //     (world rank 0), a note says so: an ERROR line in log.txt and on stderr, and run.json with
 //     status "interrupted", the step and the newest checkpoint's step. Only async-signal-safe
-//     calls run in that handler (open, write, rename, close); everything it writes is prepared
-//     beforehand.
+//     calls run in that handler (open, write, rename, close, nanosleep); everything it writes is
+//     prepared beforehand. A second such signal on another thread waits (at most 2 s) for the
+//     first one's note before the process dies.
 //   - SIGBUS inside a mapped input file (MappedFileWatch) names the file before the process dies.
 #pragma once
 
