@@ -143,22 +143,16 @@ void Request::cancel() noexcept {
     return;
   }
   const int settle_ms = g_unsettled.load() == 0 ? kSettleMs : 10;
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(settle_ms);
-  int sleep_us = 10;
-  while (true) {
-    int done = 0;
-    if (MPI_Test(&m_req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || done != 0) break;
-    if (std::chrono::steady_clock::now() >= give_up) {
-      // A send whose receiver never posts (Open MPI cannot take a send back), or a receive already
-      // matched to a message that is not coming: left to MPI, the job is ending.
-      if (g_unsettled.fetch_add(1) == 0)
-        log::warn("an MPI request still pending {} ms after its cancel; left to MPI as the job ends (any "
-                  "others too, after a shorter wait)", settle_ms);
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
-    sleep_us = std::min(sleep_us * 2, 1000);
+  bool settled = true;  // an MPI error ends the request too
+  try {
+    settled = wait_polling_for(settle_ms / 1000.0, 1000);
+  } catch (...) {
   }
+  // Not settled: a send whose receiver never posts (Open MPI cannot take a send back), or a
+  // receive already matched to a message that is not coming: left to MPI, the job is ending.
+  if (!settled && g_unsettled.fetch_add(1) == 0)
+    log::warn("an MPI request still pending {} ms after its cancel; left to MPI as the job ends (any "
+              "others too, after a shorter wait)", settle_ms);
   m_req = MPI_REQUEST_NULL;
 }
 
