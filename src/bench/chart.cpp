@@ -5,19 +5,19 @@
 #include "atlas/bench/chart.hpp"
 
 #include <png.h>
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <map>
-#include <memory>
+#include <new>
+#include <string>
 
 #include "atlas/core/check.hpp"
 #include "atlas/core/error.hpp"
+#include "atlas/core/file.hpp"
 
 namespace atlas::bench {
 
@@ -137,51 +137,36 @@ std::string short_number(double v) {
   return buf;
 }
 
-void write_png_file(const std::string& path, const Canvas& canvas, int w, int h) {
-  std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "wb"), &std::fclose);
-  if (!file) ATLAS_THROW(Io, "cannot write the chart '" << path << "': " << std::strerror(errno));
+/// The PNG file of `canvas` (w x h), encoded in memory.
+std::string encode_png(const std::string& path, const Canvas& canvas, int w, int h) {
+  std::string bytes;
   png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
   png_infop info = png ? png_create_info_struct(png) : nullptr;
   if (!png || !info) {
     png_destroy_write_struct(&png, &info);
-    ATLAS_THROW(Io, "libpng could not start writing '" << path << "'");
+    ATLAS_THROW(Io, "libpng could not start encoding the chart '" << path << "'");
   }
   if (setjmp(png_jmpbuf(png))) {
     png_destroy_write_struct(&png, &info);
-    ATLAS_THROW(Io, "libpng failed writing '" << path << "' (disk full?)");
+    ATLAS_THROW(Io, "libpng failed encoding the chart '" << path << "'");
   }
-  png_init_io(png, file.get());
+  png_set_write_fn(
+      png, &bytes,
+      [](png_structp p, png_bytep data, png_size_t n) {
+        try {
+          static_cast<std::string*>(png_get_io_ptr(p))->append(reinterpret_cast<const char*>(data), n);
+        } catch (const std::bad_alloc&) {
+          png_error(p, "out of memory");  // longjmps to the setjmp above; no exception crosses libpng
+        }
+      },
+      [](png_structp) {});
   png_set_IHDR(png, info, static_cast<png_uint_32>(w), static_cast<png_uint_32>(h), 8, PNG_COLOR_TYPE_RGB,
                PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
   png_write_info(png, info);
   for (int y = 0; y < h; ++y) png_write_row(png, const_cast<png_bytep>(canvas.row(y)));
   png_write_end(png, nullptr);
   png_destroy_write_struct(&png, &info);
-  if (std::fflush(file.get()) != 0) ATLAS_THROW(Io, "cannot write the chart '" << path << "': " << std::strerror(errno));
-  if (std::fclose(file.release()) != 0) ATLAS_THROW(Io, "cannot write the chart '" << path << "': " << std::strerror(errno));
-}
-
-/// The chart beside `path`, renamed over it once whole: a failed write leaves the old one. A
-/// path that is not a regular file (a device such as /dev/stdout, a link) is written in place,
-/// never replaced.
-void write_png(const std::string& path, const Canvas& canvas, int w, int h) {
-  struct stat st {};
-  if (::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
-    write_png_file(path, canvas, w, h);
-    return;
-  }
-  const std::string tmp = path + ".tmp";
-  try {
-    write_png_file(tmp, canvas, w, h);
-  } catch (...) {
-    std::remove(tmp.c_str());
-    throw;
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    std::remove(tmp.c_str());
-    ATLAS_THROW(Io, "cannot write the chart '" << path << "': rename from " << tmp << ": " << std::strerror(err));
-  }
+  return bytes;
 }
 
 }  // namespace
@@ -242,7 +227,7 @@ void write_bar_chart_png(const std::string& path, const BarChart& chart) {
     c.text(static_cast<int>(left + gw * (static_cast<double>(gi) + 0.5)) - Canvas::text_width(g.label, s) / 2,
            bottom + 6 * s, g.label, s, kBlack);
   }
-  write_png(path, c, w, h);
+  write_file_whole(path, encode_png(path, c, w, h));
 }
 
 }  // namespace atlas::bench

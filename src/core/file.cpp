@@ -4,14 +4,17 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "atlas/core/check.hpp"
@@ -80,6 +83,77 @@ void commit(const std::string& tmp, const std::string& path) {
   }
 }
 
+/// The standard stream (1 or 2) that `path` is, through any links (/dev/stdout, /dev/fd/2,
+/// /proc/self/fd/1), whatever it is (a terminal, a pipe, a file the shell redirected it to); -1
+/// when none.
+int standard_stream(const struct stat& st) {
+  for (const int fd : {STDOUT_FILENO, STDERR_FILENO}) {
+    struct stat s {};
+    if (::fstat(fd, &s) == 0 && s.st_dev == st.st_dev && s.st_ino == st.st_ino) return fd;
+  }
+  return -1;
+}
+
+/// How `path` is written: replaced by a rename (a regular file, a link to one, or nothing there
+/// yet), or in place: this process's stdout or stderr (`--json /dev/stdout`, also when the shell
+/// sent it to a file: a rename would need /dev/stdout.tmp beside it, and as root would replace
+/// the /dev/stdout link itself), a character device or a FIFO (a shell's `>(cmd)`, /dev/null),
+/// through any links. A block device is refused: atlas never writes one, and a link to one
+/// (planted, or mistyped) would be an unrecoverable write.
+bool in_place(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return false;
+  if (standard_stream(st) >= 0 || S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)) return true;
+  if (S_ISBLK(st.st_mode))
+    ATLAS_THROW(Io, "refusing to write " << path << ": it is a block device\n  hint: name a file (atlas writes its "
+                                         << "results to files, /dev/stdout or a pipe)");
+  return false;
+}
+
+/// Writes `text` where in_place() said. The standard streams are written through their own
+/// descriptor after what the program printed so far (both stdio and iostreams flushed first), so
+/// a redirected stdout keeps its earlier lines; anything else is opened. A FIFO nobody reads is an
+/// error at once, not a wait without end (the open is non-blocking, then the writes block).
+void write_in_place(const std::string& path, std::string_view text) {
+  struct stat st {};
+  const int stream = ::stat(path.c_str(), &st) == 0 ? standard_stream(st) : -1;
+  int fd = stream;
+  if (stream >= 0) {
+    std::cout.flush();
+    std::cerr.flush();
+    std::fflush(nullptr);
+  } else {
+    fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) {
+      const int err = errno;
+      ATLAS_THROW(Io, "cannot open " << path << " to write: " << std::strerror(err)
+                                     << (err == ENXIO ? "\n  hint: it is a pipe (FIFO) that no process reads; start "
+                                                        "its reader first"
+                                                      : "\n  hint: check that it is writable"));
+    }
+    const int flags = ::fcntl(fd, F_GETFL);
+    if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  }
+  const char* p = text.data();
+  std::size_t left = text.size();
+  int err = 0;
+  while (left > 0) {
+    const ssize_t n = ::write(fd, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      err = n < 0 ? errno : EIO;
+      break;
+    }
+    p += n;
+    left -= static_cast<std::size_t>(n);
+  }
+  if (stream < 0 && ::close(fd) != 0 && err == 0 && errno != EINTR) err = errno;
+  if (err != 0)
+    ATLAS_THROW(Io, "writing " << path << " failed after " << (text.size() - left) << " of " << text.size()
+                               << " bytes: " << std::strerror(err)
+                               << (err == EPIPE ? "\n  hint: its reader closed it early" : "\n  hint: check the device"));
+}
+
 std::string dir_of(const std::string& path) {
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   return parent.empty() ? std::string(".") : parent.string();
@@ -88,38 +162,46 @@ std::string dir_of(const std::string& path) {
 }  // namespace
 
 void write_file_whole(const std::string& path, const std::string& text, bool durable) {
+  if (in_place(path)) {
+    write_in_place(path, text);
+    return;
+  }
   commit(stage(path, text, durable), path);
   if (durable) fsync_path(dir_of(path), true);
 }
 
 void write_files_whole(const std::vector<std::pair<std::string, std::string>>& files, bool durable,
                        const std::function<void()>& before_renames) {
-  std::vector<std::string> staged;
+  std::vector<std::string> staged;  // "" for a file written in place (in the rename loop, in order)
   try {
-    for (const auto& [path, text] : files) staged.push_back(stage(path, text, durable));
+    for (const auto& [path, text] : files) staged.push_back(in_place(path) ? std::string() : stage(path, text, durable));
     if (before_renames) before_renames();
   } catch (...) {
     for (const std::string& tmp : staged) {
       std::error_code ec;
-      std::filesystem::remove(tmp, ec);
+      if (!tmp.empty()) std::filesystem::remove(tmp, ec);
     }
     throw;
   }
   for (std::size_t i = 0; i < files.size(); ++i) {
     try {
-      commit(staged[i], files[i].first);
+      if (staged[i].empty())
+        write_in_place(files[i].first, files[i].second);
+      else
+        commit(staged[i], files[i].first);
     } catch (...) {
       // The files renamed so far stay replaced (a rename cannot be taken back); the ones not yet
       // renamed keep their old contents, and no .tmp is left behind.
       for (std::size_t j = i + 1; j < staged.size(); ++j) {
         std::error_code ec;
-        std::filesystem::remove(staged[j], ec);
+        if (!staged[j].empty()) std::filesystem::remove(staged[j], ec);
       }
       throw;
     }
   }
   if (durable)
-    for (const auto& [path, text] : files) fsync_path(dir_of(path), true);
+    for (std::size_t i = 0; i < files.size(); ++i)
+      if (!staged[i].empty()) fsync_path(dir_of(files[i].first), true);
 }
 
 void fsync_path(const std::string& path, bool directory) {

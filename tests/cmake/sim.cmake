@@ -30,6 +30,10 @@ atlas_cli_test(cli_plan_deck_out_no_dir
 add_test(NAME cli_schedule_json_no_dir WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
   COMMAND bash -c "rc=0; out=$($<TARGET_FILE:atlas> schedule inputs/default.deck --json /nonexistent-atlas-dir/s.json 2>&1) || rc=$?; echo \"$out\"; [[ $rc == 2 ]] && grep -q 'ERROR: atlas schedule: --json /nonexistent-atlas-dir/s.json: its directory /nonexistent-atlas-dir does not exist' <<<\"$out\" && ! grep -q '^  1f1b' <<<\"$out\"")
 set_tests_properties(cli_schedule_json_no_dir PROPERTIES LABELS unit TIMEOUT 60)
+# `--json /dev/stdout` (redirected to a file, or a pipe) and a shell's `>(cmd)`: written in place.
+add_test(NAME cli_schedule_json_to_a_pipe
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/launch/test_json_to_stdout.sh ${PROJECT_SOURCE_DIR} $<TARGET_FILE:atlas>)
+set_tests_properties(cli_schedule_json_to_a_pipe PROPERTIES LABELS unit TIMEOUT 60)
 atlas_cli_test(cli_simulate_json_is_dir "ERROR: atlas simulate: --json inputs is a directory\n  hint: name a file"
                simulate inputs/default.deck --json inputs)
 atlas_cli_test(cli_simulate_json_under_a_file

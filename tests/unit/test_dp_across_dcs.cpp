@@ -5,10 +5,17 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <cstdio>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "atlas/app/bench_ablation.hpp"
@@ -158,6 +165,27 @@ TEST(BarChart, WritesAPngOfTheStatedSize) {
   EXPECT_EQ(be32(b, 20), 360u);
   EXPECT_EQ(std::string(b.end() - 8, b.end() - 4), "IEND");
   std::filesystem::remove(path);
+  // A pipe (`--png >(display)`, /dev/stdout into a pipe) gets the same bytes in place.
+  const auto fifo = std::filesystem::temp_directory_path() / ("atlas_test_bar_chart_fifo." + std::to_string(::getpid()));
+  std::filesystem::remove(fifo);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::vector<unsigned char> piped;
+  std::thread reader([&] { piped = slurp(fifo); });
+  bool written = false;
+  for (int i = 0; i < 500 && !written; ++i) {  // until the reader has opened its end
+    try {
+      bench::write_bar_chart_png(fifo.string(), c);
+      written = true;
+    } catch (const Error&) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  if (const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC); fd >= 0) ::close(fd);  // never hang
+  reader.join();
+  EXPECT_TRUE(written);
+  EXPECT_EQ(piped, b);
+  EXPECT_TRUE(std::filesystem::is_fifo(fifo));
+  std::filesystem::remove(fifo);
   c.groups[0].values = {1.0};
   EXPECT_THROW(bench::write_bar_chart_png(path.string(), c), ConfigError);  // one value for two series
   c.groups[0].values = {1.0, 2.0};

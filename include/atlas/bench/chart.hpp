@@ -30,8 +30,9 @@ struct BarChart {
 
 /// Writes `chart` to `path` as an 8-bit RGB PNG of chart.width x chart.height pixels: a y axis from
 /// 0 to a round maximum with ticks and values, one group of bars per BarGroup (its label below, its
-/// values above each bar), the title and a legend. The file is written beside `path` and renamed
-/// over it once complete (a failed write leaves the old chart). Throws Error (I/O) when the file
+/// values above each bar), the title and a legend. Encoded in memory, then written by
+/// write_file_whole (renamed over `path` once complete, so a failed write leaves the old chart;
+/// /dev/stdout or a pipe written in place). Throws Error (I/O) when the file
 /// cannot be written; ConfigError when a side is outside [kMinChartPixels, kMaxChartPixels] or a
 /// group has the wrong value count.
 void write_bar_chart_png(const std::string& path, const BarChart& chart);

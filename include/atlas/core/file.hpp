@@ -17,7 +17,11 @@ namespace atlas {
 
 /// Writes `text` to `path.tmp`, closes it (a failed write or close throws), then renames it over
 /// `path`, so a reader never sees half a file and a failure never truncates an existing one. A
-/// `path.tmp` that is a symbolic link is refused (Io), never written through.
+/// `path.tmp` that is a symbolic link is refused (Io), never written through. Written in place
+/// instead (they cannot be replaced): this process's stdout or stderr (/dev/stdout, also when
+/// redirected to a file: after what was printed so far), a character device or a FIFO (a shell's
+/// `>(cmd)`, /dev/null), through any links; a FIFO nobody reads is an Io error at once, not a
+/// wait. A block device is refused.
 /// `durable`: the file is fsynced before the rename and its directory after it, so a crash of
 /// the machine leaves the old file or the whole new one (for results that took long to make).
 /// Throws atlas::Error (Io) with the file, the system's reason and a hint. Not collective.
