@@ -23,6 +23,7 @@
 #include "atlas/core/log.hpp"
 #include "atlas/deck/deck.hpp"
 #include "atlas/device/host_backend.hpp"
+#include "atlas/io/checkpoint.hpp"
 #include "atlas/mpi/comm.hpp"
 #include "atlas/core/units.hpp"
 #include "atlas/runtime/checkpointing.hpp"
@@ -66,11 +67,23 @@ TrainOutput::TrainOutput(const Config& cfg, bool root, bool quiet)
   std::error_code ec;
   fs::create_directories(m_dir, ec);
   if (ec) ATLAS_THROW(Io, "cannot create run directory " << m_dir << ": " << ec.message());
-  write_file_whole((fs::path(m_dir) / "resolved.deck").string(), deck::resolved_deck(cfg));
+  // A resumed run writes its resolved deck once the checkpoint is accepted (started()): a resume
+  // refused (another model.hidden) must not leave a deck no checkpoint of the run matches.
+  if (cfg.run.resume.empty()) write_file_whole((fs::path(m_dir) / "resolved.deck").string(), deck::resolved_deck(cfg));
   errno = 0;
   m_log.open(fs::path(m_dir) / "log.txt", std::ios::app);
   if (!m_log.is_open()) ATLAS_THROW(Io, "cannot open " << m_dir << "/log.txt" << errno_text());
+  if (cfg.run.resume.empty()) {
+    // A fresh start: an earlier run's checkpoints in ckpt.dir are moved aside, not mixed with
+    // this run's (io::set_aside_checkpoints), before anything is trained.
+    const io::SetAside aside = io::set_aside_checkpoints(cfg.ckpt_dir());
+    if (aside.files > 0)
+      m_set_aside_note = fmt::format("# a fresh start (run.resume = \"\"): moved {} checkpoint file(s) of an earlier "
+                                     "run from {} to {} (to continue that run instead: run.resume=latest)\n",
+                                     aside.files, cfg.ckpt_dir(), aside.dir);
+  }
   const bool fresh = cfg.run.resume.empty() || !fs::exists(fs::path(m_dir) / "metrics.csv");
+  m_metrics_appended = !fresh;
   m_metrics.open(fs::path(m_dir) / "metrics.csv", fresh ? std::ios::trunc : std::ios::app);
   if (!m_metrics.is_open()) ATLAS_THROW(Io, "cannot open " << m_dir << "/metrics.csv" << errno_text());
   if (fresh) {
@@ -139,6 +152,7 @@ void TrainOutput::schedule(const sched::ScheduleTable& table) {
 }
 
 int TrainOutput::resume(runtime::Trainer& trainer, const topo::Communicators& comms) {
+  if (!m_set_aside_note.empty()) print(m_set_aside_note);
   const runtime::Restored r = runtime::restore_checkpoint(trainer, m_cfg, comms);
   if (!r.path.empty()) {
     print(fmt::format("# resumed from {} at step {}\n", r.path, r.step));
@@ -273,7 +287,15 @@ void TrainOutput::failed(const std::vector<std::string>& problems, int exit_code
       for (const std::string& why : problems) m_log << "ERROR: " << why << "\n";
       m_log.flush();
     }
-    if (!m_diverged_written)
+    // A job that failed before it trained (a resume refused: another model.hidden) leaves the
+    // run.json of the run that finished in this directory; its log.txt and exit code say why.
+    bool keep = m_diverged_written;
+    if (!m_started && !keep) {
+      std::ifstream in(fs::path(m_dir) / "run.json");
+      const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      keep = text.find("\"status\":\"OK\"") != std::string::npos;
+    }
+    if (!keep)
       write_file_whole((fs::path(m_dir) / "run.json").string(),
                        fmt::format("{{\"run\":\"{}\",\"status\":\"failed\",\"exit_code\":{},\"error\":\"{}\"}}\n",
                                    json_escape(m_cfg.run.name), exit_code,
@@ -297,9 +319,12 @@ void TrainOutput::nothing_to_train(int checkpoint_step) {
 
 void TrainOutput::started(int first_step) {
   if (!m_root) return;
-  if (first_step > 0 && m_metrics.is_open()) {
+  m_started = true;
+  if (!m_cfg.run.resume.empty()) write_file_whole((fs::path(m_dir) / "resolved.deck").string(), deck::resolved_deck(m_cfg));
+  if (m_metrics_appended && m_metrics.is_open()) {
     // A resumed run appends to metrics.csv: the rows of steps it runs again (a killed job got
-    // past its last checkpoint) go, so each step has one row, the resumed run's.
+    // past its last checkpoint; every row when run.resume = latest found no checkpoint and the
+    // run starts at step 0 again) go, so each step has one row, the resumed run's.
     m_metrics.close();
     const fs::path path = fs::path(m_dir) / "metrics.csv";
     std::ifstream in(path);
@@ -328,8 +353,23 @@ void TrainOutput::started(int first_step) {
   // From here a SIGTERM/SIGINT/SIGHUP (scancel, Ctrl-C, a lost terminal) leaves a note in
   // log.txt and run.json before the process dies of it (core/signals.hpp).
   signals::set_progress(first_step, m_last_checkpoint);
-  m_notes.emplace(signals::InterruptNote{(fs::path(m_dir) / "log.txt").string(), (fs::path(m_dir) / "run.json").string(),
-                                         json_escape(m_cfg.run.name), m_cfg.run.steps});
+  signals::InterruptNote note{(fs::path(m_dir) / "log.txt").string(), (fs::path(m_dir) / "run.json").string(),
+                              json_escape(m_cfg.run.name), m_cfg.run.steps};
+  note.resume_hint = resume_hint();
+  m_notes.emplace(note);
+}
+
+std::string TrainOutput::resume_hint() const {
+  // A run started from a checkpoint outside its ckpt.dir (run.resume = PATH, or the fallback):
+  // latest alone finds nothing there until this run writes its own, and would start from step 0.
+  if (!m_last_checkpoint_path.empty()) {
+    std::error_code ec;
+    const fs::path from = fs::weakly_canonical(fs::path(m_last_checkpoint_path).parent_path(), ec);
+    std::error_code ec2;
+    const fs::path ours = fs::weakly_canonical(m_cfg.ckpt_dir(), ec2);
+    if (ec || ec2 || from != ours) return "run.resume=latest run.resume_fallback=" + m_last_checkpoint_path;
+  }
+  return "run.resume=latest";
 }
 
 void TrainOutput::begin_step(int step) const { signals::set_progress(step, m_last_checkpoint); }
@@ -489,11 +529,13 @@ std::vector<runtime::SlotEvent> TrainOutput::finish(runtime::Trainer& trainer, c
                                                               : std::string("null"))
               : std::string("\"OK\"");
   write_file_whole((fs::path(m_dir) / "run.json").string(),
-              fmt::format("{{\"run\":\"{}\",\"status\":{},\"steps\":{},\"first_loss\":{},\"final_loss\":{},"
+              fmt::format("{{\"run\":\"{}\",\"status\":{},\"steps\":{},\"first_step\":{},\"steps_run\":{},"
+                          "\"first_loss\":{},\"final_loss\":{},"
                           "\"final_val_loss\":{},\"mean_step_ms\":{:.3f},\"predicted_step_ms\":{:.3f},"
                           "\"schedule\":\"{}\",\"world_size\":{},\"wan_bytes\":{},\"prefill_tokens\":{},"
                           "\"tokens_per_step\":{},\"mfu\":{},\"peak_memory_bytes\":[{}]}}\n",
-                          json_escape(m_cfg.run.name), status, m_cfg.run.steps, json_number(m_first_loss),
+                          json_escape(m_cfg.run.name), status, m_cfg.run.steps, std::max(m_first_step, 0),
+                          m_timed_steps, json_number(m_first_loss),
                           json_number(m_last_loss),
                           m_last_val ? fmt::format("{:.6f}", *m_last_val) : std::string("null"), mean_step * 1e3,
                           table.step_ms, to_string(m_cfg.schedule.kind), layout.world_size(), wan_bytes,

@@ -46,6 +46,7 @@ char g_log_path[kPath];
 char g_json_path[kPath];
 char g_json_tmp[kPath + 16];
 char g_json_head[1024];  // {"run":"NAME","status":"interrupted"
+char g_resume_hint[kPath + 64];  // run.resume=latest [run.resume_fallback=PATH]
 int g_steps = 0;
 
 /// Text built without allocation, for use inside a signal handler.
@@ -115,7 +116,9 @@ void write_note(int sig) {
   if (ckpt >= 0) {
     line.add("; the newest checkpoint is at step ");
     line.add(static_cast<long>(ckpt));
-    line.add(" (resume with run.resume=latest)\n");
+    line.add(" (resume with ");
+    line.add(g_resume_hint);
+    line.add(")\n");
   } else {
     line.add("; no checkpoint of this run was written yet\n");
   }
@@ -300,6 +303,7 @@ InterruptNotes::InterruptNotes(const InterruptNote& note) {
   copy_bounded(g_json_tmp, sizeof g_json_tmp, note.run_json_path + ".signal.tmp", "the run.json path");
   copy_bounded(g_json_head, sizeof g_json_head,
                fmt::format("{{\"run\":\"{}\",\"status\":\"interrupted\"", note.run_name), "the run name");
+  copy_bounded(g_resume_hint, sizeof g_resume_hint, note.resume_hint, "the resume hint");
   g_steps = note.steps;
   g_note_taken.store(false);
   g_note_done.store(false);

@@ -14,12 +14,14 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <regex>
 #include <sstream>
 
 #include "atlas/core/check.hpp"
 #include "atlas/core/crc32c.hpp"
+#include "atlas/core/file.hpp"
 #include "atlas/core/log.hpp"
 #include "atlas/io/hdf5.hpp"
 #include "ckpt_internal.hpp"
@@ -321,8 +323,10 @@ std::vector<std::string> model_mismatches(const std::string& path, const ModelSh
   auto cmp = [&](const char* field, std::int64_t f, std::int64_t d) {
     if (f != d) {
       out.push_back(fmt::format("checkpoint '{}': model.{} is {} in the checkpoint but {} in the "
-                                "deck",
-                                path, field, f, d));
+                                "deck\n  hint: set model.{} = {} as the run that wrote it had, or start "
+                                "fresh without run.resume (atlas import reads weights of another shape "
+                                "only from a Hugging Face GPT-2)",
+                                path, field, f, d, field, f));
     }
   };
   cmp("layers", in_file.layers, in_deck.layers);
@@ -661,7 +665,49 @@ CheckpointContents inspect_checkpoint(const mpi::Comm& comm, const std::string& 
   return internal::get_contents(r);
 }
 
-// ---- find_latest / resolve_resume ----
+// ---- set_aside_checkpoints / find_latest / resolve_resume ----
+
+SetAside set_aside_checkpoints(const std::string& dir) {
+  SetAside out;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return out;
+  std::vector<fs::path> files;
+  for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec))
+    if (internal::parse_checkpoint_name(it->path().filename().string())) files.push_back(it->path());
+  if (ec)
+    ATLAS_THROW(Io, "cannot list checkpoint directory '" << dir << "': " << ec.message()
+                                                         << "\n  hint: fix its permissions or its file system");
+  if (files.empty()) return out;
+  std::sort(files.begin(), files.end());
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  ::localtime_r(&now, &tm);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+  fs::path aside;
+  for (int n = 0;; ++n) {
+    aside = fs::path(dir) / (n == 0 ? fmt::format("earlier-run-{}", stamp) : fmt::format("earlier-run-{}-{}", stamp, n));
+    if (fs::create_directory(aside, ec)) break;
+    if (ec)
+      ATLAS_THROW(Io, "a fresh start (run.resume = \"\") could not make " << aside.string()
+                          << " to keep the earlier run's checkpoints in: " << ec.message()
+                          << "\n  hint: fix the permissions of " << dir
+                          << ", or resume that run with run.resume = latest, or give this run its own run.name");
+  }
+  for (const fs::path& f : files) {
+    fs::rename(f, aside / f.filename(), ec);
+    if (ec)
+      ATLAS_THROW(Io, "a fresh start (run.resume = \"\") could not move the earlier run's checkpoint "
+                          << f.string() << " into " << aside.string() << ": " << ec.message()
+                          << "\n  hint: move it away yourself, or resume that run with run.resume = latest, or "
+                             "give this run its own run.name; "
+                          << out.files << " file(s) were moved before it");
+    ++out.files;
+  }
+  fsync_path(dir, true);
+  out.dir = aside.string();
+  return out;
+}
 
 LatestCheckpoint find_latest(const std::string& dir, std::int64_t before_step) {
   LatestCheckpoint out;
@@ -796,7 +842,15 @@ std::string resolve_resume(const mpi::Comm& comm, const std::string& resume,
     log_latest(comm, l, ckpt_dir);
     return l.path;
   }
-  (void)inspect_checkpoint(comm, resume);  // throws a ConfigError naming the file
+  try {
+    (void)inspect_checkpoint(comm, resume);  // throws a ConfigError naming the file
+  } catch (const ConfigError& e) {
+    std::vector<std::string> problems = e.problems();
+    if (!problems.empty())
+      problems.back() += "\n  hint: name another checkpoint (an older step-*.h5), or use run.resume = latest (it "
+                         "passes over damaged files in ckpt.dir), or start fresh without run.resume";
+    throw ConfigError(problems);
+  }
   return resume;
 }
 

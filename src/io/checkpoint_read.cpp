@@ -33,14 +33,19 @@ std::vector<std::string> request_problems(const std::string& path,
     }
     const auto it = stored.find(s.name);
     if (it == stored.end()) {
-      out.push_back(fmt::format("checkpoint '{}' has no tensor '{}'", path, s.name));
+      out.push_back(fmt::format("checkpoint '{}' has no tensor '{}'\n  hint: it was written for another model "
+                                "(its deck is in the file: h5dump -d /deck {}); resume with that deck, or start "
+                                "fresh without run.resume",
+                                path, s.name, path));
       continue;
     }
     const TensorEntry& t = *it->second;
     if (t.shape != s.full_shape) {
-      out.push_back(fmt::format("tensor '{}' has shape {} in checkpoint '{}' but {} in the model",
+      out.push_back(fmt::format("tensor '{}' has shape {} in checkpoint '{}' but {} in the model\n  hint: "
+                                "it was written for another model (its deck: h5dump -d /deck {}); resume with "
+                                "that deck, or start fresh without run.resume",
                                 s.name, internal::dims_str(t.shape), path,
-                                internal::dims_str(s.full_shape)));
+                                internal::dims_str(s.full_shape), path));
     }
     if ((s.adam_m != nullptr || s.adam_v != nullptr) && !t.has_adam) {
       out.push_back(fmt::format("checkpoint '{}' holds no AdamW moments for tensor '{}'", path,

@@ -18,6 +18,12 @@ set_tests_properties(test_train_profile_np_4 PROPERTIES FIXTURES_REQUIRED brown_
 atlas_mpi_test(test_boundary_progress SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/mpi/test_boundary_progress.cpp NP 2 TIMEOUT 60)
 # A rank killed mid-run (and mid-checkpoint) is restarted by the launcher from the latest
 # checkpoint and ends with the uninterrupted run's loss curve.
+# The same run.name again: a fresh start moves the earlier run's checkpoints aside; metrics.csv,
+# run.json and resolved.deck stay right through a refused resume and a restart without checkpoint.
+add_test(NAME test_run_dir_reuse
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/launch/test_run_dir_reuse.sh ${PROJECT_SOURCE_DIR} $<TARGET_FILE:atlas>)
+set_tests_properties(test_run_dir_reuse PROPERTIES LABELS slow TIMEOUT 300 FIXTURES_REQUIRED brown_corpus
+  PROCESSORS 2)
 add_test(NAME test_kill_restart
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/launch/test_kill_restart.sh ${PROJECT_SOURCE_DIR} $<TARGET_FILE:atlas>)
 set_tests_properties(test_kill_restart PROPERTIES LABELS slow TIMEOUT 300 FIXTURES_REQUIRED brown_corpus

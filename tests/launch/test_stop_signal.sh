@@ -8,7 +8,8 @@
 #   - the same with BubbleTea on (its decode worker shares the ranks' process group: the stop
 #     request must not kill it);
 #   - SIGTERM to world rank 0: the job dies (the launcher ends the other ranks), but rank 0 first
-#     writes the "interrupted" note into log.txt and run.json.
+#     writes the "interrupted" note into log.txt and run.json (with the deck keys that resume it,
+#     run.resume_fallback too when it started from a checkpoint outside its ckpt.dir).
 # Cleans up its temp dir and every process it started; no network beyond loopback.
 # usage: test_stop_signal.sh SOURCE_DIR ATLAS_BIN
 set -uo pipefail
@@ -118,5 +119,12 @@ check "log.txt has the interrupted note" \
 check "run.json says interrupted, with the step" \
   grep -q '^{"run":"termed","status":"interrupted","signal":"SIGTERM","step":[0-9]*,"steps":100000,"checkpoint_step":null}$' "$T/termed/run.json"
 check "no stray run.json.signal.tmp" test ! -e "$T/termed/run.json.signal.tmp"
+
+# ---- a run started from a checkpoint outside its ckpt.dir: the note's resume keys find it ----
+# (run.resume=latest alone found nothing in the new run's ckpt.dir and started from step 0.)
+from=$T/straight/ckpt/step-$(printf %06d $STEPS).h5
+signal_job fromfile 3 TERM run.steps=100000 run.resume="$from"
+check "the note names run.resume_fallback with the checkpoint it started from" \
+  grep -q "the newest checkpoint is at step $STEPS (resume with run.resume=latest run.resume_fallback=$from)" "$T/fromfile/log.txt"
 
 launch_finish

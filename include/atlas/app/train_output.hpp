@@ -147,6 +147,9 @@ class TrainOutput {
   int m_stopped_at = -1;                // stop(): the steps done when the run stopped on request
   int m_last_checkpoint = -1;           // the newest checkpoint's step (resumed or written), -1: none
   std::string m_last_checkpoint_path;
+  std::string m_set_aside_note;         // rank 0: a fresh start moved an earlier run's checkpoints (printed by resume())
+  bool m_metrics_appended = false;      // rank 0: metrics.csv was opened to append (a resume), not truncated
+  bool m_started = false;               // rank 0: started() ran (the run got past its resume)
   std::optional<signals::InterruptNotes> m_notes;  // rank 0, from started() until finish()'s run.json
   bool m_lagged_bad_loss = false;       // the last sum that came back carried rank 0's flag (flush_row())
   bool m_bad_loss = false;              // rank 0: a non-finite loss was seen
@@ -155,6 +158,9 @@ class TrainOutput {
   std::function<void()> m_pending_row;  // rank 0: prints that step's row from m_job
   std::vector<runtime::StepRow> m_steps;
   void print(const std::string& s);
+  /// The deck keys that resume this run: run.resume=latest, with run.resume_fallback=PATH when it
+  /// started from a checkpoint outside its ckpt.dir.
+  [[nodiscard]] std::string resume_hint() const;
   /// Collective over comms.world: writes the checkpoint of `steps_done` steps and prints its line.
   void checkpoint(runtime::Trainer& trainer, const topo::Communicators& comms, int steps_done);
   /// Rank 0: throws atlas::Error (Io) naming `file` when `f` is in a failed state.

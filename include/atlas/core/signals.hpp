@@ -41,6 +41,9 @@ struct InterruptNote {
   std::string run_json_path;  ///< run.json (replaced: written to run.json.signal.tmp, then renamed)
   std::string run_name;       ///< JSON-escaped already
   int steps = 0;              ///< run.steps, for the note
+  /// How to resume, for the note: "run.resume=latest", or with run.resume_fallback=PATH when the
+  /// run started from a checkpoint outside its ckpt.dir (latest alone would not find it).
+  std::string resume_hint = "run.resume=latest";
 };
 
 /// Installs the SIGTERM/SIGINT/SIGHUP handlers that write the note before the process dies of the

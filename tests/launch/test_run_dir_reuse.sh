@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# A run directory used again (the same run.name), as users and restart loops do:
+#   - a fresh start moves the earlier run's checkpoints aside (ckpt/earlier-run-*/, nothing
+#     deleted): run.resume = latest then resumes this run's own, and ckpt.keep_last counts and
+#     prunes only this run's files;
+#   - run.resume = latest that finds no checkpoint (a job killed before its first) starts at step
+#     0 with metrics.csv holding each step once;
+#   - a resume refused (another model.hidden) leaves the finished run's run.json and resolved.deck;
+#   - a resumed run's run.json says where it started and how many steps it ran.
+# Cleans up its temp dir; no network beyond loopback.
+# usage: test_run_dir_reuse.sh SOURCE_DIR ATLAS_BIN
+set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+launch_setup test_run_dir_reuse.sh rundir-reuse "$@"
+COMMON=(inputs/default.deck parallel.dp_size=1 run.log_every_steps=1 train.eval_every_steps=0
+        run.out_dir="$T" wan.recv_timeout_s=20 profile.enabled=false run.name=r)
+MPI=(mpirun -np 4 --oversubscribe --mca btl self,vader,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo)
+train() { local out=$1; shift; "${MPI[@]}" "$ATLAS_BIN" train "${COMMON[@]}" "$@" >"$T/$out.out" 2>&1; }
+steps_in() { awk -F, 'NR > 1 { printf "%s ", $1 }' "$1"; }
+top_ckpts() { (cd "$T/r/ckpt" && ls step-*.h5 2>/dev/null | tr '\n' ' '); }
+
+# ---- the earlier run: checkpoints at steps 2, 4, 6 ----
+train first run.steps=6 ckpt.every_steps=2 ckpt.keep_last=5 train.weight_decay=0.1
+check "the first run finished" grep -q "^# OK: 6 steps" "$T/first.out"
+check "it left step 2, 4, 6" test "$(top_ckpts)" = "step-000002.h5 step-000004.h5 step-000006.h5 "
+
+# ---- a fresh start in the same directory ----
+train second run.steps=4 ckpt.every_steps=3 ckpt.keep_last=2 train.weight_decay=0.0
+check "the fresh run finished" grep -q "^# OK: 4 steps" "$T/second.out"
+check "it says it moved the earlier run's 3 checkpoints" \
+  grep -q "^# a fresh start (run.resume = \"\"): moved 3 checkpoint file(s) of an earlier run from .*/r/ckpt to .*/r/ckpt/earlier-run-" "$T/second.out"
+aside=$(ls -d "$T"/r/ckpt/earlier-run-* 2>/dev/null | head -n 1)
+check "they are kept in earlier-run-*/" test "$(cd "$aside" 2>/dev/null && ls | tr '\n' ' ')" = "step-000002.h5 step-000004.h5 step-000006.h5 "
+check "ckpt.keep_last = 2 kept this run's step 3 and 4 (no earlier file counted)" test "$(top_ckpts)" = "step-000003.h5 step-000004.h5 "
+check "no warning about newer checkpoints of another run" bash -c "! grep -qi 'newer than the one just written' '$T/second.out'"
+cp "$T/r/resolved.deck" "$T/second.deck"
+cp "$T/r/run.json" "$T/second.json"
+
+# ---- resuming it continues this run, not the earlier one's step 6 ----
+train again run.steps=4 ckpt.every_steps=3 ckpt.keep_last=2 train.weight_decay=0.0 run.resume=latest
+check "run.resume = latest found this run's step 4" grep -q "# nothing to train: the checkpoint is at step 4" "$T/again.out"
+
+# ---- a resume refused leaves the finished run's files ----
+train refused run.steps=4 ckpt.every_steps=3 run.resume=latest model.hidden=64
+check "the resume with another model.hidden was refused" grep -q "model.hidden is 128 in the checkpoint but 64 in the deck" "$T/refused.out"
+check "with a hint naming the value" grep -q "hint: set model.hidden = 128 as the run that wrote it had" "$T/refused.out"
+check "run.json still says OK" cmp -s "$T/r/run.json" "$T/second.json"
+check "resolved.deck is still the run's (model.hidden = 128)" cmp -s "$T/r/resolved.deck" "$T/second.deck"
+
+# ---- a resumed run's run.json: where it started, how many steps it ran ----
+train longer run.steps=6 ckpt.every_steps=3 ckpt.keep_last=2 train.weight_decay=0.0 run.resume=latest
+check "the longer run resumed at step 4 and finished" grep -q "^# OK: 2 steps" "$T/longer.out"
+check "run.json has first_step 4, steps_run 2" grep -q '"steps":6,"first_step":4,"steps_run":2,' "$T/r/run.json"
+
+# ---- run.resume = latest with no checkpoint yet: metrics.csv holds each step once ----
+COMMON+=(run.name=k)
+ATLAS_FAULT_KILL=1:3 train killed run.steps=5 ckpt.every_steps=5
+check "the job was killed at step 3, before its first checkpoint" test ! -e "$T/k/ckpt/step-000005.h5"
+check "metrics.csv had steps 0-2" test "$(steps_in "$T/k/metrics.csv")" = "0 1 2 "
+train restarted run.steps=5 ckpt.every_steps=5 run.resume=latest
+check "the restart found no checkpoint and finished from step 0" grep -q "^# OK: 5 steps" "$T/restarted.out"
+check "metrics.csv has each step once" test "$(steps_in "$T/k/metrics.csv")" = "0 1 2 3 4 "
+
+launch_finish
