@@ -38,7 +38,8 @@ int cmd_tokenize(Context& ctx) {
   }
   if (inputs.empty())
     throw UsageError("atlas tokenize needs text files or directories: atlas tokenize TEXT... --out DIR");
-  if (!args.flag("out")) throw UsageError("atlas tokenize needs --out DIR (where the shards go)");
+  if (!args.flag("out") || args.option("out").empty())
+    throw UsageError("atlas tokenize needs --out DIR (where the shards go)");
 
   model::TokenizeJob job;
   job.inputs = inputs;

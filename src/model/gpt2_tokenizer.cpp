@@ -287,6 +287,7 @@ Gpt2Tokenizer::Gpt2Tokenizer(const std::string& dir, std::string_view dir_settin
   std::string line;
   std::int32_t rank = 0;
   int line_no = 0;
+  std::vector<bool> made(kVocab, false);  // a token some merge already makes
   while (std::getline(lines, line)) {
     ++line_no;
     if (line.empty() || line.rfind("#version", 0) == 0) continue;
@@ -300,9 +301,17 @@ Gpt2Tokenizer::Gpt2Tokenizer(const std::string& dir, std::string_view dir_settin
     auto m = id_of.find(left + right);
     if (l == id_of.end() || r == id_of.end() || m == id_of.end())
       corrupt(bpe_file, fmt::format("merge on line {} uses a token missing from encoder.json", line_no));
+    if (made[static_cast<std::size_t>(m->second)])
+      corrupt(bpe_file, fmt::format("the merge on line {} makes token {} a second time", line_no, m->second));
+    made[static_cast<std::size_t>(m->second)] = true;
     im.merges.emplace(pair_key(l->second, r->second), Merge{rank++, m->second});
   }
-  if (rank == 0) corrupt(bpe_file, "it holds no merges");
+  // Every token but the 256 bytes and <|endoftext|> is made by exactly one merge: a file cut short
+  // (at a line end, or mid-line into two known tokens) would pass every check above and change
+  // how most words are split, without an error.
+  if (rank != kVocab - 256 - 1)
+    corrupt(bpe_file, fmt::format("it holds {} merges, GPT-2 has {} (a file cut short, or another model's merges)",
+                                  rank, kVocab - 256 - 1));
 
   int err = 0;
   PCRE2_SIZE off = 0;

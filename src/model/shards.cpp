@@ -213,13 +213,19 @@ ShardSet ShardSet::open(const std::vector<std::string>& files, int vocab, std::s
           path, key, head[1], ShardFormat::kVersion));
     }
     const std::int64_t count = head[2];
+    if (count < 0) {
+      throw ConfigError(fmt::format(
+          "shard '{}' ({}): its header's token count is {}, negative: the header is corrupt\n  hint: it was not "
+          "written by an llm.c-format (uint16) writer; write it again with `atlas tokenize`",
+          path, key, count));
+    }
     const std::int64_t expect = ShardFormat::kHeaderBytes + 2 * count;
-    if (count < 0 || expect != size) {
+    if (expect != size) {
       throw ConfigError(fmt::format(
           "shard '{}' ({}): its header says {} tokens ({} bytes with the header), but the file is "
           "{} bytes\n  hint: {}; write it again with `atlas tokenize`",
           path, key, count, expect, size,
-          count >= 0 && size > expect ? "the file holds more than its header counts (another writer's header, or "
+          size > expect ? "the file holds more than its header counts (another writer's header, or "
                                         "bytes appended)"
                                       : "the file is truncated or was not written completely"));
     }

@@ -209,6 +209,10 @@ atlas_cli_test(cli_single_dash_option "ERROR: unknown option -q\n  hint: atlas's
                schedule -q inputs/default.deck)
 atlas_cli_test(cli_tokenize_shard_tokens_range "ERROR: --shard-tokens expects an integer >= 1, got '0'"
                tokenize inputs --out ${CMAKE_BINARY_DIR}/never --shard-tokens 0)
+# An empty --out is the usage error a missing one is (it was an internal error, exit 6).
+add_test(NAME cli_tokenize_empty_out WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
+  COMMAND bash -c "rc=0; out=$($<TARGET_FILE:atlas> tokenize inputs --out '' 2>&1) || rc=$?; echo \"$out\"; [[ $rc == 1 ]] && grep -q 'ERROR: atlas tokenize needs --out DIR (where the shards go)' <<<\"$out\"")
+set_tests_properties(cli_tokenize_empty_out PROPERTIES LABELS unit TIMEOUT 60)
 atlas_cli_test(cli_bench_dash_h "usage: atlas bench sim" bench sim -h)
 # Options a mode does not read are refused, not ignored: simulate --compare --json (wrote nothing),
 # --prefill-tokens below 1, profile --backend cuda without --gemm (measured the host into the

@@ -166,7 +166,26 @@ TEST(Gpt2Tokenizer, CorruptFilesNameTheFileAndTheFix) {
     TempDir dir;
     dir.write("encoder.json", encoder);
     dir.write("vocab.bpe", "#version: 0.2\n");
-    EXPECT_THAT(config_error_of(dir.path()), HasSubstr("vocab.bpe' is corrupt: it holds no merges"));
+    EXPECT_THAT(config_error_of(dir.path()), HasSubstr("vocab.bpe' is corrupt: it holds 0 merges, GPT-2 has 50000"));
+  }
+  {
+    // Cut short at a line end: every line left is a good merge, but most words would split
+    // differently (the review's case: 30,000 merges, 880 tokens where GPT-2 gives 760).
+    TempDir dir;
+    dir.write("encoder.json", encoder);
+    std::size_t at = 0;
+    for (int line = 0; line < 30001; ++line) at = merges.find('\n', at) + 1;
+    dir.write("vocab.bpe", merges.substr(0, at));
+    const std::string e = config_error_of(dir.path());
+    EXPECT_THAT(e, HasSubstr("vocab.bpe' is corrupt: it holds 30000 merges, GPT-2 has 50000 (a file cut short"));
+    EXPECT_THAT(e, HasSubstr("scripts/get-data.sh"));
+  }
+  {
+    TempDir dir;  // the first merge again at the end: its token made twice
+    dir.write("encoder.json", encoder);
+    const std::size_t first = merges.find('\n') + 1;
+    dir.write("vocab.bpe", merges + merges.substr(first, merges.find('\n', first) + 1 - first));
+    EXPECT_THAT(config_error_of(dir.path()), HasSubstr("the merge on line 50002 makes token"));
   }
   {
     TempDir dir;

@@ -502,6 +502,7 @@ TEST(Shards, BadShardsAreConfigErrorsNamingTheFileAndTheFix) {
   write_raw(dir.at("version.bin"), 20240520, 2, 4, toks);
   write_raw(dir.at("length.bin"), 20240520, 1, 5, toks);
   write_raw(dir.at("long.bin"), 20240520, 1, 3, toks);  // one token more than its header counts
+  write_raw(dir.at("negative.bin"), 20240520, 1, -5, toks);
   write_raw(dir.at("vocab.bin"), 20240520, 1, 4, {1, 2, 300, 4});
   std::ofstream(dir.at("short.bin")) << "tiny";
   const auto open1 = [&](const std::string& name) {
@@ -522,6 +523,10 @@ TEST(Shards, BadShardsAreConfigErrorsNamingTheFileAndTheFix) {
   m = config_error(open1("long.bin"));
   EXPECT_THAT(m, HasSubstr("header says 3 tokens (1030 bytes with the header), but the file is 1032 bytes"));
   EXPECT_THAT(m, HasSubstr("hint: the file holds more than its header counts"));
+  m = config_error(open1("negative.bin"));
+  EXPECT_THAT(m, HasSubstr(dir.at("negative.bin")));
+  EXPECT_THAT(m, HasSubstr("its header's token count is -5, negative: the header is corrupt"));
+  EXPECT_THAT(m, HasSubstr("hint: "));
   m = config_error(open1("short.bin"));
   EXPECT_THAT(m, HasSubstr("shorter than the 1024-byte header"));
   m = config_error(open1("vocab.bin"));
