@@ -61,7 +61,7 @@ std::string errno_text() { return errno != 0 ? std::string(": ") + std::strerror
 
 }  // namespace
 
-TrainOutput::TrainOutput(const Config& cfg, bool root, bool quiet)
+TrainOutput::TrainOutput(const Config& cfg, bool root, bool quiet, bool owns_ckpt_dir)
     : m_cfg(cfg), m_root(root), m_quiet(quiet), m_dir(cfg.run_dir()) {
   if (!m_root) return;
   std::error_code ec;
@@ -73,7 +73,7 @@ TrainOutput::TrainOutput(const Config& cfg, bool root, bool quiet)
   errno = 0;
   m_log.open(fs::path(m_dir) / "log.txt", std::ios::app);
   if (!m_log.is_open()) ATLAS_THROW(Io, "cannot open " << m_dir << "/log.txt" << errno_text());
-  if (cfg.run.resume.empty()) {
+  if (cfg.run.resume.empty() && owns_ckpt_dir) {
     // A fresh start: an earlier run's checkpoints in ckpt.dir are moved aside, not mixed with
     // this run's (io::set_aside_checkpoints), before anything is trained.
     const io::SetAside aside = io::set_aside_checkpoints(cfg.ckpt_dir());
@@ -287,10 +287,11 @@ void TrainOutput::failed(const std::vector<std::string>& problems, int exit_code
       for (const std::string& why : problems) m_log << "ERROR: " << why << "\n";
       m_log.flush();
     }
-    // A job that failed before it trained (a resume refused: another model.hidden) leaves the
-    // run.json of the run that finished in this directory; its log.txt and exit code say why.
+    // A resume that failed before it trained (refused: another model.hidden) leaves the run.json
+    // of the run that finished in this directory; its log.txt and exit code say why. (A fresh
+    // start owns the directory from its first line: its failure replaces the earlier run.json.)
     bool keep = m_diverged_written;
-    if (!m_started && !keep) {
+    if (!m_started && !keep && !m_cfg.run.resume.empty()) {
       std::ifstream in(fs::path(m_dir) / "run.json");
       const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
       keep = text.find("\"status\":\"OK\"") != std::string::npos;

@@ -41,8 +41,11 @@ std::string rank_time_table(const std::vector<RankTime>& ranks, const topo::Layo
 
 class TrainOutput {
  public:
-  /// Rank 0 creates runs/NAME/ and writes resolved.deck there.
-  TrainOutput(const Config& cfg, bool root, bool quiet = false);
+  /// Rank 0 creates runs/NAME/ and writes resolved.deck there. `owns_ckpt_dir`: this job holds
+  /// the checkpoint directory's lock (it may write checkpoints); then a fresh start moves an
+  /// earlier run's checkpoints there aside (io::set_aside_checkpoints). A job that does not hold
+  /// it never touches another job's files there.
+  TrainOutput(const Config& cfg, bool root, bool quiet = false, bool owns_ckpt_dir = false);
 
   void header(const std::string& deck_path, const topo::Layout& layout);
   void text(const std::string& s);
