@@ -24,6 +24,19 @@ namespace atlas {
 
 namespace {
 
+/// write(2) of all of `text` to `fd` (EINTR retried): 0, or the errno of the write that failed
+/// (EIO for one that wrote nothing); `written` counts the bytes that went.
+int write_all(int fd, std::string_view text, std::size_t& written) {
+  written = 0;
+  while (written < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + written, text.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return n < 0 ? errno : EIO;
+    written += static_cast<std::size_t>(n);
+  }
+  return 0;
+}
+
 /// Writes `text` to `path`.tmp (fsynced when `durable`) and returns that name; a failure removes
 /// what it wrote and throws, `path` left as it was. A `path`.tmp that is a symbolic link is
 /// refused, never followed (O_NOFOLLOW: in a shared directory a planted link would have made the
@@ -39,19 +52,8 @@ std::string stage(const std::string& path, std::string_view text, bool durable) 
                                                         "through one)"
                                                       : "\n  hint: check that the directory exists and is writable"));
   }
-  const char* p = text.data();
-  std::size_t left = text.size();
-  int err = 0;
-  while (left > 0) {
-    const ssize_t n = ::write(fd, p, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      err = n < 0 ? errno : EIO;
-      break;
-    }
-    p += n;
-    left -= static_cast<std::size_t>(n);
-  }
+  std::size_t written = 0;
+  int err = write_all(fd, text, written);
   if (::close(fd) != 0 && err == 0) err = errno;
   if (err != 0) {
     std::error_code ec;
@@ -134,22 +136,11 @@ void write_in_place(const std::string& path, std::string_view text) {
     const int flags = ::fcntl(fd, F_GETFL);
     if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
   }
-  const char* p = text.data();
-  std::size_t left = text.size();
-  int err = 0;
-  while (left > 0) {
-    const ssize_t n = ::write(fd, p, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      err = n < 0 ? errno : EIO;
-      break;
-    }
-    p += n;
-    left -= static_cast<std::size_t>(n);
-  }
+  std::size_t written = 0;
+  int err = write_all(fd, text, written);
   if (stream < 0 && ::close(fd) != 0 && err == 0 && errno != EINTR) err = errno;
   if (err != 0)
-    ATLAS_THROW(Io, "writing " << path << " failed after " << (text.size() - left) << " of " << text.size()
+    ATLAS_THROW(Io, "writing " << path << " failed after " << written << " of " << text.size()
                                << " bytes: " << std::strerror(err)
                                << (err == EPIPE ? "\n  hint: its reader closed it early" : "\n  hint: check the device"));
 }
