@@ -118,6 +118,7 @@ for a in "${cmd[@]}"; do
     run.resume=latest) ;;
     run.resume=) cleared=1 fallback="" ;;
     run.resume=*) cleared=0 fallback=${a#run.resume=} ;;
+    run.resume_fallback=) cleared=1 fallback="" ;;  # "no fallback" said outright (a requeued fresh start)
     run.resume_fallback=*) cleared=0 fallback=${a#run.resume_fallback=} ;;
     *) resume_cmd+=("$a") ;;
   esac

@@ -243,19 +243,19 @@ atlas_run() {
       # CPU, whatever #SBATCH --cpus-per-task gave the job for device.threads.
       if [[ -n ${SLURM_CPUS_PER_TASK:-} ]]; then launch+=(--cpus-per-task="$SLURM_CPUS_PER_TASK"); fi
       if [[ -n $ATLAS_DC_NODES ]]; then
-        atlas_write_hostfile "$ATLAS_RUN_DIR/hostfile"
-        export SLURM_HOSTFILE=$ATLAS_RUN_DIR/hostfile
+        atlas_write_hostfile "$ATLAS_PROV_DIR/hostfile"
+        export SLURM_HOSTFILE=$ATLAS_PROV_DIR/hostfile
         launch+=(--distribution=arbitrary)
       fi
       ;;
     mpirun)
       launch=(mpirun -np "$world")
       if [[ -n $ATLAS_DC_NODES ]]; then
-        atlas_write_hostfile "$ATLAS_RUN_DIR/hostfile"
+        atlas_write_hostfile "$ATLAS_PROV_DIR/hostfile"
         # The sequential mapper puts rank i on line i. Open MPI 4.1.4's mpirun segfaults at exit
         # (hwloc topology free) when it is combined with oversubscription, which it never needs.
         launch=(env -u OMPI_MCA_rmaps_base_oversubscribe "${launch[@]}"
-          --hostfile "$ATLAS_RUN_DIR/hostfile" --mca rmaps seq)
+          --hostfile "$ATLAS_PROV_DIR/hostfile" --mca rmaps seq)
       fi
       ;;
     *) atlas_die 1 "ATLAS_LAUNCHER='$ATLAS_LAUNCHER': expected srun or mpirun" ;;

@@ -85,6 +85,15 @@ printf '%s\n' 6 0 >"$T/statuses"
 "$LAUNCH" -- "$T/fake.sh" train d.deck run.resume= 2>/dev/null
 expect_eq "restart after run.resume= passes an empty fallback" \
   "train d.deck run.resume=latest run.resume_fallback=" "$(sed -n 2p "$T/calls")"
+# The same "no fallback" as the requeue of such a job passes it (run.resume=latest
+# run.resume_fallback=, scripts/slurm/common.sh): kept on every restart (the empty fallback was
+# taken for a path and dropped, and atlas fell back to the deck's PATH).
+rm -f "$T/calls"
+printf '%s\n' 6 6 0 >"$T/statuses"
+"$LAUNCH" -- "$T/fake.sh" train d.deck run.resume= run.resume=latest run.resume_fallback= 2>/dev/null
+expect_eq "a requeued fresh start keeps its empty fallback on restart" \
+  "train d.deck run.resume=latest run.resume_fallback=" "$(sed -n 2p "$T/calls")"
+expect_eq "... and on the next" "train d.deck run.resume=latest run.resume_fallback=" "$(sed -n 3p "$T/calls")"
 
 # ---- SIGTERM (scancel) stops the attempt and does not restart ----
 rm -f "$T/calls"
