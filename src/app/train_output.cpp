@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -67,21 +68,29 @@ TrainOutput::TrainOutput(const Config& cfg, bool root, bool quiet, bool owns_ckp
   std::error_code ec;
   fs::create_directories(m_dir, ec);
   if (ec) ATLAS_THROW(Io, "cannot create run directory " << m_dir << ": " << ec.message());
+  if (cfg.run.resume.empty() && owns_ckpt_dir) {
+    // A fresh start: an earlier run's results and checkpoints are moved aside (never deleted),
+    // not mixed with this run's, before anything is written: `atlas report` read its profile.h5
+    // as this run's, and run.resume = latest resumed its weights (io::set_aside_checkpoints).
+    static const std::set<std::string> kResults = {"resolved.deck", "metrics.csv", "run.json",
+                                                   "profile.h5",    "trace.json",  "bubbletea.json"};
+    const MovedAside results =
+        move_aside(m_dir, [](const std::string& name) { return kResults.count(name) > 0; }, "a fresh start (run.resume = \"\")");
+    if (results.files > 0)
+      m_set_aside_note += fmt::format("# a fresh start (run.resume = \"\"): moved {} result file(s) of an earlier run "
+                                      "to {}\n", results.files, results.dir);
+    const MovedAside ckpts = io::set_aside_checkpoints(cfg.ckpt_dir());
+    if (ckpts.files > 0)
+      m_set_aside_note += fmt::format("# a fresh start (run.resume = \"\"): moved {} checkpoint file(s) of an earlier "
+                                      "run from {} to {} (to continue that run instead: run.resume=latest)\n",
+                                      ckpts.files, cfg.ckpt_dir(), ckpts.dir);
+  }
   // A resumed run writes its resolved deck once the checkpoint is accepted (started()): a resume
   // refused (another model.hidden) must not leave a deck no checkpoint of the run matches.
   if (cfg.run.resume.empty()) write_file_whole((fs::path(m_dir) / "resolved.deck").string(), deck::resolved_deck(cfg));
   errno = 0;
   m_log.open(fs::path(m_dir) / "log.txt", std::ios::app);
   if (!m_log.is_open()) ATLAS_THROW(Io, "cannot open " << m_dir << "/log.txt" << errno_text());
-  if (cfg.run.resume.empty() && owns_ckpt_dir) {
-    // A fresh start: an earlier run's checkpoints in ckpt.dir are moved aside, not mixed with
-    // this run's (io::set_aside_checkpoints), before anything is trained.
-    const io::SetAside aside = io::set_aside_checkpoints(cfg.ckpt_dir());
-    if (aside.files > 0)
-      m_set_aside_note = fmt::format("# a fresh start (run.resume = \"\"): moved {} checkpoint file(s) of an earlier "
-                                     "run from {} to {} (to continue that run instead: run.resume=latest)\n",
-                                     aside.files, cfg.ckpt_dir(), aside.dir);
-  }
   const bool fresh = cfg.run.resume.empty() || !fs::exists(fs::path(m_dir) / "metrics.csv");
   m_metrics_appended = !fresh;
   m_metrics.open(fs::path(m_dir) / "metrics.csv", fresh ? std::ios::trunc : std::ios::app);

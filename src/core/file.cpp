@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -193,6 +194,48 @@ void write_files_whole(const std::vector<std::pair<std::string, std::string>>& f
   if (durable)
     for (std::size_t i = 0; i < files.size(); ++i)
       if (!staged[i].empty()) fsync_path(dir_of(files[i].first), true);
+}
+
+MovedAside move_aside(const std::string& dir, const std::function<bool(const std::string& name)>& which,
+                      const std::string& why) {
+  namespace fs = std::filesystem;
+  MovedAside out;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return out;
+  std::vector<fs::path> files;
+  for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec))
+    if (!it->is_directory(ec) && which(it->path().filename().string())) files.push_back(it->path());
+  if (ec)
+    ATLAS_THROW(Io, "cannot list " << dir << ": " << ec.message() << "\n  hint: fix its permissions or its file system");
+  if (files.empty()) return out;
+  std::sort(files.begin(), files.end());
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  ::localtime_r(&now, &tm);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+  fs::path aside;
+  for (int n = 0;; ++n) {
+    aside = fs::path(dir) / (std::string("earlier-run-") + stamp + (n == 0 ? "" : "-" + std::to_string(n)));
+    if (fs::create_directory(aside, ec)) break;
+    if (ec)
+      ATLAS_THROW(Io, why << " could not make " << aside.string() << " to keep the earlier run's files in: "
+                          << ec.message() << "\n  hint: fix the permissions of " << dir
+                          << ", or resume that run with run.resume = latest, or give this run its own run.name");
+  }
+  for (const fs::path& f : files) {
+    fs::rename(f, aside / f.filename(), ec);
+    if (ec)
+      ATLAS_THROW(Io, why << " could not move the earlier run's " << f.string() << " into " << aside.string() << ": "
+                          << ec.message()
+                          << "\n  hint: move it away yourself, or resume that run with run.resume = latest, or give "
+                             "this run its own run.name; "
+                          << out.files << " file(s) were moved before it");
+    ++out.files;
+  }
+  fsync_path(dir, true);
+  out.dir = aside.string();
+  return out;
 }
 
 void fsync_path(const std::string& path, bool directory) {

@@ -14,7 +14,6 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
-#include <ctime>
 #include <filesystem>
 #include <regex>
 #include <sstream>
@@ -667,46 +666,10 @@ CheckpointContents inspect_checkpoint(const mpi::Comm& comm, const std::string& 
 
 // ---- set_aside_checkpoints / find_latest / resolve_resume ----
 
-SetAside set_aside_checkpoints(const std::string& dir) {
-  SetAside out;
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return out;
-  std::vector<fs::path> files;
-  for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec))
-    if (internal::parse_checkpoint_name(it->path().filename().string())) files.push_back(it->path());
-  if (ec)
-    ATLAS_THROW(Io, "cannot list checkpoint directory '" << dir << "': " << ec.message()
-                                                         << "\n  hint: fix its permissions or its file system");
-  if (files.empty()) return out;
-  std::sort(files.begin(), files.end());
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  ::localtime_r(&now, &tm);
-  char stamp[32];
-  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
-  fs::path aside;
-  for (int n = 0;; ++n) {
-    aside = fs::path(dir) / (n == 0 ? fmt::format("earlier-run-{}", stamp) : fmt::format("earlier-run-{}-{}", stamp, n));
-    if (fs::create_directory(aside, ec)) break;
-    if (ec)
-      ATLAS_THROW(Io, "a fresh start (run.resume = \"\") could not make " << aside.string()
-                          << " to keep the earlier run's checkpoints in: " << ec.message()
-                          << "\n  hint: fix the permissions of " << dir
-                          << ", or resume that run with run.resume = latest, or give this run its own run.name");
-  }
-  for (const fs::path& f : files) {
-    fs::rename(f, aside / f.filename(), ec);
-    if (ec)
-      ATLAS_THROW(Io, "a fresh start (run.resume = \"\") could not move the earlier run's checkpoint "
-                          << f.string() << " into " << aside.string() << ": " << ec.message()
-                          << "\n  hint: move it away yourself, or resume that run with run.resume = latest, or "
-                             "give this run its own run.name; "
-                          << out.files << " file(s) were moved before it");
-    ++out.files;
-  }
-  fsync_path(dir, true);
-  out.dir = aside.string();
-  return out;
+MovedAside set_aside_checkpoints(const std::string& dir) {
+  return move_aside(
+      dir, [](const std::string& name) { return internal::parse_checkpoint_name(name).has_value(); },
+      "a fresh start (run.resume = \"\")");
 }
 
 LatestCheckpoint find_latest(const std::string& dir, std::int64_t before_step) {

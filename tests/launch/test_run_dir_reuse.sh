@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # A run directory used again (the same run.name), as users and restart loops do:
-#   - a fresh start moves the earlier run's checkpoints aside (ckpt/earlier-run-*/, nothing
-#     deleted): run.resume = latest then resumes this run's own, and ckpt.keep_last counts and
+#   - a fresh start moves the earlier run's results (RUN/earlier-run-*/: run.json, metrics.csv,
+#     resolved.deck, profile.h5, trace.json) and checkpoints (ckpt/earlier-run-*/) aside, nothing
+#     deleted: run.resume = latest then resumes this run's own, and ckpt.keep_last counts and
 #     prunes only this run's files;
 #   - run.resume = latest that finds no checkpoint (a job killed before its first) starts at step
 #     0 with metrics.csv holding each step once;
@@ -32,6 +33,10 @@ check "it says it moved the earlier run's 3 checkpoints" \
   grep -q "^# a fresh start (run.resume = \"\"): moved 3 checkpoint file(s) of an earlier run from .*/r/ckpt to .*/r/ckpt/earlier-run-" "$T/second.out"
 aside=$(ls -d "$T"/r/ckpt/earlier-run-* 2>/dev/null | head -n 1)
 check "they are kept in earlier-run-*/" test "$(cd "$aside" 2>/dev/null && ls | tr '\n' ' ')" = "step-000002.h5 step-000004.h5 step-000006.h5 "
+results=$(ls -d "$T"/r/earlier-run-* 2>/dev/null | head -n 1)
+check "the earlier run's results are kept in earlier-run-*/ (its run.json, metrics.csv, resolved.deck)" \
+  bash -c "grep -q '\"status\":\"OK\",\"steps\":6,' '$results/run.json' && test \$(wc -l <'$results/metrics.csv') -eq 7 && grep -q '^train.weight_decay *= 0.1' '$results/resolved.deck'"
+check "and it says so" grep -q "^# a fresh start (run.resume = \"\"): moved 3 result file(s) of an earlier run to .*/r/earlier-run-" "$T/second.out"
 check "ckpt.keep_last = 2 kept this run's step 3 and 4 (no earlier file counted)" test "$(top_ckpts)" = "step-000003.h5 step-000004.h5 "
 check "no warning about newer checkpoints of another run" bash -c "! grep -qi 'newer than the one just written' '$T/second.out'"
 cp "$T/r/resolved.deck" "$T/second.deck"

@@ -38,6 +38,20 @@ void write_file_whole(const std::string& path, const std::string& text, bool dur
 void write_files_whole(const std::vector<std::pair<std::string, std::string>>& files, bool durable = false,
                        const std::function<void()>& before_renames = {});
 
+/// What move_aside moved: the new subdirectory and how many files ("" and 0: nothing to move).
+struct MovedAside {
+  std::string dir;
+  int files = 0;
+};
+
+/// Moves the files of `dir` (not its subdirectories) whose name `which` accepts into a new
+/// subdirectory `earlier-run-YYYYmmdd-HHMMSS[-N]` of `dir`: an earlier run's results and
+/// checkpoints kept, never deleted, when a fresh run starts in the same place. Nothing is created
+/// when no file matches. A file that cannot be moved throws Io naming it, `why` (what the move is
+/// for, e.g. "a fresh start (run.resume = \"\")") and the fix; the files moved before it stay moved.
+MovedAside move_aside(const std::string& dir, const std::function<bool(const std::string& name)>& which,
+                      const std::string& why);
+
 /// fsync(2) of a file, or of a directory (which makes the renames and removals in it durable).
 /// Throws atlas::Error (Io) naming the path and the system's reason.
 void fsync_path(const std::string& path, bool directory);

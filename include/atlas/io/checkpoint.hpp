@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "atlas/core/error.hpp"
+#include "atlas/core/file.hpp"
 #include "atlas/deck/config.hpp"
 #include "atlas/mpi/comm.hpp"
 
@@ -253,16 +254,11 @@ struct LatestCheckpoint {
 
 /// A fresh start (run.resume = "") in a checkpoint directory that holds an earlier run's
 /// step-NNNNNN.h5 files (and .tmp leftovers): they are moved, not deleted, into a new
-/// subdirectory `earlier-run-YYYYmmdd-HHMMSS[-N]` of `dir`, so run.resume = latest never resumes
-/// the earlier run's weights as this run's and pruning (ckpt.keep_last) never counts them or
-/// deletes this run's files for them. Returns that subdirectory and how many files moved ("" and
-/// 0 when there was nothing to move). A file that cannot be moved throws Io, naming it and the fix,
-/// before anything is trained. Not collective (rank 0 alone, as pruning).
-struct SetAside {
-  std::string dir;
-  int files = 0;
-};
-SetAside set_aside_checkpoints(const std::string& dir);
+/// subdirectory `earlier-run-YYYYmmdd-HHMMSS[-N]` of `dir` (core/file.hpp, move_aside), so
+/// run.resume = latest never resumes the earlier run's weights as this run's and pruning
+/// (ckpt.keep_last) never counts them or deletes this run's files for them. Not collective
+/// (rank 0 alone, as pruning).
+MovedAside set_aside_checkpoints(const std::string& dir);
 
 /// Resolves the deck key run.resume. "" -> "" (fresh start). "latest" -> the newest readable
 /// checkpoint in `ckpt_dir` (each skipped file is logged as a warning with its reason; "" with an
