@@ -110,6 +110,21 @@ def _short(value, limit=60):
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
+def _why_no_profile(path):
+    """Why a run directory has no profile.h5, from its run.json: a run writes the profile when it
+    ends, so a run that is still going, was killed or interrupted has none yet."""
+    status = None
+    try:
+        with open(os.path.join(os.path.dirname(path) or ".", "run.json"), encoding="utf-8") as f:
+            status = json.load(f).get("status")
+    except (OSError, ValueError, AttributeError):
+        pass
+    if status in ("running", "interrupted", "failed", "diverged"):
+        return (f"its run.json says the run is {status}: a run writes profile.h5 when it ends; resume it "
+                f"with run.resume=latest, or report a run that finished")
+    return "a run writes profile.h5 into its run directory when it ends, with profile.enabled = true"
+
+
 class Profile:
     """Everything in one profile.h5, as numpy arrays and Python values."""
 
@@ -118,8 +133,7 @@ class Profile:
         np = import_or_explain("numpy", "python3-numpy")
         self.path = path
         if not os.path.exists(path):
-            raise ReportError(EXIT_IO, f"{path}: no such file (a run writes profile.h5 into its run "
-                                       f"directory when profile.enabled = true)")
+            raise ReportError(EXIT_IO, f"{path}: no such file ({_why_no_profile(path)})")
         if os.path.isdir(path):
             raise ReportError(EXIT_IO, f"{path}: is a directory, expected a profile.h5 file")
         try:
@@ -498,6 +512,9 @@ def print_summary(s, out=None):
     w(f"\n# measured vs predicted (schedule table)\nstep time: measured mean {st['measured_mean_ms']:.3f} "
       f"ms (min {st['measured_min_ms']:.3f}, max {st['measured_max_ms']:.3f}, {st['count']} steps, "
       f"from {st['source']}) vs predicted {st['predicted_ms']:.3f} ms: ratio {ratio}\n")
+    if not s.get("skipped_steps") and st["count"] > 1:
+        w("  (every recorded step; a run's footer and run.json leave its first step out: --skip-steps 1 "
+          "gives their mean)\n")
     w(f"{'kind':<12} {'count':>7} {'measured_ms':>12} {'predicted_ms':>13} {'ratio':>7}\n")
     for k in s["kinds"]:
         ratio = f"{k['ratio']:.3f}" if k["ratio"] is not None else "-"
@@ -511,10 +528,21 @@ def compare(a, b):
     if a["world_size"] != b["world_size"]:
         raise ReportError(EXIT_USAGE, f"--against: {b['path']} has {b['world_size']} ranks, "
                                       f"{a['path']} has {a['world_size']}: not the same job")
+    # Ranks are paired by their place in the layout, not by number: the same rank count in
+    # another layout (2 stages x dp 2 against 4 stages) is another job.
+    def place(r):
+        return (r["dc"], r["stage"], r["dp"], r["tp"])
+    b_at = {place(r): r for r in b["ranks"]}
+    missing = [r for r in a["ranks"] if place(r) not in b_at]
+    if missing:
+        raise ReportError(EXIT_USAGE, f"--against: {b['path']} has no rank at (dc, stage, dp, tp) = "
+                                      f"{place(missing[0])} where {a['path']} has {missing[0]['label']}: "
+                                      f"another layout, not the same job")
     na, nb = len(a["steps"]), len(b["steps"])
     cats = ["compute", "intra_dc", "wan_wait", "idle", "prefill", "wall"]
     ranks = []
-    for ra, rb in zip(a["ranks"], b["ranks"]):
+    for ra in a["ranks"]:
+        rb = b_at[place(ra)]
         row = {"rank": ra["rank"], "label": ra["label"]}
         for c in cats:
             row[c] = (1e3 * ra[c] / na, 1e3 * rb[c] / nb)
@@ -539,7 +567,7 @@ def print_comparison(c, out=None):
       f"({b['source']}, {b['steps']} steps); ms per step, A / B\n")
     ratio = f"{c['ratio']:.3f}" if c["ratio"] is not None else "-"
     w(f"step time: A {c['step_ms'][0]:.3f} ms vs B {c['step_ms'][1]:.3f} ms: ratio {ratio}\n")
-    cats = ["compute", "intra_dc", "wan_wait", "idle", "wall"]
+    cats = ["compute", "intra_dc", "wan_wait", "idle", "prefill", "wall"]
     w(f"{'rank':<22}" + "".join(f" {x + ' A/B':>19}" for x in cats) + "\n")
     for r in c["ranks"]:
         w(f"{r['label']:<22}" + "".join(f" {r[x][0]:>9.2f}/{r[x][1]:<9.2f}" for x in cats) + "\n")
@@ -768,7 +796,7 @@ def main(argv=None):
             other = args.against
             if os.path.isdir(other) or not other.endswith(".h5"):
                 other = os.path.join(other, "profile.h5")
-            s["against"] = compare(s, summarize(Profile(other)))
+            s["against"] = compare(s, summarize(Profile(other), args.skip_steps))
             print_comparison(s["against"])
         if args.json:
             try:
@@ -782,6 +810,11 @@ def main(argv=None):
             step = measured_gantt(p, args.step, out)
             print(f"# wrote {out} (step {step})")
         return 0
+    except BrokenPipeError:
+        # The reader went (`atlas report RUN | head`): stop quietly, as other tools do (SIGPIPE).
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 128 + 13
     except ReportError as e:
         sys.stdout.flush()
         sys.stderr.write(f"ERROR: {e}\n")

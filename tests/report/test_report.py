@@ -336,6 +336,52 @@ class Report(unittest.TestCase):
         self.assertNotEqual(status, 0)
         self.assertIn("not the same job", err)
 
+    def test_schedule_against_pairs_ranks_by_layout_and_skips_in_both(self):
+        # The same 6 ranks in another layout (tp 2 x dp 1 against dp 2): refused, not paired by
+        # rank number. --skip-steps leaves the same steps out of both profiles: a profile against
+        # itself reads 1.000 (it read 0.895 on a run whose first step was slow).
+        _, h5, _ = self.simulated(steps=3)
+        other = os.path.join(self.dir, "tp2.h5")
+        r = run([ATLAS_BIN, "simulate", DECK, "parallel.dp_size=1", "parallel.tp_size=2", "--profile", other,
+                 "--steps", "3"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        status, _, err = self.report(h5, "--against", other, "--no-png")
+        self.assertEqual(status, 1, err)
+        self.assertIn("has no rank at (dc, stage, dp, tp) = (0, 0, 1, 0)", err)
+        self.assertIn("another layout, not the same job", err)
+        run_dir = os.path.join(self.dir, "runs", "warm")
+        os.makedirs(run_dir)
+        table_json = os.path.join(self.dir, "sim.json")
+        make_profile.from_schedule(table_json, os.path.join(run_dir, "profile.h5"), steps=3)
+        js = os.path.join(self.dir, "s.json")
+        status, out, err = self.report(run_dir, "--against", run_dir, "--skip-steps", "1", "--json", js, "--no-png")
+        self.assertEqual(status, 0, err)
+        with open(js, encoding="utf-8") as f:
+            c = json.load(f)["against"]
+        self.assertEqual((c["a"]["steps"], c["b"]["steps"]), (2, 2))
+        self.assertAlmostEqual(c["ratio"], 1.0, places=9)
+        self.assertRegex(out, r"prefill A/B")
+
+    def test_summary_footer_note_and_broken_pipe(self):
+        run_dir = self.handmade_run()
+        status, out, err = self.report(run_dir, "--no-png")
+        self.assertEqual(status, 0, err)
+        self.assertIn("--skip-steps 1 gives their mean", out)
+        # `atlas report RUN | head -1`: no "internal error", the SIGPIPE status.
+        r = subprocess.run(f"set -o pipefail; {ATLAS_BIN} report {run_dir} --no-png | true",
+                           shell=True, capture_output=True, text=True, timeout=60, executable="/bin/bash")
+        self.assertNotIn("internal error", r.stderr)
+        self.assertIn(r.returncode, (0, 141), r.stderr)
+
+    def test_summary_profile_of_a_run_that_did_not_end(self):
+        run_dir = os.path.join(self.dir, "runs", "killed")
+        os.makedirs(run_dir)
+        with open(os.path.join(run_dir, "run.json"), "w", encoding="utf-8") as f:
+            f.write('{"run":"killed","status":"running","first_step":0,"steps":8}\n')
+        status, _, err = self.report(run_dir, "--no-png")
+        self.assertEqual(status, 5)
+        self.assertIn("its run.json says the run is running: a run writes profile.h5 when it ends", err)
+
     def test_schedule_predicted_gantt(self):
         path = os.path.join(self.dir, "all.json")
         r = run([ATLAS_BIN, "schedule", DECK, "--json", path, "--quiet"])
