@@ -42,6 +42,19 @@ int cmd_plan(Context& ctx) {
                  cfg.schedule.virtual_stages);
     cfg.schedule.virtual_stages = 1;
   }
+  // The planner times and writes ATLAS schedules with PP across DCs (plan::plan_config): a deck
+  // asking for another schedule or for DP across DCs was planned as ATLAS without a word.
+  if (cfg.schedule.kind != ScheduleKind::Atlas)
+    std::fprintf(stderr,
+                 "note: atlas plan searches ATLAS schedules: schedule.kind = %s is not searched, the plans (and "
+                 "--deck-out) use atlas\n  hint: to time another schedule, run atlas simulate on the plan's deck "
+                 "with schedule.kind=%s\n",
+                 to_string(cfg.schedule.kind), to_string(cfg.schedule.kind));
+  if (cfg.parallel.dp_across_dcs)
+    std::fprintf(stderr,
+                 "note: atlas plan keeps each stage's DP replicas inside a DC: parallel.dp_across_dcs = true is not "
+                 "searched, the plans (and --deck-out) use false\n  hint: atlas simulate --compare times DP "
+                 "across DCs beside the planner's plan (design a)\n");
   deck::read_device_profiles(cfg);
   if (const std::string note = sched::offline_costing_note(cfg); !note.empty()) std::fputs(note.c_str(), stderr);
   const sched::DeviceProfile prof = sched::device_profile(cfg);

@@ -342,6 +342,20 @@ int cmd_simulate(Context& ctx) {
     return 0;
   }
 
+  // The deck's own simulation reads these only, and each of the last four only beside the option
+  // it shapes: --dps 4,8 --out DIR (the grid's) ran a plain simulation without a word.
+  only_options(args, "simulate",
+               {"json", "wan", "search", "gantt", "width", "rows", "profile", "trace", "steps", "compute-scale",
+                "compute-from", "skip-steps", "progress-after", "quiet", "ignore-memory"});
+  const auto needs = [&](const char* option, bool given, const char* with) {
+    if (args.flag(option) && !given)
+      throw UsageError(fmt::format("--{} applies to {} only\n  hint: add {}, or drop --{}", option, with, with, option));
+  };
+  needs("width", args.flag("gantt"), "--gantt");
+  needs("rows", args.flag("gantt"), "--gantt");
+  needs("steps", args.flag("profile") || args.flag("trace"), "--profile or --trace");
+  needs("skip-steps", args.flag("compute-from"), "--compute-from");
+
   sim::SimOptions opt;
   opt.source = args.flag("search") ? sim::TableSource::Search : sim::TableSource::Deck;
   if (args.flag("compute-scale")) {

@@ -204,7 +204,10 @@ MovedAside move_aside(const std::string& dir, const std::function<bool(const std
   if (!fs::is_directory(dir, ec)) return out;
   std::vector<fs::path> files;
   for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec))
-    if (!it->is_directory(ec) && which(it->path().filename().string())) files.push_back(it->path());
+    // Regular files only, not through links: a metrics.csv linked to /dev/null (or /dev/full) is
+    // the user's choice of where results go, not an earlier run's file.
+    if (fs::is_regular_file(it->symlink_status(ec)) && which(it->path().filename().string()))
+      files.push_back(it->path());
   if (ec)
     ATLAS_THROW(Io, "cannot list " << dir << ": " << ec.message() << "\n  hint: fix its permissions or its file system");
   if (files.empty()) return out;

@@ -51,7 +51,7 @@ void check_cluster(const Config& c, std::vector<std::string>& out) {
   for (int g : cl.gpus_per_dc) total_gpus += g;
   if (!cl.gpus_per_dc.empty() && total_gpus == 0)
     out.push_back("cluster.gpus_per_dc: every DC has zero GPUs; at least one DC needs GPUs");
-  auto check_matrix = [&](const std::vector<double>& m, const char* key, bool positive) {
+  auto check_matrix = [&](const std::vector<double>& m, const char* key, bool positive, bool zero_diagonal) {
     if (n == 1 && m.size() == 1) return;  // a 1x1 matrix (or the scalar default) is fine
     if (m.size() == 1 && nn > 1) {
       out.push_back(std::string(key) + " is one value (the deck's, or its 1-DC default when the deck does not set it), "
@@ -74,10 +74,16 @@ void check_cluster(const Config& c, std::vector<std::string>& out) {
           out.push_back(std::string(key) + " entry (" + cl.dcs[static_cast<std::size_t>(a)] + ", " +
                         cl.dcs[static_cast<std::size_t>(b)] + ") is " + str(v) +
                         ": links between DCs need a positive bandwidth");
+        // A DC's entry to itself is no WAN link: a value there was ignored without a word.
+        if (a == b && zero_diagonal && v != 0)
+          out.push_back(std::string(key) + " entry (" + cl.dcs[static_cast<std::size_t>(a)] + ", " +
+                        cl.dcs[static_cast<std::size_t>(a)] + ") is " + str(v) +
+                        ": the diagonal is a DC to itself, not a WAN link, and must be 0\n  hint: set it to 0; "
+                        "the latency inside a DC is cluster.intra_latency_us");
       }
   };
-  check_matrix(cl.latency_ms, "cluster.latency_ms", false);
-  check_matrix(cl.bandwidth_gbps, "cluster.bandwidth_gbps", true);
+  check_matrix(cl.latency_ms, "cluster.latency_ms", false, true);
+  check_matrix(cl.bandwidth_gbps, "cluster.bandwidth_gbps", true, false);
   if (!cl.price_per_gpu_hour.empty() && cl.price_per_gpu_hour.size() != static_cast<std::size_t>(n))
     out.push_back("cluster.price_per_gpu_hour has " + std::to_string(cl.price_per_gpu_hour.size()) +
                   " entries; give none or one per DC (" + std::to_string(n) + ")");

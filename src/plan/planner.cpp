@@ -750,7 +750,7 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
   };
   // schedule.split_backward: on splits every candidate of every run; off never. auto: the plans
   // are quick-timed and re-timed unsplit (as with off), then split_pass tries the split on each
-  // re-timed plan that could still become the chosen one: whose step floor (step_floor_ms: no
+  // plan (re-timed or quick-timed) that could still become the chosen one: whose step floor (step_floor_ms: no
   // split beats it) beats the best plan by the objective, within the deadline. The try is the
   // quick search with auto (it takes the plan's earlier runs again, ScheduleOptions::runs, and
   // times the split candidates); a split table replaces the unsplit one only where faster. Auto in
@@ -785,9 +785,15 @@ PlanResult search(const Config& cfg, const sched::DeviceProfile& prof, const Pla
     }
     return which;
   };
+  // The split is tried on every plan that could still win against the re-timed ones (`timed`),
+  // not only on those: which plans are re-timed follows plan.top (the rows shown), and a plan
+  // outside them whose split wins was never tried (plan_13b_deadline chose a plan another beat on
+  // both step and cost, and plan.top changed the choice).
   const auto split_pass = [&](const std::vector<std::size_t>& timed) {
     if (deck_split != SplitBackward::Auto || timed.empty()) return;
-    const std::vector<std::size_t> which = could_win(timed, timed, false);
+    std::vector<std::size_t> every(res.plans.size());
+    std::iota(every.begin(), every.end(), 0);
+    const std::vector<std::size_t> which = could_win(every, timed, false);
     // The split is tried by the quick search (around 1F1B's depth, with the default and the
     // concurrent link policies): the whole search with auto cost the 1,024-GPU deck ~0.25 s more,
     // over its 1 s budget. A split table replaces the whole unsplit search's only where faster.

@@ -83,6 +83,29 @@ atlas_cli_test(cli_simulate_compare_dp_across_dcs "\\(c\\*\\) ATLAS planner's fa
                simulate inputs/ablation_2dc_16.deck parallel.dp_across_dcs=true --compare)
 atlas_cli_test(cli_plan_dp_across_dcs "# atlas plan of inputs/ablation_2dc_16.deck: [0-9]+ GPUs, predicted step"
                plan inputs/ablation_2dc_16.deck parallel.dp_across_dcs=true)
+# ... and says it does not search that layout, nor another schedule.kind (both were replaced
+# without a word: a user who asked for 1F1B got an ATLAS deck).
+atlas_cli_test(cli_plan_dp_across_dcs_note "note: atlas plan keeps each stage's DP replicas inside a DC: parallel.dp_across_dcs = true is not searched"
+               plan inputs/ablation_2dc_16.deck parallel.dp_across_dcs=true)
+atlas_cli_test(cli_plan_schedule_kind_note "note: atlas plan searches ATLAS schedules: schedule.kind = 1f1b is not searched"
+               plan inputs/ablation_2dc_16.deck schedule.kind=1f1b)
+# The deck's own simulation refuses the other modes' options, and --width/--rows/--steps/--skip-steps
+# without the option they shape (--dps 4,8 --out DIR ran a plain simulation; --width 3 passed).
+atlas_cli_test(cli_simulate_plain_refuses_grid_options "ERROR: --dps does not apply to atlas simulate \\(it reads"
+               simulate inputs/sim_two_dc_cpu.deck --dps 4,8)
+atlas_cli_test(cli_simulate_width_needs_gantt "ERROR: --width applies to --gantt only"
+               simulate inputs/sim_two_dc_cpu.deck --width 3)
+atlas_cli_test(cli_simulate_steps_needs_profile "ERROR: --steps applies to --profile or --trace only"
+               simulate inputs/sim_two_dc_cpu.deck --steps 5)
+# The plan chosen under a deadline does not depend on plan.top (the rows shown): the split backward
+# was tried only on the top rows, and a plan outside them whose split beat the choice on both step
+# and cost was never tried (the choice moved with plan.top = 3, 10, 40).
+add_test(NAME cli_plan_choice_independent_of_top WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
+  COMMAND bash -c "set -u; prev=''; for top in 3 10 40; do out=$($<TARGET_FILE:atlas> plan inputs/plan_13b_deadline.deck plan.top=$top --quiet 2>&1) || { echo \"$out\"; exit 1; }; row=$(grep 'cheapest within deadline' <<<\"$out\" | sed 's/^ *[0-9]* *//; s/  */ /g') || { echo \"$out\"; exit 1; }; echo \"plan.top=$top: $row\"; [[ -z $prev || $row == \"$prev\" ]] || exit 1; prev=$row; done")
+set_tests_properties(cli_plan_choice_independent_of_top PROPERTIES LABELS unit TIMEOUT 300)
+# A DC's latency to itself is no WAN link: a value there was ignored without a word.
+atlas_cli_test(cli_deck_latency_diagonal "cluster.latency_ms entry \\(east, east\\) is 500: the diagonal is a DC to itself"
+               simulate inputs/sim_two_dc_cpu.deck "cluster.latency_ms=500 20 20 0")
 # Per-DC power budgets in the deck: --compare keeps them with each design's DCs (it was an internal
 # error), and simulate names a DC whose layout needs more than its budget and prints what the
 # layout draws (GPUs x board power x PUE, energy a step and for run.steps).

@@ -44,7 +44,7 @@ struct MovedAside {
   int files = 0;
 };
 
-/// Moves the files of `dir` (not its subdirectories) whose name `which` accepts into a new
+/// Moves the regular files of `dir` (not its subdirectories, nor links) whose name `which` accepts into a new
 /// subdirectory `earlier-run-YYYYmmdd-HHMMSS[-N]` of `dir`: an earlier run's results and
 /// checkpoints kept, never deleted, when a fresh run starts in the same place. Nothing is created
 /// when no file matches. A file that cannot be moved throws Io naming it, `why` (what the move is
