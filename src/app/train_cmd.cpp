@@ -172,7 +172,7 @@ JobResult run_training_job(const Config& cfg, const mpi::Comm& world, const JobO
                                      "give this job its own ckpt.dir, or wait until that job "
                                      "has ended");
   }
-  TrainOutput out(cfg, root, opt.quiet, /*owns_ckpt_dir=*/may_checkpoint);
+  TrainOutput out(cfg, root, opt.quiet, /*sets_aside=*/opt.stop_on_request, /*owns_ckpt_dir=*/may_checkpoint);
   try {
     return train(cfg, world, opt, out);
   } catch (const CollectiveError& e) {

@@ -62,36 +62,51 @@ std::string errno_text() { return errno != 0 ? std::string(": ") + std::strerror
 
 }  // namespace
 
-TrainOutput::TrainOutput(const Config& cfg, bool root, bool quiet, bool owns_ckpt_dir)
+TrainOutput::TrainOutput(const Config& cfg, bool root, bool quiet, bool sets_aside, bool owns_ckpt_dir)
     : m_cfg(cfg), m_root(root), m_quiet(quiet), m_dir(cfg.run_dir()) {
   if (!m_root) return;
   std::error_code ec;
   fs::create_directories(m_dir, ec);
   if (ec) ATLAS_THROW(Io, "cannot create run directory " << m_dir << ": " << ec.message());
-  if (cfg.run.resume.empty() && owns_ckpt_dir) {
-    // A fresh start: an earlier run's results and checkpoints are moved aside (never deleted),
-    // not mixed with this run's, before anything is written: `atlas report` read its profile.h5
-    // as this run's, and run.resume = latest resumed its weights (io::set_aside_checkpoints).
+  errno = 0;
+  m_log.open(fs::path(m_dir) / "log.txt", std::ios::app);
+  if (!m_log.is_open()) ATLAS_THROW(Io, "cannot open " << m_dir << "/log.txt" << errno_text());
+  // A new timeline: nothing to resume (run.resume = ""), or a start from a checkpoint outside
+  // this run's ckpt.dir (a fine-tune's imported weights), whose rows and files are not this run's.
+  bool new_timeline = cfg.run.resume.empty();
+  if (!new_timeline && cfg.run.resume != "latest") {
+    std::error_code e1, e2;
+    new_timeline = fs::weakly_canonical(fs::path(cfg.run.resume).parent_path(), e1) !=
+                   fs::weakly_canonical(cfg.ckpt_dir(), e2);
+  }
+  if (new_timeline && sets_aside) {
+    // The earlier run's results and checkpoints are moved aside (never deleted), not mixed with
+    // this run's, before anything is written: `atlas report` read its profile.h5 as this run's,
+    // run.resume = latest resumed its weights, pruning counted them (io::set_aside_checkpoints).
     static const std::set<std::string> kResults = {"resolved.deck", "metrics.csv", "run.json",
                                                    "profile.h5",    "trace.json",  "bubbletea.json"};
+    const std::string why = cfg.run.resume.empty() ? "a fresh start (run.resume = \"\")"
+                                                   : "a start from " + cfg.run.resume + " (outside ckpt.dir)";
     const MovedAside results =
-        move_aside(m_dir, [](const std::string& name) { return kResults.count(name) > 0; }, "a fresh start (run.resume = \"\")");
+        move_aside(m_dir, [](const std::string& name) { return kResults.count(name) > 0; }, why);
+    std::string note;
     if (results.files > 0)
-      m_set_aside_note += fmt::format("# a fresh start (run.resume = \"\"): moved {} result file(s) of an earlier run "
-                                      "to {}\n", results.files, results.dir);
-    const MovedAside ckpts = io::set_aside_checkpoints(cfg.ckpt_dir());
-    if (ckpts.files > 0)
-      m_set_aside_note += fmt::format("# a fresh start (run.resume = \"\"): moved {} checkpoint file(s) of an earlier "
-                                      "run from {} to {} (to continue that run instead: run.resume=latest)\n",
-                                      ckpts.files, cfg.ckpt_dir(), ckpts.dir);
+      note += fmt::format("# {}: moved {} result file(s) of an earlier run to {}\n", why, results.files, results.dir);
+    if (owns_ckpt_dir) {
+      const MovedAside ckpts = io::set_aside_checkpoints(cfg.ckpt_dir());
+      if (ckpts.files > 0)
+        note += fmt::format("# {}: moved {} checkpoint file(s) ({}) of an earlier run from {} to {}; to continue that "
+                            "run instead: run.resume=latest; remove an earlier-run-* directory when it is no longer "
+                            "needed\n",
+                            why, ckpts.files, units::format_bytes_human(static_cast<double>(ckpts.bytes)),
+                            cfg.ckpt_dir(), ckpts.dir);
+    }
+    if (!note.empty()) print(note);  // at once: a job that fails before its first step still says so
   }
   // A resumed run writes its resolved deck once the checkpoint is accepted (started()): a resume
   // refused (another model.hidden) must not leave a deck no checkpoint of the run matches.
   if (cfg.run.resume.empty()) write_file_whole((fs::path(m_dir) / "resolved.deck").string(), deck::resolved_deck(cfg));
-  errno = 0;
-  m_log.open(fs::path(m_dir) / "log.txt", std::ios::app);
-  if (!m_log.is_open()) ATLAS_THROW(Io, "cannot open " << m_dir << "/log.txt" << errno_text());
-  const bool fresh = cfg.run.resume.empty() || !fs::exists(fs::path(m_dir) / "metrics.csv");
+  const bool fresh = new_timeline || !fs::exists(fs::path(m_dir) / "metrics.csv");
   m_metrics_appended = !fresh;
   m_metrics.open(fs::path(m_dir) / "metrics.csv", fresh ? std::ios::trunc : std::ios::app);
   if (!m_metrics.is_open()) ATLAS_THROW(Io, "cannot open " << m_dir << "/metrics.csv" << errno_text());
@@ -161,8 +176,19 @@ void TrainOutput::schedule(const sched::ScheduleTable& table) {
 }
 
 int TrainOutput::resume(runtime::Trainer& trainer, const topo::Communicators& comms) {
-  if (!m_set_aside_note.empty()) print(m_set_aside_note);
-  const runtime::Restored r = runtime::restore_checkpoint(trainer, m_cfg, comms);
+  // A checkpoint refused (another model, a damaged file) leaves the finished run's run.json
+  // (failed()); a failure of anything else before the first step does not.
+  const runtime::Restored r = [&] {
+    try {
+      return runtime::restore_checkpoint(trainer, m_cfg, comms);
+    } catch (const ConfigError&) {
+      m_resume_refused = true;
+      throw;
+    } catch (const io::ChecksumMismatch&) {
+      m_resume_refused = true;
+      throw;
+    }
+  }();
   if (!r.path.empty()) {
     print(fmt::format("# resumed from {} at step {}\n", r.path, r.step));
     m_last_checkpoint = r.step;
@@ -300,7 +326,7 @@ void TrainOutput::failed(const std::vector<std::string>& problems, int exit_code
     // of the run that finished in this directory; its log.txt and exit code say why. (A fresh
     // start owns the directory from its first line: its failure replaces the earlier run.json.)
     bool keep = m_diverged_written;
-    if (!m_started && !keep && !m_cfg.run.resume.empty()) {
+    if (m_resume_refused && !keep) {
       std::ifstream in(fs::path(m_dir) / "run.json");
       const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
       keep = text.find("\"status\":\"OK\"") != std::string::npos;
@@ -329,7 +355,6 @@ void TrainOutput::nothing_to_train(int checkpoint_step) {
 
 void TrainOutput::started(int first_step) {
   if (!m_root) return;
-  m_started = true;
   if (!m_cfg.run.resume.empty()) write_file_whole((fs::path(m_dir) / "resolved.deck").string(), deck::resolved_deck(m_cfg));
   if (m_metrics_appended && m_metrics.is_open()) {
     // A resumed run appends to metrics.csv: the rows of steps it runs again (a killed job got

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -32,6 +33,13 @@ int write_all(int fd, std::string_view text, std::size_t& written) {
   while (written < text.size()) {
     const ssize_t n = ::write(fd, text.data() + written, text.size() - written);
     if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      // A descriptor left non-blocking (a stdout some parent set O_NONBLOCK on): wait until it
+      // takes more, as a blocking write would.
+      pollfd p{fd, POLLOUT, 0};
+      (void)::poll(&p, 1, -1);
+      continue;
+    }
     if (n <= 0) return n < 0 ? errno : EIO;
     written += static_cast<std::size_t>(n);
   }
@@ -227,6 +235,7 @@ MovedAside move_aside(const std::string& dir, const std::function<bool(const std
                           << ", or resume that run with run.resume = latest, or give this run its own run.name");
   }
   for (const fs::path& f : files) {
+    const std::uintmax_t size = fs::file_size(f, ec);
     fs::rename(f, aside / f.filename(), ec);
     if (ec)
       ATLAS_THROW(Io, why << " could not move the earlier run's " << f.string() << " into " << aside.string() << ": "
@@ -235,6 +244,7 @@ MovedAside move_aside(const std::string& dir, const std::function<bool(const std
                              "this run its own run.name; "
                           << out.files << " file(s) were moved before it");
     ++out.files;
+    out.bytes += size == static_cast<std::uintmax_t>(-1) ? 0 : size;
   }
   fsync_path(dir, true);
   out.dir = aside.string();

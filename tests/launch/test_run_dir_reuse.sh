@@ -8,7 +8,8 @@
 #   - run.resume = latest that finds no checkpoint (a job killed before its first) starts at step
 #     0 with metrics.csv holding each step once;
 #   - a resume refused (another model.hidden) leaves the finished run's run.json and resolved.deck;
-#   - a resumed run's run.json says where it started and how many steps it ran.
+#   - a resumed run's run.json says where it started and how many steps it ran;
+#   - a start from a checkpoint outside ckpt.dir (a fine-tune) twice: a new timeline each time.
 # Cleans up its temp dir; no network beyond loopback.
 # usage: test_run_dir_reuse.sh SOURCE_DIR ATLAS_BIN
 set -uo pipefail
@@ -30,7 +31,7 @@ check "it left step 2, 4, 6" test "$(top_ckpts)" = "step-000002.h5 step-000004.h
 train second run.steps=4 ckpt.every_steps=3 ckpt.keep_last=2 train.weight_decay=0.0
 check "the fresh run finished" grep -q "^# OK: 4 steps" "$T/second.out"
 check "it says it moved the earlier run's 3 checkpoints" \
-  grep -q "^# a fresh start (run.resume = \"\"): moved 3 checkpoint file(s) of an earlier run from .*/r/ckpt to .*/r/ckpt/earlier-run-" "$T/second.out"
+  grep -q "^# a fresh start (run.resume = \"\"): moved 3 checkpoint file(s) ([0-9.]* [KM]iB) of an earlier run from .*/r/ckpt to .*/r/ckpt/earlier-run-" "$T/second.out"
 aside=$(ls -d "$T"/r/ckpt/earlier-run-* 2>/dev/null | head -n 1)
 check "they are kept in earlier-run-*/" test "$(cd "$aside" 2>/dev/null && ls | tr '\n' ' ')" = "step-000002.h5 step-000004.h5 step-000006.h5 "
 results=$(ls -d "$T"/r/earlier-run-* 2>/dev/null | head -n 1)
@@ -57,6 +58,20 @@ check "resolved.deck is still the run's (model.hidden = 128)" cmp -s "$T/r/resol
 train longer run.steps=6 ckpt.every_steps=3 ckpt.keep_last=2 train.weight_decay=0.0 run.resume=latest
 check "the longer run resumed at step 4 and finished" grep -q "^# OK: 2 steps" "$T/longer.out"
 check "run.json has first_step 4, steps_run 2" grep -q '"steps":6,"first_step":4,"steps_run":2,' "$T/r/run.json"
+
+# ---- a start from a checkpoint outside ckpt.dir (a fine-tune) is a new timeline: run twice, the
+# first one's rows and checkpoints are moved aside (they were dropped from metrics.csv) ----
+cp "$T/r/ckpt/step-000006.h5" "$T/pre.h5"
+train ft1 run.name=f run.steps=8 ckpt.every_steps=4 ckpt.keep_last=2 run.resume="$T/pre.h5"
+check "the fine-tune from outside ckpt.dir ran steps 6-7" test "$(steps_in "$T/f/metrics.csv")" = "6 7 "
+train ft2 run.name=f run.steps=8 ckpt.every_steps=4 ckpt.keep_last=2 run.resume="$T/pre.h5"
+check "the second fine-tune says it moved the first one's files" \
+  grep -q "^# a start from $T/pre.h5 (outside ckpt.dir): moved 3 result file(s) of an earlier run to " "$T/ft2.out"
+check "... and its checkpoint, with the size" \
+  grep -q "^# a start from $T/pre.h5 (outside ckpt.dir): moved 1 checkpoint file(s) ([0-9.]* [KM]iB) of an earlier run" "$T/ft2.out"
+ft_aside=$(ls -d "$T"/f/earlier-run-* 2>/dev/null | head -n 1)
+check "the first fine-tune's metrics are kept there" test "$(steps_in "$ft_aside/metrics.csv" 2>/dev/null)" = "6 7 "
+check "metrics.csv holds the second one's steps once" test "$(steps_in "$T/f/metrics.csv")" = "6 7 "
 
 # ---- run.resume = latest with no checkpoint yet: metrics.csv holds each step once ----
 COMMON+=(run.name=k)

@@ -197,7 +197,10 @@ TEST(WriteFileWhole, AFifoIsWrittenInPlaceThroughALink) {
       write_file_whole(link, "{\"rows\": 3}\n", true);
       written = true;
     } catch (const Error& e) {
-      ASSERT_THAT(e.what(), ::testing::HasSubstr("no process reads")) << e.what();
+      if (std::string(e.what()).find("no process reads") == std::string::npos) {
+        ADD_FAILURE() << e.what();  // not ASSERT: the reader thread must be joined below
+        break;
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   }

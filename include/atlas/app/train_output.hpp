@@ -41,11 +41,13 @@ std::string rank_time_table(const std::vector<RankTime>& ranks, const topo::Layo
 
 class TrainOutput {
  public:
-  /// Rank 0 creates runs/NAME/ and writes resolved.deck there. `owns_ckpt_dir`: this job holds
-  /// the checkpoint directory's lock (it may write checkpoints); then a fresh start moves an
-  /// earlier run's checkpoints there aside (io::set_aside_checkpoints). A job that does not hold
+  /// Rank 0 creates runs/NAME/ and writes resolved.deck there. `sets_aside`: `atlas train` (not a
+  /// bench's runs): a new timeline (run.resume = "", or a checkpoint outside ckpt.dir) moves an
+  /// earlier run's results in runs/NAME/ aside (core::move_aside). `owns_ckpt_dir`: this job holds
+  /// the checkpoint directory's lock (it may write checkpoints); then the earlier run's
+  /// checkpoints there are moved aside too (io::set_aside_checkpoints). A job that does not hold
   /// it never touches another job's files there.
-  TrainOutput(const Config& cfg, bool root, bool quiet = false, bool owns_ckpt_dir = false);
+  TrainOutput(const Config& cfg, bool root, bool quiet = false, bool sets_aside = false, bool owns_ckpt_dir = false);
 
   void header(const std::string& deck_path, const topo::Layout& layout);
   void text(const std::string& s);
@@ -150,9 +152,8 @@ class TrainOutput {
   int m_stopped_at = -1;                // stop(): the steps done when the run stopped on request
   int m_last_checkpoint = -1;           // the newest checkpoint's step (resumed or written), -1: none
   std::string m_last_checkpoint_path;
-  std::string m_set_aside_note;         // rank 0: a fresh start moved an earlier run's checkpoints (printed by resume())
   bool m_metrics_appended = false;      // rank 0: metrics.csv was opened to append (a resume), not truncated
-  bool m_started = false;               // rank 0: started() ran (the run got past its resume)
+  bool m_resume_refused = false;        // rank 0: resume() refused the checkpoint (failed() keeps an OK run.json)
   std::optional<signals::InterruptNotes> m_notes;  // rank 0, from started() until finish()'s run.json
   bool m_lagged_bad_loss = false;       // the last sum that came back carried rank 0's flag (flush_row())
   bool m_bad_loss = false;              // rank 0: a non-finite loss was seen

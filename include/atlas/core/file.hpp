@@ -42,6 +42,7 @@ void write_files_whole(const std::vector<std::pair<std::string, std::string>>& f
 struct MovedAside {
   std::string dir;
   int files = 0;
+  std::uint64_t bytes = 0;  ///< their sizes, summed
 };
 
 /// Moves the regular files of `dir` (not its subdirectories, nor links) whose name `which` accepts into a new
