@@ -185,6 +185,20 @@ class Profile:
         self.source = _text(a["source"]) if "source" in a else "measured"
 
         self.events = self._columns(f, "events", EVENT_COLUMNS, np)
+        # Optional (added within version 1): the part of each slot the run counted as a wait on
+        # the WAN / inside a DC (its footer's split); absent (older runs, simulations): zeros.
+        for col in ("wan_wait_s", "intra_wait_s"):
+            g = f["events"]
+            if col in g:
+                v = np.asarray(g[col][()], dtype=float).reshape(-1)
+                if len(v) != len(self.events["kind"]):
+                    self._fail(f"/events/{col} has {len(v)} entries, the other /events datasets "
+                               f"{len(self.events['kind'])}")
+                if not np.all(np.isfinite(v)) or np.any(v < 0):
+                    self._fail(f"/events/{col} holds a negative or non-finite time")
+                self.events[col] = v
+            else:
+                self.events[col] = np.zeros(len(self.events["kind"]))
         self.ranks = self._columns(f, "ranks", RANK_COLUMNS, np)
         self.links = self._columns(f, "links", ["src_dc", "dst_dc"], np)
         self.steps = self._columns(f, "steps", STEP_COLUMNS, np)
@@ -412,8 +426,15 @@ def summarize(p, skip_steps=0):
         for c in CATEGORIES:
             out[c] = 0.0
         cats = cat_of[ev["kind"][m]]
+        # A slot's waits the run counted apart (the gradient-norm sum in an optimizer slot, the
+        # tied-embedding exchange in an all-reduce) go where its footer puts them; the rest of the
+        # slot to its kind's category.
+        wan_part, intra_part = ev["wan_wait_s"][m], ev["intra_wait_s"][m]
+        rest = dur[m] - wan_part - intra_part
         for c in CATEGORIES:
-            out[c] = float(dur[m][cats == c].sum())
+            out[c] = float(rest[cats == c].sum())
+        out["wan_wait"] += float(wan_part.sum())
+        out["intra_dc"] += float(intra_part.sum())
         wall = 0.0
         for s in steps:
             ms = m & (ev_step == s)

@@ -184,6 +184,8 @@ void write_profile(const std::string& path, const ProfileMeta& meta, const std::
       column_of(ev, "complete_s", events, &SlotEvent::complete_s);
       column_of(ev, "predicted_start_ms", events, &SlotEvent::predicted_start_ms);
       column_of(ev, "predicted_ms", events, &SlotEvent::predicted_ms);
+      column_of(ev, "wan_wait_s", events, &SlotEvent::wan_wait_s);  // added within v1 (optional)
+      column_of(ev, "intra_wait_s", events, &SlotEvent::intra_wait_s);
     }
     {
       h5::Group g = h5::create_group(root, "ranks");

@@ -179,6 +179,7 @@ StepReport Trainer::train_step(int step) {
     // BubbleTea's time, not the slot's.
     const double own = (t1 - t0) - spent_prefill;
     r.prefill_s += spent_prefill;
+    double wan_wait = 0.0, intra_wait = 0.0;  // this slot's share of r.wan_s / r.intra_s (its event's)
     switch (slot.kind) {
       case SlotKind::Forward:
       case SlotKind::Backward:
@@ -187,30 +188,32 @@ StepReport Trainer::train_step(int step) {
       case SlotKind::Optimizer: {
         const double wait = std::max(0.0, norm_wait_s - spent_prefill);
         r.compute_s += own - wait;
-        (m_replica_spans_dcs ? r.wan_s : r.intra_s) += wait;
+        (m_replica_spans_dcs ? wan_wait : intra_wait) += wait;
         break;
       }
-      case SlotKind::LocalRecv: r.intra_s += own; break;
+      case SlotKind::LocalRecv: intra_wait += own; break;
       case SlotKind::AllReduce: {
         // The DP sum waits on the WAN when the replicas sit in several DCs (parallel.dp_across_dcs);
         // the tied-embedding exchange with a partner in another DC always does (BubbleTea's fill
         // in its wait is prefill, not a wait).
         const double exchange = std::clamp(m_exchange_s - spent_prefill, 0.0, std::max(0.0, own));
-        (m_dp_spans_dcs ? r.wan_s : r.intra_s) += own - exchange;
-        r.wan_s += exchange;
+        (m_dp_spans_dcs ? wan_wait : intra_wait) += own - exchange;
+        wan_wait += exchange;
         r.exchange_s += exchange;
         r.allreduce_s += own;
         break;
       }
-      case SlotKind::WanRecv: r.wan_s += own; break;
+      case SlotKind::WanRecv: wan_wait += own; break;
       case SlotKind::Idle:
       case SlotKind::Prefill:
         r.idle_s += own - sums_s;
-        (m_dp_spans_dcs ? r.wan_s : r.intra_s) += sums_s;
+        (m_dp_spans_dcs ? wan_wait : intra_wait) += sums_s;
         r.allreduce_s += sums_s;
         break;
       default: break;
     }
+    r.wan_s += wan_wait;
+    r.intra_s += intra_wait;
     if (slot.kind != SlotKind::WanSend) {  // the boundary records WAN sends with their completion
       SlotEvent e;
       e.world_rank = m_comms.world.rank();
@@ -226,6 +229,8 @@ StepReport Trainer::train_step(int step) {
       e.complete_s = t1;
       e.predicted_start_ms = slot.start_ms;
       e.predicted_ms = slot.duration_ms;
+      e.wan_wait_s = wan_wait;
+      e.intra_wait_s = intra_wait;
       m_profiler.record(e);
     }
   }

@@ -26,6 +26,11 @@ foreach(t summary schedule cli)
   set_tests_properties(test_report_${t} PROPERTIES LABELS unit TIMEOUT 60 SKIP_RETURN_CODE 77
     ENVIRONMENT "${ATLAS_REPORT_TEST_ENV}")
 endforeach()
+# The report's per-rank split equals the run's own (metrics.csv), waits inside slots included.
+add_test(NAME test_report_matches_footer
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/launch/test_report_matches_footer.sh ${PROJECT_SOURCE_DIR} $<TARGET_FILE:atlas>)
+set_tests_properties(test_report_matches_footer PROPERTIES LABELS unit TIMEOUT 120 SKIP_RETURN_CODE 77
+  FIXTURES_REQUIRED brown_corpus PROCESSORS 2)
 # Corrupted profile.h5 files (missing datasets, wrong types, cut files, NaN/inf, negative
 # durations...): one ERROR line and a non-zero status, never a traceback or rows of nan/inf.
 add_test(NAME test_report_corrupt

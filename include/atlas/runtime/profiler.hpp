@@ -30,6 +30,13 @@ struct SlotEvent {
   double complete_s = 0.0;       ///< sends: when the transfer completed (after end_s)
   double predicted_start_ms = 0.0;  ///< from the schedule table (step-relative)
   double predicted_ms = 0.0;
+  /// Of the slot's time (less the prefill inside it), what the run counted as a wait on the WAN /
+  /// inside a DC (its footer's and metrics.csv's split): all of a receive's, the gradient-norm sum
+  /// inside an optimizer slot, the tied-embedding exchange and the DP sum of an all-reduce, the
+  /// sums an idle slot waited on. The rest is the slot kind's category. 0 where not recorded (a
+  /// simulated profile: the kind's category alone).
+  double wan_wait_s = 0.0;
+  double intra_wait_s = 0.0;
 };
 
 class Profiler {
