@@ -54,6 +54,8 @@ LINK_COLOR = "#C44E52"
 
 EVENT_COLUMNS = ["world_rank", "step", "slot_index", "kind", "micro", "peer", "link", "request",
                  "bytes", "start_s", "end_s", "complete_s", "predicted_start_ms", "predicted_ms"]
+# Added within version 1 (a run's waits inside a slot, docs/profile-format.md): zeros where absent.
+EVENT_OPTIONAL_COLUMNS = ["wan_wait_s", "intra_wait_s"]
 EVENT_INT_COLUMNS = ["world_rank", "step", "slot_index", "kind", "micro", "peer", "link", "request",
                      "bytes"]
 ROOT_ATTRS = ["format", "version", "run_name", "schedule_kind", "world_size", "predicted_step_ms",
@@ -184,21 +186,7 @@ class Profile:
         # Optional (added within version 1): "measured" (a run) or "simulated" (atlas simulate).
         self.source = _text(a["source"]) if "source" in a else "measured"
 
-        self.events = self._columns(f, "events", EVENT_COLUMNS, np)
-        # Optional (added within version 1): the part of each slot the run counted as a wait on
-        # the WAN / inside a DC (its footer's split); absent (older runs, simulations): zeros.
-        for col in ("wan_wait_s", "intra_wait_s"):
-            g = f["events"]
-            if col in g:
-                v = np.asarray(g[col][()], dtype=float).reshape(-1)
-                if len(v) != len(self.events["kind"]):
-                    self._fail(f"/events/{col} has {len(v)} entries, the other /events datasets "
-                               f"{len(self.events['kind'])}")
-                if not np.all(np.isfinite(v)) or np.any(v < 0):
-                    self._fail(f"/events/{col} holds a negative or non-finite time")
-                self.events[col] = v
-            else:
-                self.events[col] = np.zeros(len(self.events["kind"]))
+        self.events = self._columns(f, "events", EVENT_COLUMNS, np, EVENT_OPTIONAL_COLUMNS)
         self.ranks = self._columns(f, "ranks", RANK_COLUMNS, np)
         self.links = self._columns(f, "links", ["src_dc", "dst_dc"], np)
         self.steps = self._columns(f, "steps", STEP_COLUMNS, np)
@@ -262,7 +250,7 @@ class Profile:
                     self._fail(f"/{group}/{name}[{i}] = {col[i]}: expected a finite number "
                                f"({int(bad.sum())} of {len(col)} entries are not)")
 
-        for c in EVENT_COLUMNS:
+        for c in EVENT_COLUMNS + EVENT_OPTIONAL_COLUMNS:
             numeric("events", self.events, c, c in EVENT_INT_COLUMNS)
         for c in ("dc", "stage", "dp", "tp"):
             numeric("ranks", self.ranks, c, True)
@@ -284,6 +272,7 @@ class Profile:
                   "complete_s is before start_s: a negative transfer time")
         first_bad(ev["bytes"] < 0, "bytes is negative")
         first_bad(ev["predicted_ms"] < 0, "predicted_ms is negative")
+        first_bad((ev["wan_wait_s"] < 0) | (ev["intra_wait_s"] < 0), "wan_wait_s or intra_wait_s is negative")
         bad = self.steps["step_time_s"] < 0
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
@@ -309,7 +298,9 @@ class Profile:
                 self._fail(f"/schedule_json row {i} = {_short(row)}: expected an object with "
                            f"numbers stage, dp and bubble_fraction")
 
-    def _columns(self, f, group, names, np):
+    def _columns(self, f, group, names, np, optional=()):
+        """The datasets `names` of /group (each required) and `optional` (zeros where absent), all
+        of one length."""
         if group not in f:
             self._fail(f"missing group /{group}")
         g = f[group]
@@ -318,11 +309,14 @@ class Profile:
         missing = [c for c in names if c not in g]
         if missing:
             self._fail(f"missing dataset(s) in /{group}: {', '.join(missing)}")
-        cols = {c: np.asarray(g[c][()]).reshape(-1) for c in names}
+        cols = {c: np.asarray(g[c][()]).reshape(-1) for c in list(names) + [c for c in optional if c in g]}
         lengths = {len(v) for v in cols.values()}
         if len(lengths) > 1:
             sizes = ", ".join(f"{c}={len(v)}" for c, v in cols.items())
             self._fail(f"the datasets of /{group} differ in length ({sizes})")
+        for c in optional:
+            if c not in cols:
+                cols[c] = np.zeros(len(cols[names[0]]))
         return cols
 
     def kind_name(self, k):

@@ -59,6 +59,22 @@ std::string peak_memory_line(const std::vector<unsigned long long>& peaks, const
 
 std::string errno_text() { return errno != 0 ? std::string(": ") + std::strerror(errno) : std::string(); }
 
+/// Whether checkpoint file `path` lies in `ckpt_dir` (links and `..` resolved; an error reads as
+/// outside): run.resume = latest finds only such a file.
+bool in_ckpt_dir(const std::string& path, const std::string& ckpt_dir) {
+  std::error_code e1, e2;
+  const fs::path from = fs::weakly_canonical(fs::path(path).parent_path(), e1);
+  const fs::path ours = fs::weakly_canonical(ckpt_dir, e2);
+  return !e1 && !e2 && from == ours;
+}
+
+/// Whether the run directory's run.json is a finished run's summary ("status":"OK").
+bool run_json_says_ok(const std::string& dir) {
+  std::ifstream in(fs::path(dir) / "run.json");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return text.find("\"status\":\"OK\"") != std::string::npos;
+}
+
 
 }  // namespace
 
@@ -73,12 +89,8 @@ TrainOutput::TrainOutput(const Config& cfg, bool root, bool quiet, bool sets_asi
   if (!m_log.is_open()) ATLAS_THROW(Io, "cannot open " << m_dir << "/log.txt" << errno_text());
   // A new timeline: nothing to resume (run.resume = ""), or a start from a checkpoint outside
   // this run's ckpt.dir (a fine-tune's imported weights), whose rows and files are not this run's.
-  bool new_timeline = cfg.run.resume.empty();
-  if (!new_timeline && cfg.run.resume != "latest") {
-    std::error_code e1, e2;
-    new_timeline = fs::weakly_canonical(fs::path(cfg.run.resume).parent_path(), e1) !=
-                   fs::weakly_canonical(cfg.ckpt_dir(), e2);
-  }
+  const bool new_timeline =
+      cfg.run.resume.empty() || (cfg.run.resume != "latest" && !in_ckpt_dir(cfg.run.resume, cfg.ckpt_dir()));
   if (new_timeline && sets_aside) {
     // The earlier run's results and checkpoints are moved aside (never deleted), not mixed with
     // this run's, before anything is written: `atlas report` read its profile.h5 as this run's,
@@ -93,7 +105,7 @@ TrainOutput::TrainOutput(const Config& cfg, bool root, bool quiet, bool sets_asi
     if (results.files > 0)
       note += fmt::format("# {}: moved {} result file(s) of an earlier run to {}\n", why, results.files, results.dir);
     if (owns_ckpt_dir) {
-      const MovedAside ckpts = io::set_aside_checkpoints(cfg.ckpt_dir());
+      const MovedAside ckpts = io::set_aside_checkpoints(cfg.ckpt_dir(), why);
       if (ckpts.files > 0)
         note += fmt::format("# {}: moved {} checkpoint file(s) ({}) of an earlier run from {} to {}; to continue that "
                             "run instead: run.resume=latest; remove an earlier-run-* directory when it is no longer "
@@ -105,7 +117,7 @@ TrainOutput::TrainOutput(const Config& cfg, bool root, bool quiet, bool sets_asi
   }
   // A resumed run writes its resolved deck once the checkpoint is accepted (started()): a resume
   // refused (another model.hidden) must not leave a deck no checkpoint of the run matches.
-  if (cfg.run.resume.empty()) write_file_whole((fs::path(m_dir) / "resolved.deck").string(), deck::resolved_deck(cfg));
+  if (cfg.run.resume.empty()) write_resolved_deck();
   const bool fresh = new_timeline || !fs::exists(fs::path(m_dir) / "metrics.csv");
   m_metrics_appended = !fresh;
   m_metrics.open(fs::path(m_dir) / "metrics.csv", fresh ? std::ios::trunc : std::ios::app);
@@ -325,13 +337,7 @@ void TrainOutput::failed(const std::vector<std::string>& problems, int exit_code
     // A resume that failed before it trained (refused: another model.hidden) leaves the run.json
     // of the run that finished in this directory; its log.txt and exit code say why. (A fresh
     // start owns the directory from its first line: its failure replaces the earlier run.json.)
-    bool keep = m_diverged_written;
-    if (m_resume_refused && !keep) {
-      std::ifstream in(fs::path(m_dir) / "run.json");
-      const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      keep = text.find("\"status\":\"OK\"") != std::string::npos;
-    }
-    if (!keep)
+    if (!m_diverged_written && !(m_resume_refused && run_json_says_ok(m_dir)))
       write_file_whole((fs::path(m_dir) / "run.json").string(),
                        fmt::format("{{\"run\":\"{}\",\"status\":\"failed\",\"exit_code\":{},\"error\":\"{}\"}}\n",
                                    json_escape(m_cfg.run.name), exit_code,
@@ -342,11 +348,8 @@ void TrainOutput::failed(const std::vector<std::string>& problems, int exit_code
 
 void TrainOutput::nothing_to_train(int checkpoint_step) {
   if (!m_root) return;
-  const fs::path path = fs::path(m_dir) / "run.json";
-  std::ifstream in(path);
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (text.find("\"status\":\"OK\"") != std::string::npos) return;
-  write_file_whole(path.string(),
+  if (run_json_says_ok(m_dir)) return;
+  write_file_whole((fs::path(m_dir) / "run.json").string(),
                    fmt::format("{{\"run\":\"{}\",\"status\":\"finished\",\"checkpoint_step\":{},\"steps\":{},"
                                "\"note\":\"the job that ran the last steps ended before its summary; metrics.csv and "
                                "the checkpoints hold its results\"}}\n",
@@ -355,7 +358,7 @@ void TrainOutput::nothing_to_train(int checkpoint_step) {
 
 void TrainOutput::started(int first_step) {
   if (!m_root) return;
-  if (!m_cfg.run.resume.empty()) write_file_whole((fs::path(m_dir) / "resolved.deck").string(), deck::resolved_deck(m_cfg));
+  if (!m_cfg.run.resume.empty()) write_resolved_deck();
   if (m_metrics_appended && m_metrics.is_open()) {
     // A resumed run appends to metrics.csv: the rows of steps it runs again (a killed job got
     // past its last checkpoint; every row when run.resume = latest found no checkpoint and the
@@ -397,14 +400,13 @@ void TrainOutput::started(int first_step) {
 std::string TrainOutput::resume_hint() const {
   // A run started from a checkpoint outside its ckpt.dir (run.resume = PATH, or the fallback):
   // latest alone finds nothing there until this run writes its own, and would start from step 0.
-  if (!m_last_checkpoint_path.empty()) {
-    std::error_code ec;
-    const fs::path from = fs::weakly_canonical(fs::path(m_last_checkpoint_path).parent_path(), ec);
-    std::error_code ec2;
-    const fs::path ours = fs::weakly_canonical(m_cfg.ckpt_dir(), ec2);
-    if (ec || ec2 || from != ours) return "run.resume=latest run.resume_fallback=" + m_last_checkpoint_path;
-  }
+  if (!m_last_checkpoint_path.empty() && !in_ckpt_dir(m_last_checkpoint_path, m_cfg.ckpt_dir()))
+    return "run.resume=latest run.resume_fallback=" + m_last_checkpoint_path;
   return "run.resume=latest";
+}
+
+void TrainOutput::write_resolved_deck() const {
+  write_file_whole((fs::path(m_dir) / "resolved.deck").string(), deck::resolved_deck(m_cfg));
 }
 
 void TrainOutput::begin_step(int step) const { signals::set_progress(step, m_last_checkpoint); }

@@ -666,10 +666,9 @@ CheckpointContents inspect_checkpoint(const mpi::Comm& comm, const std::string& 
 
 // ---- set_aside_checkpoints / find_latest / resolve_resume ----
 
-MovedAside set_aside_checkpoints(const std::string& dir) {
+MovedAside set_aside_checkpoints(const std::string& dir, const std::string& why) {
   return move_aside(
-      dir, [](const std::string& name) { return internal::parse_checkpoint_name(name).has_value(); },
-      "a fresh start (run.resume = \"\")");
+      dir, [](const std::string& name) { return internal::parse_checkpoint_name(name).has_value(); }, why);
 }
 
 LatestCheckpoint find_latest(const std::string& dir, std::int64_t before_step) {

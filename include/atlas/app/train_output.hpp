@@ -165,6 +165,8 @@ class TrainOutput {
   /// The deck keys that resume this run: run.resume=latest, with run.resume_fallback=PATH when it
   /// started from a checkpoint outside its ckpt.dir.
   [[nodiscard]] std::string resume_hint() const;
+  /// Rank 0: runs/NAME/resolved.deck (a fresh start at once, a resume once its checkpoint is accepted).
+  void write_resolved_deck() const;
   /// Collective over comms.world: writes the checkpoint of `steps_done` steps and prints its line.
   void checkpoint(runtime::Trainer& trainer, const topo::Communicators& comms, int steps_done);
   /// Rank 0: throws atlas::Error (Io) naming `file` when `f` is in a failed state.

@@ -252,13 +252,15 @@ struct LatestCheckpoint {
 [[nodiscard]] LatestCheckpoint find_latest(const mpi::Comm& comm, const std::string& dir,
                                            std::int64_t before_step = INT64_MAX);
 
-/// A fresh start (run.resume = "") in a checkpoint directory that holds an earlier run's
+/// A new run (run.resume = "", or a start from a checkpoint outside `dir`) in a checkpoint
+/// directory that holds an earlier run's
 /// step-NNNNNN.h5 files (and .tmp leftovers): they are moved, not deleted, into a new
 /// subdirectory `earlier-run-YYYYmmdd-HHMMSS[-N]` of `dir` (core/file.hpp, move_aside), so
 /// run.resume = latest never resumes the earlier run's weights as this run's and pruning
 /// (ckpt.keep_last) never counts them or deletes this run's files for them. Not collective
-/// (rank 0 alone, as pruning).
-MovedAside set_aside_checkpoints(const std::string& dir);
+/// (rank 0 alone, as pruning). `why`: what starts the new run, for an error ("a fresh start
+/// (run.resume = \"\")", or a start from a checkpoint outside `dir`).
+MovedAside set_aside_checkpoints(const std::string& dir, const std::string& why);
 
 /// Resolves the deck key run.resume. "" -> "" (fresh start). "latest" -> the newest readable
 /// checkpoint in `ckpt_dir` (each skipped file is logged as a warning with its reason; "" with an
