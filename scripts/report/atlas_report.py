@@ -58,6 +58,10 @@ EVENT_COLUMNS = ["world_rank", "step", "slot_index", "kind", "micro", "peer", "l
 EVENT_OPTIONAL_COLUMNS = ["wan_wait_s", "intra_wait_s"]
 EVENT_INT_COLUMNS = ["world_rank", "step", "slot_index", "kind", "micro", "peer", "link", "request",
                      "bytes"]
+# /exchanges (added within version 1, optional): each rank's half of the tied-embedding exchange
+# across the WAN, once a step; no slot of the table holds it.
+EXCHANGE_COLUMNS = ["world_rank", "step", "peer", "src_dc", "dst_dc", "bytes", "start_s", "complete_s"]
+EXCHANGE_INT_COLUMNS = ["world_rank", "step", "peer", "src_dc", "dst_dc", "bytes"]
 ROOT_ATTRS = ["format", "version", "run_name", "schedule_kind", "world_size", "predicted_step_ms",
               "dc_names", "slot_kind_names", "deck"]
 RANK_COLUMNS = ["dc", "stage", "dp", "tp", "host"]
@@ -190,6 +194,11 @@ class Profile:
         self.ranks = self._columns(f, "ranks", RANK_COLUMNS, np)
         self.links = self._columns(f, "links", ["src_dc", "dst_dc"], np)
         self.steps = self._columns(f, "steps", STEP_COLUMNS, np)
+        if "exchanges" in f:
+            self.exchanges = self._columns(f, "exchanges", EXCHANGE_COLUMNS, np)
+        else:
+            self.exchanges = {c: np.zeros(0, dtype=np.int64 if c in EXCHANGE_INT_COLUMNS else np.float64)
+                              for c in EXCHANGE_COLUMNS}
         if "schedule_json" not in f:
             self._fail("missing dataset /schedule_json")
         try:
@@ -273,6 +282,26 @@ class Profile:
         first_bad(ev["bytes"] < 0, "bytes is negative")
         first_bad(ev["predicted_ms"] < 0, "predicted_ms is negative")
         first_bad((ev["wan_wait_s"] < 0) | (ev["intra_wait_s"] < 0), "wan_wait_s or intra_wait_s is negative")
+        for c in EXCHANGE_COLUMNS:
+            numeric("exchanges", self.exchanges, c, c in EXCHANGE_INT_COLUMNS)
+        x = self.exchanges
+        for i in range(len(x["bytes"])):
+            what = None
+            if not (0 <= x["world_rank"][i] < self.world_size and 0 <= x["peer"][i] < self.world_size):
+                what = "world_rank or peer is not a rank of the job"
+            elif not (0 <= x["src_dc"][i] < len(self.dc_names) and 0 <= x["dst_dc"][i] < len(self.dc_names)):
+                what = "src_dc or dst_dc is not a DC of dc_names"
+            elif (x["src_dc"][i] != self.ranks["dc"][x["world_rank"][i]] or
+                  x["dst_dc"][i] != self.ranks["dc"][x["peer"][i]]):
+                what = "src_dc / dst_dc are not the DCs of world_rank / peer in /ranks"
+            elif x["src_dc"][i] == x["dst_dc"][i]:
+                what = "src_dc = dst_dc: an exchange inside a DC does not cross the WAN"
+            elif x["bytes"][i] < 0:
+                what = "bytes is negative"
+            elif x["complete_s"][i] < x["start_s"][i] - 1e-9:
+                what = "complete_s is before start_s: a negative transfer time"
+            if what:
+                self._fail(f"/exchanges row {i} (rank {int(x['world_rank'][i])}, step {int(x['step'][i])}): {what}")
         bad = self.steps["step_time_s"] < 0
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
@@ -329,7 +358,9 @@ class Profile:
                 f"t{int(self.ranks['tp'][r])}")
 
     def link_label(self, link):
-        s, d = int(self.links["src_dc"][link]), int(self.links["dst_dc"][link])
+        return self.dc_pair_label(int(self.links["src_dc"][link]), int(self.links["dst_dc"][link]))
+
+    def dc_pair_label(self, s, d):
         name = lambda i: self.dc_names[i] if 0 <= i < len(self.dc_names) else str(i)  # noqa: E731
         return f"WAN {name(s)}>{name(d)}"
 
@@ -443,14 +474,28 @@ def summarize(p, skip_steps=0):
         ranks.append(out)
 
     wan_send = kind_names.index("wan_send") if "wan_send" in kind_names else -1
+    # Per link: its wan_send slots, and the tied-embedding exchanges between its two DCs
+    # (/exchanges; a DC pair the table has no link for gets a row of its own).
+    x = p.exchanges
+    xsel = np.isin(x["step"], steps)
+    pairs = [(int(a), int(b)) for a, b in zip(p.links["src_dc"], p.links["dst_dc"])]
+    for a, b in zip(x["src_dc"][xsel], x["dst_dc"][xsel]):
+        if (int(a), int(b)) not in pairs:
+            pairs.append((int(a), int(b)))
     links = []
-    for link in range(len(p.links["src_dc"])):
-        m = sel & (ev["kind"] == wan_send) & (ev["link"] == link)
-        nbytes = int(ev["bytes"][m].sum())
-        busy = union_length(list(zip(ev["start_s"][m], ev["complete_s"][m])))
-        links.append({"link": link, "label": p.link_label(link),
-                      "src_dc": int(p.links["src_dc"][link]), "dst_dc": int(p.links["dst_dc"][link]),
-                      "transfers": int(m.sum()), "bytes": nbytes, "busy_s": busy,
+    for link, (a, b) in enumerate(pairs):
+        m = sel & (ev["kind"] == wan_send) & (ev["link"] == link) if link < len(p.links["src_dc"]) \
+            else np.zeros(len(ev["kind"]), dtype=bool)
+        mx = xsel & (x["src_dc"] == a) & (x["dst_dc"] == b)
+        slot_bytes, exchange_bytes = int(ev["bytes"][m].sum()), int(x["bytes"][mx].sum())
+        nbytes = slot_bytes + exchange_bytes
+        busy = union_length(list(zip(ev["start_s"][m], ev["complete_s"][m])) +
+                            list(zip(x["start_s"][mx], x["complete_s"][mx])))
+        links.append({"link": link if link < len(p.links["src_dc"]) else None,
+                      "label": p.dc_pair_label(a, b),
+                      "src_dc": a, "dst_dc": b,
+                      "transfers": int(m.sum()) + int(mx.sum()), "bytes": nbytes,
+                      "exchange_bytes": exchange_bytes, "busy_s": busy,
                       "bytes_per_s": nbytes / busy if busy > 0 else 0.0})
 
     # Measured step time: rank 0's /steps rows when present, else the span of each step's events.
@@ -516,12 +561,13 @@ def print_summary(s, out=None):
           f"{r['idle']:>9.4f} {r['prefill']:>9.4f} {r['send_post']:>9.4f} {_z(r['other']):>9.4f} "
           f"{r['wall']:>9.4f} {100 * r['utilization']:>7.1f} {100 * r['idle_fraction']:>7.1f} "
           f"{pred_txt:>11}\n")
-    w("\n# per WAN link: wan_send transfers, post to completion; busy = time with >= 1 transfer in "
-      "flight\n")
-    w(f"{'link':<20} {'transfers':>9} {'bytes':>14} {'busy_s':>10} {'MB/s':>10} {'Gbit/s':>8}\n")
+    w("\n# per WAN link: wan_send transfers and tied-embedding exchanges (exch_bytes of bytes), post "
+      "to completion;\n# busy = time with >= 1 transfer in flight\n")
+    w(f"{'link':<20} {'transfers':>9} {'bytes':>14} {'exch_bytes':>12} {'busy_s':>10} {'MB/s':>10} "
+      f"{'Gbit/s':>8}\n")
     for link in s["links"]:
-        w(f"{link['label']:<20} {link['transfers']:>9} {link['bytes']:>14} {link['busy_s']:>10.4f} "
-          f"{link['bytes_per_s'] / 1e6:>10.2f} {link['bytes_per_s'] * 8 / 1e9:>8.3f}\n")
+        w(f"{link['label']:<20} {link['transfers']:>9} {link['bytes']:>14} {link['exchange_bytes']:>12} "
+          f"{link['busy_s']:>10.4f} {link['bytes_per_s'] / 1e6:>10.2f} {link['bytes_per_s'] * 8 / 1e9:>8.3f}\n")
     st = s["step_time"]
     ratio = f"{st['ratio']:.3f}" if st["ratio"] is not None else "-"
     w(f"\n# measured vs predicted (schedule table)\nstep time: measured mean {st['measured_mean_ms']:.3f} "
@@ -678,10 +724,18 @@ def measured_gantt(p, step, out_path):
         rows.append((p.rank_label(r), slots))
     wan_send = p.kind_names.index("wan_send") if "wan_send" in p.kind_names else -1
     link_rows = []
-    for link in range(len(p.links["src_dc"])):
-        ml = m & (ev["kind"] == wan_send) & (ev["link"] == link)
-        spans = [(1e3 * (s - t0), 1e3 * (c - s)) for s, c in zip(ev["start_s"][ml], ev["complete_s"][ml])]
-        link_rows.append((p.link_label(link), spans))
+    x = p.exchanges
+    mx_step = x["step"] == step
+    pairs = [(int(a), int(b)) for a, b in zip(p.links["src_dc"], p.links["dst_dc"])]
+    pairs += sorted({(int(a), int(b)) for a, b in zip(x["src_dc"][mx_step], x["dst_dc"][mx_step])} - set(pairs))
+    for link, (a, b) in enumerate(pairs):
+        spans = []
+        if link < len(p.links["src_dc"]):
+            ml = m & (ev["kind"] == wan_send) & (ev["link"] == link)
+            spans = [(1e3 * (s - t0), 1e3 * (c - s)) for s, c in zip(ev["start_s"][ml], ev["complete_s"][ml])]
+        mx = mx_step & (x["src_dc"] == a) & (x["dst_dc"] == b)  # the tied-embedding exchanges
+        spans += [(1e3 * (s - t0), 1e3 * (c - s)) for s, c in zip(x["start_s"][mx], x["complete_s"][mx])]
+        link_rows.append((p.dc_pair_label(a, b), spans))
     span_ms = 1e3 * float(np.max(np.maximum(ev["end_s"][m], ev["complete_s"][m])) - t0)
     fig, ax = plt.subplots(figsize=(13, 0.32 * (len(rows) + len(link_rows)) + 1.8))
     used = draw_gantt(ax, rows, link_rows,

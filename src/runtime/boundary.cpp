@@ -399,6 +399,7 @@ void Boundary::exchange_sum(int peer, int tag, float* data, std::size_t count, b
   wait_wan(m_exchange_recv,
            [peer] { return "the gradient exchange with rank " + std::to_string(peer) + " did not finish"; });
   m_exchange_recv_posted = false;
+  note_exchange_send(false);  // our half is usually acknowledged by now: its time on the link
   const std::vector<float>& theirs = m_exchange_in;
   for (std::size_t i = 0; i < count; ++i)
     data[i] = i_am_first ? data[i] + theirs[i] : theirs[i] + data[i];
@@ -413,10 +414,21 @@ void Boundary::post_exchange_send(int peer, int tag, const float* data, std::siz
   // is waited for in end_step, behind the optimizer, not in exchange_sum.
   m_exchange_out.assign(data, data + count);
   m_stats.wan_exchange_bytes += static_cast<std::int64_t>(count * sizeof(float));
+  SlotEvent& e = m_exchange_event;
+  e = SlotEvent{};
+  e.world_rank = m_comms.world.rank();
+  e.step = m_step;
+  e.slot_index = -1;  // not a slot of the table: the profile writes it to /exchanges
+  e.kind = static_cast<int>(sched::SlotKind::WanSend);
+  e.peer = peer;
+  e.bytes = static_cast<std::int64_t>(count * sizeof(float));
+  e.start_s = m_profiler.now();
   {
     std::lock_guard lock(m_wan_mutex);
     m_exchange_send = m_wan->isend(peer, tag, m_exchange_out.data(), count * sizeof(float));
   }
+  e.end_s = m_profiler.now();
+  m_exchange_event_open = m_profiler.enabled();
   m_exchange_send_posted = true;
   m_exchange_peer = peer;
   m_exchange_send_tag = tag;
@@ -442,9 +454,23 @@ bool Boundary::exchange_arrived() {
 
 void Boundary::finish_exchange_send() {
   if (!m_wan) return;  // no WAN transport: no exchange was ever sent
-  wait_wan(m_exchange_send, [this] {
-    return "our half of the gradient exchange with rank " + std::to_string(m_exchange_peer) + " was not acknowledged";
-  });
+  note_exchange_send(true);
+}
+
+void Boundary::note_exchange_send(bool wait) {
+  if (wait) {
+    wait_wan(m_exchange_send, [this] {
+      return "our half of the gradient exchange with rank " + std::to_string(m_exchange_peer) + " was not acknowledged";
+    });
+  } else if (!m_exchange_event_open || !test_wan(m_exchange_send)) {
+    return;
+  }
+  if (!m_exchange_event_open) return;
+  // Completion as this rank saw it: in exchange_sum once the partner's half is in (ours was
+  // acknowledged by then unless the link is slow), else when end_step waited for it.
+  m_exchange_event.complete_s = m_profiler.now();
+  m_profiler.record(m_exchange_event);
+  m_exchange_event_open = false;
 }
 
 void Boundary::send_token(int link, int pos, int to) {

@@ -141,15 +141,22 @@ TraceLabels trace_labels(const topo::Layout& layout, const sched::ScheduleTable&
     labels.rank_names.push_back("rank " + std::to_string(r) + ": " + layout.describe(r, dc_names));
     labels.rank_dc.push_back(layout.coord(r).dc);
   }
-  for (const auto& l : table.links)
+  for (const auto& l : table.links) {
     labels.link_names.push_back("WAN " + dc_names[static_cast<std::size_t>(l.src_dc)] + ">" +
                                 dc_names[static_cast<std::size_t>(l.dst_dc)]);
+    labels.link_src_dc.push_back(l.src_dc);
+    labels.link_dst_dc.push_back(l.dst_dc);
+  }
   return labels;
 }
 
-void write_profile(const std::string& path, const ProfileMeta& meta, const std::vector<SlotEvent>& events,
+void write_profile(const std::string& path, const ProfileMeta& meta, const std::vector<SlotEvent>& all,
                    const std::vector<StepRow>& steps) {
   ATLAS_ASSERT(meta.table && meta.layout, "profile without a table or layout");
+  // The table's slots (and BubbleTea's chunks) to /events; the tied-embedding exchanges, which no
+  // slot of the table holds, to /exchanges.
+  std::vector<SlotEvent> events, exchanges;
+  for (const SlotEvent& e : all) (is_exchange_event(e) ? exchanges : events).push_back(e);
   const std::string tmp = path + ".tmp";
   {
     h5::FileContext ctx(tmp);
@@ -210,6 +217,23 @@ void write_profile(const std::string& path, const ProfileMeta& meta, const std::
       column_of(g.get(), "tokens_per_s", steps, &StepRow::tokens_per_s);
       column_of(g.get(), "bubble_fraction", steps, &StepRow::bubble_fraction);
       column_of(g.get(), "prefill_tokens", steps, &StepRow::prefill_tokens);
+    }
+    {
+      // Added within v1 (optional: older profiles and simulations have none).
+      h5::Group g = h5::create_group(root, "exchanges");
+      std::vector<std::int32_t> src_dc, dst_dc;
+      for (const SlotEvent& e : exchanges) {
+        src_dc.push_back(meta.layout->coord(e.world_rank).dc);
+        dst_dc.push_back(meta.layout->coord(e.peer).dc);
+      }
+      column_of(g.get(), "world_rank", exchanges, &SlotEvent::world_rank);
+      column_of(g.get(), "step", exchanges, &SlotEvent::step);
+      column_of(g.get(), "peer", exchanges, &SlotEvent::peer);
+      column(g.get(), "src_dc", src_dc);
+      column(g.get(), "dst_dc", dst_dc);
+      column_of(g.get(), "bytes", exchanges, &SlotEvent::bytes);
+      column_of(g.get(), "start_s", exchanges, &SlotEvent::start_s);
+      column_of(g.get(), "complete_s", exchanges, &SlotEvent::complete_s);
     }
     h5::write_string_dataset(root, "schedule_json", sched::to_json(*meta.table, meta.dc_names), true);
     f.close();

@@ -81,18 +81,44 @@ std::string chrome_trace_json(const std::vector<SlotEvent>& events, const TraceL
   // so events on one track never overlap (the trace format needs them nested or disjoint).
   struct LinkEvent {
     const SlotEvent* e;
+    int link;
     int lane;
   };
+  // A tied-embedding exchange goes on the link between its ranks' DCs: the table's, else a track
+  // of its own (first and last stage in DCs no pipeline boundary joins).
+  std::vector<std::string> link_names = labels.link_names;
+  std::vector<std::pair<int, int>> link_dcs;
+  const bool dcs_known = labels.link_src_dc.size() == labels.link_names.size() &&
+                         labels.link_dst_dc.size() == labels.link_names.size();
+  if (dcs_known)
+    for (std::size_t l = 0; l < link_names.size(); ++l) link_dcs.emplace_back(labels.link_src_dc[l], labels.link_dst_dc[l]);
+  auto dc_of = [&](int rank) {
+    return rank >= 0 && static_cast<std::size_t>(rank) < labels.rank_dc.size() ? labels.rank_dc[static_cast<std::size_t>(rank)]
+                                                                              : -1;
+  };
+  auto exchange_link = [&](const SlotEvent& e) {
+    const std::pair<int, int> dcs{dc_of(e.world_rank), dc_of(e.peer)};
+    if (!dcs_known || dcs.first < 0 || dcs.second < 0 ||
+        static_cast<std::size_t>(std::max(dcs.first, dcs.second)) >= labels.dc_names.size())
+      return -1;
+    const auto it = std::find(link_dcs.begin(), link_dcs.end(), dcs);
+    if (it != link_dcs.end()) return static_cast<int>(it - link_dcs.begin());
+    link_dcs.push_back(dcs);
+    link_names.push_back("WAN " + labels.dc_names[static_cast<std::size_t>(dcs.first)] + ">" +
+                         labels.dc_names[static_cast<std::size_t>(dcs.second)] + " (embedding exchange)");
+    return static_cast<int>(link_names.size()) - 1;
+  };
   std::vector<LinkEvent> link_events;
-  for (const auto& e : events)
-    if (static_cast<sched::SlotKind>(e.kind) == sched::SlotKind::WanSend && e.link >= 0 &&
-        static_cast<std::size_t>(e.link) < labels.link_names.size())
-      link_events.push_back({&e, 0});
+  for (const auto& e : events) {
+    if (static_cast<sched::SlotKind>(e.kind) != sched::SlotKind::WanSend) continue;
+    const int link = is_exchange_event(e) ? exchange_link(e) : e.link;
+    if (link >= 0 && static_cast<std::size_t>(link) < link_names.size()) link_events.push_back({&e, link, 0});
+  }
   std::sort(link_events.begin(), link_events.end(),
             [](const LinkEvent& a, const LinkEvent& b) { return a.e->start_s < b.e->start_s; });
-  std::vector<std::vector<double>> lane_end(labels.link_names.size());
+  std::vector<std::vector<double>> lane_end(link_names.size());
   for (auto& le : link_events) {
-    auto& lanes = lane_end[static_cast<std::size_t>(le.e->link)];
+    auto& lanes = lane_end[static_cast<std::size_t>(le.link)];
     std::size_t lane = 0;
     while (lane < lanes.size() && lanes[lane] > le.e->start_s) ++lane;
     if (lane == lanes.size()) lanes.push_back(0.0);
@@ -100,19 +126,19 @@ std::string chrome_trace_json(const std::vector<SlotEvent>& events, const TraceL
     le.lane = static_cast<int>(lane);
   }
   constexpr int kLanesPerLink = 1000;
-  if (!labels.link_names.empty())
+  if (!link_names.empty())
     add(fmt::format(R"({{"name":"process_name","ph":"M","pid":{},"tid":0,"args":{{"name":"WAN links"}}}})", kLinkPid));
-  for (std::size_t l = 0; l < labels.link_names.size(); ++l)
+  for (std::size_t l = 0; l < link_names.size(); ++l)
     for (std::size_t lane = 0; lane < std::max<std::size_t>(1, lane_end[l].size()); ++lane)
       add(fmt::format(R"({{"name":"thread_name","ph":"M","pid":{},"tid":{},"args":{{"name":"{}{}"}}}})", kLinkPid,
-                      l * kLanesPerLink + lane, escape(labels.link_names[l]),
+                      l * kLanesPerLink + lane, escape(link_names[l]),
                       lane == 0 ? std::string() : fmt::format(" ({})", lane + 1)));
   for (const auto& e : events) {
     const auto kind = static_cast<sched::SlotKind>(e.kind);
     const int pid = static_cast<std::size_t>(e.world_rank) < labels.rank_dc.size()
                         ? labels.rank_dc[static_cast<std::size_t>(e.world_rank)]
                         : 0;
-    std::string name = sched::to_string(kind);
+    std::string name = is_exchange_event(e) ? std::string("embedding exchange") : std::string(sched::to_string(kind));
     if (e.micro >= 0) name += fmt::format(" m{}", e.micro);
     const double ts = e.start_s * 1e6;
     const double dur = std::max(0.0, (e.end_s - e.start_s) * 1e6);
@@ -123,10 +149,11 @@ std::string chrome_trace_json(const std::vector<SlotEvent>& events, const TraceL
   }
   for (const auto& le : link_events) {
     const SlotEvent& e = *le.e;
-    add(fmt::format(R"({{"name":"m{} r{}->r{}","cat":"wan","ph":"X","ts":{:.3f},"dur":{:.3f},"pid":{},"tid":{},)"
+    const std::string what = is_exchange_event(e) ? std::string("embedding") : fmt::format("m{}", e.micro);
+    add(fmt::format(R"({{"name":"{} r{}->r{}","cat":"wan","ph":"X","ts":{:.3f},"dur":{:.3f},"pid":{},"tid":{},)"
                     R"("args":{{"bytes":{},"step":{}}}}})",
-                    e.micro, e.world_rank, e.peer, e.start_s * 1e6, std::max(0.0, (e.complete_s - e.start_s) * 1e6),
-                    kLinkPid, e.link * kLanesPerLink + le.lane, e.bytes, e.step));
+                    what, e.world_rank, e.peer, e.start_s * 1e6, std::max(0.0, (e.complete_s - e.start_s) * 1e6),
+                    kLinkPid, le.link * kLanesPerLink + le.lane, e.bytes, e.step));
   }
   out += "\n]}\n";
   return out;

@@ -31,6 +31,11 @@ add_test(NAME test_report_matches_footer
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/launch/test_report_matches_footer.sh ${PROJECT_SOURCE_DIR} $<TARGET_FILE:atlas>)
 set_tests_properties(test_report_matches_footer PROPERTIES LABELS unit TIMEOUT 120 SKIP_RETURN_CODE 77
   FIXTURES_REQUIRED brown_corpus PROCESSORS 2)
+# The report's WAN link bytes include the tied-embedding exchange and add up to run.json's.
+add_test(NAME test_report_exchange_bytes
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/launch/test_report_exchange_bytes.sh ${PROJECT_SOURCE_DIR} $<TARGET_FILE:atlas>)
+set_tests_properties(test_report_exchange_bytes PROPERTIES LABELS unit TIMEOUT 120 SKIP_RETURN_CODE 77
+  FIXTURES_REQUIRED brown_corpus PROCESSORS 2)
 # Corrupted profile.h5 files (missing datasets, wrong types, cut files, NaN/inf, negative
 # durations...): one ERROR line and a non-zero status, never a traceback or rows of nan/inf.
 add_test(NAME test_report_corrupt

@@ -29,9 +29,10 @@ def event(rank, step, slot, kind, start, end, *, micro=-1, peer=-1, link=-1, nby
 
 
 def write(path, *, run_name, schedule_kind, predicted_step_ms, dc_names, events, ranks, links,
-          steps, schedule, deck="# synthetic\n", attrs_override=None, drop=()):
+          steps, schedule, deck="# synthetic\n", attrs_override=None, drop=(), exchanges=None):
     """Writes one profile. `attrs_override` replaces root attributes (tests of bad files);
-    `drop` names datasets/attributes to leave out ("events/bytes", "attr:deck")."""
+    `drop` names datasets/attributes to leave out ("events/bytes", "attr:deck"); `exchanges`, a
+    list of dicts with the /exchanges columns, writes that optional group."""
     vlen = h5py.string_dtype("utf-8")
     with h5py.File(path, "w") as f:
         attrs = {"format": "atlas-profile", "version": np.int32(1), "run_name": run_name,
@@ -66,6 +67,13 @@ def write(path, *, run_name, schedule_kind, predicted_step_ms, dc_names, events,
         for c in ("loss", "step_time_s", "tokens_per_s", "bubble_fraction"):
             g.create_dataset(c, data=np.array(steps[c], dtype=np.float64))
         g.create_dataset("prefill_tokens", data=np.array(steps["prefill_tokens"], dtype=np.int64))
+        if exchanges is not None:
+            g = f.create_group("exchanges")
+            for c in ("world_rank", "step", "peer", "src_dc", "dst_dc"):
+                g.create_dataset(c, data=np.array([x[c] for x in exchanges], dtype=np.int32))
+            g.create_dataset("bytes", data=np.array([x["bytes"] for x in exchanges], dtype=np.int64))
+            for c in ("start_s", "complete_s"):
+                g.create_dataset(c, data=np.array([x[c] for x in exchanges], dtype=np.float64))
         if "schedule_json" not in drop:
             f.create_dataset("schedule_json", data=json.dumps(schedule), dtype=vlen)
 

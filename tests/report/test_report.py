@@ -110,8 +110,55 @@ class Report(unittest.TestCase):
         # The text carries the same numbers.
         self.assertRegex(out, r"r0 east s0 d0 t0 .* 68\.8 +12\.5 +12\.5\n")
         self.assertRegex(out, r"r1 west s1 d0 t0 .* 37\.5 +18\.8 +18\.8\n")
-        self.assertRegex(out, r"WAN east>west +4 +3000000000 +5\.0000 +600\.00 +4\.800\n")
+        self.assertRegex(out, r"WAN east>west +4 +3000000000 +0 +5\.0000 +600\.00 +4\.800\n")
         self.assertIn("vs predicted 8000.000 ms: ratio 1.025", out)
+
+    def test_summary_exchanges(self):
+        # The tied-embedding exchanges (/exchanges, no slot of the table) count on their DC pair's
+        # link: bytes, transfers and busy time (overlapping the slots' transfers counted once).
+        run_dir = os.path.join(self.dir, "runs", "exch")
+        os.makedirs(run_dir)
+        xs = []
+        for step in range(2):
+            t = 10.0 * step
+            xs.append({"world_rank": 0, "step": step, "peer": 1, "src_dc": 0, "dst_dc": 1,
+                       "bytes": 10**8, "start_s": t + 4.0, "complete_s": t + 6.0})
+            xs.append({"world_rank": 1, "step": step, "peer": 0, "src_dc": 1, "dst_dc": 0,
+                       "bytes": 10**8, "start_s": t + 7.0, "complete_s": t + 7.5})
+        make_profile.handmade(os.path.join(run_dir, "profile.h5"), exchanges=xs)
+        js = os.path.join(self.dir, "s.json")
+        status, out, err = self.report(run_dir, "--json", js, "--no-png", "--skip-steps", "1")
+        self.assertEqual(status, 0, err)
+        with open(js, encoding="utf-8") as f:
+            s = json.load(f)
+        l0, l1 = s["links"]
+        self.assertEqual(l0["bytes"], 1_500_000_000 + 10**8)   # step 1 only
+        self.assertEqual(l0["exchange_bytes"], 10**8)
+        self.assertEqual(l0["transfers"], 3)
+        self.assertAlmostEqual(l0["busy_s"], 4.0)             # [2, 4.5] u [4, 6]
+        self.assertEqual(l1["bytes"], 2 * 10**8 + 10**8)
+        self.assertAlmostEqual(l1["busy_s"], 1.0)             # [5, 5.5] u [7, 7.5]
+        self.assertRegex(out, r"WAN east>west +3 +1600000000 +100000000 +4\.0000 +400\.00 +3\.200\n")
+        assert_png_from = self.report(run_dir, "--step", "1")
+        self.assertEqual(assert_png_from[0], 0, assert_png_from[2])
+        assert_png(self, os.path.join(run_dir, "gantt.png"))
+        # A pair no link of the table joins (first and last stage two DCs apart) gets a row of its own.
+        run3 = os.path.join(self.dir, "runs", "exch3")
+        os.makedirs(run3)
+        make_profile.handmade(os.path.join(run3, "profile.h5"), dc_names=["east", "west", "south"],
+                              ranks={"dc": [0, 1, 2], "stage": [0, 1, 2], "dp": [0, 0, 0],
+                                     "tp": [0, 0, 0], "host": ["h", "h", "h"]},
+                              exchanges=[{"world_rank": 0, "step": 0, "peer": 2, "src_dc": 0,
+                                          "dst_dc": 2, "bytes": 4096, "start_s": 1.0,
+                                          "complete_s": 3.0}])
+        status, out, err = self.report(run3, "--json", js, "--no-png")
+        self.assertEqual(status, 0, err)
+        with open(js, encoding="utf-8") as f:
+            s = json.load(f)
+        extra = s["links"][-1]
+        self.assertEqual((extra["label"], extra["link"], extra["bytes"], extra["exchange_bytes"]),
+                         ("WAN east>south", None, 4096, 4096))
+        self.assertAlmostEqual(extra["busy_s"], 2.0)
 
     def test_summary_nested_prefill(self):
         # Chunks recorded with step -1 inside an idle slot and inside an optimizer slot count as

@@ -173,7 +173,23 @@ VARIANTS = {
         {"kind": "1f1b", "rows": [{"stage": 0, "dp": 0, "bubble_fraction": float("nan")}]})),
     "schedule_number": schedule_json("42"),
     "no_schedule_json": delete("schedule_json"),
+    # /exchanges (optional, the tied-embedding exchanges)
+    "exchange_dc_out_of_range": set_values("exchanges", "dst_dc", 0, 5),
+    "exchange_dc_not_the_ranks": set_values("exchanges", "src_dc", 0, 1),
+    "exchange_peer_out_of_range": set_values("exchanges", "peer", 1, 9),
+    "exchange_negative_bytes": set_values("exchanges", "bytes", 0, -4),
+    "exchange_complete_nan": set_values("exchanges", "complete_s", 1, float("nan")),
+    "exchange_backwards": set_values("exchanges", "complete_s", 0, -1.0),
+    "exchange_length_mismatch": replace("exchanges", "start_s", np.zeros(5)),
+    "exchange_bytes_float": replace("exchanges", "bytes", np.array([0.5, 1.5])),
 }
+
+# The good profile's exchanges (rank 0 east > west, rank 1 back, step 0).
+GOOD_EXCHANGES = [
+    {"world_rank": 0, "step": 0, "peer": 1, "src_dc": 0, "dst_dc": 1, "bytes": 4096, "start_s": 7.5,
+     "complete_s": 7.9},
+    {"world_rank": 1, "step": 0, "peer": 0, "src_dc": 1, "dst_dc": 0, "bytes": 4096, "start_s": 7.5,
+     "complete_s": 7.9}]
 
 
 def run(cmd):
@@ -213,7 +229,7 @@ class CorruptProfiles(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory(prefix="atlas-report-corrupt.")
         cls.good = os.path.join(cls.tmp.name, "good.h5")
-        make_profile.handmade(cls.good)
+        make_profile.handmade(cls.good, exchanges=GOOD_EXCHANGES)
 
     @classmethod
     def tearDownClass(cls):

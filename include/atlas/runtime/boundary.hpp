@@ -139,6 +139,8 @@ class Boundary {
   void rethrow_thread_error();
   /// Waits (bounded by the timeout) until the partner acknowledged our half of the last exchange_sum.
   void finish_exchange_send();
+  /// Records our half's profile event if its send is complete (tested once; `wait`: waited for).
+  void note_exchange_send(bool wait);
   /// Tests a WAN handle once (under the WAN lock); while it is pending, progresses our intra-DC sends.
   bool test_wan(wan::Handle& h);
   /// test_wan with back-off until `h` completes; after the timeout throws Comm "step N: what() within T s".
@@ -184,6 +186,10 @@ class Boundary {
   int m_exchange_recv_peer = -1, m_exchange_recv_tag = -1;
   wan::Handle m_exchange_send{};
   int m_exchange_peer = -1;
+  /// Our half of the tied-embedding exchange as a profile event (kind WanSend, slot_index -1: not
+  /// a slot of the table), recorded once its completion is seen (note_exchange_send).
+  SlotEvent m_exchange_event{};
+  bool m_exchange_event_open = false;
 
   // ---- WAN sender thread ----
   std::mutex m_wan_mutex;  ///< serialises calls into the transport (main + sender thread)

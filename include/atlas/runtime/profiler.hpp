@@ -75,17 +75,25 @@ class Profiler {
   std::vector<SlotEvent> m_events;
 };
 
+/// Our half of a tied-embedding exchange across the WAN (Boundary records one a step: kind
+/// WanSend, slot_index -1, since no slot of the table holds it; profile.h5 has them in /exchanges).
+[[nodiscard]] inline bool is_exchange_event(const SlotEvent& e) {
+  return e.slot_index < 0 && e.step >= 0 && static_cast<sched::SlotKind>(e.kind) == sched::SlotKind::WanSend;
+}
+
 /// Names for the tracks of a trace: one per rank and one per WAN link.
 struct TraceLabels {
   std::vector<std::string> dc_names;
   std::vector<std::string> rank_names;  ///< "rank 3: east s1 d0 t0"
   std::vector<int> rank_dc;
   std::vector<std::string> link_names;  ///< "WAN east>west"
+  std::vector<int> link_src_dc, link_dst_dc;  ///< per link (the table's); empty: exchanges get no link track
 };
 
 /// Chrome trace event format (opens in Perfetto / chrome://tracing): one process per DC with a
 /// thread per rank, plus one process "WAN links" with a thread per link whose events are the
-/// WanSend transfers (post to completion).
+/// WanSend transfers (post to completion) and the tied-embedding exchanges (a track of their own
+/// for a DC pair the table has no link for).
 std::string chrome_trace_json(const std::vector<SlotEvent>& events, const TraceLabels& labels);
 
 }  // namespace atlas::runtime
