@@ -5,10 +5,16 @@
 //                                                  (and checks decode(encode(text)) == text)
 //   atlas-gpt2-encode [--dir DIR] --bench FILE...  encodes the files' concatenation once with a
 //                                                  cold cache; prints tokens, seconds, tokens/s
+//   atlas-gpt2-encode [--dir DIR] --bench-long-runs  runs of 1,000 to 50,000 random letters (one
+//                                                  word piece each) merged by encoder.py's rounds
+//                                                  and by the heap, side by side: seconds, ratio,
+//                                                  and whether the ids agree
 // Exit 0 on success, 1 on a round-trip mismatch, 2 on bad arguments or files.
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <limits>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -32,17 +38,45 @@ std::string slurp(const std::string& path) {
 
 int main(int argc, char** argv) {
   std::string dir = "data/gpt2";
-  bool bench = false;
+  bool bench = false, long_runs = false;
   std::vector<std::string> files;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--dir" && i + 1 < argc) dir = argv[++i];
     else if (a == "--bench") bench = true;
+    else if (a == "--bench-long-runs") long_runs = true;
     else if (a.rfind("--", 0) == 0) {
       std::fprintf(stderr, "atlas-gpt2-encode: unknown option '%s'\n  usage: atlas-gpt2-encode "
-                           "[--dir DIR] [--bench] FILE...\n", a.c_str());
+                           "[--dir DIR] [--bench] FILE... | --bench-long-runs\n", a.c_str());
       return 2;
     } else files.push_back(a);
+  }
+  if (long_runs) {
+    try {
+      std::mt19937 rng(7);
+      std::uniform_int_distribution<int> letter(0, 25);
+      bool same = true;
+      for (const int n : {1000, 5000, 20000, 50000}) {
+        std::string run;
+        for (int k = 0; k < n; ++k) run += static_cast<char>('a' + letter(rng));
+        double secs[2];
+        std::vector<std::int32_t> ids[2];
+        for (int heap = 0; heap < 2; ++heap) {
+          atlas::model::Gpt2Tokenizer tok(dir);
+          tok.set_heap_bpe_min_bytes(heap ? 0 : std::numeric_limits<std::size_t>::max());
+          const auto t0 = std::chrono::steady_clock::now();
+          ids[heap] = tok.encode(run);
+          secs[heap] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        }
+        same = same && ids[0] == ids[1];
+        fmt::print("{:>6} letters: rounds {:.4f} s, heap {:.4f} s, rounds / heap {:.1f}; {} tokens, {}\n", n,
+                   secs[0], secs[1], secs[0] / secs[1], ids[1].size(), ids[0] == ids[1] ? "same ids" : "IDS DIFFER");
+      }
+      return same ? 0 : 1;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "atlas-gpt2-encode: %s\n", e.what());
+      return 2;
+    }
   }
   if (files.empty()) {
     std::fprintf(stderr, "atlas-gpt2-encode: no input files\n  usage: atlas-gpt2-encode [--dir DIR] "

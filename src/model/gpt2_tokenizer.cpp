@@ -12,7 +12,9 @@
 #include <array>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
+#include <queue>
 #include <sstream>
 #include <unordered_map>
 
@@ -30,6 +32,10 @@ constexpr std::string_view kPattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 // Bound on the cache of word pieces; cleared when exceeded (memory stays bounded on huge text).
 constexpr std::size_t kMaxCache = 1U << 20;
+// Longer word pieces are not cached (a cache of long runs would hold the text itself).
+constexpr std::size_t kMaxCachedPieceBytes = 256;
+// From this length on a piece's BPE uses the heap (bpe_heap), below it the rounds (bpe_rounds).
+constexpr std::size_t kHeapBpeMinBytes = 48;
 
 constexpr std::string_view kDirKey = "data.tokenizer_dir";
 
@@ -191,11 +197,26 @@ struct Gpt2Tokenizer::Impl {
     if (re != nullptr) pcre2_code_free(re);
   }
 
+  std::size_t heap_min_bytes = kHeapBpeMinBytes;
+
   void bpe(std::string_view piece, std::vector<std::int32_t>& out) {
-    if (auto it = cache.find(std::string(piece)); it != cache.end()) {
-      out.insert(out.end(), it->second.begin(), it->second.end());
-      return;
-    }
+    const bool cacheable = piece.size() <= kMaxCachedPieceBytes;
+    if (cacheable)
+      if (auto it = cache.find(std::string(piece)); it != cache.end()) {
+        out.insert(out.end(), it->second.begin(), it->second.end());
+        return;
+      }
+    std::vector<std::int32_t> word =
+        piece.size() >= heap_min_bytes ? bpe_heap(piece) : bpe_rounds(piece);
+    out.insert(out.end(), word.begin(), word.end());
+    if (!cacheable) return;
+    if (cache.size() >= kMaxCache) cache.clear();
+    cache.emplace(std::string(piece), std::move(word));
+  }
+
+  /// BPE as encoder.py does it: each round finds the lowest-ranked adjacent pair and merges every
+  /// occurrence, left to right. O(n^2) in the piece's length; the fastest for short pieces.
+  std::vector<std::int32_t> bpe_rounds(std::string_view piece) {
     std::vector<std::int32_t> word(piece.size());
     for (std::size_t k = 0; k < piece.size(); ++k) word[k] = byte_id[static_cast<unsigned char>(piece[k])];
     while (word.size() > 1) {
@@ -223,9 +244,52 @@ struct Gpt2Tokenizer::Impl {
       }
       word.resize(w);
     }
-    out.insert(out.end(), word.begin(), word.end());
-    if (cache.size() >= kMaxCache) cache.clear();
-    cache.emplace(std::string(piece), std::move(word));
+    return word;
+  }
+
+  /// The same merges in O(n log n): the symbols in a linked list, every adjacent pair that has a
+  /// merge in a min-heap by (rank, position). Popping in that order merges a rank's occurrences
+  /// left to right, as a round does; an entry whose symbols changed since it was pushed is
+  /// skipped (an overlapping occurrence, "aaa" -> "aa a"). A merge's new pairs rank after it (a
+  /// token is used only by merges listed after the one that makes it), so no round is reordered.
+  /// For long pieces (a run of letters or digits with no space: base64, hex dumps), where the
+  /// rounds took seconds.
+  std::vector<std::int32_t> bpe_heap(std::string_view piece) {
+    const auto n = static_cast<std::int32_t>(piece.size());
+    std::vector<std::int32_t> id(piece.size()), prev(piece.size()), next(piece.size());
+    for (std::int32_t k = 0; k < n; ++k) {
+      id[static_cast<std::size_t>(k)] = byte_id[static_cast<unsigned char>(piece[static_cast<std::size_t>(k)])];
+      prev[static_cast<std::size_t>(k)] = k - 1;
+      next[static_cast<std::size_t>(k)] = k + 1;  // n: the end
+    }
+    struct Candidate {
+      std::int32_t rank, pos, left, right;
+      bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+    };
+    std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
+    auto push = [&](std::int32_t pos) {
+      const std::int32_t nx = next[static_cast<std::size_t>(pos)];
+      if (nx >= n) return;
+      const std::int32_t l = id[static_cast<std::size_t>(pos)], r = id[static_cast<std::size_t>(nx)];
+      if (auto it = merges.find(pair_key(l, r)); it != merges.end()) heap.push({it->second.rank, pos, l, r});
+    };
+    for (std::int32_t k = 0; k + 1 < n; ++k) push(k);
+    while (!heap.empty()) {
+      const Candidate c = heap.top();
+      heap.pop();
+      const auto pos = static_cast<std::size_t>(c.pos);
+      const std::int32_t nx = next[pos];
+      if (id[pos] != c.left || nx >= n || id[static_cast<std::size_t>(nx)] != c.right) continue;  // stale
+      id[pos] = merges.find(pair_key(c.left, c.right))->second.merged;
+      id[static_cast<std::size_t>(nx)] = -1;
+      next[pos] = next[static_cast<std::size_t>(nx)];
+      if (next[pos] < n) prev[static_cast<std::size_t>(next[pos])] = c.pos;
+      if (prev[pos] >= 0) push(prev[pos]);
+      push(c.pos);
+    }
+    std::vector<std::int32_t> word;
+    for (std::int32_t k = 0; k < n; k = next[static_cast<std::size_t>(k)]) word.push_back(id[static_cast<std::size_t>(k)]);
+    return word;
   }
 };
 
@@ -381,6 +445,11 @@ std::string Gpt2Tokenizer::decode(std::span<const std::int32_t> ids) const {
 }
 
 std::size_t Gpt2Tokenizer::cache_size() const noexcept { return m_impl->cache.size(); }
+
+void Gpt2Tokenizer::set_heap_bpe_min_bytes(std::size_t bytes) noexcept {
+  m_impl->heap_min_bytes = bytes;
+  m_impl->cache.clear();
+}
 
 namespace {
 

@@ -25,6 +25,11 @@ set_tests_properties(test_model_learn PROPERTIES LABELS slow TIMEOUT 120
 # both the files and the node packages.
 atlas_unit_test(test_model_gpt2_tokenizer unit/test_model_gpt2_tokenizer.cpp)
 set_tests_properties(test_model_gpt2_tokenizer PROPERTIES FIXTURES_REQUIRED brown_corpus)
+# Long word pieces (runs of letters with no space): the heap BPE against encoder.py's rounds, side by
+# side (exit 1 if their ids differ).
+add_test(NAME gpt2_bench_long_runs COMMAND $<TARGET_FILE:atlas-gpt2-encode> --dir ${PROJECT_SOURCE_DIR}/data/gpt2
+         --bench-long-runs)
+set_tests_properties(gpt2_bench_long_runs PROPERTIES LABELS unit TIMEOUT 120 FIXTURES_REQUIRED brown_corpus)
 find_program(ATLAS_NODE node)
 if(ATLAS_NODE)
   add_test(NAME gpt2_equivalence

@@ -32,6 +32,27 @@ if (files.length === 0) {
   process.exit(2);
 }
 
+// Long word pieces too (atlas merges pieces of 48 bytes and more with a heap, not in rounds):
+// runs of letters, digits, hex and base64 with no space, written to a temporary directory.
+const os = require('os');
+const longDir = fs.mkdtempSync(path.join(os.tmpdir(), 'atlas-gpt2-long.'));
+process.on('exit', () => fs.rmSync(longDir, { recursive: true, force: true }));
+let seed = 20261207;
+const rand = (n) => { seed = (seed * 1103515245 + 12345) % 2147483648; return seed % n; };
+const runOf = (alphabet, n) => Array.from({ length: n }, () => alphabet[rand(alphabet.length)]).join('');
+const letters = 'abcdefghijklmnopqrstuvwxyz';
+const longTexts = {
+  'letters.txt': runOf(letters, 5000) + ' ' + runOf('etaoin', 3000) + '\n',
+  'repeats.txt': 'a'.repeat(1001) + ' ' + 'ab'.repeat(700) + ' ' + 'the'.repeat(400) + '\n',
+  'digits.txt': runOf('0123456789', 4000) + '\n',
+  'hex.txt': runOf('0123456789abcdef', 4000) + '\n',
+  'base64.txt': Buffer.from(runOf(letters + 'XYZ!?', 3000)).toString('base64') + '\n',
+};
+for (const [name, text] of Object.entries(longTexts)) {
+  fs.writeFileSync(path.join(longDir, name), text);
+  files.push(path.join(longDir, name));
+}
+
 let out;
 try {
   out = execFileSync(tool, ['--dir', gpt2Dir, ...files], { maxBuffer: 1 << 30, encoding: 'utf8' });

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <sstream>
 
@@ -260,6 +261,56 @@ TEST(Gpt2Tokenizer, TokenizeInPiecesGivesTheIdsOfOneEncode) {
   val.copy(0, val.size(), got.data() + train.size());
   ASSERT_EQ(got.size(), whole.size());
   EXPECT_TRUE(got == whole);
+}
+
+// The heap BPE (long pieces) and encoder.py's rounds (short ones) are two algorithms for one
+// result: each on every piece of real text and of runs built to merge a lot (repeats, overlapping
+// pairs "aaaa", hex and base64 with no space in them), against the other.
+TEST(Gpt2Tokenizer, HeapAndRoundsGiveTheSameIds) {
+  Gpt2Tokenizer heap(gpt2_dir().string()), rounds(gpt2_dir().string());
+  heap.set_heap_bpe_min_bytes(0);
+  rounds.set_heap_bpe_min_bytes(std::numeric_limits<std::size_t>::max());
+  std::vector<std::string> texts;
+  const fs::path brown = gpt2_dir().parent_path() / "brown";
+  for (const char* f : {"ca01.txt", "cf12.txt", "cn29.txt", "cr09.txt"})
+    if (fs::exists(brown / f)) texts.push_back(slurp(brown / f));
+  ASSERT_FALSE(texts.empty()) << "no Brown file in " << brown << " (scripts/get-data.sh)";
+  std::mt19937 rng(20261207);
+  for (const std::string alphabet : {"a", "ab", "aab", "the", "0123456789abcdef", "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789",
+                                     "eeeeaaarrt", "1234567890"}) {
+    for (int len : {1, 2, 3, 7, 47, 48, 49, 128, 300, 1000}) {
+      std::string t;
+      std::uniform_int_distribution<std::size_t> pick(0, alphabet.size() - 1);
+      for (int k = 0; k < len; ++k) t += alphabet[pick(rng)];
+      texts.push_back(t);
+      texts.push_back(" " + t);
+    }
+  }
+  texts.push_back(std::string(700, 'a'));
+  texts.push_back(std::string(701, '7'));
+  for (const std::string& t : texts) {
+    const auto want = rounds.encode(t);
+    ASSERT_EQ(heap.encode(t), want) << "text of " << t.size() << " bytes: " << t.substr(0, 80);
+    EXPECT_EQ(heap.decode(want), t);
+  }
+}
+
+// A long run of letters is one word piece: merged with the heap and not cached (a cache of such
+// pieces would hold the text). 200,000 letters took minutes with the rounds (O(n^2)).
+TEST(Gpt2Tokenizer, LongRunsAreMergedWithTheHeapAndNotCached) {
+  Gpt2Tokenizer tok(gpt2_dir().string());
+  std::string run;
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> letter(0, 25);
+  for (int k = 0; k < 200000; ++k) run += static_cast<char>('a' + letter(rng));
+  const auto ids = tok.encode(run);
+  EXPECT_EQ(tok.decode(ids), run);
+  EXPECT_LT(ids.size(), run.size() * 3 / 4);  // merged (random letters: ~1.7 a token)
+  EXPECT_EQ(tok.cache_size(), 0U);
+  // Its first 600 letters as a piece of their own match the rounds.
+  Gpt2Tokenizer rounds(gpt2_dir().string());
+  rounds.set_heap_bpe_min_bytes(std::numeric_limits<std::size_t>::max());
+  EXPECT_EQ(tok.encode(run.substr(0, 600)), rounds.encode(run.substr(0, 600)));
 }
 
 TEST(Gpt2Tokenizer, CorpusIsTokenizedByTheChosenEncoder) {

@@ -41,6 +41,10 @@ class Gpt2Tokenizer {
   [[nodiscard]] std::string decode(std::span<const std::int32_t> ids) const;
   /// Word pieces held in the cache (for tests and statistics).
   [[nodiscard]] std::size_t cache_size() const noexcept;
+  /// Word pieces of at least `bytes` bytes are merged with a heap, O(n log n), shorter ones in
+  /// encoder.py's rounds, O(n^2) (the default: 48). Both give the same ids; for tests and
+  /// benchmarks (0: always the heap, SIZE_MAX: always the rounds). Clears the cache.
+  void set_heap_bpe_min_bytes(std::size_t bytes) noexcept;
 
  private:
   struct Impl;
