@@ -322,10 +322,12 @@ fi
 # ---- a stop on request (what --signal=B:USR1@N does before the time limit), then a requeue ----
 # The batch shell gets SIGUSR1 (scancel --signal=USR1 --batch), passes it to the restart loop,
 # srun passes it to the ranks: they write a checkpoint and stop (exit 8); ATLAS_REQUEUE_ON_STOP=1
-# requeues the job, whose second run resumes (SLURM_RESTART_COUNT) and finishes.
+# requeues the job, whose second run resumes (SLURM_RESTART_COUNT) and finishes. Per-DC placement
+# (ATLAS_DC_NODES: srun's arbitrary distribution from a hostfile), so the requeued run writes its
+# own hostfile (requeue-1/) and leaves the first run's.
 if [[ $ATLAS_CMD == train ]]; then
-  qjob=$(ATLAS_REQUEUE_ON_STOP=1 submit scripts/slurm/two_dc.sbatch "$DECK" run.steps=16 run.log_every_steps=1 \
-    ckpt.every_steps=0 train.eval_every_steps=0)
+  qjob=$(ATLAS_REQUEUE_ON_STOP=1 ATLAS_DC_NODES="$HOST $HOST $HOST" submit scripts/slurm/two_dc.sbatch "$DECK" \
+    run.steps=16 run.log_every_steps=1 ckpt.every_steps=0 train.eval_every_steps=0)
   JOBS+=("$qjob")
   qrun=$T/runs/three_dc_cpu_$qjob
   for _ in $(seq $((JOB_TIMEOUT_S * 10))); do
@@ -361,6 +363,8 @@ if [[ $ATLAS_CMD == train ]]; then
   check "run.json says OK after the resumed run" grep -q '"status":"OK"' "$qrun/run.json"
   check "the requeued run recorded its provenance in requeue-1/, the first run's kept" \
     bash -c "grep -q 'run.resume=latest' '$qrun/requeue-1/command.txt' && ! grep -q 'run.resume=latest' '$qrun/command.txt' && grep -q '^atlas_bin_sha256: 0000$' '$qrun/build_info.txt' && grep -q 'SLURM_RESTART_COUNT=1' '$qrun/requeue-1/env.txt' && test -s '$qrun/requeue-1/overrides.txt'"
+  check "each run placed its 6 ranks from a hostfile of its own (the first run's kept)" \
+    bash -c "test \$(grep -cx '$HOST' '$qrun/hostfile') -eq 6 && test \$(grep -cx '$HOST' '$qrun/requeue-1/hostfile') -eq 6 && grep -q -- '--distribution=arbitrary' '$qrun/requeue-1/command.txt'"
   check "and said the binary changed since the first run" \
     grep -q "WARNING: .* changed since the job's first run (sha256 0000, now $(sha256sum "$ATLAS_BIN" | cut -d' ' -f1))" "$qrun/job.log"
   ((failures > section_failures)) && show_job "$qjob" "$qrun/job.log" "$qrun/restarts.log"
