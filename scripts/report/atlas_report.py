@@ -479,9 +479,7 @@ def summarize(p, skip_steps=0):
     x = p.exchanges
     xsel = np.isin(x["step"], steps)
     pairs = [(int(a), int(b)) for a, b in zip(p.links["src_dc"], p.links["dst_dc"])]
-    for a, b in zip(x["src_dc"][xsel], x["dst_dc"][xsel]):
-        if (int(a), int(b)) not in pairs:
-            pairs.append((int(a), int(b)))
+    pairs += sorted({(int(a), int(b)) for a, b in zip(x["src_dc"][xsel], x["dst_dc"][xsel])} - set(pairs))
     links = []
     for link, (a, b) in enumerate(pairs):
         m = sel & (ev["kind"] == wan_send) & (ev["link"] == link) if link < len(p.links["src_dc"]) \
@@ -736,7 +734,8 @@ def measured_gantt(p, step, out_path):
         mx = mx_step & (x["src_dc"] == a) & (x["dst_dc"] == b)  # the tied-embedding exchanges
         spans += [(1e3 * (s - t0), 1e3 * (c - s)) for s, c in zip(x["start_s"][mx], x["complete_s"][mx])]
         link_rows.append((p.dc_pair_label(a, b), spans))
-    span_ms = 1e3 * float(np.max(np.maximum(ev["end_s"][m], ev["complete_s"][m])) - t0)
+    span_ms = 1e3 * (max(float(np.max(np.maximum(ev["end_s"][m], ev["complete_s"][m]))),
+                         float(np.max(x["complete_s"][mx_step], initial=-np.inf))) - t0)
     fig, ax = plt.subplots(figsize=(13, 0.32 * (len(rows) + len(link_rows)) + 1.8))
     used = draw_gantt(ax, rows, link_rows,
                       f"{p.run_name}: step {step} as measured ({p.schedule_kind}; {span_ms:.1f} ms "

@@ -255,6 +255,10 @@ struct Gpt2Tokenizer::Impl {
   /// For long pieces (a run of letters or digits with no space: base64, hex dumps), where the
   /// rounds took seconds.
   std::vector<std::int32_t> bpe_heap(std::string_view piece) {
+    if (piece.size() >= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()))
+      throw ConfigError(fmt::format("a word piece of {} bytes (no space or punctuation in 2 GiB of text): the GPT-2 "
+                                    "tokenizer takes pieces below 2 GiB\n  hint: split the text",
+                                    piece.size()));
     const auto n = static_cast<std::int32_t>(piece.size());
     std::vector<std::int32_t> id(piece.size()), prev(piece.size()), next(piece.size());
     for (std::int32_t k = 0; k < n; ++k) {
@@ -367,6 +371,12 @@ Gpt2Tokenizer::Gpt2Tokenizer(const std::string& dir, std::string_view dir_settin
       corrupt(bpe_file, fmt::format("merge on line {} uses a token missing from encoder.json", line_no));
     if (made[static_cast<std::size_t>(m->second)])
       corrupt(bpe_file, fmt::format("the merge on line {} makes token {} a second time", line_no, m->second));
+    // A merge uses bytes or tokens earlier merges made (the heap BPE relies on it: a merge's new
+    // pairs rank after it).
+    for (const auto& [bytes, it] : {std::pair{&left, l}, std::pair{&right, r}})
+      if (bytes->size() > 1 && !made[static_cast<std::size_t>(it->second)])
+        corrupt(bpe_file, fmt::format("the merge on line {} uses token {} before the merge that makes it", line_no,
+                                      it->second));
     made[static_cast<std::size_t>(m->second)] = true;
     im.merges.emplace(pair_key(l->second, r->second), Merge{rank++, m->second});
   }

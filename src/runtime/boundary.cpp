@@ -172,6 +172,7 @@ bool Boundary::test_op(RecvOp& op) {
     } else {
       op.done = op.mpi.test();
     }
+    poll_exchange_send();
   }
   return op.done;
 }
@@ -360,6 +361,7 @@ bool Boundary::test_wan(wan::Handle& h) {
     std::lock_guard lock(m_wan_mutex);
     if (m_wan->test(h)) return true;
   }
+  if (&h != &m_exchange_send) poll_exchange_send();
   // Our rendezvous sends inside the DC move only while we call MPI, and their receiver may be
   // what the WAN peer waits on (the progress thread's job when it runs).
   if (!m_progress.joinable()) progress_local_sends();
@@ -399,7 +401,7 @@ void Boundary::exchange_sum(int peer, int tag, float* data, std::size_t count, b
   wait_wan(m_exchange_recv,
            [peer] { return "the gradient exchange with rank " + std::to_string(peer) + " did not finish"; });
   m_exchange_recv_posted = false;
-  note_exchange_send(false);  // our half is usually acknowledged by now: its time on the link
+  poll_exchange_send();
   const std::vector<float>& theirs = m_exchange_in;
   for (std::size_t i = 0; i < count; ++i)
     data[i] = i_am_first ? data[i] + theirs[i] : theirs[i] + data[i];
@@ -454,20 +456,25 @@ bool Boundary::exchange_arrived() {
 
 void Boundary::finish_exchange_send() {
   if (!m_wan) return;  // no WAN transport: no exchange was ever sent
-  note_exchange_send(true);
+  wait_wan(m_exchange_send, [this] {
+    return "our half of the gradient exchange with rank " + std::to_string(m_exchange_peer) + " was not acknowledged";
+  });
+  if (m_exchange_event_open) record_exchange_event();
 }
 
-void Boundary::note_exchange_send(bool wait) {
-  if (wait) {
-    wait_wan(m_exchange_send, [this] {
-      return "our half of the gradient exchange with rank " + std::to_string(m_exchange_peer) + " was not acknowledged";
-    });
-  } else if (!m_exchange_event_open || !test_wan(m_exchange_send)) {
-    return;
-  }
+void Boundary::poll_exchange_send() {
   if (!m_exchange_event_open) return;
-  // Completion as this rank saw it: in exchange_sum once the partner's half is in (ours was
-  // acknowledged by then unless the link is slow), else when end_step waited for it.
+  bool done = false;
+  {
+    std::lock_guard lock(m_wan_mutex);
+    done = m_wan->test(m_exchange_send);
+  }
+  if (done) record_exchange_event();
+}
+
+void Boundary::record_exchange_event() {
+  // Completion as this rank first saw it: it polls the send whenever it tests or waits on a
+  // transfer, so at most one compute slot late, and at the latest when end_step waits for it.
   m_exchange_event.complete_s = m_profiler.now();
   m_profiler.record(m_exchange_event);
   m_exchange_event_open = false;

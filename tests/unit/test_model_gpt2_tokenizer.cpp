@@ -189,6 +189,18 @@ TEST(Gpt2Tokenizer, CorruptFilesNameTheFileAndTheFix) {
     EXPECT_THAT(config_error_of(dir.path()), HasSubstr("the merge on line 50002 makes token"));
   }
   {
+    TempDir dir;  // "Ġt he" moved before the merges that make "Ġt" and "he"
+    dir.write("encoder.json", encoder);
+    const std::string use = "\xC4\xA0t he\n";
+    const std::size_t at = merges.find("\n" + use) + 1, first = merges.find('\n') + 1;
+    ASSERT_GT(at, first);
+    std::string moved = merges;
+    moved.erase(at, use.size());
+    moved.insert(first, use);
+    dir.write("vocab.bpe", moved);
+    EXPECT_THAT(config_error_of(dir.path()), HasSubstr("the merge on line 2 uses token"));
+  }
+  {
     TempDir dir;
     dir.write("encoder.json", encoder);
     dir.write("vocab.bpe", "#version: 0.2\nzq xw\n");  // "zqxw" is no GPT-2 token

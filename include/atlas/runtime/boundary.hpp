@@ -139,8 +139,10 @@ class Boundary {
   void rethrow_thread_error();
   /// Waits (bounded by the timeout) until the partner acknowledged our half of the last exchange_sum.
   void finish_exchange_send();
-  /// Records our half's profile event if its send is complete (tested once; `wait`: waited for).
-  void note_exchange_send(bool wait);
+  /// While our half's profile event is open: tests its send once and records the event if done
+  /// (called from every test of a transfer on the main thread, so the completion is seen soon).
+  void poll_exchange_send();
+  void record_exchange_event();
   /// Tests a WAN handle once (under the WAN lock); while it is pending, progresses our intra-DC sends.
   bool test_wan(wan::Handle& h);
   /// test_wan with back-off until `h` completes; after the timeout throws Comm "step N: what() within T s".
@@ -187,7 +189,7 @@ class Boundary {
   wan::Handle m_exchange_send{};
   int m_exchange_peer = -1;
   /// Our half of the tied-embedding exchange as a profile event (kind WanSend, slot_index -1: not
-  /// a slot of the table), recorded once its completion is seen (note_exchange_send).
+  /// a slot of the table), recorded once its completion is seen (poll_exchange_send).
   SlotEvent m_exchange_event{};
   bool m_exchange_event_open = false;
 
