@@ -89,27 +89,45 @@ atlas_deck_value() {
   echo "$value"
 }
 
-# Ranks of each DC (parallel.stages_per_dc * dp_size * tp_size), space-separated.
+# Ranks of each DC (parallel.stages_per_dc * dp_size * tp_size; with parallel.dp_across_dcs each DC
+# holds dp_size / DCs of the replicas), space-separated.
 atlas_ranks_per_dc() {
-  local dp tp s out=()
+  local dp tp s across dcs out=() stages
   dp=$(atlas_deck_value parallel.dp_size)
   tp=$(atlas_deck_value parallel.tp_size)
+  across=$(atlas_deck_value parallel.dp_across_dcs)
   dp=${dp:-1}
   tp=${tp:-1}
-  for s in $(atlas_deck_value parallel.stages_per_dc); do
+  read -r -a stages <<<"$(atlas_deck_value parallel.stages_per_dc)"
+  [[ ${#stages[@]} -gt 0 ]] || atlas_die 2 "$ATLAS_DECK_PATH: parallel.stages_per_dc is missing"
+  case "$across" in
+    true | 1)
+      dcs=${#stages[@]}
+      [[ $dp =~ ^[0-9]+$ ]] && ((dp % dcs == 0)) ||
+        atlas_die 2 "$ATLAS_DECK_PATH: parallel.dp_across_dcs needs parallel.dp_size ($dp) to be a multiple" \
+          "of the DCs ($dcs)"
+      dp=$((dp / dcs)) ;;
+    "" | false | 0) ;;
+    *) atlas_die 2 "$ATLAS_DECK_PATH: parallel.dp_across_dcs = '$across': expected true or false" ;;
+  esac
+  for s in "${stages[@]}"; do
     [[ $s =~ ^[0-9]+$ && $dp =~ ^[0-9]+$ && $tp =~ ^[0-9]+$ ]] ||
       atlas_die 2 "$ATLAS_DECK_PATH: cannot read the layout (stages_per_dc '$s', dp '$dp', tp '$tp')"
     out+=($((s * dp * tp)))
   done
-  [[ ${#out[@]} -gt 0 ]] || atlas_die 2 "$ATLAS_DECK_PATH: parallel.stages_per_dc is missing"
   echo "${out[*]}"
 }
 
 # Writes $1 (one host per world rank, rank order) from ATLAS_DC_NODES and ATLAS_RANKS_PER_DC: DC
-# i's ranks go to the nodes of its hostlist, in blocks (TP and DP peers share a node when they fit).
+# i's ranks go to the nodes of its hostlist, in blocks of a multiple of parallel.tp_size ranks (a
+# rank's TP lanes are consecutive ranks: a TP group never spans two nodes; DP peers share a node
+# when they fit).
 atlas_write_hostfile() {
-  local file=$1 dc=0 n nodes count per r k
+  local file=$1 dc=0 n nodes count per r k tp
   local -a dc_nodes ranks alloc
+  tp=$(atlas_deck_value parallel.tp_size)
+  tp=${tp:-1}
+  [[ $tp =~ ^[1-9][0-9]*$ ]] || atlas_die 2 "$ATLAS_DECK_PATH: parallel.tp_size = '$tp': expected a positive integer"
   read -r -a dc_nodes <<<"$ATLAS_DC_NODES"
   read -r -a ranks <<<"$ATLAS_RANKS_PER_DC"
   ((${#dc_nodes[@]} == ${#ranks[@]})) ||
@@ -127,6 +145,7 @@ atlas_write_hostfile() {
           "request it (#SBATCH --nodelist) or fix ATLAS_DC_NODES"
     done
     per=$(((n + count - 1) / count))
+    per=$(((per + tp - 1) / tp * tp))
     for ((r = 0; r < n; ++r)); do echo "${nodes[r / per]}" >>"$file"; done
     dc=$((dc + 1))
   done
