@@ -357,6 +357,15 @@ class Profile:
         return (f"r{r} {dc_name} s{int(self.ranks['stage'][r])} d{int(self.ranks['dp'][r])} "
                 f"t{int(self.ranks['tp'][r])}")
 
+    def link_pairs(self, exchanges):
+        """(src_dc, dst_dc) of every link of /links, in order, then of every other DC pair that the
+        /exchanges rows selected by the mask `exchanges` use (first and last stage two DCs apart),
+        sorted."""
+        pairs = [(int(a), int(b)) for a, b in zip(self.links["src_dc"], self.links["dst_dc"])]
+        x = self.exchanges
+        return pairs + sorted({(int(a), int(b)) for a, b in zip(x["src_dc"][exchanges], x["dst_dc"][exchanges])}
+                              - set(pairs))
+
     def link_label(self, link):
         return self.dc_pair_label(int(self.links["src_dc"][link]), int(self.links["dst_dc"][link]))
 
@@ -478,10 +487,8 @@ def summarize(p, skip_steps=0):
     # (/exchanges; a DC pair the table has no link for gets a row of its own).
     x = p.exchanges
     xsel = np.isin(x["step"], steps)
-    pairs = [(int(a), int(b)) for a, b in zip(p.links["src_dc"], p.links["dst_dc"])]
-    pairs += sorted({(int(a), int(b)) for a, b in zip(x["src_dc"][xsel], x["dst_dc"][xsel])} - set(pairs))
     links = []
-    for link, (a, b) in enumerate(pairs):
+    for link, (a, b) in enumerate(p.link_pairs(xsel)):
         m = sel & (ev["kind"] == wan_send) & (ev["link"] == link) if link < len(p.links["src_dc"]) \
             else np.zeros(len(ev["kind"]), dtype=bool)
         mx = xsel & (x["src_dc"] == a) & (x["dst_dc"] == b)
@@ -724,9 +731,7 @@ def measured_gantt(p, step, out_path):
     link_rows = []
     x = p.exchanges
     mx_step = x["step"] == step
-    pairs = [(int(a), int(b)) for a, b in zip(p.links["src_dc"], p.links["dst_dc"])]
-    pairs += sorted({(int(a), int(b)) for a, b in zip(x["src_dc"][mx_step], x["dst_dc"][mx_step])} - set(pairs))
-    for link, (a, b) in enumerate(pairs):
+    for link, (a, b) in enumerate(p.link_pairs(mx_step)):
         spans = []
         if link < len(p.links["src_dc"]):
             ml = m & (ev["kind"] == wan_send) & (ev["link"] == link)

@@ -267,7 +267,7 @@ struct Gpt2Tokenizer::Impl {
       next[static_cast<std::size_t>(k)] = k + 1;  // n: the end
     }
     struct Candidate {
-      std::int32_t rank, pos, left, right;
+      std::int32_t rank, pos, left, right, merged;
       bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
     };
     std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
@@ -275,7 +275,8 @@ struct Gpt2Tokenizer::Impl {
       const std::int32_t nx = next[static_cast<std::size_t>(pos)];
       if (nx >= n) return;
       const std::int32_t l = id[static_cast<std::size_t>(pos)], r = id[static_cast<std::size_t>(nx)];
-      if (auto it = merges.find(pair_key(l, r)); it != merges.end()) heap.push({it->second.rank, pos, l, r});
+      if (auto it = merges.find(pair_key(l, r)); it != merges.end())
+        heap.push({it->second.rank, pos, l, r, it->second.merged});
     };
     for (std::int32_t k = 0; k + 1 < n; ++k) push(k);
     while (!heap.empty()) {
@@ -284,7 +285,7 @@ struct Gpt2Tokenizer::Impl {
       const auto pos = static_cast<std::size_t>(c.pos);
       const std::int32_t nx = next[pos];
       if (id[pos] != c.left || nx >= n || id[static_cast<std::size_t>(nx)] != c.right) continue;  // stale
-      id[pos] = merges.find(pair_key(c.left, c.right))->second.merged;
+      id[pos] = c.merged;
       id[static_cast<std::size_t>(nx)] = -1;
       next[pos] = next[static_cast<std::size_t>(nx)];
       if (next[pos] < n) prev[static_cast<std::size_t>(next[pos])] = c.pos;

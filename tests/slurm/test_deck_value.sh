@@ -66,4 +66,10 @@ atlas_write_hostfile "$T/hostfile"
 got=$(uniq -c "$T/hostfile" | awk '{printf "%s%sx%s", (NR > 1 ? " " : ""), $2, $1}')
 if [[ $got == "a1x4 a2x4 a3x4 b1x12" ]]; then echo "ok: hostfile $got"
 else echo "FAIL: hostfile $got, expected a1x4 a2x4 a3x4 b1x12"; fail=1; fi
+# A tp_size of 0 (blocks of 0 ranks) stops the job with the key's name, not a division by zero.
+ATLAS_OVERRIDES=(parallel.tp_size=0 "parallel.stages_per_dc=1 1" "cluster.dcs=a b")
+got=$( (atlas_write_hostfile "$T/hostfile0") 2>&1)
+if [[ $got == "ERROR: $T/sect.deck: parallel.tp_size = '0': expected a positive integer" ]]; then
+  echo "ok: tp_size 0 refused"
+else echo "FAIL: tp_size 0: '$got'"; fail=1; fi
 exit $fail
