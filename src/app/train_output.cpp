@@ -165,6 +165,7 @@ void TrainOutput::header(const std::string& deck_path, const topo::Layout& layou
                               build::kBuildType, mpi::Environment::library_version(), build::kHdf5Version,
                               build::kCompiler);
   h += device::host_scheduling_note();
+  h += mpi::Environment::tcp_protocol_note();
   h += fmt::format("# deck {} -> {}/resolved.deck\n", deck_path, m_dir);
   h += "# resolved deck:\n";
   std::istringstream in(deck::resolved_deck(m_cfg));

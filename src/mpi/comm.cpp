@@ -6,8 +6,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <exception>
 #include <cstdint>
+#include <cstdlib>
+#include <exception>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -56,6 +57,7 @@ Environment::Environment(int& argc, char**& argv, ThreadLevel required, bool ini
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (!initialized) {
+      default_tcp_send_protocol();
       int provided = 0;
       ATLAS_MPI_CHECK(MPI_Init_thread(&argc, &argv, to_mpi(required), &provided));
       m_owns = true;
@@ -95,6 +97,65 @@ std::string Environment::library_version() {
   std::string s(buf, static_cast<std::size_t>(len));
   if (auto nl = s.find_first_of(",\n"); nl != std::string::npos) s.resize(nl);
   return s;
+}
+
+namespace {
+// Open MPI's btl tcp default flags (4.1: send, put, inplace, need-ack, need-csum, hetero-rdma)
+// less put; MCA_BTL_FLAGS_PUT is 0x2 in Open MPI 4 and 5.
+constexpr const char* kTcpFlagsVar = "OMPI_MCA_btl_tcp_flags";
+constexpr const char* kTcpFlagsNoPut = "send,inplace,need-ack,need-csum,hetero-rdma";
+constexpr unsigned kBtlFlagPut = 0x2;
+}  // namespace
+
+bool Environment::default_tcp_send_protocol() {
+#if defined(OPEN_MPI) && OMPI_MAJOR_VERSION >= 4
+  if (env::get(kTcpFlagsVar).has_value()) return false;  // the user's (or the launcher's) choice
+  return ::setenv(kTcpFlagsVar, kTcpFlagsNoPut, 0) == 0;
+#else
+  return false;
+#endif
+}
+
+std::optional<bool> Environment::tcp_put_protocol() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) return std::nullopt;
+  int provided = 0;
+  if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) return std::nullopt;
+  std::optional<bool> put;
+  int index = 0;
+  if (MPI_T_cvar_get_index("btl_tcp_flags", &index) == MPI_SUCCESS) {
+    char name[256];
+    char desc[256];
+    int name_len = sizeof name, desc_len = sizeof desc, verbosity = 0, bind = 0, scope = 0;
+    MPI_Datatype type = MPI_DATATYPE_NULL;
+    MPI_T_enum enumtype = MPI_T_ENUM_NULL;
+    MPI_T_cvar_handle handle = MPI_T_CVAR_HANDLE_NULL;
+    int count = 0;
+    unsigned flags = 0;
+    if (MPI_T_cvar_get_info(index, name, &name_len, &verbosity, &type, &enumtype, desc, &desc_len, &bind,
+                            &scope) == MPI_SUCCESS &&
+        type == MPI_UNSIGNED && MPI_T_cvar_handle_alloc(index, nullptr, &handle, &count) == MPI_SUCCESS) {
+      if (count == 1 && MPI_T_cvar_read(handle, &flags) == MPI_SUCCESS) put = (flags & kBtlFlagPut) != 0;
+      MPI_T_cvar_handle_free(&handle);
+    }
+  }
+  MPI_T_finalize();
+  return put;
+}
+
+std::string Environment::tcp_protocol_note() {
+  const std::optional<bool> put = tcp_put_protocol();
+  if (!put) return "";
+  const std::optional<std::string> set = env::get(kTcpFlagsVar);
+  if (!*put)
+    return std::string("# Open MPI's TCP transport: put protocol off (") + kTcpFlagsVar + "=" + set.value_or("?") +
+           (set == kTcpFlagsNoPut ? ", atlas's default" : "") + ": large messages both ways at once)\n";
+  return std::string("# Open MPI's TCP transport: put protocol ON (") + kTcpFlagsVar + "=" +
+         set.value_or("unset: Open MPI's default") +
+         "): two ranks sending each other large messages over TCP send one direction at a time (a two-member DP "
+         "ring across DCs takes about twice as long); unset it or leave put out (docs/wan.md, \"Open MPI's put "
+         "protocol\")\n";
 }
 
 void Environment::abort(int code) {

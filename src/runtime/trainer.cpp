@@ -22,6 +22,7 @@
 #include "atlas/model/gpt2_tokenizer.hpp"
 #include "atlas/model/shards.hpp"
 #include "atlas/mpi/agree.hpp"
+#include "atlas/mpi/comm.hpp"
 #include "atlas/mpi/tags.hpp"
 
 namespace atlas::runtime {
@@ -158,6 +159,10 @@ Trainer::Trainer(const Config& cfg, const topo::Layout& layout, const topo::Comm
   }
   // DP across DCs on host memory: the ring over point-to-point (as Gloo), not MPI's collective
   // (device::make_ring_collective says why); sched::wan_dp_allreduce predicts it.
+  if (layout.dp_across_dcs() && comms.world.rank() == 0 && mpi::Environment::tcp_put_protocol().value_or(false))
+    log::warn("parallel.dp_across_dcs over Open MPI's TCP transport with its put protocol on: the DP ring's two "
+              "directions between a pair of members go one at a time (a two-member ring takes about twice its "
+              "time); unset OMPI_MCA_btl_tcp_flags or leave put out of it (docs/wan.md, \"Open MPI's put protocol\")");
   if (layout.dp_size() > 1)
     m_dp = layout.dp_across_dcs() && backend.host_accessible() ? device::make_ring_collective(comms.dp)
                                                                 : device::make_collective(comms.dp, backend);

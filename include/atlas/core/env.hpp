@@ -34,6 +34,8 @@ inline constexpr Variable kVariables[] = {
     {"PMI_RANK", "PMI launchers (MPICH's mpiexec, srun --mpi=pmi2): started by a launcher"},
     {"PMI_SIZE", "PMI launchers: started by a launcher"},
     {"SLURM_STEP_ID", "Slurm: a job step (srun), started by a launcher"},
+    {"OMPI_MCA_btl_tcp_flags", "Open MPI: its TCP transport's protocols; atlas sets it (put left out) where unset, "
+                               "before MPI_Init (mpi::Environment::default_tcp_send_protocol)"},
     {"CUDA_VISIBLE_DEVICES", "CUDA: the devices this process may use (quoted in errors only)"},
     {"PATH", "where helper programs (iperf3, ip) are looked up"},
     // Where this process runs (set by scripts/wan and the launch scripts, not by users).

@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -50,6 +51,19 @@ class Environment {
   [[nodiscard]] const std::string& host() const noexcept { return m_host; }
   /// "Open MPI v4.1.4, ..." (first line of MPI_Get_library_version).
   [[nodiscard]] static std::string library_version();
+  /// Open MPI's TCP transport (btl tcp) sends a large message with its put protocol by default,
+  /// and two ranks that send each other a large message at once over one TCP connection then send
+  /// one direction at a time (a two-member DP ring over the WAN took twice its time: docs/wan.md,
+  /// "Open MPI's put protocol"). Before MPI_Init (the constructor calls it) atlas sets
+  /// OMPI_MCA_btl_tcp_flags to Open MPI's default less put, unless the variable is already set or
+  /// the library is not Open MPI 4 or later. Returns whether it set it.
+  static bool default_tcp_send_protocol();
+  /// After MPI_Init: whether Open MPI's TCP transport will use its put protocol (read back through
+  /// the MPI tool interface); nullopt where that cannot be read (another MPI, no tcp component).
+  [[nodiscard]] static std::optional<bool> tcp_put_protocol();
+  /// One "# ..." line for a run's header: which protocol Open MPI's TCP transport uses and why
+  /// ("" where tcp_put_protocol() is nullopt).
+  [[nodiscard]] static std::string tcp_protocol_note();
   /// Abort the whole job (never returns).
   [[noreturn]] static void abort(int code);
   /// Whether the process was started by an MPI launcher (mpirun, mpiexec, srun): its
