@@ -100,15 +100,16 @@ std::string Environment::library_version() {
 }
 
 namespace {
-// Open MPI's btl tcp default flags (4.1: send, put, inplace, need-ack, need-csum, hetero-rdma)
-// less put; MCA_BTL_FLAGS_PUT is 0x2 in Open MPI 4 and 5.
+// Open MPI's btl tcp default flags (4.1 and 5.0: send, put, inplace, need-ack, need-csum,
+// hetero-rdma) less put; MCA_BTL_FLAGS_PUT is 0x2 in both. A later major version may change the
+// set: it keeps its default (and tcp_protocol_note says whether put is on).
 constexpr const char* kTcpFlagsVar = "OMPI_MCA_btl_tcp_flags";
 constexpr const char* kTcpFlagsNoPut = "send,inplace,need-ack,need-csum,hetero-rdma";
 constexpr unsigned kBtlFlagPut = 0x2;
 }  // namespace
 
 bool Environment::default_tcp_send_protocol() {
-#if defined(OPEN_MPI) && OMPI_MAJOR_VERSION >= 4
+#if defined(OPEN_MPI) && (OMPI_MAJOR_VERSION == 4 || OMPI_MAJOR_VERSION == 5)
   if (env::get(kTcpFlagsVar).has_value()) return false;  // the user's (or the launcher's) choice
   return ::setenv(kTcpFlagsVar, kTcpFlagsNoPut, 0) == 0;
 #else

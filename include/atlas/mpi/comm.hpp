@@ -56,7 +56,7 @@ class Environment {
   /// one direction at a time (a two-member DP ring over the WAN took twice its time: docs/wan.md,
   /// "Open MPI's put protocol"). Before MPI_Init (the constructor calls it) atlas sets
   /// OMPI_MCA_btl_tcp_flags to Open MPI's default less put, unless the variable is already set or
-  /// the library is not Open MPI 4 or later. Returns whether it set it.
+  /// the library is not Open MPI 4 or 5. Returns whether it set it.
   static bool default_tcp_send_protocol();
   /// After MPI_Init: whether Open MPI's TCP transport will use its put protocol (read back through
   /// the MPI tool interface); nullopt where that cannot be read (another MPI, no tcp component).
