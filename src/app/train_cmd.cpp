@@ -353,6 +353,7 @@ JobResult train(const Config& cfg, const mpi::Comm& world, const JobOptions& opt
     trainer.set_bubble_filler(nullptr);
     const bubbletea::Report report = bubbletea->finish();
     out.text(bubbletea::format_report(report, cfg.cluster.dcs));
+    out.set_job_prefill_tokens(report.prefill_tokens());
     if (root) bubbletea::write_json(report, (fs::path(cfg.run_dir()) / "bubbletea.json").string());
   }
   result.events = out.finish(trainer, comms, layout, table, profiler, *transport, *backend);

@@ -266,7 +266,6 @@ void TrainOutput::step(const runtime::StepReport& r, std::optional<double> val, 
     ++m_mean_steps;
   }
   ++m_timed_steps;
-  m_prefill_tokens += r.prefill_tokens;
   const double tok_s = static_cast<double>(tokens_per_step) / r.step_s;
   const double mfu = sched::mfu(tok_s, m_mfu_flops_per_token, m_mfu_peak_flops, 1);
   m_sum_mfu_all += mfu;
@@ -577,7 +576,7 @@ std::vector<runtime::SlotEvent> TrainOutput::finish(runtime::Trainer& trainer, c
                           json_number(m_last_loss),
                           m_last_val ? fmt::format("{:.6f}", *m_last_val) : std::string("null"), mean_step * 1e3,
                           table.step_ms, to_string(m_cfg.schedule.kind), layout.world_size(), wan_bytes,
-                          m_prefill_tokens, static_cast<long long>(m_cfg.tokens_per_step()),
+                          m_job_prefill_tokens, static_cast<long long>(m_cfg.tokens_per_step()),
                           mean_mfu >= 0 ? fmt::format("{:.6f}", mean_mfu) : std::string("null"), peaks_json));
   // A run stopped on request says so in its footer, which a script must not take for an OK.
   const std::string verdict =

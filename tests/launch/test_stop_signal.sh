@@ -109,6 +109,15 @@ check "BubbleTea job: its decode worker ended normally (no warning about it)" \
   bash -c "! grep -i 'warn.*decode worker' '$T/bubbletea.out'"
 check "BubbleTea job: run.json says stopped, with the prefills served before" \
   grep -qE '"status":"stopped",.*"prefill_tokens":[1-9]' "$T/bubbletea/run.json"
+# run.json's prefill_tokens is the job's (BubbleTea's report, bubbletea.json), not rank 0's share.
+same_prefill() {
+  python3 - "$T/bubbletea/run.json" "$T/bubbletea/bubbletea.json" <<'PY'
+import json, sys
+run, bt = (json.load(open(p)) for p in sys.argv[1:3])
+assert run["prefill_tokens"] == bt["prefill_tokens"] > 0, (run["prefill_tokens"], bt["prefill_tokens"])
+PY
+}
+check "BubbleTea job: run.json's prefill_tokens is the job's (bubbletea.json's)" same_prefill
 check "BubbleTea job: no decode worker left behind" test "$(pgrep -c -f atlas-decode-worker)" -eq "$workers_before"
 
 # ---- SIGTERM to rank 0: the job dies, rank 0 leaves the interrupted note ----

@@ -111,6 +111,9 @@ class TrainOutput {
   void maybe_checkpoint(runtime::Trainer& trainer, const topo::Communicators& comms, int steps_done, bool last);
   /// The steps the run had done when it stopped on request (stop()), -1 when it did not.
   [[nodiscard]] int stopped_at() const { return m_stopped_at; }
+  /// Rank 0: the prompt tokens BubbleTea prefilled in the whole job (its report's, counted once
+  /// per request), which run.json's `prefill_tokens` gives; without it (no BubbleTea) 0.
+  void set_job_prefill_tokens(std::int64_t tokens) { m_job_prefill_tokens = tokens; }
   /// Collective over comms.world: gathers the profile, writes profile.h5 / trace.json / run.json,
   /// prints the per-rank summary, every rank's peak memory (`backend`.peak_bytes()) and the OK
   /// footer. Returns every rank's slots on rank 0 (empty elsewhere, and when profile.enabled = false).
@@ -137,7 +140,7 @@ class TrainOutput {
   double m_sum_step_s_all = 0.0;
   int m_mean_steps = 0;                // timed steps
   int m_timed_steps = 0;               // every step run (the footer's "N steps")
-  std::int64_t m_prefill_tokens = 0;
+  std::int64_t m_job_prefill_tokens = 0;  // set_job_prefill_tokens (run.json)
   double m_mfu_flops_per_token = 0.0;  // mfu_basis(): 0 = no MFU column
   double m_mfu_peak_flops = 0.0;       // all devices together
   double m_sum_mfu = 0.0;              // over the timed steps, for the footer
