@@ -7,7 +7,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <cstdlib>
 #include <exception>
 #include <fstream>
 #include <sstream>
@@ -46,6 +45,53 @@ int to_mpi(ThreadLevel l) {
 }
 }  // namespace
 
+namespace {
+// Open MPI's btl tcp default flags (4.1 and 5.0: send, put, inplace, need-ack, need-csum,
+// hetero-rdma) less put; MCA_BTL_FLAGS_PUT is 0x2 in both. A later major version may change the
+// set: it keeps its default (and tcp_protocol_note says whether put is on).
+constexpr const char* kTcpFlagsVar = "OMPI_MCA_btl_tcp_flags";
+constexpr const char* kTcpFlagsNoPut = "send,inplace,need-ack,need-csum,hetero-rdma";
+constexpr unsigned kBtlFlagPut = 0x2;
+bool g_tcp_flags_set_by_atlas = false;   // default_tcp_send_protocol set the variable
+std::optional<bool> g_tcp_put;           // read once, right after MPI_Init (read_tcp_put_protocol)
+
+/// Open MPI's btl_tcp_flags through the MPI tool interface: put on or off; nullopt where it cannot
+/// be read (another MPI, no tcp component). Called once, right after MPI_Init and before any
+/// thread of atlas's starts, at the level MPI provided: Open MPI's MPI_T_init_thread resets the
+/// process's thread level to the one it is given, so a SINGLE here would turn a MULTIPLE job's
+/// locking off (and Boundary's progress thread with it).
+std::optional<bool> read_tcp_put_protocol() {
+  int level = MPI_THREAD_SINGLE;
+  if (MPI_Query_thread(&level) != MPI_SUCCESS) return std::nullopt;
+  int provided = 0;
+  if (MPI_T_init_thread(level, &provided) != MPI_SUCCESS) return std::nullopt;
+  std::optional<bool> put;
+  int index = 0;
+  if (MPI_T_cvar_get_index("btl_tcp_flags", &index) == MPI_SUCCESS) {
+    char name[256];
+    char desc[256];
+    int name_len = sizeof name, desc_len = sizeof desc, verbosity = 0, bind = 0, scope = 0;
+    MPI_Datatype type = MPI_DATATYPE_NULL;
+    MPI_T_enum enumtype = MPI_T_ENUM_NULL;
+    MPI_T_cvar_handle handle = MPI_T_CVAR_HANDLE_NULL;
+    int count = 0;
+    unsigned flags = 0;
+    if (MPI_T_cvar_get_info(index, name, &name_len, &verbosity, &type, &enumtype, desc, &desc_len, &bind,
+                            &scope) == MPI_SUCCESS &&
+        type == MPI_UNSIGNED && MPI_T_cvar_handle_alloc(index, nullptr, &handle, &count) == MPI_SUCCESS) {
+      if (count == 1 && MPI_T_cvar_read(handle, &flags) == MPI_SUCCESS) put = (flags & kBtlFlagPut) != 0;
+      MPI_T_cvar_handle_free(&handle);
+    }
+  }
+  MPI_T_finalize();
+  int after = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&after);
+  ATLAS_ASSERT(after == level, "reading btl_tcp_flags through MPI_T changed MPI's thread level from "
+                                   << level << " to " << after);
+  return put;
+}
+}  // namespace
+
 bool Environment::launched() {
   for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "SLURM_STEP_ID"})
     if (env::get(var).has_value()) return true;
@@ -67,6 +113,7 @@ Environment::Environment(int& argc, char**& argv, ThreadLevel required, bool ini
                                                                     << "; rebuild Open MPI with threads");
       }
     }
+    if (m_owns) g_tcp_put = read_tcp_put_protocol();  // before any thread of atlas's starts
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     ATLAS_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &m_world_rank));
     ATLAS_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &m_world_size));
@@ -99,63 +146,31 @@ std::string Environment::library_version() {
   return s;
 }
 
-namespace {
-// Open MPI's btl tcp default flags (4.1 and 5.0: send, put, inplace, need-ack, need-csum,
-// hetero-rdma) less put; MCA_BTL_FLAGS_PUT is 0x2 in both. A later major version may change the
-// set: it keeps its default (and tcp_protocol_note says whether put is on).
-constexpr const char* kTcpFlagsVar = "OMPI_MCA_btl_tcp_flags";
-constexpr const char* kTcpFlagsNoPut = "send,inplace,need-ack,need-csum,hetero-rdma";
-constexpr unsigned kBtlFlagPut = 0x2;
-}  // namespace
 
 bool Environment::default_tcp_send_protocol() {
 #if defined(OPEN_MPI) && (OMPI_MAJOR_VERSION == 4 || OMPI_MAJOR_VERSION == 5)
-  if (env::get(kTcpFlagsVar).has_value()) return false;  // the user's (or the launcher's) choice
-  return ::setenv(kTcpFlagsVar, kTcpFlagsNoPut, 0) == 0;
+  // Set, even empty: the user's (or the launcher's, mpirun --mca) choice.
+  g_tcp_flags_set_by_atlas = env::set_default(kTcpFlagsVar, kTcpFlagsNoPut);
+  return g_tcp_flags_set_by_atlas;
 #else
   return false;
 #endif
 }
 
-std::optional<bool> Environment::tcp_put_protocol() {
-  int initialized = 0;
-  MPI_Initialized(&initialized);
-  if (!initialized) return std::nullopt;
-  int provided = 0;
-  if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) return std::nullopt;
-  std::optional<bool> put;
-  int index = 0;
-  if (MPI_T_cvar_get_index("btl_tcp_flags", &index) == MPI_SUCCESS) {
-    char name[256];
-    char desc[256];
-    int name_len = sizeof name, desc_len = sizeof desc, verbosity = 0, bind = 0, scope = 0;
-    MPI_Datatype type = MPI_DATATYPE_NULL;
-    MPI_T_enum enumtype = MPI_T_ENUM_NULL;
-    MPI_T_cvar_handle handle = MPI_T_CVAR_HANDLE_NULL;
-    int count = 0;
-    unsigned flags = 0;
-    if (MPI_T_cvar_get_info(index, name, &name_len, &verbosity, &type, &enumtype, desc, &desc_len, &bind,
-                            &scope) == MPI_SUCCESS &&
-        type == MPI_UNSIGNED && MPI_T_cvar_handle_alloc(index, nullptr, &handle, &count) == MPI_SUCCESS) {
-      if (count == 1 && MPI_T_cvar_read(handle, &flags) == MPI_SUCCESS) put = (flags & kBtlFlagPut) != 0;
-      MPI_T_cvar_handle_free(&handle);
-    }
-  }
-  MPI_T_finalize();
-  return put;
-}
+std::optional<bool> Environment::tcp_put_protocol() { return g_tcp_put; }
 
 std::string Environment::tcp_protocol_note() {
-  const std::optional<bool> put = tcp_put_protocol();
-  if (!put) return "";
+  if (!g_tcp_put) return "";
   const std::optional<std::string> set = env::get(kTcpFlagsVar);
-  if (!*put)
-    return std::string("# Open MPI's TCP transport: put protocol off (") + kTcpFlagsVar + "=" + set.value_or("?") +
-           (set == kTcpFlagsNoPut ? ", atlas's default" : "") + ": large messages both ways at once)\n";
-  return std::string("# Open MPI's TCP transport: put protocol ON (") + kTcpFlagsVar + "=" +
-         set.value_or("unset: Open MPI's default") +
+  const std::string source =
+      g_tcp_flags_set_by_atlas ? std::string(kTcpFlagsVar) + "=" + kTcpFlagsNoPut + ", atlas's default"
+      : set                    ? std::string(kTcpFlagsVar) + "=" + *set
+                               : std::string(kTcpFlagsVar) + " not set: Open MPI's default or an MCA parameter file";
+  if (!*g_tcp_put)
+    return "# Open MPI's TCP transport: put protocol off (" + source + ": large messages both ways at once)\n";
+  return "# Open MPI's TCP transport: put protocol ON (" + source +
          "): two ranks sending each other large messages over TCP send one direction at a time (a two-member DP "
-         "ring across DCs takes about twice as long); unset it or leave put out (docs/wan.md, \"Open MPI's put "
+         "ring across DCs takes about twice as long); leave put out of btl_tcp_flags (docs/wan.md, \"Open MPI's put "
          "protocol\")\n";
 }
 

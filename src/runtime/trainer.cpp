@@ -159,13 +159,13 @@ Trainer::Trainer(const Config& cfg, const topo::Layout& layout, const topo::Comm
   }
   // DP across DCs on host memory: the ring over point-to-point (as Gloo), not MPI's collective
   // (device::make_ring_collective says why); sched::wan_dp_allreduce predicts it.
-  if (layout.dp_across_dcs() && comms.world.rank() == 0 && mpi::Environment::tcp_put_protocol().value_or(false))
+  const bool dp_ring = layout.dp_size() > 1 && layout.dp_across_dcs() && backend.host_accessible();
+  if (dp_ring && comms.world.rank() == 0 && mpi::Environment::tcp_put_protocol().value_or(false))
     log::warn("parallel.dp_across_dcs over Open MPI's TCP transport with its put protocol on: the DP ring's two "
               "directions between a pair of members go one at a time (a two-member ring takes about twice its "
-              "time); unset OMPI_MCA_btl_tcp_flags or leave put out of it (docs/wan.md, \"Open MPI's put protocol\")");
+              "time); leave put out of btl_tcp_flags (docs/wan.md, \"Open MPI's put protocol\")");
   if (layout.dp_size() > 1)
-    m_dp = layout.dp_across_dcs() && backend.host_accessible() ? device::make_ring_collective(comms.dp)
-                                                                : device::make_collective(comms.dp, backend);
+    m_dp = dp_ring ? device::make_ring_collective(comms.dp) : device::make_collective(comms.dp, backend);
 
   mpi::tags::check_pipeline(cfg.train.micro_batches, cfg.train.eval_batches, mpi::tag_upper_bound(), table.virtual_stages);
   if (m_emu) {

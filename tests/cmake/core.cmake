@@ -23,6 +23,9 @@ atlas_mpi_test(test_communicators SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/mpi/test_c
 atlas_unit_test(test_core_stats ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_core_stats.cpp)
 atlas_unit_test(test_mpi_tags ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_mpi_tags.cpp)
 atlas_mpi_test(test_agree SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/mpi/test_agree.cpp NP 1 2 3)
+# mpi::Environment starting MPI itself: the MPI_T read-back of btl_tcp_flags keeps the thread
+# level, and put is off where atlas set the flags (its own main).
+atlas_mpi_test(test_mpi_environment SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/mpi/test_mpi_environment.cpp NP 2)
 # Deck fuzzer: 1,200 seeded mutants of the decks in inputs/ through what atlas schedule runs (a
 # forked child each, time-limited) and a sample through the binary (schedule, simulate, plan): no
 # signal, exit 0/1/2, every config error naming its key. ATLAS_FUZZ_SEED / ATLAS_FUZZ_MUTANTS.

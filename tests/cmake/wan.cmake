@@ -97,4 +97,4 @@ set_tests_properties(test_bench_wan_iperf_bounded PROPERTIES LABELS mpi TIMEOUT 
 # when a user turns it on (docs/wan.md, "Open MPI's put protocol").
 add_test(NAME test_mpi_tcp_protocol
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/launch/test_mpi_tcp_protocol.sh ${PROJECT_SOURCE_DIR} $<TARGET_FILE:atlas>)
-set_tests_properties(test_mpi_tcp_protocol PROPERTIES LABELS mpi TIMEOUT 180 PROCESSORS 2)
+set_tests_properties(test_mpi_tcp_protocol PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2)

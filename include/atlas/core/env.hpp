@@ -62,6 +62,11 @@ inline constexpr Variable kVariables[] = {
 /// The value of `name` (which must be listed in kVariables), or nullopt when unset or empty.
 [[nodiscard]] std::optional<std::string> get(std::string_view name);
 
+/// Sets `name` (listed in kVariables) to `value` when it is not in the environment at all (an
+/// empty value counts as set: the user's). Returns whether it set it. For variables that a
+/// library atlas starts reads (before that library starts: not thread-safe).
+bool set_default(std::string_view name, const std::string& value);
+
 /// True when `name` is listed in kVariables.
 [[nodiscard]] bool listed(std::string_view name);
 

@@ -115,11 +115,11 @@ class MpiCollective final : public Collective {
 /// by DC: the ring then crosses each DC boundary with one flow per step, where Open MPI's in-place
 /// sum (libnbc: a binomial reduce and broadcast of the whole buffer, whose broadcast sends it over
 /// two or more WAN edges at once) ran 1.4-2x its binomial prediction. sched::wan_ring_allreduce_ms
-/// is its cost. Over TCP, Open MPI's put protocol makes two members that send each other a piece
-/// at once (a ring of two) go one direction at a time: atlas leaves it out by default
-/// (mpi::Environment::default_tcp_send_protocol). Sums progress in test() / wait() (each finished step posts the next); several may
-/// be in flight (each has its own tag). **Collective over `comm`** (dups it); keeps nothing of
-/// `comm` after.
+/// is its cost. Over TCP, Open MPI's put protocol makes two members that send each other a
+/// piece at once (a ring of two) go one direction at a time: atlas leaves it out by default
+/// (mpi::Environment::default_tcp_send_protocol). Sums progress in test() / wait() (each
+/// finished step posts the next); several may be in flight (each has its own tag). **Collective
+/// over `comm`** (dups it); keeps nothing of `comm` after.
 [[nodiscard]] std::unique_ptr<Collective> make_ring_collective(const mpi::Comm& comm);
 
 /// The collective that sums `backend`'s buffers over the ranks of `comm`:

@@ -55,14 +55,17 @@ class Environment {
   /// and two ranks that send each other a large message at once over one TCP connection then send
   /// one direction at a time (a two-member DP ring over the WAN took twice its time: docs/wan.md,
   /// "Open MPI's put protocol"). Before MPI_Init (the constructor calls it) atlas sets
-  /// OMPI_MCA_btl_tcp_flags to Open MPI's default less put, unless the variable is already set or
-  /// the library is not Open MPI 4 or 5. Returns whether it set it.
+  /// OMPI_MCA_btl_tcp_flags to Open MPI's default less put, unless the variable is set (even
+  /// empty; `mpirun --mca btl_tcp_flags` sets it too) or the library is not Open MPI 4 or 5. An
+  /// MCA parameter file's btl_tcp_flags is overridden (the environment wins over files). Returns
+  /// whether it set the variable.
   static bool default_tcp_send_protocol();
-  /// After MPI_Init: whether Open MPI's TCP transport will use its put protocol (read back through
-  /// the MPI tool interface); nullopt where that cannot be read (another MPI, no tcp component).
+  /// Whether Open MPI's TCP transport uses its put protocol, read back through the MPI tool
+  /// interface once, right after MPI_Init; nullopt where it could not be read (another MPI, no
+  /// tcp component, MPI not initialised by this Environment).
   [[nodiscard]] static std::optional<bool> tcp_put_protocol();
-  /// One "# ..." line for a run's header: which protocol Open MPI's TCP transport uses and why
-  /// ("" where tcp_put_protocol() is nullopt).
+  /// One "# ..." line for a run's header: which protocol Open MPI's TCP transport uses and where
+  /// that came from ("" where tcp_put_protocol() is nullopt).
   [[nodiscard]] static std::string tcp_protocol_note();
   /// Abort the whole job (never returns).
   [[noreturn]] static void abort(int code);
