@@ -43,9 +43,7 @@ int to_mpi(ThreadLevel l) {
   }
   return MPI_THREAD_SINGLE;
 }
-}  // namespace
 
-namespace {
 // Open MPI's btl tcp default flags (4.1 and 5.0: send, put, inplace, need-ack, need-csum,
 // hetero-rdma) less put; MCA_BTL_FLAGS_PUT is 0x2 in both. A later major version may change the
 // set: it keeps its default (and tcp_protocol_note says whether put is on).
@@ -145,7 +143,6 @@ std::string Environment::library_version() {
   if (auto nl = s.find_first_of(",\n"); nl != std::string::npos) s.resize(nl);
   return s;
 }
-
 
 bool Environment::default_tcp_send_protocol() {
 #if defined(OPEN_MPI) && (OMPI_MAJOR_VERSION == 4 || OMPI_MAJOR_VERSION == 5)
