@@ -54,15 +54,14 @@ bool g_tcp_flags_set_by_atlas = false;   // default_tcp_send_protocol set the va
 std::optional<bool> g_tcp_put;           // read once, right after MPI_Init (read_tcp_put_protocol)
 
 /// Open MPI's btl_tcp_flags through the MPI tool interface: put on or off; nullopt where it cannot
-/// be read (another MPI, no tcp component). Called once, right after MPI_Init and before any
-/// thread of atlas's starts, at the level MPI provided: Open MPI's MPI_T_init_thread resets the
-/// process's thread level to the one it is given, so a SINGLE here would turn a MULTIPLE job's
-/// locking off (and Boundary's progress thread with it).
-std::optional<bool> read_tcp_put_protocol() {
-  int level = MPI_THREAD_SINGLE;
-  if (MPI_Query_thread(&level) != MPI_SUCCESS) return std::nullopt;
-  int provided = 0;
-  if (MPI_T_init_thread(level, &provided) != MPI_SUCCESS) return std::nullopt;
+/// be read (another MPI, no tcp component). The tool interface is opened before MPI_Init, at the
+/// level atlas asks MPI for (`tool_open`: whether that worked), and closed here, right after
+/// MPI_Init and before any thread of atlas's starts. Opened after MPI_Init, Open MPI registers its
+/// frameworks' variables a second time (~0.24 s a rank here; ~0.01 s this way), and its
+/// MPI_T_init_thread resets the process's thread level to the one it is given, so a SINGLE there
+/// would turn a MULTIPLE job's locking off (and Boundary's progress thread with it).
+std::optional<bool> read_tcp_put_protocol(bool tool_open, int level) {
+  if (!tool_open) return std::nullopt;
   std::optional<bool> put;
   int index = 0;
   if (MPI_T_cvar_get_index("btl_tcp_flags", &index) == MPI_SUCCESS) {
@@ -103,15 +102,16 @@ Environment::Environment(int& argc, char**& argv, ThreadLevel required, bool ini
     if (!initialized) {
       default_tcp_send_protocol();
       int provided = 0;
+      const bool tool_open = MPI_T_init_thread(to_mpi(required), &provided) == MPI_SUCCESS;
       ATLAS_MPI_CHECK(MPI_Init_thread(&argc, &argv, to_mpi(required), &provided));
       m_owns = true;
+      g_tcp_put = read_tcp_put_protocol(tool_open, provided);  // before any thread of atlas's starts
       if (provided < to_mpi(required)) {
         ATLAS_THROW(Comm, "the MPI library provides thread level " << provided << " but atlas needs "
                                                                     << to_mpi(required)
                                                                     << "; rebuild Open MPI with threads");
       }
     }
-    if (m_owns) g_tcp_put = read_tcp_put_protocol();  // before any thread of atlas's starts
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     ATLAS_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &m_world_rank));
     ATLAS_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &m_world_size));
