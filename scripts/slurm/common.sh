@@ -149,6 +149,68 @@ atlas_write_hostfile() {
     for ((r = 0; r < n; ++r)); do echo "${nodes[r / per]}" >>"$file"; done
     dc=$((dc + 1))
   done
+  atlas_check_node_load "$file"
+}
+
+# The CPUs and GPUs this job holds on each of its nodes, one "node cpus [gpus]" line each (no
+# gpus where the job holds no GPU there), from `scontrol show job -d`'s per-node lines
+# ("Nodes=n[1-2] CPU_IDs=0-7,16-23 Mem=0 GRES=gpu:a100:4(IDX:0-3)"). Prints nothing where
+# scontrol gives no such lines.
+atlas_job_node_caps() {
+  local nodes cpus gpus k
+  [[ -n ${SLURM_JOB_ID:-} ]] || return 0
+  scontrol show job -d "$SLURM_JOB_ID" 2>/dev/null | awk '
+    $1 ~ /^Nodes=/ {
+      nodes = substr($1, 7); cpus = ""; gpus = ""
+      for (i = 2; i <= NF; ++i) {
+        if ($i ~ /^CPU_IDs=/) {
+          cpus = 0; n = split(substr($i, 9), part, ",")
+          for (j = 1; j <= n; ++j) {
+            if (split(part[j], r, "-") == 2) cpus += r[2] - r[1] + 1; else cpus += 1
+          }
+        }
+        if ($i ~ /^GRES=/) {
+          # gpu:4(IDX:0-3) or gpu:a100:4(IDX:0-3), several entries separated by commas; none
+          # ("GRES=") leaves gpus empty: a cluster may not schedule its GPUs as GRES at all
+          g = substr($i, 6)
+          while (match(g, /gpu(:[A-Za-z0-9_.-]+)?:[0-9]+/)) {
+            e = substr(g, RSTART, RLENGTH); m = split(e, f, ":"); gpus += f[m]
+            g = substr(g, RSTART + RLENGTH)
+          }
+        }
+      }
+      print nodes, cpus, gpus
+    }' | while read -r nodes cpus gpus; do
+    for k in $(scontrol show hostnames "$nodes"); do echo "$k $cpus${gpus:+ $gpus}"; done
+  done
+}
+
+# Stops the job before the launch when the hostfile $1 puts more ranks on a node than this job
+# holds there: ranks x SLURM_CPUS_PER_TASK CPUs (unless sbatch --overcommit), and for a CUDA deck
+# one GPU per rank where the job holds GPUs on that node. srun would refuse such a step with
+# "Requested node configuration is not available"; mpirun would start it, the ranks sharing
+# cores and GPUs (NCCL needs one GPU per rank).
+atlas_check_node_load() {
+  local file=$1 cpt backend count node caps cpus gpus
+  caps=$(atlas_job_node_caps)
+  [[ -n $caps ]] || return 0
+  cpt=${SLURM_CPUS_PER_TASK:-1}
+  backend=$(atlas_deck_value device.backend)
+  while read -r count node; do
+    read -r _ cpus gpus < <(awk -v n="$node" '$1 == n' <<<"$caps")
+    if [[ -z ${SLURM_OVERCOMMIT:-} && $cpus =~ ^[0-9]+$ ]] && ((count * cpt > cpus)); then
+      atlas_die 2 "the per-DC hostfile puts $count ranks on node $node, but this job holds $cpus CPUs" \
+        "there ($count ranks x $cpt CPUs per task needed; ATLAS_DC_NODES=\"$ATLAS_DC_NODES\")" \
+        $'\n  hint: give that DC more nodes in ATLAS_DC_NODES, request more tasks on the node' \
+        "(#SBATCH --ntasks-per-node), or submit with --overcommit to share its CPUs"
+    fi
+    if [[ $backend == cuda && $gpus =~ ^[0-9]+$ ]] && ((count > gpus)); then
+      atlas_die 2 "the per-DC hostfile puts $count ranks on node $node, but this job holds $gpus GPUs" \
+        "there and device.backend = cuda needs one GPU per rank (ATLAS_DC_NODES=\"$ATLAS_DC_NODES\")" \
+        $'\n  hint: give that DC more nodes in ATLAS_DC_NODES or request more GPUs per node' \
+        "(#SBATCH --gpus-per-node or --gpus-per-task)"
+    fi
+  done < <(sort "$file" | uniq -c)
 }
 
 # Records what reproduces the run into $ATLAS_PROV_DIR: the run directory for the job's first

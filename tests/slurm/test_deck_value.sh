@@ -72,4 +72,58 @@ got=$( (atlas_write_hostfile "$T/hostfile0") 2>&1)
 if [[ $got == "ERROR: $T/sect.deck: parallel.tp_size = '0': expected a positive integer" ]]; then
   echo "ok: tp_size 0 refused"
 else echo "FAIL: tp_size 0: '$got'"; fail=1; fi
+
+# What the job holds on each node (`scontrol show job -d`'s per-node lines) bounds the ranks the
+# hostfile may put there: 12 ranks of DC b on b1, where the job holds 8 CPUs, stop the job before
+# the launch (srun would refuse the step, mpirun would share the cores), unless --overcommit; a
+# CUDA deck needs one GPU per rank. CPU_IDs ranges and several GPU types add up.
+SLURM_JOB_ID=7
+JOB_DETAIL="   JOB_GRES=gpu:16
+     Nodes=a[1-5] CPU_IDs=0-3,8-11 Mem=0 GRES=gpu:a100:4(IDX:0-3),gpu:v100:2(IDX:4-5)
+     Nodes=b1 CPU_IDs=0-7 Mem=0 GRES=gpu:8(IDX:0-7)"
+scontrol() {
+  if [[ $1 == show && $2 == hostnames ]]; then
+    case $3 in "a[1-5]") printf 'a%s\n' 1 2 3 4 5 ;; *) tr ',' '\n' <<<"$3" ;; esac
+  elif [[ $1 == show && $2 == job && $3 == -d && $4 == "$SLURM_JOB_ID" ]]; then
+    echo "$JOB_DETAIL"
+  else return 1; fi
+}
+caps=$(atlas_job_node_caps | tr '\n' ';')
+if [[ $caps == "a1 8 6;a2 8 6;a3 8 6;a4 8 6;a5 8 6;b1 8 8;" ]]; then echo "ok: node caps $caps"
+else echo "FAIL: node caps '$caps'"; fail=1; fi
+ATLAS_OVERRIDES=(parallel.dp_size=3 parallel.tp_size=4 "parallel.stages_per_dc=1 1" "cluster.dcs=a b")
+got=$( (atlas_write_hostfile "$T/hostfile1") 2>&1)
+if [[ $got == "ERROR: the per-DC hostfile puts 12 ranks on node b1, but this job holds 8 CPUs there (12 ranks x 1 CPUs per task needed;"* &&
+  $got == *"hint: give that DC more nodes in ATLAS_DC_NODES"* ]]; then
+  echo "ok: 12 ranks on 8 CPUs refused"
+else echo "FAIL: 12 ranks on 8 CPUs: '$got'"; fail=1; fi
+got=$( (SLURM_OVERCOMMIT=1 atlas_write_hostfile "$T/hostfile2") 2>&1)
+if [[ -z $got && $(wc -l <"$T/hostfile2") -eq 24 ]]; then echo "ok: --overcommit shares the CPUs"
+else echo "FAIL: with --overcommit: '$got'"; fail=1; fi
+# Two CPUs per task: a1-a3's 4 ranks need 8 (they have 8), b1's 12 need 24.
+got=$( (SLURM_OVERCOMMIT= SLURM_CPUS_PER_TASK=2 atlas_write_hostfile "$T/hostfile3") 2>&1)
+if [[ $got == *"puts 12 ranks on node b1, but this job holds 8 CPUs there (12 ranks x 2 CPUs per task"* ]]; then
+  echo "ok: CPUs per task counted"
+else echo "FAIL: CPUs per task: '$got'"; fail=1; fi
+# CUDA: b1's 12 ranks on its 8 GPUs (CPUs overcommitted): refused; 8 ranks fit.
+ATLAS_OVERRIDES=(parallel.dp_size=3 parallel.tp_size=4 "parallel.stages_per_dc=1 1" "cluster.dcs=a b" device.backend=cuda)
+got=$( (SLURM_OVERCOMMIT=1 atlas_write_hostfile "$T/hostfile4") 2>&1)
+if [[ $got == "ERROR: the per-DC hostfile puts 12 ranks on node b1, but this job holds 8 GPUs there and device.backend = cuda needs one GPU per rank"* ]]; then
+  echo "ok: 12 CUDA ranks on 8 GPUs refused"
+else echo "FAIL: 12 CUDA ranks on 8 GPUs: '$got'"; fail=1; fi
+ATLAS_OVERRIDES=(parallel.dp_size=2 parallel.tp_size=4 "parallel.stages_per_dc=1 1" "cluster.dcs=a b" device.backend=cuda)
+ATLAS_RANKS_PER_DC=$(atlas_ranks_per_dc)
+got=$( (SLURM_OVERCOMMIT=1 atlas_write_hostfile "$T/hostfile5") 2>&1)
+if [[ -z $got && $(grep -c b1 "$T/hostfile5") -eq 8 ]]; then echo "ok: 8 CUDA ranks on 8 GPUs"
+else echo "FAIL: 8 CUDA ranks on 8 GPUs: '$got'"; fail=1; fi
+# A node whose GPUs the job does not hold as GRES ("GRES=": a cluster that does not schedule its
+# GPUs) gives no GPU count, so the CUDA check leaves it alone; its 32 CPUs hold the 12 ranks.
+JOB_DETAIL="     Nodes=a[1-5] CPU_IDs=0-3,8-11 Mem=0 GRES=gpu:a100:4(IDX:0-3),gpu:v100:2(IDX:4-5)
+     Nodes=b1 CPU_IDs=0-31 Mem=0 GRES="
+ATLAS_OVERRIDES=(parallel.dp_size=3 parallel.tp_size=4 "parallel.stages_per_dc=1 1" "cluster.dcs=a b" device.backend=cuda)
+ATLAS_RANKS_PER_DC=$(atlas_ranks_per_dc)
+caps=$(atlas_job_node_caps | tail -n 1)
+got=$( (SLURM_OVERCOMMIT= atlas_write_hostfile "$T/hostfile6") 2>&1)
+if [[ $caps == "b1 32" && -z $got && $(grep -c b1 "$T/hostfile6") -eq 12 ]]; then echo "ok: no GRES, no GPU check ($caps)"
+else echo "FAIL: no GRES: caps '$caps', '$got'"; fail=1; fi
 exit $fail

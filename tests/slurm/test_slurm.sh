@@ -236,6 +236,18 @@ check "the launch names the key file" grep -q "wan.key_file=$run_dir/wan.key" "$
 check "restart log: one attempt, status 0" grep -q "attempt 1 exited with status 0 (ok)" "$run_dir/restarts.log"
 check "job.log holds the job's output (and atlas's own log.txt)" grep -qE "$EXPECT_RE" "$run_dir/job.log" "$run_dir/log.txt"
 
+# ---- what the job holds per node, as common.sh reads it from this Slurm's `scontrol show job
+# -d` (the per-DC hostfile's check): an overcommitted job holds one CPU of the node, no GPU ----
+printf '#!/usr/bin/env bash\nscontrol show job -d "$SLURM_JOB_ID" >"%s/caps-raw.txt"\nsource "%s/scripts/slurm/common.sh" && atlas_job_node_caps\n' "$T" "$ROOT" >"$T/caps.sbatch"
+cjob=$(sbatch --parsable --overcommit --ntasks=$NTASKS --output="$T/%x-%j.out" --job-name=atlas-caps \
+  "$T/caps.sbatch") || die "sbatch $T/caps.sbatch failed"
+JOBS+=("$cjob")
+state=$(wait_job "$cjob")
+echo "# atlas_job_node_caps in job $cjob ($state): $(cat "$T/atlas-caps-$cjob.out")"
+check "the job's nodes read from scontrol show job -d: $HOST, 1 CPU, no GPU" \
+  grep -qx "$HOST 1" "$T/atlas-caps-$cjob.out"
+grep -qx "$HOST 1" "$T/atlas-caps-$cjob.out" || cat "$T/caps-raw.txt"
+
 # ---- the sweep: two points as a loop in one allocation, launched by mpirun with per-DC
 # placement from a hostfile (every DC on this host) ----
 export ATLAS_SWEEP="parallel.dp_size=1;parallel.dp_size=2"
