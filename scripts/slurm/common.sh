@@ -152,44 +152,49 @@ atlas_write_hostfile() {
   atlas_check_node_load "$file"
 }
 
-# The CPUs and GPUs this job holds on each of its nodes, one "node cpus [gpus]" line each (no
-# gpus where the job holds no GPU there), from `scontrol show job -d`'s per-node lines
-# ("Nodes=n[1-2] CPU_IDs=0-7,16-23 Mem=0 GRES=gpu:a100:4(IDX:0-3)"). Prints nothing where
-# scontrol gives no such lines.
+# The CPUs and GPUs this job holds on each of its nodes, one "node cpus gpus" line each ("-" for
+# a count scontrol does not give: no CPU_IDs, or no GPU held as GRES there), from `scontrol show
+# job -d`'s per-node lines ("Nodes=n[1-2] CPU_IDs=0-7,16-23 Mem=0 GRES=gpu:a100:4(IDX:0-3)").
+# Prints nothing where scontrol gives no such lines.
 atlas_job_node_caps() {
   local nodes cpus gpus k
   [[ -n ${SLURM_JOB_ID:-} ]] || return 0
   scontrol show job -d "$SLURM_JOB_ID" 2>/dev/null | awk '
     $1 ~ /^Nodes=/ {
-      nodes = substr($1, 7); cpus = ""; gpus = ""
+      nodes = substr($1, 7); cpus = "-"; gpus = "-"
       for (i = 2; i <= NF; ++i) {
-        if ($i ~ /^CPU_IDs=/) {
+        if ($i ~ /^CPU_IDs=./) {
           cpus = 0; n = split(substr($i, 9), part, ",")
           for (j = 1; j <= n; ++j) {
             if (split(part[j], r, "-") == 2) cpus += r[2] - r[1] + 1; else cpus += 1
           }
         }
         if ($i ~ /^GRES=/) {
-          # gpu:4(IDX:0-3) or gpu:a100:4(IDX:0-3), several entries separated by commas; none
-          # ("GRES=") leaves gpus empty: a cluster may not schedule its GPUs as GRES at all
-          g = substr($i, 6)
-          while (match(g, /gpu(:[A-Za-z0-9_.-]+)?:[0-9]+/)) {
-            e = substr(g, RSTART, RLENGTH); m = split(e, f, ":"); gpus += f[m]
-            g = substr(g, RSTART + RLENGTH)
+          # Entries "gpu:4(IDX:0-3)" or "gpu:a100:4(IDX:0-3)", comma-separated (an IDX list has
+          # commas too: its pieces match no entry). Other resources (vgpu, shard) and forms
+          # without a count are not GPUs counted here; none leaves "-": a cluster may not
+          # schedule its GPUs as GRES at all.
+          n = split(substr($i, 6), ent, ",")
+          for (j = 1; j <= n; ++j) {
+            if (ent[j] !~ /^gpu(:[^:(]+)?:[0-9]+\(/) continue
+            e = substr(ent[j], 1, index(ent[j], "(") - 1); m = split(e, f, ":")
+            gpus = (gpus == "-" ? 0 : gpus) + f[m]
           }
         }
       }
       print nodes, cpus, gpus
     }' | while read -r nodes cpus gpus; do
-    for k in $(scontrol show hostnames "$nodes"); do echo "$k $cpus${gpus:+ $gpus}"; done
+    for k in $(scontrol show hostnames "$nodes"); do echo "$k $cpus $gpus"; done
   done
 }
 
-# Stops the job before the launch when the hostfile $1 puts more ranks on a node than this job
-# holds there: ranks x SLURM_CPUS_PER_TASK CPUs (unless sbatch --overcommit), and for a CUDA deck
-# one GPU per rank where the job holds GPUs on that node. srun would refuse such a step with
-# "Requested node configuration is not available"; mpirun would start it, the ranks sharing
-# cores and GPUs (NCCL needs one GPU per rank).
+# Checks the hostfile $1 against what this job holds on each node before the launch. More ranks
+# x SLURM_CPUS_PER_TASK than the job's CPUs on a node stop the job (unless sbatch --overcommit):
+# srun would refuse that step with "Requested node configuration is not available", and mpirun
+# would start the ranks on too few cores. For a CUDA deck, more ranks than the job's GPUs on a
+# node stop the job where it asked for one GPU per task (--gpus-per-task: srun refuses the step);
+# otherwise they are a warning: atlas runs such ranks (device local_rank % GPUs), and an intra-DC
+# group whose ranks share a GPU sums through host memory over MPI instead of NCCL (docs/cuda.md).
 atlas_check_node_load() {
   local file=$1 cpt backend count node caps cpus gpus
   caps=$(atlas_job_node_caps)
@@ -197,18 +202,24 @@ atlas_check_node_load() {
   cpt=${SLURM_CPUS_PER_TASK:-1}
   backend=$(atlas_deck_value device.backend)
   while read -r count node; do
-    read -r _ cpus gpus < <(awk -v n="$node" '$1 == n' <<<"$caps")
+    read -r _ cpus gpus < <(awk -v n="$node" '$1 == n { print; exit }' <<<"$caps")
     if [[ -z ${SLURM_OVERCOMMIT:-} && $cpus =~ ^[0-9]+$ ]] && ((count * cpt > cpus)); then
-      atlas_die 2 "the per-DC hostfile puts $count ranks on node $node, but this job holds $cpus CPUs" \
-        "there ($count ranks x $cpt CPUs per task needed; ATLAS_DC_NODES=\"$ATLAS_DC_NODES\")" \
-        $'\n  hint: give that DC more nodes in ATLAS_DC_NODES, request more tasks on the node' \
-        "(#SBATCH --ntasks-per-node), or submit with --overcommit to share its CPUs"
+      atlas_die 2 "the per-DC hostfile puts $count ranks on node $node, which need $((count * cpt)) CPUs" \
+        "($count x $cpt CPUs per task), but this job holds $cpus CPUs there (ATLAS_DC_NODES=\"$ATLAS_DC_NODES\")" \
+        $'\n  hint: request more CPUs on that node (#SBATCH --ntasks-per-node, --nodelist, --exclusive),' \
+        "give that DC more nodes in ATLAS_DC_NODES, or lower --cpus-per-task; --overcommit skips this" \
+        "check but allocates the CPUs of one task per node"
     fi
     if [[ $backend == cuda && $gpus =~ ^[0-9]+$ ]] && ((count > gpus)); then
-      atlas_die 2 "the per-DC hostfile puts $count ranks on node $node, but this job holds $gpus GPUs" \
-        "there and device.backend = cuda needs one GPU per rank (ATLAS_DC_NODES=\"$ATLAS_DC_NODES\")" \
-        $'\n  hint: give that DC more nodes in ATLAS_DC_NODES or request more GPUs per node' \
-        "(#SBATCH --gpus-per-node or --gpus-per-task)"
+      local what="the per-DC hostfile puts $count ranks on node $node, but this job holds $gpus GPUs there"
+      if [[ -n ${SLURM_GPUS_PER_TASK:-} ]]; then
+        atlas_die 2 "$what, and it asked for $SLURM_GPUS_PER_TASK per task (--gpus-per-task)" \
+          "(ATLAS_DC_NODES=\"$ATLAS_DC_NODES\")" \
+          $'\n  hint: give that DC more nodes in ATLAS_DC_NODES or request more GPUs on the node'
+      fi
+      atlas_job_note "WARNING: $what: ranks share GPUs (rank i of a node uses GPU i mod $gpus), and an" \
+        "intra-DC group whose ranks share one sums through host memory over MPI instead of NCCL;" \
+        "give that DC more nodes in ATLAS_DC_NODES for one GPU per rank"
     fi
   done < <(sort "$file" | uniq -c)
 }

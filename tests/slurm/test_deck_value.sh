@@ -93,8 +93,8 @@ if [[ $caps == "a1 8 6;a2 8 6;a3 8 6;a4 8 6;a5 8 6;b1 8 8;" ]]; then echo "ok: n
 else echo "FAIL: node caps '$caps'"; fail=1; fi
 ATLAS_OVERRIDES=(parallel.dp_size=3 parallel.tp_size=4 "parallel.stages_per_dc=1 1" "cluster.dcs=a b")
 got=$( (atlas_write_hostfile "$T/hostfile1") 2>&1)
-if [[ $got == "ERROR: the per-DC hostfile puts 12 ranks on node b1, but this job holds 8 CPUs there (12 ranks x 1 CPUs per task needed;"* &&
-  $got == *"hint: give that DC more nodes in ATLAS_DC_NODES"* ]]; then
+if [[ $got == "ERROR: the per-DC hostfile puts 12 ranks on node b1, which need 12 CPUs (12 x 1 CPUs per task), but this job holds 8 CPUs there"* &&
+  $got == *"hint: request more CPUs on that node"* ]]; then
   echo "ok: 12 ranks on 8 CPUs refused"
 else echo "FAIL: 12 ranks on 8 CPUs: '$got'"; fail=1; fi
 got=$( (SLURM_OVERCOMMIT=1 atlas_write_hostfile "$T/hostfile2") 2>&1)
@@ -102,15 +102,21 @@ if [[ -z $got && $(wc -l <"$T/hostfile2") -eq 24 ]]; then echo "ok: --overcommit
 else echo "FAIL: with --overcommit: '$got'"; fail=1; fi
 # Two CPUs per task: a1-a3's 4 ranks need 8 (they have 8), b1's 12 need 24.
 got=$( (SLURM_OVERCOMMIT= SLURM_CPUS_PER_TASK=2 atlas_write_hostfile "$T/hostfile3") 2>&1)
-if [[ $got == *"puts 12 ranks on node b1, but this job holds 8 CPUs there (12 ranks x 2 CPUs per task"* ]]; then
+if [[ $got == *"puts 12 ranks on node b1, which need 24 CPUs (12 x 2 CPUs per task), but this job holds 8 CPUs there"* ]]; then
   echo "ok: CPUs per task counted"
 else echo "FAIL: CPUs per task: '$got'"; fail=1; fi
-# CUDA: b1's 12 ranks on its 8 GPUs (CPUs overcommitted): refused; 8 ranks fit.
+# CUDA: b1's 12 ranks on its 8 GPUs (CPUs overcommitted) run sharing GPUs, with a warning;
+# refused where the job asked for a GPU per task (srun would refuse the step); 8 ranks fit.
 ATLAS_OVERRIDES=(parallel.dp_size=3 parallel.tp_size=4 "parallel.stages_per_dc=1 1" "cluster.dcs=a b" device.backend=cuda)
 got=$( (SLURM_OVERCOMMIT=1 atlas_write_hostfile "$T/hostfile4") 2>&1)
-if [[ $got == "ERROR: the per-DC hostfile puts 12 ranks on node b1, but this job holds 8 GPUs there and device.backend = cuda needs one GPU per rank"* ]]; then
-  echo "ok: 12 CUDA ranks on 8 GPUs refused"
+if [[ $got == "# WARNING: the per-DC hostfile puts 12 ranks on node b1, but this job holds 8 GPUs there: ranks share GPUs"* &&
+  $(wc -l <"$T/hostfile4") -eq 24 ]]; then
+  echo "ok: 12 CUDA ranks on 8 GPUs warned"
 else echo "FAIL: 12 CUDA ranks on 8 GPUs: '$got'"; fail=1; fi
+got=$( (SLURM_OVERCOMMIT=1 SLURM_GPUS_PER_TASK=1 atlas_write_hostfile "$T/hostfile4b") 2>&1)
+if [[ $got == "ERROR: the per-DC hostfile puts 12 ranks on node b1, but this job holds 8 GPUs there, and it asked for 1 per task (--gpus-per-task)"* ]]; then
+  echo "ok: 12 CUDA ranks on 8 GPUs refused with --gpus-per-task"
+else echo "FAIL: 12 CUDA ranks on 8 GPUs, --gpus-per-task: '$got'"; fail=1; fi
 ATLAS_OVERRIDES=(parallel.dp_size=2 parallel.tp_size=4 "parallel.stages_per_dc=1 1" "cluster.dcs=a b" device.backend=cuda)
 ATLAS_RANKS_PER_DC=$(atlas_ranks_per_dc)
 got=$( (SLURM_OVERCOMMIT=1 atlas_write_hostfile "$T/hostfile5") 2>&1)
@@ -118,12 +124,18 @@ if [[ -z $got && $(grep -c b1 "$T/hostfile5") -eq 8 ]]; then echo "ok: 8 CUDA ra
 else echo "FAIL: 8 CUDA ranks on 8 GPUs: '$got'"; fail=1; fi
 # A node whose GPUs the job does not hold as GRES ("GRES=": a cluster that does not schedule its
 # GPUs) gives no GPU count, so the CUDA check leaves it alone; its 32 CPUs hold the 12 ranks.
-JOB_DETAIL="     Nodes=a[1-5] CPU_IDs=0-3,8-11 Mem=0 GRES=gpu:a100:4(IDX:0-3),gpu:v100:2(IDX:4-5)
-     Nodes=b1 CPU_IDs=0-31 Mem=0 GRES="
+# Not GPUs: vgpu and shard entries; an IDX list's commas split no entry into a count.
+JOB_DETAIL="     Nodes=a[1-5] CPU_IDs=0-3,8-11 Mem=0 GRES=vgpu:4(IDX:0-3),gpu:2(IDX:0,2),shard:8(IDX:0-1)
+     Nodes=b1 CPU_IDs=0-31 Mem=0 GRES=
+     Nodes=c1 Mem=0 GRES=gpu:tesla:2(IDX:0-1)"
+caps=$(atlas_job_node_caps | tr '\n' ';')
+if [[ $caps == "a1 8 2;a2 8 2;a3 8 2;a4 8 2;a5 8 2;b1 32 -;c1 - 2;" ]]; then echo "ok: node caps $caps"
+else echo "FAIL: node caps '$caps'"; fail=1; fi
 ATLAS_OVERRIDES=(parallel.dp_size=3 parallel.tp_size=4 "parallel.stages_per_dc=1 1" "cluster.dcs=a b" device.backend=cuda)
 ATLAS_RANKS_PER_DC=$(atlas_ranks_per_dc)
-caps=$(atlas_job_node_caps | tail -n 1)
+caps=$(atlas_job_node_caps | grep '^b1 ')
 got=$( (SLURM_OVERCOMMIT= atlas_write_hostfile "$T/hostfile6") 2>&1)
-if [[ $caps == "b1 32" && -z $got && $(grep -c b1 "$T/hostfile6") -eq 12 ]]; then echo "ok: no GRES, no GPU check ($caps)"
+if [[ $caps == "b1 32 -" && $got != *ERROR* && $got != *"node b1"* && $got == *"4 ranks on node a1, but this job holds 2 GPUs"* &&
+  $(grep -c b1 "$T/hostfile6") -eq 12 ]]; then echo "ok: no GRES, no GPU check ($caps)"
 else echo "FAIL: no GRES: caps '$caps', '$got'"; fail=1; fi
 exit $fail

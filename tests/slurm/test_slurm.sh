@@ -245,8 +245,8 @@ JOBS+=("$cjob")
 state=$(wait_job "$cjob")
 echo "# atlas_job_node_caps in job $cjob ($state): $(cat "$T/atlas-caps-$cjob.out")"
 check "the job's nodes read from scontrol show job -d: $HOST, 1 CPU, no GPU" \
-  grep -qx "$HOST 1" "$T/atlas-caps-$cjob.out"
-grep -qx "$HOST 1" "$T/atlas-caps-$cjob.out" || cat "$T/caps-raw.txt"
+  grep -qx "$HOST 1 -" "$T/atlas-caps-$cjob.out"
+grep -qx "$HOST 1 -" "$T/atlas-caps-$cjob.out" || cat "$T/caps-raw.txt"
 
 # ---- the sweep: two points as a loop in one allocation, launched by mpirun with per-DC
 # placement from a hostfile (every DC on this host) ----
