@@ -571,6 +571,7 @@ void Engine::fail_peer(Peer& p, const std::string& why) {
   p.tags.clear();
   p.in.clear();
   p.eager_open = 0;
+  p.rts_unbound = 0;
   check_connected();
 }
 

@@ -26,8 +26,16 @@ InMsg* Engine::new_msg(Peer& p, Conn* c, const FrameHeader& h, bool eager) {
                              where(c), h.msg_id, h.tag, h.tag_seq));
     return nullptr;
   }
+  if (!eager && p.rts_unbound >= kMaxUnboundRts) {
+    fail_peer(p, fmt::format("frame from {}: request-to-send for message id {} while {} messages it announced "
+                             "wait for a receive on this rank, the most this rank holds (a runaway or "
+                             "corrupt sender)",
+                             where(c), h.msg_id, p.rts_unbound));
+    return nullptr;
+  }
   InMsg& m = p.in[h.msg_id];
   if (eager) p.eager_open += h.total;
+  else ++p.rts_unbound;
   m.id = h.msg_id;
   m.tag = h.tag;
   m.tag_seq = h.tag_seq;
@@ -35,7 +43,10 @@ InMsg* Engine::new_msg(Peer& p, Conn* c, const FrameHeader& h, bool eager) {
   m.eager = eager;
   m.chunk = p.peer_chunk;
   m.n_chunks = chunks_of(h.total, m.chunk);
-  m.done.assign(m.n_chunks, 0);
+  // An eager message's chunks may come before its receive; a request-to-send's come only after
+  // this rank's clear-to-send, so its bitmap is made when a receive binds it (bind): an
+  // announced message costs no memory of its size until then.
+  if (eager) m.done.assign(m.n_chunks, 0);
   auto po = ts.posted.find(h.tag_seq);
   if (po == ts.posted.end()) {
     ts.arrived[h.tag_seq] = h.msg_id;
@@ -61,6 +72,8 @@ void Engine::bind(Peer& p, InMsg& m, std::shared_ptr<RecvOp> op) {
   }
   m.op = std::move(op);
   if (!m.eager) {
+    m.done.assign(m.n_chunks, 0);
+    --p.rts_unbound;
     p.ctrl.push_back(Ctrl{FrameType::Cts, m.id, m.total, m.tag, m.tag_seq});
     p.dirty = true;
     return;
@@ -354,6 +367,15 @@ void Engine::begin_data(Conn* c, const FrameHeader& h) {
     return;
   }
   c->chunk_index = k;
+  if (!m->eager && !m->op) {
+    // A request-to-send's data comes only after this rank's clear-to-send, which it sends once
+    // the receive is bound (op set): data before it would make this rank buffer a message of any
+    // announced size (and its bitmap does not exist yet).
+    fail_peer(p, fmt::format("frame from {} rejected: data for message id {} ({} bytes, announced by a "
+                             "request-to-send) before this rank's clear-to-send",
+                             where(c), h.msg_id, m->total));
+    return;
+  }
   if (m->done[k]) {
     // duplicate: stays Discard
   } else if (m->writers.count(k)) {
@@ -365,15 +387,6 @@ void Engine::begin_data(Conn* c, const FrameHeader& h) {
     if (m->op) {
       c->dest = m->op->m_data + h.offset;
       c->dest_kind = Dest::Direct;
-    } else if (!m->eager) {
-      // A request-to-send's data comes only after this rank's clear-to-send, which it sends once
-      // the receive is bound (op set): data before it would make this rank buffer a message
-      // of any announced size.
-      m->writers.erase(k);
-      fail_peer(p, fmt::format("frame from {} rejected: data for message id {} ({} bytes, announced by a "
-                               "request-to-send) before this rank's clear-to-send",
-                               where(c), h.msg_id, m->total));
-      return;
     } else {
       c->dest = early_buffer(*m) + h.offset;
       c->dest_kind = Dest::Unexpected;

@@ -6,6 +6,7 @@
 // descriptor limit (WanDescriptors.*: a ctest entry of its own, as it lowers RLIMIT_NOFILE).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -20,6 +21,7 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <fstream>
 #include <memory>
 #include <thread>
 
@@ -1153,6 +1155,61 @@ TEST_F(Quiet, WanMultirailDataBeforeItsClearToSendIsAPeerError) {
               AllOf(HasSubstr("frame from peer 0 rail 0 rejected"),
                     HasSubstr("data for message id 0 (68719476736 bytes, announced by a request-to-send) "
                               "before this rank's clear-to-send")));
+}
+
+/// This process's resident set, in bytes (/proc/self/statm).
+std::uint64_t resident_bytes() {
+  std::ifstream in("/proc/self/statm");
+  std::uint64_t pages = 0, resident = 0;
+  in >> pages >> resident;
+  return resident * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+}
+
+/// A request-to-send announcing message id `id` of `total` bytes on `tag`, #`tag_seq`.
+FrameHeader rts_frame(std::uint64_t id, std::int32_t tag, std::uint64_t tag_seq, std::uint64_t total) {
+  FrameHeader h;
+  h.type = FrameType::Rts;
+  h.msg_id = id;
+  h.tag = tag;
+  h.tag_seq = tag_seq;
+  h.total = total;
+  return h;
+}
+
+// A message announced by request-to-send holds no memory of its size until a receive binds it:
+// 64 announcements of the largest message (16 MiB of receive bitmap each, 1 GiB in all, when the
+// bitmap was made on arrival) leave the resident set where it was.
+TEST_F(Quiet, WanMultirailAnnouncedMessagesHoldNoMemoryOfTheirSize) {
+  Victim v(base_options(1, 4096));
+  const std::uint64_t before = resident_bytes();
+  for (std::uint64_t id = 0; id < 64; ++id)
+    v.fake->send_frame(rts_frame(id, 5, id, std::uint64_t{1} << 36), {});  // 2^24 chunks of 4096
+  // An eager message after them on the same rail: once it is in, every announcement was handled.
+  std::vector<std::uint8_t> in(100), payload(100, 7);
+  Handle r = v.t->irecv(0, 0, in.data(), in.size());
+  FrameHeader h;
+  h.type = FrameType::Data;
+  h.flags = kFlagEager;
+  h.msg_id = 64;
+  h.total = payload.size();
+  h.payload_crc = crc32c(payload.data(), payload.size());
+  v.fake->send_frame(h, payload);
+  v.t->wait(r);
+  EXPECT_EQ(in, payload);
+  EXPECT_LT(resident_bytes(), before + (std::uint64_t{128} << 20));
+}
+
+// Announcements that no receive takes are bounded in number (kMaxUnboundRts, 65536): one more is a peer
+// error naming the count, not a map that grows with whatever the peer sends.
+TEST_F(Quiet, WanMultirailAnnouncementsPastTheLimitAreAPeerError) {
+  Victim v(base_options(1, 4096));
+  std::vector<std::uint8_t> in(100);
+  Handle r = v.t->irecv(0, 0, in.data(), in.size());  // tag 0: the announcements (tag 5) stay unbound
+  for (std::uint64_t id = 0; id <= 65536; ++id) v.fake->send_frame(rts_frame(id, 5, id, 1 << 20), {});
+  EXPECT_THAT(error_of(*v.t, r),
+              AllOf(HasSubstr("frame from peer 0 rail 0: request-to-send for message id 65536 while 65536 "
+                              "messages it announced wait for a receive on this rank"),
+                    HasSubstr("runaway or corrupt sender")));
 }
 
 // The eager credit bounds the undelivered eager bytes of a peer in total, not each message alone.
