@@ -61,10 +61,6 @@ constexpr int kMaxProvenPerRail = 2;  // pending incoming connections with a val
 constexpr std::size_t kSeenHellos = 4096;  // Hello nonces remembered to refuse replays
 /// A message is cut into at most this many chunks (its receive bitmap: 1 byte per chunk).
 constexpr std::uint64_t kMaxMessageChunks = std::uint64_t{1} << 24;
-/// Messages a peer may have announced by request-to-send that no receive on this rank has taken
-/// yet (each holds a few hundred bytes until then; its bitmap is made when a receive binds it).
-/// A pipeline announces a few per micro-batch; more is a runaway or corrupt sender.
-constexpr std::uint64_t kMaxUnboundRts = std::uint64_t{1} << 16;
 
 constexpr std::uint64_t kWakeKey = 1;
 constexpr std::uint64_t kListenKey = 2;
@@ -295,7 +291,7 @@ struct Peer {
   // Bytes of eager messages received (opened) and not yet delivered: an honest sender keeps
   // them within the credit this rank granted, since credit comes back only on delivery.
   std::uint64_t eager_open = 0;
-  // Messages announced by request-to-send that no receive has bound yet (kMaxUnboundRts).
+  // Messages announced by request-to-send that no receive has bound yet (max_unbound_rts).
   std::uint64_t rts_unbound = 0;
   bool credit_dirty = false;
   Clock::time_point last_data{};

@@ -26,7 +26,8 @@ InMsg* Engine::new_msg(Peer& p, Conn* c, const FrameHeader& h, bool eager) {
                              where(c), h.msg_id, h.tag, h.tag_seq));
     return nullptr;
   }
-  if (!eager && p.rts_unbound >= kMaxUnboundRts) {
+  auto po = ts.posted.find(h.tag_seq);
+  if (!eager && po == ts.posted.end() && p.rts_unbound >= m_opts.max_unbound_rts) {
     fail_peer(p, fmt::format("frame from {}: request-to-send for message id {} while {} messages it announced "
                              "wait for a receive on this rank, the most this rank holds (a runaway or "
                              "corrupt sender)",
@@ -47,7 +48,6 @@ InMsg* Engine::new_msg(Peer& p, Conn* c, const FrameHeader& h, bool eager) {
   // this rank's clear-to-send, so its bitmap is made when a receive binds it (bind): an
   // announced message costs no memory of its size until then.
   if (eager) m.done.assign(m.n_chunks, 0);
-  auto po = ts.posted.find(h.tag_seq);
   if (po == ts.posted.end()) {
     ts.arrived[h.tag_seq] = h.msg_id;
   } else {

@@ -1199,17 +1199,24 @@ TEST_F(Quiet, WanMultirailAnnouncedMessagesHoldNoMemoryOfTheirSize) {
   EXPECT_LT(resident_bytes(), before + (std::uint64_t{128} << 20));
 }
 
-// Announcements that no receive takes are bounded in number (kMaxUnboundRts, 65536): one more is a peer
-// error naming the count, not a map that grows with whatever the peer sends.
+// Announcements that no receive takes are bounded in number (max_unbound_rts): one more is a peer
+// error naming the count, not a map that grows with whatever the peer sends. Announcements whose
+// receive is posted do not count.
 TEST_F(Quiet, WanMultirailAnnouncementsPastTheLimitAreAPeerError) {
-  Victim v(base_options(1, 4096));
+  MultirailOptions o = base_options(1, 4096);
+  o.max_unbound_rts = 1000;
+  Victim v(o);
+  std::vector<std::uint8_t> bound(1 << 20);
+  Handle rb = v.t->irecv(0, 7, bound.data(), bound.size());  // tag 7: announced, taken at once
+  v.fake->send_frame(rts_frame(0, 7, 0, bound.size()), {});
   std::vector<std::uint8_t> in(100);
   Handle r = v.t->irecv(0, 0, in.data(), in.size());  // tag 0: the announcements (tag 5) stay unbound
-  for (std::uint64_t id = 0; id <= 65536; ++id) v.fake->send_frame(rts_frame(id, 5, id, 1 << 20), {});
+  for (std::uint64_t id = 1; id <= 1001; ++id) v.fake->send_frame(rts_frame(id, 5, id - 1, 1 << 20), {});
   EXPECT_THAT(error_of(*v.t, r),
-              AllOf(HasSubstr("frame from peer 0 rail 0: request-to-send for message id 65536 while 65536 "
+              AllOf(HasSubstr("frame from peer 0 rail 0: request-to-send for message id 1001 while 1000 "
                               "messages it announced wait for a receive on this rank"),
                     HasSubstr("runaway or corrupt sender")));
+  static_cast<void>(error_of(*v.t, rb));  // failed with the peer (its data never came)
 }
 
 // The eager credit bounds the undelivered eager bytes of a peer in total, not each message alone.

@@ -26,6 +26,11 @@ struct MultirailOptions {
   /// Eager credit per peer: bytes a peer may send before the matching irecv is posted. This is
   /// the bound on memory buffered for early arrivals; larger messages wait for a clear-to-send.
   std::uint64_t eager_credit_bytes = 64u << 20;
+  /// Messages a peer may have announced by request-to-send that wait for a receive on this rank
+  /// (each holds a few hundred bytes; its chunk bitmap is made when a receive takes it). A
+  /// pipeline announces at most a step's worth ahead (up to 65,536 micro-batches); one more than
+  /// this is a runaway or corrupt sender and fails the peer.
+  std::uint64_t max_unbound_rts = std::uint64_t{1} << 20;
   /// Warm-up per new rail and direction: right after its handshake each side sends this many
   /// bytes of Pad frames (zeros, dropped by the peer), and wait_connected() returns only once the
   /// peer acknowledged them. A fresh TCP connection may have only 10 segments (about 14 KiB) in
