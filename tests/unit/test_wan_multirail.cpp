@@ -1209,6 +1209,8 @@ TEST_F(Quiet, WanMultirailAnnouncementsPastTheLimitAreAPeerError) {
   std::vector<std::uint8_t> bound(1 << 20);
   Handle rb = v.t->irecv(0, 7, bound.data(), bound.size());  // tag 7: announced, taken at once
   v.fake->send_frame(rts_frame(0, 7, 0, bound.size()), {});
+  std::vector<std::uint8_t> frame;
+  for (FrameHeader h; h.type != FrameType::Cts;) h = v.fake->read_frame(frame);  // it was taken
   std::vector<std::uint8_t> in(100);
   Handle r = v.t->irecv(0, 0, in.data(), in.size());  // tag 0: the announcements (tag 5) stay unbound
   for (std::uint64_t id = 1; id <= 1001; ++id) v.fake->send_frame(rts_frame(id, 5, id - 1, 1 << 20), {});
