@@ -6,7 +6,6 @@
 // descriptor limit (WanDescriptors.*: a ctest entry of its own, as it lowers RLIMIT_NOFILE).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -1120,15 +1119,23 @@ TEST(WanMultirail, CongestionControlIsChosenAndSetBeforeTheHandshake) {
   EXPECT_EQ(in, out);
 }
 
+/// A request-to-send announcing message id `id` of `total` bytes on `tag`, #`tag_seq`.
+FrameHeader rts_frame(std::uint64_t id, std::int32_t tag, std::uint64_t tag_seq, std::uint64_t total) {
+  FrameHeader h;
+  h.type = FrameType::Rts;
+  h.msg_id = id;
+  h.tag = tag;
+  h.tag_seq = tag_seq;
+  h.total = total;
+  return h;
+}
+
 // Issue 27, item 3: an RTS's `total` is bounded before anything is allocated for the message.
 TEST_F(Quiet, WanMultirailRequestToSendOfAHugeMessageIsAPeerError) {
   Victim v(base_options(1, 4096));
   std::vector<std::uint8_t> in(100);
   Handle r = v.t->irecv(0, 0, in.data(), in.size());
-  FrameHeader h;
-  h.type = FrameType::Rts;
-  h.total = std::uint64_t{1} << 62;  // 2^50 chunks: a 1 PiB bitmap
-  v.fake->send_frame(h, {});
+  v.fake->send_frame(rts_frame(0, 0, 0, std::uint64_t{1} << 62), {});  // 2^50 chunks: a 1 PiB bitmap
   EXPECT_THAT(error_of(*v.t, r),
               AllOf(HasSubstr("frame from peer 0 rail 0: request-to-send for message id 0 claims "
                               "4611686018427387904 bytes, more than 16777216 chunks of 4096 bytes")));
@@ -1140,9 +1147,7 @@ TEST_F(Quiet, WanMultirailDataBeforeItsClearToSendIsAPeerError) {
   Victim v(base_options(1, 4096));
   std::vector<std::uint8_t> in(100);
   Handle r = v.t->irecv(0, 5, in.data(), in.size());  // another tag: the announced message stays unbound
-  FrameHeader rts;
-  rts.type = FrameType::Rts;
-  rts.total = std::uint64_t{1} << 36;  // 2^24 chunks of 4096 bytes: the largest a sender may announce
+  const FrameHeader rts = rts_frame(0, 0, 0, std::uint64_t{1} << 36);  // 2^24 chunks of 4096: the largest
   v.fake->send_frame(rts, {});
   FrameHeader h;
   h.type = FrameType::Data;
@@ -1163,17 +1168,6 @@ std::uint64_t resident_bytes() {
   std::uint64_t pages = 0, resident = 0;
   in >> pages >> resident;
   return resident * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
-}
-
-/// A request-to-send announcing message id `id` of `total` bytes on `tag`, #`tag_seq`.
-FrameHeader rts_frame(std::uint64_t id, std::int32_t tag, std::uint64_t tag_seq, std::uint64_t total) {
-  FrameHeader h;
-  h.type = FrameType::Rts;
-  h.msg_id = id;
-  h.tag = tag;
-  h.tag_seq = tag_seq;
-  h.total = total;
-  return h;
 }
 
 // A message announced by request-to-send holds no memory of its size until a receive binds it:
