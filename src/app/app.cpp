@@ -44,6 +44,8 @@ const CommandEntry kCommands[] = {
     {"import", "--format hf DIR --out CKPT_DIR [--deck DECK] [key=value ...]", "a Hugging Face GPT-2 model directory to a checkpoint to fine-tune from", cmd_import},
     {"tokenize", "TEXT... --out DIR [--tokenizer byte|gpt2] [--val-fraction F] [--shard-tokens N]",
      "text files to llm.c token shards for data.format = shards (train_*.bin, val_*.bin)", cmd_tokenize, true},
+    {"sample", "CKPT [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S] [--samples N]",
+     "text from a checkpoint (greedy, temperature, top-k, top-p sampling)", cmd_sample},
 };
 
 void usage(FILE* out) {

@@ -15,7 +15,9 @@
 
 #include "atlas/core/check.hpp"
 #include "atlas/core/error.hpp"
+#include "atlas/io/checkpoint.hpp"
 #include "atlas/model/rng.hpp"
+#include "atlas/mpi/agree.hpp"
 
 namespace atlas::bubbletea {
 
@@ -457,5 +459,97 @@ std::vector<std::int32_t> generate(InferenceModel& model, std::span<const std::i
   }
   return decode_greedy(model, cache, InferenceModel::argmax(logits), max_new);
 }
+
+
+std::vector<std::int32_t> generate_with(InferenceModel& model, std::span<const std::int32_t> prompt,
+                                        const GenerateOptions& options,
+                                        const std::function<std::int32_t(std::span<const float>, int)>& choose,
+                                        const std::function<void(std::int32_t)>& emit) {
+  const LayerRange& r = model.range();
+  const int context = model.shape().context;
+  ATLAS_ASSERT(r.first == 0 && r.count == model.shape().layers && r.has_embedding && r.has_head,
+               "generation needs the whole inference model on one rank");
+  ATLAS_ASSERT(model.max_chunk() >= context, "generation needs max_chunk " << model.max_chunk() << " >= the context "
+                                                                           << context);
+  const auto p = static_cast<int>(prompt.size());
+  if (p < 1 || p > context)
+    ATLAS_THROW(Config, "a prompt of " << p << " tokens: it must hold 1 to " << context << " tokens (the model's context)");
+  std::vector<std::int32_t> seq(prompt.begin(), prompt.end());
+  std::vector<std::int32_t> out;
+  std::vector<float> logits(static_cast<std::size_t>(model.shape().vocab));
+  KvCache cache = model.make_cache(context);
+  model.forward(cache, p, seq.data(), nullptr, nullptr, logits.data());
+  while (static_cast<int>(out.size()) < options.max_new) {
+    const std::int32_t t = choose(logits, static_cast<int>(out.size()));
+    out.push_back(t);
+    seq.push_back(t);
+    emit(t);
+    if (t == options.stop_token || static_cast<int>(out.size()) == options.max_new) break;
+    if (cache.len < context) {
+      model.forward(cache, 1, &t, nullptr, nullptr, logits.data());
+    } else {  // the window slides: the last context / 2 tokens, from position 0
+      const int keep = std::max(1, context / 2);
+      cache.len = 0;
+      model.forward(cache, keep, seq.data() + (seq.size() - static_cast<std::size_t>(keep)), nullptr, nullptr,
+                    logits.data());
+    }
+  }
+  return out;
+}
+
+void load_weights(const mpi::Comm& world, const std::string& path, InferenceModel& model, std::string_view setting) {
+  const io::CheckpointContents contents = io::inspect_checkpoint(world, path);
+  const InferShape& sh = model.shape();
+  // The deck section that sized the model ("bubbletea.weights" -> "bubbletea."), for messages.
+  const std::string_view section =
+      setting.find('.') == std::string_view::npos ? std::string_view("the model's ") : setting.substr(0, setting.find('.') + 1);
+  mpi::agree(world, fmt::format("reading {}", setting), [&] {
+    ProblemList problems;
+    const io::ModelShape& m = contents.meta.model;
+    auto check = [&](const char* key, std::int64_t file, int deck) {
+      if (file != deck)
+        problems.add(fmt::format("{} '{}': model.{} is {} in the checkpoint but {}{} = {}", setting, path, key, file,
+                                 section, key, deck));
+    };
+    check("layers", m.layers, sh.layers);
+    check("hidden", m.hidden, sh.hidden);
+    check("heads", m.heads, sh.heads);
+    check("vocab", m.vocab, sh.vocab);
+    if (m.seq_len < sh.context)
+      problems.add(fmt::format("{}context = {} exceeds the checkpoint's model.seq_len = {} ('{}' has no position "
+                               "embedding beyond it)",
+                               section, sh.context, m.seq_len, path));
+    problems.throw_if_any();
+    for (auto& p : model.params()) {
+      auto it = std::find_if(contents.tensors.begin(), contents.tensors.end(),
+                             [&](const io::TensorEntry& t) { return t.name == p.name; });
+      if (it == contents.tensors.end()) {
+        problems.add(fmt::format("{} '{}' holds no tensor '{}'", setting, path, p.name));
+        continue;
+      }
+      p.file_shape = it->shape;
+    }
+    problems.throw_if_any();
+  });
+  std::vector<std::vector<float>> host;
+  std::vector<io::ReadShard> shards;
+  host.reserve(model.params().size());
+  for (auto& p : model.params()) {
+    std::int64_t n = 1;
+    for (auto d : p.shape) n *= d;
+    host.emplace_back(static_cast<std::size_t>(n));
+    io::ReadShard s;
+    s.name = p.name;
+    s.full_shape = p.file_shape;
+    s.offset.assign(p.shape.size(), 0);
+    s.shape = p.shape;
+    s.value = host.back().data();
+    shards.push_back(std::move(s));
+  }
+  io::ReadOptions opt;
+  (void)io::read_checkpoint(world, path, shards, opt);
+  for (std::size_t i = 0; i < shards.size(); ++i) model.set_param(shards[i].name, host[i]);
+}
+
 
 }  // namespace atlas::bubbletea

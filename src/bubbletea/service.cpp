@@ -67,58 +67,6 @@ std::string host_of_dc(const ClusterCfg& cl, int dc) {
   return h == "0.0.0.0" || h == "::" || h.empty() ? std::string("127.0.0.1") : h;
 }
 
-/// Reads this rank's inference tensors from an atlas checkpoint. Collective over `world`.
-void load_checkpoint(const mpi::Comm& world, const std::string& path, InferenceModel& model) {
-  const io::CheckpointContents contents = io::inspect_checkpoint(world, path);
-  const InferShape& sh = model.shape();
-  collective(world, [&] {
-    ProblemList problems;
-    const io::ModelShape& m = contents.meta.model;
-    auto check = [&](const char* key, std::int64_t file, int deck) {
-      if (file != deck)
-        problems.add(fmt::format("bubbletea.weights '{}': model.{} is {} in the checkpoint but bubbletea.{} = {}", path,
-                                 key, file, key, deck));
-    };
-    check("layers", m.layers, sh.layers);
-    check("hidden", m.hidden, sh.hidden);
-    check("heads", m.heads, sh.heads);
-    check("vocab", m.vocab, sh.vocab);
-    if (m.seq_len < sh.context)
-      problems.add(fmt::format("bubbletea.context = {} exceeds the checkpoint's model.seq_len = {} ('{}' has no "
-                               "position embedding beyond it)",
-                               sh.context, m.seq_len, path));
-    problems.throw_if_any();
-    for (auto& p : model.params()) {
-      auto it = std::find_if(contents.tensors.begin(), contents.tensors.end(),
-                             [&](const io::TensorEntry& t) { return t.name == p.name; });
-      if (it == contents.tensors.end()) {
-        problems.add(fmt::format("bubbletea.weights '{}' holds no tensor '{}'", path, p.name));
-        continue;
-      }
-      p.file_shape = it->shape;
-    }
-    problems.throw_if_any();
-  });
-  std::vector<std::vector<float>> host;
-  std::vector<io::ReadShard> shards;
-  host.reserve(model.params().size());
-  for (auto& p : model.params()) {
-    std::int64_t n = 1;
-    for (auto d : p.shape) n *= d;
-    host.emplace_back(static_cast<std::size_t>(n));
-    io::ReadShard s;
-    s.name = p.name;
-    s.full_shape = p.file_shape;
-    s.offset.assign(p.shape.size(), 0);
-    s.shape = p.shape;
-    s.value = host.back().data();
-    shards.push_back(std::move(s));
-  }
-  io::ReadOptions opt;
-  (void)io::read_checkpoint(world, path, shards, opt);
-  for (std::size_t i = 0; i < shards.size(); ++i) model.set_param(shards[i].name, host[i]);
-}
-
 }  // namespace
 
 // ---- setup ----
@@ -207,7 +155,7 @@ Service::Service(const Config& cfg, const topo::Layout& layout, const topo::Comm
   } else if (bt.weights.empty() || bt.weights == "random") {
     m_model->init_random(static_cast<std::uint64_t>(cfg.run.seed), cfg.model.init_std);
   } else {
-    load_checkpoint(world, bt.weights, *m_model);
+    load_weights(world, bt.weights, *m_model, "bubbletea.weights");
   }
 
   // ---- memory cap: weights + scratch + one largest request must fit on every rank ----

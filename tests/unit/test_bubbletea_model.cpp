@@ -2,7 +2,8 @@
 // BubbleTea's inference model: the same initialisation as the training model (tensor by tensor),
 // attention over the KV cache against the training model's loss, pipeline-split prefill and the
 // KV handoff bitwise equal to the standalone model, chunked against whole-prompt prefill, the
-// cost model, and the error paths (prompt beyond the context, a layer split without blocks).
+// cost model, generate_with's sliding window and stop token (atlas sample), and the error paths
+// (prompt beyond the context, a layer split without blocks).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -223,6 +224,72 @@ TEST_F(InferModel, ChunkedPrefillMatchesWholePrompt) {
     for (std::size_t i = 0; i < ka.size(); ++i) ASSERT_NEAR(ka[i], kb[i], 1e-5) << "layer " << l << " elem " << i;
   }
   EXPECT_EQ(generate(*m, prompt, 0, 10), generate(*m, prompt, 7, 10));
+}
+
+// generate_with (atlas sample): greedy through it is generate()'s greedy; past the context the
+// window slides (the last context / 2 tokens prefilled from position 0: the logits there are a
+// fresh forward of those tokens); the stop token ends it and is returned; bad prompts are errors.
+TEST_F(InferModel, GenerateWithSlidesTheWindowAndStops) {
+  const int context = small_shape().context;  // 48
+  auto m = whole(context);
+  const auto prompt = ids(10, small_shape().vocab, 5);
+  std::vector<std::vector<float>> seen;
+  std::vector<std::int32_t> emitted;
+  const auto greedy = [&](std::span<const float> l, int) {
+    seen.emplace_back(l.begin(), l.end());
+    return InferenceModel::argmax(l);
+  };
+  const auto emit = [&](std::int32_t t) { emitted.push_back(t); };
+  GenerateOptions go;
+  go.max_new = 30;  // 10 + 30 fit the context: no slide
+  const auto out = generate_with(*m, prompt, go, greedy, emit);
+  EXPECT_EQ(out, generate(*m, prompt, 0, 30));
+  EXPECT_EQ(emitted, out);
+
+  // 10 + 60 tokens: predicting token j of the sequence uses seq[w, j), w = 0 up to j = 48, then
+  // w = j - 24 at j = 49 (the slide) until j - w passes 48 again.
+  seen.clear();
+  emitted.clear();
+  go.max_new = 60;
+  const auto longer = generate_with(*m, prompt, go, greedy, emit);
+  ASSERT_EQ(longer.size(), 60U);
+  std::vector<std::int32_t> seq(prompt);
+  seq.insert(seq.end(), longer.begin(), longer.end());
+  int w = 0, slides = 0;
+  for (int j = 10; j < 70; ++j) {
+    if (j - w > context) {
+      w = j - context / 2;
+      ++slides;
+    }
+    KvCache c = m->make_cache(context);
+    std::vector<float> ref(static_cast<std::size_t>(small_shape().vocab));
+    m->forward(c, j - w, seq.data() + w, nullptr, nullptr, ref.data());
+    const auto& got = seen[static_cast<std::size_t>(j - 10)];
+    for (std::size_t v = 0; v < ref.size(); ++v) ASSERT_NEAR(got[v], ref[v], 1e-5) << "token " << j << " id " << v;
+  }
+  EXPECT_EQ(slides, 1);
+
+  // The stop token: chosen third, emitted, returned, nothing after it.
+  emitted.clear();
+  go.max_new = 20;
+  go.stop_token = 3;
+  const auto stopped = generate_with(
+      *m, prompt, go, [](std::span<const float>, int i) { return i == 2 ? 3 : 1; }, emit);
+  EXPECT_EQ(stopped, (std::vector<std::int32_t>{1, 1, 3}));
+  EXPECT_EQ(emitted, stopped);
+
+  // An empty prompt, one beyond the context, an id outside the vocabulary.
+  for (const std::vector<std::int32_t>& bad :
+       {std::vector<std::int32_t>{}, std::vector<std::int32_t>(49, 1), std::vector<std::int32_t>{1, 37}}) {
+    try {
+      (void)generate_with(*m, bad, go, greedy, emit);
+      FAIL() << "expected an error for a prompt of " << bad.size();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ExitCode::Config);
+      EXPECT_THAT(e.what(), ::testing::AnyOf(::testing::HasSubstr("it must hold 1 to 48 tokens"),
+                                             ::testing::HasSubstr("is outside the inference vocabulary [0, 37)")));
+    }
+  }
 }
 
 // forward() in pieces (BubbleTea stops a chunk between blocks when training's data comes):

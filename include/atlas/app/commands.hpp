@@ -87,5 +87,6 @@ int cmd_profile(Context& ctx);
 int cmd_export(Context& ctx);
 int cmd_import(Context& ctx);
 int cmd_tokenize(Context& ctx);
+int cmd_sample(Context& ctx);
 
 }  // namespace atlas::app

@@ -8,12 +8,15 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "atlas/deck/config.hpp"
 #include "atlas/device/backend.hpp"
+#include "atlas/mpi/comm.hpp"
 #include "atlas/topo/layout.hpp"
 
 namespace atlas::bubbletea {
@@ -184,6 +187,30 @@ class InferenceModel {
 /// `first` is the first generated token; produces `max_new` tokens in total (first included).
 [[nodiscard]] std::vector<std::int32_t> decode_greedy(InferenceModel& model, KvCache& cache,
                                                       std::int32_t first, int max_new);
+
+/// Generation with a token chooser (atlas sample), on a model that holds every layer, the
+/// embedding and the head, built with max_chunk >= its context: prefills `prompt` (1 to context
+/// tokens, in chunks of max_chunk), then for each new token i = 0, 1, ... calls
+/// `choose(logits of the next token, i)` and `emit(the chosen id)`, until `max_new` tokens or
+/// until `stop_token` (>= 0) was chosen (it is emitted and returned). Past the context the window
+/// slides, as nanoGPT's sampler crops: once the sequence fills the context, a fresh cache is
+/// prefilled with its last context / 2 tokens (positions from 0 again) and decoding goes on.
+/// Returns the new ids. Throws atlas::Error (Config) for an empty or too long prompt or an id
+/// outside the vocabulary.
+struct GenerateOptions {
+  int max_new = 1;
+  std::int32_t stop_token = -1;
+};
+std::vector<std::int32_t> generate_with(InferenceModel& model, std::span<const std::int32_t> prompt,
+                                        const GenerateOptions& options,
+                                        const std::function<std::int32_t(std::span<const float>, int)>& choose,
+                                        const std::function<void(std::int32_t)>& emit);
+
+/// Reads `model`'s tensors (its layer range) from the atlas checkpoint `path`, whose model.*
+/// must be the model's shape (its seq_len at least the model's context). `setting` says where
+/// the path came from in messages ("bubbletea.weights", "atlas sample"). Collective over `comm`
+/// (every rank reads its own tensors); throws ConfigError naming the file and the mismatch.
+void load_weights(const mpi::Comm& comm, const std::string& path, InferenceModel& model, std::string_view setting);
 
 /// Chunk boundaries of a prompt of `prompt_tokens`: chunks of `chunk_tokens` (0 = one chunk),
 /// the last one shorter. Fixed by the prompt length alone, so a prefill's arithmetic does not

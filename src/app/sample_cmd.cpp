@@ -1,0 +1,229 @@
+// SPDX-License-Identifier: MIT
+// `atlas sample CKPT [--prompt TEXT | --prompt-file FILE] [--tokens N] [--temperature T] [--top-k K]
+// [--top-p P] [--seed S] [--samples N] [--tokenizer-dir DIR] [--device host|cuda] [--json FILE]`:
+// text from a checkpoint, streamed to stdout. Wiring only: the forward pass with its KV cache is
+// bubbletea/model.hpp's InferenceModel (the one BubbleTea serves with), the token choice
+// model/sampling.hpp, the tokenizers model/. One process.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "atlas/app/commands.hpp"
+#include "atlas/bubbletea/model.hpp"
+#include "atlas/core/file.hpp"
+#include "atlas/core/json.hpp"
+#include "atlas/core/units.hpp"
+#include "atlas/deck/deck.hpp"
+#include "atlas/device/backend.hpp"
+#include "atlas/io/checkpoint.hpp"
+#include "atlas/model/gpt2_tokenizer.hpp"
+#include "atlas/model/rng.hpp"
+#include "atlas/model/sampling.hpp"
+
+namespace atlas::app {
+
+namespace {
+
+/// The largest prompt file read (a prompt longer than any model's context is refused anyway).
+constexpr std::uint64_t kMaxPromptBytes = 16 << 20;
+/// GPT-2's <|endoftext|>: the start of an empty prompt and where a sample stops.
+constexpr std::int32_t kEndOfText = 50256;
+
+/// Text to ids and back with the checkpoint's tokenizer. `vocab` = the ids the tokenizer makes
+/// (256 for bytes): a model's ids beyond it (padding of model.vocab) are never drawn.
+struct Tokenizer {
+  std::unique_ptr<model::Gpt2Tokenizer> bpe;  ///< null: bytes
+  int vocab = 256;
+
+  [[nodiscard]] std::vector<std::int32_t> encode(const std::string& text) const {
+    if (bpe) return bpe->encode(text);
+    std::vector<std::int32_t> ids;
+    for (const unsigned char ch : text) ids.push_back(ch);
+    return ids;
+  }
+  [[nodiscard]] std::string decode(std::span<const std::int32_t> ids) const {
+    if (bpe) return bpe->decode(ids);
+    std::string s;
+    for (const std::int32_t id : ids) s.push_back(static_cast<char>(static_cast<unsigned char>(id)));
+    return s;
+  }
+  [[nodiscard]] const char* name() const { return bpe ? "gpt2" : "byte"; }
+};
+
+double double_option(const Args& a, const std::string& name, double def) {
+  if (!a.flag(name)) return def;
+  const std::optional<double> v = units::parse_double(a.option(name));
+  if (!v) throw UsageError(fmt::format("--{} expects a number, got '{}'", name, a.option(name)));
+  return *v;
+}
+
+}  // namespace
+
+int cmd_sample(Context& ctx) {
+  if (ctx.env.world_size() != 1)
+    throw UsageError(fmt::format("atlas sample runs as one process (started with {}); run it without mpirun",
+                                 ctx.env.world_size()));
+  const Args a = parse_args(ctx.args,
+                            {"prompt", "prompt-file", "tokens", "temperature", "top-k", "top-p", "seed", "samples",
+                             "tokenizer-dir", "device", "json"},
+                            {"ignore-eot"});
+  if (!a.overrides.empty())
+    throw UsageError("atlas sample takes no key=value overrides (got '" + a.overrides.front() +
+                     "'): the checkpoint's own deck describes the model; the sampling settings are options");
+  if (a.positional.size() != 1)
+    throw UsageError("atlas sample needs one checkpoint file: atlas sample CKPT [--prompt TEXT] [--tokens N]");
+  if (a.flag("prompt") && a.flag("prompt-file"))
+    throw UsageError("atlas sample: give --prompt or --prompt-file, not both");
+  model::SamplingParams sp;
+  sp.temperature = double_option(a, "temperature", 1.0);
+  sp.top_k = a.int_option("top-k", 0, 0, std::numeric_limits<int>::max());
+  sp.top_p = double_option(a, "top-p", 1.0);
+  try {
+    model::check_sampling(sp, "atlas sample");
+  } catch (const ConfigError& e) {
+    std::string all;
+    for (const std::string& p : e.problems()) all += (all.empty() ? "" : "\n") + p;
+    throw UsageError(all);
+  }
+  const int max_new = a.int_option("tokens", 64, 1, 1 << 24);
+  const int samples = a.int_option("samples", 1, 1, 1 << 20);
+  const std::string seed_text = a.option("seed", "1");
+  const std::optional<long long> seed = units::parse_int(seed_text);
+  if (!seed || *seed < 0) throw UsageError("--seed expects an integer >= 0, got '" + seed_text + "'");
+  const std::string device_name = a.option("device", "host");
+  DeviceCfg dev;
+  if (device_name == "cuda") {
+    if (!cuda_built())
+      throw UsageError("atlas sample --device cuda: this binary was built without CUDA\n  hint: build it with `make "
+                       "cuda`, or sample on the host (drop --device)");
+    dev.backend = Backend::Cuda;
+  } else if (device_name != "host") {
+    throw UsageError("--device must be host or cuda, not '" + device_name + "'");
+  }
+  dev.precision = Precision::Fp32;  // sampling is cheap next to training: the reference numerics
+  const std::string json_path = a.option("json");
+  if (!json_path.empty()) check_output_file("atlas sample", "--json", json_path);
+  const std::string& ckpt = a.positional[0];
+
+  // The model and its tokenizer, from the checkpoint and its own deck.
+  const io::CheckpointContents contents = io::inspect_checkpoint(ckpt);
+  const io::ModelShape& m = contents.meta.model;
+  Tokenizer tok;
+  std::string tokenizer_dir = "data/gpt2";
+  bool gpt2 = m.vocab == model::Gpt2Tokenizer::kVocab;
+  try {
+    const Config deck_cfg = deck::parse(ckpt + ":/deck", contents.meta.deck, {});
+    gpt2 = deck_cfg.data.tokenizer == TokenizerKind::Gpt2;
+    if (!deck_cfg.data.tokenizer_dir.empty()) tokenizer_dir = deck_cfg.data.tokenizer_dir;
+  } catch (const ConfigError&) {
+    // A deck of another atlas version: the tokenizer follows from the vocabulary.
+  }
+  if (a.flag("tokenizer-dir")) tokenizer_dir = a.option("tokenizer-dir");
+  if (gpt2) {
+    tok.bpe = std::make_unique<model::Gpt2Tokenizer>(
+        tokenizer_dir, a.flag("tokenizer-dir") ? "--tokenizer-dir" : "the checkpoint's data.tokenizer_dir (or --tokenizer-dir)");
+    tok.vocab = model::Gpt2Tokenizer::kVocab;
+  }
+  if (m.vocab < tok.vocab)
+    throw ConfigError(fmt::format("'{}': model.vocab = {} is smaller than the {} tokenizer's {} ids\n  hint: this "
+                                  "checkpoint was not trained with that tokenizer; it cannot be sampled as text",
+                                  ckpt, m.vocab, tok.name(), tok.vocab));
+
+  // The prompt.
+  std::string prompt_text = a.option("prompt");
+  if (a.flag("prompt-file")) prompt_text = deck::read_text_file(a.option("prompt-file"), kMaxPromptBytes, "prompt");
+  std::vector<std::int32_t> prompt = tok.encode(prompt_text);
+  if (prompt.empty()) {
+    if (!gpt2)
+      throw UsageError("atlas sample: the prompt is empty; a byte-tokenizer model has no start token\n  hint: give "
+                       "--prompt TEXT (e.g. --prompt \"The \")");
+    prompt.push_back(kEndOfText);  // GPT-2's convention: generation from nothing starts at <|endoftext|>
+  }
+  if (static_cast<std::int64_t>(prompt.size()) > m.seq_len)
+    throw UsageError(fmt::format("atlas sample: the prompt is {} tokens, longer than the model's context (model.seq_len "
+                                 "= {} in '{}')\n  hint: shorten the prompt to its last {} tokens or fewer",
+                                 prompt.size(), m.seq_len, ckpt, m.seq_len));
+
+  bubbletea::InferShape shape;
+  shape.layers = static_cast<int>(m.layers);
+  shape.hidden = static_cast<int>(m.hidden);
+  shape.heads = static_cast<int>(m.heads);
+  shape.context = static_cast<int>(m.seq_len);
+  shape.vocab = static_cast<int>(m.vocab);
+  const std::unique_ptr<device::Backend> backend = device::make_backend(dev);
+  bubbletea::InferenceModel net(shape, bubbletea::LayerRange{0, shape.layers, true, true}, *backend, shape.context);
+  bubbletea::load_weights(mpi::Comm::self(), ckpt, net, "atlas sample");
+
+  fmt::print("# atlas sample: {} (step {}: {} layers, hidden {}, {} heads, context {}, vocab {}, {} tokenizer); "
+             "temperature {}, top-k {}, top-p {}, seed {}\n",
+             ckpt, contents.meta.step, m.layers, m.hidden, m.heads, m.seq_len, m.vocab, tok.name(), sp.temperature,
+             sp.top_k, sp.top_p, *seed);
+  std::fflush(stdout);
+  bubbletea::GenerateOptions go;
+  go.max_new = max_new;
+  go.stop_token = gpt2 && !a.flag("ignore-eot") ? kEndOfText : -1;
+  const std::string& prompt_shown = prompt_text;  // decode(encode(text)) == text for both tokenizers
+  std::vector<std::vector<std::int32_t>> outs;
+  std::vector<std::vector<float>> chosen_logits;  // the logit of each chosen token (--json)
+  std::int64_t tokens = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int s = 0; s < samples; ++s) {
+    fmt::print("# sample {} of {}\n{}", s + 1, samples, prompt_shown);
+    std::fflush(stdout);
+    const std::uint64_t key = model::rng::key(static_cast<std::uint64_t>(*seed), fmt::format("atlas.sample.{}", s));
+    chosen_logits.emplace_back();
+    const auto choose = [&](std::span<const float> logits, int i) {
+      const std::int32_t t = model::sample_token(logits.first(static_cast<std::size_t>(tok.vocab)), sp,
+                                                 model::rng::uniform(key, static_cast<std::uint64_t>(i)));
+      chosen_logits.back().push_back(logits[static_cast<std::size_t>(t)]);
+      return t;
+    };
+    const auto emit = [&](std::int32_t id) {
+      if (id == go.stop_token) return;
+      const std::string piece = tok.decode(std::span<const std::int32_t>(&id, 1));
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+    };
+    outs.push_back(bubbletea::generate_with(net, prompt, go, choose, emit));
+    tokens += static_cast<std::int64_t>(outs.back().size());
+    const bool stopped = outs.back().back() == go.stop_token;
+    fmt::print("\n{}", stopped ? "# <|endoftext|>\n" : "");
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  fmt::print("# {} sample(s), {} new tokens in {:.2f} s ({:.1f} tokens/s on {}); prompt {} tokens\n", samples, tokens,
+             secs, secs > 0 ? static_cast<double>(tokens) / secs : 0.0, device_name, prompt.size());
+
+  if (!json_path.empty()) {
+    const auto ids = [](const auto& v) {
+      std::string s = "[";
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        if constexpr (std::is_floating_point_v<std::decay_t<decltype(v[i])>>)
+          s += fmt::format("{}{:.9g}", i ? ", " : "", v[i]);  // finite: sample_token refuses others
+        else
+          s += fmt::format("{}{}", i ? ", " : "", v[i]);
+      }
+      return s + "]";
+    };
+    std::string j = fmt::format(
+        "{{\n  \"checkpoint\": \"{}\",\n  \"step\": {},\n  \"tokenizer\": \"{}\",\n  \"temperature\": {},\n  "
+        "\"top_k\": {},\n  \"top_p\": {},\n  \"seed\": {},\n  \"prompt_ids\": {},\n  \"samples\": [",
+        json::escape(ckpt), contents.meta.step, tok.name(), json::number(sp.temperature, 6), sp.top_k,
+        json::number(sp.top_p, 6), *seed, ids(prompt));
+    for (std::size_t s = 0; s < outs.size(); ++s) j += (s ? ",\n    " : "\n    ") + ids(outs[s]);
+    j += "\n  ],\n  \"chosen_logits\": [";
+    for (std::size_t s = 0; s < chosen_logits.size(); ++s) j += (s ? ",\n    " : "\n    ") + ids(chosen_logits[s]);
+    j += "\n  ]\n}\n";
+    write_file_whole(json_path, j);
+  }
+  return 0;
+}
+
+}  // namespace atlas::app
