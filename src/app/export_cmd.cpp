@@ -132,13 +132,14 @@ int cmd_export(Context& ctx) {
   io::Gpt2Config cfg;
   cfg.gpt2_tokenizer = contents.meta.model.vocab == 50257;
   ModelCfg deck_model;
-  try {
-    const Config deck_cfg = deck::parse(ckpt + ":/deck", contents.meta.deck, {});
-    deck_model = deck_cfg.model;
-    cfg.initializer_range = deck_cfg.model.init_std;
-    cfg.gpt2_tokenizer = deck_cfg.data.tokenizer == TokenizerKind::Gpt2;
-  } catch (const ConfigError&) {
-    // A deck of another atlas version: the defaults above.
+  const std::optional<Config> deck_cfg = checkpoint_deck(
+      ckpt, contents,
+      fmt::format("initializer_range {} and {} special tokens", cfg.initializer_range,
+                  cfg.gpt2_tokenizer ? "GPT-2's" : "no"));
+  if (deck_cfg) {
+    deck_model = deck_cfg->model;
+    cfg.initializer_range = deck_cfg->model.init_std;
+    cfg.gpt2_tokenizer = deck_cfg->data.tokenizer == TokenizerKind::Gpt2;
   }
   const std::vector<std::string> names = io::export_hf(ckpt, out, cfg);
   const auto& m = contents.meta.model;

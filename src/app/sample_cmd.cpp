@@ -5,6 +5,7 @@
 // bubbletea/model.hpp's InferenceModel (the one BubbleTea serves with), the token choice
 // model/sampling.hpp, the tokenizers model/. One process.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <chrono>
 #include <cstdio>
@@ -13,7 +14,6 @@
 #include <optional>
 #include <span>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "atlas/app/commands.hpp"
@@ -24,6 +24,7 @@
 #include "atlas/deck/deck.hpp"
 #include "atlas/device/backend.hpp"
 #include "atlas/io/checkpoint.hpp"
+#include "atlas/model/data.hpp"
 #include "atlas/model/gpt2_tokenizer.hpp"
 #include "atlas/model/rng.hpp"
 #include "atlas/model/sampling.hpp"
@@ -34,26 +35,17 @@ namespace {
 
 /// The largest prompt file read (a prompt longer than any model's context is refused anyway).
 constexpr std::uint64_t kMaxPromptBytes = 16 << 20;
-/// GPT-2's <|endoftext|>: the start of an empty prompt and where a sample stops.
-constexpr std::int32_t kEndOfText = 50256;
-
 /// Text to ids and back with the checkpoint's tokenizer. `vocab` = the ids the tokenizer makes
 /// (256 for bytes): a model's ids beyond it (padding of model.vocab) are never drawn.
 struct Tokenizer {
   std::unique_ptr<model::Gpt2Tokenizer> bpe;  ///< null: bytes
-  int vocab = 256;
+  int vocab = model::ByteTokenizer::kVocab;
 
   [[nodiscard]] std::vector<std::int32_t> encode(const std::string& text) const {
-    if (bpe) return bpe->encode(text);
-    std::vector<std::int32_t> ids;
-    for (const unsigned char ch : text) ids.push_back(ch);
-    return ids;
+    return bpe ? bpe->encode(text) : model::ByteTokenizer::encode(text);
   }
   [[nodiscard]] std::string decode(std::span<const std::int32_t> ids) const {
-    if (bpe) return bpe->decode(ids);
-    std::string s;
-    for (const std::int32_t id : ids) s.push_back(static_cast<char>(static_cast<unsigned char>(id)));
-    return s;
+    return bpe ? bpe->decode(ids) : model::ByteTokenizer::decode(ids);
   }
   [[nodiscard]] const char* name() const { return bpe ? "gpt2" : "byte"; }
 };
@@ -119,17 +111,17 @@ int cmd_sample(Context& ctx) {
   Tokenizer tok;
   std::string tokenizer_dir = "data/gpt2";
   bool gpt2 = m.vocab == model::Gpt2Tokenizer::kVocab;
-  try {
-    const Config deck_cfg = deck::parse(ckpt + ":/deck", contents.meta.deck, {});
-    gpt2 = deck_cfg.data.tokenizer == TokenizerKind::Gpt2;
-    if (!deck_cfg.data.tokenizer_dir.empty()) tokenizer_dir = deck_cfg.data.tokenizer_dir;
-  } catch (const ConfigError&) {
-    // A deck of another atlas version: the tokenizer follows from the vocabulary.
+  const std::optional<Config> deck_cfg = checkpoint_deck(
+      ckpt, contents, fmt::format("the {} tokenizer (from model.vocab = {})", gpt2 ? "gpt2" : "byte", m.vocab));
+  if (deck_cfg) {
+    gpt2 = deck_cfg->data.tokenizer == TokenizerKind::Gpt2;
+    if (!deck_cfg->data.tokenizer_dir.empty()) tokenizer_dir = deck_cfg->data.tokenizer_dir;
   }
   if (a.flag("tokenizer-dir")) tokenizer_dir = a.option("tokenizer-dir");
   if (gpt2) {
     tok.bpe = std::make_unique<model::Gpt2Tokenizer>(
-        tokenizer_dir, a.flag("tokenizer-dir") ? "--tokenizer-dir" : "the checkpoint's data.tokenizer_dir (or --tokenizer-dir)");
+        tokenizer_dir,
+        a.flag("tokenizer-dir") ? "--tokenizer-dir" : "the checkpoint's data.tokenizer_dir (or --tokenizer-dir)");
     tok.vocab = model::Gpt2Tokenizer::kVocab;
   }
   if (m.vocab < tok.vocab)
@@ -145,11 +137,12 @@ int cmd_sample(Context& ctx) {
     if (!gpt2)
       throw UsageError("atlas sample: the prompt is empty; a byte-tokenizer model has no start token\n  hint: give "
                        "--prompt TEXT (e.g. --prompt \"The \")");
-    prompt.push_back(kEndOfText);  // GPT-2's convention: generation from nothing starts at <|endoftext|>
+    // GPT-2's convention: generation from nothing starts at <|endoftext|>.
+    prompt.push_back(model::Gpt2Tokenizer::kEndOfText);
   }
   if (static_cast<std::int64_t>(prompt.size()) > m.seq_len)
-    throw UsageError(fmt::format("atlas sample: the prompt is {} tokens, longer than the model's context (model.seq_len "
-                                 "= {} in '{}')\n  hint: shorten the prompt to its last {} tokens or fewer",
+    throw UsageError(fmt::format("atlas sample: the prompt is {} tokens, longer than the model's context "
+                                 "(model.seq_len = {} in '{}')\n  hint: shorten the prompt to its last {} tokens or fewer",
                                  prompt.size(), m.seq_len, ckpt, m.seq_len));
 
   bubbletea::InferShape shape;
@@ -169,10 +162,11 @@ int cmd_sample(Context& ctx) {
   std::fflush(stdout);
   bubbletea::GenerateOptions go;
   go.max_new = max_new;
-  go.stop_token = gpt2 && !a.flag("ignore-eot") ? kEndOfText : -1;
+  go.stop_token = gpt2 && !a.flag("ignore-eot") ? model::Gpt2Tokenizer::kEndOfText : -1;
   const std::string& prompt_shown = prompt_text;  // decode(encode(text)) == text for both tokenizers
   std::vector<std::vector<std::int32_t>> outs;
   std::vector<std::vector<float>> chosen_logits;  // the logit of each chosen token (--json)
+  std::vector<std::vector<double>> draws;         // the uniform draw of each token (--json)
   std::int64_t tokens = 0;
   const auto t0 = std::chrono::steady_clock::now();
   for (int s = 0; s < samples; ++s) {
@@ -180,10 +174,17 @@ int cmd_sample(Context& ctx) {
     std::fflush(stdout);
     const std::uint64_t key = model::rng::key(static_cast<std::uint64_t>(*seed), fmt::format("atlas.sample.{}", s));
     chosen_logits.emplace_back();
+    draws.emplace_back();
     const auto choose = [&](std::span<const float> logits, int i) {
-      const std::int32_t t = model::sample_token(logits.first(static_cast<std::size_t>(tok.vocab)), sp,
-                                                 model::rng::uniform(key, static_cast<std::uint64_t>(i)));
+      const double u = model::rng::uniform(key, static_cast<std::uint64_t>(i));
+      std::int32_t t = 0;
+      try {
+        t = model::sample_token(logits.first(static_cast<std::size_t>(tok.vocab)), sp, u);
+      } catch (const ConfigError& e) {
+        throw ConfigError(fmt::format("'{}', sample {}, new token {}: {}", ckpt, s + 1, i + 1, e.problems().front()));
+      }
       chosen_logits.back().push_back(logits[static_cast<std::size_t>(t)]);
+      draws.back().push_back(u);
       return t;
     };
     const auto emit = [&](std::int32_t id) {
@@ -202,25 +203,20 @@ int cmd_sample(Context& ctx) {
              secs, secs > 0 ? static_cast<double>(tokens) / secs : 0.0, device_name, prompt.size());
 
   if (!json_path.empty()) {
-    const auto ids = [](const auto& v) {
-      std::string s = "[";
-      for (std::size_t i = 0; i < v.size(); ++i) {
-        if constexpr (std::is_floating_point_v<std::decay_t<decltype(v[i])>>)
-          s += fmt::format("{}{:.9g}", i ? ", " : "", v[i]);  // finite: sample_token refuses others
-        else
-          s += fmt::format("{}{}", i ? ", " : "", v[i]);
-      }
-      return s + "]";
+    // Numbers as shortest round-trip text ({} of fmt): the settings, logits and draws exact.
+    const auto list = [](const auto& v) { return fmt::format("[{}]", fmt::join(v, ", ")); };
+    const auto lists = [&](const auto& vs) {
+      std::string out = "[";
+      for (std::size_t s = 0; s < vs.size(); ++s) out += (s ? ",\n    " : "\n    ") + list(vs[s]);
+      return out + "\n  ]";
     };
-    std::string j = fmt::format(
+    // Finite: sample_token refuses non-finite logits and settings.
+    const std::string j = fmt::format(
         "{{\n  \"checkpoint\": \"{}\",\n  \"step\": {},\n  \"tokenizer\": \"{}\",\n  \"temperature\": {},\n  "
-        "\"top_k\": {},\n  \"top_p\": {},\n  \"seed\": {},\n  \"prompt_ids\": {},\n  \"samples\": [",
-        json::escape(ckpt), contents.meta.step, tok.name(), json::number(sp.temperature, 6), sp.top_k,
-        json::number(sp.top_p, 6), *seed, ids(prompt));
-    for (std::size_t s = 0; s < outs.size(); ++s) j += (s ? ",\n    " : "\n    ") + ids(outs[s]);
-    j += "\n  ],\n  \"chosen_logits\": [";
-    for (std::size_t s = 0; s < chosen_logits.size(); ++s) j += (s ? ",\n    " : "\n    ") + ids(chosen_logits[s]);
-    j += "\n  ]\n}\n";
+        "\"top_k\": {},\n  \"top_p\": {},\n  \"seed\": {},\n  \"context\": {},\n  \"prompt_ids\": {},\n  "
+        "\"samples\": {},\n  \"chosen_logits\": {},\n  \"draws\": {}\n}}\n",
+        json::escape(ckpt), contents.meta.step, tok.name(), sp.temperature, sp.top_k, sp.top_p, *seed, m.seq_len,
+        list(prompt), lists(outs), lists(chosen_logits), lists(draws));
     write_file_whole(json_path, j);
   }
   return 0;

@@ -460,7 +460,6 @@ std::vector<std::int32_t> generate(InferenceModel& model, std::span<const std::i
   return decode_greedy(model, cache, InferenceModel::argmax(logits), max_new);
 }
 
-
 std::vector<std::int32_t> generate_with(InferenceModel& model, std::span<const std::int32_t> prompt,
                                         const GenerateOptions& options,
                                         const std::function<std::int32_t(std::span<const float>, int)>& choose,
@@ -473,7 +472,8 @@ std::vector<std::int32_t> generate_with(InferenceModel& model, std::span<const s
                                                                            << context);
   const auto p = static_cast<int>(prompt.size());
   if (p < 1 || p > context)
-    ATLAS_THROW(Config, "a prompt of " << p << " tokens: it must hold 1 to " << context << " tokens (the model's context)");
+    ATLAS_THROW(Config,
+                "a prompt of " << p << " tokens: it must hold 1 to " << context << " tokens (the model's context)");
   std::vector<std::int32_t> seq(prompt.begin(), prompt.end());
   std::vector<std::int32_t> out;
   std::vector<float> logits(static_cast<std::size_t>(model.shape().vocab));
@@ -501,8 +501,9 @@ void load_weights(const mpi::Comm& world, const std::string& path, InferenceMode
   const io::CheckpointContents contents = io::inspect_checkpoint(world, path);
   const InferShape& sh = model.shape();
   // The deck section that sized the model ("bubbletea.weights" -> "bubbletea."), for messages.
+  const std::size_t dot = setting.find('.');
   const std::string_view section =
-      setting.find('.') == std::string_view::npos ? std::string_view("the model's ") : setting.substr(0, setting.find('.') + 1);
+      dot == std::string_view::npos ? std::string_view("the model's ") : setting.substr(0, dot + 1);
   mpi::agree(world, fmt::format("reading {}", setting), [&] {
     ProblemList problems;
     const io::ModelShape& m = contents.meta.model;
@@ -550,6 +551,5 @@ void load_weights(const mpi::Comm& world, const std::string& path, InferenceMode
   (void)io::read_checkpoint(world, path, shards, opt);
   for (std::size_t i = 0; i < shards.size(); ++i) model.set_param(shards[i].name, host[i]);
 }
-
 
 }  // namespace atlas::bubbletea

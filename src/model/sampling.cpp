@@ -38,7 +38,7 @@ std::int32_t sample_token(std::span<const float> logits, const SamplingParams& p
   }
   if (best < 0)
     throw ConfigError(fmt::format("every one of the model's {} logits is -inf: no token can be drawn", v));
-  if (params.temperature == 0.0 || params.top_k == 1) return best;
+  if (params.temperature == 0.0) return best;
 
   // Candidates in descending logit order, lower id first on ties; -inf never a candidate.
   std::vector<std::int32_t> order;
@@ -49,11 +49,14 @@ std::int32_t sample_token(std::span<const float> logits, const SamplingParams& p
     const float la = logits[static_cast<std::size_t>(a)], lb = logits[static_cast<std::size_t>(b)];
     return la > lb || (la == lb && a < b);
   };
+  std::sort(order.begin(), order.end(), before);
   if (params.top_k > 0 && static_cast<std::size_t>(params.top_k) < order.size()) {
-    std::partial_sort(order.begin(), order.begin() + params.top_k, order.end(), before);
-    order.resize(static_cast<std::size_t>(params.top_k));
-  } else {
-    std::sort(order.begin(), order.end(), before);
+    // Every token whose logit is at least the k-th largest stays (ties with it included), as
+    // transformers' TopKLogitsWarper removes only the logits below the k-th.
+    const float kth = logits[static_cast<std::size_t>(order[static_cast<std::size_t>(params.top_k) - 1])];
+    std::size_t keep = static_cast<std::size_t>(params.top_k);
+    while (keep < order.size() && logits[static_cast<std::size_t>(order[keep])] == kth) ++keep;
+    order.resize(keep);
   }
   const double top = logits[static_cast<std::size_t>(best)];
   std::vector<double> w(order.size());

@@ -7,6 +7,7 @@ atlas_unit_test(test_model_layers unit/test_model_layers.cpp)
 atlas_unit_test(test_model_gpt unit/test_model_gpt.cpp)
 atlas_unit_test(test_model_optimizer unit/test_model_optimizer.cpp)
 atlas_unit_test(test_model_sampling unit/test_model_sampling.cpp)
+atlas_unit_test(test_app_checkpoint_deck unit/test_app_checkpoint_deck.cpp)
 atlas_unit_test(test_model_data unit/test_model_data.cpp)
 
 atlas_mpi_test(test_model_tp SOURCES mpi/test_model_tp.cpp NP 1 2 4 TIMEOUT 60)

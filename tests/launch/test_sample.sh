@@ -37,11 +37,13 @@ check "greedy: the text starts with the prompt" grep -q "^The jury" "$T/greedy.o
 check "greedy: the summary line" grep -Eq "^# 1 sample\(s\), 80 new tokens in .* s \(.* tokens/s on host\); prompt 8 tokens" "$T/greedy.out"
 check "greedy: every token and logit as GPT-2's forward pass on the export says (window slides included)" \
   $PY tests/hf/check_sample.py "$T/hf" "$T/greedy.json" 1e-4
-check "top-k 4 at temperature 1.3, two samples: every token among the reference's top 4" \
+check "top-k 4 at temperature 1.3, two samples: exit 0" \
   to "$T/topk.out" atlas sample "$CKPT" --prompt "He " --tokens 60 --temperature 1.3 --top-k 4 --samples 2 --json "$T/topk.json"
-check "top-k 4: the reference agrees" $PY tests/hf/check_sample.py "$T/hf" "$T/topk.json" 1e-4
-check "top-p 0.9: logits as the reference's" to "$T/topp.out" atlas sample "$CKPT" --prompt "He " --tokens 60 --top-p 0.9 --json "$T/topp.json"
-check "top-p 0.9: the reference agrees" $PY tests/hf/check_sample.py "$T/hf" "$T/topp.json" 1e-4
+check "top-k 4: every draw rebuilt from the reference logits" $PY tests/hf/check_sample.py "$T/hf" "$T/topk.json" 1e-4
+check "top-p 0.9: exit 0" to "$T/topp.out" atlas sample "$CKPT" --prompt "He " --tokens 60 --top-p 0.9 --json "$T/topp.json"
+check "top-p 0.9: every draw rebuilt from the reference logits" $PY tests/hf/check_sample.py "$T/hf" "$T/topp.json" 1e-4
+check "temperature 0.7 alone: exit 0" to "$T/temp.out" atlas sample "$CKPT" --prompt "She " --tokens 60 --temperature 0.7 --json "$T/temp.json"
+check "temperature 0.7: every draw rebuilt from the reference logits" $PY tests/hf/check_sample.py "$T/hf" "$T/temp.json" 1e-4
 check "top-k 1 at temperature 1 is greedy" to "$T/k1.out" atlas sample "$CKPT" --prompt "The jury" --tokens 80 --top-k 1 --json "$T/k1.json"
 check "... the same ids" test "$(samples_of "$T/k1.json")" == "$(samples_of "$T/greedy.json")"
 

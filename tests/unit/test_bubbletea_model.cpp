@@ -10,6 +10,8 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "atlas/bubbletea/cost.hpp"
@@ -278,16 +280,18 @@ TEST_F(InferModel, GenerateWithSlidesTheWindowAndStops) {
   EXPECT_EQ(stopped, (std::vector<std::int32_t>{1, 1, 3}));
   EXPECT_EQ(emitted, stopped);
 
-  // An empty prompt, one beyond the context, an id outside the vocabulary.
-  for (const std::vector<std::int32_t>& bad :
-       {std::vector<std::int32_t>{}, std::vector<std::int32_t>(49, 1), std::vector<std::int32_t>{1, 37}}) {
+  // An empty prompt, one beyond the context, an id outside the vocabulary: each its own message.
+  const std::vector<std::pair<std::vector<std::int32_t>, std::string>> bad = {
+      {{}, "a prompt of 0 tokens: it must hold 1 to 48 tokens"},
+      {std::vector<std::int32_t>(49, 1), "a prompt of 49 tokens: it must hold 1 to 48 tokens"},
+      {{1, 37}, "prompt token 37 at position 1 is outside the inference vocabulary [0, 37)"}};
+  for (const auto& [prompt_ids, message] : bad) {
     try {
-      (void)generate_with(*m, bad, go, greedy, emit);
-      FAIL() << "expected an error for a prompt of " << bad.size();
+      (void)generate_with(*m, prompt_ids, go, greedy, emit);
+      FAIL() << "expected an error for " << message;
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), ExitCode::Config);
-      EXPECT_THAT(e.what(), ::testing::AnyOf(::testing::HasSubstr("it must hold 1 to 48 tokens"),
-                                             ::testing::HasSubstr("is outside the inference vocabulary [0, 37)")));
+      EXPECT_THAT(e.what(), ::testing::HasSubstr(message));
     }
   }
 }

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
-// Token choice for atlas sample: greedy and top-k 1 take the largest logit (lowest id on ties);
-// drawn frequencies match softmax(logits / temperature) over many counter-based draws; top-k and
-// top-p keep exactly the tokens they should; bad parameters and bad logits are clear errors.
+// Token choice for atlas sample: greedy takes the largest logit (lowest id on ties), as top-k 1
+// does without ties; drawn frequencies match softmax(logits / temperature) over many
+// counter-based draws; top-k (ties with the k-th kept) and top-p keep exactly the tokens they
+// should; bad parameters and bad logits are clear errors.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -45,12 +46,23 @@ void expect_close(const std::vector<double>& got, const std::vector<double>& wan
 const std::vector<float> kLogits = {0.0F, std::log(2.0F), std::log(4.0F), std::log(1.0F / 2.0F), -3.0F};
 
 TEST(Sampling, GreedyTakesTheLargestLogitLowestIdOnTies) {
-  const std::vector<float> l = {1.0F, 3.0F, -2.0F, 3.0F};
+  const std::vector<float> l = {1.0F, 3.0F, -2.0F, 3.5F};
   for (double u : {0.0, 0.3, 0.999999}) {
-    EXPECT_EQ(sample_token(l, {0.0, 0, 1.0}, u), 1);
-    EXPECT_EQ(sample_token(l, {1.0, 1, 1.0}, u), 1) << "top-k 1 is greedy at any temperature";
-    EXPECT_EQ(sample_token(l, {5.0, 1, 1.0}, u), 1);
+    EXPECT_EQ(sample_token(l, {0.0, 0, 1.0}, u), 3);
+    EXPECT_EQ(sample_token(l, {1.0, 1, 1.0}, u), 3) << "top-k 1 is greedy at any temperature";
+    EXPECT_EQ(sample_token(l, {5.0, 1, 1.0}, u), 3);
   }
+  const std::vector<float> tied = {1.0F, 3.0F, -2.0F, 3.0F};
+  for (double u : {0.0, 0.3, 0.999999}) EXPECT_EQ(sample_token(tied, {0.0, 0, 1.0}, u), 1) << "lowest id on ties";
+}
+
+TEST(Sampling, TopKKeepsTokensTiedWithTheKth) {
+  // As transformers' TopKLogitsWarper: only logits below the k-th are removed.
+  const std::vector<float> tied = {1.0F, 3.0F, -2.0F, 3.0F, 0.5F};
+  expect_close(frequencies(tied, {1.0, 1, 1.0}), expected(tied, 1.0, {false, true, false, true, false}));
+  expect_close(frequencies(tied, {1.0, 3, 1.0}), expected(tied, 1.0, {true, true, false, true, false}));
+  const std::vector<float> three = {2.0F, 2.0F, 2.0F, 1.0F};
+  expect_close(frequencies(three, {1.0, 2, 1.0}), expected(three, 1.0, {true, true, true, false}));
 }
 
 TEST(Sampling, FrequenciesFollowSoftmaxAtEachTemperature) {

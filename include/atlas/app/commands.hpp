@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "atlas/deck/config.hpp"
+#include "atlas/io/checkpoint.hpp"
 #include "atlas/mpi/comm.hpp"
 #include "atlas/sim/measure.hpp"
 
@@ -61,6 +62,12 @@ std::string deck_path(const Args& args, const char* command);
 /// world-size check is skipped because the deck describes a job, not this process. Reads the
 /// deck's device profile files too (deck::read_device_profiles).
 Config load_offline_deck(const std::string& path, const std::vector<std::string>& overrides);
+
+/// The deck stored in a checkpoint (`ckpt`, inspected as `contents`), parsed. std::nullopt when it
+/// does not parse (a deck of another atlas version), after a WARNING on stderr naming the file
+/// and `assumed`, what the caller takes instead (e.g. "the byte tokenizer (from model.vocab = 256)").
+std::optional<Config> checkpoint_deck(const std::string& ckpt, const io::CheckpointContents& contents,
+                                      const std::string& assumed);
 
 /// For the simulator's commands (schedule, simulate, plan, bench sim), before their first run:
 /// the heap keeps 64 MiB above its top when it grows or trims, so the schedule search's

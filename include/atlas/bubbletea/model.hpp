@@ -188,19 +188,22 @@ class InferenceModel {
 [[nodiscard]] std::vector<std::int32_t> decode_greedy(InferenceModel& model, KvCache& cache,
                                                       std::int32_t first, int max_new);
 
-/// Generation with a token chooser (atlas sample), on a model that holds every layer, the
-/// embedding and the head, built with max_chunk >= its context: prefills `prompt` (1 to context
-/// tokens, in chunks of max_chunk), then for each new token i = 0, 1, ... calls
-/// `choose(logits of the next token, i)` and `emit(the chosen id)`, until `max_new` tokens or
-/// until `stop_token` (>= 0) was chosen (it is emitted and returned). Past the context the window
-/// slides, as nanoGPT's sampler crops: once the sequence fills the context, a fresh cache is
-/// prefilled with its last context / 2 tokens (positions from 0 again) and decoding goes on.
-/// Returns the new ids. Throws atlas::Error (Config) for an empty or too long prompt or an id
-/// outside the vocabulary.
+/// generate_with's limits: `max_new` tokens at most; a chosen `stop_token` (>= 0) ends it.
 struct GenerateOptions {
   int max_new = 1;
   std::int32_t stop_token = -1;
 };
+
+/// Generation with a token chooser (atlas sample), on a model that holds every layer, the
+/// embedding and the head, built with max_chunk >= its context: prefills `prompt` (1 to context
+/// tokens), then for each new token i = 0, 1, ... calls `choose(logits of the next token, i)` and
+/// `emit(the chosen id)`, until `options.max_new` tokens or until `options.stop_token` was chosen
+/// (it is emitted and returned). Past the context the cache restarts: once the sequence fills
+/// the context, a fresh cache is prefilled with its last context / 2 tokens (positions from 0
+/// again) and decoding goes on, so a token past the context sees the last context / 2 to context
+/// tokens (nanoGPT's sampler instead re-runs the last context tokens for every token). Returns
+/// the new ids. Throws atlas::Error (Config) for an empty or too long prompt or an id outside the
+/// vocabulary.
 std::vector<std::int32_t> generate_with(InferenceModel& model, std::span<const std::int32_t> prompt,
                                         const GenerateOptions& options,
                                         const std::function<std::int32_t(std::span<const float>, int)>& choose,

@@ -22,6 +22,8 @@ class Gpt2Tokenizer {
  public:
   /// GPT-2's vocabulary size (50,000 merges + 256 bytes + <|endoftext|>).
   static constexpr int kVocab = 50257;
+  /// <|endoftext|>: the id GPT-2 starts an empty prompt with and ends a document with.
+  static constexpr std::int32_t kEndOfText = 50256;
 
   /// Loads `dir`/encoder.json and `dir`/vocab.bpe. Throws atlas::ConfigError naming the file
   /// and the fix (scripts/get-data.sh, or pointing `dir_setting`, the setting that named `dir`,

@@ -13,7 +13,7 @@ namespace atlas::model {
 /// How the next token is chosen.
 struct SamplingParams {
   double temperature = 1.0;  ///< >= 0; 0 = greedy (the largest logit, the lowest id on ties)
-  int top_k = 0;             ///< >= 0; keep the k most likely tokens (0 = all)
+  int top_k = 0;             ///< >= 0; keep the k most likely tokens and any tied with the k-th (0 = all)
   double top_p = 1.0;        ///< in (0, 1]; keep the fewest most likely tokens whose mass reaches p
 };
 
@@ -22,7 +22,8 @@ void check_sampling(const SamplingParams& params, const char* what);
 
 /// The token drawn from `logits` (one per vocabulary id) with `params`, using `u` in [0, 1) as
 /// the one uniform draw: the kept tokens in descending probability (ties: lower id first) are
-/// laid end to end on [0, 1) by probability and `u` picks one. Probabilities are computed in
+/// laid end to end on [0, 1) by probability and `u` picks one. Temperature 0 is greedy (`u`
+/// unused); top-k 1 with tied largest logits draws among them, as transformers does. Probabilities are computed in
 /// double from softmax(logits / temperature). -inf logits have probability 0. Throws
 /// atlas::ConfigError when a logit is NaN or +inf, or every logit is -inf (the model produced
 /// no distribution).
