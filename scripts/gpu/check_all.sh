@@ -181,6 +181,25 @@ export -f hf_check
 export ATLAS
 step hf_logits 90 bash -c hf_check
 
+# ---- 6b. atlas sample with the CUDA backend: every greedy token and its logit against GPT-2's
+# forward pass in python on step 6's export (tests/hf/check_sample.py), and the host's tokens ----
+sample_check() {
+  local ckpt
+  ckpt=$(ls "$T"/pipeline_2dc/ckpt/step-*.h5 2>/dev/null | tail -1)
+  [[ -n $ckpt && -f $T/hf/model.safetensors ]] || { echo "run the pipeline_2dc and hf_logits steps first"; return 1; }
+  "$ATLAS" sample "$ckpt" --prompt "The jury said" --tokens 150 --temperature 0 --device cuda --json "$T/sample_cuda.json" &&
+    "$ATLAS" sample "$ckpt" --prompt "The jury said" --tokens 150 --temperature 0 --json "$T/sample_host.json" &&
+    py tests/hf/check_sample.py "$T/hf" "$T/sample_cuda.json" 1e-3 &&
+    py - "$T/sample_cuda.json" "$T/sample_host.json" <<'PY'
+import json, sys
+c, h = (json.load(open(p))["samples"][0] for p in sys.argv[1:3])
+same = next((i for i, (a, b) in enumerate(zip(c, h)) if a != b), len(c))
+print(f"# atlas sample greedy: cuda and host agree on the first {same} of {len(c)} tokens")
+PY
+}
+export -f sample_check
+step sample_cuda 60 bash -c sample_check
+
 # ---- 7. every GPU test binary (the MPI ones of tests/cmake/gpu.cmake at np 1 and 2) ----
 mpi_tests=" $(sed -n 's/^ *atlas_mpi_test(\(test_[a-z_]*\).*LABELS gpu.*/\1/p' "$SRC/tests/cmake/gpu.cmake" 2>/dev/null | tr '\n' ' ') "
 [[ $mpi_tests == "  " ]] && mpi_tests=" test_nccl_comm test_cuda_train "
