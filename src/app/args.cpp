@@ -127,17 +127,4 @@ Config load_offline_deck(const std::string& path, const std::vector<std::string>
   return cfg;
 }
 
-std::optional<Config> checkpoint_deck(const std::string& ckpt, const io::CheckpointContents& contents,
-                                      const std::string& assumed) {
-  try {
-    return deck::parse(ckpt + ":/deck", contents.meta.deck, {});
-  } catch (const ConfigError& e) {
-    std::fprintf(stderr,
-                 "WARNING: the deck stored in '%s' does not parse (written by another atlas version?): %s\n"
-                 "  taking %s instead\n",
-                 ckpt.c_str(), e.problems().empty() ? "" : e.problems().front().c_str(), assumed.c_str());
-    return std::nullopt;
-  }
-}
-
 }  // namespace atlas::app

@@ -40,33 +40,22 @@ void want_hf(const Args& a, const char* command) {
 /// "tokens" [T] (ids as F32, exact below 2^24) and "logits" [T, V].
 void write_logits(const std::string& ckpt, const io::CheckpointContents& contents, const ModelCfg& deck_model,
                   const std::string& file) {
-  ModelCfg mc = deck_model;
-  const io::ModelShape& m = contents.meta.model;
-  mc.layers = static_cast<int>(m.layers);
-  mc.hidden = static_cast<int>(m.hidden);
-  mc.heads = static_cast<int>(m.heads);
-  mc.seq_len = static_cast<int>(m.seq_len);
-  mc.vocab = static_cast<int>(m.vocab);
-  mc.layers_per_stage.clear();
   const std::unique_ptr<device::Backend> be = device::make_backend(DeviceCfg{});
-  model::StageModel sm(mc, 1, model::StageSpec{}, *be, nullptr, 0);
-  std::vector<io::ReadShard> shards;
-  for (auto& p : sm.params())
-    shards.push_back({p.name, p.full_shape, p.shard_offset, p.shard_shape, true, p.value.f32(), nullptr, nullptr});
-  io::ReadOptions ro;
-  ro.expect_model = m;
-  (void)io::read_checkpoint(mpi::Comm::self(), ckpt, shards, ro);
-  std::vector<std::int32_t> tokens(static_cast<std::size_t>(mc.seq_len));
+  const std::unique_ptr<model::StageModel> whole = load_whole_model(ckpt, contents, deck_model, 1, *be);
+  model::StageModel& sm = *whole;
+  const auto seq_len = static_cast<int>(contents.meta.model.seq_len);
+  const auto vocab = static_cast<int>(contents.meta.model.vocab);
+  std::vector<std::int32_t> tokens(static_cast<std::size_t>(seq_len));
   std::vector<std::int32_t> targets(tokens.size());
   for (std::size_t i = 0; i < tokens.size(); ++i)
-    tokens[i] = static_cast<std::int32_t>((i * 7919 + 13) % static_cast<std::size_t>(mc.vocab));
+    tokens[i] = static_cast<std::int32_t>((i * 7919 + 13) % static_cast<std::size_t>(vocab));
   for (std::size_t i = 0; i < tokens.size(); ++i) targets[i] = tokens[(i + 1) % tokens.size()];
   sm.forward(0, tokens.data(), targets.data(), nullptr, nullptr);
-  io::SafeTensor t{"tokens", {mc.seq_len}, std::vector<float>(tokens.begin(), tokens.end())};
-  io::SafeTensor l{"logits", {mc.seq_len, mc.vocab}, sm.logits(0)};
+  io::SafeTensor t{"tokens", {seq_len}, std::vector<float>(tokens.begin(), tokens.end())};
+  io::SafeTensor l{"logits", {seq_len, vocab}, sm.logits(0)};
   sm.release(0);
   io::write_safetensors(file, {t, l}, {{"format", "pt"}, {"checkpoint", ckpt}});
-  fmt::print("# atlas logits on {} fixed tokens -> {}\n", mc.seq_len, file);
+  fmt::print("# atlas logits on {} fixed tokens -> {}\n", seq_len, file);
 }
 
 /// The deck keys atlas import takes from config.json, with config.json's names.

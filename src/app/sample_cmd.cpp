@@ -90,17 +90,8 @@ int cmd_sample(Context& ctx) {
   const std::string seed_text = a.option("seed", "1");
   const std::optional<long long> seed = units::parse_int(seed_text);
   if (!seed || *seed < 0) throw UsageError("--seed expects an integer >= 0, got '" + seed_text + "'");
-  const std::string device_name = a.option("device", "host");
-  DeviceCfg dev;
-  if (device_name == "cuda") {
-    if (!cuda_built())
-      throw UsageError("atlas sample --device cuda: this binary was built without CUDA\n  hint: build it with `make "
-                       "cuda`, or sample on the host (drop --device)");
-    dev.backend = Backend::Cuda;
-  } else if (device_name != "host") {
-    throw UsageError("--device must be host or cuda, not '" + device_name + "'");
-  }
-  dev.precision = Precision::Fp32;  // sampling is cheap next to training: the reference numerics
+  const DeviceCfg dev = device_option(a, "sample");
+  const std::string device_name = dev.backend == Backend::Cuda ? "cuda" : "host";
   const std::string json_path = a.option("json");
   if (!json_path.empty()) check_output_file("atlas sample", "--json", json_path);
   const std::string& ckpt = a.positional[0];

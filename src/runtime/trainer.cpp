@@ -19,8 +19,7 @@
 #include "atlas/core/log.hpp"
 #include "atlas/device/collective.hpp"
 #include "atlas/device/rounding.hpp"
-#include "atlas/model/gpt2_tokenizer.hpp"
-#include "atlas/model/shards.hpp"
+#include "atlas/model/dataset.hpp"
 #include "atlas/mpi/agree.hpp"
 #include "atlas/mpi/comm.hpp"
 #include "atlas/mpi/tags.hpp"
@@ -106,41 +105,17 @@ Trainer::Trainer(const Config& cfg, const topo::Layout& layout, const topo::Comm
   m_dp_spans_dcs = layout.dp_across_dcs() && layout.dc_count() > 1;
   // ---- data (first and last stage read the corpus; the verdict is collective) ----
   mpi::agree(comms.world, "loading the training data", [&] {
-    const bool gpt2 = cfg.data.tokenizer == TokenizerKind::Gpt2;
-    if (gpt2 && cfg.model.vocab != model::Gpt2Tokenizer::kVocab)
-      throw ConfigError("model.vocab = " + std::to_string(cfg.model.vocab) +
-                        " does not match data.tokenizer = gpt2's 50257 tokens\n  hint: set model.vocab = 50257");
-    if (!gpt2 && cfg.model.vocab < model::ByteTokenizer::kVocab)
-      throw ConfigError("model.vocab = " + std::to_string(cfg.model.vocab) +
-                        " is smaller than the byte tokenizer's 256 symbols\n  hint: set model.vocab = 256");
-    if ((!first && !last) || m_emu) return;  // emulated compute reads no data
-    model::LoaderShape shape{cfg.model.seq_len, cfg.train.micro_batch_size, cfg.train.micro_batches,
-                             layout.dp_size(), m_me.dp};
+    const model::LoaderShape shape{cfg.model.seq_len, cfg.train.micro_batch_size, cfg.train.micro_batches,
+                                   layout.dp_size(), m_me.dp};
     model::LoaderShape vshape = shape;
     vshape.micro_batches = cfg.train.eval_batches;
-    const auto seed = static_cast<std::uint64_t>(cfg.run.seed);
-    if (cfg.data.format == DataFormat::Shards) {
-      // Token shards (atlas tokenize or llm.c): memory-mapped, checked against model.vocab.
-      const std::vector<std::string> train_files = model::expand_shard_globs(cfg.data.train_shards, "data.train_shards");
-      const std::vector<std::string> val_files = model::expand_shard_globs(cfg.data.val_shards, "data.val_shards");
-      model::check_shard_lists(train_files, val_files);
-      const model::ShardSet train = model::ShardSet::open(train_files, cfg.model.vocab, "data.train_shards");
-      m_val_shards = std::make_shared<const model::ShardSet>(
-          model::ShardSet::open(val_files, cfg.model.vocab, "data.val_shards"));
-      m_train = std::make_unique<model::DataLoader>(train, model::Split::Train, shape, seed, true);
-      m_val = std::make_unique<model::DataLoader>(*m_val_shards, model::Split::Val, vshape, seed, false);
-      return;
-    }
-    model::Corpus::Encoder encode;
-    if (gpt2) {
-      auto bpe = std::make_shared<model::Gpt2Tokenizer>(cfg.data.tokenizer_dir);
-      encode = [bpe](std::string_view text) { return bpe->encode(text); };
-    }
-    m_corpus = model::Corpus::load(cfg.data.corpus_dir, encode);
-    m_train = std::make_unique<model::DataLoader>(m_corpus, model::Split::Train, cfg.data.val_fraction,
-                                                  shape, seed, true);
-    m_val = std::make_unique<model::DataLoader>(m_corpus, model::Split::Val, cfg.data.val_fraction,
-                                                vshape, seed, false);
+    model::check_vocab_fits_tokenizer(cfg);
+    if ((!first && !last) || m_emu) return;  // emulated compute reads no data
+    model::DataSplits d = model::open_data(cfg, shape, vshape);
+    m_corpus = std::move(d.corpus);
+    m_val_shards = std::move(d.val_shards);
+    m_train = std::move(d.train);
+    m_val = std::move(d.val);
   });
   // World rank 0 (first stage) reads the data: a split smaller than what a step takes is said once.
   if (comms.world.rank() == 0)

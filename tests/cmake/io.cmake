@@ -33,9 +33,14 @@ add_test(NAME test_hf_export
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/launch/test_hf_export.sh ${PROJECT_SOURCE_DIR} $<TARGET_FILE:atlas>)
 set_tests_properties(test_hf_export PROPERTIES LABELS mpi TIMEOUT 300 FIXTURES_REQUIRED brown_corpus
   PROCESSORS 2 SKIP_RETURN_CODE 77)
-# atlas sample (greedy, temperature, top-k, top-p; the window past the context): every chosen
+# atlas sample (greedy, temperature, top-k, top-p; the cache restart past the context): every chosen
 # token's logit against GPT-2's forward pass in python on the exported checkpoint; the gpt2
 # tokenizer on an imported model with the real vocabulary; bad input.
 add_test(NAME test_sample
   COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/launch/test_sample.sh ${PROJECT_SOURCE_DIR} $<TARGET_FILE:atlas>)
 set_tests_properties(test_sample PROPERTIES LABELS mpi TIMEOUT 300 FIXTURES_REQUIRED brown_corpus PROCESSORS 2)
+# atlas eval: a checkpoint's validation loss is the one its run logged (dp 2, pp 2), the same on
+# token shards of the same text, ln(50257) for a random imported GPT-2-vocabulary model; bad input.
+add_test(NAME test_eval
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/launch/test_eval.sh ${PROJECT_SOURCE_DIR} $<TARGET_FILE:atlas>)
+set_tests_properties(test_eval PROPERTIES LABELS mpi TIMEOUT 300 FIXTURES_REQUIRED brown_corpus PROCESSORS 2)

@@ -104,7 +104,7 @@ atlas sample "$CKPT" --prompt x --tokens 2 --device cuda > "$T/cuda.out" 2>&1
 rc=$?
 if grep -q "built without CUDA" "$T/cuda.out"; then  # this binary has no CUDA backend (CI's)
   check "--device cuda without CUDA: exit 1 with the fix" test "$rc" == 1
-  check "... the hint names make cuda" grep -q "hint: build it with \`make cuda\`, or sample on the host" "$T/cuda.out"
+  check "... the hint names make cuda" grep -q "hint: build it with \`make cuda\`, or run on the host (drop --device)" "$T/cuda.out"
 fi
 check "a --json into a missing directory: exit 2, before sampling" fails_with json 2 "--json $T/nodir/s.json: its directory $T/nodir does not exist" \
   atlas sample "$CKPT" --prompt x --json "$T/nodir/s.json"

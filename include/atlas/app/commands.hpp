@@ -4,6 +4,7 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -11,6 +12,7 @@
 
 #include "atlas/deck/config.hpp"
 #include "atlas/io/checkpoint.hpp"
+#include "atlas/model/gpt.hpp"
 #include "atlas/mpi/comm.hpp"
 #include "atlas/sim/measure.hpp"
 
@@ -63,6 +65,16 @@ std::string deck_path(const Args& args, const char* command);
 /// deck's device profile files too (deck::read_device_profiles).
 Config load_offline_deck(const std::string& path, const std::vector<std::string>& overrides);
 
+/// The whole model of checkpoint `ckpt` (inspected as `contents`) on `backend`, one stage, no TP,
+/// for `micro_batch_size` samples a micro-batch: `mc` with the checkpoint's model.* sizes, then
+/// every parameter read (and checked against its CRC32C). Throws as io::read_checkpoint.
+std::unique_ptr<model::StageModel> load_whole_model(const std::string& ckpt, const io::CheckpointContents& contents,
+                                                    ModelCfg mc, int micro_batch_size, device::Backend& backend);
+
+/// --device host|cuda of a one-process command (`command`: "sample", "eval") as a DeviceCfg, fp32.
+/// Throws UsageError for another name, or cuda in a binary built without it.
+DeviceCfg device_option(const Args& args, const char* command);
+
 /// The deck stored in a checkpoint (`ckpt`, inspected as `contents`), parsed. std::nullopt when it
 /// does not parse (a deck of another atlas version), after a WARNING on stderr naming the file
 /// and `assumed`, what the caller takes instead (e.g. "the byte tokenizer (from model.vocab = 256)").
@@ -95,5 +107,6 @@ int cmd_export(Context& ctx);
 int cmd_import(Context& ctx);
 int cmd_tokenize(Context& ctx);
 int cmd_sample(Context& ctx);
+int cmd_eval(Context& ctx);
 
 }  // namespace atlas::app

@@ -1,0 +1,121 @@
+// SPDX-License-Identifier: MIT
+// `atlas eval CKPT [data.*=... train.eval_batches=N train.micro_batch_size=B] [--batches N]
+// [--device host|cuda] [--json FILE]`: a checkpoint's loss and perplexity on the validation split
+// of its own data (the checkpoint's deck) or of other data (data.* overrides: a text corpus or
+// token shards). By default the batches of the run's own evaluation (train.eval_batches for each
+// of its DP replicas), so the loss is the one the run logged at that step. Wiring only: the model
+// is model::StageModel's forward pass, the data model/dataset.hpp's loaders. One process.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "atlas/app/commands.hpp"
+#include "atlas/core/file.hpp"
+#include "atlas/core/json.hpp"
+#include "atlas/deck/deck.hpp"
+#include "atlas/device/backend.hpp"
+#include "atlas/io/checkpoint.hpp"
+#include "atlas/model/dataset.hpp"
+
+namespace atlas::app {
+
+namespace {
+
+/// Deck keys atlas eval takes on its command line: where the data is and how it is batched; the
+/// model is the checkpoint's.
+bool eval_key(const std::string& word) {
+  const std::string key = word.substr(0, word.find('='));
+  return key.rfind("data.", 0) == 0 || key == "train.eval_batches" || key == "train.micro_batch_size";
+}
+
+}  // namespace
+
+int cmd_eval(Context& ctx) {
+  if (ctx.env.world_size() != 1)
+    throw UsageError(fmt::format("atlas eval runs as one process (started with {}); run it without mpirun",
+                                 ctx.env.world_size()));
+  const Args a = parse_args(ctx.args, {"batches", "device", "json"}, {});
+  if (a.positional.size() != 1)
+    throw UsageError("atlas eval needs one checkpoint file: atlas eval CKPT [data.KEY=VALUE ...] [--batches N]");
+  for (const std::string& o : a.overrides)
+    if (!eval_key(o))
+      throw UsageError("atlas eval takes data.* keys, train.eval_batches and train.micro_batch_size, not '" + o +
+                       "'\n  hint: the model and its sizes are the checkpoint's; point data.* at other data to "
+                       "evaluate on it");
+  const DeviceCfg dev = device_option(a, "eval");
+  const std::string json_path = a.option("json");
+  if (!json_path.empty()) check_output_file("atlas eval", "--json", json_path);
+  const std::string& ckpt = a.positional[0];
+
+  const io::CheckpointContents contents = io::inspect_checkpoint(ckpt);
+  // The checkpoint's own deck with the data overrides: its data.*, batch size and seq_len.
+  Config cfg = deck::parse(ckpt + ":/deck", contents.meta.deck, a.overrides);
+  const io::ModelShape& m = contents.meta.model;
+  cfg.model.vocab = static_cast<int>(m.vocab);
+  cfg.model.seq_len = static_cast<int>(m.seq_len);
+  const int dp = static_cast<int>(std::max<std::int64_t>(1, contents.meta.layout.dp_size));
+  const bool asked = a.flag("batches");
+  const int batches = asked ? a.int_option("batches", 1, 1, 1 << 24) : cfg.train.eval_batches * dp;
+  const int b = cfg.train.micro_batch_size;
+  const int t = cfg.model.seq_len;
+
+  try {
+    model::check_vocab_fits_tokenizer(cfg);
+  } catch (const ConfigError&) {
+    throw ConfigError(fmt::format(
+        "'{}': the checkpoint's model.vocab = {} cannot read data.tokenizer = {}'s ids\n  hint: evaluate it on data "
+        "of the tokenizer it was trained with (data.tokenizer = {})",
+        ckpt, m.vocab, cfg.data.tokenizer == TokenizerKind::Gpt2 ? "gpt2" : "byte",
+        m.vocab == 50257 ? "gpt2" : "byte"));
+  }
+  model::LoaderShape vshape{t, b, batches, 1, 0};
+  const model::DataSplits data = model::open_data(cfg, std::nullopt, vshape);
+  if (const std::string w = data.val->repeat_warning(); !w.empty()) fmt::print(stderr, "WARNING: {}\n", w);
+  const std::unique_ptr<device::Backend> backend = device::make_backend(dev);
+  const std::unique_ptr<model::StageModel> net = load_whole_model(ckpt, contents, cfg.model, b, *backend);
+
+  const std::string data_name =
+      cfg.data.format == DataFormat::Shards ? "shards " + fmt::format("{}", fmt::join(cfg.data.val_shards, " "))
+                                            : fmt::format("the last {} of {}", cfg.data.val_fraction, cfg.data.corpus_dir);
+  fmt::print("# atlas eval: {} (step {}: {} layers, hidden {}, {} heads, context {}, vocab {})\n", ckpt,
+             contents.meta.step, m.layers, m.hidden, m.heads, m.seq_len, m.vocab);
+  fmt::print("# validation split: {} ({} tokenizer); {} batches of {} x {} tokens{}\n", data_name,
+             cfg.data.tokenizer == TokenizerKind::Gpt2 ? "gpt2" : "byte", batches, b, t,
+             asked ? "" : fmt::format(" (train.eval_batches {} x the run's {} DP replica(s): the run's own "
+                                      "validation batches)", cfg.train.eval_batches, dp));
+  std::fflush(stdout);
+  std::vector<std::int32_t> tokens(static_cast<std::size_t>(b) * static_cast<std::size_t>(t));
+  std::vector<std::int32_t> targets(tokens.size());
+  double sum = 0.0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < batches; ++i) {
+    data.val->fill(i, tokens.data(), targets.data());
+    net->forward(i, tokens.data(), targets.data(), nullptr, nullptr);
+    sum += net->micro_loss(i);
+    net->release(i);
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double loss = sum / batches;
+  const std::int64_t n = static_cast<std::int64_t>(batches) * b * t;
+  const double floor = data.val_unigram_entropy(cfg.model.vocab, cfg.data.val_fraction);
+  fmt::print("loss {:.6f} nats/token, perplexity {:.4g} (unigram entropy of the split {:.4f}); {} tokens in {:.2f} s "
+             "({:.0f} tokens/s on {})\n",
+             loss, std::exp(loss), floor, n, secs, secs > 0 ? static_cast<double>(n) / secs : 0.0,
+             dev.backend == Backend::Cuda ? "cuda" : "host");
+  if (!json_path.empty())
+    write_file_whole(json_path,
+                     fmt::format("{{\"checkpoint\": \"{}\", \"step\": {}, \"split\": \"val\", \"batches\": {}, "
+                                 "\"micro_batch_size\": {}, \"seq_len\": {}, \"tokens\": {}, \"loss\": {}, "
+                                 "\"perplexity\": {}, \"unigram_entropy\": {}}}\n",
+                                 json::escape(ckpt), contents.meta.step, batches, b, t, n, json::number(loss, 9),
+                                 json::number(std::exp(loss), 6), json::number(floor, 9)));
+  return 0;
+}
+
+}  // namespace atlas::app

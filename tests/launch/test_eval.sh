@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# `atlas eval` with the binary (README, "Evaluating a checkpoint"): on its own data and by
+# default the run's own validation batches, it gives exactly the validation loss the run logged
+# at that step (a dp = 2 run and a 2-stage run); on the same text as token shards (atlas
+# tokenize) the same loss; a random GPT-2-vocabulary model imported from a Hugging Face directory
+# scores ln(50257) on Brown through the gpt2 tokenizer; every bad input ends with its exit code
+# and a message with the fix. Loopback only.
+# usage: test_eval.sh SOURCE_DIR ATLAS_BIN
+set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+launch_setup test_eval.sh eval-test "$@"
+PY=/usr/bin/python3
+MPI=(mpirun -np 2 --mca btl self,vader,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo)
+atlas() { timeout 120 "$ATLAS_BIN" "$@"; }
+to() { local out=$1; shift; "$@" > "$out" 2>&1; }  # OUT COMMAND...: its output into OUT
+fails_with() { # OUT_NAME CODE REGEX COMMAND...: exit code CODE and the message
+  local out=$T/$1.out code=$2 re=$3; shift 3
+  "$@" > "$out" 2>&1
+  local rc=$?
+  [[ $rc == "$code" ]] || { echo "  exit code $rc, expected $code"; cat "$out"; return 1; }
+  grep -Eq -- "$re" "$out" || { echo "  no match for: $re"; cat "$out"; return 1; }
+}
+SMALL=(model.layers=2 model.hidden=64 model.heads=4 model.seq_len=32 run.steps=10 ckpt.every_steps=10
+       train.eval_every_steps=10 train.eval_batches=3 run.log_every_steps=5 run.out_dir="$T")
+logged_val() { awk -F, '$1 == 9 {print $3}' "$T/$1/metrics.csv"; }     # RUN: val_loss of step 10
+eval_loss() { sed -n 's/^loss \([0-9.]*\) nats\/token.*/\1/p' "$T/$1.out"; }  # OUT_NAME: atlas eval's loss
+
+# A dp = 2 run (its validation loss is the mean over both replicas' batches) and a 2-stage run.
+timeout 180 "${MPI[@]}" "$ATLAS_BIN" train inputs/default.deck "parallel.stages_per_dc=1 0" "cluster.gpus_per_dc=2 0" \
+  parallel.dp_size=2 "${SMALL[@]}" run.name=dp2 > "$T/dp2_train.out" 2>&1
+timeout 180 "${MPI[@]}" "$ATLAS_BIN" train inputs/default.deck "parallel.stages_per_dc=1 1" parallel.dp_size=1 \
+  "${SMALL[@]}" run.name=pp2 > "$T/pp2_train.out" 2>&1
+DP2=$T/dp2/ckpt/step-000010.h5
+PP2=$T/pp2/ckpt/step-000010.h5
+check "the runs wrote their checkpoints" test -f "$DP2" -a -f "$PP2"
+check "the runs logged a validation loss at step 10" test -n "$(logged_val dp2)" -a -n "$(logged_val pp2)"
+
+check "dp 2: exit 0" to "$T/dp2.out" atlas eval "$DP2" --json "$T/dp2.json"
+check "dp 2: the run's own batches, said" grep -q "6 batches of 4 x 32 tokens (train.eval_batches 3 x the run's 2 DP replica(s)" "$T/dp2.out"
+check "dp 2: the loss the run logged at step 10 ($(logged_val dp2))" test "$(eval_loss dp2)" == "$(logged_val dp2)"
+check "dp 2: --json holds it" $PY -c 'import json,sys; j=json.load(open(sys.argv[1])); sys.exit(not (abs(j["loss"] - float(sys.argv[2])) < 1e-6 and j["tokens"] == 6 * 4 * 32 and j["batches"] == 6))' "$T/dp2.json" "$(logged_val dp2)"
+check "pp 2: exit 0" to "$T/pp2.out" atlas eval "$PP2"
+check "pp 2: the loss the run logged at step 10 ($(logged_val pp2))" test "$(eval_loss pp2)" == "$(logged_val pp2)"
+check "--batches 2: two batches" to "$T/b2.out" atlas eval "$PP2" --batches 2
+check "... said so" grep -q "; 2 batches of 4 x 32 tokens$" "$T/b2.out"
+check "... another loss" test "$(eval_loss b2)" != "$(eval_loss pp2)"
+
+# The same validation text as token shards: the same loss.
+check "atlas tokenize the corpus" to "$T/tok.out" atlas tokenize data/brown --out "$T/shards" --val-fraction 0.05
+check "shards: exit 0" to "$T/shards.out" atlas eval "$PP2" data.format=shards "data.train_shards=$T/shards/train_*.bin" \
+  "data.val_shards=$T/shards/val_*.bin"
+check "shards: the text's loss" test "$(eval_loss shards)" == "$(eval_loss pp2)"
+check "shards: named in the header" grep -q "# validation split: shards $T/shards/val_\*.bin (byte tokenizer)" "$T/shards.out"
+
+# A GPT-2-vocabulary model with random weights (tests/hf/make_gpt2.py), imported: its logits are
+# near 0, so its loss on Brown through the gpt2 tokenizer is near ln(50257) = 10.825.
+$PY tests/hf/make_gpt2.py "$T/g2" random
+check "import of the gpt2-vocabulary model" to "$T/g2import.out" atlas import --format hf "$T/g2" --out "$T/g2ck"
+check "gpt2: exit 0" to "$T/g2.out" atlas eval "$T/g2ck/step-000000.h5" train.eval_batches=4 --json "$T/g2.json"
+check "gpt2: the gpt2 tokenizer" grep -q "(gpt2 tokenizer); 4 batches" "$T/g2.out"
+check "gpt2: loss within 0.05 of ln(50257)" $PY -c 'import json,math,sys; sys.exit(abs(json.load(open(sys.argv[1]))["loss"] - math.log(50257)) > 0.05)' "$T/g2.json"
+
+# Bad input.
+check "under mpirun -np 2: exit 1" fails_with np2 1 "atlas eval runs as one process \(started with 2\); run it without mpirun" \
+  timeout 60 "${MPI[@]}" "$ATLAS_BIN" eval "$PP2"
+check "a model key: exit 1 with the fix" fails_with model_key 1 "atlas eval takes data.\* keys, train.eval_batches and train.micro_batch_size, not 'model.layers=3'" \
+  atlas eval "$PP2" model.layers=3
+check "an unknown data key: exit 2 naming it" fails_with unknown_key 2 "data.corpus_dri" atlas eval "$PP2" data.corpus_dri=x
+check "a missing corpus: exit 2 naming it" fails_with no_corpus 2 "$T/no_corpus" atlas eval "$PP2" "data.corpus_dir=$T/no_corpus"
+check "gpt2 data for a byte model: exit 2 with the fix" fails_with vocab 2 "the checkpoint's model.vocab = 256 cannot read data.tokenizer = gpt2's ids" \
+  atlas eval "$PP2" data.tokenizer=gpt2
+check "--batches 0: exit 1" fails_with batches 1 "--batches expects an integer in \[1, " atlas eval "$PP2" --batches 0
+check "a missing checkpoint: exit 2 naming it" fails_with missing 2 "$T/nope.h5" atlas eval "$T/nope.h5"
+check "a --json into a missing directory: exit 2" fails_with json 2 "--json $T/nodir/e.json: its directory $T/nodir does not exist" \
+  atlas eval "$PP2" --json "$T/nodir/e.json"
+atlas eval "$PP2" --device cuda > "$T/cuda.out" 2>&1
+rc=$?
+if grep -q "built without CUDA" "$T/cuda.out"; then  # this binary has no CUDA backend (CI's)
+  check "--device cuda without CUDA: exit 1 with the fix" test "$rc" == 1
+  check "... the hint names make cuda" grep -q "hint: build it with \`make cuda\`, or run on the host (drop --device)" "$T/cuda.out"
+fi
+check "an unknown --device: exit 1" fails_with device 1 "--device must be host or cuda, not 'tpu'" atlas eval "$PP2" --device tpu
+launch_finish
