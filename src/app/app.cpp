@@ -46,7 +46,7 @@ const CommandEntry kCommands[] = {
      "text files to llm.c token shards for data.format = shards (train_*.bin, val_*.bin)", cmd_tokenize, true},
     {"sample", "CKPT [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S] [--samples N]",
      "text from a checkpoint (greedy, temperature, top-k, top-p sampling)", cmd_sample},
-    {"eval", "CKPT [data.KEY=VALUE ...] [--batches N] [--device host|cuda] [--json FILE]",
+    {"eval", "CKPT [data.KEY=VALUE ... train.eval_batches=N train.micro_batch_size=B] [--batches N] [--device host|cuda] [--json FILE]",
      "a checkpoint's validation loss and perplexity on its own data or on other data", cmd_eval},
 };
 

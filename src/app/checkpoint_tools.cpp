@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// What the one-process commands that read a checkpoint share (atlas export, sample, eval): its
-// stored deck, its whole model on one backend, and the --device option.
+// What the one-process commands that read a checkpoint share: its stored deck (export, sample),
+// its whole training model on one backend (export, eval), and the --device option (sample, eval).
 #include <cstdio>
 
 #include <fmt/format.h>
@@ -54,7 +54,7 @@ DeviceCfg device_option(const Args& a, const char* command) {
   } else if (name != "host") {
     throw UsageError("--device must be host or cuda, not '" + name + "'");
   }
-  dev.precision = Precision::Fp32;  // next to training these commands are cheap: the reference numerics
+  dev.precision = Precision::Fp32;  // the reference numerics (atlas eval sets the run's)
   return dev;
 }
 

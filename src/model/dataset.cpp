@@ -12,7 +12,7 @@
 namespace atlas::model {
 
 double DataSplits::val_unigram_entropy(int vocab, double val_fraction) const {
-  if (!val) return 0.0;
+  if (!val) return 0.0;  // no data on this rank
   if (val_shards) return val_shards->unigram_entropy(vocab);
   return unigram_entropy(corpus.split(Split::Val, val_fraction), vocab);
 }
@@ -34,10 +34,11 @@ DataSplits open_data(const Config& cfg, const std::optional<LoaderShape>& train,
   const auto seed = static_cast<std::uint64_t>(cfg.run.seed);
   if (cfg.data.format == DataFormat::Shards) {
     // Token shards (atlas tokenize or llm.c): memory-mapped, checked against model.vocab.
-    const std::vector<std::string> train_files = expand_shard_globs(cfg.data.train_shards, "data.train_shards");
+    // (Without a train shape, as atlas eval's, the training shards are not looked at.)
     const std::vector<std::string> val_files = expand_shard_globs(cfg.data.val_shards, "data.val_shards");
-    check_shard_lists(train_files, val_files);
     if (train) {
+      const std::vector<std::string> train_files = expand_shard_globs(cfg.data.train_shards, "data.train_shards");
+      check_shard_lists(train_files, val_files);
       const ShardSet set = ShardSet::open(train_files, cfg.model.vocab, "data.train_shards");
       d.train = std::make_unique<DataLoader>(set, Split::Train, *train, seed, true);
     }

@@ -111,15 +111,11 @@ Trainer::Trainer(const Config& cfg, const topo::Layout& layout, const topo::Comm
     vshape.micro_batches = cfg.train.eval_batches;
     model::check_vocab_fits_tokenizer(cfg);
     if ((!first && !last) || m_emu) return;  // emulated compute reads no data
-    model::DataSplits d = model::open_data(cfg, shape, vshape);
-    m_corpus = std::move(d.corpus);
-    m_val_shards = std::move(d.val_shards);
-    m_train = std::move(d.train);
-    m_val = std::move(d.val);
+    m_data = model::open_data(cfg, shape, vshape);
   });
   // World rank 0 (first stage) reads the data: a split smaller than what a step takes is said once.
   if (comms.world.rank() == 0)
-    for (const auto* l : {m_train.get(), m_val.get()})
+    for (const auto* l : {m_data.train.get(), m_data.val.get()})
       if (l != nullptr)
         if (const std::string w = l->repeat_warning(); !w.empty()) log::warn("{}", w);
 
@@ -242,9 +238,7 @@ Trainer::~Trainer() {
 }
 
 double Trainer::validation_unigram_entropy() const {
-  if (!m_val) return 0.0;
-  if (m_val_shards) return m_val_shards->unigram_entropy(m_cfg.model.vocab);
-  return model::unigram_entropy(m_corpus.split(model::Split::Val, m_cfg.data.val_fraction), m_cfg.model.vocab);
+  return m_data.val_unigram_entropy(m_cfg.model.vocab, m_cfg.data.val_fraction);
 }
 
 std::int64_t Trainer::tokens_per_step() const {

@@ -39,14 +39,14 @@ double Trainer::evaluate() {
   device::Buffer in = m_backend.alloc_floats(floats);
   device::Buffer out = m_backend.alloc_floats(floats);
   double& loss = bufs->loss;
-  if (m_val) m_val->rewind();
+  if (m_data.val) m_data.val->rewind();
   // With model chunks a batch visits the stages once per chunk, in virtual stage order (the last
   // stage hands it back to the first): each exchange is a blocking pair along that chain.
   const int chunks = m_table.virtual_stages;
   const int pp = m_layout.pp_size();
   for (int m = 0; m < batches; ++m) {
     const int micro = 1000000 + m;  // never collides with a training micro-batch id
-    if (first || last) m_val->fill(m, m_tokens.data(), m_targets.data());
+    if (first || last) m_data.val->fill(m, m_tokens.data(), m_targets.data());
     for (int c = 0; c < chunks; ++c) {
       const int vs = c * pp + m_me.stage;  // virtual stage
       const bool embed = vs == 0;

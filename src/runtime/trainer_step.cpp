@@ -48,7 +48,7 @@ StepReport Trainer::train_step(int step) {
         const bool embed = first && slot.chunk == 0;
         const bool head = last && slot.chunk == chunks - 1;
         const std::size_t b = micro * static_cast<std::size_t>(chunks) + static_cast<std::size_t>(slot.chunk);
-        if (embed || head) m_train->fill(slot.micro, m_tokens.data(), m_targets.data());
+        if (embed || head) m_data.train->fill(slot.micro, m_tokens.data(), m_targets.data());
         m_model->forward(slot.micro, embed ? m_tokens.data() : nullptr, head ? m_targets.data() : nullptr,
                          embed ? nullptr : &m_act_in[b], head ? nullptr : &m_act_out[b], slot.chunk);
         if (head && static_cast<int>(i) == m_last_forward) send_step_loss();
@@ -236,7 +236,7 @@ StepReport Trainer::train_step(int step) {
   }
   r.boundary = m_boundary->end_step();
   r.loss = step_loss();
-  if (m_train) m_train->advance();
+  if (m_data.train) m_data.train->advance();
   r.step_s = m_profiler.now() - t_step;
   return r;
 }

@@ -24,7 +24,7 @@ struct DataSplits {
   std::shared_ptr<const ShardSet> val_shards;  ///< data.format = shards: the validation stream
 
   /// The validation split's unigram entropy in nats per token (the loss floor of a model that
-  /// ignores context).
+  /// ignores context); 0 without a validation loader.
   [[nodiscard]] double val_unigram_entropy(int vocab, double val_fraction) const;
 };
 
@@ -33,7 +33,7 @@ struct DataSplits {
 void check_vocab_fits_tokenizer(const Config& cfg);
 
 /// Opens `cfg.data` for a model of `cfg.model.vocab` ids: the train loader of shape `train`
-/// (shuffled; none when std::nullopt) and the validation loader of shape `val` (in order), both
+/// (shuffled; none when std::nullopt, and then data.train_shards is not read) and the validation loader of shape `val` (in order), both
 /// seeded by run.seed. Throws ConfigError when model.vocab does not fit data.tokenizer
 /// (check_vocab_fits_tokenizer), a corpus
 /// directory, tokenizer file or shard is missing or bad, or a split is shorter than one sample.

@@ -20,7 +20,7 @@
 #include "atlas/deck/config.hpp"
 #include "atlas/device/backend.hpp"
 #include "atlas/device/collective.hpp"
-#include "atlas/model/data.hpp"
+#include "atlas/model/dataset.hpp"
 #include "atlas/model/gpt.hpp"
 #include "atlas/model/optimizer.hpp"
 #include "atlas/runtime/boundary.hpp"
@@ -117,9 +117,9 @@ class Trainer {
 
   [[nodiscard]] model::StageModel& model() { return *m_model; }
   [[nodiscard]] model::AdamW& optimizer() { return m_adamw; }
-  [[nodiscard]] model::DataLoader& train_loader() { return *m_train; }
+  [[nodiscard]] model::DataLoader& train_loader() { return *m_data.train; }
   /// Only the first and last stage read data.
-  [[nodiscard]] bool has_train_loader() const { return m_train != nullptr; }
+  [[nodiscard]] bool has_train_loader() const { return m_data.train != nullptr; }
   [[nodiscard]] const topo::Layout& layout() const { return m_layout; }
   /// Unigram entropy (nats/token) of the validation split: the loss of a model that ignores
   /// context. Only on ranks that read data (first and last stage); 0 elsewhere.
@@ -206,10 +206,7 @@ class Trainer {
   std::unique_ptr<device::Collective> m_dp;  ///< sums over dp_comm (gradients), dp > 1 only
   std::unique_ptr<model::StageModel> m_model;
   model::AdamW m_adamw;
-  model::Corpus m_corpus;
-  std::shared_ptr<const model::ShardSet> m_val_shards;  ///< data.format = shards: the val stream
-  std::unique_ptr<model::DataLoader> m_train;
-  std::unique_ptr<model::DataLoader> m_val;
+  model::DataSplits m_data;  ///< the loaders (first and last stage; none on an emulated run)
   std::unique_ptr<Boundary> m_boundary;
   /// Boundary tensors travel as bf16 (device.precision = bf16, docs/precision.md): rounded RNE at
   /// the sender, widened at the receiver, half the bytes. Else fp32 as stored.
