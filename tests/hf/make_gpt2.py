@@ -6,6 +6,7 @@
 # KIND "random": N(0, 0.02) matrices, LayerNorm weights 1, biases 0.
 # KIND "eot": the same, but the final LayerNorm's weight is 0 and its bias b, with wte's row of
 # <|endoftext|> (50256) 8 b / |b|: every position's largest logit is <|endoftext|>'s.
+# KIND "nan": "random" with one NaN in the final LayerNorm's bias: every logit is NaN.
 # usage: make_gpt2.py OUT_DIR KIND
 import json
 import math
@@ -15,7 +16,7 @@ import struct
 import sys
 
 out, kind = sys.argv[1], sys.argv[2]
-assert kind in ("random", "eot"), kind
+assert kind in ("random", "eot", "nan"), kind
 L, C, H, P, V = 1, 16, 2, 16, 50257
 rnd = random.Random(2026)
 tensors = {}
@@ -49,6 +50,9 @@ if kind == "eot":
     tensors["ln_f.weight"] = ([C], [0.0] * C)
     tensors["ln_f.bias"] = ([C], b)
     tensors["wte.weight"][1][50256 * C:50257 * C] = [8.0 * v / norm for v in b]
+
+if kind == "nan":
+    tensors["ln_f.bias"][1][0] = float("nan")
 
 header, blobs, offset = {"__metadata__": {"format": "pt"}}, [], 0
 for name in sorted(tensors):

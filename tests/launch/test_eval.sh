@@ -72,6 +72,13 @@ check "gpt2: the gpt2 tokenizer" grep -q "(gpt2 tokenizer); 4 batches" "$T/g2.ou
 check "gpt2: loss within 0.05 of ln(50257)" $PY -c 'import json,math,sys; sys.exit(abs(json.load(open(sys.argv[1]))["loss"] - math.log(50257)) > 0.05)' "$T/g2.json"
 check "an imported checkpoint does not claim a run's batches" bash -c "! grep -q \"the run's own\" '$T/g2.out'"
 
+# A checkpoint with a NaN (tests/hf/make_gpt2.py nan, imported): exit 7 naming the batch.
+$PY tests/hf/make_gpt2.py "$T/gnan" nan
+check "import of the NaN model" to "$T/gnimport.out" atlas import --format hf "$T/gnan" --out "$T/gnck"
+check "a non-finite loss: exit 7 with the fix" fails_with nan 7 \
+  "'$T/gnck/step-000000.h5' \(step 0\): the loss of validation batch 0 is nan \(not finite\)" \
+  atlas eval "$T/gnck/step-000000.h5" train.eval_batches=2
+
 # Bad input.
 check "under mpirun -np 2: exit 1" fails_with np2 1 "atlas eval runs as one process \(started with 2\); run it without mpirun" \
   timeout 60 "${MPI[@]}" "$ATLAS_BIN" eval "$PP2"

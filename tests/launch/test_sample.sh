@@ -79,6 +79,13 @@ check "... and says so" grep -q "^# <|endoftext|>" "$T/eot.out"
 check "--ignore-eot goes on" to "$T/noeot.out" atlas sample "$G2E" --prompt "Hello" --tokens 4 --ignore-eot --json "$T/noeot.json"
 check "... to --tokens" test "$(samples_of "$T/noeot.json")" == "[[50256, 50256, 50256, 50256]]"
 
+# A checkpoint with a NaN (tests/hf/make_gpt2.py nan, imported): exit 2 naming the token.
+$PY tests/hf/make_gpt2.py "$T/gnan" nan
+check "import of the NaN model" to "$T/gnimport.out" atlas import --format hf "$T/gnan" --out "$T/gnck"
+check "NaN logits: exit 2 naming the checkpoint, sample and token, with the fix" fails_with nan 2 \
+  "'$T/gnck/step-000000.h5', sample 1, new token 1: the model's logit for token 0 is nan" \
+  atlas sample "$T/gnck/step-000000.h5" --prompt hi --tokens 3
+
 # Bad input: exit code 1 (usage) or 2 (config), the message names what and the fix.
 check "under mpirun -np 2: exit 1" fails_with np2 1 "atlas sample runs as one process \(started with 2\); run it without mpirun" \
   timeout 60 "${MPI[@]}" "$ATLAS_BIN" sample "$CKPT" --prompt x
