@@ -591,6 +591,19 @@ std::vector<runtime::SlotEvent> TrainOutput::finish(runtime::Trainer& trainer, c
                      "nats/token); results in {}/\n",
                      verdict, m_timed_steps, m_first_loss, m_last_loss, m_last_val ? fmt::format("{:.4f}", *m_last_val) : "-",
                      entropy, m_dir);
+  // What a user does next with a finished run's newest checkpoint (README: Evaluating, Sampling).
+  if (!emulated() && !stopped && !m_last_checkpoint_path.empty()) {
+    // This binary as the user can type it: relative to the working directory when it lies under
+    // it (build/bin/atlas), else its full path.
+    std::error_code ec;
+    const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+    std::string atlas = ec ? std::string("atlas") : exe.string();
+    if (!ec)
+      if (const fs::path rel = exe.lexically_relative(fs::current_path(ec)); !ec && !rel.empty() && *rel.begin() != "..")
+        atlas = rel.string();
+    s += fmt::format("# next: {} report {} | {} eval {} | {} sample {} --prompt \"The \"\n", atlas, m_dir, atlas,
+                     m_last_checkpoint_path, atlas, m_last_checkpoint_path);
+  }
   print(s);
   return events;
 }

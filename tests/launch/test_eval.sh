@@ -39,6 +39,11 @@ PP2=$T/pp2/ckpt/step-000010.h5
 check "the runs wrote their checkpoints" test -f "$DP2" -a -f "$PP2" -a -f "$TP2"
 check "the runs logged a validation loss at step 10" test -n "$(logged_val dp2)" -a -n "$(logged_val pp2)" -a -n "$(logged_val tp2)"
 
+# The run's footer names what to do next, with this binary and the newest checkpoint.
+check "the footer's next line" grep -q "^# next: .*atlas report $T/pp2 | .*atlas eval $PP2 | .*atlas sample $PP2 --prompt \"The \"$" "$T/pp2_train.out"
+NEXT_EVAL=$(sed -n 's/^# next: .* | \(.*atlas eval [^|]*\) | .*/\1/p' "$T/pp2_train.out")
+check "... its eval command runs as printed" to "$T/next_eval.out" bash -c "$NEXT_EVAL"
+check "... giving the run's loss" grep -q "^loss $(logged_val pp2) nats/token" "$T/next_eval.out"
 check "dp 2: exit 0" to "$T/dp2.out" atlas eval "$DP2" --json "$T/dp2.json"
 check "dp 2: the run's own batches, said" grep -q "6 batches of 4 x 32 tokens (train.eval_batches 3 x 2 DP replica(s): the run's own validation batches)" "$T/dp2.out"
 same() { $PY -c 'import sys; sys.exit(abs(float(sys.argv[1]) - float(sys.argv[2])) > float(sys.argv[3]))' "$@"; }

@@ -85,6 +85,7 @@ check "it stopped soon after the signal (signalled after $signalled_at, stopped 
 check "the checkpoint of that step was written" test -f "$T/stopped/ckpt/$(printf 'step-%06d.h5' "${stop_at:-0}")"
 check "the footer says STOPPED, not OK" grep -q "^# STOPPED on request after ${stop_at:-?} of run.steps = $STEPS steps" "$T/stopped.out"
 check "no OK footer" bash -c "! grep -q '^# OK:' '$T/stopped.out'"
+check "no next line" bash -c "! grep -q '^# next:' '$T/stopped.out'"
 check "run.json says stopped, with exit code 8 and the checkpoint" \
   grep -q "\"status\":\"stopped\",\"exit_code\":8,\"steps_done\":${stop_at:-?},\"checkpoint\":\".*step-0*${stop_at:-?}.h5\"" "$T/stopped/run.json"
 check "metrics.csv stops at that step" test "$(rows "$T/stopped/metrics.csv")" -eq "${stop_at:-0}"
