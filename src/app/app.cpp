@@ -132,8 +132,24 @@ int run_app(mpi::Environment& env, int argc, char** argv) {
       std::printf("usage: atlas %s %s%s\n  %s\n", name.c_str(), cmd->operands, has_options ? "" : " [options]",
                   cmd->summary);
       if (!h.value_options.empty() || !h.flags.empty()) std::printf("\noptions:\n");
-      for (const auto& o : h.value_options) std::printf("  --%s VALUE\n", o.c_str());
-      for (const auto& f : h.flags) std::printf("  --%s\n", f.c_str());
+      // "--NAME ARG" then what it does, from the command's OptionHelp ("ARG: text"), else VALUE.
+      for (const auto& o : h.value_options) {
+        const auto it = h.help.find(o);
+        const std::string text = it == h.help.end() ? std::string("VALUE") : it->second;
+        const auto colon = text.find(": ");
+        const std::string arg = colon == std::string::npos ? text : text.substr(0, colon);
+        if (colon == std::string::npos)
+          std::printf("  --%s %s\n", o.c_str(), arg.c_str());
+        else
+          std::printf("  --%-28s%s\n", (o + " " + arg).c_str(), text.substr(colon + 2).c_str());
+      }
+      for (const auto& f : h.flags) {
+        const auto it = h.help.find(f);
+        if (it == h.help.end())
+          std::printf("  --%s\n", f.c_str());
+        else
+          std::printf("  --%-28s%s\n", f.c_str(), it->second.c_str());
+      }
       if (std::string_view(cmd->operands).find("key=value") != std::string_view::npos)
         std::printf("\nkey=value overrides a deck key (atlas %s --help-deck lists them); the command's\n"
                     "documentation is in README.md and docs/.\n", name.c_str());

@@ -39,11 +39,11 @@ int Args::int_option(const std::string& name, int def, int lo, int hi) const {
 }
 
 Args parse_args(const std::vector<std::string>& words, const std::vector<std::string>& value_options,
-                const std::vector<std::string>& flags) {
+                const std::vector<std::string>& flags, const OptionHelp& help) {
   Args a;
   for (std::size_t i = 0; i < words.size(); ++i) {
     const std::string& w = words[i];
-    if (w == "--help" || w == "-h") throw HelpRequested{value_options, flags};
+    if (w == "--help" || w == "-h") throw HelpRequested{value_options, flags, help};
     if (w.rfind("--", 0) == 0) {
       // --name value, or --name=value as most tools also take it.
       const auto eq = w.find('=');

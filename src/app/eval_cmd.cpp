@@ -42,7 +42,10 @@ int cmd_eval(Context& ctx) {
   if (ctx.env.world_size() != 1)
     throw UsageError(fmt::format("atlas eval runs as one process (started with {}); run it without mpirun",
                                  ctx.env.world_size()));
-  const Args a = parse_args(ctx.args, {"batches", "device", "json"}, {});
+  const Args a = parse_args(ctx.args, {"batches", "device", "json"}, {},
+                            {{"batches", "N: validation batches (train.eval_batches x the run's DP replicas)"},
+                             {"device", "host|cuda: where the model runs (host)"},
+                             {"json", "FILE: the figures as JSON"}});
   if (a.positional.size() != 1)
     throw UsageError("atlas eval needs one checkpoint file: atlas eval CKPT [data.KEY=VALUE ...] [--batches N]");
   for (const std::string& o : a.overrides)

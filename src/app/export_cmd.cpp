@@ -95,7 +95,10 @@ std::vector<std::string> blame_config_json(std::vector<std::string> problems, co
 
 int cmd_export(Context& ctx) {
   one_process(ctx, "export");
-  const Args a = parse_args(ctx.args, {"format", "out", "logits"}, {});
+  const Args a = parse_args(ctx.args, {"format", "out", "logits"}, {},
+                            {{"format", "hf: Hugging Face GPT-2 (model.safetensors + config.json)"},
+                             {"out", "DIR: where the files go"},
+                             {"logits", "FILE: atlas's logits on fixed tokens, for scripts/hf/check_logits.py"}});
   want_hf(a, "export");
   // The checkpoint holds its deck: key=value words were read and never used.
   if (!a.overrides.empty())
@@ -142,7 +145,10 @@ int cmd_export(Context& ctx) {
 
 int cmd_import(Context& ctx) {
   one_process(ctx, "import");
-  const Args a = parse_args(ctx.args, {"format", "out", "deck"}, {});
+  const Args a = parse_args(ctx.args, {"format", "out", "deck"}, {},
+                            {{"format", "hf: a Hugging Face GPT-2 directory"},
+                             {"out", "CKPT_DIR: where step-000000.h5 goes"},
+                             {"deck", "DECK: the deck stored with it (default: one from config.json)"}});
   want_hf(a, "import");
   if (a.positional.size() != 1)
     throw UsageError("atlas import needs one model directory: atlas import --format hf DIR --out CKPT_DIR");

@@ -66,7 +66,19 @@ int cmd_sample(Context& ctx) {
   const Args a = parse_args(ctx.args,
                             {"prompt", "prompt-file", "tokens", "temperature", "top-k", "top-p", "seed", "samples",
                              "tokenizer-dir", "device", "json"},
-                            {"ignore-eot"});
+                            {"ignore-eot"},
+                            {{"prompt", "TEXT: the text to continue (gpt2: empty starts at <|endoftext|>)"},
+                             {"prompt-file", "FILE: the prompt from a file"},
+                             {"tokens", "N: new tokens per sample (64)"},
+                             {"temperature", "T: 0 = greedy (1)"},
+                             {"top-k", "K: keep the K most likely tokens (0 = all)"},
+                             {"top-p", "P: keep the fewest most likely tokens reaching P (1 = all)"},
+                             {"seed", "S: the draws' seed (1)"},
+                             {"samples", "N: samples drawn (1)"},
+                             {"tokenizer-dir", "DIR: GPT-2's encoder.json and vocab.bpe (the checkpoint's)"},
+                             {"device", "host|cuda: where the model runs (host)"},
+                             {"json", "FILE: ids, settings, each token's logit and draw"},
+                             {"ignore-eot", "go on past <|endoftext|> (gpt2)"}});
   if (!a.overrides.empty())
     throw UsageError("atlas sample takes no key=value overrides (got '" + a.overrides.front() +
                      "'): the checkpoint's own deck describes the model; the sampling settings are options");

@@ -23,7 +23,12 @@ namespace atlas::app {
 
 int cmd_tokenize(Context& ctx) {
   if (ctx.env.world_rank() != 0) return 0;
-  const Args args = parse_args(ctx.args, {"out", "tokenizer", "tokenizer-dir", "val-fraction", "shard-tokens"}, {});
+  const Args args = parse_args(ctx.args, {"out", "tokenizer", "tokenizer-dir", "val-fraction", "shard-tokens"}, {},
+                               {{"out", "DIR: where train_*.bin and val_*.bin go"},
+                                {"tokenizer", "byte|gpt2: how text becomes ids (byte)"},
+                                {"tokenizer-dir", "DIR: GPT-2's encoder.json and vocab.bpe (data/gpt2)"},
+                                {"val-fraction", "F: the tail of the text held out for validation (0.05)"},
+                                {"shard-tokens", "N: tokens per shard file (100000000)"}});
   // A word with '=' is an input when it names a file or directory (a file name may hold one);
   // otherwise it is a deck key, which tokenize does not take: its settings are options.
   std::vector<std::string> inputs = args.positional;

@@ -24,10 +24,15 @@ class UsageError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// Help for a command's options: --NAME -> "ARG: what it does (default)" for value options, "what
+/// it does" for flags. Options without an entry are listed by name alone.
+using OptionHelp = std::map<std::string, std::string>;
+
 /// `--help` or `-h` after a subcommand: run_app prints the subcommand's options and exits 0.
 struct HelpRequested {
   std::vector<std::string> value_options;  ///< --NAME VALUE
   std::vector<std::string> flags;          ///< --NAME
+  OptionHelp help;                         ///< what each does, where the command says
 };
 
 struct Context {
@@ -50,9 +55,9 @@ struct Args {
 };
 
 /// Splits `words`; `value_options` name the --options that take a value. Throws UsageError on an
-/// option not in `value_options` or `flags`, and HelpRequested on --help / -h.
+/// option not in `value_options` or `flags`, and HelpRequested (with `help`) on --help / -h.
 Args parse_args(const std::vector<std::string>& words, const std::vector<std::string>& value_options,
-                const std::vector<std::string>& flags);
+                const std::vector<std::string>& flags, const OptionHelp& help = {});
 
 /// Throws UsageError when `args` holds an option that `mode` (a command's mode, e.g. "simulate
 /// --compare") does not read: every option not in `allowed` (flags included).
