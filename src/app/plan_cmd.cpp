@@ -23,7 +23,12 @@ namespace atlas::app {
 int cmd_plan(Context& ctx) {
   if (ctx.env.world_rank() != 0) return 0;
   keep_heap_for_reuse();
-  const Args args = parse_args(ctx.args, {"wan", "deck-out", "rows", "progress-after"}, {"quiet"});
+  const Args args = parse_args(ctx.args, {"wan", "deck-out", "rows", "progress-after"}, {"quiet"},
+                               {{"wan", "PROFILE: the WAN matrices from a profile (profiles/wan/*.profile)"},
+                                {"deck-out", "FILE: the chosen plan as a ready deck"},
+                                {"rows", "N: rows of the what-if table (plan.top)"},
+                                {"progress-after", "SECONDS: progress lines on stderr after this long (3)"},
+                                {"quiet", "without the plan's deck on stdout"}});
   const std::string path = deck_path(args, "plan");
   if (args.flag("deck-out")) check_output_file("atlas plan", "--deck-out", args.option("deck-out"));
   std::vector<std::string> overrides;

@@ -80,7 +80,13 @@ int run_report_script(const std::string& script, const std::vector<std::string>&
 
 int cmd_report(Context& ctx) {
   if (ctx.env.world_rank() != 0) return 0;
-  const Args args = parse_args(ctx.args, {"step", "out", "json", "skip-steps", "against"}, {"no-png"});
+  const Args args = parse_args(ctx.args, {"step", "out", "json", "skip-steps", "against"}, {"no-png"},
+                               {{"step", "N: the step drawn in the Gantt chart (the last)"},
+                                {"out", "PNG: the chart's file (RUN_DIR/gantt.png)"},
+                                {"json", "FILE: also the summary's numbers as JSON"},
+                                {"skip-steps", "K: leave the first K recorded steps (warm-up) out (0)"},
+                                {"against", "PROFILE: compare with another profile.h5 or run, step by step"},
+                                {"no-png", "the summary only"}});
   if (args.positional.size() != 1)
     throw UsageError("atlas report needs one run directory: atlas report runs/NAME [--step N] "
                      "[--out PNG] [--json FILE] [--skip-steps K] [--no-png] [--against PROFILE]");

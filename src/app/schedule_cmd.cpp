@@ -28,7 +28,12 @@ namespace atlas::app {
 int cmd_schedule(Context& ctx) {
   if (ctx.env.world_rank() != 0) return 0;
   keep_heap_for_reuse();
-  const Args args = parse_args(ctx.args, {"json", "width", "kind", "png"}, {"quiet"});
+  const Args args = parse_args(ctx.args, {"json", "width", "kind", "png"}, {"quiet"},
+                               {{"json", "FILE: the tables as JSON"},
+                                {"width", "COLUMNS: the Gantt charts' width (100)"},
+                                {"kind", "gpipe|1f1b|atlas: that table only (all three)"},
+                                {"png", "FILE: the Gantt charts as a picture"},
+                                {"quiet", "no Gantt charts on stdout, the summary only"}});
   const std::string path = deck_path(args, "schedule");
   // Output paths first: a missing directory is found before the tables are printed, not after.
   for (const char* file : {"json", "png"})
