@@ -423,6 +423,13 @@ HfModel read_hf_gpt2(const std::string& dir) {
 
 std::string import_hf(const std::string& dir, const std::string& out_dir, const std::string& deck_text,
                       const std::optional<ModelShape>& expect) {
+  // Nothing already written is replaced: an earlier import (or a run's step 0) stays.
+  const std::string target = checkpoint_path(out_dir, 0);
+  std::error_code ec;
+  if (fs::exists(fs::symlink_status(target, ec)))
+    throw ConfigError(fmt::format("atlas import: '{}' already exists (an earlier import, or a run's first checkpoint)\n"
+                                  "  hint: remove it, or give another --out directory",
+                                  target));
   HfModel hf = read_hf_gpt2(dir);
   const ModelShape& m = hf.config.model;
   if (expect && *expect != m) {
@@ -445,6 +452,7 @@ std::string import_hf(const std::string& dir, const std::string& out_dir, const 
   meta.git_sha = build::kGitSha;
   meta.deck = deck_text;
   meta.model = m;
+  meta.layout.stages_per_dc = {1};  // one DC, one stage (docs/formats.md: shape (dc_count,))
   meta.state["adam_t"] = {0};
   std::vector<std::vector<float>> zeros;
   zeros.reserve(hf.atlas_tensors.size());

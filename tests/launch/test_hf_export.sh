@@ -59,6 +59,13 @@ done
 # Import, export again: bitwise the same files.
 check "import exits 0" to "$T/import.out" atlas import --format hf "$T/hf" --out "$T/imported"
 check "import wrote step 0" test -f "$T/imported/step-000000.h5"
+check "import: /layout/stages_per_dc holds its one DC's stage (shape (dc_count,), as docs/formats.md says)" \
+  bash -c "h5dump -a /layout/stages_per_dc '$T/imported/step-000000.h5' | grep -q 'DATASPACE  SIMPLE { ( 1 ) / ( 1 ) }'"
+cp "$T/imported/step-000000.h5" "$T/imported_copy.h5"
+check "import into a directory that holds its step 0 already: exit 2 with the fix" fails_with import_again \
+  "atlas import: '$T/imported/step-000000.h5' already exists \(an earlier import, or a run's first checkpoint\)" \
+  atlas import --format hf "$T/hf" --out "$T/imported"
+check "... and the earlier file is untouched" cmp "$T/imported/step-000000.h5" "$T/imported_copy.h5"
 check "export of the import" to "$T/export2.out" atlas export "$T/imported/step-000000.h5" --format hf --out "$T/hf2"
 check "import then export: model.safetensors bitwise" cmp "$T/hf/model.safetensors" "$T/hf2/model.safetensors"
 check "import then export: config.json bitwise" cmp "$T/hf/config.json" "$T/hf2/config.json"

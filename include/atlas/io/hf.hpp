@@ -88,7 +88,8 @@ std::vector<std::string> export_hf(const std::string& ckpt, const std::string& o
 /// writes checkpoint step 0 (zero AdamW moments, AdamW step 0, no data position) to
 /// CKPT_DIR/step-000000.h5 with `deck_text` as its /deck. `atlas train DECK run.resume=THAT_FILE`
 /// then fine-tunes from these weights. `expect`, when set, must equal the config's shape.
-/// Returns the checkpoint's path. Throws ConfigError naming the file and the fix on bad input.
+/// Returns the checkpoint's path. Throws ConfigError naming the file and the fix on bad input,
+/// and when CKPT_DIR/step-000000.h5 exists already (it is never replaced).
 std::string import_hf(const std::string& dir, const std::string& out_dir, const std::string& deck_text,
                       const std::optional<ModelShape>& expect = std::nullopt);
 
