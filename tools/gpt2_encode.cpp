@@ -45,7 +45,14 @@ int main(int argc, char** argv) {
     if (a == "--dir" && i + 1 < argc) dir = argv[++i];
     else if (a == "--bench") bench = true;
     else if (a == "--bench-long-runs") long_runs = true;
-    else if (a.rfind("--", 0) == 0) {
+    else if (a == "--help" || a == "-h") {
+      std::printf("usage: atlas-gpt2-encode [--dir DIR] [--bench] FILE... | --bench-long-runs\n"
+                  "  FILE...: per file '# NAME COUNT' then its GPT-2 BPE ids on one line (decode checked)\n"
+                  "  --dir DIR: encoder.json and vocab.bpe (data/gpt2)\n"
+                  "  --bench: the files' concatenation once, cold cache: tokens, seconds, tokens/s\n"
+                  "  --bench-long-runs: long word pieces by encoder.py's rounds and by the heap, side by side\n");
+      return 0;
+    } else if (a.rfind("--", 0) == 0) {
       std::fprintf(stderr, "atlas-gpt2-encode: unknown option '%s'\n  usage: atlas-gpt2-encode "
                            "[--dir DIR] [--bench] FILE... | --bench-long-runs\n", a.c_str());
       return 2;

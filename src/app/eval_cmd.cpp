@@ -105,6 +105,11 @@ int cmd_eval(Context& ctx) {
       if (const auto at = p.find("  hint: lower model.seq_len or "); at != std::string::npos)
         p.replace(at, std::string("  hint: lower model.seq_len or ").size(),
                   "  hint: (model.seq_len is the checkpoint's) ");
+      if (const auto at = p.find("  hint: the shard was written by a tokenizer with a larger vocabulary"); at != std::string::npos)
+        p = p.substr(0, at) + fmt::format("  hint: the shard was written by a tokenizer with a larger vocabulary than this "
+                                          "checkpoint's {} ids: evaluate it on shards written with `atlas tokenize "
+                                          "--tokenizer {}`",
+                                          m.vocab, m.vocab == 50257 ? "gpt2" : "byte");
       problems.push_back(p + "\n  note: atlas eval '" + ckpt +
                          "' reads data.* from the checkpoint's deck unless given on the command line; relative "
                          "paths are from the current directory");

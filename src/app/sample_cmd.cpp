@@ -127,6 +127,10 @@ int cmd_sample(Context& ctx) {
         a.flag("tokenizer-dir") ? "--tokenizer-dir" : "the checkpoint's data.tokenizer_dir (or --tokenizer-dir)");
     tok.vocab = model::Gpt2Tokenizer::kVocab;
   }
+  if (!gpt2)
+    for (const char* o : {"tokenizer-dir", "ignore-eot"})
+      if (a.flag(o))
+        fmt::print(stderr, "note: --{} is for a gpt2-tokenizer model; '{}' reads bytes, so it is ignored\n", o, ckpt);
   if (m.vocab < tok.vocab)
     throw ConfigError(fmt::format("'{}': model.vocab = {} is smaller than the {} tokenizer's {} ids\n  hint: this "
                                   "checkpoint was not trained with that tokenizer; it cannot be sampled as text",

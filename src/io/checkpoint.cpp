@@ -360,6 +360,24 @@ h5::File open_for_inspection(const std::string& path) {
   if (ec || !fs::exists(status)) {
     throw ConfigError(fmt::format("checkpoint '{}' does not exist", path));
   }
+  if (fs::is_directory(status)) {
+    // A run's checkpoint directory where its file was meant: name the newest one in it.
+    std::string newest;
+    std::int64_t newest_step = -1;
+    for (const auto& e : fs::directory_iterator(path, ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.size() < 10 || name.rfind("step-", 0) != 0 || !name.ends_with(".h5")) continue;
+      const std::string digits = name.substr(5, name.size() - 8);
+      if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 18) continue;
+      if (const std::int64_t step = std::stoll(digits); step > newest_step) {
+        newest_step = step;
+        newest = e.path().string();
+      }
+    }
+    throw ConfigError(fmt::format("checkpoint '{}' is a directory, not a checkpoint file\n  hint: {}", path,
+                                  newest.empty() ? "name a step-NNNNNN.h5 file (this directory holds none)"
+                                                 : "its newest checkpoint is " + newest));
+  }
   if (!fs::is_regular_file(status)) {
     throw ConfigError(fmt::format("checkpoint '{}' is not a regular file", path));
   }

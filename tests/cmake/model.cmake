@@ -32,6 +32,9 @@ set_tests_properties(test_model_gpt2_tokenizer PROPERTIES FIXTURES_REQUIRED brow
 add_test(NAME gpt2_bench_long_runs COMMAND $<TARGET_FILE:atlas-gpt2-encode> --dir ${PROJECT_SOURCE_DIR}/data/gpt2
          --bench-long-runs)
 set_tests_properties(gpt2_bench_long_runs PROPERTIES LABELS unit TIMEOUT 120 FIXTURES_REQUIRED brown_corpus)
+add_test(NAME gpt2_encode_help COMMAND $<TARGET_FILE:atlas-gpt2-encode> --help)
+set_tests_properties(gpt2_encode_help PROPERTIES LABELS unit TIMEOUT 30
+  PASS_REGULAR_EXPRESSION "usage: atlas-gpt2-encode .*--bench-long-runs: ")
 find_program(ATLAS_NODE node)
 if(ATLAS_NODE)
   add_test(NAME gpt2_equivalence

@@ -104,6 +104,13 @@ check "a validation split shorter than one sample: exit 2, seq_len named as the 
 check "more batches than the split holds: a warning with the fix" to "$T/many.out" atlas eval "$PP2" data.val_fraction=0.001 --batches 60
 check "... said" grep -q "windows count more than once in the loss" "$T/many.out"
 check "--batches 0: exit 1" fails_with batches 1 "--batches expects an integer in \[1, " atlas eval "$PP2" --batches 0
+check "a checkpoint directory: exit 2 naming its newest checkpoint" fails_with ckpt_dir 2 \
+  "checkpoint '$T/pp2/ckpt' is a directory, not a checkpoint file.*" atlas eval "$T/pp2/ckpt"
+check "... the hint" grep -q "hint: its newest checkpoint is $PP2" "$T/ckpt_dir.out"
+check "atlas tokenize --tokenizer gpt2" to "$T/tok2.out" atlas tokenize data/brown/ca01.txt --out "$T/shards_gpt2" --tokenizer gpt2
+check "gpt2 shards for a byte model: exit 2 with a fix eval can take" fails_with gpt2_shards 2 \
+  "hint: the shard was written by a tokenizer with a larger vocabulary than this checkpoint's 256 ids: evaluate it on shards written with \`atlas tokenize --tokenizer byte\`" \
+  atlas eval "$PP2" data.format=shards "data.val_shards=$T/shards_gpt2/val_*.bin"
 check "a missing checkpoint: exit 2 naming it" fails_with missing 2 "$T/nope.h5" atlas eval "$T/nope.h5"
 check "a --json into a missing directory: exit 2" fails_with json 2 "--json $T/nodir/e.json: its directory $T/nodir does not exist" \
   atlas eval "$PP2" --json "$T/nodir/e.json"

@@ -86,6 +86,10 @@ check "NaN logits: exit 2 naming the checkpoint, sample and token, with the fix"
   "'$T/gnck/step-000000.h5', sample 1, new token 1: the model's logit for token 0 is nan" \
   atlas sample "$T/gnck/step-000000.h5" --prompt hi --tokens 3
 
+check "a byte model with --ignore-eot: runs, with a note that it is ignored" to "$T/ignored.out" \
+  atlas sample "$CKPT" --prompt x --tokens 2 --ignore-eot
+check "... the note" grep -q "note: --ignore-eot is for a gpt2-tokenizer model; '$CKPT' reads bytes, so it is ignored" "$T/ignored.out"
+
 # Bad input: exit code 1 (usage) or 2 (config), the message names what and the fix.
 check "under mpirun -np 2: exit 1" fails_with np2 1 "atlas sample runs as one process \(started with 2\); run it without mpirun" \
   timeout 60 "${MPI[@]}" "$ATLAS_BIN" sample "$CKPT" --prompt x
