@@ -4,6 +4,9 @@
 # environment for root and oversubscription, and the ok/FAIL bookkeeping.
 #   launch_setup SCRIPT_NAME TEMP_STEM SOURCE_DIR ATLAS_BIN   sets ROOT, ATLAS_BIN, T; cd ROOT
 #   check DESCRIPTION COMMAND...                            prints ok/FAIL, remembers a failure
+#   to OUT COMMAND...                                       COMMAND's output (both streams) into OUT
+#   exits_with OUT_NAME CODE REGEX COMMAND...               COMMAND exits with CODE and its output
+#                                                           ($T/OUT_NAME.out) matches REGEX (grep -E)
 #   launch_finish                                           on a failure: every *.out's tail, exit 1
 
 launch_setup() {
@@ -21,6 +24,16 @@ launch_setup() {
 check() { # description, command...
   local what=$1; shift
   if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; fail=1; fi
+}
+
+to() { local out=$1; shift; "$@" > "$out" 2>&1; }
+
+exits_with() {
+  local out=$T/$1.out code=$2 re=$3; shift 3
+  "$@" > "$out" 2>&1
+  local rc=$?
+  [[ $rc == "$code" ]] || { echo "  exit code $rc, expected $code"; cat "$out"; return 1; }
+  grep -Eq -- "$re" "$out" || { echo "  no match for: $re"; cat "$out"; return 1; }
 }
 
 launch_finish() {

@@ -13,14 +13,6 @@ launch_setup test_eval.sh eval-test "$@"
 PY=/usr/bin/python3
 MPI=(mpirun -np 2 --mca btl self,vader,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo)
 atlas() { timeout 120 "$ATLAS_BIN" "$@"; }
-to() { local out=$1; shift; "$@" > "$out" 2>&1; }  # OUT COMMAND...: its output into OUT
-fails_with() { # OUT_NAME CODE REGEX COMMAND...: exit code CODE and the message
-  local out=$T/$1.out code=$2 re=$3; shift 3
-  "$@" > "$out" 2>&1
-  local rc=$?
-  [[ $rc == "$code" ]] || { echo "  exit code $rc, expected $code"; cat "$out"; return 1; }
-  grep -Eq -- "$re" "$out" || { echo "  no match for: $re"; cat "$out"; return 1; }
-}
 SMALL=(model.layers=2 model.hidden=64 model.heads=4 model.seq_len=32 run.steps=10 ckpt.every_steps=10
        train.eval_every_steps=10 train.eval_batches=3 run.log_every_steps=5 run.out_dir="$T")
 logged_val() { awk -F, '$1 == 9 {print $3}' "$T/$1/metrics.csv"; }     # RUN: val_loss of step 10
@@ -80,39 +72,39 @@ check "an imported checkpoint does not claim a run's batches" bash -c "! grep -q
 # A checkpoint with a NaN (tests/hf/make_gpt2.py nan, imported): exit 7 naming the batch.
 $PY tests/hf/make_gpt2.py "$T/gnan" nan
 check "import of the NaN model" to "$T/gnimport.out" atlas import --format hf "$T/gnan" --out "$T/gnck"
-check "a non-finite loss: exit 7 with the fix" fails_with nan 7 \
+check "a non-finite loss: exit 7 with the fix" exits_with nan 7 \
   "'$T/gnck/step-000000.h5' \(step 0\): the loss of validation batch 0 is nan \(not finite\)" \
   atlas eval "$T/gnck/step-000000.h5" train.eval_batches=2
 
 # Bad input.
-check "under mpirun -np 2: exit 1" fails_with np2 1 "atlas eval runs as one process \(started with 2\); run it without mpirun" \
+check "under mpirun -np 2: exit 1" exits_with np2 1 "atlas eval runs as one process \(started with 2\); run it without mpirun" \
   timeout 60 "${MPI[@]}" "$ATLAS_BIN" eval "$PP2"
-check "a model key: exit 1 with the fix" fails_with model_key 1 "atlas eval takes data.\* keys, train.eval_batches and train.micro_batch_size, not 'model.layers=3'" \
+check "a model key: exit 1 with the fix" exits_with model_key 1 "atlas eval takes data.\* keys, train.eval_batches and train.micro_batch_size, not 'model.layers=3'" \
   atlas eval "$PP2" model.layers=3
-check "an unknown data key: exit 2 naming it" fails_with unknown_key 2 "data.corpus_dri" atlas eval "$PP2" data.corpus_dri=x
-check "a missing corpus: exit 2 naming it" fails_with no_corpus 2 "$T/no_corpus" atlas eval "$PP2" "data.corpus_dir=$T/no_corpus"
-check "gpt2 data for a byte model: exit 2 with the fix" fails_with vocab 2 "the checkpoint's model.vocab = 256 cannot read data.tokenizer = gpt2's ids" \
+check "an unknown data key: exit 2 naming it" exits_with unknown_key 2 "data.corpus_dri" atlas eval "$PP2" data.corpus_dri=x
+check "a missing corpus: exit 2 naming it" exits_with no_corpus 2 "$T/no_corpus" atlas eval "$PP2" "data.corpus_dir=$T/no_corpus"
+check "gpt2 data for a byte model: exit 2 with the fix" exits_with vocab 2 "the checkpoint's model.vocab = 256 cannot read data.tokenizer = gpt2's ids" \
   atlas eval "$PP2" data.tokenizer=gpt2
-check "data.val_shards with text data: exit 2 with the fix" fails_with val_text 2 "atlas eval: data.val_shards is set but data.format = text reads data.corpus_dir" \
+check "data.val_shards with text data: exit 2 with the fix" exits_with val_text 2 "atlas eval: data.val_shards is set but data.format = text reads data.corpus_dir" \
   atlas eval "$PP2" "data.val_shards=$T/shards/val_*.bin"
-check "shards without data.val_shards: exit 2" fails_with no_val 2 "atlas eval: data.format = shards needs data.val_shards" \
+check "shards without data.val_shards: exit 2" exits_with no_val 2 "atlas eval: data.format = shards needs data.val_shards" \
   atlas eval "$PP2" data.format=shards
 check "a missing corpus: the note on where data.* comes from" grep -q "note: atlas eval '$PP2' reads data.\* from the checkpoint's deck" "$T/no_corpus.out"
 mkdir -p "$T/tiny" && printf 'short text' > "$T/tiny/a.txt"
-check "a validation split shorter than one sample: exit 2, seq_len named as the checkpoint's" fails_with short 2 \
+check "a validation split shorter than one sample: exit 2, seq_len named as the checkpoint's" exits_with short 2 \
   "hint: \(model.seq_len is the checkpoint's\) raise data.val_fraction" atlas eval "$PP2" "data.corpus_dir=$T/tiny"
 check "more batches than the split holds: a warning with the fix" to "$T/many.out" atlas eval "$PP2" data.val_fraction=0.001 --batches 60
 check "... said" grep -q "windows count more than once in the loss" "$T/many.out"
-check "--batches 0: exit 1" fails_with batches 1 "--batches expects an integer in \[1, " atlas eval "$PP2" --batches 0
-check "a checkpoint directory: exit 2 naming its newest checkpoint" fails_with ckpt_dir 2 \
+check "--batches 0: exit 1" exits_with batches 1 "--batches expects an integer in \[1, " atlas eval "$PP2" --batches 0
+check "a checkpoint directory: exit 2 naming its newest checkpoint" exits_with ckpt_dir 2 \
   "checkpoint '$T/pp2/ckpt' is a directory, not a checkpoint file.*" atlas eval "$T/pp2/ckpt"
 check "... the hint" grep -q "hint: its newest checkpoint is $PP2" "$T/ckpt_dir.out"
 check "atlas tokenize --tokenizer gpt2" to "$T/tok2.out" atlas tokenize data/brown/ca01.txt --out "$T/shards_gpt2" --tokenizer gpt2
-check "gpt2 shards for a byte model: exit 2 with a fix eval can take" fails_with gpt2_shards 2 \
+check "gpt2 shards for a byte model: exit 2 with a fix eval can take" exits_with gpt2_shards 2 \
   "hint: the shard was written by a tokenizer with a larger vocabulary than this checkpoint's 256 ids: evaluate it on shards written with \`atlas tokenize --tokenizer byte\`" \
   atlas eval "$PP2" data.format=shards "data.val_shards=$T/shards_gpt2/val_*.bin"
-check "a missing checkpoint: exit 2 naming it" fails_with missing 2 "$T/nope.h5" atlas eval "$T/nope.h5"
-check "a --json into a missing directory: exit 2" fails_with json 2 "--json $T/nodir/e.json: its directory $T/nodir does not exist" \
+check "a missing checkpoint: exit 2 naming it" exits_with missing 2 "$T/nope.h5" atlas eval "$T/nope.h5"
+check "a --json into a missing directory: exit 2" exits_with json 2 "--json $T/nodir/e.json: its directory $T/nodir does not exist" \
   atlas eval "$PP2" --json "$T/nodir/e.json"
 atlas eval "$PP2" --device cuda > "$T/cuda.out" 2>&1
 rc=$?
@@ -120,5 +112,5 @@ if grep -q "built without CUDA" "$T/cuda.out"; then  # this binary has no CUDA b
   check "--device cuda without CUDA: exit 1 with the fix" test "$rc" == 1
   check "... the hint names make cuda" grep -q "hint: build it with \`make cuda\`, or run on the host (drop --device)" "$T/cuda.out"
 fi
-check "an unknown --device: exit 1" fails_with device 1 "--device must be host or cuda, not 'tpu'" atlas eval "$PP2" --device tpu
+check "an unknown --device: exit 1" exits_with device 1 "--device must be host or cuda, not 'tpu'" atlas eval "$PP2" --device tpu
 launch_finish

@@ -23,14 +23,7 @@ COMMON=(inputs/default.deck "parallel.stages_per_dc=1 1" parallel.dp_size=1 "${S
 MPI=(mpirun -np 2 --mca btl self,vader,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo)
 train() { timeout 120 "${MPI[@]}" "$ATLAS_BIN" train "${COMMON[@]}" "$@"; }
 atlas() { timeout 60 "$ATLAS_BIN" "$@"; }
-to() { local out=$1; shift; "$@" > "$out" 2>&1; }  # OUT COMMAND...: its output into OUT
-fails_with() { # OUT_NAME REGEX COMMAND...: exit code 2 and the message
-  local out=$T/$1.out re=$2; shift 2
-  "$@" > "$out" 2>&1
-  local rc=$?
-  [[ $rc == 2 ]] || { echo "  exit code $rc, expected 2"; return 1; }
-  grep -Eq -- "$re" "$out" || { echo "  no match for: $re"; cat "$out"; return 1; }
-}
+fails_with() { exits_with "$1" 2 "${@:2}"; }  # OUT_NAME REGEX COMMAND...: exit code 2 and the message
 
 # A 2-stage run (pp = 2: each stage writes its own tensors), checkpoint at step 2.
 train run.name=src run.steps=2 ckpt.every_steps=2 > "$T/src.out" 2>&1

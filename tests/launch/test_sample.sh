@@ -14,14 +14,6 @@ launch_setup test_sample.sh sample-test "$@"
 PY=/usr/bin/python3
 MPI=(mpirun -np 2 --mca btl self,vader,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo)
 atlas() { timeout 120 "$ATLAS_BIN" "$@"; }
-to() { local out=$1; shift; "$@" > "$out" 2>&1; }  # OUT COMMAND...: its output into OUT
-fails_with() { # OUT_NAME CODE REGEX COMMAND...: exit code CODE and the message
-  local out=$T/$1.out code=$2 re=$3; shift 3
-  "$@" > "$out" 2>&1
-  local rc=$?
-  [[ $rc == "$code" ]] || { echo "  exit code $rc, expected $code"; cat "$out"; return 1; }
-  grep -Eq -- "$re" "$out" || { echo "  no match for: $re"; cat "$out"; return 1; }
-}
 samples_of() { $PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["samples"])' "$1"; }
 
 # A small byte model (context 32, so 80 tokens slide the window twice), 30 steps.
@@ -82,7 +74,7 @@ check "... to --tokens" test "$(samples_of "$T/noeot.json")" == "[[50256, 50256,
 # A checkpoint with a NaN (tests/hf/make_gpt2.py nan, imported): exit 2 naming the token.
 $PY tests/hf/make_gpt2.py "$T/gnan" nan
 check "import of the NaN model" to "$T/gnimport.out" atlas import --format hf "$T/gnan" --out "$T/gnck"
-check "NaN logits: exit 2 naming the checkpoint, sample and token, with the fix" fails_with nan 2 \
+check "NaN logits: exit 2 naming the checkpoint, sample and token, with the fix" exits_with nan 2 \
   "'$T/gnck/step-000000.h5', sample 1, new token 1: the model's logit for token 0 is nan" \
   atlas sample "$T/gnck/step-000000.h5" --prompt hi --tokens 3
 
@@ -91,34 +83,34 @@ check "a byte model with --ignore-eot: runs, with a note that it is ignored" to 
 check "... the note" grep -q "note: --ignore-eot is for a gpt2-tokenizer model; '$CKPT' reads bytes, so it is ignored" "$T/ignored.out"
 
 # Bad input: exit code 1 (usage) or 2 (config), the message names what and the fix.
-check "under mpirun -np 2: exit 1" fails_with np2 1 "atlas sample runs as one process \(started with 2\); run it without mpirun" \
+check "under mpirun -np 2: exit 1" exits_with np2 1 "atlas sample runs as one process \(started with 2\); run it without mpirun" \
   timeout 60 "${MPI[@]}" "$ATLAS_BIN" sample "$CKPT" --prompt x
-check "a missing checkpoint: exit 2 naming it" fails_with missing 2 "$T/nope.h5" atlas sample "$T/nope.h5" --prompt x
-check "a negative temperature: exit 1" fails_with temp 1 "atlas sample: temperature -1 must be a finite number >= 0" \
+check "a missing checkpoint: exit 2 naming it" exits_with missing 2 "$T/nope.h5" atlas sample "$T/nope.h5" --prompt x
+check "a negative temperature: exit 1" exits_with temp 1 "atlas sample: temperature -1 must be a finite number >= 0" \
   atlas sample "$CKPT" --prompt x --temperature -1
-check "a word for a temperature: exit 1" fails_with temp_word 1 "--temperature expects a number, got 'hot'" \
+check "a word for a temperature: exit 1" exits_with temp_word 1 "--temperature expects a number, got 'hot'" \
   atlas sample "$CKPT" --prompt x --temperature hot
-check "top-p 0: exit 1" fails_with topp 1 "top-p 0 must be in \(0, 1\]" atlas sample "$CKPT" --prompt x --top-p 0
-check "top-k -1: exit 1" fails_with topk 1 "--top-k expects an integer >= 0, got '-1'" atlas sample "$CKPT" --prompt x --top-k -1
-check "--tokens 0: exit 1" fails_with tokens 1 "--tokens expects an integer in \[1, " atlas sample "$CKPT" --prompt x --tokens 0
-check "--seed -3: exit 1" fails_with seed 1 "--seed expects an integer >= 0, got '-3'" atlas sample "$CKPT" --prompt x --seed -3
-check "--prompt and --prompt-file: exit 1" fails_with both 1 "give --prompt or --prompt-file, not both" \
+check "top-p 0: exit 1" exits_with topp 1 "top-p 0 must be in \(0, 1\]" atlas sample "$CKPT" --prompt x --top-p 0
+check "top-k -1: exit 1" exits_with topk 1 "--top-k expects an integer >= 0, got '-1'" atlas sample "$CKPT" --prompt x --top-k -1
+check "--tokens 0: exit 1" exits_with tokens 1 "--tokens expects an integer in \[1, " atlas sample "$CKPT" --prompt x --tokens 0
+check "--seed -3: exit 1" exits_with seed 1 "--seed expects an integer >= 0, got '-3'" atlas sample "$CKPT" --prompt x --seed -3
+check "--prompt and --prompt-file: exit 1" exits_with both 1 "give --prompt or --prompt-file, not both" \
   atlas sample "$CKPT" --prompt x --prompt-file "$T/prompt.txt"
-check "a missing --prompt-file: exit 2 naming it" fails_with nofile 2 "$T/none.txt" atlas sample "$CKPT" --prompt-file "$T/none.txt"
-check "no prompt on a byte model: exit 1 with the fix" fails_with empty 1 "a byte-tokenizer model has no start token" \
+check "a missing --prompt-file: exit 2 naming it" exits_with nofile 2 "$T/none.txt" atlas sample "$CKPT" --prompt-file "$T/none.txt"
+check "no prompt on a byte model: exit 1 with the fix" exits_with empty 1 "a byte-tokenizer model has no start token" \
   atlas sample "$CKPT" --tokens 3
-check "a prompt longer than the context: exit 1" fails_with long 1 "the prompt is 40 tokens, longer than the model's context \(model.seq_len = 32" \
+check "a prompt longer than the context: exit 1" exits_with long 1 "the prompt is 40 tokens, longer than the model's context \(model.seq_len = 32" \
   atlas sample "$CKPT" --prompt "$(printf 'x%.0s' {1..40})"
-check "a deck key: exit 1" fails_with override 1 "atlas sample takes no key=value overrides" atlas sample "$CKPT" model.layers=3
-check "an unknown --device: exit 1" fails_with device 1 "--device must be host or cuda, not 'tpu'" atlas sample "$CKPT" --prompt x --device tpu
+check "a deck key: exit 1" exits_with override 1 "atlas sample takes no key=value overrides" atlas sample "$CKPT" model.layers=3
+check "an unknown --device: exit 1" exits_with device 1 "--device must be host or cuda, not 'tpu'" atlas sample "$CKPT" --prompt x --device tpu
 atlas sample "$CKPT" --prompt x --tokens 2 --device cuda > "$T/cuda.out" 2>&1
 rc=$?
 if grep -q "built without CUDA" "$T/cuda.out"; then  # this binary has no CUDA backend (CI's)
   check "--device cuda without CUDA: exit 1 with the fix" test "$rc" == 1
   check "... the hint names make cuda" grep -q "hint: build it with \`make cuda\`, or run on the host (drop --device)" "$T/cuda.out"
 fi
-check "a --json into a missing directory: exit 2, before sampling" fails_with json 2 "--json $T/nodir/s.json: its directory $T/nodir does not exist" \
+check "a --json into a missing directory: exit 2, before sampling" exits_with json 2 "--json $T/nodir/s.json: its directory $T/nodir does not exist" \
   atlas sample "$CKPT" --prompt x --json "$T/nodir/s.json"
-check "a gpt2 model with a missing --tokenizer-dir: exit 2 naming the option" fails_with tokdir 2 "--tokenizer-dir" \
+check "a gpt2 model with a missing --tokenizer-dir: exit 2 naming the option" exits_with tokdir 2 "--tokenizer-dir" \
   atlas sample "$G2" --prompt x --tokenizer-dir "$T/no_gpt2"
 launch_finish
