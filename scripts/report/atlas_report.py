@@ -8,7 +8,7 @@
 """atlas report: summary and Gantt chart of an atlas run's profile.
 
 usage:
-  atlas_report.py RUN_DIR [--step N] [--out PNG] [--json FILE] [--skip-steps K] [--no-png]
+  atlas_report.py RUN_DIR [--step N] [--out PNG] [--json FILE] [--skip-steps K] [--no-png] [--against PROFILE]
   atlas_report.py --schedule-json FILE --out PNG [--kind gpipe|1f1b|atlas]
 
 exit status: 0 ok; 1 usage error or a missing Python package; 2 the file is not a readable
@@ -28,6 +28,7 @@ EXIT_IO = 5
 EXIT_INTERNAL = 6
 
 FORMAT_NAME = "atlas-profile"
+MAX_GANTT_RANKS = 128  # rows of a measured Gantt chart; a larger job shows a selection
 FORMAT_VERSION = 1
 
 # The slot kinds in sched::SlotKind order (also stored in the file as slot_kind_names).
@@ -398,7 +399,7 @@ def nest_prefill(p):
     """BubbleTea records its prefill chunks with step -1 inside the training slot that let them run
     (an Idle slot, or the WAN wait of an all_reduce / optimizer). Returns (step, nested): each
     event's step (a prefill chunk recorded with step -1 takes its container's) and the seconds
-    of prefill inside each training event (as runtime::nest_prefill)."""
+    of prefill inside each training event."""
     import numpy as np
     ev = p.events
     step = ev["step"].astype(np.int64).copy()
@@ -440,7 +441,7 @@ def summarize(p, skip_steps=0):
                                        f"/events/step is negative)")
     steps = steps_all[skip_steps:]
     if not steps:
-        raise ReportError(EXIT_USAGE, f"--skip-steps {skip_steps} leaves no step (the profile has "
+        raise ReportError(EXIT_USAGE, f"{p.path}: --skip-steps {skip_steps} leaves no step (the profile has "
                                       f"{len(steps_all)}: {steps_all[0]}..{steps_all[-1]})")
     sel = np.isin(ev_step, steps)
     dur = ev["end_s"] - ev["start_s"] - nested  # prefill inside a slot counts as prefill
@@ -476,6 +477,7 @@ def summarize(p, skip_steps=0):
                 wall += float(ev["end_s"][ms].max() - ev["start_s"][ms].min())
         out["wall"] = wall
         out["other"] = wall - sum(out[c] for c in CATEGORIES)
+        out["events"] = int(m.sum())
         out["utilization"] = (out["compute"] + out["prefill"]) / wall if wall > 0 else 0.0
         out["idle_fraction"] = out["idle"] / wall if wall > 0 else 0.0
         row = row_of_rank.get((out["stage"], out["dp"]))
@@ -566,6 +568,10 @@ def print_summary(s, out=None):
           f"{r['idle']:>9.4f} {r['prefill']:>9.4f} {r['send_post']:>9.4f} {_z(r['other']):>9.4f} "
           f"{r['wall']:>9.4f} {100 * r['utilization']:>7.1f} {100 * r['idle_fraction']:>7.1f} "
           f"{pred_txt:>11}\n")
+    silent = [str(r["rank"]) for r in s["ranks"] if r.get("events", 1) == 0]
+    if silent:
+        w(f"# note: rank(s) {', '.join(silent)} recorded no event in the analysed steps: their rows are zeros, "
+          f"not measurements (a rank that died, or a damaged profile)\n")
     w("\n# per WAN link: wan_send transfers and tied-embedding exchanges (exch_bytes of bytes), post "
       "to completion;\n# busy = time with >= 1 transfer in flight\n")
     w(f"{'link':<20} {'transfers':>9} {'bytes':>14} {'exch_bytes':>12} {'busy_s':>10} {'MB/s':>10} "
@@ -716,12 +722,24 @@ def measured_gantt(p, step, out_path):
     if step is None:
         step = steps[-1]
     if step not in steps:
-        raise ReportError(EXIT_USAGE, f"--step {step}: the profile holds steps "
-                                      f"{steps[0]}..{steps[-1]}")
+        raise ReportError(EXIT_USAGE, f"--step {step}: the profile holds {len(steps)} step(s), "
+                                      f"{steps[0]}..{steps[-1]}" + ("" if len(steps) == steps[-1] - steps[0] + 1
+                                                                    else f" with gaps ({steps[:8]}...)"))
     m = ev_step == step
     t0 = float(ev["start_s"][m].min())
+    # A chart has room for some hundred rows (matplotlib refuses a figure past 2^16 pixels): of a
+    # larger job (a simulated 4,608-rank profile) the dp 0, tp 0 rank of each stage, then every
+    # k-th of those.
+    shown = list(range(p.world_size))
+    note = ""
+    if len(shown) > MAX_GANTT_RANKS:
+        shown = [r for r in shown if int(p.ranks["dp"][r]) == 0 and int(p.ranks["tp"][r]) == 0]
+        stride = max(1, -(-len(shown) // MAX_GANTT_RANKS))
+        shown = shown[::stride]
+        note = (f"; {len(shown)} of {p.world_size} ranks: dp 0, tp 0" +
+                (f", every {stride}th stage" if stride > 1 else ""))
     rows = []
-    for r in range(p.world_size):
+    for r in shown:
         mr = m & (ev["world_rank"] == r)
         slots = [(1e3 * (s - t0), 1e3 * (e - s), p.kind_name(k))
                  for s, e, k in zip(ev["start_s"][mr], ev["end_s"][mr], ev["kind"][mr])]
@@ -744,7 +762,7 @@ def measured_gantt(p, step, out_path):
     fig, ax = plt.subplots(figsize=(13, 0.32 * (len(rows) + len(link_rows)) + 1.8))
     used = draw_gantt(ax, rows, link_rows,
                       f"{p.run_name}: step {step} as measured ({p.schedule_kind}; {span_ms:.1f} ms "
-                      f"vs predicted {p.predicted_step_ms:.1f} ms)", p.kind_names)
+                      f"vs predicted {p.predicted_step_ms:.1f} ms{note})", p.kind_names)
     ax.set_xlabel("time since the step's first slot (ms)")
     add_legend(fig, used, bool(link_rows))
     fig.tight_layout(rect=(0, 0.06, 1, 1))
@@ -854,7 +872,8 @@ def main(argv=None):
             ap.error("give a run directory (runs/NAME) or --schedule-json FILE --out PNG")
         if args.skip_steps < 0:
             ap.error("--skip-steps must be >= 0")
-        if os.path.isdir(args.run_dir) or not args.run_dir.endswith(".h5"):
+        # A file is a profile whatever its name (atlas simulate --profile takes any); else a run directory.
+        if not os.path.isfile(args.run_dir):
             if not os.path.exists(args.run_dir):
                 raise ReportError(EXIT_IO, f"{args.run_dir}: no such run directory (atlas train writes "
                                            f"runs/<run.name>/ under run.out_dir; give that directory or its "
@@ -867,9 +886,12 @@ def main(argv=None):
         print_summary(s)
         if args.against:
             other = args.against
-            if os.path.isdir(other) or not other.endswith(".h5"):
+            if not os.path.isfile(other):
                 other = os.path.join(other, "profile.h5")
-            s["against"] = compare(s, summarize(Profile(other), args.skip_steps))
+            q = Profile(other)
+            # A simulated profile has no warm-up to leave out: --skip-steps is the run's.
+            skip_other = 0 if q.source == "simulated" else args.skip_steps
+            s["against"] = compare(s, summarize(q, skip_other))
             print_comparison(s["against"])
         if args.json:
             try:

@@ -62,15 +62,26 @@ int wan_lines(const std::string& path, const std::string& dcs_text) {
 
 /// `atlas profile --gemm`: GEMMs (L x L x d, d the smallest dimension) on the backend, median of
 /// `repeat` after a warm-up; prints the achieved rate per d and the curve's fraction against the
-/// peak (the `--update` profile's peak_tflops, else the best measured rate), and with --update
-/// rewrites that profile's gemm_min_dim / gemm_fraction. The backend computes in fp32 (host:
-/// OpenBLAS sgemm; cuda: cuBLAS), so on a GPU the curve's shape is measured, not the bf16 level.
+/// peak of the precision measured (the `--update` profile's, else the best measured rate), and
+/// with --update rewrites that profile's gemm_min_dim / gemm_fraction. The host measures fp32
+/// (OpenBLAS sgemm) against peak_tflops; a GPU measures --precision bf16 by default (the
+/// training's, through cuBLASLt, its operands' conversion included) against peak_tflops, or tf32 /
+/// fp32 against peak_tflops_tf32 / peak_tflops_fp32: the simulator prices a GEMM at peak_tflops x
+/// the fraction, so a fraction must be of the peak of the precision it was measured in.
 int gemm_curve(const Args& args, int threads, int repeat) {
   const std::string kind = args.option("backend", "host");
   if (kind != "host" && kind != "cuda") throw UsageError("--backend must be host or cuda");
+  const std::string prec = args.option("precision", kind == "cuda" ? "bf16" : "fp32");
+  if (prec != "fp32" && prec != "tf32" && prec != "bf16")
+    throw UsageError("--precision must be fp32, tf32 or bf16, not '" + prec + "'");
+  if (kind == "host" && prec != "fp32")
+    throw UsageError("--precision " + prec + " on the host backend: the host emulates " + prec +
+                     " by rounding fp32 (docs/precision.md), which measures no " + prec +
+                     " hardware\n  hint: drop --precision (the host measures fp32), or measure a GPU with --backend cuda");
   DeviceCfg dev;
   dev.backend = kind == "cuda" ? Backend::Cuda : Backend::Host;
   dev.threads = threads;
+  dev.precision = prec == "bf16" ? Precision::Bf16 : prec == "tf32" ? Precision::Tf32 : Precision::Fp32;
   auto backend = device::make_backend(dev);
   // Small on the CPU (a few seconds with one thread), up to 8192 on a GPU.
   const std::vector<int> dims = kind == "cuda" ? std::vector<int>{64, 128, 256, 512, 1024, 2048, 4096, 8192}
@@ -78,9 +89,24 @@ int gemm_curve(const Args& args, int threads, int repeat) {
   const int large = kind == "cuda" ? 8192 : 256;
   const std::string update = args.option("update");
   sim::DeviceProfile target;
-  if (!update.empty()) target = sim::parse_device_profile(update, deck::read_text_file(update, deck::kMaxDeckBytes, "profile"));
-  fmt::print("# GEMM efficiency curve on the {} backend (fp32), {} thread(s), median of {}: L x L x d, L = {}\n", kind,
-             threads, repeat, large);
+  double target_peak = 0.0;  // the --update profile's peak of this precision
+  const char* peak_key = prec == "bf16" || kind == "host" ? "peak_tflops" : prec == "tf32" ? "peak_tflops_tf32"
+                                                                                          : "peak_tflops_fp32";
+  if (!update.empty()) {
+    target = sim::parse_device_profile(update, deck::read_text_file(update, deck::kMaxDeckBytes, "profile"));
+    target_peak = std::string_view(peak_key) == "peak_tflops"        ? target.peak_tflops
+                  : std::string_view(peak_key) == "peak_tflops_tf32" ? target.peak_tflops_tf32
+                                                                     : target.peak_tflops_fp32;
+    if (target_peak <= 0)
+      throw ConfigError(fmt::format("atlas profile --gemm --update {}: the profile gives no {}, the peak a {} curve "
+                                    "is a fraction of\n  hint: add {} = TFLOPS to it, or measure --precision bf16",
+                                    update, peak_key, prec, peak_key));
+    if (prec != "bf16" && kind == "cuda")
+      std::fprintf(stderr, "note: the curve is of %s GEMMs (fractions of %s); the simulator prices the training's GEMMs at "
+                           "peak_tflops x the fraction\n", prec.c_str(), peak_key);
+  }
+  fmt::print("# GEMM efficiency curve on the {} backend ({}), {} thread(s), median of {}: L x L x d, L = {}\n", kind,
+             prec, threads, repeat, large);
   fmt::print("# {:>6} {:>6} {:>6} {:>12} {:>12}\n", "d", "L", "L", "ms", "TFLOP/s");
   std::vector<double> rates;
   for (int d : dims) {
@@ -104,7 +130,7 @@ int gemm_curve(const Args& args, int threads, int repeat) {
     fmt::print("  {:>6} {:>6} {:>6} {:>12.4f} {:>12.5g}\n", d, L, L, med, rates.back());
     std::fflush(stdout);
   }
-  const double peak = target.peak_tflops > 0 ? target.peak_tflops : *std::max_element(rates.begin(), rates.end());
+  const double peak = target_peak > 0 ? target_peak : *std::max_element(rates.begin(), rates.end());
   std::string dim_line;
   std::string frac_line;
   std::vector<double> fracs;
@@ -119,8 +145,13 @@ int gemm_curve(const Args& args, int threads, int repeat) {
     target.gemm_fraction = fracs;
     bool found = false;
     for (auto& [k, v] : target.sources)
-      if (k == "gemm_fraction") v = fmt::format("measured by `atlas profile --gemm --backend {}` (fp32)", kind), found = true;
-    if (!found) target.sources.emplace_back("gemm_fraction", fmt::format("measured by `atlas profile --gemm --backend {}` (fp32)", kind));
+      if (k == "gemm_fraction")
+        v = fmt::format("measured by `atlas profile --gemm --backend {} --precision {}` (of {})", kind, prec, peak_key),
+        found = true;
+    if (!found)
+      target.sources.emplace_back("gemm_fraction", fmt::format("measured by `atlas profile --gemm --backend {} "
+                                                               "--precision {}` (of {})",
+                                                               kind, prec, peak_key));
     write_file_whole(update, sim::format_device_profile(target));
     fmt::print("# wrote the curve (fractions of {:.4g} TFLOP/s) into {}\n", peak, update);
   }
@@ -131,13 +162,33 @@ int gemm_curve(const Args& args, int threads, int repeat) {
 
 int cmd_profile(Context& ctx) {
   if (ctx.env.world_rank() != 0) return 0;
-  const Args args = parse_args(ctx.args, {"out", "threads", "repeat", "show", "wan", "dcs", "timer", "backend", "update"},
-                               {"quick", "gemm"});
+  const Args args = parse_args(
+      ctx.args, {"out", "threads", "repeat", "show", "wan", "dcs", "timer", "backend", "update", "precision"},
+      {"quick", "gemm"},
+      {{"out", "FILE: the measured host profile (profiles/device/host.profile)"},
+       {"threads", "N: host threads per rank (1)"},
+       {"repeat", "N: timings per shape, the median kept (3)"},
+       {"timer", "model|sgemm: time the real block, or its GEMMs alone (model)"},
+       {"quick", "fewer block shapes"},
+       {"gemm", "the GEMM efficiency curve instead of the block table"},
+       {"backend", "host|cuda: where --gemm measures (host)"},
+       {"precision", "fp32|tf32|bf16: --gemm's GEMMs (cuda: bf16, the training's; host: fp32)"},
+       {"update", "PROFILE: write --gemm's curve into this device profile"},
+       {"show", "PROFILE: print a device profile's figures, nothing measured"},
+       {"wan", "PROFILE: a WAN profile's matrices as deck lines, nothing measured"},
+       {"dcs", "NAMES: --wan's regions, in this order (all)"}});
   if (!args.overrides.empty())
     throw UsageError("atlas profile takes no key=value overrides (got '" + args.overrides.front() +
                      "'): it measures this machine, not a deck; its options are listed by atlas profile --help");
-  if (args.flag("show")) return show(args.option("show"));
-  if (args.flag("wan")) return wan_lines(args.option("wan"), args.option("dcs"));
+  // --show and --wan read a file and measure nothing: another option with them was ignored.
+  if (args.flag("show")) {
+    only_options(args, "profile --show", {"show"});
+    return show(args.option("show"));
+  }
+  if (args.flag("wan")) {
+    only_options(args, "profile --wan", {"wan", "dcs"});
+    return wan_lines(args.option("wan"), args.option("dcs"));
+  }
   if (!args.positional.empty()) throw UsageError("atlas profile takes no deck (options: --out FILE --quick --threads N)");
 
   const int threads = args.int_option("threads", 1, 1, 4096);
@@ -145,7 +196,7 @@ int cmd_profile(Context& ctx) {
   // Each mode reads its own options: `--backend cuda --out FILE` without --gemm measured the host
   // CPU into FILE; --out with --gemm was ignored.
   if (args.flag("gemm")) {
-    only_options(args, "profile --gemm", {"gemm", "backend", "update", "threads", "repeat"});
+    only_options(args, "profile --gemm", {"gemm", "backend", "update", "threads", "repeat", "precision"});
     return gemm_curve(args, threads, repeat);
   }
   only_options(args, "profile", {"out", "threads", "repeat", "timer", "quick"});

@@ -50,6 +50,10 @@ std::string find_report_script(const std::string& name) {
 
 std::string report_python() {
   const std::string py = env_or("ATLAS_PYTHON", "/usr/bin/python3");
+  // Run by path, never looked up in PATH: a bare name would be this directory's file.
+  if (py.find('/') == std::string::npos)
+    ATLAS_THROW(Io, "cannot run the report: ATLAS_PYTHON = " << py << " is not a path\n  hint: set ATLAS_PYTHON to a "
+                    "python3's path, e.g. ATLAS_PYTHON=$(command -v " << py << ")");
   if (::access(py.c_str(), X_OK) != 0)
     ATLAS_THROW(Io, "cannot run the report: " << py << " is not an executable ("
                     << std::strerror(errno) << ")\n  hint: apt-get install python3 python3-h5py "

@@ -226,9 +226,12 @@ std::string compute_from_run(const Config& cfg, const Args& args, sim::SimOption
   for (const auto& e : run.events)
     spans.push_back({e.world_rank, run.rank_stage[static_cast<std::size_t>(e.world_rank)], e.step,
                      static_cast<sched::SlotKind>(e.kind), e.start_s, e.end_s});
+  // --skip-steps counts from the first recorded step (a resumed run's start past 0), as atlas
+  // report's does.
+  const int first_step = sim::first_step_after(spans, skip);
   sim::InSituCompute ic;
   try {
-    ic = sim::insitu_compute(spans, pp, rank_host, cores, skip);
+    ic = sim::insitu_compute(spans, pp, rank_host, cores, first_step);
   } catch (const Error& e) {
     throw ConfigError("--compute-from " + from + ": " + e.what());
   }
@@ -239,7 +242,7 @@ std::string compute_from_run(const Config& cfg, const Args& args, sim::SimOption
   std::string s = fmt::format(
       "# compute in situ from {} (run {}{}, steps from {}): per stage the median forward / backward slot that ran "
       "while at most {:g} ranks of its host computed ({}; {} ranks on {} host(s)), in place of the profile's\n",
-      from, run.run_name, run.source == "measured" ? "" : ", " + run.source, skip, cores,
+      from, run.run_name, run.source == "measured" ? "" : ", " + run.source, first_step, cores,
       deck_cores ? "cluster.cores_per_host" : "this machine's hardware threads", run.rank_stage.size(), names.size());
   for (int st = 0; st < pp; ++st) {
     const auto i = static_cast<std::size_t>(st);

@@ -3,10 +3,12 @@
 // variable-length strings.
 #include "atlas/runtime/profile_writer.hpp"
 
+#include <exception>
 #include <filesystem>
 #include <limits>
 
 #include "atlas/core/check.hpp"
+#include "atlas/core/file.hpp"
 #include "atlas/io/hdf5.hpp"
 
 namespace atlas::runtime {
@@ -158,6 +160,16 @@ void write_profile(const std::string& path, const ProfileMeta& meta, const std::
   std::vector<SlotEvent> events, exchanges;
   for (const SlotEvent& e : all) (is_exchange_event(e) ? exchanges : events).push_back(e);
   const std::string tmp = path + ".tmp";
+  // A failed write removes its .tmp (the earlier profile.h5, if any, stays as it was).
+  struct RemoveOnError {
+    const std::string& file;
+    ~RemoveOnError() {
+      if (std::uncaught_exceptions() > 0) {
+        std::error_code ignored;
+        std::filesystem::remove(file, ignored);
+      }
+    }
+  } cleanup{tmp};
   {
     h5::FileContext ctx(tmp);
     h5::File f = h5::create_file(tmp);
@@ -238,6 +250,7 @@ void write_profile(const std::string& path, const ProfileMeta& meta, const std::
     h5::write_string_dataset(root, "schedule_json", sched::to_json(*meta.table, meta.dc_names), true);
     f.close();
   }
+  fsync_path(tmp, false);  // the data on disk before the name says it is whole
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
   if (ec) ATLAS_THROW(Io, "cannot rename " << tmp << " to " << path << ": " << ec.message());

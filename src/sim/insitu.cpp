@@ -45,6 +45,13 @@ int peak_overlap(double a, double b, const HostSpans& host, const ComputeSpan* s
 
 }  // namespace
 
+int first_step_after(const std::vector<ComputeSpan>& spans, int skip) {
+  if (spans.empty()) return skip;
+  int first = spans.front().step;
+  for (const auto& s : spans) first = std::min(first, s.step);
+  return first + skip;
+}
+
 InSituCompute insitu_compute(const std::vector<ComputeSpan>& spans, int pp, const std::vector<int>& rank_host,
                              double cores_per_host, int first_step) {
   const bool shared_hosts = !rank_host.empty() && cores_per_host > 0;

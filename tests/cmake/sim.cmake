@@ -198,6 +198,15 @@ add_test(NAME cli_profile_gemm_curve
   COMMAND bash -c "set -e; f=${CMAKE_BINARY_DIR}/gemm_curve.profile; cp profiles/device/h100.profile $f; out=$($<TARGET_FILE:atlas> profile --gemm --threads 1 --repeat 1 --update $f); echo \"$out\"; grep -Eq '^ +256 +256 +256 +[0-9.]+ +[0-9.e+-]+$' <<<\"$out\"; grep -q '^gemm_min_dim *= 16 32 64 128 256$' $f; grep -q 'measured by .atlas profile --gemm --backend host' $f; $<TARGET_FILE:atlas> profile --show $f | grep -q 'device profile h100'; rc=0; err=$($<TARGET_FILE:atlas> profile --gemm --backend tpu 2>&1) || rc=$?; echo \"$err\"; [[ $rc == 2 ]] && grep -q 'backend must be host or cuda' <<<\"$err\"; rm -f $f"
   WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(cli_profile_gemm_curve PROPERTIES LABELS unit TIMEOUT 60)
+# The host measures fp32 only (its bf16 is fp32 rounded, no bf16 hardware); --show and --wan
+# measure nothing, so another option with them is refused, not ignored.
+atlas_cli_test(cli_profile_gemm_host_precision
+               "ERROR: --precision bf16 on the host backend: the host emulates bf16 by rounding fp32"
+               profile --gemm --precision bf16)
+atlas_cli_test(cli_profile_gemm_bad_precision "ERROR: --precision must be fp32, tf32 or bf16, not 'fp8'"
+               profile --gemm --precision fp8)
+atlas_cli_test(cli_profile_show_alone "ERROR: --threads does not apply to atlas profile --show"
+               profile --show profiles/device/h100.profile --threads 2)
 # Issue #25: a progress line on stderr for long work (--progress-after 0: from the start), and a
 # warning when a prediction cannot be real (1.27e15 parameters, a step of hours).
 atlas_cli_test(cli_plan_progress "atlas plan: .*\\([0-9]+ s\\).*atlas plan: done \\([0-9.]+ s\\)"

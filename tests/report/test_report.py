@@ -208,7 +208,7 @@ class Report(unittest.TestCase):
         self.assertIn("(step 0)", out)
         status, _, err = self.report(run_dir, "--step", "7")
         self.assertEqual(status, 1)
-        self.assertIn("--step 7: the profile holds steps 0..1", err)
+        self.assertIn("--step 7: the profile holds 2 step(s), 0..1", err)
 
     # ---- errors ----
 
@@ -409,6 +409,72 @@ class Report(unittest.TestCase):
         self.assertAlmostEqual(c["ratio"], 1.0, places=9)
         self.assertRegex(out, r"prefill A/B")
 
+    def test_summary_profile_file_of_any_name(self):
+        # atlas simulate --profile takes any file name: a profile named x.hdf5 is read as a file,
+        # not looked for as x.hdf5/profile.h5.
+        run_dir = self.handmade_run()
+        other = os.path.join(self.dir, "copy.hdf5")
+        with open(os.path.join(run_dir, "profile.h5"), "rb") as a, open(other, "wb") as b:
+            b.write(a.read())
+        status, out, err = self.report(other, "--no-png")
+        self.assertEqual(status, 0, err)
+        self.assertIn("# atlas report: run handmade", out)
+        status, out, err = self.report(run_dir, "--against", other, "--no-png")
+        self.assertEqual(status, 0, err)
+        self.assertIn("against: A = ", out)
+
+    def test_summary_rank_without_events_is_noted(self):
+        # A rank with no event (a rank that died, a damaged file) reads zeros: the summary says so.
+        import h5py
+        import numpy as np
+        run_dir = self.handmade_run()
+        path = os.path.join(run_dir, "profile.h5")
+        with h5py.File(path, "r+") as f:
+            ev = f["events"]
+            keep = np.asarray(ev["world_rank"]) != 1
+            for name in list(ev.keys()):
+                col = np.asarray(ev[name])[keep]
+                del ev[name]
+                ev.create_dataset(name, data=col)
+        status, out, err = self.report(run_dir, "--no-png")
+        self.assertEqual(status, 0, err)
+        self.assertIn("# note: rank(s) 1 recorded no event in the analysed steps: their rows are zeros", out)
+        status, out, err = self.report(self.handmade_run(), "--no-png")
+        self.assertNotIn("recorded no event", out)
+
+    def test_schedule_against_a_simulation_keeps_its_steps(self):
+        # --skip-steps leaves a run's warm-up out; a simulated profile has none: a 1-step
+        # simulation still compares (it failed with "leaves no step").
+        _, h5, _ = self.simulated(steps=1)
+        run_dir = os.path.join(self.dir, "runs", "warm1")
+        os.makedirs(run_dir)
+        make_profile.from_schedule(os.path.join(self.dir, "sim.json"), os.path.join(run_dir, "profile.h5"), steps=3)
+        js = os.path.join(self.dir, "k.json")
+        status, out, err = self.report(run_dir, "--against", h5, "--skip-steps", "1", "--json", js, "--no-png")
+        self.assertEqual(status, 0, err)
+        with open(js, encoding="utf-8") as f:
+            c = json.load(f)["against"]
+        self.assertEqual((c["a"]["steps"], c["b"]["steps"]), (2, 1))
+        # A profile that --skip-steps empties is named.
+        status, _, err = self.report(h5, "--skip-steps", "1", "--no-png")
+        self.assertEqual(status, 1)
+        self.assertIn(f"{h5}: --skip-steps 1 leaves no step", err)
+
+    def test_schedule_large_job_gantt_shows_a_selection(self):
+        # 160 ranks (4 stages x dp 40): the measured chart draws the dp 0, tp 0 rank of each stage
+        # (a 4,608-rank profile made a figure matplotlib refused: an internal error).
+        h5 = os.path.join(self.dir, "big.h5")
+        r = run([ATLAS_BIN, "simulate", os.path.join(SRC, "inputs", "default.deck"), "cluster.gpus_per_dc=80 80",
+                 "parallel.dp_size=40", "--profile", h5, "--steps", "1"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        png = os.path.join(self.dir, "big.png")
+        status, out, err = self.report(h5, "--out", png)
+        self.assertEqual(status, 0, err)
+        assert_png(self, png)
+        with open(png, "rb") as f:
+            height = int.from_bytes(f.read(24)[20:24], "big")
+        self.assertLess(height, 1200, "the chart drew every one of the 160 ranks")
+
     def test_summary_footer_note_and_broken_pipe(self):
         run_dir = self.handmade_run()
         status, out, err = self.report(run_dir, "--no-png")
@@ -466,6 +532,14 @@ class Report(unittest.TestCase):
         env.pop("ATLAS_ROOT")
         r = run([ATLAS_BIN, "report", run_dir, "--no-png"], env=env)
         self.assertEqual(r.returncode, 0, r.stderr)
+
+    def test_cli_python_must_be_a_path(self):
+        # ATLAS_PYTHON=python3 named this directory's file; it is refused with the fix.
+        run_dir = self.handmade_run()
+        r = run([ATLAS_BIN, "report", run_dir, "--no-png"], env=dict(os.environ, ATLAS_ROOT=SRC, ATLAS_PYTHON="python3"))
+        self.assertEqual(r.returncode, 5, r.stderr)
+        self.assertIn("ATLAS_PYTHON = python3 is not a path", r.stderr)
+        self.assertIn("hint: set ATLAS_PYTHON to a python3's path, e.g. ATLAS_PYTHON=$(command -v python3)", r.stderr)
 
     def test_cli_errors(self):
         r = run([ATLAS_BIN, "report"])

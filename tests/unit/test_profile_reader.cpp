@@ -149,5 +149,78 @@ TEST(ProfileReader, DamagedSizesAndTimesAreClearErrors) {
   fs::remove_all(w.dir);
 }
 
+// A write that fails leaves no profile.h5.tmp behind (here the rename: profile.h5 is a directory).
+TEST(ProfileWriter, AFailedWriteRemovesItsTmp) {
+  const fs::path dir = fs::temp_directory_path() / "atlas_profile_writer_fail";
+  fs::remove_all(dir);
+  fs::create_directories(dir / "profile.h5" / "x");
+  const sched::CostModel c = testing::uniform_cost_model({1, 1}, 2, 1.0, 2.0, 1000, 1e6, 1e6, 5.0);
+  sched::ScheduleOptions o;
+  o.kind = ScheduleKind::OneFOneB;
+  o.micro_batches = 3;
+  const sched::ScheduleTable table = sched::build_schedule(c, o);
+  const topo::Layout layout(std::vector<int>{1, 1}, 2, 1);
+  ProfileMeta meta;
+  meta.run_name = "fail";
+  meta.dc_names = {"east", "west"};
+  meta.hosts = {"a", "a", "b", "b"};
+  meta.table = &table;
+  meta.layout = &layout;
+  try {
+    write_profile((dir / "profile.h5").string(), meta, table_events(table, layout, 1), table_steps(table, layout, 1, 1.0));
+    ADD_FAILURE() << "no error renaming onto a directory";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::Io);
+    EXPECT_THAT(e.what(), HasSubstr("cannot rename"));
+  }
+  EXPECT_FALSE(fs::exists(dir / "profile.h5.tmp"));
+  EXPECT_TRUE(fs::exists(dir / "profile.h5" / "x"));
+  fs::remove_all(dir);
+}
+
+// The version is checked (as atlas report does): a profile of another version is refused by name.
+TEST(ProfileReader, AnotherVersionIsRefused) {
+  const Written w = write_one("version");
+  const std::string path = (w.dir / "profile.h5").string();
+  {
+    h5::File f = h5::open_file(path, h5::Access::ReadWrite);
+    ATLAS_H5_CHECK(H5Adelete(f.get(), "version"));
+    h5::write_attr(f.get(), "version", std::int64_t{2});
+  }
+  EXPECT_THAT(error_of(path), HasSubstr("'" + path + "' is an atlas profile of version 2; this atlas reads version 1"));
+  fs::remove_all(w.dir);
+}
+
+// A copy compressed since it was written (its columns deflated, as h5repack -f GZIP makes them)
+// reads back the same events: the row-count check allows a filtered column its compression.
+TEST(ProfileReader, ACompressedCopyReadsBackTheSame) {
+  const Written w = write_one("gzip");
+  const std::string path = (w.dir / "profile.h5").string();
+  const ProfileSlots plain = read_profile_slots(path);
+  {
+    h5::File f = h5::open_file(path, h5::Access::ReadWrite);
+    const std::vector<std::int32_t> step = [&] {
+      std::vector<std::int32_t> v;
+      for (const SlotEvent& e : plain.events) v.push_back(e.step);
+      return v;
+    }();
+    ATLAS_H5_CHECK(H5Ldelete(f.get(), "/events/step", H5P_DEFAULT));
+    const hsize_t n = step.size();
+    h5::Space space = h5::simple_space(std::span<const hsize_t>(&n, 1));
+    h5::PropList dcpl(ATLAS_H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
+    const hsize_t chunk = n;
+    ATLAS_H5_CHECK(H5Pset_chunk(dcpl.get(), 1, &chunk));
+    ATLAS_H5_CHECK(H5Pset_deflate(dcpl.get(), 9));
+    h5::Dataset d(ATLAS_H5_CHECK(
+        H5Dcreate2(f.get(), "/events/step", H5T_NATIVE_INT32, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT)));
+    ATLAS_H5_CHECK(H5Dwrite(d.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, step.data()));
+    EXPECT_LT(H5Dget_storage_size(d.get()), n * sizeof(std::int32_t)) << "the column is not compressed: no test";
+  }
+  const ProfileSlots gz = read_profile_slots(path);
+  ASSERT_EQ(gz.events.size(), plain.events.size());
+  for (std::size_t i = 0; i < gz.events.size(); ++i) EXPECT_EQ(gz.events[i].step, plain.events[i].step) << i;
+  fs::remove_all(w.dir);
+}
+
 }  // namespace
 }  // namespace atlas::runtime

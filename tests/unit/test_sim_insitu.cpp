@@ -82,6 +82,24 @@ TEST(InSitu, ASplitBackwardIsItsBPlusItsW) {
   EXPECT_EQ(r.bwd_samples[0], 2);
 }
 
+// --skip-steps K leaves out the first K recorded steps: of a resumed run's profile (steps 150 on)
+// too, where an absolute step >= K skipped nothing.
+TEST(InSitu, SkippedStepsCountFromTheFirstRecorded) {
+  const std::vector<ComputeSpan> fresh = {span(0, 0, SlotKind::Forward, 0, 9, 0), span(0, 0, SlotKind::Forward, 10, 11, 1)};
+  EXPECT_EQ(first_step_after(fresh, 1), 1);
+  EXPECT_EQ(first_step_after(fresh, 0), 0);
+  const std::vector<ComputeSpan> resumed = {span(0, 0, SlotKind::Forward, 10, 11, 151),
+                                            span(0, 0, SlotKind::Forward, 0, 9, 150),
+                                            span(0, 0, SlotKind::Backward, 20, 22, 151)};
+  EXPECT_EQ(first_step_after(resumed, 1), 151);
+  EXPECT_EQ(first_step_after(resumed, 2), 152);
+  EXPECT_EQ(first_step_after({}, 3), 3);
+  // The resumed run's warm-up step (150: a 9 ms forward) is left out.
+  const InSituCompute c = insitu_compute(resumed, 1, {}, 0, first_step_after(resumed, 1));
+  EXPECT_NEAR(c.fwd_ms.at(0), 1.0, 1e-9);
+  EXPECT_NEAR(c.bwd_ms.at(0), 2.0, 1e-9);
+}
+
 TEST(InSitu, BadInputIsAClearError) {
   // A stage without a forward or backward slot (a profile that recorded nothing).
   const std::vector<ComputeSpan> only0 = {span(0, 0, SlotKind::Forward, 0, 1), span(0, 0, SlotKind::Backward, 1, 3)};

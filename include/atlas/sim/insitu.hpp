@@ -35,6 +35,11 @@ struct InSituCompute {
   int slots = 0;                 ///< forward and backward slots looked at
 };
 
+/// The first step measured when the first `skip` recorded steps of `spans` are left out (their
+/// warm-up): the smallest step recorded + skip, so a resumed run's profile (steps from its
+/// checkpoint's on) skips its own first steps; `skip` when `spans` is empty.
+[[nodiscard]] int first_step_after(const std::vector<ComputeSpan>& spans, int skip);
+
 /// Per stage of `pp`, the forward and backward slots of `spans` from step `first_step` on during
 /// which no more ranks of the slot's host computed (Forward, Backward or Prefill slots, of any
 /// step) than it has cores: `rank_host[r]` = host of world rank r, empty = every rank on a device
