@@ -172,6 +172,19 @@ JobResult run_training_job(const Config& cfg, const mpi::Comm& world, const JobO
                                      "give this job its own ckpt.dir, or wait until that job "
                                      "has ended");
   }
+  // run.resume = PATH is looked at before anything is moved aside (a fresh timeline's files, or
+  // a roll-back's later steps): a PATH with a typo must not cost the run its checkpoints' place.
+  if (!cfg.run.resume.empty() && cfg.run.resume != "latest")
+    mpi::agree(world, "checking run.resume", [&] {
+      if (world.rank() != 0) return;
+      std::error_code ec;
+      const fs::file_status st = fs::status(cfg.run.resume, ec);
+      if (!fs::exists(st) || fs::is_directory(st))
+        (void)io::inspect_checkpoint(cfg.run.resume);  // its message: missing, or a directory's newest file
+      if (!fs::is_regular_file(st))
+        throw ConfigError("run.resume = " + cfg.run.resume + " is not a regular file\n  hint: name a checkpoint "
+                          "file (CKPT_DIR/step-NNNNNN.h5), or run.resume = latest");
+    });
   TrainOutput out(cfg, root, opt.quiet, /*sets_aside=*/opt.stop_on_request, /*owns_ckpt_dir=*/may_checkpoint);
   try {
     return train(cfg, world, opt, out);

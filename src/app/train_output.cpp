@@ -114,6 +114,20 @@ TrainOutput::TrainOutput(const Config& cfg, bool root, bool quiet, bool sets_asi
                             cfg.ckpt_dir(), ckpts.dir);
     }
     if (!note.empty()) print(note);  // at once: a job that fails before its first step still says so
+  } else if (sets_aside && owns_ckpt_dir && cfg.run.resume != "latest") {
+    // A resume from an older checkpoint of ckpt.dir (a roll-back, e.g. before a divergence): the
+    // abandoned timeline's later steps move aside, or run.resume = latest would take them up
+    // again after a crash (and pruning would count them).
+    if (const std::optional<std::int64_t> step = io::checkpoint_step_of(cfg.run.resume)) {
+      const std::string why = fmt::format("a resume from {} (step {}: an earlier step of ckpt.dir)", cfg.run.resume,
+                                          *step);
+      const MovedAside later = io::set_aside_checkpoints(cfg.ckpt_dir(), why, *step);
+      if (later.files > 0)
+        print(fmt::format("# {}: moved {} checkpoint file(s) of later steps ({}) from {} to {}, so run.resume = "
+                          "latest continues this timeline; they are kept there\n",
+                          why, later.files, units::format_bytes_human(static_cast<double>(later.bytes)),
+                          cfg.ckpt_dir(), later.dir));
+    }
   }
   // A resumed run writes its resolved deck once the checkpoint is accepted (started()): a resume
   // refused (another model.hidden) must not leave a deck no checkpoint of the run matches.

@@ -205,7 +205,7 @@ void write_files_whole(const std::vector<std::pair<std::string, std::string>>& f
 }
 
 MovedAside move_aside(const std::string& dir, const std::function<bool(const std::string& name)>& which,
-                      const std::string& why) {
+                      const std::string& why, bool links_too) {
   namespace fs = std::filesystem;
   MovedAside out;
   std::error_code ec;
@@ -214,7 +214,8 @@ MovedAside move_aside(const std::string& dir, const std::function<bool(const std
   for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec))
     // Regular files only, not through links: a metrics.csv linked to /dev/null (or /dev/full) is
     // the user's choice of where results go, not an earlier run's file.
-    if (fs::is_regular_file(it->symlink_status(ec)) && which(it->path().filename().string()))
+    if (const fs::file_status st = it->symlink_status(ec);
+        (fs::is_regular_file(st) || (links_too && fs::is_symlink(st))) && which(it->path().filename().string()))
       files.push_back(it->path());
   if (ec)
     ATLAS_THROW(Io, "cannot list " << dir << ": " << ec.message() << "\n  hint: fix its permissions or its file system");
@@ -235,7 +236,7 @@ MovedAside move_aside(const std::string& dir, const std::function<bool(const std
                           << ", or resume that run with run.resume = latest, or give this run its own run.name");
   }
   for (const fs::path& f : files) {
-    const std::uintmax_t size = fs::file_size(f, ec);
+    const std::uintmax_t size = fs::is_symlink(fs::symlink_status(f, ec)) ? 0 : fs::file_size(f, ec);
     fs::rename(f, aside / f.filename(), ec);
     if (ec)
       ATLAS_THROW(Io, why << " could not move the earlier run's " << f.string() << " into " << aside.string() << ": "
@@ -246,7 +247,8 @@ MovedAside move_aside(const std::string& dir, const std::function<bool(const std
     ++out.files;
     out.bytes += size == static_cast<std::uintmax_t>(-1) ? 0 : size;
   }
-  fsync_path(dir, true);
+  fsync_path(aside.string(), true);  // the entries moved in
+  fsync_path(dir, true);             // and out
   out.dir = aside.string();
   return out;
 }

@@ -583,6 +583,18 @@ CheckpointContents inspect_checkpoint(const std::string& path) {
       }
       c.checksummed = true;
     }
+    // Files written before checksums have none anywhere; a file whose datasets carry crc32c but
+    // whose root attribute is gone was altered after it was written (deleting that one attribute
+    // would otherwise switch every check off).
+    if (!c.checksummed && h5::exists(root, "deck")) {
+      h5::Dataset d(ATLAS_H5_CHECK(H5Dopen2(root, "deck", H5P_DEFAULT)));
+      if (h5::has_attr(d.get(), "crc32c"))
+        throw ChecksumMismatch(fmt::format(
+            "checkpoint '{}': its datasets carry CRC32C checksums but the root attribute 'checksum' is missing: "
+            "the file was changed after atlas wrote it (checksum mismatch)\n  hint: use another copy of the "
+            "checkpoint, or an earlier one",
+            path));
+    }
     const bool sums = c.checksummed;
     std::error_code ec;
     const auto file_bytes = fs::file_size(path, ec);
@@ -684,9 +696,21 @@ CheckpointContents inspect_checkpoint(const mpi::Comm& comm, const std::string& 
 
 // ---- set_aside_checkpoints / find_latest / resolve_resume ----
 
-MovedAside set_aside_checkpoints(const std::string& dir, const std::string& why) {
+std::optional<std::int64_t> checkpoint_step_of(const std::string& path) {
+  const auto n = internal::parse_checkpoint_name(fs::path(path).filename().string());
+  if (!n || n->tmp || n->step < 0) return std::nullopt;
+  return n->step;
+}
+
+MovedAside set_aside_checkpoints(const std::string& dir, const std::string& why, std::int64_t after_step) {
+  // Links too: run.resume = latest and pruning follow a linked step-*.h5 as this run's.
   return move_aside(
-      dir, [](const std::string& name) { return internal::parse_checkpoint_name(name).has_value(); }, why);
+      dir,
+      [after_step](const std::string& name) {
+        const auto n = internal::parse_checkpoint_name(name);
+        return n.has_value() && (n->step < 0 || n->step > after_step);
+      },
+      why, /*links_too=*/true);
 }
 
 LatestCheckpoint find_latest(const std::string& dir, std::int64_t before_step) {
@@ -732,7 +756,8 @@ LatestCheckpoint find_latest(const std::string& dir, std::int64_t before_step) {
     }
     // A file this process cannot open (permissions, an I/O error) is not a damaged one to step
     // over: resuming from an older file, or from step 0, would silently fork the run.
-    if (const int fd = ::open(c.path.c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {
+    // (O_NONBLOCK: a FIFO named step-*.h5 must not block rank 0; inspect then refuses it.)
+    if (const int fd = ::open(c.path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK); fd >= 0) {
       ::close(fd);
     } else if (errno != ENOENT) {
       ATLAS_THROW(Io, "run.resume = latest: cannot open checkpoint '"

@@ -81,13 +81,18 @@ std::vector<std::string> expand_shard_globs(const std::vector<std::string>& patt
   return files;
 }
 
+std::string file_identity(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) return fmt::format("dev {} ino {}", st.st_dev, st.st_ino);
+  std::error_code ec;
+  const std::filesystem::path c = std::filesystem::weakly_canonical(path, ec);
+  return ec ? path : c.string();
+}
+
 void check_shard_lists(const std::vector<std::string>& train, const std::vector<std::string>& val) {
-  // The same file through any path: canonical paths (the files exist: the globs found them).
-  auto key_of = [](const std::string& path) {
-    std::error_code ec;
-    const std::filesystem::path c = std::filesystem::weakly_canonical(path, ec);
-    return ec ? path : c.string();
-  };
+  // The same file through any path, symbolic or hard link: its device and inode (the files exist:
+  // the globs found them), else its canonical path.
+  auto key_of = [](const std::string& path) { return file_identity(path); };
   std::vector<std::string> problems;
   std::map<std::string, std::string> in_train;  // canonical -> as listed
   for (const std::string& f : train) {
@@ -297,6 +302,15 @@ std::vector<std::string> write_shards(std::span<const std::uint16_t> tokens, con
   std::vector<std::string> paths;
   std::size_t at = 0;
   int index = 0;
+  // Six-digit names (llm.c's), which sort in stream order: at most 999,999 shards a split.
+  if (const std::size_t shards = (tokens.size() + static_cast<std::size_t>(shard_tokens) - 1) /
+                                 static_cast<std::size_t>(shard_tokens);
+      shards > 999'999)
+    throw ConfigError(fmt::format("atlas tokenize: {} tokens in shards of --shard-tokens {} make {} {} shards, more "
+                                  "than the 999,999 six-digit names hold (and a run maps each file)\n  hint: raise "
+                                  "--shard-tokens to at least {}",
+                                  tokens.size(), shard_tokens, shards, prefix,
+                                  (tokens.size() + 999'998) / 999'999));
   do {
     const std::size_t n = std::min(tokens.size() - at, static_cast<std::size_t>(shard_tokens));
     const std::string path = (fs::path(dir) / fmt::format("{}_{:06d}.bin", prefix, index)).string();
@@ -423,6 +437,16 @@ TokenizeResult tokenize_to_shards(const TokenizeJob& job) {
                                     fs::exists(in, ec) ? "is not a file or directory" : "does not exist"));
     }
   }
+  // One file named twice (two spellings, a link): its tokens would be in the stream twice, and
+  // the validation tail could repeat training text.
+  {
+    std::map<std::string, std::string> seen;
+    for (const std::string& f : files)
+      if (const auto [it, fresh] = seen.emplace(file_identity(f), f); !fresh)
+        throw ConfigError(fmt::format("atlas tokenize: '{}' is '{}' again{}: its text would be tokenized twice\n  "
+                                      "hint: name each file once",
+                                      f, it->second, it->second == f ? "" : " (the same file by another path)"));
+  }
   check_output_dir("atlas tokenize", job.out_dir);
   // --out is created before the work, so a place it cannot go fails at once, not after the
   // tokenizing; what this created is removed again if the job fails before writing shards.
@@ -455,10 +479,13 @@ TokenizeResult tokenize_to_shards(const TokenizeJob& job) {
   std::int64_t all_bytes = 0;
   for (const auto& f : files) {
     std::error_code ec;
-    all_bytes += static_cast<std::int64_t>(fs::file_size(f, ec));
+    const std::uintmax_t bytes = fs::file_size(f, ec);
+    if (!ec) all_bytes += static_cast<std::int64_t>(bytes);
   }
 
   std::vector<std::uint16_t> tokens;
+  // The byte tokenizer makes one token a byte: reserved at once, no reallocation's copy.
+  if (!job.encode) tokens.reserve(static_cast<std::size_t>(all_bytes));
   const auto encode_into = [&](std::string_view text) {
     const std::vector<std::int32_t> ids = job.encode ? job.encode(text) : ByteTokenizer::encode(text);
     for (const std::int32_t id : ids) {

@@ -99,6 +99,8 @@ check "--batches 0: exit 1" exits_with batches 1 "--batches expects an integer i
 check "a checkpoint directory: exit 2 naming its newest checkpoint" exits_with ckpt_dir 2 \
   "checkpoint '$T/pp2/ckpt' is a directory, not a checkpoint file.*" atlas eval "$T/pp2/ckpt"
 check "... the hint" grep -q "hint: its newest checkpoint is $PP2" "$T/ckpt_dir.out"
+check "a validation list naming one shard twice: exit 2" exits_with val_twice 2 "data.val_shards names '$T/shards/val_000000.bin' twice" \
+  atlas eval "$PP2" data.format=shards "data.val_shards=$T/shards/val_000000.bin $T/shards/val_000000.bin"
 check "atlas tokenize --tokenizer gpt2" to "$T/tok2.out" atlas tokenize data/brown/ca01.txt --out "$T/shards_gpt2" --tokenizer gpt2
 check "gpt2 shards for a byte model: exit 2 with a fix eval can take" exits_with gpt2_shards 2 \
   "hint: the shard was written by a tokenizer with a larger vocabulary than this checkpoint's 256 ids: evaluate it on shards written with \`atlas tokenize --tokenizer byte\`" \

@@ -9,7 +9,10 @@
 #     0 with metrics.csv holding each step once;
 #   - a resume refused (another model.hidden) leaves the finished run's run.json and resolved.deck;
 #   - a resumed run's run.json says where it started and how many steps it ran;
-#   - a start from a checkpoint outside ckpt.dir (a fine-tune) twice: a new timeline each time.
+#   - a start from a checkpoint outside ckpt.dir (a fine-tune) twice: a new timeline each time;
+#   - a roll-back (run.resume = an older file of ckpt.dir) moves the later steps aside, so
+#     run.resume = latest continues it; a run.resume that does not exist moves nothing; a
+#     linked step-*.h5 is moved aside by a fresh start.
 # Cleans up its temp dir; no network beyond loopback.
 # usage: test_run_dir_reuse.sh SOURCE_DIR ATLAS_BIN
 set -uo pipefail
@@ -81,5 +84,34 @@ check "metrics.csv had steps 0-2" test "$(steps_in "$T/k/metrics.csv")" = "0 1 2
 train restarted run.steps=5 ckpt.every_steps=5 run.resume=latest
 check "the restart found no checkpoint and finished from step 0" grep -q "^# OK: 5 steps" "$T/restarted.out"
 check "metrics.csv has each step once" test "$(steps_in "$T/k/metrics.csv")" = "0 1 2 3 4 "
+
+# ---- a roll-back: resuming from an older checkpoint of ckpt.dir moves its later steps aside, so
+# run.resume = latest after a crash continues the new timeline, not the abandoned step 6 ----
+COMMON+=(run.name=b)
+bckpts() { (cd "$T/b/ckpt" && ls step-*.h5 2>/dev/null | tr '\n' ' '); }
+train b1 run.steps=6 ckpt.every_steps=2 ckpt.keep_last=5
+check "the run left step 2, 4, 6" test "$(bckpts)" = "step-000002.h5 step-000004.h5 step-000006.h5 "
+# A run.resume with a typo fails before anything is moved.
+train typo run.steps=6 ckpt.every_steps=2 run.resume="$T/b/ckpt/step-00002.h5"
+check "a run.resume that does not exist: exit 2 naming it" grep -q "checkpoint '$T/b/ckpt/step-00002.h5' does not exist" "$T/typo.out"
+check "... and nothing was moved" test "$(bckpts)" = "step-000002.h5 step-000004.h5 step-000006.h5 "
+train typo_dir run.steps=6 ckpt.every_steps=2 run.resume="$T/b/ckpt"
+check "a run.resume naming the directory: its newest checkpoint in the hint" grep -q "hint: its newest checkpoint is $T/b/ckpt/step-000006.h5" "$T/typo_dir.out"
+# (A resumed run cannot be fault-killed: it stops at step 4, as a crash after its step 4 would.)
+train rollback run.steps=4 ckpt.every_steps=3 ckpt.keep_last=5 run.resume="$T/b/ckpt/step-000002.h5"
+check "the roll-back says it moved step 4 and 6 aside" \
+  grep -q "^# a resume from $T/b/ckpt/step-000002.h5 (step 2: an earlier step of ckpt.dir): moved 2 checkpoint file(s) of later steps" "$T/rollback.out"
+baside=$(ls -d "$T"/b/ckpt/earlier-run-* 2>/dev/null | head -n 1)
+check "they are kept in earlier-run-*/" test "$(cd "$baside" 2>/dev/null && ls | tr '\n' ' ')" = "step-000004.h5 step-000006.h5 "
+check "the roll-back wrote its step 3 and 4" test "$(bckpts)" = "step-000002.h5 step-000003.h5 step-000004.h5 "
+train after_crash run.steps=6 ckpt.every_steps=3 ckpt.keep_last=5 run.resume=latest
+check "run.resume = latest continues the roll-back from its step 4, not the abandoned step 6" \
+  grep -q "run.resume = latest: resuming from '$T/b/ckpt/step-000004.h5' (step 4)" "$T/after_crash.out"
+# A fresh start moves a linked step-*.h5 aside too (the link): latest never resumes it as this run's.
+ln -s "$T/b/ckpt/step-000003.h5" "$T/b/ckpt/step-000900.h5"
+train fresh_link run.steps=2 ckpt.every_steps=2 ckpt.keep_last=5
+check "the linked step 900 moved aside with the run's files" bash -c "ls -d '$T'/b/ckpt/earlier-run-*/step-000900.h5 >/dev/null 2>&1 && test ! -e '$T/b/ckpt/step-000900.h5'"
+train link_latest run.steps=2 ckpt.every_steps=2 run.resume=latest
+check "run.resume = latest finds this run's step 2" grep -q "# nothing to train: the checkpoint is at step 2" "$T/link_latest.out"
 
 launch_finish

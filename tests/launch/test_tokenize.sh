@@ -117,6 +117,15 @@ rc=$?
 check "--out under a plain file: exit code 2 (got $rc)" test "$rc" -eq 2
 check "named before any tokenizing" bash -c "grep -q 'ERROR: atlas tokenize: cannot create --out $T/afile/sub' '$T/outfile.out' && ! grep -q '^tokenize:' '$T/outfile.out'"
 : > "$T/empty.txt"
+# One file named twice (another spelling, a link): refused, nothing written.
+cp data/brown/ca01.txt "$T/once.txt" && ln -s "$T/once.txt" "$T/link.txt"
+for second in "$T/./once.txt" "$T/link.txt"; do
+  "$ATLAS_BIN" tokenize "$T/once.txt" "$second" --out "$T/twice" > "$T/twice.out" 2>&1
+  rc=$?
+  check "a file given twice ($second): exit code 2 (got $rc)" test "$rc" -eq 2
+  check "... named, with the fix" grep -q "atlas tokenize: '$second' is '$T/once.txt' again (the same file by another path): its text would be tokenized twice" "$T/twice.out"
+  check "... nothing written" test ! -e "$T/twice"
+done
 "$ATLAS_BIN" tokenize "$T/empty.txt" --out "$T/new/a/b" > "$T/empty.out" 2>&1
 check "an empty input leaves no --out directory behind" test ! -e "$T/new"
 launch_finish

@@ -412,13 +412,30 @@ TEST(CheckpointChecksums, AFileWithoutChecksumsIsReadUnverified) {
   SharedTempDir tmp(world());
   const VLayout l{.pp = 1, .dp = 1, .tp = 1};
   const WriteResult w = write_toy(tmp.path(), 1, l, 4);
-  if (world().rank() == 0) {  // as a file written before checksums: no root 'checksum'
+  if (world().rank() == 0) {  // as a file written before checksums: no root 'checksum', no /deck crc32c
     h5::File f = h5::open_file(w.path, h5::Access::ReadWrite);
     ATLAS_H5_CHECK(H5Adelete(f.get(), "checksum"));
+    ATLAS_H5_CHECK(H5Adelete_by_name(f.get(), "deck", "crc32c", H5P_DEFAULT));
   }
   damage(w.path, "/params/wte");
   EXPECT_FALSE(inspect_checkpoint(world(), w.path).checksummed);
   EXPECT_EQ(read_toy_wrong(w.path, l, 4), 1);  // read, unverified: the flipped element differs
+}
+
+// Deleting the root attribute alone does not switch the checks off: the datasets still carry
+// their crc32c, so the file was altered after it was written.
+TEST(CheckpointChecksums, ARemovedRootAttributeIsAChecksumMismatch) {
+  SharedTempDir tmp(world());
+  const VLayout l{.pp = 1, .dp = 1, .tp = 1};
+  const WriteResult w = write_toy(tmp.path(), 1, l, 4);
+  if (world().rank() == 0) {
+    h5::File f = h5::open_file(w.path, h5::Access::ReadWrite);
+    ATLAS_H5_CHECK(H5Adelete(f.get(), "checksum"));
+  }
+  world().barrier();
+  EXPECT_THAT(checksum_error_of([&] { (void)inspect_checkpoint(world(), w.path); }),
+              HasSubstr("its datasets carry CRC32C checksums but the root attribute 'checksum' is missing: the file "
+                        "was changed after atlas wrote it (checksum mismatch)"));
 }
 
 TEST(CheckpointChecksums, AMissingChecksumOrAnUnknownAlgorithmIsAConfigError) {

@@ -98,6 +98,21 @@ TEST(Shards, ListsThatOverlapAreRefused) {
       [&] { check_shard_lists({dir.at("train_000000.bin"), dir.at("./train_000000.bin")}, val); });
   EXPECT_THAT(twice, HasSubstr("data.train_shards names '" + dir.at("./train_000000.bin") + "' twice (also as '" +
                                dir.at("train_000000.bin") + "')"));
+  // A hard link is the same file too (its device and inode), and the validation list alone is
+  // checked for a file named twice (atlas eval opens no training list).
+  fs::create_hard_link(dir.at("val_000000.bin"), dir.at("hard.bin"));
+  EXPECT_THAT(config_error([&] { check_shard_lists({dir.at("hard.bin")}, val); }),
+              HasSubstr("'" + val.front() + "' is both a training shard"));
+  EXPECT_THAT(config_error([&] { check_shard_lists({}, {val.front(), dir.at("hard.bin")}); }),
+              HasSubstr("data.val_shards names '" + dir.at("hard.bin") + "' twice"));
+}
+
+TEST(Shards, MoreThanSixDigitsOfShardsIsRefused) {
+  TempDir dir;
+  const std::vector<std::uint16_t> tokens(1'000'000, 7);
+  EXPECT_THAT(config_error([&] { (void)write_shards(tokens, dir.at(""), "train", 1); }),
+              HasSubstr("make 1000000 train shards, more than the 999,999 six-digit names hold"));
+  EXPECT_FALSE(fs::exists(dir.at("train_000000.bin"))) << "nothing written";
 }
 
 TEST(Shards, WriteIsTheLlmcLayoutAndReadsBackAcrossFiles) {

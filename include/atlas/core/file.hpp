@@ -50,8 +50,11 @@ struct MovedAside {
 /// checkpoints kept, never deleted, when a fresh run starts in the same place. Nothing is created
 /// when no file matches. A file that cannot be moved throws Io naming it, `why` (what the move is
 /// for, e.g. "a fresh start (run.resume = \"\")") and the fix; the files moved before it stay moved.
+/// `links_too`: symbolic links that `which` accepts move too (the link itself, never its target):
+/// checkpoints, which run.resume = latest would follow; results (a metrics.csv linked to
+/// /dev/null is the user's choice) stay.
 MovedAside move_aside(const std::string& dir, const std::function<bool(const std::string& name)>& which,
-                      const std::string& why);
+                      const std::string& why, bool links_too = false);
 
 /// fsync(2) of a file, or of a directory (which makes the renames and removals in it durable).
 /// Throws atlas::Error (Io) naming the path and the system's reason.

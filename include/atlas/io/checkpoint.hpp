@@ -252,6 +252,10 @@ struct LatestCheckpoint {
 [[nodiscard]] LatestCheckpoint find_latest(const mpi::Comm& comm, const std::string& dir,
                                            std::int64_t before_step = INT64_MAX);
 
+/// The step in the name of checkpoint file `path` (DIR/step-NNNNNN.h5), std::nullopt when its
+/// name is not a checkpoint's.
+[[nodiscard]] std::optional<std::int64_t> checkpoint_step_of(const std::string& path);
+
 /// A new run (run.resume = "", or a start from a checkpoint outside `dir`) in a checkpoint
 /// directory that holds an earlier run's
 /// step-NNNNNN.h5 files (and .tmp leftovers): they are moved, not deleted, into a new
@@ -259,8 +263,11 @@ struct LatestCheckpoint {
 /// run.resume = latest never resumes the earlier run's weights as this run's and pruning
 /// (ckpt.keep_last) never counts them or deletes this run's files for them. Not collective
 /// (rank 0 alone, as pruning). `why`: what starts the new run, for an error ("a fresh start
-/// (run.resume = \"\")", or a start from a checkpoint outside `dir`).
-MovedAside set_aside_checkpoints(const std::string& dir, const std::string& why);
+/// (run.resume = \"\")", or a start from a checkpoint outside `dir`). Symbolic links named
+/// step-*.h5 move too (the links, not their targets). `after_step` >= 0: only the files of later
+/// steps move (a run resumed from an older checkpoint of `dir`: its abandoned later steps must not
+/// be what run.resume = latest finds after a crash).
+MovedAside set_aside_checkpoints(const std::string& dir, const std::string& why, std::int64_t after_step = -1);
 
 /// Resolves the deck key run.resume. "" -> "" (fresh start). "latest" -> the newest readable
 /// checkpoint in `ckpt_dir` (each skipped file is logged as a warning with its reason; "" with an

@@ -39,6 +39,10 @@ struct ShardFormat {
 /// training tokens, or a file trained twice as often, is a pattern's mistake (`dir/*.bin`).
 void check_shard_lists(const std::vector<std::string>& train, const std::vector<std::string>& val);
 
+/// A key equal for every path of one file (symbolic or hard links): its device and inode, or its
+/// canonical path when it cannot be stat'ed.
+[[nodiscard]] std::string file_identity(const std::string& path);
+
 /// Token shards seen as one read-only stream: the files' tokens in list order. The files are
 /// memory-mapped (read-only, unmapped when the last copy goes); cheap to copy.
 class ShardSet {
