@@ -257,20 +257,9 @@ DataPosition DataLoader::position() const { return DataPosition{m_seed, m_consum
 std::uint32_t DataLoader::stream_crc() const {
   static_assert(std::endian::native == std::endian::little, "the CRC is defined over little-endian ids");
   if (m_stream_crc) return *m_stream_crc;
-  std::uint32_t crc = 0;
-  if (m_shards) {
-    // The shards hold uint16 ids: widened piece by piece, so shards and a text corpus of the same
-    // tokens give the same CRC.
-    constexpr std::int64_t kPiece = std::int64_t{1} << 20;
-    std::vector<std::int32_t> piece(static_cast<std::size_t>(std::min(kPiece, m_shards->size())));
-    for (std::int64_t at = 0; at < m_shards->size(); at += kPiece) {
-      const std::int64_t n = std::min(kPiece, m_shards->size() - at);
-      m_shards->copy(at, n, piece.data());
-      crc = crc32c_extend(crc, piece.data(), static_cast<std::size_t>(n) * sizeof(std::int32_t));
-    }
-  } else {
-    crc = crc32c(m_stream.data(), m_stream.size_bytes());
-  }
+  // The shards hold uint16 ids, widened as ShardSet::open read them (one pass at start-up), so
+  // shards and a text corpus of the same tokens give the same CRC.
+  const std::uint32_t crc = m_shards ? m_shards->stream_crc() : crc32c(m_stream.data(), m_stream.size_bytes());
   m_stream_crc = crc;
   return crc;
 }

@@ -28,6 +28,7 @@
 #include <fmt/format.h>
 
 #include "atlas/core/check.hpp"
+#include "atlas/core/crc32c.hpp"
 #include "atlas/core/error.hpp"
 #include "atlas/core/file.hpp"
 #include "atlas/core/signals.hpp"
@@ -168,8 +169,16 @@ ShardSet ShardSet::open(const std::vector<std::string>& files, int vocab, std::s
     // O_NONBLOCK: a FIFO the glob matched must not block the open (it is refused below).
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
-      throw ConfigError(fmt::format("cannot open shard '{}' ({}): {}\n{}", path, key,
-                                    std::strerror(errno), fix_hint(key)));
+      const int err = errno;
+      std::error_code ec;
+      if (err == ENOENT && std::filesystem::is_symlink(std::filesystem::symlink_status(path, ec))) {
+        const std::string target = std::filesystem::read_symlink(path, ec).string();
+        throw ConfigError(fmt::format("shard '{}' ({}) is a broken symbolic link (to '{}')\n  hint: point it at the "
+                                      "shard again, or remove it",
+                                      path, key, target));
+      }
+      throw ConfigError(fmt::format("cannot open shard '{}' ({}): {}\n{}", path, key, std::strerror(err),
+                                    fix_hint(key)));
     }
     struct stat st {};
     if (::fstat(fd, &st) != 0) {
@@ -239,9 +248,23 @@ ShardSet ShardSet::open(const std::vector<std::string>& files, int vocab, std::s
                                                ShardFormat::kHeaderBytes),
         static_cast<std::size_t>(count));
     // Every token inside the vocabulary: a branch-free max first (vectorised), then the first
-    // offender only if there is one.
+    // offender only if there is one. The same pass, piece by piece while the piece is in cache,
+    // extends the stream's CRC32C (the ids widened to little-endian int32, as DataLoader's
+    // stream_crc defines it): the first checkpoint then reads no shard again.
     std::uint16_t top = 0;
-    for (const std::uint16_t t : m->tokens) top = std::max(top, t);
+    {
+      constexpr std::size_t kPiece = std::size_t{1} << 16;
+      std::vector<std::int32_t> wide(std::min(kPiece, m->tokens.size()));
+      for (std::size_t at = 0; at < m->tokens.size(); at += kPiece) {
+        const std::size_t n = std::min(kPiece, m->tokens.size() - at);
+        for (std::size_t i = 0; i < n; ++i) {
+          const std::uint16_t t = m->tokens[at + i];
+          top = std::max(top, t);
+          wide[i] = t;
+        }
+        set.m_crc = crc32c_extend(set.m_crc, wide.data(), n * sizeof(std::int32_t));
+      }
+    }
     if (static_cast<int>(top) >= vocab) {
       const auto it = std::find_if(m->tokens.begin(), m->tokens.end(),
                                    [vocab](std::uint16_t t) { return static_cast<int>(t) >= vocab; });

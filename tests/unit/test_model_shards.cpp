@@ -107,6 +107,16 @@ TEST(Shards, ListsThatOverlapAreRefused) {
               HasSubstr("data.val_shards names '" + dir.at("hard.bin") + "' twice"));
 }
 
+TEST(Shards, ABrokenLinkIsNamedAsOne) {
+  TempDir dir;
+  fs::create_symlink(dir.at("gone.bin"), dir.at("val_000000.bin"));
+  const auto val = expand_shard_globs({dir.at("val_*.bin")}, "data.val_shards");
+  ASSERT_EQ(val.size(), 1u);
+  EXPECT_THAT(config_error([&] { (void)ShardSet::open(val, 256, "data.val_shards"); }),
+              HasSubstr("shard '" + dir.at("val_000000.bin") + "' (data.val_shards) is a broken symbolic link (to '" +
+                        dir.at("gone.bin") + "')"));
+}
+
 TEST(Shards, MoreThanSixDigitsOfShardsIsRefused) {
   TempDir dir;
   const std::vector<std::uint16_t> tokens(1'000'000, 7);

@@ -63,12 +63,16 @@ class ShardSet {
   void copy(std::int64_t start, std::int64_t n, std::int32_t* out) const;
   /// Unigram entropy of the stream in nats per token (as unigram_entropy of data.hpp).
   [[nodiscard]] double unigram_entropy(int vocab) const;
+  /// CRC32C of the stream's ids as little-endian int32 (DataLoader::stream_crc's definition),
+  /// computed by open() in its one pass over the tokens.
+  [[nodiscard]] std::uint32_t stream_crc() const noexcept { return m_crc; }
 
  private:
   struct Mapping;
   std::vector<std::shared_ptr<const Mapping>> m_files;
   std::vector<std::int64_t> m_starts;  ///< stream offset of each file's first token
   std::int64_t m_total = 0;
+  std::uint32_t m_crc = 0;  ///< stream_crc()
 };
 
 /// Writes `tokens` as shards `dir`/`prefix`_000000.bin, _000001.bin, ... of at most
