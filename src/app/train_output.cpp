@@ -63,7 +63,8 @@ std::string errno_text() { return errno != 0 ? std::string(": ") + std::strerror
 /// outside): run.resume = latest finds only such a file.
 bool in_ckpt_dir(const std::string& path, const std::string& ckpt_dir) {
   std::error_code e1, e2;
-  const fs::path from = fs::weakly_canonical(fs::path(path).parent_path(), e1);
+  // (absolute first: a bare file name's parent is "", the working directory)
+  const fs::path from = fs::weakly_canonical(fs::absolute(path, e1).parent_path(), e1);
   const fs::path ours = fs::weakly_canonical(ckpt_dir, e2);
   return !e1 && !e2 && from == ours;
 }

@@ -261,8 +261,8 @@ std::uint32_t crc_of(const std::uint64_t* data, std::size_t n) {
 std::string mismatch_text(const std::string& path, const std::string& dataset,
                           const std::string& box, std::uint32_t stored, std::uint32_t computed) {
   return fmt::format("checkpoint '{}': dataset {}{}: checksum mismatch (stored crc32c 0x{:08x}, "
-                     "data gives 0x{:08x}): the file changed after it was written; resume from "
-                     "another checkpoint (run.resume = latest skips damaged files)",
+                     "data gives 0x{:08x}): the file changed after it was written\n  hint: use another "
+                     "copy of it or an earlier checkpoint (a run: run.resume = latest skips damaged files)",
                      path, dataset, box, stored, computed);
 }
 
@@ -313,6 +313,10 @@ std::optional<internal::CheckpointName> internal::parse_checkpoint_name(const st
   out.tmp = m[2].matched;
   const std::string digits = m[1].str();
   if (std::from_chars(digits.data(), digits.data() + digits.size(), out.step).ec != std::errc()) out.step = -1;
+  // Only the name atlas gives a step (checkpoint_path: six digits, more without a leading zero):
+  // step-0000150.h5 is not step 150's second file, which resume and pruning would tie with it.
+  else if (digits != fmt::format("{:06d}", out.step))
+    return std::nullopt;
   return out;
 }
 

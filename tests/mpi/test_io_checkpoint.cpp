@@ -551,6 +551,22 @@ TEST(CheckpointAtomicity, InterruptedWriteLeavesPreviousCheckpointLoadable) {
   EXPECT_EQ(read_toy_wrong(latest.path, l, 3), 0);
 }
 
+// Only atlas's own names count: a copy named step-0000005.h5 (another spelling of step 5) is not
+// a checkpoint of step 5 that resume and pruning would tie with step-000005.h5.
+TEST(CheckpointAtomicity, OnlyTheCanonicalNameIsACheckpoint) {
+  SharedTempDir tmp(world());
+  const VLayout l{.pp = 1, .dp = 1, .tp = 1};
+  const WriteResult s5 = write_toy(tmp.path(), 5, l, 3);
+  if (world().rank() == 0) fs::copy_file(s5.path, tmp.path() + "/step-0000007.h5");
+  world().barrier();
+  const LatestCheckpoint latest = find_latest(world(), tmp.path());
+  EXPECT_EQ(latest.path, s5.path);
+  EXPECT_EQ(latest.step, 5);
+  EXPECT_EQ(checkpoint_step_of(tmp.path() + "/step-0000007.h5"), std::nullopt);
+  EXPECT_EQ(checkpoint_step_of(s5.path), 5);
+  EXPECT_EQ(checkpoint_step_of(tmp.path() + "/step-1234567.h5"), 1234567);
+}
+
 TEST(CheckpointAtomicity, LatestFallsBackPastTruncatedAndCorruptFiles) {
   SharedTempDir tmp(world());
   const VLayout l{.pp = 1, .dp = 2, .tp = 1};
