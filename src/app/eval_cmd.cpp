@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "atlas/app/commands.hpp"
@@ -105,11 +106,11 @@ int cmd_eval(Context& ctx) {
       if (const auto at = p.find("  hint: lower model.seq_len or "); at != std::string::npos)
         p.replace(at, std::string("  hint: lower model.seq_len or ").size(),
                   "  hint: (model.seq_len is the checkpoint's) ");
-      if (const auto at = p.find("  hint: the shard was written by a tokenizer with a larger vocabulary"); at != std::string::npos)
-        p = p.substr(0, at) + fmt::format("  hint: the shard was written by a tokenizer with a larger vocabulary than this "
-                                          "checkpoint's {} ids: evaluate it on shards written with `atlas tokenize "
-                                          "--tokenizer {}`",
-                                          m.vocab, m.vocab == 50257 ? "gpt2" : "byte");
+      constexpr std::string_view kLarger = "  hint: the shard was written by a tokenizer with a larger vocabulary";
+      if (const auto at = p.find(kLarger); at != std::string::npos)
+        p = p.substr(0, at) + fmt::format("{} than this checkpoint's {} ids: evaluate it on shards written with "
+                                          "`atlas tokenize --tokenizer {}`",
+                                          kLarger, m.vocab, m.vocab == 50257 ? "gpt2" : "byte");
       problems.push_back(p + "\n  note: atlas eval '" + ckpt +
                          "' reads data.* from the checkpoint's deck unless given on the command line; relative "
                          "paths are from the current directory");
@@ -127,8 +128,9 @@ int cmd_eval(Context& ctx) {
   const std::unique_ptr<model::StageModel> net = load_whole_model(ckpt, contents, cfg.model, b, *backend);
 
   const std::string data_name =
-      cfg.data.format == DataFormat::Shards ? "shards " + fmt::format("{}", fmt::join(cfg.data.val_shards, " "))
-                                            : fmt::format("the last {} of {}", cfg.data.val_fraction, cfg.data.corpus_dir);
+      cfg.data.format == DataFormat::Shards
+          ? "shards " + fmt::format("{}", fmt::join(cfg.data.val_shards, " "))
+          : fmt::format("the last {} of {}", cfg.data.val_fraction, cfg.data.corpus_dir);
   fmt::print("# atlas eval: {} (step {}: {} layers, hidden {}, {} heads, context {}, vocab {})\n", ckpt,
              contents.meta.step, m.layers, m.hidden, m.heads, m.seq_len, m.vocab);
   const char* tokenizer = cfg.data.tokenizer == TokenizerKind::Gpt2 ? "gpt2" : "byte";

@@ -77,7 +77,8 @@ int gemm_curve(const Args& args, int threads, int repeat) {
   if (kind == "host" && prec != "fp32")
     throw UsageError("--precision " + prec + " on the host backend: the host emulates " + prec +
                      " by rounding fp32 (docs/precision.md), which measures no " + prec +
-                     " hardware\n  hint: drop --precision (the host measures fp32), or measure a GPU with --backend cuda");
+                     " hardware\n  hint: drop --precision (the host measures fp32), or measure a GPU with --backend "
+                     "cuda");
   DeviceCfg dev;
   dev.backend = kind == "cuda" ? Backend::Cuda : Backend::Host;
   dev.threads = threads;
@@ -102,8 +103,10 @@ int gemm_curve(const Args& args, int threads, int repeat) {
                                     "is a fraction of\n  hint: add {} = TFLOPS to it, or measure --precision bf16",
                                     update, peak_key, prec, peak_key));
     if (prec != "bf16" && kind == "cuda")
-      std::fprintf(stderr, "note: the curve is of %s GEMMs (fractions of %s); the simulator prices the training's GEMMs at "
-                           "peak_tflops x the fraction\n", prec.c_str(), peak_key);
+      std::fprintf(stderr,
+                   "note: the curve is of %s GEMMs (fractions of %s); the simulator prices the training's GEMMs "
+                   "at peak_tflops x the fraction\n",
+                   prec.c_str(), peak_key);
   }
   fmt::print("# GEMM efficiency curve on the {} backend ({}), {} thread(s), median of {}: L x L x d, L = {}\n", kind,
              prec, threads, repeat, large);

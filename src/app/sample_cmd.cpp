@@ -149,7 +149,8 @@ int cmd_sample(Context& ctx) {
   }
   if (static_cast<std::int64_t>(prompt.size()) > m.seq_len)
     throw UsageError(fmt::format("atlas sample: the prompt is {} tokens, longer than the model's context "
-                                 "(model.seq_len = {} in '{}')\n  hint: shorten the prompt to its last {} tokens or fewer",
+                                 "(model.seq_len = {} in '{}')\n  hint: shorten the prompt to its last {} tokens or "
+                                 "fewer",
                                  prompt.size(), m.seq_len, ckpt, m.seq_len));
 
   bubbletea::InferShape shape;

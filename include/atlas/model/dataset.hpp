@@ -33,7 +33,8 @@ struct DataSplits {
 void check_vocab_fits_tokenizer(const Config& cfg);
 
 /// Opens `cfg.data` for a model of `cfg.model.vocab` ids: the train loader of shape `train`
-/// (shuffled; none when std::nullopt, and then data.train_shards is not read) and the validation loader of shape `val` (in order), both
+/// (shuffled; none when std::nullopt, and then data.train_shards is not read) and the
+/// validation loader of shape `val` (in order), both
 /// seeded by run.seed. Throws ConfigError when model.vocab does not fit data.tokenizer
 /// (check_vocab_fits_tokenizer), a corpus
 /// directory, tokenizer file or shard is missing or bad, or a split is shorter than one sample.
