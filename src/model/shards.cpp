@@ -416,7 +416,9 @@ struct StagingDir {
 /// one without a .lock (an older atlas's: docs/formats.md).
 std::vector<std::string> remove_dead_staging(const std::string& out_dir) {
   std::vector<std::string> removed;
-  const std::regex staging_name(std::string("\\") + kStagingPrefix + "[0-9]+(-[0-9a-f]{8})?");
+  // (.tmp: a job killed between making its directory and renaming it; its .lock, if it made one,
+  // is free then too)
+  const std::regex staging_name(std::string("\\") + kStagingPrefix + "[0-9]+(-[0-9a-f]{8})?(\\.tmp)?");
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(out_dir, ec)) {
     const std::string name = entry.path().filename().string();

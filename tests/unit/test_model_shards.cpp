@@ -400,6 +400,12 @@ TEST(Shards, ATokenizeRemovesTheStagingDirectoryOfAKilledOne) {
   // The live job ends without cleaning up (its lock goes with it): the next run removes its directory.
   ::close(held);
   EXPECT_EQ(tokenize_to_shards(job).removed_staging, (std::vector<std::string>{live.string()}));
+  // A job killed between making its staging directory (a .tmp name) and renaming it, after it
+  // made its .lock: the next run removes that one too.
+  const fs::path half = fs::path(job.out_dir) / ".atlas-tokenize-77-0000abcd.tmp";
+  fs::create_directories(half);
+  std::ofstream((half / ".lock").string()) << "";
+  EXPECT_EQ(tokenize_to_shards(job).removed_staging, (std::vector<std::string>{half.string()}));
 }
 
 // A text with no place to cut it (TokenizeJob::cut finds none) is looked at once per byte, not
