@@ -583,9 +583,10 @@ WriteResult write_checkpoint(const mpi::Comm& comm, const std::string& dir,
       fs::remove(tmp_path, ec);
       const fs::space_info space = fs::space(fs::path(tmp_path).parent_path(), ec);
       throw Error(ExitCode::Io,
-                  fmt::format("writing checkpoint '{}' failed{}\n  hint: free space on that file system or point ckpt.dir "
-                              "elsewhere; the checkpoints written before are intact and run.resume = latest resumes from "
-                              "the newest (it skips this .tmp)\n  cause: {}",
+                  fmt::format("writing checkpoint '{}' failed{}\n  hint: the cause below says why (a full file "
+                              "system is the usual one: free space or point ckpt.dir elsewhere); the checkpoints "
+                              "written before are intact and run.resume = latest resumes from the newest (it skips "
+                              "this .tmp)\n  cause: {}",
                               tmp_path,
                               ec ? std::string()
                                  : fmt::format(" ({} free on its file system)",
@@ -628,10 +629,18 @@ WriteResult write_checkpoint(const mpi::Comm& comm, const std::string& dir,
     std::error_code ec;
     fs::rename(tmp_path, final_path, ec);
     if (ec) {
-      ATLAS_THROW(Io, "cannot rename '" << tmp_path << "' to '" << final_path
-                                        << "': " << ec.message());
+      ATLAS_THROW(Io, "cannot rename '" << tmp_path << "' to '" << final_path << "': " << ec.message()
+                                        << "\n  hint: the checkpoint is whole in the .tmp (run.resume = PATH of it "
+                                           "after renaming it by hand); fix the directory (permissions, a directory "
+                                           "of that name); the checkpoints written before are intact");
     }
-    fsync_path(dir_or_cwd, true);  // makes the rename itself durable
+    try {
+      fsync_path(dir_or_cwd, true);  // makes the rename itself durable
+    } catch (const Error& e) {
+      ATLAS_THROW(Io, e.what() << "\n  hint: '" << final_path
+                               << "' was renamed into place but the directory could not be synced (a crash of the "
+                                  "machine may lose the name); older checkpoints were not pruned");
+    }
     BlobWriter w;
     w.u64(fs::file_size(final_path, ec));
     const auto removed = prune(dir_or_cwd, m.step, options.keep_last);

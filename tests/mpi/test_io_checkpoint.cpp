@@ -553,6 +553,26 @@ TEST(CheckpointAtomicity, InterruptedWriteLeavesPreviousCheckpointLoadable) {
 
 // Only atlas's own names count: a copy named step-0000005.h5 (another spelling of step 5) is not
 // a checkpoint of step 5 that resume and pruning would tie with step-000005.h5.
+// A rename that fails (a directory holds the checkpoint's name) says the data is whole in the
+// .tmp and the earlier checkpoints are intact; the earlier one stays loadable.
+TEST(CheckpointAtomicity, AFailedRenameSaysWhatIsWhole) {
+  SharedTempDir tmp(world());
+  const VLayout l{.pp = 1, .dp = 1, .tp = 1};
+  const WriteResult good = write_toy(tmp.path(), 1, l, 3);
+  if (world().rank() == 0) fs::create_directories(tmp.path() + "/step-000002.h5/x");
+  world().barrier();
+  std::string what = "<no error>";
+  try {
+    (void)write_toy(tmp.path(), 2, l, 3);
+  } catch (const std::exception& e) {
+    what = e.what();
+  }
+  EXPECT_THAT(what, HasSubstr("cannot rename '" + tmp.path() + "/step-000002.h5.tmp' to '" + tmp.path() +
+                              "/step-000002.h5'"));
+  EXPECT_THAT(what, HasSubstr("hint: the checkpoint is whole in the .tmp"));
+  EXPECT_EQ(read_toy_wrong(good.path, l, 3), 0);
+}
+
 TEST(CheckpointAtomicity, OnlyTheCanonicalNameIsACheckpoint) {
   SharedTempDir tmp(world());
   const VLayout l{.pp = 1, .dp = 1, .tp = 1};
