@@ -541,6 +541,10 @@ WriteResult write_checkpoint(const mpi::Comm& comm, const std::string& dir,
     std::error_code ec;
     fs::create_directories(dir_or_cwd, ec);
     if (ec) ATLAS_THROW(Io, "cannot create checkpoint directory '" << dir << "': " << ec.message());
+    // Creating the .tmp truncates what is there: through a symbolic link, another file.
+    if (fs::is_symlink(fs::symlink_status(tmp_path, ec)))
+      ATLAS_THROW(Io, "checkpoint '" << tmp_path << "' is a symbolic link: refused, never written through\n  "
+                                     "hint: remove it (atlas writes a .tmp there, then renames it into place)");
     return std::string();
   });
 

@@ -573,6 +573,30 @@ TEST(CheckpointAtomicity, AFailedRenameSaysWhatIsWhole) {
   EXPECT_EQ(read_toy_wrong(good.path, l, 3), 0);
 }
 
+// A .tmp name that is a symbolic link is refused, never written through (creating the .tmp
+// truncates: through the link, another file).
+TEST(CheckpointAtomicity, ALinkedTmpIsRefused) {
+  SharedTempDir tmp(world());
+  const VLayout l{.pp = 1, .dp = 1, .tp = 1};
+  const std::string victim = tmp.path() + "/victim.txt";
+  if (world().rank() == 0) {
+    std::ofstream(victim) << "keep me";
+    fs::create_symlink(victim, tmp.path() + "/step-000003.h5.tmp");
+  }
+  world().barrier();
+  std::string what = "<no error>";
+  try {
+    (void)write_toy(tmp.path(), 3, l, 3);
+  } catch (const std::exception& e) {
+    what = e.what();
+  }
+  EXPECT_THAT(what, HasSubstr("checkpoint '" + tmp.path() + "/step-000003.h5.tmp' is a symbolic link: refused"));
+  std::ifstream in(victim);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "keep me");
+  EXPECT_FALSE(fs::exists(tmp.path() + "/step-000003.h5"));
+}
+
 TEST(CheckpointAtomicity, OnlyTheCanonicalNameIsACheckpoint) {
   SharedTempDir tmp(world());
   const VLayout l{.pp = 1, .dp = 1, .tp = 1};
