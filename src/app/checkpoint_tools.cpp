@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
-// What the one-process commands that read a checkpoint share: its stored deck (export, sample),
-// its whole training model on one backend (export, eval), and the --device option (sample, eval).
+// What the one-process commands that read a checkpoint share: the one-process check, its stored
+// deck (export, sample), its whole training model on one backend (export, eval), and the --device
+// option (sample, eval).
 #include <cstdio>
 
 #include <fmt/format.h>
@@ -40,6 +41,12 @@ std::unique_ptr<model::StageModel> load_whole_model(const std::string& ckpt, con
   ro.expect_model = m;
   (void)io::read_checkpoint(mpi::Comm::self(), ckpt, shards, ro);
   return sm;
+}
+
+void require_one_process(const Context& ctx, const char* command) {
+  if (ctx.env.world_size() != 1)
+    throw UsageError(fmt::format("atlas {} runs as one process (started with {}); run it without mpirun", command,
+                                 ctx.env.world_size()));
 }
 
 DeviceCfg device_option(const Args& a, const char* command) {

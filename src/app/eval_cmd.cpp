@@ -40,9 +40,7 @@ bool eval_key(const std::string& word) {
 }  // namespace
 
 int cmd_eval(Context& ctx) {
-  if (ctx.env.world_size() != 1)
-    throw UsageError(fmt::format("atlas eval runs as one process (started with {}); run it without mpirun",
-                                 ctx.env.world_size()));
+  require_one_process(ctx, "eval");
   const Args a = parse_args(ctx.args, {"batches", "device", "json"}, {},
                             {{"batches", "N: validation batches (train.eval_batches x the run's DP replicas)"},
                              {"device", "host|cuda: where the model runs (host)"},

@@ -23,12 +23,6 @@ namespace atlas::app {
 
 namespace {
 
-void one_process(const Context& ctx, const char* command) {
-  if (ctx.env.world_size() != 1)
-    throw UsageError(fmt::format("atlas {} runs as one process (started with {}); run it without mpirun",
-                                 command, ctx.env.world_size()));
-}
-
 void want_hf(const Args& a, const char* command) {
   const std::string f = a.option("format");
   if (f.empty()) throw UsageError(fmt::format("atlas {}: --format hf is required (the only format)", command));
@@ -94,7 +88,7 @@ std::vector<std::string> blame_config_json(std::vector<std::string> problems, co
 }  // namespace
 
 int cmd_export(Context& ctx) {
-  one_process(ctx, "export");
+  require_one_process(ctx, "export");
   const Args a = parse_args(ctx.args, {"format", "out", "logits"}, {},
                             {{"format", "hf: Hugging Face GPT-2 (model.safetensors + config.json)"},
                              {"out", "DIR: where the files go"},
@@ -144,7 +138,7 @@ int cmd_export(Context& ctx) {
 }
 
 int cmd_import(Context& ctx) {
-  one_process(ctx, "import");
+  require_one_process(ctx, "import");
   const Args a = parse_args(ctx.args, {"format", "out", "deck"}, {},
                             {{"format", "hf: a Hugging Face GPT-2 directory"},
                              {"out", "CKPT_DIR: where step-000000.h5 goes"},

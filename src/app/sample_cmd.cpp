@@ -60,9 +60,7 @@ double double_option(const Args& a, const std::string& name, double def) {
 }  // namespace
 
 int cmd_sample(Context& ctx) {
-  if (ctx.env.world_size() != 1)
-    throw UsageError(fmt::format("atlas sample runs as one process (started with {}); run it without mpirun",
-                                 ctx.env.world_size()));
+  require_one_process(ctx, "sample");
   const Args a = parse_args(ctx.args,
                             {"prompt", "prompt-file", "tokens", "temperature", "top-k", "top-p", "seed", "samples",
                              "tokenizer-dir", "device", "json"},

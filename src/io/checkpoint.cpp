@@ -369,12 +369,9 @@ h5::File open_for_inspection(const std::string& path) {
     std::string newest;
     std::int64_t newest_step = -1;
     for (const auto& e : fs::directory_iterator(path, ec)) {
-      const std::string name = e.path().filename().string();
-      if (name.size() < 10 || name.rfind("step-", 0) != 0 || !name.ends_with(".h5")) continue;
-      const std::string digits = name.substr(5, name.size() - 8);
-      if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 18) continue;
-      if (const std::int64_t step = std::stoll(digits); step > newest_step) {
-        newest_step = step;
+      const auto n = internal::parse_checkpoint_name(e.path().filename().string());
+      if (n && !n->tmp && n->step > newest_step) {
+        newest_step = n->step;
         newest = e.path().string();
       }
     }

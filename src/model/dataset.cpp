@@ -36,10 +36,10 @@ DataSplits open_data(const Config& cfg, const std::optional<LoaderShape>& train,
     // Token shards (atlas tokenize or llm.c): memory-mapped, checked against model.vocab.
     // (Without a train shape, as atlas eval's, the training shards are not looked at.)
     const std::vector<std::string> val_files = expand_shard_globs(cfg.data.val_shards, "data.val_shards");
-    if (!train) check_shard_lists({}, val_files);  // a file named twice in the validation list
+    const std::vector<std::string> train_files =
+        train ? expand_shard_globs(cfg.data.train_shards, "data.train_shards") : std::vector<std::string>{};
+    check_shard_lists(train_files, val_files);
     if (train) {
-      const std::vector<std::string> train_files = expand_shard_globs(cfg.data.train_shards, "data.train_shards");
-      check_shard_lists(train_files, val_files);
       const ShardSet set = ShardSet::open(train_files, cfg.model.vocab, "data.train_shards");
       d.train = std::make_unique<DataLoader>(set, Split::Train, *train, seed, true);
     }

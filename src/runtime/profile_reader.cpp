@@ -35,9 +35,8 @@ hsize_t rows_of(hid_t d, const std::string& path, const std::string& group, cons
   h5::Type type(ATLAS_H5_CHECK(H5Dget_type(d)));
   const hsize_t stored = H5Dget_storage_size(d);
   const std::size_t row_bytes = H5Tget_size(type.get());
-  const hid_t dcpl = H5Dget_create_plist(d);
-  const int filters = dcpl >= 0 ? H5Pget_nfilters(dcpl) : 0;
-  if (dcpl >= 0) H5Pclose(dcpl);
+  const h5::PropList dcpl(ATLAS_H5_CHECK(H5Dget_create_plist(d)));
+  const int filters = H5Pget_nfilters(dcpl.get());
   const hsize_t room = filters > 0 ? stored * 1100 : stored;
   if (row_bytes == 0 || dims[0] > room / row_bytes)
     ATLAS_THROW(Io, "'" << path << "': " << group << "/" << name << " claims " << dims[0] << " rows of " << row_bytes

@@ -76,6 +76,10 @@ Config load_offline_deck(const std::string& path, const std::vector<std::string>
 std::unique_ptr<model::StageModel> load_whole_model(const std::string& ckpt, const io::CheckpointContents& contents,
                                                     ModelCfg mc, int micro_batch_size, device::Backend& backend);
 
+/// Throws UsageError unless this process is the job's only one (`command`: "export", "sample",
+/// ...): the one-process commands read and write whole files with MPI_COMM_SELF.
+void require_one_process(const Context& ctx, const char* command);
+
 /// --device host|cuda of a one-process command (`command`: "sample", "eval") as a DeviceCfg, fp32.
 /// Throws UsageError for another name, or cuda in a binary built without it.
 DeviceCfg device_option(const Args& args, const char* command);
